@@ -1,0 +1,2 @@
+#include <iostream>
+int main() { std::cout << "kiln: under construction\n"; return 0; }

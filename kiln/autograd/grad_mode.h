@@ -1,0 +1,20 @@
+// Gradient recording is on by default; NoGradGuard turns it off for a scope
+// (evaluation, optimizer updates), like torch.no_grad().
+#pragma once
+
+namespace kiln {
+
+bool grad_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,92 @@
+// Differentiable operations. Each runs the backend op for its inputs' device
+// and, when gradients are enabled and an input requires them, records a
+// GradNode whose backward is written with these same ops.
+#pragma once
+#include <vector>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/backend/backend.h"
+#include "kiln/backend/factory.h"
+#include "kiln/core/random.h"
+
+namespace kiln {
+
+// ---- elementwise (binary ops broadcast)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& x, double s);
+Tensor mul_scalar(const Tensor& x, double s);
+Tensor pow_scalar(const Tensor& x, double exponent);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh approximation (GPT-2)
+Tensor square(const Tensor& x);
+// Comparisons give 0/1 in the operands' dtype and record no gradient.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& x, double s) { return add_scalar(x, s); }
+inline Tensor operator-(const Tensor& x, double s) { return add_scalar(x, -s); }
+inline Tensor operator*(const Tensor& x, double s) { return mul_scalar(x, s); }
+inline Tensor operator/(const Tensor& x, double s) { return mul_scalar(x, 1.0 / s); }
+inline Tensor operator*(double s, const Tensor& x) { return mul_scalar(x, s); }
+
+// ---- reductions (dims may be negative; empty dims = all)
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim);  // i64, no gradient
+// Sums a broadcast gradient back down to `shape`.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- shape and layout (views where possible)
+Tensor reshape(const Tensor& x, const Shape& shape);  // one dim may be -1
+Tensor view(const Tensor& x, const Shape& shape);     // never copies; throws if impossible
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start_dim = 1);
+Tensor contiguous(const Tensor& x);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor to_dtype(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, Device device);
+
+// ---- linear algebra
+// a [..., M, K] @ b [..., K, N] with broadcast batch dims; 1-D operands are
+// not supported (reshape first).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x [..., in] @ weight[out, in]^T + bias[out] (bias may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- nn
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, int64_t dim = -1);
+// Mean cross-entropy of logits [N, C] (or [..., C]) against i64/i32 targets
+// [N] (or [...]); rows whose target is ignore_index are left out of the mean.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0);
+// Inverted dropout; the mask is drawn from `gen` (identical on every backend).
+Tensor dropout(const Tensor& x, double p, Generator& gen);
+// q, k, v [B, H, T, D] -> [B, H, T, D], softmax(q k^T * scale) v.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+
+}  // namespace kiln

@@ -1,0 +1,165 @@
+// Elementwise ops and their backward rules.
+#include "kiln/autograd/ops.h"
+#include "kiln/autograd/record.h"
+
+namespace kiln {
+
+using detail::backend_of;
+
+namespace detail {
+Tensor broadcast_view(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  const int r = int(shape.size()), tr = t.dim();
+  KILN_CHECK(tr <= r, "cannot broadcast ", shape_str(t.shape()), " to ", shape_str(shape));
+  Strides st(r, 0);
+  for (int i = 0; i < tr; ++i) {
+    int d = r - tr + i;
+    if (t.shape()[i] == shape[d]) st[d] = t.strides()[i];
+    else KILN_CHECK(t.shape()[i] == 1, "cannot broadcast ", shape_str(t.shape()), " to ", shape_str(shape));
+  }
+  return t.as_strided(shape, st, t.offset());
+}
+}  // namespace detail
+
+namespace {
+
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_same_device(a, b, name);
+  detail::check_same_dtype(a, b, name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape());
+  Tensor out = detail::new_tensor(shape, a.dtype(), a.device());
+  backend_of(a).binary(op, detail::broadcast_view(a, shape), detail::broadcast_view(b, shape), out);
+  return out;
+}
+
+Tensor unary_raw(UnaryOp op, const Tensor& x, double s = 0.0) {
+  Tensor out = detail::new_tensor(x.shape(), x.dtype(), x.device());
+  backend_of(x).unary(op, x, out, s);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::add, a, b, "add");
+  record(y, "AddBackward", {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
+  });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::sub, a, b, "sub");
+  record(y, "SubBackward", {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::mul, a, b, "mul");
+  record(y, "MulBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(mul(g, b), a.shape()),
+                               sum_to(mul(g, a), b.shape())};
+  });
+  return y;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::div, a, b, "div");
+  record(y, "DivBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
+    Tensor ga = div(g, b);
+    Tensor gb = neg(div(mul(ga, a), b));
+    return std::vector<Tensor>{sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+  });
+  return y;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::maximum, a, b, "maximum");
+  record(y, "MaximumBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
+    Tensor a_wins = binary_raw(BinaryOp::gt, a, b, "maximum");  // ties go to b
+    Tensor ga = mul(g, a_wins);
+    return std::vector<Tensor>{sum_to(ga, a.shape()), sum_to(sub(g, ga), b.shape())};
+  });
+  return y;
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::eq, a, b, "eq"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::gt, a, b, "gt"); }
+
+Tensor add_scalar(const Tensor& x, double s) {
+  Tensor y = unary_raw(UnaryOp::add_scalar, x, s);
+  record(y, "AddScalarBackward", {&x}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return y;
+}
+
+Tensor mul_scalar(const Tensor& x, double s) {
+  Tensor y = unary_raw(UnaryOp::mul_scalar, x, s);
+  record(y, "MulScalarBackward", {&x}, [s](const Tensor& g) { return std::vector<Tensor>{mul_scalar(g, s)}; });
+  return y;
+}
+
+Tensor pow_scalar(const Tensor& x, double e) {
+  Tensor y = unary_raw(UnaryOp::pow_scalar, x, e);
+  record(y, "PowBackward", {&x}, [x = saved(x), e](const Tensor& g) {
+    return std::vector<Tensor>{mul(g, mul_scalar(pow_scalar(x, e - 1.0), e))};
+  });
+  return y;
+}
+
+Tensor neg(const Tensor& x) {
+  Tensor y = unary_raw(UnaryOp::neg, x);
+  record(y, "NegBackward", {&x}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+  return y;
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor y = unary_raw(UnaryOp::exp, x);
+  record(y, "ExpBackward", {&x}, [y = saved(y)](const Tensor& g) { return std::vector<Tensor>{mul(g, y)}; });
+  return y;
+}
+
+Tensor log(const Tensor& x) {
+  Tensor y = unary_raw(UnaryOp::log, x);
+  record(y, "LogBackward", {&x}, [x = saved(x)](const Tensor& g) { return std::vector<Tensor>{div(g, x)}; });
+  return y;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor y = unary_raw(UnaryOp::sqrt, x);
+  record(y, "SqrtBackward", {&x}, [y = saved(y)](const Tensor& g) {
+    return std::vector<Tensor>{div(mul_scalar(g, 0.5), y)};
+  });
+  return y;
+}
+
+Tensor square(const Tensor& x) {
+  Tensor y = unary_raw(UnaryOp::square, x);
+  record(y, "SquareBackward", {&x}, [x = saved(x)](const Tensor& g) {
+    return std::vector<Tensor>{mul(g, mul_scalar(x, 2.0))};
+  });
+  return y;
+}
+
+namespace {
+// Activations whose gradient is one fused backend op of (grad, saved value).
+Tensor activation(UnaryOp op, BinaryOp backward_op, bool save_output, const char* name, const Tensor& x) {
+  Tensor y = unary_raw(op, x);
+  record(y, name, {&x}, [s = saved(save_output ? y : x), backward_op](const Tensor& g) {
+    Tensor dx = detail::new_tensor(g.shape(), g.dtype(), g.device());
+    backend_of(g).binary(backward_op, g, s, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+}  // namespace
+
+Tensor tanh(const Tensor& x) { return activation(UnaryOp::tanh, BinaryOp::tanh_backward, true, "TanhBackward", x); }
+Tensor sigmoid(const Tensor& x) {
+  return activation(UnaryOp::sigmoid, BinaryOp::sigmoid_backward, true, "SigmoidBackward", x);
+}
+Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, BinaryOp::relu_backward, false, "ReluBackward", x); }
+Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, BinaryOp::gelu_backward, false, "GeluBackward", x); }
+
+}  // namespace kiln

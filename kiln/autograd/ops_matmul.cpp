@@ -1,0 +1,69 @@
+// Matrix products. Gradients are themselves matmuls whose transposes are
+// views, so the backend folds them into GEMM flags instead of copying.
+#include "kiln/autograd/ops.h"
+#include "kiln/autograd/record.h"
+
+namespace kiln {
+
+namespace {
+
+Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+  detail::check_same_device(a, b, "matmul");
+  detail::check_same_dtype(a, b, "matmul");
+  KILN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul needs operands of rank >= 2, got ", shape_str(a.shape()), " and ",
+             shape_str(b.shape()), "; reshape vectors to [1, n] or [n, 1]");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  KILN_CHECK(b.size(-2) == K, "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+             " cannot be multiplied (", K, " != ", b.size(-2), ")");
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b);
+  Shape sa = batch, sb = batch, so = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  so.insert(so.end(), {M, N});
+  Tensor out = detail::new_tensor(so, a.dtype(), a.device());
+  MatmulArgs args;
+  args.bias = bias;
+  detail::backend_of(a).matmul(detail::broadcast_view(a, sa), detail::broadcast_view(b, sb), out, args);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor y = matmul_raw(a, b);
+  record(y, "MatmulBackward", {&a, &b},
+         [a = saved(a), b = saved(b), need_a = a.requires_grad(), need_b = b.requires_grad()](const Tensor& g) {
+    Tensor ga = need_a ? sum_to(matmul_raw(g, transpose(b, -1, -2)), a.shape()) : Tensor();
+    Tensor gb = need_b ? sum_to(matmul_raw(transpose(a, -1, -2), g), b.shape()) : Tensor();
+    return std::vector<Tensor>{ga, gb};
+  });
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be [out, in], got ", shape_str(weight.shape()));
+  const int64_t in = weight.size(1), out = weight.size(0);
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " does not end in ", in,
+             " features");
+  KILN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out), "linear: bias must be [", out, "]");
+  const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
+  // Raw views keep the recorded graph to one node.
+  Tensor x2 = x.is_contiguous() ? x.as_strided({rows, in}, {in, 1}, x.offset()) : contiguous(x).detach().as_strided({rows, in}, {in, 1}, 0);
+  Tensor y2 = matmul_raw(x2, transpose(weight.detach(), 0, 1), bias.defined() ? contiguous(bias).detach() : Tensor());
+  Shape ys = x.shape();
+  ys.back() = out;
+  Tensor y = y2.as_strided(ys, contiguous_strides(ys), 0);
+  record(y, "LinearBackward", {&x, &weight, &bias},
+         [x2 = saved(x2), w = saved(weight), has_bias = bias.defined(), need_x = x.requires_grad(), xs = x.shape(),
+          rows, out](const Tensor& g) {
+           Tensor g2 = reshape(g, {rows, out});
+           Tensor dx = need_x ? reshape(matmul_raw(g2, w), xs) : Tensor();
+           Tensor dw = matmul_raw(transpose(g2, 0, 1), x2);
+           Tensor db = has_bias ? sum(g2, {0}) : Tensor();
+           return std::vector<Tensor>{dx, dw, db};
+         });
+  return y;
+}
+
+}  // namespace kiln

@@ -1,0 +1,184 @@
+// Neural-network ops. Each forward calls one fused backend op and saves what
+// its fused backward needs (softmax output, layernorm mean/rstd, attention
+// log-sum-exp), never a second copy of a large activation.
+#include "kiln/autograd/ops.h"
+#include "kiln/autograd/record.h"
+
+namespace kiln {
+
+using detail::backend_of;
+using detail::new_tensor;
+
+namespace {
+
+DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// Moves `dim` last so the backend can work on contiguous rows.
+Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
+  int d = normalize_dim(dim, x_in.dim());
+  if (d != x_in.dim() - 1) {
+    Tensor moved = transpose(x_in, d, -1);
+    return transpose(softmax_impl(moved, -1, log), d, -1);
+  }
+  Tensor x = contiguous(x_in);
+  Tensor y = new_tensor(x.shape(), x.dtype(), x.device());
+  backend_of(x).softmax(x, y, log);
+  record(y, log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, [y = saved(y), log](const Tensor& g) {
+    Tensor dx = new_tensor(y.shape(), y.dtype(), y.device());
+    backend_of(y).softmax_backward(y, contiguous(g), dx, log);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index) {
+  std::vector<int64_t> t = targets.to_vector<int64_t>();
+  int64_t n = 0;
+  for (int64_t v : t) n += v != ignore_index;
+  return n;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+  KILN_CHECK(logits_in.dim() >= 1 && targets_in.numel() * logits_in.size(-1) == logits_in.numel(),
+             "cross_entropy: logits ", shape_str(logits_in.shape()), " and targets ", shape_str(targets_in.shape()),
+             " do not match (expected logits [..., C] with one target per row)");
+  KILN_CHECK(targets_in.dtype() == DType::i64 || targets_in.dtype() == DType::i32,
+             "cross_entropy: targets must be i64 or i32 class indices, got ", dtype_name(targets_in.dtype()));
+  const int64_t C = logits_in.size(-1), N = targets_in.numel();
+  Tensor logits = reshape(contiguous(logits_in), {N, C}).detach();
+  Tensor targets = contiguous(targets_in).detach();
+  const int64_t valid = count_valid_targets(targets, ignore_index);
+  KILN_CHECK(valid > 0, "cross_entropy: every target equals ignore_index (", ignore_index, ")");
+  const bool needs_grad = any_requires_grad({&logits_in});
+  Tensor losses = new_tensor({N}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32, logits.device());
+  Tensor dlogits = needs_grad ? new_tensor({N, C}, logits.dtype(), logits.device()) : Tensor();
+  backend_of(logits).cross_entropy(logits, targets, losses, dlogits, float(1.0 / double(valid)), ignore_index);
+  Tensor loss = mul_scalar(sum(losses), 1.0 / double(valid)).detach();
+  record(loss, "CrossEntropyBackward", {&logits_in}, [dlogits, shape = logits_in.shape()](const Tensor& g) {
+    // dlogits already holds (softmax - onehot) / valid; scale by the upstream scalar.
+    Tensor dx = mul(dlogits, to_dtype(g, dlogits.dtype()));
+    return std::vector<Tensor>{reshape(dx, shape)};
+  });
+  return loss;
+}
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t C = x_in.size(-1), N = x_in.numel() / std::max<int64_t>(C, 1);
+  KILN_CHECK(weight.numel() == C && bias.numel() == C, "layer_norm: weight and bias must have ", C,
+             " elements, got ", weight.numel(), " and ", bias.numel());
+  Tensor x = reshape(contiguous(x_in), {N, C}).detach();
+  Tensor y = new_tensor({N, C}, x.dtype(), x.device());
+  Tensor mean = new_tensor({N}, stats_dtype(x), x.device());
+  Tensor rstd = new_tensor({N}, stats_dtype(x), x.device());
+  backend_of(x).layernorm(x, contiguous(weight).detach(), contiguous(bias).detach(), float(eps), y, mean, rstd);
+  Tensor out = y.as_strided(x_in.shape(), contiguous_strides(x_in.shape()), 0);
+  record(out, "LayerNormBackward", {&x_in, &weight, &bias},
+         [x, w = saved(weight), mean, rstd, shape = x_in.shape()](const Tensor& g) {
+           Tensor dx = new_tensor(x.shape(), x.dtype(), x.device());
+           Tensor dw = new_tensor(w.shape(), w.dtype(), w.device());
+           Tensor db = new_tensor(w.shape(), w.dtype(), w.device());
+           Tensor g2 = reshape(contiguous(g), x.shape());
+           backend_of(x).layernorm_backward(g2, x, contiguous(w), mean, rstd, dx, dw, db);
+           return std::vector<Tensor>{reshape(dx, shape), dw, db};
+         });
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids_in) {
+  KILN_CHECK(weight.dim() == 2, "embedding: weight must be [vocab, dim], got ", shape_str(weight.shape()));
+  detail::check_same_device(weight, ids_in, "embedding");
+  Tensor ids = contiguous(ids_in).detach();
+  Shape s = ids.shape();
+  s.push_back(weight.size(1));
+  Tensor out = new_tensor(s, weight.dtype(), weight.device());
+  backend_of(weight).embedding(contiguous(weight).detach(), ids, out);
+  record(out, "EmbeddingBackward", {&weight}, [ids, ws = weight.shape(), wd = weight.dtype()](const Tensor& g) {
+    Tensor dw = zeros(ws, wd, g.device());
+    backend_of(g).embedding_backward(contiguous(g), ids, dw);
+    return std::vector<Tensor>{dw};
+  });
+  return out;
+}
+
+Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
+  KILN_CHECK(x_in.dim() == 4 && weight.dim() == 4, "conv2d: expected x [N, C, H, W] and weight [Cout, Cin, KH, KW], "
+             "got ", shape_str(x_in.shape()), " and ", shape_str(weight.shape()));
+  KILN_CHECK(x_in.size(1) == weight.size(1), "conv2d: input has ", x_in.size(1), " channels, weight expects ",
+             weight.size(1));
+  KILN_CHECK(stride > 0 && padding >= 0, "conv2d: stride must be > 0 and padding >= 0");
+  Conv2dArgs args{stride, stride, padding, padding};
+  const int64_t OH = (x_in.size(2) + 2 * padding - weight.size(2)) / stride + 1;
+  const int64_t OW = (x_in.size(3) + 2 * padding - weight.size(3)) / stride + 1;
+  KILN_CHECK(OH > 0 && OW > 0, "conv2d: kernel ", shape_str(weight.shape()), " is larger than the padded input ",
+             shape_str(x_in.shape()));
+  Tensor x = contiguous(x_in).detach();
+  Tensor w = contiguous(weight).detach();
+  Tensor b = bias.defined() ? contiguous(bias).detach() : Tensor();
+  Tensor out = new_tensor({x.size(0), w.size(0), OH, OW}, x.dtype(), x.device());
+  backend_of(x).conv2d(x, w, b, out, args);
+  record(out, "Conv2dBackward", {&x_in, &weight, &bias},
+         [x, w, has_bias = bias.defined(), need_x = x_in.requires_grad(), args](const Tensor& g) {
+           Tensor dx = need_x ? new_tensor(x.shape(), x.dtype(), x.device()) : Tensor();
+           Tensor dw = new_tensor(w.shape(), w.dtype(), w.device());
+           Tensor db = has_bias ? new_tensor({w.size(0)}, w.dtype(), w.device()) : Tensor();
+           backend_of(x).conv2d_backward(contiguous(g), x, w, dx, dw, db, args);
+           return std::vector<Tensor>{dx, dw, db};
+         });
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x_in, int64_t kernel, int64_t stride) {
+  if (stride <= 0) stride = kernel;
+  KILN_CHECK(x_in.dim() == 4, "max_pool2d: expected [N, C, H, W], got ", shape_str(x_in.shape()));
+  KILN_CHECK(kernel > 0 && x_in.size(2) >= kernel && x_in.size(3) >= kernel, "max_pool2d: kernel ", kernel,
+             " does not fit input ", shape_str(x_in.shape()));
+  Pool2dArgs args{kernel, kernel, stride, stride};
+  Tensor x = contiguous(x_in).detach();
+  Shape s = {x.size(0), x.size(1), (x.size(2) - kernel) / stride + 1, (x.size(3) - kernel) / stride + 1};
+  Tensor out = new_tensor(s, x.dtype(), x.device());
+  Tensor indices = new_tensor(s, DType::i32, x.device());
+  backend_of(x).maxpool2d(x, out, indices, args);
+  record(out, "MaxPool2dBackward", {&x_in}, [indices, xs = x.shape(), xd = x.dtype()](const Tensor& g) {
+    Tensor dx = new_tensor(xs, xd, g.device());
+    backend_of(g).maxpool2d_backward(contiguous(g), indices, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, Generator& gen) {
+  KILN_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
+  if (p == 0.0) return x;
+  Tensor mask = new_tensor(x.shape(), x.dtype(), x.device());
+  backend_of(x).dropout_mask(mask, float(p), gen.seed(), gen.advance(uint64_t(x.numel())));
+  Tensor y = mul(x.detach(), mask);
+  record(y, "DropoutBackward", {&x}, [mask](const Tensor& g) { return std::vector<Tensor>{mul(g, mask)}; });
+  return y;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
+  KILN_CHECK(q_in.dim() == 4 && q_in.shape() == k_in.shape() && q_in.shape() == v_in.shape(),
+             "attention: q, k, v must share one shape [B, H, T, D]; got ", shape_str(q_in.shape()), ", ",
+             shape_str(k_in.shape()), ", ", shape_str(v_in.shape()));
+  Tensor q = contiguous(q_in).detach(), k = contiguous(k_in).detach(), v = contiguous(v_in).detach();
+  const float scale = float(1.0 / std::sqrt(double(q.size(3))));
+  Tensor out = new_tensor(q.shape(), q.dtype(), q.device());
+  Tensor lse = new_tensor({q.size(0), q.size(1), q.size(2)}, stats_dtype(q), q.device());
+  backend_of(q).attention(q, k, v, out, lse, scale, causal);
+  record(out, "AttentionBackward", {&q_in, &k_in, &v_in},
+         [q, k, v, o = saved(out), lse, scale, causal](const Tensor& g) {
+           Tensor dq = new_tensor(q.shape(), q.dtype(), q.device());
+           Tensor dk = new_tensor(q.shape(), q.dtype(), q.device());
+           Tensor dv = new_tensor(q.shape(), q.dtype(), q.device());
+           backend_of(q).attention_backward(contiguous(g), q, k, v, o, lse, dq, dk, dv, scale, causal);
+           return std::vector<Tensor>{dq, dk, dv};
+         });
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,47 @@
+// Recording a backward rule. Ops write their rule as a lambda over the
+// output's gradient; the lambda captures what it needs with saved(), and is
+// dropped (freeing those tensors) once backward has run.
+#pragma once
+#include <functional>
+
+#include "kiln/autograd/node.h"
+#include "kiln/backend/backend.h"
+
+namespace kiln {
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+struct LambdaNode final : GradNode {
+  const char* label;
+  BackwardFn fn;
+  LambdaNode(const char* l, BackwardFn f) : label(l), fn(std::move(f)) {}
+  const char* name() const override { return label; }
+  std::vector<Tensor> backward(const Tensor& g) override { return fn(g); }
+  void release() override { fn = nullptr; }
+};
+
+// Attaches `fn` as out's backward if grad mode is on and an input needs grad.
+inline void record(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return;
+  attach_node(out, std::make_shared<LambdaNode>(name, std::move(fn)), inputs);
+}
+
+namespace detail {
+
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+inline void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.device() == b.device(), op, ": operands are on different devices (", a.device().str(), " and ",
+             b.device().str(), "); move one with .to(device)");
+}
+inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes (", dtype_name(a.dtype()), " and ",
+             dtype_name(b.dtype()), "); convert one with .to(dtype)");
+}
+// Stride-0 view of t broadcast to `shape` (no gradient recorded).
+Tensor broadcast_view(const Tensor& t, const Shape& shape);
+// Output buffer for an op.
+inline Tensor new_tensor(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,163 @@
+// The seam between Kiln and a device. A backend provides memory movement and
+// the op set below; everything above this header (autograd, nn, optim, apps)
+// is device-agnostic and never includes a CUDA header.
+//
+// Conventions for every op:
+//  * Inputs may be any strided view unless the op says "contiguous"; outputs
+//    are allocated by the caller (kiln/autograd) and are contiguous unless
+//    noted. An output may alias an input only where the op says so.
+//  * Compute dtypes: the CPU computes in f32 and f64 (f64 is the gradient-check
+//    reference); CUDA also computes in bf16/f16. Index tensors are i32 or i64.
+//  * A backend that lacks an op throws, naming the op and the device. It never
+//    falls back silently.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+enum class UnaryOp : uint8_t {
+  neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, square, reciprocal,
+  add_scalar,  // x + scalar
+  mul_scalar,  // x * scalar
+  pow_scalar,  // x ^ scalar
+};
+
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, maximum, minimum, pow,
+  eq, gt, lt,  // 1 where true, 0 where false, in the operands' dtype
+  // Backward helpers: a is the incoming gradient, b the saved forward value.
+  relu_backward,     // a * (x > 0), b = x
+  gelu_backward,     // a * gelu'(x), b = x (tanh approximation, as GPT-2)
+  tanh_backward,     // a * (1 - y^2), b = y = tanh(x)
+  sigmoid_backward,  // a * y * (1 - y), b = y = sigmoid(x)
+};
+
+enum class ReduceOp : uint8_t { sum, mean, max, min };
+
+struct MatmulArgs {
+  Tensor bias;        // optional [N], added to every row
+  bool gelu = false;  // apply GELU after the bias
+  Tensor pre_gelu;    // optional output [.., M, N]: the value before GELU (for backward)
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 1 accumulates into out
+};
+
+struct Conv2dArgs {
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+struct Pool2dArgs {
+  int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2;
+};
+
+// One parameter's slots for an optimizer step. `v` is unused by SGD; `m` is
+// SGD's momentum buffer.
+struct ParamSlots {
+  Tensor param, grad, m, v;
+};
+
+struct AdamWArgs {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1.0f; // grads are multiplied by this first (clipping, loss-scale undo)
+};
+
+struct SgdArgs {
+  float lr = 1e-2f, momentum = 0.0f, weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = false;  // momentum buffer starts as the gradient, as in PyTorch
+  float grad_scale = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+  virtual void synchronize(int device_index) = 0;
+
+  // ---- memory movement
+  // Strided copy with dtype conversion; src and dst have the same shape. For
+  // the CUDA backend, one side may be on the CPU (host<->device).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;
+
+  // ---- elementwise (out has the broadcast shape; a/b are already expanded to it)
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar = 0.0) = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // ---- reductions: out has x's rank; every dim where out is 1 and x is not
+  // is reduced.
+  virtual void reduce(ReduceOp op, const Tensor& x, Tensor& out) = 0;
+  virtual void argmax(const Tensor& x, int dim, Tensor& out_i64) = 0;  // out: x's shape with dim removed
+
+  // ---- matrix product: a [..., M, K] @ b [..., K, N] -> out [..., M, N].
+  // Batch dims of a and b equal out's (broadcast already done, strides may be
+  // 0). Transposed views of the last two dims are folded into the GEMM.
+  virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) = 0;
+
+  // ---- normalisation (all over the last dim; inputs contiguous)
+  virtual void softmax(const Tensor& x, Tensor& out, bool log) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  // Fused cross-entropy over logits [N, C] and targets [N] (i32/i64; targets
+  // equal to ignore_index contribute nothing). Writes the per-row loss [N]
+  // (f32 or the logits' dtype) and, when dlogits is defined, the gradient
+  // (softmax - onehot) * dlogits_scale. dlogits may alias logits.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& dlogits,
+                             float dlogits_scale, int64_t ignore_index) = 0;
+  // x [N, C]; mean and rstd [N] in f32 (f64 for f64 inputs).
+  virtual void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) = 0;
+  // Writes (does not accumulate) dx, dweight, dbias.
+  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) = 0;
+
+  // ---- nn
+  // weight [V, C], ids [...] -> out [..., C]. Out-of-range ids throw.
+  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
+  // Accumulates (+=) rows of dout into dweight [V, C].
+  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) = 0;
+  // x [N, Cin, H, W], weight [Cout, Cin, KH, KW], bias [Cout] or undefined.
+  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                      const Conv2dArgs& args) = 0;
+  // Writes dx, dweight, dbias; any of them may be undefined (not needed).
+  virtual void conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
+                               Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) = 0;
+  // indices (i32, out's shape) hold the flat h*W+w position of each max.
+  virtual void maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dArgs& args) = 0;
+  virtual void maxpool2d_backward(const Tensor& dout, const Tensor& indices, Tensor& dx) = 0;  // dx zeroed here
+  // mask gets 0 or 1/(1-p), drawn from a counter-based RNG (Philox4x32-10)
+  // keyed by (seed, offset + element index), so every backend draws the same
+  // mask.
+  virtual void dropout_mask(Tensor& mask, float p, uint64_t seed, uint64_t offset) = 0;
+  // Causal (if causal) attention. q, k, v, out: [B, H, T, D] contiguous;
+  // lse [B, H, T] f32 (f64 for f64) holds each row's log-sum-exp for backward.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float scale,
+                         bool causal) = 0;
+  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                                  float scale, bool causal) = 0;
+
+  // ---- optimizers: one call updates every parameter (few launches on GPU)
+  virtual void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) = 0;
+  virtual void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) = 0;
+};
+
+// The backend for a device. Throws a clear error (what is missing and what to
+// do) if the device type is not available in this build or on this machine.
+Backend& backend_for(Device device);
+Backend& backend_for(const Tensor& t);
+bool cuda_is_available();
+// Why CUDA is unavailable ("this build has no CUDA", "no CUDA device found"), or "".
+std::string cuda_unavailable_reason();
+
+// CPU thread count used by Kiln's loops and OpenBLAS.
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace kiln

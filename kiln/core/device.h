@@ -1,0 +1,22 @@
+// Where a tensor lives: the CPU, or CUDA device N.
+#pragma once
+#include <string>
+
+namespace kiln {
+
+enum class DeviceType : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::cpu, 0}; }
+  static Device cuda(int i = 0) { return {DeviceType::cuda, i}; }
+  bool is_cpu() const { return type == DeviceType::cpu; }
+  bool is_cuda() const { return type == DeviceType::cuda; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;                   // "cpu", "cuda:0"
+  static Device parse(const std::string& s);  // "cpu", "cuda", "cuda:1"
+};
+
+}  // namespace kiln

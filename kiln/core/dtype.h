@@ -1,0 +1,36 @@
+// Element types. f64 exists as the reference for gradient checks; bf16/f16
+// are storage types for mixed precision (the CPU computes in f32/f64).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace kiln {
+
+enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u8 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);           // "f32", "bf16", ...
+const char* dtype_safetensors_name(DType t);  // "F32", "BF16", ...
+DType dtype_from_safetensors_name(const std::string& name);  // throws on unknown
+DType dtype_parse(const std::string& name);  // "f32", "float32", "bf16", ...
+bool dtype_is_floating(DType t);
+
+// bf16 is the top half of an f32; rounding to nearest even on the way down.
+inline float bf16_to_float(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);  // keep NaN a NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+float f16_to_float(uint16_t h);
+uint16_t float_to_f16(float f);
+
+}  // namespace kiln

@@ -1,0 +1,280 @@
+// 2-D convolution over x [N, Cin, H, W] with weight [Cout, Cin, KH, KW]:
+// im2col + one OpenBLAS GEMM per chunk of the batch.
+//
+// The whole chunk is unfolded into col [K = Cin*KH*KW, nb*OH*OW] so a single
+// large GEMM replaces nb small ones: small convolutions (K = 9, Cout = 32)
+// make per-image GEMMs too small to keep BLAS busy. The price is a transposed
+// copy between GEMM layout [Cout, nb*P] and NCHW [nb, Cout, P] (P = OH*OW),
+// which is memory-bound and cheap. A chunk is sized so col stays near 64 MB.
+//
+//   forward:  out_n      = W @ col_n (+ bias)
+//   backward: dW         = sum_n dout_n @ col_n^T     (GEMM over the chunk, beta=1 across chunks)
+//             dcol       = W^T @ dout,  dx = col2im(dcol)
+//             dbias[co]  = sum_{n,p} dout[n, co, p]
+// im2col/col2im and the layout copies are OpenMP loops; BLAS is only called
+// outside OpenMP regions (it has its own threads). Every sum has a fixed
+// order that depends only on the shapes, so results are reproducible.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kParallelElements = 32768;
+constexpr int64_t kColBytes = int64_t(64) << 20;
+
+struct ConvGeometry {
+  int64_t N, Cin, H, W, Cout, KH, KW, OH, OW, SH, SW, PH, PW;
+  int64_t K() const { return Cin * KH * KW; }
+  int64_t P() const { return OH * OW; }
+  // Images per chunk, so that col [K, nb*P] stays near kColBytes.
+  int64_t chunk(size_t elem) const {
+    const int64_t per_image = std::max<int64_t>(1, K() * P() * int64_t(elem));
+    return std::clamp<int64_t>(kColBytes / per_image, 1, std::max<int64_t>(N, 1));
+  }
+};
+
+ConvGeometry conv_geometry(const char* op, const Tensor& x, const Tensor& weight, const Conv2dArgs& a) {
+  check_cpu(x, op);
+  check_cpu(weight, op);
+  check_contiguous(x, op, "x");
+  check_contiguous(weight, op, "weight");
+  KILN_CHECK(x.dim() == 4, op, ": x must be [N, Cin, H, W], got ", shape_str(x.shape()));
+  KILN_CHECK(weight.dim() == 4, op, ": weight must be [Cout, Cin, KH, KW], got ", shape_str(weight.shape()));
+  KILN_CHECK(weight.dtype() == x.dtype(), op, ": weight is ", dtype_name(weight.dtype()), " but x is ",
+             dtype_name(x.dtype()));
+  KILN_CHECK(a.stride_h > 0 && a.stride_w > 0 && a.pad_h >= 0 && a.pad_w >= 0, op,
+             ": strides must be positive and padding non-negative, got stride ", a.stride_h, "x", a.stride_w,
+             " pad ", a.pad_h, "x", a.pad_w);
+  ConvGeometry g{};
+  g.N = x.size(0), g.Cin = x.size(1), g.H = x.size(2), g.W = x.size(3);
+  g.Cout = weight.size(0), g.KH = weight.size(2), g.KW = weight.size(3);
+  g.SH = a.stride_h, g.SW = a.stride_w, g.PH = a.pad_h, g.PW = a.pad_w;
+  KILN_CHECK(weight.size(1) == g.Cin, op, ": weight ", shape_str(weight.shape()), " expects ", weight.size(1),
+             " input channels but x ", shape_str(x.shape()), " has ", g.Cin);
+  KILN_CHECK(g.H + 2 * g.PH >= g.KH && g.W + 2 * g.PW >= g.KW, op, ": padded input ", g.H + 2 * g.PH, "x",
+             g.W + 2 * g.PW, " is smaller than the kernel ", g.KH, "x", g.KW);
+  g.OH = (g.H + 2 * g.PH - g.KH) / g.SH + 1;
+  g.OW = (g.W + 2 * g.PW - g.KW) / g.SW + 1;
+  return g;
+}
+
+void check_like(const char* op, const Tensor& t, const char* what, const Shape& shape, DType dtype) {
+  check_cpu(t, op);
+  check_contiguous(t, op, what);
+  KILN_CHECK(t.shape() == shape && t.dtype() == dtype, op, ": ", what, " must be ", shape_str(shape), " ",
+             dtype_name(dtype), ", got ", t.str());
+}
+
+Tensor workspace(int64_t numel, DType dtype) {
+  MemoryCategoryScope scope(MemoryCategory::workspace);
+  return Tensor::empty({numel}, dtype);
+}
+
+inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// The output columns [lo, hi) whose input column ow*SW - PW + kw lies inside [0, W).
+inline void valid_range(int64_t out_len, int64_t in_len, int64_t stride, int64_t pad, int64_t k, int64_t& lo,
+                        int64_t& hi) {
+  const int64_t shift = k - pad;  // input index = o*stride + shift
+  lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+  hi = in_len - shift <= 0 ? 0 : std::min(out_len, (in_len - shift + stride - 1) / stride);
+  lo = std::min(lo, hi);
+}
+
+// col[k, b*P + p] for images [n0, n0+nb): row k = (ci, kh, kw).
+template <typename T>
+void im2col(const ConvGeometry& g, const T* x, int64_t n0, int64_t nb, T* col) {
+  const int64_t K = g.K(), P = g.P(), M = nb * P;
+#pragma omp parallel for collapse(2) schedule(static) if (K * M > kParallelElements)
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t ci = k / (g.KH * g.KW), kh = (k / g.KW) % g.KH, kw = k % g.KW;
+      const T* plane = x + ((n0 + b) * g.Cin + ci) * g.H * g.W;
+      T* dst = col + k * M + b * P;
+      int64_t lo, hi;
+      valid_range(g.OW, g.W, g.SW, g.PW, kw, lo, hi);
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        T* d = dst + oh * g.OW;
+        const int64_t ih = oh * g.SH - g.PH + kh;
+        if (ih < 0 || ih >= g.H) {
+          std::fill(d, d + g.OW, T(0));
+          continue;
+        }
+        const T* src = plane + ih * g.W;
+        const int64_t shift = kw - g.PW;  // output column ow reads input column ow*SW + shift
+        std::fill(d, d + lo, T(0));
+        if (g.SW == 1) {
+          if (hi > lo) std::memcpy(d + lo, src + lo + shift, size_t(hi - lo) * sizeof(T));
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * g.SW + shift];
+        }
+        std::fill(d + hi, d + g.OW, T(0));
+      }
+    }
+  }
+}
+
+// dx[n0+b, ci] = sum over (kh, kw, oh, ow) of dcol scattered back: each
+// (image, channel) plane only receives from its own rows, so planes run in
+// parallel and each element is summed in the same order every time.
+template <typename T>
+void col2im(const ConvGeometry& g, const T* dcol, int64_t n0, int64_t nb, T* dx) {
+  const int64_t P = g.P(), M = nb * P, HW = g.H * g.W;
+#pragma omp parallel for collapse(2) schedule(static) if (nb * g.Cin * HW > kParallelElements)
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t ci = 0; ci < g.Cin; ++ci) {
+      T* plane = dx + ((n0 + b) * g.Cin + ci) * HW;
+      std::fill(plane, plane + HW, T(0));
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t k = (ci * g.KH + kh) * g.KW + kw;
+          const T* src = dcol + k * M + b * P;
+          int64_t lo, hi;
+          valid_range(g.OW, g.W, g.SW, g.PW, kw, lo, hi);
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const int64_t ih = oh * g.SH - g.PH + kh;
+            if (ih < 0 || ih >= g.H) continue;
+            T* d = plane + ih * g.W;
+            const int64_t shift = kw - g.PW;
+            const T* s = src + oh * g.OW;
+            if (g.SW == 1) {
+#pragma omp simd
+              for (int64_t ow = lo; ow < hi; ++ow) d[ow + shift] += s[ow];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) d[ow * g.SW + shift] += s[ow];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                        const Conv2dArgs& args) {
+  const char* op = "conv2d";
+  const ConvGeometry g = conv_geometry(op, x, weight, args);
+  check_like(op, out, "out", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
+  if (bias.defined()) check_like(op, bias, "bias", {g.Cout}, x.dtype());
+  const int64_t K = g.K(), P = g.P();
+  if (g.N == 0 || g.Cout == 0 || P == 0) return;
+  const int64_t chunk = g.chunk(x.element_size());
+
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    const T* xp = x.data<T>();
+    const T* wp = weight.data<T>();
+    const T* bp = bias.defined() ? bias.data<T>() : nullptr;
+    T* yp = out.data<T>();
+    Tensor col_t = workspace(K * std::min(chunk, g.N) * P, x.dtype());
+    // With one image per chunk the GEMM writes NCHW directly; otherwise it
+    // writes [Cout, nb*P] into tmp, copied out below.
+    Tensor tmp_t = chunk > 1 ? workspace(g.Cout * std::min(chunk, g.N) * P, x.dtype()) : Tensor();
+    T* col = col_t.data<T>();
+    for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+      const int64_t nb = std::min(chunk, g.N - n0), M = nb * P;
+      im2col(g, xp, n0, nb, col);
+      T* dst = nb == 1 ? yp + n0 * g.Cout * P : tmp_t.data<T>();
+      if (K == 0)
+        std::fill(dst, dst + g.Cout * M, T(0));
+      else
+        gemm(CblasNoTrans, CblasNoTrans, g.Cout, M, K, wp, K, col, M, T(0), dst, M);
+      if (nb == 1 && !bp) continue;
+#pragma omp parallel for collapse(2) schedule(static) if (g.Cout * M > kParallelElements)
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t co = 0; co < g.Cout; ++co) {
+          T* o = yp + ((n0 + b) * g.Cout + co) * P;
+          const T* s = nb == 1 ? o : dst + co * M + b * P;
+          const T add = bp ? bp[co] : T(0);
+#pragma omp simd
+          for (int64_t p = 0; p < P; ++p) o[p] = s[p] + add;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
+                                 Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) {
+  const char* op = "conv2d_backward";
+  const ConvGeometry g = conv_geometry(op, x, weight, args);
+  check_like(op, dout, "dout", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
+  if (dx.defined()) check_like(op, dx, "dx", x.shape(), x.dtype());
+  if (dweight.defined()) check_like(op, dweight, "dweight", weight.shape(), x.dtype());
+  if (dbias.defined()) check_like(op, dbias, "dbias", {g.Cout}, x.dtype());
+  const int64_t K = g.K(), P = g.P();
+
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    const T* gp = dout.data<T>();
+    const T* xp = x.data<T>();
+    const T* wp = weight.data<T>();
+
+    if (dbias.defined()) {
+      T* db = dbias.data<T>();
+#pragma omp parallel for schedule(static) if (g.N * g.Cout * P > kParallelElements)
+      for (int64_t co = 0; co < g.Cout; ++co) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < g.N; ++n) {
+          const T* s = gp + (n * g.Cout + co) * P;
+          T part = T(0);
+#pragma omp simd reduction(+ : part)
+          for (int64_t p = 0; p < P; ++p) part += s[p];
+          acc += double(part);
+        }
+        db[co] = T(acc);
+      }
+    }
+    if (!dx.defined() && !dweight.defined()) return;
+    T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+    T* dwp = dweight.defined() ? dweight.data<T>() : nullptr;
+    if (g.N == 0 || P == 0 || K == 0 || g.Cout == 0) {  // degenerate: nothing flows back
+      if (dwp) std::fill(dwp, dwp + weight.numel(), T(0));
+      if (dxp) std::fill(dxp, dxp + x.numel(), T(0));
+      return;
+    }
+
+    const int64_t chunk = g.chunk(x.element_size());
+    const int64_t max_m = std::min(chunk, g.N) * P;
+    Tensor col_t = workspace(K * max_m, x.dtype());  // im2col(x) for dW, then dcol for dx
+    Tensor gT_t = chunk > 1 ? workspace(g.Cout * max_m, x.dtype()) : Tensor();
+    T* col = col_t.data<T>();
+    for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+      const int64_t nb = std::min(chunk, g.N - n0), M = nb * P;
+      // dout for the chunk in GEMM layout [Cout, nb*P]; for one image that is dout itself.
+      const T* gT = gp + n0 * g.Cout * P;
+      if (nb > 1) {
+        T* buf = gT_t.data<T>();
+#pragma omp parallel for collapse(2) schedule(static) if (g.Cout * M > kParallelElements)
+        for (int64_t co = 0; co < g.Cout; ++co)
+          for (int64_t b = 0; b < nb; ++b)
+            std::memcpy(buf + co * M + b * P, gp + ((n0 + b) * g.Cout + co) * P, size_t(P) * sizeof(T));
+        gT = buf;
+      }
+      if (dwp) {
+        im2col(g, xp, n0, nb, col);
+        gemm(CblasNoTrans, CblasTrans, g.Cout, K, M, gT, M, col, M, n0 == 0 ? T(0) : T(1), dwp, K);
+      }
+      if (dxp) {
+        gemm(CblasTrans, CblasNoTrans, K, M, g.Cout, wp, K, gT, M, T(0), col, M);
+        col2im(g, col, n0, nb, dxp);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

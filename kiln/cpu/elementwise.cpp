@@ -1,0 +1,188 @@
+// Copy/cast, fill, and unary/binary elementwise ops. The contiguous case is a
+// flat loop the compiler vectorises; anything else walks strides row by row.
+#include <omp.h>
+
+#include <cstring>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/strided_loop.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;
+
+bool same_layout_contiguous(const Tensor& a, const Tensor& b) {
+  return a.is_contiguous() && b.is_contiguous() && a.shape() == b.shape();
+}
+
+template <typename T>
+T apply_unary(UnaryOp op, T x, T s) {
+  switch (op) {
+    case UnaryOp::neg: return -x;
+    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::log: return std::log(x);
+    case UnaryOp::sqrt: return std::sqrt(x);
+    case UnaryOp::rsqrt: return T(1) / std::sqrt(x);
+    case UnaryOp::tanh: return std::tanh(x);
+    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::gelu: return gelu(x);
+    case UnaryOp::abs: return std::abs(x);
+    case UnaryOp::square: return x * x;
+    case UnaryOp::reciprocal: return T(1) / x;
+    case UnaryOp::add_scalar: return x + s;
+    case UnaryOp::mul_scalar: return x * s;
+    case UnaryOp::pow_scalar: return std::pow(x, s);
+  }
+  return x;
+}
+
+template <typename T>
+T apply_binary(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+    case BinaryOp::maximum: return a > b ? a : b;
+    case BinaryOp::minimum: return a < b ? a : b;
+    case BinaryOp::pow: return std::pow(a, b);
+    case BinaryOp::eq: return a == b ? T(1) : T(0);
+    case BinaryOp::gt: return a > b ? T(1) : T(0);
+    case BinaryOp::lt: return a < b ? T(1) : T(0);
+    case BinaryOp::relu_backward: return b > T(0) ? a : T(0);
+    case BinaryOp::gelu_backward: return a * gelu_grad(b);
+    case BinaryOp::tanh_backward: return a * (T(1) - b * b);
+    case BinaryOp::sigmoid_backward: return a * b * (T(1) - b);
+  }
+  return a;
+}
+
+// One instantiation per op so the contiguous loop has no switch inside and
+// vectorises.
+template <typename T, UnaryOp OP>
+void unary_contiguous(const T* x, T* y, int64_t n, T s) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
+}
+
+template <typename T, BinaryOp OP>
+void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
+}
+
+template <typename T, size_t... I>
+void unary_contiguous_dispatch(UnaryOp op, const T* x, T* y, int64_t n, T s, std::index_sequence<I...>) {
+  ((op == UnaryOp(I) ? unary_contiguous<T, UnaryOp(I)>(x, y, n, s) : void()), ...);
+}
+
+template <typename T, size_t... I>
+void binary_contiguous_dispatch(BinaryOp op, const T* a, const T* b, T* y, int64_t n, std::index_sequence<I...>) {
+  ((op == BinaryOp(I) ? binary_contiguous<T, BinaryOp(I)>(a, b, y, n) : void()), ...);
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.shape() == b.shape(), op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+             " differ");
+}
+
+}  // namespace
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  check_cpu(src, "copy");
+  check_cpu(dst, "copy");
+  check_same_shape(src, dst, "copy");
+  if (src.dtype() == dst.dtype() && same_layout_contiguous(src, dst)) {
+    if (src.data_ptr() != dst.data_ptr()) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    return;
+  }
+  dispatch_all(src.dtype(), [&]<typename S>() {
+    dispatch_all(dst.dtype(), [&]<typename D>() {
+      const S* s = static_cast<const S*>(src.data_ptr());
+      D* d = static_cast<D*>(dst.data_ptr());
+      strided_loop<2>(src.shape(), {&src.strides(), &dst.strides()},
+                      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                        const S* sp = s + off[0];
+                        D* dp = d + off[1];
+                        if constexpr (std::is_same_v<S, D>) {
+                          for (int64_t i = 0; i < n; ++i) dp[i * st[1]] = sp[i * st[0]];
+                        } else {
+                          for (int64_t i = 0; i < n; ++i) dp[i * st[1]] = from_double<D>(to_double(sp[i * st[0]]));
+                        }
+                      });
+    });
+  });
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  check_cpu(dst, "fill");
+  dispatch_all(dst.dtype(), [&]<typename T>() {
+    T v = from_double<T>(value);
+    T* d = static_cast<T*>(dst.data_ptr());
+    strided_loop<1>(dst.shape(), {&dst.strides()},
+                    [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
+                      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = v;
+                    });
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
+  check_cpu(x, "unary");
+  check_same_shape(x, out, "unary");
+  KILN_CHECK(x.dtype() == out.dtype(), "unary: input ", dtype_name(x.dtype()), " and output ",
+             dtype_name(out.dtype()), " differ");
+  dispatch_float(x.dtype(), "unary op", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    T s = T(scalar);
+    if (same_layout_contiguous(x, out)) {
+      unary_contiguous_dispatch<T>(op, xp, yp, x.numel(), s, std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
+      return;
+    }
+    strided_loop<2>(x.shape(), {&x.strides(), &out.strides()},
+                    [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                      for (int64_t i = 0; i < n; ++i)
+                        yp[off[1] + i * st[1]] = apply_unary<T>(op, xp[off[0] + i * st[0]], s);
+                    });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_cpu(a, "binary");
+  check_cpu(b, "binary");
+  check_same_shape(a, out, "binary");
+  check_same_shape(b, out, "binary");
+  KILN_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "binary: operand dtypes ", dtype_name(a.dtype()),
+             ", ", dtype_name(b.dtype()), " and output ", dtype_name(out.dtype()), " must match");
+  dispatch_float(a.dtype(), "binary op", [&]<typename T>() {
+    const T* ap = static_cast<const T*>(a.data_ptr());
+    const T* bp = static_cast<const T*>(b.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    if (same_layout_contiguous(a, out) && same_layout_contiguous(b, out)) {
+      binary_contiguous_dispatch<T>(op, ap, bp, yp, out.numel(),
+                                    std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
+      return;
+    }
+    strided_loop<3>(out.shape(), {&a.strides(), &b.strides(), &out.strides()},
+                    [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+                      const T* ar = ap + off[0];
+                      const T* br = bp + off[1];
+                      T* yr = yp + off[2];
+                      if (st[0] == 1 && st[1] == 0 && st[2] == 1) {  // row plus a broadcast scalar
+                        T bv = br[0];
+                        for (int64_t i = 0; i < n; ++i) yr[i] = apply_binary<T>(op, ar[i], bv);
+                      } else if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+                        for (int64_t i = 0; i < n; ++i) yr[i] = apply_binary<T>(op, ar[i], br[i]);
+                      } else {
+                        for (int64_t i = 0; i < n; ++i)
+                          yr[i * st[2]] = apply_binary<T>(op, ar[i * st[0]], br[i * st[1]]);
+                      }
+                    });
+  });
+}
+
+}  // namespace kiln::cpu

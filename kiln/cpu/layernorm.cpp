@@ -1,0 +1,148 @@
+// LayerNorm over the last dim of x [N, C], forward and fused backward.
+//
+// Forward saves mean and rstd = 1/sqrt(var + eps) (biased variance, as
+// PyTorch) so backward need not recompute the statistics. Statistics use two
+// passes in double: the one-pass E[x^2]-E[x]^2 loses precision when |mean| is
+// large compared with the spread.
+//
+// Backward writes (does not accumulate) dx, dweight and dbias:
+//   xhat = (x - mean) * rstd,  g = dy * weight
+//   dx   = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   dweight = sum_n dy * xhat,  dbias = sum_n dy
+// dx is parallel over rows. dweight/dbias are parallel over column blocks,
+// each block summing rows in order (in double: N can be many thousands of
+// tokens), so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kParallelElements = 32768;
+constexpr int64_t kColumnBlock = 64;
+
+void check_param(const char* op, const Tensor& t, const char* what, const Tensor& like, const Shape& shape) {
+  check_cpu(t, op);
+  check_contiguous(t, op, what);
+  KILN_CHECK(t.shape() == shape, op, ": ", what, " must be ", shape_str(shape), ", got ", shape_str(t.shape()));
+  KILN_CHECK(t.dtype() == like.dtype(), op, ": ", what, " is ", dtype_name(t.dtype()), " but x is ",
+             dtype_name(like.dtype()));
+}
+
+}  // namespace
+
+void CpuBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                           Tensor& mean, Tensor& rstd) {
+  const char* op = "layernorm";
+  check_cpu(x, op);
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, op, ": x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  check_param(op, weight, "weight", x, {C});
+  check_param(op, bias, "bias", x, {C});
+  check_param(op, y, "y", x, x.shape());
+  check_param(op, mean, "mean", x, {N});
+  check_param(op, rstd, "rstd", x, {N});
+  KILN_CHECK(C > 0 || N == 0, op, ": x ", shape_str(x.shape()), " has no columns to normalise");
+
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    const T* xp = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* b = bias.data<T>();
+    T* yp = y.data<T>();
+    T* mp = mean.data<T>();
+    T* rp = rstd.data<T>();
+#pragma omp parallel for schedule(static) if (N > 1 && N * C > kParallelElements)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xr = xp + n * C;
+      double sum = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += double(xr[c]);
+      const double mu = sum / double(C);
+      double sq = 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = double(xr[c]) - mu;
+        sq += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(sq / double(C) + double(eps));
+      mp[n] = T(mu);
+      rp[n] = T(rs);
+      const T m = T(mu), r = T(rs);
+      T* yr = yp + n * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
+    }
+  });
+}
+
+void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const char* op = "layernorm_backward";
+  check_cpu(x, op);
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, op, ": x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  check_param(op, dy, "dy", x, x.shape());
+  check_param(op, weight, "weight", x, {C});
+  check_param(op, mean, "mean", x, {N});
+  check_param(op, rstd, "rstd", x, {N});
+  check_param(op, dx, "dx", x, x.shape());
+  check_param(op, dweight, "dweight", x, {C});
+  check_param(op, dbias, "dbias", x, {C});
+
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    const T* g = dy.data<T>();
+    const T* xp = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* mp = mean.data<T>();
+    const T* rp = rstd.data<T>();
+    T* dxp = dx.data<T>();
+    T* dwp = dweight.data<T>();
+    T* dbp = dbias.data<T>();
+    const bool parallel = N * C > kParallelElements;
+
+    // Column sums first: dx may alias dy, so dy must be read before dx is written.
+    const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
+      double dw_acc[kColumnBlock] = {}, db_acc[kColumnBlock] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const T m = mp[n], r = rp[n];
+        const T* xr = xp + n * C;
+        const T* gr = g + n * C;
+        for (int64_t c = c0; c < c1; ++c) {
+          dw_acc[c - c0] += double(gr[c] * ((xr[c] - m) * r));
+          db_acc[c - c0] += double(gr[c]);
+        }
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        dwp[c] = T(dw_acc[c - c0]);
+        dbp[c] = T(db_acc[c - c0]);
+      }
+    }
+
+#pragma omp parallel for schedule(static) if (parallel && N > 1)
+    for (int64_t n = 0; n < N; ++n) {
+      const T m = mp[n], r = rp[n];
+      const T* xr = xp + n * C;
+      const T* gr = g + n * C;
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double gw = double(gr[c]) * double(w[c]);
+        sum_g += gw;
+        sum_gx += gw * (double(xr[c]) - double(m)) * double(r);
+      }
+      const T mean_g = T(sum_g / double(C)), mean_gx = T(sum_gx / double(C));
+      T* dr = dxp + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const T xhat = (xr[c] - m) * r;
+        dr[c] = r * (gr[c] * w[c] - mean_g - xhat * mean_gx);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,128 @@
+// Batched matrix product through OpenBLAS. A transposed view of the last two
+// dims is passed to GEMM as a transpose flag rather than copied; any other
+// layout is made contiguous first. Bias and GELU are applied after the GEMM.
+#include <cblas.h>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// How a [rows, cols] matrix view can be handed to BLAS (row-major).
+struct BlasMatrix {
+  bool transposed = false;
+  int64_t ld = 0;
+};
+
+bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
+  const int r = t.dim();
+  const int64_t rows = t.shape()[r - 2], cols = t.shape()[r - 1];
+  const int64_t s_row = t.strides()[r - 2], s_col = t.strides()[r - 1];
+  if ((s_col == 1 || cols == 1) && s_row >= std::max<int64_t>(cols, 1)) {
+    m = {false, std::max<int64_t>(s_row, 1)};
+    return true;
+  }
+  if ((s_row == 1 || rows == 1) && s_col >= std::max<int64_t>(rows, 1)) {
+    m = {true, std::max<int64_t>(s_col, 1)};
+    return true;
+  }
+  return false;
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  auto TA = ta ? CblasTrans : CblasNoTrans;
+  auto TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+Tensor contiguous_copy(const Tensor& t, Backend& be) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  be.copy(t, c);
+  return c;
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
+  check_cpu(a_in, "matmul");
+  check_cpu(b_in, "matmul");
+  KILN_CHECK(a_in.dim() >= 2 && b_in.dim() == a_in.dim() && out.dim() == a_in.dim(),
+             "matmul: operands must have equal rank >= 2 (got ", shape_str(a_in.shape()), " and ",
+             shape_str(b_in.shape()), ")");
+  check_contiguous(out, "matmul", "out");
+  const int r = a_in.dim();
+  const int64_t M = a_in.shape()[r - 2], K = a_in.shape()[r - 1], N = b_in.shape()[r - 1];
+  KILN_CHECK(b_in.shape()[r - 2] == K, "matmul: inner dims differ: ", shape_str(a_in.shape()), " @ ",
+             shape_str(b_in.shape()));
+  KILN_CHECK(out.shape()[r - 2] == M && out.shape()[r - 1] == N, "matmul: output shape ", shape_str(out.shape()),
+             " is not [.., ", M, ", ", N, "]");
+  Tensor a = a_in, b = b_in;
+  BlasMatrix ma, mb;
+  if (!as_blas_matrix(a, ma)) { a = contiguous_copy(a, *this); as_blas_matrix(a, ma); }
+  if (!as_blas_matrix(b, mb)) { b = contiguous_copy(b, *this); as_blas_matrix(b, mb); }
+
+  int64_t batch = 1;
+  for (int d = 0; d < r - 2; ++d) {
+    KILN_CHECK(a.shape()[d] == out.shape()[d] && b.shape()[d] == out.shape()[d],
+               "matmul: batch dims must already be broadcast to the output's");
+    batch *= out.shape()[d];
+  }
+  dispatch_float(a.dtype(), "matmul", [&]<typename T>() {
+    KILN_CHECK(b.dtype() == a.dtype() && out.dtype() == a.dtype(), "matmul: dtypes of a, b and out must match");
+    const T* ap = static_cast<const T*>(a.data_ptr());
+    const T* bp = static_cast<const T*>(b.data_ptr());
+    T* cp = static_cast<T*>(out.data_ptr());
+    const T* bias = nullptr;
+    if (args.bias.defined()) {
+      KILN_CHECK(args.bias.numel() == N && args.bias.is_contiguous() && args.bias.dtype() == a.dtype(),
+                 "matmul: bias must be a contiguous [", N, "] tensor of the operands' dtype");
+      bias = static_cast<const T*>(args.bias.data_ptr());
+    }
+    T beta = T(args.beta);
+    for (int64_t i = 0; i < batch; ++i) {
+      int64_t oa = 0, ob = 0, rem = i;
+      for (int d = r - 3; d >= 0; --d) {
+        int64_t idx = rem % out.shape()[d];
+        rem /= out.shape()[d];
+        oa += idx * a.strides()[d];
+        ob += idx * b.strides()[d];
+      }
+      T* c = cp + i * M * N;
+      T gemm_beta = beta;
+      if (bias && args.beta == 0.0f) {  // seed C with the bias and let GEMM add into it
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) c[m * N + n] = bias[n];
+        gemm_beta = T(1);
+      }
+      if (M > 0 && N > 0)
+        gemm<T>(ma.transposed, mb.transposed, M, N, K, T(args.alpha), ap + oa, ma.ld, bp + ob, mb.ld, gemm_beta, c,
+                N);
+      if (bias && args.beta != 0.0f)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) c[m * N + n] += bias[n];
+    }
+    if (args.gelu) {
+      const int64_t total = out.numel();
+      T* pre = nullptr;
+      if (args.pre_gelu.defined()) {
+        KILN_CHECK(args.pre_gelu.shape() == out.shape() && args.pre_gelu.is_contiguous(),
+                   "matmul: pre_gelu must be contiguous and shaped like out");
+        pre = static_cast<T*>(args.pre_gelu.data_ptr());
+      }
+#pragma omp parallel for simd schedule(static) if (total > 32768)
+      for (int64_t i = 0; i < total; ++i) {
+        if (pre) pre[i] = cp[i];
+        cp[i] = gelu(cp[i]);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

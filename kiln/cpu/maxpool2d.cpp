@@ -1,0 +1,118 @@
+// 2-D max pooling over x [N, C, H, W] (no padding), and its backward.
+//
+// Forward records, for every output, the flat position h*W + w of the max
+// inside its (n, c) plane; backward scatters dout there. Ties keep the first
+// position in row-major window order, and a NaN wins (as in PyTorch), so NaNs
+// propagate instead of being silently dropped.
+//
+// Both directions are parallel over planes: a plane's outputs only ever touch
+// that plane, so overlapping windows (stride < kernel) need no atomics and
+// each dx element is summed in a fixed order.
+#include <cmath>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kParallelElements = 32768;
+
+void check_4d(const char* op, const Tensor& t, const char* what) {
+  check_cpu(t, op);
+  check_contiguous(t, op, what);
+  KILN_CHECK(t.dim() == 4, op, ": ", what, " must be [N, C, H, W], got ", shape_str(t.shape()));
+}
+
+}  // namespace
+
+void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dArgs& args) {
+  const char* op = "maxpool2d";
+  check_4d(op, x, "x");
+  check_4d(op, out, "out");
+  check_4d(op, indices, "indices");
+  KILN_CHECK(args.kernel_h > 0 && args.kernel_w > 0 && args.stride_h > 0 && args.stride_w > 0, op,
+             ": kernel and stride must be positive, got kernel ", args.kernel_h, "x", args.kernel_w, " stride ",
+             args.stride_h, "x", args.stride_w);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  KILN_CHECK(H >= args.kernel_h && W >= args.kernel_w, op, ": input ", H, "x", W, " is smaller than the kernel ",
+             args.kernel_h, "x", args.kernel_w);
+  const int64_t OH = (H - args.kernel_h) / args.stride_h + 1, OW = (W - args.kernel_w) / args.stride_w + 1;
+  const Shape expected = {N, C, OH, OW};
+  KILN_CHECK(out.shape() == expected, op, ": out must be ", shape_str(expected), ", got ", shape_str(out.shape()));
+  KILN_CHECK(indices.shape() == expected, op, ": indices must be ", shape_str(expected), ", got ",
+             shape_str(indices.shape()));
+  KILN_CHECK(out.dtype() == x.dtype(), op, ": out is ", dtype_name(out.dtype()), " but x is ",
+             dtype_name(x.dtype()));
+  KILN_CHECK(indices.dtype() == DType::i32, op, ": indices must be i32, got ", dtype_name(indices.dtype()));
+  KILN_CHECK(H * W <= INT32_MAX, op, ": plane ", H, "x", W, " is too large for i32 indices");
+
+  const int64_t planes = N * C, KH = args.kernel_h, KW = args.kernel_w, SH = args.stride_h, SW = args.stride_w;
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    int32_t* ip = indices.data<int32_t>();
+#pragma omp parallel for schedule(static) if (planes > 1 && planes * H * W > kParallelElements)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const T* xs = xp + pl * H * W;
+      T* os = yp + pl * OH * OW;
+      int32_t* is = ip + pl * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t h0 = oh * SH, w0 = ow * SW;
+          int64_t best_pos = h0 * W + w0;
+          T best = xs[best_pos];
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const T* row = xs + (h0 + kh) * W + w0;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const T v = row[kw];
+              if (v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                best_pos = (h0 + kh) * W + w0 + kw;
+              }
+            }
+          }
+          os[oh * OW + ow] = best;
+          is[oh * OW + ow] = int32_t(best_pos);
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, Tensor& dx) {
+  const char* op = "maxpool2d_backward";
+  check_4d(op, dout, "dout");
+  check_4d(op, indices, "indices");
+  check_4d(op, dx, "dx");
+  KILN_CHECK(indices.shape() == dout.shape(), op, ": indices ", shape_str(indices.shape()), " and dout ",
+             shape_str(dout.shape()), " must have the same shape");
+  KILN_CHECK(indices.dtype() == DType::i32, op, ": indices must be i32, got ", dtype_name(indices.dtype()));
+  KILN_CHECK(dx.dtype() == dout.dtype(), op, ": dx is ", dtype_name(dx.dtype()), " but dout is ",
+             dtype_name(dout.dtype()));
+  KILN_CHECK(dx.size(0) == dout.size(0) && dx.size(1) == dout.size(1), op, ": dx ", shape_str(dx.shape()),
+             " and dout ", shape_str(dout.shape()), " differ in batch or channels");
+  const int64_t planes = dx.size(0) * dx.size(1), HW = dx.size(2) * dx.size(3);
+  const int64_t OHW = dout.size(2) * dout.size(3);
+  // Indices are checked first so a corrupted tensor cannot write out of bounds.
+  const int32_t* ip = indices.data<int32_t>();
+  for (int64_t i = 0; i < planes * OHW; ++i)
+    KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
+               dx.size(2), "x", dx.size(3), " input plane");
+
+  dispatch_float(dx.dtype(), op, [&]<typename T>() {
+    const T* g = dout.data<T>();
+    T* d = dx.data<T>();
+#pragma omp parallel for schedule(static) if (planes > 1 && planes * HW > kParallelElements)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      T* ds = d + pl * HW;
+      for (int64_t i = 0; i < HW; ++i) ds[i] = T(0);
+      const T* gs = g + pl * OHW;
+      const int32_t* is = ip + pl * OHW;
+      for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
+    }
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,149 @@
+// Sum/mean/max/min over any set of dims, and argmax. Each output element is
+// accumulated in a fixed order (in double for f32), so results are bitwise
+// reproducible whatever the thread count.
+#include <limits>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+struct Accumulator {
+  ReduceOp op;
+  double value;
+  explicit Accumulator(ReduceOp o) : op(o) {
+    value = op == ReduceOp::max   ? -std::numeric_limits<double>::infinity()
+            : op == ReduceOp::min ? std::numeric_limits<double>::infinity()
+                                  : 0.0;
+  }
+  void add(double v) {
+    if (op == ReduceOp::max) value = (v > value || std::isnan(v)) ? v : value;
+    else if (op == ReduceOp::min) value = (v < value || std::isnan(v)) ? v : value;
+    else value += v;
+  }
+};
+
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
+  check_cpu(x, "reduce");
+  KILN_CHECK(x.dim() == out.dim(), "reduce: output rank ", out.dim(), " differs from input rank ", x.dim());
+  KILN_CHECK(out.is_contiguous(), "reduce: output must be contiguous");
+  std::vector<int> reduced, kept;
+  int64_t n_reduced = 1;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (out.shape()[d] == x.shape()[d]) {
+      kept.push_back(d);
+    } else {
+      KILN_CHECK(out.shape()[d] == 1, "reduce: output shape ", shape_str(out.shape()), " does not match input ",
+                 shape_str(x.shape()));
+      reduced.push_back(d);
+      n_reduced *= x.shape()[d];
+    }
+  }
+  KILN_CHECK(n_reduced > 0 || op == ReduceOp::sum || op == ReduceOp::mean, "reduce: max/min of an empty tensor");
+  const int64_t n_out = out.numel();
+  dispatch_float(x.dtype(), "reduce", [&]<typename T>() {
+    KILN_CHECK(out.dtype() == x.dtype(), "reduce: output dtype must match input");
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    auto finish = [&](double v) { return T(op == ReduceOp::mean ? v / double(n_reduced) : v); };
+
+    // Reducing leading dims of a contiguous tensor (bias gradients, batch
+    // sums): walk rows in order and accumulate into a row of doubles.
+    bool leading = x.is_contiguous() && !reduced.empty() && reduced.back() == int(reduced.size()) - 1;
+    if (leading) {
+      const int64_t inner = n_out;
+      const int64_t block = 256;
+#pragma omp parallel for schedule(static) if (inner * n_reduced > 32768)
+      for (int64_t j0 = 0; j0 < inner; j0 += block) {
+        const int64_t j1 = std::min(inner, j0 + block);
+        std::vector<Accumulator> acc(j1 - j0, Accumulator(op));
+        for (int64_t i = 0; i < n_reduced; ++i) {
+          const T* row = xp + i * inner;
+          for (int64_t j = j0; j < j1; ++j) acc[j - j0].add(double(row[j]));
+        }
+        for (int64_t j = j0; j < j1; ++j) yp[j] = finish(acc[j - j0].value);
+      }
+      return;
+    }
+
+    // General case: for each output element walk the reduced sub-space.
+    Shape red_shape;
+    Strides red_strides;
+    for (int d : reduced) {
+      red_shape.push_back(x.shape()[d]);
+      red_strides.push_back(x.strides()[d]);
+    }
+#pragma omp parallel for schedule(static) if (n_out > 1 && n_out * n_reduced > 32768)
+    for (int64_t o = 0; o < n_out; ++o) {
+      int64_t base = 0, rem = o;
+      for (int k = int(kept.size()) - 1; k >= 0; --k) {
+        int d = kept[k];
+        base += (rem % x.shape()[d]) * x.strides()[d];
+        rem /= x.shape()[d];
+      }
+      Accumulator acc(op);
+      const int r = int(red_shape.size());
+      if (r == 1) {
+        for (int64_t i = 0; i < red_shape[0]; ++i) acc.add(double(xp[base + i * red_strides[0]]));
+      } else {
+        std::vector<int64_t> idx(r, 0);
+        for (int64_t i = 0; i < n_reduced; ++i) {
+          int64_t off = base;
+          for (int k = 0; k < r; ++k) off += idx[k] * red_strides[k];
+          acc.add(double(xp[off]));
+          for (int k = r - 1; k >= 0; --k) {
+            if (++idx[k] < red_shape[k]) break;
+            idx[k] = 0;
+          }
+        }
+      }
+      yp[o] = finish(acc.value);
+    }
+  });
+}
+
+void CpuBackend::argmax(const Tensor& x, int dim, Tensor& out) {
+  check_cpu(x, "argmax");
+  dim = normalize_dim(dim, x.dim());
+  KILN_CHECK(out.dtype() == DType::i64 && out.is_contiguous(), "argmax: output must be a contiguous i64 tensor");
+  KILN_CHECK(x.shape()[dim] > 0, "argmax over an empty dim");
+  Shape outer_shape;
+  Strides outer_strides;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (d == dim) continue;
+    outer_shape.push_back(x.shape()[d]);
+    outer_strides.push_back(x.strides()[d]);
+  }
+  KILN_CHECK(shape_numel(outer_shape) == out.numel(), "argmax: output has ", out.numel(), " elements, expected ",
+             shape_numel(outer_shape));
+  const int64_t n = x.shape()[dim], stride = x.strides()[dim];
+  dispatch_float(x.dtype(), "argmax", [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    int64_t* yp = out.data<int64_t>();
+    const int64_t n_out = out.numel();
+#pragma omp parallel for schedule(static) if (n_out * n > 32768)
+    for (int64_t o = 0; o < n_out; ++o) {
+      int64_t base = 0, rem = o;
+      for (int k = int(outer_shape.size()) - 1; k >= 0; --k) {
+        base += (rem % outer_shape[k]) * outer_strides[k];
+        rem /= outer_shape[k];
+      }
+      int64_t best = 0;
+      T best_v = xp[base];
+      for (int64_t i = 1; i < n; ++i) {
+        T v = xp[base + i * stride];
+        if (v > best_v) {
+          best_v = v;
+          best = i;
+        }
+      }
+      yp[o] = best;
+    }
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,95 @@
+// Softmax and log-softmax over the last dimension, and their backward.
+//
+// Forward subtracts the row max before exponentiating so large logits do not
+// overflow. Row sums accumulate in double: this backend is the reference the
+// CUDA kernels are checked against, so it should be the more accurate side.
+// Each row is reduced in a fixed order, so results do not depend on threads.
+#include <cmath>
+
+#include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Rows below this many elements in total run on one thread.
+constexpr int64_t kParallelElements = 32768;
+
+void check_rowwise(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  check_cpu(a, op);
+  check_cpu(b, op);
+  check_contiguous(a, op, a_name);
+  check_contiguous(b, op, b_name);
+  KILN_CHECK(a.shape() == b.shape(), op, ": ", a_name, " ", shape_str(a.shape()), " and ", b_name, " ",
+             shape_str(b.shape()), " must have the same shape");
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": ", a_name, " is ", dtype_name(a.dtype()), " but ", b_name, " is ",
+             dtype_name(b.dtype()));
+  KILN_CHECK(a.dim() >= 1, op, ": needs at least one dimension, got a scalar");
+}
+
+}  // namespace
+
+void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
+  check_rowwise("softmax", x, "x", out, "out");
+  const int64_t C = x.size(-1);
+  const int64_t rows = C == 0 ? 0 : x.numel() / C;
+  dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * C > kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * C;
+      T* yr = yp + r * C;
+      T mx = xr[0];
+      for (int64_t j = 1; j < C; ++j) mx = xr[j] > mx ? xr[j] : mx;
+      double sum = 0.0;
+      if (log) {
+        for (int64_t j = 0; j < C; ++j) sum += double(std::exp(xr[j] - mx));
+        const T shift = mx + T(std::log(sum));
+        for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] - shift;
+      } else {
+        // out may alias x: each element is read before it is overwritten.
+        for (int64_t j = 0; j < C; ++j) {
+          T e = std::exp(xr[j] - mx);
+          yr[j] = e;
+          sum += double(e);
+        }
+        const T inv = T(1.0 / sum);
+        for (int64_t j = 0; j < C; ++j) yr[j] *= inv;
+      }
+    }
+  });
+}
+
+// softmax:     dx = y * (dy - sum(dy * y))
+// log-softmax: dx = dy - exp(y) * sum(dy)
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
+  check_rowwise("softmax_backward", y, "y", dy, "dy");
+  check_rowwise("softmax_backward", y, "y", dx, "dx");
+  const int64_t C = y.size(-1);
+  const int64_t rows = C == 0 ? 0 : y.numel() / C;
+  dispatch_float(y.dtype(), "softmax_backward", [&]<typename T>() {
+    const T* yp = y.data<T>();
+    const T* gp = dy.data<T>();
+    T* dp = dx.data<T>();
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * C > kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* yr = yp + r * C;
+      const T* gr = gp + r * C;
+      T* dr = dp + r * C;
+      double acc = 0.0;
+      if (log) {
+        for (int64_t j = 0; j < C; ++j) acc += double(gr[j]);
+        const T s = T(acc);
+        for (int64_t j = 0; j < C; ++j) dr[j] = gr[j] - std::exp(yr[j]) * s;
+      } else {
+        for (int64_t j = 0; j < C; ++j) acc += double(gr[j]) * double(yr[j]);
+        const T s = T(acc);
+        for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - s);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu
