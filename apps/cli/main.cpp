@@ -1,2 +1,99 @@
+// The kiln command: train, eval, sample, info.
+#include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
-int main() { std::cout << "kiln: under construction\n"; return 0; }
+
+#include "apps/cli/info.h"
+#include "apps/recipes/recipe.h"
+#include "kiln/core/error.h"
+
+namespace {
+
+void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
+
+void print_summary(const kiln::recipes::TrainResult& r) {
+  std::printf("\n==== summary ====\n");
+  std::printf("steps:       %lld in %.1f s (%.0f items/s)\n", (long long)r.steps_done, r.seconds,
+              r.items_per_second);
+  std::printf("train loss:  %.4f\n", r.final_train_loss);
+  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f\n", r.test_accuracy);
+  if (r.val_loss >= 0)
+    std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
+  for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());
+  if (!r.checkpoint.empty()) std::printf("checkpoint:  %s\n", r.checkpoint.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Kiln: a deep-learning engine in C++20 and CUDA"};
+  app.require_subcommand(1);
+
+  kiln::recipes::TrainOptions to;
+  std::string device = "cpu";
+  bool no_progress = false;
+  auto* train = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
+  train->add_option("recipe", to.recipe, "fashion-mlp | fashion-cnn | fortunes-gpt")
+      ->check(CLI::IsMember(kiln::recipes::recipe_names()));
+  train->add_option("--steps", to.steps, "optimizer steps (default: from --epochs or the recipe)");
+  train->add_option("--epochs", to.epochs, "epochs over the training set (image recipes)");
+  train->add_option("--batch-size", to.batch_size, "examples per step");
+  train->add_option("--lr", to.lr, "peak learning rate");
+  train->add_option("--device", device, "cpu, cuda or cuda:N");
+  train->add_option("--threads", to.threads, "CPU threads (default: all cores)");
+  train->add_option("--seed", to.seed, "seed for initialisation, shuffling and dropout");
+  train->add_option("--out", to.out_dir, "run directory for checkpoints (default: runs/<recipe>)");
+  train->add_flag("--resume", to.resume, "continue from the newest checkpoint in the run directory");
+  train->add_option("--checkpoint-every", to.checkpoint_every, "also checkpoint every N steps");
+  train->add_option("--stop-after", to.stop_after, "stop (with a checkpoint) after N steps of this invocation");
+  train->add_option("--data-dir", to.data_dir, "dataset directory override");
+  train->add_flag("--no-progress", no_progress, "no progress bar");
+
+  std::string eval_path, eval_device = "cpu";
+  auto* eval = app.add_subcommand("eval", "evaluate a checkpoint (or a run directory's newest)");
+  eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
+  eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
+
+  std::string sample_path = "runs/fortunes-gpt", prompt, sample_device = "cpu";
+  int count = 3;
+  int64_t max_tokens = 64, top_k = 40;
+  double temperature = 0.8;
+  uint64_t sample_seed = 1;
+  auto* sample = app.add_subcommand("sample", "sample text from a language-model checkpoint");
+  sample->add_option("checkpoint", sample_path, "checkpoint or run directory (default: runs/fortunes-gpt)");
+  sample->add_option("--prompt", prompt, "text to continue");
+  sample->add_option("--count", count, "number of samples");
+  sample->add_option("--max-tokens", max_tokens, "tokens per sample");
+  sample->add_option("--temperature", temperature, "softmax temperature (> 0)");
+  sample->add_option("--top-k", top_k, "sample from the k most likely tokens (0: all)");
+  sample->add_option("--seed", sample_seed, "sampling seed");
+  sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
+
+  auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train) {
+      to.device = kiln::Device::parse(device);
+      to.progress = !no_progress;
+      print_summary(kiln::recipes::train(to, print_line));
+    } else if (*eval) {
+      auto r = kiln::recipes::evaluate(eval_path, kiln::Device::parse(eval_device), print_line);
+      if (r.accuracy >= 0) std::printf("test accuracy: %.4f\n", r.accuracy);
+      if (r.loss >= 0) std::printf("validation: %.4f nats/token, %.4f bits per byte\n", r.loss, r.bits_per_byte);
+    } else if (*sample) {
+      for (const auto& s : kiln::recipes::sample(sample_path, prompt, count, max_tokens, temperature, top_k,
+                                                 sample_seed, kiln::Device::parse(sample_device)))
+        std::printf("%s\n---\n", s.c_str());
+    } else if (*info) {
+      return kiln::cli::run_info();
+    }
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

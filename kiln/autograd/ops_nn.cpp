@@ -51,7 +51,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
              "cross_entropy: targets must be i64 or i32 class indices, got ", dtype_name(targets_in.dtype()));
   const int64_t C = logits_in.size(-1), N = targets_in.numel();
   Tensor logits = reshape(contiguous(logits_in), {N, C}).detach();
-  Tensor targets = contiguous(targets_in).detach();
+  Tensor targets = reshape(contiguous(targets_in), {N}).detach();
   const int64_t valid = count_valid_targets(targets, ignore_index);
   KILN_CHECK(valid > 0, "cross_entropy: every target equals ignore_index (", ignore_index, ")");
   const bool needs_grad = any_requires_grad({&logits_in});

@@ -1,0 +1,64 @@
+// `kiln info`: what this machine offers Kiln — CPU, cores, SIMD, BLAS, GPUs.
+#include "apps/cli/info.h"
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/gpu_info.h"
+
+extern "C" char* openblas_get_config(void);
+
+namespace kiln::cli {
+
+namespace {
+
+std::string cpuinfo_field(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) {
+      auto colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(colon + 2);
+    }
+  return "";
+}
+
+}  // namespace
+
+int run_info() {
+  std::string model = cpuinfo_field("model name");
+  std::set<std::string> flags;
+  std::istringstream fs(cpuinfo_field("flags"));
+  for (std::string f; fs >> f;) flags.insert(f);
+  std::string simd;
+  for (const char* f : {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                        "amx_tile", "amx_bf16", "amx_int8"})
+    if (flags.count(f)) simd += std::string(simd.empty() ? "" : " ") + f;
+  std::printf("Kiln %s\n", KILN_VERSION);
+  std::printf("CPU:     %s\n", model.empty() ? "unknown" : model.c_str());
+  std::printf("cores:   %u logical cores available; Kiln uses %d threads\n", std::thread::hardware_concurrency(),
+              get_num_threads());
+  std::printf("SIMD:    %s\n", simd.empty() ? "none detected" : simd.c_str());
+  std::printf("AMX:     %s\n", flags.count("amx_tile") ? "yes" : "no");
+  std::printf("BLAS:    %s\n", openblas_get_config());
+  std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
+  if (gpus.empty()) {
+    std::printf("GPUs:    none (%s)\n", cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  for (const GpuInfo& g : gpus) {
+    std::printf("GPU %d:   %s, compute capability %d.%d\n", g.index, g.name.c_str(), g.cc_major, g.cc_minor);
+    std::printf("         %d SMs, %d CUDA cores, %.1f GiB memory\n", g.sm_count, g.cuda_cores,
+                double(g.memory_bytes) / double(1ull << 30));
+    std::printf("         memory bandwidth: %.0f GB/s theoretical, %.0f GB/s measured (device-to-device copy)\n",
+                g.theoretical_bandwidth_gbs, g.measured_bandwidth_gbs);
+    std::printf("         tensor cores: %s\n", g.tensor_core_generation.c_str());
+  }
+  return 0;
+}
+
+}  // namespace kiln::cli

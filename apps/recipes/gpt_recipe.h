@@ -1,0 +1,28 @@
+#pragma once
+#include "apps/recipes/recipe.h"
+#include "kiln/data/tokenizer.h"
+#include "models/gpt/gpt.h"
+
+namespace kiln::recipes {
+
+// A token stream over some documents, and its bytes per token (to turn
+// nats per token into bits per byte).
+struct TextStream {
+  std::vector<int32_t> tokens;
+  double bytes_per_token = 1.0;
+};
+
+TextStream encode_documents(const data::Tokenizer& tok, const std::vector<std::string>& docs,
+                            const std::vector<int64_t>& which);
+// The fortunes validation split, encoded with `tok`.
+TextStream fortunes_validation(const data::Tokenizer& tok, const std::string& data_dir = "");
+// Mean loss in nats per token over the whole stream.
+double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, int64_t batch, Device device);
+
+TrainResult train_gpt(const TrainOptions& o, const Log& log);
+// The fortunes tokenizer, trained once and cached.
+data::Tokenizer fortunes_tokenizer(const std::string& data_dir, const std::string& cache_dir, int threads);
+std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& tok, const std::string& prompt,
+                                    int count, int64_t max_tokens, double temperature, int64_t top_k, Generator& gen);
+
+}  // namespace kiln::recipes

@@ -1,0 +1,15 @@
+#pragma once
+#include "apps/recipes/recipe.h"
+#include "kiln/data/fashion_mnist.h"
+#include "kiln/nn/layers.h"
+
+namespace kiln::recipes {
+
+std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint64_t seed,
+                                                 std::shared_ptr<Generator> dropout_gen);
+// Accuracy of `model` on `rows` of `ds` (all rows when empty).
+double image_accuracy(nn::Module& model, const data::ImageDataset& ds, const std::vector<int64_t>& rows,
+                      Device device);
+TrainResult train_image(const TrainOptions& o, const Log& log);
+
+}  // namespace kiln::recipes

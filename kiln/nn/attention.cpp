@@ -1,0 +1,28 @@
+#include "kiln/nn/attention.h"
+
+namespace kiln::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double p, Generator& init,
+                                         std::shared_ptr<Generator> dropout_gen)
+    : n_embd_(n_embd), n_head_(n_head) {
+  KILN_CHECK(n_head > 0 && n_embd % n_head == 0, "attention: n_embd (", n_embd, ") must be divisible by n_head (",
+             n_head, ")");
+  c_attn = register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * n_embd, init));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(n_embd, n_embd, init));
+  resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(p, std::move(dropout_gen)));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  KILN_CHECK(C == n_embd_, "attention: input has ", C, " features, expected ", n_embd_);
+  // [B, T, 3C] -> [3, B, H, T, D]: q, k, v as views of one buffer.
+  Tensor qkv = permute(reshape(c_attn->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0);
+  Tensor k = squeeze(slice(qkv, 0, 1, 2), 0);
+  Tensor v = squeeze(slice(qkv, 0, 2, 3), 0);
+  Tensor y = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // [B, H, T, D]
+  y = reshape(transpose(y, 1, 2), {B, T, C});
+  return resid_dropout_->forward(c_proj->forward(y));
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,21 @@
+// Multi-head causal self-attention with GPT-2's parameter names: c_attn
+// projects to q, k, v in one matmul; c_proj mixes the heads back.
+#pragma once
+#include "kiln/nn/layers.h"
+
+namespace kiln::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& init,
+                      std::shared_ptr<Generator> dropout_gen);
+  Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
+
+  std::shared_ptr<Linear> c_attn, c_proj;
+
+ private:
+  int64_t n_embd_, n_head_;
+  std::shared_ptr<Dropout> resid_dropout_;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,95 @@
+// The standard layers. Initialisation follows PyTorch's defaults so that
+// recipes tuned there behave the same here.
+#pragma once
+#include "kiln/nn/init.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
+  Tensor forward(const Tensor& x) override { return linear(x, weight, bias); }
+  Tensor weight, bias;  // weight [out, in], as torch.nn.Linear
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Generator& gen, double stddev = 1.0);
+  Tensor forward(const Tensor& ids) override { return embedding(weight, ids); }
+  Tensor weight;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override { return layer_norm(x, weight, bias, eps_); }
+  Tensor weight, bias;
+
+ private:
+  double eps_;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return flatten(x, 1); }
+};
+
+// Inverted dropout, active only in training mode. Draws from a generator it
+// shares with the trainer, which saves that generator's state in checkpoints.
+class Dropout : public Module {
+ public:
+  Dropout(double p, std::shared_ptr<Generator> gen) : p_(p), gen_(std::move(gen)) {}
+  Tensor forward(const Tensor& x) override { return is_training() && p_ > 0 ? dropout(x, p_, *gen_) : x; }
+
+ private:
+  double p_;
+  std::shared_ptr<Generator> gen_;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true);
+  Tensor forward(const Tensor& x) override { return conv2d(x, weight, bias, stride_, padding_); }
+  Tensor weight, bias;  // weight [out, in, k, k]
+
+ private:
+  int64_t stride_, padding_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0) : kernel_(kernel), stride_(stride) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_); }
+
+ private:
+  int64_t kernel_, stride_;
+};
+
+class Sequential : public Module {
+ public:
+  // Children are named "0", "1", ... as in torch.nn.Sequential.
+  template <typename M>
+  Sequential& add(std::shared_ptr<M> m) {
+    layers_.push_back(register_module(std::to_string(layers_.size()), std::move(m)));
+    return *this;
+  }
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+}  // namespace kiln::nn

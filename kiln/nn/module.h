@@ -1,0 +1,55 @@
+// Module: named parameters, child modules, and train/eval mode, as in
+// torch.nn.Module. Parameter names compose with dots ("h.0.attn.c_attn.weight")
+// so checkpoints use the same names as PyTorch's state_dict.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/autograd/ops.h"
+
+namespace kiln::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Single-input modules override this; Sequential chains it.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t parameter_count() const;
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+  // Moves/casts every parameter in place (all handles see the change).
+  void to(Device device);
+  void to(DType dtype);
+  // Copies values from `tensors` (by name); throws listing missing, unexpected
+  // and mis-shaped names.
+  void load_parameters(const NamedTensors& tensors);
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out) const;
+  NamedTensors params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Replaces t's storage with a copy on `device` in `dtype` (keeps its handle).
+void move_tensor_in_place(Tensor& t, Device device, DType dtype);
+
+}  // namespace kiln::nn

@@ -1,0 +1,140 @@
+#include "kiln/optim/optimizer.h"
+
+#include <cmath>
+#include <map>
+
+namespace kiln::optim {
+
+namespace {
+
+Tensor zeros_state(const Tensor& p) {
+  MemoryCategoryScope scope(MemoryCategory::optimizer);
+  return zeros(p.shape(), p.dtype(), p.device());
+}
+
+// Groups slots by (device, decays) so each group is one backend call.
+template <typename Fn>
+void for_each_group(const NamedTensors& params, const std::vector<Tensor>& m, const std::vector<Tensor>* v,
+                    bool matrices_only, Fn&& fn) {
+  std::map<std::pair<std::string, bool>, std::vector<ParamSlots>> groups;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i].second;
+    if (!p.grad().defined()) continue;
+    bool decays = !matrices_only || p.dim() >= 2;
+    groups[{p.device().str(), decays}].push_back({p, p.grad(), m[i], v ? (*v)[i] : Tensor()});
+  }
+  for (auto& [key, slots] : groups) fn(Device::parse(key.first), key.second, slots);
+}
+
+void load_named(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
+                std::vector<Tensor>& into) {
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = by_name.find(params[i].first + suffix);
+    KILN_CHECK(it != by_name.end(), "optimizer state has no '", params[i].first + suffix, "'");
+    KILN_CHECK(it->second.shape() == into[i].shape(), "optimizer state '", it->first, "' has shape ",
+               shape_str(it->second.shape()), ", expected ", shape_str(into[i].shape()));
+    copy_into(it->second, into[i]);
+  }
+}
+
+}  // namespace
+
+void Optimizer::zero_grad() {
+  for (auto& [n, p] : params_) p.zero_grad();
+}
+
+AdamW::AdamW(NamedTensors params, double lr_, AdamWOptions opts) : Optimizer(std::move(params)), opts_(opts) {
+  lr = lr_;
+  for (auto& [n, p] : params_) {
+    m_.push_back(zeros_state(p));
+    v_.push_back(zeros_state(p));
+  }
+}
+
+void AdamW::step() {
+  NoGradGuard ng;
+  ++step_;
+  for_each_group(params_, m_, &v_, opts_.decay_matrices_only, [&](Device d, bool decays, auto& slots) {
+    AdamWArgs a;
+    a.lr = float(lr);
+    a.beta1 = float(opts_.beta1);
+    a.beta2 = float(opts_.beta2);
+    a.eps = float(opts_.eps);
+    a.weight_decay = decays ? float(opts_.weight_decay) : 0.0f;
+    a.step = step_;
+    backend_for(d).adamw_step(slots, a);
+  });
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(params_[i].first + ".exp_avg", m_[i]);
+    out.emplace_back(params_[i].first + ".exp_avg_sq", v_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const NamedTensors& state, int64_t step) {
+  load_named(params_, state, ".exp_avg", m_);
+  load_named(params_, state, ".exp_avg_sq", v_);
+  step_ = step;
+}
+
+SGD::SGD(NamedTensors params, double lr_, SgdOptions opts) : Optimizer(std::move(params)), opts_(opts) {
+  lr = lr_;
+  for (auto& [n, p] : params_) momentum_.push_back(opts_.momentum > 0 ? zeros_state(p) : Tensor());
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  ++step_;
+  for_each_group(params_, momentum_, nullptr, false, [&](Device d, bool, auto& slots) {
+    SgdArgs a;
+    a.lr = float(lr);
+    a.momentum = float(opts_.momentum);
+    a.weight_decay = float(opts_.weight_decay);
+    a.nesterov = opts_.nesterov;
+    a.first_step = step_ == 1;
+    backend_for(d).sgd_step(slots, a);
+  });
+}
+
+NamedTensors SGD::state() const {
+  NamedTensors out;
+  if (opts_.momentum > 0)
+    for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(params_[i].first + ".momentum_buffer", momentum_[i]);
+  return out;
+}
+
+void SGD::load_state(const NamedTensors& state, int64_t step) {
+  if (opts_.momentum > 0) load_named(params_, state, ".momentum_buffer", momentum_);
+  step_ = step;
+}
+
+double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr) {
+  if (warmup > 0 && step < warmup) return max_lr * double(step + 1) / double(warmup);
+  if (step >= total) return min_lr;
+  double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
+  return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard ng;
+  double total = 0.0;
+  for (const Tensor& p : params)  // fixed order: reproducible
+    if (p.grad().defined()) total += sum(square(p.grad())).item();
+  double norm = std::sqrt(total);
+  if (norm > max_norm && norm > 0) {
+    double scale = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      backend_for(g).unary(UnaryOp::mul_scalar, g, g, scale);
+    }
+  }
+  return norm;
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,72 @@
+// Optimizers keep their state (moments, step) as named tensors so that
+// checkpoints save and restore it exactly. Each step is one backend call per
+// device and decay group, so the CUDA backend can update every parameter in a
+// few launches.
+#pragma once
+#include "kiln/nn/module.h"
+
+namespace kiln::optim {
+
+using nn::NamedTensors;
+
+class Optimizer {
+ public:
+  explicit Optimizer(NamedTensors params) : params_(std::move(params)) {}
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  double lr = 1e-3;
+  int64_t step_count() const { return step_; }
+
+  // Optimizer state for checkpoints ("<param>.exp_avg", ...), plus the step.
+  virtual NamedTensors state() const = 0;
+  virtual void load_state(const NamedTensors& state, int64_t step) = 0;
+
+ protected:
+  NamedTensors params_;
+  int64_t step_ = 0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  // GPT practice: decay only matrices (dim >= 2), never biases or norms.
+  bool decay_matrices_only = false;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(NamedTensors params, double lr, AdamWOptions opts = {});
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state, int64_t step) override;
+
+ private:
+  AdamWOptions opts_;
+  std::vector<Tensor> m_, v_;
+};
+
+struct SgdOptions {
+  double momentum = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(NamedTensors params, double lr, SgdOptions opts = {});
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state, int64_t step) override;
+
+ private:
+  SgdOptions opts_;
+  std::vector<Tensor> momentum_;
+};
+
+// Linear warmup to `max_lr`, then cosine decay to `min_lr` at `total_steps`.
+double warmup_cosine_lr(int64_t step, int64_t warmup_steps, int64_t total_steps, double max_lr, double min_lr);
+
+// Scales all gradients so their global L2 norm is at most max_norm (as
+// torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace kiln::optim

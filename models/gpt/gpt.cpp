@@ -1,0 +1,141 @@
+#include "models/gpt/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::models {
+
+using namespace kiln::nn;
+
+nlohmann::json GptConfig::to_json() const {
+  return {{"vocab_size", vocab_size}, {"block_size", block_size}, {"n_layer", n_layer},
+          {"n_head", n_head},         {"n_embd", n_embd},         {"dropout", dropout}};
+}
+
+GptConfig GptConfig::from_json(const nlohmann::json& j) {
+  GptConfig c;
+  c.vocab_size = j.at("vocab_size");
+  c.block_size = j.at("block_size");
+  c.n_layer = j.at("n_layer");
+  c.n_head = j.at("n_head");
+  c.n_embd = j.at("n_embd");
+  c.dropout = j.value("dropout", 0.0);
+  return c;
+}
+
+namespace {
+
+// The MLP's own module, so its parameters are named mlp.c_fc / mlp.c_proj.
+class Mlp : public Module {
+ public:
+  Mlp(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) {
+    c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, init));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, init));
+    drop = register_module("dropout", std::make_shared<Dropout>(c.dropout, std::move(dropout_gen)));
+  }
+  Tensor forward(const Tensor& x) override { return drop->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<Dropout> drop;
+};
+
+// A container whose children are named by the caller (for "transformer.*").
+class Named : public Module {
+ public:
+  template <typename M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
+// GPT-2 initialisation: N(0, 0.02) for weights, zeros for biases, and the
+// residual projections scaled down by sqrt(2 * n_layer).
+void gpt2_init(Module& model, const GptConfig& c, Generator& gen) {
+  NoGradGuard ng;
+  for (auto& [name, p] : model.named_parameters()) {
+    bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    bool is_norm = name.find(".ln_") != std::string::npos || name.find("ln_f") != std::string::npos;
+    if (is_norm) continue;
+    if (is_bias) {
+      backend_for(p).fill(p, 0.0);
+      continue;
+    }
+    double std = 0.02;
+    if (name.find("c_proj.weight") != std::string::npos) std /= std::sqrt(2.0 * double(c.n_layer));
+    copy_into(normal_tensor(p.shape(), std, gen), p);
+  }
+}
+
+}  // namespace
+
+GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.dropout, init,
+                                                                         dropout_gen));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd));
+  mlp = register_module("mlp", std::make_shared<Mlp>(c, init, dropout_gen));
+}
+
+Tensor GptBlock::forward(const Tensor& x) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x)));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) : config_(c) {
+  auto transformer = register_module("transformer", std::make_shared<Named>());
+  wte_ = transformer->add("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, init));
+  wpe_ = transformer->add("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd, init));
+  drop_ = transformer->add("drop", std::make_shared<Dropout>(c.dropout, dropout_gen));
+  h_ = transformer->add("h", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h_->add(std::make_shared<GptBlock>(c, init, dropout_gen));
+  ln_f_ = transformer->add("ln_f", std::make_shared<LayerNorm>(c.n_embd));
+  gpt2_init(*this, c, init);
+}
+
+Tensor Gpt::forward(const Tensor& ids) {
+  KILN_CHECK(ids.dim() == 2, "gpt: ids must be [B, T], got ", shape_str(ids.shape()));
+  const int64_t T = ids.size(1);
+  KILN_CHECK(T <= config_.block_size, "gpt: sequence length ", T, " exceeds block_size ", config_.block_size);
+  Tensor pos = arange(T, DType::i64, ids.device());
+  Tensor x = drop_->forward(add(wte_->forward(ids), wpe_->forward(pos)));
+  x = ln_f_->forward(h_->forward(x));
+  return linear(x, wte_->weight, Tensor());  // tied output embedding
+}
+
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) { return cross_entropy(forward(ids), targets); }
+
+std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
+                                   int64_t top_k, Generator& gen) {
+  KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
+  KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
+  NoGradGuard ng;
+  Device device = wte_->weight.device();
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    size_t start = tokens.size() > size_t(config_.block_size) ? tokens.size() - size_t(config_.block_size) : 0;
+    std::vector<int64_t> window(tokens.begin() + long(start), tokens.end());
+    Tensor ids = Tensor::from_vector(window, {1, int64_t(window.size())}).to(device);
+    Tensor logits = forward(ids);
+    std::vector<float> last = slice(logits, 1, -1, logits.size(1)).to_vector<float>();
+    // Temperature, then keep the top_k logits, then sample from the softmax.
+    std::vector<int32_t> order(last.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+    size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), order.size()) : order.size();
+    std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                      [&](int32_t a, int32_t b) { return last[a] > last[b]; });
+    double max_logit = last[order[0]] / temperature, total = 0;
+    std::vector<double> probs(k);
+    for (size_t i = 0; i < k; ++i) total += probs[i] = std::exp(last[order[i]] / temperature - max_logit);
+    double u = gen.uniform() * total, acc = 0;
+    int32_t next = order[k - 1];
+    for (size_t i = 0; i < k; ++i) {
+      acc += probs[i];
+      if (u < acc) {
+        next = order[i];
+        break;
+      }
+    }
+    tokens.push_back(next);
+  }
+  return tokens;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,54 @@
+// A GPT language model with the GPT-2 architecture (pre-norm blocks, learned
+// positions, GELU MLP, tied input/output embeddings) and GPT-2's parameter
+// names as nanoGPT spells them ("transformer.h.0.attn.c_attn.weight"), so
+// weights map one-to-one onto PyTorch implementations.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "kiln/nn/attention.h"
+
+namespace kiln::models {
+
+struct GptConfig {
+  int64_t vocab_size = 50257;
+  int64_t block_size = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double dropout = 0.0;
+
+  nlohmann::json to_json() const;
+  static GptConfig from_json(const nlohmann::json& j);
+};
+
+class GptBlock : public nn::Module {
+ public:
+  GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+  std::shared_ptr<nn::CausalSelfAttention> attn;
+  std::shared_ptr<nn::Module> mlp;
+};
+
+class Gpt : public nn::Module {
+ public:
+  Gpt(const GptConfig& config, Generator& init, std::shared_ptr<Generator> dropout_gen);
+  // ids [B, T] (i64) -> logits [B, T, vocab]
+  Tensor forward(const Tensor& ids) override;
+  // Mean next-token cross-entropy of forward(ids) against targets [B, T].
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+  // Appends max_new_tokens sampled tokens to `prompt` (temperature > 0;
+  // top_k <= 0 means the whole vocabulary).
+  std::vector<int32_t> generate(std::vector<int32_t> prompt, int64_t max_new_tokens, double temperature,
+                                int64_t top_k, Generator& gen);
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptConfig config_;
+  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<nn::Sequential> h_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Dropout> drop_;
+};
+
+}  // namespace kiln::models

@@ -1,0 +1,34 @@
+#include "models/vision/classifiers.h"
+
+namespace kiln::models {
+
+using namespace kiln::nn;
+
+std::shared_ptr<Sequential> make_mlp(Generator& init, int64_t h1, int64_t h2) {
+  auto m = std::make_shared<Sequential>();
+  m->add(std::make_shared<Flatten>());
+  m->add(std::make_shared<Linear>(28 * 28, h1, init));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Linear>(h1, h2, init));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Linear>(h2, 10, init));
+  return m;
+}
+
+std::shared_ptr<Sequential> make_cnn(Generator& init, std::shared_ptr<Generator> dropout_gen, double p) {
+  auto m = std::make_shared<Sequential>();
+  m->add(std::make_shared<Conv2d>(1, 32, 3, init, 1, 1));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Conv2d>(32, 64, 3, init, 1, 1));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Flatten>());
+  m->add(std::make_shared<Linear>(64 * 7 * 7, 128, init));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Dropout>(p, std::move(dropout_gen)));
+  m->add(std::make_shared<Linear>(128, 10, init));
+  return m;
+}
+
+}  // namespace kiln::models
