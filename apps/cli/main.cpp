@@ -6,6 +6,7 @@
 #include "apps/cli/info.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
+#include "kiln/cpu/omp_policy.h"
 
 namespace {
 
@@ -16,7 +17,8 @@ void print_summary(const kiln::recipes::TrainResult& r) {
   std::printf("steps:       %lld in %.1f s (%.0f items/s)\n", (long long)r.steps_done, r.seconds,
               r.items_per_second);
   std::printf("train loss:  %.4f\n", r.final_train_loss);
-  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f\n", r.test_accuracy);
+  if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
+  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (10,000 test images)\n", r.test_accuracy);
   if (r.val_loss >= 0)
     std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
   for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());
@@ -26,6 +28,7 @@ void print_summary(const kiln::recipes::TrainResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::use_passive_openmp_waiting(argv);
   CLI::App app{"Kiln: a deep-learning engine in C++20 and CUDA"};
   app.require_subcommand(1);
 

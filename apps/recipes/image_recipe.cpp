@@ -27,6 +27,40 @@ ImageDefaults defaults_for(const std::string& recipe) {
 
 }  // namespace
 
+std::string showcase_predictions(nn::Module& model, const data::ImageDataset& ds, int count, Device device) {
+  NoGradGuard ng;
+  model.eval();
+  data::ImageLoaderOptions lo;
+  lo.batch_size = count;
+  lo.shuffle = false;
+  std::vector<int64_t> rows;
+  for (int i = 0; i < count; ++i) rows.push_back(int64_t(i) * 997 % ds.size());  // spread over the test set
+  data::ImageLoader loader(ds, rows, lo);
+  data::ImageBatch batch = loader.next();
+  std::vector<int64_t> pred = argmax(model.forward(batch.images.to(device)), 1).to_vector<int64_t>();
+  std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
+  model.train();
+  // Side by side, two pixel rows per text row, darker pixels in denser glyphs.
+  const char* shades = " .:-=+*#%@";
+  const uint8_t* pixels = ds.images.data<uint8_t>();
+  std::string out = "\nsome test images and what the model says:\n";
+  for (int y = 0; y < 28; y += 2) {
+    for (int i = 0; i < count; ++i) {
+      const uint8_t* img = pixels + rows[size_t(i)] * 28 * 28;
+      for (int x = 0; x < 28; ++x) out += shades[(img[y * 28 + x] + img[(y + 1) * 28 + x]) * 9 / 510];
+      out += "  ";
+    }
+    out += "\n";
+  }
+  const auto& names = data::fashion_mnist_class_names();
+  for (int i = 0; i < count; ++i) {
+    std::string label = std::string(names[size_t(pred[size_t(i)])]) + (pred[size_t(i)] == truth[size_t(i)] ? " ok" : " X");
+    label.resize(30, ' ');
+    out += label;
+  }
+  return out + "\n\n";
+}
+
 std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint64_t seed,
                                                  std::shared_ptr<Generator> dropout_gen) {
   Generator init(seed);
@@ -155,6 +189,7 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
     if (result.checkpoint.empty() || result.checkpoint.find(checkpoint_dir_name(step)) == std::string::npos)
       result.checkpoint = save_run(out_dir, step, *model, opt, state_json(step, loss_value));
     result.test_accuracy = image_accuracy(*model, test_set, {}, o.device);
+    result.showcase = showcase_predictions(*model, test_set, 4, o.device);
   }
   return result;
 }

@@ -38,7 +38,8 @@ struct TrainResult {
   double val_bits_per_byte = -1;    // text recipes
   double items_per_second = 0;      // images/s or tokens/s over the run
   double seconds = 0;
-  std::vector<std::string> samples;  // text recipes
+  std::vector<std::string> samples;  // text recipes: generated text
+  std::string showcase;              // image recipes: test images with predictions
   std::string checkpoint;            // the last checkpoint written
 };
 

@@ -19,6 +19,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (int i = dim() - 1; i >= 0; --i) {
     if (shape()[i] == 1) continue;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what Kiln needs from Debian 12's packages, skipping what is there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache
+  libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
+  libsentencepiece-dev zlib1g-dev
+  dataset-fashion-mnist fortunes          # the real data
+  python3-torch python3-numpy             # PyTorch reference for parity tests and benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all Debian packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
