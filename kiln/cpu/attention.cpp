@@ -65,26 +65,26 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
   check_bhtd(op, v, "v", q);
   check_bhtd(op, out, "out", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), T_ = q.size(2), D = q.size(3);
-  const int64_t rows = BH * T_;
+  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3);
+  const int64_t rows = BH * seq;
 
   dispatch_float(q.dtype(), op, [&]<typename T>() {
     const T* qp = q.data<T>();
     const T* kp = k.data<T>();
     const T* vp = v.data<T>();
-    T* op_out = out.data<T>();
+    T* o_ptr = out.data<T>();
     T* lp = lse.data<T>();
     const T sc = T(scale);
-#pragma omp parallel if (rows > 1 && rows * T_ * D > 65536)
+#pragma omp parallel if (rows > 1 && rows * seq * D > 65536)
     {
-      std::vector<T> s(size_t(std::max<int64_t>(T_, 1)));
+      std::vector<T> s(size_t(std::max<int64_t>(seq, 1)));
 #pragma omp for schedule(static)
       for (int64_t row = 0; row < rows; ++row) {
-        const int64_t bh = row / T_, i = row % T_;
+        const int64_t bh = row / seq, i = row % seq;
         const T* qi = qp + row * D;
-        const T* kh = kp + bh * T_ * D;
-        const T* vh = vp + bh * T_ * D;
-        const int64_t len = causal ? i + 1 : T_;
+        const T* kh = kp + bh * seq * D;
+        const T* vh = vp + bh * seq * D;
+        const int64_t len = causal ? i + 1 : seq;
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < len; ++j) {
           s[j] = sc * dot(qi, kh + j * D, D);
@@ -95,7 +95,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
           s[j] = std::exp(s[j] - mx);
           sum += double(s[j]);
         }
-        T* oi = op_out + row * D;
+        T* oi = o_ptr + row * D;
         std::fill(oi, oi + D, T(0));
         for (int64_t j = 0; j < len; ++j) axpy(s[j], vh + j * D, oi, D);
         const T inv = T(1.0 / sum);
@@ -121,38 +121,38 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   check_bhtd(op, dk, "dk", q);
   check_bhtd(op, dv, "dv", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), T_ = q.size(2), D = q.size(3);
+  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3);
 
   dispatch_float(q.dtype(), op, [&]<typename T>() {
     const T* gp = dout.data<T>();
     const T* qp = q.data<T>();
     const T* kp = k.data<T>();
     const T* vp = v.data<T>();
-    const T* op_out = out.data<T>();
+    const T* o_ptr = out.data<T>();
     const T* lp = lse.data<T>();
     T* dqp = dq.data<T>();
     T* dkp = dk.data<T>();
     T* dvp = dv.data<T>();
     const T sc = T(scale);
-#pragma omp parallel if (BH > 1 && BH * T_ * T_ * D > 65536)
+#pragma omp parallel if (BH > 1 && BH * seq * seq * D > 65536)
     {
-      std::vector<T> p(size_t(std::max<int64_t>(T_, 1))), ds(p.size());
+      std::vector<T> p(size_t(std::max<int64_t>(seq, 1))), ds(p.size());
 #pragma omp for schedule(dynamic, 1)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        const int64_t base = bh * T_ * D;
+        const int64_t base = bh * seq * D;
         const T* kh = kp + base;
         const T* vh = vp + base;
         T* dkh = dkp + base;
         T* dvh = dvp + base;
-        std::fill(dkh, dkh + T_ * D, T(0));
-        std::fill(dvh, dvh + T_ * D, T(0));
-        for (int64_t i = 0; i < T_; ++i) {
-          const int64_t row = bh * T_ + i;
+        std::fill(dkh, dkh + seq * D, T(0));
+        std::fill(dvh, dvh + seq * D, T(0));
+        for (int64_t i = 0; i < seq; ++i) {
+          const int64_t row = bh * seq + i;
           const T* qi = qp + row * D;
           const T* gi = gp + row * D;
-          const T delta = dot(gi, op_out + row * D, D);
+          const T delta = dot(gi, o_ptr + row * D, D);
           const T l = lp[row];
-          const int64_t len = causal ? i + 1 : T_;
+          const int64_t len = causal ? i + 1 : seq;
           for (int64_t j = 0; j < len; ++j) {
             p[j] = std::exp(sc * dot(qi, kh + j * D, D) - l);
             ds[j] = p[j] * (dot(gi, vh + j * D, D) - delta);

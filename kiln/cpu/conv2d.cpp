@@ -5,15 +5,22 @@
 // large GEMM replaces nb small ones: small convolutions (K = 9, Cout = 32)
 // make per-image GEMMs too small to keep BLAS busy. The price is a transposed
 // copy between GEMM layout [Cout, nb*P] and NCHW [nb, Cout, P] (P = OH*OW),
-// which is memory-bound and cheap. A chunk is sized so col stays near 64 MB.
+// which is memory-bound and cheap. A chunk is sized so col stays near 4 MB.
 //
 //   forward:  out_n      = W @ col_n (+ bias)
 //   backward: dW         = sum_n dout_n @ col_n^T     (GEMM over the chunk, beta=1 across chunks)
 //             dcol       = W^T @ dout,  dx = col2im(dcol)
 //             dbias[co]  = sum_{n,p} dout[n, co, p]
-// im2col/col2im and the layout copies are OpenMP loops; BLAS is only called
-// outside OpenMP regions (it has its own threads). Every sum has a fixed
-// order that depends only on the shapes, so results are reproducible.
+// Threads come from OpenBLAS alone: im2col, col2im and the layout copies run
+// on the calling thread. OpenBLAS (pthreads build) keeps its own worker
+// threads, which fight OpenMP workers for the cores around every GEMM.
+// Measured on the Fashion-MNIST CNN shapes (2 cores): with libgomp's default
+// spinning, OpenMP copies made the whole op 2-10x slower; with passive
+// waiting (kiln/cpu/omp_policy.h) they were still no faster than serial
+// copies, which are memory-bound and a fraction of the GEMM time. Every sum
+// outside BLAS has a fixed order that depends only on the shapes, so results
+// are bitwise reproducible run to run. (They can differ between 1 and 2+
+// BLAS threads: OpenBLAS picks its blocking by thread count.)
 #include <cblas.h>
 
 #include <algorithm>
@@ -26,8 +33,11 @@ namespace kiln::cpu {
 
 namespace {
 
-constexpr int64_t kParallelElements = 32768;
-constexpr int64_t kColBytes = int64_t(64) << 20;
+// Small enough that a chunk's col (and dcol) stays in the L2/L3 caches between
+// im2col and the GEMM that reads it: measured on the Fashion-MNIST CNN, 4 MB
+// chunks made im2col and col2im 2-3x faster than one 64 MB chunk, while the
+// GEMMs ([Cout, ~20 images * P]) stay large enough for BLAS to run at speed.
+constexpr int64_t kColBytes = int64_t(4) << 20;
 
 struct ConvGeometry {
   int64_t N, Cin, H, W, Cout, KH, KW, OH, OW, SH, SW, PH, PW;
@@ -95,36 +105,53 @@ inline void valid_range(int64_t out_len, int64_t in_len, int64_t stride, int64_t
   lo = std::min(lo, hi);
 }
 
+// One (image, channel, kh, kw) block of col: the input plane shifted by
+// (kh - PH, kw - PW), sampled at the strides, zero outside the plane.
+// Blocks are small (a 14x14 plane is 196 values) and there are Cin*KH*KW*N
+// of them, so per-row overheads matter: the padding columns are zeroed with
+// strided loops rather than a memset call per row.
+template <typename T>
+void im2col_block(const ConvGeometry& g, const T* plane, int64_t kh, int64_t kw, T* dst) {
+  int64_t lo, hi, row_lo, row_hi;
+  valid_range(g.OW, g.W, g.SW, g.PW, kw, lo, hi);
+  valid_range(g.OH, g.H, g.SH, g.PH, kh, row_lo, row_hi);
+  const int64_t shift = kw - g.PW;  // output column ow reads input column ow*SW + shift
+  std::fill(dst, dst + row_lo * g.OW, T(0));
+  std::fill(dst + row_hi * g.OW, dst + g.OH * g.OW, T(0));
+  if (g.SH == 1 && g.SW == 1 && g.OW == g.W && hi > lo) {
+    // "Same" convolution: the valid rows are one contiguous run of the
+    // plane, so copy it in one go; the padding columns, which picked up
+    // values from the neighbouring row, are zeroed below.
+    const int64_t first = row_lo * g.OW + lo, last = (row_hi - 1) * g.OW + hi;  // [first, last) in dst
+    const int64_t offset = (kh - g.PH) * g.W + shift;                          // dst[e] = plane[e + offset]
+    if (row_hi > row_lo) std::memcpy(dst + first, plane + first + offset, size_t(last - first) * sizeof(T));
+  } else {
+    for (int64_t oh = row_lo; oh < row_hi; ++oh) {
+      T* d = dst + oh * g.OW;
+      const T* src = plane + (oh * g.SH - g.PH + kh) * g.W;
+      if (g.SW == 1) {
+#pragma omp simd
+        for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow + shift];
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * g.SW + shift];
+      }
+    }
+  }
+  // Padding columns of the valid rows (valid_range guarantees lo <= hi).
+  for (int64_t ow = 0; ow < lo; ++ow)
+    for (int64_t oh = row_lo; oh < row_hi; ++oh) dst[oh * g.OW + ow] = T(0);
+  for (int64_t ow = hi; ow < g.OW; ++ow)
+    for (int64_t oh = row_lo; oh < row_hi; ++oh) dst[oh * g.OW + ow] = T(0);
+}
+
 // col[k, b*P + p] for images [n0, n0+nb): row k = (ci, kh, kw).
 template <typename T>
 void im2col(const ConvGeometry& g, const T* x, int64_t n0, int64_t nb, T* col) {
   const int64_t K = g.K(), P = g.P(), M = nb * P;
-#pragma omp parallel for collapse(2) schedule(static) if (K * M > kParallelElements)
   for (int64_t k = 0; k < K; ++k) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t ci = k / (g.KH * g.KW), kh = (k / g.KW) % g.KH, kw = k % g.KW;
-      const T* plane = x + ((n0 + b) * g.Cin + ci) * g.H * g.W;
-      T* dst = col + k * M + b * P;
-      int64_t lo, hi;
-      valid_range(g.OW, g.W, g.SW, g.PW, kw, lo, hi);
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        T* d = dst + oh * g.OW;
-        const int64_t ih = oh * g.SH - g.PH + kh;
-        if (ih < 0 || ih >= g.H) {
-          std::fill(d, d + g.OW, T(0));
-          continue;
-        }
-        const T* src = plane + ih * g.W;
-        const int64_t shift = kw - g.PW;  // output column ow reads input column ow*SW + shift
-        std::fill(d, d + lo, T(0));
-        if (g.SW == 1) {
-          if (hi > lo) std::memcpy(d + lo, src + lo + shift, size_t(hi - lo) * sizeof(T));
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * g.SW + shift];
-        }
-        std::fill(d + hi, d + g.OW, T(0));
-      }
-    }
+    const int64_t ci = k / (g.KH * g.KW), kh = (k / g.KW) % g.KH, kw = k % g.KW;
+    for (int64_t b = 0; b < nb; ++b)
+      im2col_block(g, x + ((n0 + b) * g.Cin + ci) * g.H * g.W, kh, kw, col + k * M + b * P);
   }
 }
 
@@ -134,7 +161,6 @@ void im2col(const ConvGeometry& g, const T* x, int64_t n0, int64_t nb, T* col) {
 template <typename T>
 void col2im(const ConvGeometry& g, const T* dcol, int64_t n0, int64_t nb, T* dx) {
   const int64_t P = g.P(), M = nb * P, HW = g.H * g.W;
-#pragma omp parallel for collapse(2) schedule(static) if (nb * g.Cin * HW > kParallelElements)
   for (int64_t b = 0; b < nb; ++b) {
     for (int64_t ci = 0; ci < g.Cin; ++ci) {
       T* plane = dx + ((n0 + b) * g.Cin + ci) * HW;
@@ -195,7 +221,6 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
       else
         gemm(CblasNoTrans, CblasNoTrans, g.Cout, M, K, wp, K, col, M, T(0), dst, M);
       if (nb == 1 && !bp) continue;
-#pragma omp parallel for collapse(2) schedule(static) if (g.Cout * M > kParallelElements)
       for (int64_t b = 0; b < nb; ++b) {
         for (int64_t co = 0; co < g.Cout; ++co) {
           T* o = yp + ((n0 + b) * g.Cout + co) * P;
@@ -226,7 +251,6 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
 
     if (dbias.defined()) {
       T* db = dbias.data<T>();
-#pragma omp parallel for schedule(static) if (g.N * g.Cout * P > kParallelElements)
       for (int64_t co = 0; co < g.Cout; ++co) {
         double acc = 0.0;
         for (int64_t n = 0; n < g.N; ++n) {
@@ -259,7 +283,6 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
       const T* gT = gp + n0 * g.Cout * P;
       if (nb > 1) {
         T* buf = gT_t.data<T>();
-#pragma omp parallel for collapse(2) schedule(static) if (g.Cout * M > kParallelElements)
         for (int64_t co = 0; co < g.Cout; ++co)
           for (int64_t b = 0; b < nb; ++b)
             std::memcpy(buf + co * M + b * P, gp + ((n0 + b) * g.Cout + co) * P, size_t(P) * sizeof(T));

@@ -2,8 +2,8 @@
 //
 // Forward records, for every output, the flat position h*W + w of the max
 // inside its (n, c) plane; backward scatters dout there. Ties keep the first
-// position in row-major window order, and a NaN wins (as in PyTorch), so NaNs
-// propagate instead of being silently dropped.
+// position in row-major window order, and a NaN wins (as in PyTorch: the
+// last NaN of the window), so NaNs propagate instead of being dropped.
 //
 // Both directions are parallel over planes: a plane's outputs only ever touch
 // that plane, so overlapping windows (stride < kernel) need no atomics and
@@ -23,6 +23,40 @@ void check_4d(const char* op, const Tensor& t, const char* what) {
   check_cpu(t, op);
   check_contiguous(t, op, what);
   KILN_CHECK(t.dim() == 4, op, ": ", what, " must be [N, C, H, W], got ", shape_str(t.shape()));
+}
+
+// PyTorch's rule: a larger value or any NaN replaces the current max.
+// Written as selects rather than branches: on real activations the winner is
+// unpredictable, and mispredicted branches dominated the loop.
+template <typename T>
+inline void take_max(T v, int32_t pos, T& best, int32_t& best_pos) {
+  const bool take = (v > best) | (v != v);  // bitwise |: no short-circuit branch
+  best = take ? v : best;
+  best_pos = take ? pos : best_pos;
+}
+
+// The common 2x2 window with stride 2, unrolled and vectorised across the
+// output row (`omp simd` turns the selects into blends).
+template <typename T>
+void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const T* row0 = xs + 2 * oh * W;
+    const T* row1 = row0 + W;
+    const int32_t base = int32_t(2 * oh * W);
+    T* orow = os + oh * OW;
+    int32_t* irow = is + oh * OW;
+#pragma omp simd
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int32_t p = base + int32_t(2 * ow);
+      T best = row0[2 * ow];
+      int32_t best_pos = p;
+      take_max(row0[2 * ow + 1], p + 1, best, best_pos);
+      take_max(row1[2 * ow], p + int32_t(W), best, best_pos);
+      take_max(row1[2 * ow + 1], p + int32_t(W) + 1, best, best_pos);
+      orow[ow] = best;
+      irow[ow] = best_pos;
+    }
+  }
 }
 
 }  // namespace
@@ -58,23 +92,21 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
       const T* xs = xp + pl * H * W;
       T* os = yp + pl * OH * OW;
       int32_t* is = ip + pl * OH * OW;
+      if (KH == 2 && KW == 2 && SH == 2 && SW == 2) {
+        pool_2x2(xs, W, OH, OW, os, is);
+        continue;
+      }
       for (int64_t oh = 0; oh < OH; ++oh) {
         for (int64_t ow = 0; ow < OW; ++ow) {
           const int64_t h0 = oh * SH, w0 = ow * SW;
-          int64_t best_pos = h0 * W + w0;
+          int32_t best_pos = int32_t(h0 * W + w0);
           T best = xs[best_pos];
           for (int64_t kh = 0; kh < KH; ++kh) {
-            const T* row = xs + (h0 + kh) * W + w0;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const T v = row[kw];
-              if (v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                best_pos = (h0 + kh) * W + w0 + kw;
-              }
-            }
+            const int32_t row = int32_t((h0 + kh) * W + w0);
+            for (int64_t kw = 0; kw < KW; ++kw) take_max(xs[row + kw], int32_t(row + kw), best, best_pos);
           }
           os[oh * OW + ow] = best;
-          is[oh * OW + ow] = int32_t(best_pos);
+          is[oh * OW + ow] = best_pos;
         }
       }
     }
