@@ -10,7 +10,10 @@
 
 namespace {
 
-void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
+void print_line(const std::string& s) {
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);  // progress lines must appear in logs as they happen
+}
 
 void print_summary(const kiln::recipes::TrainResult& r) {
   std::printf("\n==== summary ====\n");
