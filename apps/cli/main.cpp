@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "apps/cli/info.h"
+#include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/omp_policy.h"
@@ -20,6 +21,7 @@ void print_summary(const kiln::recipes::TrainResult& r) {
   std::printf("steps:       %lld in %.1f s (%.0f items/s)\n", (long long)r.steps_done, r.seconds,
               r.items_per_second);
   std::printf("train loss:  %.4f\n", r.final_train_loss);
+  if (r.skipped_steps > 0) std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
   if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
   if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (10,000 test images)\n", r.test_accuracy);
   if (r.val_loss >= 0)
@@ -41,18 +43,27 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
   train->add_option("recipe", to.recipe, "fashion-mlp | fashion-cnn | fortunes-gpt")
       ->check(CLI::IsMember(kiln::recipes::recipe_names()));
-  train->add_option("--steps", to.steps, "optimizer steps (default: from --epochs or the recipe)");
-  train->add_option("--epochs", to.epochs, "epochs over the training set (image recipes)");
-  train->add_option("--batch-size", to.batch_size, "examples per step");
-  train->add_option("--lr", to.lr, "peak learning rate");
+  train->add_option("--steps", to.steps, "optimizer steps (default: from --epochs or the recipe)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--epochs", to.epochs, "epochs over the training set (image recipes)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--batch-size", to.batch_size, "examples per step")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--lr", to.lr, "peak learning rate")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--device", device, "cpu, cuda or cuda:N");
-  train->add_option("--threads", to.threads, "CPU threads (default: all cores)");
+  train->add_option("--threads", to.threads, "CPU threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--seed", to.seed, "seed for initialisation, shuffling and dropout");
   train->add_option("--out", to.out_dir, "run directory for checkpoints (default: runs/<recipe>)");
   train->add_flag("--resume", to.resume, "continue from the newest checkpoint in the run directory");
-  train->add_option("--checkpoint-every", to.checkpoint_every, "also checkpoint every N steps");
-  train->add_option("--stop-after", to.stop_after, "stop (with a checkpoint) after N steps of this invocation");
+  train->add_option("--checkpoint-every", to.checkpoint_every, "also checkpoint every N steps")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--stop-after", to.stop_after, "stop (with a checkpoint) after N steps of this invocation")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--data-dir", to.data_dir, "dataset directory override");
+  train->add_option("--precision", to.precision, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")
+      ->check(CLI::IsMember(kiln::recipes::precision_names()));
   train->add_flag("--no-progress", no_progress, "no progress bar");
 
   std::string eval_path, eval_device = "cpu";
