@@ -30,6 +30,16 @@ void print_summary(const kiln::recipes::TrainResult& r) {
   if (!r.checkpoint.empty()) std::printf("checkpoint:  %s\n", r.checkpoint.c_str());
 }
 
+const CLI::Validator kNonNegative(
+    [](std::string& v) {
+      try {
+        if (std::stod(v) >= 0) return std::string();
+      } catch (const std::exception&) {
+      }
+      return "must be a number >= 0, got '" + v + "'";
+    },
+    "NUMBER >= 0");
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,23 +54,23 @@ int main(int argc, char** argv) {
   train->add_option("recipe", to.recipe, "fashion-mlp | fashion-cnn | fortunes-gpt")
       ->check(CLI::IsMember(kiln::recipes::recipe_names()));
   train->add_option("--steps", to.steps, "optimizer steps (default: from --epochs or the recipe)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--epochs", to.epochs, "epochs over the training set (image recipes)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--batch-size", to.batch_size, "examples per step")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--lr", to.lr, "peak learning rate")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--device", device, "cpu, cuda or cuda:N");
   train->add_option("--threads", to.threads, "CPU threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--seed", to.seed, "seed for initialisation, shuffling and dropout");
   train->add_option("--out", to.out_dir, "run directory for checkpoints (default: runs/<recipe>)");
   train->add_flag("--resume", to.resume, "continue from the newest checkpoint in the run directory");
   train->add_option("--checkpoint-every", to.checkpoint_every, "also checkpoint every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--stop-after", to.stop_after, "stop (with a checkpoint) after N steps of this invocation")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   train->add_option("--data-dir", to.data_dir, "dataset directory override");
   train->add_option("--precision", to.precision, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")
       ->check(CLI::IsMember(kiln::recipes::precision_names()));
