@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# CPU training throughput, Kiln against PyTorch, and Kiln's matrix product
+# against raw OpenBLAS. Builds kiln_bench if needed, then for each thread count
+# runs every model in Kiln and in PyTorch back to back, REPEATS times
+# interleaved, and prints markdown tables of the medians.
+#
+#   bench/run_cpu_bench.sh                      # threads 1 and 2, 3 repeats
+#   THREADS="1 2 4" REPEATS=5 bench/run_cpu_bench.sh
+#
+# Settings (environment): THREADS, REPEATS, MODELS ("mlp cnn gpt"),
+# BUILD_DIR (build-bench), PYTHON (/usr/bin/python3: Debian's torch is
+# importable only there), RAW (file for the raw JSON lines; a temp file if unset).
+# Each engine runs with its own default OpenMP wait policy: kiln_bench makes
+# idle threads wait passively (kiln/cpu/omp_policy.h), PyTorch keeps libgomp's
+# spinning. OMP_WAIT_POLICY=PASSIVE bench/run_cpu_bench.sh gives both the same
+# policy (Kiln keeps a value the user set).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+THREADS="${THREADS:-1 2}"
+REPEATS="${REPEATS:-3}"
+MODELS="${MODELS:-mlp cnn gpt}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+RAW="${RAW:-$(mktemp /tmp/kiln_cpu_bench.XXXXXX.jsonl)}"
+
+# Steps and warmup per model, sized so a repeat takes a few seconds on 1 core.
+steps_for() { case "$1" in mlp) echo "60 5" ;; cnn) echo "10 2" ;; gpt) echo "5 2" ;; esac; }
+
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  echo "configuring $BUILD_DIR ..." >&2
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+build_log="$(mktemp)"
+ninja -C "$BUILD_DIR" kiln_bench >"$build_log" 2>&1 || { cat "$build_log" >&2; exit 1; }
+rm -f "$build_log"
+"$PYTHON" -c "import torch" 2>/dev/null || { echo "error: $PYTHON cannot import torch (set PYTHON=...)" >&2; exit 1; }
+
+: >"$RAW"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads: $THREADS; repeats: $REPEATS; OMP_WAIT_POLICY: ${OMP_WAIT_POLICY:-unset}; raw results: $RAW"
+for t in $THREADS; do
+  for r in $(seq "$REPEATS"); do
+    for m in $MODELS; do
+      read -r steps warmup <<<"$(steps_for "$m")"
+      args=(--model "$m" --threads "$t" --steps "$steps" --warmup "$warmup")
+      "$BUILD_DIR/kiln_bench" "${args[@]}" >>"$RAW"
+      "$PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
+      echo "  threads $t, repeat $r/$REPEATS: $m done" >&2
+    done
+  done
+  "$BUILD_DIR/kiln_bench" --model matmul --threads "$t" >>"$RAW"
+  echo "  threads $t: matmul done" >&2
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+"$PYTHON" - "$RAW" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+models = [r for r in rows if r["model"] != "matmul"]
+keys = sorted({(r["model"], r["threads"]) for r in models}, key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1]))
+print("| model | threads | unit | Kiln items/s | PyTorch items/s | Kiln / PyTorch |")
+print("|---|---:|---|---:|---:|---:|")
+for model, threads in keys:
+    def med(engine):
+        v = [r["items_per_s"] for r in models if (r["model"], r["threads"], r["engine"]) == (model, threads, engine)]
+        return statistics.median(v), len(v)
+    (k, nk), (p, np_) = med("kiln"), med("torch")
+    unit = next(r["unit"] for r in models if r["model"] == model)
+    print(f"| {model} | {threads} | {unit} | {k:,.0f} | {p:,.0f} | **{k / p:.2f}** |")
+print()
+print("| shape (M x N x K) | threads | Kiln GFLOP/s | OpenBLAS GFLOP/s | Kiln / OpenBLAS |")
+print("|---|---:|---:|---:|---:|")
+for r in rows:
+    if r["model"] != "matmul":
+        continue
+    for s in r["results"]:
+        t = ("A^T" if s["transA"] else "") + (" B^T" if s["transB"] else "")
+        name = f'{s["shape"]} ({s["M"]}x{s["N"]}x{s["K"]}{", " + t.strip() if t else ""})'
+        print(f'| {name} | {r["threads"]} | {s["kiln_gflops"]:.1f} | {s["openblas_gflops"]:.1f} | {s["ratio"]:.2f} |')
+EOF
