@@ -9,7 +9,8 @@
 #
 # Settings (environment): THREADS, REPEATS, MODELS ("mlp cnn gpt"),
 # BUILD_DIR (build-bench), PYTHON (/usr/bin/python3: Debian's torch is
-# importable only there), RAW (file for the raw JSON lines; a temp file if unset).
+# importable only there), RAW (file for the raw JSON lines; a temp file if unset),
+# REPORT_ONLY (a RAW file from an earlier run: print its tables, run nothing).
 # Each engine runs with its own default OpenMP wait policy: kiln_bench makes
 # idle threads wait passively (kiln/cpu/omp_policy.h), PyTorch keeps libgomp's
 # spinning. OMP_WAIT_POLICY=PASSIVE bench/run_cpu_bench.sh gives both the same
@@ -26,6 +27,45 @@ RAW="${RAW:-$(mktemp /tmp/kiln_cpu_bench.XXXXXX.jsonl)}"
 
 # Steps and warmup per model, sized so a repeat takes a few seconds on 1 core.
 steps_for() { case "$1" in mlp) echo "60 5" ;; cnn) echo "10 2" ;; gpt) echo "5 2" ;; esac; }
+
+print_tables() {
+  "$PYTHON" - "$1" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+models = [r for r in rows if r["model"] != "matmul"]
+keys = sorted({(r["model"], r["threads"]) for r in models}, key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1]))
+if keys:
+    print("| model | threads | unit | Kiln items/s | PyTorch items/s | Kiln / PyTorch | per repeat |")
+    print("|---|---:|---|---:|---:|---:|---|")
+for model, threads in keys:
+    def runs(engine):
+        return [r["items_per_s"] for r in models if (r["model"], r["threads"], r["engine"]) == (model, threads, engine)]
+    k, p = runs("kiln"), runs("torch")
+    unit = next(r["unit"] for r in models if r["model"] == model)
+    each = ", ".join(f"{a / b:.2f}" for a, b in zip(k, p))  # the runs were interleaved, so pair them
+    print(f"| {model} | {threads} | {unit} | {statistics.median(k):,.0f} | {statistics.median(p):,.0f} | "
+          f"**{statistics.median(k) / statistics.median(p):.2f}** | {each} |")
+print()
+if not any(r["model"] == "matmul" for r in rows):
+    sys.exit(0)
+print("| shape (M x N x K) | threads | Kiln GFLOP/s | OpenBLAS GFLOP/s | Kiln / OpenBLAS | backend op, preallocated out / OpenBLAS |")
+print("|---|---:|---:|---:|---:|---:|")
+for r in rows:
+    if r["model"] != "matmul":
+        continue
+    for s in r["results"]:
+        t = ("A^T" if s["transA"] else "") + (" B^T" if s["transB"] else "")
+        name = f'{s["shape"]} ({s["M"]}x{s["N"]}x{s["K"]}{", " + t.strip() if t else ""})'
+        pre = f'{s["kiln_backend_gflops"] / s["openblas_gflops"]:.2f}' if "kiln_backend_gflops" in s else "-"
+        print(f'| {name} | {r["threads"]} | {s["kiln_gflops"]:.1f} | {s["openblas_gflops"]:.1f} | {s["ratio"]:.2f} | {pre} |')
+EOF
+}
+
+# REPORT_ONLY=file: print the tables of an earlier run's raw results and stop.
+if [[ -n "${REPORT_ONLY:-}" ]]; then
+  print_tables "$REPORT_ONLY"
+  exit 0
+fi
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   echo "configuring $BUILD_DIR ..." >&2
@@ -55,28 +95,4 @@ done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
-"$PYTHON" - "$RAW" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-models = [r for r in rows if r["model"] != "matmul"]
-keys = sorted({(r["model"], r["threads"]) for r in models}, key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1]))
-print("| model | threads | unit | Kiln items/s | PyTorch items/s | Kiln / PyTorch |")
-print("|---|---:|---|---:|---:|---:|")
-for model, threads in keys:
-    def med(engine):
-        v = [r["items_per_s"] for r in models if (r["model"], r["threads"], r["engine"]) == (model, threads, engine)]
-        return statistics.median(v), len(v)
-    (k, nk), (p, np_) = med("kiln"), med("torch")
-    unit = next(r["unit"] for r in models if r["model"] == model)
-    print(f"| {model} | {threads} | {unit} | {k:,.0f} | {p:,.0f} | **{k / p:.2f}** |")
-print()
-print("| shape (M x N x K) | threads | Kiln GFLOP/s | OpenBLAS GFLOP/s | Kiln / OpenBLAS |")
-print("|---|---:|---:|---:|---:|")
-for r in rows:
-    if r["model"] != "matmul":
-        continue
-    for s in r["results"]:
-        t = ("A^T" if s["transA"] else "") + (" B^T" if s["transB"] else "")
-        name = f'{s["shape"]} ({s["M"]}x{s["N"]}x{s["K"]}{", " + t.strip() if t else ""})'
-        print(f'| {name} | {r["threads"]} | {s["kiln_gflops"]:.1f} | {s["openblas_gflops"]:.1f} | {s["ratio"]:.2f} |')
-EOF
+print_tables "$RAW"

@@ -21,7 +21,8 @@ void print_summary(const kiln::recipes::TrainResult& r) {
   std::printf("steps:       %lld in %.1f s (%.0f items/s)\n", (long long)r.steps_done, r.seconds,
               r.items_per_second);
   std::printf("train loss:  %.4f\n", r.final_train_loss);
-  if (r.skipped_steps > 0) std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
+  if (r.skipped_steps > 0)
+    std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
   if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
   if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (10,000 test images)\n", r.test_accuracy);
   if (r.val_loss >= 0)

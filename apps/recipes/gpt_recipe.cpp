@@ -7,6 +7,7 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
+#include "apps/recipes/precision.h"
 #include "apps/recipes/progress.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
@@ -138,6 +139,7 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   ao.weight_decay = 0.1;
   ao.decay_matrices_only = true;
   optim::AdamW opt(model.named_parameters(), max_lr, ao);
+  MixedPrecision precision(o.precision, o.loss_scale);
 
   int64_t start = 0;
   if (o.resume) {
@@ -147,7 +149,9 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
                  ck.state.value("recipe", ""), "', not '", o.recipe, "'");
       model.load_parameters(to_pairs(ck.model));
       start = ck.state.at("step");
-      opt.load_state(to_pairs(ck.optimizer), start);
+      // Skipped fp16 steps do not advance the optimizer, so its count is saved apart.
+      opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", start));
+      precision.load(ck.state, log);
       loader.set_state(ck.state.at("loader").get<data::LoaderState>());
       dropout_gen->set_state(ck.state.at("dropout_rng").at(0), ck.state.at("dropout_rng").at(1));
       log("resumed from " + *latest + " at step " + std::to_string(start));
@@ -166,12 +170,15 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   log(head);
 
   auto state_json = [&](int64_t step, double loss) {
-    return nlohmann::json{{"recipe", o.recipe},        {"step", step},
-                          {"total_steps", total},      {"loader", loader.state()},
-                          {"dropout_rng", {dropout_gen->seed(), dropout_gen->offset()}},
-                          {"seed", o.seed},            {"batch_size", batch},
-                          {"lr", max_lr},              {"train_loss", loss},
-                          {"config", config.to_json()}, {"tokenizer", "tokenizer.model"}};
+    nlohmann::json j{{"recipe", o.recipe},        {"step", step},
+                     {"total_steps", total},      {"loader", loader.state()},
+                     {"dropout_rng", {dropout_gen->seed(), dropout_gen->offset()}},
+                     {"seed", o.seed},            {"batch_size", batch},
+                     {"lr", max_lr},              {"train_loss", loss},
+                     {"config", config.to_json()}, {"tokenizer", "tokenizer.model"},
+                     {"optimizer_step", opt.step_count()}};
+    precision.save(j);
+    return j;
   };
 
   TrainResult result;
@@ -181,12 +188,18 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   int64_t step = start;
   for (; step < total; ++step) {
     data::TokenBatch b = loader.next();
-    Tensor loss = model.loss(b.x.to(o.device), b.y.to(o.device));
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(precision.autocast_dtype());  // fp32: off
+      loss = model.loss(b.x.to(o.device), b.y.to(o.device));
+    }
     opt.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
+    const bool finite = precision.backward(loss, model.parameters(), step + 1, log);  // fp16 may skip
     opt.lr = optim::warmup_cosine_lr(step, warmup, total, max_lr, max_lr * 0.1);
-    opt.step();
+    if (finite) {
+      optim::clip_grad_norm(model.parameters(), 1.0);  // on the unscaled gradients
+      opt.step();
+    }
     loss_value = loss.item();
     KILN_CHECK(std::isfinite(loss_value), "training diverged at step ", step + 1, " (loss ", loss_value,
                "); lower the learning rate with --lr");
@@ -201,6 +214,7 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   }
   bar.finish();
   result.steps_done = step;
+  result.skipped_steps = precision.skipped_steps();
   result.final_train_loss = loss_value;
   result.items_per_second = bar.items_per_second();
   result.seconds = bar.elapsed_seconds();

@@ -6,6 +6,7 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/image_recipe.h"
+#include "apps/recipes/precision.h"
 #include "apps/recipes/progress.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
@@ -114,6 +115,7 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
   optim::AdamWOptions ao;
   ao.weight_decay = d.weight_decay;
   optim::AdamW opt(model->named_parameters(), max_lr, ao);
+  MixedPrecision precision(o.precision, o.loss_scale);
 
   int64_t start = 0;
   if (o.resume) {
@@ -123,7 +125,9 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
                  ck.state.value("recipe", ""), "', not '", o.recipe, "'");
       model->load_parameters(to_pairs(ck.model));
       start = ck.state.at("step");
-      opt.load_state(to_pairs(ck.optimizer), start);
+      // Skipped fp16 steps do not advance the optimizer, so its count is saved apart.
+      opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", start));
+      precision.load(ck.state, log);
       loader.set_state(ck.state.at("loader").get<data::LoaderState>());
       dropout_gen->set_state(ck.state.at("dropout_rng").at(0), ck.state.at("dropout_rng").at(1));
       log("resumed from " + *latest + " at step " + std::to_string(start));
@@ -135,15 +139,18 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
       " steps of " + std::to_string(batch_size) + " images (" + std::to_string(per_epoch) + " steps per epoch)");
 
   auto state_json = [&](int64_t step, double loss) {
-    return nlohmann::json{{"recipe", o.recipe},
-                          {"step", step},
-                          {"total_steps", total},
-                          {"loader", loader.state()},
-                          {"dropout_rng", {dropout_gen->seed(), dropout_gen->offset()}},
-                          {"seed", o.seed},
-                          {"batch_size", batch_size},
-                          {"lr", max_lr},
-                          {"train_loss", loss}};
+    nlohmann::json j{{"recipe", o.recipe},
+                     {"step", step},
+                     {"total_steps", total},
+                     {"loader", loader.state()},
+                     {"dropout_rng", {dropout_gen->seed(), dropout_gen->offset()}},
+                     {"seed", o.seed},
+                     {"batch_size", batch_size},
+                     {"lr", max_lr},
+                     {"train_loss", loss},
+                     {"optimizer_step", opt.step_count()}};
+    precision.save(j);
+    return j;
   };
 
   TrainResult result;
@@ -153,12 +160,15 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
   int64_t step = start;
   for (; step < total; ++step) {
     data::ImageBatch batch = loader.next();
-    Tensor logits = model->forward(batch.images.to(o.device));
-    Tensor loss = cross_entropy(logits, batch.labels.to(o.device));
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(precision.autocast_dtype());  // fp32: off
+      loss = cross_entropy(model->forward(batch.images.to(o.device)), batch.labels.to(o.device));
+    }
     opt.zero_grad();
-    loss.backward();
+    const bool finite = precision.backward(loss, model->parameters(), step + 1, log);  // fp16 may skip
     opt.lr = optim::warmup_cosine_lr(step, warmup, total, max_lr, max_lr * 0.02);
-    opt.step();
+    if (finite) opt.step();
     loss_value = loss.item();
     KILN_CHECK(std::isfinite(loss_value), "training diverged at step ", step + 1, " (loss ", loss_value,
                "); lower the learning rate with --lr");
@@ -182,6 +192,7 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
   }
   bar.finish();
   result.steps_done = step;
+  result.skipped_steps = precision.skipped_steps();
   result.final_train_loss = loss_value;
   result.items_per_second = bar.items_per_second();
   result.seconds = bar.elapsed_seconds();

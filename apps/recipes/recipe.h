@@ -28,6 +28,8 @@ struct TrainOptions {
   bool progress = true;          // progress bar on stderr
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
+  std::string precision = "fp32";  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)
+  double loss_scale = 0;           // fp16: the initial loss scale (0: 2^16)
 };
 
 struct TrainResult {
@@ -41,6 +43,7 @@ struct TrainResult {
   std::vector<std::string> samples;  // text recipes: generated text
   std::string showcase;              // image recipes: test images with predictions
   std::string checkpoint;            // the last checkpoint written
+  int64_t skipped_steps = 0;         // fp16: steps skipped for inf/NaN gradients
 };
 
 struct EvalResult {

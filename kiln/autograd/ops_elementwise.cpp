@@ -1,6 +1,7 @@
 // Elementwise ops and their backward rules.
 #include "kiln/autograd/ops.h"
 #include "kiln/autograd/record.h"
+#include "kiln/amp/autocast.h"
 
 namespace kiln {
 
@@ -41,6 +42,8 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double s = 0.0) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+  if (amp::needs_promotion(a, b)) return add(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::add, a, b, "add");
   record(y, "AddBackward", {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
@@ -49,6 +52,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+  if (amp::needs_promotion(a, b)) return sub(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::sub, a, b, "sub");
   record(y, "SubBackward", {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)};
@@ -57,6 +62,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+  if (amp::needs_promotion(a, b)) return mul(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::mul, a, b, "mul");
   record(y, "MulBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
     return std::vector<Tensor>{sum_to(mul(g, b), a.shape()),
@@ -66,6 +73,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+  if (amp::needs_promotion(a, b)) return div(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::div, a, b, "div");
   record(y, "DivBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
     Tensor ga = div(g, b);
@@ -76,6 +85,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+  if (amp::needs_promotion(a, b)) return maximum(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::maximum, a, b, "maximum");
   record(y, "MaximumBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
     Tensor a_wins = binary_raw(BinaryOp::gt, a, b, "maximum");  // ties go to b

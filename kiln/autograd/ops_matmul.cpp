@@ -2,6 +2,7 @@
 // views, so the backend folds them into GEMM flags instead of copying.
 #include "kiln/autograd/ops.h"
 #include "kiln/autograd/record.h"
+#include "kiln/amp/autocast.h"
 
 namespace kiln {
 
@@ -31,6 +32,8 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_lower({&a, &b})) return matmul(amp::autocast_lower(a), amp::autocast_lower(b));
   Tensor y = matmul_raw(a, b);
   record(y, "MatmulBackward", {&a, &b},
          [a = saved(a), b = saved(b), need_a = a.requires_grad(), need_b = b.requires_grad()](const Tensor& g) {
@@ -42,6 +45,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_lower({&x, &weight, &bias}))
+    return linear(amp::autocast_lower(x), amp::autocast_lower(weight), amp::autocast_lower(bias));
   KILN_CHECK(weight.dim() == 2, "linear: weight must be [out, in], got ", shape_str(weight.shape()));
   const int64_t in = weight.size(1), out = weight.size(0);
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " does not end in ", in,

@@ -3,6 +3,7 @@
 // log-sum-exp), never a second copy of a large activation.
 #include "kiln/autograd/ops.h"
 #include "kiln/autograd/record.h"
+#include "kiln/amp/autocast.h"
 
 namespace kiln {
 
@@ -15,6 +16,8 @@ DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64
 
 // Moves `dim` last so the backend can work on contiguous rows.
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
+  // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_upcast({&x_in})) return softmax_impl(amp::autocast_upcast(x_in), dim, log);
   int d = normalize_dim(dim, x_in.dim());
   if (d != x_in.dim() - 1) {
     Tensor moved = transpose(x_in, d, -1);
@@ -44,6 +47,9 @@ Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+  // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_upcast({&logits_in}))
+    return cross_entropy(amp::autocast_upcast(logits_in), targets_in, ignore_index);
   KILN_CHECK(logits_in.dim() >= 1 && targets_in.numel() * logits_in.size(-1) == logits_in.numel(),
              "cross_entropy: logits ", shape_str(logits_in.shape()), " and targets ", shape_str(targets_in.shape()),
              " do not match (expected logits [..., C] with one target per row)");
@@ -68,6 +74,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
 }
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_upcast({&x_in, &weight, &bias}))
+    return layer_norm(amp::autocast_upcast(x_in), amp::autocast_upcast(weight), amp::autocast_upcast(bias), eps);
   const int64_t C = x_in.size(-1), N = x_in.numel() / std::max<int64_t>(C, 1);
   KILN_CHECK(weight.numel() == C && bias.numel() == C, "layer_norm: weight and bias must have ", C,
              " elements, got ", weight.numel(), " and ", bias.numel());
@@ -106,6 +115,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids_in) {
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
+  // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_lower({&x_in, &weight, &bias}))
+    return conv2d(amp::autocast_lower(x_in), amp::autocast_lower(weight), amp::autocast_lower(bias), stride, padding);
   KILN_CHECK(x_in.dim() == 4 && weight.dim() == 4, "conv2d: expected x [N, C, H, W] and weight [Cout, Cin, KH, KW], "
              "got ", shape_str(x_in.shape()), " and ", shape_str(weight.shape()));
   KILN_CHECK(x_in.size(1) == weight.size(1), "conv2d: input has ", x_in.size(1), " channels, weight expects ",
@@ -162,6 +174,10 @@ Tensor dropout(const Tensor& x, double p, Generator& gen) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
+  // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_lower({&q_in, &k_in, &v_in}))
+    return scaled_dot_product_attention(amp::autocast_lower(q_in), amp::autocast_lower(k_in), amp::autocast_lower(v_in),
+                                        causal);
   KILN_CHECK(q_in.dim() == 4 && q_in.shape() == k_in.shape() && q_in.shape() == v_in.shape(),
              "attention: q, k, v must share one shape [B, H, T, D]; got ", shape_str(q_in.shape()), ", ",
              shape_str(k_in.shape()), ", ", shape_str(v_in.shape()));

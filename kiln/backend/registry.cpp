@@ -8,6 +8,18 @@ namespace kiln {
 Backend* cpu_backend_instance();                    // kiln/cpu/cpu_backend.cpp
 Backend* cuda_backend_instance(std::string* why_not);  // kiln/cuda or kiln/cuda_stub
 
+namespace {
+// Lets the CUDA backend register its allocator on a program's first CUDA
+// allocation (registry.cpp is linked into every program that uses tensors).
+[[maybe_unused]] const bool g_cuda_allocator_hook = [] {
+  register_allocator_initializer(DeviceType::cuda, [] {
+    std::string why;
+    cuda_backend_instance(&why);
+  });
+  return true;
+}();
+}  // namespace
+
 Backend& backend_for(Device device) {
   if (device.is_cpu()) return *cpu_backend_instance();
   std::string why;

@@ -72,6 +72,7 @@ Allocator* cpu_allocator_factory(int) {
 }
 
 AllocatorFactory g_factories[2] = {&cpu_allocator_factory, nullptr};
+void (*g_initializers[2])() = {nullptr, nullptr};
 
 }  // namespace
 
@@ -79,7 +80,10 @@ void register_allocator(DeviceType type, AllocatorFactory factory) { g_factories
 
 bool has_allocator(DeviceType type) { return g_factories[size_t(type)] != nullptr; }
 
+void register_allocator_initializer(DeviceType type, void (*init)()) { g_initializers[size_t(type)] = init; }
+
 Allocator& allocator_for(Device device) {
+  if (!g_factories[size_t(device.type)] && g_initializers[size_t(device.type)]) g_initializers[size_t(device.type)]();
   AllocatorFactory f = g_factories[size_t(device.type)];
   KILN_CHECK(f, "no backend for device ", device.str(),
              ": this build of Kiln has no CUDA support, or no CUDA device was found. Use --device cpu.");

@@ -57,6 +57,10 @@ class Allocator {
 using AllocatorFactory = Allocator* (*)(int device_index);
 void register_allocator(DeviceType type, AllocatorFactory factory);
 Allocator& allocator_for(Device device);  // throws if the device type has no backend
+// Called by allocator_for when a device type has no allocator yet, so a
+// backend that registers on first use (CUDA) can do so even when the first
+// thing a program does is allocate a tensor there.
+void register_allocator_initializer(DeviceType type, void (*init)());
 bool has_allocator(DeviceType type);
 
 }  // namespace kiln

@@ -28,6 +28,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -194,6 +195,9 @@ void col2im(const ConvGeometry& g, const T* dcol, int64_t n0, int64_t nb, T* dx)
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         const Conv2dArgs& args) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&x, &weight, &bias, &out}))
+    return in_f32([&](F32Staging& s) { conv2d(s.in(x), s.in(weight), s.in(bias), s.out(out), args); });
   const char* op = "conv2d";
   const ConvGeometry g = conv_geometry(op, x, weight, args);
   check_like(op, out, "out", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
@@ -236,6 +240,11 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
                                  Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&dout, &x, &weight, &dx, &dweight, &dbias}))
+    return in_f32([&](F32Staging& s) {
+      conv2d_backward(s.in(dout), s.in(x), s.in(weight), s.out(dx), s.out(dweight), s.out(dbias), args);
+    });
   const char* op = "conv2d_backward";
   const ConvGeometry g = conv_geometry(op, x, weight, args);
   check_like(op, dout, "dout", {g.N, g.Cout, g.OH, g.OW}, x.dtype());

@@ -12,10 +12,14 @@
 #include "kiln/core/philox.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
 void CpuBackend::dropout_mask(Tensor& mask, float p, uint64_t seed, uint64_t offset) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&mask}))
+    return in_f32([&](F32Staging& s) { dropout_mask(s.out(mask), p, seed, offset); });
   const char* op = "dropout_mask";
   check_cpu(mask, op);
   check_contiguous(mask, op, "mask");

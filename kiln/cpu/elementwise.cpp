@@ -6,6 +6,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 #include "kiln/cpu/strided_loop.h"
 
 namespace kiln::cpu {
@@ -131,6 +132,9 @@ void CpuBackend::fill(Tensor& dst, double value) {
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&x, &out}))
+    return in_f32([&](F32Staging& s) { unary(op, s.in(x), s.out(out), scalar); });
   check_cpu(x, "unary");
   check_same_shape(x, out, "unary");
   KILN_CHECK(x.dtype() == out.dtype(), "unary: input ", dtype_name(x.dtype()), " and output ",
@@ -152,6 +156,9 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&a, &b, &out}))
+    return in_f32([&](F32Staging& s) { binary(op, s.in(a), s.in(b), s.out(out)); });
   check_cpu(a, "binary");
   check_cpu(b, "binary");
   check_same_shape(a, out, "binary");

@@ -15,6 +15,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -51,6 +52,9 @@ void check_table(const char* op, const Tensor& table, const char* what) {
 }  // namespace
 
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&weight, &out}))
+    return in_f32([&](F32Staging& s) { embedding(s.in(weight), ids, s.out(out)); });
   const char* op = "embedding";
   check_table(op, weight, "weight");
   const int64_t V = weight.size(0), C = weight.size(1);
@@ -72,6 +76,9 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
 }
 
 void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&dout, &dweight}))  // dweight accumulates (+=)
+    return in_f32([&](F32Staging& s) { embedding_backward(s.in(dout), ids, s.out(dweight, true)); });
   const char* op = "embedding_backward";
   check_table(op, dweight, "dweight");
   const int64_t V = dweight.size(0), C = dweight.size(1);

@@ -17,6 +17,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -37,6 +38,11 @@ void check_param(const char* op, const Tensor& t, const char* what, const Tensor
 
 void CpuBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                            Tensor& mean, Tensor& rstd) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&x, &weight, &bias, &y, &mean, &rstd}))
+    return in_f32([&](F32Staging& s) {
+      layernorm(s.in(x), s.in(weight), s.in(bias), eps, s.out(y), s.out(mean), s.out(rstd));
+    });
   const char* op = "layernorm";
   check_cpu(x, op);
   check_contiguous(x, op, "x");
@@ -79,6 +85,12 @@ void CpuBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& 
 
 void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                     const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}))
+    return in_f32([&](F32Staging& s) {
+      layernorm_backward(s.in(dy), s.in(x), s.in(weight), s.in(mean), s.in(rstd), s.out(dx), s.out(dweight),
+                         s.out(dbias));
+    });
   const char* op = "layernorm_backward";
   check_cpu(x, op);
   check_contiguous(x, op, "x");

@@ -5,6 +5,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -51,6 +52,14 @@ Tensor contiguous_copy(const Tensor& t, Backend& be) {
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&a_in, &b_in, &out, &args.bias, &args.pre_gelu}))
+    return in_f32([&](F32Staging& s) {
+      MatmulArgs f32_args = args;
+      f32_args.bias = s.in(args.bias);
+      f32_args.pre_gelu = s.out(args.pre_gelu);
+      matmul(s.in(a_in), s.in(b_in), s.out(out, /*accumulate=*/args.beta != 0.0f), f32_args);
+    });
   check_cpu(a_in, "matmul");
   check_cpu(b_in, "matmul");
   KILN_CHECK(a_in.dim() >= 2 && b_in.dim() == a_in.dim() && out.dim() == a_in.dim(),

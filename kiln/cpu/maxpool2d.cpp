@@ -12,6 +12,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -62,6 +63,9 @@ void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is
 }  // namespace
 
 void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dArgs& args) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&x, &out}))
+    return in_f32([&](F32Staging& s) { maxpool2d(s.in(x), s.out(out), indices, args); });
   const char* op = "maxpool2d";
   check_4d(op, x, "x");
   check_4d(op, out, "out");
@@ -114,6 +118,9 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
 }
 
 void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, Tensor& dx) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&dout, &dx}))
+    return in_f32([&](F32Staging& s) { maxpool2d_backward(s.in(dout), indices, s.out(dx)); });
   const char* op = "maxpool2d_backward";
   check_4d(op, dout, "dout");
   check_4d(op, indices, "indices");

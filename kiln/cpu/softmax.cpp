@@ -8,6 +8,7 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
@@ -31,6 +32,8 @@ void check_rowwise(const char* op, const Tensor& a, const char* a_name, const Te
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&x, &out})) return in_f32([&](F32Staging& s) { softmax(s.in(x), s.out(out), log); });
   check_rowwise("softmax", x, "x", out, "out");
   const int64_t C = x.size(-1);
   const int64_t rows = C == 0 ? 0 : x.numel() / C;
@@ -65,6 +68,9 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
 // softmax:     dx = y * (dy - sum(dy * y))
 // log-softmax: dx = dy - exp(y) * sum(dy)
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
+  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  if (any_low_precision({&y, &dy, &dx}))
+    return in_f32([&](F32Staging& s) { softmax_backward(s.in(y), s.in(dy), s.out(dx), log); });
   check_rowwise("softmax_backward", y, "y", dy, "dy");
   check_rowwise("softmax_backward", y, "y", dx, "dx");
   const int64_t C = y.size(-1);

@@ -19,10 +19,13 @@ struct GzFile {
   }
 };
 
-std::string gz_error_text(gzFile f) {
+// zlib's message, without the "<path>: " prefix it adds (we name the file already).
+std::string gz_error_text(gzFile f, const std::string& path) {
   int code = 0;
   const char* msg = gzerror(f, &code);
-  return msg && *msg ? msg : "unknown zlib error";
+  std::string s = msg && *msg ? msg : "unknown zlib error";
+  if (s.rfind(path + ": ", 0) == 0) s = s.substr(path.size() + 2);
+  return s;
 }
 
 // Reads up to `n` bytes into `out`; returns how many were read. A zlib error
@@ -33,7 +36,7 @@ size_t read_some(gzFile f, const std::string& path, uint8_t* out, size_t n) {
     unsigned chunk = unsigned(std::min<size_t>(n - done, size_t(1) << 26));
     int got = gzread(f, out + done, chunk);
     if (got < 0)
-      KILN_FAIL(path, ": not a valid gzip file or corrupt data (", gz_error_text(f),
+      KILN_FAIL(path, ": not a valid gzip file or corrupt data (", gz_error_text(f, path),
                 "); delete it and reinstall the dataset");
     if (got == 0) break;
     done += size_t(got);
@@ -43,7 +46,7 @@ size_t read_some(gzFile f, const std::string& path, uint8_t* out, size_t n) {
   int code = Z_OK;
   gzerror(f, &code);
   if (code != Z_OK && code != Z_STREAM_END)
-    KILN_FAIL(path, ": gzip stream is damaged (", gz_error_text(f),
+    KILN_FAIL(path, ": gzip stream is damaged (", gz_error_text(f, path),
               "); the file is probably truncated: delete it and reinstall the dataset");
   return done;
 }

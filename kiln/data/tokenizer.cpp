@@ -127,7 +127,8 @@ std::string train_serialized(const std::vector<std::string>& documents, const To
   std::string model;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
   KILN_CHECK(status.ok(), "tokenizer training failed (vocab_size ", o.vocab_size, "): ", status.ToString(),
-             "; the vocabulary must hold the 256 byte pieces, the corpus's characters and 2 special pieces");
+             "; vocab_size must exceed the 256 byte pieces + the corpus's distinct characters + 2 special pieces, and ",
+             "not exceed what the corpus can supply (SentencePiece names the limit above)");
   return model;
 }
 

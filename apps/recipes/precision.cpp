@@ -1,0 +1,53 @@
+#include "apps/recipes/precision.h"
+
+#include <cstdio>
+
+#include "kiln/autograd/ops.h"
+
+namespace kiln::recipes {
+
+std::vector<std::string> precision_names() { return {"fp32", "bf16", "fp16"}; }
+
+MixedPrecision::MixedPrecision(const std::string& precision, double initial_loss_scale) : name_(precision) {
+  if (precision == "bf16") {
+    autocast_ = DType::bf16;
+  } else if (precision == "fp16") {
+    autocast_ = DType::f16;
+    amp::LossScalerOptions options;
+    if (initial_loss_scale > 0) options.init_scale = initial_loss_scale;
+    scaler_.emplace(options);
+  } else {
+    KILN_CHECK(precision == "fp32", "unknown precision '", precision, "' (choose one of fp32, bf16, fp16)");
+  }
+}
+
+bool MixedPrecision::backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log) {
+  if (!scaler_) {
+    loss.backward();
+    return true;
+  }
+  scaler_->scale_loss(loss).backward();
+  const bool finite = scaler_->unscale_and_check(params);
+  scaler_->update(!finite);
+  if (!finite) {
+    ++skipped_;
+    char line[128];
+    std::snprintf(line, sizeof line, "step %lld: skipped, inf/NaN gradients; loss scale -> %g", (long long)step,
+                  scaler_->scale());
+    log(line);
+  }
+  return finite;
+}
+
+void MixedPrecision::save(nlohmann::json& state) const {
+  state["precision"] = name_;
+  if (scaler_) state["loss_scaler"] = scaler_->state();
+}
+
+void MixedPrecision::load(const nlohmann::json& state, const Log& log) {
+  const std::string saved = state.value("precision", "fp32");
+  if (saved != name_) log("checkpoint was trained in " + saved + "; continuing in " + name_);
+  if (scaler_ && state.contains("loss_scaler")) scaler_->load_state(state.at("loss_scaler"));
+}
+
+}  // namespace kiln::recipes

@@ -1,0 +1,50 @@
+// `kiln train --precision fp32|bf16|fp16`: what a recipe's training step
+// does differently per precision (design: docs/MIXED_PRECISION.md).
+//  * fp32: nothing.
+//  * bf16: forward and loss run under AutocastGuard(bf16); bf16 has f32's
+//    exponent range, so no loss scaling is needed.
+//  * fp16: autocast f16 plus dynamic loss scaling; a step whose gradients
+//    overflow is skipped (no optimizer update) and logged.
+// Evaluation always runs in fp32.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/recipes/recipe.h"
+#include "kiln/amp/autocast.h"
+#include "kiln/amp/grad_scaler.h"
+
+namespace kiln::recipes {
+
+std::vector<std::string> precision_names();  // fp32, bf16, fp16
+
+class MixedPrecision {
+ public:
+  // Throws on an unknown name. initial_loss_scale (fp16): 0 means 2^16.
+  explicit MixedPrecision(const std::string& precision, double initial_loss_scale = 0);
+
+  // The dtype for AutocastGuard around forward + loss (f32 turns it off).
+  DType autocast_dtype() const { return autocast_; }
+  // Runs backward on `loss` (scaled for fp16), then unscales the gradients
+  // and checks them. Returns false when the optimizer step must be skipped
+  // (fp16 gradients with inf/NaN), after logging it. `step` is 1-based.
+  bool backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log);
+  int64_t skipped_steps() const { return skipped_; }
+
+  // Checkpoint state: "precision", plus "loss_scaler" for fp16.
+  void save(nlohmann::json& state) const;
+  // Restores the loss scaler from a checkpoint's state (a checkpoint from
+  // another precision is allowed: the run continues in this one, logged).
+  void load(const nlohmann::json& state, const Log& log);
+
+ private:
+  std::string name_;
+  DType autocast_ = DType::f32;
+  std::optional<amp::DynamicLossScaler> scaler_;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace kiln::recipes

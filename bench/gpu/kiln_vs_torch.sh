@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (called by scripts/run_on_device.sh with OUT and
+# KILN_DIST set): Kiln and PyTorch on the same device in one run, and the
+# CPU-versus-GPU comparison. Writes $OUT/results.jsonl and $OUT/results.md.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DIST="${KILN_DIST:-dist/gpu}"
+OUT="${OUT:-out/gpu-bench}"
+BATCH="${GPT_BATCH:-16}"
+mkdir -p "$OUT"
+J="$OUT/results.jsonl"
+: > "$J"
+run() { echo "== $*" >&2; "$@" 2>>"$OUT/errors.log" | tee -a "$J"; }
+
+run "$DIST/bench_gpu" matmul --n 8192 --dtype bf16 --iters 20
+run python3 "$HERE/torch_gpu_bench.py" matmul --n 8192 --dtype bf16 --iters 20
+run "$DIST/bench_gpu" matmul --n 8192 --dtype bf16 --iters 20   # again: interleaved against drift
+run "$DIST/bench_gpu" copy --mib 1024 --iters 20
+run python3 "$HERE/torch_gpu_bench.py" copy --mib 1024 --iters 20
+run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
+run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
+run "$DIST/bench_gpu" compare --n 10000
+
+python3 - "$J" > "$OUT/results.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def best(bench, impl, key):
+    v = [r[key] for r in rows if r["bench"] == bench and r.get("impl") == impl]
+    return max(v) if v else float("nan")
+print("| measure | Kiln | PyTorch | Kiln / PyTorch |\n|---|---|---|---|")
+for bench, key, label in [("matmul", "tflops", "bf16 matmul 8192^3, TFLOP/s"),
+                          ("copy", "gbs", "device-to-device copy, GB/s"),
+                          ("gpt", "tokens_per_s", "GPT-2 124M bf16 training, tokens/s")]:
+    k, t = best(bench, "kiln", key), best(bench, "torch", key)
+    print(f"| {label} | {k:.1f} | {t:.1f} | {k / t:.3f} |")
+print(f"| GPT-2 124M MFU | {best('gpt', 'kiln', 'mfu'):.3f} | {best('gpt', 'torch', 'mfu'):.3f} | |")
+print("\n| work | CPU ms | GPU ms | speed-up |\n|---|---|---|---|")
+for r in rows:
+    if r["bench"] == "compare":
+        print(f"| {r['work']} | {r['cpu_ms']:.1f} | {r['device_ms']:.2f} | {r['speedup']:.0f}x |")
+PY
+cat "$OUT/results.md"

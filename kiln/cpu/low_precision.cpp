@@ -1,0 +1,102 @@
+#include "kiln/cpu/low_precision.h"
+
+#include <algorithm>
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+#include "kiln/backend/backend.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Converting is most of staging's cost, so the contiguous case has its own
+// loops: bf16 is a shift; f16 uses the F16C instructions where the build
+// targets them (x86-64-v3 does), which round to nearest even like
+// float_to_f16.
+constexpr int64_t kBlock = 8192;
+
+void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
+  int64_t i = 0;
+  if (bf16) {
+    for (; i < n; ++i) d[i] = bf16_to_float(s[i]);
+    return;
+  }
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+  for (; i < n; ++i) d[i] = f16_to_float(s[i]);
+}
+
+void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
+  int64_t i = 0;
+  if (bf16) {
+    for (; i < n; ++i) d[i] = float_to_bf16(s[i]);
+    return;
+  }
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) d[i] = float_to_f16(s[i]);
+}
+
+// dst = src in dst's dtype (same shape).
+void convert(const Tensor& src, Tensor& dst) {
+  const bool flat = src.device().is_cpu() && dst.device().is_cpu() && src.is_contiguous() && dst.is_contiguous();
+  const bool up = is_low_precision(src.dtype()) && dst.dtype() == DType::f32;
+  const bool down = src.dtype() == DType::f32 && is_low_precision(dst.dtype());
+  if (!flat || !(up || down)) return backend_for(dst.device()).copy(src, dst);
+  const int64_t n = src.numel();
+  const bool bf16 = (up ? src.dtype() : dst.dtype()) == DType::bf16;
+#pragma omp parallel for schedule(static) if (n > 4 * kBlock)
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    if (up)
+      widen(static_cast<const uint16_t*>(src.data_ptr()) + start, static_cast<float*>(dst.data_ptr()) + start, len,
+            bf16);
+    else
+      narrow(static_cast<const float*>(src.data_ptr()) + start, static_cast<uint16_t*>(dst.data_ptr()) + start, len,
+             bf16);
+  }
+}
+
+Tensor f32_copy(const Tensor& t) {
+  Tensor f = Tensor::empty(t.shape(), DType::f32, t.device());
+  convert(t, f);
+  return f;
+}
+
+}  // namespace
+
+bool any_low_precision(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t && t->defined() && is_low_precision(t->dtype())) return true;
+  return false;
+}
+
+Tensor F32Staging::in(const Tensor& t) const {
+  return t.defined() && is_low_precision(t.dtype()) ? f32_copy(t) : t;
+}
+
+Tensor& F32Staging::out(const Tensor& t, bool accumulate) {
+  if (!t.defined() || !is_low_precision(t.dtype())) {
+    outputs_.push_back({Tensor(), t});  // nothing to write back
+    return outputs_.back().staged;
+  }
+  Tensor staged = accumulate ? f32_copy(t) : Tensor::empty(t.shape(), DType::f32, t.device());
+  outputs_.push_back({t, staged});
+  return outputs_.back().staged;
+}
+
+void F32Staging::finish() {
+  for (Staged& s : outputs_)
+    if (s.original.defined()) convert(s.staged, s.original);
+  outputs_.clear();
+}
+
+}  // namespace kiln::cpu

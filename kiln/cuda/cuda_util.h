@@ -1,0 +1,109 @@
+// Host-side helpers shared by every file of the CUDA backend: error checks,
+// the per-device state (one compute stream, cuBLAS handles, workspace), the
+// device guard, temporaries from the caching allocator, and argument checks.
+//
+// Everything an op launches goes on stream_for(device): Kiln keeps one
+// compute stream per device, so stream order alone makes it safe to hand a
+// freed block to the next allocation on that device.
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+
+#include "kiln/backend/backend.h"
+
+namespace kiln::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cublas_error(int status, const char* expr, const char* file, int line);
+
+#define KILN_CUDA_CHECK(expr)                                                                       \
+  do {                                                                                              \
+    cudaError_t kiln_e_ = (expr);                                                                   \
+    if (kiln_e_ != cudaSuccess) ::kiln::cuda::throw_cuda_error(kiln_e_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define KILN_CUBLAS_CHECK(expr)                                                             \
+  do {                                                                                      \
+    int kiln_s_ = int(expr);                                                                \
+    if (kiln_s_ != 0) ::kiln::cuda::throw_cublas_error(kiln_s_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// After every kernel launch: a bad configuration (grid, shared memory) shows
+// up here instead of as a wrong answer later.
+#define KILN_CUDA_CHECK_LAUNCH() KILN_CUDA_CHECK(cudaGetLastError())
+
+// Lazily created resources of one device.
+struct DeviceState {
+  int index = 0;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;  // for f64 (cublasDgemm); cuBLASLt has no f64 GEMM
+  void* lt_workspace = nullptr;
+  size_t lt_workspace_bytes = 0;
+  int sm_count = 0;
+  int max_smem_optin = 0;          // bytes of dynamic shared memory a block may opt into
+  int* error_flag = nullptr;       // device int that kernels set on bad input (ids out of range)
+  int* error_flag_host = nullptr;  // pinned mirror the flag is read back into
+};
+
+DeviceState& device_state(int device);
+inline cudaStream_t stream_for(int device) { return device_state(device).stream; }
+
+// Makes `device` current for the scope (and restores the previous one).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Kernels that find bad input (an id out of range) set the device's error
+// flag instead of reading out of bounds. These clear it before the launch and
+// read it after (one stream synchronisation), returning the recorded value.
+void clear_error_flag(int device);
+int read_error_flag(int device);
+
+// ---- temporaries (booked under MemoryCategory::workspace)
+Tensor empty_workspace(const Shape& shape, DType dtype, Device device);
+// `t` itself when already contiguous, otherwise a contiguous copy on t's device.
+Tensor contiguous_or_copy(const Tensor& t);
+// Strided copy with dtype cast between two tensors on the same device (copy.cu).
+void copy_on_device(const Tensor& src, Tensor& dst);
+// out [..., M, N] (any strides) = gelu?(out + bias[N]); when pre_gelu is
+// defined it receives the value before GELU (matmul_epilogue.cu). Used where
+// cuBLASLt has no fused epilogue for the case (f64, odd leading dims).
+void matmul_bias_gelu(Tensor& out, const Tensor& bias, bool gelu, Tensor& pre_gelu);
+
+// Copies `bytes` of host memory to `device_ptr` asynchronously on the
+// device's stream, through a pinned staging buffer; `host` may be reused as
+// soon as this returns.
+void upload_async(const void* host, void* device_ptr, size_t bytes, int device);
+
+// ---- launch geometry
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, no more.
+int grid_for(int64_t n, int block, int device);
+
+// ---- argument checks (messages name the op and the argument)
+void check_cuda(const Tensor& t, const char* op, const char* what);
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+void check_contiguous(const Tensor& t, const char* op, const char* what);
+void check_dtype(const Tensor& t, DType expected, const char* op, const char* what);
+void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* what);
+// Floating dtypes the CUDA kernels compute in: f32, f64, bf16, f16.
+void check_floating(const Tensor& t, const char* op, const char* what);
+
+// Tensor memory is addressed through data_ptr() as a typed device pointer.
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+}  // namespace kiln::cuda

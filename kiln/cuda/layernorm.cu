@@ -1,0 +1,234 @@
+// LayerNorm over the last dim, forward and backward (x [N, C] contiguous).
+//
+//  forward   mean = sum(x)/C, var = sum((x-mean)^2)/C (biased, two-pass),
+//            rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b;
+//            mean and rstd saved in f32 (f64 for f64 inputs).
+//  backward  xhat = (x - mean) * rstd, g = dy * w,
+//            dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+//            dw = sum_rows(dy * xhat), db = sum_rows(dy)  (written, not accumulated)
+//
+// Row kernels: a warp per row for C <= 1024, a 256-thread block otherwise.
+// dw/db: a 32x8 block sums 32 columns over a chunk of rows into f32 partials;
+// layernorm_param_finalize adds the chunks in a fixed order (deterministic,
+// no atomics). An undefined weight/bias acts as 1/0; undefined dweight/dbias
+// are skipped.
+#include <algorithm>
+
+#include "kiln/cuda/cuda_backend.h"
+#include "kiln/cuda/cuda_util.h"
+#include "kiln/cuda/row_reduce.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename T, int GROUP>
+__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd, int64_t rows,
+                                 int64_t C, float eps) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  RowSlot<GROUP> slot;
+  if (slot.row >= rows) return;
+  const T* xr = x + slot.row * C;
+  A s = 0;
+  for (int64_t j = slot.lane; j < C; j += GROUP) s += to_acc(xr[j]);
+  const A mu = group_sum<GROUP>(s, scratch) / A(C);
+  A v = 0;
+  for (int64_t j = slot.lane; j < C; j += GROUP) {
+    A d = to_acc(xr[j]) - mu;
+    v += d * d;
+  }
+  const A r = A(1) / sqrt_acc(group_sum<GROUP>(v, scratch) / A(C) + A(eps));
+  T* yr = y + slot.row * C;
+  for (int64_t j = slot.lane; j < C; j += GROUP) {
+    A out = (to_acc(xr[j]) - mu) * r;
+    if (w) out *= to_acc(w[j]);
+    if (b) out += to_acc(b[j]);
+    yr[j] = from_acc<T>(out);
+  }
+  if (slot.lane == 0) {
+    mean[slot.row] = mu;
+    rstd[slot.row] = r;
+  }
+}
+
+template <typename T, int GROUP>
+__global__ void layernorm_dx_kernel(const T* dy, const T* x, const T* w, const Acc<T>* mean, const Acc<T>* rstd, T* dx,
+                                    int64_t rows, int64_t C) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  RowSlot<GROUP> slot;
+  if (slot.row >= rows) return;
+  const int64_t base = slot.row * C;
+  const A mu = mean[slot.row], r = rstd[slot.row];
+  A sum_g = 0, sum_gx = 0;
+  for (int64_t j = slot.lane; j < C; j += GROUP) {
+    A g = to_acc(dy[base + j]) * (w ? to_acc(w[j]) : A(1));
+    sum_g += g;
+    sum_gx += g * (to_acc(x[base + j]) - mu) * r;
+  }
+  const A mean_g = group_sum<GROUP>(sum_g, scratch) / A(C);
+  const A mean_gx = group_sum<GROUP>(sum_gx, scratch) / A(C);
+  for (int64_t j = slot.lane; j < C; j += GROUP) {
+    A g = to_acc(dy[base + j]) * (w ? to_acc(w[j]) : A(1));
+    A xhat = (to_acc(x[base + j]) - mu) * r;
+    dx[base + j] = from_acc<T>(r * (g - mean_g - xhat * mean_gx));
+  }
+}
+
+// blockDim (32, 8); blockIdx.x: 32 columns, blockIdx.y: a chunk of rows.
+// partial: [2][splits][C] -> (dy * xhat, dy) sums.
+template <typename T>
+__global__ void layernorm_param_partial_kernel(const T* dy, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                                               Acc<T>* partial, int64_t rows, int64_t C, int64_t chunk, int splits) {
+  using A = Acc<T>;
+  __shared__ A s_dw[8][33], s_db[8][33];
+  const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
+  const int s = blockIdx.y;
+  A dw = 0, db = 0;
+  if (c < C) {
+    const int64_t end = min(rows, (s + 1) * chunk);
+    for (int64_t i = s * chunk + threadIdx.y; i < end; i += 8) {
+      A g = to_acc(dy[i * C + c]);
+      dw += g * (to_acc(x[i * C + c]) - mean[i]) * rstd[i];
+      db += g;
+    }
+  }
+  s_dw[threadIdx.y][threadIdx.x] = dw;
+  s_db[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int k = 1; k < 8; ++k) {
+      dw += s_dw[k][threadIdx.x];
+      db += s_db[k][threadIdx.x];
+    }
+    partial[int64_t(s) * C + c] = dw;
+    partial[(int64_t(splits) + s) * C + c] = db;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_param_finalize_kernel(const Acc<T>* partial, T* dweight, T* dbias, int64_t C, int splits) {
+  using A = Acc<T>;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    A dw = 0, db = 0;
+    for (int s = 0; s < splits; ++s) {
+      dw += partial[int64_t(s) * C + c];
+      db += partial[(int64_t(splits) + s) * C + c];
+    }
+    if (dweight) dweight[c] = from_acc<T>(dw);
+    if (dbias) dbias[c] = from_acc<T>(db);
+  }
+}
+
+DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_param(const Tensor& p, const Tensor& x, int64_t C, const char* op, const char* what) {
+  if (!p.defined()) return;
+  check_cuda(p, op, what);
+  check_same_device(p, x, op);
+  check_contiguous(p, op, what);
+  check_shape(p, {C}, op, what);
+  check_dtype(p, x.dtype(), op, what);
+}
+
+void check_stats(const Tensor& t, const Tensor& x, int64_t N, const char* op, const char* what) {
+  check_cuda(t, op, what);
+  check_same_device(t, x, op);
+  check_contiguous(t, op, what);
+  check_shape(t, {N}, op, what);
+  check_dtype(t, stats_dtype(x.dtype()), op, what);
+}
+
+}  // namespace
+
+void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                            Tensor& mean, Tensor& rstd) {
+  const char* op = "layernorm";
+  check_cuda(x, op, "x");
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, "layernorm: x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  check_param(weight, x, C, op, "weight");
+  check_param(bias, x, C, op, "bias");
+  check_cuda(y, op, "y");
+  check_contiguous(y, op, "y");
+  check_shape(y, x.shape(), op, "y");
+  check_dtype(y, x.dtype(), op, "y");
+  check_stats(mean, x, N, op, "mean");
+  check_stats(rstd, x, N, op, "rstd");
+  if (N == 0) return;
+  KILN_CHECK(C > 0, "layernorm: rows are empty (C = 0)");
+  const int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_for(dev);
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using A = Acc<T>;
+    const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
+    const T* b = bias.defined() ? ptr<const T>(bias) : nullptr;
+    if (C <= 1024)
+      layernorm_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<T>(y),
+                                                                            ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+    else
+      layernorm_kernel<T, 256>
+          <<<unsigned(N), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<T>(y), ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+  });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const char* op = "layernorm_backward";
+  check_cuda(x, op, "x");
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, "layernorm_backward: x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  check_cuda(dy, op, "dy");
+  check_contiguous(dy, op, "dy");
+  check_shape(dy, x.shape(), op, "dy");
+  check_dtype(dy, x.dtype(), op, "dy");
+  check_param(weight, x, C, op, "weight");
+  check_stats(mean, x, N, op, "mean");
+  check_stats(rstd, x, N, op, "rstd");
+  if (dx.defined()) {
+    check_cuda(dx, op, "dx");
+    check_contiguous(dx, op, "dx");
+    check_shape(dx, x.shape(), op, "dx");
+    check_dtype(dx, x.dtype(), op, "dx");
+  }
+  check_param(dweight, x, C, op, "dweight");
+  check_param(dbias, x, C, op, "dbias");
+  if (C == 0) return;
+  const int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_for(dev);
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using A = Acc<T>;
+    const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
+    if (dx.defined() && N > 0) {
+      if (C <= 1024)
+        layernorm_dx_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(
+            ptr<const T>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
+      else
+        layernorm_dx_kernel<T, 256><<<unsigned(N), 256, 0, stream>>>(
+            ptr<const T>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
+      KILN_CUDA_CHECK_LAUNCH();
+    }
+    if (!dweight.defined() && !dbias.defined()) return;
+    const int64_t col_blocks = ceil_div(C, 32);
+    const int64_t want = ceil_div(int64_t(device_state(dev).sm_count) * 4, col_blocks);
+    const int64_t splits0 = std::clamp<int64_t>(std::min(want, ceil_div(std::max<int64_t>(N, 1), 64)), 1, 1024);
+    const int64_t chunk = ceil_div(std::max<int64_t>(N, 1), splits0);
+    const int splits = int(ceil_div(std::max<int64_t>(N, 1), chunk));
+    Tensor partial = empty_workspace({2 * splits * C}, stats_dtype(x.dtype()), x.device());
+    layernorm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(splits)), dim3(32, 8), 0, stream>>>(
+        ptr<const T>(dy), ptr<const T>(x), ptr<const A>(mean), ptr<const A>(rstd), ptr<A>(partial), N, C, chunk,
+        splits);
+    KILN_CUDA_CHECK_LAUNCH();
+    layernorm_param_finalize_kernel<T><<<grid_for(C, 256, dev), 256, 0, stream>>>(
+        ptr<const A>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr, dbias.defined() ? ptr<T>(dbias) : nullptr,
+        C, splits);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, against the bundle made
+# by scripts/bundle_gpu.sh (dist/gpu/). Writes everything into "$OUT":
+#
+#   nvidia-smi.txt        the device as the driver sees it
+#   kiln_info.txt         `kiln info` (GPU properties, measured bandwidth)
+#   kiln_gpu_tests.log    the CUDA-vs-CPU op tests (+ .xml, gtest's report)
+#   kiln_tests.log        the CPU suite, only with RUN_CPU_TESTS=1
+#   bench/<name>.log      each benchmark script under bench/gpu/ (*.sh, *.py),
+#                         run with OUT=$OUT/bench/<name> and KILN_DIST=dist/gpu
+#   summary.md            one table: step, exit code, test counts, seconds
+#
+# Exit code: non-zero if the GPU tests failed or did not run; benchmark
+# failures are recorded in summary.md but do not fail the run.
+# Usage: OUT=/some/dir scripts/run_on_device.sh
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out/device}"
+DIST="${KILN_DIST:-$ROOT/dist/gpu}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.md"
+printf '| step | exit | result | seconds |\n|---|---|---|---|\n' > "$SUMMARY"
+
+# Runs a step with its output in a log; appends a summary row.
+# step NAME LOG COMMAND...
+step() {
+  local name="$1" log="$2"
+  shift 2
+  echo "== $name"
+  local start=$SECONDS
+  "$@" > "$log" 2>&1
+  local rc=$?
+  local result
+  result=$(gtest_counts "$log")
+  printf '| %s | %s | %s | %s |\n' "$name" "$rc" "${result:--}" "$((SECONDS - start))" >> "$SUMMARY"
+  tail -n 5 "$log"
+  return $rc
+}
+
+# "12 passed, 1 failed, 3 skipped" from a gtest log, or nothing.
+gtest_counts() {
+  local log="$1"
+  grep -q '^\[==========\]' "$log" 2>/dev/null || return 0
+  local passed failed skipped
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n1)
+  failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n1)
+  echo "${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+}
+
+if [ ! -x "$DIST/kiln_gpu_tests" ]; then
+  echo "run_on_device.sh: $DIST/kiln_gpu_tests not found; run scripts/bundle_gpu.sh first (and carry dist/gpu)" >&2
+  echo "| bundle | missing | $DIST not found | 0 |" >> "$SUMMARY"
+  exit 2
+fi
+
+step "nvidia-smi" "$OUT/nvidia-smi.txt" nvidia-smi
+step "kiln info" "$OUT/kiln_info.txt" "$DIST/kiln" info
+step "kiln_gpu_tests" "$OUT/kiln_gpu_tests.log" "$DIST/kiln_gpu_tests" --gtest_output="xml:$OUT/kiln_gpu_tests.xml"
+gpu_rc=$?
+# A run where every test skipped (no device seen) is not a pass.
+if grep -q '^\[  SKIPPED \]' "$OUT/kiln_gpu_tests.log" && ! grep -q '^\[  PASSED  \] [1-9]' "$OUT/kiln_gpu_tests.log"; then
+  echo "run_on_device.sh: every GPU test was skipped: the CUDA backend saw no device" >&2
+  gpu_rc=3
+fi
+if [ "${RUN_CPU_TESTS:-0}" = 1 ]; then
+  step "kiln_tests (cpu)" "$OUT/kiln_tests.log" "$DIST/kiln_tests"
+fi
+
+if [ -d bench/gpu ]; then
+  mkdir -p "$OUT/bench"
+  for script in bench/gpu/*.sh bench/gpu/*.py; do
+    [ -e "$script" ] || continue
+    name="$(basename "$script")"
+    mkdir -p "$OUT/bench/${name%.*}"
+    case "$script" in
+      *.sh) step "bench $name" "$OUT/bench/${name%.*}.log" env OUT="$OUT/bench/${name%.*}" KILN_DIST="$DIST" bash "$script" ;;
+      *.py) step "bench $name" "$OUT/bench/${name%.*}.log" env OUT="$OUT/bench/${name%.*}" KILN_DIST="$DIST" python3 "$script" ;;
+    esac
+  done
+fi
+
+echo "== summary ($SUMMARY)"
+cat "$SUMMARY"
+exit $gpu_rc

@@ -1,0 +1,193 @@
+// CUDA vs CPU: softmax, cross-entropy, layernorm, embedding, dropout and the
+// optimizer steps, forward and backward.
+#include "kiln/core/philox.h"
+#include "tests/gpu/cuda_test_util.h"
+
+namespace kiln::cuda_test {
+namespace {
+
+const DType kFloatDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+TEST(CudaBackendSoftmax, ForwardAndBackwardMatchTheCpu) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  // C <= 1024 uses a warp per row, larger C a block per row.
+  for (const Shape& shape : {Shape{5, 10}, Shape{2, 3, 7}, Shape{3, 1500}, Shape{1, 1}}) {
+    for (DType t : kFloatDtypes) {
+      for (bool log : {false, true}) {
+        const DType rt = ref_dtype(t);
+        Tensor x = host_random(shape, t, 10, -4, 4), dy = host_random(shape, t, 11);
+        Tensor want = cpu_empty(shape, rt);
+        cpu().softmax(host_cast(x, rt), want, log);
+        Tensor got = gpu_poisoned(shape, t);
+        gpu().softmax(to_gpu(x), got, log);
+        const std::string what =
+            std::string(log ? "log_softmax " : "softmax ") + dtype_name(t) + " " + shape_str(shape);
+        expect_close(got, want, tol_for(t), what);
+        // Backward from the same y on both sides (the GPU's y, rounded to t).
+        Tensor y = to_host(got);
+        Tensor want_dx = cpu_empty(shape, rt);
+        cpu().softmax_backward(host_cast(y, rt), host_cast(dy, rt), want_dx, log);
+        Tensor got_dx = gpu_poisoned(shape, t);
+        gpu().softmax_backward(to_gpu(y), to_gpu(dy), got_dx, log);
+        expect_close(got_dx, want_dx, tol_for(t), what + " backward");
+      }
+    }
+  }
+}
+
+TEST(CudaBackendCrossEntropy, LossAndGradientWithIgnoredRows) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const int64_t ignore = -100;
+  for (int64_t C : {int64_t(37), int64_t(5000)}) {
+    for (DType t : kFloatDtypes) {
+      for (DType tt : {DType::i32, DType::i64}) {
+        const DType rt = ref_dtype(t);
+        const int64_t N = 13;
+        Tensor logits = host_random({N, C}, t, 20, -3, 3);
+        Tensor targets = host_random_ints({N}, tt, 21, 0, C);
+        write_element(targets.data_ptr(), tt, 4, double(ignore));
+        write_element(targets.data_ptr(), tt, 9, double(ignore));
+        const std::string what =
+            std::string("cross_entropy ") + dtype_name(t) + " C=" + std::to_string(C) + " " + dtype_name(tt);
+        Tensor want_loss = cpu_empty({N}, DType::f32), want_d = cpu_empty({N, C}, rt);
+        cpu().cross_entropy(host_cast(logits, rt), targets, want_loss, want_d, 1.0f / 11, ignore);
+        // Losses in f32, dlogits in a separate tensor.
+        Tensor loss = gpu_poisoned({N}, DType::f32), d = gpu_poisoned({N, C}, t);
+        gpu().cross_entropy(to_gpu(logits), to_gpu(targets), loss, d, 1.0f / 11, ignore);
+        expect_close(loss, want_loss, tol_for(t == DType::f64 ? DType::f32 : t), what + " loss");
+        expect_close(d, want_d, tol_for(t), what + " dlogits");
+        // Losses in the logits' dtype, dlogits written over the logits.
+        Tensor inplace = to_gpu(logits), loss_t = gpu_poisoned({N}, t);
+        gpu().cross_entropy(inplace, to_gpu(targets), loss_t, inplace, 1.0f / 11, ignore);
+        expect_close(loss_t, want_loss, tol_for(t == DType::f64 ? DType::f32 : t), what + " loss (logits dtype)");
+        expect_close(inplace, want_d, tol_for(t), what + " dlogits in place");
+        // No gradient wanted.
+        Tensor none, loss_only = gpu_poisoned({N}, DType::f32);
+        gpu().cross_entropy(to_gpu(logits), to_gpu(targets), loss_only, none, 1.0f, ignore);
+        expect_close(loss_only, want_loss, tol_for(t == DType::f64 ? DType::f32 : t), what + " loss only");
+      }
+    }
+  }
+}
+
+TEST(CudaBackendCrossEntropy, OutOfRangeTargetThrows) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  Tensor logits = to_gpu(host_random({4, 6}, DType::f32, 1));
+  Tensor targets = to_gpu(host_from_values({1, 2, 6, 0}, {4}, DType::i64));
+  Tensor loss = gpu_poisoned({4}, DType::f32), none;
+  EXPECT_THROW(gpu().cross_entropy(logits, targets, loss, none, 1.0f, -100), kiln::Error);
+  // The error flag is cleared: a good call afterwards succeeds.
+  Tensor good = to_gpu(host_from_values({1, 2, 5, 0}, {4}, DType::i64));
+  EXPECT_NO_THROW(gpu().cross_entropy(logits, good, loss, none, 1.0f, -100));
+}
+
+TEST(CudaBackendLayerNorm, ForwardAndBackwardMatchTheCpu) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  for (const Shape& shape : {Shape{13, 37}, Shape{4, 768}, Shape{3, 2000}, Shape{257, 64}}) {
+    for (DType t : kFloatDtypes) {
+      const DType rt = ref_dtype(t), st = t == DType::f64 ? DType::f64 : DType::f32;
+      const int64_t N = shape[0], C = shape[1];
+      Tensor x = host_random(shape, t, 30, -2, 3), w = host_random({C}, t, 31, 0.5, 1.5), b = host_random({C}, t, 32);
+      Tensor dy = host_random(shape, t, 33);
+      const std::string what = std::string("layernorm ") + dtype_name(t) + " " + shape_str(shape);
+      Tensor y_ref = cpu_empty(shape, rt), mean_ref = cpu_empty({N}, rt), rstd_ref = cpu_empty({N}, rt);
+      cpu().layernorm(host_cast(x, rt), host_cast(w, rt), host_cast(b, rt), 1e-5f, y_ref, mean_ref, rstd_ref);
+      Tensor y = gpu_poisoned(shape, t), mean = gpu_poisoned({N}, st), rstd = gpu_poisoned({N}, st);
+      Tensor xd = to_gpu(x), wd = to_gpu(w);
+      gpu().layernorm(xd, wd, to_gpu(b), 1e-5f, y, mean, rstd);
+      Tol tol = tol_for(t);
+      if (t == DType::f32) tol = {1e-5, 1e-5};  // f32 sums on the GPU, f64 on the CPU
+      expect_close(y, y_ref, tol, what + " y");
+      expect_close(mean, mean_ref, t == DType::f64 ? tol : Tol{1e-5, 1e-5}, what + " mean");
+      expect_close(rstd, rstd_ref, t == DType::f64 ? tol : Tol{1e-5, 1e-5}, what + " rstd");
+
+      Tensor dx_ref = cpu_empty(shape, rt), dw_ref = cpu_empty({C}, rt), db_ref = cpu_empty({C}, rt);
+      cpu().layernorm_backward(host_cast(dy, rt), host_cast(x, rt), host_cast(w, rt), mean_ref, rstd_ref, dx_ref,
+                               dw_ref, db_ref);
+      Tensor dx = gpu_poisoned(shape, t), dw = gpu_poisoned({C}, t), db = gpu_poisoned({C}, t);
+      gpu().layernorm_backward(to_gpu(dy), xd, wd, mean, rstd, dx, dw, db);
+      Tol sums = tol;  // dw/db add N terms
+      sums.atol = std::max(sums.atol, (t == DType::f64 ? 1e-13 : 4e-7) * double(N));
+      expect_close(dx, dx_ref, tol, what + " dx");
+      expect_close(dw, dw_ref, sums, what + " dweight");
+      expect_close(db, db_ref, sums, what + " dbias");
+    }
+  }
+}
+
+TEST(CudaBackendEmbedding, GatherAndDeterministicScatterAdd) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  for (DType t : kFloatDtypes) {
+    for (DType it : {DType::i32, DType::i64}) {
+      const int64_t V = 50, C = 37;
+      Tensor w = host_random({V, C}, t, 40);
+      Tensor ids = host_random_ints({3, 41}, it, 41, 0, 7);  // few distinct ids: many repeats
+      write_element(ids.data_ptr(), it, 5, double(V - 1));
+      const std::string what = std::string("embedding ") + dtype_name(t) + " " + dtype_name(it);
+      Tensor out_ref = cpu_empty({3, 41, C}, t);
+      cpu().embedding(w, ids, out_ref);  // a gather works for every dtype on the CPU
+      Tensor out = gpu_poisoned({3, 41, C}, t);
+      gpu().embedding(to_gpu(w), to_gpu(ids), out);
+      expect_equal(out, out_ref, what + " forward");
+
+      const DType rt = ref_dtype(t);
+      Tensor dout = host_random({3, 41, C}, t, 42), dw0 = host_random({V, C}, t, 43);
+      Tensor dw_ref = host_cast(dw0, rt);
+      cpu().embedding_backward(host_cast(dout, rt), ids, dw_ref);  // accumulates
+      Tensor dw = to_gpu(dw0);
+      gpu().embedding_backward(to_gpu(dout), to_gpu(ids), dw);
+      Tol tol = tol_for(t);
+      if (t == DType::f32) tol = {1e-5, 1e-5};
+      expect_close(dw, dw_ref, tol, what + " backward");
+      // Deterministic: a second run from the same start gives identical bits.
+      Tensor dw2 = to_gpu(dw0);
+      gpu().embedding_backward(to_gpu(dout), to_gpu(ids), dw2);
+      expect_equal(dw2, to_host(dw), what + " backward is deterministic");
+    }
+  }
+}
+
+TEST(CudaBackendEmbedding, OutOfRangeIdsThrow) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  Tensor w = to_gpu(host_random({10, 4}, DType::f32, 1));
+  Tensor bad = to_gpu(host_from_values({1, 10}, {2}, DType::i32)),
+         neg = to_gpu(host_from_values({-1}, {1}, DType::i64));
+  Tensor out = gpu_poisoned({2, 4}, DType::f32), out1 = gpu_poisoned({1, 4}, DType::f32);
+  EXPECT_THROW(gpu().embedding(w, bad, out), kiln::Error);
+  EXPECT_THROW(gpu().embedding(w, neg, out1), kiln::Error);
+  Tensor dw = gpu_poisoned({10, 4}, DType::f32);
+  EXPECT_THROW(gpu().embedding_backward(out, bad, dw), kiln::Error);
+  Tensor good = to_gpu(host_from_values({1, 9}, {2}, DType::i32));
+  EXPECT_NO_THROW(gpu().embedding(w, good, out));
+}
+
+TEST(CudaBackendDropout, SameMaskAsTheCpuAndPhilox) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  for (DType t : kFloatDtypes) {
+    for (uint64_t offset : {uint64_t(0), uint64_t(3), uint64_t(1) << 33}) {
+      for (float p : {0.0f, 0.1f, 0.5f, 1.0f}) {
+        const int64_t n = 1001;
+        Tensor got = gpu_poisoned({7, 143}, t);
+        gpu().dropout_mask(got, p, 1234, offset);
+        std::vector<double> g = host_values(to_host(got));
+        // Independent reference: the Philox formula itself.
+        const double scale = host_values(host_from_values({1.0 / (1.0 - double(p))}, {1}, t))[0];
+        int mismatches = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const bool keep = philox_uniform(1234, offset, uint64_t(i)) >= p;
+          const double want = keep ? scale : 0.0;
+          if (keep ? std::abs(g[size_t(i)] - want) > 1e-6 * want : g[size_t(i)] != 0.0) ++mismatches;
+        }
+        EXPECT_EQ(mismatches, 0) << "dropout " << dtype_name(t) << " p=" << p << " offset=" << offset;
+        if (t == DType::f32 || t == DType::f64) {
+          Tensor want = cpu_empty({7, 143}, t);
+          cpu().dropout_mask(want, p, 1234, offset);
+          expect_close(got, want, tol_for(t), std::string("dropout vs cpu ") + dtype_name(t));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cuda_test

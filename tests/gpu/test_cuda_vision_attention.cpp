@@ -1,0 +1,133 @@
+// CUDA vs CPU: conv2d, maxpool2d and fused attention, forward and backward.
+#include "tests/gpu/cuda_test_util.h"
+
+namespace kiln::cuda_test {
+namespace {
+
+const DType kFloatDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+struct ConvCase {
+  int64_t N, Cin, H, W, Cout, KH, KW;
+  Conv2dArgs args;
+  bool bias;
+};
+
+TEST(CudaBackendConv2d, ForwardAndBackwardMatchTheCpu) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const std::vector<ConvCase> cases = {{2, 3, 9, 11, 4, 3, 3, {2, 2, 1, 1}, true},
+                                       {3, 5, 6, 6, 7, 1, 1, {1, 1, 0, 0}, false},
+                                       {1, 1, 8, 7, 2, 5, 3, {1, 2, 2, 0}, true}};
+  for (DType t : kFloatDtypes) {
+    const DType rt = ref_dtype(t);
+    const Tol tol = t == DType::f32 ? kTf32Tol : tol_for(t);  // f32 convolutions run on TF32 tensor cores
+    for (const ConvCase& c : cases) {
+      const int64_t OH = (c.H + 2 * c.args.pad_h - c.KH) / c.args.stride_h + 1;
+      const int64_t OW = (c.W + 2 * c.args.pad_w - c.KW) / c.args.stride_w + 1;
+      const Shape out_shape = {c.N, c.Cout, OH, OW};
+      Tensor x = host_random({c.N, c.Cin, c.H, c.W}, t, 70), w = host_random({c.Cout, c.Cin, c.KH, c.KW}, t, 71);
+      Tensor b = c.bias ? host_random({c.Cout}, t, 72) : Tensor();
+      Tensor dout = host_random(out_shape, t, 73);
+      const std::string what = std::string("conv2d ") + dtype_name(t) + " x " + shape_str(x.shape()) + " w " +
+                               shape_str(w.shape()) + " stride " + std::to_string(c.args.stride_h) + "x" +
+                               std::to_string(c.args.stride_w);
+      Tensor want = cpu_empty(out_shape, rt);
+      cpu().conv2d(host_cast(x, rt), host_cast(w, rt), c.bias ? host_cast(b, rt) : Tensor(), want, c.args);
+      Tensor got = gpu_poisoned(out_shape, t);
+      gpu().conv2d(to_gpu(x), to_gpu(w), c.bias ? to_gpu(b) : Tensor(), got, c.args);
+      expect_close(got, want, tol, what);
+
+      Tensor dx_ref = cpu_empty(x.shape(), rt), dw_ref = cpu_empty(w.shape(), rt), db_ref = cpu_empty({c.Cout}, rt);
+      cpu().conv2d_backward(host_cast(dout, rt), host_cast(x, rt), host_cast(w, rt), dx_ref, dw_ref, db_ref, c.args);
+      Tensor dx = gpu_poisoned(x.shape(), t), dw = gpu_poisoned(w.shape(), t), db = gpu_poisoned({c.Cout}, t);
+      gpu().conv2d_backward(to_gpu(dout), to_gpu(x), to_gpu(w), dx, dw, db, c.args);
+      Tol sums = tol;
+      sums.atol = std::max(sums.atol, 4e-7 * double(c.N * OH * OW));
+      expect_close(dx, dx_ref, tol, what + " dx");
+      expect_close(dw, dw_ref, sums, what + " dweight");
+      expect_close(db, db_ref, sums, what + " dbias");
+      // Only the weight gradient.
+      Tensor none1, none2, dw_only = gpu_poisoned(w.shape(), t);
+      gpu().conv2d_backward(to_gpu(dout), to_gpu(x), to_gpu(w), none1, dw_only, none2, c.args);
+      expect_close(dw_only, dw_ref, sums, what + " dweight alone");
+    }
+  }
+}
+
+TEST(CudaBackendMaxPool2d, ForwardIndicesAndBackward) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const std::vector<Pool2dArgs> cases = {{2, 2, 2, 2}, {3, 3, 2, 2}, {2, 3, 1, 2}};
+  for (DType t : kFloatDtypes) {
+    const DType rt = ref_dtype(t);
+    for (const Pool2dArgs& a : cases) {
+      const int64_t N = 2, C = 3, H = 7, W = 9;
+      const int64_t OH = (H - a.kernel_h) / a.stride_h + 1, OW = (W - a.kernel_w) / a.stride_w + 1;
+      Tensor x = host_random({N, C, H, W}, t, 80);
+      const std::string what = std::string("maxpool2d ") + dtype_name(t) + " kernel " + std::to_string(a.kernel_h) +
+                               "x" + std::to_string(a.kernel_w) + " stride " + std::to_string(a.stride_h) + "x" +
+                               std::to_string(a.stride_w);
+      Tensor want = cpu_empty({N, C, OH, OW}, rt), want_idx = cpu_empty({N, C, OH, OW}, DType::i32);
+      cpu().maxpool2d(host_cast(x, rt), want, want_idx, a);
+      Tensor got = gpu_poisoned({N, C, OH, OW}, t), idx = gpu_poisoned({N, C, OH, OW}, DType::i32);
+      gpu().maxpool2d(to_gpu(x), got, idx, a);
+      expect_close(got, want, tol_for(t), what);
+      expect_equal(idx, want_idx, what + " indices");
+
+      Tensor dout = host_random({N, C, OH, OW}, t, 81);
+      Tensor dx_ref = cpu_empty(x.shape(), rt);
+      cpu().maxpool2d_backward(host_cast(dout, rt), want_idx, dx_ref);
+      Tensor dx = gpu_poisoned(x.shape(), t);
+      gpu().maxpool2d_backward(to_gpu(dout), idx, dx);
+      expect_close(dx, dx_ref, tol_for(t), what + " backward");
+    }
+  }
+}
+
+struct AttentionCase {
+  int64_t B, H, T, D;
+  bool causal;
+};
+
+TEST(CudaBackendAttention, ForwardAndBackwardMatchTheCpu) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const std::vector<AttentionCase> cases = {{2, 3, 37, 16, true},  {2, 3, 37, 64, false}, {1, 2, 1, 32, true},
+                                            {1, 2, 130, 80, true}, {2, 1, 33, 128, true}, {1, 1, 20, 7, false}};
+  for (DType t : kFloatDtypes) {
+    const DType rt = ref_dtype(t), lt = t == DType::f64 ? DType::f64 : DType::f32;
+    Tol tol = tol_for(t);
+    if (t == DType::f32) tol = {1e-5, 1e-5};
+    for (const AttentionCase& c : cases) {
+      const Shape shape = {c.B, c.H, c.T, c.D}, lse_shape = {c.B, c.H, c.T};
+      const float scale = 1.0f / std::sqrt(float(c.D));
+      Tensor q = host_random(shape, t, 90), k = host_random(shape, t, 91), v = host_random(shape, t, 92);
+      Tensor dout = host_random(shape, t, 93);
+      const std::string what =
+          std::string("attention ") + dtype_name(t) + " " + shape_str(shape) + (c.causal ? " causal" : "");
+      Tensor out_ref = cpu_empty(shape, rt), lse_ref = cpu_empty(lse_shape, rt);
+      cpu().attention(host_cast(q, rt), host_cast(k, rt), host_cast(v, rt), out_ref, lse_ref, scale, c.causal);
+      Tensor qd = to_gpu(q), kd = to_gpu(k), vd = to_gpu(v);
+      Tensor out = gpu_poisoned(shape, t), lse = gpu_poisoned(lse_shape, lt);
+      gpu().attention(qd, kd, vd, out, lse, scale, c.causal);
+      expect_close(out, out_ref, tol, what + " out");
+      expect_close(lse, lse_ref, t == DType::f64 ? tol : Tol{1e-5, 1e-5}, what + " lse");
+
+      Tensor dq_ref = cpu_empty(shape, rt), dk_ref = cpu_empty(shape, rt), dv_ref = cpu_empty(shape, rt);
+      cpu().attention_backward(host_cast(dout, rt), host_cast(q, rt), host_cast(k, rt), host_cast(v, rt), out_ref,
+                               lse_ref, dq_ref, dk_ref, dv_ref, scale, c.causal);
+      Tensor dq = gpu_poisoned(shape, t), dk = gpu_poisoned(shape, t), dv = gpu_poisoned(shape, t);
+      gpu().attention_backward(to_gpu(dout), qd, kd, vd, out, lse, dq, dk, dv, scale, c.causal);
+      expect_close(dq, dq_ref, tol, what + " dq");
+      expect_close(dk, dk_ref, tol, what + " dk");
+      expect_close(dv, dv_ref, tol, what + " dv");
+    }
+  }
+}
+
+TEST(CudaBackendAttention, RejectsHeadDimAbove128) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  Tensor q = gpu_poisoned({1, 1, 4, 129}, DType::f32), out = gpu_poisoned({1, 1, 4, 129}, DType::f32);
+  Tensor lse = gpu_poisoned({1, 1, 4}, DType::f32);
+  EXPECT_THROW(gpu().attention(q, q, q, out, lse, 1.0f, true), kiln::Error);
+}
+
+}  // namespace
+}  // namespace kiln::cuda_test

@@ -1,0 +1,348 @@
+// Mixed precision: the dynamic loss scaler's policy, the autocast policy,
+// float type promotion, and bf16/f16 ops on the CPU (compute in f32, round
+// once). Recipe-level runs are in test_amp_recipes.cpp.
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "op_test_util.h"
+#include "apps/recipes/precision.h"
+#include "kiln/amp/autocast.h"
+#include "kiln/amp/grad_scaler.h"
+#include "models/gpt/gpt.h"
+
+namespace kiln {
+namespace {
+
+using amp::AutocastGuard;
+using amp::DynamicLossScaler;
+using testing::random_tensor;
+
+// ||a - b|| / ||b||, in f64.
+double relative_error(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+// ---- loss scaler policy
+
+TEST(Amp, ScalerGrowsAfterExactlyGrowthIntervalCleanSteps) {
+  DynamicLossScaler s;
+  EXPECT_EQ(s.scale(), 65536.0);
+  for (int i = 0; i < 1999; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 65536.0);
+  EXPECT_EQ(s.growth_tracker(), 1999);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 131072.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  for (int i = 0; i < 2000; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 262144.0);
+}
+
+TEST(Amp, ScalerBacksOffOnInfAndRestartsTheCount) {
+  DynamicLossScaler s;
+  for (int i = 0; i < 1500; ++i) s.update(false);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  for (int i = 0; i < 1999; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 32768.0);  // the 1500 clean steps before the inf do not count
+  s.update(false);
+  EXPECT_EQ(s.scale(), 65536.0);
+  // Repeated overflow never drives the scale to zero.
+  for (int i = 0; i < 200; ++i) s.update(true);
+  EXPECT_EQ(s.scale(), s.options().min_scale);
+  EXPECT_GT(s.scale(), 0.0);
+  EXPECT_THROW(DynamicLossScaler{amp::LossScalerOptions{.init_scale = 0}}, Error);
+}
+
+TEST(Amp, ScalerUnscalesGradientsAndDetectsInfAndNan) {
+  DynamicLossScaler s;
+  Tensor a = ones({3}).set_requires_grad(), b = ones({2, 2}).set_requires_grad(), unused = ones({4});
+  a.set_grad(Tensor::from_vector<float>({65536.f, -131072.f, 32768.f}, {3}));
+  b.set_grad(Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f}, {2, 2}));
+  EXPECT_TRUE(s.unscale_and_check({a, b, unused}));
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{1.f, -2.f, 0.5f}));
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{0.f, 1.f / 65536, 2.f / 65536, 3.f / 65536}));
+
+  const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()};
+  for (float v : bad) {
+    a.set_grad(Tensor::from_vector<float>({1.f, v, 1.f}, {3}));
+    b.set_grad(ones({2, 2}));
+    EXPECT_FALSE(s.unscale_and_check({a, b})) << v;
+  }
+  // Large but finite gradients are not mistaken for overflow (sum(g) would be inf).
+  a.set_grad(Tensor::from_vector<float>({3e38f, 3e38f, 3e38f}, {3}));
+  EXPECT_TRUE(DynamicLossScaler(amp::LossScalerOptions{.init_scale = 1}).unscale_and_check({a}));
+}
+
+TEST(Amp, ScalerStateRoundTripsThroughJson) {
+  DynamicLossScaler s;
+  s.update(true);
+  for (int i = 0; i < 37; ++i) s.update(false);
+  nlohmann::json j = nlohmann::json::parse(s.state().dump());
+  DynamicLossScaler r;
+  r.load_state(j);
+  EXPECT_EQ(r.scale(), 32768.0);
+  EXPECT_EQ(r.growth_tracker(), 37);
+  for (int i = 0; i < 1963; ++i) r.update(false), s.update(false);
+  EXPECT_EQ(r.scale(), 65536.0);
+  EXPECT_EQ(r.scale(), s.scale());
+  EXPECT_THROW(r.load_state(nlohmann::json{{"scale", 1.0}}), Error);
+  EXPECT_THROW(r.load_state(nlohmann::json{{"scale", -1.0}, {"growth_tracker", 0}}), Error);
+}
+
+// An f16 step whose scaled gradient overflows is skipped (no update, logged),
+// the scale halves, and the next step goes through.
+TEST(Amp, Fp16OverflowSkipsTheStepAndBacksOff) {
+  recipes::MixedPrecision mp("fp16");
+  Tensor w = full({1, 4}, 0.5).set_requires_grad();
+  Tensor x = full({1, 4}, 1.0);
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& s) { lines.push_back(s); };
+  auto loss_fn = [&] {
+    AutocastGuard autocast(mp.autocast_dtype());
+    return sum(to_dtype(linear(x, w, Tensor()), DType::f32));  // an f32 loss, as cross_entropy gives
+  };
+  // The scaled d(loss)/d(y) is 65536, past f16's largest finite value (65504).
+  EXPECT_FALSE(mp.backward(loss_fn(), {w}, 7, log));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "step 7: skipped, inf/NaN gradients; loss scale -> 32768");
+  EXPECT_EQ(mp.skipped_steps(), 1);
+  w.zero_grad();
+  EXPECT_TRUE(mp.backward(loss_fn(), {w}, 8, log));
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1.f, 1.f, 1.f, 1.f}));  // unscaled
+  EXPECT_EQ(lines.size(), 1u);
+  nlohmann::json state;
+  mp.save(state);
+  EXPECT_EQ(state.at("precision"), "fp16");
+  EXPECT_EQ(state.at("loss_scaler").at("scale"), 32768.0);
+  EXPECT_THROW(recipes::MixedPrecision("fp8"), Error);
+}
+
+// ---- autocast policy
+
+TEST(Amp, AutocastLowersMatrixProductsAndKeepsSensitiveOpsInF32) {
+  Tensor x = random_tensor({4, 8}, 1, DType::f32), w = random_tensor({6, 8}, 2, DType::f32);
+  Tensor b = random_tensor({6}, 3, DType::f32);
+  Tensor img = random_tensor({1, 2, 5, 5}, 4, DType::f32), k = random_tensor({3, 2, 3, 3}, 5, DType::f32);
+  Tensor q = random_tensor({1, 2, 4, 8}, 6, DType::f32);
+  Tensor targets = Tensor::from_vector<int64_t>({0, 5, 2, 1}, {4});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    AutocastGuard autocast(dt);
+    ASSERT_EQ(amp::autocast_dtype(), dt);
+    EXPECT_EQ(linear(x, w, b).dtype(), dt);
+    EXPECT_EQ(matmul(x, transpose(w, 0, 1)).dtype(), dt);
+    EXPECT_EQ(conv2d(img, k, Tensor(), 1, 1).dtype(), dt);
+    EXPECT_EQ(scaled_dot_product_attention(q, q, q, true).dtype(), dt);
+    Tensor low = linear(x, w, b);
+    EXPECT_EQ(softmax(low).dtype(), DType::f32);
+    EXPECT_EQ(log_softmax(low, 0).dtype(), DType::f32);
+    EXPECT_EQ(cross_entropy(low, targets).dtype(), DType::f32);
+    EXPECT_EQ(layer_norm(low, ones({6}), zeros({6})).dtype(), DType::f32);
+    EXPECT_EQ(relu(low).dtype(), dt);                    // elementwise: runs in its input's dtype
+    EXPECT_EQ(add(low, b).dtype(), DType::f32);          // promotion
+    EXPECT_EQ(matmul(to_dtype(x, DType::f64), to_dtype(w, DType::f64).transpose(0, 1)).dtype(), DType::f64);
+    {
+      AutocastGuard off(DType::f32);
+      EXPECT_FALSE(amp::autocast_dtype().has_value());
+      EXPECT_EQ(linear(x, w, b).dtype(), DType::f32);
+    }
+    EXPECT_EQ(amp::autocast_dtype(), dt);
+    // The state is per thread, as torch.autocast's.
+    bool other_thread_on = true;
+    std::thread([&] { other_thread_on = amp::autocast_dtype().has_value(); }).join();
+    EXPECT_FALSE(other_thread_on);
+  }
+  EXPECT_FALSE(amp::autocast_dtype().has_value());
+  EXPECT_EQ(linear(x, w, b).dtype(), DType::f32);
+  EXPECT_THROW(AutocastGuard{DType::i32}, Error);
+}
+
+TEST(Amp, AutocastLinearMatchesRoundedInputsInF64) {
+  Tensor x = random_tensor({5, 7}, 11, DType::f32), w = random_tensor({3, 7}, 12, DType::f32);
+  Tensor y;
+  {
+    AutocastGuard autocast(DType::bf16);
+    y = linear(x, w, Tensor());
+  }
+  std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>(), yv = y.to_vector<float>();
+  for (int i = 0; i < 5; ++i)
+    for (int o = 0; o < 3; ++o) {
+      double ref = 0;
+      for (int k = 0; k < 7; ++k) ref += double(round_bf16(xv[i * 7 + k])) * double(round_bf16(wv[o * 7 + k]));
+      EXPECT_NEAR(yv[size_t(i * 3 + o)], ref, std::abs(ref) * 0.004 + 1e-6);  // one bf16 rounding of the output
+    }
+}
+
+// Loss and the gradients of an MLP's f32 parameters under autocast, against
+// the same network in f32.
+void check_mlp_gradients(DType dt, double tolerance) {
+  Tensor x = random_tensor({16, 24}, 21, DType::f32);
+  Tensor targets = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5}, {16});
+  std::vector<Tensor> params = {random_tensor({32, 24}, 22, DType::f32), random_tensor({32}, 23, DType::f32),
+                                random_tensor({10, 32}, 24, DType::f32), random_tensor({10}, 25, DType::f32)};
+  for (Tensor& p : params) p.set_requires_grad();
+  auto loss_fn = [&] {
+    Tensor h = gelu(linear(x, params[0], params[1]));
+    return cross_entropy(linear(h, params[2], params[3]), targets);
+  };
+  Tensor loss32 = loss_fn();
+  loss32.backward();
+  std::vector<Tensor> grads32;
+  for (Tensor& p : params) grads32.push_back(p.grad()), p.zero_grad();
+  Tensor loss;
+  {
+    AutocastGuard autocast(dt);
+    loss = loss_fn();
+  }
+  EXPECT_EQ(loss.dtype(), DType::f32);
+  EXPECT_NE(loss.item(), loss32.item());  // the products really ran in low precision
+  EXPECT_NEAR(loss.item(), loss32.item(), tolerance * loss32.item());
+  loss.backward();
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i].grad().defined()) << i;
+    EXPECT_EQ(params[i].grad().dtype(), DType::f32) << i;
+    EXPECT_LT(relative_error(params[i].grad(), grads32[i]), tolerance) << dtype_name(dt) << " param " << i;
+  }
+}
+
+TEST(Amp, Bf16GradientsReachF32ParamsCloseToF32) { check_mlp_gradients(DType::bf16, 1e-2); }
+TEST(Amp, F16GradientsReachF32ParamsCloseToF32) { check_mlp_gradients(DType::f16, 2e-3); }
+
+// The GPT path: embeddings, layernorm, attention, GELU MLP, residual adds and
+// the tied output embedding (cast for the logits, f32 for the lookup).
+TEST(Amp, GptUnderBf16AutocastMatchesF32) {
+  models::GptConfig c;
+  c.vocab_size = 32, c.block_size = 8, c.n_layer = 1, c.n_head = 2, c.n_embd = 16;
+  Generator init(3);
+  models::Gpt gpt(c, init, std::make_shared<Generator>(4));
+  Tensor ids = Tensor::from_vector<int64_t>({1, 5, 9, 3, 7, 2, 30, 11, 4, 4, 8, 16, 0, 1, 2, 3}, {2, 8});
+  Tensor targets = Tensor::from_vector<int64_t>({5, 9, 3, 7, 2, 30, 11, 6, 4, 8, 16, 0, 1, 2, 3, 31}, {2, 8});
+  Tensor loss32 = gpt.loss(ids, targets);
+  loss32.backward();
+  std::map<std::string, Tensor> grads32;
+  for (auto& [n, p] : gpt.named_parameters()) grads32[n] = p.grad(), p.zero_grad();
+  Tensor loss;
+  {
+    AutocastGuard autocast(DType::bf16);
+    loss = gpt.loss(ids, targets);
+  }
+  EXPECT_NE(loss.item(), loss32.item());
+  EXPECT_NEAR(loss.item(), loss32.item(), 1e-2 * loss32.item());
+  loss.backward();
+  for (auto& [n, p] : gpt.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << n;
+    EXPECT_EQ(p.dtype(), DType::f32) << n;
+    EXPECT_EQ(p.grad().dtype(), DType::f32) << n;
+    EXPECT_LT(relative_error(p.grad(), grads32[n]), 1e-2) << n;
+  }
+}
+
+// ---- type promotion
+
+TEST(Amp, MixedFloatAddPromotesAndEachInputGetsItsOwnGradientDtype) {
+  Tensor a = Tensor::from_vector<float>({1.5f, -2.f, 0.25f}, {3}).set_requires_grad();
+  Tensor b = to_dtype(Tensor::from_vector<float>({0.5f, 3.f, -1.f}, {3}), DType::bf16).set_requires_grad();
+  Tensor y = add(a, b);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2.f, 1.f, -0.75f}));
+  sum(mul_scalar(y, 3.0)).backward();
+  EXPECT_EQ(a.grad().dtype(), DType::f32);
+  EXPECT_EQ(b.grad().dtype(), DType::bf16);
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{3.f, 3.f, 3.f}));
+
+  // mul: f32 * f64 -> f64; d/da = b (back in f32), d/db = a (in f64).
+  Tensor c = Tensor::from_vector<float>({2.f, 4.f}, {2}).set_requires_grad();
+  Tensor d = Tensor::from_vector<double>({0.1, -3.0}, {2}).set_requires_grad();
+  Tensor z = mul(c, d);
+  EXPECT_EQ(z.dtype(), DType::f64);
+  sum(z).backward();
+  EXPECT_EQ(c.grad().dtype(), DType::f32);
+  EXPECT_EQ(d.grad().dtype(), DType::f64);
+  EXPECT_EQ(c.grad().to_vector<float>(), (std::vector<float>{0.1f, -3.f}));
+  EXPECT_EQ(d.grad().to_vector<double>(), (std::vector<double>{2.0, 4.0}));
+
+  // bf16 with f16: neither holds the other, so f32 (as PyTorch).
+  EXPECT_EQ(sub(to_dtype(a, DType::bf16), to_dtype(a, DType::f16)).dtype(), DType::f32);
+  EXPECT_EQ(div(a, to_dtype(a, DType::f16)).dtype(), DType::f32);
+  EXPECT_EQ(maximum(to_dtype(a, DType::f64), a).dtype(), DType::f64);
+  // Broadcasting still applies after promotion.
+  EXPECT_EQ(add(ones({2, 3}, DType::bf16), a).shape(), (Shape{2, 3}));
+  // Float with integer stays an error.
+  EXPECT_THROW(add(a, ones({3}, DType::i64)), Error);
+  EXPECT_THROW(mul(ones({3}, DType::i32), a), Error);
+}
+
+// ---- bf16/f16 ops on the CPU: f32 compute on the rounded values, one rounding
+
+TEST(Amp, CpuLowPrecisionOpsComputeInF32AndRoundOnce) {
+  Tensor x32 = random_tensor({3, 5}, 31, DType::f32, -3, 3);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Tensor x = to_dtype(x32, dt);
+    Tensor xr = to_dtype(x, DType::f32);  // the exact values x holds
+    auto expect_rounded = [&](const Tensor& low, const Tensor& ref32, const char* what) {
+      EXPECT_EQ(low.dtype(), dt) << what;
+      EXPECT_EQ(low.to_vector<float>(), to_dtype(ref32, dt).to_vector<float>()) << what << " " << dtype_name(dt);
+    };
+    expect_rounded(gelu(x), gelu(xr), "gelu");
+    expect_rounded(exp(x), exp(xr), "exp");
+    expect_rounded(mul_scalar(x, 0.3), mul_scalar(xr, 0.3), "mul_scalar");
+    Tensor row = to_dtype(random_tensor({5}, 32, DType::f32), dt);
+    expect_rounded(mul(x, row), mul(xr, to_dtype(row, DType::f32)), "broadcast mul");
+    expect_rounded(sum(x, {1}), sum(xr, {1}), "sum");
+    expect_rounded(amax(transpose(x, 0, 1), {1}), amax(transpose(xr, 0, 1), {1}), "strided amax");
+    // GEMM summation order may depend on the transpose flags: compare with
+    // f64 on the same values, within one rounding to the output dtype.
+    Tensor mm = matmul(x, transpose(x, 0, 1));
+    Tensor x64 = to_dtype(x, DType::f64);
+    std::vector<double> ref = matmul(x64, transpose(x64, 0, 1)).to_vector<double>();
+    std::vector<float> got = mm.to_vector<float>();
+    const double rounding = dt == DType::bf16 ? 1.0 / 200 : 1.0 / 1600;  // half an ulp (2^-8, 2^-11), plus slack
+    EXPECT_EQ(mm.dtype(), dt);
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], std::abs(ref[i]) * rounding + 1e-6) << i;
+    expect_rounded(softmax(x), softmax(xr), "softmax");
+    EXPECT_EQ(argmax(x, 1).to_vector<int64_t>(), argmax(xr, 1).to_vector<int64_t>());
+    Tensor ids = Tensor::from_vector<int64_t>({2, 0, 2}, {3});
+    expect_rounded(embedding(x, ids), embedding(xr, ids), "embedding");
+    Tensor q = to_dtype(random_tensor({1, 2, 3, 4}, 33, DType::f32), dt);
+    Tensor qr = to_dtype(q, DType::f32);
+    expect_rounded(scaled_dot_product_attention(q, q, q, true), scaled_dot_product_attention(qr, qr, qr, true),
+                   "attention");
+    Tensor img = to_dtype(random_tensor({1, 1, 4, 4}, 34, DType::f32), dt);
+    expect_rounded(max_pool2d(img, 2), max_pool2d(to_dtype(img, DType::f32), 2), "max_pool2d");
+  }
+}
+
+TEST(Amp, CpuLowPrecisionBackwardAndAccumulation) {
+  // A bf16 leaf accumulates two gradients (in-place add on bf16 storage), and
+  // embedding_backward adds into its bf16 output rather than overwriting it.
+  Tensor w = to_dtype(random_tensor({4, 3}, 41, DType::f32), DType::bf16).set_requires_grad();
+  Tensor ids = Tensor::from_vector<int64_t>({1, 1, 3}, {3});
+  Tensor loss = add(sum(embedding(w, ids)), sum(mul_scalar(w, 2.0)));
+  loss.backward();
+  std::vector<float> g = w.grad().to_vector<float>();
+  const std::vector<float> expected = {2, 2, 2, 4, 4, 4, 2, 2, 2, 3, 3, 3};
+  EXPECT_EQ(g, expected);
+  EXPECT_EQ(w.grad().dtype(), DType::bf16);
+  // Gradient check of attention in bf16 against f32 autograd.
+  Tensor q32 = random_tensor({1, 1, 4, 4}, 42, DType::f32).set_requires_grad();
+  Tensor q16 = to_dtype(q32.detach(), DType::bf16).set_requires_grad();
+  sum(square(scaled_dot_product_attention(q32, q32, q32, true))).backward();
+  sum(square(scaled_dot_product_attention(q16, q16, q16, true))).backward();
+  EXPECT_EQ(q16.grad().dtype(), DType::bf16);
+  EXPECT_LT(relative_error(q16.grad(), q32.grad()), 3e-2);
+}
+
+}  // namespace
+}  // namespace kiln
