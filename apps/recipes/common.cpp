@@ -31,6 +31,39 @@ std::string save_run(const std::string& out_dir, int64_t step, const nn::Module&
   return (std::filesystem::path(out_dir) / checkpoint_dir_name(step)).string();
 }
 
+int64_t resume_run(const TrainOptions& o, const std::string& out_dir, RunParts& parts, const Log& log) {
+  if (!o.resume) return 0;
+  auto latest = latest_checkpoint(out_dir);
+  if (!latest) {
+    log("no checkpoint in " + out_dir + " yet: starting from scratch");
+    return 0;
+  }
+  Checkpoint ck = load_checkpoint(*latest);
+  KILN_CHECK(ck.state.value("recipe", "") == o.recipe, "checkpoint ", *latest, " is from recipe '",
+             ck.state.value("recipe", ""), "', not '", o.recipe, "'");
+  parts.model.load_parameters(to_pairs(ck.model));
+  const int64_t start = ck.state.at("step");
+  parts.opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", start));
+  parts.precision.load(ck.state, log);
+  parts.set_loader_state(ck.state.at("loader").get<data::LoaderState>());
+  parts.dropout_gen.set_state(ck.state.at("dropout_rng").at(0), ck.state.at("dropout_rng").at(1));
+  log("resumed from " + *latest + " at step " + std::to_string(start));
+  return start;
+}
+
+nlohmann::json run_state(const TrainOptions& o, const RunParts& parts, int64_t step, int64_t total, double loss) {
+  nlohmann::json j{{"recipe", o.recipe},
+                   {"step", step},
+                   {"total_steps", total},
+                   {"loader", parts.loader_state()},
+                   {"dropout_rng", {parts.dropout_gen.seed(), parts.dropout_gen.offset()}},
+                   {"seed", o.seed},
+                   {"train_loss", loss},
+                   {"optimizer_step", parts.opt.step_count()}};
+  parts.precision.save(j);
+  return j;
+}
+
 void setup_runtime(const TrainOptions& o, const Log& log) {
   set_num_threads(o.threads);
   if (o.device.is_cuda()) {

@@ -3,7 +3,9 @@
 #pragma once
 #include <filesystem>
 
+#include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
+#include "kiln/data/loader_state.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/optimizer.h"
@@ -22,6 +24,24 @@ std::string resolve_checkpoint(const std::string& path);
 // Saves model + optimizer + state and prunes to the last 3 checkpoints.
 std::string save_run(const std::string& out_dir, int64_t step, const nn::Module& model,
                      const optim::Optimizer& opt, const nlohmann::json& state);
+
+// What every recipe saves in state.json and restores on --resume: model,
+// optimizer (with its own step, since skipped fp16 steps do not advance it),
+// loss scaler, data-loader position and dropout RNG.
+struct RunParts {
+  nn::Module& model;
+  optim::Optimizer& opt;
+  MixedPrecision& precision;
+  Generator& dropout_gen;
+  std::function<data::LoaderState()> loader_state;
+  std::function<void(const data::LoaderState&)> set_loader_state;
+};
+
+// With --resume and a checkpoint in out_dir, restores `parts` and returns the
+// step to continue from; otherwise returns 0.
+int64_t resume_run(const TrainOptions& o, const std::string& out_dir, RunParts& parts, const Log& log);
+// The recipe-independent part of state.json at `step`.
+nlohmann::json run_state(const TrainOptions& o, const RunParts& parts, int64_t step, int64_t total, double loss);
 
 // Sets threads and checks the device, logging what is used.
 void setup_runtime(const TrainOptions& o, const Log& log);

@@ -141,24 +141,9 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   optim::AdamW opt(model.named_parameters(), max_lr, ao);
   MixedPrecision precision(o.precision, o.loss_scale);
 
-  int64_t start = 0;
-  if (o.resume) {
-    if (auto latest = latest_checkpoint(out_dir)) {
-      Checkpoint ck = load_checkpoint(*latest);
-      KILN_CHECK(ck.state.value("recipe", "") == o.recipe, "checkpoint ", *latest, " is from recipe '",
-                 ck.state.value("recipe", ""), "', not '", o.recipe, "'");
-      model.load_parameters(to_pairs(ck.model));
-      start = ck.state.at("step");
-      // Skipped fp16 steps do not advance the optimizer, so its count is saved apart.
-      opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", start));
-      precision.load(ck.state, log);
-      loader.set_state(ck.state.at("loader").get<data::LoaderState>());
-      dropout_gen->set_state(ck.state.at("dropout_rng").at(0), ck.state.at("dropout_rng").at(1));
-      log("resumed from " + *latest + " at step " + std::to_string(start));
-    } else {
-      log("no checkpoint in " + out_dir + " yet: starting from scratch");
-    }
-  }
+  RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
+                 [&](const data::LoaderState& st) { loader.set_state(st); }};
+  const int64_t start = resume_run(o, out_dir, parts, log);
   char head[256];
   std::snprintf(head, sizeof head,
                 "%s: %lld parameters (%lld layers, %lld heads, %lld wide, context %lld), vocab %lld, "
@@ -170,16 +155,14 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
   log(head);
 
   auto state_json = [&](int64_t step, double loss) {
-    nlohmann::json j{{"recipe", o.recipe},        {"step", step},
-                     {"total_steps", total},      {"loader", loader.state()},
-                     {"dropout_rng", {dropout_gen->seed(), dropout_gen->offset()}},
-                     {"seed", o.seed},            {"batch_size", batch},
-                     {"lr", max_lr},              {"train_loss", loss},
-                     {"config", config.to_json()}, {"tokenizer", "tokenizer.model"},
-                     {"optimizer_step", opt.step_count()}};
-    precision.save(j);
+    nlohmann::json j = run_state(o, parts, step, total, loss);
+    j["batch_size"] = batch;
+    j["lr"] = max_lr;
+    j["config"] = config.to_json();
+    j["tokenizer"] = "tokenizer.model";
     return j;
   };
+
 
   TrainResult result;
   ProgressBar bar(total, start, "tok", o.progress);
