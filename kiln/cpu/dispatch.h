@@ -9,6 +9,12 @@
 
 namespace kiln::cpu {
 
+// Below this many elements a cheap elementwise loop runs on one thread: with
+// passive OpenMP waiting (omp_policy.h) waking the pool costs tens of
+// microseconds, more than such a loop takes (measured on the MLP: 2 threads
+// ran slower than 1 at a threshold of 32768).
+constexpr int64_t kParallelMinElements = int64_t(1) << 17;
+
 // Storage-only types: the CPU converts them to float to compute.
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };

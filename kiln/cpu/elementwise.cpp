@@ -13,7 +13,7 @@ namespace kiln::cpu {
 
 namespace {
 
-constexpr int64_t kParallelThreshold = 32768;
+constexpr int64_t kParallelThreshold = kParallelMinElements;
 
 bool same_layout_contiguous(const Tensor& a, const Tensor& b) {
   return a.is_contiguous() && b.is_contiguous() && a.shape() == b.shape();

@@ -22,7 +22,7 @@ namespace kiln::cpu {
 
 namespace {
 
-constexpr int64_t kParallelElements = 32768;
+constexpr int64_t kParallelElements = kParallelMinElements;
 
 void check_slot(const char* op, size_t index, const Tensor& t, const char* what, const Tensor& param) {
   KILN_CHECK(t.defined(), op, ": parameter ", index, " has no ", what, " tensor");

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "kiln/core/shape.h"
+#include "kiln/cpu/dispatch.h"
 
 namespace kiln::cpu {
 
@@ -24,7 +25,7 @@ void strided_loop(const Shape& shape, const std::array<const Strides*, N>& strid
   if (n_inner == 0 || n_rows == 0) return;
   for (size_t k = 0; k < N; ++k) inner[k] = (*strides[k])[rank - 1];
   // Small work runs on one thread: the fork/join would cost more.
-  const bool parallel = n_rows > 1 && n_rows * n_inner > 32768;
+  const bool parallel = n_rows > 1 && n_rows * n_inner > kParallelMinElements;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < n_rows; ++row) {
     std::array<int64_t, N> offsets{};
