@@ -11,7 +11,7 @@
 // - ids 0 = <unk> (never produced, thanks to byte fallback) and
 //   1 = <|endoftext|>, a control piece that separates documents; text never
 //   encodes to it, even text that spells "<|endoftext|>".
-// - default vocabulary 2048: see docs/DATA.md for the measurement behind it.
+// - default vocabulary 4096: see docs/DATA.md for the measurement behind it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,7 +26,7 @@ class SentencePieceProcessor;
 namespace kiln::data {
 
 struct TokenizerOptions {
-  int vocab_size = 2048;
+  int vocab_size = 4096;  // see docs/DATA.md, "Vocabulary size"
   // Where trained models are kept; empty: $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
   std::string cache_dir;
   // Names the cache file, e.g. "fortunes" -> fortunes-bpe2048-<hash>.model.
