@@ -36,9 +36,9 @@ struct TextData {
 };
 
 TextData load_text(const TrainOptions& o) {
-  data::Tokenizer tok = fortunes_tokenizer(o.data_dir, o.cache_dir, o.threads);
   std::vector<std::string> docs = data::load_fortunes(o.data_dir);
   data::Split split = data::split_documents(int64_t(docs.size()));
+  data::Tokenizer tok = fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads);
   return {tok, encode_documents(tok, docs, split.train).tokens, encode_documents(tok, docs, split.validation)};
 }
 
@@ -77,13 +77,18 @@ double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, i
   return batches ? total / double(batches) : 0.0;
 }
 
-data::Tokenizer fortunes_tokenizer(const std::string& data_dir, const std::string& cache_dir, int threads) {
+data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
+                                   const std::string& cache_dir, int threads) {
+  // Trained on the training split only, so validation text stays unseen.
+  std::vector<std::string> train_docs;
+  train_docs.reserve(train.size());
+  for (int64_t i : train) train_docs.push_back(docs[size_t(i)]);
   data::TokenizerOptions to;
   to.vocab_size = 2048;
   to.cache_dir = cache_dir;
   to.corpus_name = "fortunes";
   to.num_threads = threads > 0 ? threads : 2;
-  return data::Tokenizer::train_or_load(data::load_fortunes(data_dir), to);
+  return data::Tokenizer::train_or_load(train_docs, to);
 }
 
 std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& tok, const std::string& prompt,

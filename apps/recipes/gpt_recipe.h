@@ -20,8 +20,9 @@ TextStream fortunes_validation(const data::Tokenizer& tok, const std::string& da
 double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, int64_t batch, Device device);
 
 TrainResult train_gpt(const TrainOptions& o, const Log& log);
-// The fortunes tokenizer, trained once and cached.
-data::Tokenizer fortunes_tokenizer(const std::string& data_dir, const std::string& cache_dir, int threads);
+// The fortunes tokenizer, trained once on the `train` documents and cached.
+data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
+                                   const std::string& cache_dir, int threads);
 std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& tok, const std::string& prompt,
                                     int count, int64_t max_tokens, double temperature, int64_t top_k, Generator& gen);
 
