@@ -168,7 +168,6 @@ TrainResult train_gpt(const TrainOptions& o, const Log& log) {
     return j;
   };
 
-
   TrainResult result;
   ProgressBar bar(total, start, "tok", o.progress);
   const int64_t warmup = std::min<int64_t>(50, total / 10);

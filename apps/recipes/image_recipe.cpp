@@ -130,7 +130,6 @@ TrainResult train_image(const TrainOptions& o, const Log& log) {
     return j;
   };
 
-
   TrainResult result;
   ProgressBar bar(total, start, "img", o.progress);
   const int64_t warmup = std::min<int64_t>(100, total / 10);
