@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint_test_util.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/checkpoint.h"
 
@@ -14,6 +15,7 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_bitwise_equal;
 
 // Few steps, and stop_after < steps so the run skips the 10,000-image test.
 recipes::TrainOptions short_run(const std::string& precision, const std::string& out) {
@@ -58,16 +60,6 @@ TEST(Amp, RecipeTrainsInBf16AndFp16) {
     for (const auto& [name, t] : ck.model) EXPECT_EQ(t.dtype(), DType::f32) << name << ": master weights stay f32";
   }
   EXPECT_THROW(recipes::train(short_run("fp8", fresh_dir("fp8").string()), quiet), Error);
-}
-
-void expect_bitwise_equal(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    const Tensor& u = b.at(name);
-    ASSERT_EQ(t.nbytes(), u.nbytes()) << name;
-    EXPECT_EQ(std::memcmp(t.data_ptr(), u.data_ptr(), t.nbytes()), 0) << name << " differs";
-  }
 }
 
 // An initial scale of 2^22 overflows f16 on the first steps, so the run skips

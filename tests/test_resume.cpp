@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint_test_util.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/checkpoint.h"
 
@@ -12,6 +13,7 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_bitwise_equal;
 
 recipes::TrainOptions small_run(const std::string& recipe, const std::string& out) {
   recipes::TrainOptions o;
@@ -23,16 +25,6 @@ recipes::TrainOptions small_run(const std::string& recipe, const std::string& ou
   o.threads = 2;
   o.cache_dir = std::string(KILN_BINARY_DIR) + "/test-cache";
   return o;
-}
-
-void expect_bitwise_equal(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    const Tensor& u = b.at(name);
-    ASSERT_EQ(t.nbytes(), u.nbytes()) << name;
-    EXPECT_EQ(std::memcmp(t.data_ptr(), u.data_ptr(), t.nbytes()), 0) << name << " differs";
-  }
 }
 
 void check_resume_is_bitwise(const std::string& recipe) {
