@@ -3,6 +3,7 @@
 // layout is made contiguous first. Bias and GELU are applied after the GEMM.
 #include <cblas.h>
 
+#include "kiln/backend/factory.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
@@ -43,12 +44,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a
     cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-Tensor contiguous_copy(const Tensor& t, Backend& be) {
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  be.copy(t, c);
-  return c;
-}
-
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
@@ -74,8 +69,8 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
              " is not [.., ", M, ", ", N, "]");
   Tensor a = a_in, b = b_in;
   BlasMatrix ma, mb;
-  if (!as_blas_matrix(a, ma)) { a = contiguous_copy(a, *this); as_blas_matrix(a, ma); }
-  if (!as_blas_matrix(b, mb)) { b = contiguous_copy(b, *this); as_blas_matrix(b, mb); }
+  if (!as_blas_matrix(a, ma)) { a = copy_to(a, a.device(), a.dtype()); as_blas_matrix(a, ma); }
+  if (!as_blas_matrix(b, mb)) { b = copy_to(b, b.device(), b.dtype()); as_blas_matrix(b, mb); }
 
   int64_t batch = 1;
   for (int d = 0; d < r - 2; ++d) {
