@@ -96,6 +96,7 @@ TEST(Amp, Fp16ResumeWithSkippedStepsIsBitwise) {
   second.resume = true;
   recipes::TrainResult resumed = recipes::train(second, quiet);
   ASSERT_EQ(resumed.steps_done, 6);
+  ASSERT_EQ(resumed.start_step, 2) << "the resume must start from the checkpoint";
 
   Checkpoint a = load_checkpoint(straight.checkpoint), b = load_checkpoint(resumed.checkpoint);
   expect_bitwise_equal(a.model, b.model);

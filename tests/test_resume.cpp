@@ -42,6 +42,12 @@ void check_resume_is_bitwise(const std::string& recipe) {
   second.resume = true;
   recipes::TrainResult resumed = recipes::train(second, quiet);
   ASSERT_EQ(resumed.steps_done, 6);
+  // A resume that silently trained from scratch would also end bitwise equal
+  // (same seed), so check that it really started from the checkpoint.
+  EXPECT_EQ(resumed.start_step, 2);
+  EXPECT_EQ(fs::path(resumed.resumed_from).filename(), checkpoint_dir_name(2));
+  EXPECT_EQ(straight.start_step, 0);
+  EXPECT_EQ(straight.resumed_from, "");
 
   Checkpoint a = load_checkpoint(straight.checkpoint), b = load_checkpoint(resumed.checkpoint);
   expect_bitwise_equal(a.model, b.model);

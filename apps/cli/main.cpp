@@ -49,23 +49,30 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   kiln::recipes::TrainOptions to;
-  std::string device = "cpu";
+  // Run-defining options are read only when given, so --resume can tell a
+  // given value from a default (apps/recipes/run_config.h).
+  int64_t steps = 0, batch_size = 0;
+  double epochs = 0, lr = 0, loss_scale = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string precision, device;
   bool no_progress = false;
   auto* train = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
-  train->add_option("recipe", to.recipe, "fashion-mlp | fashion-cnn | fortunes-gpt")
+  train->footer("recipes:\n" + kiln::recipes::describe_recipes() +
+                "\nWith --resume, a run keeps its saved settings: --steps/--epochs (to extend it), --threads, "
+                "--device and --no-progress may change; a different --seed, --batch-size, --lr or --precision is "
+                "refused.");
+  train->add_option("recipe", to.recipe, "which recipe (default: fashion-mlp, or the resumed run's)")
       ->check(CLI::IsMember(kiln::recipes::recipe_names()));
-  train->add_option("--steps", to.steps, "optimizer steps (default: from --epochs or the recipe)")
-      ->check(kNonNegative);
-  train->add_option("--epochs", to.epochs, "epochs over the training set (image recipes)")
-      ->check(kNonNegative);
-  train->add_option("--batch-size", to.batch_size, "examples per step")
-      ->check(kNonNegative);
-  train->add_option("--lr", to.lr, "peak learning rate")
-      ->check(kNonNegative);
-  train->add_option("--device", device, "cpu, cuda or cuda:N");
-  train->add_option("--threads", to.threads, "CPU threads (default: all cores)")
-      ->check(kNonNegative);
-  train->add_option("--seed", to.seed, "seed for initialisation, shuffling and dropout");
+  auto* steps_opt = train->add_option("--steps", steps, "total optimizer steps (default: from --epochs or the recipe)")
+                        ->check(kNonNegative);
+  auto* epochs_opt = train->add_option("--epochs", epochs, "epochs over the training set (image recipes)")
+                         ->check(kNonNegative);
+  auto* batch_opt = train->add_option("--batch-size", batch_size, "examples per step")->check(kNonNegative);
+  auto* lr_opt = train->add_option("--lr", lr, "peak learning rate")->check(kNonNegative);
+  auto* device_opt = train->add_option("--device", device, "cpu, cuda or cuda:N (default: cpu)");
+  auto* threads_opt = train->add_option("--threads", threads, "CPU threads (default: all cores)")->check(kNonNegative);
+  auto* seed_opt = train->add_option("--seed", seed, "seed for initialisation, shuffling and dropout (default: 1337)");
   train->add_option("--out", to.out_dir, "run directory for checkpoints (default: runs/<recipe>)");
   train->add_flag("--resume", to.resume, "continue from the newest checkpoint in the run directory");
   train->add_option("--checkpoint-every", to.checkpoint_every, "also checkpoint every N steps")
@@ -73,8 +80,11 @@ int main(int argc, char** argv) {
   train->add_option("--stop-after", to.stop_after, "stop (with a checkpoint) after N steps of this invocation")
       ->check(kNonNegative);
   train->add_option("--data-dir", to.data_dir, "dataset directory override");
-  train->add_option("--precision", to.precision, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")
-      ->check(CLI::IsMember(kiln::recipes::precision_names()));
+  auto* precision_opt =
+      train->add_option("--precision", precision, "fp32 (default) | bf16 (autocast) | fp16 (autocast + loss scaling)")
+          ->check(CLI::IsMember(kiln::recipes::precision_names()));
+  auto* loss_scale_opt =
+      train->add_option("--loss-scale", loss_scale, "fp16: initial loss scale (default: 65536)")->check(kNonNegative);
   train->add_flag("--no-progress", no_progress, "no progress bar");
 
   std::string eval_path, eval_device = "cpu";
@@ -82,19 +92,16 @@ int main(int argc, char** argv) {
   eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
   eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
 
-  std::string sample_path = "runs/fortunes-gpt", prompt, sample_device = "cpu";
-  int count = 3;
-  int64_t max_tokens = 64, top_k = 40;
-  double temperature = 0.8;
-  uint64_t sample_seed = 1;
+  std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
+  kiln::recipes::SampleOptions so;
   auto* sample = app.add_subcommand("sample", "sample text from a language-model checkpoint");
   sample->add_option("checkpoint", sample_path, "checkpoint or run directory (default: runs/fortunes-gpt)");
-  sample->add_option("--prompt", prompt, "text to continue");
-  sample->add_option("--count", count, "number of samples");
-  sample->add_option("--max-tokens", max_tokens, "tokens per sample");
-  sample->add_option("--temperature", temperature, "softmax temperature (> 0)");
-  sample->add_option("--top-k", top_k, "sample from the k most likely tokens (0: all)");
-  sample->add_option("--seed", sample_seed, "sampling seed");
+  sample->add_option("--prompt", so.prompt, "text to continue");
+  sample->add_option("--count", so.count, "number of samples");
+  sample->add_option("--max-tokens", so.max_tokens, "tokens per sample");
+  sample->add_option("--temperature", so.temperature, "softmax temperature (> 0)");
+  sample->add_option("--top-k", so.top_k, "sample from the k most likely tokens (0: all)");
+  sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
 
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
@@ -102,7 +109,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) {
-      to.device = kiln::Device::parse(device);
+      if (*steps_opt) to.steps = steps;
+      if (*epochs_opt) to.epochs = epochs;
+      if (*batch_opt) to.batch_size = batch_size;
+      if (*lr_opt) to.lr = lr;
+      if (*seed_opt) to.seed = seed;
+      if (*threads_opt) to.threads = threads;
+      if (*precision_opt) to.precision = precision;
+      if (*loss_scale_opt) to.loss_scale = loss_scale;
+      if (*device_opt) to.device = kiln::Device::parse(device);
       to.progress = !no_progress;
       print_summary(kiln::recipes::train(to, print_line));
     } else if (*eval) {
@@ -110,8 +125,7 @@ int main(int argc, char** argv) {
       if (r.accuracy >= 0) std::printf("test accuracy: %.4f\n", r.accuracy);
       if (r.loss >= 0) std::printf("validation: %.4f nats/token, %.4f bits per byte\n", r.loss, r.bits_per_byte);
     } else if (*sample) {
-      for (const auto& s : kiln::recipes::sample(sample_path, prompt, count, max_tokens, temperature, top_k,
-                                                 sample_seed, kiln::Device::parse(sample_device)))
+      for (const auto& s : kiln::recipes::sample(sample_path, so, kiln::Device::parse(sample_device)))
         std::printf("%s\n---\n", s.c_str());
     } else if (*info) {
       return kiln::cli::run_info();

@@ -1,10 +1,11 @@
-// Pieces every recipe shares: resolving options, moving named tensors
-// between devices for checkpoints, and restoring a run.
+// Pieces every recipe shares: moving named tensors to the host for
+// checkpoints, saving a run, and restoring one.
 #pragma once
 #include <filesystem>
 
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
+#include "apps/recipes/run_config.h"
 #include "kiln/data/loader_state.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/nn/module.h"
@@ -16,8 +17,6 @@ namespace kiln::recipes {
 NamedTensors to_host(const nn::NamedTensors& tensors);
 std::vector<std::pair<std::string, Tensor>> to_pairs(const std::map<std::string, Tensor>& m);
 
-// out_dir or runs/<recipe>
-std::string resolve_out_dir(const TrainOptions& o);
 // Checkpoint directory given either a checkpoint or a run directory.
 std::string resolve_checkpoint(const std::string& path);
 
@@ -37,13 +36,9 @@ struct RunParts {
   std::function<void(const data::LoaderState&)> set_loader_state;
 };
 
-// With --resume and a checkpoint in out_dir, restores `parts` and returns the
-// step to continue from; otherwise returns 0.
-int64_t resume_run(const TrainOptions& o, const std::string& out_dir, RunParts& parts, const Log& log);
+// Restores `parts` from the checkpoint `run` was resumed from (if any).
+void restore_run(const RunStart& run, RunParts& parts, const Log& log);
 // The recipe-independent part of state.json at `step`.
-nlohmann::json run_state(const TrainOptions& o, const RunParts& parts, int64_t step, int64_t total, double loss);
-
-// Sets threads and checks the device, logging what is used.
-void setup_runtime(const TrainOptions& o, const Log& log);
+nlohmann::json run_state(const RunStart& run, const RunParts& parts, int64_t step, double loss);
 
 }  // namespace kiln::recipes

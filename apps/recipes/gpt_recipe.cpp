@@ -8,7 +8,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/precision.h"
-#include "apps/recipes/progress.h"
+#include "apps/recipes/train_loop.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
@@ -27,19 +27,6 @@ models::GptConfig fortunes_config(int64_t vocab) {
   c.n_embd = 128;
   c.dropout = 0.0;
   return c;
-}
-
-struct TextData {
-  data::Tokenizer tokenizer;
-  std::vector<int32_t> train_tokens;
-  TextStream validation;
-};
-
-TextData load_text(const TrainOptions& o) {
-  std::vector<std::string> docs = data::load_fortunes(o.data_dir);
-  data::Split split = data::split_documents(int64_t(docs.size()));
-  data::Tokenizer tok = fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads);
-  return {tok, encode_documents(tok, docs, split.train).tokens, encode_documents(tok, docs, split.validation)};
 }
 
 }  // namespace
@@ -67,14 +54,15 @@ double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, i
   NoGradGuard ng;
   model.eval();
   data::TokenValidationIterator it(tokens, batch, model.config().block_size);
+  // Weighted by tokens, so a short last batch counts as much as its tokens.
   double total = 0;
-  int64_t batches = 0;
+  int64_t scored = 0;
   while (auto b = it.next()) {
-    total += model.loss(b->x.to(device), b->y.to(device)).item();
-    ++batches;
+    total += model.loss(b->x.to(device), b->y.to(device)).item() * double(b->y.numel());
+    scored += b->y.numel();
   }
   model.train();
-  return batches ? total / double(batches) : 0.0;
+  return scored ? total / double(scored) : 0.0;
 }
 
 data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
@@ -117,102 +105,124 @@ std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& t
   return out;
 }
 
-TrainResult train_gpt(const TrainOptions& o, const Log& log) {
-  setup_runtime(o, log);
-  const std::string out_dir = resolve_out_dir(o);
-  TextData text = load_text(o);
-  const models::GptConfig config = fortunes_config(text.tokenizer.vocab_size());
-  const int64_t batch = o.batch_size > 0 ? o.batch_size : 16;
-  const int64_t total = o.steps > 0 ? o.steps : 800;
-  const double max_lr = o.lr > 0 ? o.lr : 2e-3;
+namespace {
 
-  std::filesystem::create_directories(out_dir);
-  write_file_atomic((std::filesystem::path(out_dir) / "tokenizer.model").string(),
-                    text.tokenizer.serialized_model());
-  data::TokenLoaderOptions lo;
-  lo.batch_size = batch;
-  lo.block_size = config.block_size;
-  lo.seed = o.seed;
-  data::TokenLoader loader(text.train_tokens, lo);
-
-  auto dropout_gen = std::make_shared<Generator>(o.seed ^ 0xD0D0D0D0ull);
-  Generator init(o.seed);
-  models::Gpt model(config, init, dropout_gen);
-  model.to(o.device);
-  optim::AdamWOptions ao;
-  ao.beta2 = 0.95;
-  ao.weight_decay = 0.1;
-  ao.decay_matrices_only = true;
-  optim::AdamW opt(model.named_parameters(), max_lr, ao);
-  MixedPrecision precision(o.precision, o.loss_scale);
-
-  RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
-                 [&](const data::LoaderState& st) { loader.set_state(st); }};
-  const int64_t start = resume_run(o, out_dir, parts, log);
-  char head[256];
-  std::snprintf(head, sizeof head,
-                "%s: %lld parameters (%lld layers, %lld heads, %lld wide, context %lld), vocab %lld, "
-                "%zu training tokens, %lld steps of %lldx%lld tokens",
-                o.recipe.c_str(), (long long)model.parameter_count(), (long long)config.n_layer,
-                (long long)config.n_head, (long long)config.n_embd, (long long)config.block_size,
-                (long long)config.vocab_size, text.train_tokens.size(), (long long)total, (long long)batch,
-                (long long)config.block_size);
-  log(head);
-
-  auto state_json = [&](int64_t step, double loss) {
-    nlohmann::json j = run_state(o, parts, step, total, loss);
-    j["batch_size"] = batch;
-    j["lr"] = max_lr;
-    j["config"] = config.to_json();
-    j["tokenizer"] = "tokenizer.model";
-    return j;
-  };
-
-  TrainResult result;
-  ProgressBar bar(total, start, "tok", o.progress);
-  const int64_t warmup = std::min<int64_t>(50, total / 10);
-  double loss_value = 0;
-  int64_t step = start;
-  for (; step < total; ++step) {
-    data::TokenBatch b = loader.next();
-    Tensor loss;
-    {
-      amp::AutocastGuard autocast(precision.autocast_dtype());  // fp32: off
-      loss = model.loss(b.x.to(o.device), b.y.to(o.device));
-    }
-    opt.zero_grad();
-    const bool finite = precision.backward(loss, model.parameters(), step + 1, log);  // fp16 may skip
-    opt.lr = optim::warmup_cosine_lr(step, warmup, total, max_lr, max_lr * 0.1);
-    if (finite) {
-      optim::clip_grad_norm(model.parameters(), 1.0);  // on the unscaled gradients
-      opt.step();
-    }
-    loss_value = loss.item();
-    KILN_CHECK(std::isfinite(loss_value), "training diverged at step ", step + 1, " (loss ", loss_value,
-               "); lower the learning rate with --lr");
-    bar.update(step, loss_value, batch * config.block_size);
-    const bool stop_now = o.stop_after > 0 && step + 1 - start >= o.stop_after;
-    const bool periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
-    if (periodic || stop_now) result.checkpoint = save_run(out_dir, step + 1, model, opt, state_json(step + 1, loss_value));
-    if (stop_now) {
-      ++step;
-      break;
-    }
-  }
-  bar.finish();
-  result.steps_done = step;
-  result.skipped_steps = precision.skipped_steps();
-  result.final_train_loss = loss_value;
-  result.items_per_second = bar.items_per_second();
-  result.seconds = bar.elapsed_seconds();
-  if (step >= total) {
-    result.checkpoint = save_run(out_dir, step, model, opt, state_json(step, loss_value));
-    result.val_loss = validation_loss(model, text.validation.tokens, batch, o.device);
-    result.val_bits_per_byte = result.val_loss / std::log(2.0) / text.validation.bytes_per_token;
-    Generator sample_gen(o.seed + 7);
-    result.samples = sample_gpt(model, text.tokenizer, "", 3, 48, 0.8, 40, sample_gen);
-  }
-  return result;
+data::Tokenizer load_run_tokenizer(const std::string& checkpoint_dir, const Checkpoint& ck) {
+  auto run_dir = std::filesystem::path(checkpoint_dir).parent_path();
+  return data::Tokenizer::load((run_dir / ck.state.value("tokenizer", "tokenizer.model")).string());
 }
+
+std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
+  Generator init(0);
+  auto model = std::make_unique<models::Gpt>(models::GptConfig::from_json(ck.state.at("config")), init,
+                                             std::make_shared<Generator>(0));
+  model->load_parameters(to_pairs(ck.model));
+  model->to(device);
+  return model;
+}
+
+class FortunesGptRecipe final : public Recipe {
+ public:
+  std::string name() const override { return "fortunes-gpt"; }
+  std::string summary() const override {
+    return "write fortune-cookie text (Debian's fortunes) with a small GPT-2-style model";
+  }
+  ModelKind kind() const override { return ModelKind::language_model; }
+  bool can_sample() const override { return true; }
+
+  TrainResult train(const TrainOptions& o, const Log& log) const override {
+    RecipeDefaults d;
+    d.batch_size = 16;
+    d.steps = 800;
+    d.lr = 2e-3;
+    const RunStart run = start_run(o, name(), d, log);
+    const RunConfig& c = run.config;
+    std::vector<std::string> docs = data::load_fortunes(o.data_dir);
+    data::Split split = data::split_documents(int64_t(docs.size()));
+    // A resumed run keeps the tokenizer it was trained with.
+    data::Tokenizer tok = run.checkpoint ? load_run_tokenizer(run.checkpoint_dir, *run.checkpoint)
+                                         : fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads.value_or(0));
+    const std::vector<int32_t> train_tokens = encode_documents(tok, docs, split.train).tokens;
+    const TextStream validation = encode_documents(tok, docs, split.validation);
+    const models::GptConfig config = run.checkpoint ? models::GptConfig::from_json(run.checkpoint->state.at("config"))
+                                                    : fortunes_config(tok.vocab_size());
+
+    std::filesystem::create_directories(run.out_dir);
+    write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());
+    data::TokenLoaderOptions lo;
+    lo.batch_size = c.batch_size;
+    lo.block_size = config.block_size;
+    lo.seed = c.seed;
+    data::TokenLoader loader(train_tokens, lo);
+
+    auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xD0D0D0D0ull);
+    Generator init(c.seed);
+    models::Gpt model(config, init, dropout_gen);
+    model.to(run.device);
+    optim::AdamWOptions ao;
+    ao.beta2 = 0.95;
+    ao.weight_decay = 0.1;
+    ao.decay_matrices_only = true;
+    optim::AdamW opt(model.named_parameters(), c.lr, ao);
+    MixedPrecision precision(c.precision, c.loss_scale);
+    RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
+                   [&](const data::LoaderState& st) { loader.set_state(st); }};
+    restore_run(run, parts, log);
+    char head[256];
+    std::snprintf(head, sizeof head,
+                  "%s: %lld parameters (%lld layers, %lld heads, %lld wide, context %lld), vocab %lld, "
+                  "%zu training tokens, %lld steps of %lldx%lld tokens",
+                  name().c_str(), (long long)model.parameter_count(), (long long)config.n_layer,
+                  (long long)config.n_head, (long long)config.n_embd, (long long)config.block_size,
+                  (long long)config.vocab_size, train_tokens.size(), (long long)c.total_steps,
+                  (long long)c.batch_size, (long long)config.block_size);
+    log(head);
+
+    LoopSettings settings;
+    settings.warmup_steps = std::min<int64_t>(50, c.total_steps / 10);
+    settings.min_lr_ratio = 0.1;
+    settings.clip_norm = 1.0;
+    settings.unit = "tok";
+    LoopHooks hooks;
+    hooks.next_loss = [&](int64_t& items) {
+      data::TokenBatch b = loader.next();
+      items = b.x.numel();
+      return model.loss(b.x.to(run.device), b.y.to(run.device));
+    };
+    hooks.add_state = [&](nlohmann::json& state) {
+      state["config"] = config.to_json();
+      state["tokenizer"] = "tokenizer.model";
+    };
+    TrainResult result;
+    if (run_training_loop(o, run, parts, settings, hooks, result, log)) {
+      result.val_loss = validation_loss(model, validation.tokens, kValidationBatch, run.device);
+      result.val_bits_per_byte = result.val_loss / std::log(2.0) / validation.bytes_per_token;
+      Generator sample_gen(c.seed + 7);
+      result.samples = sample_gpt(model, tok, "", 3, 48, 0.8, 40, sample_gen);
+    }
+    return result;
+  }
+
+  EvalResult evaluate(const Checkpoint& ck, const std::string& dir, Device device, const Log&) const override {
+    auto model = load_gpt(ck, device);
+    TextStream val = fortunes_validation(load_run_tokenizer(dir, ck));
+    EvalResult r;
+    r.loss = validation_loss(*model, val.tokens, kValidationBatch, device);
+    r.bits_per_byte = r.loss / std::log(2.0) / val.bytes_per_token;
+    return r;
+  }
+
+  std::vector<std::string> sample(const Checkpoint& ck, const std::string& dir, const SampleOptions& so,
+                                  Device device) const override {
+    auto model = load_gpt(ck, device);
+    Generator gen(so.seed);
+    return sample_gpt(*model, load_run_tokenizer(dir, ck), so.prompt, so.count, so.max_tokens, so.temperature,
+                      so.top_k, gen);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_fortunes_gpt_recipe() { return std::make_unique<FortunesGptRecipe>(); }
 
 }  // namespace kiln::recipes

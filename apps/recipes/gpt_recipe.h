@@ -16,10 +16,13 @@ TextStream encode_documents(const data::Tokenizer& tok, const std::vector<std::s
                             const std::vector<int64_t>& which);
 // The fortunes validation split, encoded with `tok`.
 TextStream fortunes_validation(const data::Tokenizer& tok, const std::string& data_dir = "");
-// Mean loss in nats per token over the whole stream.
+// Mean loss in nats per token over the whole stream (weighted by tokens).
 double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, int64_t batch, Device device);
 
-TrainResult train_gpt(const TrainOptions& o, const Log& log);
+std::unique_ptr<Recipe> make_fortunes_gpt_recipe();
+// Validation runs in batches of this many windows, in training and in
+// `kiln eval` alike, so both report the same bits for the same checkpoint.
+inline constexpr int64_t kValidationBatch = 16;
 // The fortunes tokenizer, trained once on the `train` documents and cached.
 data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
                                    const std::string& cache_dir, int threads);

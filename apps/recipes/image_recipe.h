@@ -1,3 +1,4 @@
+// fashion-mlp and fashion-cnn: Fashion-MNIST classifiers.
 #pragma once
 #include "apps/recipes/recipe.h"
 #include "kiln/data/fashion_mnist.h"
@@ -5,11 +6,14 @@
 
 namespace kiln::recipes {
 
+std::unique_ptr<Recipe> make_fashion_mlp_recipe();
+std::unique_ptr<Recipe> make_fashion_cnn_recipe();
+
+// The model of image recipe `recipe`, initialised from `seed`.
 std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint64_t seed,
                                                  std::shared_ptr<Generator> dropout_gen);
 // Accuracy of `model` on `rows` of `ds` (all rows when empty).
 double image_accuracy(nn::Module& model, const data::ImageDataset& ds, const std::vector<int64_t>& rows,
                       Device device);
-TrainResult train_image(const TrainOptions& o, const Log& log);
 
 }  // namespace kiln::recipes

@@ -1,74 +1,85 @@
 #include "apps/recipes/recipe.h"
 
-#include <cmath>
-#include <filesystem>
-
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/image_recipe.h"
-#include "kiln/data/splits.h"
 
 namespace kiln::recipes {
 
-std::vector<std::string> recipe_names() { return {"fashion-mlp", "fashion-cnn", "fortunes-gpt"}; }
+const std::vector<std::unique_ptr<Recipe>>& recipe_table() {
+  static const std::vector<std::unique_ptr<Recipe>> table = [] {
+    std::vector<std::unique_ptr<Recipe>> t;
+    t.push_back(make_fashion_mlp_recipe());
+    t.push_back(make_fashion_cnn_recipe());
+    t.push_back(make_fortunes_gpt_recipe());
+    return t;
+  }();
+  return table;
+}
+
+const char* model_kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::image_classifier: return "image-classifier";
+    case ModelKind::language_model: return "language-model";
+  }
+  return "unknown";
+}
+
+std::vector<std::string> recipe_names() {
+  std::vector<std::string> names;
+  for (const auto& r : recipe_table()) names.push_back(r->name());
+  return names;
+}
+
+const Recipe& find_recipe(const std::string& name) {
+  for (const auto& r : recipe_table())
+    if (r->name() == name) return *r;
+  std::string known;
+  for (const auto& n : recipe_names()) known += (known.empty() ? "" : ", ") + n;
+  KILN_FAIL("unknown recipe '", name, "' (choose one of ", known, ")");
+}
+
+std::string describe_recipes() {
+  std::string out;
+  for (const auto& r : recipe_table()) out += "  " + r->name() + ": " + r->summary() + "\n";
+  return out;
+}
+
+std::vector<std::string> Recipe::sample(const Checkpoint&, const std::string& dir, const SampleOptions&,
+                                        Device) const {
+  KILN_FAIL("kiln sample needs a language-model checkpoint; ", dir, " is from '", name(), "', a ",
+            model_kind_name(kind()));
+}
 
 TrainResult train(const TrainOptions& o, const Log& log) {
-  if (o.recipe == "fashion-mlp" || o.recipe == "fashion-cnn") return train_image(o, log);
-  if (o.recipe == "fortunes-gpt") return train_gpt(o, log);
-  KILN_FAIL("unknown recipe '", o.recipe, "' (choose one of fashion-mlp, fashion-cnn, fortunes-gpt)");
+  std::string name = o.recipe;
+  if (name.empty() && o.resume) {
+    // `kiln train --out DIR --resume`: the run directory says what it trains.
+    auto latest = latest_checkpoint(o.out_dir.empty() ? "runs/fashion-mlp" : o.out_dir);
+    if (latest) name = load_checkpoint_state(*latest).value("recipe", "");
+  }
+  return find_recipe(name.empty() ? "fashion-mlp" : name).train(o, log);
 }
 
 namespace {
-
-std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
-  Generator init(0);
-  auto model = std::make_unique<models::Gpt>(models::GptConfig::from_json(ck.state.at("config")), init,
-                                             std::make_shared<Generator>(0));
-  model->load_parameters(to_pairs(ck.model));
-  model->to(device);
-  return model;
+const Recipe& recipe_of(const Checkpoint& ck, const std::string& dir) {
+  KILN_CHECK(ck.state.contains("recipe"), "checkpoint ", dir, " names no recipe in its state.json");
+  return find_recipe(ck.state.at("recipe").get<std::string>());
 }
-
-data::Tokenizer load_run_tokenizer(const std::string& checkpoint, const Checkpoint& ck) {
-  auto run_dir = std::filesystem::path(checkpoint).parent_path();
-  return data::Tokenizer::load((run_dir / ck.state.value("tokenizer", "tokenizer.model")).string());
-}
-
 }  // namespace
 
 EvalResult evaluate(const std::string& path, Device device, const Log& log) {
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
-  std::string recipe = ck.state.value("recipe", "");
-  log("evaluating " + dir + " (" + recipe + ", step " + std::to_string(ck.step) + ")");
-  EvalResult r;
-  if (recipe == "fashion-mlp" || recipe == "fashion-cnn") {
-    auto model = make_image_model(recipe, 0, std::make_shared<Generator>(0));
-    model->load_parameters(to_pairs(ck.model));
-    model->to(device);
-    r.accuracy = image_accuracy(*model, data::load_fashion_mnist(data::FashionMnistPart::test), {}, device);
-    return r;
-  }
-  if (recipe == "fortunes-gpt") {
-    auto model = load_gpt(ck, device);
-    TextStream val = fortunes_validation(load_run_tokenizer(dir, ck));
-    r.loss = validation_loss(*model, val.tokens, 16, device);
-    r.bits_per_byte = r.loss / std::log(2.0) / val.bytes_per_token;
-    return r;
-  }
-  KILN_FAIL("checkpoint ", dir, " names an unknown recipe '", recipe, "'");
+  const Recipe& recipe = recipe_of(ck, dir);
+  log("evaluating " + dir + " (" + recipe.name() + ", step " + std::to_string(ck.step) + ")");
+  return recipe.evaluate(ck, dir, device, log);
 }
 
-std::vector<std::string> sample(const std::string& path, const std::string& prompt, int count, int64_t max_tokens,
-                                double temperature, int64_t top_k, uint64_t seed, Device device) {
+std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
-  KILN_CHECK(ck.state.value("recipe", "") == "fortunes-gpt", "kiln sample needs a language-model checkpoint; ", dir,
-             " is from '", ck.state.value("recipe", ""), "'");
-  auto model = load_gpt(ck, device);
-  data::Tokenizer tok = load_run_tokenizer(dir, ck);
-  Generator gen(seed);
-  return sample_gpt(*model, tok, prompt, count, max_tokens, temperature, top_k, gen);
+  return recipe_of(ck, dir).sample(ck, dir, options, device);
 }
 
 }  // namespace kiln::recipes

@@ -1,8 +1,15 @@
 // Training recipes: what `kiln train <recipe>` runs. A recipe owns its data,
 // model and optimizer, trains with periodic evaluation and atomic
 // checkpoints, and can resume bitwise-exactly from its newest checkpoint.
+//
+// Every recipe is one object in one table (recipe_table()). `kiln train`,
+// `kiln eval`, `kiln sample`, `kiln train --help` and anything that loads a
+// checkpoint by its recipe name read that table, so a new recipe is one new
+// file plus one line in recipe.cpp.
 #pragma once
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,30 +17,45 @@
 
 #include "kiln/core/device.h"
 
+namespace kiln {
+struct Checkpoint;
+}
+
 namespace kiln::recipes {
 
+// What the user asked for. The run-defining options are optional: unset
+// means the recipe's default on a fresh run and the saved value on --resume
+// (see run_config.h for which options a resume may change).
 struct TrainOptions {
-  std::string recipe = "fashion-mlp";
-  int64_t steps = 0;       // 0: derived from epochs (images) or the recipe default (text)
-  double epochs = 0;       // 0: the recipe's default
-  int64_t batch_size = 0;  // 0: the recipe's default
-  double lr = 0;           // 0: the recipe's default
-  Device device = Device::cpu();
-  int threads = 0;  // 0: all cores
-  uint64_t seed = 1337;
-  std::string out_dir;  // empty: runs/<recipe>
-  bool resume = false;  // continue from the newest valid checkpoint in out_dir
+  std::string recipe;  // empty: the resumed run's recipe, else fashion-mlp
+  // ---- options that define the run (saved in every checkpoint)
+  std::optional<int64_t> steps;  // total optimizer steps
+  std::optional<double> epochs;  // image recipes: total steps from epochs
+  std::optional<int64_t> batch_size;
+  std::optional<double> lr;  // peak learning rate
+  std::optional<uint64_t> seed;
+  std::optional<std::string> precision;  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)
+  std::optional<double> loss_scale;      // fp16: the initial loss scale (0: 2^16)
+  // ---- options about this invocation (a resume may change them)
+  std::optional<Device> device;  // default: cpu
+  std::optional<int> threads;    // 0 or unset: all cores
+  std::string out_dir;           // empty: runs/<recipe>
+  bool resume = false;           // continue from the newest valid checkpoint in out_dir
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)
   int64_t stop_after = 0;        // stop after this many steps of this invocation (0: run to the end)
   bool progress = true;          // progress bar on stderr
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
-  std::string precision = "fp32";  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)
-  double loss_scale = 0;           // fp16: the initial loss scale (0: 2^16)
+  // Fault injection for tests: multiply the loss of this (1-based) step by
+  // NaN, so the divergence check and the fp16 loss scaler can be shown to
+  // catch a poisoned step. 0: off. Not exposed on the command line.
+  int64_t poison_step = 0;
 };
 
 struct TrainResult {
-  int64_t steps_done = 0;
+  int64_t start_step = 0;            // the step this invocation started from
+  std::string resumed_from;          // the checkpoint loaded by --resume ("" on a fresh start)
+  int64_t steps_done = 0;            // the step reached
   double final_train_loss = 0;
   double test_accuracy = -1;        // image recipes
   double val_loss = -1;             // text recipes: nats per token
@@ -50,15 +72,48 @@ struct EvalResult {
   double accuracy = -1, loss = -1, bits_per_byte = -1;
 };
 
+struct SampleOptions {
+  std::string prompt;
+  int count = 3;
+  int64_t max_tokens = 64;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  uint64_t seed = 1;
+};
+
 using Log = std::function<void(const std::string&)>;
 
+// What a recipe's model is, for the commands and the server that load it.
+enum class ModelKind { image_classifier, language_model };
+const char* model_kind_name(ModelKind kind);
+
+class Recipe {
+ public:
+  virtual ~Recipe() = default;
+  virtual std::string name() const = 0;
+  virtual std::string summary() const = 0;  // one line for `kiln train --help`
+  virtual ModelKind kind() const = 0;
+  virtual TrainResult train(const TrainOptions& options, const Log& log) const = 0;
+  // `dir` is the checkpoint directory `ck` was loaded from.
+  virtual EvalResult evaluate(const Checkpoint& ck, const std::string& dir, Device device, const Log& log) const = 0;
+  virtual bool can_sample() const { return false; }
+  virtual std::vector<std::string> sample(const Checkpoint& ck, const std::string& dir, const SampleOptions& options,
+                                          Device device) const;
+};
+
+// Every recipe, in the order `kiln train --help` lists them.
+const std::vector<std::unique_ptr<Recipe>>& recipe_table();
 std::vector<std::string> recipe_names();
+// Throws naming the known recipes.
+const Recipe& find_recipe(const std::string& name);
+// "fashion-mlp: ...\nfashion-cnn: ..." for help texts.
+std::string describe_recipes();
+
 TrainResult train(const TrainOptions& options, const Log& log);
 // Evaluates a checkpoint directory (or the newest in a run directory).
 EvalResult evaluate(const std::string& checkpoint_or_run_dir, Device device, const Log& log);
-// Samples text from a GPT checkpoint.
-std::vector<std::string> sample(const std::string& checkpoint_or_run_dir, const std::string& prompt, int count,
-                                int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed,
+// Samples text from a checkpoint whose recipe generates text.
+std::vector<std::string> sample(const std::string& checkpoint_or_run_dir, const SampleOptions& options,
                                 Device device);
 
 }  // namespace kiln::recipes

@@ -50,9 +50,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
   if (amp::autocast_should_upcast({&logits_in}))
     return cross_entropy(amp::autocast_upcast(logits_in), targets_in, ignore_index);
-  KILN_CHECK(logits_in.dim() >= 1 && targets_in.numel() * logits_in.size(-1) == logits_in.numel(),
+  // Exactly [..., C] against [...]: equal element counts alone would pair
+  // logits [B, T, C] with targets [T, B] row by wrong row.
+  KILN_CHECK(logits_in.dim() >= 1 &&
+                 Shape(logits_in.shape().begin(), logits_in.shape().end() - 1) == targets_in.shape(),
              "cross_entropy: logits ", shape_str(logits_in.shape()), " and targets ", shape_str(targets_in.shape()),
-             " do not match (expected logits [..., C] with one target per row)");
+             " do not match (expected logits [..., C] and targets [...] with the same leading dims)");
   KILN_CHECK(targets_in.dtype() == DType::i64 || targets_in.dtype() == DType::i32,
              "cross_entropy: targets must be i64 or i32 class indices, got ", dtype_name(targets_in.dtype()));
   const int64_t C = logits_in.size(-1), N = targets_in.numel();

@@ -161,6 +161,8 @@ std::optional<std::string> latest_checkpoint(const std::string& out_dir) {
   return all.back().path;
 }
 
+nlohmann::json load_checkpoint_state(const std::string& dir) { return read_state(dir).at("state"); }
+
 Checkpoint load_checkpoint(const std::string& dir) {
   std::error_code ec;
   KILN_CHECK(fs::is_directory(dir, ec), "checkpoint ", dir, ": no such directory");

@@ -49,6 +49,8 @@ struct Checkpoint {
 // Loads and validates every file; a missing, corrupt or truncated file throws
 // kiln::Error naming the file and the defect.
 Checkpoint load_checkpoint(const std::string& dir);
+// Only the caller's state JSON of a checkpoint (no tensors are read).
+nlohmann::json load_checkpoint_state(const std::string& dir);
 
 // Deletes all but the newest keep_last complete checkpoints (keep_last >= 1)
 // and any leftover .tmp directories from crashed saves.
