@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   kiln::recipes::TrainOptions to;
   // Run-defining options are read only when given, so --resume can tell a
   // given value from a default (apps/recipes/run_config.h).
-  int64_t steps = 0, batch_size = 0;
+  int64_t steps = 0, batch_size = 0, micro_batch = 0;
   double epochs = 0, lr = 0, loss_scale = 0;
   uint64_t seed = 0;
   int threads = 0;
@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
   bool no_progress = false;
   auto* train = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
   train->footer("recipes:\n" + kiln::recipes::describe_recipes() +
-                "\nWith --resume, a run keeps its saved settings: --steps/--epochs (to extend it), --threads, "
-                "--device and --no-progress may change; a different --seed, --batch-size, --lr or --precision is "
+                "\nWith --resume, a run keeps its saved settings: --steps/--epochs (to extend it), --micro-batch, "
+                "--threads, --device and --no-progress may change; a different --seed, --batch-size, --lr or --precision is "
                 "refused.");
   train->add_option("recipe", to.recipe, "which recipe (default: fashion-mlp, or the resumed run's)")
       ->check(CLI::IsMember(kiln::recipes::recipe_names()));
@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
   auto* epochs_opt = train->add_option("--epochs", epochs, "epochs over the training set (image recipes)")
                          ->check(kNonNegative);
   auto* batch_opt = train->add_option("--batch-size", batch_size, "examples per step")->check(kNonNegative);
+  auto* micro_opt = train->add_option("--micro-batch", micro_batch,
+                                      "gradient accumulation: examples per forward/backward pass (default: the batch)")
+                       ->check(kNonNegative);
   auto* lr_opt = train->add_option("--lr", lr, "peak learning rate")->check(kNonNegative);
   auto* device_opt = train->add_option("--device", device, "cpu, cuda or cuda:N (default: cpu)");
   auto* threads_opt = train->add_option("--threads", threads, "CPU threads (default: all cores)")->check(kNonNegative);
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
       if (*epochs_opt) to.epochs = epochs;
       if (*batch_opt) to.batch_size = batch_size;
       if (*lr_opt) to.lr = lr;
+      if (*micro_opt) to.micro_batch = micro_batch;
       if (*seed_opt) to.seed = seed;
       if (*threads_opt) to.threads = threads;
       if (*precision_opt) to.precision = precision;

@@ -183,20 +183,23 @@ class FortunesGptRecipe final : public Recipe {
     settings.min_lr_ratio = 0.1;
     settings.clip_norm = 1.0;
     settings.unit = "tok";
+    settings.items_per_example = config.block_size;
     LoopHooks hooks;
-    hooks.next_loss = [&](int64_t& items) {
+    hooks.next_batch = [&] {
       data::TokenBatch b = loader.next();
-      items = b.x.numel();
-      return model.loss(b.x.to(run.device), b.y.to(run.device));
+      return Batch{b.x, b.y};
     };
+    hooks.loss = [&](const Tensor& x, const Tensor& y) { return model.loss(x.to(run.device), y.to(run.device)); };
     hooks.add_state = [&](nlohmann::json& state) {
       state["config"] = config.to_json();
       state["tokenizer"] = "tokenizer.model";
     };
+    RunRecord record(run.out_dir, run.step(), record_devices(run));
     TrainResult result;
-    if (run_training_loop(o, run, parts, settings, hooks, result, log)) {
+    if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
       result.val_loss = validation_loss(model, validation.tokens, kValidationBatch, run.device);
       result.val_bits_per_byte = result.val_loss / std::log(2.0) / validation.bytes_per_token;
+      record.eval(result.steps_done, {{"val_loss", result.val_loss}, {"val_bits_per_byte", result.val_bits_per_byte}});
       Generator sample_gen(c.seed + 7);
       result.samples = sample_gpt(model, tok, "", 3, 48, 0.8, 40, sample_gen);
     }

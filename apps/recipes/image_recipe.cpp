@@ -123,25 +123,30 @@ class FashionRecipe final : public Recipe {
     settings.min_lr_ratio = 0.02;
     settings.unit = "img";
     LoopHooks hooks;
-    hooks.next_loss = [&](int64_t& items) {
-      data::ImageBatch batch = loader.next();
-      items = batch.images.size(0);
-      return cross_entropy(model->forward(batch.images.to(run.device)), batch.labels.to(run.device));
+    hooks.next_batch = [&] {
+      data::ImageBatch b = loader.next();
+      return Batch{b.images, b.labels};
     };
+    hooks.loss = [&](const Tensor& x, const Tensor& y) {
+      return cross_entropy(model->forward(x.to(run.device)), y.to(run.device));
+    };
+    RunRecord record(run.out_dir, run.step(), record_devices(run));
     hooks.after_step = [&](int64_t done, double loss, const Log& line) {
       if (done % per_epoch != 0) return false;
       if (done < c.total_steps) {
+        const double accuracy = image_accuracy(*model, train_set, split.validation, run.device);
+        record.eval(done, {{"val_accuracy", accuracy}});
         char text[128];
         std::snprintf(text, sizeof text, "epoch %lld: train loss %.4f, validation accuracy %.4f",
-                      (long long)(done / per_epoch), loss,
-                      image_accuracy(*model, train_set, split.validation, run.device));
+                      (long long)(done / per_epoch), loss, accuracy);
         line(text);
       }
       return true;
     };
     TrainResult result;
-    if (run_training_loop(o, run, parts, settings, hooks, result, log)) {
+    if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
       result.test_accuracy = image_accuracy(*model, test_set, {}, run.device);
+      record.eval(result.steps_done, {{"test_accuracy", result.test_accuracy}});
       result.showcase = showcase_predictions(*model, test_set, 4, run.device);
     }
     return result;

@@ -22,11 +22,14 @@ MixedPrecision::MixedPrecision(const std::string& precision, double initial_loss
 }
 
 bool MixedPrecision::backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log) {
-  if (!scaler_) {
-    loss.backward();
-    return true;
-  }
-  scaler_->scale_loss(loss).backward();
+  accumulate(loss);
+  return finish_step(params, step, log);
+}
+
+void MixedPrecision::accumulate(const Tensor& loss) { (scaler_ ? scaler_->scale_loss(loss) : loss).backward(); }
+
+bool MixedPrecision::finish_step(const std::vector<Tensor>& params, int64_t step, const Log& log) {
+  if (!scaler_) return true;
   const bool finite = scaler_->unscale_and_check(params);
   scaler_->update(!finite);
   if (!finite) {

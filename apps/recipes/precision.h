@@ -32,6 +32,11 @@ class MixedPrecision {
   // and checks them. Returns false when the optimizer step must be skipped
   // (fp16 gradients with inf/NaN), after logging it. `step` is 1-based.
   bool backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log);
+  // The same in two halves, for gradient accumulation: backward of each
+  // micro-batch's share of the loss (scaled for fp16; gradients add up),
+  // then one unscale-and-check for the whole step.
+  void accumulate(const Tensor& loss);
+  bool finish_step(const std::vector<Tensor>& params, int64_t step, const Log& log);
   int64_t skipped_steps() const { return skipped_; }
 
   // Checkpoint state: "precision", plus "loss_scaler" for fp16.

@@ -5,8 +5,10 @@
 // A resumed run keeps its settings. An option given again with the saved
 // value is fine. A different value is
 //  - applied with a one-line notice where that is safe: --steps/--epochs
-//    (extend or shorten a run, not to before the checkpoint), --threads,
-//    --device, --no-progress, --checkpoint-every, --stop-after;
+//    (extend or shorten a run, not to before the checkpoint), --micro-batch
+//    (the same update up to float rounding, so no longer bitwise the
+//    uninterrupted run), --threads, --device, --no-progress,
+//    --checkpoint-every, --stop-after;
 //  - refused, naming the option and its saved value, otherwise: the recipe,
 //    --seed, --batch-size, --lr, --precision, --loss-scale (and the model's
 //    config, which the recipe restores from the checkpoint).
@@ -26,6 +28,7 @@ struct RunConfig {
   std::string recipe;
   uint64_t seed = 1337;
   int64_t batch_size = 0;
+  int64_t micro_batch = 0;  // 0: the whole batch at once
   double lr = 0;
   int64_t total_steps = 0;
   std::string precision = "fp32";

@@ -1,10 +1,14 @@
-// The loop every recipe shares. Each step: forward and loss under autocast,
-// backward (scaled for fp16, which may skip the step), the warmup + cosine
-// schedule, optional gradient clipping, the optimizer step, the divergence
-// check, the progress bar, and checkpoints (every --checkpoint-every steps,
-// when the recipe asks, at --stop-after, and at the end).
+// The loop every recipe shares. Each step: the next batch, split into
+// micro-batches (--micro-batch) whose losses are weighted by their share of
+// the batch and whose gradients add up; forward and loss under autocast;
+// backward (scaled for fp16, which may skip the step); the warmup + cosine
+// schedule; optional gradient clipping; the optimizer step; the divergence
+// check; the progress bar; a line in metrics.jsonl; and checkpoints (every
+// --checkpoint-every steps, when the recipe asks, at --stop-after, and at
+// the end).
 #pragma once
 #include "apps/recipes/common.h"
+#include "apps/recipes/run_record.h"
 
 namespace kiln::recipes {
 
@@ -13,12 +17,19 @@ struct LoopSettings {
   double min_lr_ratio = 0.1;  // the schedule decays to max_lr * this
   double clip_norm = 0;       // 0: no clipping
   std::string unit;           // "img", "tok": the progress bar's items
+  int64_t items_per_example = 1;  // images: 1; token windows: T
+};
+
+// One training batch: inputs and targets, both with the batch as dim 0.
+struct Batch {
+  Tensor x, y;
 };
 
 struct LoopHooks {
-  // The mean loss of the next batch (called under autocast); sets `items`
-  // to the batch's images or tokens.
-  std::function<Tensor(int64_t& items)> next_loss;
+  std::function<Batch()> next_batch;
+  // The mean loss over (a slice of) a batch, on the run's device; called
+  // under autocast.
+  std::function<Tensor(const Tensor& x, const Tensor& y)> loss;
   // Called after each step with the steps done; returns true to checkpoint
   // there (image recipes: an epoch ended, after logging validation). Lines
   // go to `log`, which first ends the progress bar's line.
@@ -30,6 +41,16 @@ struct LoopHooks {
 // Trains from run.step() to run.config.total_steps (or --stop-after) and
 // fills the loop's part of `result`. Returns true if the run reached its end.
 bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& parts, const LoopSettings& settings,
-                       const LoopHooks& hooks, TrainResult& result, const Log& log);
+                       const LoopHooks& hooks, RunRecord& record, TrainResult& result, const Log& log);
+
+// Forward and backward over `batch` in micro-batches of at most `micro`
+// examples; gradients add up in the parameters' .grad (zero them first).
+// With `poison`, the first micro-batch's loss is multiplied by NaN (tests).
+// Returns the batch's mean loss.
+double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
+                            bool poison = false);
+
+// The devices whose memory a run reports: its device, and the host.
+std::vector<Device> record_devices(const RunStart& run);
 
 }  // namespace kiln::recipes
