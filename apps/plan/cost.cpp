@@ -1,0 +1,45 @@
+#include "apps/plan/cost.h"
+
+namespace kiln::plan {
+
+int64_t gpt_parameter_count(const models::GptConfig& c) {
+  const int64_t d = c.n_embd, L = c.n_layer;
+  const int64_t per_block = 2 * 2 * d             // ln_1, ln_2
+                            + d * 3 * d + 3 * d   // c_attn
+                            + d * d + d           // attn c_proj
+                            + d * 4 * d + 4 * d   // mlp c_fc
+                            + 4 * d * d + d;      // mlp c_proj
+  return c.vocab_size * d + c.block_size * d + L * per_block + 2 * d;  // wte (tied), wpe, blocks, ln_f
+}
+
+GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes) {
+  const double d = double(c.n_embd), L = double(c.n_layer), T = double(c.block_size);
+  const double n_matmul = double(gpt_parameter_count(c) - c.block_size * c.n_embd);
+  const double n_blocks = L * 12.0 * d * d;
+  GptFlops f;
+  f.train_per_token = 6.0 * n_matmul + 12.0 * L * T * d;
+  f.recompute_per_token = 2.0 * n_blocks + 4.0 * L * T * d;
+  // Per layer: two layernorms (read d, write d) and GELU (read 4d, write 4d).
+  f.selective_bytes_per_token = L * (2.0 * 2.0 * d + 2.0 * 4.0 * d) * elem_bytes;
+  return f;
+}
+
+RunCost run_cost(const GpuSpec& gpu, int gpus, double tokens, double seconds_per_token, double price_per_hour,
+                 double kwh_price) {
+  RunCost r;
+  r.tokens = tokens;
+  r.gpus = gpus;
+  r.seconds_per_token = seconds_per_token;
+  r.price_per_hour = price_per_hour;
+  r.kwh_price = kwh_price;
+  r.gpu_hours = tokens * seconds_per_token / 3600.0;
+  r.hours = r.gpu_hours / double(gpus);
+  r.rent_usd = r.gpu_hours * price_per_hour;
+  r.electricity_usd = gpu.watts / 1000.0 * r.gpu_hours * kwh_price;
+  r.own_usd = gpu.purchase_usd * gpus + r.electricity_usd;
+  const double saved_per_hour = price_per_hour - gpu.watts / 1000.0 * kwh_price;
+  r.break_even_gpu_hours = saved_per_hour > 0 ? gpu.purchase_usd / saved_per_hour : 0.0;
+  return r;
+}
+
+}  // namespace kiln::plan

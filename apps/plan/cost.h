@@ -1,0 +1,48 @@
+// Time and money for a training run, from FLOPs and a stated MFU.
+//
+// FLOPs per token (forward + backward) follow the PaLM / llm.c convention:
+// 6 N for the matrix products (N: parameters that multiply, i.e. all but the
+// position embedding; the tied output projection counts), plus 12 L T d for
+// attention scores and values. Activation checkpointing adds one more forward
+// of the blocks (`blocks`: 2 N_blocks + 4 L T d per token) or re-runs only
+// the cheap elementwise ops (`selective`, memory-bound: priced by bytes over
+// the GPU's bandwidth). Time = FLOPs / (peak dense FLOP/s x MFU). The MFU is
+// an assumption the output states (default 0.40, --mfu to change it).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "apps/plan/gpu_table.h"
+#include "models/gpt/gpt.h"
+
+namespace kiln::plan {
+
+struct GptFlops {
+  double train_per_token = 0;      // forward + backward
+  double recompute_per_token = 0;  // extra forward FLOPs for `blocks`
+  double selective_bytes_per_token = 0;  // bytes re-read/written for `selective`
+};
+// `elem_bytes`: bytes per activation element (4 for fp32, 2 for bf16/fp16).
+GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes);
+// Parameters of a GPT with tied input/output embeddings.
+int64_t gpt_parameter_count(const models::GptConfig& c);
+
+struct RunCost {
+  double tokens = 0;
+  int gpus = 1;
+  double seconds_per_token = 0;  // on one GPU, for the chosen strategy
+  double hours = 0;              // wall clock on `gpus` GPUs
+  double gpu_hours = 0;
+  double rent_usd = 0;           // gpu_hours x the hourly price
+  double own_usd = 0;            // purchase of `gpus` GPUs + electricity for the run
+  double electricity_usd = 0;
+  double break_even_gpu_hours = 0;  // owning one GPU beats renting it after this many hours (0: never)
+  double price_per_hour = 0, kwh_price = 0;
+};
+
+// Data parallel over `gpus` with no communication cost (see
+// docs/DISTRIBUTED.md for when that stops being true).
+RunCost run_cost(const GpuSpec& gpu, int gpus, double tokens, double seconds_per_token, double price_per_hour,
+                 double kwh_price);
+
+}  // namespace kiln::plan

@@ -1,0 +1,250 @@
+#include "apps/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kiln/core/error.h"
+
+namespace kiln::plan {
+
+namespace {
+
+// Assumptions the output states. A forward + backward pass launches a few
+// hundred kernels; each micro-batch pays their fixed cost again.
+constexpr double kLaunchSecondsPerLayerPass = 30 * 5e-6;  // ~30 kernels per layer, ~5 us each
+// Host AdamW streams ~28 bytes per parameter (grad, master, m, v in; master,
+// m, v out) through host memory at this rate.
+constexpr double kHostBytesPerSecond = 40e9;
+constexpr double kHostOptimizerBytesPerParam = 28;
+
+bool is_gpt(const PlanInput& in) { return in.recipe != "fashion-mlp" && in.recipe != "fashion-cnn"; }
+
+double items_per_example(const PlanInput& in) { return is_gpt(in) ? double(in.gpt.block_size) : 1.0; }
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024.0);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  else if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  return buf;
+}
+
+// The GPU speed model used to rank strategies: the target GPU, or with only
+// a byte budget an H100 (only the ratios between strategies matter then).
+const GpuSpec& speed_model(const PlanInput& in, const std::vector<GpuSpec>& table) {
+  return in.target.gpu ? *in.target.gpu : find_gpu(table, "H100-SXM");
+}
+
+void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Estimate& e) {
+  const Strategy& s = e.strategy;
+  const double examples = double(in.batch_size), tokens = examples * items_per_example(in);
+  const double elem_bytes = s.precision == "fp32" ? 4.0 : 2.0;
+  double peak_flops = gpu.matmul_flops(s.precision);
+  if (peak_flops <= 0) peak_flops = gpu.matmul_flops("fp32");  // e.g. bf16 on a T4: fp32 speed (and flagged)
+  const double rate = peak_flops * in.mfu;
+  double train_flops = e.memory.flops > 0 ? e.memory.flops : 6.0 * double(parameters) * tokens;
+  double recompute = 0;
+  if (is_gpt(in)) {
+    GptFlops f = gpt_flops(in.gpt, elem_bytes);
+    if (e.memory.flops <= 0) train_flops = f.train_per_token * tokens;
+    if (s.checkpointing == "blocks") recompute = f.recompute_per_token * tokens / rate;
+    if (s.checkpointing == "selective") recompute = f.selective_bytes_per_token * tokens / gpu.bandwidth;
+  } else if (s.checkpointing == "blocks") {
+    recompute = train_flops / 3.0 / rate;  // one more forward
+  }
+  const double micro_steps = std::ceil(examples / double(s.micro_batch));
+  const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2 : 6;
+  const double launch = micro_steps * layers * 2 * kLaunchSecondsPerLayerPass;
+  const double compute = train_flops / rate;
+  e.recompute_seconds = recompute;
+  if (s.offload) {
+    // Gradients down and updated weights up, overlapped with compute (the
+    // part longer than the compute shows); the host AdamW does not overlap.
+    const double grad_bytes = double(parameters) * elem_bytes, weight_bytes = double(parameters) * elem_bytes;
+    const double transfer = (grad_bytes + weight_bytes) / gpu.host_link;
+    e.transfer_seconds = std::max(0.0, transfer - (compute + recompute));
+    e.host_optimizer_seconds = double(parameters) * kHostOptimizerBytesPerParam / kHostBytesPerSecond;
+  }
+  e.step_seconds = compute + recompute + launch + e.transfer_seconds + e.host_optimizer_seconds;
+}
+
+}  // namespace
+
+std::string Strategy::str() const {
+  std::string out = precision + ", checkpointing " + checkpointing + ", micro-batch " + std::to_string(micro_batch);
+  return offload ? out + ", offload" : out;
+}
+
+size_t PlanTarget::capacity() const {
+  if (memory_budget) return *memory_budget;
+  // A CUDA context and the caching allocator's fragmentation take some of
+  // the board's memory: plan for 95% of it, less 0.5 GiB.
+  return gpu ? size_t(gpu->memory_bytes * 0.95 - 0.5 * 1024 * 1024 * 1024) : 0;
+}
+
+std::vector<Strategy> strategies_for(const PlanInput& in) {
+  KILN_CHECK(in.batch_size > 0, "kiln plan: the batch size must be positive");
+  std::vector<std::string> precisions = in.precision ? std::vector<std::string>{*in.precision}
+                                                     : std::vector<std::string>{"fp32", "bf16", "fp16"};
+  std::vector<std::string> checkpointing = in.checkpointing ? std::vector<std::string>{*in.checkpointing}
+                                                            : std::vector<std::string>{"none", "selective", "blocks"};
+  if (!is_gpt(in) && !in.checkpointing) checkpointing = {"none"};  // the image models have no blocks to checkpoint
+  std::vector<int64_t> micro;
+  if (in.micro_batch) micro = {std::min(*in.micro_batch, in.batch_size)};
+  else
+    for (int64_t m = in.batch_size; m >= 1; m = m == 1 ? 0 : (m + 1) / 2) micro.push_back(m);
+  std::vector<bool> offload = in.offload ? std::vector<bool>{*in.offload} : std::vector<bool>{false, true};
+  std::vector<Strategy> out;
+  for (const auto& p : precisions)
+    for (const auto& c : checkpointing)
+      for (int64_t m : micro)
+        for (bool o : offload) out.push_back({p, c, m, o});
+  return out;
+}
+
+Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
+  KILN_CHECK(in.target.gpu || in.target.memory_budget, "kiln plan needs a target: --gpu NAME or --memory-budget SIZE");
+  KILN_CHECK(in.mfu > 0 && in.mfu <= 1, "--mfu must be in (0, 1], got ", in.mfu);
+  Plan plan;
+  plan.input = in;
+  plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : 0;
+  plan.tokens_per_step = double(in.batch_size) * items_per_example(in);
+  const std::vector<GpuSpec> table = load_gpu_table();
+  const GpuSpec& gpu = speed_model(in, table);
+  const size_t capacity = in.target.capacity();
+  for (const Strategy& s : strategies_for(in)) {
+    Estimate e;
+    e.strategy = s;
+    e.memory = probe(in, s);
+    e.fits = e.memory.peak <= capacity;
+    if (in.target.gpu && in.target.gpu->matmul_flops(s.precision) <= 0) e.fits = false;  // e.g. bf16 on a T4
+    time_step(in, gpu, plan.parameters > 0 ? plan.parameters : 0, e);
+    plan.estimates.push_back(e);
+  }
+  for (size_t i = 0; i < plan.estimates.size(); ++i) {
+    const Estimate& e = plan.estimates[i];
+    if (!e.fits) continue;
+    if (!plan.best || e.step_seconds < plan.estimates[*plan.best].step_seconds) plan.best = i;
+  }
+  if (in.tokens > 0 && in.target.gpu) {
+    const Estimate& chosen = plan.best ? plan.estimates[*plan.best] : plan.estimates.front();
+    plan.cost = run_cost(*in.target.gpu, in.gpus, in.tokens, chosen.step_seconds / plan.tokens_per_step,
+                         in.price_per_hour.value_or(in.target.gpu->rent_per_hour), in.kwh_price);
+  }
+  return plan;
+}
+
+nlohmann::json Plan::to_json() const {
+  auto memory_json = [](const StepMemory& m) {
+    return nlohmann::json{{"weights", m.weights},       {"grads", m.grads},         {"optimizer", m.optimizer},
+                          {"activations", m.activations}, {"workspace", m.workspace}, {"other", m.other},
+                          {"peak", m.peak},             {"host_peak", m.host_peak}};
+  };
+  nlohmann::json j;
+  j["recipe"] = input.recipe;
+  if (parameters > 0) j["parameters"] = parameters;
+  j["batch_size"] = input.batch_size;
+  j["tokens_per_step"] = tokens_per_step;
+  j["capacity_bytes"] = input.target.capacity();
+  if (input.target.gpu) j["gpu"] = input.target.gpu->name;
+  if (input.target.memory_budget) j["memory_budget"] = *input.target.memory_budget;
+  j["mfu"] = input.mfu;
+  j["estimates"] = nlohmann::json::array();
+  for (const Estimate& e : estimates)
+    j["estimates"].push_back({{"precision", e.strategy.precision},
+                              {"checkpointing", e.strategy.checkpointing},
+                              {"micro_batch", e.strategy.micro_batch},
+                              {"offload", e.strategy.offload},
+                              {"memory", memory_json(e.memory)},
+                              {"fits", e.fits},
+                              {"step_seconds", e.step_seconds},
+                              {"recompute_seconds", e.recompute_seconds},
+                              {"transfer_seconds", e.transfer_seconds},
+                              {"host_optimizer_seconds", e.host_optimizer_seconds}});
+  j["best"] = best ? nlohmann::json(*best) : nlohmann::json(nullptr);
+  if (cost)
+    j["cost"] = {{"tokens", cost->tokens},
+                 {"gpus", cost->gpus},
+                 {"hours", cost->hours},
+                 {"gpu_hours", cost->gpu_hours},
+                 {"rent_usd", cost->rent_usd},
+                 {"own_usd", cost->own_usd},
+                 {"electricity_usd", cost->electricity_usd},
+                 {"break_even_gpu_hours", cost->break_even_gpu_hours},
+                 {"price_per_hour", cost->price_per_hour},
+                 {"kwh_price", cost->kwh_price}};
+  return j;
+}
+
+std::string Plan::to_text() const {
+  std::string out;
+  char line[512];
+  const std::string target = input.target.gpu ? input.target.gpu->name : "a memory budget";
+  std::snprintf(line, sizeof line, "%s, batch %lld%s, on %s (%s usable)\n", input.recipe.c_str(),
+                (long long)input.batch_size,
+                parameters > 0 ? (", " + std::to_string(parameters / 1000000) + "M parameters").c_str() : "",
+                target.c_str(), human_bytes(double(input.target.capacity())).c_str());
+  out += line;
+  const Estimate& plain = estimates.front();
+  std::snprintf(line, sizeof line,
+                "\nplain %s training needs, at its peak:\n  weights %s, gradients %s, optimizer %s, activations %s, "
+                "workspace %s -> peak %s: %s\n",
+                plain.strategy.precision.c_str(), human_bytes(double(plain.memory.weights)).c_str(),
+                human_bytes(double(plain.memory.grads)).c_str(), human_bytes(double(plain.memory.optimizer)).c_str(),
+                human_bytes(double(plain.memory.activations)).c_str(),
+                human_bytes(double(plain.memory.workspace)).c_str(), human_bytes(double(plain.memory.peak)).c_str(),
+                plain.fits ? "fits" : "does NOT fit");
+  out += line;
+  out += "\nevery combination (peak on the device; predicted step time on " +
+         speed_model(input, load_gpu_table()).name + " at MFU " + std::to_string(input.mfu).substr(0, 4) + "):\n";
+  std::snprintf(line, sizeof line, "  %-5s %-9s %6s %-7s %11s %11s %11s %11s %10s  %s\n", "prec", "ckpt", "micro",
+                "offload", "weights", "optimizer", "activations", "peak", "step", "");
+  out += line;
+  for (size_t i = 0; i < estimates.size(); ++i) {
+    const Estimate& e = estimates[i];
+    std::snprintf(line, sizeof line, "  %-5s %-9s %6lld %-7s %11s %11s %11s %11s %10s  %s\n",
+                  e.strategy.precision.c_str(), e.strategy.checkpointing.c_str(), (long long)e.strategy.micro_batch,
+                  e.strategy.offload ? "yes" : "no", human_bytes(double(e.memory.weights)).c_str(),
+                  human_bytes(double(e.memory.optimizer)).c_str(), human_bytes(double(e.memory.activations)).c_str(),
+                  human_bytes(double(e.memory.peak)).c_str(), human_seconds(e.step_seconds).c_str(),
+                  best && *best == i ? "<- fastest that fits" : (e.fits ? "fits" : ""));
+    out += line;
+  }
+  if (best) {
+    const Estimate& b = estimates[*best];
+    std::snprintf(line, sizeof line,
+                  "\nplan: %s\n  peak %s of %s; step %s (recompute %s, offload transfers %s, host optimizer %s)\n"
+                  "  apply it: kiln train ... --fit\n",
+                  b.strategy.str().c_str(), human_bytes(double(b.memory.peak)).c_str(),
+                  human_bytes(double(input.target.capacity())).c_str(), human_seconds(b.step_seconds).c_str(),
+                  human_seconds(b.recompute_seconds).c_str(), human_seconds(b.transfer_seconds).c_str(),
+                  human_seconds(b.host_optimizer_seconds).c_str());
+    out += line;
+  } else {
+    out += "\nno combination fits: use a GPU with more memory, a smaller batch or model, or several GPUs\n";
+  }
+  if (cost) {
+    std::snprintf(line, sizeof line,
+                  "\ncost of %.3g tokens on %d x %s (MFU %.2f, stated; --mfu to change):\n"
+                  "  time:  %.1f hours (%.1f GPU-hours)\n"
+                  "  rent:  $%.0f at $%.2f per GPU-hour\n"
+                  "  own:   $%.0f (purchase) + $%.0f electricity at $%.2f/kWh\n"
+                  "  owning one GPU beats renting it after %.0f GPU-hours\n",
+                  cost->tokens, cost->gpus, input.target.gpu->name.c_str(), input.mfu, cost->hours, cost->gpu_hours,
+                  cost->rent_usd, cost->price_per_hour, cost->own_usd - cost->electricity_usd, cost->electricity_usd,
+                  cost->kwh_price, cost->break_even_gpu_hours);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace kiln::plan

@@ -1,0 +1,146 @@
+// The planner's data and arithmetic: the GPU table, FLOPs, time and money,
+// and the choice of the fastest strategy that fits. Memory comes from a
+// substitute probe here; tests/test_plan_memory.cpp checks the real one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apps/plan/plan.h"
+
+namespace kiln {
+namespace {
+
+using namespace kiln::plan;
+
+models::GptConfig gpt2() {
+  models::GptConfig c;  // GPT-2 124M: the GptConfig defaults
+  return c;
+}
+
+TEST(PlanGpuTable, HoldsTheGpusTheIssueNamesAndFindsThemByAlias) {
+  std::vector<GpuSpec> table = load_gpu_table();
+  for (const char* name : {"H100-SXM", "H100-PCIe", "H200", "A100-40GB", "A100-80GB", "L40S", "L4", "RTX-4090",
+                           "RTX-3090", "T4"}) {
+    const GpuSpec& g = find_gpu(table, name);
+    EXPECT_GT(g.memory_bytes, 15e9) << name;
+    EXPECT_GT(g.matmul_flops("fp16"), 0) << name;
+    EXPECT_GT(g.bandwidth, 0) << name;
+    EXPECT_GT(g.watts, 0) << name;
+    EXPECT_GT(g.rent_per_hour, 0) << name;
+    EXPECT_GT(g.purchase_usd, 0) << name;
+  }
+  EXPECT_EQ(find_gpu(table, "h100").name, "H100-SXM");
+  EXPECT_EQ(find_gpu(table, "4090").name, "RTX-4090");
+  EXPECT_DOUBLE_EQ(find_gpu(table, "H100").matmul_flops("bf16"), 989e12);
+  EXPECT_DOUBLE_EQ(find_gpu(table, "H100").matmul_flops("fp32"), 494e12) << "fp32 trains on TF32";
+  EXPECT_EQ(find_gpu(table, "T4").matmul_flops("bf16"), 0) << "a T4 has no bf16";
+  try {
+    find_gpu(table, "GTX-480");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("H100-SXM"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanGpuTable, AUserTableAddsAndReplacesEntries) {
+  auto path = std::filesystem::path(KILN_BINARY_DIR) / "test-plan-gpus.json";
+  std::ofstream(path) << R"({"gpus": [
+    {"name": "MyCard", "memory_gib": 12, "tflops": {"bf16": 100, "fp16": 100, "tf32": 50}, "bandwidth_gbps": 500, "watts": 200},
+    {"name": "t4", "memory_gib": 16, "tflops": {"fp16": 65, "tf32": 8}, "bandwidth_gbps": 320, "watts": 70, "rent_per_hour": 0.1}]})";
+  std::vector<GpuSpec> table = load_gpu_table(path.string());
+  EXPECT_DOUBLE_EQ(find_gpu(table, "mycard").memory_bytes, 12.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(find_gpu(table, "T4").rent_per_hour, 0.1);
+  EXPECT_EQ(table.size(), load_gpu_table().size() + 1);
+  std::ofstream(path) << "{ not json";
+  EXPECT_THROW(load_gpu_table(path.string()), Error);
+}
+
+TEST(PlanCost, Gpt2ParameterCountAndFlops) {
+  EXPECT_EQ(gpt_parameter_count(gpt2()), 124439808);  // with tied embeddings, as published
+  GptFlops f = gpt_flops(gpt2(), 2);
+  // 6 N (N without the position embedding) + 12 L T d
+  const double n = 124439808.0 - 1024 * 768;
+  EXPECT_DOUBLE_EQ(f.train_per_token, 6 * n + 12.0 * 12 * 1024 * 768);
+  EXPECT_DOUBLE_EQ(f.recompute_per_token, 2 * 12 * 12.0 * 768 * 768 + 4.0 * 12 * 1024 * 768);
+}
+
+TEST(PlanCost, RentVersusBuy) {
+  const GpuSpec& h100 = find_gpu(load_gpu_table(), "H100");
+  RunCost c = run_cost(h100, 2, 1e9, 1e-6, 2.0, 0.10);  // 1e9 tokens at 1 us each on one GPU
+  EXPECT_NEAR(c.gpu_hours, 1e3 / 3600.0, 1e-9);
+  EXPECT_NEAR(c.hours, c.gpu_hours / 2, 1e-12);
+  EXPECT_NEAR(c.rent_usd, c.gpu_hours * 2.0, 1e-9);
+  EXPECT_NEAR(c.electricity_usd, 0.7 * c.gpu_hours * 0.10, 1e-9);
+  EXPECT_NEAR(c.own_usd, 2 * h100.purchase_usd + c.electricity_usd, 1e-6);
+  EXPECT_NEAR(c.break_even_gpu_hours, h100.purchase_usd / (2.0 - 0.07), 1e-6);
+}
+
+// A probe whose bytes depend on the strategy the way real ones do, so the
+// enumeration and choice can be checked without running a model.
+StepMemory fake_probe(const PlanInput& in, const Strategy& s) {
+  StepMemory m;
+  const size_t elem = s.precision == "fp32" ? 4 : 2;
+  m.weights = 1000 * 4;
+  m.grads = 1000 * 4;
+  m.optimizer = s.offload ? 0 : 8000;
+  m.activations = size_t(s.micro_batch) * 100 * elem * (s.checkpointing == "none" ? 10 : s.checkpointing == "selective" ? 5 : 1);
+  m.peak = m.weights + m.grads + m.optimizer + m.activations;
+  return m;
+}
+
+TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
+  PlanInput in;
+  in.recipe = "fortunes-gpt";
+  in.gpt.n_layer = 2;
+  in.gpt.n_embd = 64;
+  in.gpt.n_head = 2;
+  in.gpt.block_size = 64;
+  in.gpt.vocab_size = 100;
+  in.batch_size = 8;
+  in.precision = "fp32";
+  EXPECT_EQ(strategies_for(in).size(), 3u * 4u * 2u);  // checkpointing x micro 8,4,2,1 x offload
+  in.target.memory_budget = 16000 + 8 * 100 * 4 * 10;  // everything fits
+  Plan all = make_plan(in, fake_probe);
+  ASSERT_TRUE(all.best);
+  EXPECT_EQ(all.estimates[*all.best].strategy.str(), "fp32, checkpointing none, micro-batch 8") << "plain is fastest";
+  in.target.memory_budget = 8000 + 8 * 100 * 4 * 2;  // needs offload and a smaller footprint
+  Plan tight = make_plan(in, fake_probe);
+  ASSERT_TRUE(tight.best);
+  const Estimate& b = tight.estimates[*tight.best];
+  EXPECT_TRUE(b.fits);
+  EXPECT_TRUE(b.strategy.offload);
+  EXPECT_LE(b.memory.peak, *in.target.memory_budget);
+  for (const Estimate& e : tight.estimates)
+    if (e.fits) EXPECT_GE(e.step_seconds, b.step_seconds) << e.strategy.str();
+  in.target.memory_budget = 100;
+  EXPECT_FALSE(make_plan(in, fake_probe).best);
+  nlohmann::json j = tight.to_json();
+  EXPECT_EQ(j.at("estimates").size(), tight.estimates.size());
+  EXPECT_EQ(j.at("best"), *tight.best);
+}
+
+// The issue's reference: llm.c trained GPT-2 124M on 10B tokens in about 90
+// minutes on 8 x A100 80GB. The plan must land within 2x of that.
+TEST(PlanChoice, Gpt2TenBillionTokensMatchesLlmcWithinTwoX) {
+  PlanInput in;
+  in.recipe = "gpt2";
+  in.gpt = gpt2();
+  in.batch_size = 64;
+  in.precision = "bf16";
+  in.checkpointing = "none";
+  in.micro_batch = 16;
+  in.offload = false;
+  in.target.gpu = find_gpu(load_gpu_table(), "A100-80GB");
+  in.tokens = 10e9;
+  in.gpus = 8;
+  auto zero = [](const PlanInput&, const Strategy&) { return StepMemory{}; };
+  Plan p = make_plan(in, zero);
+  ASSERT_TRUE(p.cost);
+  EXPECT_GT(p.cost->hours, 1.5 / 2) << p.to_text();
+  EXPECT_LT(p.cost->hours, 1.5 * 2) << p.to_text();
+  EXPECT_NE(p.to_text().find("owning one GPU beats renting it after"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
