@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
           ->check(CLI::IsMember(kiln::recipes::precision_names()));
   auto* loss_scale_opt =
       train->add_option("--loss-scale", loss_scale, "fp16: initial loss scale (default: 65536)")->check(kNonNegative);
+  bool offload = false;
+  auto* offload_opt = train->add_flag("--offload", offload,
+                                      "keep AdamW's state and the fp32 master weights in host memory (ZeRO-Offload)");
   train->add_flag("--no-progress", no_progress, "no progress bar");
 
   std::string eval_path, eval_device = "cpu";
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
       if (*batch_opt) to.batch_size = batch_size;
       if (*lr_opt) to.lr = lr;
       if (*micro_opt) to.micro_batch = micro_batch;
+      if (*offload_opt) to.offload = offload;
       if (*seed_opt) to.seed = seed;
       if (*threads_opt) to.threads = threads;
       if (*precision_opt) to.precision = precision;

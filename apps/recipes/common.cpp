@@ -1,6 +1,7 @@
 #include "apps/recipes/common.h"
 
 #include "kiln/backend/backend.h"
+#include "kiln/optim/offload.h"
 
 namespace kiln::recipes {
 
@@ -23,9 +24,20 @@ std::string resolve_checkpoint(const std::string& path) {
   return *latest;
 }
 
+std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunStart& run, nn::Module& model,
+                                                             const optim::AdamWOptions& options) {
+  model.to(run.device);
+  if (!run.config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), run.config.lr, options);
+  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), run.config.lr, options);
+  if (run.config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32
+  if (run.config.precision == "fp16") model.to(DType::f16);
+  return opt;
+}
+
 std::string save_run(const std::string& out_dir, int64_t step, const nn::Module& model, const optim::Optimizer& opt,
                      const nlohmann::json& state) {
-  save_checkpoint(out_dir, step, to_host(model.named_parameters()), to_host(opt.state()), state, /*keep_last=*/3);
+  const nn::NamedTensors& weights = opt.master_weights() ? *opt.master_weights() : model.named_parameters();
+  save_checkpoint(out_dir, step, to_host(weights), to_host(opt.state()), state, /*keep_last=*/3);
   return (std::filesystem::path(out_dir) / checkpoint_dir_name(step)).string();
 }
 
@@ -33,6 +45,7 @@ void restore_run(const RunStart& run, RunParts& parts, const Log& log) {
   if (!run.checkpoint) return;
   const Checkpoint& ck = *run.checkpoint;
   parts.model.load_parameters(to_pairs(ck.model));
+  parts.opt.load_master_weights(to_pairs(ck.model));
   parts.opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", ck.step));
   parts.precision.load(ck.state, log);
   parts.set_loader_state(ck.state.at("loader").get<data::LoaderState>());

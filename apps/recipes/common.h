@@ -20,7 +20,14 @@ std::vector<std::pair<std::string, Tensor>> to_pairs(const std::map<std::string,
 // Checkpoint directory given either a checkpoint or a run directory.
 std::string resolve_checkpoint(const std::string& path);
 
-// Saves model + optimizer + state and prunes to the last 3 checkpoints.
+// Moves `model` to the run's device and builds its AdamW: with --offload, an
+// OffloadAdamW whose state lives on the host, and with bf16/fp16 the device
+// keeps 2-byte parameters (the fp32 master is on the host).
+std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunStart& run, nn::Module& model,
+                                                             const optim::AdamWOptions& options);
+
+// Saves model + optimizer + state and prunes to the last 3 checkpoints. The
+// model's weights are the optimizer's fp32 master copy where it keeps one.
 std::string save_run(const std::string& out_dir, int64_t step, const nn::Module& model,
                      const optim::Optimizer& opt, const nlohmann::json& state);
 

@@ -158,12 +158,12 @@ class FortunesGptRecipe final : public Recipe {
     auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xD0D0D0D0ull);
     Generator init(c.seed);
     models::Gpt model(config, init, dropout_gen);
-    model.to(run.device);
     optim::AdamWOptions ao;
     ao.beta2 = 0.95;
     ao.weight_decay = 0.1;
     ao.decay_matrices_only = true;
-    optim::AdamW opt(model.named_parameters(), c.lr, ao);
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, model, ao);
+    optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
                    [&](const data::LoaderState& st) { loader.set_state(st); }};

@@ -106,10 +106,10 @@ class FashionRecipe final : public Recipe {
 
     auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xD0D0D0D0ull);
     auto model = make_image_model(name_, c.seed, dropout_gen);
-    model->to(run.device);
     optim::AdamWOptions ao;
     ao.weight_decay = weight_decay_;
-    optim::AdamW opt(model->named_parameters(), c.lr, ao);
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, *model, ao);
+    optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{*model, opt, precision, *dropout_gen, [&] { return loader.state(); },
                    [&](const data::LoaderState& st) { loader.set_state(st); }};

@@ -33,6 +33,7 @@ struct TrainOptions {
   std::optional<double> epochs;  // image recipes: total steps from epochs
   std::optional<int64_t> batch_size;
   std::optional<int64_t> micro_batch;  // gradient accumulation: examples per forward/backward (0: the batch)
+  std::optional<bool> offload;         // optimizer state and fp32 master weights in host memory
   std::optional<double> lr;  // peak learning rate
   std::optional<uint64_t> seed;
   std::optional<std::string> precision;  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)

@@ -13,6 +13,7 @@ void RunConfig::save(nlohmann::json& state) const {
   state["seed"] = seed;
   state["batch_size"] = batch_size;
   state["micro_batch"] = micro_batch;
+  state["offload"] = offload;
   state["lr"] = lr;
   state["total_steps"] = total_steps;
   state["precision"] = precision;
@@ -25,6 +26,7 @@ RunConfig RunConfig::load(const nlohmann::json& state) {
   c.seed = state.at("seed");
   c.batch_size = state.at("batch_size");
   c.micro_batch = state.value("micro_batch", int64_t(0));
+  c.offload = state.value("offload", false);
   c.lr = state.at("lr");
   c.total_steps = state.at("total_steps");
   c.precision = state.value("precision", "fp32");
@@ -69,6 +71,7 @@ RunConfig fresh_config(const TrainOptions& o, const std::string& recipe, const R
   c.seed = o.seed.value_or(1337);
   c.batch_size = o.batch_size.value_or(0) > 0 ? *o.batch_size : d.batch_size;
   c.micro_batch = o.micro_batch.value_or(0);
+  c.offload = o.offload.value_or(false);
   c.lr = o.lr.value_or(0) > 0 ? *o.lr : d.lr;
   c.precision = o.precision.value_or("fp32");
   MixedPrecision check(c.precision);  // an unknown precision fails here, before any work
@@ -96,6 +99,11 @@ RunConfig resumed_config(const TrainOptions& o, const Checkpoint& ck, const std:
     log("--micro-batch " + std::to_string(*o.micro_batch) + ": applied (was " + std::to_string(c.micro_batch) +
         "); the updates equal the saved setting's up to float rounding, not bit for bit");
     c.micro_batch = *o.micro_batch;
+  }
+  if (o.offload && *o.offload != c.offload) {
+    log(std::string("--offload ") + (*o.offload ? "on" : "off") + ": applied; the updates equal the saved setting's "
+        "up to float rounding, not bit for bit");
+    c.offload = *o.offload;
   }
   const int64_t total = total_from_options(o, d, c.batch_size, c.recipe);
   if (total > 0 && total != c.total_steps) {

@@ -6,8 +6,8 @@
 // value is fine. A different value is
 //  - applied with a one-line notice where that is safe: --steps/--epochs
 //    (extend or shorten a run, not to before the checkpoint), --micro-batch
-//    (the same update up to float rounding, so no longer bitwise the
-//    uninterrupted run), --threads, --device, --no-progress,
+//    and --offload (the same update up to float rounding, so no longer
+//    bitwise the uninterrupted run), --threads, --device, --no-progress,
 //    --checkpoint-every, --stop-after;
 //  - refused, naming the option and its saved value, otherwise: the recipe,
 //    --seed, --batch-size, --lr, --precision, --loss-scale (and the model's
@@ -29,6 +29,7 @@ struct RunConfig {
   uint64_t seed = 1337;
   int64_t batch_size = 0;
   int64_t micro_batch = 0;  // 0: the whole batch at once
+  bool offload = false;     // AdamW state and fp32 master weights in host memory (kiln/optim/offload.h)
   double lr = 0;
   int64_t total_steps = 0;
   std::string precision = "fp32";

@@ -26,8 +26,10 @@ void for_each_group(const NamedTensors& params, const std::vector<Tensor>& m, co
   for (auto& [key, slots] : groups) fn(Device::parse(key.first), key.second, slots);
 }
 
-void load_named(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
-                std::vector<Tensor>& into) {
+}  // namespace
+
+void load_named_state(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
+                      std::vector<Tensor>& into) {
   std::map<std::string, Tensor> by_name(state.begin(), state.end());
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = by_name.find(params[i].first + suffix);
@@ -37,8 +39,6 @@ void load_named(const NamedTensors& params, const NamedTensors& state, const std
     copy_into(it->second, into[i]);
   }
 }
-
-}  // namespace
 
 void Optimizer::zero_grad() {
   for (auto& [n, p] : params_) p.zero_grad();
@@ -77,8 +77,8 @@ NamedTensors AdamW::state() const {
 }
 
 void AdamW::load_state(const NamedTensors& state, int64_t step) {
-  load_named(params_, state, ".exp_avg", m_);
-  load_named(params_, state, ".exp_avg_sq", v_);
+  load_named_state(params_, state, ".exp_avg", m_);
+  load_named_state(params_, state, ".exp_avg_sq", v_);
   step_ = step;
 }
 
@@ -109,7 +109,7 @@ NamedTensors SGD::state() const {
 }
 
 void SGD::load_state(const NamedTensors& state, int64_t step) {
-  if (opts_.momentum > 0) load_named(params_, state, ".momentum_buffer", momentum_);
+  if (opts_.momentum > 0) load_named_state(params_, state, ".momentum_buffer", momentum_);
   step_ = step;
 }
 

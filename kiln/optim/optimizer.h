@@ -21,6 +21,10 @@ class Optimizer {
   // Optimizer state for checkpoints ("<param>.exp_avg", ...), plus the step.
   virtual NamedTensors state() const = 0;
   virtual void load_state(const NamedTensors& state, int64_t step) = 0;
+  // Optimizers that keep their own fp32 copy of the weights (offload) return
+  // it here: checkpoints save it as the model, and resume restores it.
+  virtual const NamedTensors* master_weights() const { return nullptr; }
+  virtual void load_master_weights(const NamedTensors& weights) {}
 
  protected:
   NamedTensors params_;
@@ -61,6 +65,11 @@ class SGD : public Optimizer {
   SgdOptions opts_;
   std::vector<Tensor> momentum_;
 };
+
+// Copies state["<param name><suffix>"] into into[i] for each parameter;
+// throws naming a missing or mis-shaped entry.
+void load_named_state(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
+                      std::vector<Tensor>& into);
 
 // Linear warmup to `max_lr`, then cosine decay to `min_lr` at `total_steps`.
 double warmup_cosine_lr(int64_t step, int64_t warmup_steps, int64_t total_steps, double max_lr, double min_lr);
