@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   auto* offload_opt = train->add_flag("--offload", offload,
                                       "keep AdamW's state and the fp32 master weights in host memory (ZeRO-Offload)");
   train->add_flag("--no-progress", no_progress, "no progress bar");
+  train->add_flag("--profile", to.profile, "time every backend op and print where the steps' time went");
 
   std::string eval_path, eval_device = "cpu";
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint (or a run directory's newest)");

@@ -46,6 +46,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)
   int64_t stop_after = 0;        // stop after this many steps of this invocation (0: run to the end)
   bool progress = true;          // progress bar on stderr
+  bool profile = false;          // time every backend op and print where the steps' time went
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
   // Fault injection for tests: multiply the loss of this (1-based) step by

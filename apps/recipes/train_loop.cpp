@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "apps/recipes/progress.h"
+#include "kiln/backend/profiler.h"
 
 namespace kiln::recipes {
 
@@ -65,6 +66,10 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
         std::to_string(micro) + " per step of " + std::to_string(c.batch_size));
 
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
+  if (o.profile) {
+    Profiler::reset();
+    Profiler::enable();
+  }
   ProgressBar bar(total, start, settings.unit, o.progress);
   const Log line_log = [&](const std::string& line) {
     bar.finish();
@@ -104,6 +109,10 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     }
   }
   bar.finish();
+  if (o.profile) {
+    Profiler::enable(false);
+    log("where the time went (kiln train --profile):\n" + Profiler::report(bar.elapsed_seconds()));
+  }
   result.steps_done = step;
   result.skipped_steps = parts.precision.skipped_steps();
   result.final_train_loss = loss_value;

@@ -2,6 +2,7 @@
 // factory hooks below; a build without the CUDA toolkit links kiln/cuda_stub,
 // whose hook reports why CUDA is unavailable.
 #include "kiln/backend/backend.h"
+#include "kiln/backend/profiler.h"
 
 namespace kiln {
 
@@ -20,7 +21,8 @@ namespace {
 }();
 }  // namespace
 
-Backend& backend_for(Device device) {
+namespace {
+Backend& find_backend(Device device) {
   if (device.is_cpu()) return *cpu_backend_instance();
   std::string why;
   Backend* cuda = cuda_backend_instance(&why);
@@ -28,6 +30,12 @@ Backend& backend_for(Device device) {
   KILN_CHECK(device.index < cuda->device_count(), "device ", device.str(), " does not exist: this machine has ",
              cuda->device_count(), " CUDA device(s)");
   return *cuda;
+}
+}  // namespace
+
+Backend& backend_for(Device device) {
+  Backend& b = find_backend(device);
+  return Profiler::enabled() ? profiling_backend(b) : b;
 }
 
 Backend& backend_for(const Tensor& t) { return backend_for(t.device()); }
