@@ -8,6 +8,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/precision.h"
+#include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
@@ -128,6 +129,23 @@ class FortunesGptRecipe final : public Recipe {
     return "write fortune-cookie text (Debian's fortunes) with a small GPT-2-style model";
   }
   ModelKind kind() const override { return ModelKind::language_model; }
+
+  StepParts step_parts(const StepRequest& request) const override {
+    KILN_CHECK(!request.model_config.is_null(), "fortunes-gpt: the step needs the model's config");
+    StepParts p;
+    p.dropout_gen = std::make_shared<Generator>(request.seed ^ 0xD0D0D0D0ull);
+    Generator init(request.seed);
+    const models::GptConfig config = models::GptConfig::from_json(request.model_config);
+    auto model = std::make_shared<models::Gpt>(config, init, p.dropout_gen);
+    p.model = model;
+    p.adamw.beta2 = 0.95;
+    p.adamw.weight_decay = 0.1;
+    p.adamw.decay_matrices_only = true;
+    p.loss = [model](const Tensor& x, const Tensor& y) { return model->loss(x, y); };
+    p.x_shape = p.y_shape = {config.block_size};
+    p.x_dtype = DType::i64;
+    return p;
+  }
   bool can_sample() const override { return true; }
 
   TrainResult train(const TrainOptions& o, const Log& log) const override {
@@ -155,14 +173,13 @@ class FortunesGptRecipe final : public Recipe {
     lo.seed = c.seed;
     data::TokenLoader loader(train_tokens, lo);
 
-    auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xD0D0D0D0ull);
-    Generator init(c.seed);
-    models::Gpt model(config, init, dropout_gen);
-    optim::AdamWOptions ao;
-    ao.beta2 = 0.95;
-    ao.weight_decay = 0.1;
-    ao.decay_matrices_only = true;
-    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, model, ao);
+    StepRequest request;
+    request.seed = c.seed;
+    request.model_config = config.to_json();
+    StepParts step = step_parts(request);
+    models::Gpt& model = static_cast<models::Gpt&>(*step.model);
+    std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, model, step.adamw);
     optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
@@ -189,7 +206,7 @@ class FortunesGptRecipe final : public Recipe {
       data::TokenBatch b = loader.next();
       return Batch{b.x, b.y};
     };
-    hooks.loss = [&](const Tensor& x, const Tensor& y) { return model.loss(x.to(run.device), y.to(run.device)); };
+    hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(run.device), y.to(run.device)); };
     hooks.add_state = [&](nlohmann::json& state) {
       state["config"] = config.to_json();
       state["tokenizer"] = "tokenizer.model";

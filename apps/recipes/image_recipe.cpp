@@ -7,6 +7,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/image_recipe.h"
 #include "apps/recipes/precision.h"
+#include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
@@ -87,6 +88,18 @@ class FashionRecipe final : public Recipe {
   std::string summary() const override { return summary_; }
   ModelKind kind() const override { return ModelKind::image_classifier; }
 
+  StepParts step_parts(const StepRequest& request) const override {
+    StepParts p;
+    p.dropout_gen = std::make_shared<Generator>(request.seed ^ 0xD0D0D0D0ull);
+    auto model = make_image_model(name_, request.seed, p.dropout_gen);
+    p.model = model;
+    p.adamw.weight_decay = weight_decay_;
+    p.loss = [model](const Tensor& x, const Tensor& y) { return cross_entropy(model->forward(x), y); };
+    p.x_shape = {1, 28, 28};
+    p.y_shape = {};
+    return p;
+  }
+
   TrainResult train(const TrainOptions& o, const Log& log) const override {
     data::ImageDataset train_set = data::load_fashion_mnist(data::FashionMnistPart::train, o.data_dir);
     data::ImageDataset test_set = data::load_fashion_mnist(data::FashionMnistPart::test, o.data_dir);
@@ -104,11 +117,12 @@ class FashionRecipe final : public Recipe {
     data::ImageLoader loader(train_set, split.train, lo);
     const int64_t per_epoch = loader.batches_per_epoch();
 
-    auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xD0D0D0D0ull);
-    auto model = make_image_model(name_, c.seed, dropout_gen);
-    optim::AdamWOptions ao;
-    ao.weight_decay = weight_decay_;
-    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, *model, ao);
+    StepRequest request;
+    request.seed = c.seed;
+    StepParts step = step_parts(request);
+    nn::Module* model = step.model.get();
+    std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, *model, step.adamw);
     optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{*model, opt, precision, *dropout_gen, [&] { return loader.state(); },
@@ -127,9 +141,7 @@ class FashionRecipe final : public Recipe {
       data::ImageBatch b = loader.next();
       return Batch{b.images, b.labels};
     };
-    hooks.loss = [&](const Tensor& x, const Tensor& y) {
-      return cross_entropy(model->forward(x.to(run.device)), y.to(run.device));
-    };
+    hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(run.device), y.to(run.device)); };
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     hooks.after_step = [&](int64_t done, double loss, const Log& line) {
       if (done % per_epoch != 0) return false;

@@ -3,6 +3,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/image_recipe.h"
+#include "apps/recipes/step_parts.h"
 
 namespace kiln::recipes {
 
@@ -43,6 +44,10 @@ std::string describe_recipes() {
   std::string out;
   for (const auto& r : recipe_table()) out += "  " + r->name() + ": " + r->summary() + "\n";
   return out;
+}
+
+StepParts Recipe::step_parts(const StepRequest&) const {
+  KILN_FAIL("recipe '", name(), "' cannot describe its training step for kiln plan yet");
 }
 
 std::vector<std::string> Recipe::sample(const Checkpoint&, const std::string& dir, const SampleOptions&,

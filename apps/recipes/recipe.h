@@ -20,6 +20,10 @@
 namespace kiln {
 struct Checkpoint;
 }
+namespace kiln::recipes {
+struct StepParts;
+struct StepRequest;
+}
 
 namespace kiln::recipes {
 
@@ -99,6 +103,9 @@ class Recipe {
   virtual TrainResult train(const TrainOptions& options, const Log& log) const = 0;
   // `dir` is the checkpoint directory `ck` was loaded from.
   virtual EvalResult evaluate(const Checkpoint& ck, const std::string& dir, Device device, const Log& log) const = 0;
+  // The model, optimizer settings and loss of one training step (what
+  // train() runs, and what `kiln plan` measures). Default: not plannable.
+  virtual StepParts step_parts(const StepRequest& request) const;
   virtual bool can_sample() const { return false; }
   virtual std::vector<std::string> sample(const Checkpoint& ck, const std::string& dir, const SampleOptions& options,
                                           Device device) const;
