@@ -24,13 +24,13 @@ std::string resolve_checkpoint(const std::string& path) {
   return *latest;
 }
 
-std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunStart& run, nn::Module& model,
-                                                             const optim::AdamWOptions& options) {
-  model.to(run.device);
-  if (!run.config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), run.config.lr, options);
-  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), run.config.lr, options);
-  if (run.config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32
-  if (run.config.precision == "fp16") model.to(DType::f16);
+std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
+                                                             nn::Module& model, const optim::AdamWOptions& options) {
+  model.to(device);
+  if (!config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), config.lr, options);
+  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options);
+  if (config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32
+  if (config.precision == "fp16") model.to(DType::f16);
   return opt;
 }
 

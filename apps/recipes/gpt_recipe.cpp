@@ -179,7 +179,7 @@ class FortunesGptRecipe final : public Recipe {
     StepParts step = step_parts(request);
     models::Gpt& model = static_cast<models::Gpt&>(*step.model);
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
-    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, model, step.adamw);
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(c, run.device, model, step.adamw);
     optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },

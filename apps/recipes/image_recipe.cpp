@@ -122,7 +122,7 @@ class FashionRecipe final : public Recipe {
     StepParts step = step_parts(request);
     nn::Module* model = step.model.get();
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
-    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(run, *model, step.adamw);
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(c, run.device, *model, step.adamw);
     optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{*model, opt, precision, *dropout_gen, [&] { return loader.state(); },

@@ -1,0 +1,59 @@
+#include "apps/plan/memory_probe.h"
+
+#include "apps/recipes/common.h"
+#include "apps/recipes/step_parts.h"
+#include "apps/recipes/train_loop.h"
+
+namespace kiln::plan {
+
+std::string plan_recipe_name(const PlanInput& in) {
+  return in.recipe == "fashion-mlp" || in.recipe == "fashion-cnn" ? in.recipe : "fortunes-gpt";
+}
+
+StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
+  const recipes::Recipe& recipe = recipes::find_recipe(plan_recipe_name(in));
+  recipes::StepRequest request;
+  if (recipe.kind() == recipes::ModelKind::language_model) request.model_config = in.gpt.to_json();
+  request.checkpointing = s.checkpointing;
+  recipes::RunConfig config;
+  config.precision = s.precision;
+  config.offload = s.offload;
+  config.lr = 1e-3;
+  Allocator& allocator = allocator_for(device);
+
+  recipes::StepParts step = recipe.step_parts(request);
+  std::unique_ptr<optim::Optimizer> opt = recipes::place_model_and_optimizer(config, device, *step.model, step.adamw);
+  recipes::MixedPrecision precision(s.precision);
+  recipes::LoopHooks hooks;
+  hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(device), y.to(device)); };
+  Shape xs = step.x_shape, ys = step.y_shape;
+  xs.insert(xs.begin(), in.batch_size);
+  ys.insert(ys.begin(), in.batch_size);
+  recipes::Batch batch{zeros(xs, step.x_dtype), zeros(ys, step.y_dtype)};
+
+  // From here on, one steady-state step: the weights and optimizer state
+  // exist, the gradients do not (zero_grad frees them), the batch is loaded.
+  allocator.reset_peak();
+  opt->zero_grad();
+  recipes::accumulate_gradients(batch, s.micro_batch, hooks, precision);
+  if (precision.finish_step(step.model->parameters(), 1, [](const std::string&) {})) opt->step();
+  const MemoryStats stats = allocator.stats();
+
+  StepMemory m;
+  auto peak = [&](MemoryCategory c) { return stats.peak_by_category[size_t(c)]; };
+  m.weights = peak(MemoryCategory::weights);
+  m.grads = peak(MemoryCategory::grads);
+  m.optimizer = peak(MemoryCategory::optimizer);
+  m.activations = peak(MemoryCategory::activations);
+  m.workspace = peak(MemoryCategory::workspace);
+  m.other = peak(MemoryCategory::other);
+  m.peak = stats.peak;
+  if (s.offload && !device.is_cpu()) m.host_peak = allocator_for(Device::cpu()).stats().peak;
+  return m;
+}
+
+MemoryProbe device_probe(Device device) {
+  return [device](const PlanInput& in, const Strategy& s) { return probe_step(in, s, device); };
+}
+
+}  // namespace kiln::plan
