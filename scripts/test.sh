@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
 cd build
+# Tests that compare with PyTorch fail, rather than skip, without it here.
+export KILN_REQUIRE_TORCH=1
 ctest --output-on-failure -j "$(nproc)" "$@"

@@ -5,8 +5,9 @@
 // AdamW step; Kiln loads the weights, runs the step in f32 and must agree
 // within fp32 tolerances, tensor by tensor.
 //
-// Without PyTorch for /usr/bin/python3 the tests are skipped, not passed; the
-// setup scripts (scripts/install_deps.sh) install python3-torch, so CI runs them.
+// Without PyTorch for /usr/bin/python3 the tests are skipped, not passed, and
+// under CI (tests/torch_required.h) they fail; the setup scripts
+// (scripts/install_deps.sh) install python3-torch, so CI runs them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,15 +25,14 @@
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 #include "models/vision/classifiers.h"
+#include "torch_required.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The interpreter is fixed: Debian's torch is importable only by the system
-// python, not by a pyenv/venv python3 that may come first on PATH.
-constexpr const char* kPython = "/usr/bin/python3";
+using testing::kPython;
 
 // fp32 tolerance for one tensor: max |kiln - torch| <= atol + rtol * max |torch|.
 // Scaling by the tensor's largest magnitude (not per element) is what fp32
@@ -134,9 +134,7 @@ class ParityTorch : public ::testing::Test {
     int rc = std::system(cmd.c_str());
     // Only now ask whether torch is there at all (importing it costs a second):
     // a missing torch skips, a broken script fails.
-    if (rc != 0 && std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0)
-      GTEST_SKIP() << kPython << " cannot import torch, so the PyTorch parity tests cannot run. "
-                   << "Install Debian's python3-torch (scripts/install_deps.sh does).";
+    if (rc != 0) KILN_SKIP_OR_FAIL_WITHOUT_TORCH("the PyTorch parity tests");
     if (rc != 0) {
       std::ifstream log(dir_ / "torch_reference.log");
       std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

@@ -89,9 +89,12 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   if (amp::needs_promotion(a, b)) return maximum(amp::promote(a, b), amp::promote(b, a));
   Tensor y = binary_raw(BinaryOp::maximum, a, b, "maximum");
   record(y, "MaximumBackward", {&a, &b}, [a = saved(a), b = saved(b)](const Tensor& g) {
-    Tensor a_wins = binary_raw(BinaryOp::gt, a, b, "maximum");  // ties go to b
-    Tensor ga = mul(g, a_wins);
-    return std::vector<Tensor>{sum_to(ga, a.shape()), sum_to(sub(g, ga), b.shape())};
+    // As PyTorch: the larger operand gets the gradient, a tie splits it in
+    // half, and where either is NaN both get all of it.
+    Tensor half_tie = mul_scalar(binary_raw(BinaryOp::eq, a, b, "maximum"), 0.5);
+    Tensor wa = sub(add_scalar(neg(binary_raw(BinaryOp::lt, a, b, "maximum")), 1.0), half_tie);
+    Tensor wb = sub(add_scalar(neg(binary_raw(BinaryOp::lt, b, a, "maximum")), 1.0), half_tie);
+    return std::vector<Tensor>{sum_to(mul(g, wa), a.shape()), sum_to(mul(g, wb), b.shape())};
   });
   return y;
 }

@@ -100,7 +100,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
           T* si = S + i * seq;
           const int64_t len = causal ? i + 1 : seq;
           T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < len; ++j) mx = std::max(mx, si[j]);
+          for (int64_t j = 0; j < len; ++j) mx = max_nan(mx, si[j]);  // a NaN score makes the row NaN
           // fast_exp (dispatch.h) in its own loop vectorises; the sum keeps its order.
           for (int64_t j = 0; j < len; ++j) si[j] = fast_exp(si[j] - mx);
           double sum = 0.0;

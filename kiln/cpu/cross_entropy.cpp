@@ -45,7 +45,7 @@ void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dl
       continue;
     }
     T mx = x[0];
-    for (int64_t j = 1; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
+    for (int64_t j = 1; j < C; ++j) mx = max_nan(mx, x[j]);  // any NaN logit makes the row's loss NaN
     // fast_exp (dispatch.h): libm's scalar expf was ~5% of a GPT step here;
     // the dlogits loop below vectorises with it.
     double sum = 0.0;

@@ -29,7 +29,7 @@ T apply_unary(UnaryOp op, T x, T s) {
     case UnaryOp::rsqrt: return T(1) / std::sqrt(x);
     case UnaryOp::tanh: return std::tanh(x);
     case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::relu: return x < T(0) ? T(0) : x;  // NaN stays NaN, as torch.relu
     case UnaryOp::gelu: return gelu(x);
     case UnaryOp::abs: return std::abs(x);
     case UnaryOp::square: return x * x;
@@ -48,13 +48,13 @@ T apply_binary(BinaryOp op, T a, T b) {
     case BinaryOp::sub: return a - b;
     case BinaryOp::mul: return a * b;
     case BinaryOp::div: return a / b;
-    case BinaryOp::maximum: return a > b ? a : b;
-    case BinaryOp::minimum: return a < b ? a : b;
+    case BinaryOp::maximum: return max_nan(a, b);
+    case BinaryOp::minimum: return min_nan(a, b);
     case BinaryOp::pow: return std::pow(a, b);
     case BinaryOp::eq: return a == b ? T(1) : T(0);
     case BinaryOp::gt: return a > b ? T(1) : T(0);
     case BinaryOp::lt: return a < b ? T(1) : T(0);
-    case BinaryOp::relu_backward: return b > T(0) ? a : T(0);
+    case BinaryOp::relu_backward: return b <= T(0) ? T(0) : a;  // torch's threshold_backward: NaN passes
     case BinaryOp::gelu_backward: return a * gelu_grad(b);
     case BinaryOp::tanh_backward: return a * (T(1) - b * b);
     case BinaryOp::sigmoid_backward: return a * b * (T(1) - b);

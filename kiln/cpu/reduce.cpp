@@ -154,7 +154,7 @@ void CpuBackend::argmax(const Tensor& x, int dim, Tensor& out) {
       T best_v = xp[base];
       for (int64_t i = 1; i < n; ++i) {
         T v = xp[base + i * stride];
-        if (v > best_v) {
+        if (v > best_v || (v != v && best_v == best_v)) {  // the first NaN is the max, as torch.argmax
           best_v = v;
           best = i;
         }

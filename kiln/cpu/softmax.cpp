@@ -45,7 +45,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
       T mx = xr[0];
-      for (int64_t j = 1; j < C; ++j) mx = xr[j] > mx ? xr[j] : mx;
+      for (int64_t j = 1; j < C; ++j) mx = max_nan(mx, xr[j]);  // a NaN makes the whole row NaN
       double sum = 0.0;
       if (log) {
         for (int64_t j = 0; j < C; ++j) sum += double(std::exp(xr[j] - mx));

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t qi = q0 + warp * kRowsPerWarp + r;
       const bool valid = key < len && qi < len && (!causal || key <= qi);
       const A sr = valid ? s[r] : neg_infinity<A>();
-      const A m_new = max(m[r], warp_max(sr));
+      const A m_new = max_nan(m[r], warp_max(sr));
       if (m_new == neg_infinity<A>()) continue;  // warp-uniform: no valid key yet for this row
       const A corr = exp_acc(m[r] - m_new);      // 0 while m[r] is still -inf
       const A p = valid ? exp_acc(sr - m_new) : A(0);

@@ -36,7 +36,7 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, bool 
   const A x_target = counts ? to_acc(x[t]) : A(0);
 
   A m = neg_infinity<A>();
-  for (int64_t j = slot.lane; j < C; j += GROUP) m = max(m, to_acc(x[j]));
+  for (int64_t j = slot.lane; j < C; j += GROUP) m = max_nan(m, to_acc(x[j]));
   m = group_max<GROUP>(m, scratch);
   A s = 0;
   for (int64_t j = slot.lane; j < C; j += GROUP) s += exp_acc(to_acc(x[j]) - m);

@@ -131,6 +131,18 @@ __device__ __forceinline__ double neg_infinity<double>() {
   return -double(INFINITY);
 }
 
+// max/min that return NaN when either operand is NaN. CUDA's max()/fmaxf
+// return the other operand, which would hide a NaN from the loss (the CPU
+// backend's max_nan is the same rule, and PyTorch's).
+template <typename A>
+__device__ __forceinline__ A max_nan(A a, A b) {
+  return (a != a || b != b) ? a + b : (a > b ? a : b);
+}
+template <typename A>
+__device__ __forceinline__ A min_nan(A a, A b) {
+  return (a != a || b != b) ? a + b : (a < b ? a : b);
+}
+
 // ---- reductions (all lanes of the warp must take part)
 template <typename A>
 __device__ __forceinline__ A warp_sum(A v) {
@@ -139,7 +151,7 @@ __device__ __forceinline__ A warp_sum(A v) {
 }
 template <typename A>
 __device__ __forceinline__ A warp_max(A v) {
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

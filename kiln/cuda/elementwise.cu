@@ -46,7 +46,7 @@ __device__ __forceinline__ A unary_apply(UnaryOp op, A x, A s) {
     case UnaryOp::sigmoid:
       return A(1) / (A(1) + exp_acc(-x));
     case UnaryOp::relu:
-      return x > A(0) ? x : A(0);
+      return x < A(0) ? A(0) : x;  // NaN stays NaN, as torch.relu
     case UnaryOp::gelu:
       return gelu(x);
     case UnaryOp::abs:
@@ -77,9 +77,9 @@ __device__ __forceinline__ A binary_apply(BinaryOp op, A a, A b) {
     case BinaryOp::div:
       return a / b;
     case BinaryOp::maximum:
-      return a > b ? a : b;
+      return max_nan(a, b);
     case BinaryOp::minimum:
-      return a < b ? a : b;
+      return min_nan(a, b);
     case BinaryOp::pow:
       return A(pow(double(a), double(b)));
     case BinaryOp::eq:
@@ -89,7 +89,7 @@ __device__ __forceinline__ A binary_apply(BinaryOp op, A a, A b) {
     case BinaryOp::lt:
       return a < b ? A(1) : A(0);
     case BinaryOp::relu_backward:
-      return b > A(0) ? a : A(0);
+      return b <= A(0) ? A(0) : a;  // torch's threshold_backward: NaN passes
     case BinaryOp::gelu_backward:
       return a * gelu_grad(b);
     case BinaryOp::tanh_backward:

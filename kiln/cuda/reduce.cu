@@ -140,7 +140,7 @@ __global__ void argmax_kernel(const T* x, int64_t* out, StridedLayout<2> kept, i
   int64_t best_i = n;  // n: this lane has seen nothing yet
   for (int64_t i = lane; i < n; i += 32) {
     A v = to_acc(x[base[0] + i * stride]);
-    if (best_i == n || v > best) {
+    if (best_i == n || v > best || (v != v && best == best)) {  // the first NaN is the max, as torch.argmax
       best = v;
       best_i = i;
     }
@@ -148,7 +148,9 @@ __global__ void argmax_kernel(const T* x, int64_t* out, StridedLayout<2> kept, i
   for (int o = 16; o > 0; o >>= 1) {
     A ov = __shfl_xor_sync(0xffffffffu, best, o);
     int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (oi < n && (best_i == n || ov > best || (ov == best && oi < best_i))) {
+    const bool o_nan = ov != ov, b_nan = best != best;
+    const bool o_wins = (o_nan && !b_nan) || (!b_nan && ov > best) || ((ov == best || (o_nan && b_nan)) && oi < best_i);
+    if (oi < n && (best_i == n || o_wins)) {
       best = ov;
       best_i = oi;
     }

@@ -23,7 +23,7 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t C, bool l
   const T* xr = x + slot.row * C;
   T* yr = y + slot.row * C;
   A m = neg_infinity<A>();
-  for (int64_t j = slot.lane; j < C; j += GROUP) m = max(m, to_acc(xr[j]));
+  for (int64_t j = slot.lane; j < C; j += GROUP) m = max_nan(m, to_acc(xr[j]));
   m = group_max<GROUP>(m, scratch);
   A s = 0;
   for (int64_t j = slot.lane; j < C; j += GROUP) s += exp_acc(to_acc(xr[j]) - m);

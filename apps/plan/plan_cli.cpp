@@ -1,0 +1,116 @@
+#include "apps/plan/plan_cli.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "apps/plan/memory_probe.h"
+#include "apps/plan/plan.h"
+#include "apps/recipes/recipe.h"
+
+namespace kiln::plan {
+
+double parse_count(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    KILN_FAIL("'", text, "' is not a count (examples: 10B, 300M, 64k, 2.5e9)");
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "k" || unit == "K") scale = 1e3;
+  else if (unit == "M" || unit == "m") scale = 1e6;
+  else if (unit == "B" || unit == "G" || unit == "b") scale = 1e9;
+  else if (unit == "T") scale = 1e12;
+  else KILN_CHECK(unit.empty(), "'", text, "': unknown unit '", unit, "' (use k, M, B or T)");
+  KILN_CHECK(value >= 0 && std::isfinite(value), "'", text, "' must be a non-negative count");
+  return value * scale;
+}
+
+namespace {
+
+const char* kPlanHelp = R"(Predicts what a training run needs in memory before anything runs, whether it
+fits a GPU (or a memory budget), which strategies make it fit and at what cost in
+speed, and what the whole run costs.
+
+How to read the output:
+  weights, gradients, optimizer, activations, workspace: the peak bytes of each,
+    measured by running one real training step of the model on Kiln's meta
+    device (it records every allocation and computes nothing), so the figures
+    come from the engine, not from a formula;
+  every combination: precision x activation checkpointing x micro-batch x
+    offload, with its peak and predicted step time;
+  plan: the fastest combination that fits; `kiln train ... --fit` applies it;
+  cost (with --tokens or --steps): hours from FLOPs (6 N per token, plus
+    attention and recomputation) at a stated MFU, rent versus buy.
+
+Example: will GPT-2 XL train on a 24 GB RTX 4090, and what does it take?
+  kiln plan --preset gpt2-xl --batch-size 8 --gpu RTX-4090
+)";
+
+}  // namespace
+
+std::function<int()> add_plan_command(CLI::App& app) {
+  auto in = std::make_shared<PlanInput>();
+  auto opts = std::make_shared<std::map<std::string, std::string>>();
+  auto flags = std::make_shared<std::map<std::string, bool>>();
+  auto* cmd = app.add_subcommand("plan", "predict memory, the strategies that fit, time and cost of a training run");
+  cmd->footer(kPlanHelp);
+  cmd->add_option("recipe", in->recipe, "fortunes-gpt (default), fashion-cnn or fashion-mlp")
+      ->check(CLI::IsMember(recipes::recipe_names()));
+  auto text_option = [&](const char* flag, const char* help) { cmd->add_option(flag, (*opts)[flag], help); };
+  text_option("--preset", "GPT size: gpt2 (124M, the default), gpt2-medium, gpt2-large, gpt2-xl");
+  text_option("--n-layer", "override the GPT's layers");
+  text_option("--n-head", "override the GPT's heads");
+  text_option("--n-embd", "override the GPT's width");
+  text_option("--block-size", "override the GPT's context (sequence length)");
+  text_option("--vocab-size", "override the GPT's vocabulary");
+  text_option("--batch-size", "examples per optimizer step (default: 8)");
+  text_option("--micro-batch", "fix the micro-batch (default: consider the batch and its halvings)");
+  text_option("--precision", "fix the precision: fp32, bf16 or fp16 (default: consider all)");
+  text_option("--checkpoint-activations", "fix checkpointing: none, selective or blocks (default: consider all)");
+  text_option("--offload", "fix CPU offload: on or off (default: consider both)");
+  text_option("--gpu", "target GPU from the table (H100, A100-80GB, RTX-4090, ...)");
+  text_option("--gpus", "GPUs in data parallel, for the time and cost (default: 1)");
+  text_option("--gpu-table", "a JSON file that adds or replaces GPUs (format: apps/plan/gpus.json)");
+  text_option("--memory-budget", "target a byte budget instead of a GPU (e.g. 2GiB)");
+  text_option("--tokens", "tokens to train on, for time and cost (e.g. 10B)");
+  text_option("--steps", "or optimizer steps, for time and cost");
+  text_option("--mfu", "model FLOPs utilisation to assume (default: 0.40)");
+  text_option("--price", "rental price per GPU-hour in USD (default: the table's)");
+  text_option("--kwh-price", "electricity price per kWh in USD, for owning (default: 0.15)");
+  cmd->add_flag("--json", (*flags)["json"], "print the plan as one JSON object");
+
+  return [cmd, in, opts, flags]() -> int {
+    if (!*cmd) return -1;
+    auto given = [&](const char* f) { return !(*opts)[f].empty(); };
+    auto integer = [&](const char* f) { return int64_t(parse_count((*opts)[f])); };
+    if (in->recipe.empty()) in->recipe = "fortunes-gpt";
+    if (given("--preset")) in->recipe = (*opts)["--preset"];
+    if (given("--n-layer")) in->gpt.n_layer = integer("--n-layer");
+    if (given("--n-head")) in->gpt.n_head = integer("--n-head");
+    if (given("--n-embd")) in->gpt.n_embd = integer("--n-embd");
+    if (given("--block-size")) in->gpt.block_size = integer("--block-size");
+    if (given("--vocab-size")) in->gpt.vocab_size = integer("--vocab-size");
+    in->batch_size = given("--batch-size") ? integer("--batch-size") : 8;
+    if (given("--micro-batch")) in->micro_batch = integer("--micro-batch");
+    if (given("--precision")) in->precision = (*opts)["--precision"];
+    if (given("--checkpoint-activations")) in->checkpointing = (*opts)["--checkpoint-activations"];
+    if (given("--offload")) in->offload = (*opts)["--offload"] == "on";
+    const std::vector<GpuSpec> table = load_gpu_table((*opts)["--gpu-table"]);
+    if (given("--gpu")) in->target.gpu = find_gpu(table, (*opts)["--gpu"]);
+    if (given("--gpus")) in->gpus = int(integer("--gpus"));
+    if (given("--mfu")) in->mfu = std::stod((*opts)["--mfu"]);
+    if (given("--price")) in->price_per_hour = std::stod((*opts)["--price"]);
+    if (given("--kwh-price")) in->kwh_price = std::stod((*opts)["--kwh-price"]);
+    if (given("--tokens")) in->tokens = parse_count((*opts)["--tokens"]);
+    if (given("--steps")) in->tokens = parse_count((*opts)["--steps"]) * double(in->batch_size) * double(in->gpt.block_size);
+    Plan plan = make_plan(*in, device_probe(Device::cpu()));
+    if ((*flags)["json"]) std::printf("%s\n", plan.to_json().dump(2).c_str());
+    else std::printf("%s", plan.to_text().c_str());
+    return plan.best ? 0 : 2;
+  };
+}
+
+}  // namespace kiln::plan
