@@ -136,9 +136,14 @@ TEST(CpuNnOpsCrossEntropy, LargeBatchIsParallelAndStable) {
   Tensor losses = poisoned({N}), dl = poisoned({N, C});
   cpu().cross_entropy(logits, t, losses, dl, 1.0f, -100);
   auto lv = read<float>(losses);
+  auto dv = read<float>(dl);
   for (int64_t n = 0; n < N; ++n) {
     std::vector<double> row(xv.begin() + n * C, xv.begin() + (n + 1) * C);
     ASSERT_NEAR(lv[n], -ref_softmax(row, C, true)[tv[n]], 1e-4) << "row " << n;
+    // dlogits = softmax - onehot (scale 1), against the float64 softmax.
+    std::vector<double> p = ref_softmax(row, C, false);
+    for (int64_t j = 0; j < C; ++j)
+      ASSERT_NEAR(dv[n * C + j], p[j] - (j == tv[n] ? 1.0 : 0.0), 1e-6) << "dlogits row " << n << " col " << j;
   }
 }
 

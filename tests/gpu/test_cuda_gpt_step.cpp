@@ -12,7 +12,7 @@ namespace {
 
 struct StepResult {
   double loss;
-  std::map<std::string, std::vector<float>> grads, weights;
+  std::map<std::string, std::vector<float>> before, grads, weights;
 };
 
 StepResult gpt_step(Device device) {
@@ -28,35 +28,61 @@ StepResult gpt_step(Device device) {
   for (auto& v : targets) v = int64_t(g.below(96));
   Tensor loss = model.loss(Tensor::from_vector(ids, {2, 32}).to(device), Tensor::from_vector(targets, {2, 32}).to(device));
   loss.backward();
-  StepResult r{loss.item(), {}, {}};
-  for (auto& [name, p] : model.named_parameters()) r.grads[name] = p.grad().to_vector<float>();
+  StepResult r{loss.item(), {}, {}, {}};
+  for (auto& [name, p] : model.named_parameters()) {
+    r.before[name] = p.to_vector<float>();
+    r.grads[name] = p.grad().to_vector<float>();
+  }
   opt.step();
   for (auto& [name, p] : model.named_parameters()) r.weights[name] = p.to_vector<float>();
   return r;
 }
 
-// max |a - b| <= atol + rtol * max |b|
+// max |a - b| <= atol + rtol * max |b|, and no NaN anywhere: std::max(x, NaN)
+// keeps x, so a NaN must be looked for, not maxed over.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol,
                   const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   double max_diff = 0, max_ref = 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_FALSE(std::isnan(a[i]) || std::isnan(b[i])) << what << ": NaN at " << i;
     max_diff = std::max(max_diff, std::abs(double(a[i]) - double(b[i])));
     max_ref = std::max(max_ref, std::abs(double(b[i])));
   }
   EXPECT_LE(max_diff, atol + rtol * max_ref) << what << " (max |ref| " << max_ref << ")";
 }
 
+// AdamW's first step from the device's own gradient g: m/(sqrt(v)+eps) is
+// g / (|g| + eps) after bias correction, plus decoupled weight decay.
+std::vector<float> first_adamw_update(const std::vector<float>& w, const std::vector<float>& g, double lr) {
+  const double eps = 1e-8, weight_decay = 0.01;  // optim::AdamWOptions defaults
+  std::vector<float> du(w.size());
+  for (size_t i = 0; i < w.size(); ++i)
+    du[i] = float(-lr * (double(g[i]) / (std::abs(double(g[i])) + eps)) - lr * weight_decay * double(w[i]));
+  return du;
+}
+
+std::vector<float> difference(const std::vector<float>& after, const std::vector<float>& before) {
+  std::vector<float> d(after.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = after[i] - before[i];
+  return d;
+}
+
 TEST(CudaGpt, OneTrainingStepMatchesTheCpu) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   StepResult cpu = gpt_step(Device::cpu()), gpu = gpt_step(Device::cuda(0));
+  ASSERT_FALSE(std::isnan(gpu.loss));
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-3 * std::abs(cpu.loss));
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
   for (auto& [name, g] : cpu.grads) expect_close(gpu.grads.at(name), g, 1e-5, 2e-2, "grad " + name);
-  // Adam's first step moves each weight by about lr * sign(grad), so a
-  // gradient that is ~0 on both devices may step either way: allow 2 * lr.
-  // The AdamW kernel itself is compared exactly in test_cuda_optim.cpp.
-  for (auto& [name, w] : cpu.weights) expect_close(gpu.weights.at(name), w, 2.1e-3, 1e-4, "weight " + name);
+  for (auto& [name, w] : cpu.before) expect_close(gpu.before.at(name), w, 0, 0, "initial weight " + name);
+  // The update itself (after - before), against AdamW applied to the GPU's
+  // own gradients: an optimizer that did nothing, or the wrong thing, fails
+  // here, and a gradient that is ~0 on both devices cannot flip the check.
+  for (auto& [name, w] : gpu.before) {
+    std::vector<float> want = first_adamw_update(w, gpu.grads.at(name), 1e-3);
+    expect_close(difference(gpu.weights.at(name), w), want, 0, 1e-3, "AdamW update of " + name);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+# Helpers for the end-to-end tests of the kiln command (tests/cli_tests.cmake).
+# Each scenario runs in a fresh directory, checks every command's exit status
+# and greps its output; the first failed check ends the scenario with status 1.
+set -uo pipefail
+
+KILN="${KILN:?set KILN to the kiln binary}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/kiln-cli-XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+OUT="$WORK/last-output.txt"
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "---- output of the last command:" >&2
+  cat "$OUT" >&2
+  exit 1
+}
+
+# run STATUS CMD...: runs CMD (stdout+stderr to $OUT), requires exit status STATUS.
+run() {
+  local want="$1"
+  shift
+  echo "+ $*" >&2
+  "$@" >"$OUT" 2>&1
+  local got=$?
+  [ "$got" -eq "$want" ] || fail "'$*' exited with $got, expected $want"
+}
+
+# expect REGEX: the last command's output matches (grep -E, across lines as given).
+expect() {
+  grep -Eq -- "$1" "$OUT" || fail "output does not match /$1/"
+}
