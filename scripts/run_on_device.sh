@@ -6,12 +6,14 @@
 #   kiln_info.txt         `kiln info` (GPU properties, measured bandwidth)
 #   kiln_gpu_tests.log    the CUDA-vs-CPU op tests (+ .xml, gtest's report)
 #   kiln_tests.log        the CPU suite, only with RUN_CPU_TESTS=1
-#   bench/<name>.log      each benchmark script under bench/gpu/ (*.sh, *.py),
-#                         run with OUT=$OUT/bench/<name> and KILN_DIST=dist/gpu
+#   bench/<name>.log      each benchmark script bench/gpu/*.sh (the .py files
+#                         are their helpers), run with OUT=$OUT/bench/<name>
+#                         and KILN_DIST=dist/gpu; SKIP_BENCH=1 skips them
 #   summary.md            one table: step, exit code, test counts, seconds
 #
-# Exit code: non-zero if the GPU tests failed or did not run; benchmark
-# failures are recorded in summary.md but do not fail the run.
+# Exit code: 2 without a bundle, 3 when no GPU was seen (every GPU test
+# skipped), the GPU tests' status otherwise; benchmark failures are recorded
+# in summary.md but do not fail the run.
 # Usage: OUT=/some/dir scripts/run_on_device.sh
 set -uo pipefail
 
@@ -50,6 +52,14 @@ gtest_counts() {
   echo "${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
 }
 
+# Say at once whether a GPU is visible, and why not: the GPU tests will then
+# report as skipped and this script exits 3.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "run_on_device.sh: no GPU here: nvidia-smi is not installed (no NVIDIA driver); GPU tests will skip" >&2
+elif ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "run_on_device.sh: no GPU here: nvidia-smi sees no device; GPU tests will skip" >&2
+fi
+
 if [ ! -x "$DIST/kiln_gpu_tests" ]; then
   echo "run_on_device.sh: $DIST/kiln_gpu_tests not found; run scripts/bundle_gpu.sh first (and carry dist/gpu)" >&2
   echo "| bundle | missing | $DIST not found | 0 |" >> "$SUMMARY"
@@ -69,16 +79,16 @@ if [ "${RUN_CPU_TESTS:-0}" = 1 ]; then
   step "kiln_tests (cpu)" "$OUT/kiln_tests.log" "$DIST/kiln_tests"
 fi
 
-if [ -d bench/gpu ]; then
+# Benchmark entry points are the bench/gpu/*.sh scripts; the .py files there
+# are their helpers (torch_gpu_bench.py needs a subcommand the scripts give).
+# SKIP_BENCH=1 leaves them out (the CPU test of this script's handling).
+if [ -d bench/gpu ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   mkdir -p "$OUT/bench"
-  for script in bench/gpu/*.sh bench/gpu/*.py; do
+  for script in bench/gpu/*.sh; do
     [ -e "$script" ] || continue
-    name="$(basename "$script")"
-    mkdir -p "$OUT/bench/${name%.*}"
-    case "$script" in
-      *.sh) step "bench $name" "$OUT/bench/${name%.*}.log" env OUT="$OUT/bench/${name%.*}" KILN_DIST="$DIST" bash "$script" ;;
-      *.py) step "bench $name" "$OUT/bench/${name%.*}.log" env OUT="$OUT/bench/${name%.*}" KILN_DIST="$DIST" python3 "$script" ;;
-    esac
+    name="$(basename "$script" .sh)"
+    mkdir -p "$OUT/bench/$name"
+    step "bench $name" "$OUT/bench/$name.log" env OUT="$OUT/bench/$name" KILN_DIST="$DIST" bash "$script"
   done
 fi
 
