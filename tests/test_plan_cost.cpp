@@ -144,3 +144,33 @@ TEST(PlanChoice, Gpt2TenBillionTokensMatchesLlmcWithinTwoX) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The presets carry GPT-2's published shapes and parameter counts.
+TEST(GptPresets, Gpt2SizesAndCounts) {
+  struct Want {
+    const char* name;
+    int64_t layers, heads, width, params_millions;
+  };
+  for (Want w : {Want{"gpt2", 12, 12, 768, 124}, Want{"gpt2-medium", 24, 16, 1024, 354},
+                 Want{"gpt2-large", 36, 20, 1280, 774}, Want{"gpt2-xl", 48, 25, 1600, 1557}}) {
+    models::GptConfig c = models::gpt_preset(w.name);
+    EXPECT_EQ(c.n_layer, w.layers) << w.name;
+    EXPECT_EQ(c.n_head, w.heads) << w.name;
+    EXPECT_EQ(c.n_embd, w.width) << w.name;
+    EXPECT_EQ(c.vocab_size, 50257) << w.name;
+    EXPECT_EQ(c.block_size, 1024) << w.name;
+    EXPECT_EQ(models::gpt_parameter_count(c) / 1000000, w.params_millions) << w.name;
+  }
+  // The count is the model's own: build a small one and compare.
+  models::GptConfig small = models::gpt_preset("fortunes");
+  Generator init(0);
+  models::Gpt gpt(small, init, std::make_shared<Generator>(0));
+  EXPECT_EQ(gpt.parameter_count(), models::gpt_parameter_count(small));
+  EXPECT_THROW(models::gpt_preset("gpt5"), Error);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -2,16 +2,6 @@
 
 namespace kiln::plan {
 
-int64_t gpt_parameter_count(const models::GptConfig& c) {
-  const int64_t d = c.n_embd, L = c.n_layer;
-  const int64_t per_block = 2 * 2 * d             // ln_1, ln_2
-                            + d * 3 * d + 3 * d   // c_attn
-                            + d * d + d           // attn c_proj
-                            + d * 4 * d + 4 * d   // mlp c_fc
-                            + 4 * d * d + d;      // mlp c_proj
-  return c.vocab_size * d + c.block_size * d + L * per_block + 2 * d;  // wte (tied), wpe, blocks, ln_f
-}
-
 GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes) {
   const double d = double(c.n_embd), L = double(c.n_layer), T = double(c.block_size);
   const double n_matmul = double(gpt_parameter_count(c) - c.block_size * c.n_embd);

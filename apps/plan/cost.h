@@ -13,7 +13,7 @@
 #include <string>
 
 #include "apps/plan/gpu_table.h"
-#include "models/gpt/gpt.h"
+#include "models/gpt/presets.h"
 
 namespace kiln::plan {
 
@@ -24,8 +24,7 @@ struct GptFlops {
 };
 // `elem_bytes`: bytes per activation element (4 for fp32, 2 for bf16/fp16).
 GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes);
-// Parameters of a GPT with tied input/output embeddings.
-int64_t gpt_parameter_count(const models::GptConfig& c);
+using models::gpt_parameter_count;
 
 struct RunCost {
   double tokens = 0;

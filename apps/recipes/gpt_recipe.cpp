@@ -14,19 +14,15 @@
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
 #include "kiln/io/atomic_file.h"
+#include "models/gpt/presets.h"
 
 namespace kiln::recipes {
 
 namespace {
 
 models::GptConfig fortunes_config(int64_t vocab) {
-  models::GptConfig c;
-  c.vocab_size = vocab;
-  c.block_size = 128;
-  c.n_layer = 4;
-  c.n_head = 4;
-  c.n_embd = 128;
-  c.dropout = 0.0;
+  models::GptConfig c = models::gpt_preset("fortunes");
+  c.vocab_size = vocab;  // the tokenizer's
   return c;
 }
 
