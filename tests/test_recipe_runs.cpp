@@ -263,3 +263,44 @@ TEST(RecipeRuns, CrossEntropyChecksShapesExactly) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// --preset/--n-layer... shape the GPT; the saved config is what a resume
+// builds, and a different one is refused.
+TEST(RecipeRuns, GptModelOverridesAreSavedAndKeptOnResume) {
+  fs::path dir = fresh_dir("gpt-overrides");
+  recipes::TrainOptions o;
+  o.recipe = "fortunes-gpt";
+  o.steps = 2;
+  o.stop_after = 1;
+  o.batch_size = 2;
+  o.model_overrides = {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 2}, {"block_size", 16}};
+  o.out_dir = dir.string();
+  o.progress = false;
+  o.threads = 2;
+  o.cache_dir = std::string(KILN_BINARY_DIR) + "/test-cache";
+  Lines out;
+  recipes::train(o, out.log());
+  EXPECT_TRUE(out.has("(1 layers, 2 heads, 32 wide, context 16)"));
+  Checkpoint ck = load_checkpoint(*latest_checkpoint(dir.string()));
+  EXPECT_EQ(ck.state.at("config").at("n_embd"), 32);
+  recipes::TrainOptions again = o;
+  again.model_overrides.clear();
+  again.stop_after = 0;
+  again.resume = true;
+  EXPECT_EQ(recipes::train(again, [](const std::string&) {}).start_step, 1) << "the saved model, no options needed";
+  recipes::TrainOptions bigger = o;
+  bigger.resume = true;
+  bigger.steps = 3;
+  bigger.model_overrides["n_layer"] = 2;
+  EXPECT_NE(error_of(bigger).find("differs from the run's saved model"), std::string::npos);
+  recipes::TrainOptions small_vocab = o;
+  small_vocab.out_dir = fresh_dir("gpt-small-vocab").string();
+  small_vocab.model_overrides["vocab_size"] = 100;
+  EXPECT_NE(error_of(small_vocab).find("is smaller than the tokenizer's"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,5 +1,6 @@
 // The kiln command: train, eval, sample, info.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -91,6 +92,13 @@ int main(int argc, char** argv) {
   bool offload = false;
   auto* offload_opt = train->add_flag("--offload", offload,
                                       "keep AdamW's state and the fp32 master weights in host memory (ZeRO-Offload)");
+  train->add_option("--preset", to.model_preset, "GPT recipes: the model's size (gpt2, gpt2-medium, gpt2-large, "
+                                                "gpt2-xl; default: the recipe's small model)");
+  std::map<std::string, int64_t> model_fields;
+  for (const char* field : {"n-layer", "n-head", "n-embd", "block-size", "vocab-size"})
+    train->add_option(std::string("--") + field, model_fields[field], "GPT recipes: override the model's " +
+                                                                           std::string(field))
+        ->check(kNonNegative);
   train->add_flag("--no-progress", no_progress, "no progress bar");
   train->add_flag("--profile", to.profile, "time every backend op and print where the steps' time went");
 
@@ -128,6 +136,11 @@ int main(int argc, char** argv) {
       if (*loss_scale_opt) to.loss_scale = loss_scale;
       if (*device_opt) to.device = kiln::Device::parse(device);
       to.progress = !no_progress;
+      for (const auto& [field, value] : model_fields) {
+        std::string key = field;
+        std::replace(key.begin(), key.end(), '-', '_');
+        if (value > 0) to.model_overrides[key] = value;
+      }
       print_summary(kiln::recipes::train(to, print_line));
     } else if (*eval) {
       auto r = kiln::recipes::evaluate(eval_path, kiln::Device::parse(eval_device), print_line);

@@ -20,10 +20,35 @@ namespace kiln::recipes {
 
 namespace {
 
-models::GptConfig fortunes_config(int64_t vocab) {
-  models::GptConfig c = models::gpt_preset("fortunes");
-  c.vocab_size = vocab;  // the tokenizer's
+// The fortunes preset with the tokenizer's vocabulary, or --preset, then
+// the --n-layer ... overrides.
+models::GptConfig fresh_config(const TrainOptions& o, int64_t tokenizer_vocab) {
+  models::GptConfig c = models::gpt_preset(o.model_preset.empty() ? "fortunes" : o.model_preset);
+  if (o.model_preset.empty()) c.vocab_size = tokenizer_vocab;
+  nlohmann::json j = c.to_json();
+  for (const auto& [field, value] : o.model_overrides) {
+    KILN_CHECK(j.contains(field) && value > 0, "model override ", field, "=", value, " is not a positive GPT field");
+    j[field] = value;
+  }
+  c = models::GptConfig::from_json(j);
+  KILN_CHECK(c.vocab_size >= tokenizer_vocab, "--vocab-size ", c.vocab_size, " is smaller than the tokenizer's ",
+             tokenizer_vocab, " tokens");
   return c;
+}
+
+// A resumed run keeps its model; a preset or override that differs is refused.
+models::GptConfig resumed_config(const TrainOptions& o, const Checkpoint& ck, const std::string& dir) {
+  const models::GptConfig saved = models::GptConfig::from_json(ck.state.at("config"));
+  nlohmann::json want = saved.to_json();
+  if (!o.model_preset.empty()) {
+    nlohmann::json preset = models::gpt_preset(o.model_preset).to_json();
+    for (const char* f : {"n_layer", "n_head", "n_embd", "block_size"}) want[f] = preset[f];
+  }
+  for (const auto& [field, value] : o.model_overrides) want[field] = value;
+  KILN_CHECK(want == saved.to_json(), "the model given (", want.dump(), ") differs from the run's saved model ",
+             saved.to_json().dump(), " in ", dir, ": a resumed run keeps its model. Drop --preset/--n-layer/... to "
+             "resume, or train into a new --out directory.");
+  return saved;
 }
 
 }  // namespace
@@ -158,8 +183,8 @@ class FortunesGptRecipe final : public Recipe {
                                          : fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads.value_or(0));
     const std::vector<int32_t> train_tokens = encode_documents(tok, docs, split.train).tokens;
     const TextStream validation = encode_documents(tok, docs, split.validation);
-    const models::GptConfig config = run.checkpoint ? models::GptConfig::from_json(run.checkpoint->state.at("config"))
-                                                    : fortunes_config(tok.vocab_size());
+    const models::GptConfig config = run.checkpoint ? resumed_config(o, *run.checkpoint, run.checkpoint_dir)
+                                                    : fresh_config(o, tok.vocab_size());
 
     std::filesystem::create_directories(run.out_dir);
     write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());

@@ -8,6 +8,7 @@
 // file plus one line in recipe.cpp.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,11 @@ struct TrainOptions {
   std::optional<int64_t> batch_size;
   std::optional<int64_t> micro_batch;  // gradient accumulation: examples per forward/backward (0: the batch)
   std::optional<bool> offload;         // optimizer state and fp32 master weights in host memory
+  // GPT recipes: a named size (models/gpt/presets.h) and field overrides
+  // ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"). Part of the
+  // model's config, which a resume restores and does not let change.
+  std::string model_preset;
+  std::map<std::string, int64_t> model_overrides;
   std::optional<double> lr;  // peak learning rate
   std::optional<uint64_t> seed;
   std::optional<std::string> precision;  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)
