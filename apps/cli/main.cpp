@@ -8,6 +8,7 @@
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
+#include "kiln/core/units.h"
 #include "kiln/cpu/omp_policy.h"
 
 namespace {
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
     train->add_option(std::string("--") + field, model_fields[field], "GPT recipes: override the model's " +
                                                                            std::string(field))
         ->check(kNonNegative);
+  std::string memory_budget;
+  train->add_option("--memory-budget", memory_budget,
+                    "cap the training device's memory (e.g. 2GiB): past it, allocations fail as a full device would");
   train->add_flag("--no-progress", no_progress, "no progress bar");
   train->add_flag("--profile", to.profile, "time every backend op and print where the steps' time went");
 
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
       if (*loss_scale_opt) to.loss_scale = loss_scale;
       if (*device_opt) to.device = kiln::Device::parse(device);
       to.progress = !no_progress;
+      if (!memory_budget.empty()) to.memory_budget = kiln::parse_bytes(memory_budget);
       for (const auto& [field, value] : model_fields) {
         std::string key = field;
         std::replace(key.begin(), key.end(), '-', '_');

@@ -51,6 +51,7 @@ struct TrainOptions {
   // ---- options about this invocation (a resume may change them)
   std::optional<Device> device;  // default: cpu
   std::optional<int> threads;    // 0 or unset: all cores
+  size_t memory_budget = 0;      // caps the training device's allocator (bytes; 0: none)
   std::string out_dir;           // empty: runs/<recipe>
   bool resume = false;           // continue from the newest valid checkpoint in out_dir
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)

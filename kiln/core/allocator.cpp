@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/units.h"
 
 namespace kiln {
 
@@ -22,8 +23,46 @@ MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : previous_(t_categor
 MemoryCategoryScope::~MemoryCategoryScope() { t_category = previous_; }
 MemoryCategory MemoryCategoryScope::current() { return t_category; }
 
+std::string Allocator::out_of_memory_message(size_t bytes, MemoryCategory category, const std::string& why) const {
+  std::string usage;
+  for (size_t c = 0; c < size_t(MemoryCategory::count); ++c)
+    if (stats_.current_by_category[c] > 0)
+      usage += std::string(usage.empty() ? "" : ", ") + memory_category_name(MemoryCategory(c)) + " " +
+               format_bytes(double(stats_.current_by_category[c]));
+  return detail::concat("out of memory on ", device_name(), ": allocating ", format_bytes(double(bytes)), " of ",
+                        memory_category_name(category), " failed: ", why, ". In use: ",
+                        usage.empty() ? "nothing" : usage, " (", format_bytes(double(stats_.current)), " in all; peak ",
+                        format_bytes(double(stats_.peak)),
+                        "). To make it fit: `kiln plan` with this run's recipe and options predicts what fits, and "
+                        "`kiln train ... --fit` applies it (activation checkpointing, --micro-batch, --offload, "
+                        "bf16); or lower --batch-size.");
+}
+
+void Allocator::set_budget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  budget_ = bytes;
+}
+
+size_t Allocator::budget() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return budget_;
+}
+
 void* Allocator::allocate(size_t bytes, MemoryCategory category) {
-  void* p = raw_allocate(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (budget_ > 0 && stats_.current + bytes > budget_)
+      throw OutOfMemoryError(out_of_memory_message(
+          bytes, category, "that would make " + format_bytes(double(stats_.current + bytes)) + ", over the budget of " +
+                               format_bytes(double(budget_)) + " (--memory-budget)"));
+  }
+  void* p = nullptr;
+  try {
+    p = raw_allocate(bytes);
+  } catch (const OutOfMemoryError& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    throw OutOfMemoryError(out_of_memory_message(bytes, category, e.what()));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.current += bytes;
   stats_.peak = std::max(stats_.peak, stats_.current);
@@ -62,6 +101,13 @@ namespace {
 // mmap, so every page would fault again. That was most of the gap between
 // kiln::matmul and a raw GEMM on large outputs.
 class CpuAllocator final : public Allocator {
+ public:
+  explicit CpuAllocator(int index) : index_(index) {}
+  // cpu:N with N >= 1 is a simulated device: host memory with its own
+  // allocator (own counts, own budget), so budgets and offload can be
+  // tested without a GPU.
+  std::string device_name() const override { return index_ == 0 ? "cpu" : "cpu:" + std::to_string(index_); }
+
  protected:
   void* raw_allocate(size_t bytes) override {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -77,7 +123,7 @@ class CpuAllocator final : public Allocator {
       }
     }
     void* p = std::aligned_alloc(64, rounded);
-    if (!p) KILN_FAIL("out of host memory: could not allocate ", bytes, " bytes");
+    if (!p) throw OutOfMemoryError("the host has no more memory to give (aligned_alloc failed)");
     std::lock_guard<std::mutex> lock(cache_mutex_);
     live_bytes_ += rounded;
     return p;
@@ -102,15 +148,20 @@ class CpuAllocator final : public Allocator {
 
  private:
   static constexpr size_t kMinCached = 64 << 10, kMaxCached = size_t(1) << 30;
+  int index_;
   mutable std::mutex cache_mutex_;
   std::map<size_t, std::vector<void*>> cache_;
   size_t cached_bytes_ = 0, live_bytes_ = 0;
 };
 
-Allocator* cpu_allocator_factory(int) {
-  // Never destroyed: tensors in other static objects may be freed after it.
-  static CpuAllocator* allocator = new CpuAllocator;
-  return allocator;
+Allocator* cpu_allocator_factory(int index) {
+  // Never destroyed: tensors in other static objects may be freed after them.
+  static std::mutex mutex;
+  static std::map<int, CpuAllocator*> allocators;
+  std::lock_guard<std::mutex> lock(mutex);
+  CpuAllocator*& a = allocators[index];
+  if (!a) a = new CpuAllocator(index);
+  return a;
 }
 
 AllocatorFactory g_factories[2] = {&cpu_allocator_factory, nullptr};

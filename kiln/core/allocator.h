@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "kiln/core/device.h"
 
@@ -37,20 +38,33 @@ class MemoryCategoryScope {
 class Allocator {
  public:
   virtual ~Allocator() = default;
+  // Throws OutOfMemoryError when the device (or its budget) cannot hold
+  // `bytes` more; the message names the category and the usage by category.
   void* allocate(size_t bytes, MemoryCategory category);
   void deallocate(void* ptr, size_t bytes, MemoryCategory category);
   MemoryStats stats() const;
   void reset_peak();
+  // Caps the bytes live tensors may hold on this device (0: no cap). The cap
+  // applies to the same exact counts stats() reports, so an allocation past
+  // it fails exactly where a device of that size would run out (before any
+  // caching or fragmentation, which a real device adds on top).
+  void set_budget(size_t bytes);
+  size_t budget() const;
+  virtual std::string device_name() const = 0;
 
  protected:
+  // Throws OutOfMemoryError (with the device's own detail) when the memory
+  // is not there.
   virtual void* raw_allocate(size_t bytes) = 0;
   virtual void raw_deallocate(void* ptr, size_t bytes) = 0;
   // Caching allocators override to report what they hold from the system.
   virtual size_t raw_reserved() const { return stats_.current; }
 
  private:
+  std::string out_of_memory_message(size_t bytes, MemoryCategory category, const std::string& why) const;
   mutable std::mutex mutex_;
   MemoryStats stats_;
+  size_t budget_ = 0;
 };
 
 // One allocator per device; backends register theirs at start-up.

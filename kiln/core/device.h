@@ -16,7 +16,9 @@ struct Device {
   bool is_cuda() const { return type == DeviceType::cuda; }
   bool operator==(const Device&) const = default;
   std::string str() const;                   // "cpu", "cuda:0"
-  static Device parse(const std::string& s);  // "cpu", "cuda", "cuda:1"
+  // "cpu", "cuda", "cuda:1"; "cpu:N" (N >= 1) is a simulated device backed by
+  // host memory with its own allocator (kiln/core/allocator.h).
+  static Device parse(const std::string& s);
 };
 
 }  // namespace kiln

@@ -12,6 +12,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An allocation that does not fit its device (or the device's budget). The
+// message says what was being allocated, the usage by category, and how to
+// make the run fit.
+class OutOfMemoryError : public Error {
+ public:
+  explicit OutOfMemoryError(const std::string& what) : Error(what) {}
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

@@ -33,6 +33,7 @@ std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(int device) : device_(device) {}
+  std::string device_name() const override { return "cuda:" + std::to_string(device_); }
 
   // Returns every cached (unused) block to the driver.
   void empty_cache() {
@@ -65,10 +66,10 @@ class CachingAllocator final : public Allocator {
       cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      KILN_FAIL("cuda:", device_, " out of memory: tried to allocate ", bytes, " bytes (", mib(bytes), "); ", in_use_,
-                " bytes (", mib(in_use_), ") are in use by tensors and ", reserved_, " bytes (", mib(reserved_),
-                ") reserved by Kiln; the device has ", mib(free_bytes), " free of ", mib(total_bytes), " (",
-                cudaGetErrorString(e), "). Reduce the batch size or sequence length, or use activation checkpointing.");
+      // Allocator::allocate adds the usage by category and how to make it fit.
+      throw OutOfMemoryError(detail::concat(cudaGetErrorString(e), "; Kiln holds ", mib(reserved_),
+                                            " from the driver, which has ", mib(free_bytes), " free of ",
+                                            mib(total_bytes)));
     }
     reserved_ += cls;
     live_[p] = cls;

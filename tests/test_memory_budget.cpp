@@ -1,0 +1,72 @@
+// A memory budget on a device's allocator, the out-of-memory error, sizes
+// as people write them, and cpu:N, the simulated device they are tested on.
+#include <gtest/gtest.h>
+
+#include "kiln/autograd/ops.h"
+#include "kiln/core/units.h"
+
+namespace kiln {
+namespace {
+
+TEST(MemoryUnits, ParsesSizesAsPeopleWriteThem) {
+  EXPECT_EQ(parse_bytes("2GiB"), size_t(2) << 30);
+  EXPECT_EQ(parse_bytes("512MiB"), size_t(512) << 20);
+  EXPECT_EQ(parse_bytes("1.5GB"), size_t(1500000000));
+  EXPECT_EQ(parse_bytes("300M"), size_t(300) << 20);
+  EXPECT_EQ(parse_bytes("4096"), size_t(4096));
+  for (const char* bad : {"", "GiB", "-1GiB", "2 GiB", "2PiB", "lots"}) EXPECT_THROW(parse_bytes(bad), Error) << bad;
+  EXPECT_EQ(format_bytes(1.5 * (1 << 30)), "1.50 GiB");
+  EXPECT_EQ(format_bytes(512.0 * (1 << 20)), "512.0 MiB");
+}
+
+// A fresh simulated device per test, so counts start at zero.
+Device fresh_device(int index) {
+  Device d = Device::parse("cpu:" + std::to_string(index));
+  EXPECT_EQ(d.str(), "cpu:" + std::to_string(index));
+  EXPECT_EQ(allocator_for(d).stats().current, 0u);
+  return d;
+}
+
+TEST(MemoryBudget, AnAllocationPastTheBudgetFailsExactlyThere) {
+  Device d = fresh_device(11);
+  Allocator& a = allocator_for(d);
+  a.set_budget(1000);
+  Tensor w;
+  {
+    MemoryCategoryScope weights(MemoryCategory::weights);
+    w = Tensor::empty({150}, DType::f32, d);  // 600 bytes
+  }
+  Tensor x = Tensor::empty({100}, DType::f32, d);  // 1000 bytes: exactly the budget
+  try {
+    MemoryCategoryScope activations(MemoryCategory::activations);
+    Tensor y = Tensor::empty({1}, DType::u8, d);
+    FAIL() << "one byte past the budget was allocated";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"out of memory on cpu:11", "allocating 1 B of activations", "over the budget of 1000 B",
+                             "weights 600 B", "other 400 B", "kiln plan", "--fit"})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
+  // The failed allocation left the counts as they were, and freeing makes room.
+  EXPECT_EQ(a.stats().current, 1000u);
+  x = Tensor();
+  EXPECT_NO_THROW(Tensor::empty({100}, DType::f32, d));
+  a.set_budget(0);
+  EXPECT_NO_THROW(Tensor::empty({1000}, DType::f32, d));
+}
+
+TEST(MemoryBudget, SimulatedDevicesAreSeparateFromTheHost) {
+  Device d = fresh_device(12);
+  const size_t host_before = allocator_for(Device::cpu()).stats().current;
+  Tensor on_device = ones({256}, DType::f32, d);
+  EXPECT_EQ(allocator_for(d).stats().current, 1024u);
+  EXPECT_EQ(allocator_for(Device::cpu()).stats().current, host_before);
+  Tensor back = on_device.to(Device::cpu());
+  EXPECT_EQ(back.to_vector<float>(), std::vector<float>(256, 1.0f));
+  // Ops check devices as they would for a GPU.
+  EXPECT_THROW(add(on_device, back), Error);
+  EXPECT_EQ(add(on_device, on_device).device(), d);
+}
+
+}  // namespace
+}  // namespace kiln
