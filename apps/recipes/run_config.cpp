@@ -124,10 +124,7 @@ RunStart start_run(const TrainOptions& o, const std::string& recipe, const Recip
   run.out_dir = resolve_out_dir(o, recipe);
   run.device = o.device.value_or(Device::cpu());
   set_num_threads(o.threads.value_or(0));
-  allocator_for(run.device).set_budget(o.memory_budget);
-  if (o.memory_budget > 0)
-    log("memory budget on " + run.device.str() + ": " + format_bytes(double(o.memory_budget)) + " (" +
-        format_bytes(double(allocator_for(run.device).stats().current)) + " already in use)");
+
 
   std::optional<std::string> latest = o.resume ? latest_checkpoint(run.out_dir) : std::nullopt;
   if (o.resume && !latest) log("--resume: no checkpoint in " + run.out_dir + " yet, so this run starts from step 0");
@@ -156,6 +153,10 @@ RunStart start_run(const TrainOptions& o, const std::string& recipe, const Recip
     log("device: " + run.device.str() + (run.device.index > 0 ? " (simulated: host memory, own allocator; " : " (") +
         std::to_string(get_num_threads()) + " threads)" + why);
   }
+  allocator_for(run.device).set_budget(o.memory_budget);
+  if (o.memory_budget > 0)
+    log("memory budget on " + run.device.str() + ": " + format_bytes(double(o.memory_budget)) + " (" +
+        format_bytes(double(allocator_for(run.device).stats().current)) + " already in use)");
   return run;
 }
 
