@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
     train->add_option(std::string("--") + field, model_fields[field], "GPT recipes: override the model's " +
                                                                            std::string(field))
         ->check(kNonNegative);
+  std::string checkpointing;
+  auto* checkpointing_opt =
+      train->add_option("--checkpoint-activations", checkpointing,
+                        "none (default) | selective (recompute layernorm, GELU, head merges) | blocks (recompute "
+                        "each transformer block): less activation memory for more compute")
+          ->check(CLI::IsMember({"none", "selective", "blocks"}));
   std::string memory_budget;
   train->add_option("--memory-budget", memory_budget,
                     "cap the training device's memory (e.g. 2GiB): past it, allocations fail as a full device would");
@@ -134,6 +140,7 @@ int main(int argc, char** argv) {
       if (*lr_opt) to.lr = lr;
       if (*micro_opt) to.micro_batch = micro_batch;
       if (*offload_opt) to.offload = offload;
+      if (*checkpointing_opt) to.checkpointing = checkpointing;
       if (*seed_opt) to.seed = seed;
       if (*threads_opt) to.threads = threads;
       if (*precision_opt) to.precision = precision;

@@ -158,6 +158,7 @@ class FortunesGptRecipe final : public Recipe {
     Generator init(request.seed);
     const models::GptConfig config = models::GptConfig::from_json(request.model_config);
     auto model = std::make_shared<models::Gpt>(config, init, p.dropout_gen);
+    model->set_activation_checkpointing(models::parse_activation_checkpointing(request.checkpointing));
     p.model = model;
     p.adamw.beta2 = 0.95;
     p.adamw.weight_decay = 0.1;
@@ -197,6 +198,7 @@ class FortunesGptRecipe final : public Recipe {
     StepRequest request;
     request.seed = c.seed;
     request.model_config = config.to_json();
+    request.checkpointing = c.checkpointing;
     StepParts step = step_parts(request);
     models::Gpt& model = static_cast<models::Gpt&>(*step.model);
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;

@@ -89,6 +89,8 @@ class FashionRecipe final : public Recipe {
   ModelKind kind() const override { return ModelKind::image_classifier; }
 
   StepParts step_parts(const StepRequest& request) const override {
+    KILN_CHECK(request.checkpointing == "none", name_, " has no blocks to checkpoint; --checkpoint-activations ",
+               "applies to GPT recipes");
     StepParts p;
     p.dropout_gen = std::make_shared<Generator>(request.seed ^ 0xD0D0D0D0ull);
     auto model = make_image_model(name_, request.seed, p.dropout_gen);
@@ -119,6 +121,7 @@ class FashionRecipe final : public Recipe {
 
     StepRequest request;
     request.seed = c.seed;
+    request.checkpointing = c.checkpointing;
     StepParts step = step_parts(request);
     nn::Module* model = step.model.get();
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;

@@ -7,7 +7,8 @@
 //  - applied with a one-line notice where that is safe: --steps/--epochs
 //    (extend or shorten a run, not to before the checkpoint), --micro-batch
 //    and --offload (the same update up to float rounding, so no longer
-//    bitwise the uninterrupted run), --threads, --device, --no-progress,
+//    bitwise the uninterrupted run), --checkpoint-activations (bitwise the
+//    same gradients), --threads, --device, --no-progress,
 //    --checkpoint-every, --stop-after;
 //  - refused, naming the option and its saved value, otherwise: the recipe,
 //    --seed, --batch-size, --lr, --precision, --loss-scale (and the model's
@@ -30,6 +31,7 @@ struct RunConfig {
   int64_t batch_size = 0;
   int64_t micro_batch = 0;  // 0: the whole batch at once
   bool offload = false;     // AdamW state and fp32 master weights in host memory (kiln/optim/offload.h)
+  std::string checkpointing = "none";  // activation checkpointing (models/gpt/gpt.h)
   double lr = 0;
   int64_t total_steps = 0;
   std::string precision = "fp32";

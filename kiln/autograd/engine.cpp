@@ -17,6 +17,8 @@ thread_local bool t_grad_enabled = true;
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined()) return {};

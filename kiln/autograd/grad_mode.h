@@ -17,4 +17,17 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Turns gradient recording on for a scope (activation checkpointing re-runs
+// a forward inside backward, where recording is off).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace kiln

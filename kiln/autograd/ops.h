@@ -2,6 +2,7 @@
 // and, when gradients are enabled and an input requires them, records a
 // GradNode whose backward is written with these same ops.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "kiln/autograd/grad_mode.h"
@@ -73,6 +74,11 @@ Tensor to_device(const Tensor& x, Device device);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., in] @ weight[out, in]^T + bias[out] (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The same, but its backward node keeps `recompute_x` (which returns x's
+// values, e.g. by re-running a cheap GELU or layernorm on a tensor that is
+// kept anyway) instead of x: selective activation checkpointing.
+Tensor linear_recomputing_input(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                std::function<Tensor()> recompute_x);
 
 // ---- nn
 Tensor softmax(const Tensor& x, int64_t dim = -1);

@@ -44,10 +44,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+// linear's forward and node. With `recompute_x`, the node keeps that
+// function (and what it captured) instead of x, and calls it in backward
+// for the weight gradient: the same values, so the same gradients.
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, std::function<Tensor()> recompute_x) {
   // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
-  if (amp::autocast_should_lower({&x, &weight, &bias}))
-    return linear(amp::autocast_lower(x), amp::autocast_lower(weight), amp::autocast_lower(bias));
+  if (amp::autocast_should_lower({&x, &weight, &bias})) {
+    if (recompute_x)  // recompute the lowered input: the same cast of the same values
+      recompute_x = [f = std::move(recompute_x), dtype = *amp::autocast_dtype()] { return to_dtype(f(), dtype); };
+    return linear_impl(amp::autocast_lower(x), amp::autocast_lower(weight), amp::autocast_lower(bias),
+                       std::move(recompute_x));
+  }
   KILN_CHECK(weight.dim() == 2, "linear: weight must be [out, in], got ", shape_str(weight.shape()));
   const int64_t in = weight.size(1), out = weight.size(0);
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " does not end in ", in,
@@ -61,15 +70,30 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ys.back() = out;
   Tensor y = y2.as_strided(ys, contiguous_strides(ys), 0);
   record(y, "LinearBackward", {&x, &weight, &bias},
-         [x2 = saved(x2), w = saved(weight), has_bias = bias.defined(), need_x = x.requires_grad(), xs = x.shape(),
-          rows, out](const Tensor& g) {
+         [x2 = recompute_x ? Tensor() : saved(x2), recompute_x, w = saved(weight), has_bias = bias.defined(),
+          need_x = x.requires_grad(), xs = x.shape(), rows, in, out](const Tensor& g) {
            Tensor g2 = reshape(g, {rows, out});
            Tensor dx = need_x ? reshape(matmul_raw(g2, w), xs) : Tensor();
-           Tensor dw = matmul_raw(transpose(g2, 0, 1), x2);
+           Tensor input = x2;
+           if (!input.defined()) {
+             NoGradGuard values_only;
+             input = reshape(contiguous(recompute_x()), {rows, in}).detach();
+           }
+           Tensor dw = matmul_raw(transpose(g2, 0, 1), input);
            Tensor db = has_bias ? sum(g2, {0}) : Tensor();
            return std::vector<Tensor>{dx, dw, db};
          });
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return linear_impl(x, weight, bias, {}); }
+
+Tensor linear_recomputing_input(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                std::function<Tensor()> recompute_x) {
+  KILN_CHECK(recompute_x, "linear_recomputing_input needs a function that recomputes x");
+  return linear_impl(x, weight, bias, std::move(recompute_x));
 }
 
 }  // namespace kiln

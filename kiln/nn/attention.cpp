@@ -12,17 +12,25 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
   resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(p, std::move(dropout_gen)));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x) { return forward(x, {}); }
+
+Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> recompute_x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
   KILN_CHECK(C == n_embd_, "attention: input has ", C, " features, expected ", n_embd_);
+  const bool selective = bool(recompute_x);
+  Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
+                               : c_attn->forward(x);
   // [B, T, 3C] -> [3, B, H, T, D]: q, k, v as views of one buffer.
-  Tensor qkv = permute(reshape(c_attn->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  Tensor qkv = permute(reshape(projected, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
   Tensor q = squeeze(slice(qkv, 0, 0, 1), 0);
   Tensor k = squeeze(slice(qkv, 0, 1, 2), 0);
   Tensor v = squeeze(slice(qkv, 0, 2, 3), 0);
-  Tensor y = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // [B, H, T, D]
-  y = reshape(transpose(y, 1, 2), {B, T, C});
-  return resid_dropout_->forward(c_proj->forward(y));
+  Tensor heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // [B, H, T, D]
+  Tensor y = reshape(transpose(heads, 1, 2), {B, T, C});
+  if (!selective) return resid_dropout_->forward(c_proj->forward(y));
+  // The attention node keeps `heads`; merging them again is a cheap copy.
+  auto merge_again = [heads = heads.detach(), B, T, C] { return reshape(transpose(heads, 1, 2), {B, T, C}); };
+  return resid_dropout_->forward(linear_recomputing_input(y, c_proj->weight, c_proj->bias, merge_again));
 }
 
 }  // namespace kiln::nn

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/autograd/checkpoint.h"
+
 namespace kiln::models {
 
 using namespace kiln::nn;
@@ -33,7 +35,16 @@ class Mlp : public Module {
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, init));
     drop = register_module("dropout", std::make_shared<Dropout>(c.dropout, std::move(dropout_gen)));
   }
-  Tensor forward(const Tensor& x) override { return drop->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+  Tensor forward(const Tensor& x) override { return forward(x, {}); }
+  // Selective checkpointing: the linears keep, instead of their inputs, a
+  // way to recompute them: x from `recompute_x`, GELU's output from c_fc's
+  // output (which GELU's own node keeps anyway).
+  Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x) {
+    if (!recompute_x) return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
+    Tensor h = linear_recomputing_input(x, c_fc->weight, c_fc->bias, std::move(recompute_x));
+    auto gelu_again = [h = h.detach()] { return gelu(h); };
+    return drop->forward(linear_recomputing_input(gelu(h), c_proj->weight, c_proj->bias, gelu_again));
+  }
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
 };
@@ -76,8 +87,16 @@ GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generato
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
-  Tensor h = add(x, attn->forward(ln_1->forward(x)));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  if (!selective) {
+    Tensor h = add(x, attn->forward(ln_1->forward(x)));
+    return add(h, mlp->forward(ln_2->forward(h)));
+  }
+  // Layernorm outputs are recomputed from the block's input and from h,
+  // which their own nodes keep anyway.
+  auto ln1_again = [ln = ln_1, x = x.detach()] { return ln->forward(x); };
+  Tensor h = add(x, attn->forward(ln_1->forward(x), ln1_again));
+  auto ln2_again = [ln = ln_2, h = h.detach()] { return ln->forward(h); };
+  return add(h, static_cast<Mlp&>(*mlp).forward(ln_2->forward(h), ln2_again));
 }
 
 Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) : config_(c) {
@@ -86,7 +105,11 @@ Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout
   wpe_ = transformer->add("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd, init));
   drop_ = transformer->add("drop", std::make_shared<Dropout>(c.dropout, dropout_gen));
   h_ = transformer->add("h", std::make_shared<Sequential>());
-  for (int64_t i = 0; i < c.n_layer; ++i) h_->add(std::make_shared<GptBlock>(c, init, dropout_gen));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    blocks_.push_back(std::make_shared<GptBlock>(c, init, dropout_gen));
+    h_->add(blocks_.back());
+  }
+  dropout_gen_ = dropout_gen;
   ln_f_ = transformer->add("ln_f", std::make_shared<LayerNorm>(c.n_embd));
   gpt2_init(*this, c, init);
 }
@@ -97,11 +120,29 @@ Tensor Gpt::forward(const Tensor& ids) {
   KILN_CHECK(T <= config_.block_size, "gpt: sequence length ", T, " exceeds block_size ", config_.block_size);
   Tensor pos = arange(T, DType::i64, ids.device());
   Tensor x = drop_->forward(add(wte_->forward(ids), wpe_->forward(pos)));
-  x = ln_f_->forward(h_->forward(x));
+  for (const auto& block : blocks_) {
+    if (checkpointing_ == ActivationCheckpointing::blocks)
+      x = checkpoint([&](const Tensor& in) { return block->forward(in); }, x, {dropout_gen_.get()});
+    else
+      x = block->forward(x);
+  }
+  x = ln_f_->forward(x);
   return linear(x, wte_->weight, Tensor());  // tied output embedding
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) { return cross_entropy(forward(ids), targets); }
+
+ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {
+  if (mode == "none") return ActivationCheckpointing::none;
+  if (mode == "selective") return ActivationCheckpointing::selective;
+  if (mode == "blocks") return ActivationCheckpointing::blocks;
+  KILN_FAIL("unknown activation checkpointing '", mode, "' (choose one of none, selective, blocks)");
+}
+
+void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
+  checkpointing_ = mode;
+  for (const auto& block : blocks_) block->selective = mode == ActivationCheckpointing::selective;
+}
 
 std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
                                    int64_t top_k, Generator& gen) {

@@ -21,10 +21,21 @@ struct GptConfig {
   static GptConfig from_json(const nlohmann::json& j);
 };
 
+// What a training step keeps for backward (kiln/autograd/checkpoint.h):
+//  none:      every activation backward needs;
+//  selective: the matrix products' outputs; the linears after a layernorm,
+//             GELU or the head merge recompute their inputs (cheap ops) in
+//             backward instead of keeping them;
+//  blocks:    only each block's input; backward re-runs the block.
+// Gradients are bitwise the same in all three on the CPU.
+enum class ActivationCheckpointing { none, selective, blocks };
+ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
+
 class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
+  bool selective = false;  // selective activation checkpointing
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<nn::CausalSelfAttention> attn;
   std::shared_ptr<nn::Module> mlp;
@@ -42,6 +53,7 @@ class Gpt : public nn::Module {
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int64_t max_new_tokens, double temperature,
                                 int64_t top_k, Generator& gen);
   const GptConfig& config() const { return config_; }
+  void set_activation_checkpointing(ActivationCheckpointing mode);
 
  private:
   GptConfig config_;
@@ -49,6 +61,9 @@ class Gpt : public nn::Module {
   std::shared_ptr<nn::Sequential> h_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::shared_ptr<nn::Dropout> drop_;
+  std::vector<std::shared_ptr<GptBlock>> blocks_;
+  std::shared_ptr<Generator> dropout_gen_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
 };
 
 }  // namespace kiln::models
