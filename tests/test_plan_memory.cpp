@@ -41,3 +41,62 @@ TEST(PlanMemory, CpuStepBooksEveryCategory) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace kiln::plan;
+
+// The planner's prediction (the step run on the meta device) against the
+// allocator's measured peak (the same step really run, on a fresh simulated
+// CPU device): within 3%, for the GPT at three sizes and the CNN at two batch
+// sizes, under several strategies each.
+void expect_prediction_matches(const PlanInput& in, const Strategy& s, int device_index) {
+  StepMemory predicted = probe_step(in, s, Device::meta());
+  StepMemory measured = probe_step(in, s, Device::parse("cpu:" + std::to_string(device_index)));
+  const double ratio = double(predicted.peak) / double(measured.peak);
+  std::printf("[plan] %s batch %lld, %s: predicted %zu, measured %zu bytes (%.4f)\n", in.recipe.c_str(),
+              (long long)in.batch_size, s.str().c_str(), predicted.peak, measured.peak, ratio);
+  EXPECT_NEAR(ratio, 1.0, 0.03) << s.str();
+  EXPECT_EQ(predicted.weights, measured.weights) << s.str();
+  EXPECT_EQ(predicted.optimizer, measured.optimizer) << s.str();
+}
+
+TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForTheGpt) {
+  int device = 30;
+  for (auto [layers, width] : {std::pair{2, 32}, std::pair{4, 64}, std::pair{6, 96}}) {
+    PlanInput in = small_gpt(layers, width, 8);
+    for (const Strategy& s : {Strategy{"fp32", "none", 8, false}, Strategy{"fp32", "blocks", 8, false},
+                              Strategy{"fp32", "selective", 4, false}, Strategy{"fp32", "none", 2, true}})
+      expect_prediction_matches(in, s, device++);
+  }
+}
+
+TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForTheCnn) {
+  int device = 50;
+  for (int64_t batch : {16, 64}) {
+    PlanInput in;
+    in.recipe = "fashion-cnn";
+    in.batch_size = batch;
+    for (const Strategy& s : {Strategy{"fp32", "none", batch, false}, Strategy{"fp32", "none", batch / 4, false},
+                              Strategy{"fp32", "none", batch, true}})
+      expect_prediction_matches(in, s, device++);
+  }
+}
+
+// The meta device builds and steps GPT-2 XL without memory or time.
+TEST(PlanMemory, MetaStepsAGpt2XlInAnInstant) {
+  PlanInput in;
+  in.recipe = "gpt2-xl";
+  in.gpt = models::gpt_preset("gpt2-xl");
+  in.batch_size = 1;
+  const size_t host_before = allocator_for(Device::cpu()).stats().current;
+  StepMemory m = probe_step(in, {"bf16", "blocks", 1, false}, Device::meta());
+  EXPECT_EQ(m.weights, size_t(models::gpt_parameter_count(in.gpt)) * 4);
+  EXPECT_EQ(m.optimizer, 2 * m.weights);
+  EXPECT_GT(m.activations, 0u);
+  EXPECT_LT(allocator_for(Device::cpu()).stats().peak - host_before, size_t(64) << 20) << "no host copy of the model";
+}
+
+}  // namespace
+}  // namespace kiln

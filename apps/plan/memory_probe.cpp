@@ -3,6 +3,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
+#include "kiln/nn/init.h"
 
 namespace kiln::plan {
 
@@ -19,26 +20,36 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   config.precision = s.precision;
   config.offload = s.offload;
   config.lr = 1e-3;
+  const bool meta = device.type == DeviceType::meta;
+  const Device host = meta ? Device::meta(1) : Device::cpu();  // where offloaded state lives
   Allocator& allocator = allocator_for(device);
+  Allocator& host_allocator = allocator_for(host);
+  MemoryStats stats, host_stats;
+  {
+    std::optional<nn::MetaParametersGuard> no_init;
+    if (meta) no_init.emplace();  // build the model on meta directly: no host memory, no initialisation
+    recipes::StepParts step = recipe.step_parts(request);
+    no_init.reset();
+    std::unique_ptr<optim::Optimizer> opt =
+        recipes::place_model_and_optimizer(config, device, *step.model, step.adamw, host);
+    recipes::MixedPrecision precision(s.precision);
+    recipes::LoopHooks hooks;
+    hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(device), y.to(device)); };
+    Shape xs = step.x_shape, ys = step.y_shape;
+    xs.insert(xs.begin(), in.batch_size);
+    ys.insert(ys.begin(), in.batch_size);
+    recipes::Batch batch{zeros(xs, step.x_dtype), zeros(ys, step.y_dtype)};
 
-  recipes::StepParts step = recipe.step_parts(request);
-  std::unique_ptr<optim::Optimizer> opt = recipes::place_model_and_optimizer(config, device, *step.model, step.adamw);
-  recipes::MixedPrecision precision(s.precision);
-  recipes::LoopHooks hooks;
-  hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(device), y.to(device)); };
-  Shape xs = step.x_shape, ys = step.y_shape;
-  xs.insert(xs.begin(), in.batch_size);
-  ys.insert(ys.begin(), in.batch_size);
-  recipes::Batch batch{zeros(xs, step.x_dtype), zeros(ys, step.y_dtype)};
-
-  // From here on, one steady-state step: the weights and optimizer state
-  // exist, the gradients do not (zero_grad frees them), the batch is loaded.
-  allocator.reset_peak();
-  opt->zero_grad();
-  recipes::accumulate_gradients(batch, s.micro_batch, hooks, precision);
-  if (precision.finish_step(step.model->parameters(), 1, [](const std::string&) {})) opt->step();
-  const MemoryStats stats = allocator.stats();
-
+    // One steady-state step: the weights and optimizer state exist, the
+    // gradients do not (zero_grad frees them), the batch is loaded.
+    allocator.reset_peak();
+    host_allocator.reset_peak();
+    opt->zero_grad();
+    recipes::accumulate_gradients(batch, s.micro_batch, hooks, precision);
+    if (precision.finish_step(step.model->parameters(), 1, [](const std::string&) {})) opt->step();
+    stats = allocator.stats();
+    host_stats = host_allocator.stats();
+  }
   StepMemory m;
   auto peak = [&](MemoryCategory c) { return stats.peak_by_category[size_t(c)]; };
   m.weights = peak(MemoryCategory::weights);
@@ -48,7 +59,7 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   m.workspace = peak(MemoryCategory::workspace);
   m.other = peak(MemoryCategory::other);
   m.peak = stats.peak;
-  if (s.offload && !device.is_cpu()) m.host_peak = allocator_for(Device::cpu()).stats().peak;
+  if (s.offload && !(host == device)) m.host_peak = host_stats.peak;
   return m;
 }
 

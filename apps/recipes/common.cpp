@@ -25,10 +25,11 @@ std::string resolve_checkpoint(const std::string& path) {
 }
 
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
-                                                             nn::Module& model, const optim::AdamWOptions& options) {
+                                                             nn::Module& model, const optim::AdamWOptions& options,
+                                                             Device host) {
   model.to(device);
   if (!config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), config.lr, options);
-  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options);
+  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options, host);
   if (config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32
   if (config.precision == "fp16") model.to(DType::f16);
   return opt;

@@ -23,8 +23,10 @@ std::string resolve_checkpoint(const std::string& path);
 // Moves `model` to the run's device and builds its AdamW: with --offload, an
 // OffloadAdamW whose state lives on the host, and with bf16/fp16 the device
 // keeps 2-byte parameters (the fp32 master is on the host).
+// `host` holds offloaded state (the meta device's host is meta:1 when planning).
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
-                                                             nn::Module& model, const optim::AdamWOptions& options);
+                                                             nn::Module& model, const optim::AdamWOptions& options,
+                                                             Device host = Device::cpu());
 
 // Saves model + optimizer + state and prunes to the last 3 checkpoints. The
 // model's weights are the optimizer's fp32 master copy where it keeps one.

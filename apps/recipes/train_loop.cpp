@@ -36,7 +36,7 @@ double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& 
     if (n != B) loss = mul_scalar(loss, double(n) / double(B));
     if (poison && first == 0) loss = mul_scalar(loss, std::numeric_limits<double>::quiet_NaN());
     precision.accumulate(loss);
-    loss_value += loss.item();
+    if (loss.device().type != DeviceType::meta) loss_value += loss.item();  // meta (planning): no values
   }
   return loss_value;
 }

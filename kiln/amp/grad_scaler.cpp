@@ -35,7 +35,8 @@ bool DynamicLossScaler::unscale_and_check(const std::vector<Tensor>& params) con
     if (!fresh) it->second = add(it->second, probe);
   }
   bool finite = true;
-  for (const auto& [device, probe] : probes) finite = finite && std::isfinite(probe.item());
+  for (const auto& [device, probe] : probes)  // a meta (planning) device has no values: count it finite
+    finite = finite && (probe.device().type == DeviceType::meta || std::isfinite(probe.item()));
   return finite;
 }
 

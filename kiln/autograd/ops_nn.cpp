@@ -61,7 +61,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   const int64_t C = logits_in.size(-1), N = targets_in.numel();
   Tensor logits = reshape(contiguous(logits_in), {N, C}).detach();
   Tensor targets = reshape(contiguous(targets_in), {N}).detach();
-  const int64_t valid = count_valid_targets(targets, ignore_index);
+  // On the meta device (planning) there are no targets to read: count all.
+  const int64_t valid =
+      targets.device().type == DeviceType::meta ? N : count_valid_targets(targets, ignore_index);
   KILN_CHECK(valid > 0, "cross_entropy: every target equals ignore_index (", ignore_index, ")");
   const bool needs_grad = any_requires_grad({&logits_in});
   Tensor losses = new_tensor({N}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32, logits.device());

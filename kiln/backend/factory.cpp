@@ -18,8 +18,9 @@ Tensor arange(int64_t n, DType dtype, Device device) {
 }
 
 void copy_into(const Tensor& src, Tensor& dst) {
-  // The CUDA backend handles host<->device itself; CPU<->CPU is the CPU's.
-  Device d = src.device().is_cuda() ? src.device() : dst.device();
+  // The CUDA backend handles host<->device itself; CPU<->CPU is the CPU's;
+  // the meta backend refuses to copy out of meta (it has no values).
+  Device d = src.device().is_cpu() ? dst.device() : src.device();
   backend_for(d).copy(src, dst);
 }
 

@@ -8,6 +8,7 @@ namespace kiln {
 
 Backend* cpu_backend_instance();                    // kiln/cpu/cpu_backend.cpp
 Backend* cuda_backend_instance(std::string* why_not);  // kiln/cuda or kiln/cuda_stub
+Backend* meta_backend_instance();                    // kiln/meta/meta_backend.cpp
 
 namespace {
 // Lets the CUDA backend register its allocator on a program's first CUDA
@@ -17,6 +18,7 @@ namespace {
     std::string why;
     cuda_backend_instance(&why);
   });
+  register_allocator_initializer(DeviceType::meta, [] { meta_backend_instance(); });
   return true;
 }();
 }  // namespace
@@ -24,6 +26,7 @@ namespace {
 namespace {
 Backend& find_backend(Device device) {
   if (device.is_cpu()) return *cpu_backend_instance();
+  if (device.type == DeviceType::meta) return *meta_backend_instance();
   std::string why;
   Backend* cuda = cuda_backend_instance(&why);
   KILN_CHECK(cuda, "device ", device.str(), " is not available: ", why, ". Run with --device cpu.");

@@ -164,8 +164,8 @@ Allocator* cpu_allocator_factory(int index) {
   return a;
 }
 
-AllocatorFactory g_factories[2] = {&cpu_allocator_factory, nullptr};
-void (*g_initializers[2])() = {nullptr, nullptr};
+AllocatorFactory g_factories[3] = {&cpu_allocator_factory, nullptr, nullptr};
+void (*g_initializers[3])() = {nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -6,16 +6,20 @@ namespace kiln {
 
 std::string Device::str() const {
   if (is_cpu()) return index == 0 ? std::string("cpu") : "cpu:" + std::to_string(index);
+  if (type == DeviceType::meta) return index == 0 ? std::string("meta") : "meta:" + std::to_string(index);
   return "cuda:" + std::to_string(index);
 }
 
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();
-  if (s.rfind("cpu:", 0) == 0) {
+  if (s == "meta") return meta();
+  for (auto [prefix, type] : {std::pair{"cpu:", DeviceType::cpu}, std::pair{"meta:", DeviceType::meta}}) {
+    const std::string p = prefix;
+    if (s.rfind(p, 0) != 0) continue;
     try {
       size_t used = 0;
-      int i = std::stoi(s.substr(4), &used);
-      if (used == s.size() - 4 && i >= 0) return {DeviceType::cpu, i};
+      int i = std::stoi(s.substr(p.size()), &used);
+      if (used == s.size() - p.size() && i >= 0) return {type, i};
     } catch (const std::exception&) {
     }
   }
@@ -28,7 +32,7 @@ Device Device::parse(const std::string& s) {
     } catch (const std::exception&) {
     }
   }
-  KILN_FAIL("unknown device '", s, "' (expected cpu, cuda or cuda:N)");
+  KILN_FAIL("unknown device '", s, "' (expected cpu, cuda, cuda:N, cpu:N or meta)");
 }
 
 }  // namespace kiln

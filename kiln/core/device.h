@@ -4,7 +4,8 @@
 
 namespace kiln {
 
-enum class DeviceType : uint8_t { cpu, cuda };
+// meta: shapes and byte counts without data, for planning (kiln/meta).
+enum class DeviceType : uint8_t { cpu, cuda, meta };
 
 struct Device {
   DeviceType type = DeviceType::cpu;
@@ -12,6 +13,7 @@ struct Device {
 
   static Device cpu() { return {DeviceType::cpu, 0}; }
   static Device cuda(int i = 0) { return {DeviceType::cuda, i}; }
+  static Device meta(int i = 0) { return {DeviceType::meta, i}; }
   bool is_cpu() const { return type == DeviceType::cpu; }
   bool is_cuda() const { return type == DeviceType::cuda; }
   bool operator==(const Device&) const = default;

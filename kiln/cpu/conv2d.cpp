@@ -83,9 +83,26 @@ void check_like(const char* op, const Tensor& t, const char* what, const Shape& 
              dtype_name(dtype), ", got ", t.str());
 }
 
-Tensor workspace(int64_t numel, DType dtype) {
+}  // namespace
+
+std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& w, const Conv2dArgs& a, size_t elem) {
+  ConvGeometry g{};
+  g.N = x[0], g.Cin = x[1], g.H = x[2], g.W = x[3], g.Cout = w[0], g.KH = w[2], g.KW = w[3];
+  g.OH = (g.H + 2 * a.pad_h - g.KH) / a.stride_h + 1;
+  g.OW = (g.W + 2 * a.pad_w - g.KW) / a.stride_w + 1;
+  if (g.N == 0 || g.Cout == 0 || g.P() == 0) return {};
+  const int64_t chunk = g.chunk(elem), images = std::min(chunk, g.N);
+  std::vector<int64_t> sizes{g.K() * images * g.P()};
+  if (chunk > 1) sizes.push_back(g.Cout * images * g.P());
+  return sizes;
+}
+
+namespace {
+
+// Scratch on the op's own device (a simulated cpu:N device counts it too).
+Tensor workspace(int64_t numel, const Tensor& like) {
   MemoryCategoryScope scope(MemoryCategory::workspace);
-  return Tensor::empty({numel}, dtype);
+  return Tensor::empty({numel}, like.dtype(), like.device());
 }
 
 inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
@@ -211,10 +228,10 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
     const T* wp = weight.data<T>();
     const T* bp = bias.defined() ? bias.data<T>() : nullptr;
     T* yp = out.data<T>();
-    Tensor col_t = workspace(K * std::min(chunk, g.N) * P, x.dtype());
+    Tensor col_t = workspace(K * std::min(chunk, g.N) * P, x);
     // With one image per chunk the GEMM writes NCHW directly; otherwise it
     // writes [Cout, nb*P] into tmp, copied out below.
-    Tensor tmp_t = chunk > 1 ? workspace(g.Cout * std::min(chunk, g.N) * P, x.dtype()) : Tensor();
+    Tensor tmp_t = chunk > 1 ? workspace(g.Cout * std::min(chunk, g.N) * P, x) : Tensor();
     T* col = col_t.data<T>();
     for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
       const int64_t nb = std::min(chunk, g.N - n0), M = nb * P;
@@ -283,8 +300,8 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
 
     const int64_t chunk = g.chunk(x.element_size());
     const int64_t max_m = std::min(chunk, g.N) * P;
-    Tensor col_t = workspace(K * max_m, x.dtype());  // im2col(x) for dW, then dcol for dx
-    Tensor gT_t = chunk > 1 ? workspace(g.Cout * max_m, x.dtype()) : Tensor();
+    Tensor col_t = workspace(K * max_m, x);  // im2col(x) for dW, then dcol for dx
+    Tensor gT_t = chunk > 1 ? workspace(g.Cout * max_m, x) : Tensor();
     T* col = col_t.data<T>();
     for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
       const int64_t nb = std::min(chunk, g.N - n0), M = nb * P;

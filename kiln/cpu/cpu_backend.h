@@ -11,6 +11,13 @@
 
 namespace kiln::cpu {
 
+// The element counts of the scratch buffers conv2d and conv2d_backward
+// allocate (booked as workspace) for x, weight shapes and an element size:
+// the im2col buffer, and the GEMM-layout buffer when several images share a
+// chunk. The meta backend allocates the same, so plans match the CPU.
+std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& weight, const Conv2dArgs& args,
+                                             size_t elem);
+
 class CpuBackend final : public Backend {
  public:
   DeviceType type() const override { return DeviceType::cpu; }

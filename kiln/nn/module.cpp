@@ -1,5 +1,7 @@
 #include "kiln/nn/module.h"
 
+#include "kiln/nn/init.h"
+
 #include <map>
 
 namespace kiln::nn {
@@ -10,7 +12,8 @@ Tensor Module::register_parameter(const std::string& name, Tensor t) {
   {
     // Parameters are booked as weights in the allocator's statistics.
     MemoryCategoryScope scope(MemoryCategory::weights);
-    Tensor owned = copy_to(t, t.device(), t.dtype());
+    const Device where = MetaParametersGuard::active() ? Device::meta() : t.device();
+    Tensor owned = copy_to(t, where, t.dtype());
     t = owned;
   }
   t.set_requires_grad(true);

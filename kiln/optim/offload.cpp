@@ -6,15 +6,18 @@ namespace kiln::optim {
 
 namespace {
 
+// A meta parameter (planning) has no values to copy: its master is just sized.
 Tensor host_f32(const Tensor& like, Device host, bool copy_values) {
-  return copy_values ? copy_to(like, host, DType::f32) : zeros(like.shape(), DType::f32, host);
+  const bool has_values = like.device().type != DeviceType::meta;
+  return copy_values && has_values ? copy_to(like, host, DType::f32) : zeros(like.shape(), DType::f32, host);
 }
 
 }  // namespace
 
 OffloadAdamW::OffloadAdamW(NamedTensors params, double lr_, AdamWOptions opts, Device host)
     : Optimizer(std::move(params)), opts_(opts), host_(host) {
-  KILN_CHECK(host_.is_cpu(), "offload: the optimizer state must live in host memory, not on ", host_.str());
+  KILN_CHECK(host_.is_cpu() || host_.type == DeviceType::meta,
+             "offload: the optimizer state must live in host memory, not on ", host_.str());
   lr = lr_;
   NoGradGuard ng;
   MemoryCategoryScope scope(MemoryCategory::optimizer);

@@ -20,6 +20,7 @@ namespace kiln::optim {
 
 class OffloadAdamW : public Optimizer {
  public:
+  // `host`: the CPU (cpu:0), or meta:1 when the planner runs a step on meta.
   OffloadAdamW(NamedTensors params, double lr, AdamWOptions opts = {}, Device host = Device::cpu());
   void step() override;
   // The same names as AdamW's ("<param>.exp_avg", ".exp_avg_sq"), so a
