@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "apps/cli/info.h"
+#include "apps/plan/fit.h"
+#include "apps/plan/plan_cli.h"
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
@@ -109,6 +111,9 @@ int main(int argc, char** argv) {
   std::string memory_budget;
   train->add_option("--memory-budget", memory_budget,
                     "cap the training device's memory (e.g. 2GiB): past it, allocations fail as a full device would");
+  train->add_flag("--fit", to.fit,
+                  "pick --micro-batch, --checkpoint-activations and --offload so the run fits --memory-budget or "
+                  "the GPU (kiln plan's fastest plan that fits; the precision stays)");
   train->add_flag("--no-progress", no_progress, "no progress bar");
   train->add_flag("--profile", to.profile, "time every backend op and print where the steps' time went");
 
@@ -130,6 +135,7 @@ int main(int argc, char** argv) {
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
 
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
+  std::function<int()> run_plan = kiln::plan::add_plan_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -153,6 +159,7 @@ int main(int argc, char** argv) {
         std::replace(key.begin(), key.end(), '-', '_');
         if (value > 0) to.model_overrides[key] = value;
       }
+      if (to.fit) kiln::plan::apply_fit(to, print_line);
       print_summary(kiln::recipes::train(to, print_line));
     } else if (*eval) {
       auto r = kiln::recipes::evaluate(eval_path, kiln::Device::parse(eval_device), print_line);
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
     } else if (*sample) {
       for (const auto& s : kiln::recipes::sample(sample_path, so, kiln::Device::parse(sample_device)))
         std::printf("%s\n---\n", s.c_str());
+    } else if (int rc = run_plan(); rc >= 0) {
+      return rc;
     } else if (*info) {
       return kiln::cli::run_info();
     }

@@ -189,10 +189,11 @@ std::string Plan::to_text() const {
   std::string out;
   char line[512];
   const std::string target = input.target.gpu ? input.target.gpu->name : "a memory budget";
+  char count[32] = "";
+  if (parameters >= 1000000) std::snprintf(count, sizeof count, ", %.1fM parameters", double(parameters) / 1e6);
+  else if (parameters > 0) std::snprintf(count, sizeof count, ", %.1fk parameters", double(parameters) / 1e3);
   std::snprintf(line, sizeof line, "%s, batch %lld%s, on %s (%s usable)\n", input.recipe.c_str(),
-                (long long)input.batch_size,
-                parameters > 0 ? (", " + std::to_string(parameters / 1000000) + "M parameters").c_str() : "",
-                target.c_str(), human_bytes(double(input.target.capacity())).c_str());
+                (long long)input.batch_size, count, target.c_str(), human_bytes(double(input.target.capacity())).c_str());
   out += line;
   const Estimate& plain = estimates.front();
   std::snprintf(line, sizeof line,

@@ -6,6 +6,8 @@
 #include "apps/plan/memory_probe.h"
 #include "apps/plan/plan.h"
 #include "apps/recipes/recipe.h"
+#include "kiln/core/units.h"
+#include "models/gpt/presets.h"
 
 namespace kiln::plan {
 
@@ -87,7 +89,11 @@ std::function<int()> add_plan_command(CLI::App& app) {
     auto given = [&](const char* f) { return !(*opts)[f].empty(); };
     auto integer = [&](const char* f) { return int64_t(parse_count((*opts)[f])); };
     if (in->recipe.empty()) in->recipe = "fortunes-gpt";
-    if (given("--preset")) in->recipe = (*opts)["--preset"];
+    if (in->recipe == "fortunes-gpt") in->gpt = models::gpt_preset("fortunes");
+    if (given("--preset")) {
+      in->recipe = (*opts)["--preset"];
+      in->gpt = models::gpt_preset(in->recipe);
+    }
     if (given("--n-layer")) in->gpt.n_layer = integer("--n-layer");
     if (given("--n-head")) in->gpt.n_head = integer("--n-head");
     if (given("--n-embd")) in->gpt.n_embd = integer("--n-embd");
@@ -100,13 +106,14 @@ std::function<int()> add_plan_command(CLI::App& app) {
     if (given("--offload")) in->offload = (*opts)["--offload"] == "on";
     const std::vector<GpuSpec> table = load_gpu_table((*opts)["--gpu-table"]);
     if (given("--gpu")) in->target.gpu = find_gpu(table, (*opts)["--gpu"]);
+    if (given("--memory-budget")) in->target.memory_budget = parse_bytes((*opts)["--memory-budget"]);
     if (given("--gpus")) in->gpus = int(integer("--gpus"));
     if (given("--mfu")) in->mfu = std::stod((*opts)["--mfu"]);
     if (given("--price")) in->price_per_hour = std::stod((*opts)["--price"]);
     if (given("--kwh-price")) in->kwh_price = std::stod((*opts)["--kwh-price"]);
     if (given("--tokens")) in->tokens = parse_count((*opts)["--tokens"]);
     if (given("--steps")) in->tokens = parse_count((*opts)["--steps"]) * double(in->batch_size) * double(in->gpt.block_size);
-    Plan plan = make_plan(*in, device_probe(Device::cpu()));
+    Plan plan = make_plan(*in, device_probe(Device::meta()));
     if ((*flags)["json"]) std::printf("%s\n", plan.to_json().dump(2).c_str());
     else std::printf("%s", plan.to_text().c_str());
     return plan.best ? 0 : 2;

@@ -53,6 +53,10 @@ models::GptConfig resumed_config(const TrainOptions& o, const Checkpoint& ck, co
 
 }  // namespace
 
+int64_t validation_batch(int64_t micro_batch) {
+  return micro_batch > 0 ? std::min(micro_batch, kValidationBatch) : kValidationBatch;
+}
+
 TextStream encode_documents(const data::Tokenizer& tok, const std::vector<std::string>& docs,
                             const std::vector<int64_t>& which) {
   std::vector<std::vector<int32_t>> encoded(docs.size());
@@ -150,6 +154,7 @@ class FortunesGptRecipe final : public Recipe {
     return "write fortune-cookie text (Debian's fortunes) with a small GPT-2-style model";
   }
   ModelKind kind() const override { return ModelKind::language_model; }
+  int64_t default_batch_size() const override { return 16; }
 
   StepParts step_parts(const StepRequest& request) const override {
     KILN_CHECK(!request.model_config.is_null(), "fortunes-gpt: the step needs the model's config");
@@ -172,7 +177,7 @@ class FortunesGptRecipe final : public Recipe {
 
   TrainResult train(const TrainOptions& o, const Log& log) const override {
     RecipeDefaults d;
-    d.batch_size = 16;
+    d.batch_size = default_batch_size();
     d.steps = 800;
     d.lr = 2e-3;
     const RunStart run = start_run(o, name(), d, log);
@@ -237,7 +242,7 @@ class FortunesGptRecipe final : public Recipe {
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     TrainResult result;
     if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
-      result.val_loss = validation_loss(model, validation.tokens, kValidationBatch, run.device);
+      result.val_loss = validation_loss(model, validation.tokens, validation_batch(c.micro_batch), run.device);
       result.val_bits_per_byte = result.val_loss / std::log(2.0) / validation.bytes_per_token;
       record.eval(result.steps_done, {{"val_loss", result.val_loss}, {"val_bits_per_byte", result.val_bits_per_byte}});
       Generator sample_gen(c.seed + 7);
@@ -250,7 +255,7 @@ class FortunesGptRecipe final : public Recipe {
     auto model = load_gpt(ck, device);
     TextStream val = fortunes_validation(load_run_tokenizer(dir, ck));
     EvalResult r;
-    r.loss = validation_loss(*model, val.tokens, kValidationBatch, device);
+    r.loss = validation_loss(*model, val.tokens, validation_batch(ck.state.value("micro_batch", int64_t(0))), device);
     r.bits_per_byte = r.loss / std::log(2.0) / val.bytes_per_token;
     return r;
   }

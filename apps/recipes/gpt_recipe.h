@@ -20,9 +20,12 @@ TextStream fortunes_validation(const data::Tokenizer& tok, const std::string& da
 double validation_loss(models::Gpt& model, const std::vector<int32_t>& tokens, int64_t batch, Device device);
 
 std::unique_ptr<Recipe> make_fortunes_gpt_recipe();
-// Validation runs in batches of this many windows, in training and in
-// `kiln eval` alike, so both report the same bits for the same checkpoint.
+// Validation runs in batches of this many windows, or of the run's
+// micro-batch when smaller (so a run fitted to its memory validates in it),
+// in training and in `kiln eval` alike: both report the same bits for the
+// same checkpoint.
 inline constexpr int64_t kValidationBatch = 16;
+int64_t validation_batch(int64_t micro_batch);
 // The fortunes tokenizer, trained once on the `train` documents and cached.
 data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
                                    const std::string& cache_dir, int threads);

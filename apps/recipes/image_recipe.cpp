@@ -58,11 +58,11 @@ std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint
 }
 
 double image_accuracy(nn::Module& model, const data::ImageDataset& ds, const std::vector<int64_t>& rows,
-                      Device device) {
+                      Device device, int64_t batch) {
   NoGradGuard ng;
   model.eval();
   data::ImageLoaderOptions lo;
-  lo.batch_size = 500;
+  lo.batch_size = batch;
   lo.shuffle = false;
   data::ImageLoader loader(ds, rows, lo);
   int64_t correct = 0, seen = 0;
@@ -87,6 +87,7 @@ class FashionRecipe final : public Recipe {
   std::string name() const override { return name_; }
   std::string summary() const override { return summary_; }
   ModelKind kind() const override { return ModelKind::image_classifier; }
+  int64_t default_batch_size() const override { return defaults_.batch_size; }
 
   StepParts step_parts(const StepRequest& request) const override {
     KILN_CHECK(request.checkpointing == "none", name_, " has no blocks to checkpoint; --checkpoint-activations ",
@@ -118,6 +119,7 @@ class FashionRecipe final : public Recipe {
     lo.seed = c.seed;
     data::ImageLoader loader(train_set, split.train, lo);
     const int64_t per_epoch = loader.batches_per_epoch();
+    const int64_t eval_batch = c.micro_batch > 0 ? std::min<int64_t>(c.micro_batch, 500) : 500;
 
     StepRequest request;
     request.seed = c.seed;
@@ -149,7 +151,7 @@ class FashionRecipe final : public Recipe {
     hooks.after_step = [&](int64_t done, double loss, const Log& line) {
       if (done % per_epoch != 0) return false;
       if (done < c.total_steps) {
-        const double accuracy = image_accuracy(*model, train_set, split.validation, run.device);
+        const double accuracy = image_accuracy(*model, train_set, split.validation, run.device, eval_batch);
         record.eval(done, {{"val_accuracy", accuracy}});
         char text[128];
         std::snprintf(text, sizeof text, "epoch %lld: train loss %.4f, validation accuracy %.4f",
@@ -160,7 +162,7 @@ class FashionRecipe final : public Recipe {
     };
     TrainResult result;
     if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
-      result.test_accuracy = image_accuracy(*model, test_set, {}, run.device);
+      result.test_accuracy = image_accuracy(*model, test_set, {}, run.device, eval_batch);
       record.eval(result.steps_done, {{"test_accuracy", result.test_accuracy}});
       result.showcase = showcase_predictions(*model, test_set, 4, run.device);
     }

@@ -59,6 +59,7 @@ struct TrainOptions {
   int64_t stop_after = 0;        // stop after this many steps of this invocation (0: run to the end)
   bool progress = true;          // progress bar on stderr
   bool profile = false;          // time every backend op and print where the steps' time went
+  bool fit = false;              // pick micro-batch, checkpointing and offload to fit the device (kiln/apps/plan)
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
   // Fault injection for tests: multiply the loss of this (1-based) step by
@@ -108,6 +109,7 @@ class Recipe {
   virtual std::string name() const = 0;
   virtual std::string summary() const = 0;  // one line for `kiln train --help`
   virtual ModelKind kind() const = 0;
+  virtual int64_t default_batch_size() const = 0;
   virtual TrainResult train(const TrainOptions& options, const Log& log) const = 0;
   // `dir` is the checkpoint directory `ck` was loaded from.
   virtual EvalResult evaluate(const Checkpoint& ck, const std::string& dir, Device device, const Log& log) const = 0;
