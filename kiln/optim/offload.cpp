@@ -41,16 +41,7 @@ void OffloadAdamW::step() {
     const bool decays = !opts_.decay_matrices_only || p.dim() >= 2;
     groups[decays].push_back({master_[i].second, host_grads_[i], m_[i], v_[i]});
   }
-  for (auto& [decays, slots] : groups) {
-    AdamWArgs a;
-    a.lr = float(lr);
-    a.beta1 = float(opts_.beta1);
-    a.beta2 = float(opts_.beta2);
-    a.eps = float(opts_.eps);
-    a.weight_decay = decays ? float(opts_.weight_decay) : 0.0f;
-    a.step = step_;
-    backend_for(host_).adamw_step(slots, a);
-  }
+  for (auto& [decays, slots] : groups) backend_for(host_).adamw_step(slots, adamw_args(opts_, lr, step_, decays));
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].second;
     if (p.grad().defined()) copy_into(master_[i].second, p);  // host -> device, to the parameter's dtype

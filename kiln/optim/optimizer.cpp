@@ -40,6 +40,17 @@ void load_named_state(const NamedTensors& params, const NamedTensors& state, con
   }
 }
 
+AdamWArgs adamw_args(const AdamWOptions& o, double lr, int64_t step, bool decays) {
+  AdamWArgs a;
+  a.lr = float(lr);
+  a.beta1 = float(o.beta1);
+  a.beta2 = float(o.beta2);
+  a.eps = float(o.eps);
+  a.weight_decay = decays ? float(o.weight_decay) : 0.0f;
+  a.step = step;
+  return a;
+}
+
 void Optimizer::zero_grad() {
   for (auto& [n, p] : params_) p.zero_grad();
 }
@@ -56,14 +67,7 @@ void AdamW::step() {
   NoGradGuard ng;
   ++step_;
   for_each_group(params_, m_, &v_, opts_.decay_matrices_only, [&](Device d, bool decays, auto& slots) {
-    AdamWArgs a;
-    a.lr = float(lr);
-    a.beta1 = float(opts_.beta1);
-    a.beta2 = float(opts_.beta2);
-    a.eps = float(opts_.eps);
-    a.weight_decay = decays ? float(opts_.weight_decay) : 0.0f;
-    a.step = step_;
-    backend_for(d).adamw_step(slots, a);
+    backend_for(d).adamw_step(slots, adamw_args(opts_, lr, step_, decays));
   });
 }
 

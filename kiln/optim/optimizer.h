@@ -66,6 +66,10 @@ class SGD : public Optimizer {
   std::vector<Tensor> momentum_;
 };
 
+// The backend's arguments for an AdamW step (weight decay only where
+// `decays`), shared by AdamW and OffloadAdamW.
+AdamWArgs adamw_args(const AdamWOptions& options, double lr, int64_t step, bool decays);
+
 // Copies state["<param name><suffix>"] into into[i] for each parameter;
 // throws naming a missing or mis-shaped entry.
 void load_named_state(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
