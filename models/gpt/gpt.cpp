@@ -126,8 +126,10 @@ Tensor Gpt::forward(const Tensor& ids) {
     else
       x = block->forward(x);
   }
-  x = ln_f_->forward(x);
-  return linear(x, wte_->weight, Tensor());  // tied output embedding
+  if (checkpointing_ != ActivationCheckpointing::selective)
+    return linear(ln_f_->forward(x), wte_->weight, Tensor());  // tied output embedding
+  auto ln_f_again = [ln = ln_f_, x = x.detach()] { return ln->forward(x); };
+  return linear_recomputing_input(ln_f_->forward(x), wte_->weight, Tensor(), ln_f_again);
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) { return cross_entropy(forward(ids), targets); }
