@@ -102,6 +102,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
                "need to run backward twice.");
     Tensor g = std::move(pending[node.get()]);
     pending.erase(node.get());
+    node->last_use = !retain_graph;
     std::vector<Tensor> grads = node->backward(g);
     KILN_CHECK(grads.size() == node->next.size(), node->name(), " returned ", grads.size(), " gradients for ",
                node->next.size(), " inputs");

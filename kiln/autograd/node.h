@@ -32,6 +32,10 @@ struct GradNode {
 
   std::vector<Edge> next;
   bool released = false;
+  // Set by the engine before backward: true when the node is released right
+  // after it (no retain_graph), so backward may consume its saved tensors,
+  // e.g. scale a saved gradient in place instead of copying it.
+  bool last_use = false;
 };
 
 // Edge to where an input's gradient must go (inactive if it needs none).

@@ -86,6 +86,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // Mean cross-entropy of logits [N, C] (or [..., C]) against i64/i32 targets
 // [N] (or [...]); rows whose target is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// The same, for a caller that is done with `logits` (a model's loss): their
+// buffer receives the gradient, so logits and gradient never take memory at
+// once (as llm.c does). The logits' values are gone afterwards.
+Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);

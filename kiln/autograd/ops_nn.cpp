@@ -46,10 +46,28 @@ int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+namespace {
+
+// dlogits already holds (softmax - onehot) / valid; backward scales it by the
+// upstream scalar, in place when the node is used for the last time, so the
+// logits' gradient is never held twice.
+struct CrossEntropyNode final : GradNode {
+  Tensor dlogits;
+  Shape shape;
+  const char* name() const override { return "CrossEntropyBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor scale = to_dtype(g, dlogits.dtype());
+    if (!last_use) return {reshape(mul(dlogits, scale), shape)};
+    backend_for(dlogits).binary(BinaryOp::mul, dlogits, detail::broadcast_view(scale, dlogits.shape()), dlogits);
+    return {reshape(dlogits, shape)};
+  }
+  void release() override { dlogits = Tensor(); }
+};
+
+Tensor cross_entropy_impl(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, bool overwrite) {
   // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
   if (amp::autocast_should_upcast({&logits_in}))
-    return cross_entropy(amp::autocast_upcast(logits_in), targets_in, ignore_index);
+    return cross_entropy_impl(amp::autocast_upcast(logits_in), targets_in, ignore_index, overwrite);
   // Exactly [..., C] against [...]: equal element counts alone would pair
   // logits [B, T, C] with targets [T, B] row by wrong row.
   KILN_CHECK(logits_in.dim() >= 1 &&
@@ -67,15 +85,29 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   KILN_CHECK(valid > 0, "cross_entropy: every target equals ignore_index (", ignore_index, ")");
   const bool needs_grad = any_requires_grad({&logits_in});
   Tensor losses = new_tensor({N}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32, logits.device());
-  Tensor dlogits = needs_grad ? new_tensor({N, C}, logits.dtype(), logits.device()) : Tensor();
+  // Overwriting: the gradient goes into the logits' own buffer (the backend
+  // reads each row before it writes it), so the two never exist at once.
+  const bool in_place = overwrite && logits.same_storage(logits_in);
+  Tensor dlogits = needs_grad ? (in_place ? logits : new_tensor({N, C}, logits.dtype(), logits.device())) : Tensor();
   backend_of(logits).cross_entropy(logits, targets, losses, dlogits, float(1.0 / double(valid)), ignore_index);
   Tensor loss = mul_scalar(sum(losses), 1.0 / double(valid)).detach();
-  record(loss, "CrossEntropyBackward", {&logits_in}, [dlogits, shape = logits_in.shape()](const Tensor& g) {
-    // dlogits already holds (softmax - onehot) / valid; scale by the upstream scalar.
-    Tensor dx = mul(dlogits, to_dtype(g, dlogits.dtype()));
-    return std::vector<Tensor>{reshape(dx, shape)};
-  });
+  if (any_requires_grad({&logits_in})) {
+    auto node = std::make_shared<CrossEntropyNode>();
+    node->dlogits = dlogits;
+    node->shape = logits_in.shape();
+    attach_node(loss, node, {&logits_in});
+  }
   return loss;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  return cross_entropy_impl(logits, targets, ignore_index, false);
+}
+
+Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  return cross_entropy_impl(logits, targets, ignore_index, true);
 }
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {

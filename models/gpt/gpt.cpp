@@ -132,7 +132,9 @@ Tensor Gpt::forward(const Tensor& ids) {
   return linear_recomputing_input(ln_f_->forward(x), wte_->weight, Tensor(), ln_f_again);
 }
 
-Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) { return cross_entropy(forward(ids), targets); }
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
+  return cross_entropy_overwriting_logits(forward(ids), targets);  // the logits are this call's temporary
+}
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {
   if (mode == "none") return ActivationCheckpointing::none;
