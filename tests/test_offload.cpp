@@ -7,6 +7,7 @@
 
 #include "apps/recipes/recipe.h"
 #include "checkpoint_test_util.h"
+#include "run_test_util.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/nn/layers.h"
 #include "kiln/optim/offload.h"
@@ -117,11 +118,7 @@ recipes::TrainOptions offload_run(const std::string& recipe, const fs::path& dir
   return o;
 }
 
-fs::path fresh(const std::string& name) {
-  fs::path p = fs::path(KILN_BINARY_DIR) / "test-offload" / name;
-  fs::remove_all(p);
-  return p;
-}
+fs::path fresh(const std::string& name) { return testing::fresh_test_dir("test-offload", name); }
 
 // `kiln train --offload` in fp32 runs the same AdamW kernel on the same
 // numbers: the checkpoint equals a plain run's bit for bit.

@@ -12,16 +12,14 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/io/checkpoint.h"
 
+#include "run_test_util.h"
+
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(KILN_BINARY_DIR) / "test-recipe-runs" / name;
-  fs::remove_all(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_test_dir("test-recipe-runs", name); }
 
 struct Lines {
   std::vector<std::string> lines;

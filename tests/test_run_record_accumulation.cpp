@@ -10,16 +10,14 @@
 #include "models/gpt/gpt.h"
 #include "models/vision/classifiers.h"
 
+#include "run_test_util.h"
+
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(KILN_BINARY_DIR) / "test-run-record" / name;
-  fs::remove_all(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_test_dir("test-run-record", name); }
 
 std::vector<nlohmann::json> read_lines(const fs::path& path) {
   std::ifstream in(path);

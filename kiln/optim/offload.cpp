@@ -48,18 +48,10 @@ void OffloadAdamW::step() {
   }
 }
 
-NamedTensors OffloadAdamW::state() const {
-  NamedTensors out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(params_[i].first + ".exp_avg", m_[i]);
-    out.emplace_back(params_[i].first + ".exp_avg_sq", v_[i]);
-  }
-  return out;
-}
+NamedTensors OffloadAdamW::state() const { return adamw_state(params_, m_, v_); }
 
 void OffloadAdamW::load_state(const NamedTensors& state, int64_t step) {
-  load_named_state(params_, state, ".exp_avg", m_);
-  load_named_state(params_, state, ".exp_avg_sq", v_);
+  load_adamw_state(params_, state, m_, v_);
   step_ = step;
 }
 

@@ -71,19 +71,26 @@ void AdamW::step() {
   });
 }
 
-NamedTensors AdamW::state() const {
+NamedTensors AdamW::state() const { return adamw_state(params_, m_, v_); }
+
+void AdamW::load_state(const NamedTensors& state, int64_t step) {
+  load_adamw_state(params_, state, m_, v_);
+  step_ = step;
+}
+
+NamedTensors adamw_state(const NamedTensors& params, const std::vector<Tensor>& m, const std::vector<Tensor>& v) {
   NamedTensors out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(params_[i].first + ".exp_avg", m_[i]);
-    out.emplace_back(params_[i].first + ".exp_avg_sq", v_[i]);
+  for (size_t i = 0; i < params.size(); ++i) {
+    out.emplace_back(params[i].first + ".exp_avg", m[i]);
+    out.emplace_back(params[i].first + ".exp_avg_sq", v[i]);
   }
   return out;
 }
 
-void AdamW::load_state(const NamedTensors& state, int64_t step) {
-  load_named_state(params_, state, ".exp_avg", m_);
-  load_named_state(params_, state, ".exp_avg_sq", v_);
-  step_ = step;
+void load_adamw_state(const NamedTensors& params, const NamedTensors& state, std::vector<Tensor>& m,
+                      std::vector<Tensor>& v) {
+  load_named_state(params, state, ".exp_avg", m);
+  load_named_state(params, state, ".exp_avg_sq", v);
 }
 
 SGD::SGD(NamedTensors params, double lr_, SgdOptions opts) : Optimizer(std::move(params)), opts_(opts) {

@@ -70,6 +70,13 @@ class SGD : public Optimizer {
 // `decays`), shared by AdamW and OffloadAdamW.
 AdamWArgs adamw_args(const AdamWOptions& options, double lr, int64_t step, bool decays);
 
+// AdamW's checkpoint state ("<param>.exp_avg", "<param>.exp_avg_sq"), and
+// loading it back: shared by AdamW and OffloadAdamW, whose checkpoints are
+// interchangeable.
+NamedTensors adamw_state(const NamedTensors& params, const std::vector<Tensor>& m, const std::vector<Tensor>& v);
+void load_adamw_state(const NamedTensors& params, const NamedTensors& state, std::vector<Tensor>& m,
+                      std::vector<Tensor>& v);
+
 // Copies state["<param name><suffix>"] into into[i] for each parameter;
 // throws naming a missing or mis-shaped entry.
 void load_named_state(const NamedTensors& params, const NamedTensors& state, const std::string& suffix,
