@@ -1,0 +1,136 @@
+#include "apps/cli/train_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "apps/plan/fit.h"
+#include "apps/recipes/precision.h"
+#include "apps/recipes/recipe.h"
+#include "kiln/core/units.h"
+
+namespace kiln::cli {
+
+void print_line(const std::string& s) {
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+namespace {
+
+void print_summary(const recipes::TrainResult& r) {
+  std::printf("\n==== summary ====\n");
+  std::printf("steps:       %lld in %.1f s (%.0f items/s)\n", (long long)r.steps_done, r.seconds,
+              r.items_per_second);
+  std::printf("train loss:  %.4f\n", r.final_train_loss);
+  if (r.skipped_steps > 0)
+    std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
+  if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
+  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (10,000 test images)\n", r.test_accuracy);
+  if (r.val_loss >= 0)
+    std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
+  for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());
+  if (!r.checkpoint.empty()) std::printf("checkpoint:  %s\n", r.checkpoint.c_str());
+}
+
+const CLI::Validator kNonNegative(
+    [](std::string& v) {
+      try {
+        if (std::stod(v) >= 0) return std::string();
+      } catch (const std::exception&) {
+      }
+      return "must be a number >= 0, got '" + v + "'";
+    },
+    "NUMBER >= 0");
+
+// An option whose value reaches TrainOptions only when given: --resume must
+// tell a given value from a default (apps/recipes/run_config.h).
+template <typename T>
+std::function<void()> optional_option(CLI::App* cmd, const std::string& flag, std::optional<T>& into,
+                                      const std::string& help, const CLI::Validator& check = CLI::Validator()) {
+  auto value = std::make_shared<T>();
+  CLI::Option* opt = cmd->add_option(flag, *value, help);
+  if (check.get_description() != "" || check.get_name() != "") opt->check(check);
+  return [opt, value, &into] {
+    if (*opt) into = *value;
+  };
+}
+
+}  // namespace
+
+std::function<int()> add_train_command(CLI::App& app) {
+  auto to = std::make_shared<recipes::TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
+  cmd->footer("recipes:\n" + recipes::describe_recipes() +
+              "\nWith --resume, a run keeps its saved settings: --steps/--epochs (to extend it), --micro-batch, "
+              "--offload, --checkpoint-activations, --threads, --device and --no-progress may change; a different "
+              "--seed, --batch-size, --lr, --precision or model is refused.");
+  cmd->add_option("recipe", to->recipe, "which recipe (default: fashion-mlp, or the resumed run's)")
+      ->check(CLI::IsMember(recipes::recipe_names()));
+  std::vector<std::function<void()>> apply = {
+      optional_option(cmd, "--steps", to->steps, "total optimizer steps (default: from --epochs or the recipe)",
+                      kNonNegative),
+      optional_option(cmd, "--epochs", to->epochs, "epochs over the training set (image recipes)", kNonNegative),
+      optional_option(cmd, "--batch-size", to->batch_size, "examples per step", kNonNegative),
+      optional_option(cmd, "--micro-batch", to->micro_batch,
+                      "gradient accumulation: examples per forward/backward pass (default: the batch)", kNonNegative),
+      optional_option(cmd, "--lr", to->lr, "peak learning rate", kNonNegative),
+      optional_option(cmd, "--threads", to->threads, "CPU threads (default: all cores)", kNonNegative),
+      optional_option(cmd, "--seed", to->seed, "seed for initialisation, shuffling and dropout (default: 1337)"),
+      optional_option(cmd, "--precision", to->precision,
+                      "fp32 (default) | bf16 (autocast) | fp16 (autocast + loss scaling)",
+                      CLI::IsMember(recipes::precision_names())),
+      optional_option(cmd, "--loss-scale", to->loss_scale, "fp16: initial loss scale (default: 65536)",
+                      kNonNegative),
+      optional_option(cmd, "--checkpoint-activations", to->checkpointing,
+                      "none (default) | selective (recompute layernorm, GELU, head merges) | blocks (recompute "
+                      "each transformer block): less activation memory for more compute",
+                      CLI::IsMember({"none", "selective", "blocks"})),
+  };
+  auto device = std::make_shared<std::string>();
+  auto* device_opt = cmd->add_option("--device", *device, "cpu, cuda, cuda:N, or cpu:N (a simulated device)");
+  auto offload = std::make_shared<bool>(false);
+  auto* offload_opt =
+      cmd->add_flag("--offload", *offload, "keep AdamW's state and the fp32 master weights in host memory");
+  cmd->add_option("--out", to->out_dir, "run directory for checkpoints (default: runs/<recipe>)");
+  cmd->add_flag("--resume", to->resume, "continue from the newest checkpoint in the run directory");
+  cmd->add_option("--checkpoint-every", to->checkpoint_every, "also checkpoint every N steps")->check(kNonNegative);
+  cmd->add_option("--stop-after", to->stop_after, "stop (with a checkpoint) after N steps of this invocation")
+      ->check(kNonNegative);
+  cmd->add_option("--data-dir", to->data_dir, "dataset directory override");
+  cmd->add_option("--preset", to->model_preset,
+                  "GPT recipes: the model's size (gpt2, gpt2-medium, gpt2-large, gpt2-xl; default: the recipe's)");
+  auto model_fields = std::make_shared<std::map<std::string, int64_t>>();
+  for (const char* field : {"n-layer", "n-head", "n-embd", "block-size", "vocab-size"})
+    cmd->add_option(std::string("--") + field, (*model_fields)[field],
+                    "GPT recipes: override the model's " + std::string(field))
+        ->check(kNonNegative);
+  auto memory_budget = std::make_shared<std::string>();
+  cmd->add_option("--memory-budget", *memory_budget,
+                  "cap the training device's memory (e.g. 2GiB): past it, allocations fail as a full device would");
+  cmd->add_flag("--fit", to->fit,
+                "pick --micro-batch, --checkpoint-activations and --offload so the run fits --memory-budget or the "
+                "GPU (kiln plan's fastest plan that fits; the precision stays)");
+  auto no_progress = std::make_shared<bool>(false);
+  cmd->add_flag("--no-progress", *no_progress, "no progress bar");
+  cmd->add_flag("--profile", to->profile, "time every backend op and print where the steps' time went");
+
+  return [=]() -> int {
+    if (!*cmd) return -1;
+    for (const auto& f : apply) f();
+    if (*device_opt) to->device = Device::parse(*device);
+    if (*offload_opt) to->offload = *offload;
+    to->progress = !*no_progress;
+    if (!memory_budget->empty()) to->memory_budget = parse_bytes(*memory_budget);
+    for (const auto& [field, value] : *model_fields) {
+      std::string key = field;
+      std::replace(key.begin(), key.end(), '-', '_');
+      if (value > 0) to->model_overrides[key] = value;
+    }
+    if (to->fit) plan::apply_fit(*to, print_line);
+    print_summary(recipes::train(*to, print_line));
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli
