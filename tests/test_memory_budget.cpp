@@ -2,6 +2,8 @@
 // as people write them, and cpu:N, the simulated device they are tested on.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "kiln/autograd/ops.h"
 #include "kiln/core/units.h"
 
@@ -49,6 +51,7 @@ TEST(MemoryBudget, AnAllocationPastTheBudgetFailsExactlyThere) {
   }
   // The failed allocation left the counts as they were, and freeing makes room.
   EXPECT_EQ(a.stats().current, 1000u);
+  EXPECT_EQ(a.stats().peak, 1000u);
   x = Tensor();
   EXPECT_NO_THROW(Tensor::empty({100}, DType::f32, d));
   a.set_budget(0);
@@ -66,6 +69,20 @@ TEST(MemoryBudget, SimulatedDevicesAreSeparateFromTheHost) {
   // Ops check devices as they would for a GPU.
   EXPECT_THROW(add(on_device, back), Error);
   EXPECT_EQ(add(on_device, on_device).device(), d);
+}
+
+// A meta tensor has shapes and bytes, no values: reading one is a clear error.
+TEST(MetaDevice, ReadingValuesIsAClearError) {
+  Tensor t = zeros({3}, DType::f32, Device::meta());
+  for (auto read : std::vector<std::function<void()>>{[] { zeros({1}, DType::f32, Device::meta()).item(); }, [&] { t.to_vector<float>(); },
+                                                      [&] { t.to(Device::cpu()); }}) {
+    try {
+      read();
+      ADD_FAILURE() << "a meta tensor's values were read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("meta tensors are for planning"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
