@@ -25,6 +25,7 @@ TEST(CudaNan, ElementwiseAndReductions) {
     cpu().unary(op, x, want, 0);
     gpu().unary(op, to_gpu(x), got, 0);
     expect_same_specials(got, want, "unary " + std::to_string(int(op)));
+    EXPECT_TRUE(std::isnan(host_values(to_host(got))[0])) << "unary " << int(op) << " of NaN must be NaN";
   }
   for (BinaryOp op : {BinaryOp::maximum, BinaryOp::minimum, BinaryOp::relu_backward, BinaryOp::add}) {
     Tensor want = cpu_empty({6}, DType::f32), got = gpu_poisoned({6}, DType::f32);
@@ -37,10 +38,13 @@ TEST(CudaNan, ElementwiseAndReductions) {
   cpu().reduce(ReduceOp::max, rows, want_max);
   gpu().reduce(ReduceOp::max, to_gpu(rows), got_max);
   expect_same_specials(got_max, want_max, "reduce max");
+  EXPECT_EQ(host_values(to_host(got_max))[2], 7.0) << "a row without NaN keeps its max";
+  EXPECT_TRUE(std::isnan(host_values(to_host(got_max))[0])) << "a NaN in the row makes the max NaN";
   Tensor want_arg = cpu_empty({3}, DType::i64), got_arg = gpu_poisoned({3}, DType::i64);
   cpu().argmax(rows, 1, want_arg);
   gpu().argmax(to_gpu(rows), 1, got_arg);
   expect_equal(got_arg, want_arg, "argmax: the first NaN is the max");
+  EXPECT_EQ(host_values(to_host(got_arg)), (std::vector<double>{1, 2, 1}));
 }
 
 TEST(CudaNan, SoftmaxCrossEntropyAndAttention) {
@@ -57,6 +61,7 @@ TEST(CudaNan, SoftmaxCrossEntropyAndAttention) {
   cpu().cross_entropy(logits, targets, want_loss, want_d, 1.0f, -100);
   gpu().cross_entropy(to_gpu(logits), to_gpu(targets), got_loss, got_d, 1.0f, -100);
   expect_same_specials(got_loss, want_loss, "cross_entropy loss");
+  EXPECT_TRUE(std::isnan(host_values(to_host(got_loss))[0])) << "a NaN logit makes its row's loss NaN";
   expect_same_specials(got_d, want_d, "cross_entropy dlogits");
 
   Tensor q = host_random({1, 1, 5, 8}, DType::f32, 1), v = host_random({1, 1, 5, 8}, DType::f32, 2);
@@ -68,6 +73,9 @@ TEST(CudaNan, SoftmaxCrossEntropyAndAttention) {
   cpu().attention(q, k, v, want_o, want_lse, 0.35f, true);
   gpu().attention(to_gpu(q), to_gpu(k), to_gpu(v), got_o, got_lse, 0.35f, true);
   expect_same_specials(got_o, want_o, "attention out");
+  const std::vector<double> out = host_values(to_host(got_o));
+  EXPECT_FALSE(std::isnan(out[0]) || std::isnan(out[8])) << "rows before the NaN key stay finite";
+  EXPECT_TRUE(std::isnan(out[2 * 8])) << "rows that see the NaN key are NaN";
   expect_same_specials(got_lse, want_lse, "attention lse");
 }
 
