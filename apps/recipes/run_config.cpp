@@ -58,12 +58,16 @@ void require_saved(const std::optional<T>& given, const T& saved, const char* fl
             ": a resumed run keeps its settings. Drop ", flag, " to resume, or train into a new --out directory.");
 }
 
+int64_t steps_for_epochs(const RecipeDefaults& d, double epochs, int64_t batch_size) {
+  return std::max<int64_t>(1, int64_t(std::llround(epochs * double(d.steps_per_epoch(batch_size)))));
+}
+
 int64_t total_from_options(const TrainOptions& o, const RecipeDefaults& d, int64_t batch_size,
                            const std::string& recipe) {
   if (o.steps && *o.steps > 0) return *o.steps;
   if (o.epochs && *o.epochs > 0) {
     KILN_CHECK(d.steps_per_epoch, "--epochs does not apply to ", recipe, "; give its length with --steps");
-    return std::max<int64_t>(1, int64_t(std::llround(*o.epochs * double(d.steps_per_epoch(batch_size)))));
+    return steps_for_epochs(d, *o.epochs, batch_size);
   }
   return 0;
 }
@@ -81,10 +85,7 @@ RunConfig fresh_config(const TrainOptions& o, const std::string& recipe, const R
   MixedPrecision check(c.precision);  // an unknown precision fails here, before any work
   c.loss_scale = o.loss_scale.value_or(0);
   c.total_steps = total_from_options(o, d, c.batch_size, recipe);
-  if (c.total_steps == 0)
-    c.total_steps = d.steps_per_epoch
-                        ? std::max<int64_t>(1, int64_t(std::llround(d.epochs * double(d.steps_per_epoch(c.batch_size)))))
-                        : d.steps;
+  if (c.total_steps == 0) c.total_steps = d.steps_per_epoch ? steps_for_epochs(d, d.epochs, c.batch_size) : d.steps;
   return c;
 }
 
