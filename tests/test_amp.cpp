@@ -9,6 +9,7 @@
 #include "apps/recipes/precision.h"
 #include "kiln/amp/autocast.h"
 #include "kiln/amp/grad_scaler.h"
+#include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 
 namespace kiln {
@@ -69,7 +70,7 @@ TEST(Amp, ScalerUnscalesGradientsAndDetectsInfAndNan) {
   Tensor a = ones({3}).set_requires_grad(), b = ones({2, 2}).set_requires_grad(), unused = ones({4});
   a.set_grad(Tensor::from_vector<float>({65536.f, -131072.f, 32768.f}, {3}));
   b.set_grad(Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f}, {2, 2}));
-  EXPECT_TRUE(s.unscale_and_check({a, b, unused}));
+  EXPECT_TRUE(s.unscale_and_check(optim::gradients_of({a, b, unused})));
   EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{1.f, -2.f, 0.5f}));
   EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{0.f, 1.f / 65536, 2.f / 65536, 3.f / 65536}));
 
@@ -78,11 +79,11 @@ TEST(Amp, ScalerUnscalesGradientsAndDetectsInfAndNan) {
   for (float v : bad) {
     a.set_grad(Tensor::from_vector<float>({1.f, v, 1.f}, {3}));
     b.set_grad(ones({2, 2}));
-    EXPECT_FALSE(s.unscale_and_check({a, b})) << v;
+    EXPECT_FALSE(s.unscale_and_check(optim::gradients_of({a, b}))) << v;
   }
   // Large but finite gradients are not mistaken for overflow (sum(g) would be inf).
   a.set_grad(Tensor::from_vector<float>({3e38f, 3e38f, 3e38f}, {3}));
-  EXPECT_TRUE(DynamicLossScaler(amp::LossScalerOptions{.init_scale = 1}).unscale_and_check({a}));
+  EXPECT_TRUE(DynamicLossScaler(amp::LossScalerOptions{.init_scale = 1}).unscale_and_check(optim::gradients_of({a})));
 }
 
 TEST(Amp, ScalerStateRoundTripsThroughJson) {

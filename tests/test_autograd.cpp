@@ -101,3 +101,36 @@ TEST(Tensor, CudaDeviceWithoutGpuIsAClearError) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A grad-ready hook runs once per backward, after the leaf has every
+// gradient that backward sends it (a leaf used twice sees the sum), in the
+// order backward finishes the leaves: the last layer's first.
+TEST(Autograd, GradReadyHooksRunOnceThePerLeafSumIsComplete) {
+  Tensor first = Tensor::from_vector<float>({2.f}, {1}).set_requires_grad();
+  Tensor second = Tensor::from_vector<float>({3.f}, {1}).set_requires_grad();
+  Tensor unused = Tensor::from_vector<float>({1.f}, {1}).set_requires_grad();
+  std::vector<std::pair<std::string, float>> seen;
+  const int64_t a = first.add_grad_ready_hook([&](const Tensor& leaf) {
+    seen.emplace_back("first", leaf.grad().to_vector<float>()[0]);
+  });
+  second.add_grad_ready_hook([&](const Tensor& leaf) { seen.emplace_back("second", leaf.grad().to_vector<float>()[0]); });
+  unused.add_grad_ready_hook([&](const Tensor&) { seen.emplace_back("unused", 0.f); });
+  // y = second * (first * first + first): dy/dfirst = second * (2 first + 1) = 15, dy/dsecond = 6.
+  Tensor h = add(mul(first, first), first);
+  sum(mul(second, h)).backward();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], (std::pair<std::string, float>{"second", 6.f}));
+  EXPECT_EQ(seen[1], (std::pair<std::string, float>{"first", 15.f}));
+  // A second backward accumulates (6 + 6) and runs the hooks again; a removed hook does not run.
+  first.remove_grad_ready_hook(a);
+  sum(mul(second, add(mul(first, first), first))).backward();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2], (std::pair<std::string, float>{"second", 12.f}));
+  EXPECT_THROW(h.add_grad_ready_hook([](const Tensor&) {}), Error) << "only leaves take grad-ready hooks";
+}
+
+}  // namespace
+}  // namespace kiln

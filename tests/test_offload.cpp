@@ -89,6 +89,68 @@ TEST(Offload, Bf16ParametersAreTheRoundedF32Master) {
   EXPECT_THROW(restored.load_master_weights(missing), Error);
 }
 
+// Gradients stream to the host bucket by bucket while backward runs: on a
+// budgeted "device" (cpu:21, as a GPU would be), the device never holds more
+// than about a bucket of gradients, and two micro-batches (the second adds
+// on the host) still give AdamW's update bit for bit.
+TEST(Offload, GradientsStreamToTheHostDuringBackward) {
+  const Device device = Device::parse("cpu:21");
+  auto a = small_model(5), b = small_model(5);
+  b->to(device);
+  optim::AdamW plain(a->named_parameters(), 1e-2);
+  // Gradients: w1 192 B, b1 32 B, w2 96 B, b2 12 B; buckets of >= 100 B in
+  // backward's order: [b2, w2] (108 B) and [b1, w1] (224 B).
+  const int64_t bucket_bytes = 100;
+  optim::OffloadAdamW offload(b->named_parameters(), 1e-2, {}, Device::cpu(), bucket_bytes);
+  ASSERT_EQ(offload.bucket_count(), 2);
+  Allocator& on_device = allocator_for(device);
+  Generator data(9);
+  for (int s = 0; s < 3; ++s) {
+    Tensor x = nn::normal_tensor({6, 6}, 1.0, data);
+    Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 1, 0, 2}, {6});
+    plain.zero_grad();
+    offload.zero_grad();
+    on_device.reset_peak();
+    for (int64_t first : {0, 3}) {  // two micro-batches of 3, each weighted by its share
+      mul_scalar(cross_entropy(a->forward(x.slice(0, first, first + 3)), y.slice(0, first, first + 3)), 0.5).backward();
+      mul_scalar(cross_entropy(b->forward(x.slice(0, first, first + 3).to(device)), y.slice(0, first, first + 3).to(device)),
+                 0.5).backward();
+      EXPECT_EQ(offload.buckets_sent_during_backward(), offload.bucket_count() * (first == 0 ? 1 : 2));
+      for (const Tensor& p : b->parameters()) EXPECT_FALSE(p.grad().defined()) << "left on the device after backward";
+    }
+    const size_t peak_grads = on_device.stats().peak_by_category[size_t(MemoryCategory::grads)];
+    EXPECT_EQ(peak_grads, 224u) << "the device holds one bucket of gradients at a time, not all 332 B";
+    plain.step();
+    offload.step();
+  }
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector<float>(), pb[i].second.to_vector<float>()) << pa[i].first;
+}
+
+// fp16 unscaling and clipping happen on the host copies that step() reads.
+TEST(Offload, GradientsAreTheHostBuffersTheStepReads) {
+  auto a = small_model(6), b = small_model(6);
+  optim::AdamW plain(a->named_parameters(), 1e-2);
+  optim::OffloadAdamW offload(b->named_parameters(), 1e-2);
+  Generator data(3);
+  Tensor x = nn::normal_tensor({5, 6}, 1.0, data);
+  Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 1, 0}, {5});
+  const std::pair<nn::Module*, optim::Optimizer*> runs[] = {{a.get(), &plain}, {b.get(), &offload}};
+  for (auto [model, opt] : runs) {
+    opt->zero_grad();
+    cross_entropy(model->forward(x), y).backward();
+    std::vector<Tensor> grads = opt->gradients();
+    ASSERT_EQ(grads.size(), 4u);
+    EXPECT_GT(optim::clip_gradients(grads, 0.01), 0.01);
+    opt->step();
+  }
+  for (const Tensor& g : offload.gradients()) EXPECT_TRUE(g.device().is_cpu());
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector<float>(), pb[i].second.to_vector<float>()) << pa[i].first;
+}
+
 TEST(Offload, StateIsBookedAsOptimizerMemory) {
   auto model = small_model(4);
   const size_t before = allocator_for(Device::cpu()).stats().current_by_category[size_t(MemoryCategory::optimizer)];

@@ -46,7 +46,7 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
     host_allocator.reset_peak();
     opt->zero_grad();
     recipes::accumulate_gradients(batch, s.micro_batch, hooks, precision);
-    if (precision.finish_step(step.model->parameters(), 1, [](const std::string&) {})) opt->step();
+    if (precision.finish_step(opt->gradients(), 1, [](const std::string&) {})) opt->step();
     stats = allocator.stats();
     host_stats = host_allocator.stats();
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "kiln/autograd/ops.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::recipes {
 
@@ -23,14 +24,14 @@ MixedPrecision::MixedPrecision(const std::string& precision, double initial_loss
 
 bool MixedPrecision::backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log) {
   accumulate(loss);
-  return finish_step(params, step, log);
+  return finish_step(optim::gradients_of(params), step, log);
 }
 
 void MixedPrecision::accumulate(const Tensor& loss) { (scaler_ ? scaler_->scale_loss(loss) : loss).backward(); }
 
-bool MixedPrecision::finish_step(const std::vector<Tensor>& params, int64_t step, const Log& log) {
+bool MixedPrecision::finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log) {
   if (!scaler_) return true;
-  const bool finite = scaler_->unscale_and_check(params);
+  const bool finite = scaler_->unscale_and_check(grads);
   scaler_->update(!finite);
   if (!finite) {
     ++skipped_;

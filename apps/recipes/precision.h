@@ -34,9 +34,9 @@ class MixedPrecision {
   bool backward(const Tensor& loss, const std::vector<Tensor>& params, int64_t step, const Log& log);
   // The same in two halves, for gradient accumulation: backward of each
   // micro-batch's share of the loss (scaled for fp16; gradients add up),
-  // then one unscale-and-check for the whole step.
+  // then one unscale-and-check of the step's gradients (Optimizer::gradients()).
   void accumulate(const Tensor& loss);
-  bool finish_step(const std::vector<Tensor>& params, int64_t step, const Log& log);
+  bool finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log);
   int64_t skipped_steps() const { return skipped_; }
 
   // Checkpoint state: "precision", plus "loss_scaler" for fp16.

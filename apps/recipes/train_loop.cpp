@@ -82,7 +82,8 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     Batch batch = hooks.next_batch();
     parts.opt.zero_grad();
     loss_value = accumulate_gradients(batch, micro, hooks, parts.precision, o.poison_step == step + 1);
-    const bool finite = parts.precision.finish_step(parts.model.parameters(), step + 1, log);  // fp16 may skip
+    const std::vector<Tensor> grads = parts.opt.gradients();
+    const bool finite = parts.precision.finish_step(grads, step + 1, log);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a
     // non-finite loss stops the run before the optimizer spreads it into the
     // weights, so the last checkpoint stays good.
@@ -91,7 +92,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
                "new --out directory");
     parts.opt.lr = optim::warmup_cosine_lr(step, settings.warmup_steps, total, c.lr, c.lr * settings.min_lr_ratio);
     if (finite) {
-      if (settings.clip_norm > 0) optim::clip_grad_norm(parts.model.parameters(), settings.clip_norm);
+      if (settings.clip_norm > 0) optim::clip_gradients(grads, settings.clip_norm);
       parts.opt.step();
     }
     const int64_t items = batch.x.size(0) * settings.items_per_example;

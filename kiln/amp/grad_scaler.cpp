@@ -19,16 +19,14 @@ DynamicLossScaler::DynamicLossScaler(LossScalerOptions o) : options_(o), scale_(
 
 Tensor DynamicLossScaler::scale_loss(const Tensor& loss) const { return mul_scalar(loss, scale_); }
 
-bool DynamicLossScaler::unscale_and_check(const std::vector<Tensor>& params) const {
+bool DynamicLossScaler::unscale_and_check(const std::vector<Tensor>& grads) const {
   NoGradGuard no_grad;
   const double inv_scale = 1.0 / scale_;
   // Per device, the sum over all gradients of g * 0: 0 if every element is
   // finite, NaN if any is inf or NaN (inf * 0 = NaN, and NaN survives a sum).
   // Unlike sum(g), it cannot overflow on large finite gradients.
   std::map<std::string, Tensor> probes;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
+  for (Tensor g : grads) {
     backend_for(g).unary(UnaryOp::mul_scalar, g, g, inv_scale);  // in place, as clip_grad_norm
     Tensor probe = sum(mul_scalar(g, 0.0));
     auto [it, fresh] = probes.emplace(g.device().str(), probe);

@@ -11,7 +11,7 @@
 //   Tensor loss = ...;                       // under AutocastGuard(f16)
 //   opt.zero_grad();
 //   scaler.scale_loss(loss).backward();
-//   bool ok = scaler.unscale_and_check(params);
+//   bool ok = scaler.unscale_and_check(optimizer.gradients());
 //   if (ok) opt.step();                      // skipped on inf/NaN
 //   scaler.update(!ok);
 //
@@ -43,10 +43,10 @@ class DynamicLossScaler {
 
   // loss * scale (differentiable); call backward on the result.
   Tensor scale_loss(const Tensor& loss) const;
-  // Divides every defined .grad of `params` by the scale, in place, and
+  // Divides every gradient by the scale, in place, and
   // returns false if any of them holds an inf or NaN. The check runs on the
   // gradients' device; only one scalar per device comes back to the host.
-  bool unscale_and_check(const std::vector<Tensor>& params) const;
+  bool unscale_and_check(const std::vector<Tensor>& grads) const;
   // Backs the scale off after an inf/NaN step; grows it after
   // growth_interval clean steps in a row.
   void update(bool found_inf);

@@ -58,6 +58,13 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
   }
 }
 
+void fire_grad_ready_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  if (leaf->grad_ready_hooks.empty() || !leaf->grad) return;
+  const Tensor t(leaf);
+  auto hooks = leaf->grad_ready_hooks;  // a hook may remove itself
+  for (auto& [id, hook] : hooks) hook(t);
+}
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
@@ -74,16 +81,20 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   NoGradGuard no_grad;  // gradients themselves are not recorded
   if (!root.grad_fn()) {
     accumulate_into_leaf(root.impl(), grad);
+    fire_grad_ready_hooks(root.impl_ptr());
     return;
   }
-  // Count, for each node, how many edges lead into it.
+  // Count, for each node, how many edges lead into it; and for each leaf
+  // with grad-ready hooks, how many gradients it will receive.
   std::unordered_map<GradNode*, int> dependencies;
+  std::unordered_map<TensorImpl*, int> leaf_edges;
   std::vector<GradNode*> stack{root.grad_fn().get()};
   dependencies[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     GradNode* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (e.leaf && !e.leaf->grad_ready_hooks.empty()) ++leaf_edges[e.leaf.get()];
       if (!e.node) continue;
       if (dependencies.find(e.node.get()) == dependencies.end()) {
         dependencies[e.node.get()] = 0;
@@ -112,12 +123,14 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     }
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = node->next[i];
-      if (!e.active() || !grads[i].defined()) {
-        if (e.node && --dependencies[e.node.get()] == 0 && pending.count(e.node.get())) ready.push_back(e.node);
+      if (e.leaf) {
+        if (grads[i].defined()) accumulate_into_leaf(*e.leaf, grads[i]);
+        auto count = leaf_edges.find(e.leaf.get());
+        if (count != leaf_edges.end() && --count->second == 0) fire_grad_ready_hooks(e.leaf);
         continue;
       }
-      if (e.leaf) {
-        accumulate_into_leaf(*e.leaf, grads[i]);
+      if (!e.active() || !grads[i].defined()) {
+        if (e.node && --dependencies[e.node.get()] == 0 && pending.count(e.node.get())) ready.push_back(e.node);
         continue;
       }
       auto it = pending.find(e.node.get());

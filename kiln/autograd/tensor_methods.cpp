@@ -1,5 +1,7 @@
 // Tensor's member conveniences (declared in kiln/core/tensor.h so the API
 // reads like PyTorch), forwarding to the differentiable ops.
+#include <atomic>
+
 #include "kiln/autograd/node.h"
 #include "kiln/autograd/ops.h"
 
@@ -38,6 +40,18 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
 }
 
 void Tensor::zero_grad() { impl().grad.reset(); }
+
+int64_t Tensor::add_grad_ready_hook(std::function<void(const Tensor& leaf)> hook) {
+  KILN_CHECK(is_leaf() && requires_grad(), "a grad-ready hook needs a leaf that requires grad (a parameter)");
+  static std::atomic<int64_t> next_id{1};
+  const int64_t id = next_id++;
+  impl().grad_ready_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_grad_ready_hook(int64_t id) {
+  std::erase_if(impl().grad_ready_hooks, [id](const auto& entry) { return entry.first == id; });
+}
 
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "item() needs a single-element tensor, got shape ", shape_str(shape()));

@@ -86,6 +86,16 @@ class Backend {
   // the CUDA backend, one side may be on the CPU (host<->device).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill(Tensor& dst, double value) = 0;
+  // Starts copying `src` (on this backend's device) into the host tensor
+  // `dst` and may return before it lands, so the copy overlaps the work
+  // queued after it; `dst` must not be read before finish_host_copies. Here
+  // a plain copy; the CUDA backend copies on a transfer stream.
+  virtual void copy_to_host_async(const Tensor& src, Tensor& dst) { copy(src, dst); }
+  virtual void finish_host_copies(int /*device_index*/) {}
+  // Page-locks a contiguous host tensor so DMA to and from this backend's
+  // devices runs without a bounce (cudaHostRegister); unpin before it is freed.
+  virtual void pin_host_memory(const Tensor& /*host*/) {}
+  virtual void unpin_host_memory(const Tensor& /*host*/) {}
 
   // ---- elementwise (out has the broadcast shape; a/b are already expanded to it)
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar = 0.0) = 0;

@@ -8,6 +8,7 @@
 // API reads like PyTorch, and defined in kiln/autograd/tensor_methods.cpp.
 #pragma once
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct Storage {
 
 struct GradNode;  // defined in kiln/autograd/node.h
 struct TensorImpl;
+class Tensor;
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -45,6 +47,10 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<GradNode> grad_fn;
   uint32_t output_nr = 0;
+  // Called by backward once this leaf's .grad holds every gradient that
+  // backward sends it (PyTorch's post-accumulate-grad hooks): what data
+  // parallelism and offload use to move gradients while backward runs on.
+  std::vector<std::pair<int64_t, std::function<void(const Tensor& leaf)>>> grad_ready_hooks;
 };
 
 template <typename T>
@@ -130,6 +136,10 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
   void zero_grad();
+  // Runs `hook` each time a backward has finished sending this leaf its
+  // gradients (after they are summed into .grad). Returns an id for removal.
+  int64_t add_grad_ready_hook(std::function<void(const Tensor& leaf)> hook);
+  void remove_grad_ready_hook(int64_t id);
   double item() const;  // single-element tensors, any dtype/device
   template <typename T>
   std::vector<T> to_vector() const;  // host copy, in T (converted from the tensor's dtype)

@@ -24,6 +24,10 @@ class CudaBackend final : public Backend {
 
   void copy(const Tensor& src, Tensor& dst) override;
   void fill(Tensor& dst, double value) override;
+  void copy_to_host_async(const Tensor& src, Tensor& dst) override;  // host_transfer.cpp
+  void finish_host_copies(int device_index) override;
+  void pin_host_memory(const Tensor& host) override;
+  void unpin_host_memory(const Tensor& host) override;
   void unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& x, Tensor& out) override;

@@ -55,6 +55,12 @@ void Optimizer::zero_grad() {
   for (auto& [n, p] : params_) p.zero_grad();
 }
 
+std::vector<Tensor> Optimizer::gradients() {
+  std::vector<Tensor> params;
+  for (auto& [n, p] : params_) params.push_back(p);
+  return gradients_of(params);
+}
+
 AdamW::AdamW(NamedTensors params, double lr_, AdamWOptions opts) : Optimizer(std::move(params)), opts_(opts) {
   lr = lr_;
   for (auto& [n, p] : params_) {
@@ -131,21 +137,27 @@ double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double max_
   return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double clip_gradients(const std::vector<Tensor>& grads, double max_norm) {
   NoGradGuard ng;
   double total = 0.0;
-  for (const Tensor& p : params)  // fixed order: reproducible
-    if (p.grad().defined()) total += sum(square(p.grad())).item();
+  for (const Tensor& g : grads) total += sum(square(g)).item();  // fixed order: reproducible
   double norm = std::sqrt(total);
   if (norm > max_norm && norm > 0) {
     double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      backend_for(g).unary(UnaryOp::mul_scalar, g, g, scale);
-    }
+    for (Tensor g : grads) backend_for(g).unary(UnaryOp::mul_scalar, g, g, scale);
   }
   return norm;
+}
+
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  return clip_gradients(gradients_of(params), max_norm);
 }
 
 }  // namespace kiln::optim

@@ -14,7 +14,11 @@ class Optimizer {
   explicit Optimizer(NamedTensors params) : params_(std::move(params)) {}
   virtual ~Optimizer() = default;
   virtual void step() = 0;
-  void zero_grad();
+  virtual void zero_grad();
+  // The gradients the next step() reads, complete once this returns: the
+  // parameters' .grad, or where an optimizer moved them (offload: host
+  // copies). Loss-scale unscaling and clipping work on these, in place.
+  virtual std::vector<Tensor> gradients();
   double lr = 1e-3;
   int64_t step_count() const { return step_; }
 
@@ -85,8 +89,12 @@ void load_named_state(const NamedTensors& params, const NamedTensors& state, con
 // Linear warmup to `max_lr`, then cosine decay to `min_lr` at `total_steps`.
 double warmup_cosine_lr(int64_t step, int64_t warmup_steps, int64_t total_steps, double max_lr, double min_lr);
 
-// Scales all gradients so their global L2 norm is at most max_norm (as
-// torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+// Scales the gradients in place so their global L2 norm is at most max_norm
+// (as torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+double clip_gradients(const std::vector<Tensor>& grads, double max_norm);
+// The same over the parameters' .grad.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The defined .grad of each parameter, in order.
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params);
 
 }  // namespace kiln::optim
