@@ -31,7 +31,7 @@ base_peak, base_rate = res["none"]
 print("| mode | peak activations | vs none | tokens/s (median) | step time vs none |")
 print("|---|---:|---:|---:|---:|")
 for mode, (peak, rate) in res.items():
-    print(f"| {mode} | {peak / 2**20:.1f} MiB | {peak / base_peak:.2f} ({100 * (1 - peak / base_peak):.0f}% less) "
+    print(f"| {mode} | {peak / 2**20:.1f} MiB | {peak / base_peak:.3f} ({100 * (1 - peak / base_peak):.1f}% less) "
           f"| {rate:,.0f} | {base_rate / rate:.2f}x |")
 PY
 echo "(kiln train fortunes-gpt --n-layer $LAYERS --n-embd $WIDTH --n-head $HEADS --block-size $T --batch-size $BATCH, $STEPS steps, $THREADS threads; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg))"

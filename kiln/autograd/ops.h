@@ -79,6 +79,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // kept anyway) instead of x: selective activation checkpointing.
 Tensor linear_recomputing_input(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 std::function<Tensor()> recompute_x);
+// linear(gelu(h), weight, bias), the GPT MLP's second half, computed a
+// quarter of the rows at a time. keep_gelu_output = false (selective
+// checkpointing) never holds gelu(h) whole and recomputes it in backward;
+// true keeps it, as the unfused pair would. Both give the same bits.
+Tensor linear_of_gelu(const Tensor& h, const Tensor& weight, const Tensor& bias, bool keep_gelu_output);
 
 // ---- nn
 Tensor softmax(const Tensor& x, int64_t dim = -1);
@@ -90,6 +95,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // buffer receives the gradient, so logits and gradient never take memory at
 // once (as llm.c does). The logits' values are gone afterwards.
 Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// cross_entropy(linear(x, weight), targets) without ever holding the logits
+// (as Liger's fused linear cross-entropy): x [..., C], weight [V, C]. Row
+// chunks of logits are computed, turned into their gradient at once, and
+// folded into dx and dweight during forward; backward only scales those by
+// the incoming gradient. Memory: one chunk of logits plus dx and dweight,
+// instead of all the logits and their gradient.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);

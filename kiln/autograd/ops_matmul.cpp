@@ -73,14 +73,17 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, st
          [x2 = recompute_x ? Tensor() : saved(x2), recompute_x, w = saved(weight), has_bias = bias.defined(),
           need_x = x.requires_grad(), xs = x.shape(), rows, in, out](const Tensor& g) {
            Tensor g2 = reshape(g, {rows, out});
-           Tensor dx = need_x ? reshape(matmul_raw(g2, w), xs) : Tensor();
-           Tensor input = x2;
-           if (!input.defined()) {
-             NoGradGuard values_only;
-             input = reshape(contiguous(recompute_x()), {rows, in}).detach();
+           Tensor dw;
+           {  // the weight gradient first: a recomputed input is freed before dx exists
+             Tensor input = x2;
+             if (!input.defined()) {
+               NoGradGuard values_only;
+               input = reshape(contiguous(recompute_x()), {rows, in}).detach();
+             }
+             dw = matmul_raw(transpose(g2, 0, 1), input);
            }
-           Tensor dw = matmul_raw(transpose(g2, 0, 1), input);
            Tensor db = has_bias ? sum(g2, {0}) : Tensor();
+           Tensor dx = need_x ? reshape(matmul_raw(g2, w), xs) : Tensor();
            return std::vector<Tensor>{dx, dw, db};
          });
   return y;
@@ -94,6 +97,65 @@ Tensor linear_recomputing_input(const Tensor& x, const Tensor& weight, const Ten
                                 std::function<Tensor()> recompute_x) {
   KILN_CHECK(recompute_x, "linear_recomputing_input needs a function that recomputes x");
   return linear_impl(x, weight, bias, std::move(recompute_x));
+}
+
+Tensor linear_of_gelu(const Tensor& h, const Tensor& weight, const Tensor& bias, bool keep_gelu_output) {
+  if (amp::autocast_should_lower({&h, &weight, &bias}))
+    return linear_of_gelu(amp::autocast_lower(h), amp::autocast_lower(weight), amp::autocast_lower(bias),
+                          keep_gelu_output);
+  detail::check_same_dtype(h, weight, "linear_of_gelu");
+  KILN_CHECK(weight.dim() == 2 && h.dim() >= 1 && h.size(-1) == weight.size(1), "linear_of_gelu: input ",
+             shape_str(h.shape()), " does not fit weight ", shape_str(weight.shape()));
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const int64_t rows = h.numel() / std::max<int64_t>(in, 1);
+  Tensor h2 = reshape(contiguous(h), {rows, in}).detach();
+  Tensor w = weight.detach(), b = bias.defined() ? contiguous(bias).detach() : Tensor();
+  Tensor y2 = detail::new_tensor({rows, out}, h.dtype(), h.device());
+  Tensor kept = keep_gelu_output ? detail::new_tensor({rows, in}, h.dtype(), h.device()) : Tensor();
+  {
+    // A quarter of gelu(h) at a time: as large as the block's residual
+    // stream. Kept or not, the same chunked products, so both settings give
+    // the same bits (a BLAS may round a chunk's rows unlike the whole's).
+    NoGradGuard values_only;
+    Backend& backend = detail::backend_of(h);
+    const int64_t chunk = std::max<int64_t>(1, (rows + 3) / 4);
+    for (int64_t first = 0; first < rows; first += chunk) {
+      const int64_t last = std::min(rows, first + chunk);
+      Tensor a = kept.defined() ? kept.slice(0, first, last)
+                                : detail::new_tensor({last - first, in}, h.dtype(), h.device());
+      backend.unary(UnaryOp::gelu, h2.slice(0, first, last), a);
+      Tensor yc = y2.slice(0, first, last);
+      MatmulArgs args;
+      args.bias = b;
+      backend.matmul(a, transpose(w, 0, 1), yc, args);
+    }
+  }
+  Shape ys = h.shape();
+  ys.back() = out;
+  Tensor y = y2.as_strided(ys, contiguous_strides(ys), 0);
+  record(y, "LinearOfGeluBackward", {&h, &weight, &bias},
+         [h2, w, kept, has_bias = bias.defined(), need_h = h.requires_grad(), hs = h.shape(), rows,
+          out](const Tensor& g) {
+           Tensor g2 = reshape(g, {rows, out});
+           Tensor dw;
+           {  // a recomputed gelu(h) is freed before dh exists
+             Tensor a = kept;
+             if (!a.defined()) {
+               a = detail::new_tensor(h2.shape(), h2.dtype(), h2.device());
+               detail::backend_of(h2).unary(UnaryOp::gelu, h2, a);
+             }
+             dw = matmul_raw(transpose(g2, 0, 1), a);
+           }
+           Tensor db = has_bias ? sum(g2, {0}) : Tensor();
+           Tensor dh;
+           if (need_h) {
+             dh = matmul_raw(g2, w);
+             detail::backend_of(dh).binary(BinaryOp::gelu_backward, dh, h2, dh);  // in place
+             dh = reshape(dh, hs);
+           }
+           return std::vector<Tensor>{dh, dw, db};
+         });
+  return y;
 }
 
 }  // namespace kiln

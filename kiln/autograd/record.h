@@ -40,6 +40,16 @@ inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }
 // Stride-0 view of t broadcast to `shape` (no gradient recorded).
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
+// True when nothing but the caller holds `g` or its storage: backward may
+// then write an input's gradient over the incoming gradient instead of
+// allocating (the engine hands each node its gradient by reference and
+// keeps no other copy; a gradient passed through to two inputs, or a view,
+// is shared and fails this).
+inline bool sole_reference(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
+}
+// Targets not equal to ignore_index (reads the targets on the host).
+int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index);
 // Output buffer for an op.
 inline Tensor new_tensor(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
 

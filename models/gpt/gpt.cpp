@@ -38,12 +38,11 @@ class Mlp : public Module {
   Tensor forward(const Tensor& x) override { return forward(x, {}); }
   // Selective checkpointing: the linears keep, instead of their inputs, a
   // way to recompute them: x from `recompute_x`, GELU's output from c_fc's
-  // output (which GELU's own node keeps anyway).
+  // output (linear_of_gelu keeps only that, and never holds GELU's output whole).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x) {
-    if (!recompute_x) return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
+    if (!recompute_x) return drop->forward(linear_of_gelu(c_fc->forward(x), c_proj->weight, c_proj->bias, true));
     Tensor h = linear_recomputing_input(x, c_fc->weight, c_fc->bias, std::move(recompute_x));
-    auto gelu_again = [h = h.detach()] { return gelu(h); };
-    return drop->forward(linear_recomputing_input(gelu(h), c_proj->weight, c_proj->bias, gelu_again));
+    return drop->forward(linear_of_gelu(h, c_proj->weight, c_proj->bias, false));
   }
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
@@ -114,7 +113,7 @@ Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout
   gpt2_init(*this, c, init);
 }
 
-Tensor Gpt::forward(const Tensor& ids) {
+Tensor Gpt::final_stream(const Tensor& ids) {
   KILN_CHECK(ids.dim() == 2, "gpt: ids must be [B, T], got ", shape_str(ids.shape()));
   const int64_t T = ids.size(1);
   KILN_CHECK(T <= config_.block_size, "gpt: sequence length ", T, " exceeds block_size ", config_.block_size);
@@ -126,6 +125,11 @@ Tensor Gpt::forward(const Tensor& ids) {
     else
       x = block->forward(x);
   }
+  return x;
+}
+
+Tensor Gpt::forward(const Tensor& ids) {
+  Tensor x = final_stream(ids);
   if (checkpointing_ != ActivationCheckpointing::selective)
     return linear(ln_f_->forward(x), wte_->weight, Tensor());  // tied output embedding
   auto ln_f_again = [ln = ln_f_, x = x.detach()] { return ln->forward(x); };
@@ -133,7 +137,9 @@ Tensor Gpt::forward(const Tensor& ids) {
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
-  return cross_entropy_overwriting_logits(forward(ids), targets);  // the logits are this call's temporary
+  // The logits never exist whole: the fused head forms them a chunk at a
+  // time and keeps only the gradients of its inputs.
+  return linear_cross_entropy(ln_f_->forward(final_stream(ids)), wte_->weight, targets);
 }
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {

@@ -46,7 +46,8 @@ class Gpt : public nn::Module {
   Gpt(const GptConfig& config, Generator& init, std::shared_ptr<Generator> dropout_gen);
   // ids [B, T] (i64) -> logits [B, T, vocab]
   Tensor forward(const Tensor& ids) override;
-  // Mean next-token cross-entropy of forward(ids) against targets [B, T].
+  // Mean next-token cross-entropy of forward(ids) against targets [B, T]
+  // (through linear_cross_entropy: the logits are never held whole).
   Tensor loss(const Tensor& ids, const Tensor& targets);
   // Appends max_new_tokens sampled tokens to `prompt` (temperature > 0;
   // top_k <= 0 means the whole vocabulary).
@@ -56,6 +57,7 @@ class Gpt : public nn::Module {
   void set_activation_checkpointing(ActivationCheckpointing mode);
 
  private:
+  Tensor final_stream(const Tensor& ids);  // the residual stream after the last block
   GptConfig config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Sequential> h_;
