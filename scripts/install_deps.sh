@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libsentencepiece-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
   dataset-fashion-mnist fortunes          # the real data
   python3-torch python3-numpy             # PyTorch reference for parity tests and benchmarks
 )

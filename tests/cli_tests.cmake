@@ -12,3 +12,11 @@ set_tests_properties(cli.info PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "CPU
 
 # Where a GPU exists the script reports SKIPPED and so does ctest.
 set_tests_properties(cli.cuda_without_gpu PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED: this machine has a GPU")
+
+# Data parallelism under mpirun (oversubscribed on CI's 2 cores; root needs
+# OpenMPI's explicit consent).
+if(MPI_C_FOUND)
+  add_test(NAME cli.dist_train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/dist_train.sh)
+  set_tests_properties(cli.dist_train PROPERTIES LABELS "cpu;dist" TIMEOUT 300
+                       ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;${KILN_MPI_ENV}")
+endif()

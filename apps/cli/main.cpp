@@ -8,9 +8,16 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/omp_policy.h"
+#include "kiln/dist/world.h"
 
 int main(int argc, char** argv) {
   kiln::use_passive_openmp_waiting(argv);
+  try {
+    kiln::dist::init_from_environment(&argc, &argv);  // under mpirun: join the job's ranks
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"Kiln: a deep-learning engine in C++20 and CUDA"};
   app.require_subcommand(1);
 
@@ -52,11 +59,9 @@ int main(int argc, char** argv) {
     } else if (*info) {
       return kiln::cli::run_info();
     }
-  } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    std::fprintf(stderr, "kiln: error: %s%s\n", kiln::dist::rank_prefix().c_str(), e.what());
+    if (kiln::dist::world_size() > 1) kiln::dist::abort_job(1);  // the other ranks must not wait for this one
     return 1;
   }
   return 0;

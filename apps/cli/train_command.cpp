@@ -8,6 +8,7 @@
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/units.h"
+#include "kiln/dist/world.h"
 
 namespace kiln::cli {
 
@@ -111,6 +112,14 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_flag("--fit", to->fit,
                 "pick --micro-batch, --checkpoint-activations and --offload so the run fits --memory-budget or the "
                 "GPU (kiln plan's fastest plan that fits; the precision stays)");
+  auto zero = std::make_shared<int>(0);
+  auto* zero_opt = cmd->add_option("--zero", *zero,
+                                   "under mpirun: 1 shards AdamW's state across the ranks (ZeRO stage 1); 0: off")
+                       ->check(CLI::Range(0, 1));
+  auto dist_timeout = std::make_shared<int>(300);
+  cmd->add_option("--dist-timeout", *dist_timeout,
+                  "under mpirun: seconds a rank waits on the others before ending the job with an error (default 300)")
+      ->check(CLI::PositiveNumber);
   auto no_progress = std::make_shared<bool>(false);
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
   cmd->add_flag("--profile", to->profile, "time every backend op and print where the steps' time went");
@@ -120,6 +129,7 @@ std::function<int()> add_train_command(CLI::App& app) {
     for (const auto& f : apply) f();
     if (*device_opt) to->device = Device::parse(*device);
     if (*offload_opt) to->offload = *offload;
+    if (*zero_opt) to->zero = *zero;
     to->progress = !*no_progress;
     if (!memory_budget->empty()) to->memory_budget = parse_bytes(*memory_budget);
     for (const auto& [field, value] : *model_fields) {
@@ -127,8 +137,13 @@ std::function<int()> add_train_command(CLI::App& app) {
       std::replace(key.begin(), key.end(), '-', '_');
       if (value > 0) to->model_overrides[key] = value;
     }
-    if (to->fit) plan::apply_fit(*to, print_line);
-    print_summary(recipes::train(*to, print_line));
+    // Under mpirun only rank 0 talks; every rank trains.
+    const recipes::Log log = dist::is_rank0() ? recipes::Log(print_line) : [](const std::string&) {};
+    if (!dist::is_rank0()) to->progress = false;
+    if (*dist_timeout > 0) dist::world().set_timeout(std::chrono::seconds(*dist_timeout));
+    if (to->fit) plan::apply_fit(*to, log);
+    const recipes::TrainResult result = recipes::train(*to, log);
+    if (dist::is_rank0()) print_summary(result);
     return 0;
   };
 }

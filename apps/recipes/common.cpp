@@ -1,6 +1,8 @@
 #include "apps/recipes/common.h"
 
 #include "kiln/backend/backend.h"
+#include "kiln/dist/world.h"
+#include "kiln/dist/zero.h"
 #include "kiln/optim/offload.h"
 
 namespace kiln::recipes {
@@ -28,6 +30,12 @@ std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& con
                                                              nn::Module& model, const optim::AdamWOptions& options,
                                                              Device host) {
   model.to(device);
+  KILN_CHECK(config.zero == 0 || config.zero == 1, "--zero ", config.zero, " is not supported: 0 (off) or 1 (shard "
+             "the optimizer state)");
+  if (config.zero == 1) {
+    KILN_CHECK(!config.offload, "--zero 1 and --offload do not combine yet: choose one");
+    return std::make_unique<dist::ShardedAdamW>(model.named_parameters(), config.lr, options, dist::world());
+  }
   if (!config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), config.lr, options);
   auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options, host);
   if (config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32

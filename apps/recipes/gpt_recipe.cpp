@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
@@ -13,6 +14,7 @@
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
+#include "kiln/dist/world.h"
 #include "kiln/io/atomic_file.h"
 #include "models/gpt/presets.h"
 
@@ -185,15 +187,20 @@ class FortunesGptRecipe final : public Recipe {
     std::vector<std::string> docs = data::load_fortunes(o.data_dir);
     data::Split split = data::split_documents(int64_t(docs.size()));
     // A resumed run keeps the tokenizer it was trained with.
-    data::Tokenizer tok = run.checkpoint ? load_run_tokenizer(run.checkpoint_dir, *run.checkpoint)
-                                         : fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads.value_or(0));
+    std::optional<data::Tokenizer> trained;  // rank 0 fills the tokenizer cache; the other ranks then read it
+    dist::rank0_first([&] {
+      trained.emplace(run.checkpoint ? load_run_tokenizer(run.checkpoint_dir, *run.checkpoint)
+                                     : fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads.value_or(0)));
+    });
+    const data::Tokenizer& tok = *trained;
     const std::vector<int32_t> train_tokens = encode_documents(tok, docs, split.train).tokens;
     const TextStream validation = encode_documents(tok, docs, split.validation);
     const models::GptConfig config = run.checkpoint ? resumed_config(o, *run.checkpoint, run.checkpoint_dir)
                                                     : fresh_config(o, tok.vocab_size());
 
     std::filesystem::create_directories(run.out_dir);
-    write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());
+    if (dist::is_rank0())
+      write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());
     data::TokenLoaderOptions lo;
     lo.batch_size = c.batch_size;
     lo.block_size = config.block_size;

@@ -39,6 +39,7 @@ struct TrainOptions {
   std::optional<int64_t> batch_size;
   std::optional<int64_t> micro_batch;  // gradient accumulation: examples per forward/backward (0: the batch)
   std::optional<bool> offload;         // optimizer state and fp32 master weights in host memory
+  std::optional<int> zero;             // 1: shard AdamW's state across data-parallel ranks (kiln/dist/zero.h)
   std::optional<std::string> checkpointing;  // activation checkpointing: none | selective | blocks
   // GPT recipes: a named size (models/gpt/presets.h) and field overrides
   // ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"). Part of the

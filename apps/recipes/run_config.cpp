@@ -15,6 +15,7 @@ void RunConfig::save(nlohmann::json& state) const {
   state["batch_size"] = batch_size;
   state["micro_batch"] = micro_batch;
   state["offload"] = offload;
+  state["zero"] = zero;
   state["checkpointing"] = checkpointing;
   state["lr"] = lr;
   state["total_steps"] = total_steps;
@@ -29,6 +30,7 @@ RunConfig RunConfig::load(const nlohmann::json& state) {
   c.batch_size = state.at("batch_size");
   c.micro_batch = state.value("micro_batch", int64_t(0));
   c.offload = state.value("offload", false);
+  c.zero = state.value("zero", 0);
   c.checkpointing = state.value("checkpointing", "none");
   c.lr = state.at("lr");
   c.total_steps = state.at("total_steps");
@@ -79,6 +81,7 @@ RunConfig fresh_config(const TrainOptions& o, const std::string& recipe, const R
   c.batch_size = o.batch_size.value_or(0) > 0 ? *o.batch_size : d.batch_size;
   c.micro_batch = o.micro_batch.value_or(0);
   c.offload = o.offload.value_or(false);
+  c.zero = o.zero.value_or(0);
   c.checkpointing = o.checkpointing.value_or("none");
   c.lr = o.lr.value_or(0) > 0 ? *o.lr : d.lr;
   c.precision = o.precision.value_or("fp32");
@@ -109,6 +112,11 @@ RunConfig resumed_config(const TrainOptions& o, const Checkpoint& ck, const std:
     log(std::string("--offload ") + (*o.offload ? "on" : "off") + ": applied; the updates equal the saved setting's "
         "up to float rounding, not bit for bit");
     c.offload = *o.offload;
+  }
+  if (o.zero && *o.zero != c.zero) {
+    log("--zero " + std::to_string(*o.zero) + ": applied (was " + std::to_string(c.zero) + "); checkpoints hold "
+        "the whole optimizer state either way");
+    c.zero = *o.zero;
   }
   if (o.checkpointing && *o.checkpointing != c.checkpointing) {
     log("--checkpoint-activations " + *o.checkpointing + ": applied (was " + c.checkpointing +

@@ -6,7 +6,7 @@
 // value is fine. A different value is
 //  - applied with a one-line notice where that is safe: --steps/--epochs
 //    (extend or shorten a run, not to before the checkpoint), --micro-batch
-//    and --offload (the same update up to float rounding, so no longer
+//    --offload and --zero (the same update up to float rounding, so no longer
 //    bitwise the uninterrupted run), --checkpoint-activations (bitwise the
 //    same gradients), --threads, --device, --no-progress,
 //    --checkpoint-every, --stop-after;
@@ -31,6 +31,7 @@ struct RunConfig {
   int64_t batch_size = 0;
   int64_t micro_batch = 0;  // 0: the whole batch at once
   bool offload = false;     // AdamW state and fp32 master weights in host memory (kiln/optim/offload.h)
+  int zero = 0;             // 1: AdamW's state sharded across data-parallel ranks (kiln/dist/zero.h)
   std::string checkpointing = "none";  // activation checkpointing (models/gpt/gpt.h)
   double lr = 0;
   int64_t total_steps = 0;

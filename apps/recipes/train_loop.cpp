@@ -6,6 +6,8 @@
 
 #include "apps/recipes/progress.h"
 #include "kiln/backend/profiler.h"
+#include "kiln/dist/gradient_averager.h"
+#include "kiln/dist/world.h"
 
 namespace kiln::recipes {
 
@@ -19,7 +21,7 @@ std::vector<Device> record_devices(const RunStart& run) {
 // batch, so the gradients add up to the full batch's mean-loss gradient.
 // Returns the batch's mean loss.
 double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
-                            bool poison) {
+                            bool poison, const std::function<void()>& before_last) {
   const int64_t B = batch.x.size(0);
   // What forward saves and backward's temporaries count as activations
   // (the engine books the leaves' .grad under grads itself).
@@ -35,10 +37,19 @@ double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& 
     }
     if (n != B) loss = mul_scalar(loss, double(n) / double(B));
     if (poison && first == 0) loss = mul_scalar(loss, std::numeric_limits<double>::quiet_NaN());
+    if (before_last && first + n >= B) before_last();
     precision.accumulate(loss);
     if (loss.device().type != DeviceType::meta) loss_value += loss.item();  // meta (planning): no values
   }
   return loss_value;
+}
+
+Batch shard_for_rank(const Batch& global, int rank, int world_size) {
+  const int64_t B = global.x.size(0);
+  KILN_CHECK(B % world_size == 0, "a batch of ", B, " does not split evenly over ", world_size, " ranks; use a "
+             "--batch-size that is a multiple of the number of ranks");
+  const int64_t rows = B / world_size;
+  return {global.x.slice(0, rows * rank, rows * (rank + 1)), global.y.slice(0, rows * rank, rows * (rank + 1))};
 }
 
 bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& parts, const LoopSettings& settings,
@@ -51,7 +62,10 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
   auto save = [&](int64_t step, double loss) {
     nlohmann::json state = run_state(run, parts, step, loss);
     if (hooks.add_state) hooks.add_state(state);
-    result.checkpoint = save_run(run.out_dir, step, parts.model, parts.opt, state);
+    if (dist::is_rank0())
+      result.checkpoint = save_run(run.out_dir, step, parts.model, parts.opt, state);
+    else
+      parts.opt.state();  // collective under --zero 1: rank 0 gathers the whole state through it
   };
   if (start >= total) {
     log("the run in " + run.out_dir + " already finished at step " + std::to_string(start) +
@@ -65,6 +79,15 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     log("gradient accumulation: " + std::to_string((c.batch_size + micro - 1) / micro) + " micro-batches of " +
         std::to_string(micro) + " per step of " + std::to_string(c.batch_size));
 
+  // Under mpirun: average the gradients across ranks (kiln/dist).
+  std::unique_ptr<dist::GradientAverager> averager;
+  if (dist::world_size() > 1) {
+    KILN_CHECK(!c.offload, "--offload with several ranks is not supported yet: drop --offload, or run one process");
+    averager = std::make_unique<dist::GradientAverager>(dist::world(), parts.model.parameters());
+    log("data parallel: " + std::to_string(dist::world_size()) + " ranks over " + dist::world().transport() + ", " +
+        std::to_string(c.batch_size / dist::world_size()) + " examples each per step, gradients averaged in " +
+        std::to_string(averager->bucket_count()) + " buckets");
+  }
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
   if (o.profile) {
     Profiler::reset();
@@ -81,7 +104,18 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     const auto step_start = std::chrono::steady_clock::now();
     Batch batch = hooks.next_batch();
     parts.opt.zero_grad();
-    loss_value = accumulate_gradients(batch, micro, hooks, parts.precision, o.poison_step == step + 1);
+    if (averager) {  // equal shards: the mean of the ranks' means is the batch's mean
+      const Batch shard = shard_for_rank(batch, dist::rank(), dist::world_size());
+      Tensor loss = Tensor::from_vector<double>({accumulate_gradients(shard, micro, hooks, parts.precision,
+                                                                      o.poison_step == step + 1,
+                                                                      [&] { averager->arm(); })},
+                                                {1});
+      averager->finish();
+      dist::world().all_reduce(loss, dist::Reduce::avg);
+      loss_value = loss.item();
+    } else {
+      loss_value = accumulate_gradients(batch, micro, hooks, parts.precision, o.poison_step == step + 1);
+    }
     const std::vector<Tensor> grads = parts.opt.gradients();
     const bool finite = parts.precision.finish_step(grads, step + 1, log);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a

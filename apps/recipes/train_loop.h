@@ -5,7 +5,8 @@
 // schedule; optional gradient clipping; the optimizer step; the divergence
 // check; the progress bar; a line in metrics.jsonl; and checkpoints (every
 // --checkpoint-every steps, when the recipe asks, at --stop-after, and at
-// the end).
+// the end). Under mpirun, each rank trains on its shard of every batch and
+// the gradients are averaged across ranks (kiln/dist) before the update.
 #pragma once
 #include "apps/recipes/common.h"
 #include "apps/recipes/run_record.h"
@@ -46,9 +47,15 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
 // Forward and backward over `batch` in micro-batches of at most `micro`
 // examples; gradients add up in the parameters' .grad (zero them first).
 // With `poison`, the first micro-batch's loss is multiplied by NaN (tests).
-// Returns the batch's mean loss.
+// `before_last` runs before the last micro-batch's backward (data
+// parallelism reduces during that one). Returns the batch's mean loss.
 double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
-                            bool poison = false);
+                            bool poison = false, const std::function<void()>& before_last = {});
+
+// Data parallelism: this rank's rows of a global batch. Every rank reads the
+// same global batch and keeps rows [B*r/W, B*(r+1)/W), so the batches, and
+// with them the loss curve, do not depend on the number of ranks.
+Batch shard_for_rank(const Batch& global, int rank, int world_size);
 
 // The devices whose memory a run reports: its device, and the host.
 std::vector<Device> record_devices(const RunStart& run);

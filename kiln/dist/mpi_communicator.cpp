@@ -1,0 +1,219 @@
+// Collectives over OpenMPI. Host tensors go to MPI as they are (contiguous,
+// in a type MPI can reduce); device tensors and 2-byte floats go through a
+// host f32 copy. Every operation is the nonblocking MPI call plus a wait with
+// a deadline, so a dead or hung peer ends this rank with an error instead of
+// hanging it.
+#include <thread>
+
+#include "kiln/backend/factory.h"
+#include "kiln/dist/mpi_transport.h"
+
+#ifdef KILN_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: the deprecated C++ bindings need another library
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace kiln::dist {
+
+#ifdef KILN_HAVE_MPI
+
+namespace {
+
+void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  KILN_CHECK(false, "MPI ", what, " failed: ", std::string(text, size_t(len)));
+}
+
+bool reducible_as_is(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::i64 || t == DType::i32; }
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i64: return MPI_INT64_T;
+    case DType::i32: return MPI_INT32_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;  // moved, never reduced
+    default: KILN_CHECK(false, "MPI: no datatype for ", dtype_name(t));
+  }
+  return MPI_BYTE;
+}
+
+// A contiguous host tensor with t's values that MPI can work on: t itself
+// when it already is one, else a copy (f32 for 2-byte floats when reducing).
+Tensor staged(const Tensor& t, bool reducing) {
+  const bool host = t.device().is_cpu(), contiguous = t.is_contiguous();
+  const DType want = reducing && !reducible_as_is(t.dtype()) ? DType::f32 : t.dtype();
+  if (host && contiguous && want == t.dtype()) return t;
+  return copy_to(t, Device::cpu(), want);
+}
+
+void write_back(const Tensor& host, Tensor& t) {
+  if (host.impl_ptr() != t.impl_ptr()) copy_into(host, t);
+}
+
+class MpiCommunicator;
+
+struct PendingAllReduce final : Pending {
+  PendingAllReduce(const MpiCommunicator& c, Tensor& t, Reduce o) : comm(c), target(t), op(o), host(staged(t, true)) {}
+  void wait() override;
+  const MpiCommunicator& comm;
+  Tensor target;
+  Reduce op;
+  Tensor host;
+  MPI_Request req = MPI_REQUEST_NULL;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  std::string transport() const override { return "mpi"; }
+
+  std::unique_ptr<Pending> start_all_reduce(Tensor& t, Reduce op) override {
+    auto p = std::make_unique<PendingAllReduce>(*this, t, op);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p->host.data_ptr(), int(p->host.numel()), mpi_type(p->host.dtype()),
+                             MPI_SUM, MPI_COMM_WORLD, &p->req), "all-reduce");
+    return p;
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check_peer(root);
+    Tensor h = staged(t, false);
+    MPI_Request req;
+    check_mpi(MPI_Ibcast(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), root, MPI_COMM_WORLD, &req), "broadcast");
+    wait(req, "broadcast", h.nbytes());
+    write_back(h, t);
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    KILN_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out must hold ", size_,
+               " x the input's ", in.numel(), " elements of ", dtype_name(in.dtype()));
+    Tensor hi = staged(in, false), ho = staged(out, false);
+    MPI_Request req;
+    check_mpi(MPI_Iallgather(hi.data_ptr(), int(hi.numel()), mpi_type(hi.dtype()), ho.data_ptr(), int(hi.numel()),
+                             mpi_type(ho.dtype()), MPI_COMM_WORLD, &req), "all-gather");
+    wait(req, "all-gather", ho.nbytes());
+    write_back(ho, out);
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out, Reduce op) override {
+    KILN_CHECK(in.numel() == out.numel() * size_ && out.dtype() == in.dtype(), "reduce_scatter: the input must hold ",
+               size_, " x the output's ", out.numel(), " elements of ", dtype_name(out.dtype()));
+    Tensor hi = staged(in, true), ho = staged(out, true);
+    MPI_Request req;
+    check_mpi(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), int(ho.numel()), mpi_type(ho.dtype()), MPI_SUM,
+                                        MPI_COMM_WORLD, &req), "reduce-scatter");
+    wait(req, "reduce-scatter", hi.nbytes());
+    if (op == Reduce::avg) average(ho);
+    write_back(ho, out);
+  }
+
+  void send(const Tensor& t, int peer) override {
+    check_peer(peer);
+    Tensor h = staged(t, false);
+    MPI_Request req;
+    check_mpi(MPI_Isend(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, &req), "send");
+    wait(req, "send to rank " + std::to_string(peer), h.nbytes());
+  }
+
+  void recv(Tensor& t, int peer) override {
+    check_peer(peer);
+    Tensor h = staged(t, false);
+    MPI_Request req;
+    check_mpi(MPI_Irecv(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, &req), "recv");
+    wait(req, "receive from rank " + std::to_string(peer), h.nbytes());
+    write_back(h, t);
+  }
+
+  void barrier() override {
+    MPI_Request req;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+    wait(req, "barrier", 0);
+  }
+
+ private:
+  friend struct PendingAllReduce;
+  void check_peer(int peer) const {
+    KILN_CHECK(peer >= 0 && peer < size_, "rank ", peer, " does not exist in a job of ", size_, " ranks");
+  }
+
+  void average(Tensor& h) const {
+    KILN_CHECK(h.dtype() == DType::f32 || h.dtype() == DType::f64, "an average needs floating-point values");
+    backend_for(h).unary(UnaryOp::mul_scalar, h, h, 1.0 / double(size_));
+  }
+
+  // Polls the request, yielding the core (ranks may outnumber cores), until
+  // it completes or the timeout passes.
+  void wait(MPI_Request& req, const std::string& what, size_t bytes) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what.c_str());
+      if (done) return;
+      if (std::chrono::steady_clock::now() > deadline)
+        KILN_CHECK(false, "rank ", rank_, " of ", size_, ": ", what, " (", bytes, " bytes) did not complete within ",
+                   timeout().count(), " s; another rank has died or hangs. The last complete checkpoint is intact: "
+                   "restart the job with --resume (raise --dist-timeout if the ranks are just slow)");
+      if (polls < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  int rank_ = 0, size_ = 1;
+};
+
+void PendingAllReduce::wait() {
+  comm.wait(req, "all-reduce", host.nbytes());
+  if (op == Reduce::avg) comm.average(host);
+  write_back(host, target);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
+  }
+  return std::make_unique<MpiCommunicator>();
+}
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+void abort_mpi(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+#else  // built without MPI
+
+std::unique_ptr<Communicator> make_mpi_communicator(int*, char***) {
+  KILN_CHECK(false, "this process was started by mpirun, but Kiln was built without MPI. Install it "
+             "(scripts/install_deps.sh, or apt-get install libopenmpi-dev openmpi-bin) and rebuild");
+  return nullptr;
+}
+void finalize_mpi() {}
+void abort_mpi(int exit_code) { std::_Exit(exit_code); }
+
+#endif
+
+}  // namespace kiln::dist

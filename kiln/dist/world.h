@@ -1,0 +1,31 @@
+// The job this process belongs to. A process started by mpirun (OpenMPI's
+// OMPI_COMM_WORLD_* variables, or PMI_* from Slurm's srun) joins the MPI
+// world; any other process is a world of one and runs exactly as without
+// this layer. Only rank 0 prints and writes shared files.
+#pragma once
+#include <functional>
+
+#include "kiln/dist/communicator.h"
+
+namespace kiln::dist {
+
+// Call first thing in main (before threads start). Safe to call when no
+// launcher is present.
+void init_from_environment(int* argc, char*** argv);
+// Ends the MPI world (no-op for a world of one). Called at exit by init.
+void finalize();
+// Ends every rank of the job after a fatal error on this one.
+[[noreturn]] void abort_job(int exit_code);
+
+Communicator& world();
+inline int rank() { return world().rank(); }
+inline int world_size() { return world().world_size(); }
+inline bool is_rank0() { return rank() == 0; }
+// "rank 2 of 4: " in a multi-rank job, "" otherwise: prefixes errors.
+std::string rank_prefix();
+
+// Runs `f` on rank 0 first, then on the others (after a barrier): for work
+// that fills a shared cache, such as training the tokenizer.
+void rank0_first(const std::function<void()>& f);
+
+}  // namespace kiln::dist

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun, as a user launches it: the loss curve
+# of 2 and 4 ranks matches one process with the same global batch (relative
+# difference under 1e-5 over 20 steps, from each run's metrics.jsonl), only
+# rank 0 prints and writes, and a rank that dies or hangs ends the job with
+# an error naming it, leaving the last checkpoint to resume from.
+source "$(dirname "$0")/lib.sh"
+MPIRUN="${MPIRUN:-mpirun}"
+
+same_curve() {  # same_curve DIR_A DIR_B [STEPS]: the per-step train losses agree within 1e-5 (relative)
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-20}" <<'PY' || fail "loss curves of $1 and $2 differ"
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if json.loads(l)["kind"] == "train"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"max relative loss difference {worst:.2e}")
+assert worst < 1e-5, worst
+PY
+}
+
+MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
+MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
+GPT=(train fortunes-gpt --steps 20 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --threads 1
+     --no-progress)
+for model in MLP GPT; do
+  declare -n args="$model"
+  run 0 "$KILN" "${args[@]}" --out "$WORK/$model-1"
+  for np in 2 4; do
+    run 0 "$MPIRUN" -np "$np" "$KILN" "${args[@]}" --out "$WORK/$model-$np"
+    expect "data parallel: $np ranks over mpi"
+    [ "$(grep -c '^checkpoint:' "$OUT")" -eq 1 ] || fail "more than one rank printed the summary"
+    same_curve "$WORK/$model-1" "$WORK/$model-$np"
+  done
+done
+# ZeRO-1: the same curve, and checkpoints identical to plain data parallelism's.
+run 0 "$MPIRUN" -np 2 "$KILN" "${MLP[@]}" --zero 1 --out "$WORK/MLP-2-zero"
+same_curve "$WORK/MLP-1" "$WORK/MLP-2-zero"
+for f in model optimizer; do
+  cmp -s "$WORK/MLP-2/step_00000020/$f.safetensors" "$WORK/MLP-2-zero/step_00000020/$f.safetensors" \
+    || fail "--zero 1 saved a different $f than plain data parallelism"
+done
+run 0 "$MPIRUN" -np 4 "$KILN" "${GPT[@]}" --zero 1 --out "$WORK/GPT-4-zero"
+same_curve "$WORK/GPT-1" "$WORK/GPT-4-zero"
+# Resume at another world size: 2 ranks with ZeRO to step 20, then 4 ranks to 25, against one process.
+run 0 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 25 --out "$WORK/MLP-25"
+run 0 "$MPIRUN" -np 2 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 25 --stop-after 20 --zero 1 --out "$WORK/MLP-re"
+run 0 "$MPIRUN" -np 4 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 25 --zero 1 --out "$WORK/MLP-re" --resume
+expect "resumed from .* at step 20"
+same_curve "$WORK/MLP-25" "$WORK/MLP-re" 25
+# Gradient accumulation inside each rank's shard.
+run 0 "$MPIRUN" -np 2 "$KILN" "${MLP[@]}" --micro-batch 8 --out "$WORK/MLP-2-micro"
+same_curve "$WORK/MLP-1" "$WORK/MLP-2-micro"
+run 1 "$MPIRUN" -np 4 "$KILN" "${MLP_BASE[@]}" --steps 20 --batch-size 30 --out "$WORK/uneven"
+expect "rank [0-9] of 4: .*does not split evenly over 4 ranks"
+
+# rank_pid N DIR: the pid of rank N of the job writing into DIR.
+rank_pid() {
+  for pid in $(pgrep -f -- "--out $2"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo "$pid" && return
+  done
+}
+# start_long_run DIR: a data-parallel run in the background that checkpoints every 5 steps.
+start_long_run() {
+  "$MPIRUN" -np 2 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 100000 --checkpoint-every 5 --dist-timeout 5 \
+    --out "$1" >"$OUT" 2>&1 &
+  JOB=$!
+  for _ in $(seq 600); do
+    [ -d "$1/step_00000010" ] && return
+    kill -0 "$JOB" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "the background run made no checkpoint"
+}
+
+# A rank killed mid-run: mpirun ends the job, naming the rank.
+start_long_run "$WORK/killed"
+kill -9 "$(rank_pid 1 "$WORK/killed")"
+timeout 60 tail --pid="$JOB" -f /dev/null || fail "the job did not end within 60 s of a rank dying"
+wait "$JOB" && fail "the job exited 0 after a rank was killed"
+expect "rank 1"
+# A rank that hangs: the others give up after --dist-timeout and end the job.
+start_long_run "$WORK/hung"
+kill -STOP "$(rank_pid 1 "$WORK/hung")"
+timeout 60 tail --pid="$JOB" -f /dev/null || fail "the job did not end within 60 s of a rank hanging"
+wait "$JOB" && fail "the job exited 0 after a rank hung"
+expect "rank 0 of 2: all-reduce .* did not complete within 5 s; another rank has died or hangs"
+# The last complete checkpoint resumes.
+last="$(ls -d "$WORK/killed"/step_* | sort | tail -1)"
+step=$((10#${last##*step_}))
+run 0 "$MPIRUN" -np 2 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps $((step + 5)) --out "$WORK/killed" --resume
+expect "resumed from .* at step $step"
+echo "ok"
