@@ -33,7 +33,7 @@ class Communicator {
   virtual std::string transport() const = 0;  // "single", "mpi", "nccl"
 
   // In place: every rank ends with the sum (or mean) of all ranks' `t`.
-  void all_reduce(Tensor& t, Reduce op) { start_all_reduce(t, op)->wait(); }
+  virtual void all_reduce(Tensor& t, Reduce op) { start_all_reduce(t, op)->wait(); }
   // The same, returning while it runs: data parallelism launches a bucket's
   // all-reduce as soon as backward has filled it, and waits at the end.
   virtual std::unique_ptr<Pending> start_all_reduce(Tensor& t, Reduce op) = 0;

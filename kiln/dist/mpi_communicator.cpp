@@ -1,8 +1,12 @@
 // Collectives over OpenMPI. Host tensors go to MPI as they are (contiguous,
 // in a type MPI can reduce); device tensors and 2-byte floats go through a
-// host f32 copy. Every operation is the nonblocking MPI call plus a wait with
-// a deadline, so a dead or hung peer ends this rank with an error instead of
-// hanging it.
+// host f32 copy. Blocking operations are MPI's blocking calls (its fastest
+// algorithms) under a watchdog thread; the asynchronous all-reduce is the
+// nonblocking call, polled with a deadline. Either way a dead or hung peer
+// ends the job with an error naming this rank instead of hanging it.
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "kiln/backend/factory.h"
@@ -74,6 +78,15 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_.mutex);
+      watch_.stop = true;
+    }
+    watch_.wake.notify_all();
+    watchdog_.join();
   }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
@@ -86,12 +99,20 @@ class MpiCommunicator final : public Communicator {
     return p;
   }
 
+  void all_reduce(Tensor& t, Reduce op) override {
+    Tensor h = staged(t, true);
+    blocking("all-reduce", h.nbytes(), [&] {
+      return MPI_Allreduce(MPI_IN_PLACE, h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), MPI_SUM, MPI_COMM_WORLD);
+    });
+    if (op == Reduce::avg) average(h);
+    write_back(h, t);
+  }
+
   void broadcast(Tensor& t, int root) override {
     check_peer(root);
     Tensor h = staged(t, false);
-    MPI_Request req;
-    check_mpi(MPI_Ibcast(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), root, MPI_COMM_WORLD, &req), "broadcast");
-    wait(req, "broadcast", h.nbytes());
+    blocking("broadcast", h.nbytes(),
+             [&] { return MPI_Bcast(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), root, MPI_COMM_WORLD); });
     write_back(h, t);
   }
 
@@ -99,10 +120,10 @@ class MpiCommunicator final : public Communicator {
     KILN_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out must hold ", size_,
                " x the input's ", in.numel(), " elements of ", dtype_name(in.dtype()));
     Tensor hi = staged(in, false), ho = staged(out, false);
-    MPI_Request req;
-    check_mpi(MPI_Iallgather(hi.data_ptr(), int(hi.numel()), mpi_type(hi.dtype()), ho.data_ptr(), int(hi.numel()),
-                             mpi_type(ho.dtype()), MPI_COMM_WORLD, &req), "all-gather");
-    wait(req, "all-gather", ho.nbytes());
+    blocking("all-gather", ho.nbytes(), [&] {
+      return MPI_Allgather(hi.data_ptr(), int(hi.numel()), mpi_type(hi.dtype()), ho.data_ptr(), int(hi.numel()),
+                           mpi_type(ho.dtype()), MPI_COMM_WORLD);
+    });
     write_back(ho, out);
   }
 
@@ -110,10 +131,10 @@ class MpiCommunicator final : public Communicator {
     KILN_CHECK(in.numel() == out.numel() * size_ && out.dtype() == in.dtype(), "reduce_scatter: the input must hold ",
                size_, " x the output's ", out.numel(), " elements of ", dtype_name(out.dtype()));
     Tensor hi = staged(in, true), ho = staged(out, true);
-    MPI_Request req;
-    check_mpi(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), int(ho.numel()), mpi_type(ho.dtype()), MPI_SUM,
-                                        MPI_COMM_WORLD, &req), "reduce-scatter");
-    wait(req, "reduce-scatter", hi.nbytes());
+    blocking("reduce-scatter", hi.nbytes(), [&] {
+      return MPI_Reduce_scatter_block(hi.data_ptr(), ho.data_ptr(), int(ho.numel()), mpi_type(ho.dtype()), MPI_SUM,
+                                      MPI_COMM_WORLD);
+    });
     if (op == Reduce::avg) average(ho);
     write_back(ho, out);
   }
@@ -121,24 +142,21 @@ class MpiCommunicator final : public Communicator {
   void send(const Tensor& t, int peer) override {
     check_peer(peer);
     Tensor h = staged(t, false);
-    MPI_Request req;
-    check_mpi(MPI_Isend(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, &req), "send");
-    wait(req, "send to rank " + std::to_string(peer), h.nbytes());
+    blocking("send to rank " + std::to_string(peer), h.nbytes(),
+             [&] { return MPI_Send(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD); });
   }
 
   void recv(Tensor& t, int peer) override {
     check_peer(peer);
     Tensor h = staged(t, false);
-    MPI_Request req;
-    check_mpi(MPI_Irecv(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, &req), "recv");
-    wait(req, "receive from rank " + std::to_string(peer), h.nbytes());
+    blocking("receive from rank " + std::to_string(peer), h.nbytes(), [&] {
+      return MPI_Recv(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    });
     write_back(h, t);
   }
 
   void barrier() override {
-    MPI_Request req;
-    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
-    wait(req, "barrier", 0);
+    blocking("barrier", 0, [] { return MPI_Barrier(MPI_COMM_WORLD); });
   }
 
  private:
@@ -152,26 +170,73 @@ class MpiCommunicator final : public Communicator {
     backend_for(h).unary(UnaryOp::mul_scalar, h, h, 1.0 / double(size_));
   }
 
-  // Polls the request, yielding the core (ranks may outnumber cores), until
-  // it completes or the timeout passes.
+  // Polls the request until it completes or the timeout passes. MPI moves a
+  // nonblocking collective along only inside MPI_Test, so it polls without
+  // pause (yielding the core: ranks may outnumber cores) for the first
+  // second, and only then, for a slow or stuck peer, every millisecond.
   void wait(MPI_Request& req, const std::string& what, size_t bytes) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout();
-    for (int polls = 0;; ++polls) {
+    const auto start = std::chrono::steady_clock::now(), deadline = start + timeout();
+    for (;;) {
       int done = 0;
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what.c_str());
       if (done) return;
-      if (std::chrono::steady_clock::now() > deadline)
-        KILN_CHECK(false, "rank ", rank_, " of ", size_, ": ", what, " (", bytes, " bytes) did not complete within ",
-                   timeout().count(), " s; another rank has died or hangs. The last complete checkpoint is intact: "
-                   "restart the job with --resume (raise --dist-timeout if the ranks are just slow)");
-      if (polls < 1000)
+      if (std::chrono::steady_clock::now() > deadline) KILN_CHECK(false, timeout_message(what, bytes));
+      const auto now = std::chrono::steady_clock::now();
+      if (now - start < std::chrono::seconds(1))
         std::this_thread::yield();
       else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 
+  // A blocking MPI call (MPI's fastest path) under the watchdog.
+  template <typename Call>
+  void blocking(const std::string& what, size_t bytes, Call call) {
+    {
+      std::lock_guard<std::mutex> lock(watch_.mutex);
+      watch_.what = what;
+      watch_.bytes = bytes;
+      watch_.started = std::chrono::steady_clock::now();
+      watch_.busy = true;
+    }
+    const int code = call();
+    {
+      std::lock_guard<std::mutex> lock(watch_.mutex);
+      watch_.busy = false;
+    }
+    check_mpi(code, what.c_str());
+  }
+
+  // Ends the job when a blocking call has waited past the timeout: it cannot
+  // be interrupted, so the error is printed from here (as PyTorch's NCCL
+  // watchdog does).
+  void watch() {
+    std::unique_lock<std::mutex> lock(watch_.mutex);
+    while (!watch_.stop) {
+      watch_.wake.wait_for(lock, std::chrono::milliseconds(100));
+      if (!watch_.busy || std::chrono::steady_clock::now() - watch_.started < timeout()) continue;
+      std::fprintf(stderr, "kiln: error: rank %d of %d: %s\n", rank_, size_,
+                   timeout_message(watch_.what, watch_.bytes).c_str());
+      abort_mpi(1);
+    }
+  }
+
+  std::string timeout_message(const std::string& what, size_t bytes) const {
+    return what + " (" + std::to_string(bytes) + " bytes) did not complete within " + std::to_string(timeout().count()) +
+           " s; another rank has died or hangs. The last complete checkpoint is intact: restart the job with "
+           "--resume (raise --dist-timeout if the ranks are just slow)";
+  }
+
   int rank_ = 0, size_ = 1;
+  struct Watch {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool busy = false, stop = false;
+    std::string what;
+    size_t bytes = 0;
+    std::chrono::steady_clock::time_point started;
+  } watch_;
+  std::thread watchdog_;
 };
 
 void PendingAllReduce::wait() {
