@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "apps/cli/info.h"
+#include "apps/cli/serve_command.h"
 #include "apps/cli/train_command.h"
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
 
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
+  std::function<int()> run_serve = kiln::cli::add_serve_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
       for (const auto& s : kiln::recipes::sample(sample_path, so, kiln::Device::parse(sample_device)))
         std::printf("%s\n---\n", s.c_str());
     } else if (int rc = run_plan(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_serve(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

@@ -149,8 +149,65 @@ std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
   return model;
 }
 
+// A fortunes GPT for kiln serve: completions streamed as they are sampled.
+// Text is handed out only once no stop string can still begin in it.
+class GptInference final : public InferenceModel {
+ public:
+  GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok) : model_(std::move(model)), tok_(std::move(tok)) {
+    model_->eval();
+  }
+  Completion complete(const std::string& prompt, const CompletionOptions& o,
+                      const std::function<void(const std::string&)>& on_text) override {
+    KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
+    std::vector<int32_t> ids{tok_.end_of_text_id()};
+    const std::vector<int32_t> p = tok_.encode(prompt);
+    ids.insert(ids.end(), p.begin(), p.end());
+    size_t hold = 0;  // characters kept back: the longest stop string, less one
+    for (const auto& s : o.stop) hold = std::max(hold, s.empty() ? 0 : s.size() - 1);
+    Completion c;
+    c.prompt_tokens = int64_t(p.size());
+    c.finish_reason = "length";
+    std::vector<int32_t> fresh;
+    std::string text;
+    size_t sent = 0;
+    Generator gen(o.seed);
+    auto on_token = [&](int32_t token) {
+      if (token == tok_.end_of_text_id()) {
+        c.finish_reason = "stop";
+        return false;
+      }
+      fresh.push_back(token);
+      ++c.completion_tokens;
+      text = tok_.decode(fresh);
+      for (const auto& s : o.stop) {
+        const size_t at = s.empty() ? std::string::npos : text.find(s);
+        if (at == std::string::npos) continue;
+        text.resize(at);
+        c.finish_reason = "stop";
+      }
+      const size_t ready = c.finish_reason == "stop" ? text.size() : (text.size() > hold ? text.size() - hold : 0);
+      if (ready > sent && on_text) on_text(text.substr(sent, ready - sent));
+      sent = std::max(sent, ready);
+      return c.finish_reason != "stop";
+    };
+    if (o.max_tokens > 0) model_->generate(ids, o.max_tokens, o.temperature, o.top_k, gen, o.top_p, on_token);
+    if (text.size() > sent && on_text) on_text(text.substr(sent));
+    c.text = text;
+    return c;
+  }
+
+ private:
+  std::unique_ptr<models::Gpt> model_;
+  data::Tokenizer tok_;
+};
+
 class FortunesGptRecipe final : public Recipe {
  public:
+  std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string& dir,
+                                                     Device device) const override {
+    return std::make_unique<GptInference>(load_gpt(ck, device), load_run_tokenizer(dir, ck));
+  }
+
   std::string name() const override { return "fortunes-gpt"; }
   std::string summary() const override {
     return "write fortune-cookie text (Debian's fortunes) with a small GPT-2-style model";

@@ -49,6 +49,33 @@ static std::string showcase_predictions(nn::Module& model, const data::ImageData
   return out + "\n\n";
 }
 
+namespace {
+
+// A Fashion-MNIST classifier for kiln serve: pixels in [0, 1], normalised
+// as the recipe trains, to class probabilities.
+class ImageInference final : public InferenceModel {
+ public:
+  ImageInference(std::shared_ptr<nn::Sequential> model, Device device) : model_(std::move(model)), device_(device) {}
+  std::vector<std::string> labels() const override {
+    const auto& names = data::fashion_mnist_class_names();
+    return {names.begin(), names.end()};
+  }
+  Tensor classify_images(const Tensor& pixels) override {
+    KILN_CHECK(pixels.dim() == 4 && pixels.size(1) == 1 && pixels.size(2) == 28 && pixels.size(3) == 28,
+               "images must be [N, 1, 28, 28], got ", shape_str(pixels.shape()));
+    NoGradGuard ng;
+    data::ImageLoaderOptions norm;
+    Tensor x = mul_scalar(add_scalar(pixels.to(DType::f32), -double(norm.mean)), 1.0 / double(norm.std));
+    return softmax(model_->forward(x.to(device_)), 1).to(Device::cpu());
+  }
+
+ private:
+  std::shared_ptr<nn::Sequential> model_;
+  Device device_;
+};
+
+}  // namespace
+
 std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint64_t seed,
                                                  std::shared_ptr<Generator> dropout_gen) {
   Generator init(seed);
@@ -167,6 +194,15 @@ class FashionRecipe final : public Recipe {
       result.showcase = showcase_predictions(*model, test_set, 4, run.device);
     }
     return result;
+  }
+
+  std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string&,
+                                                     Device device) const override {
+    auto model = make_image_model(name_, 0, std::make_shared<Generator>(0));
+    model->load_parameters(to_pairs(ck.model));
+    model->to(device);
+    model->eval();
+    return std::make_unique<ImageInference>(model, device);
   }
 
   EvalResult evaluate(const Checkpoint& ck, const std::string&, Device device, const Log&) const override {

@@ -81,6 +81,22 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log) {
   return recipe.evaluate(ck, dir, device, log);
 }
 
+LoadedModel load_for_inference(const std::string& path, Device device) {
+  std::string dir = resolve_checkpoint(path);
+  Checkpoint ck = load_checkpoint(dir);
+  const Recipe& recipe = recipe_of(ck, dir);
+  return {recipe.name(), recipe.kind(), ck.step, recipe.load_for_inference(ck, dir, device)};
+}
+
+Tensor InferenceModel::classify_images(const Tensor&) {
+  KILN_FAIL("this model does not classify images");
+}
+
+Completion InferenceModel::complete(const std::string&, const CompletionOptions&,
+                                    const std::function<void(const std::string&)>&) {
+  KILN_FAIL("this model does not generate text");
+}
+
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);

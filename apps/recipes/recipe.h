@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/recipes/inference.h"
 #include "kiln/core/device.h"
 
 namespace kiln {
@@ -117,6 +118,9 @@ class Recipe {
   // The model, optimizer settings and loss of one training step (what
   // train() runs, and what `kiln plan` measures). Default: not plannable.
   virtual StepParts step_parts(const StepRequest& request) const;
+  // The model, ready for inference on `device` (kiln serve).
+  virtual std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string& dir,
+                                                             Device device) const = 0;
   virtual bool can_sample() const { return false; }
   virtual std::vector<std::string> sample(const Checkpoint& ck, const std::string& dir, const SampleOptions& options,
                                           Device device) const;
@@ -131,6 +135,14 @@ const Recipe& find_recipe(const std::string& name);
 std::string describe_recipes();
 
 TrainResult train(const TrainOptions& options, const Log& log);
+// Loads a checkpoint directory (or a run directory's newest) for inference.
+struct LoadedModel {
+  std::string recipe;
+  ModelKind kind;
+  int64_t step = 0;
+  std::unique_ptr<InferenceModel> model;
+};
+LoadedModel load_for_inference(const std::string& checkpoint_or_run_dir, Device device);
 // Evaluates a checkpoint directory (or the newest in a run directory).
 EvalResult evaluate(const std::string& checkpoint_or_run_dir, Device device, const Log& log);
 // Samples text from a checkpoint whose recipe generates text.

@@ -155,8 +155,10 @@ void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
 }
 
 std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
-                                   int64_t top_k, Generator& gen) {
+                                   int64_t top_k, Generator& gen, double top_p,
+                                   const std::function<bool(int32_t)>& on_token) {
   KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
+  KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   NoGradGuard ng;
   Device device = wte_->weight.device();
@@ -175,6 +177,13 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
     double max_logit = last[order[0]] / temperature, total = 0;
     std::vector<double> probs(k);
     for (size_t i = 0; i < k; ++i) total += probs[i] = std::exp(last[order[i]] / temperature - max_logit);
+    if (top_p < 1) {  // the nucleus: the most likely tokens until their mass reaches top_p
+      double mass = 0;
+      size_t keep = 0;
+      while (keep < k && mass < top_p * total) mass += probs[keep++];
+      k = std::max<size_t>(keep, 1);
+      total = mass > 0 ? mass : probs[0];
+    }
     double u = gen.uniform() * total, acc = 0;
     int32_t next = order[k - 1];
     for (size_t i = 0; i < k; ++i) {
@@ -185,6 +194,7 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
       }
     }
     tokens.push_back(next);
+    if (on_token && !on_token(next)) break;
   }
   return tokens;
 }

@@ -3,6 +3,7 @@
 // names as nanoGPT spells them ("transformer.h.0.attn.c_attn.weight"), so
 // weights map one-to-one onto PyTorch implementations.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/nn/attention.h"
@@ -51,8 +52,12 @@ class Gpt : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets);
   // Appends max_new_tokens sampled tokens to `prompt` (temperature > 0;
   // top_k <= 0 means the whole vocabulary).
+  // top_p < 1 keeps the smallest set of the top_k tokens whose probability
+  // reaches top_p (nucleus sampling). `on_token` sees each new token and may
+  // end generation early by returning false.
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int64_t max_new_tokens, double temperature,
-                                int64_t top_k, Generator& gen);
+                                int64_t top_k, Generator& gen, double top_p = 1.0,
+                                const std::function<bool(int32_t)>& on_token = {});
   const GptConfig& config() const { return config_; }
   void set_activation_checkpointing(ActivationCheckpointing mode);
 

@@ -1,0 +1,52 @@
+#include "apps/cli/serve_command.h"
+
+#include <cstdio>
+
+#include "apps/serve/server.h"
+#include "kiln/core/units.h"
+
+namespace kiln::cli {
+
+void print_line(const std::string& s);
+
+std::function<int()> add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<serve::ServeOptions>();
+  auto model_specs = std::make_shared<std::vector<std::string>>();
+  auto device = std::make_shared<std::string>("cpu");
+  auto max_body = std::make_shared<std::string>("8MiB");
+  auto* cmd = app.add_subcommand("serve", "serve trained models over HTTP, with dynamic batching");
+  cmd->footer(
+      "Endpoints: GET /health, /v1/models, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus);\n"
+      "POST /v2/models/NAME/infer (KServe v2: Fashion-MNIST images as FP32 [N,1,28,28] in [0,1]),\n"
+      "POST /v1/completions (OpenAI fields; \"stream\": true sends server-sent events).\n"
+      "Example: kiln serve --model mlp=runs/fashion-mlp --model gpt=runs/fortunes-gpt --port 8080");
+  cmd->add_option("--model", *model_specs, "NAME=RUN_DIR (a run or checkpoint directory); repeat for more")
+      ->required();
+  cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", o->port, "port (default 8080)")->check(CLI::Range(1, 65535));
+  cmd->add_option("--device", *device, "cpu, cuda or cuda:N");
+  cmd->add_option("--max-batch", o->batching.max_batch, "rows per batch on the device (default 32)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-delay-us", o->batching.max_delay_us,
+                  "how long a request may wait for others to batch with (default 2000)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model; more get 503 (default 512)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");
+  cmd->add_option("--request-timeout-ms", o->request_timeout_ms, "answer 504 after this long (default 30000)")
+      ->check(CLI::PositiveNumber);
+  return [=]() -> int {
+    if (!*cmd) return -1;
+    for (const std::string& spec : *model_specs) {
+      const size_t eq = spec.find('=');
+      KILN_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), "--model takes NAME=RUN_DIR, got '",
+                 spec, "'");
+      o->models.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+    }
+    o->device = Device::parse(*device);
+    o->max_body_bytes = size_t(parse_bytes(*max_body));
+    return serve::run_server(*o, print_line);
+  };
+}
+
+}  // namespace kiln::cli

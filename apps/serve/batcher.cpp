@@ -1,0 +1,98 @@
+#include "apps/serve/batcher.h"
+
+#include "kiln/backend/factory.h"
+
+namespace kiln::serve {
+
+Batcher::Batcher(std::string model, BatchOptions options, RunBatch run, Metrics& metrics)
+    : model_(std::move(model)), options_(options), run_(std::move(run)), metrics_(metrics) {
+  KILN_CHECK(options_.max_batch > 0 && options_.max_queue > 0 && options_.max_delay_us >= 0,
+             "batching: --max-batch and --max-queue must be > 0 and --max-delay-us >= 0");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Batcher::~Batcher() { stop(); }
+
+void Batcher::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<std::future<Tensor>> Batcher::submit(const Tensor& rows) {
+  KILN_CHECK(rows.dim() >= 1 && rows.size(0) >= 1 && rows.size(0) <= options_.max_batch, "a request may hold 1 to ",
+             options_.max_batch, " rows (--max-batch), got ", rows.dim() >= 1 ? rows.size(0) : 0);
+  std::future<Tensor> result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || int64_t(queue_.size()) >= options_.max_queue) return std::nullopt;
+    queue_.push_back({rows, {}, std::chrono::steady_clock::now()});
+    result = queue_.back().result.get_future();
+    metrics_.queue_depth(model_, int64_t(queue_.size()));
+  }
+  wake_.notify_all();
+  return result;
+}
+
+void Batcher::loop() {
+  for (;;) {
+    std::vector<Request> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      // Wait for company until the oldest request's delay is up or a full batch is queued.
+      const auto deadline = queue_.front().arrived + std::chrono::microseconds(options_.max_delay_us);
+      auto queued_rows = [&] {
+        int64_t rows = 0;
+        for (const Request& r : queue_) rows += r.rows.size(0);
+        return rows;
+      };
+      wake_.wait_until(lock, deadline, [&] { return stopping_ || queued_rows() >= options_.max_batch; });
+      int64_t rows = 0;
+      while (!queue_.empty() && rows + queue_.front().rows.size(0) <= options_.max_batch) {
+        rows += queue_.front().rows.size(0);
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      metrics_.queue_depth(model_, int64_t(queue_.size()));
+    }
+    run(batch);
+  }
+}
+
+void Batcher::run(std::vector<Request>& batch) {
+  const auto started = std::chrono::steady_clock::now();
+  for (const Request& r : batch) metrics_.queue_wait(std::chrono::duration<double>(started - r.arrived).count());
+  try {
+    Shape shape = batch.front().rows.shape();
+    int64_t total = 0;
+    for (const Request& r : batch) {
+      KILN_CHECK(Shape(r.rows.shape().begin() + 1, r.rows.shape().end()) == Shape(shape.begin() + 1, shape.end()),
+                 "requests in one batch must share their row shape");
+      total += r.rows.size(0);
+    }
+    shape[0] = total;
+    Tensor rows = Tensor::empty(shape, batch.front().rows.dtype(), Device::cpu());
+    int64_t at = 0;
+    for (const Request& r : batch) {
+      Tensor slot = rows.slice(0, at, at + r.rows.size(0));
+      copy_into(r.rows, slot);
+      at += r.rows.size(0);
+    }
+    metrics_.batch(model_, total);
+    const Tensor out = run_(rows);
+    at = 0;
+    for (Request& r : batch) {
+      r.result.set_value(out.slice(0, at, at + r.rows.size(0)).contiguous());
+      at += r.rows.size(0);
+    }
+  } catch (...) {
+    for (Request& r : batch) r.result.set_exception(std::current_exception());
+  }
+}
+
+}  // namespace kiln::serve

@@ -1,0 +1,331 @@
+// The HTTP side of kiln serve: routes, request parsing and validation, and
+// the answers. Handlers parse and check a request, queue it with its model's
+// batcher (completions run one at a time per model), and wait for the result
+// with the request timeout. Models load on a thread after the port is open,
+// so /health can say 503 until they are ready.
+#include "apps/serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "kiln/backend/factory.h"
+
+namespace kiln::serve {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+
+// A request the client got wrong: its status and message.
+struct HttpError : std::runtime_error {
+  int status;
+  HttpError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
+};
+
+struct ServedModel {
+  std::string name, dir, recipe;
+  recipes::ModelKind kind;
+  int64_t step = 0;
+  std::unique_ptr<recipes::InferenceModel> model;
+  std::unique_ptr<Batcher> batcher;  // classifiers
+  std::mutex generate;               // language models: one completion at a time
+};
+
+class Server {
+ public:
+  Server(const ServeOptions& o, const recipes::Log& log) : o_(o), log_(log) {}
+
+  int run() {
+    http_.set_payload_max_length(o_.max_body_bytes);
+    routes();
+    KILN_CHECK(http_.bind_to_port(o_.host.c_str(), o_.port), "cannot listen on ", o_.host, ":", o_.port,
+               " (in use, or not this machine's address): choose another --port or --host");
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    std::thread loader([&] { load_models(); });
+    std::thread watcher([&] {
+      while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      log_("kiln serve: stopping: no new requests; finishing those in flight");
+      http_.stop();  // the worker pool drains its queued requests before it ends
+    });
+    log_("kiln serve: listening on http://" + o_.host + ":" + std::to_string(o_.port));
+    http_.listen_after_bind();
+    g_stop = true;
+    watcher.join();
+    loader.join();
+    for (auto& [name, m] : models_)
+      if (m->batcher) m->batcher->stop();
+    log_("kiln serve: stopped");
+    return load_error_.empty() ? 0 : 1;
+  }
+
+ private:
+  void load_models() {
+    for (const auto& [name, dir] : o_.models) {
+      try {
+        recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device);
+        auto m = std::make_unique<ServedModel>();
+        m->name = name;
+        m->dir = dir;
+        m->recipe = loaded.recipe;
+        m->kind = loaded.kind;
+        m->step = loaded.step;
+        m->model = std::move(loaded.model);
+        if (m->kind == recipes::ModelKind::image_classifier) {
+          recipes::InferenceModel* model = m->model.get();
+          m->batcher = std::make_unique<Batcher>(
+              name, o_.batching, [model](const Tensor& rows) { return model->classify_images(rows); }, metrics_);
+        }
+        log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ") from " +
+             dir);
+        std::lock_guard<std::mutex> lock(models_mutex_);
+        models_[name] = std::move(m);
+      } catch (const std::exception& e) {
+        log_("kiln serve: error: cannot load model " + name + " from " + dir + ": " + e.what());
+        load_error_ = std::string("model ") + name + " failed to load: " + e.what();
+        g_stop = true;
+        return;
+      }
+    }
+    ready_ = true;
+  }
+
+  ServedModel& model(const std::string& name) {
+    if (!ready_) throw HttpError(503, "models are still loading");
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      std::string known;
+      for (const auto& [n, m] : models_) known += (known.empty() ? "" : ", ") + n;
+      throw HttpError(404, "unknown model '" + name + "' (loaded: " + known + ")");
+    }
+    return *it->second;
+  }
+
+  static json parse_body(const httplib::Request& req) {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) throw HttpError(400, "the request body is not valid JSON");
+    if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
+    return body;
+  }
+
+  template <typename T>
+  static T field(const json& body, const std::string& key, const char* type, std::optional<T> fallback = {}) {
+    if (!body.contains(key)) {
+      if (fallback) return *fallback;
+      throw HttpError(400, "missing field '" + key + "'");
+    }
+    try {
+      return body.at(key).get<T>();
+    } catch (const json::exception&) {
+      throw HttpError(400, "field '" + key + "' must be " + type);
+    }
+  }
+
+  // Wraps a handler: JSON errors for HttpError and anything else, metrics for all.
+  httplib::Server::Handler handle(const std::string& endpoint, std::function<void(const httplib::Request&,
+                                                                                   httplib::Response&)> f) {
+    return [this, endpoint, f](const httplib::Request& req, httplib::Response& res) {
+      const auto start = Clock::now();
+      try {
+        f(req, res);
+        if (res.status == -1) res.status = 200;  // httplib fills it in after the handler
+      } catch (const HttpError& e) {
+        res.status = e.status;
+        if (e.status == 503) res.set_header("Retry-After", "1");
+        res.set_content(json{{"error", {{"message", e.what()}, {"code", e.status}}}}.dump(), "application/json");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(json{{"error", {{"message", e.what()}, {"code", 500}}}}.dump(), "application/json");
+      }
+      metrics_.request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());
+    };
+  }
+
+  Tensor wait_for(std::future<Tensor>& f) {
+    if (f.wait_for(std::chrono::milliseconds(o_.request_timeout_ms)) != std::future_status::ready)
+      throw HttpError(504, "the request was not answered within " + std::to_string(o_.request_timeout_ms) + " ms");
+    return f.get();
+  }
+
+  void routes() {
+    auto health = [this](const httplib::Request&, httplib::Response& res) {
+      if (!ready_) throw HttpError(503, load_error_.empty() ? "loading models" : load_error_);
+      res.set_content(json{{"status", "ok"}}.dump(), "application/json");
+    };
+    http_.Get("/health", handle("/health", health));
+    http_.Get("/v2/health/ready", handle("/v2/health/ready", health));
+    http_.Get("/v2/health/live", handle("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"live", true}}.dump(), "application/json");
+    }));
+    http_.Get("/metrics", handle("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
+    }));
+    http_.Get("/v1/models", handle("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      if (!ready_) throw HttpError(503, "models are still loading");
+      json data = json::array();
+      for (const auto& [name, m] : models_)
+        data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "kiln"}, {"kind", model_kind_name(m->kind)},
+                        {"recipe", m->recipe}, {"step", m->step}});
+      res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    }));
+    http_.Get(R"(/v2/models/([^/]+))", handle("/v2/models/{name}", [this](const httplib::Request& req,
+                                                                           httplib::Response& res) {
+      res.set_content(model_metadata(model(req.matches[1])).dump(), "application/json");
+    }));
+    http_.Post(R"(/v2/models/([^/]+)/infer)", handle("/v2/models/{name}/infer", [this](const httplib::Request& req,
+                                                                                        httplib::Response& res) {
+      infer(model(req.matches[1]), parse_body(req), res);
+    }));
+    http_.Post("/v1/completions", handle("/v1/completions", [this](const httplib::Request& req,
+                                                                  httplib::Response& res) {
+      complete(parse_body(req), res);
+    }));
+    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
+                               : res.status == 413 ? "the request body is over the server's limit (--max-body)"
+                                                   : "request failed";
+      res.set_content(json{{"error", {{"message", what}, {"code", res.status}}}}.dump(), "application/json");
+    });
+  }
+
+  static json model_metadata(const ServedModel& m) {
+    json meta{{"name", m.name}, {"versions", {std::to_string(m.step)}}, {"platform", "kiln"},
+              {"kind", model_kind_name(m.kind)}};
+    if (m.kind == recipes::ModelKind::image_classifier) {
+      meta["inputs"] = {{{"name", "images"}, {"datatype", "FP32"}, {"shape", {-1, 1, 28, 28}}}};
+      meta["outputs"] = {{{"name", "probabilities"}, {"datatype", "FP32"}, {"shape", {-1, 10}}},
+                         {{"name", "label"}, {"datatype", "BYTES"}, {"shape", {-1}}}};
+    }
+    return meta;
+  }
+
+  // KServe v2: {"inputs": [{"name", "shape": [N, 1, 28, 28] or [N, 784], "datatype": "FP32", "data": [...]}]}.
+  void infer(ServedModel& m, const json& body, httplib::Response& res) {
+    if (m.kind != recipes::ModelKind::image_classifier)
+      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + "; /v2/models/" + m.name +
+                               "/infer serves image classifiers (use /v1/completions)");
+    if (!body.contains("inputs") || !body["inputs"].is_array() || body["inputs"].size() != 1 ||
+        !body["inputs"][0].is_object())
+      throw HttpError(400, "'inputs' must be an array of one tensor object");
+    const json& in = body["inputs"][0];
+    const auto shape = field<std::vector<int64_t>>(in, "shape", "an array of integers");
+    const auto datatype = field<std::string>(in, "datatype", "a string");
+    if (datatype != "FP32") throw HttpError(400, "datatype must be FP32, got " + datatype);
+    const bool flat = shape.size() == 2 && shape[1] == 784;
+    const bool image = shape.size() == 4 && shape[1] == 1 && shape[2] == 28 && shape[3] == 28;
+    if (!(flat || image) || shape[0] < 1)
+      throw HttpError(400, "shape must be [N, 1, 28, 28] or [N, 784] with N >= 1");
+    if (shape[0] > o_.batching.max_batch)
+      throw HttpError(400, "at most " + std::to_string(o_.batching.max_batch) + " images per request (--max-batch)");
+    const auto data = field<std::vector<float>>(in, "data", "an array of numbers");
+    if (int64_t(data.size()) != shape[0] * 784)
+      throw HttpError(400, "data holds " + std::to_string(data.size()) + " numbers; shape needs " +
+                               std::to_string(shape[0] * 784));
+    auto queued = m.batcher->submit(Tensor::from_vector(data, {shape[0], 1, 28, 28}));
+    if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
+    const Tensor probs = wait_for(*queued);
+    const std::vector<float> p = probs.to_vector<float>();
+    const std::vector<std::string> names = m.model->labels();
+    json labels = json::array();
+    const size_t classes = names.size();
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      auto row = p.begin() + long(size_t(i) * classes);
+      labels.push_back(names[size_t(std::max_element(row, row + long(classes)) - row)]);
+    }
+    res.set_content(json{{"model_name", m.name},
+                         {"model_version", std::to_string(m.step)},
+                         {"outputs", {{{"name", "probabilities"}, {"datatype", "FP32"},
+                                       {"shape", {shape[0], int64_t(classes)}}, {"data", p}},
+                                      {{"name", "label"}, {"datatype", "BYTES"}, {"shape", {shape[0]}},
+                                       {"data", labels}}}}}
+                        .dump(),
+                    "application/json");
+  }
+
+  // OpenAI's /v1/completions: model, prompt, max_tokens, temperature, top_k, top_p, stop, seed, stream.
+  void complete(const json& body, httplib::Response& res) {
+    ServedModel& m = model(field<std::string>(body, "model", "a string"));
+    if (m.kind != recipes::ModelKind::language_model)
+      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
+    const auto prompt = field<std::string>(body, "prompt", "a string", std::string());
+    recipes::CompletionOptions co;
+    co.max_tokens = field<int64_t>(body, "max_tokens", "an integer", int64_t(16));
+    co.temperature = field<double>(body, "temperature", "a number", 1.0);
+    co.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
+    co.top_p = field<double>(body, "top_p", "a number", 1.0);
+    co.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
+    if (body.contains("stop") && body["stop"].is_string())
+      co.stop = {body["stop"].get<std::string>()};
+    else
+      co.stop = field<std::vector<std::string>>(body, "stop", "a string or an array of strings", std::vector<std::string>{});
+    if (co.max_tokens < 0 || co.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
+    if (!(co.temperature > 0)) throw HttpError(400, "temperature must be > 0");
+    if (!(co.top_p > 0 && co.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
+    const bool stream = field<bool>(body, "stream", "true or false", false);
+    const std::string id = "cmpl-" + std::to_string(next_id_++);
+    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+    auto chunk = [id, created, name = m.name](const std::string& text, const json& finish) {
+      return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", name},
+                  {"choices", {{{"text", text}, {"index", 0}, {"finish_reason", finish}}}}};
+    };
+    if (!stream) {
+      std::lock_guard<std::mutex> one_at_a_time(m.generate);
+      const recipes::Completion c = m.model->complete(prompt, co, {});
+      metrics_.tokens(m.name, c.completion_tokens);
+      json out = chunk(c.text, c.finish_reason);
+      out["usage"] = {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens},
+                      {"total_tokens", c.prompt_tokens + c.completion_tokens}};
+      res.set_content(out.dump(), "application/json");
+      return;
+    }
+    // Server-sent events: one chunk per piece of text, then the finish reason, then [DONE].
+    res.set_chunked_content_provider("text/event-stream", [this, &m, prompt, co, chunk](size_t, httplib::DataSink& sink) {
+      std::lock_guard<std::mutex> one_at_a_time(m.generate);
+      auto send = [&](const json& j) {
+        const std::string line = "data: " + j.dump() + "\n\n";
+        sink.write(line.data(), line.size());
+      };
+      const recipes::Completion c = m.model->complete(prompt, co, [&](const std::string& text) {
+        send(chunk(text, nullptr));
+      });
+      metrics_.tokens(m.name, c.completion_tokens);
+      send(chunk("", c.finish_reason));
+      const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    });
+  }
+
+  ServeOptions o_;
+  recipes::Log log_;
+  httplib::Server http_;
+  Metrics metrics_;
+  std::mutex models_mutex_;
+  std::map<std::string, std::unique_ptr<ServedModel>> models_;
+  std::atomic<bool> ready_{false};
+  std::string load_error_;
+  std::atomic<int64_t> next_id_{1};
+};
+
+}  // namespace
+
+int run_server(const ServeOptions& options, const recipes::Log& log) {
+  KILN_CHECK(!options.models.empty(), "kiln serve needs at least one --model NAME=RUN_DIR");
+  g_stop = false;
+  Server server(options, log);
+  return server.run();
+}
+
+}  // namespace kiln::serve

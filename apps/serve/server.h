@@ -1,0 +1,26 @@
+// `kiln serve`: trained checkpoints over HTTP (design: docs/SERVING.md).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/recipes/recipe.h"
+#include "apps/serve/batcher.h"
+
+namespace kiln::serve {
+
+struct ServeOptions {
+  std::vector<std::pair<std::string, std::string>> models;  // name -> run or checkpoint directory
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  Device device = Device::cpu();
+  BatchOptions batching;
+  size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
+  int64_t request_timeout_ms = 30000;       // a request not answered by then gets 504
+};
+
+// Serves until SIGTERM or SIGINT, then stops accepting, finishes the
+// requests in flight and returns 0. `log` gets one line per event.
+int run_server(const ServeOptions& options, const recipes::Log& log);
+
+}  // namespace kiln::serve

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""kiln serve against real HTTP clients on loopback (run by tests/cli/serve.sh
+with two trained run directories). Every endpoint, every error code, a burst
+of 200 concurrent requests that the server must batch, streamed and plain
+completions that agree, and SIGTERM with requests in flight."""
+import gzip, json, os, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+
+KILN, MLP, GPT = sys.argv[1], sys.argv[2], sys.argv[3]
+DATA = os.environ.get("KILN_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(*extra):
+    port = free_port()
+    proc = subprocess.Popen([KILN, "serve", "--model", f"mlp={MLP}", "--model", f"gpt={GPT}", "--port", str(port),
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if call("GET", base + "/health")[0] == 200:
+                return proc, base
+        except OSError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("the server did not become ready: " + proc.stdout.read())
+
+
+def call(method, url, body=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+def images(n):
+    raw = gzip.open(f"{DATA}/t10k-images-idx3-ubyte.gz").read()[16:16 + n * 784]
+    labels = list(gzip.open(f"{DATA}/t10k-labels-idx1-ubyte.gz").read()[8:8 + n])
+    return [[b / 255.0 for b in raw[i * 784:(i + 1) * 784]] for i in range(n)], labels
+
+
+def infer(base, imgs, model="mlp"):
+    body = {"inputs": [{"name": "images", "shape": [len(imgs), 1, 28, 28], "datatype": "FP32",
+                        "data": [v for img in imgs for v in img]}]}
+    return call("POST", f"{base}/v2/models/{model}/infer", body)
+
+
+def in_parallel(fns):
+    out = [None] * len(fns)
+    def run(i):
+        out[i] = fns[i]()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+imgs, truth = images(200)
+proc, base = start("--max-body", "1MiB", "--max-batch", "128")
+
+# --- every endpoint
+status, body, _ = call("GET", base + "/health")
+check(status == 200 and json.loads(body) == {"status": "ok"}, "GET /health is 200 {status: ok}")
+check(call("GET", base + "/v2/health/ready")[0] == 200, "GET /v2/health/ready is 200")
+models = {m["id"]: m["kind"] for m in json.loads(call("GET", base + "/v1/models")[1])["data"]}
+check(models == {"mlp": "image-classifier", "gpt": "language-model"}, f"GET /v1/models lists both: {models}")
+meta = json.loads(call("GET", base + "/v2/models/mlp")[1])
+check(meta["inputs"][0]["shape"] == [-1, 1, 28, 28] and meta["outputs"][0]["shape"] == [-1, 10],
+      "GET /v2/models/mlp gives the tensor metadata")
+status, body, _ = infer(base, imgs[:100])
+out = json.loads(body)["outputs"]
+probs, labels = out[0]["data"], out[1]["data"]
+check(status == 200 and out[0]["shape"] == [100, 10] and len(labels) == 100, "POST infer answers [100, 10]")
+check(all(abs(sum(probs[i * 10:(i + 1) * 10]) - 1) < 1e-4 for i in range(100)), "each row of probabilities sums to 1")
+accuracy = sum(CLASSES.index(l) == t for l, t in zip(labels, truth)) / 100
+check(accuracy >= 0.6, f"the served model classifies real test images (accuracy {accuracy:.2f} >= 0.6)")
+
+# --- a burst of 200 concurrent single-image requests: all right, and batched
+results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(200)])
+check(all(r[0] == 200 for r in results), "200 concurrent requests all answered 200")
+batched_labels = json.loads(infer(base, imgs[100:200])[1])["outputs"][1]["data"]
+burst_labels = [json.loads(r[1])["outputs"][1]["data"][0] for r in results]
+check(burst_labels[:100] == labels and burst_labels[100:] == batched_labels,
+      "each concurrent answer equals the same image's answer in one big request")
+metrics = call("GET", base + "/metrics")[1]
+count = next(float(l.split()[-1]) for l in metrics.splitlines() if l.startswith('kiln_batch_size_count{model="mlp"}'))
+ones = next(float(l.split()[-1]) for l in metrics.splitlines()
+            if l.startswith('kiln_batch_size_bucket{model="mlp",le="1"}'))
+check(ones < count, f"/metrics shows batches larger than 1 ({count - ones:.0f} of {count:.0f} batches)")
+check('kiln_requests_total{endpoint="/v2/models/{name}/infer",code="200"}' in metrics and
+      "kiln_request_duration_seconds_bucket" in metrics and "kiln_queue_wait_seconds_count" in metrics and
+      'kiln_queue_depth{model="mlp"}' in metrics, "/metrics has requests, latency, queue wait and queue depth")
+
+# --- completions: plain, streamed (the same text for the same seed), stop strings
+req = {"model": "gpt", "prompt": "The ", "max_tokens": 24, "temperature": 0.9, "top_k": 40, "seed": 7}
+status, body, _ = call("POST", base + "/v1/completions", req)
+plain = json.loads(body)
+text = plain["choices"][0]["text"]
+check(status == 200 and plain["usage"]["completion_tokens"] > 0 and text, f"POST /v1/completions: {text!r}")
+status, body, headers = call("POST", base + "/v1/completions", dict(req, stream=True))
+events = [l[6:] for l in body.split("\n") if l.startswith("data: ")]
+streamed = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+check(headers.get("Content-Type", "").startswith("text/event-stream") and events[-1] == "[DONE]" and len(events) > 3,
+      f"stream: true sends server-sent events ({len(events)} events) ending in [DONE]")
+check(streamed == text, "the streamed pieces make the same text as the plain completion")
+if len(text) > 4:
+    stop = text[2:4]
+    cut = json.loads(call("POST", base + "/v1/completions", dict(req, stop=[stop]))[1])["choices"][0]
+    check(cut["text"] == text[:text.find(stop)] and cut["finish_reason"] == "stop", "a stop string ends the text")
+metrics = call("GET", base + "/metrics")[1]
+check('kiln_tokens_generated_total{model="gpt"}' in metrics, "/metrics counts generated tokens")
+
+# --- errors
+for what, args, want in [
+        ("malformed JSON", ("POST", base + "/v1/completions", None, b"{not json"), 400),
+        ("missing field", ("POST", base + "/v1/completions", {"prompt": "x"}), 400),
+        ("wrong type", ("POST", base + "/v1/completions", {"model": "gpt", "max_tokens": "ten"}), 400),
+        ("bad shape", ("POST", base + "/v2/models/mlp/infer",
+                       {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}), 400),
+        ("wrong model kind", ("POST", base + "/v2/models/gpt/infer", {"inputs": []}), 400),
+        ("unknown model", ("POST", base + "/v1/completions", {"model": "nope", "prompt": "x"}), 404),
+        ("unknown model metadata", ("GET", base + "/v2/models/nope"), 404),
+        ("unknown path", ("GET", base + "/v3/whatever"), 404),
+        ("body over --max-body", ("POST", base + "/v1/completions", None, b"x" * (2 << 20)), 413)]:
+    status, body, _ = call(*args)
+    check(status == want and "message" in json.loads(body)["error"], f"{what}: {status} (want {want})")
+check(call("GET", base + "/health")[0] == 200, "after all that, the server still answers")
+proc.send_signal(signal.SIGTERM)
+check(proc.wait(timeout=10) == 0, "SIGTERM on an idle server exits 0")
+
+# --- overload: a queue of one and a long batching delay give 503 with Retry-After, and the timeout 504
+proc, base = start("--max-queue", "1", "--max-batch", "2", "--max-delay-us", "300000", "--request-timeout-ms", "150")
+results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(12)])
+codes = sorted(r[0] for r in results)
+check(any(r[0] == 503 and r[2].get("Retry-After") for r in results), f"a full queue answers 503 + Retry-After {codes}")
+check(504 in codes, "a request not answered within --request-timeout-ms gets 504")
+proc.send_signal(signal.SIGTERM)
+proc.wait(timeout=10)
+
+# --- SIGTERM with requests in flight: all answered, then the server exits
+proc, base = start("--max-delay-us", "300000", "--max-batch", "64")
+box = {}
+threading.Timer(0.1, lambda: proc.send_signal(signal.SIGTERM)).start()
+results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(8)])
+check(all(r[0] == 200 for r in results) and
+      [json.loads(r[1])["outputs"][1]["data"][0] for r in results] == labels[:8],
+      "requests in flight at SIGTERM are all answered, correctly")
+check(proc.wait(timeout=10) == 0, "the server exits 0 after SIGTERM")
+try:
+    call("GET", base + "/health")
+    check(False, "after exit, new connections are refused")
+except OSError:
+    check(True, "after exit, new connections are refused")
+
+sys.exit(1 if failures else 0)
