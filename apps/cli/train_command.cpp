@@ -27,7 +27,7 @@ void print_summary(const recipes::TrainResult& r) {
   if (r.skipped_steps > 0)
     std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
   if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
-  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (10,000 test images)\n", r.test_accuracy);
+  if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (%s)\n", r.test_accuracy, r.test_set.c_str());
   if (r.val_loss >= 0)
     std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
   for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());

@@ -133,12 +133,12 @@ std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& t
   return out;
 }
 
-namespace {
-
 data::Tokenizer load_run_tokenizer(const std::string& checkpoint_dir, const Checkpoint& ck) {
   auto run_dir = std::filesystem::path(checkpoint_dir).parent_path();
   return data::Tokenizer::load((run_dir / ck.state.value("tokenizer", "tokenizer.model")).string());
 }
+
+namespace {
 
 std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
   Generator init(0);

@@ -29,6 +29,8 @@ int64_t validation_batch(int64_t micro_batch);
 // The fortunes tokenizer, trained once on the `train` documents and cached.
 data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const std::vector<int64_t>& train,
                                    const std::string& cache_dir, int threads);
+// The tokenizer a run saved beside its checkpoints.
+data::Tokenizer load_run_tokenizer(const std::string& checkpoint_dir, const Checkpoint& ck);
 std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& tok, const std::string& prompt,
                                     int count, int64_t max_tokens, double temperature, int64_t top_k, Generator& gen);
 

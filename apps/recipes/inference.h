@@ -32,6 +32,9 @@ class InferenceModel {
   virtual std::vector<std::string> labels() const { return {}; }
   // Image classifiers: pixels [N, 1, 28, 28] in [0, 1] -> class probabilities [N, classes].
   virtual Tensor classify_images(const Tensor& pixels);
+  // Text classifiers: texts -> token ids [N, T] (padded), and ids -> class probabilities [N, classes].
+  virtual Tensor encode_texts(const std::vector<std::string>& texts);
+  virtual Tensor classify_tokens(const Tensor& ids);
   // Language models: continues `prompt`; `on_text` receives each new piece
   // of text as it is made (for streaming).
   virtual Completion complete(const std::string& prompt, const CompletionOptions& options,

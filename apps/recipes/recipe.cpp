@@ -1,5 +1,6 @@
 #include "apps/recipes/recipe.h"
 
+#include "apps/recipes/classify_recipe.h"
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/image_recipe.h"
@@ -13,6 +14,7 @@ const std::vector<std::unique_ptr<Recipe>>& recipe_table() {
     t.push_back(make_fashion_mlp_recipe());
     t.push_back(make_fashion_cnn_recipe());
     t.push_back(make_fortunes_gpt_recipe());
+    t.push_back(make_fortunes_classify_recipe());
     return t;
   }();
   return table;
@@ -22,6 +24,7 @@ const char* model_kind_name(ModelKind kind) {
   switch (kind) {
     case ModelKind::image_classifier: return "image-classifier";
     case ModelKind::language_model: return "language-model";
+    case ModelKind::text_classifier: return "text-classifier";
   }
   return "unknown";
 }
@@ -91,6 +94,9 @@ LoadedModel load_for_inference(const std::string& path, Device device) {
 Tensor InferenceModel::classify_images(const Tensor&) {
   KILN_FAIL("this model does not classify images");
 }
+
+Tensor InferenceModel::encode_texts(const std::vector<std::string>&) { KILN_FAIL("this model does not classify text"); }
+Tensor InferenceModel::classify_tokens(const Tensor&) { KILN_FAIL("this model does not classify text"); }
 
 Completion InferenceModel::complete(const std::string&, const CompletionOptions&,
                                     const std::function<void(const std::string&)>&) {

@@ -75,7 +75,8 @@ struct TrainResult {
   std::string resumed_from;          // the checkpoint loaded by --resume ("" on a fresh start)
   int64_t steps_done = 0;            // the step reached
   double final_train_loss = 0;
-  double test_accuracy = -1;        // image recipes
+  double test_accuracy = -1;        // classifiers
+  std::string test_set;             // what test_accuracy was measured on ("10,000 test images")
   double val_loss = -1;             // text recipes: nats per token
   double val_bits_per_byte = -1;    // text recipes
   double items_per_second = 0;      // images/s or tokens/s over the run
@@ -102,7 +103,7 @@ struct SampleOptions {
 using Log = std::function<void(const std::string&)>;
 
 // What a recipe's model is, for the commands and the server that load it.
-enum class ModelKind { image_classifier, language_model };
+enum class ModelKind { image_classifier, language_model, text_classifier };
 const char* model_kind_name(ModelKind kind);
 
 class Recipe {

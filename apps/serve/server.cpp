@@ -46,6 +46,13 @@ class Server {
 
   int run() {
     http_.set_payload_max_length(o_.max_body_bytes);
+    // Small JSON answers must not wait for the client's delayed ACK (40 ms).
+    http_.set_tcp_nodelay(true);
+    http_.set_keep_alive_max_count(100000);
+    // A worker per open connection (httplib keeps a keep-alive connection on
+    // one worker): concurrent clients can then be batched together.
+    const size_t threads = o_.http_threads;
+    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     routes();
     KILN_CHECK(http_.bind_to_port(o_.host.c_str(), o_.port), "cannot listen on ", o_.host, ":", o_.port,
                " (in use, or not this machine's address): choose another --port or --host");
@@ -80,11 +87,13 @@ class Server {
         m->kind = loaded.kind;
         m->step = loaded.step;
         m->model = std::move(loaded.model);
-        if (m->kind == recipes::ModelKind::image_classifier) {
-          recipes::InferenceModel* model = m->model.get();
+        recipes::InferenceModel* model = m->model.get();
+        if (m->kind == recipes::ModelKind::image_classifier)
           m->batcher = std::make_unique<Batcher>(
               name, o_.batching, [model](const Tensor& rows) { return model->classify_images(rows); }, metrics_);
-        }
+        if (m->kind == recipes::ModelKind::text_classifier)
+          m->batcher = std::make_unique<Batcher>(
+              name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_);
         log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ") from " +
              dir);
         std::lock_guard<std::mutex> lock(models_mutex_);
@@ -185,6 +194,9 @@ class Server {
                                                                                         httplib::Response& res) {
       infer(model(req.matches[1]), parse_body(req), res);
     }));
+    http_.Post("/v1/classify", handle("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) {
+      classify(parse_body(req), res);
+    }));
     http_.Post("/v1/completions", handle("/v1/completions", [this](const httplib::Request& req,
                                                                   httplib::Response& res) {
       complete(parse_body(req), res);
@@ -250,6 +262,36 @@ class Server {
                                        {"data", labels}}}}}
                         .dump(),
                     "application/json");
+  }
+
+  // {"model", "input": "text" | ["texts"]} -> each text's label and class probabilities.
+  void classify(const json& body, httplib::Response& res) {
+    ServedModel& m = model(field<std::string>(body, "model", "a string"));
+    if (m.kind != recipes::ModelKind::text_classifier)
+      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text classifier");
+    if (!body.contains("input")) throw HttpError(400, "missing field 'input'");
+    std::vector<std::string> texts;
+    if (body["input"].is_string())
+      texts = {body["input"].get<std::string>()};
+    else
+      texts = field<std::vector<std::string>>(body, "input", "a string or an array of strings");
+    if (texts.empty() || int64_t(texts.size()) > o_.batching.max_batch)
+      throw HttpError(400, "'input' must hold 1 to " + std::to_string(o_.batching.max_batch) + " texts (--max-batch)");
+    auto queued = m.batcher->submit(m.model->encode_texts(texts));
+    if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
+    const std::vector<float> p = wait_for(*queued).to_vector<float>();
+    const std::vector<std::string> names = m.model->labels();
+    json data = json::array();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      json probs = json::object();
+      size_t best = 0;
+      for (size_t k = 0; k < names.size(); ++k) {
+        probs[names[k]] = p[i * names.size() + k];
+        if (p[i * names.size() + k] > p[i * names.size() + best]) best = k;
+      }
+      data.push_back({{"index", i}, {"label", names[best]}, {"probabilities", probs}});
+    }
+    res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
   }
 
   // OpenAI's /v1/completions: model, prompt, max_tokens, temperature, top_k, top_p, stop, seed, stream.

@@ -68,7 +68,7 @@ std::vector<std::string> split_fortune_file(const std::string& text) {
   return out;
 }
 
-std::vector<std::string> load_fortunes(const std::string& dir_arg) {
+std::vector<LabelledFortune> load_labelled_fortunes(const std::string& dir_arg) {
   const std::string dir = fortunes_dir(dir_arg);
   std::error_code ec;
   KILN_CHECK(fs::is_directory(dir, ec), "fortunes directory ", dir,
@@ -86,7 +86,7 @@ std::vector<std::string> load_fortunes(const std::string& dir_arg) {
   std::sort(files.begin(), files.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
 
-  std::vector<std::string> fortunes;
+  std::vector<LabelledFortune> fortunes;
   std::set<fs::path> seen;  // canonical paths: art.u8 -> art is read once, as "art"
   for (const fs::path& p : files) {
     fs::path canonical = fs::canonical(p, ec);
@@ -99,11 +99,17 @@ std::vector<std::string> load_fortunes(const std::string& dir_arg) {
     size_t bad = first_invalid_utf8(s);
     KILN_CHECK(bad == std::string::npos, "fortunes file ", p.string(), ": byte ", bad,
                " is not valid UTF-8; convert the file (iconv -f latin1 -t utf-8) or remove it");
-    for (std::string& f : split_fortune_file(s)) fortunes.push_back(std::move(f));
+    for (std::string& f : split_fortune_file(s)) fortunes.push_back({std::move(f), p.filename().string()});
   }
   KILN_CHECK(!fortunes.empty(), "fortunes directory ", dir,
              " holds no fortunes; install them with: sudo apt-get install fortunes");
   return fortunes;
+}
+
+std::vector<std::string> load_fortunes(const std::string& dir) {
+  std::vector<std::string> texts;
+  for (LabelledFortune& f : load_labelled_fortunes(dir)) texts.push_back(std::move(f.text));
+  return texts;
 }
 
 }  // namespace kiln::data

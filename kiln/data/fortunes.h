@@ -22,6 +22,13 @@ std::string fortunes_dir(const std::string& dir = "");
 // that is not UTF-8 throws kiln::Error naming the file.
 std::vector<std::string> load_fortunes(const std::string& dir = "");
 
+// The same fortunes, each with the name of the file it came from ("people",
+// "computers", ...): the labels of the fortunes-classify recipe.
+struct LabelledFortune {
+  std::string text, source;
+};
+std::vector<LabelledFortune> load_labelled_fortunes(const std::string& dir = "");
+
 // Splits the text of one fortune file; exposed for tests.
 std::vector<std::string> split_fortune_file(const std::string& text);
 

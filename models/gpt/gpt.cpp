@@ -57,6 +57,8 @@ class Named : public Module {
   }
 };
 
+}  // namespace
+
 // GPT-2 initialisation: N(0, 0.02) for weights, zeros for biases, and the
 // residual projections scaled down by sqrt(2 * n_layer).
 void gpt2_init(Module& model, const GptConfig& c, Generator& gen) {
@@ -74,8 +76,6 @@ void gpt2_init(Module& model, const GptConfig& c, Generator& gen) {
     copy_into(normal_tensor(p.shape(), std, gen), p);
   }
 }
-
-}  // namespace
 
 GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));

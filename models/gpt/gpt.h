@@ -30,6 +30,9 @@ struct GptConfig {
 //  blocks:    only each block's input; backward re-runs the block.
 // Gradients are bitwise the same in all three on the CPU.
 enum class ActivationCheckpointing { none, selective, blocks };
+
+// GPT-2's initialisation of every weight of `model` (also used by the text classifier).
+void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
 class GptBlock : public nn::Module {

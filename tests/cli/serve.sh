@@ -6,6 +6,7 @@ source "$(dirname "$0")/lib.sh"
 run 0 "$KILN" train fashion-mlp --steps 200 --no-progress --out "$WORK/mlp"
 run 0 "$KILN" train fortunes-gpt --steps 20 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --no-progress \
   --out "$WORK/gpt"
-run 0 python3 "$(dirname "$0")/serve_check.py" "$KILN" "$WORK/mlp" "$WORK/gpt"
+run 0 "$KILN" train fortunes-classify --steps 10 --no-progress --out "$WORK/cls"
+run 0 python3 "$(dirname "$0")/serve_check.py" "$KILN" "$WORK/mlp" "$WORK/gpt" "$WORK/cls"
 cat "$OUT"
 echo "ok"

@@ -5,7 +5,7 @@ of 200 concurrent requests that the server must batch, streamed and plain
 completions that agree, and SIGTERM with requests in flight."""
 import gzip, json, os, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 
-KILN, MLP, GPT = sys.argv[1], sys.argv[2], sys.argv[3]
+KILN, MLP, GPT, CLS = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 DATA = os.environ.get("KILN_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 failures = []
@@ -25,7 +25,8 @@ def free_port():
 
 def start(*extra):
     port = free_port()
-    proc = subprocess.Popen([KILN, "serve", "--model", f"mlp={MLP}", "--model", f"gpt={GPT}", "--port", str(port),
+    proc = subprocess.Popen([KILN, "serve", "--model", f"mlp={MLP}", "--model", f"gpt={GPT}", "--model", f"cls={CLS}",
+                             "--port", str(port),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -81,7 +82,8 @@ status, body, _ = call("GET", base + "/health")
 check(status == 200 and json.loads(body) == {"status": "ok"}, "GET /health is 200 {status: ok}")
 check(call("GET", base + "/v2/health/ready")[0] == 200, "GET /v2/health/ready is 200")
 models = {m["id"]: m["kind"] for m in json.loads(call("GET", base + "/v1/models")[1])["data"]}
-check(models == {"mlp": "image-classifier", "gpt": "language-model"}, f"GET /v1/models lists both: {models}")
+check(models == {"mlp": "image-classifier", "gpt": "language-model", "cls": "text-classifier"},
+      f"GET /v1/models lists all three: {models}")
 meta = json.loads(call("GET", base + "/v2/models/mlp")[1])
 check(meta["inputs"][0]["shape"] == [-1, 1, 28, 28] and meta["outputs"][0]["shape"] == [-1, 10],
       "GET /v2/models/mlp gives the tensor metadata")
@@ -108,6 +110,19 @@ check(ones < count, f"/metrics shows batches larger than 1 ({count - ones:.0f} o
 check('kiln_requests_total{endpoint="/v2/models/{name}/infer",code="200"}' in metrics and
       "kiln_request_duration_seconds_bucket" in metrics and "kiln_queue_wait_seconds_count" in metrics and
       'kiln_queue_depth{model="mlp"}' in metrics, "/metrics has requests, latency, queue wait and queue depth")
+
+# --- text classification: one text or several, labels with probabilities
+status, body, _ = call("POST", base + "/v1/classify", {"model": "cls", "input": "The compiler crashed again."})
+one = json.loads(body)["data"]
+check(status == 200 and len(one) == 1 and abs(sum(one[0]["probabilities"].values()) - 1) < 1e-4 and
+      one[0]["label"] == max(one[0]["probabilities"], key=one[0]["probabilities"].get),
+      f"POST /v1/classify with one text: {one[0]['label']}")
+texts = ["The compiler crashed again.", "Congress passed the bill.", "Love is blind."]
+many = json.loads(call("POST", base + "/v1/classify", {"model": "cls", "input": texts})[1])["data"]
+same = all(abs(many[0]["probabilities"][k] - v) < 1e-5 for k, v in one[0]["probabilities"].items())
+check([d["index"] for d in many] == [0, 1, 2] and same and
+      set(many[0]["probabilities"]) >= {"computers", "politics", "people"},
+      "POST /v1/classify with three texts: the first equals the single answer; the classes are the fortunes files")
 
 # --- completions: plain, streamed (the same text for the same seed), stop strings
 req = {"model": "gpt", "prompt": "The ", "max_tokens": 24, "temperature": 0.9, "top_k": 40, "seed": 7}
@@ -136,6 +151,8 @@ for what, args, want in [
         ("bad shape", ("POST", base + "/v2/models/mlp/infer",
                        {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}), 400),
         ("wrong model kind", ("POST", base + "/v2/models/gpt/infer", {"inputs": []}), 400),
+        ("classify with an image model", ("POST", base + "/v1/classify", {"model": "mlp", "input": "x"}), 400),
+        ("classify without input", ("POST", base + "/v1/classify", {"model": "cls"}), 400),
         ("unknown model", ("POST", base + "/v1/completions", {"model": "nope", "prompt": "x"}), 404),
         ("unknown model metadata", ("GET", base + "/v2/models/nope"), 404),
         ("unknown path", ("GET", base + "/v3/whatever"), 404),

@@ -1,0 +1,32 @@
+// The served model's raw batched throughput in process: batches of 64
+// images through the same InferenceModel the server runs, no HTTP. The
+// serving benchmark (bench/serve/serve_bench.sh) compares its requests/s
+// with this.   bench_serve_raw RUN_DIR [BATCH]
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "apps/recipes/recipe.h"
+#include "kiln/backend/factory.h"
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_serve_raw RUN_DIR [BATCH]\n");
+    return 2;
+  }
+  const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
+  recipes::LoadedModel m = recipes::load_for_inference(argv[1], Device::cpu());
+  Tensor pixels = full({batch, 1, 28, 28}, 0.5, DType::f32, Device::cpu());
+  for (int i = 0; i < 5; ++i) m.model->classify_images(pixels);  // warm up
+  const auto start = std::chrono::steady_clock::now();
+  int64_t images = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    m.model->classify_images(pixels);
+    images += batch;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("raw in-process throughput (%s, batches of %lld): %.1f images/s\n", m.recipe.c_str(), (long long)batch,
+              double(images) / s);
+  return 0;
+}

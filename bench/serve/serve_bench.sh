@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# kiln serve under load from wrk on loopback: requests/s and p50/p99 latency
+# for one-image KServe v2 requests to the Fashion-MNIST CNN, at concurrency
+# 1, 8, 64 and 256, with dynamic batching (--max-batch 64, --max-delay-us
+# 2000) and with batch size 1; then the model's raw batched throughput in
+# process (kiln_bench-style: batches of 64 through the same InferenceModel).
+#
+#   bench/serve/serve_bench.sh          # DURATION=10s THREADS=2 (server threads: all cores)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KILN="${KILN:-$ROOT/build/kiln}"
+DURATION="${DURATION:-10s}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/kiln-serve-XXXXXX")"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+"$KILN" train fashion-cnn --steps 100 --no-progress --out "$WORK/cnn" >/dev/null
+port=18123
+serve() {  # serve MAX_BATCH: starts the server and waits until it is ready
+  "$KILN" serve --model cnn="$WORK/cnn" --port "$port" --max-batch "$1" --max-delay-us 2000 --max-queue 4096 \
+    >"$WORK/serve.log" 2>&1 &
+  SERVER=$!
+  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
+}
+echo "| max batch | concurrency | requests/s | p50 ms | p99 ms | errors | mean batch |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
+for max_batch in 64 1; do
+  serve "$max_batch"
+  for c in 1 8 64 256; do
+    before="$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^kiln_batch_size_(sum|count)/ {print $2}' | xargs)"
+    line="$(wrk -t"$(( c < 2 ? 1 : 2 ))" -c"$c" -d"$DURATION" --timeout 30s -s "$ROOT/bench/serve/infer.lua" "http://127.0.0.1:$port/v2/models/cnn/infer" | grep RESULT)"
+    after="$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^kiln_batch_size_(sum|count)/ {print $2}' | xargs)"
+    mean="$(python3 -c "b='$before'.split() or ['0','0']; a='$after'.split(); print(f'{(float(a[0])-float(b[0]))/max(1,float(a[1])-float(b[1])):.1f}')")"
+    eval "$(echo "$line" | sed 's/RESULT //')"
+    echo "| $max_batch | $c | $rps | $p50_ms | $p99_ms | $errors | $mean |"
+  done
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+done
+"$ROOT/build/bench_serve_raw" "$WORK/cnn" 64
+echo "($(nproc) cores; wrk -t2 -d$DURATION; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg))"
