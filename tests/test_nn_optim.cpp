@@ -124,5 +124,38 @@ TEST(Models, GptSamplingWithTopOneIsGreedy) {
   EXPECT_THROW(gpt(Tensor::from_vector<int64_t>(std::vector<int64_t>(7, 0), {1, 7})), Error);
 }
 
+// The KV cache: a prompt and then one token at a time give the logits the
+// whole sequence gives at each position, and greedy generation across the
+// end of the context window (where the cache starts over from the last
+// block_size tokens) picks what the full forward of that window picks.
+TEST(Models, GptKvCacheMatchesTheFullForward) {
+  models::GptConfig c;
+  c.vocab_size = 30, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  Generator g(5);
+  models::Gpt gpt(c, g, std::make_shared<Generator>(1));
+  gpt.eval();
+  NoGradGuard ng;
+  const std::vector<int64_t> seq = {3, 1, 4, 1, 5, 9, 2, 6};
+  Tensor full = gpt(Tensor::from_vector(seq, {1, 8}));
+  models::KvCache cache = gpt.new_cache();
+  for (size_t t = 2; t <= seq.size(); ++t) {
+    std::vector<int64_t> feed = t == 2 ? std::vector<int64_t>{seq[0], seq[1]} : std::vector<int64_t>{seq[t - 1]};
+    Tensor cached = gpt.forward_cached(Tensor::from_vector(feed, {1, int64_t(feed.size())}), cache);
+    EXPECT_LT(testing::max_abs_diff(cached, reshape(slice(full, 1, int64_t(t) - 1, int64_t(t)), {1, 30})), 1e-5)
+        << "position " << t - 1;
+  }
+  EXPECT_EQ(cache.length, 8);
+  Generator s(3);
+  std::vector<int32_t> out = gpt.generate({3, 1, 4}, 9, 1.0, 1, s);  // runs past block_size 8
+  ASSERT_EQ(out.size(), 12u);
+  for (size_t t = 3; t < out.size(); ++t) {
+    const size_t start = t > 8 ? t - 8 : 0;
+    std::vector<int64_t> window(out.begin() + long(start), out.begin() + long(t));
+    Tensor logits = gpt(Tensor::from_vector(window, {1, int64_t(window.size())}));
+    EXPECT_EQ(argmax(slice(logits, 1, int64_t(window.size()) - 1, int64_t(window.size())), -1).item(), double(out[t]))
+        << "token " << t;
+  }
+}
+
 }  // namespace
 }  // namespace kiln

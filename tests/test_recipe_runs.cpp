@@ -228,7 +228,7 @@ TEST(RecipeRuns, ValidationLossIsWeightedByTokens) {
 
 TEST(RecipeRuns, OneTableServesEveryCommand) {
   std::vector<std::string> names = recipes::recipe_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"fashion-mlp", "fashion-cnn", "fortunes-gpt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fashion-mlp", "fashion-cnn", "fortunes-gpt", "fortunes-classify"}));
   for (const auto& name : names) {
     const recipes::Recipe& r = recipes::find_recipe(name);
     EXPECT_EQ(r.name(), name);
@@ -238,11 +238,12 @@ TEST(RecipeRuns, OneTableServesEveryCommand) {
   EXPECT_TRUE(recipes::find_recipe("fortunes-gpt").can_sample());
   EXPECT_FALSE(recipes::find_recipe("fashion-cnn").can_sample());
   EXPECT_EQ(recipes::find_recipe("fashion-mlp").kind(), recipes::ModelKind::image_classifier);
+  EXPECT_EQ(recipes::find_recipe("fortunes-classify").kind(), recipes::ModelKind::text_classifier);
   try {
     recipes::find_recipe("no-such");
     ADD_FAILURE() << "an unknown recipe must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fashion-mlp, fashion-cnn, fortunes-gpt"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("fashion-mlp, fashion-cnn, fortunes-gpt, fortunes-classify"), std::string::npos);
   }
 }
 

@@ -3,7 +3,8 @@
 # for one-image KServe v2 requests to the Fashion-MNIST CNN, at concurrency
 # 1, 8, 64 and 256, with dynamic batching (--max-batch 64, --max-delay-us
 # 2000) and with batch size 1; then the model's raw batched throughput in
-# process (kiln_bench-style: batches of 64 through the same InferenceModel).
+# process (batches of 64 through the same InferenceModel); then completion
+# tokens/s of the fortunes GPT for 1 and 16 concurrent streams.
 #
 #   bench/serve/serve_bench.sh          # DURATION=10s THREADS=2 (server threads: all cores)
 set -euo pipefail
@@ -35,4 +36,13 @@ for max_batch in 64 1; do
   kill -TERM "$SERVER"; wait "$SERVER" || true
 done
 "$ROOT/build/bench_serve_raw" "$WORK/cnn" 64
+# Generation: the fortunes-gpt recipe's default model, briefly trained.
+"$KILN" train fortunes-gpt --steps 20 --no-progress --out "$WORK/gpt" >/dev/null
+"$KILN" serve --model gpt="$WORK/gpt" --port "$port" >"$WORK/serve.log" 2>&1 &
+SERVER=$!
+until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
+echo "| streams | completion tokens | seconds | tokens/s |"
+echo "|---:|---:|---:|---:|"
+python3 "$ROOT/bench/serve/generation_bench.py" "http://127.0.0.1:$port" gpt
+kill -TERM "$SERVER"; wait "$SERVER" || true
 echo "($(nproc) cores; wrk -t2 -d$DURATION; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -1,5 +1,7 @@
 #include "kiln/nn/attention.h"
 
+#include <cmath>
+
 namespace kiln::nn {
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double p, Generator& init,
@@ -31,6 +33,28 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   // The attention node keeps `heads`; merging them again is a cheap copy.
   auto merge_again = [heads = heads.detach(), B, T, C] { return reshape(transpose(heads, 1, 2), {B, T, C}); };
   return resid_dropout_->forward(linear_recomputing_input(y, c_proj->weight, c_proj->bias, merge_again));
+}
+
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
+  const int64_t n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  KILN_CHECK(x.size(0) == 1 && C == n_embd_ && past + n <= k_cache.size(2), "attention cache: ", past, " + ", n,
+             " positions do not fit its ", k_cache.size(2));
+  KILN_CHECK(past == 0 || n == 1, "attention cache: after the prompt, one position at a time");
+  NoGradGuard ng;
+  Tensor qkv = permute(reshape(c_attn->forward(x), {1, n, 3, H, D}), {2, 0, 3, 1, 4});
+  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
+  Tensor k_slot = slice(k_cache, 2, past, past + n), v_slot = slice(v_cache, 2, past, past + n);
+  copy_into(k, k_slot);
+  copy_into(v, v_slot);
+  Tensor heads;
+  if (past == 0) {
+    heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // the prompt: as in training
+  } else {  // one new position: it may attend to every cached one, so no mask
+    Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
+    Tensor scores = mul_scalar(matmul(q, transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
+    heads = matmul(softmax(scores, -1), values);
+  }
+  return c_proj->forward(reshape(transpose(heads, 1, 2), {1, n, C}));
 }
 
 }  // namespace kiln::nn

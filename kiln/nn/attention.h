@@ -15,6 +15,12 @@ class CausalSelfAttention : public Module {
   // weight gradients (they are recomputed from tensors kept anyway).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x);
 
+  // Inference with a KV cache: x [1, n, C] holds the positions from `past`
+  // on; their keys and values are written into k_cache / v_cache
+  // [1, H, capacity, D] at [past, past + n), and each attends to every
+  // cached position up to its own. No gradients.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
+
   std::shared_ptr<Linear> c_attn, c_proj;
 
  private:

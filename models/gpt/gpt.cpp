@@ -85,6 +85,11 @@ GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generato
   mlp = register_module("mlp", std::make_shared<Mlp>(c, init, dropout_gen));
 }
 
+Tensor GptBlock::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
+  Tensor h = add(x, attn->forward_cached(ln_1->forward(x), k_cache, v_cache, past));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
 Tensor GptBlock::forward(const Tensor& x) {
   if (!selective) {
     Tensor h = add(x, attn->forward(ln_1->forward(x)));
@@ -136,6 +141,29 @@ Tensor Gpt::forward(const Tensor& ids) {
   return linear_recomputing_input(ln_f_->forward(x), wte_->weight, Tensor(), ln_f_again);
 }
 
+KvCache Gpt::new_cache() const {
+  KvCache cache;
+  const int64_t H = config_.n_head, D = config_.n_embd / config_.n_head;
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    cache.k.push_back(Tensor::empty({1, H, config_.block_size, D}, wte_->weight.dtype(), wte_->weight.device()));
+    cache.v.push_back(Tensor::empty({1, H, config_.block_size, D}, wte_->weight.dtype(), wte_->weight.device()));
+  }
+  return cache;
+}
+
+Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
+  NoGradGuard ng;
+  const int64_t n = ids.size(1), past = cache.length;
+  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && past + n <= config_.block_size, "gpt cache: ", past, " + ", n,
+             " positions exceed block_size ", config_.block_size);
+  Tensor pos = slice(arange(past + n, DType::i64, ids.device()), 0, past, past + n);
+  Tensor x = add(wte_->forward(ids), wpe_->forward(pos));
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], past);
+  cache.length = past + n;
+  Tensor last = slice(ln_f_->forward(x), 1, n - 1, n);
+  return reshape(linear(last, wte_->weight, Tensor()), {1, config_.vocab_size});
+}
+
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
   // The logits never exist whole: the fused head forms them a chunk at a
   // time and keeps only the gradients of its inputs.
@@ -162,12 +190,16 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   NoGradGuard ng;
   Device device = wte_->weight.device();
+  KvCache cache = new_cache();
   for (int64_t step = 0; step < max_new_tokens; ++step) {
-    size_t start = tokens.size() > size_t(config_.block_size) ? tokens.size() - size_t(config_.block_size) : 0;
+    // The prompt (or, once the context is full, its last block_size tokens)
+    // fills the cache; after that each step feeds only the newest token.
+    if (cache.length >= config_.block_size) cache.length = 0;
+    size_t start = cache.length > 0 ? tokens.size() - 1
+                   : tokens.size() > size_t(config_.block_size) ? tokens.size() - size_t(config_.block_size) : 0;
     std::vector<int64_t> window(tokens.begin() + long(start), tokens.end());
     Tensor ids = Tensor::from_vector(window, {1, int64_t(window.size())}).to(device);
-    Tensor logits = forward(ids);
-    std::vector<float> last = slice(logits, 1, -1, logits.size(1)).to_vector<float>();
+    std::vector<float> last = forward_cached(ids, cache).to_vector<float>();
     // Temperature, then keep the top_k logits, then sample from the softmax.
     std::vector<int32_t> order(last.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);

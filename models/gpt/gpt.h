@@ -35,10 +35,17 @@ enum class ActivationCheckpointing { none, selective, blocks };
 void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
+// Keys and values of every position seen so far, per layer, for generation.
+struct KvCache {
+  std::vector<Tensor> k, v;  // [1, H, block_size, D] each
+  int64_t length = 0;        // positions cached
+};
+
 class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
   bool selective = false;  // selective activation checkpointing
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<nn::CausalSelfAttention> attn;
@@ -62,6 +69,11 @@ class Gpt : public nn::Module {
                                 int64_t top_k, Generator& gen, double top_p = 1.0,
                                 const std::function<bool(int32_t)>& on_token = {});
   const GptConfig& config() const { return config_; }
+  // Generation: logits [1, vocab] of the last of `ids` [1, n], which continue
+  // the positions in `cache` (empty: a prompt) and are added to it. Each new
+  // token costs one position, not the whole context.
+  Tensor forward_cached(const Tensor& ids, KvCache& cache);
+  KvCache new_cache() const;
   void set_activation_checkpointing(ActivationCheckpointing mode);
 
  private:
