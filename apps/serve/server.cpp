@@ -7,6 +7,10 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <atomic>
 #include <csignal>
 #include <map>
@@ -23,6 +27,25 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections
+// overflows it, and the clients that do not fit wait for their SYN to be
+// sent again (1 s, then 3 s). Calling listen() again on the bound socket
+// raises the backlog; the socket is found among this process's descriptors.
+void raise_listen_backlog(int port) {
+  for (int fd = 3; fd < 1024; ++fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    int listening = 0;
+    socklen_t opt_len = sizeof listening;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &opt_len) != 0 || !listening) continue;
+    const int bound = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                                   : -1;
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
 extern "C" void on_signal(int) { g_stop = true; }
 
 // A request the client got wrong: its status and message.
@@ -56,6 +79,7 @@ class Server {
     routes();
     KILN_CHECK(http_.bind_to_port(o_.host.c_str(), o_.port), "cannot listen on ", o_.host, ":", o_.port,
                " (in use, or not this machine's address): choose another --port or --host");
+    raise_listen_backlog(o_.port);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::thread loader([&] { load_models(); });
