@@ -7,6 +7,7 @@ packages=(
   libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libsentencepiece-dev zlib1g-dev
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
+  clang-14 libclang-rt-14-dev             # libFuzzer, for the request-parsing fuzzer
   dataset-fashion-mnist fortunes          # the real data
   python3-torch python3-numpy             # PyTorch reference for parity tests and benchmarks
 )

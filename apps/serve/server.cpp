@@ -5,6 +5,8 @@
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/requests.h"
+
 #include <httplib.h>
 
 #include <arpa/inet.h>
@@ -47,12 +49,6 @@ void raise_listen_backlog(int port) {
   }
 }
 extern "C" void on_signal(int) { g_stop = true; }
-
-// A request the client got wrong: its status and message.
-struct HttpError : std::runtime_error {
-  int status;
-  HttpError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
-};
 
 struct ServedModel {
   std::string name, dir, recipe;
@@ -143,26 +139,6 @@ class Server {
     return *it->second;
   }
 
-  static json parse_body(const httplib::Request& req) {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) throw HttpError(400, "the request body is not valid JSON");
-    if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-    return body;
-  }
-
-  template <typename T>
-  static T field(const json& body, const std::string& key, const char* type, std::optional<T> fallback = {}) {
-    if (!body.contains(key)) {
-      if (fallback) return *fallback;
-      throw HttpError(400, "missing field '" + key + "'");
-    }
-    try {
-      return body.at(key).get<T>();
-    } catch (const json::exception&) {
-      throw HttpError(400, "field '" + key + "' must be " + type);
-    }
-  }
-
   // Wraps a handler: JSON errors for HttpError and anything else, metrics for all.
   httplib::Server::Handler handle(const std::string& endpoint, std::function<void(const httplib::Request&,
                                                                                    httplib::Response&)> f) {
@@ -216,14 +192,14 @@ class Server {
     }));
     http_.Post(R"(/v2/models/([^/]+)/infer)", handle("/v2/models/{name}/infer", [this](const httplib::Request& req,
                                                                                         httplib::Response& res) {
-      infer(model(req.matches[1]), parse_body(req), res);
+      infer(model(req.matches[1]), req.body, res);
     }));
     http_.Post("/v1/classify", handle("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) {
-      classify(parse_body(req), res);
+      classify(parse_classify(req.body, o_.batching.max_batch), res);
     }));
     http_.Post("/v1/completions", handle("/v1/completions", [this](const httplib::Request& req,
                                                                   httplib::Response& res) {
-      complete(parse_body(req), res);
+      complete(parse_completion(req.body), res);
     }));
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -246,61 +222,38 @@ class Server {
   }
 
   // KServe v2: {"inputs": [{"name", "shape": [N, 1, 28, 28] or [N, 784], "datatype": "FP32", "data": [...]}]}.
-  void infer(ServedModel& m, const json& body, httplib::Response& res) {
+  void infer(ServedModel& m, const std::string& body, httplib::Response& res) {
     if (m.kind != recipes::ModelKind::image_classifier)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + "; /v2/models/" + m.name +
                                "/infer serves image classifiers (use /v1/completions)");
-    if (!body.contains("inputs") || !body["inputs"].is_array() || body["inputs"].size() != 1 ||
-        !body["inputs"][0].is_object())
-      throw HttpError(400, "'inputs' must be an array of one tensor object");
-    const json& in = body["inputs"][0];
-    const auto shape = field<std::vector<int64_t>>(in, "shape", "an array of integers");
-    const auto datatype = field<std::string>(in, "datatype", "a string");
-    if (datatype != "FP32") throw HttpError(400, "datatype must be FP32, got " + datatype);
-    const bool flat = shape.size() == 2 && shape[1] == 784;
-    const bool image = shape.size() == 4 && shape[1] == 1 && shape[2] == 28 && shape[3] == 28;
-    if (!(flat || image) || shape[0] < 1)
-      throw HttpError(400, "shape must be [N, 1, 28, 28] or [N, 784] with N >= 1");
-    if (shape[0] > o_.batching.max_batch)
-      throw HttpError(400, "at most " + std::to_string(o_.batching.max_batch) + " images per request (--max-batch)");
-    const auto data = field<std::vector<float>>(in, "data", "an array of numbers");
-    if (int64_t(data.size()) != shape[0] * 784)
-      throw HttpError(400, "data holds " + std::to_string(data.size()) + " numbers; shape needs " +
-                               std::to_string(shape[0] * 784));
-    auto queued = m.batcher->submit(Tensor::from_vector(data, {shape[0], 1, 28, 28}));
+    const InferRequest r = parse_infer(body, o_.batching.max_batch);
+    auto queued = m.batcher->submit(Tensor::from_vector(r.pixels, {r.images, 1, 28, 28}));
     if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
     const Tensor probs = wait_for(*queued);
     const std::vector<float> p = probs.to_vector<float>();
     const std::vector<std::string> names = m.model->labels();
     json labels = json::array();
     const size_t classes = names.size();
-    for (int64_t i = 0; i < shape[0]; ++i) {
+    for (int64_t i = 0; i < r.images; ++i) {
       auto row = p.begin() + long(size_t(i) * classes);
       labels.push_back(names[size_t(std::max_element(row, row + long(classes)) - row)]);
     }
     res.set_content(json{{"model_name", m.name},
                          {"model_version", std::to_string(m.step)},
                          {"outputs", {{{"name", "probabilities"}, {"datatype", "FP32"},
-                                       {"shape", {shape[0], int64_t(classes)}}, {"data", p}},
-                                      {{"name", "label"}, {"datatype", "BYTES"}, {"shape", {shape[0]}},
+                                       {"shape", {r.images, int64_t(classes)}}, {"data", p}},
+                                      {{"name", "label"}, {"datatype", "BYTES"}, {"shape", {r.images}},
                                        {"data", labels}}}}}
                         .dump(),
                     "application/json");
   }
 
   // {"model", "input": "text" | ["texts"]} -> each text's label and class probabilities.
-  void classify(const json& body, httplib::Response& res) {
-    ServedModel& m = model(field<std::string>(body, "model", "a string"));
+  void classify(const ClassifyRequest& r, httplib::Response& res) {
+    ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::text_classifier)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text classifier");
-    if (!body.contains("input")) throw HttpError(400, "missing field 'input'");
-    std::vector<std::string> texts;
-    if (body["input"].is_string())
-      texts = {body["input"].get<std::string>()};
-    else
-      texts = field<std::vector<std::string>>(body, "input", "a string or an array of strings");
-    if (texts.empty() || int64_t(texts.size()) > o_.batching.max_batch)
-      throw HttpError(400, "'input' must hold 1 to " + std::to_string(o_.batching.max_batch) + " texts (--max-batch)");
+    const std::vector<std::string>& texts = r.texts;
     auto queued = m.batcher->submit(m.model->encode_texts(texts));
     if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
     const std::vector<float> p = wait_for(*queued).to_vector<float>();
@@ -319,25 +272,19 @@ class Server {
   }
 
   // OpenAI's /v1/completions: model, prompt, max_tokens, temperature, top_k, top_p, stop, seed, stream.
-  void complete(const json& body, httplib::Response& res) {
-    ServedModel& m = model(field<std::string>(body, "model", "a string"));
+  void complete(const CompletionRequest& r, httplib::Response& res) {
+    ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
-    const auto prompt = field<std::string>(body, "prompt", "a string", std::string());
+    const std::string& prompt = r.prompt;
     recipes::CompletionOptions co;
-    co.max_tokens = field<int64_t>(body, "max_tokens", "an integer", int64_t(16));
-    co.temperature = field<double>(body, "temperature", "a number", 1.0);
-    co.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
-    co.top_p = field<double>(body, "top_p", "a number", 1.0);
-    co.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
-    if (body.contains("stop") && body["stop"].is_string())
-      co.stop = {body["stop"].get<std::string>()};
-    else
-      co.stop = field<std::vector<std::string>>(body, "stop", "a string or an array of strings", std::vector<std::string>{});
-    if (co.max_tokens < 0 || co.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
-    if (!(co.temperature > 0)) throw HttpError(400, "temperature must be > 0");
-    if (!(co.top_p > 0 && co.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
-    const bool stream = field<bool>(body, "stream", "true or false", false);
+    co.max_tokens = r.max_tokens;
+    co.temperature = r.temperature;
+    co.top_k = r.top_k;
+    co.top_p = r.top_p;
+    co.seed = r.seed;
+    co.stop = r.stop;
+    const bool stream = r.stream;
     const std::string id = "cmpl-" + std::to_string(next_id_++);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();

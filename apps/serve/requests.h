@@ -1,0 +1,46 @@
+// Parsing and checking the bodies kiln serve accepts. Pure functions of the
+// body text (no model, no tensors), so the libFuzzer target
+// (tests/fuzz/request_fuzzer.cpp) can drive them with arbitrary bytes: each
+// either returns a valid request or throws HttpError(400, what is wrong).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kiln::serve {
+
+// A request the client got wrong: the HTTP status and a message for it.
+struct HttpError : std::runtime_error {
+  int status;
+  HttpError(int s, const std::string& message) : std::runtime_error(message), status(s) {}
+};
+
+// KServe v2 infer: one FP32 tensor of Fashion-MNIST images, [N, 1, 28, 28] or [N, 784].
+struct InferRequest {
+  int64_t images = 0;
+  std::vector<float> pixels;  // images x 784
+};
+InferRequest parse_infer(const std::string& body, int64_t max_batch);
+
+// /v1/classify: {"model", "input": "text" | ["texts"]}.
+struct ClassifyRequest {
+  std::string model;
+  std::vector<std::string> texts;
+};
+ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
+
+// /v1/completions: OpenAI's fields.
+struct CompletionRequest {
+  std::string model, prompt;
+  int64_t max_tokens = 16;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+};
+CompletionRequest parse_completion(const std::string& body);
+
+}  // namespace kiln::serve

@@ -1,0 +1,39 @@
+// libFuzzer target: arbitrary bytes as the body of every request kiln serve
+// parses. The contract: a parser returns a valid request or throws
+// HttpError(400); any other exception, a crash, or a sanitizer report is a
+// bug. Run by CTest for a bounded time (tests/fuzz/fuzz_tests.cmake).
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "apps/serve/requests.h"
+
+namespace {
+
+template <typename F>
+void expect_valid_or_400(F parse) {
+  try {
+    parse();
+  } catch (const kiln::serve::HttpError& e) {
+    if (e.status != 400) std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_infer(body, 64);
+    if (int64_t(r.pixels.size()) != r.images * 784 || r.images < 1 || r.images > 64) std::abort();
+  });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_classify(body, 64);
+    if (r.texts.empty() || r.texts.size() > 64) std::abort();
+  });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_completion(body);
+    if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature > 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
+  });
+  return 0;
+}
