@@ -8,6 +8,7 @@ packages=(
   libsentencepiece-dev zlib1g-dev
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
   clang-14 libclang-rt-14-dev             # libFuzzer, for the request-parsing fuzzer
+  chromium chromium-driver wrk curl       # the serving page's browser test; load for the serving benchmark
   dataset-fashion-mnist fortunes          # the real data
   python3-torch python3-numpy             # PyTorch reference for parity tests and benchmarks
 )

@@ -20,9 +20,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
       "POST /v2/models/NAME/infer (KServe v2: Fashion-MNIST images as FP32 [N,1,28,28] in [0,1]),\n"
       "POST /v1/classify ({\"model\", \"input\": \"text\" | [\"texts\"]} -> labels with probabilities),\n"
       "POST /v1/completions (OpenAI fields; \"stream\": true sends server-sent events).\n"
+      "GET / is a page to try the models and watch the runs under --runs train.\n"
       "Example: kiln serve --model mlp=runs/fashion-mlp --model gpt=runs/fortunes-gpt --port 8080");
-  cmd->add_option("--model", *model_specs, "NAME=RUN_DIR (a run or checkpoint directory); repeat for more")
-      ->required();
+  cmd->add_option("--model", *model_specs, "NAME=RUN_DIR (a run or checkpoint directory); repeat for more");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o->port, "port (default 8080)")->check(CLI::Range(1, 65535));
   cmd->add_option("--device", *device, "cpu, cuda or cuda:N");
@@ -34,6 +34,7 @@ std::function<int()> add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model; more get 503 (default 512)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");
+  cmd->add_option("--runs", o->runs_dir, "a directory of run directories whose curves the page at / plots");
   cmd->add_option("--http-threads", o->http_threads, "connections served at once (default 256)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--request-timeout-ms", o->request_timeout_ms, "answer 504 after this long (default 30000)")

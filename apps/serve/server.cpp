@@ -5,6 +5,7 @@
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/page.h"
 #include "apps/serve/requests.h"
 
 #include <httplib.h>
@@ -13,13 +14,18 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "kiln/backend/factory.h"
+#include "kiln/data/fashion_mnist.h"
 
 namespace kiln::serve {
 
@@ -175,6 +181,32 @@ class Server {
     http_.Get("/v2/health/live", handle("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(json{{"live", true}}.dump(), "application/json");
     }));
+    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(index_page(), "text/html; charset=utf-8");
+    });
+    http_.Get("/v1/runs", handle("/v1/runs", [this](const httplib::Request&, httplib::Response& res) {
+      json runs = json::array();
+      std::error_code ec;
+      if (!o_.runs_dir.empty())
+        for (const auto& e : std::filesystem::directory_iterator(o_.runs_dir, ec))
+          if (std::filesystem::exists(e.path() / "metrics.jsonl", ec)) runs.push_back(e.path().filename().string());
+      std::sort(runs.begin(), runs.end());
+      res.set_content(json{{"runs", runs}}.dump(), "application/json");
+    }));
+    http_.Get(R"(/v1/runs/([^/]+)/metrics)", handle("/v1/runs/{name}/metrics", [this](const httplib::Request& req,
+                                                                                      httplib::Response& res) {
+      const std::string name = req.matches[1];
+      if (o_.runs_dir.empty() || name == "." || name == "..") throw HttpError(404, "no run '" + name + "'");
+      std::ifstream in(std::filesystem::path(o_.runs_dir) / name / "metrics.jsonl", std::ios::binary);
+      if (!in) throw HttpError(404, "no run '" + name + "' with a metrics.jsonl under --runs");
+      std::ostringstream text;
+      text << in.rdbuf();
+      res.set_content(text.str(), "application/x-ndjson");
+    }));
+    http_.Get(R"(/v1/samples/fashion-mnist/(\d+))", handle("/v1/samples/fashion-mnist/{index}", [this](
+                                                               const httplib::Request& req, httplib::Response& res) {
+      res.set_content(fashion_sample(std::stoll(req.matches[1])).dump(), "application/json");
+    }));
     http_.Get("/metrics", handle("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
     }));
@@ -208,6 +240,25 @@ class Server {
                                                    : "request failed";
       res.set_content(json{{"error", {{"message", what}, {"code", res.status}}}}.dump(), "application/json");
     });
+  }
+
+  // A Fashion-MNIST test image for the page: pixels in [0, 1] and its label.
+  json fashion_sample(int64_t index) {
+    std::call_once(test_set_loaded_, [&] {
+      try {
+        test_set_ = data::load_fashion_mnist(data::FashionMnistPart::test);
+      } catch (const std::exception&) {
+      }
+    });
+    if (test_set_.size() == 0) throw HttpError(404, "the Fashion-MNIST test set is not installed (dataset-fashion-mnist)");
+    if (index < 0 || index >= test_set_.size())
+      throw HttpError(404, "test image " + std::to_string(index) + " does not exist (0 to " +
+                               std::to_string(test_set_.size() - 1) + ")");
+    const uint8_t* p = test_set_.images.data<uint8_t>() + index * 784;
+    std::vector<float> pixels(p, p + 784);
+    for (float& v : pixels) v /= 255.0f;
+    const int64_t label = test_set_.labels.data<int64_t>()[index];
+    return {{"index", index}, {"pixels", pixels}, {"label", data::fashion_mnist_class_names()[size_t(label)]}};
   }
 
   static json model_metadata(const ServedModel& m) {
@@ -330,12 +381,15 @@ class Server {
   std::atomic<bool> ready_{false};
   std::string load_error_;
   std::atomic<int64_t> next_id_{1};
+  std::once_flag test_set_loaded_;
+  data::ImageDataset test_set_;
 };
 
 }  // namespace
 
 int run_server(const ServeOptions& options, const recipes::Log& log) {
-  KILN_CHECK(!options.models.empty(), "kiln serve needs at least one --model NAME=RUN_DIR");
+  KILN_CHECK(!options.models.empty() || !options.runs_dir.empty(),
+             "kiln serve needs a --model NAME=RUN_DIR to serve, or --runs DIR to watch");
   g_stop = false;
   Server server(options, log);
   return server.run();

@@ -18,6 +18,7 @@ struct ServeOptions {
   size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
   int64_t request_timeout_ms = 30000;       // a request not answered by then gets 504
   size_t http_threads = 256;                 // connections served at once (each waits on its batch)
+  std::string runs_dir;                      // the page plots the runs under it (--runs)
 };
 
 // Serves until SIGTERM or SIGINT, then stops accepting, finishes the
