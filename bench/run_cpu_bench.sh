@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CPU training throughput, Kiln against PyTorch, and Kiln's matrix product
+# CPU training throughput, Kiln against PyTorch (Debian's 1.13, and 2.x from
+# PyPI eager and with torch.compile), and Kiln's matrix product
 # against raw OpenBLAS. Builds kiln_bench if needed, then for each thread count
 # runs every model in Kiln and in PyTorch back to back, REPEATS times
 # interleaved, and prints markdown tables of the medians.
@@ -23,6 +24,9 @@ REPEATS="${REPEATS:-3}"
 MODELS="${MODELS:-mlp cnn gpt}"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
+# PyTorch 2 from PyPI, in a cached venv outside the repo (bench/torch2_venv.sh); TORCH2=0 leaves it out.
+TORCH2_PYTHON=""
+[[ "${TORCH2:-1}" != 0 && -z "${REPORT_ONLY:-}" ]] && TORCH2_PYTHON="$("$ROOT/bench/torch2_venv.sh")"
 RAW="${RAW:-$(mktemp /tmp/kiln_cpu_bench.XXXXXX.jsonl)}"
 
 # Steps and warmup per model, sized so a repeat takes a few seconds on 1 core.
@@ -32,19 +36,27 @@ print_tables() {
   "$PYTHON" - "$1" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+for r in rows:  # older raw files call Debian's 1.13 just "torch"
+    if r.get("engine") == "torch":
+        r["engine"] = "torch1"
 models = [r for r in rows if r["model"] != "matmul"]
 keys = sorted({(r["model"], r["threads"]) for r in models}, key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1]))
+engines = [e for e in ["torch1", "torch2-eager", "torch2-compile"] if any(r["engine"] == e for r in models)]
+names = {"torch1": "PyTorch 1.13", "torch2-eager": "PyTorch 2 eager", "torch2-compile": "PyTorch 2 compiled"}
 if keys:
-    print("| model | threads | unit | Kiln items/s | PyTorch items/s | Kiln / PyTorch | per repeat |")
-    print("|---|---:|---|---:|---:|---:|---|")
+    print("| model | threads | unit | Kiln | " + " | ".join(names[e] for e in engines) + " | Kiln / best | per repeat |")
+    print("|---|---:|---|---:|" + "---:|" * len(engines) + "---:|---|")
 for model, threads in keys:
     def runs(engine):
         return [r["items_per_s"] for r in models if (r["model"], r["threads"], r["engine"]) == (model, threads, engine)]
-    k, p = runs("kiln"), runs("torch")
+    k = runs("kiln")
+    peers = {e: runs(e) for e in engines}
     unit = next(r["unit"] for r in models if r["model"] == model)
-    each = ", ".join(f"{a / b:.2f}" for a, b in zip(k, p))  # the runs were interleaved, so pair them
-    print(f"| {model} | {threads} | {unit} | {statistics.median(k):,.0f} | {statistics.median(p):,.0f} | "
-          f"**{statistics.median(k) / statistics.median(p):.2f}** | {each} |")
+    best = max(statistics.median(v) for v in peers.values() if v)
+    # The runs were interleaved: pair each repeat's Kiln with that repeat's best peer.
+    each = ", ".join(f"{a / max(p[i] for p in peers.values() if len(p) > i):.2f}" for i, a in enumerate(k))
+    cells = " | ".join(f"{statistics.median(peers[e]):,.0f}" if peers[e] else "-" for e in engines)
+    print(f"| {model} | {threads} | {unit} | {statistics.median(k):,.0f} | {cells} | **{statistics.median(k) / best:.2f}** | {each} |")
 print()
 if not any(r["model"] == "matmul" for r in rows):
     sys.exit(0)
@@ -86,6 +98,10 @@ for t in $THREADS; do
       args=(--model "$m" --threads "$t" --steps "$steps" --warmup "$warmup")
       "$BUILD_DIR/kiln_bench" "${args[@]}" >>"$RAW"
       "$PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
+      if [[ -n "$TORCH2_PYTHON" ]]; then
+        "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
+        "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" --compile >>"$RAW"
+      fi
       echo "  threads $t, repeat $r/$REPEATS: $m done" >&2
     done
   done

@@ -47,10 +47,14 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: the fused kernel, as nanoGPT uses
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
 
@@ -95,7 +99,9 @@ class Gpt(nn.Module):
 
 
 def time_training(args, model, loss_fn):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # weight_decay 0.01, as Kiln's default
+    # weight_decay 0.01, as Kiln's default; PyTorch 2 runs its fused (single-pass) AdamW on the CPU too.
+    fused = {"fused": True} if int(torch.__version__.split(".")[0]) >= 2 else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fused)
 
     def step():
         loss = loss_fn()
@@ -122,28 +128,33 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=0, help="0: the model's default (128 images, 16 sequences)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2; compiling is warmup)")
     args = p.parse_args()
     if args.threads < 1 or args.steps < 1 or args.warmup < 0 or args.batch < 0:
         raise SystemExit("torch_bench: --threads and --steps must be positive, --warmup and --batch non-negative")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
-    out = {"engine": "torch", "torch_version": torch.__version__, "model": args.model, "threads": args.threads,
+    major = torch.__version__.split(".")[0]
+    engine = "torch1" if major == "1" else ("torch2-compile" if args.compile else "torch2-eager")
+    out = {"engine": engine, "torch_version": torch.__version__, "model": args.model, "threads": args.threads,
            "steps": args.steps, "warmup": args.warmup}
     if args.model in ("mlp", "cnn"):
         B = args.batch or 128
         model = make_mlp() if args.model == "mlp" else make_cnn()
         model.train()
+        run = torch.compile(model) if args.compile else model
         x = torch.rand(B, 1, 28, 28) * 2 - 1
         y = torch.randint(0, 10, (B,))
-        sps = time_training(args, model, lambda: F.cross_entropy(model(x), y))
+        sps = time_training(args, model, lambda: F.cross_entropy(run(x), y))
         out.update(batch=B, params=sum(p.numel() for p in model.parameters()), unit="images/s", items_per_s=sps * B, step_ms=1e3 / sps)
     else:
         B, T = args.batch or 16, 128
         model = Gpt()
         model.train()
+        run = torch.compile(model) if args.compile else model
         ids = torch.randint(0, 2048, (B, T))
         targets = torch.randint(0, 2048, (B, T))
-        sps = time_training(args, model, lambda: model(ids, targets))
+        sps = time_training(args, model, lambda: run(ids, targets))
         out.update(batch=B, params=sum(p.numel() for p in model.parameters()), unit="tokens/s", items_per_s=sps * B * T, step_ms=1e3 / sps)
     print(json.dumps(out, sort_keys=True))
 
