@@ -120,12 +120,12 @@ async function start() {
   try { models = (await json('/v1/models')).data; } catch (e) { $('models').textContent = e.message; setTimeout(start, 1000); return; }
   $('models').textContent = 'models: ' + models.map(m => `${m.id} (${m.kind})`).join(', ');
   fill($('classify-model'), 'text-classifier'); fill($('complete-model'), 'language-model'); fill($('image-model'), 'image-classifier');
+  await watchRuns();
+  setInterval(watchRuns, 2000);
   const q = new URLSearchParams(location.search);
   if (q.get('classify')) { $('classify-text').value = q.get('classify'); if (q.get('model')) $('classify-model').value = q.get('model'); await classify(); }
   if (q.get('image')) { $('image-index').value = q.get('image'); await classifyImage(); }
   if (q.get('prompt')) { $('prompt').value = q.get('prompt'); await complete(); }
-  await watchRuns();
-  setInterval(watchRuns, 2000);
 }
 start();
 </script></body></html>

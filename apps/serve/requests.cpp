@@ -1,6 +1,10 @@
 #include "apps/serve/requests.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -17,17 +21,36 @@ json parse_object(const std::string& text) {
   return body;
 }
 
+// Whether `v` holds a T exactly. Converting a JSON number that does not fit
+// (1e30 to an integer, 1e300 to a float) is undefined behaviour, so it is
+// refused before any conversion (the fuzzer found this).
+template <typename T>
+bool fits(const json& v) {
+  if constexpr (std::is_same_v<T, int64_t>)
+    return v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX));
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  else if constexpr (std::is_same_v<T, double>)
+    return v.is_number();
+  else if constexpr (std::is_same_v<T, float>)
+    return v.is_number() && std::abs(v.get<double>()) <= double(std::numeric_limits<float>::max());
+  else if constexpr (std::is_same_v<T, bool>)
+    return v.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>)
+    return v.is_string();
+  else  // std::vector<E>
+    return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return fits<typename T::value_type>(e); });
+}
+
 template <typename T>
 T field(const json& body, const std::string& key, const char* type, std::optional<T> fallback = {}) {
   if (!body.contains(key)) {
     if (fallback) return *fallback;
     throw HttpError(400, "missing field '" + key + "'");
   }
-  try {
-    return body.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw HttpError(400, "field '" + key + "' must be " + type);
-  }
+  const json& v = body.at(key);
+  if (!fits<T>(v)) throw HttpError(400, "field '" + key + "' must be " + type);
+  return v.get<T>();
 }
 
 }  // namespace
@@ -48,7 +71,7 @@ InferRequest parse_infer(const std::string& text, int64_t max_batch) {
     throw HttpError(400, "at most " + std::to_string(max_batch) + " images per request (--max-batch)");
   InferRequest r;
   r.images = shape[0];
-  r.pixels = field<std::vector<float>>(in, "data", "an array of numbers");
+  r.pixels = field<std::vector<float>>(in, "data", "an array of FP32 numbers");
   if (int64_t(r.pixels.size()) != r.images * 784)
     throw HttpError(400, "data holds " + std::to_string(r.pixels.size()) + " numbers; shape needs " +
                              std::to_string(r.images * 784));

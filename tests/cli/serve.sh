@@ -18,7 +18,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
   >"$WORK/page-server.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
-run 0 "$CHROMIUM" --headless --no-sandbox --disable-gpu --virtual-time-budget=15000 --dump-dom \
+run 0 "$CHROMIUM" --headless --no-sandbox --disable-gpu --virtual-time-budget=60000 --dump-dom \
   "http://127.0.0.1:$port/?classify=The%20compiler%20crashed%20again&model=cls&image=1&prompt=The%20"
 kill -TERM "$server"
 wait "$server" || fail "the page's server did not exit cleanly"
