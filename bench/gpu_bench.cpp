@@ -14,7 +14,7 @@
 #include <functional>
 
 #include "kiln/amp/autocast.h"
-#include "kiln/cpu/omp_policy.h"
+#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 #include "models/vision/classifiers.h"
@@ -114,7 +114,7 @@ double cnn_inference_seconds(int64_t batch, Device d, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  use_passive_openmp_waiting(argv);
+  apply_runtime_defaults(argv);
   CLI::App app{"Kiln GPU benchmarks"};
   app.require_subcommand(1);
   std::string device = "cuda", dtype = "bf16", precision = "bf16";

@@ -24,7 +24,7 @@
 
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/backend.h"
-#include "kiln/cpu/omp_policy.h"
+#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/nn/init.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
@@ -216,7 +216,7 @@ nlohmann::json bench_matmul(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kiln::use_passive_openmp_waiting(argv);
+  kiln::apply_runtime_defaults(argv);
   try {
     Options o = parse(argc, argv);
     kiln::set_num_threads(o.threads);

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "kiln/backend/backend.h"
-#include "kiln/cpu/omp_policy.h"
+#include "kiln/cpu/runtime_defaults.h"
 
 int main(int argc, char** argv) {
-  kiln::use_passive_openmp_waiting(argv);
+  kiln::apply_runtime_defaults(argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -8,11 +8,11 @@
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
-#include "kiln/cpu/omp_policy.h"
+#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/dist/world.h"
 
 int main(int argc, char** argv) {
-  kiln::use_passive_openmp_waiting(argv);
+  kiln::apply_runtime_defaults(argv);
   try {
     kiln::dist::init_from_environment(&argc, &argv);  // under mpirun: join the job's ranks
   } catch (const std::exception& e) {

@@ -16,7 +16,7 @@
 // threads, which fight OpenMP workers for the cores around every GEMM.
 // Measured on the Fashion-MNIST CNN shapes (2 cores): with libgomp's default
 // spinning, OpenMP copies made the whole op 2-10x slower; with passive
-// waiting (kiln/cpu/omp_policy.h) they were still no faster than serial
+// waiting (kiln/cpu/runtime_defaults.h) they were still no faster than serial
 // copies, which are memory-bound and a fraction of the GEMM time. Every sum
 // outside BLAS has a fixed order that depends only on the shapes, so results
 // are bitwise reproducible run to run. (They can differ between 1 and 2+

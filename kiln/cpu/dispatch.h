@@ -11,7 +11,7 @@
 namespace kiln::cpu {
 
 // Below this many elements a cheap elementwise loop runs on one thread: with
-// passive OpenMP waiting (omp_policy.h) waking the pool costs tens of
+// passive OpenMP waiting (runtime_defaults.h) waking the pool costs tens of
 // microseconds, more than such a loop takes (measured on the MLP: 2 threads
 // ran slower than 1 at a threshold of 32768).
 constexpr int64_t kParallelMinElements = int64_t(1) << 17;

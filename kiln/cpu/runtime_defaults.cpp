@@ -1,16 +1,42 @@
-#include "kiln/cpu/omp_policy.h"
+#include "kiln/cpu/runtime_defaults.h"
 
+#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 namespace kiln {
 
-void use_passive_openmp_waiting(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);
-  // exec failed (no /proc): carry on with libgomp's default policy.
+const char* openblas_core_override() {
+  const char* detected = openblas_get_corename();
+  const std::string core = detected ? detected : "";
+  // OpenBLAS's generic fallbacks for an x86-64 CPU it cannot place.
+  if (core != "Prescott" && core != "Core2" && core != "Nehalem" && core != "Penryn" && core != "Dunnington")
+    return nullptr;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // (Not "COOPERLAKE": OpenBLAS 0.3.21 does not accept that name here.)
+  if (__builtin_cpu_supports("avx512f")) return "SKYLAKEX";
+  if (__builtin_cpu_supports("avx2")) return "HASWELL";
+#endif
+  return nullptr;
+}
+
+void apply_runtime_defaults(char** argv) {
+  bool changed = false;
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    changed = true;
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    if (const char* core = openblas_core_override()) {
+      setenv("OPENBLAS_CORETYPE", core, 1);
+      changed = true;
+    }
+  }
+  if (changed) execv("/proc/self/exe", argv);
+  // Nothing to change, or exec failed (no /proc): carry on with the libraries' defaults.
 }
 
 }  // namespace kiln

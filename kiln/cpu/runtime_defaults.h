@@ -1,17 +1,29 @@
-// libgomp's default makes idle OpenMP threads spin for a while after each
-// parallel region. On a busy or small machine (CI's 2 cores, a data-loading
-// thread beside the workers) the spinning steals the cores the work needs:
-// measured here, a training step ran 25x slower under load. Passive waiting
-// costs a few microseconds per region instead. libgomp reads the policy once
-// when it is loaded, before main() runs, so the only way to change the
-// default is to set the variable and re-execute the program.
+// Settings the libraries Kiln runs on read once, when they are loaded,
+// before main() runs: the only way to change their defaults is to set the
+// variables and re-execute the program (once; a user's own values win).
+//
+//  * OMP_WAIT_POLICY=PASSIVE. libgomp's default makes idle OpenMP threads
+//    spin after each parallel region; on a busy or small machine (CI's 2
+//    cores, a data-loading thread beside the workers) that steals the cores
+//    the work needs: a training step ran 25x slower under load. Passive
+//    waiting costs a few microseconds per region.
+//  * OPENBLAS_CORETYPE. OpenBLAS picks its kernels from the CPU's model;
+//    a model it does not know (a virtual machine's "Intel Xeon Processor",
+//    a CPU newer than the library) falls back to Prescott's SSE3 kernels.
+//    Measured on this project's AVX-512 machine: 33 GFLOP/s instead of 160
+//    for a square fp32 GEMM on one core. When that happens, Kiln names the
+//    kernel family the CPU's features support (SkylakeX for AVX-512,
+//    Haswell for AVX2).
 #pragma once
 
 namespace kiln {
 
-// If OMP_WAIT_POLICY is unset, sets it to PASSIVE and re-executes the program
-// with the same arguments. A user's own OMP_WAIT_POLICY is respected. Call
-// first thing in main().
-void use_passive_openmp_waiting(char** argv);
+// Call first thing in main(): sets what is unset and re-executes the
+// program with the same arguments, or returns if nothing needs changing.
+void apply_runtime_defaults(char** argv);
+
+// The OpenBLAS kernel family for this CPU when OpenBLAS fell back to a
+// generic one, or nullptr when its own choice stands.
+const char* openblas_core_override();
 
 }  // namespace kiln
