@@ -8,9 +8,11 @@
 
 #include "apps/recipes/recipe.h"
 #include "kiln/backend/factory.h"
+#include "kiln/cpu/runtime_defaults.h"
 
 int main(int argc, char** argv) {
   using namespace kiln;
+  apply_runtime_defaults(argv);  // the same OpenMP and OpenBLAS settings as kiln serve
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_serve_raw RUN_DIR [BATCH]\n");
     return 2;
