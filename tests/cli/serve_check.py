@@ -75,6 +75,12 @@ def in_parallel(fns):
 
 
 imgs, truth = images(200)
+
+# A model that cannot load ends the server with a message naming it (exit 1), never a half-working server.
+bad = subprocess.run([KILN, "serve", "--model", "nope=/nonexistent/run", "--port", str(free_port())],
+                     capture_output=True, text=True, timeout=60)
+check(bad.returncode == 1 and "cannot load model nope from /nonexistent/run" in bad.stdout + bad.stderr,
+      f"a model that cannot load ends the server with exit 1 and says which ({bad.returncode})")
 proc, base = start("--max-body", "1MiB", "--max-batch", "128")
 
 # --- every endpoint
