@@ -85,13 +85,18 @@ class Server {
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::thread loader([&] { load_models(); });
+    std::atomic<bool> listening_ended{false};
     std::thread watcher([&] {
       while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       log_("kiln serve: stopping: no new requests; finishing those in flight");
-      http_.stop();  // the worker pool drains its queued requests before it ends
+      // The worker pool drains its queued requests before it ends. stop()
+      // does nothing before listen has started, so wait for that first.
+      while (!listening_ended && !http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!listening_ended) http_.stop();
     });
     log_("kiln serve: listening on http://" + o_.host + ":" + std::to_string(o_.port));
     http_.listen_after_bind();
+    listening_ended = true;
     g_stop = true;
     watcher.join();
     loader.join();
