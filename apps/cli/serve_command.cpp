@@ -34,6 +34,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model; more get 503 (default 512)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");
+  cmd->add_option("--warmup", o->warmup_batches,
+                  "full batches to run through each model before /health says ready (default 0)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--runs", o->runs_dir, "a directory of run directories whose curves the page at / plots");
   cmd->add_option("--http-threads", o->http_threads, "connections served at once (default 256)")
       ->check(CLI::PositiveNumber);

@@ -219,6 +219,18 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
   KILN_CHECK(!logits.empty(), "sampling needs at least one logit");
   KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
   KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
+  if ((top_k <= 0 || size_t(top_k) >= logits.size()) && top_p >= 1) {
+    // The whole vocabulary: no order is needed, so none is sorted.
+    const float max_logit = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> probs(logits.size());
+    double total = 0;
+    for (size_t i = 0; i < logits.size(); ++i) total += probs[i] = std::exp((logits[i] - max_logit) / temperature);
+    const double u = gen.uniform() * total;
+    double acc = 0;
+    for (size_t i = 0; i < probs.size(); ++i)
+      if (u < (acc += probs[i])) return int32_t(i);
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
   // Temperature, then keep the top_k logits, then sample from the softmax.
   std::vector<int32_t> order(logits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
