@@ -263,10 +263,17 @@ proc.wait(timeout=10)
 proc, base = start("--max-delay-us", "300000", "--max-batch", "64")
 box = {}
 threading.Timer(0.1, lambda: proc.send_signal(signal.SIGTERM)).start()
-results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(8)])
+in_flight = [lambda: call("POST", base + "/v1/completions", dict(long_req, max_tokens=300)),
+             lambda: complete(base, dict(long_req, max_tokens=300, stream=True))]
+results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(8)] + in_flight)
+plain_done, streamed_done = results[8], results[9]
+results = results[:8]
 check(all(r[0] == 200 for r in results) and
       [json.loads(r[1])["outputs"][1]["data"][0] for r in results] == labels[:8],
       "requests in flight at SIGTERM are all answered, correctly")
+check(plain_done[0] == 200 and json.loads(plain_done[1])["usage"]["completion_tokens"] == 300 and
+      streamed_done == json.loads(plain_done[1])["choices"][0]["text"],
+      "completions in flight at SIGTERM (plain and streamed) run to their end")
 check(proc.wait(timeout=10) == 0, "the server exits 0 after SIGTERM")
 try:
     call("GET", base + "/health")
