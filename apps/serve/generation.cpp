@@ -40,7 +40,7 @@ void GenerationScheduler::deliver(Running& r) {
   if (finished) metrics_.tokens(model_, r.completion->result().completion_tokens);
   {
     std::lock_guard<std::mutex> lock(r.job->mutex);
-    r.job->text += piece;
+    if (!piece.empty()) r.job->pieces.push_back(std::move(piece));
     r.job->started = true;
     if (finished) {
       r.job->result = r.completion->result();

@@ -31,7 +31,7 @@ struct GenerationJob {
   std::mutex mutex;
   std::condition_variable changed;
   // Guarded by mutex:
-  std::string text;  // pieces made and not yet taken by the handler
+  std::deque<std::string> pieces;  // text made and not yet taken by the handler, a piece per step
   bool started = false, finished = false;
   recipes::Completion result;  // once finished
   std::exception_ptr error;    // set instead of finished when the model failed

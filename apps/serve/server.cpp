@@ -411,9 +411,13 @@ class Server {
           for (;;) {
             std::unique_lock<std::mutex> lock(job->mutex);
             const bool moved = job->changed.wait_for(
-                lock, timeout, [&] { return !job->text.empty() || job->finished || job->error; });
-            std::string piece = std::move(job->text);
-            job->text.clear();
+                lock, timeout, [&] { return !job->pieces.empty() || job->finished || job->error; });
+            std::string piece;
+            if (!job->pieces.empty()) {
+              piece = std::move(job->pieces.front());
+              job->pieces.pop_front();
+            }
+            const bool more = !job->pieces.empty();
             const bool finished = job->finished;
             const std::exception_ptr error = job->error;
             const std::string finish_reason = job->result.finish_reason;
@@ -431,7 +435,7 @@ class Server {
                   what = e.what();
                 }
               send(json{{"error", {{"message", what}, {"code", 500}}}});
-            } else if (!finished) {
+            } else if (!finished || more) {
               continue;
             } else {
               send(chunk("", finish_reason));
