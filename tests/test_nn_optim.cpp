@@ -157,5 +157,40 @@ TEST(Models, GptKvCacheMatchesTheFullForward) {
   }
 }
 
+// Continuous batching: one decode step for three sequences at different
+// positions, each with its own cache, gives each the logits its own
+// one-at-a-time cached step gives, and leaves the caches as those would.
+TEST(Models, GptBatchedDecodeMatchesOneSequenceAtATime) {
+  models::GptConfig c;
+  c.vocab_size = 30, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  Generator g(6);
+  models::Gpt gpt(c, g, std::make_shared<Generator>(1));
+  gpt.eval();
+  NoGradGuard ng;
+  const std::vector<std::vector<int64_t>> prompts = {{3, 1, 4}, {1, 5, 9, 2, 6, 5}, {7}};
+  std::vector<models::KvCache> alone, together;
+  for (const auto& p : prompts) {
+    alone.push_back(gpt.new_cache());
+    together.push_back(gpt.new_cache());
+    gpt.forward_cached(Tensor::from_vector(p, {1, int64_t(p.size())}), alone.back());
+    gpt.forward_cached(Tensor::from_vector(p, {1, int64_t(p.size())}), together.back());
+  }
+  const std::vector<int32_t> next = {8, 2, 11};
+  std::vector<models::KvCache*> caches = {&together[0], &together[1], &together[2]};
+  for (int step = 0; step < 2; ++step) {  // the second step reaches the last cache slot for the long prompt
+    Tensor batched = gpt.forward_decode(next, caches);
+    ASSERT_EQ(batched.shape(), (Shape{3, 30}));
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      Tensor one = gpt.forward_cached(Tensor::from_vector<int64_t>({next[b]}, {1, 1}), alone[b]);
+      EXPECT_LT(testing::max_abs_diff(slice(batched, 0, int64_t(b), int64_t(b) + 1), one), 1e-5)
+          << "sequence " << b << ", step " << step;
+      EXPECT_EQ(together[b].length, alone[b].length);
+    }
+  }
+  EXPECT_EQ(together[1].length, 8);
+  EXPECT_THROW(gpt.forward_decode({1}, {&together[1]}), Error);  // full: the caller starts it over
+  EXPECT_THROW(gpt.forward_decode({1, 2}, {&together[0]}), Error);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -10,6 +10,8 @@
 
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/recipe.h"
+#include "apps/recipes/common.h"
+#include "apps/recipes/inference.h"
 #include "kiln/io/checkpoint.h"
 
 #include "run_test_util.h"
@@ -268,6 +270,74 @@ namespace {
 
 // --preset/--n-layer... shape the GPT; the saved config is what a resume
 // builds, and a different one is refused.
+// What kiln serve runs for /v1/completions: a completion started and
+// advanced a token at a time, alone or in a batch with others (continuous
+// batching), gives exactly the text of Gpt::generate with the same seed,
+// across the end of the context window; the streamed pieces make that text.
+TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
+  fs::path dir = fresh_dir("gpt-completions");
+  recipes::TrainOptions o;
+  o.recipe = "fortunes-gpt";
+  o.steps = 2;
+  o.batch_size = 2;
+  o.model_overrides = {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 2}, {"block_size", 16}};
+  o.out_dir = dir.string();
+  o.progress = false;
+  o.threads = 2;
+  o.cache_dir = std::string(KILN_BINARY_DIR) + "/test-cache";
+  recipes::train(o, [](const std::string&) {});
+  const std::string ck_dir = *latest_checkpoint(dir.string());
+  Checkpoint ck = load_checkpoint(ck_dir);
+  const data::Tokenizer tok = recipes::load_run_tokenizer(ck_dir, ck);
+  Generator init(0);
+  models::Gpt gpt(models::GptConfig::from_json(ck.state.at("config")), init, std::make_shared<Generator>(0));
+  gpt.load_parameters(recipes::to_pairs(ck.model));
+  gpt.eval();
+  recipes::LoadedModel served = recipes::load_for_inference(dir.string(), Device::cpu());
+
+  const std::string prompt = "The ";
+  std::vector<recipes::CompletionOptions> options;
+  std::vector<std::string> expected;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    recipes::CompletionOptions co;
+    co.max_tokens = 10 + int64_t(seed) * 9;  // up to 46 tokens: past the 16-token context
+    co.temperature = 1.0;
+    co.top_k = 0;
+    co.seed = seed;
+    options.push_back(co);
+    std::vector<int32_t> ids{tok.end_of_text_id()}, fresh;
+    for (int32_t t : tok.encode(prompt)) ids.push_back(t);
+    Generator gen(seed);
+    gpt.generate(ids, co.max_tokens, co.temperature, co.top_k, gen, co.top_p, [&](int32_t t) {
+      if (t == tok.end_of_text_id()) return false;
+      fresh.push_back(t);
+      return true;
+    });
+    expected.push_back(tok.decode(fresh));
+  }
+  int64_t lengths = 0;  // the longest
+  for (size_t i = 0; i < options.size(); ++i) {
+    std::string streamed;
+    const recipes::Completion alone =
+        served.model->complete(prompt, options[i], [&](const std::string& piece) { streamed += piece; });
+    EXPECT_EQ(alone.text, expected[i]) << "seed " << options[i].seed;
+    EXPECT_EQ(streamed, alone.text);
+    lengths = std::max(lengths, alone.completion_tokens);
+  }
+  EXPECT_GT(lengths, 16) << "some completion should run past the context window";
+  std::vector<std::unique_ptr<recipes::PendingCompletion>> running;
+  std::vector<recipes::PendingCompletion*> batch;
+  for (const auto& co : options) {
+    running.push_back(served.model->start_completion(prompt, co));
+    batch.push_back(running.back().get());
+  }
+  for (int step = 0; step < 100; ++step) served.model->advance_completions(batch);
+  for (size_t i = 0; i < options.size(); ++i) {
+    ASSERT_TRUE(running[i]->finished());
+    EXPECT_EQ(running[i]->result().text, expected[i]) << "seed " << options[i].seed << " in a batch";
+  }
+}
+
 TEST(RecipeRuns, GptModelOverridesAreSavedAndKeptOnResume) {
   fs::path dir = fresh_dir("gpt-overrides");
   recipes::TrainOptions o;

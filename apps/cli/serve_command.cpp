@@ -19,21 +19,26 @@ std::function<int()> add_serve_command(CLI::App& app) {
       "Endpoints: GET /health, /v1/models, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus);\n"
       "POST /v2/models/NAME/infer (KServe v2: Fashion-MNIST images as FP32 [N,1,28,28] in [0,1]),\n"
       "POST /v1/classify ({\"model\", \"input\": \"text\" | [\"texts\"]} -> labels with probabilities),\n"
-      "POST /v1/completions (OpenAI fields; \"stream\": true sends server-sent events).\n"
+      "POST /v1/completions (OpenAI fields and ignore_eos; \"stream\": true sends server-sent events),\n"
+      "batched continuously: completions join and leave the running batch between decode steps.\n"
       "GET / is a page to try the models and watch the runs under --runs train.\n"
       "Example: kiln serve --model mlp=runs/fashion-mlp --model gpt=runs/fortunes-gpt --port 8080");
   cmd->add_option("--model", *model_specs, "NAME=RUN_DIR (a run or checkpoint directory); repeat for more");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o->port, "port (default 8080)")->check(CLI::Range(1, 65535));
   cmd->add_option("--device", *device, "cpu, cuda or cuda:N");
-  cmd->add_option("--max-batch", o->batching.max_batch, "rows per batch on the device (default 32)")
+  cmd->add_option("--max-batch", o->batching.max_batch,
+                  "rows per batch on the device; for language models, completions per decode step (default 32)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-delay-us", o->batching.max_delay_us,
                   "how long a request may wait for others to batch with (default 2000)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model; more get 503 (default 512)")
+  cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model (language models: waiting or running); more get 503 (default 512)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");
+  cmd->add_option("--warmup", o->warmup_batches,
+                  "full batches to run through each model before /health says ready (default 0)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--runs", o->runs_dir, "a directory of run directories whose curves the page at / plots");
   cmd->add_option("--http-threads", o->http_threads, "connections served at once (default 256)")
       ->check(CLI::PositiveNumber);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "apps/recipes/common.h"
@@ -149,63 +150,164 @@ std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
   return model;
 }
 
-// A fortunes GPT for kiln serve: completions streamed as they are sampled.
-// Text is handed out only once no stop string can still begin in it.
+// A completion of the fortunes GPT in progress: its tokens, its KV cache
+// and its own sampler. Text is handed out only once no stop string can still
+// begin in it.
+class GptCompletion final : public PendingCompletion {
+ public:
+  GptCompletion(const data::Tokenizer& tok, const CompletionOptions& o, models::KvCache cache)
+      : tok_(tok), o_(o), cache_(std::move(cache)), gen_(o.seed) {
+    for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
+    c_.finish_reason = "length";
+  }
+  bool finished() const override { return finished_; }
+  std::string take_text() override {
+    const size_t ready = finished_ ? text_.size() : (text_.size() > hold_ ? text_.size() - hold_ : 0);
+    if (ready <= sent_) return {};
+    std::string piece = text_.substr(sent_, ready - sent_);
+    sent_ = ready;
+    return piece;
+  }
+  const Completion& result() const override { return c_; }
+
+  // The sampled token joins the text (or ends it).
+  void accept(int32_t token) {
+    tokens_.push_back(token);
+    ++sampled_;
+    if (token == tok_.end_of_text_id()) {
+      c_.finish_reason = "stop";
+      finished_ = true;
+    } else {
+      fresh_.push_back(token);
+      ++c_.completion_tokens;
+      append_text();
+      for (const auto& s : o_.stop) {
+        const size_t at = s.empty() ? std::string::npos : text_.find(s);
+        if (at == std::string::npos) continue;
+        text_.resize(at);
+        c_.finish_reason = "stop";
+        finished_ = cut_ = true;
+      }
+    }
+    if (sampled_ >= o_.max_tokens) finished_ = true;
+    if (finished_ && !cut_ && read_ < fresh_.size()) text_ = tok_.decode(fresh_);  // a partial character at the end
+    if (finished_) c_.text = text_;
+  }
+  // Decoding all the new tokens again for each one would cost O(n^2) over a
+  // completion; instead (as TGI does) decode a short window twice, with and
+  // without the new tokens, and append the difference once it is not a
+  // partial UTF-8 character (SentencePiece decodes those as U+FFFD).
+  void append_text() {
+    auto decode = [&](size_t from, size_t to) {
+      return tok_.decode(std::vector<int32_t>(fresh_.begin() + long(from), fresh_.begin() + long(to)));
+    };
+    const std::string before = decode(prefix_, read_), now = decode(prefix_, fresh_.size());
+    if (now.compare(0, before.size(), before) != 0) {  // the window decodes differently alone: decode it all
+      text_ = decode(0, fresh_.size());
+    } else {
+      if (now.size() == before.size() || now.ends_with("\xEF\xBF\xBD")) return;  // wait for the rest of a character
+      text_ += now.substr(before.size());
+    }
+    prefix_ = read_;
+    read_ = fresh_.size();
+  }
+  int32_t sample(std::vector<float> logits) {
+    if (o_.ignore_eos) logits[size_t(tok_.end_of_text_id())] = -std::numeric_limits<float>::infinity();
+    return models::sample_token(logits, o_.temperature, o_.top_k, o_.top_p, gen_);
+  }
+  // The tokens to run through an empty cache: all, or once the context is
+  // full the last block_size of them.
+  Tensor window(int64_t block_size) const {
+    const size_t start = tokens_.size() > size_t(block_size) ? tokens_.size() - size_t(block_size) : 0;
+    std::vector<int64_t> w(tokens_.begin() + long(start), tokens_.end());
+    return Tensor::from_vector(w, {1, int64_t(w.size())});
+  }
+
+  const data::Tokenizer& tok_;
+  CompletionOptions o_;
+  models::KvCache cache_;
+  Generator gen_;
+  std::vector<int32_t> tokens_;  // end of text, the prompt, then what was sampled
+  std::vector<int32_t> fresh_;   // what was sampled
+  std::string text_;
+  size_t prefix_ = 0, read_ = 0;  // fresh_[prefix_, read_) is decoded into text_'s end; [read_, ...) is not yet
+  size_t hold_ = 0;  // characters kept back: the longest stop string, less one
+  size_t sent_ = 0;
+  int64_t sampled_ = 0;
+  bool finished_ = false;
+  bool cut_ = false;  // a stop string ended the text
+  Completion c_;
+};
+
+// A fortunes GPT for kiln serve: completions a token at a time, any number
+// of them advanced in one batched decode step.
 class GptInference final : public InferenceModel {
  public:
-  GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok) : model_(std::move(model)), tok_(std::move(tok)) {
+  GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok, Device device)
+      : model_(std::move(model)), tok_(std::move(tok)), device_(device) {
     model_->eval();
   }
-  Completion complete(const std::string& prompt, const CompletionOptions& o,
-                      const std::function<void(const std::string&)>& on_text) override {
+
+  std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
     KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
-    std::vector<int32_t> ids{tok_.end_of_text_id()};
+    KILN_CHECK(o.temperature > 0, "temperature must be > 0, got ", o.temperature);
+    KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
+    auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
+    c->tokens_.push_back(tok_.end_of_text_id());
     const std::vector<int32_t> p = tok_.encode(prompt);
-    ids.insert(ids.end(), p.begin(), p.end());
-    size_t hold = 0;  // characters kept back: the longest stop string, less one
-    for (const auto& s : o.stop) hold = std::max(hold, s.empty() ? 0 : s.size() - 1);
-    Completion c;
-    c.prompt_tokens = int64_t(p.size());
-    c.finish_reason = "length";
-    std::vector<int32_t> fresh;
-    std::string text;
-    size_t sent = 0;
-    Generator gen(o.seed);
-    auto on_token = [&](int32_t token) {
-      if (token == tok_.end_of_text_id()) {
-        c.finish_reason = "stop";
-        return false;
-      }
-      fresh.push_back(token);
-      ++c.completion_tokens;
-      text = tok_.decode(fresh);
-      for (const auto& s : o.stop) {
-        const size_t at = s.empty() ? std::string::npos : text.find(s);
-        if (at == std::string::npos) continue;
-        text.resize(at);
-        c.finish_reason = "stop";
-      }
-      const size_t ready = c.finish_reason == "stop" ? text.size() : (text.size() > hold ? text.size() - hold : 0);
-      if (ready > sent && on_text) on_text(text.substr(sent, ready - sent));
-      sent = std::max(sent, ready);
-      return c.finish_reason != "stop";
-    };
-    if (o.max_tokens > 0) model_->generate(ids, o.max_tokens, o.temperature, o.top_k, gen, o.top_p, on_token);
-    if (text.size() > sent && on_text) on_text(text.substr(sent));
-    c.text = text;
+    c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());
+    c->c_.prompt_tokens = int64_t(p.size());
+    if (o.max_tokens == 0) {
+      c->finished_ = true;
+      return c;
+    }
+    refill_and_sample(*c);
     return c;
   }
 
+  void advance_completions(const std::vector<PendingCompletion*>& batch) override {
+    std::vector<GptCompletion*> step;
+    std::vector<int32_t> last;
+    std::vector<models::KvCache*> caches;
+    for (PendingCompletion* p : batch) {
+      auto* c = dynamic_cast<GptCompletion*>(p);
+      KILN_CHECK(c != nullptr && &c->tok_ == &tok_, "advance_completions: a completion this model did not start");
+      if (c->finished_) continue;
+      if (c->cache_.length >= model_->config().block_size) {
+        refill_and_sample(*c);  // the context is full: start the cache over (rare; one sequence alone)
+        continue;
+      }
+      step.push_back(c);
+      last.push_back(c->tokens_.back());
+      caches.push_back(&c->cache_);
+    }
+    if (step.empty()) return;
+    const std::vector<float> logits = model_->forward_decode(last, caches).to_vector<float>();
+    const size_t vocab = size_t(model_->config().vocab_size);
+    for (size_t b = 0; b < step.size(); ++b) {
+      auto row = logits.begin() + long(b * vocab);
+      step[b]->accept(step[b]->sample(std::vector<float>(row, row + long(vocab))));
+    }
+  }
+
  private:
+  // Runs the completion's window through an empty cache and samples from its last position.
+  void refill_and_sample(GptCompletion& c) {
+    c.cache_.length = 0;
+    const Tensor ids = c.window(model_->config().block_size).to(device_);
+    c.accept(c.sample(model_->forward_cached(ids, c.cache_).to_vector<float>()));
+  }
+
   std::unique_ptr<models::Gpt> model_;
   data::Tokenizer tok_;
+  Device device_;
 };
 
 class FortunesGptRecipe final : public Recipe {
  public:
   std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string& dir,
                                                      Device device) const override {
-    return std::make_unique<GptInference>(load_gpt(ck, device), load_run_tokenizer(dir, ck));
+    return std::make_unique<GptInference>(load_gpt(ck, device), load_run_tokenizer(dir, ck), device);
   }
 
   std::string name() const override { return "fortunes-gpt"; }

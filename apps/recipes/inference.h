@@ -17,12 +17,26 @@ struct CompletionOptions {
   double top_p = 1.0;       // nucleus: the smallest set of tokens whose probability reaches top_p
   uint64_t seed = 1;
   std::vector<std::string> stop;  // the completion ends before the first of these
+  bool ignore_eos = false;        // never sample the end of text (run to max_tokens or a stop string)
 };
 
 struct Completion {
   std::string text;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;  // "stop" (a stop string or end of text) or "length"
+};
+
+// A completion being generated a token at a time, so that a server can
+// advance many of them in one batch and let them join and leave between
+// steps (continuous batching). Only one thread may use it at a time.
+class PendingCompletion {
+ public:
+  virtual ~PendingCompletion() = default;
+  virtual bool finished() const = 0;
+  // Text made since the last call that no stop string can still claim.
+  virtual std::string take_text() = 0;
+  // The whole completion; final once finished().
+  virtual const Completion& result() const = 0;
 };
 
 class InferenceModel {
@@ -36,9 +50,18 @@ class InferenceModel {
   virtual Tensor encode_texts(const std::vector<std::string>& texts);
   virtual Tensor classify_tokens(const Tensor& ids);
   // Language models: continues `prompt`; `on_text` receives each new piece
-  // of text as it is made (for streaming).
-  virtual Completion complete(const std::string& prompt, const CompletionOptions& options,
-                              const std::function<void(const std::string&)>& on_text);
+  // of text as it is made (for streaming). Runs start_completion and then
+  // advance_completions on a batch of one.
+  Completion complete(const std::string& prompt, const CompletionOptions& options,
+                      const std::function<void(const std::string&)>& on_text);
+  // Language models, a token at a time: start_completion runs the prompt and
+  // samples the first token; advance_completions gives each unfinished
+  // completion of `batch` (all started by this model) one more token, in
+  // one batched forward pass. A completion's tokens do not depend on what
+  // it is batched with.
+  virtual std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt,
+                                                              const CompletionOptions& options);
+  virtual void advance_completions(const std::vector<PendingCompletion*>& batch);
 };
 
 }  // namespace kiln::recipes

@@ -98,9 +98,22 @@ Tensor InferenceModel::classify_images(const Tensor&) {
 Tensor InferenceModel::encode_texts(const std::vector<std::string>&) { KILN_FAIL("this model does not classify text"); }
 Tensor InferenceModel::classify_tokens(const Tensor&) { KILN_FAIL("this model does not classify text"); }
 
-Completion InferenceModel::complete(const std::string&, const CompletionOptions&,
-                                    const std::function<void(const std::string&)>&) {
+std::unique_ptr<PendingCompletion> InferenceModel::start_completion(const std::string&, const CompletionOptions&) {
   KILN_FAIL("this model does not generate text");
+}
+void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&) {
+  KILN_FAIL("this model does not generate text");
+}
+
+Completion InferenceModel::complete(const std::string& prompt, const CompletionOptions& options,
+                                    const std::function<void(const std::string&)>& on_text) {
+  std::unique_ptr<PendingCompletion> c = start_completion(prompt, options);
+  for (;;) {
+    const std::string text = c->take_text();
+    if (!text.empty() && on_text) on_text(text);
+    if (c->finished()) return c->result();
+    advance_completions({c.get()});
+  }
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {

@@ -107,6 +107,7 @@ CompletionRequest parse_completion(const std::string& text) {
   else
     r.stop = field<std::vector<std::string>>(body, "stop", "a string or an array of strings", std::vector<std::string>{});
   r.stream = field<bool>(body, "stream", "true or false", false);
+  r.ignore_eos = field<bool>(body, "ignore_eos", "true or false", false);
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
   if (!(r.temperature > 0)) throw HttpError(400, "temperature must be > 0");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");

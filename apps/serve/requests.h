@@ -40,6 +40,7 @@ struct CompletionRequest {
   uint64_t seed = 1;
   std::vector<std::string> stop;
   bool stream = false;
+  bool ignore_eos = false;  // llama-server's: never sample the end of text
 };
 CompletionRequest parse_completion(const std::string& body);
 

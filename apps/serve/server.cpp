@@ -1,10 +1,11 @@
 // The HTTP side of kiln serve: routes, request parsing and validation, and
 // the answers. Handlers parse and check a request, queue it with its model's
-// batcher (completions run one at a time per model), and wait for the result
+// batcher (completions: its continuous-batching scheduler), and wait for the result
 // with the request timeout. Models load on a thread after the port is open,
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/generation.h"
 #include "apps/serve/page.h"
 #include "apps/serve/requests.h"
 
@@ -61,8 +62,8 @@ struct ServedModel {
   recipes::ModelKind kind;
   int64_t step = 0;
   std::unique_ptr<recipes::InferenceModel> model;
-  std::unique_ptr<Batcher> batcher;  // classifiers
-  std::mutex generate;               // language models: one completion at a time
+  std::unique_ptr<Batcher> batcher;                // classifiers
+  std::unique_ptr<GenerationScheduler> generator;  // language models
 };
 
 class Server {
@@ -100,8 +101,10 @@ class Server {
     g_stop = true;
     watcher.join();
     loader.join();
-    for (auto& [name, m] : models_)
+    for (auto& [name, m] : models_) {
       if (m->batcher) m->batcher->stop();
+      if (m->generator) m->generator->stop();
+    }
     log_("kiln serve: stopped");
     return load_error_.empty() ? 0 : 1;
   }
@@ -125,18 +128,43 @@ class Server {
         if (m->kind == recipes::ModelKind::text_classifier)
           m->batcher = std::make_unique<Batcher>(
               name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_);
+        if (m->kind == recipes::ModelKind::language_model)
+          m->generator = std::make_unique<GenerationScheduler>(name, *model, o_.batching, metrics_);
+        warm_up(name, *model, m->kind);
         log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ") from " +
              dir);
         std::lock_guard<std::mutex> lock(models_mutex_);
         models_[name] = std::move(m);
       } catch (const std::exception& e) {
         log_("kiln serve: error: cannot load model " + name + " from " + dir + ": " + e.what());
-        load_error_ = std::string("model ") + name + " failed to load: " + e.what();
+        {
+          std::lock_guard<std::mutex> lock(models_mutex_);
+          load_error_ = std::string("model ") + name + " failed to load: " + e.what();
+        }
         g_stop = true;
         return;
       }
     }
     ready_ = true;
+  }
+
+  // As Triton's model warmup: full batches through the model before it is
+  // called ready, so the first requests do not pay for first-call costs.
+  void warm_up(const std::string& name, recipes::InferenceModel& model, recipes::ModelKind kind) {
+    if (o_.warmup_batches == 0) return;
+    log_("kiln serve: warming up " + name + " (" + std::to_string(o_.warmup_batches) + " batches)");
+    const int64_t rows = o_.batching.max_batch;
+    for (int64_t i = 0; i < o_.warmup_batches && !g_stop; ++i) {
+      if (kind == recipes::ModelKind::image_classifier)
+        model.classify_images(Tensor::from_vector(std::vector<float>(size_t(rows) * 784, 0.5f), {rows, 1, 28, 28}));
+      if (kind == recipes::ModelKind::text_classifier)
+        model.classify_tokens(model.encode_texts(std::vector<std::string>(size_t(rows), "warm up")));
+      if (kind == recipes::ModelKind::language_model) {
+        recipes::CompletionOptions co;
+        co.max_tokens = 8;
+        model.complete("warm up", co, {});
+      }
+    }
   }
 
   ServedModel& model(const std::string& name) {
@@ -178,7 +206,10 @@ class Server {
 
   void routes() {
     auto health = [this](const httplib::Request&, httplib::Response& res) {
-      if (!ready_) throw HttpError(503, load_error_.empty() ? "loading models" : load_error_);
+      if (!ready_) {
+        std::lock_guard<std::mutex> lock(models_mutex_);
+        throw HttpError(503, load_error_.empty() ? "loading models" : load_error_);
+      }
       res.set_content(json{{"status", "ok"}}.dump(), "application/json");
     };
     http_.Get("/health", handle("/health", health));
@@ -332,7 +363,6 @@ class Server {
     ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
-    const std::string& prompt = r.prompt;
     recipes::CompletionOptions co;
     co.max_tokens = r.max_tokens;
     co.temperature = r.temperature;
@@ -340,7 +370,12 @@ class Server {
     co.top_p = r.top_p;
     co.seed = r.seed;
     co.stop = r.stop;
-    const bool stream = r.stream;
+    co.ignore_eos = r.ignore_eos;
+    auto job = std::make_shared<GenerationJob>();
+    job->prompt = r.prompt;
+    job->options = co;
+    if (!m.generator->submit(job))
+      throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
     const std::string id = "cmpl-" + std::to_string(next_id_++);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
@@ -348,10 +383,22 @@ class Server {
       return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", name},
                   {"choices", {{{"text", text}, {"index", 0}, {"finish_reason", finish}}}}};
     };
-    if (!stream) {
-      std::lock_guard<std::mutex> one_at_a_time(m.generate);
-      const recipes::Completion c = m.model->complete(prompt, co, {});
-      metrics_.tokens(m.name, c.completion_tokens);
+    const auto timeout = std::chrono::milliseconds(o_.request_timeout_ms);
+    // A plain answer waits for the end; a stream for its first token, so
+    // that one which cannot start in time is a 504 rather than a silent 200.
+    {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      if (!job->changed.wait_for(lock, timeout, [&] {
+            return job->error || job->finished || (r.stream && job->started);
+          })) {
+        job->cancelled = true;
+        throw HttpError(504, "the completion was not " + std::string(r.stream ? "started" : "finished") +
+                                 " within " + std::to_string(o_.request_timeout_ms) + " ms (--request-timeout-ms)");
+      }
+      if (job->error) std::rethrow_exception(job->error);
+    }
+    if (!r.stream) {
+      const recipes::Completion& c = job->result;
       json out = chunk(c.text, c.finish_reason);
       out["usage"] = {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens},
                       {"total_tokens", c.prompt_tokens + c.completion_tokens}};
@@ -359,22 +406,54 @@ class Server {
       return;
     }
     // Server-sent events: one chunk per piece of text, then the finish reason, then [DONE].
-    res.set_chunked_content_provider("text/event-stream", [this, &m, prompt, co, chunk](size_t, httplib::DataSink& sink) {
-      std::lock_guard<std::mutex> one_at_a_time(m.generate);
-      auto send = [&](const json& j) {
-        const std::string line = "data: " + j.dump() + "\n\n";
-        sink.write(line.data(), line.size());
-      };
-      const recipes::Completion c = m.model->complete(prompt, co, [&](const std::string& text) {
-        send(chunk(text, nullptr));
-      });
-      metrics_.tokens(m.name, c.completion_tokens);
-      send(chunk("", c.finish_reason));
-      const std::string done = "data: [DONE]\n\n";
-      sink.write(done.data(), done.size());
-      sink.done();
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job, chunk, timeout](size_t, httplib::DataSink& sink) {
+          auto send = [&](const json& j) {
+            const std::string line = "data: " + j.dump() + "\n\n";
+            return sink.write(line.data(), line.size());
+          };
+          for (;;) {
+            std::unique_lock<std::mutex> lock(job->mutex);
+            const bool moved = job->changed.wait_for(
+                lock, timeout, [&] { return !job->pieces.empty() || job->finished || job->error; });
+            std::string piece;
+            if (!job->pieces.empty()) {
+              piece = std::move(job->pieces.front());
+              job->pieces.pop_front();
+            }
+            const bool more = !job->pieces.empty();
+            const bool finished = job->finished;
+            const std::exception_ptr error = job->error;
+            const std::string finish_reason = job->result.finish_reason;
+            lock.unlock();
+            if (!piece.empty() && !send(chunk(piece, nullptr))) {
+              job->cancelled = true;  // the client is gone
+              return false;
+            }
+            if (!moved || error) {  // stalled or failed after the stream began: say so in the stream
+              job->cancelled = true;
+              std::string what = "no progress within the request timeout";
+              if (error) try {
+                  std::rethrow_exception(error);
+                } catch (const std::exception& e) {
+                  what = e.what();
+                }
+              send(json{{"error", {{"message", what}, {"code", 500}}}});
+            } else if (!finished || more) {
+              continue;
+            } else {
+              send(chunk("", finish_reason));
+            }
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+            sink.done();
+            return true;
+          }
+        },
+        [job](bool success) {
+          if (!success) job->cancelled = true;
+        });
   }
 
   ServeOptions o_;

@@ -18,6 +18,7 @@ struct ServeOptions {
   size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
   int64_t request_timeout_ms = 30000;       // a request not answered by then gets 504
   size_t http_threads = 256;                 // connections served at once (each waits on its batch)
+  int64_t warmup_batches = 0;                // run through each model before it is ready (--warmup)
   std::string runs_dir;                      // the page plots the runs under it (--runs)
 };
 

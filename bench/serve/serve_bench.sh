@@ -4,7 +4,8 @@
 # 1, 8, 64 and 256, with dynamic batching (--max-batch 64, --max-delay-us
 # 2000) and with batch size 1; then the model's raw batched throughput in
 # process (batches of 64 through the same InferenceModel); then completion
-# tokens/s of the fortunes GPT for 1 and 16 concurrent streams.
+# tokens/s of the fortunes GPT for 1 and 16 concurrent streams, with continuous
+# batching and one completion at a time.
 #
 #   bench/serve/serve_bench.sh          # DURATION=10s THREADS=2 (server threads: all cores)
 set -euo pipefail
@@ -36,13 +37,17 @@ for max_batch in 64 1; do
   kill -TERM "$SERVER"; wait "$SERVER" || true
 done
 "$ROOT/build/bench_serve_raw" "$WORK/cnn" 64
-# Generation: the fortunes-gpt recipe's default model, briefly trained.
+# Generation: the fortunes-gpt recipe's default model, briefly trained; with
+# continuous batching (up to 32 completions per decode step) and without
+# (--max-batch 1: one completion at a time).
 "$KILN" train fortunes-gpt --steps 20 --no-progress --out "$WORK/gpt" >/dev/null
-"$KILN" serve --model gpt="$WORK/gpt" --port "$port" >"$WORK/serve.log" 2>&1 &
-SERVER=$!
-until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
-echo "| streams | completion tokens | seconds | tokens/s |"
-echo "|---:|---:|---:|---:|"
-python3 "$ROOT/bench/serve/generation_bench.py" "http://127.0.0.1:$port" gpt
-kill -TERM "$SERVER"; wait "$SERVER" || true
+echo "| max batch, streams | completion tokens | seconds | tokens/s |"
+echo "|---|---:|---:|---:|"
+for max_batch in 32 1; do
+  "$KILN" serve --model gpt="$WORK/gpt" --port "$port" --max-batch "$max_batch" >"$WORK/serve.log" 2>&1 &
+  SERVER=$!
+  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
+  python3 "$ROOT/bench/serve/generation_bench.py" "http://127.0.0.1:$port" gpt "$max_batch, "
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+done
 echo "($(nproc) cores; wrk -t2 -d$DURATION; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg))"

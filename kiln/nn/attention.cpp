@@ -57,4 +57,32 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   return c_proj->forward(reshape(transpose(heads, 1, 2), {1, n, C}));
 }
 
+Tensor CausalSelfAttention::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,
+                                           const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
+  const int64_t B = x.size(0), C = x.size(2), H = n_head_, D = C / H;
+  KILN_CHECK(x.dim() == 3 && x.size(1) == 1 && C == n_embd_ && size_t(B) == k_caches.size() &&
+                 size_t(B) == v_caches.size() && size_t(B) == pasts.size(),
+             "attention decode: x must be [B, 1, ", n_embd_, "] with a cache and a past per row, got ",
+             shape_str(x.shape()));
+  NoGradGuard ng;
+  Tensor qkv = permute(reshape(c_attn->forward(x), {B, 1, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, 1, D]
+  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
+  Tensor heads = Tensor::empty({B, H, 1, D}, x.dtype(), x.device());
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor& k_cache = *k_caches[size_t(b)];
+    Tensor& v_cache = *v_caches[size_t(b)];
+    const int64_t past = pasts[size_t(b)];
+    KILN_CHECK(past >= 0 && past < k_cache.size(2), "attention decode: position ", past, " does not fit the cache's ",
+               k_cache.size(2));
+    Tensor k_slot = slice(k_cache, 2, past, past + 1), v_slot = slice(v_cache, 2, past, past + 1);
+    copy_into(slice(k, 0, b, b + 1), k_slot);
+    copy_into(slice(v, 0, b, b + 1), v_slot);
+    Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
+    Tensor scores = mul_scalar(matmul(slice(q, 0, b, b + 1), transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
+    Tensor row = slice(heads, 0, b, b + 1);
+    copy_into(matmul(softmax(scores, -1), values), row);
+  }
+  return c_proj->forward(reshape(transpose(heads, 1, 2), {B, 1, C}));
+}
+
 }  // namespace kiln::nn

@@ -90,6 +90,12 @@ Tensor GptBlock::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cach
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
+Tensor GptBlock::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,
+                                const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
+  Tensor h = add(x, attn->forward_decode(ln_1->forward(x), k_caches, v_caches, pasts));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
 Tensor GptBlock::forward(const Tensor& x) {
   if (!selective) {
     Tensor h = add(x, attn->forward(ln_1->forward(x)));
@@ -164,6 +170,32 @@ Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   return reshape(linear(last, wte_->weight, Tensor()), {1, config_.vocab_size});
 }
 
+Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(tokens.size());
+  KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "gpt decode: ", tokens.size(), " tokens for ", caches.size(),
+             " caches");
+  std::vector<int64_t> ids(tokens.begin(), tokens.end()), pasts;
+  for (const KvCache* c : caches) {
+    KILN_CHECK(c->length < config_.block_size, "gpt decode: a cache is full (", c->length,
+               " positions); start it over from the last block_size tokens");
+    pasts.push_back(c->length);
+  }
+  const Device device = wte_->weight.device();
+  Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, 1}).to(device)),
+                 reshape(wpe_->forward(Tensor::from_vector(pasts, {B}).to(device)), {B, 1, config_.n_embd}));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    std::vector<Tensor*> k, v;
+    for (KvCache* c : caches) {
+      k.push_back(&c->k[i]);
+      v.push_back(&c->v[i]);
+    }
+    x = blocks_[i]->forward_decode(x, k, v, pasts);
+  }
+  for (KvCache* c : caches) ++c->length;
+  return reshape(linear(ln_f_->forward(x), wte_->weight, Tensor()), {B, config_.vocab_size});
+}
+
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
   // The logits never exist whole: the fused head forms them a chunk at a
   // time and keeps only the gradients of its inputs.
@@ -180,6 +212,51 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) 
 void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
   checkpointing_ = mode;
   for (const auto& block : blocks_) block->selective = mode == ActivationCheckpointing::selective;
+}
+
+int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
+                     Generator& gen) {
+  KILN_CHECK(!logits.empty(), "sampling needs at least one logit");
+  KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
+  KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
+  if ((top_k <= 0 || size_t(top_k) >= logits.size()) && top_p >= 1) {
+    // The whole vocabulary: no order is needed, so none is sorted.
+    const float max_logit = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> probs(logits.size());
+    double total = 0;
+    for (size_t i = 0; i < logits.size(); ++i) total += probs[i] = std::exp((logits[i] - max_logit) / temperature);
+    const double u = gen.uniform() * total;
+    double acc = 0;
+    for (size_t i = 0; i < probs.size(); ++i)
+      if (u < (acc += probs[i])) return int32_t(i);
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Temperature, then keep the top_k logits, then sample from the softmax.
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), order.size()) : order.size();
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  double max_logit = logits[order[0]] / temperature, total = 0;
+  std::vector<double> probs(k);
+  for (size_t i = 0; i < k; ++i) total += probs[i] = std::exp(logits[order[i]] / temperature - max_logit);
+  if (top_p < 1) {  // the nucleus: the most likely tokens until their mass reaches top_p
+    double mass = 0;
+    size_t keep = 0;
+    while (keep < k && mass < top_p * total) mass += probs[keep++];
+    k = std::max<size_t>(keep, 1);
+    total = mass > 0 ? mass : probs[0];
+  }
+  double u = gen.uniform() * total, acc = 0;
+  int32_t next = order[k - 1];
+  for (size_t i = 0; i < k; ++i) {
+    acc += probs[i];
+    if (u < acc) {
+      next = order[i];
+      break;
+    }
+  }
+  return next;
 }
 
 std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
@@ -199,32 +276,7 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
                    : tokens.size() > size_t(config_.block_size) ? tokens.size() - size_t(config_.block_size) : 0;
     std::vector<int64_t> window(tokens.begin() + long(start), tokens.end());
     Tensor ids = Tensor::from_vector(window, {1, int64_t(window.size())}).to(device);
-    std::vector<float> last = forward_cached(ids, cache).to_vector<float>();
-    // Temperature, then keep the top_k logits, then sample from the softmax.
-    std::vector<int32_t> order(last.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
-    size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), order.size()) : order.size();
-    std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
-                      [&](int32_t a, int32_t b) { return last[a] > last[b]; });
-    double max_logit = last[order[0]] / temperature, total = 0;
-    std::vector<double> probs(k);
-    for (size_t i = 0; i < k; ++i) total += probs[i] = std::exp(last[order[i]] / temperature - max_logit);
-    if (top_p < 1) {  // the nucleus: the most likely tokens until their mass reaches top_p
-      double mass = 0;
-      size_t keep = 0;
-      while (keep < k && mass < top_p * total) mass += probs[keep++];
-      k = std::max<size_t>(keep, 1);
-      total = mass > 0 ? mass : probs[0];
-    }
-    double u = gen.uniform() * total, acc = 0;
-    int32_t next = order[k - 1];
-    for (size_t i = 0; i < k; ++i) {
-      acc += probs[i];
-      if (u < acc) {
-        next = order[i];
-        break;
-      }
-    }
+    const int32_t next = sample_token(forward_cached(ids, cache).to_vector<float>(), temperature, top_k, top_p, gen);
     tokens.push_back(next);
     if (on_token && !on_token(next)) break;
   }

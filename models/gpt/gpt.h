@@ -35,6 +35,11 @@ enum class ActivationCheckpointing { none, selective, blocks };
 void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
+// Samples a token from `logits` [vocab]: temperature (> 0), then the top_k
+// most likely (<= 0: all), then the nucleus of mass top_p (1: all).
+int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
+                     Generator& gen);
+
 // Keys and values of every position seen so far, per layer, for generation.
 struct KvCache {
   std::vector<Tensor> k, v;  // [1, H, block_size, D] each
@@ -46,6 +51,8 @@ class GptBlock : public nn::Module {
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
+  Tensor forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
+                        const std::vector<int64_t>& pasts);
   bool selective = false;  // selective activation checkpointing
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<nn::CausalSelfAttention> attn;
@@ -74,6 +81,11 @@ class Gpt : public nn::Module {
   // token costs one position, not the whole context.
   Tensor forward_cached(const Tensor& ids, KvCache& cache);
   KvCache new_cache() const;
+  // Continuous batching: one new token for each of B sequences, each with
+  // its own cache (length < block_size), in one forward pass -> logits
+  // [B, vocab]; each token is added to its cache. The linears see all B
+  // rows at once, so a step for B sequences costs far less than B steps.
+  Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches);
   void set_activation_checkpointing(ActivationCheckpointing mode);
 
  private:

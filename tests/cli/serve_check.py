@@ -23,12 +23,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(*extra):
+def start(*extra, wait=True):
     port = free_port()
     proc = subprocess.Popen([KILN, "serve", "--model", f"mlp={MLP}", "--model", f"gpt={GPT}", "--model", f"cls={CLS}",
                              "--port", str(port),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
+    if not wait:
+        return proc, base
     for _ in range(300):
         try:
             if call("GET", base + "/health")[0] == 200:
@@ -48,6 +50,25 @@ def call(method, url, body=None, raw=None):
             return r.status, r.read().decode(), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(), dict(e.headers)
+
+
+def gpt_batches(base):
+    """(decode steps, steps of one completion) from /metrics, for the model gpt."""
+    lines = call("GET", base + "/metrics")[1].splitlines()
+    count = next(float(l.split()[-1]) for l in lines if l.startswith('kiln_batch_size_count{model="gpt"}'))
+    ones = next(float(l.split()[-1]) for l in lines if l.startswith('kiln_batch_size_bucket{model="gpt",le="1"}'))
+    return count, ones
+
+
+def complete(base, req):
+    """The text of a completion, plain or (stream: true) joined from its events."""
+    status, body, _ = call("POST", base + "/v1/completions", req)
+    if status != 200:
+        return f"HTTP {status}"
+    if not req.get("stream"):
+        return json.loads(body)["choices"][0]["text"]
+    events = [l[6:] for l in body.split("\n") if l.startswith("data: ")]
+    return "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
 
 
 def images(n):
@@ -75,6 +96,30 @@ def in_parallel(fns):
 
 
 imgs, truth = images(200)
+
+# While models load (here: warm up), /health and the model endpoints answer 503 with a JSON error, then 200.
+proc, base = start("--warmup", "20", "--max-batch", "128", wait=False)
+seen = []
+for _ in range(600):
+    try:
+        status, body, headers = call("GET", base + "/health")
+        seen.append(status)
+        if status == 503:
+            loading = (json.loads(body)["error"]["message"], headers.get("Retry-After"),
+                       call("GET", base + "/v1/models")[0],
+                       call("POST", base + "/v1/completions", {"model": "gpt", "prompt": "x"})[0])
+        if status == 200:
+            break
+    except OSError:
+        pass
+    time.sleep(0.02)
+check(seen and seen[0] == 503 and seen[-1] == 200 and set(seen) == {503, 200},
+      f"/health answers 503 while the models load, then 200 ({seen.count(503)} x 503)")
+check(seen[0] == 503 and loading[0] == "loading models" and loading[1] and loading[2:] == (503, 503),
+      f"while loading: a JSON message, Retry-After, and 503 from /v1/models and /v1/completions {loading if seen[0] == 503 else ''}")
+proc.send_signal(signal.SIGTERM)
+log = proc.communicate(timeout=30)[0]
+check(proc.returncode == 0 and "warming up mlp (20 batches)" in log, "--warmup says what it runs; SIGTERM exits 0")
 
 # A model that cannot load ends the server with a message naming it (exit 1), never a half-working server.
 bad = subprocess.run([KILN, "serve", "--model", "nope=/nonexistent/run", "--port", str(free_port())],
@@ -149,6 +194,24 @@ if len(text) > 4:
 metrics = call("GET", base + "/metrics")[1]
 check('kiln_tokens_generated_total{model="gpt"}' in metrics, "/metrics counts generated tokens")
 
+# --- continuous batching: 16 completions at once (half streamed) decode together, each as it would alone
+reqs = [dict(req, seed=seed, max_tokens=20 + seed, stream=seed % 2 == 1) for seed in range(1, 17)]
+alone = [complete(base, dict(q, stream=False)) for q in reqs]
+steps, ones = gpt_batches(base)
+together = in_parallel([lambda q=q: complete(base, q) for q in reqs])
+steps2, ones2 = gpt_batches(base)
+check(together == alone and not any(t.startswith("HTTP") for t in alone) and sum(map(bool, alone)) >= 12,
+      "16 concurrent completions of different lengths each give the text they give alone " +
+      str([(a, t) for a, t in zip(alone, together) if a != t]))
+check((steps2 - steps) - (ones2 - ones) > 0,
+      f"their decode steps ran several at once ({(steps2 - steps) - (ones2 - ones):.0f} of {steps2 - steps:.0f} steps)")
+long_req = {"model": "gpt", "prompt": "The ", "max_tokens": 1000, "ignore_eos": True}
+start_time = time.time()
+long_done = json.loads(call("POST", base + "/v1/completions", long_req)[1])
+long_seconds = time.time() - start_time
+check(long_done["usage"]["completion_tokens"] == 1000 and long_done["choices"][0]["finish_reason"] == "length",
+      f"ignore_eos runs to max_tokens ({long_seconds:.2f} s for 1000 tokens)")
+
 # --- errors
 for what, args, want in [
         ("malformed JSON", ("POST", base + "/v1/completions", None, b"{not json"), 400),
@@ -175,6 +238,24 @@ results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(12)])
 codes = sorted(r[0] for r in results)
 check(any(r[0] == 503 and r[2].get("Retry-After") for r in results), f"a full queue answers 503 + Retry-After {codes}")
 check(504 in codes, "a request not answered within --request-timeout-ms gets 504")
+# A completion past the timeout gets 504 and leaves the queue (of one): the next one is served.
+check(long_seconds > 0.3, "a 1000-token completion takes longer than the 150 ms timeout below")
+if long_seconds > 0.3:
+    status = call("POST", base + "/v1/completions", long_req)[0]
+    check(status == 504, f"a completion not finished within --request-timeout-ms gets 504 ({status})")
+    time.sleep(0.1)
+    check(call("POST", base + "/v1/completions", dict(req, max_tokens=4))[0] == 200,
+          "the timed-out completion left the queue: the next one is answered")
+# A stream whose client goes away is dropped too.
+conn = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+body = json.dumps(dict(long_req, stream=True)).encode()
+conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+             str(len(body)).encode() + b"\r\n\r\n" + body)
+first = conn.recv(4096)
+conn.close()
+time.sleep(0.3)
+check(b"text/event-stream" in first and call("POST", base + "/v1/completions", dict(req, max_tokens=4))[0] == 200,
+      "a stream whose client hung up leaves the queue: the next completion is answered")
 proc.send_signal(signal.SIGTERM)
 proc.wait(timeout=10)
 
@@ -182,10 +263,17 @@ proc.wait(timeout=10)
 proc, base = start("--max-delay-us", "300000", "--max-batch", "64")
 box = {}
 threading.Timer(0.1, lambda: proc.send_signal(signal.SIGTERM)).start()
-results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(8)])
+in_flight = [lambda: call("POST", base + "/v1/completions", dict(long_req, max_tokens=300)),
+             lambda: complete(base, dict(long_req, max_tokens=300, stream=True))]
+results = in_parallel([lambda i=i: infer(base, [imgs[i]]) for i in range(8)] + in_flight)
+plain_done, streamed_done = results[8], results[9]
+results = results[:8]
 check(all(r[0] == 200 for r in results) and
       [json.loads(r[1])["outputs"][1]["data"][0] for r in results] == labels[:8],
       "requests in flight at SIGTERM are all answered, correctly")
+check(plain_done[0] == 200 and json.loads(plain_done[1])["usage"]["completion_tokens"] == 300 and
+      streamed_done == json.loads(plain_done[1])["choices"][0]["text"],
+      "completions in flight at SIGTERM (plain and streamed) run to their end")
 check(proc.wait(timeout=10) == 0, "the server exits 0 after SIGTERM")
 try:
     call("GET", base + "/health")

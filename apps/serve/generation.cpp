@@ -1,0 +1,120 @@
+#include "apps/serve/generation.h"
+
+#include <algorithm>
+
+namespace kiln::serve {
+
+GenerationScheduler::GenerationScheduler(std::string model, recipes::InferenceModel& inference, BatchOptions options,
+                                         Metrics& metrics)
+    : model_(std::move(model)), inference_(inference), options_(options), metrics_(metrics) {
+  KILN_CHECK(options_.max_batch > 0 && options_.max_queue > 0, "generation: --max-batch and --max-queue must be > 0");
+  thread_ = std::thread([this] { loop(); });
+}
+
+GenerationScheduler::~GenerationScheduler() { stop(); }
+
+void GenerationScheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool GenerationScheduler::submit(const std::shared_ptr<GenerationJob>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || int64_t(waiting_.size() + running_count_) >= options_.max_queue) return false;
+    waiting_.push_back(job);
+    metrics_.queue_depth(model_, int64_t(waiting_.size()));
+  }
+  wake_.notify_all();
+  return true;
+}
+
+// Hands the job what its completion made since the last step.
+void GenerationScheduler::deliver(Running& r) {
+  std::string piece = r.completion->take_text();
+  const bool finished = r.completion->finished();
+  if (finished) metrics_.tokens(model_, r.completion->result().completion_tokens);
+  {
+    std::lock_guard<std::mutex> lock(r.job->mutex);
+    if (!piece.empty()) r.job->pieces.push_back(std::move(piece));
+    r.job->started = true;
+    if (finished) {
+      r.job->result = r.completion->result();
+      r.job->finished = true;
+    }
+  }
+  r.job->changed.notify_all();
+}
+
+namespace {
+void fail(GenerationJob& job, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    job.error = error;
+  }
+  job.changed.notify_all();
+}
+}  // namespace
+
+// Runs each joining job's prompt (and first token) and adds it to the running batch.
+void GenerationScheduler::join_waiting(std::vector<std::shared_ptr<GenerationJob>>& joining) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& job : joining) {
+    if (job->cancelled) continue;
+    metrics_.queue_wait(std::chrono::duration<double>(now - job->arrived).count());
+    try {
+      running_.push_back({job, inference_.start_completion(job->prompt, job->options)});
+      deliver(running_.back());
+    } catch (...) {
+      fail(*job, std::current_exception());
+    }
+  }
+}
+
+void GenerationScheduler::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<GenerationJob>> joining;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      if (waiting_.empty() && running_.empty()) return;  // stopping, and nothing left
+      while (!waiting_.empty() && int64_t(running_.size() + joining.size()) < options_.max_batch) {
+        joining.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+      }
+      running_count_ += joining.size();
+      metrics_.queue_depth(model_, int64_t(waiting_.size()));
+    }
+    join_waiting(joining);
+    // One decode step for every running completion that wants another token.
+    std::vector<Running*> stepping;
+    std::vector<recipes::PendingCompletion*> step;
+    for (Running& r : running_)
+      if (!r.completion->finished() && !r.job->cancelled) {
+        stepping.push_back(&r);
+        step.push_back(r.completion.get());
+      }
+    if (!step.empty()) {
+      metrics_.batch(model_, int64_t(step.size()));
+      try {
+        inference_.advance_completions(step);
+        for (Running* r : stepping) deliver(*r);
+      } catch (...) {
+        for (Running* r : stepping) fail(*r->job, std::current_exception());
+      }
+    }
+    // Finished, failed and cancelled completions leave the batch.
+    std::erase_if(running_, [](const Running& r) {
+      std::lock_guard<std::mutex> lock(r.job->mutex);
+      return r.job->finished || r.job->error || r.job->cancelled;
+    });
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_count_ = running_.size();
+  }
+}
+
+}  // namespace kiln::serve

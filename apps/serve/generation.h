@@ -1,0 +1,76 @@
+// Continuous batching of generation for one language model, as vLLM and
+// TGI do it: a single thread keeps a running batch of completions and gives
+// each one token per decode step, all in one forward pass. Between steps,
+// finished and cancelled completions leave and queued ones join (their
+// prompt runs first), so a new request never waits for a whole batch to end.
+// The queue is bounded: submit refuses (HTTP 503) when it is full.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "apps/recipes/inference.h"
+#include "apps/serve/batcher.h"
+#include "apps/serve/metrics.h"
+
+namespace kiln::serve {
+
+// One completion request, shared by the HTTP handler that waits on it and
+// the scheduler that fills it in.
+struct GenerationJob {
+  std::string prompt;
+  recipes::CompletionOptions options;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  std::atomic<bool> cancelled{false};  // the client is gone or timed out: the scheduler drops it
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  // Guarded by mutex:
+  std::deque<std::string> pieces;  // text made and not yet taken by the handler, a piece per step
+  bool started = false, finished = false;
+  recipes::Completion result;  // once finished
+  std::exception_ptr error;    // set instead of finished when the model failed
+};
+
+class GenerationScheduler {
+ public:
+  // options.max_batch: completions decoded together; options.max_queue:
+  // completions running or waiting, beyond which submit refuses.
+  GenerationScheduler(std::string model, recipes::InferenceModel& inference, BatchOptions options, Metrics& metrics);
+  ~GenerationScheduler();
+  GenerationScheduler(const GenerationScheduler&) = delete;
+  GenerationScheduler& operator=(const GenerationScheduler&) = delete;
+
+  // Queues a job; false if the queue is full or the scheduler is stopping.
+  bool submit(const std::shared_ptr<GenerationJob>& job);
+  // Finishes every queued and running completion, then ends the thread.
+  void stop();
+
+ private:
+  struct Running {
+    std::shared_ptr<GenerationJob> job;
+    std::unique_ptr<recipes::PendingCompletion> completion;
+  };
+  void loop();
+  void join_waiting(std::vector<std::shared_ptr<GenerationJob>>& joining);
+  void deliver(Running& r);
+
+  std::string model_;
+  recipes::InferenceModel& inference_;
+  BatchOptions options_;
+  Metrics& metrics_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<GenerationJob>> waiting_;
+  size_t running_count_ = 0;  // running_.size(), for submit's bound
+  bool stopping_ = false;
+  std::vector<Running> running_;  // the scheduler thread's own
+  std::thread thread_;
+};
+
+}  // namespace kiln::serve
