@@ -2,24 +2,20 @@
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/backend/factory.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::dist {
 
 GradientAverager::GradientAverager(Communicator& comm, std::vector<Tensor> params, int64_t bucket_bytes)
     : comm_(comm), params_(std::move(params)) {
-  KILN_CHECK(bucket_bytes > 0, "gradient buckets must be positive in size, got ", bucket_bytes);
   bucket_of_.resize(params_.size());
-  int64_t filled = bucket_bytes;
-  for (size_t i = params_.size(); i-- > 0;) {
-    if (!params_[i].requires_grad()) continue;
-    if (filled >= bucket_bytes) {
-      buckets_.emplace_back();
-      filled = 0;
+  for (std::vector<size_t>& members : optim::gradient_buckets(params_, bucket_bytes)) {
+    Bucket& b = buckets_.emplace_back();
+    for (size_t i : members) {
+      bucket_of_[i] = buckets_.size() - 1;
+      b.numel += params_[i].numel();
     }
-    buckets_.back().params.push_back(i);
-    buckets_.back().numel += params_[i].numel();
-    bucket_of_[i] = buckets_.size() - 1;
-    filled += params_[i].numel() * int64_t(sizeof(float));
+    b.params = std::move(members);
   }
   ready_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i)

@@ -19,7 +19,6 @@ OffloadAdamW::OffloadAdamW(NamedTensors params, double lr_, AdamWOptions opts, D
     : Optimizer(std::move(params)), opts_(opts), host_(host) {
   KILN_CHECK(host_.is_cpu() || host_.type == DeviceType::meta,
              "offload: the optimizer state must live in host memory, not on ", host_.str());
-  KILN_CHECK(bucket_bytes > 0, "offload: the bucket size must be positive, got ", bucket_bytes);
   lr = lr_;
   NoGradGuard ng;
   {
@@ -35,17 +34,12 @@ OffloadAdamW::OffloadAdamW(NamedTensors params, double lr_, AdamWOptions opts, D
     for (size_t i = 0; i < params_.size(); ++i)
       for (const Tensor* t : {&master_[i].second, &m_[i], &v_[i], &host_grads_[i]})
         backend_for(params_[i].second).pin_host_memory(*t);
-  // Buckets in reverse parameter order, the order backward produces them.
+  std::vector<Tensor> tensors;
+  for (auto& [name, p] : params_) tensors.push_back(p);
   bucket_of_.resize(params_.size());
-  int64_t filled = bucket_bytes;
-  for (size_t i = params_.size(); i-- > 0;) {
-    if (filled >= bucket_bytes) {
-      buckets_.emplace_back();
-      filled = 0;
-    }
-    buckets_.back().params.push_back(i);
-    bucket_of_[i] = buckets_.size() - 1;
-    filled += params_[i].second.numel() * int64_t(sizeof(float));
+  for (std::vector<size_t>& members : optim::gradient_buckets(tensors, bucket_bytes)) {
+    for (size_t i : members) bucket_of_[i] = buckets_.size();
+    buckets_.push_back({std::move(members)});
   }
   ready_.assign(params_.size(), false);
   on_host_.assign(params_.size(), false);

@@ -149,6 +149,22 @@ double clip_gradients(const std::vector<Tensor>& grads, double max_norm) {
   return norm;
 }
 
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes) {
+  KILN_CHECK(bucket_bytes > 0, "gradient buckets must be positive in size, got ", bucket_bytes);
+  std::vector<std::vector<size_t>> buckets;
+  int64_t filled = bucket_bytes;
+  for (size_t i = params.size(); i-- > 0;) {
+    if (!params[i].requires_grad()) continue;
+    if (filled >= bucket_bytes) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(i);
+    filled += params[i].numel() * int64_t(sizeof(float));
+  }
+  return buckets;
+}
+
 std::vector<Tensor> gradients_of(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params)

@@ -94,6 +94,11 @@ double warmup_cosine_lr(int64_t step, int64_t warmup_steps, int64_t total_steps,
 double clip_gradients(const std::vector<Tensor>& grads, double max_norm);
 // The same over the parameters' .grad.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Parameters grouped for moving gradients while backward runs (offload,
+// data parallelism): buckets of about `bucket_bytes` of f32 gradient, in
+// reverse order, the order backward produces them. Parameters that need no
+// gradient are left out. Each bucket lists parameter indices.
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes);
 // The defined .grad of each parameter, in order.
 std::vector<Tensor> gradients_of(const std::vector<Tensor>& params);
 
