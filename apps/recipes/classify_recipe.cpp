@@ -203,9 +203,14 @@ class FortunesClassifyRecipe final : public Recipe {
     settings.clip_norm = 1.0;
     settings.unit = "txt";
     LoopHooks hooks;
+    std::vector<int64_t> order;  // this epoch's visiting order, made once per epoch
+    uint64_t order_epoch = 0;
     hooks.next_batch = [&] {
       if (int64_t(at.position) + B > int64_t(train.size())) at = {at.epoch + 1, 0};
-      const std::vector<int64_t> order = data::epoch_order(int64_t(train.size()), c.seed, at.epoch);
+      if (order.empty() || order_epoch != at.epoch) {
+        order = data::epoch_order(int64_t(train.size()), c.seed, at.epoch);
+        order_epoch = at.epoch;
+      }
       std::vector<int64_t> which, labels;
       for (int64_t i = 0; i < B; ++i) {
         which.push_back(train[size_t(order[size_t(int64_t(at.position) + i)])]);
