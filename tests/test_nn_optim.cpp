@@ -124,16 +124,22 @@ TEST(Models, GptSamplingWithTopOneIsGreedy) {
   EXPECT_THROW(gpt(Tensor::from_vector<int64_t>(std::vector<int64_t>(7, 0), {1, 7})), Error);
 }
 
+// A 2-layer GPT with a 30-token vocabulary and an 8-token context, for inference.
+models::Gpt small_gpt(uint64_t seed) {
+  models::GptConfig c;
+  c.vocab_size = 30, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  Generator g(seed);
+  models::Gpt gpt(c, g, std::make_shared<Generator>(1));
+  gpt.eval();
+  return gpt;
+}
+
 // The KV cache: a prompt and then one token at a time give the logits the
 // whole sequence gives at each position, and greedy generation across the
 // end of the context window (where the cache starts over from the last
 // block_size tokens) picks what the full forward of that window picks.
 TEST(Models, GptKvCacheMatchesTheFullForward) {
-  models::GptConfig c;
-  c.vocab_size = 30, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  Generator g(5);
-  models::Gpt gpt(c, g, std::make_shared<Generator>(1));
-  gpt.eval();
+  models::Gpt gpt = small_gpt(5);
   NoGradGuard ng;
   const std::vector<int64_t> seq = {3, 1, 4, 1, 5, 9, 2, 6};
   Tensor full = gpt(Tensor::from_vector(seq, {1, 8}));
@@ -161,11 +167,7 @@ TEST(Models, GptKvCacheMatchesTheFullForward) {
 // positions, each with its own cache, gives each the logits its own
 // one-at-a-time cached step gives, and leaves the caches as those would.
 TEST(Models, GptBatchedDecodeMatchesOneSequenceAtATime) {
-  models::GptConfig c;
-  c.vocab_size = 30, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  Generator g(6);
-  models::Gpt gpt(c, g, std::make_shared<Generator>(1));
-  gpt.eval();
+  models::Gpt gpt = small_gpt(6);
   NoGradGuard ng;
   const std::vector<std::vector<int64_t>> prompts = {{3, 1, 4}, {1, 5, 9, 2, 6, 5}, {7}};
   std::vector<models::KvCache> alone, together;

@@ -268,14 +268,8 @@ TEST(RecipeRuns, CrossEntropyChecksShapesExactly) {
 namespace kiln {
 namespace {
 
-// --preset/--n-layer... shape the GPT; the saved config is what a resume
-// builds, and a different one is refused.
-// What kiln serve runs for /v1/completions: a completion started and
-// advanced a token at a time, alone or in a batch with others (continuous
-// batching), gives exactly the text of Gpt::generate with the same seed,
-// across the end of the context window; the streamed pieces make that text.
-TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
-  fs::path dir = fresh_dir("gpt-completions");
+// A 2-step fortunes-gpt run of a 1-layer, 32-wide GPT with a 16-token context.
+recipes::TrainOptions tiny_gpt_run(const fs::path& dir) {
   recipes::TrainOptions o;
   o.recipe = "fortunes-gpt";
   o.steps = 2;
@@ -285,7 +279,16 @@ TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
   o.progress = false;
   o.threads = 2;
   o.cache_dir = std::string(KILN_BINARY_DIR) + "/test-cache";
-  recipes::train(o, [](const std::string&) {});
+  return o;
+}
+
+// What kiln serve runs for /v1/completions: a completion started and
+// advanced a token at a time, alone or in a batch with others (continuous
+// batching), gives exactly the text of Gpt::generate with the same seed,
+// across the end of the context window; the streamed pieces make that text.
+TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
+  fs::path dir = fresh_dir("gpt-completions");
+  recipes::train(tiny_gpt_run(dir), [](const std::string&) {});
   const std::string ck_dir = *latest_checkpoint(dir.string());
   Checkpoint ck = load_checkpoint(ck_dir);
   const data::Tokenizer tok = recipes::load_run_tokenizer(ck_dir, ck);
@@ -338,18 +341,12 @@ TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
   }
 }
 
+// --preset/--n-layer... shape the GPT; the saved config is what a resume
+// builds, and a different one is refused.
 TEST(RecipeRuns, GptModelOverridesAreSavedAndKeptOnResume) {
   fs::path dir = fresh_dir("gpt-overrides");
-  recipes::TrainOptions o;
-  o.recipe = "fortunes-gpt";
-  o.steps = 2;
+  recipes::TrainOptions o = tiny_gpt_run(dir);
   o.stop_after = 1;
-  o.batch_size = 2;
-  o.model_overrides = {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 2}, {"block_size", 16}};
-  o.out_dir = dir.string();
-  o.progress = false;
-  o.threads = 2;
-  o.cache_dir = std::string(KILN_BINARY_DIR) + "/test-cache";
   Lines out;
   recipes::train(o, out.log());
   EXPECT_TRUE(out.has("(1 layers, 2 heads, 32 wide, context 16)"));
