@@ -45,7 +45,14 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& in, Tensor& out, Reduce op) = 0;
   virtual void send(const Tensor& t, int peer) = 0;
   virtual void recv(Tensor& t, int peer) = 0;
+  // Sends `out` to rank `to` while receiving `in` from rank `from`: two
+  // neighbours that exchange at once (pipeline stages) cannot deadlock.
+  virtual void send_recv(const Tensor& out, int to, Tensor& in, int from) = 0;
   virtual void barrier() = 0;
+  // A communicator over the ranks that pass the same `color`, ranked by
+  // `key` (MPI_Comm_split): the data-parallel replicas of one pipeline
+  // stage, or the stages of one replica. Collective: every rank calls it.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Gives up on a collective after this long (--dist-timeout).
   void set_timeout(std::chrono::seconds t) { timeout_ = t; }

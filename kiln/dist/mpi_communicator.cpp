@@ -75,9 +75,12 @@ struct PendingAllReduce final : Pending {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // `comm`: MPI_COMM_WORLD, or a split of it that this object frees.
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
     watchdog_ = std::thread([this] { watch(); });
   }
   ~MpiCommunicator() override {
@@ -87,6 +90,7 @@ class MpiCommunicator final : public Communicator {
     }
     watch_.wake.notify_all();
     watchdog_.join();
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
@@ -95,14 +99,14 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Pending> start_all_reduce(Tensor& t, Reduce op) override {
     auto p = std::make_unique<PendingAllReduce>(*this, t, op);
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p->host.data_ptr(), int(p->host.numel()), mpi_type(p->host.dtype()),
-                             MPI_SUM, MPI_COMM_WORLD, &p->req), "all-reduce");
+                             MPI_SUM, comm_, &p->req), "all-reduce");
     return p;
   }
 
   void all_reduce(Tensor& t, Reduce op) override {
     Tensor h = staged(t, true);
     blocking("all-reduce", h.nbytes(), [&] {
-      return MPI_Allreduce(MPI_IN_PLACE, h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), MPI_SUM, MPI_COMM_WORLD);
+      return MPI_Allreduce(MPI_IN_PLACE, h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), MPI_SUM, comm_);
     });
     if (op == Reduce::avg) average(h);
     write_back(h, t);
@@ -112,7 +116,7 @@ class MpiCommunicator final : public Communicator {
     check_peer(root);
     Tensor h = staged(t, false);
     blocking("broadcast", h.nbytes(),
-             [&] { return MPI_Bcast(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), root, MPI_COMM_WORLD); });
+             [&] { return MPI_Bcast(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), root, comm_); });
     write_back(h, t);
   }
 
@@ -122,7 +126,7 @@ class MpiCommunicator final : public Communicator {
     Tensor hi = staged(in, false), ho = staged(out, false);
     blocking("all-gather", ho.nbytes(), [&] {
       return MPI_Allgather(hi.data_ptr(), int(hi.numel()), mpi_type(hi.dtype()), ho.data_ptr(), int(hi.numel()),
-                           mpi_type(ho.dtype()), MPI_COMM_WORLD);
+                           mpi_type(ho.dtype()), comm_);
     });
     write_back(ho, out);
   }
@@ -133,7 +137,7 @@ class MpiCommunicator final : public Communicator {
     Tensor hi = staged(in, true), ho = staged(out, true);
     blocking("reduce-scatter", hi.nbytes(), [&] {
       return MPI_Reduce_scatter_block(hi.data_ptr(), ho.data_ptr(), int(ho.numel()), mpi_type(ho.dtype()), MPI_SUM,
-                                      MPI_COMM_WORLD);
+                                      comm_);
     });
     if (op == Reduce::avg) average(ho);
     write_back(ho, out);
@@ -143,20 +147,40 @@ class MpiCommunicator final : public Communicator {
     check_peer(peer);
     Tensor h = staged(t, false);
     blocking("send to rank " + std::to_string(peer), h.nbytes(),
-             [&] { return MPI_Send(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD); });
+             [&] { return MPI_Send(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, comm_); });
   }
 
   void recv(Tensor& t, int peer) override {
     check_peer(peer);
     Tensor h = staged(t, false);
     blocking("receive from rank " + std::to_string(peer), h.nbytes(), [&] {
-      return MPI_Recv(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      return MPI_Recv(h.data_ptr(), int(h.numel()), mpi_type(h.dtype()), peer, 0, comm_, MPI_STATUS_IGNORE);
     });
     write_back(h, t);
   }
 
+  void send_recv(const Tensor& out, int to, Tensor& in, int from) override {
+    check_peer(to);
+    check_peer(from);
+    Tensor ho = staged(out, false), hi = staged(in, false);
+    blocking("exchange with ranks " + std::to_string(to) + "/" + std::to_string(from), ho.nbytes() + hi.nbytes(),
+             [&] {
+               return MPI_Sendrecv(ho.data_ptr(), int(ho.numel()), mpi_type(ho.dtype()), to, 0, hi.data_ptr(),
+                                   int(hi.numel()), mpi_type(hi.dtype()), from, 0, comm_, MPI_STATUS_IGNORE);
+             });
+    write_back(hi, in);
+  }
+
   void barrier() override {
-    blocking("barrier", 0, [] { return MPI_Barrier(MPI_COMM_WORLD); });
+    blocking("barrier", 0, [this] { return MPI_Barrier(comm_); });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    blocking("split", 0, [&] { return MPI_Comm_split(comm_, color, key, &part); });
+    auto c = std::make_unique<MpiCommunicator>(part);
+    c->set_timeout(timeout());
+    return c;
   }
 
  private:
@@ -215,7 +239,7 @@ class MpiCommunicator final : public Communicator {
     while (!watch_.stop) {
       watch_.wake.wait_for(lock, std::chrono::milliseconds(100));
       if (!watch_.busy || std::chrono::steady_clock::now() - watch_.started < timeout()) continue;
-      std::fprintf(stderr, "kiln: error: rank %d of %d: %s\n", rank_, size_,
+      std::fprintf(stderr, "kiln: error: rank %d of %d: %s\n", world_rank_, world_size_,
                    timeout_message(watch_.what, watch_.bytes).c_str());
       abort_mpi(1);
     }
@@ -227,7 +251,9 @@ class MpiCommunicator final : public Communicator {
            "--resume (raise --dist-timeout if the ranks are just slow)";
   }
 
+  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  int world_rank_ = 0, world_size_ = 1;  // errors name the job's ranks, also from a split
   struct Watch {
     std::mutex mutex;
     std::condition_variable wake;
@@ -254,7 +280,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
     int provided = 0;
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
   }
-  return std::make_unique<MpiCommunicator>();
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
 }
 
 void finalize_mpi() {

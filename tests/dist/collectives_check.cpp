@@ -84,6 +84,24 @@ int main(int argc, char** argv) {
     check(got.to_vector<int64_t>()[0] == int64_t(prev) * 100, "send/recv around the ring");
     comm.barrier();
 
+    // send_recv: everyone at once, to the next rank and from the previous one
+    // (a ring of blocking sends would deadlock), with a large message.
+    Tensor big_out = full({1 << 16}, float(r), DType::f32), big_in = Tensor::empty({1 << 16}, DType::f32);
+    comm.send_recv(big_out, next, big_in, prev);
+    check(values(big_in) == std::vector<float>(1 << 16, float(prev)), "send_recv around the ring");
+
+    // split: even and odd ranks, each group ranked in reverse; a reduction
+    // stays inside its group.
+    auto group = comm.split(r % 2, -r);
+    const int group_size = (n + 1 - r % 2) / 2;
+    check(group->world_size() == group_size, "split: group size");
+    check(group->rank() == group_size - 1 - r / 2, "split: rank by key");
+    Tensor within = Tensor::from_vector<float>({float(r)}, {1});
+    group->all_reduce(within, dist::Reduce::sum);
+    float group_sum = 0;
+    for (int i = r % 2; i < n; i += 2) group_sum += float(i);
+    check(values(within)[0] == group_sum, "all_reduce inside a split");
+
     bool refused = false;
     try {
       comm.send(out, n);
