@@ -16,7 +16,9 @@ set_tests_properties(cli.cuda_without_gpu PROPERTIES SKIP_REGULAR_EXPRESSION "SK
 # Data parallelism under mpirun (oversubscribed on CI's 2 cores; root needs
 # OpenMPI's explicit consent).
 if(MPI_C_FOUND)
-  add_test(NAME cli.dist_train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/dist_train.sh)
-  set_tests_properties(cli.dist_train PROPERTIES LABELS "cpu;dist" TIMEOUT 300
-                       ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;${KILN_MPI_ENV}")
+  foreach(scenario dist_train pipeline_train)
+    add_test(NAME cli.${scenario} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/${scenario}.sh)
+    set_tests_properties(cli.${scenario} PROPERTIES LABELS "cpu;dist" TIMEOUT 300
+                         ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;${KILN_MPI_ENV}")
+  endforeach()
 endif()

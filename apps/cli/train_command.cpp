@@ -116,6 +116,10 @@ std::function<int()> add_train_command(CLI::App& app) {
   auto* zero_opt = cmd->add_option("--zero", *zero,
                                    "under mpirun: 1 shards AdamW's state across the ranks (ZeRO stage 1); 0: off")
                        ->check(CLI::Range(0, 1));
+  cmd->add_option("--pipeline-stages", to->pipeline_stages,
+                  "under mpirun, fortunes-gpt: split the model's blocks into this many stages on as many ranks "
+                  "(1F1B; the world is replicas x stages)")
+      ->check(CLI::PositiveNumber);
   auto dist_timeout = std::make_shared<int>(300);
   cmd->add_option("--dist-timeout", *dist_timeout,
                   "under mpirun: seconds a rank waits on the others before ending the job with an error (default 300)")

@@ -4,10 +4,9 @@ namespace kiln::plan {
 
 GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes) {
   const double d = double(c.n_embd), L = double(c.n_layer), T = double(c.block_size);
-  const double n_matmul = double(gpt_parameter_count(c) - c.block_size * c.n_embd);
   const double n_blocks = L * 12.0 * d * d;
   GptFlops f;
-  f.train_per_token = 6.0 * n_matmul + 12.0 * L * T * d;
+  for (double block : models::gpt_block_flops(c)) f.train_per_token += block;
   f.recompute_per_token = 2.0 * n_blocks + 4.0 * L * T * d;
   // Per layer: two layernorms (read d, write d) and GELU (read 4d, write 4d).
   f.selective_bytes_per_token = L * (2.0 * 2.0 * d + 2.0 * 4.0 * d) * elem_bytes;

@@ -1,6 +1,7 @@
 #include "apps/recipes/common.h"
 
 #include "kiln/backend/backend.h"
+#include "kiln/dist/stage_optimizer.h"
 #include "kiln/dist/world.h"
 #include "kiln/dist/zero.h"
 #include "kiln/optim/offload.h"
@@ -28,10 +29,25 @@ std::string resolve_checkpoint(const std::string& path) {
 
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
                                                              nn::Module& model, const optim::AdamWOptions& options,
-                                                             Device host) {
+                                                             Device host, const StagePlacement* stage) {
   model.to(device);
   KILN_CHECK(config.zero == 0 || config.zero == 1, "--zero ", config.zero, " is not supported: 0 (off) or 1 (shard "
              "the optimizer state)");
+  if (stage) {
+    KILN_CHECK(!config.offload, "--offload and --pipeline-stages do not combine yet: choose one");
+    dist::Pipeline& pipeline = *stage->pipeline;
+    nn::NamedTensors own;
+    for (const std::string& name : stage->stage_params[size_t(pipeline.layout().stage)])
+      for (const auto& [n, p] : model.named_parameters())
+        if (n == name) own.emplace_back(n, p);
+    std::unique_ptr<optim::Optimizer> inner;
+    if (config.zero == 1)
+      inner = std::make_unique<dist::ShardedAdamW>(own, config.lr, options, pipeline.replicas());
+    else
+      inner = std::make_unique<optim::AdamW>(own, config.lr, options);
+    return std::make_unique<dist::StageOptimizer>(model.named_parameters(), stage->stage_params, std::move(inner),
+                                                  pipeline, dist::world());
+  }
   if (config.zero == 1) {
     KILN_CHECK(!config.offload, "--zero 1 and --offload do not combine yet: choose one");
     return std::make_unique<dist::ShardedAdamW>(model.named_parameters(), config.lr, options, dist::world());
@@ -45,8 +61,10 @@ std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& con
 
 std::string save_run(const std::string& out_dir, int64_t step, const nn::Module& model, const optim::Optimizer& opt,
                      const nlohmann::json& state) {
+  // The optimizer's state first: on pipeline stages, gathering it also brings rank 0 the other stages' weights.
+  const NamedTensors opt_state = to_host(opt.state());
   const nn::NamedTensors& weights = opt.master_weights() ? *opt.master_weights() : model.named_parameters();
-  save_checkpoint(out_dir, step, to_host(weights), to_host(opt.state()), state, /*keep_last=*/3);
+  save_checkpoint(out_dir, step, to_host(weights), opt_state, state, /*keep_last=*/3);
   return (std::filesystem::path(out_dir) / checkpoint_dir_name(step)).string();
 }
 

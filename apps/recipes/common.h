@@ -7,6 +7,7 @@
 #include "apps/recipes/recipe.h"
 #include "apps/recipes/run_config.h"
 #include "kiln/data/loader_state.h"
+#include "kiln/dist/pipeline.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/optimizer.h"
@@ -20,13 +21,21 @@ std::vector<std::pair<std::string, Tensor>> to_pairs(const std::map<std::string,
 // Checkpoint directory given either a checkpoint or a run directory.
 std::string resolve_checkpoint(const std::string& path);
 
+// --pipeline-stages: the split of a model's parameters over the stages.
+struct StagePlacement {
+  dist::Pipeline* pipeline = nullptr;
+  std::vector<std::vector<std::string>> stage_params;  // the names each stage uses
+};
+
 // Moves `model` to the run's device and builds its AdamW: with --offload, an
 // OffloadAdamW whose state lives on the host, and with bf16/fp16 the device
-// keeps 2-byte parameters (the fp32 master is on the host).
+// keeps 2-byte parameters (the fp32 master is on the host); on a pipeline
+// stage, a StageOptimizer over the stage's parameters.
 // `host` holds offloaded state (the meta device's host is meta:1 when planning).
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
                                                              nn::Module& model, const optim::AdamWOptions& options,
-                                                             Device host = Device::cpu());
+                                                             Device host = Device::cpu(),
+                                                             const StagePlacement* stage = nullptr);
 
 // Saves model + optimizer + state and prunes to the last 3 checkpoints. The
 // model's weights are the optimizer's fp32 master copy where it keeps one.

@@ -1,6 +1,7 @@
 // fortunes-gpt: a small GPT-2-style model trained on Debian's fortunes
 // corpus with a SentencePiece BPE tokenizer. Reports validation loss in bits
 // per byte (comparable across tokenizers) and prints a few samples.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
+#include "kiln/dist/pipeline.h"
 #include "kiln/dist/world.h"
 #include "kiln/io/atomic_file.h"
 #include "models/gpt/presets.h"
@@ -373,7 +375,25 @@ class FortunesGptRecipe final : public Recipe {
     StepParts step = step_parts(request);
     models::Gpt& model = static_cast<models::Gpt&>(*step.model);
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
-    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(c, run.device, model, step.adamw);
+    // --pipeline-stages: blocks split over the ranks, balanced by kiln plan's FLOPs per block.
+    std::unique_ptr<dist::Pipeline> pipeline;
+    std::vector<int64_t> bounds;
+    StagePlacement placement;
+    if (o.pipeline_stages > 1) {
+      KILN_CHECK(c.precision != "fp16", "--pipeline-stages with --precision fp16 is not supported yet (every stage "
+                 "would have to agree to skip an overflowing step): use bf16");
+      pipeline = std::make_unique<dist::Pipeline>(dist::world(), o.pipeline_stages);
+      bounds = dist::balance_stages(models::gpt_block_flops(config), o.pipeline_stages);
+      std::string split;
+      for (int s = 0; s < o.pipeline_stages; ++s) {
+        placement.stage_params.push_back(model.stage_parameter_names(bounds[size_t(s)], bounds[size_t(s) + 1]));
+        split += " [" + std::to_string(bounds[size_t(s)]) + ", " + std::to_string(bounds[size_t(s) + 1]) + ")";
+      }
+      placement.pipeline = pipeline.get();
+      log("pipeline stages (blocks, balanced by FLOPs; the first holds the embeddings, the last the head):" + split);
+    }
+    std::unique_ptr<optim::Optimizer> optimizer =
+        place_model_and_optimizer(c, run.device, model, step.adamw, Device::cpu(), pipeline ? &placement : nullptr);
     optim::Optimizer& opt = *optimizer;
     MixedPrecision precision(c.precision, c.loss_scale);
     RunParts parts{model, opt, precision, *dropout_gen, [&] { return loader.state(); },
@@ -405,6 +425,22 @@ class FortunesGptRecipe final : public Recipe {
       state["config"] = config.to_json();
       state["tokenizer"] = "tokenizer.model";
     };
+    if (pipeline) {
+      const int s = pipeline->layout().stage;
+      const int64_t first = bounds[size_t(s)], last = bounds[size_t(s) + 1];
+      PipelineStage& stage = hooks.stage;
+      stage.pipeline = pipeline.get();
+      stage.forward = [&, first, last](const Tensor& in, const Tensor& targets) {
+        return model.stage_forward(in.to(run.device), targets.to(run.device), first, last);
+      };
+      stage.activation_shape = [&](int64_t rows) { return Shape{rows, config.block_size, config.n_embd}; };
+      for (const auto& [name, p] : model.named_parameters()) {
+        const auto& mine = placement.stage_params[size_t(s)];
+        if (std::find(mine.begin(), mine.end(), name) == mine.end()) continue;
+        stage.params.push_back(p);
+        if (name.starts_with("transformer.wte.")) stage.tied.push_back(p);
+      }
+    }
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     TrainResult result;
     if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {

@@ -55,6 +55,7 @@ struct TrainOptions {
   std::optional<Device> device;  // default: cpu
   std::optional<int> threads;    // 0 or unset: all cores
   size_t memory_budget = 0;      // caps the training device's allocator (bytes; 0: none)
+  int pipeline_stages = 1;       // GPT: the blocks split over this many ranks (kiln/dist/pipeline.h)
   std::string out_dir;           // empty: runs/<recipe>
   bool resume = false;           // continue from the newest valid checkpoint in out_dir
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)

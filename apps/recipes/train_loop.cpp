@@ -1,7 +1,9 @@
 #include "apps/recipes/train_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "apps/recipes/progress.h"
@@ -52,11 +54,65 @@ Batch shard_for_rank(const Batch& global, int rank, int world_size) {
   return {global.x.slice(0, rows * rank, rows * (rank + 1)), global.y.slice(0, rows * rank, rows * (rank + 1))};
 }
 
+namespace {
+
+// One step's gradients, in one process, data parallel, or on a pipeline
+// stage (possibly also data parallel). Returns the batch's mean loss.
+double compute_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
+                         dist::GradientAverager* averager, dist::Communicator& replicas, Device device, bool poison) {
+  const Batch shard = averager ? shard_for_rank(batch, replicas.rank(), replicas.world_size()) : batch;
+  const std::function<void()> arm = averager ? std::function<void()>([averager] { averager->arm(); }) : nullptr;
+  const PipelineStage& stage = hooks.stage;
+  double loss = 0;
+  if (stage.pipeline) {
+    dist::StageWork work;
+    work.forward = [&](const Tensor& in, const Tensor& targets) {
+      amp::AutocastGuard autocast(precision.autocast_dtype());
+      return stage.forward(in, targets);
+    };
+    work.activation_shape = stage.activation_shape;
+    work.backward_loss = [&](const Tensor& l) { precision.accumulate(l); };
+    work.before_last_backward = arm;
+    work.device = device;
+    loss = stage.pipeline->train_step(shard.x, shard.y, micro, work);
+  } else {
+    loss = accumulate_gradients(shard, micro, hooks, precision, poison, arm);
+  }
+  if (averager) averager->finish();
+  if (stage.pipeline) stage.pipeline->sum_tied_gradients(optim::gradients_of(stage.tied));
+  if (dist::world_size() == 1) return loss;
+  // Every replica's last stage holds its shard's mean loss (the other stages 0): equal shards, so their mean is the batch's.
+  Tensor total = Tensor::from_vector<double>({loss}, {1});
+  dist::world().all_reduce(total, dist::Reduce::sum);
+  return total.item() / double(replicas.world_size());
+}
+
+// Gradient clipping by the global norm; a pipeline's is over every stage's
+// gradients, the tied embedding's counted once.
+void clip_global_norm(const std::vector<Tensor>& grads, double max_norm, const PipelineStage& stage) {
+  if (!stage.pipeline) {
+    optim::clip_gradients(grads, max_norm);
+    return;
+  }
+  const dist::PipelineLayout& l = stage.pipeline->layout();
+  std::vector<Tensor> counted;
+  for (const Tensor& p : stage.params) {
+    const bool tied = std::any_of(stage.tied.begin(), stage.tied.end(),
+                                  [&](const Tensor& t) { return t.impl_ptr() == p.impl_ptr(); });
+    if (!(tied && l.last() && l.stages > 1) && p.grad().defined()) counted.push_back(p.grad());
+  }
+  Tensor squares = Tensor::from_vector<double>({optim::sum_of_squares(counted)}, {1});
+  stage.pipeline->stages().all_reduce(squares, dist::Reduce::sum);
+  optim::clip_to_norm(grads, std::sqrt(squares.item()), max_norm);
+}
+
+}  // namespace
+
 bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& parts, const LoopSettings& settings,
                        const LoopHooks& hooks, RunRecord& record, TrainResult& result, const Log& log) {
   const RunConfig& c = run.config;
   const int64_t start = run.step(), total = c.total_steps;
-  const int64_t micro = c.micro_batch > 0 ? std::min(c.micro_batch, c.batch_size) : c.batch_size;
+  int64_t micro = c.micro_batch > 0 ? std::min(c.micro_batch, c.batch_size) : c.batch_size;
   result.start_step = start;
   result.resumed_from = run.checkpoint_dir;
   auto save = [&](int64_t step, double loss) {
@@ -79,14 +135,32 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     log("gradient accumulation: " + std::to_string((c.batch_size + micro - 1) / micro) + " micro-batches of " +
         std::to_string(micro) + " per step of " + std::to_string(c.batch_size));
 
-  // Under mpirun: average the gradients across ranks (kiln/dist).
+  // Under mpirun: average the gradients across the data-parallel ranks
+  // (kiln/dist); with --pipeline-stages, across the replicas of this stage.
+  const PipelineStage& stage = hooks.stage;
+  KILN_CHECK(o.pipeline_stages <= 1 || stage.pipeline, "--pipeline-stages: this recipe's model cannot be split into "
+             "stages yet (fortunes-gpt's can); drop --pipeline-stages");
+  dist::Communicator& replicas = stage.pipeline ? stage.pipeline->replicas() : dist::world();
   std::unique_ptr<dist::GradientAverager> averager;
-  if (dist::world_size() > 1) {
+  if (replicas.world_size() > 1) {
     KILN_CHECK(!c.offload, "--offload with several ranks is not supported yet: drop --offload, or run one process");
-    averager = std::make_unique<dist::GradientAverager>(dist::world(), parts.model.parameters());
-    log("data parallel: " + std::to_string(dist::world_size()) + " ranks over " + dist::world().transport() + ", " +
-        std::to_string(c.batch_size / dist::world_size()) + " examples each per step, gradients averaged in " +
+    averager = std::make_unique<dist::GradientAverager>(replicas, stage.pipeline ? stage.params
+                                                                                 : parts.model.parameters());
+    log("data parallel: " + std::to_string(replicas.world_size()) + " ranks over " + dist::world().transport() +
+        ", " + std::to_string(c.batch_size / replicas.world_size()) + " examples each per step, gradients averaged in " +
         std::to_string(averager->bucket_count()) + " buckets");
+  }
+  if (stage.pipeline) {
+    const int S = stage.pipeline->layout().stages;
+    const int64_t rows = c.batch_size / replicas.world_size();
+    // GPipe's advice: M >= 4 S micro-batches keep the bubble small.
+    if (c.micro_batch == 0) micro = std::max<int64_t>(1, (rows + 4 * S - 1) / (4 * S));
+    const int64_t M = (rows + micro - 1) / micro;
+    char line[200];
+    std::snprintf(line, sizeof line, "pipeline parallel: %d stages, 1F1B over %lld micro-batches of %lld; bubble "
+                  "(S-1)/(M+S-1) = %.1f%% of each step", S, (long long)M, (long long)micro,
+                  100.0 * dist::bubble_fraction(S, M));
+    log(line);
   }
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
   if (o.profile) {
@@ -104,18 +178,8 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     const auto step_start = std::chrono::steady_clock::now();
     Batch batch = hooks.next_batch();
     parts.opt.zero_grad();
-    if (averager) {  // equal shards: the mean of the ranks' means is the batch's mean
-      const Batch shard = shard_for_rank(batch, dist::rank(), dist::world_size());
-      Tensor loss = Tensor::from_vector<double>({accumulate_gradients(shard, micro, hooks, parts.precision,
-                                                                      o.poison_step == step + 1,
-                                                                      [&] { averager->arm(); })},
-                                                {1});
-      averager->finish();
-      dist::world().all_reduce(loss, dist::Reduce::avg);
-      loss_value = loss.item();
-    } else {
-      loss_value = accumulate_gradients(batch, micro, hooks, parts.precision, o.poison_step == step + 1);
-    }
+    loss_value = compute_gradients(batch, micro, hooks, parts.precision, averager.get(), replicas, run.device,
+                                   o.poison_step == step + 1);
     const std::vector<Tensor> grads = parts.opt.gradients();
     const bool finite = parts.precision.finish_step(grads, step + 1, log);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a
@@ -126,7 +190,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
                "new --out directory");
     parts.opt.lr = optim::warmup_cosine_lr(step, settings.warmup_steps, total, c.lr, c.lr * settings.min_lr_ratio);
     if (finite) {
-      if (settings.clip_norm > 0) optim::clip_gradients(grads, settings.clip_norm);
+      if (settings.clip_norm > 0) clip_global_norm(grads, settings.clip_norm, stage);
       parts.opt.step();
     }
     const int64_t items = batch.x.size(0) * settings.items_per_example;

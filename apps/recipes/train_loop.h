@@ -10,6 +10,7 @@
 #pragma once
 #include "apps/recipes/common.h"
 #include "apps/recipes/run_record.h"
+#include "kiln/dist/pipeline.h"
 
 namespace kiln::recipes {
 
@@ -26,6 +27,18 @@ struct Batch {
   Tensor x, y;
 };
 
+// --pipeline-stages: this rank's stage of a model split across ranks.
+struct PipelineStage {
+  dist::Pipeline* pipeline = nullptr;  // null: the model is not split
+  // As dist::StageWork's: the micro-batch's inputs (first stage) or the
+  // previous stage's output in; the last stage returns the mean loss.
+  // Called under autocast.
+  std::function<Tensor(const Tensor& in, const Tensor& targets)> forward;
+  std::function<Shape(int64_t rows)> activation_shape;
+  std::vector<Tensor> params;  // the parameters this stage updates
+  std::vector<Tensor> tied;    // those the first and last stage share (their gradients are summed)
+};
+
 struct LoopHooks {
   std::function<Batch()> next_batch;
   // The mean loss over (a slice of) a batch, on the run's device; called
@@ -37,6 +50,7 @@ struct LoopHooks {
   std::function<bool(int64_t steps_done, double loss, const Log& log)> after_step;
   // The recipe's additions to state.json.
   std::function<void(nlohmann::json& state)> add_state;
+  PipelineStage stage;  // recipes whose model can be split fill it under --pipeline-stages
 };
 
 // Trains from run.step() to run.config.total_steps (or --stop-after) and

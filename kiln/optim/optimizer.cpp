@@ -137,15 +137,23 @@ double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double max_
   return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double clip_gradients(const std::vector<Tensor>& grads, double max_norm) {
+double sum_of_squares(const std::vector<Tensor>& grads) {
   NoGradGuard ng;
   double total = 0.0;
-  for (const Tensor& g : grads) total += sum(square(g)).item();  // fixed order: reproducible
-  double norm = std::sqrt(total);
-  if (norm > max_norm && norm > 0) {
-    double scale = max_norm / (norm + 1e-6);
-    for (Tensor g : grads) backend_for(g).unary(UnaryOp::mul_scalar, g, g, scale);
-  }
+  for (const Tensor& g : grads) total += sum(square(g)).item();
+  return total;
+}
+
+void clip_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm) {
+  if (norm <= max_norm || norm <= 0) return;
+  NoGradGuard ng;
+  const double scale = max_norm / (norm + 1e-6);
+  for (Tensor g : grads) backend_for(g).unary(UnaryOp::mul_scalar, g, g, scale);
+}
+
+double clip_gradients(const std::vector<Tensor>& grads, double max_norm) {
+  const double norm = std::sqrt(sum_of_squares(grads));
+  clip_to_norm(grads, norm, max_norm);
   return norm;
 }
 

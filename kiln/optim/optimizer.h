@@ -92,6 +92,11 @@ double warmup_cosine_lr(int64_t step, int64_t warmup_steps, int64_t total_steps,
 // Scales the gradients in place so their global L2 norm is at most max_norm
 // (as torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
 double clip_gradients(const std::vector<Tensor>& grads, double max_norm);
+// Its two halves, for gradients spread over ranks (pipeline stages): the
+// sum of the squares of every element (in a fixed order: reproducible), and
+// scaling so that gradients of global norm `norm` have at most max_norm.
+double sum_of_squares(const std::vector<Tensor>& grads);
+void clip_to_norm(const std::vector<Tensor>& grads, double norm, double max_norm);
 // The same over the parameters' .grad.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // Parameters grouped for moving gradients while backward runs (offload,

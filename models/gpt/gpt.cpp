@@ -124,19 +124,46 @@ Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout
   gpt2_init(*this, c, init);
 }
 
-Tensor Gpt::final_stream(const Tensor& ids) {
+Tensor Gpt::embed(const Tensor& ids) {
   KILN_CHECK(ids.dim() == 2, "gpt: ids must be [B, T], got ", shape_str(ids.shape()));
   const int64_t T = ids.size(1);
   KILN_CHECK(T <= config_.block_size, "gpt: sequence length ", T, " exceeds block_size ", config_.block_size);
   Tensor pos = arange(T, DType::i64, ids.device());
-  Tensor x = drop_->forward(add(wte_->forward(ids), wpe_->forward(pos)));
-  for (const auto& block : blocks_) {
+  return drop_->forward(add(wte_->forward(ids), wpe_->forward(pos)));
+}
+
+Tensor Gpt::run_blocks(Tensor x, int64_t first, int64_t last) {
+  for (int64_t i = first; i < last; ++i) {
+    const auto& block = blocks_[size_t(i)];
     if (checkpointing_ == ActivationCheckpointing::blocks)
       x = checkpoint([&](const Tensor& in) { return block->forward(in); }, x, {dropout_gen_.get()});
     else
       x = block->forward(x);
   }
   return x;
+}
+
+Tensor Gpt::stage_forward(const Tensor& in, const Tensor& targets, int64_t first, int64_t last) {
+  KILN_CHECK(0 <= first && first < last && last <= config_.n_layer, "gpt: no stage of blocks [", first, ", ", last,
+             ") in ", config_.n_layer, " layers");
+  Tensor x = run_blocks(first == 0 ? embed(in) : in, first, last);
+  if (last < config_.n_layer) return x;
+  return linear_cross_entropy(ln_f_->forward(x), wte_->weight, targets);
+}
+
+std::vector<std::string> Gpt::stage_parameter_names(int64_t first, int64_t last) const {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : named_parameters()) {
+    bool used = false;
+    if (name.starts_with("transformer.wte.")) used = first == 0 || last == config_.n_layer;
+    else if (name.starts_with("transformer.wpe.")) used = first == 0;
+    else if (name.starts_with("transformer.ln_f.")) used = last == config_.n_layer;
+    else
+      for (int64_t i = first; i < last && !used; ++i)
+        used = name.starts_with("transformer.h." + std::to_string(i) + ".");
+    if (used) names.push_back(name);
+  }
+  return names;
 }
 
 Tensor Gpt::forward(const Tensor& ids) {
@@ -199,7 +226,7 @@ Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
   // The logits never exist whole: the fused head forms them a chunk at a
   // time and keeps only the gradients of its inputs.
-  return linear_cross_entropy(ln_f_->forward(final_stream(ids)), wte_->weight, targets);
+  return stage_forward(ids, targets, 0, config_.n_layer);
 }
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {

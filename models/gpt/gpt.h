@@ -88,8 +88,20 @@ class Gpt : public nn::Module {
   Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches);
   void set_activation_checkpointing(ActivationCheckpointing mode);
 
+  // Pipeline parallelism: blocks [first, last), after the embeddings when
+  // first == 0 and before ln_f, the tied head and the loss when last ==
+  // n_layer. `in`: ids [B, T] on the first stage, else the residual stream
+  // [B, T, C]. Returns the stream after block last-1, or on the last stage
+  // the mean next-token loss against `targets`, as loss() computes it.
+  Tensor stage_forward(const Tensor& in, const Tensor& targets, int64_t first, int64_t last);
+  // The names of the parameters stage [first, last) uses, in model order
+  // (the first and last stage share the tied embedding).
+  std::vector<std::string> stage_parameter_names(int64_t first, int64_t last) const;
+
  private:
-  Tensor final_stream(const Tensor& ids);  // the residual stream after the last block
+  Tensor embed(const Tensor& ids);                                   // token + position embeddings
+  Tensor run_blocks(Tensor x, int64_t first, int64_t last);          // the residual stream through blocks [first, last)
+  Tensor final_stream(const Tensor& ids) { return run_blocks(embed(ids), 0, config_.n_layer); }
   GptConfig config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Sequential> h_;

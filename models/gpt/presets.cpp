@@ -59,4 +59,13 @@ int64_t gpt_parameter_count(const GptConfig& c) {
   return c.vocab_size * d + c.block_size * d + c.n_layer * per_block + 2 * d;  // wte (tied), wpe, blocks, ln_f
 }
 
+std::vector<double> gpt_block_flops(const GptConfig& c) {
+  const double d = double(c.n_embd), T = double(c.block_size), V = double(c.vocab_size);
+  const double head = V * d + 2.0 * d;  // the tied output embedding and ln_f
+  const double per_block = (double(gpt_parameter_count(c)) - head - T * d) / double(c.n_layer);
+  std::vector<double> flops(size_t(c.n_layer), 6.0 * per_block + 12.0 * T * d);
+  flops.back() += 6.0 * head;
+  return flops;
+}
+
 }  // namespace kiln::models

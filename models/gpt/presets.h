@@ -16,5 +16,11 @@ GptConfig gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 // Parameters with tied input/output embeddings (what GPT-2's counts use).
 int64_t gpt_parameter_count(const GptConfig& c);
+// Training FLOPs per token (forward + backward) of each block, the cost
+// model of `kiln plan` (6 per multiplying weight, plus 12 T d for attention
+// per layer). The tied head and its loss (6 V d) count with the last block,
+// the embedding lookups (free) with the first: their stages always hold
+// them. Pipeline stages are balanced by these costs.
+std::vector<double> gpt_block_flops(const GptConfig& c);
 
 }  // namespace kiln::models
