@@ -30,7 +30,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string transport() const = 0;  // "single", "mpi", "nccl"
+  virtual std::string transport() const = 0;  // "single", "mpi", "gloo"; "+nccl" where GPUs carry device tensors
 
   // In place: every rank ends with the sum (or mean) of all ranks' `t`.
   virtual void all_reduce(Tensor& t, Reduce op) { start_all_reduce(t, op)->wait(); }
@@ -55,7 +55,7 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Gives up on a collective after this long (--dist-timeout).
-  void set_timeout(std::chrono::seconds t) { timeout_ = t; }
+  virtual void set_timeout(std::chrono::seconds t) { timeout_ = t; }
   std::chrono::seconds timeout() const { return timeout_; }
 
  private:

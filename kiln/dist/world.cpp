@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/dist/mpi_transport.h"
+#include "kiln/dist/nccl_transport.h"
 
 namespace kiln::dist {
 
@@ -26,7 +27,8 @@ bool launched_by_mpi() {
 void init_from_environment(int* argc, char*** argv) {
   if (the_world()) return;
   if (launched_by_mpi()) {
-    the_world() = make_mpi_communicator(argc, argv);  // throws with what to install when built without MPI
+    // CUDA tensors over NCCL, host tensors over MPI (which throws with what to install when built without it).
+    the_world() = with_nccl(make_mpi_communicator(argc, argv));
     std::atexit(finalize);
   } else {
     the_world() = make_single_communicator();
@@ -34,13 +36,13 @@ void init_from_environment(int* argc, char*** argv) {
 }
 
 void finalize() {
-  if (the_world() && the_world()->transport() == "mpi") finalize_mpi();
+  if (the_world() && the_world()->transport().starts_with("mpi")) finalize_mpi();
 }
 
 void abort_job(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  if (the_world() && the_world()->transport() == "mpi") abort_mpi(exit_code);
+  if (the_world() && the_world()->transport().starts_with("mpi")) abort_mpi(exit_code);
   std::_Exit(exit_code);
 }
 

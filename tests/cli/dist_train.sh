@@ -54,7 +54,9 @@ start_long_run() {
     --out "$1" >"$OUT" 2>&1 &
   JOB=$!
   for _ in $(seq 600); do
-    [ -d "$1/step_00000010" ] && return
+    # Past step 10 (only the last 3 checkpoints are kept, so look at the newest).
+    last="$(ls -d "$1"/step_* 2>/dev/null | sort | tail -1)"
+    [ -n "$last" ] && [ $((10#${last##*step_})) -ge 10 ] && return
     kill -0 "$JOB" 2>/dev/null || break
     sleep 0.1
   done
