@@ -30,16 +30,21 @@ std::string resolve_checkpoint(const std::string& path) {
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
                                                              nn::Module& model, const optim::AdamWOptions& options,
                                                              Device host, const StagePlacement* stage) {
-  model.to(device);
+  if (!stage) model.to(device);
   KILN_CHECK(config.zero == 0 || config.zero == 1, "--zero ", config.zero, " is not supported: 0 (off) or 1 (shard "
              "the optimizer state)");
   if (stage) {
     KILN_CHECK(!config.offload, "--offload and --pipeline-stages do not combine yet: choose one");
     dist::Pipeline& pipeline = *stage->pipeline;
+    // Only the stage's own weights go to the device; the rest of the model
+    // stays in host memory (rank 0 gathers checkpoints into it).
     nn::NamedTensors own;
     for (const std::string& name : stage->stage_params[size_t(pipeline.layout().stage)])
-      for (const auto& [n, p] : model.named_parameters())
-        if (n == name) own.emplace_back(n, p);
+      for (auto [n, p] : model.named_parameters())
+        if (n == name) {
+          nn::move_tensor_in_place(p, device, p.dtype());
+          own.emplace_back(n, p);
+        }
     std::unique_ptr<optim::Optimizer> inner;
     if (config.zero == 1)
       inner = std::make_unique<dist::ShardedAdamW>(own, config.lr, options, pipeline.replicas());

@@ -30,7 +30,8 @@ struct StagePlacement {
 // Moves `model` to the run's device and builds its AdamW: with --offload, an
 // OffloadAdamW whose state lives on the host, and with bf16/fp16 the device
 // keeps 2-byte parameters (the fp32 master is on the host); on a pipeline
-// stage, a StageOptimizer over the stage's parameters.
+// stage, a StageOptimizer over the stage's parameters, which alone go to the
+// device (the rest of the model stays in host memory).
 // `host` holds offloaded state (the meta device's host is meta:1 when planning).
 std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& config, Device device,
                                                              nn::Module& model, const optim::AdamWOptions& options,

@@ -443,7 +443,12 @@ class FortunesGptRecipe final : public Recipe {
     }
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     TrainResult result;
-    if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
+    const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);
+    if (pipeline) {  // rank 0 alone holds the whole model (its last checkpoint gathered it) and evaluates it
+      if (!dist::is_rank0()) return result;
+      model.to(run.device);
+    }
+    if (finished) {
       result.val_loss = validation_loss(model, validation.tokens, validation_batch(c.micro_batch), run.device);
       result.val_bits_per_byte = result.val_loss / std::log(2.0) / validation.bytes_per_token;
       record.eval(result.steps_done, {{"val_loss", result.val_loss}, {"val_bits_per_byte", result.val_bits_per_byte}});

@@ -60,7 +60,7 @@ namespace {
 // stage (possibly also data parallel). Returns the batch's mean loss.
 double compute_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
                          dist::GradientAverager* averager, dist::Communicator& replicas, Device device, bool poison) {
-  const Batch shard = averager ? shard_for_rank(batch, replicas.rank(), replicas.world_size()) : batch;
+  const Batch shard = replicas.world_size() > 1 ? shard_for_rank(batch, replicas.rank(), replicas.world_size()) : batch;
   const std::function<void()> arm = averager ? std::function<void()>([averager] { averager->arm(); }) : nullptr;
   const PipelineStage& stage = hooks.stage;
   double loss = 0;
@@ -142,13 +142,17 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
              "stages yet (fortunes-gpt's can); drop --pipeline-stages");
   dist::Communicator& replicas = stage.pipeline ? stage.pipeline->replicas() : dist::world();
   std::unique_ptr<dist::GradientAverager> averager;
+  // --offload streams the gradients to host buffers during backward itself;
+  // there they are averaged once backward is done.
+  const bool average_on_host = replicas.world_size() > 1 && c.offload;
   if (replicas.world_size() > 1) {
-    KILN_CHECK(!c.offload, "--offload with several ranks is not supported yet: drop --offload, or run one process");
-    averager = std::make_unique<dist::GradientAverager>(replicas, stage.pipeline ? stage.params
-                                                                                 : parts.model.parameters());
+    if (!average_on_host)
+      averager = std::make_unique<dist::GradientAverager>(replicas, stage.pipeline ? stage.params
+                                                                                   : parts.model.parameters());
     log("data parallel: " + std::to_string(replicas.world_size()) + " ranks over " + dist::world().transport() +
-        ", " + std::to_string(c.batch_size / replicas.world_size()) + " examples each per step, gradients averaged in " +
-        std::to_string(averager->bucket_count()) + " buckets");
+        ", " + std::to_string(c.batch_size / replicas.world_size()) + " examples each per step, gradients averaged " +
+        (averager ? "in " + std::to_string(averager->bucket_count()) + " buckets during backward"
+                  : std::string("on the host after backward (--offload)")));
   }
   if (stage.pipeline) {
     const int S = stage.pipeline->layout().stages;
@@ -181,6 +185,8 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     loss_value = compute_gradients(batch, micro, hooks, parts.precision, averager.get(), replicas, run.device,
                                    o.poison_step == step + 1);
     const std::vector<Tensor> grads = parts.opt.gradients();
+    if (average_on_host)
+      for (Tensor g : grads) replicas.all_reduce(g, dist::Reduce::avg);
     const bool finite = parts.precision.finish_step(grads, step + 1, log);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a
     // non-finite loss stops the run before the optimizer spreads it into the

@@ -36,9 +36,12 @@ run 0 "$MPIRUN" -np 2 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 25 --stop
 run 0 "$MPIRUN" -np 4 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 25 --zero 1 --out "$WORK/MLP-re" --resume
 expect "resumed from .* at step 20"
 same_curve "$WORK/MLP-25" "$WORK/MLP-re" 25
-# Gradient accumulation inside each rank's shard.
+# Gradient accumulation inside each rank's shard; with --offload the host copies are averaged.
 run 0 "$MPIRUN" -np 2 "$KILN" "${MLP[@]}" --micro-batch 8 --out "$WORK/MLP-2-micro"
 same_curve "$WORK/MLP-1" "$WORK/MLP-2-micro"
+run 0 "$MPIRUN" -np 2 "$KILN" "${MLP[@]}" --micro-batch 16 --offload --out "$WORK/MLP-2-offload"
+expect "gradients averaged on the host after backward \(--offload\)"
+same_curve "$WORK/MLP-1" "$WORK/MLP-2-offload"
 run 1 "$MPIRUN" -np 4 "$KILN" "${MLP_BASE[@]}" --steps 20 --batch-size 30 --out "$WORK/uneven"
 expect "rank [0-9] of 4: .*does not split evenly over 4 ranks"
 

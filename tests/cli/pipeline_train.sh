@@ -36,6 +36,7 @@ PY
 }
 
 run 0 "$KILN" "${GPT[@]}" --out "$WORK/one"
+cp "$OUT" "$WORK/one.out"
 for layout in "2 2" "4 4" "4 2"; do
   read -r np stages <<<"$layout"
   dir="$WORK/np$np-s$stages"
@@ -46,6 +47,8 @@ for layout in "2 2" "4 4" "4 2"; do
   [ "$stages" = 2 ] && expect "pipeline stages .*: \[0, 3\) \[3, 4\)"
   same_curve "$WORK/one" "$dir"
   same_weights "$WORK/one" "$dir"
+  # Rank 0 evaluates the whole model after training: the same validation loss.
+  [ "$(grep '^validation:' "$OUT")" = "$(grep '^validation:' "$WORK/one.out")" ] || fail "validation differs"
 done
 expect "data parallel: 2 ranks over mpi"  # the last layout: 2 replicas x 2 stages
 
