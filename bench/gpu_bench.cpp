@@ -4,6 +4,7 @@
 //   bench_gpu copy    --mib 1024                   device-to-device copy GB/s
 //   bench_gpu gpt     --batch 8 --precision bf16   GPT-2 124M training tokens/s and MFU
 //   bench_gpu compare                              the same work on the CPU and the GPU
+//   bench_gpu allreduce --mib 256                  one rank's all-reduce (NCCL on a GPU), bus GB/s
 //
 // Everything runs through Kiln's public API (no CUDA headers): time is taken
 // on the host around a backend synchronize(), after warm-up iterations.
@@ -15,6 +16,7 @@
 
 #include "kiln/amp/autocast.h"
 #include "kiln/cpu/runtime_defaults.h"
+#include "kiln/dist/nccl_transport.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 #include "models/vision/classifiers.h"
@@ -123,7 +125,8 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {app.add_subcommand("matmul", "matrix product throughput"),
                         app.add_subcommand("copy", "device-to-device copy bandwidth"),
                         app.add_subcommand("gpt", "GPT training throughput and MFU"),
-                        app.add_subcommand("compare", "the same work on CPU and GPU")}) {
+                        app.add_subcommand("compare", "the same work on CPU and GPU"),
+                        app.add_subcommand("allreduce", "one rank's all-reduce through the communicator")}) {
     sub->add_option("--device", device);
     sub->add_option("--iters", iters);
     sub->add_option("--threads", threads, "CPU threads (0: all)");
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
   app.get_subcommand("matmul")->add_option("--n", n);
   app.get_subcommand("matmul")->add_option("--dtype", dtype);
   app.get_subcommand("copy")->add_option("--mib", mib);
+  app.get_subcommand("allreduce")->add_option("--mib", mib);
   auto* gpt = app.get_subcommand("gpt");
   gpt->add_option("--batch", batch);
   gpt->add_option("--precision", precision);
@@ -163,6 +167,16 @@ int main(int argc, char** argv) {
       // Bytes read plus bytes written, the convention of bandwidth tests.
       std::printf("{\"bench\":\"copy\",\"impl\":\"kiln\",\"device\":\"%s\",\"mib\":%lld,\"gbs\":%.1f}\n",
                   d.str().c_str(), (long long)mib, 2.0 * double(elems) * 4 / s / 1e9);
+    } else if (*app.get_subcommand("allreduce")) {
+      // A world of one over NCCL: the launch, stream ordering and completion
+      // wait that every data-parallel step pays, without the network.
+      auto comm = dist::with_nccl(dist::make_single_communicator());
+      const int64_t elems = mib * (1 << 20) / 4;
+      Tensor t = random_on({elems}, DType::f32, d, 7);
+      double s = seconds_per_iter(d, 2, iters, [&] { comm->all_reduce(t, dist::Reduce::sum); });
+      std::printf("{\"bench\":\"allreduce\",\"impl\":\"kiln\",\"transport\":\"%s\",\"device\":\"%s\","
+                  "\"mib\":%lld,\"ms\":%.4f,\"algo_gbs\":%.1f}\n",
+                  comm->transport().c_str(), d.str().c_str(), (long long)mib, s * 1e3, double(elems) * 4 / s / 1e9);
     } else if (*gpt) {
       models::GptConfig c;
       c.vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 128, as llm.c and nanoGPT do

@@ -24,6 +24,7 @@ for _ in $(seq "$ROUNDS"); do
   run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
 done
 run "$DIST/bench_gpu" compare --n 10000
+run "$DIST/bench_gpu" allreduce --mib 256 --iters 20  # one rank over NCCL (docs/DISTRIBUTED.md)
 
 python3 - "$J" > "$OUT/results.md" <<'PY'
 import json, sys

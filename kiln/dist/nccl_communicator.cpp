@@ -16,6 +16,7 @@
 
 #ifdef KILN_HAVE_NCCL
 
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -28,6 +29,60 @@
 namespace kiln::dist {
 
 namespace {
+
+// NCCL is loaded when the first CUDA tensor needs it, not linked: a build
+// for GPUs still starts (and trains on one GPU, or on the CPU) on a machine
+// whose CUDA installation lacks NCCL, and says what is missing only if a
+// collective on the GPU is asked for.
+struct NcclApi {
+#define KILN_NCCL_FN(name) decltype(&::name) name = nullptr;
+  KILN_NCCL_FN(ncclGetErrorString)
+  KILN_NCCL_FN(ncclGetUniqueId)
+  KILN_NCCL_FN(ncclCommInitRank)
+  KILN_NCCL_FN(ncclCommDestroy)
+  KILN_NCCL_FN(ncclCommAbort)
+  KILN_NCCL_FN(ncclCommGetAsyncError)
+  KILN_NCCL_FN(ncclAllReduce)
+  KILN_NCCL_FN(ncclBroadcast)
+  KILN_NCCL_FN(ncclAllGather)
+  KILN_NCCL_FN(ncclReduceScatter)
+  KILN_NCCL_FN(ncclSend)
+  KILN_NCCL_FN(ncclRecv)
+  KILN_NCCL_FN(ncclGroupStart)
+  KILN_NCCL_FN(ncclGroupEnd)
+#undef KILN_NCCL_FN
+};
+
+const NcclApi& nccl() {
+  static const NcclApi api = [] {
+    void* lib = nullptr;
+    for (const char* path : {"libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"})
+      if ((lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) break;
+    KILN_CHECK(lib, "NCCL (libnccl.so.2) was not found; it carries CUDA tensors between ranks. Install it (the CUDA "
+               "toolkit's NCCL, or Debian's libnccl2) or add its directory to LD_LIBRARY_PATH");
+    NcclApi a;
+#define KILN_NCCL_LOAD(name)                                                                 \
+  a.name = reinterpret_cast<decltype(a.name)>(dlsym(lib, #name));                            \
+  KILN_CHECK(a.name, "the NCCL that was found lacks " #name "; install NCCL 2.10 or newer");
+    KILN_NCCL_LOAD(ncclGetErrorString)
+    KILN_NCCL_LOAD(ncclGetUniqueId)
+    KILN_NCCL_LOAD(ncclCommInitRank)
+    KILN_NCCL_LOAD(ncclCommDestroy)
+    KILN_NCCL_LOAD(ncclCommAbort)
+    KILN_NCCL_LOAD(ncclCommGetAsyncError)
+    KILN_NCCL_LOAD(ncclAllReduce)
+    KILN_NCCL_LOAD(ncclBroadcast)
+    KILN_NCCL_LOAD(ncclAllGather)
+    KILN_NCCL_LOAD(ncclReduceScatter)
+    KILN_NCCL_LOAD(ncclSend)
+    KILN_NCCL_LOAD(ncclRecv)
+    KILN_NCCL_LOAD(ncclGroupStart)
+    KILN_NCCL_LOAD(ncclGroupEnd)
+#undef KILN_NCCL_LOAD
+    return a;
+  }();
+  return api;
+}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -44,7 +99,7 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 void check_nccl(ncclResult_t r, const std::string& what) {
-  KILN_CHECK(r == ncclSuccess || r == ncclInProgress, "NCCL ", what, " failed: ", ncclGetErrorString(r),
+  KILN_CHECK(r == ncclSuccess || r == ncclInProgress, "NCCL ", what, " failed: ", nccl().ncclGetErrorString(r),
              " (NCCL_DEBUG=WARN says more)");
 }
 
@@ -75,7 +130,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     if (!comm_) return;
     cuda::DeviceGuard g(device_);
-    ncclCommDestroy(comm_);
+    nccl().ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
   int rank() const override { return host_->rank(); }
@@ -92,7 +147,7 @@ class NcclCommunicator final : public Communicator {
     if (!on_gpu(t)) return host_->start_all_reduce(t, op);
     Tensor p = packed(t);
     cudaEvent_t done = launch("all-reduce", p, [&](cudaStream_t s) {
-      return ncclAllReduce(p.data_ptr(), p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()),
+      return nccl().ncclAllReduce(p.data_ptr(), p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()),
                            op == Reduce::avg ? ncclAvg : ncclSum, comm_, s);
     });
     return std::make_unique<PendingNccl>(*this, done, "all-reduce", t, p);
@@ -102,7 +157,7 @@ class NcclCommunicator final : public Communicator {
     if (!on_gpu(t)) return host_->broadcast(t, root);
     Tensor p = packed(t);
     run("broadcast", p, [&](cudaStream_t s) {
-      return ncclBroadcast(p.data_ptr(), p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), root, comm_, s);
+      return nccl().ncclBroadcast(p.data_ptr(), p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), root, comm_, s);
     });
     unpack(p, t);
   }
@@ -114,7 +169,7 @@ class NcclCommunicator final : public Communicator {
                dtype_name(in.dtype()), ", both on the GPU");
     Tensor pi = packed(in), po = packed(out);
     run("all-gather", po, [&](cudaStream_t s) {
-      return ncclAllGather(pi.data_ptr(), po.data_ptr(), size_t(pi.numel()), nccl_type(pi.dtype()), comm_, s);
+      return nccl().ncclAllGather(pi.data_ptr(), po.data_ptr(), size_t(pi.numel()), nccl_type(pi.dtype()), comm_, s);
     });
     unpack(po, out);
   }
@@ -126,7 +181,7 @@ class NcclCommunicator final : public Communicator {
                " elements of ", dtype_name(out.dtype()), ", both on the GPU");
     Tensor pi = packed(in), po = packed(out);
     run("reduce-scatter", po, [&](cudaStream_t s) {
-      return ncclReduceScatter(pi.data_ptr(), po.data_ptr(), size_t(po.numel()), nccl_type(po.dtype()),
+      return nccl().ncclReduceScatter(pi.data_ptr(), po.data_ptr(), size_t(po.numel()), nccl_type(po.dtype()),
                                op == Reduce::avg ? ncclAvg : ncclSum, comm_, s);
     });
     unpack(po, out);
@@ -136,7 +191,7 @@ class NcclCommunicator final : public Communicator {
     if (!on_gpu(t)) return host_->send(t, peer);
     Tensor p = packed(t);
     run("send to rank " + std::to_string(peer), p, [&](cudaStream_t s) {
-      return ncclSend(p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), peer, comm_, s);
+      return nccl().ncclSend(p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), peer, comm_, s);
     });
   }
 
@@ -144,7 +199,7 @@ class NcclCommunicator final : public Communicator {
     if (!on_gpu(t)) return host_->recv(t, peer);
     Tensor p = packed(t);
     run("receive from rank " + std::to_string(peer), p, [&](cudaStream_t s) {
-      return ncclRecv(p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), peer, comm_, s);
+      return nccl().ncclRecv(p.data_ptr(), size_t(p.numel()), nccl_type(p.dtype()), peer, comm_, s);
     });
     unpack(p, t);
   }
@@ -154,10 +209,10 @@ class NcclCommunicator final : public Communicator {
     KILN_CHECK(on_gpu(out) && on_gpu(in), "send_recv: both tensors must be on the GPU, or both on the host");
     Tensor po = packed(out), pi = packed(in);
     run("exchange with ranks " + std::to_string(to) + "/" + std::to_string(from), pi, [&](cudaStream_t s) {
-      ncclGroupStart();
-      ncclSend(po.data_ptr(), size_t(po.numel()), nccl_type(po.dtype()), to, comm_, s);
-      ncclRecv(pi.data_ptr(), size_t(pi.numel()), nccl_type(pi.dtype()), from, comm_, s);
-      return ncclGroupEnd();
+      nccl().ncclGroupStart();
+      nccl().ncclSend(po.data_ptr(), size_t(po.numel()), nccl_type(po.dtype()), to, comm_, s);
+      nccl().ncclRecv(pi.data_ptr(), size_t(pi.numel()), nccl_type(pi.dtype()), from, comm_, s);
+      return nccl().ncclGroupEnd();
     });
     unpack(pi, in);
   }
@@ -179,10 +234,10 @@ class NcclCommunicator final : public Communicator {
       if (e == cudaSuccess) break;
       KILN_CHECK(e == cudaErrorNotReady, "NCCL ", what, ": ", cudaGetErrorString(e));
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      nccl().ncclCommGetAsyncError(comm_, &async);
       const bool late = std::chrono::steady_clock::now() > deadline;
       if (async != ncclSuccess || late) {
-        ncclCommAbort(comm_);
+        nccl().ncclCommAbort(comm_);
         comm_ = nullptr;
         KILN_CHECK(!late, what, " (", bytes, " bytes) did not complete within ", timeout().count(),
                    " s; another rank has died or hangs. The last complete checkpoint is intact: restart the job with "
@@ -205,13 +260,13 @@ class NcclCommunicator final : public Communicator {
       return;
     }
     ncclUniqueId id{};
-    if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "unique id");
+    if (rank() == 0) check_nccl(nccl().ncclGetUniqueId(&id), "unique id");
     Tensor wire = Tensor::empty({int64_t(sizeof id)}, DType::u8);
     std::memcpy(wire.data_ptr(), &id, sizeof id);
     host_->broadcast(wire, 0);
     std::memcpy(&id, wire.data_ptr(), sizeof id);
     cuda::DeviceGuard g(device);
-    check_nccl(ncclCommInitRank(&comm_, world_size(), id, rank()), "init");
+    check_nccl(nccl().ncclCommInitRank(&comm_, world_size(), id, rank()), "init");
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     device_ = device;
   }
