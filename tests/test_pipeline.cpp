@@ -65,15 +65,24 @@ std::pair<Tensor, Tensor> tokens(int64_t rows, int64_t T) {
   return {Tensor::from_vector(ids, {rows, T}), Tensor::from_vector(next, {rows, T})};
 }
 
+// The whole model's loss and each parameter's gradient (then zeroed again).
+std::pair<double, std::vector<std::vector<float>>> whole_model_gradients(models::Gpt& model, const Tensor& x,
+                                                                          const Tensor& y) {
+  Tensor loss = model.loss(x, y);
+  loss.backward();
+  std::vector<std::vector<float>> grads;
+  for (Tensor p : model.parameters()) {
+    grads.push_back(p.grad().to_vector<float>());
+    p.zero_grad();
+  }
+  return {loss.item(), grads};
+}
+
 TEST(GptStages, StagesChainedGiveTheWholeModelsLossAndGradients) {
   Generator init(3);
   models::Gpt model(tiny_gpt(), init, std::make_shared<Generator>(1));
   auto [x, y] = tokens(3, 16);
-  Tensor whole = model.loss(x, y);
-  whole.backward();
-  std::vector<std::vector<float>> want;
-  for (const Tensor& p : model.parameters()) want.push_back(p.grad().to_vector<float>());
-  for (Tensor p : model.parameters()) p.zero_grad();
+  auto [whole, want] = whole_model_gradients(model, x, y);
 
   // Each stage's input is cut from the graph, as it arrives over the wire,
   // and its gradient goes back by hand, as the pipeline sends it.
@@ -82,7 +91,7 @@ TEST(GptStages, StagesChainedGiveTheWholeModelsLossAndGradients) {
   Tensor b = model.stage_forward(in_b, y, 1, 3);
   Tensor in_c = b.detach().set_requires_grad(true);
   Tensor loss = model.stage_forward(in_c, y, 3, 4);
-  EXPECT_EQ(loss.item(), whole.item());
+  EXPECT_EQ(loss.item(), whole);
   loss.backward();
   b.backward(in_c.grad());
   a.backward(in_b.grad());
@@ -108,11 +117,7 @@ TEST(PipelineSchedule, OneStageInAWorldOfOneIsGradientAccumulation) {
   Generator init(3);
   models::Gpt model(tiny_gpt(), init, std::make_shared<Generator>(1));
   auto [x, y] = tokens(5, 16);
-  Tensor whole = model.loss(x, y);
-  whole.backward();
-  std::vector<std::vector<float>> want;
-  for (const Tensor& p : model.parameters()) want.push_back(p.grad().to_vector<float>());
-  for (Tensor p : model.parameters()) p.zero_grad();
+  auto [whole, want] = whole_model_gradients(model, x, y);
 
   auto world = dist::make_single_communicator();
   dist::Pipeline pipeline(*world, 1);
@@ -123,7 +128,7 @@ TEST(PipelineSchedule, OneStageInAWorldOfOneIsGradientAccumulation) {
   int armed = 0;
   work.before_last_backward = [&] { ++armed; };
   const double loss = pipeline.train_step(x, y, 2, work);  // micro-batches of 2, 2 and 1 rows
-  EXPECT_NEAR(loss, whole.item(), 1e-6);
+  EXPECT_NEAR(loss, whole, 1e-6);
   EXPECT_EQ(armed, 1);
   std::vector<Tensor> params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
