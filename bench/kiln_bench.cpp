@@ -85,6 +85,20 @@ double time_training(const Options& o, kiln::nn::Module& model, const std::funct
   return double(o.steps) / s;
 }
 
+// The matrix products of one MLP training step: forward, and backward's
+// weight and input gradients (2 B in out FLOPs each), less the first
+// layer's input gradient, which nothing needs.
+double mlp_step_flop(const kiln::nn::Module& mlp, int64_t batch) {
+  double total = 0, first = 0;
+  for (const kiln::Tensor& w : mlp.parameters()) {
+    if (w.dim() != 2) continue;
+    const double mac = double(w.size(0)) * double(w.size(1)) * double(batch);
+    if (first == 0) first = mac;
+    total += 6 * mac;
+  }
+  return total - 2 * first;
+}
+
 nlohmann::json bench_model(const Options& o) {
   kiln::Generator init(1234), data(99);
   auto dropout_gen = std::make_shared<kiln::Generator>(7);
@@ -97,6 +111,7 @@ nlohmann::json bench_model(const Options& o) {
     kiln::Tensor y = random_ids({B}, 10, data);
     double sps = time_training(o, *model, [&] { return kiln::cross_entropy(model->forward(x), y); });
     j.update({{"batch", B}, {"params", model->parameter_count()}, {"unit", "images/s"}, {"items_per_s", sps * double(B)}, {"step_ms", 1e3 / sps}});
+    if (o.model == "mlp") j["gflops"] = mlp_step_flop(*model, B) * sps * 1e-9;  // against the GEMM peak (roofline)
     return j;
   }
   KILN_CHECK(o.model == "gpt", "kiln_bench: unknown --model ", o.model, " (mlp, cnn, gpt or matmul)");

@@ -60,6 +60,18 @@ for model, threads in keys:
 print()
 if not any(r["model"] == "matmul" for r in rows):
     sys.exit(0)
+# The roofline: the MLP step's matrix-product GFLOP/s against the machine's
+# fp32 GEMM peak (OpenBLAS on the largest square, same threads, same run).
+peaks = {r["threads"]: max(s["openblas_gflops"] for s in r["results"] if s["shape"].startswith("square"))
+         for r in rows if r["model"] == "matmul"}
+mlp = [r for r in models if r["engine"] == "kiln" and r["model"] == "mlp" and "gflops" in r]
+if mlp:
+    print("| threads | fp32 GEMM peak GFLOP/s | Kiln MLP step GFLOP/s | share of peak |\n|---:|---:|---:|---:|")
+    for t in sorted(peaks):
+        g = [r["gflops"] for r in mlp if r["threads"] == t]
+        if g:
+            print(f"| {t} | {peaks[t]:.1f} | {statistics.median(g):.1f} | **{statistics.median(g) / peaks[t]:.0%}** |")
+    print()
 print("| shape (M x N x K) | threads | Kiln GFLOP/s | OpenBLAS GFLOP/s | Kiln / OpenBLAS | backend op, preallocated out / OpenBLAS |")
 print("|---|---:|---:|---:|---:|---:|")
 for r in rows:

@@ -1,7 +1,8 @@
 // The served model's raw batched throughput in process: batches of 64
-// images through the same InferenceModel the server runs, no HTTP. The
-// serving benchmark (bench/serve/serve_bench.sh) compares its requests/s
-// with this.   bench_serve_raw RUN_DIR [BATCH]
+// images (image classifiers) or texts (text classifiers) through the same
+// InferenceModel the server runs, no HTTP. The serving benchmark
+// (bench/serve/serve_bench.sh) compares its requests/s with this.
+//   bench_serve_raw RUN_DIR [BATCH]
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -19,16 +20,21 @@ int main(int argc, char** argv) {
   }
   const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
   recipes::LoadedModel m = recipes::load_for_inference(argv[1], Device::cpu());
+  const bool text = m.kind == recipes::ModelKind::text_classifier;
   Tensor pixels = full({batch, 1, 28, 28}, 0.5, DType::f32, Device::cpu());
-  for (int i = 0; i < 5; ++i) m.model->classify_images(pixels);  // warm up
+  // A text of the benchmark's length (bench/serve/serve_bench.sh sends the same), tokenized per batch as served.
+  const std::vector<std::string> texts(size_t(batch), "You will be successful in your work, but only after a "
+                                                      "long journey over water and a meeting with an old friend.");
+  auto run_batch = [&] { text ? m.model->classify_tokens(m.model->encode_texts(texts)) : m.model->classify_images(pixels); };
+  for (int i = 0; i < 5; ++i) run_batch();  // warm up
   const auto start = std::chrono::steady_clock::now();
   int64_t images = 0;
   while (std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
-    m.model->classify_images(pixels);
+    run_batch();
     images += batch;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("raw in-process throughput (%s, batches of %lld): %.1f images/s\n", m.recipe.c_str(), (long long)batch,
-              double(images) / s);
+  std::printf("raw in-process throughput (%s, batches of %lld): %.1f %s/s\n", m.recipe.c_str(), (long long)batch,
+              double(images) / s, text ? "texts" : "images");
   return 0;
 }
