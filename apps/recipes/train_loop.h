@@ -6,7 +6,9 @@
 // check; the progress bar; a line in metrics.jsonl; and checkpoints (every
 // --checkpoint-every steps, when the recipe asks, at --stop-after, and at
 // the end). Under mpirun, each rank trains on its shard of every batch and
-// the gradients are averaged across ranks (kiln/dist) before the update.
+// the gradients are averaged across ranks (kiln/dist) before the update;
+// with --pipeline-stages, each rank runs its stage of the model on the 1F1B
+// schedule (kiln/dist/pipeline.h) and the stages' replicas average.
 #pragma once
 #include "apps/recipes/common.h"
 #include "apps/recipes/run_record.h"
