@@ -7,19 +7,6 @@
 source "$(dirname "$0")/lib.sh"
 MPIRUN="${MPIRUN:-mpirun}"
 
-same_curve() {  # same_curve DIR_A DIR_B [STEPS]: the per-step train losses agree within 1e-5 (relative)
-  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-20}" <<'PY' || fail "loss curves of $1 and $2 differ"
-import json, sys
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if json.loads(l)["kind"] == "train"]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"max relative loss difference {worst:.2e}")
-assert worst < 1e-5, worst
-PY
-}
-
 MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
 MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
 GPT=(train fortunes-gpt --steps 20 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --threads 1

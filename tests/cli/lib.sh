@@ -29,3 +29,18 @@ run() {
 expect() {
   grep -Eq -- "$1" "$OUT" || fail "output does not match /$1/"
 }
+
+# same_curve DIR_A DIR_B [STEPS]: the per-step train losses of two runs (their
+# metrics.jsonl) agree within 1e-5 (relative): data parallelism against one process.
+same_curve() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-20}" <<'PY' || fail "loss curves of $1 and $2 differ"
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if json.loads(l)["kind"] == "train"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"max relative loss difference {worst:.2e}")
+assert worst < 1e-5, worst
+PY
+}
