@@ -7,6 +7,7 @@ packages=(
   libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libsentencepiece-dev zlib1g-dev
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
+  libgloo-dev                             # the same without mpirun: torchrun-style launch over TCP
   clang-14 libclang-rt-14-dev             # libFuzzer, for the request-parsing fuzzer
   chromium chromium-driver wrk curl       # the serving page's browser test; load for the serving benchmark
   dataset-fashion-mnist fortunes          # the real data

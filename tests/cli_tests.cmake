@@ -22,3 +22,10 @@ if(MPI_C_FOUND)
                          ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;${KILN_MPI_ENV}")
   endforeach()
 endif()
+
+# The same launched torchrun-style, over Gloo (no mpirun).
+if(KILN_HAVE_GLOO)
+  add_test(NAME cli.torchrun_train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/torchrun_train.sh)
+  set_tests_properties(cli.torchrun_train PROPERTIES LABELS "cpu;dist" TIMEOUT 300
+                       ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>")
+endif()

@@ -89,7 +89,7 @@ std::function<int()> add_train_command(CLI::App& app) {
                       CLI::IsMember({"none", "selective", "blocks"})),
   };
   auto device = std::make_shared<std::string>();
-  auto* device_opt = cmd->add_option("--device", *device, "cpu, cuda, cuda:N, or cpu:N (a simulated device)");
+  auto* device_opt = cmd->add_option("--device", *device, "cpu, cuda (under a launcher: the rank's GPU, cuda:LOCAL_RANK), cuda:N, or cpu:N (a simulated device)");
   auto offload = std::make_shared<bool>(false);
   auto* offload_opt =
       cmd->add_flag("--offload", *offload, "keep AdamW's state and the fp32 master weights in host memory");
@@ -132,6 +132,8 @@ std::function<int()> add_train_command(CLI::App& app) {
     if (!*cmd) return -1;
     for (const auto& f : apply) f();
     if (*device_opt) to->device = Device::parse(*device);
+    // Several ranks on one node: plain "cuda" is this rank's own GPU, cuda:LOCAL_RANK (torchrun's convention).
+    if (*device_opt && *device == "cuda" && dist::local_world_size() > 1) to->device = Device::cuda(dist::local_rank());
     if (*offload_opt) to->offload = *offload;
     if (*zero_opt) to->zero = *zero;
     to->progress = !*no_progress;

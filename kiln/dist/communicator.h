@@ -1,6 +1,7 @@
-// Collectives on Kiln tensors across the ranks of a job. One interface, two
-// transports: OpenMPI for host tensors (mpi_communicator.cpp) and NCCL for
-// device tensors. A single process is a world of one whose collectives are
+// Collectives on Kiln tensors across the ranks of a job. One interface,
+// several transports: OpenMPI (mpi_communicator.cpp) or Gloo for a
+// torchrun-style launch (gloo_communicator.cpp) for host tensors, and NCCL
+// for device tensors. A single process is a world of one whose collectives are
 // identities, so every caller runs the same code with or without a launcher.
 //
 // Every call blocks until its result is in place, and gives up after the

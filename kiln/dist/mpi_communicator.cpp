@@ -11,6 +11,7 @@
 
 #include "kiln/backend/factory.h"
 #include "kiln/dist/mpi_transport.h"
+#include "kiln/dist/staging.h"
 
 #ifdef KILN_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only: the deprecated C++ bindings need another library
@@ -32,8 +33,6 @@ void check_mpi(int code, const char* what) {
   KILN_CHECK(false, "MPI ", what, " failed: ", std::string(text, size_t(len)));
 }
 
-bool reducible_as_is(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::i64 || t == DType::i32; }
-
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
@@ -46,19 +45,6 @@ MPI_Datatype mpi_type(DType t) {
     default: KILN_CHECK(false, "MPI: no datatype for ", dtype_name(t));
   }
   return MPI_BYTE;
-}
-
-// A contiguous host tensor with t's values that MPI can work on: t itself
-// when it already is one, else a copy (f32 for 2-byte floats when reducing).
-Tensor staged(const Tensor& t, bool reducing) {
-  const bool host = t.device().is_cpu(), contiguous = t.is_contiguous();
-  const DType want = reducing && !reducible_as_is(t.dtype()) ? DType::f32 : t.dtype();
-  if (host && contiguous && want == t.dtype()) return t;
-  return copy_to(t, Device::cpu(), want);
-}
-
-void write_back(const Tensor& host, Tensor& t) {
-  if (host.impl_ptr() != t.impl_ptr()) copy_into(host, t);
 }
 
 class MpiCommunicator;
@@ -189,10 +175,7 @@ class MpiCommunicator final : public Communicator {
     KILN_CHECK(peer >= 0 && peer < size_, "rank ", peer, " does not exist in a job of ", size_, " ranks");
   }
 
-  void average(Tensor& h) const {
-    KILN_CHECK(h.dtype() == DType::f32 || h.dtype() == DType::f64, "an average needs floating-point values");
-    backend_for(h).unary(UnaryOp::mul_scalar, h, h, 1.0 / double(size_));
-  }
+  void average(Tensor& h) const { divide_by_ranks(h, size_); }
 
   // Polls the request until it completes or the timeout passes. MPI moves a
   // nonblocking collective along only inside MPI_Test, so it polls without

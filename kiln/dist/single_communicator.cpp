@@ -31,7 +31,7 @@ class SingleCommunicator final : public Communicator {
 
  private:
   static void check_peer(int peer) {
-    KILN_CHECK(peer == 0, "rank ", peer, " does not exist in a single-process run (launch with mpirun -np N)");
+    KILN_CHECK(peer == 0, "rank ", peer, " does not exist in a single-process run (launch with mpirun -np N, or torchrun-style: docs/DISTRIBUTED.md)");
   }
 };
 

@@ -1,7 +1,10 @@
 // The job this process belongs to. A process started by mpirun (OpenMPI's
 // OMPI_COMM_WORLD_* variables, or PMI_* from Slurm's srun) joins the MPI
-// world; any other process is a world of one and runs exactly as without
-// this layer. Only rank 0 prints and writes shared files.
+// world. One started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT set, as torchrun or a shell loop does) meets the others at
+// MASTER_ADDR:MASTER_PORT and joins a Gloo world. Any other process is a
+// world of one and runs exactly as without this layer. Only rank 0 prints
+// and writes shared files.
 #pragma once
 #include <functional>
 
@@ -12,7 +15,7 @@ namespace kiln::dist {
 // Call first thing in main (before threads start). Safe to call when no
 // launcher is present.
 void init_from_environment(int* argc, char*** argv);
-// Ends the MPI world (no-op for a world of one). Called at exit by init.
+// Ends the MPI world (no-op for other worlds). Called at exit by init.
 void finalize();
 // Ends every rank of the job after a fatal error on this one.
 [[noreturn]] void abort_job(int exit_code);
@@ -21,6 +24,11 @@ Communicator& world();
 inline int rank() { return world().rank(); }
 inline int world_size() { return world().world_size(); }
 inline bool is_rank0() { return rank() == 0; }
+// This process's index among the job's processes on its node (LOCAL_RANK,
+// else OpenMPI's local rank, else 0), and how many there are: which GPU to
+// take.
+int local_rank();
+int local_world_size();
 // "rank 2 of 4: " in a multi-rank job, "" otherwise: prefixes errors.
 std::string rank_prefix();
 

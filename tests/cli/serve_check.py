@@ -99,12 +99,12 @@ imgs, truth = images(200)
 
 # While models load (here: warm up), /health and the model endpoints answer 503 with a JSON error, then 200.
 proc, base = start("--warmup", "20", "--max-batch", "128", wait=False)
-seen = []
+seen, loading = [], None
 for _ in range(600):
     try:
         status, body, headers = call("GET", base + "/health")
         seen.append(status)
-        if status == 503:
+        if status == 503 and loading is None:  # the first 503: far from the end of loading, so no race with it
             loading = (json.loads(body)["error"]["message"], headers.get("Retry-After"),
                        call("GET", base + "/v1/models")[0],
                        call("POST", base + "/v1/completions", {"model": "gpt", "prompt": "x"})[0])
@@ -253,8 +253,12 @@ conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applica
              str(len(body)).encode() + b"\r\n\r\n" + body)
 first = conn.recv(4096)
 conn.close()
-time.sleep(0.3)
-check(b"text/event-stream" in first and call("POST", base + "/v1/completions", dict(req, max_tokens=4))[0] == 200,
+# The server notices at its next write; on a loaded machine that may take a while.
+deadline, status = time.time() + 5, 0
+while status != 200 and time.time() < deadline:
+    time.sleep(0.1)
+    status = call("POST", base + "/v1/completions", dict(req, max_tokens=4))[0]
+check(b"text/event-stream" in first and status == 200,
       "a stream whose client hung up leaves the queue: the next completion is answered")
 proc.send_signal(signal.SIGTERM)
 proc.wait(timeout=10)

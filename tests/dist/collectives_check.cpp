@@ -1,5 +1,7 @@
 // Every collective of the communicator, run by each rank of
-// `mpirun -np N kiln_dist_check` (tests/dist_tests.cmake runs N = 2 and 4).
+// `mpirun -np N kiln_dist_check` or `tests/dist/launch_local.sh N
+// kiln_dist_check` (torchrun-style, over Gloo); tests/dist_tests.cmake runs
+// N = 2 and 4 both ways.
 // Values depend on the rank, so a result that skipped a rank, or mixed two
 // up, is caught. Exits non-zero with the failing check on any rank.
 #include <cmath>
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   dist::init_from_environment(&argc, &argv);
   dist::Communicator& comm = dist::world();
   const int r = comm.rank(), n = comm.world_size();
-  check(n > 1, "started without mpirun (world of " + std::to_string(n) + ")");
+  check(n > 1, "started without a launcher (world of " + std::to_string(n) + ")");
   try {
     // all_reduce: sum and mean, f32, f64 and bf16 (reduced through f32), and a strided view.
     for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
@@ -112,6 +114,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     check(false, e.what());
   }
-  if (failures == 0 && r == 0) std::printf("collectives: all checks passed on %d ranks\n", n);
+  if (failures == 0 && r == 0)
+    std::printf("collectives: all checks passed on %d ranks over %s\n", n, comm.transport().c_str());
   return failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,23 @@
+// The Gloo transport behind world.cpp for a torchrun-style launch (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT; gloo_communicator.cpp), or a stub
+// that explains what to install when Kiln was built without Gloo.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kiln/dist/communicator.h"
+
+namespace kiln::dist {
+
+struct TcpLaunch {
+  int rank = 0, world_size = 1;
+  std::string master_addr;  // rank 0's host, where the rendezvous runs
+  int master_port = 0;
+  std::chrono::seconds rendezvous_timeout{300};
+};
+
+// Meets the other ranks at MASTER_ADDR:MASTER_PORT and connects to each.
+std::unique_ptr<Communicator> make_gloo_communicator(const TcpLaunch& launch);
+
+}  // namespace kiln::dist

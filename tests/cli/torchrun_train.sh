@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Data-parallel training launched torchrun-style (RANK, WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT; no mpirun), over Gloo: the loss curve of 2 ranks
+# matches one process, a rank that dies or hangs ends the other with an error
+# naming the rank within --dist-timeout, the last checkpoint resumes, and a
+# launch with a variable missing or a port taken says what to fix.
+source "$(dirname "$0")/lib.sh"
+LAUNCH="$(dirname "$0")/../dist/launch_local.sh"
+MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
+MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+
+run 0 "$KILN" "${MLP[@]}" --out "$WORK/one"
+run 0 bash "$LAUNCH" 2 "$KILN" "${MLP[@]}" --out "$WORK/two"
+expect "data parallel: 2 ranks over gloo"
+[ "$(grep -c '^checkpoint:' "$OUT")" -eq 1 ] || fail "more than one rank printed the summary"
+same_curve "$WORK/one" "$WORK/two"
+# WORLD_SIZE=1 is a world of one.
+run 0 env RANK=0 WORLD_SIZE=1 "$KILN" "${MLP_BASE[@]}" --steps 2 --batch-size 64 --out "$WORK/alone"
+grep -q "data parallel" "$OUT" && fail "a world of one reported data parallelism"
+
+# start_rank RANK PORT DIR: rank RANK of a 2-rank run in the background that
+# checkpoints every 5 steps; its pid in RANK_PID, its output in DIR.RANK.txt.
+start_rank() {
+  RANK=$1 WORLD_SIZE=2 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 \
+    "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps 100000 --checkpoint-every 5 --dist-timeout 5 --out "$3" \
+    >"$3.$1.txt" 2>&1 &
+  RANK_PID=$!
+}
+# start_job DIR: both ranks, once they have written a checkpoint at step 10.
+start_job() {
+  local port
+  port="$(free_port)"
+  start_rank 0 "$port" "$1"
+  PID0=$RANK_PID
+  start_rank 1 "$port" "$1"
+  PID1=$RANK_PID
+  for _ in $(seq 600); do
+    [ -d "$1/step_00000010" ] && return
+    kill -0 "$PID0" 2>/dev/null || break
+    sleep 0.1
+  done
+  cp "$1.0.txt" "$OUT"
+  fail "the background run made no checkpoint"
+}
+# rank0_ends DIR WHAT: rank 0 exits with an error within 30 s (the timeout is
+# 5 s); its output becomes the last command's.
+rank0_ends() {
+  timeout 30 tail --pid="$PID0" -f /dev/null || { cp "$1.0.txt" "$OUT"; fail "rank 0 did not end within 30 s of a rank $2"; }
+  wait "$PID0" && { cp "$1.0.txt" "$OUT"; fail "rank 0 exited 0 after a rank $2"; }
+  kill -9 "$PID1" 2>/dev/null
+  wait "$PID1" 2>/dev/null
+  cp "$1.0.txt" "$OUT"
+}
+
+# A rank killed mid-run: rank 0 sees its connection close and names it.
+start_job "$WORK/killed"
+kill -9 "$PID1"
+rank0_ends "$WORK/killed" died
+expect "rank 0 of 2: all-reduce .* did not complete: .*Rank 1 has died or hangs"
+# A rank that hangs: rank 0 gives up after --dist-timeout.
+start_job "$WORK/hung"
+kill -STOP "$PID1"
+rank0_ends "$WORK/hung" hung
+expect "rank 0 of 2: all-reduce .* did not complete: .*Timed out.*has died or hangs \(the timeout is 5 s\)"
+# The last complete checkpoint resumes.
+last="$(ls -d "$WORK/killed"/step_* | sort | tail -1)"
+step=$((10#${last##*step_}))
+run 0 bash "$LAUNCH" 2 "$KILN" "${MLP_BASE[@]}" --batch-size 64 --steps $((step + 5)) --out "$WORK/killed" --resume
+expect "resumed from .* at step $step"
+
+# Launch mistakes.
+run 1 env RANK=1 WORLD_SIZE=2 "$KILN" "${MLP[@]}" --out "$WORK/bad"
+expect "RANK and WORLD_SIZE are set \(a torchrun-style launch\) but MASTER_ADDR is not"
+run 1 env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$KILN" "${MLP[@]}" --out "$WORK/bad"
+expect "RANK=2 does not exist in WORLD_SIZE=2"
+run 1 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT=29500 "$KILN" "${MLP[@]}" --out "$WORK/bad"
+expect "rank 1 of 2: MASTER_ADDR 'no-such-host.invalid' does not resolve"
+port="$(free_port)"
+start_rank 0 "$port" "$WORK/waiting"  # listens on the port, waiting for rank 1
+PID0=$RANK_PID
+for _ in $(seq 100); do
+  (: >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  sleep 0.1
+done
+run 1 env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$KILN" "${MLP[@]}" --out "$WORK/bad"
+expect "rank 0 of 2: MASTER_PORT $port is already in use"
+kill "$PID0"
+wait "$PID0" 2>/dev/null
+echo "ok"
