@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism on this machine: (1) scaling efficiency, 1 rank vs 2 ranks
 # at the same global batch, 1 thread per rank, from each run's metrics.jsonl
-# (median items/s after 3 warm-up steps); (2) all-reduce bus bandwidth,
+# (median items/s after 3 warm-up steps), and the GPT as 2 pipeline stages
+# instead of 2 replicas; (2) all-reduce bus bandwidth,
 # Kiln's communicator against raw MPI, 2 ranks.
 #
 #   bench/dist/scaling.sh            # STEPS=30
@@ -25,6 +26,9 @@ for model in mlp gpt; do
       >"$WORK/$model-$np.log" 2>&1
   done
 done
+# The GPT as 2 pipeline stages on 2 ranks instead of 2 data-parallel replicas.
+mpirun -np 2 "$KILN" ${ARGS[gpt]} --steps "$STEPS" --threads 1 --no-progress --pipeline-stages 2 \
+  --out "$WORK/gpt-pipeline-2" >"$WORK/gpt-pipeline-2.log" 2>&1
 /usr/bin/python3 - "$WORK" <<'PY'
 import json, statistics, sys
 work = sys.argv[1]
@@ -36,6 +40,8 @@ print("|---|---:|---:|---:|---:|")
 for model in ["mlp", "gpt"]:
     one, two = rate(f"{model}-1"), rate(f"{model}-2")
     print(f"| {model} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | {two / one / 2:.0%} |")
+one, two = rate("gpt-1"), rate("gpt-pipeline-2")
+print(f"| gpt, 2 pipeline stages | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | {two / one / 2:.0%} |")
 PY
 mpirun -np 2 "$ROOT/build/bench_allreduce"
 echo "(1 thread per rank, $STEPS steps; $(nproc) cores; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -143,6 +143,12 @@ class NcclCommunicator final : public Communicator {
     host_->set_timeout(t);
   }
 
+  // Host tensors take the host transport's own blocking call (MPI's fastest path).
+  void all_reduce(Tensor& t, Reduce op) override {
+    if (!on_gpu(t)) return host_->all_reduce(t, op);
+    start_all_reduce(t, op)->wait();
+  }
+
   std::unique_ptr<Pending> start_all_reduce(Tensor& t, Reduce op) override {
     if (!on_gpu(t)) return host_->start_all_reduce(t, op);
     Tensor p = packed(t);
