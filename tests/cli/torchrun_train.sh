@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel training launched torchrun-style (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT; no mpirun), over Gloo: the loss curve of 2 ranks
-# matches one process, a rank that dies or hangs ends the other with an error
+# (data parallel, or 2 pipeline stages of the GPT) matches one process, a rank that dies or hangs ends the other with an error
 # naming the rank within --dist-timeout, the last checkpoint resumes, and a
 # launch with a variable missing or a port taken says what to fix.
 source "$(dirname "$0")/lib.sh"
@@ -16,6 +16,13 @@ run 0 bash "$LAUNCH" 2 "$KILN" "${MLP[@]}" --out "$WORK/two"
 expect "data parallel: 2 ranks over gloo"
 [ "$(grep -c '^checkpoint:' "$OUT")" -eq 1 ] || fail "more than one rank printed the summary"
 same_curve "$WORK/one" "$WORK/two"
+# Pipeline stages over Gloo: the GPT in 2 stages follows one process too.
+GPT=(train fortunes-gpt --steps 20 --n-layer 4 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --threads 1
+     --no-progress)
+run 0 "$KILN" "${GPT[@]}" --out "$WORK/gpt-one"
+run 0 bash "$LAUNCH" 2 "$KILN" "${GPT[@]}" --pipeline-stages 2 --out "$WORK/gpt-stages"
+expect "pipeline parallel: 2 stages"
+same_curve "$WORK/gpt-one" "$WORK/gpt-stages"
 # WORLD_SIZE=1 is a world of one.
 run 0 env RANK=0 WORLD_SIZE=1 "$KILN" "${MLP_BASE[@]}" --steps 2 --batch-size 64 --out "$WORK/alone"
 grep -q "data parallel" "$OUT" && fail "a world of one reported data parallelism"
@@ -37,7 +44,9 @@ start_job() {
   start_rank 1 "$port" "$1"
   PID1=$RANK_PID
   for _ in $(seq 600); do
-    [ -d "$1/step_00000010" ] && return
+    # Past step 10 (only the last 3 checkpoints are kept, so look at the newest).
+    last="$(ls -d "$1"/step_* 2>/dev/null | sort | tail -1)"
+    [ -n "$last" ] && [ $((10#${last##*step_})) -ge 10 ] && return
     kill -0 "$PID0" 2>/dev/null || break
     sleep 0.1
   done
