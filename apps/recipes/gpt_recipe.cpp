@@ -380,8 +380,6 @@ class FortunesGptRecipe final : public Recipe {
     std::vector<int64_t> bounds;
     StagePlacement placement;
     if (o.pipeline_stages > 1) {
-      KILN_CHECK(c.precision != "fp16", "--pipeline-stages with --precision fp16 is not supported yet (every stage "
-                 "would have to agree to skip an overflowing step): use bf16");
       pipeline = std::make_unique<dist::Pipeline>(dist::world(), o.pipeline_stages);
       bounds = dist::balance_stages(models::gpt_block_flops(config), o.pipeline_stages);
       std::string split;

@@ -29,9 +29,11 @@ bool MixedPrecision::backward(const Tensor& loss, const std::vector<Tensor>& par
 
 void MixedPrecision::accumulate(const Tensor& loss) { (scaler_ ? scaler_->scale_loss(loss) : loss).backward(); }
 
-bool MixedPrecision::finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log) {
+bool MixedPrecision::finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log,
+                                 const std::function<bool(bool finite)>& agree) {
   if (!scaler_) return true;
-  const bool finite = scaler_->unscale_and_check(grads);
+  bool finite = scaler_->unscale_and_check(grads);
+  if (agree) finite = agree(finite);
   scaler_->update(!finite);
   if (!finite) {
     ++skipped_;

@@ -7,6 +7,7 @@
 //    overflow is skipped (no optimizer update) and logged.
 // Evaluation always runs in fp32.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,8 +36,12 @@ class MixedPrecision {
   // The same in two halves, for gradient accumulation: backward of each
   // micro-batch's share of the loss (scaled for fp16; gradients add up),
   // then one unscale-and-check of the step's gradients (Optimizer::gradients()).
+  // `agree` (pipeline stages, each holding part of the gradients) turns this
+  // rank's verdict into the job's, so every stage skips the same steps and
+  // keeps the same loss scale.
   void accumulate(const Tensor& loss);
-  bool finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log);
+  bool finish_step(const std::vector<Tensor>& grads, int64_t step, const Log& log,
+                   const std::function<bool(bool finite)>& agree = {});
   int64_t skipped_steps() const { return skipped_; }
 
   // Checkpoint state: "precision", plus "loss_scaler" for fp16.

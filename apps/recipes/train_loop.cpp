@@ -166,6 +166,12 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
                   100.0 * dist::bubble_fraction(S, M));
     log(line);
   }
+  // fp16 on a pipeline: a step is skipped everywhere if any stage's gradients overflowed.
+  const std::function<bool(bool)> agree = [&](bool finite) {
+    Tensor overflowed = Tensor::from_vector<double>({finite ? 0.0 : 1.0}, {1});
+    stage.pipeline->stages().all_reduce(overflowed, dist::Reduce::sum);
+    return overflowed.item() == 0;
+  };
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
   if (o.profile) {
     Profiler::reset();
@@ -187,7 +193,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     const std::vector<Tensor> grads = parts.opt.gradients();
     if (average_on_host)
       for (Tensor g : grads) replicas.all_reduce(g, dist::Reduce::avg);
-    const bool finite = parts.precision.finish_step(grads, step + 1, log);  // fp16 may skip
+    const bool finite = parts.precision.finish_step(grads, step + 1, log, stage.pipeline ? agree : nullptr);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a
     // non-finite loss stops the run before the optimizer spreads it into the
     // weights, so the last checkpoint stays good.
