@@ -25,8 +25,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "kiln/dist/tcp_store.h"
@@ -115,17 +120,37 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return size_; }
   std::string transport() const override { return "gloo"; }
 
-  // Runs at once: Gloo's calls block, and the worker thread that would
-  // overlap them with backward is not written yet.
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(queue_.mutex);
+      queue_.stop = true;
+    }
+    queue_.changed.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  // Gloo's calls block, so the all-reduce goes to a worker thread: data
+  // parallelism's buckets travel while backward goes on, as with MPI's
+  // nonblocking calls. The worker runs them in order, and every other
+  // operation first waits for those queued, so two threads never use the
+  // connections at once.
   std::unique_ptr<Pending> start_all_reduce(Tensor& t, Reduce op) override {
-    all_reduce(t, op);
-    struct Done final : Pending {
-      void wait() override {}
-    };
-    return std::make_unique<Done>();
+    auto job = std::make_shared<AllReduceJob>();
+    job->target = t;
+    job->host = staged(t, true);
+    job->op = op;
+    {
+      std::lock_guard<std::mutex> lock(queue_.mutex);
+      if (!worker_.joinable()) worker_ = std::thread([this] { run_queued(); });
+      queue_.jobs.push_back(job);
+      ++queue_.unfinished;
+    }
+    queue_.changed.notify_all();
+    return std::make_unique<PendingAllReduce>(*this, job);
   }
 
   void all_reduce(Tensor& t, Reduce op) override {
+    drain();
     Tensor h = staged(t, true);
     sum_in_place(h, "all-reduce");
     if (op == Reduce::avg) divide_by_ranks(h, size_);
@@ -133,6 +158,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void broadcast(Tensor& t, int root) override {
+    drain();
     check_peer(root);
     Tensor h = staged(t, false);
     if (h.nbytes() == 0) return;
@@ -144,6 +170,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
+    drain();
     KILN_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out must hold ", size_,
                " x the input's ", in.numel(), " elements of ", dtype_name(in.dtype()));
     Tensor hi = staged(in, false), ho = staged(out, false);
@@ -159,6 +186,7 @@ class GlooCommunicator final : public Communicator {
   // buffers, so this is an all-reduce of a copy of the input followed by
   // taking this rank's slice: twice reduce-scatter's traffic.
   void reduce_scatter(const Tensor& in, Tensor& out, Reduce op) override {
+    drain();
     KILN_CHECK(in.numel() == out.numel() * size_ && out.dtype() == in.dtype(), "reduce_scatter: the input must hold ",
                size_, " x the output's ", out.numel(), " elements of ", dtype_name(out.dtype()));
     Tensor whole = staged_copy(in, true), mine = staged(out, true);
@@ -169,6 +197,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void send(const Tensor& t, int peer) override {
+    drain();
     check_peer(peer);
     Tensor h = staged(t, false);
     if (h.nbytes() == 0) return;
@@ -180,6 +209,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void recv(Tensor& t, int peer) override {
+    drain();
     check_peer(peer);
     Tensor h = staged(t, false);
     if (h.nbytes() == 0) return;
@@ -192,6 +222,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void send_recv(const Tensor& out, int to, Tensor& in, int from) override {
+    drain();
     check_peer(to);
     check_peer(from);
     KILN_CHECK((to == rank_) == (from == rank_), "send_recv: a rank exchanges with itself only both ways (to ", to,
@@ -212,6 +243,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    drain();
     gloo::BarrierOptions opts(context_);
     run_collective("barrier", 0, opts, [&] { gloo::barrier(opts); });
   }
@@ -220,6 +252,7 @@ class GlooCommunicator final : public Communicator {
   // then ranks the members of its own color by key (ties by rank, as MPI)
   // and meets them under a prefix of its own.
   std::unique_ptr<Communicator> split(int color, int key) override {
+    drain();
     const std::string base = prefix_ + "/split" + std::to_string(splits_++);
     store_->set_timeout(timeout());
     const std::string mine = std::to_string(color) + " " + std::to_string(key);
@@ -317,6 +350,69 @@ class GlooCommunicator final : public Communicator {
                 "if the ranks are just slow)");
     }
   }
+
+  // An all-reduce handed to the worker; `done` once its result is in `host`.
+  struct AllReduceJob {
+    Tensor target, host;
+    Reduce op = Reduce::sum;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  struct PendingAllReduce final : Pending {
+    PendingAllReduce(GlooCommunicator& c, std::shared_ptr<AllReduceJob> j) : comm(c), job(std::move(j)) {}
+    void wait() override {
+      {
+        std::unique_lock<std::mutex> lock(comm.queue_.mutex);
+        comm.queue_.changed.wait(lock, [&] { return job->done; });
+      }
+      if (job->error) std::rethrow_exception(job->error);
+      write_back(job->host, job->target);
+    }
+    GlooCommunicator& comm;
+    std::shared_ptr<AllReduceJob> job;
+  };
+
+  // The worker: runs queued all-reduces in order until the communicator goes.
+  void run_queued() {
+    for (;;) {
+      std::shared_ptr<AllReduceJob> job;
+      {
+        std::unique_lock<std::mutex> lock(queue_.mutex);
+        queue_.changed.wait(lock, [&] { return queue_.stop || !queue_.jobs.empty(); });
+        if (queue_.jobs.empty()) return;
+        job = queue_.jobs.front();
+        queue_.jobs.pop_front();
+      }
+      try {
+        sum_in_place(job->host, "all-reduce");
+        if (job->op == Reduce::avg) divide_by_ranks(job->host, size_);
+      } catch (...) {
+        job->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(queue_.mutex);
+        job->done = true;
+        --queue_.unfinished;
+      }
+      queue_.changed.notify_all();
+    }
+  }
+
+  // Waits until the worker has finished everything queued.
+  void drain() {
+    std::unique_lock<std::mutex> lock(queue_.mutex);
+    queue_.changed.wait(lock, [&] { return queue_.unfinished == 0; });
+  }
+
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<std::shared_ptr<AllReduceJob>> jobs;
+    int unfinished = 0;  // queued or running
+    bool stop = false;
+  } queue_;
+  std::thread worker_;
 
   std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
