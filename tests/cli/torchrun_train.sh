@@ -23,6 +23,10 @@ run 0 "$KILN" "${GPT[@]}" --out "$WORK/gpt-one"
 run 0 bash "$LAUNCH" 2 "$KILN" "${GPT[@]}" --pipeline-stages 2 --out "$WORK/gpt-stages"
 expect "pipeline parallel: 2 stages"
 same_curve "$WORK/gpt-one" "$WORK/gpt-stages"
+# Under a launcher with several ranks per node, --device cuda is the rank's own GPU, cuda:LOCAL_RANK
+# (here, without a GPU or with one, cuda:1 cannot train: the error names it).
+run 1 env LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$KILN" "${MLP_BASE[@]}" --steps 1 --device cuda --out "$WORK/gpu1"
+expect "cuda:1"
 # WORLD_SIZE=1 is a world of one.
 run 0 env RANK=0 WORLD_SIZE=1 "$KILN" "${MLP_BASE[@]}" --steps 2 --batch-size 64 --out "$WORK/alone"
 grep -q "data parallel" "$OUT" && fail "a world of one reported data parallelism"
