@@ -23,6 +23,17 @@ run 0 "$KILN" "${GPT[@]}" --out "$WORK/gpt-one"
 run 0 bash "$LAUNCH" 2 "$KILN" "${GPT[@]}" --pipeline-stages 2 --out "$WORK/gpt-stages"
 expect "pipeline parallel: 2 stages"
 same_curve "$WORK/gpt-one" "$WORK/gpt-stages"
+# torchrun itself, where a working one is installed (PyTorch 2's, from bench/torch2_venv.sh; Debian's
+# 1.13 torchrun fails before starting anything): its agent keeps MASTER_PORT for its own store, and the
+# ranks meet on the next port.
+TORCHRUN="${TORCHRUN:-$HOME/.cache/kiln-torch2/bin/torchrun}"
+if [ -x "$TORCHRUN" ] && "$TORCHRUN" --nproc_per_node 1 --no_python true >/dev/null 2>&1; then
+  run 0 "$TORCHRUN" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$KILN" "${MLP[@]}" --out "$WORK/torchrun"
+  expect "data parallel: 2 ranks over gloo"
+  same_curve "$WORK/one" "$WORK/torchrun"
+else
+  echo "no working torchrun at $TORCHRUN: the launch through torchrun itself is not checked here"
+fi
 # Under a launcher with several ranks per node, --device cuda is the rank's own GPU, cuda:LOCAL_RANK
 # (here, without a GPU or with one, cuda:1 cannot train: the error names it).
 run 1 env LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$KILN" "${MLP_BASE[@]}" --steps 1 --device cuda --out "$WORK/gpu1"
