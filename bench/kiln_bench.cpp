@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/amp/autocast.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/backend.h"
 #include "kiln/cpu/runtime_defaults.h"
@@ -38,6 +39,7 @@ struct Options {
   std::string model = "mlp";
   int threads = 1;
   int64_t steps = 20, warmup = 3, batch = 0;  // batch 0: the model's default
+  std::string precision = "fp32";              // or bf16: the forward under bf16 autocast, as kiln train's
 };
 
 Options parse(int argc, char** argv) {
@@ -51,10 +53,13 @@ Options parse(int argc, char** argv) {
     else if (flag == "--steps") o.steps = std::stoll(value);
     else if (flag == "--warmup") o.warmup = std::stoll(value);
     else if (flag == "--batch") o.batch = std::stoll(value);
-    else KILN_FAIL("kiln_bench: unknown flag ", flag, " (use --model --threads --steps --warmup --batch)");
+    else if (flag == "--precision") o.precision = value;
+    else KILN_FAIL("kiln_bench: unknown flag ", flag, " (use --model --threads --steps --warmup --batch --precision)");
   }
   KILN_CHECK(o.threads > 0 && o.steps > 0 && o.warmup >= 0 && o.batch >= 0,
              "kiln_bench: --threads and --steps must be positive, --warmup and --batch non-negative");
+  KILN_CHECK(o.precision == "fp32" || o.precision == "bf16", "kiln_bench: --precision is fp32 or bf16, got ",
+             o.precision);
   return o;
 }
 
@@ -69,8 +74,13 @@ kiln::Tensor random_ids(const kiln::Shape& shape, int64_t vocab, kiln::Generator
 // Runs warmup + steps training steps of `loss_fn` and returns steps per second.
 double time_training(const Options& o, kiln::nn::Module& model, const std::function<kiln::Tensor()>& loss_fn) {
   kiln::optim::AdamW opt(model.named_parameters(), 1e-3);
+  const kiln::DType autocast = o.precision == "bf16" ? kiln::DType::bf16 : kiln::DType::f32;
   auto step = [&] {
-    kiln::Tensor loss = loss_fn();
+    kiln::Tensor loss;
+    {
+      kiln::AutocastGuard guard(autocast);
+      loss = loss_fn();
+    }
     opt.zero_grad();
     loss.backward();
     opt.step();
@@ -103,7 +113,7 @@ nlohmann::json bench_model(const Options& o) {
   kiln::Generator init(1234), data(99);
   auto dropout_gen = std::make_shared<kiln::Generator>(7);
   nlohmann::json j = {{"engine", "kiln"}, {"model", o.model}, {"threads", o.threads}, {"steps", o.steps},
-                      {"warmup", o.warmup}};
+                      {"warmup", o.warmup}, {"precision", o.precision}};
   if (o.model == "mlp" || o.model == "cnn") {
     const int64_t B = o.batch > 0 ? o.batch : 128;
     auto model = o.model == "mlp" ? kiln::models::make_mlp(init) : kiln::models::make_cnn(init, dropout_gen);

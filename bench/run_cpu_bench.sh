@@ -7,6 +7,7 @@
 #
 #   bench/run_cpu_bench.sh                      # threads 1 and 2, 3 repeats
 #   THREADS="1 2 4" REPEATS=5 bench/run_cpu_bench.sh
+#   PRECISIONS="fp32 bf16" bench/run_cpu_bench.sh   # bf16: Kiln's --precision bf16 against PyTorch's CPU autocast
 #
 # Settings (environment): THREADS, REPEATS, MODELS ("mlp cnn gpt"),
 # BUILD_DIR (build-bench), PYTHON (/usr/bin/python3: Debian's torch is
@@ -22,6 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 THREADS="${THREADS:-1 2}"
 REPEATS="${REPEATS:-3}"
 MODELS="${MODELS:-mlp cnn gpt}"
+PRECISIONS="${PRECISIONS:-fp32}"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 # PyTorch 2 from PyPI, in a cached venv outside the repo (bench/torch2_venv.sh); TORCH2=0 leaves it out.
@@ -36,19 +38,22 @@ print_tables() {
   "$PYTHON" - "$1" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-for r in rows:  # older raw files call Debian's 1.13 just "torch"
+for r in rows:  # older raw files call Debian's 1.13 just "torch", and ran fp32 only
     if r.get("engine") == "torch":
         r["engine"] = "torch1"
+    r.setdefault("precision", "fp32")
 models = [r for r in rows if r["model"] != "matmul"]
-keys = sorted({(r["model"], r["threads"]) for r in models}, key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1]))
+keys = sorted({(r["model"], r["precision"], r["threads"]) for r in models},
+              key=lambda k: (["mlp", "cnn", "gpt"].index(k[0]), k[1], k[2]))
 engines = [e for e in ["torch1", "torch2-eager", "torch2-compile"] if any(r["engine"] == e for r in models)]
 names = {"torch1": "PyTorch 1.13", "torch2-eager": "PyTorch 2 eager", "torch2-compile": "PyTorch 2 compiled"}
 if keys:
-    print("| model | threads | unit | Kiln | " + " | ".join(names[e] for e in engines) + " | Kiln / best | per repeat |")
-    print("|---|---:|---|---:|" + "---:|" * len(engines) + "---:|---|")
-for model, threads in keys:
-    def runs(engine):
-        return [r["items_per_s"] for r in models if (r["model"], r["threads"], r["engine"]) == (model, threads, engine)]
+    print("| model | precision | threads | unit | Kiln | " + " | ".join(names[e] for e in engines) + " | Kiln / best | per repeat |")
+    print("|---|---|---:|---|---:|" + "---:|" * len(engines) + "---:|---|")
+for model, precision, threads in keys:
+    def runs(engine, precision=precision):
+        return [r["items_per_s"] for r in models
+                if (r["model"], r["precision"], r["threads"], r["engine"]) == (model, precision, threads, engine)]
     k = runs("kiln")
     peers = {e: runs(e) for e in engines}
     unit = next(r["unit"] for r in models if r["model"] == model)
@@ -56,15 +61,26 @@ for model, threads in keys:
     # The runs were interleaved: pair each repeat's Kiln with that repeat's best peer.
     each = ", ".join(f"{a / max(p[i] for p in peers.values() if len(p) > i):.2f}" for i, a in enumerate(k))
     cells = " | ".join(f"{statistics.median(peers[e]):,.0f}" if peers[e] else "-" for e in engines)
-    print(f"| {model} | {threads} | {unit} | {statistics.median(k):,.0f} | {cells} | **{statistics.median(k) / best:.2f}** | {each} |")
+    print(f"| {model} | {precision} | {threads} | {unit} | {statistics.median(k):,.0f} | {cells} | **{statistics.median(k) / best:.2f}** | {each} |")
 print()
+# bf16 against fp32, Kiln's own speedup (the issue asks 1.5x).
+pairs = [(m, t) for m, p, t in keys if p == "bf16" and (m, "fp32", t) in keys]
+if pairs:
+    print("| model | threads | Kiln bf16 / Kiln fp32 |\n|---|---:|---:|")
+    for m, t in pairs:
+        def kiln(p):
+            return statistics.median(r["items_per_s"] for r in models if (r["model"], r["precision"], r["threads"], r["engine"]) == (m, p, t, "kiln"))
+        print(f"| {m} | {t} | {kiln('bf16') / kiln('fp32'):.2f} |")
+    print()
 if not any(r["model"] == "matmul" for r in rows):
     sys.exit(0)
 # The roofline: the MLP step's matrix-product GFLOP/s against the machine's
-# fp32 GEMM peak (OpenBLAS on the largest square, same threads, same run).
-peaks = {r["threads"]: max(s["openblas_gflops"] for s in r["results"] if s["shape"].startswith("square"))
+# fp32 GEMM peak (the faster of OpenBLAS and Kiln's GEMM, oneDNN, on the
+# largest squares, same threads, same run).
+peaks = {r["threads"]: max(max(s["openblas_gflops"], s["kiln_backend_gflops"]) for s in r["results"]
+                           if s["shape"].startswith("square"))
          for r in rows if r["model"] == "matmul"}
-mlp = [r for r in models if r["engine"] == "kiln" and r["model"] == "mlp" and "gflops" in r]
+mlp = [r for r in models if r["engine"] == "kiln" and r["model"] == "mlp" and "gflops" in r and r["precision"] == "fp32"]
 if mlp:
     print("| threads | fp32 GEMM peak GFLOP/s | Kiln MLP step GFLOP/s | share of peak |\n|---:|---:|---:|---:|")
     for t in sorted(peaks):
@@ -106,15 +122,17 @@ echo "threads: $THREADS; repeats: $REPEATS; OMP_WAIT_POLICY: ${OMP_WAIT_POLICY:-
 for t in $THREADS; do
   for r in $(seq "$REPEATS"); do
     for m in $MODELS; do
-      read -r steps warmup <<<"$(steps_for "$m")"
-      args=(--model "$m" --threads "$t" --steps "$steps" --warmup "$warmup")
-      "$BUILD_DIR/kiln_bench" "${args[@]}" >>"$RAW"
-      "$PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
-      if [[ -n "$TORCH2_PYTHON" ]]; then
-        "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
-        "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" --compile >>"$RAW"
-      fi
-      echo "  threads $t, repeat $r/$REPEATS: $m done" >&2
+      for p in $PRECISIONS; do
+        read -r steps warmup <<<"$(steps_for "$m")"
+        args=(--model "$m" --threads "$t" --steps "$steps" --warmup "$warmup" --precision "$p")
+        "$BUILD_DIR/kiln_bench" "${args[@]}" >>"$RAW"
+        "$PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
+        if [[ -n "$TORCH2_PYTHON" ]]; then
+          "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" >>"$RAW"
+          "$TORCH2_PYTHON" "$ROOT/bench/torch_bench.py" "${args[@]}" --compile >>"$RAW"
+        fi
+        echo "  threads $t, repeat $r/$REPEATS: $m $p done" >&2
+      done
     done
   done
   "$BUILD_DIR/kiln_bench" --model matmul --threads "$t" >>"$RAW"

@@ -104,7 +104,11 @@ def time_training(args, model, loss_fn):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fused)
 
     def step():
-        loss = loss_fn()
+        if args.precision == "bf16":  # CPU autocast: matrix products and convolutions in bf16, as Kiln's --precision bf16
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = loss_fn()
+        else:
+            loss = loss_fn()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -129,6 +133,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=0, help="0: the model's default (128 images, 16 sequences)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2; compiling is warmup)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: under CPU autocast")
     args = p.parse_args()
     if args.threads < 1 or args.steps < 1 or args.warmup < 0 or args.batch < 0:
         raise SystemExit("torch_bench: --threads and --steps must be positive, --warmup and --batch non-negative")
@@ -137,7 +142,7 @@ def main():
     major = torch.__version__.split(".")[0]
     engine = "torch1" if major == "1" else ("torch2-compile" if args.compile else "torch2-eager")
     out = {"engine": engine, "torch_version": torch.__version__, "model": args.model, "threads": args.threads,
-           "steps": args.steps, "warmup": args.warmup}
+           "steps": args.steps, "warmup": args.warmup, "precision": args.precision}
     if args.model in ("mlp", "cnn"):
         B = args.batch or 128
         model = make_mlp() if args.model == "mlp" else make_cnn()

@@ -33,7 +33,8 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "bundle_
 export PATH="$PATH:/usr/local/cuda/bin"
 
 echo "== configure $BUILD (CUDA arch $ARCH)"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
+# -DKILN_DNNL=OFF: oneDNN (40 MB) speeds up CPU kernels only; the bundle is for the GPU.
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_DNNL=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_CUDA_FLAGS="-Xfatbin=-compress-all" >/dev/null
 
 # Benchmarks are optional: build whatever bench targets the project defines.

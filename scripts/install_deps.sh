@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
+  libdnnl-dev                             # oneDNN: CPU matrix products, direct convolutions, bf16
   libsentencepiece-dev zlib1g-dev
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
   libgloo-dev                             # the same without mpirun: torchrun-style launch over TCP

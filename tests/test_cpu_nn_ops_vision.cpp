@@ -70,6 +70,10 @@ const std::vector<ConvCase> kConvCases = {
     {2, 1, 4, 4, 2, 3, 3, 1, 1, 2, 2, true},   // padding larger than needed: border outputs see only zeros
     {2, 2, 6, 7, 3, 5, 3, 1, 1, 2, 1, true},   // "same" with a rectangular kernel (contiguous im2col path)
     {1, 2, 2, 3, 2, 5, 3, 1, 1, 2, 1, true},   // "same" on a plane smaller than the kernel
+    // The Fashion-MNIST CNN's convolutions: oneDNN picks blocked layouts for these.
+    {3, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, true},
+    {2, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, true},
+    {2, 16, 9, 9, 48, 3, 3, 2, 2, 1, 1, false},  // strided, blocked
 };
 
 TEST(CpuNnOpsConv2d, ForwardAndBackwardMatchReference) {

@@ -9,6 +9,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/gpu_info.h"
+#include "kiln/cpu/gemm.h"
 
 extern "C" char* openblas_get_config(void);
 
@@ -45,6 +46,8 @@ int run_info() {
   std::printf("SIMD:    %s\n", simd.empty() ? "none detected" : simd.c_str());
   std::printf("AMX:     %s\n", flags.count("amx_tile") ? "yes" : "no");
   std::printf("BLAS:    %s\n", openblas_get_config());
+  std::printf("f32:     matrix products through %s%s\n", cpu::f32_gemm_library(),
+              std::string(cpu::f32_gemm_library()) == "oneDNN" ? ", convolutions direct through oneDNN" : "");
   std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
   if (gpus.empty()) {
     std::printf("GPUs:    none (%s)\n", cuda_unavailable_reason().c_str());

@@ -8,11 +8,10 @@
 //   dP = dO V^T,  dS = P * (dP - Delta),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO
 //
 // Both passes run parallel over heads (b, h); each head is a handful of
-// single-threaded GEMMs on a T x T scratch matrix (OpenBLAS's OpenMP build
-// runs single-threaded inside a parallel region). Per-row dot products and
+// single-threaded GEMMs on a T x T scratch matrix (oneDNN and OpenBLAS both
+// run single-threaded inside a parallel region). Per-row dot products and
 // axpys instead were 20% of a GPT training step; GEMMs were measured faster
 // even though causal heads compute the masked half too.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,21 +20,18 @@
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/gemm.h"
 #include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
 namespace {
 
+// C = alpha * op(A) @ op(B), overwriting C.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T* c, int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans;
-  auto TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, 0.0, c, ldc);
+  cpu::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, T(0), c, ldc);
 }
 
 template <typename T>

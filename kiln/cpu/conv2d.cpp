@@ -1,5 +1,7 @@
-// 2-D convolution over x [N, Cin, H, W] with weight [Cout, Cin, KH, KW]:
-// im2col + one OpenBLAS GEMM per chunk of the batch.
+// 2-D convolution over x [N, Cin, H, W] with weight [Cout, Cin, KH, KW].
+// f32 goes to oneDNN's direct convolutions where the build has oneDNN
+// (conv2d_dnnl.h); f64 (the gradient checks), builds without oneDNN and empty
+// shapes use im2col + one GEMM per chunk of the batch, below.
 //
 // The whole chunk is unfolded into col [K = Cin*KH*KW, nb*OH*OW] so a single
 // large GEMM replaces nb small ones: small convolutions (K = 9, Cout = 32)
@@ -21,13 +23,13 @@
 // outside BLAS has a fixed order that depends only on the shapes, so results
 // are bitwise reproducible run to run. (They can differ between 1 and 2+
 // BLAS threads: OpenBLAS picks its blocking by thread count.)
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 
+#include "kiln/cpu/conv2d_dnnl.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/gemm.h"
 #include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
@@ -85,7 +87,16 @@ void check_like(const char* op, const Tensor& t, const char* what, const Shape& 
 
 }  // namespace
 
-std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& w, const Conv2dArgs& a, size_t elem) {
+std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& w, const Conv2dArgs& a, size_t elem,
+                                             const ConvScratchPass& pass) {
+  if (pass.backward && !pass.dx && !pass.dweight) return {};
+  // bf16/f16 convolutions run in f32 on the CPU (low_precision.h).
+  if (dnnl_conv::usable(x, w, elem == 8 ? DType::f64 : DType::f32)) {
+    std::vector<int64_t> sizes;
+    for (int64_t bytes : dnnl_conv::scratch_bytes(x, w, a, pass))
+      sizes.push_back((bytes + 3) / 4 * 4 / int64_t(elem));
+    return sizes;
+  }
   ConvGeometry g{};
   g.N = x[0], g.Cin = x[1], g.H = x[2], g.W = x[3], g.Cout = w[0], g.KH = w[2], g.KW = w[3];
   g.OH = (g.H + 2 * a.pad_h - g.KH) / a.stride_h + 1;
@@ -103,15 +114,6 @@ namespace {
 Tensor workspace(int64_t numel, const Tensor& like) {
   MemoryCategoryScope scope(MemoryCategory::workspace);
   return Tensor::empty({numel}, like.dtype(), like.device());
-}
-
-inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
-                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 // The output columns [lo, hi) whose input column ow*SW - PW + kw lies inside [0, W).
@@ -220,6 +222,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   check_like(op, out, "out", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
   if (bias.defined()) check_like(op, bias, "bias", {g.Cout}, x.dtype());
   const int64_t K = g.K(), P = g.P();
+  if (dnnl_conv::usable(x.shape(), weight.shape(), x.dtype())) return dnnl_conv::forward(x, weight, bias, out, args);
   if (g.N == 0 || g.Cout == 0 || P == 0) return;
   const int64_t chunk = g.chunk(x.element_size());
 
@@ -240,7 +243,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
       if (K == 0)
         std::fill(dst, dst + g.Cout * M, T(0));
       else
-        gemm(CblasNoTrans, CblasNoTrans, g.Cout, M, K, wp, K, col, M, T(0), dst, M);
+        gemm(false, false, g.Cout, M, K, T(1), wp, K, col, M, T(0), dst, M);
       if (nb == 1 && !bp) continue;
       for (int64_t b = 0; b < nb; ++b) {
         for (int64_t co = 0; co < g.Cout; ++co) {
@@ -290,6 +293,8 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
       }
     }
     if (!dx.defined() && !dweight.defined()) return;
+    if (dnnl_conv::usable(x.shape(), weight.shape(), x.dtype()))
+      return dnnl_conv::backward(dout, x, weight, dx, dweight, args);
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
     T* dwp = dweight.defined() ? dweight.data<T>() : nullptr;
     if (g.N == 0 || P == 0 || K == 0 || g.Cout == 0) {  // degenerate: nothing flows back
@@ -316,10 +321,10 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
       }
       if (dwp) {
         im2col(g, xp, n0, nb, col);
-        gemm(CblasNoTrans, CblasTrans, g.Cout, K, M, gT, M, col, M, n0 == 0 ? T(0) : T(1), dwp, K);
+        gemm(false, true, g.Cout, K, M, T(1), gT, M, col, M, n0 == 0 ? T(0) : T(1), dwp, K);
       }
       if (dxp) {
-        gemm(CblasTrans, CblasNoTrans, K, M, g.Cout, wp, K, gT, M, T(0), col, M);
+        gemm(true, false, K, M, g.Cout, T(1), wp, K, gT, M, T(0), col, M);
         col2im(g, col, n0, nb, dxp);
       }
     }

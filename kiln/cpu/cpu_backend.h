@@ -11,12 +11,19 @@
 
 namespace kiln::cpu {
 
-// The element counts of the scratch buffers conv2d and conv2d_backward
-// allocate (booked as workspace) for x, weight shapes and an element size:
-// the im2col buffer, and the GEMM-layout buffer when several images share a
-// chunk. The meta backend allocates the same, so plans match the CPU.
+// Which call of a convolution a scratch query is about.
+struct ConvScratchPass {
+  bool backward = false;
+  bool bias = false;                 // forward: a bias is added
+  bool dx = false, dweight = false;  // backward: which gradients are wanted
+};
+
+// The element counts (of `elem`-byte elements) of the scratch buffers one
+// conv2d or conv2d_backward call allocates, booked as workspace: oneDNN's
+// blocked copies and scratchpad, or the im2col buffers. The meta backend
+// allocates the same, so plans match the CPU.
 std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& weight, const Conv2dArgs& args,
-                                             size_t elem);
+                                             size_t elem, const ConvScratchPass& pass);
 
 class CpuBackend final : public Backend {
  public:

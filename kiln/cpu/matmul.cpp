@@ -1,18 +1,18 @@
-// Batched matrix product through OpenBLAS. A transposed view of the last two
-// dims is passed to GEMM as a transpose flag rather than copied; any other
-// layout is made contiguous first. Bias and GELU are applied after the GEMM.
-#include <cblas.h>
-
+// Batched matrix product through kiln/cpu/gemm.h (oneDNN for f32, OpenBLAS
+// for f64). A transposed view of the last two dims is passed to GEMM as a
+// transpose flag rather than copied; any other layout is made contiguous
+// first. Bias and GELU are applied after the GEMM.
 #include "kiln/backend/factory.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/gemm.h"
 #include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
 
 namespace {
 
-// How a [rows, cols] matrix view can be handed to BLAS (row-major).
+// How a [rows, cols] matrix view can be handed to GEMM (row-major).
 struct BlasMatrix {
   bool transposed = false;
   int64_t ld = 0;
@@ -31,17 +31,6 @@ bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
     return true;
   }
   return false;
-}
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans;
-  auto TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace
@@ -106,7 +95,7 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
         gemm_beta = T(1);
       }
       if (M > 0 && N > 0)
-        gemm<T>(ma.transposed, mb.transposed, M, N, K, T(args.alpha), ap + oa, ma.ld, bp + ob, mb.ld, gemm_beta, c,
+        gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), ap + oa, ma.ld, bp + ob, mb.ld, gemm_beta, c,
                 N);
       if (bias && args.beta != 0.0f)
         for (int64_t m = 0; m < M; ++m)

@@ -15,22 +15,29 @@ void MetaBackend::copy(const Tensor& src, Tensor& dst) {
 
 namespace {
 
-void touch_scratch(const Tensor& x, const Tensor& weight, const Conv2dArgs& args) {
+void touch_scratch(const Tensor& x, const Tensor& weight, const Conv2dArgs& args, const cpu::ConvScratchPass& pass) {
   MemoryCategoryScope scope(MemoryCategory::workspace);
   std::vector<Tensor> scratch;
-  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, x.element_size()))
+  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, x.element_size(), pass))
     scratch.push_back(Tensor::empty({n}, x.dtype(), x.device()));
 }
 
 }  // namespace
 
-void MetaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor&, Tensor&, const Conv2dArgs& args) {
-  touch_scratch(x, weight, args);
+void MetaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&,
+                         const Conv2dArgs& args) {
+  cpu::ConvScratchPass pass;
+  pass.bias = bias.defined();
+  touch_scratch(x, weight, args, pass);
 }
 
 void MetaBackend::conv2d_backward(const Tensor&, const Tensor& x, const Tensor& weight, Tensor& dx, Tensor& dweight,
                                   Tensor&, const Conv2dArgs& args) {
-  if (dx.defined() || dweight.defined()) touch_scratch(x, weight, args);
+  cpu::ConvScratchPass pass;
+  pass.backward = true;
+  pass.dx = dx.defined();
+  pass.dweight = dweight.defined();
+  touch_scratch(x, weight, args, pass);
 }
 
 namespace {

@@ -1,0 +1,30 @@
+// f32 convolutions through oneDNN's direct (non-im2col) kernels, in the
+// blocked layouts oneDNN picks for the machine. Kiln's tensors stay NCHW and
+// OIHW; each call reorders into the blocked layouts and back. Measured on the
+// Fashion-MNIST CNN's two convolutions, that is still 2-3x faster than
+// im2col + GEMM (docs/PERFORMANCE.md).
+//
+// Every buffer a call needs (blocked copies and oneDNN's scratchpad) is a
+// Kiln workspace tensor, allocated at the start of the call in the order
+// scratch_bytes lists, so the meta backend plans the same bytes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kiln/cpu/cpu_backend.h"
+
+namespace kiln::cpu::dnnl_conv {
+
+// True when this build has oneDNN and the op is an f32 convolution with no
+// empty dimension (the im2col path covers f64 and the degenerate shapes).
+bool usable(const Shape& x, const Shape& weight, DType dtype);
+
+// The byte sizes of the workspace tensors one call allocates.
+std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& weight, const Conv2dArgs& args, const ConvScratchPass& pass);
+
+void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const Conv2dArgs& args);
+// dx and dweight are overwritten where defined (the bias gradient is the caller's).
+void backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx, Tensor& dweight,
+              const Conv2dArgs& args);
+
+}  // namespace kiln::cpu::dnnl_conv
