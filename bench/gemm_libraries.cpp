@@ -59,8 +59,7 @@ void gemm(const Shape& s, const float* a, const float* b, float* c) {
   const char tb = s.tb ? 'T' : 'N', ta = s.ta ? 'T' : 'N';
   const libxsmm_blasint m = s.N, n = s.M, k = s.K, l_b = ldb, l_a = lda, l_c = ldc;
   const float one = 1.0f, zero = 0.0f;
-  libxsmm_sgemm_omp(&tb, &ta, m, n, k, one, b, l_b, a, l_a, zero, c, l_c);
-  (void)one, (void)zero;
+  libxsmm_sgemm_omp(&tb, &ta, &m, &n, &k, &one, b, &l_b, a, &l_a, &zero, c, &l_c);
 #endif
 }
 

@@ -78,7 +78,7 @@ double time_training(const Options& o, kiln::nn::Module& model, const std::funct
   auto step = [&] {
     kiln::Tensor loss;
     {
-      kiln::AutocastGuard guard(autocast);
+      kiln::amp::AutocastGuard guard(autocast);
       loss = loss_fn();
     }
     opt.zero_grad();

@@ -11,6 +11,7 @@
 // Targets are validated on one thread before the parallel loop, because an
 // exception must not escape an OpenMP region.
 #include <cmath>
+#include <limits>
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
@@ -44,11 +45,15 @@ void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dl
         for (int64_t j = 0; j < C; ++j) dlogits[n * C + j] = T(0);
       continue;
     }
-    T mx = x[0];
-    for (int64_t j = 1; j < C; ++j) mx = max_nan(mx, x[j]);  // any NaN logit makes the row's loss NaN
-    // fast_exp (dispatch.h): libm's scalar expf was ~5% of a GPT step here;
-    // the dlogits loop below vectorises with it.
+    // Both reductions vectorise (they were scalar, 16% of a GPT step). The
+    // max skips NaN; a NaN logit still makes the loss and the whole row's
+    // gradient NaN, through x[j] - mx in the sum and x[j] - lse below.
+    T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
+    // fast_exp (dispatch.h): libm's scalar expf was ~5% of a GPT step here.
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < C; ++j) sum += double(fast_exp(x[j] - mx));
     const double lse = double(mx) + std::log(sum);
     losses[n] = L(lse - double(x[t]));  // read x[t] before dlogits may overwrite it
