@@ -8,6 +8,7 @@
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/units.h"
+#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/dist/world.h"
 
 namespace kiln::cli {
@@ -148,6 +149,11 @@ std::function<int()> add_train_command(CLI::App& app) {
     if (!dist::is_rank0()) to->progress = false;
     if (*dist_timeout > 0) dist::world().set_timeout(std::chrono::seconds(*dist_timeout));
     if (to->fit) plan::apply_fit(*to, log);
+    if (to->precision == "bf16" && !to->device.value_or(Device::cpu()).is_cuda() && !cpu_has_bf16_instructions()) {
+      log("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only round "
+          "values without making anything faster; training in fp32");
+      to->precision = "fp32";
+    }
     const recipes::TrainResult result = recipes::train(*to, log);
     if (dist::is_rank0()) print_summary(result);
     return 0;

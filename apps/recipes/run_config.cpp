@@ -156,7 +156,9 @@ RunStart start_run(const TrainOptions& o, const std::string& recipe, const Recip
     const int saved_threads = st.value("threads", 0);
     if (run.device.is_cpu() && saved_threads > 0 && saved_threads != get_num_threads())
       log("resuming with " + std::to_string(get_num_threads()) + " CPU threads; the run used " +
-          std::to_string(saved_threads) + " (results stay bitwise the same)");
+          std::to_string(saved_threads) +
+          " (matrix products, reductions and elementwise ops give the same bits at any thread count; oneDNN's "
+          "convolution weight gradients are summed in a thread-dependent order, so a CNN's last bits can differ)");
   } else {
     run.config = fresh_config(o, recipe, d);
   }

@@ -2,7 +2,9 @@
 // blocked layouts oneDNN picks for the machine. Kiln's tensors stay NCHW and
 // OIHW; each call reorders into the blocked layouts and back. Measured on the
 // Fashion-MNIST CNN's two convolutions, that is still 2-3x faster than
-// im2col + GEMM (docs/PERFORMANCE.md).
+// im2col + GEMM (docs/PERFORMANCE.md). Results are the same run to run at a
+// given thread count; the weight gradient's sums are split between threads,
+// so they can differ in the last bits from one thread count to another.
 //
 // Every buffer a call needs (blocked copies and oneDNN's scratchpad) is a
 // Kiln workspace tensor, allocated at the start of the call in the order

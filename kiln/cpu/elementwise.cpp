@@ -132,6 +132,12 @@ void CpuBackend::fill(Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&]<typename T>() {
     T v = from_double<T>(value);
     T* d = static_cast<T*>(dst.data_ptr());
+    if (dst.is_contiguous()) {  // the common case (fresh buffers, gradient accumulators): one vectorised pass
+      const int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+      for (int64_t i = 0; i < n; ++i) d[i] = v;
+      return;
+    }
     strided_loop<1>(dst.shape(), {&dst.strides()},
                     [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
                       for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] = v;

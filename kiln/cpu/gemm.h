@@ -2,6 +2,7 @@
 // library that is fastest for our shapes: oneDNN for f32 (10-35% faster than
 // OpenBLAS on the models' GEMMs at 1 and 2 threads, docs/PERFORMANCE.md),
 // OpenBLAS for f64 (oneDNN has no f64 GEMM) and for builds without oneDNN.
+// Small products run on one thread.
 #pragma once
 #include <cstdint>
 

@@ -2,6 +2,8 @@
 // for f64). A transposed view of the last two dims is passed to GEMM as a
 // transpose flag rather than copied; any other layout is made contiguous
 // first. Bias and GELU are applied after the GEMM.
+#include <algorithm>
+
 #include "kiln/backend/factory.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
@@ -78,7 +80,6 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
                  "matmul: bias must be a contiguous [", N, "] tensor of the operands' dtype");
       bias = static_cast<const T*>(args.bias.data_ptr());
     }
-    T beta = T(args.beta);
     for (int64_t i = 0; i < batch; ++i) {
       int64_t oa = 0, ob = 0, rem = i;
       for (int d = r - 3; d >= 0; --d) {
@@ -87,33 +88,32 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
         oa += idx * a.strides()[d];
         ob += idx * b.strides()[d];
       }
-      T* c = cp + i * M * N;
-      T gemm_beta = beta;
-      if (bias && args.beta == 0.0f) {  // seed C with the bias and let GEMM add into it
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) c[m * N + n] = bias[n];
-        gemm_beta = T(1);
-      }
       if (M > 0 && N > 0)
-        gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), ap + oa, ma.ld, bp + ob, mb.ld, gemm_beta, c,
-                N);
-      if (bias && args.beta != 0.0f)
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) c[m * N + n] += bias[n];
+        gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), ap + oa, ma.ld, bp + ob, mb.ld, T(args.beta),
+             cp + i * M * N, N);
     }
-    if (args.gelu) {
-      const int64_t total = out.numel();
-      T* pre = nullptr;
-      if (args.pre_gelu.defined()) {
-        KILN_CHECK(args.pre_gelu.shape() == out.shape() && args.pre_gelu.is_contiguous(),
-                   "matmul: pre_gelu must be contiguous and shaped like out");
-        pre = static_cast<T*>(args.pre_gelu.data_ptr());
+    if (!bias && !args.gelu) return;
+    T* pre = nullptr;
+    if (args.gelu && args.pre_gelu.defined()) {
+      KILN_CHECK(args.pre_gelu.shape() == out.shape() && args.pre_gelu.is_contiguous(),
+                 "matmul: pre_gelu must be contiguous and shaped like out");
+      pre = static_cast<T*>(args.pre_gelu.data_ptr());
+    }
+    // The epilogue, one parallel pass over the output rows: + bias, then GELU
+    // (keeping its input for backward when asked).
+    const int64_t rows = batch * M;
+    const bool gelu_on = args.gelu;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * N > 32768)
+    for (int64_t row = 0; row < rows; ++row) {
+      T* c = cp + row * N;
+      if (bias) {
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n) c[n] += bias[n];
       }
-#pragma omp parallel for simd schedule(static) if (total > 32768)
-      for (int64_t i = 0; i < total; ++i) {
-        if (pre) pre[i] = cp[i];
-        cp[i] = gelu(cp[i]);
-      }
+      if (!gelu_on) continue;
+      if (pre) std::copy(c, c + N, pre + row * N);
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) c[n] = gelu(c[n]);
     }
   });
 }

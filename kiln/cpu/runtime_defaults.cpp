@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace kiln {
@@ -21,6 +23,19 @@ const char* openblas_core_override() {
   if (__builtin_cpu_supports("avx2")) return "HASWELL";
 #endif
   return nullptr;
+}
+
+bool cpu_has_bf16_instructions() {
+  if (const char* forced = std::getenv("KILN_CPU_BF16")) return std::string(forced) != "0";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream flags(line);
+    for (std::string f; flags >> f;)
+      if (f == "avx512_bf16" || f == "amx_bf16") return true;
+    return false;
+  }
+  return false;
 }
 
 void apply_runtime_defaults(char** argv) {

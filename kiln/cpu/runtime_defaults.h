@@ -26,4 +26,9 @@ void apply_runtime_defaults(char** argv);
 // generic one, or nullptr when its own choice stands.
 const char* openblas_core_override();
 
+// Whether the CPU has bf16 instructions (AVX512-BF16 or AMX-BF16), which
+// `--precision bf16` on the CPU asks for. KILN_CPU_BF16=0 or 1 overrides the
+// answer (tests use it to see what a CPU without them does).
+bool cpu_has_bf16_instructions();
+
 }  // namespace kiln
