@@ -21,6 +21,10 @@
 #elif defined(USE_XSMM)
 #include <libxsmm.h>
 #define LIBRARY "libxsmm"
+#elif defined(USE_DNNL_BF16)
+#include <dnnl.hpp>
+#include <map>
+#define LIBRARY "onednn-bf16"
 #endif
 
 namespace {
@@ -41,6 +45,42 @@ const Shape kShapes[] = {
     {"square 1024", 1024, 1024, 1024, false, false},  {"square 2048", 2048, 2048, 2048, false, false},
 };
 
+#if defined(USE_DNNL_BF16)
+// oneDNN's bf16 matmul (bf16 operands, f32 result, f32 accumulation): the
+// operands are rounded to bf16 once per shape, outside the timing, as bf16
+// weights and activations would already be.
+struct Bf16Gemm {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  dnnl::matmul product;
+  dnnl::memory a, b;
+};
+
+void gemm_bf16(const Shape& s, const float* a, const float* b, float* c) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  static std::map<const Shape*, Bf16Gemm> cache;
+  auto [it, fresh] = cache.try_emplace(&s);
+  Bf16Gemm& g = it->second;
+  const memory::desc a_f32({s.M, s.K}, memory::data_type::f32, s.ta ? tag::ba : tag::ab);
+  const memory::desc b_f32({s.K, s.N}, memory::data_type::f32, s.tb ? tag::ba : tag::ab);
+  const memory::desc c_f32({s.M, s.N}, memory::data_type::f32, tag::ab);
+  if (fresh) {
+    const memory::desc a_bf16({s.M, s.K}, memory::data_type::bf16, s.ta ? tag::ba : tag::ab);
+    const memory::desc b_bf16({s.K, s.N}, memory::data_type::bf16, s.tb ? tag::ba : tag::ab);
+    g.product = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_bf16, b_bf16, c_f32), g.engine));
+    g.a = memory(a_bf16, g.engine);
+    g.b = memory(b_bf16, g.engine);
+    memory a_src(a_f32, g.engine, const_cast<float*>(a)), b_src(b_f32, g.engine, const_cast<float*>(b));
+    dnnl::reorder(a_src, g.a).execute(g.stream, a_src, g.a);
+    dnnl::reorder(b_src, g.b).execute(g.stream, b_src, g.b);
+  }
+  memory c_dst(c_f32, g.engine, c);
+  g.product.execute(g.stream, {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, c_dst}});
+  g.stream.wait();
+}
+#endif
+
 // Row-major C = op(A) @ op(B) through the library under test.
 void gemm(const Shape& s, const float* a, const float* b, float* c) {
   const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N, ldc = s.N;
@@ -60,6 +100,8 @@ void gemm(const Shape& s, const float* a, const float* b, float* c) {
   const libxsmm_blasint m = s.N, n = s.M, k = s.K, l_b = ldb, l_a = lda, l_c = ldc;
   const float one = 1.0f, zero = 0.0f;
   libxsmm_sgemm_omp(&tb, &ta, &m, &n, &k, &one, b, &l_b, a, &l_a, &zero, c, &l_c);
+#elif defined(USE_DNNL_BF16)
+  gemm_bf16(s, a, b, c);
 #endif
 }
 

@@ -29,6 +29,7 @@ void print_summary(const recipes::TrainResult& r) {
     std::printf("skipped:     %lld steps (fp16 inf/NaN gradients)\n", (long long)r.skipped_steps);
   if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
   if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (%s)\n", r.test_accuracy, r.test_set.c_str());
+  if (r.seconds_to_target >= 0) std::printf("time to target: %.1f s of training\n", r.seconds_to_target);
   if (r.val_loss >= 0)
     std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
   for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());
@@ -128,6 +129,10 @@ std::function<int()> add_train_command(CLI::App& app) {
   auto no_progress = std::make_shared<bool>(false);
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
   cmd->add_flag("--profile", to->profile, "time every backend op and print where the steps' time went");
+  cmd->add_option("--target-accuracy", to->target_accuracy,
+                  "image recipes: test after every epoch and stop once the test accuracy reaches this; prints the "
+                  "seconds of training it took (time to accuracy)")
+      ->check(CLI::Range(0.0, 1.0));
 
   return [=]() -> int {
     if (!*cmd) return -1;

@@ -175,24 +175,48 @@ class FashionRecipe final : public Recipe {
     };
     hooks.loss = [&](const Tensor& x, const Tensor& y) { return step.loss(x.to(run.device), y.to(run.device)); };
     RunRecord record(run.out_dir, run.step(), record_devices(run));
+    TrainResult result;
+    bool target_reached = false;
     hooks.after_step = [&](int64_t done, double loss, const Log& line) {
       if (done % per_epoch != 0) return false;
+      char text[200];
       if (done < c.total_steps) {
         const double accuracy = image_accuracy(*model, train_set, split.validation, run.device, eval_batch);
         record.eval(done, {{"val_accuracy", accuracy}});
-        char text[128];
         std::snprintf(text, sizeof text, "epoch %lld: train loss %.4f, validation accuracy %.4f",
                       (long long)(done / per_epoch), loss, accuracy);
         line(text);
       }
+      if (o.target_accuracy > 0) {  // time to accuracy: the test set after every epoch
+        const double test = image_accuracy(*model, test_set, {}, run.device, eval_batch);
+        const double trained = record.train_seconds();
+        record.eval(done, {{"test_accuracy", test}, {"train_s", trained}});
+        std::snprintf(text, sizeof text, "epoch %lld: test accuracy %.4f after %.1f s of training",
+                      (long long)(done / per_epoch), test, trained);
+        line(text);
+        if (test >= o.target_accuracy) {
+          target_reached = true;
+          result.seconds_to_target = trained;
+          std::snprintf(text, sizeof text, "reached the target test accuracy %.4f >= %.4f at step %lld, after %.1f s "
+                        "of training (evaluation and checkpoints excluded)", test, o.target_accuracy,
+                        (long long)done, trained);
+          line(text);
+        }
+      }
       return true;
     };
-    TrainResult result;
+    hooks.goal_reached = [&] { return target_reached; };
     if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
       result.test_accuracy = image_accuracy(*model, test_set, {}, run.device, eval_batch);
       result.test_set = "10,000 test images";
       record.eval(result.steps_done, {{"test_accuracy", result.test_accuracy}});
       result.showcase = showcase_predictions(*model, test_set, 4, run.device);
+      if (o.target_accuracy > 0 && !target_reached) {
+        char text[160];
+        std::snprintf(text, sizeof text, "did not reach the target test accuracy %.4f in %lld steps (best at the end: "
+                      "%.4f)", o.target_accuracy, (long long)result.steps_done, result.test_accuracy);
+        log(text);
+      }
     }
     return result;
   }

@@ -66,7 +66,10 @@ TrainResult train(const TrainOptions& o, const Log& log) {
     auto latest = latest_checkpoint(o.out_dir.empty() ? "runs/fashion-mlp" : o.out_dir);
     if (latest) name = load_checkpoint_state(*latest).value("recipe", "");
   }
-  return find_recipe(name.empty() ? "fashion-mlp" : name).train(o, log);
+  const Recipe& recipe = find_recipe(name.empty() ? "fashion-mlp" : name);
+  KILN_CHECK(o.target_accuracy == 0 || recipe.kind() == ModelKind::image_classifier, "--target-accuracy applies to ",
+             "the image recipes (fashion-mlp, fashion-cnn); ", recipe.name(), " is a ", model_kind_name(recipe.kind()));
+  return recipe.train(o, log);
 }
 
 namespace {

@@ -63,6 +63,7 @@ struct TrainOptions {
   bool progress = true;          // progress bar on stderr
   bool profile = false;          // time every backend op and print where the steps' time went
   bool fit = false;              // pick micro-batch, checkpointing and offload to fit the device (kiln/apps/plan)
+  double target_accuracy = 0;    // image recipes: test after every epoch, stop once reached (0: off)
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
   // Fault injection for tests: multiply the loss of this (1-based) step by
@@ -86,6 +87,7 @@ struct TrainResult {
   std::string showcase;              // image recipes: test images with predictions
   std::string checkpoint;            // the last checkpoint written
   int64_t skipped_steps = 0;         // fp16: steps skipped for inf/NaN gradients
+  double seconds_to_target = -1;     // --target-accuracy: training seconds until the test set reached it (-1: not reached)
 };
 
 struct EvalResult {

@@ -61,13 +61,16 @@ nlohmann::json RunRecord::memory_snapshot(const std::vector<Device>& devices) {
   return j;
 }
 
-void RunRecord::train_step(int64_t step, double loss, double lr, double items_per_second, double elapsed_seconds) {
+void RunRecord::train_step(int64_t step, double loss, double lr, double items_per_second, double elapsed_seconds,
+                           double step_seconds) {
+  train_seconds_ += step_seconds;
   write({{"kind", "train"},
          {"step", step},
          {"loss", loss},
          {"lr", lr},
          {"items_per_s", items_per_second},
          {"elapsed_s", elapsed_seconds},
+         {"train_s", train_seconds_},
          {"memory", memory_snapshot(devices_)}});
 }
 

@@ -28,7 +28,13 @@ class RunRecord {
   RunRecord(const RunRecord&) = delete;
   RunRecord& operator=(const RunRecord&) = delete;
 
-  void train_step(int64_t step, double loss, double lr, double items_per_second, double elapsed_seconds);
+  // `step_seconds`: this step's own time (data, forward, backward, update);
+  // their sum is the line's train_s.
+  void train_step(int64_t step, double loss, double lr, double items_per_second, double elapsed_seconds,
+                  double step_seconds);
+  // Seconds spent in this invocation's training steps so far: evaluation and
+  // checkpoints excluded (what time-to-accuracy counts).
+  double train_seconds() const { return train_seconds_; }
   // An evaluation at `step`: fields such as {"val_loss": 2.1}.
   void eval(int64_t step, const nlohmann::json& fields);
   const std::string& path() const { return path_; }
@@ -41,6 +47,7 @@ class RunRecord {
   std::string path_;
   std::vector<Device> devices_;
   std::FILE* file_ = nullptr;
+  double train_seconds_ = 0;
 };
 
 }  // namespace kiln::recipes

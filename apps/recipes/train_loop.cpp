@@ -183,6 +183,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     log(line);
   };
   double loss_value = 0;
+  bool goal_reached = false;
   int64_t step = start;
   for (; step < total; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
@@ -209,9 +210,10 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     bar.update(step, loss_value, items);
     record.train_step(step + 1, loss_value, parts.opt.lr, seconds > 0 ? double(items) / seconds : 0.0,
-                      bar.elapsed_seconds());
+                      bar.elapsed_seconds(), seconds);
     const bool recipe_asks = hooks.after_step && hooks.after_step(step + 1, loss_value, line_log);
-    const bool stop_now = o.stop_after > 0 && step + 1 - start >= o.stop_after;
+    goal_reached = hooks.goal_reached && hooks.goal_reached();
+    const bool stop_now = goal_reached || (o.stop_after > 0 && step + 1 - start >= o.stop_after);
     const bool periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (recipe_asks || periodic || stop_now || step + 1 == total) save(step + 1, loss_value);
     if (stop_now) {
@@ -229,7 +231,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
   result.final_train_loss = loss_value;
   result.items_per_second = bar.items_per_second();
   result.seconds = bar.elapsed_seconds();
-  return step >= total;
+  return step >= total || goal_reached;
 }
 
 }  // namespace kiln::recipes

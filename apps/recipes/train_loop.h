@@ -50,13 +50,17 @@ struct LoopHooks {
   // there (image recipes: an epoch ended, after logging validation). Lines
   // go to `log`, which first ends the progress bar's line.
   std::function<bool(int64_t steps_done, double loss, const Log& log)> after_step;
+  // Asked after after_step: true when the run met its goal early
+  // (--target-accuracy); the loop then checkpoints and ends as at the last step.
+  std::function<bool()> goal_reached;
   // The recipe's additions to state.json.
   std::function<void(nlohmann::json& state)> add_state;
   PipelineStage stage;  // recipes whose model can be split fill it under --pipeline-stages
 };
 
 // Trains from run.step() to run.config.total_steps (or --stop-after) and
-// fills the loop's part of `result`. Returns true if the run reached its end.
+// fills the loop's part of `result`. Returns true if the run reached its end
+// (or its goal).
 bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& parts, const LoopSettings& settings,
                        const LoopHooks& hooks, RunRecord& record, TrainResult& result, const Log& log);
 

@@ -10,6 +10,20 @@ expect "evaluating $WORK/mlp/step_00000030"
 expect "test accuracy: $accuracy"
 [ -s "$WORK/mlp/metrics.jsonl" ] || fail "no run record $WORK/mlp/metrics.jsonl"
 
+# --target-accuracy: the test set after every epoch, stop once reached.
+# Batches of 1000 make an epoch 55 steps.
+run 0 "$KILN" train fashion-mlp --epochs 3 --batch-size 1000 --target-accuracy 0.5 --no-progress --out "$WORK/tta"
+expect "epoch 1: test accuracy 0\.[5-9][0-9]* after [0-9.]+ s of training"
+expect "reached the target test accuracy 0\.[5-9][0-9]* >= 0\.5000 at step 55"
+expect "time to target: [0-9.]+ s of training"
+[ -d "$WORK/tta/step_00000055" ] || fail "no checkpoint where the target was reached"
+[ ! -d "$WORK/tta/step_00000110" ] || fail "the run went on past its target"
+grep '"kind":"eval"' "$WORK/tta/metrics.jsonl" | grep -q '"train_s"' || fail "no train_s on the test evaluation"
+run 0 "$KILN" train fashion-mlp --steps 55 --batch-size 1000 --target-accuracy 0.999 --no-progress --out "$WORK/tta-miss"
+expect "did not reach the target test accuracy 0\.9990 in 55 steps"
+run 1 "$KILN" train fortunes-gpt --steps 2 --target-accuracy 0.5 --no-progress --out "$WORK/tta-gpt"
+expect "--target-accuracy applies to the image recipes"
+
 # --precision bf16 on a CPU without bf16 instructions says so and trains in
 # fp32 (KILN_CPU_BF16=0 makes this CPU look like one).
 export KILN_CPU_BF16=0
