@@ -59,6 +59,7 @@ void check_resume_is_bitwise(const std::string& recipe) {
 
 TEST(Resume, MlpIsBitwiseExact) { check_resume_is_bitwise("fashion-mlp"); }
 TEST(Resume, CnnWithDropoutIsBitwiseExact) { check_resume_is_bitwise("fashion-cnn"); }
+TEST(Resume, FastCnnIsBitwiseExact) { check_resume_is_bitwise("fashion-fast"); }
 TEST(Resume, GptIsBitwiseExact) { check_resume_is_bitwise("fortunes-gpt"); }
 
 TEST(Resume, ResumeRejectsAnotherRecipesCheckpoint) {

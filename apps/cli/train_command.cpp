@@ -133,6 +133,10 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "image recipes: test after every epoch and stop once the test accuracy reaches this; prints the "
                   "seconds of training it took (time to accuracy)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--eval-every", to->eval_every,
+                  "with --target-accuracy: test every this many steps instead of after every epoch, so the time to "
+                  "accuracy is not rounded up to an epoch")
+      ->check(CLI::PositiveNumber);
 
   return [=]() -> int {
     if (!*cmd) return -1;

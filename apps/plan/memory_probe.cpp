@@ -8,7 +8,7 @@
 namespace kiln::plan {
 
 std::string plan_recipe_name(const PlanInput& in) {
-  return in.recipe == "fashion-mlp" || in.recipe == "fashion-cnn" ? in.recipe : "fortunes-gpt";
+  return recipes::is_image_recipe(in.recipe) ? in.recipe : "fortunes-gpt";
 }
 
 StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
 
 namespace kiln::plan {
@@ -18,7 +19,7 @@ constexpr double kLaunchSecondsPerLayerPass = 30 * 5e-6;  // ~30 kernels per lay
 constexpr double kHostBytesPerSecond = 40e9;
 constexpr double kHostOptimizerBytesPerParam = 28;
 
-bool is_gpt(const PlanInput& in) { return in.recipe != "fashion-mlp" && in.recipe != "fashion-cnn"; }
+bool is_gpt(const PlanInput& in) { return !recipes::is_image_recipe(in.recipe); }
 
 double items_per_example(const PlanInput& in) { return is_gpt(in) ? double(in.gpt.block_size) : 1.0; }
 

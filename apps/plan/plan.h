@@ -54,7 +54,7 @@ struct PlanTarget {
 };
 
 struct PlanInput {
-  std::string recipe;       // fortunes-gpt (or a GPT preset), fashion-cnn, fashion-mlp
+  std::string recipe;       // fortunes-gpt (or a GPT preset), or an image recipe
   models::GptConfig gpt;    // GPT recipes: the model (preset + overrides)
   int64_t batch_size = 0;
   // Fixed by the user, or empty to consider every value.

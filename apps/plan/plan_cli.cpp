@@ -64,7 +64,7 @@ std::function<int()> add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<std::map<std::string, bool>>();
   auto* cmd = app.add_subcommand("plan", "predict memory, the strategies that fit, time and cost of a training run");
   cmd->footer(kPlanHelp);
-  cmd->add_option("recipe", in->recipe, "fortunes-gpt (default), fashion-cnn or fashion-mlp")
+  cmd->add_option("recipe", in->recipe, "fortunes-gpt (default), or an image recipe: fashion-mlp, fashion-cnn, fashion-fast")
       ->check(CLI::IsMember(recipes::recipe_names()));
   auto text_option = [&](const char* flag, const char* help) { cmd->add_option(flag, (*opts)[flag], help); };
   text_option("--preset", "GPT size: gpt2 (124M, the default), gpt2-medium, gpt2-large, gpt2-xl");

@@ -1,4 +1,4 @@
-// fashion-mlp and fashion-cnn: Fashion-MNIST classifiers.
+// fashion-mlp, fashion-cnn and fashion-fast: Fashion-MNIST classifiers.
 #pragma once
 #include "apps/recipes/recipe.h"
 #include "kiln/data/fashion_mnist.h"
@@ -8,6 +8,7 @@ namespace kiln::recipes {
 
 std::unique_ptr<Recipe> make_fashion_mlp_recipe();
 std::unique_ptr<Recipe> make_fashion_cnn_recipe();
+std::unique_ptr<Recipe> make_fashion_fast_recipe();
 
 // The model of image recipe `recipe`, initialised from `seed`.
 std::shared_ptr<nn::Sequential> make_image_model(const std::string& recipe, uint64_t seed,

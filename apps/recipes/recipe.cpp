@@ -13,6 +13,7 @@ const std::vector<std::unique_ptr<Recipe>>& recipe_table() {
     std::vector<std::unique_ptr<Recipe>> t;
     t.push_back(make_fashion_mlp_recipe());
     t.push_back(make_fashion_cnn_recipe());
+    t.push_back(make_fashion_fast_recipe());
     t.push_back(make_fortunes_gpt_recipe());
     t.push_back(make_fortunes_classify_recipe());
     return t;
@@ -32,6 +33,19 @@ const char* model_kind_name(ModelKind kind) {
 std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
   for (const auto& r : recipe_table()) names.push_back(r->name());
+  return names;
+}
+
+bool is_image_recipe(const std::string& name) {
+  for (const auto& r : recipe_table())
+    if (r->name() == name) return r->kind() == ModelKind::image_classifier;
+  return false;
+}
+
+std::string image_recipe_names() {
+  std::string names;
+  for (const auto& r : recipe_table())
+    if (r->kind() == ModelKind::image_classifier) names += (names.empty() ? "" : ", ") + r->name();
   return names;
 }
 
@@ -68,7 +82,9 @@ TrainResult train(const TrainOptions& o, const Log& log) {
   }
   const Recipe& recipe = find_recipe(name.empty() ? "fashion-mlp" : name);
   KILN_CHECK(o.target_accuracy == 0 || recipe.kind() == ModelKind::image_classifier, "--target-accuracy applies to ",
-             "the image recipes (fashion-mlp, fashion-cnn); ", recipe.name(), " is a ", model_kind_name(recipe.kind()));
+             "the image recipes (", image_recipe_names(), "); ", recipe.name(), " is a ", model_kind_name(recipe.kind()));
+  KILN_CHECK(o.eval_every == 0 || o.target_accuracy > 0, "--eval-every says how often --target-accuracy tests; ",
+             "give --target-accuracy too");
   return recipe.train(o, log);
 }
 

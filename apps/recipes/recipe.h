@@ -64,6 +64,7 @@ struct TrainOptions {
   bool profile = false;          // time every backend op and print where the steps' time went
   bool fit = false;              // pick micro-batch, checkpointing and offload to fit the device (kiln/apps/plan)
   double target_accuracy = 0;    // image recipes: test after every epoch, stop once reached (0: off)
+  int64_t eval_every = 0;        // with target_accuracy: test every this many steps instead (0: each epoch)
   std::string data_dir;          // override the dataset directory
   std::string cache_dir;         // tokenizer cache (text recipes)
   // Fault injection for tests: multiply the loss of this (1-based) step by
@@ -133,6 +134,9 @@ class Recipe {
 // Every recipe, in the order `kiln train --help` lists them.
 const std::vector<std::unique_ptr<Recipe>>& recipe_table();
 std::vector<std::string> recipe_names();
+// Whether `name` is a recipe that trains an image classifier, and those names.
+bool is_image_recipe(const std::string& name);
+std::string image_recipe_names();
 // Throws naming the known recipes.
 const Recipe& find_recipe(const std::string& name);
 // "fashion-mlp: ...\nfashion-cnn: ..." for help texts.

@@ -4,6 +4,7 @@
 // draw and Fisher-Yates, never std::shuffle or std::uniform_int_distribution,
 // whose outputs are implementation-defined.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

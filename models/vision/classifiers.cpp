@@ -31,4 +31,19 @@ std::shared_ptr<Sequential> make_cnn(Generator& init, std::shared_ptr<Generator>
   return m;
 }
 
+std::shared_ptr<Sequential> make_small_cnn(Generator& init) {
+  auto m = std::make_shared<Sequential>();
+  m->add(std::make_shared<Conv2d>(1, 16, 3, init, 1, 1));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Conv2d>(16, 32, 3, init, 1, 1));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Flatten>());
+  m->add(std::make_shared<Linear>(32 * 7 * 7, 256, init));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Linear>(256, 10, init));
+  return m;
+}
+
 }  // namespace kiln::models

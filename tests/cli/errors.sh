@@ -2,7 +2,7 @@
 # Bad input gets a message and a non-zero status, never a crash.
 source "$(dirname "$0")/lib.sh"
 run 105 "$KILN" train no-such-recipe
-expect "no-such-recipe not in \{fashion-mlp,fashion-cnn,fortunes-gpt"
+expect "no-such-recipe not in \{fashion-mlp,fashion-cnn,fashion-fast,fortunes-gpt"
 run 1 "$KILN" eval "$WORK/does-not-exist"
 expect "kiln: error: .*does-not-exist.* does not exist"
 mkdir -p "$WORK/empty"
