@@ -8,7 +8,7 @@ foreach(scenario train_eval_mlp train_sample_gpt resume errors cuda_without_gpu 
 endforeach()
 
 add_test(NAME cli.info COMMAND kiln_cli info)
-set_tests_properties(cli.info PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "CPU: .*cores: .*SIMD: .*GPU")
+set_tests_properties(cli.info PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "CPU: .*cores: .*SIMD: .*f32: .*bf16: .*GPU")
 
 # Where a GPU exists the script reports SKIPPED and so does ctest.
 set_tests_properties(cli.cuda_without_gpu PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED: this machine has a GPU")

@@ -9,6 +9,8 @@
 #include "apps/recipes/precision.h"
 #include "kiln/amp/autocast.h"
 #include "kiln/amp/grad_scaler.h"
+#include "kiln/backend/factory.h"
+#include "kiln/cpu/gemm.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 
@@ -323,6 +325,57 @@ TEST(Amp, CpuLowPrecisionOpsComputeInF32AndRoundOnce) {
     Tensor img = to_dtype(random_tensor({1, 1, 4, 4}, 34, DType::f32), dt);
     expect_rounded(max_pool2d(img, 2), max_pool2d(to_dtype(img, DType::f32), 2), "max_pool2d");
   }
+}
+
+// bf16 operands on a CPU with bf16 instructions go to oneDNN's bf16 GEMM
+// without widening (kiln/cpu/gemm.h): every transpose, a batch, alpha,
+// accumulation into out, and the bias + GELU epilogue, against f64 on the
+// same rounded values, within one bf16 rounding of the result.
+TEST(Amp, CpuBf16GemmMatchesF64OnTheRoundedOperands) {
+  if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "this CPU or build has no bf16 GEMM; the f32 path is tested above";
+  auto rounded = [](const Shape& shape, uint64_t seed) {
+    return to_dtype(random_tensor(shape, seed, DType::f32, -2, 2), DType::bf16);
+  };
+  auto f64 = [](const Tensor& t) { return to_dtype(t, DType::f64); };
+  auto abs = [](const Tensor& t) { return sqrt(square(t)); };
+  auto expect_close = [](const Tensor& got, const Tensor& ref, const Tensor& scale, const char* what) {
+    std::vector<float> g = got.to_vector<float>();
+    std::vector<double> r = ref.to_vector<double>(), sc = scale.to_vector<double>();
+    ASSERT_EQ(g.size(), r.size()) << what;
+    for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(g[i], r[i], sc[i] / 128 + 1e-6) << what << " " << i;
+  };
+  const int64_t M = 37, K = 53, N = 29;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Tensor a = ta ? transpose(rounded({K, M}, 1), 0, 1) : rounded({M, K}, 1);
+      Tensor b = tb ? transpose(rounded({N, K}, 2), 0, 1) : rounded({K, N}, 2);
+      Tensor out = matmul(a, b);
+      EXPECT_EQ(out.dtype(), DType::bf16);
+      expect_close(out, matmul(f64(a), f64(b)), matmul(abs(f64(a)), abs(f64(b))),
+                   ta ? (tb ? "TT" : "TN") : (tb ? "NT" : "NN"));
+    }
+  Tensor a = rounded({3, M, K}, 3), b = rounded({3, K, N}, 4);
+  expect_close(matmul(a, b), matmul(f64(a), f64(b)), matmul(abs(f64(a)), abs(f64(b))), "batched");
+
+  // alpha and accumulation (beta = 1) into a bf16 out, then bias + GELU.
+  Tensor a2 = rounded({M, K}, 5), b2 = rounded({K, N}, 6), bias = rounded({N}, 7);
+  Tensor acc = rounded({M, N}, 8);
+  Tensor expected = add(mul_scalar(matmul(f64(a2), f64(b2)), 0.5), f64(acc));
+  MatmulArgs args;
+  args.alpha = 0.5f;
+  args.beta = 1.0f;
+  backend_for(Device::cpu()).matmul(a2, b2, acc, args);
+  expect_close(acc, expected, add(mul_scalar(matmul(abs(f64(a2)), abs(f64(b2))), 0.5), abs(expected)), "alpha, beta");
+  MatmulArgs epilogue;
+  epilogue.bias = bias;
+  epilogue.gelu = true;
+  epilogue.pre_gelu = Tensor::empty({M, N}, DType::bf16);
+  Tensor y = Tensor::empty({M, N}, DType::bf16);
+  backend_for(Device::cpu()).matmul(a2, b2, y, epilogue);
+  Tensor pre = add(matmul(f64(a2), f64(b2)), f64(bias));
+  Tensor pre_scale = add(matmul(abs(f64(a2)), abs(f64(b2))), abs(f64(bias)));
+  expect_close(epilogue.pre_gelu, pre, pre_scale, "pre_gelu");
+  expect_close(y, gelu(pre), pre_scale, "gelu");
 }
 
 TEST(Amp, CpuLowPrecisionBackwardAndAccumulation) {

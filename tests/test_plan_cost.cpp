@@ -112,7 +112,9 @@ TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
   EXPECT_TRUE(b.strategy.offload);
   EXPECT_LE(b.memory.peak, *in.target.memory_budget);
   for (const Estimate& e : tight.estimates) {
-    if (e.fits) EXPECT_GE(e.step_seconds, b.step_seconds) << e.strategy.str();
+    if (e.fits) {
+      EXPECT_GE(e.step_seconds, b.step_seconds) << e.strategy.str();
+    }
   }
   in.target.memory_budget = 100;
   EXPECT_FALSE(make_plan(in, fake_probe).best);

@@ -40,8 +40,9 @@ bool cpu_has_bf16_instructions() {
 
 void apply_runtime_defaults(char** argv) {
   bool changed = false;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    setenv("GOMP_SPINCOUNT", "2000", 1);  // overrides PASSIVE's zero spins
     changed = true;
   }
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
