@@ -1,6 +1,7 @@
 // Mixed precision: the dynamic loss scaler's policy, the autocast policy,
 // float type promotion, and bf16/f16 ops on the CPU (compute in f32, round
 // once). Recipe-level runs are in test_amp_recipes.cpp.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "kiln/amp/grad_scaler.h"
 #include "kiln/backend/factory.h"
 #include "kiln/cpu/gemm.h"
+#include "kiln/cpu/low_precision.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 
@@ -376,6 +378,88 @@ TEST(Amp, CpuBf16GemmMatchesF64OnTheRoundedOperands) {
   Tensor pre_scale = add(matmul(abs(f64(a2)), abs(f64(b2))), abs(f64(bias)));
   expect_close(epilogue.pre_gelu, pre, pre_scale, "pre_gelu");
   expect_close(y, gelu(pre), pre_scale, "gelu");
+}
+
+// The vectorised bf16 <-> f32 conversions round exactly as float_to_bf16:
+// to nearest even at every halfway point, NaNs stay (quiet) NaNs, infinities
+// and signed zeros survive.
+TEST(Amp, CpuBf16BlockConversionsMatchTheScalarRounding) {
+  std::vector<float> values;
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu,
+                        0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f7fffffu, 0x00008000u, 0x7f7fffffu, 0x00000001u})
+    values.push_back(std::bit_cast<float>(bits));
+  for (int i = 0; i < 1000; ++i) values.push_back(std::ldexp(float(i * 7919 % 1000) - 500.0f, i % 40 - 20));
+  std::vector<uint16_t> narrow(values.size());
+  cpu::f32_to_bf16(values.data(), narrow.data(), int64_t(values.size()));
+  std::vector<float> wide(values.size());
+  cpu::bf16_to_f32(narrow.data(), wide.data(), int64_t(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(narrow[i], float_to_bf16(values[i])) << "element " << i << " = " << values[i];
+    EXPECT_EQ(std::bit_cast<uint32_t>(wide[i]), std::bit_cast<uint32_t>(bf16_to_float(narrow[i]))) << i;
+  }
+  EXPECT_TRUE(std::isnan(wide[4]) && std::isnan(wide[5]) && std::isnan(wide[6]));
+}
+
+// bf16 elementwise ops and max-pooling work a block or a plane at a time
+// rather than staging whole tensors; results must not change: the f32 op on
+// the rounded values, rounded once. Sizes cover the vector loops, several
+// blocks, ragged tails and the parallel path.
+TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
+  for (int64_t n : {int64_t(37), int64_t(4099), int64_t(3 * 70001)}) {
+    Tensor a = to_dtype(random_tensor({n}, 51, DType::f32, -3, 3), DType::bf16);
+    Tensor b = to_dtype(random_tensor({n}, 52, DType::f32, -3, 3), DType::bf16);
+    Tensor ar = to_dtype(a, DType::f32), br = to_dtype(b, DType::f32);
+    auto same = [&](const Tensor& low, const Tensor& ref32, const char* what) {
+      EXPECT_EQ(low.dtype(), DType::bf16) << what;
+      EXPECT_EQ(low.to_vector<float>(), to_dtype(ref32, DType::bf16).to_vector<float>()) << what << " n=" << n;
+    };
+    same(relu(a), relu(ar), "relu");
+    same(gelu(a), gelu(ar), "gelu");
+    same(add(a, b), add(ar, br), "add");
+    same(mul(a, b), mul(ar, br), "mul");
+  }
+  for (const Shape& shape : {Shape{2, 3, 9, 10}, Shape{8, 16, 28, 28}}) {
+    Tensor x = to_dtype(random_tensor(shape, 53, DType::f32), DType::bf16).set_requires_grad();
+    Tensor xr = to_dtype(x.detach(), DType::f32).set_requires_grad();
+    for (auto [kernel, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 1}}) {
+      Tensor y = max_pool2d(x, kernel, stride), yr = max_pool2d(xr, kernel, stride);
+      EXPECT_EQ(y.to_vector<float>(), to_dtype(yr, DType::bf16).to_vector<float>()) << "max_pool2d " << kernel;
+      Tensor g = to_dtype(random_tensor(y.shape(), 54, DType::f32), DType::bf16);
+      sum(mul(y, g)).backward();
+      sum(mul(yr, to_dtype(g, DType::f32))).backward();
+      EXPECT_EQ(x.grad().to_vector<float>(), to_dtype(xr.grad(), DType::bf16).to_vector<float>())
+          << "max_pool2d backward " << kernel;
+      x.zero_grad();
+      xr.zero_grad();
+    }
+  }
+}
+
+// bf16 convolutions run oneDNN's bf16 kernels where they are the faster
+// (cpu::bf16_gemm_available()), else in f32 on staged copies. Either way the
+// output, and the input, weight and bias gradients, are within bf16 rounding
+// of f64 on the same values.
+TEST(Amp, CpuBf16ConvolutionMatchesF64OnTheRoundedOperands) {
+  Tensor x = to_dtype(random_tensor({4, 3, 9, 8}, 61, DType::f32), DType::bf16).set_requires_grad();
+  Tensor w = to_dtype(random_tensor({5, 3, 3, 3}, 62, DType::f32), DType::bf16).set_requires_grad();
+  Tensor bias = to_dtype(random_tensor({5}, 63, DType::f32), DType::bf16).set_requires_grad();
+  auto leaf64 = [](const Tensor& t) { return to_dtype(t.detach(), DType::f64).set_requires_grad(); };
+  Tensor x64 = leaf64(x), w64 = leaf64(w), b64 = leaf64(bias);
+  Tensor y = conv2d(x, w, bias, 1, 1), y64 = conv2d(x64, w64, b64, 1, 1);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  Tensor g = to_dtype(random_tensor(y.shape(), 64, DType::f32), DType::bf16);
+  sum(mul(y, g)).backward();
+  sum(mul(y64, to_dtype(g, DType::f64))).backward();
+  auto close = [](const Tensor& got, const Tensor& ref, double scale, const char* what) {
+    std::vector<float> a = got.to_vector<float>();
+    std::vector<double> r = ref.to_vector<double>();
+    ASSERT_EQ(a.size(), r.size()) << what;
+    for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(a[i], r[i], std::abs(r[i]) / 128 + scale) << what << " " << i;
+  };
+  close(y, y64, 0.05, "output");          // 28 products of magnitude <= 1
+  close(x.grad(), x64.grad(), 0.05, "dx");
+  close(w.grad(), w64.grad(), 0.3, "dweight");  // sums over 4 x 72 positions
+  close(bias.grad(), b64.grad(), 0.3, "dbias");
 }
 
 TEST(Amp, CpuLowPrecisionBackwardAndAccumulation) {

@@ -25,6 +25,8 @@
 // BLAS threads: OpenBLAS picks its blocking by thread count.)
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <type_traits>
 
 #include "kiln/cpu/conv2d_dnnl.h"
 #include "kiln/cpu/cpu_backend.h"
@@ -85,15 +87,48 @@ void check_like(const char* op, const Tensor& t, const char* what, const Shape& 
              dtype_name(dtype), ", got ", t.str());
 }
 
+bool all_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->dtype() != DType::bf16) return false;
+  return true;
+}
+
+// db[co] = the sum of dout over images and positions, per output channel,
+// in f32 (each image's plane) and f64 (across images). bf16 dout is read as
+// its raw bits.
+template <typename In, typename Out>
+void bias_gradient(const In* dout, const ConvGeometry& g, Out* db) {
+  const int64_t P = g.P();
+  for (int64_t co = 0; co < g.Cout; ++co) {
+    double acc = 0.0;
+    for (int64_t n = 0; n < g.N; ++n) {
+      const In* s = dout + (n * g.Cout + co) * P;
+      std::conditional_t<std::is_same_v<In, double>, double, float> part = 0;
+      if constexpr (std::is_same_v<In, uint16_t>) {
+#pragma omp simd reduction(+ : part)
+        for (int64_t p = 0; p < P; ++p) part += bf16_to_float(s[p]);
+      } else {
+#pragma omp simd reduction(+ : part)
+        for (int64_t p = 0; p < P; ++p) part += s[p];
+      }
+      acc += double(part);
+    }
+    db[co] = Out(acc);
+  }
+}
+
 }  // namespace
 
-std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& w, const Conv2dArgs& a, size_t elem,
+std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& w, const Conv2dArgs& a, DType dtype,
                                              const ConvScratchPass& pass) {
   if (pass.backward && !pass.dx && !pass.dweight) return {};
-  // bf16/f16 convolutions run in f32 on the CPU (low_precision.h).
-  if (dnnl_conv::usable(x, w, elem == 8 ? DType::f64 : DType::f32)) {
+  const size_t elem = dtype_size(dtype);
+  // bf16 runs natively where oneDNN's bf16 kernels are the faster; bf16/f16
+  // otherwise run in f32 (low_precision.h).
+  const DType kernel = dnnl_conv::usable(x, w, dtype) ? dtype : elem == 8 ? DType::f64 : DType::f32;
+  if (dnnl_conv::usable(x, w, kernel)) {
     std::vector<int64_t> sizes;
-    for (int64_t bytes : dnnl_conv::scratch_bytes(x, w, a, pass))
+    for (int64_t bytes : dnnl_conv::scratch_bytes(x, w, a, pass, kernel))
       sizes.push_back((bytes + 3) / 4 * 4 / int64_t(elem));
     return sizes;
   }
@@ -214,13 +249,16 @@ void col2im(const ConvGeometry& g, const T* dcol, int64_t n0, int64_t nb, T* dx)
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         const Conv2dArgs& args) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&x, &weight, &bias, &out}))
+  const bool native_bf16 = all_bf16({&x, &weight, &out}) && dnnl_conv::usable(x.shape(), weight.shape(), DType::bf16);
+  // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
+  if (!native_bf16 && any_low_precision({&x, &weight, &bias, &out}))
     return in_f32([&](F32Staging& s) { conv2d(s.in(x), s.in(weight), s.in(bias), s.out(out), args); });
   const char* op = "conv2d";
   const ConvGeometry g = conv_geometry(op, x, weight, args);
   check_like(op, out, "out", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
-  if (bias.defined()) check_like(op, bias, "bias", {g.Cout}, x.dtype());
+  if (bias.defined()) check_like(op, bias, "bias", {g.Cout}, native_bf16 ? bias.dtype() : x.dtype());
+  if (native_bf16)  // oneDNN's bf16 kernels take an f32 bias
+    return in_f32([&](F32Staging& s) { dnnl_conv::forward(x, weight, s.in(bias), out, args); });
   const int64_t K = g.K(), P = g.P();
   if (dnnl_conv::usable(x.shape(), weight.shape(), x.dtype())) return dnnl_conv::forward(x, weight, bias, out, args);
   if (g.N == 0 || g.Cout == 0 || P == 0) return;
@@ -260,8 +298,10 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
                                  Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&dout, &x, &weight, &dx, &dweight, &dbias}))
+  const bool native_bf16 = all_bf16({&dout, &x, &weight, &dx, &dweight}) &&
+                           dnnl_conv::usable(x.shape(), weight.shape(), DType::bf16);
+  // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
+  if (!native_bf16 && any_low_precision({&dout, &x, &weight, &dx, &dweight, &dbias}))
     return in_f32([&](F32Staging& s) {
       conv2d_backward(s.in(dout), s.in(x), s.in(weight), s.out(dx), s.out(dweight), s.out(dbias), args);
     });
@@ -270,28 +310,20 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
   check_like(op, dout, "dout", {g.N, g.Cout, g.OH, g.OW}, x.dtype());
   if (dx.defined()) check_like(op, dx, "dx", x.shape(), x.dtype());
   if (dweight.defined()) check_like(op, dweight, "dweight", weight.shape(), x.dtype());
-  if (dbias.defined()) check_like(op, dbias, "dbias", {g.Cout}, x.dtype());
+  if (dbias.defined()) check_like(op, dbias, "dbias", {g.Cout}, native_bf16 ? dbias.dtype() : x.dtype());
   const int64_t K = g.K(), P = g.P();
+  if (native_bf16) {
+    if (dbias.defined())
+      in_f32([&](F32Staging& s) { bias_gradient(static_cast<const uint16_t*>(dout.data_ptr()), g, s.out(dbias).data<float>()); });
+    return dnnl_conv::backward(dout, x, weight, dx, dweight, args);
+  }
 
   dispatch_float(x.dtype(), op, [&]<typename T>() {
     const T* gp = dout.data<T>();
     const T* xp = x.data<T>();
     const T* wp = weight.data<T>();
 
-    if (dbias.defined()) {
-      T* db = dbias.data<T>();
-      for (int64_t co = 0; co < g.Cout; ++co) {
-        double acc = 0.0;
-        for (int64_t n = 0; n < g.N; ++n) {
-          const T* s = gp + (n * g.Cout + co) * P;
-          T part = T(0);
-#pragma omp simd reduction(+ : part)
-          for (int64_t p = 0; p < P; ++p) part += s[p];
-          acc += double(part);
-        }
-        db[co] = T(acc);
-      }
-    }
+    if (dbias.defined()) bias_gradient(gp, g, dbias.data<T>());
     if (!dx.defined() && !dweight.defined()) return;
     if (dnnl_conv::usable(x.shape(), weight.shape(), x.dtype()))
       return dnnl_conv::backward(dout, x, weight, dx, dweight, args);

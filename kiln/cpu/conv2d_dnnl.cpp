@@ -14,13 +14,16 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/tensor.h"
+#include "kiln/cpu/gemm.h"
 
 namespace kiln::cpu::dnnl_conv {
 
 #ifndef KILN_HAVE_DNNL
 
 bool usable(const Shape&, const Shape&, DType) { return false; }
-std::vector<int64_t> scratch_bytes(const Shape&, const Shape&, const Conv2dArgs&, const ConvScratchPass&) { return {}; }
+std::vector<int64_t> scratch_bytes(const Shape&, const Shape&, const Conv2dArgs&, const ConvScratchPass&, DType) {
+  return {};
+}
 void forward(const Tensor&, const Tensor&, const Tensor&, Tensor&, const Conv2dArgs&) {
   KILN_FAIL("conv2d: this build has no oneDNN");
 }
@@ -74,25 +77,29 @@ struct Primitives {
   Layout dout_data, w_data, dx_data, dout_weights, x_weights, dw_weights;
 };
 
-using Key = std::array<int64_t, 13>;
+using Key = std::array<int64_t, 14>;
 
-Key key_of(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias) {
+Key key_of(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias, DType dtype) {
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w, bias,
-          omp_get_max_threads()};
+          omp_get_max_threads(), int64_t(dtype)};
 }
 
-std::unique_ptr<Primitives> make_primitives(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias) {
+// dtype is that of x, the weight, the output and the gradients (f32 or
+// bf16); the bias stays f32.
+std::unique_ptr<Primitives> make_primitives(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias,
+                                            DType dtype) {
   const int64_t OH = (x[2] + 2 * a.pad_h - w[2]) / a.stride_h + 1, OW = (x[3] + 2 * a.pad_w - w[3]) / a.stride_w + 1;
   const memory::dims strides{a.stride_h, a.stride_w}, pad{a.pad_h, a.pad_w};
   const auto f32 = memory::data_type::f32;
-  const memory::desc x_plain({x[0], x[1], x[2], x[3]}, f32, tag::nchw);
-  const memory::desc w_plain({w[0], w[1], w[2], w[3]}, f32, tag::oihw);
-  const memory::desc y_plain({x[0], w[0], OH, OW}, f32, tag::nchw);
+  const auto dt = dtype == DType::bf16 ? memory::data_type::bf16 : f32;
+  const memory::desc x_plain({x[0], x[1], x[2], x[3]}, dt, tag::nchw);
+  const memory::desc w_plain({w[0], w[1], w[2], w[3]}, dt, tag::oihw);
+  const memory::desc y_plain({x[0], w[0], OH, OW}, dt, tag::nchw);
   const memory::desc b_plain({w[0]}, f32, tag::x);
   // "any": let oneDNN choose the blocked layouts its fastest kernels use.
-  const memory::desc x_any({x[0], x[1], x[2], x[3]}, f32, tag::any);
-  const memory::desc w_any({w[0], w[1], w[2], w[3]}, f32, tag::any);
-  const memory::desc y_any({x[0], w[0], OH, OW}, f32, tag::any);
+  const memory::desc x_any({x[0], x[1], x[2], x[3]}, dt, tag::any);
+  const memory::desc w_any({w[0], w[1], w[2], w[3]}, dt, tag::any);
+  const memory::desc y_any({x[0], w[0], OH, OW}, dt, tag::any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const auto algo = dnnl::algorithm::convolution_direct;
@@ -126,14 +133,14 @@ std::unique_ptr<Primitives> make_primitives(const Shape& x, const Shape& w, cons
 
 // Made once per geometry and thread count (oneDNN sizes its kernels' work
 // split by the threads available when a primitive is created).
-const Primitives& primitives(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias) {
+const Primitives& primitives(const Shape& x, const Shape& w, const Conv2dArgs& a, bool bias, DType dtype) {
   static std::mutex mutex;
   static std::map<Key, std::unique_ptr<Primitives>> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Primitives>& p = cache[key_of(x, w, a, bias)];
+  std::unique_ptr<Primitives>& p = cache[key_of(x, w, a, bias, dtype)];
   if (!p) {
     try {
-      p = make_primitives(x, w, a, bias);
+      p = make_primitives(x, w, a, bias, dtype);
     } catch (const dnnl::error& e) {
       KILN_FAIL("oneDNN could not set up a convolution of x ", shape_str(x), " with weight ", shape_str(w), ": ",
                 e.what());
@@ -227,14 +234,16 @@ dnnl::stream& stream() {
 }  // namespace
 
 bool usable(const Shape& x, const Shape& w, DType dtype) {
-  if (dtype != DType::f32 || x.size() != 4 || w.size() != 4) return false;
+  const bool bf16 = dtype == DType::bf16 && bf16_gemm_available();
+  if ((dtype != DType::f32 && !bf16) || x.size() != 4 || w.size() != 4) return false;
   for (int64_t d : x) if (d == 0) return false;
   for (int64_t d : w) if (d == 0) return false;
   return true;
 }
 
-std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& w, const Conv2dArgs& a, const ConvScratchPass& pass) {
-  const Primitives& p = primitives(x, w, a, pass.bias);
+std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& w, const Conv2dArgs& a, const ConvScratchPass& pass,
+                                   DType dtype) {
+  const Primitives& p = primitives(x, w, a, pass.bias, dtype);
   const CallPlan plan = plan_call(p, pass);
   std::vector<int64_t> sizes;
   for (const Layout* l : plan.staged) sizes.push_back(int64_t(l->wanted.get_size()));
@@ -243,7 +252,8 @@ std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& w, const Conv2dA
 }
 
 void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const Conv2dArgs& args) {
-  const Primitives& p = primitives(x.shape(), weight.shape(), args, bias.defined());
+  KILN_CHECK(!bias.defined() || bias.dtype() == DType::f32, "conv2d: oneDNN takes an f32 bias");
+  const Primitives& p = primitives(x.shape(), weight.shape(), args, bias.defined(), x.dtype());
   ConvScratchPass pass;
   pass.bias = bias.defined();
   const CallPlan plan = plan_call(p, pass);
@@ -267,7 +277,7 @@ void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& 
 void backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx, Tensor& dweight,
               const Conv2dArgs& args) {
   if (!dx.defined() && !dweight.defined()) return;
-  const Primitives& p = primitives(x.shape(), weight.shape(), args, false);
+  const Primitives& p = primitives(x.shape(), weight.shape(), args, false, x.dtype());
   ConvScratchPass pass;
   pass.backward = true;
   pass.dx = dx.defined();

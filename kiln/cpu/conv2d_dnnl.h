@@ -17,13 +17,18 @@
 
 namespace kiln::cpu::dnnl_conv {
 
-// True when this build has oneDNN and the op is an f32 convolution with no
-// empty dimension (the im2col path covers f64 and the degenerate shapes).
+// True when this build has oneDNN and the op is a convolution with no empty
+// dimension, in f32, or in bf16 where oneDNN's bf16 kernels are the faster
+// (bf16_gemm_available(), kiln/cpu/gemm.h). The im2col path covers f64 and
+// the degenerate shapes; bf16 elsewhere is staged to f32.
 bool usable(const Shape& x, const Shape& weight, DType dtype);
 
 // The byte sizes of the workspace tensors one call allocates.
-std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& weight, const Conv2dArgs& args, const ConvScratchPass& pass);
+std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& weight, const Conv2dArgs& args, const ConvScratchPass& pass,
+                                   DType dtype);
 
+// x, weight, out (and dout, dx, dweight) share one dtype, f32 or bf16; the
+// bias is f32.
 void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const Conv2dArgs& args);
 // dx and dweight are overwritten where defined (the bias gradient is the caller's).
 void backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx, Tensor& dweight,

@@ -18,12 +18,12 @@ struct ConvScratchPass {
   bool dx = false, dweight = false;  // backward: which gradients are wanted
 };
 
-// The element counts (of `elem`-byte elements) of the scratch buffers one
-// conv2d or conv2d_backward call allocates, booked as workspace: oneDNN's
-// blocked copies and scratchpad, or the im2col buffers. The meta backend
-// allocates the same, so plans match the CPU.
+// The element counts (of `dtype` elements) of the scratch buffers one
+// conv2d or conv2d_backward call on `dtype` operands allocates, booked as
+// workspace: oneDNN's blocked copies and scratchpad, or the im2col buffers.
+// The meta backend allocates the same, so plans match the CPU.
 std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& weight, const Conv2dArgs& args,
-                                             size_t elem, const ConvScratchPass& pass);
+                                             DType dtype, const ConvScratchPass& pass);
 
 class CpuBackend final : public Backend {
  public:

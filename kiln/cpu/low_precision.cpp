@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#ifdef __F16C__
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -21,6 +21,12 @@ constexpr int64_t kBlock = 8192;
 void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
   int64_t i = 0;
   if (bf16) {
+#ifdef __AVX2__
+    for (; i + 8 <= n; i += 8) {  // zero-extend to 32 bits, shift into the high half
+      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(wide, 16));
+    }
+#endif
     for (; i < n; ++i) d[i] = bf16_to_float(s[i]);
     return;
   }
@@ -34,6 +40,22 @@ void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
 void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
   int64_t i = 0;
   if (bf16) {
+#ifdef __AVX2__
+    // float_to_bf16, eight at a time: round to nearest even, NaNs stay quiet NaNs.
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    for (; i + 8 <= n; i += 8) {
+      const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(bias, lsb)), 16);
+      const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), quiet);
+      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
+      const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);  // 8 values in the low 16 bits of each lane
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+    }
+#endif
     for (; i < n; ++i) d[i] = float_to_bf16(s[i]);
     return;
   }
@@ -72,6 +94,9 @@ Tensor f32_copy(const Tensor& t) {
 }
 
 }  // namespace
+
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { widen(src, dst, n, true); }
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) { narrow(src, dst, n, true); }
 
 bool any_low_precision(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)

@@ -43,6 +43,12 @@ class F32Staging {
   std::deque<Staged> outputs_;  // a deque: references to elements survive push_back
 };
 
+// Contiguous bf16 <-> f32 (vectorised; round to nearest even), for kernels
+// that convert a cache-sized block at a time instead of staging whole
+// tensors: memory then sees 2 bytes per element each way, not 2 + 4 + 4.
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
 // Runs `body` with a fresh staging area, then writes the outputs back.
 template <typename Body>
 void in_f32(Body&& body) {

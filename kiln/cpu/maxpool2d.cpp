@@ -9,6 +9,7 @@
 // that plane, so overlapping windows (stride < kernel) need no atomics and
 // each dx element is summed in a fixed order.
 #include <cmath>
+#include <vector>
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
@@ -60,11 +61,52 @@ void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is
   }
 }
 
+// One (n, c) plane: xs [H, W] -> os [OH, OW] and is.
+template <typename T>
+void pool_plane(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, T* os, int32_t* is) {
+  const int64_t KH = a.kernel_h, KW = a.kernel_w, SH = a.stride_h, SW = a.stride_w;
+  if (KH == 2 && KW == 2 && SH == 2 && SW == 2) return pool_2x2(xs, W, OH, OW, os, is);
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t h0 = oh * SH, w0 = ow * SW;
+      int32_t best_pos = int32_t(h0 * W + w0);
+      T best = xs[best_pos];
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const int32_t row = int32_t((h0 + kh) * W + w0);
+        for (int64_t kw = 0; kw < KW; ++kw) take_max(xs[row + kw], int32_t(row + kw), best, best_pos);
+      }
+      os[oh * OW + ow] = best;
+      is[oh * OW + ow] = best_pos;
+    }
+  }
+}
+
+// One plane's backward: ds [HW] = dout scattered to the recorded positions.
+template <typename T>
+void unpool_plane(const T* gs, const int32_t* is, int64_t OHW, int64_t HW, T* ds) {
+  for (int64_t i = 0; i < HW; ++i) ds[i] = T(0);
+  for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
+}
+
+// bf16 planes go through per-thread f32 buffers, a plane at a time: the
+// same values and one rounding, as staging the whole tensor would give, at
+// a fraction of its memory traffic.
+struct PlaneBuffers {
+  std::vector<float> in, out;
+  float* input(int64_t n) { return grow(in, n); }
+  float* output(int64_t n) { return grow(out, n); }
+  static float* grow(std::vector<float>& v, int64_t n) {
+    if (int64_t(v.size()) < n) v.resize(size_t(n));
+    return v.data();
+  }
+};
+
 }  // namespace
 
 void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dArgs& args) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&x, &out}))
+  const bool bf16 = x.dtype() == DType::bf16 && out.dtype() == DType::bf16;
+  // f16: run the f32 kernel on staged copies (low_precision.h).
+  if (!bf16 && any_low_precision({&x, &out}))
     return in_f32([&](F32Staging& s) { maxpool2d(s.in(x), s.out(out), indices, args); });
   const char* op = "maxpool2d";
   check_4d(op, x, "x");
@@ -86,40 +128,36 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
   KILN_CHECK(indices.dtype() == DType::i32, op, ": indices must be i32, got ", dtype_name(indices.dtype()));
   KILN_CHECK(H * W <= INT32_MAX, op, ": plane ", H, "x", W, " is too large for i32 indices");
 
-  const int64_t planes = N * C, KH = args.kernel_h, KW = args.kernel_w, SH = args.stride_h, SW = args.stride_w;
+  const int64_t planes = N * C, HW = H * W, OHW = OH * OW;
+  int32_t* ip = indices.data<int32_t>();
+  if (bf16) {
+    const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+    auto* yp = static_cast<uint16_t*>(out.data_ptr());
+#pragma omp parallel if (planes > 1 && planes * HW > kParallelElements)
+    {
+      PlaneBuffers buf;
+#pragma omp for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        float* xs = buf.input(HW);
+        bf16_to_f32(xp + pl * HW, xs, HW);
+        pool_plane(xs, W, OH, OW, args, buf.output(OHW), ip + pl * OHW);
+        f32_to_bf16(buf.out.data(), yp + pl * OHW, OHW);
+      }
+    }
+    return;
+  }
   dispatch_float(x.dtype(), op, [&]<typename T>() {
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
-    int32_t* ip = indices.data<int32_t>();
-#pragma omp parallel for schedule(static) if (planes > 1 && planes * H * W > kParallelElements)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const T* xs = xp + pl * H * W;
-      T* os = yp + pl * OH * OW;
-      int32_t* is = ip + pl * OH * OW;
-      if (KH == 2 && KW == 2 && SH == 2 && SW == 2) {
-        pool_2x2(xs, W, OH, OW, os, is);
-        continue;
-      }
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t h0 = oh * SH, w0 = ow * SW;
-          int32_t best_pos = int32_t(h0 * W + w0);
-          T best = xs[best_pos];
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int32_t row = int32_t((h0 + kh) * W + w0);
-            for (int64_t kw = 0; kw < KW; ++kw) take_max(xs[row + kw], int32_t(row + kw), best, best_pos);
-          }
-          os[oh * OW + ow] = best;
-          is[oh * OW + ow] = best_pos;
-        }
-      }
-    }
+#pragma omp parallel for schedule(static) if (planes > 1 && planes * HW > kParallelElements)
+    for (int64_t pl = 0; pl < planes; ++pl) pool_plane(xp + pl * HW, W, OH, OW, args, yp + pl * OHW, ip + pl * OHW);
   });
 }
 
 void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, Tensor& dx) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&dout, &dx}))
+  const bool bf16 = dout.dtype() == DType::bf16 && dx.dtype() == DType::bf16;
+  // f16: run the f32 kernel on staged copies (low_precision.h).
+  if (!bf16 && any_low_precision({&dout, &dx}))
     return in_f32([&](F32Staging& s) { maxpool2d_backward(s.in(dout), indices, s.out(dx)); });
   const char* op = "maxpool2d_backward";
   check_4d(op, dout, "dout");
@@ -140,17 +178,27 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
     KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
                dx.size(2), "x", dx.size(3), " input plane");
 
+  if (bf16) {
+    const auto* g = static_cast<const uint16_t*>(dout.data_ptr());
+    auto* d = static_cast<uint16_t*>(dx.data_ptr());
+#pragma omp parallel if (planes > 1 && planes * HW > kParallelElements)
+    {
+      PlaneBuffers buf;
+#pragma omp for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        float* gs = buf.input(OHW);
+        bf16_to_f32(g + pl * OHW, gs, OHW);
+        unpool_plane(gs, ip + pl * OHW, OHW, HW, buf.output(HW));
+        f32_to_bf16(buf.out.data(), d + pl * HW, HW);
+      }
+    }
+    return;
+  }
   dispatch_float(dx.dtype(), op, [&]<typename T>() {
     const T* g = dout.data<T>();
     T* d = dx.data<T>();
 #pragma omp parallel for schedule(static) if (planes > 1 && planes * HW > kParallelElements)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      T* ds = d + pl * HW;
-      for (int64_t i = 0; i < HW; ++i) ds[i] = T(0);
-      const T* gs = g + pl * OHW;
-      const int32_t* is = ip + pl * OHW;
-      for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
-    }
+    for (int64_t pl = 0; pl < planes; ++pl) unpool_plane(g + pl * OHW, ip + pl * OHW, OHW, HW, d + pl * HW);
   });
 }
 

@@ -18,7 +18,7 @@ namespace {
 void touch_scratch(const Tensor& x, const Tensor& weight, const Conv2dArgs& args, const cpu::ConvScratchPass& pass) {
   MemoryCategoryScope scope(MemoryCategory::workspace);
   std::vector<Tensor> scratch;
-  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, x.element_size(), pass))
+  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, x.dtype(), pass))
     scratch.push_back(Tensor::empty({n}, x.dtype(), x.device()));
 }
 
