@@ -368,6 +368,13 @@ TEST(Amp, CpuBf16GemmMatchesF64OnTheRoundedOperands) {
   args.beta = 1.0f;
   backend_for(Device::cpu()).matmul(a2, b2, acc, args);
   expect_close(acc, expected, add(mul_scalar(matmul(abs(f64(a2)), abs(f64(b2))), 0.5), abs(expected)), "alpha, beta");
+  // A bias alone goes into the bf16 product before its one rounding.
+  MatmulArgs with_bias;
+  with_bias.bias = bias;
+  Tensor yb = Tensor::empty({M, N}, DType::bf16);
+  backend_for(Device::cpu()).matmul(a2, b2, yb, with_bias);
+  expect_close(yb, add(matmul(f64(a2), f64(b2)), f64(bias)),
+               add(matmul(abs(f64(a2)), abs(f64(b2))), abs(f64(bias))), "bias");
   MatmulArgs epilogue;
   epilogue.bias = bias;
   epilogue.gelu = true;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 
+#include "kiln/amp/autocast.h"
+#include "kiln/backend/factory.h"
 #include "op_test_util.h"
 
 namespace kiln {
@@ -41,6 +43,37 @@ TEST(FusedOps, LinearCrossEntropyEqualsTheUnfusedPair) {
   EXPECT_LT(max_abs_diff(wa.grad(), wb.grad()), 1e-6);
   EXPECT_THROW(linear_cross_entropy(x, w, targets.slice(1, 0, 100)), Error);
   EXPECT_THROW(linear_cross_entropy(x, transpose(w, 0, 1), targets), Error);
+}
+
+// Under bf16 autocast, where the backend multiplies bf16 into f32 faster, the
+// head's three products take bf16 operands: the loss and the gradients stay
+// f32 and within bf16 rounding of the f32 op on the same rounded inputs.
+TEST(FusedOps, LinearCrossEntropyUnderBf16AutocastMultipliesInBf16) {
+  if (!backend_for(Device::cpu()).fast_bf16_to_f32_matmul()) GTEST_SKIP() << "no faster bf16 product on this CPU";
+  auto rounded = [](const Shape& shape, uint64_t seed) {
+    return to_dtype(to_dtype(random_tensor(shape, seed), DType::bf16), DType::f32);
+  };
+  auto max_abs = [](const Tensor& t) { return max_abs_diff(t, zeros_like(t)); };
+  Tensor x = rounded({300, 64}, 11), w = rounded({50, 64}, 12);
+  Tensor targets = many_targets(300, 50);
+  Tensor xa = x.clone().set_requires_grad(), wa = w.clone().set_requires_grad();
+  Tensor xb = x.clone().set_requires_grad(), wb = w.clone().set_requires_grad();
+  Tensor low;
+  {
+    amp::AutocastGuard bf16(DType::bf16);
+    low = linear_cross_entropy(xa, wa, targets);
+  }
+  Tensor ref = linear_cross_entropy(xb, wb, targets);
+  EXPECT_EQ(low.dtype(), DType::f32);
+  EXPECT_NEAR(low.item(), ref.item(), 1e-5 * std::abs(ref.item()));  // exact products, other summation order
+  low.backward();
+  ref.backward();
+  EXPECT_EQ(xa.grad().dtype(), DType::f32);
+  // The logits' gradient is rounded to bf16 (8 bits) before the two
+  // gradient products.
+  EXPECT_LT(max_abs_diff(xa.grad(), xb.grad()), 1e-2 * max_abs(xb.grad()));
+  EXPECT_LT(max_abs_diff(wa.grad(), wb.grad()), 1e-2 * max_abs(wb.grad()));
+  EXPECT_GT(max_abs_diff(xa.grad(), xb.grad()), 0.0) << "the bf16 products were not used";
 }
 
 TEST(FusedOps, LinearOfGeluGradchecks) {

@@ -12,6 +12,9 @@
 //  * f32: softmax, log_softmax, cross_entropy and layer_norm cast bf16/f16
 //    inputs up to f32 and compute and return f32 (exp, sums of many terms and
 //    variances lose too much in 8 or 11 mantissa bits).
+//  * linear_cross_entropy keeps f32 logits, losses and gradients; under bf16
+//    autocast its three products take bf16 operands where the backend
+//    multiplies bf16 into f32 faster (Backend::fast_bf16_to_f32_matmul).
 //  * everything else runs in its inputs' dtype. Binary elementwise ops promote
 //    mixed float dtypes to the wider one (f64 > f32 > bf16/f16; bf16 with f16
 //    gives f32), with or without autocast, as PyTorch's type promotion does.

@@ -5,6 +5,7 @@
 // gradient (1, a micro-batch's share, or the fp16 loss scale).
 #include <algorithm>
 
+#include "kiln/amp/autocast.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/autograd/record.h"
 
@@ -43,15 +44,36 @@ struct LinearCrossEntropyNode final : GradNode {
   void release() override { dx = dw = Tensor(); }
 };
 
+// products: the dtype of the three matrix products' operands (f32, or bf16
+// with f32 results); logits, losses and gradients are x's dtype.
+Tensor linear_cross_entropy_in(const Tensor& x_in, const Tensor& weight_in, const Tensor& targets_in,
+                               int64_t ignore_index, DType products);
+
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& targets_in,
                             int64_t ignore_index) {
-  // In f32 even under autocast: the gradient is formed here, before the fp16
-  // loss scale is applied, and would underflow in a 2-byte type.
-  if (is_low_precision(x_in) || is_low_precision(weight_in))
-    return linear_cross_entropy(to_dtype(x_in, DType::f32), to_dtype(weight_in, DType::f32), targets_in,
-                                ignore_index);
+  const bool lowered = is_low_precision(x_in) || is_low_precision(weight_in);
+  const bool bf16_autocast =
+      amp::autocast_dtype() == DType::bf16 && x_in.dtype() == DType::f32 && weight_in.dtype() == DType::f32;
+  if (!lowered && !bf16_autocast)
+    return linear_cross_entropy_in(x_in, weight_in, targets_in, ignore_index, x_in.dtype());
+  // Under autocast the logits, losses and gradients stay f32: the gradient is
+  // formed here, before the fp16 loss scale is applied, and would underflow
+  // in f16. Under bf16 (f32's range), where the backend multiplies bf16 into
+  // f32 faster, the products still take bf16 operands, as autocast's other
+  // products do, rounding the logits' gradient to bf16 as PyTorch's autocast
+  // does.
+  const bool bf16 = x_in.dtype() != DType::f16 && weight_in.dtype() != DType::f16 &&
+                    backend_of(x_in).fast_bf16_to_f32_matmul();
+  return linear_cross_entropy_in(to_dtype(x_in, DType::f32), to_dtype(weight_in, DType::f32), targets_in,
+                                 ignore_index, bf16 ? DType::bf16 : DType::f32);
+}
+
+namespace {
+
+Tensor linear_cross_entropy_in(const Tensor& x_in, const Tensor& weight_in, const Tensor& targets_in,
+                               int64_t ignore_index, DType products) {
   detail::check_same_device(x_in, weight_in, "linear_cross_entropy");
   detail::check_same_dtype(x_in, weight_in, "linear_cross_entropy");
   KILN_CHECK(weight_in.dim() == 2, "linear_cross_entropy: weight must be [vocab, features], got ",
@@ -82,20 +104,23 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   {
     NoGradGuard values_only;
     Backend& backend = backend_of(x);
-    const Tensor wt = transpose(w, 0, 1);
+    const bool narrow = products != x.dtype();
+    const Tensor xp = narrow ? to_dtype(x, products) : x, wp = narrow ? to_dtype(w, products) : w;
+    const Tensor wt = transpose(wp, 0, 1);
     const int64_t rows = chunk_rows(N, C, V);
     for (int64_t first = 0; first < N; first += rows) {
       const int64_t last = std::min(N, first + rows);
-      const Tensor xc = x.slice(0, first, last);
+      const Tensor xc = xp.slice(0, first, last);
       Tensor logits = new_tensor({last - first, V}, x.dtype(), x.device());
       backend.matmul(xc, wt, logits, {});
       Tensor chunk_losses = losses.slice(0, first, last);
       Tensor dlogits = need_x || need_w ? logits : Tensor();  // in place: the backend reads a row before writing it
       backend.cross_entropy(logits, targets.slice(0, first, last), chunk_losses, dlogits, float(1.0 / double(valid)),
                             ignore_index);
+      if (narrow && dlogits.defined()) dlogits = to_dtype(dlogits, products);
       if (need_x) {
         Tensor dxc = dx.slice(0, first, last);
-        backend.matmul(dlogits, w, dxc, {});
+        backend.matmul(dlogits, wp, dxc, {});
       }
       if (need_w) {
         MatmulArgs accumulate;
@@ -114,5 +139,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   }
   return loss;
 }
+
+}  // namespace
 
 }  // namespace kiln

@@ -110,6 +110,9 @@ class Backend {
   // Batch dims of a and b equal out's (broadcast already done, strides may be
   // 0). Transposed views of the last two dims are folded into the GEMM.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) = 0;
+  // Whether matmul takes bf16 a and b with an f32 out, multiplying them as
+  // bf16 faster than f32 operands (ops may then narrow f32 operands to use it).
+  virtual bool fast_bf16_to_f32_matmul() const { return false; }
 
   // ---- normalisation (all over the last dim; inputs contiguous)
   virtual void softmax(const Tensor& x, Tensor& out, bool log) = 0;

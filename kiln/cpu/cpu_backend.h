@@ -28,6 +28,7 @@ std::vector<int64_t> conv2d_scratch_elements(const Shape& x, const Shape& weight
 class CpuBackend final : public Backend {
  public:
   DeviceType type() const override { return DeviceType::cpu; }
+  bool fast_bf16_to_f32_matmul() const override;
   std::string name() const override { return "cpu"; }
   int device_count() const override { return 1; }
   void synchronize(int) override {}

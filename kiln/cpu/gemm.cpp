@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #endif
 
 namespace kiln::cpu {
@@ -60,8 +61,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 #ifdef KILN_HAVE_DNNL
 // A matmul primitive for one bf16 product geometry: strides carry the
 // transposes and leading dimensions, output scales carry alpha and a sum
-// post-op carries beta.
-using Bf16Key = std::array<int64_t, 11>;
+// post-op carries beta; the result is f32, or bf16 with an optional f32 bias.
+using Bf16Key = std::array<int64_t, 13>;
 
 struct Bf16Product {
   dnnl::matmul::primitive_desc pd;
@@ -69,12 +70,13 @@ struct Bf16Product {
 };
 
 Bf16Product make_bf16_matmul(const Bf16Key& key, const dnnl::engine& engine) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits, threads] = key;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits, c_bf16, has_bias, threads] = key;
   (void)threads;
   using dnnl::memory;
-  const memory::desc a({m, k}, memory::data_type::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-  const memory::desc b({k, n}, memory::data_type::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-  const memory::desc c({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
+  const memory::desc a({m, k}, bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+  const memory::desc b({k, n}, bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c({m, n}, c_bf16 ? bf16 : f32, memory::dims{ldc, 1});
   float alpha, beta;
   std::memcpy(&alpha, &alpha_bits, sizeof alpha);
   std::memcpy(&beta, &beta_bits, sizeof beta);
@@ -85,7 +87,9 @@ Bf16Product make_bf16_matmul(const Bf16Key& key, const dnnl::engine& engine) {
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+  const dnnl::matmul::desc desc = has_bias ? dnnl::matmul::desc(a, b, memory::desc({1, n}, f32, memory::dims{n, 1}), c)
+                                           : dnnl::matmul::desc(a, b, c);
+  dnnl::matmul::primitive_desc pd(desc, attr, engine);
   return {pd, dnnl::matmul(pd)};
 }
 #endif
@@ -132,8 +136,11 @@ bool bf16_gemm_available() {
 #endif
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+
+void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                  int64_t lda, const uint16_t* b, int64_t ldb, float beta, void* c, bool c_bf16, int64_t ldc,
+                  const float* bias) {
 #ifdef KILN_HAVE_DNNL
   sized(m, n, k, [&] {
     static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -142,7 +149,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     int32_t alpha_bits, beta_bits;
     std::memcpy(&alpha_bits, &alpha, sizeof alpha);
     std::memcpy(&beta_bits, &beta, sizeof beta);
-    const Bf16Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits, omp_get_max_threads()};
+    const Bf16Key key{trans_a, trans_b,   m,          n,        k, lda, ldb, ldc, alpha_bits, beta_bits,
+                      c_bf16,  bias != nullptr, omp_get_max_threads()};
     Bf16Product product;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -153,15 +161,29 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     dnnl::memory a_mem(product.pd.src_desc(), engine, const_cast<uint16_t*>(a));
     dnnl::memory b_mem(product.pd.weights_desc(), engine, const_cast<uint16_t*>(b));
     dnnl::memory c_mem(product.pd.dst_desc(), engine, c);
+    std::unordered_map<int, dnnl::memory> io{{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+    if (bias) io[DNNL_ARG_BIAS] = dnnl::memory(product.pd.bias_desc(), engine, const_cast<float*>(bias));
     dnnl::stream stream(engine);
-    product.primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    product.primitive.execute(stream, io);
     stream.wait();
   });
 #else
   (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
-      (void)beta, (void)c, (void)ldc;
+      (void)beta, (void)c, (void)c_bf16, (void)ldc, (void)bias;
   KILN_FAIL("gemm_bf16: this build has no oneDNN");
 #endif
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  bf16_product(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, false, ldc, nullptr);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, uint16_t* c, int64_t ldc, const float* bias) {
+  bf16_product(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, true, ldc, bias);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

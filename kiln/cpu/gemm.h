@@ -20,6 +20,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 // so only call it when bf16_gemm_available().
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same with a bf16 C, rounded once from the f32 sum, after adding the
+// optional f32 bias [n] to every row: no f32 copy of C ever exists.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, uint16_t* c, int64_t ldc, const float* bias);
 // This build has oneDNN, the CPU has bf16 instructions (KILN_CPU_BF16
 // overrides, as for --precision bf16), and oneDNN's bf16 product is faster
 // than its f32 one here, timed once per process (KILN_BF16_GEMM=0 or 1

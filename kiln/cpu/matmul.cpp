@@ -38,7 +38,8 @@ bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
 }
 
 // The product proper. a and b share a dtype; out (and bias, pre_gelu) have
-// it too, except that bf16 operands write an f32 out (gemm_bf16).
+// it too, except that bf16 operands write an f32 out, or a bf16 out with an
+// f32 bias and no GELU (gemm_bf16).
 void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
   check_cpu(a_in, "matmul");
   check_cpu(b_in, "matmul");
@@ -64,16 +65,16 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
     batch *= out.shape()[d];
   }
   const bool bf16_operands = a.dtype() == DType::bf16;
-  KILN_CHECK(b.dtype() == a.dtype() && out.dtype() == (bf16_operands ? DType::f32 : a.dtype()),
+  const bool bf16_out = bf16_operands && out.dtype() == DType::bf16 && !args.gelu;
+  KILN_CHECK(b.dtype() == a.dtype() && (bf16_out || out.dtype() == (bf16_operands ? DType::f32 : a.dtype())),
              "matmul: dtypes of a, b and out must match");
-  dispatch_float(out.dtype(), "matmul", [&]<typename T>() {
-    T* cp = static_cast<T*>(out.data_ptr());
-    const T* bias = nullptr;
-    if (args.bias.defined()) {
-      KILN_CHECK(args.bias.numel() == N && args.bias.is_contiguous() && args.bias.dtype() == out.dtype(),
-                 "matmul: bias must be a contiguous [", N, "] tensor of the output's dtype");
-      bias = static_cast<const T*>(args.bias.data_ptr());
-    }
+  const DType bias_dtype = bf16_operands ? DType::f32 : a.dtype();
+  KILN_CHECK(!args.bias.defined() ||
+                 (args.bias.numel() == N && args.bias.is_contiguous() && args.bias.dtype() == bias_dtype),
+             "matmul: bias must be a contiguous [", N, "] tensor of dtype ", dtype_name(bias_dtype));
+  // Calls fn(i, offset into a, offset into b) for each product of the batch.
+  auto each_product = [&](auto&& fn) {
+    if (M == 0 || N == 0) return;
     for (int64_t i = 0; i < batch; ++i) {
       int64_t oa = 0, ob = 0, rem = i;
       for (int d = r - 3; d >= 0; --d) {
@@ -82,17 +83,31 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
         oa += idx * a.strides()[d];
         ob += idx * b.strides()[d];
       }
-      if (M == 0 || N == 0) continue;
+      fn(i, oa, ob);
+    }
+  };
+  const auto* a16 = static_cast<const uint16_t*>(a.data_ptr());
+  const auto* b16 = static_cast<const uint16_t*>(b.data_ptr());
+  if (bf16_out) {  // the bias goes into the product, before its one rounding
+    const float* bias = args.bias.defined() ? args.bias.data<float>() : nullptr;
+    auto* c16 = static_cast<uint16_t*>(out.data_ptr());
+    return each_product([&](int64_t i, int64_t oa, int64_t ob) {
+      gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld, args.beta,
+                c16 + i * M * N, N, bias);
+    });
+  }
+  dispatch_float(out.dtype(), "matmul", [&]<typename T>() {
+    T* cp = static_cast<T*>(out.data_ptr());
+    const T* bias = args.bias.defined() ? static_cast<const T*>(args.bias.data_ptr()) : nullptr;
+    each_product([&](int64_t i, int64_t oa, int64_t ob) {
       if constexpr (std::is_same_v<T, float>) {
-        if (bf16_operands) {
-          gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, static_cast<const uint16_t*>(a.data_ptr()) + oa,
-                    ma.ld, static_cast<const uint16_t*>(b.data_ptr()) + ob, mb.ld, args.beta, cp + i * M * N, N);
-          continue;
-        }
+        if (bf16_operands)
+          return gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld,
+                           args.beta, cp + i * M * N, N);
       }
       gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), static_cast<const T*>(a.data_ptr()) + oa, ma.ld,
            static_cast<const T*>(b.data_ptr()) + ob, mb.ld, T(args.beta), cp + i * M * N, N);
-    }
+    });
     if (!bias && !args.gelu) return;
     T* pre = nullptr;
     if (args.gelu && args.pre_gelu.defined()) {
@@ -121,12 +136,20 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
 
 }  // namespace
 
+bool CpuBackend::fast_bf16_to_f32_matmul() const { return bf16_gemm_available(); }
+
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
   if (!any_low_precision({&a_in, &b_in, &out, &args.bias, &args.pre_gelu})) return product(a_in, b_in, out, args);
   // bf16/f16: the product and its epilogue in f32 on staged copies
   // (low_precision.h), except that bf16 operands stay bf16 where the CPU
   // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed).
   const bool native = a_in.dtype() == DType::bf16 && b_in.dtype() == DType::bf16 && bf16_gemm_available();
+  if (native && out.dtype() == DType::bf16 && !args.gelu)  // straight into the bf16 out
+    return in_f32([&](F32Staging& s) {
+      MatmulArgs f32_bias = args;
+      f32_bias.bias = s.in(args.bias);
+      product(a_in, b_in, out, f32_bias);
+    });
   in_f32([&](F32Staging& s) {
     MatmulArgs f32_args = args;
     f32_args.bias = s.in(args.bias);
