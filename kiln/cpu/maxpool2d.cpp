@@ -101,6 +101,24 @@ struct PlaneBuffers {
   }
 };
 
+// Runs fn(plane, in, out) on each bf16 plane widened to f32 (in_size
+// elements) and rounds its f32 result (out_size elements) back once.
+template <typename Fn>
+void bf16_planes(const uint16_t* in, int64_t in_size, uint16_t* out, int64_t out_size, int64_t planes,
+                 bool parallel, Fn&& fn) {
+#pragma omp parallel if (parallel)
+  {
+    PlaneBuffers buf;
+#pragma omp for schedule(static)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      float* src = buf.input(in_size);
+      bf16_to_f32(in + pl * in_size, src, in_size);
+      fn(pl, src, buf.output(out_size));
+      f32_to_bf16(buf.out.data(), out + pl * out_size, out_size);
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const Pool2dArgs& args) {
@@ -130,26 +148,16 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
 
   const int64_t planes = N * C, HW = H * W, OHW = OH * OW;
   int32_t* ip = indices.data<int32_t>();
-  if (bf16) {
-    const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
-    auto* yp = static_cast<uint16_t*>(out.data_ptr());
-#pragma omp parallel if (planes > 1 && planes * HW > kParallelElements)
-    {
-      PlaneBuffers buf;
-#pragma omp for schedule(static)
-      for (int64_t pl = 0; pl < planes; ++pl) {
-        float* xs = buf.input(HW);
-        bf16_to_f32(xp + pl * HW, xs, HW);
-        pool_plane(xs, W, OH, OW, args, buf.output(OHW), ip + pl * OHW);
-        f32_to_bf16(buf.out.data(), yp + pl * OHW, OHW);
-      }
-    }
-    return;
-  }
+  const bool parallel = planes > 1 && planes * HW > kParallelElements;
+  if (bf16)
+    return bf16_planes(static_cast<const uint16_t*>(x.data_ptr()), HW, static_cast<uint16_t*>(out.data_ptr()), OHW,
+                       planes, parallel, [&](int64_t pl, const float* xs, float* os) {
+                         pool_plane(xs, W, OH, OW, args, os, ip + pl * OHW);
+                       });
   dispatch_float(x.dtype(), op, [&]<typename T>() {
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
-#pragma omp parallel for schedule(static) if (planes > 1 && planes * HW > kParallelElements)
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t pl = 0; pl < planes; ++pl) pool_plane(xp + pl * HW, W, OH, OW, args, yp + pl * OHW, ip + pl * OHW);
   });
 }
@@ -178,26 +186,16 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
     KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
                dx.size(2), "x", dx.size(3), " input plane");
 
-  if (bf16) {
-    const auto* g = static_cast<const uint16_t*>(dout.data_ptr());
-    auto* d = static_cast<uint16_t*>(dx.data_ptr());
-#pragma omp parallel if (planes > 1 && planes * HW > kParallelElements)
-    {
-      PlaneBuffers buf;
-#pragma omp for schedule(static)
-      for (int64_t pl = 0; pl < planes; ++pl) {
-        float* gs = buf.input(OHW);
-        bf16_to_f32(g + pl * OHW, gs, OHW);
-        unpool_plane(gs, ip + pl * OHW, OHW, HW, buf.output(HW));
-        f32_to_bf16(buf.out.data(), d + pl * HW, HW);
-      }
-    }
-    return;
-  }
+  const bool parallel = planes > 1 && planes * HW > kParallelElements;
+  if (bf16)
+    return bf16_planes(static_cast<const uint16_t*>(dout.data_ptr()), OHW, static_cast<uint16_t*>(dx.data_ptr()), HW,
+                       planes, parallel, [&](int64_t pl, const float* gs, float* ds) {
+                         unpool_plane(gs, ip + pl * OHW, OHW, HW, ds);
+                       });
   dispatch_float(dx.dtype(), op, [&]<typename T>() {
     const T* g = dout.data<T>();
     T* d = dx.data<T>();
-#pragma omp parallel for schedule(static) if (planes > 1 && planes * HW > kParallelElements)
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t pl = 0; pl < planes; ++pl) unpool_plane(g + pl * OHW, ip + pl * OHW, OHW, HW, d + pl * HW);
   });
 }
