@@ -14,8 +14,8 @@
 # importable only there), RAW (file for the raw JSON lines; a temp file if unset),
 # REPORT_ONLY (a RAW file from an earlier run: print its tables, run nothing).
 # Each engine runs with its own default OpenMP wait policy: kiln_bench makes
-# idle threads wait passively (kiln/cpu/runtime_defaults.h), PyTorch keeps libgomp's
-# spinning. OMP_WAIT_POLICY=PASSIVE bench/run_cpu_bench.sh gives both the same
+# idle threads spin briefly, then wait passively (kiln/cpu/runtime_defaults.h),
+# PyTorch keeps libgomp's longer spinning. OMP_WAIT_POLICY=PASSIVE bench/run_cpu_bench.sh gives both the same
 # policy (Kiln keeps a value the user set).
 set -euo pipefail
 

@@ -8,8 +8,8 @@
 #   bench/time_to_accuracy.sh               # fashion-fast, 4 epochs, 2 threads, target 0.91, test every 50 steps, 3 repeats
 #   RECIPE=fashion-cnn EPOCHS=6 THREADS=1 bench/time_to_accuracy.sh
 #
-# Both engines wait passively between parallel regions (OMP_WAIT_POLICY,
-# Kiln's default): PyTorch's default spinning collapses when anything else
+# Both engines wait passively between parallel regions (OMP_WAIT_POLICY;
+# Kiln's default adds a brief spin): PyTorch's default spinning collapses when anything else
 # shares the cores (measured: one epoch took 77 s instead of 19 s). Set
 # OMP_WAIT_POLICY=ACTIVE for PyTorch's default on a quiet machine.
 set -euo pipefail
