@@ -425,6 +425,14 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
     same(add(a, b), add(ar, br), "add");
     same(mul(a, b), mul(ar, br), "mul");
   }
+  // Sums over leading dims (bias gradients) read bf16 directly.
+  for (const Shape& shape : {Shape{300, 700}, Shape{4, 75, 33}, Shape{1, 5, 7}}) {
+    Tensor x = to_dtype(random_tensor(shape, 55, DType::f32, -3, 3), DType::bf16), xr = to_dtype(x, DType::f32);
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, std::vector<int64_t>{0, 1}}) {
+      EXPECT_EQ(sum(x, dims).to_vector<float>(), to_dtype(sum(xr, dims), DType::bf16).to_vector<float>()) << "sum";
+      EXPECT_EQ(mean(x, dims).to_vector<float>(), to_dtype(mean(xr, dims), DType::bf16).to_vector<float>()) << "mean";
+    }
+  }
   for (const Shape& shape : {Shape{2, 3, 9, 10}, Shape{8, 16, 28, 28}}) {
     Tensor x = to_dtype(random_tensor(shape, 53, DType::f32), DType::bf16).set_requires_grad();
     Tensor xr = to_dtype(x.detach(), DType::f32).set_requires_grad();

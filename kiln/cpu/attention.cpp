@@ -14,6 +14,7 @@
 // even though causal heads compute the masked half too.
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -53,16 +54,97 @@ void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
   check_cpu(lse, op);
   check_contiguous(lse, op, "lse");
   const Shape expected = {q.size(0), q.size(1), q.size(2)};
-  KILN_CHECK(lse.shape() == expected && lse.dtype() == q.dtype(), op, ": lse must be ", shape_str(expected), " ",
+  // bf16 heads may keep their log-sum-exp in f32 (autocast does).
+  const bool dtype_ok = lse.dtype() == q.dtype() || (q.dtype() == DType::bf16 && lse.dtype() == DType::f32);
+  KILN_CHECK(lse.shape() == expected && dtype_ok, op, ": lse must be ", shape_str(expected), " ",
              dtype_name(q.dtype()), ", got ", lse.str());
+}
+
+}  // namespace
+
+namespace {
+
+// One head, forward: O = softmax(scale Q K^T) V and L = the rows' log-sum-exp,
+// with S a [seq, seq] scratch.
+template <typename T>
+void attention_head(const T* Q, const T* K, const T* V, T* O, T* L, int64_t seq, int64_t D, T sc, bool causal,
+                    T* S) {
+  gemm<T>(false, true, seq, seq, D, sc, Q, D, K, D, S, seq);  // S = scale Q K^T
+  for (int64_t i = 0; i < seq; ++i) {
+    T* si = S + i * seq;
+    const int64_t len = causal ? i + 1 : seq;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < len; ++j) mx = max_nan(mx, si[j]);  // a NaN score makes the row NaN
+    // fast_exp (dispatch.h) in its own loop vectorises; the sum keeps its order.
+    for (int64_t j = 0; j < len; ++j) si[j] = fast_exp(si[j] - mx);
+    double sum = 0.0;
+    for (int64_t j = 0; j < len; ++j) sum += double(si[j]);
+    const T inv = T(1.0 / sum);
+    for (int64_t j = 0; j < len; ++j) si[j] *= inv;
+    std::fill(si + len, si + seq, T(0));
+    L[i] = T(double(mx) + std::log(sum));
+  }
+  gemm<T>(false, false, seq, D, seq, T(1), S, seq, V, D, O, D);  // O = P V
+}
+
+// One head, backward, with P and dS [seq, seq] scratch.
+template <typename T>
+void attention_head_backward(const T* G, const T* Q, const T* K, const T* V, const T* O, const T* L, T* dQ, T* dK,
+                             T* dV, int64_t seq, int64_t D, T sc, bool causal, T* P, T* dS) {
+  gemm<T>(false, true, seq, seq, D, sc, Q, D, K, D, P, seq);      // S = scale Q K^T
+  gemm<T>(false, true, seq, seq, D, T(1), G, D, V, D, dS, seq);  // dP = dO V^T
+  for (int64_t i = 0; i < seq; ++i) {
+    const int64_t len = causal ? i + 1 : seq;
+    const T delta = dot(G + i * D, O + i * D, D);
+    T* pi = P + i * seq;
+    T* dsi = dS + i * seq;
+    for (int64_t j = 0; j < len; ++j) pi[j] = fast_exp(pi[j] - L[i]);  // P = exp(S - lse)
+    for (int64_t j = 0; j < len; ++j) dsi[j] = pi[j] * (dsi[j] - delta);
+    std::fill(pi + len, pi + seq, T(0));
+    std::fill(dsi + len, dsi + seq, T(0));
+  }
+  gemm<T>(true, false, seq, D, seq, T(1), P, seq, G, D, dV, D);  // dV = P^T dO
+  gemm<T>(false, false, seq, D, seq, sc, dS, seq, K, D, dQ, D);  // dQ = scale dS K
+  gemm<T>(true, false, seq, D, seq, sc, dS, seq, Q, D, dK, D);   // dK = scale dS^T Q
+}
+
+// bf16 heads: each head's operands widened into per-thread f32 buffers, the
+// f32 head run, its outputs rounded back once (the values staging gives).
+struct HeadBuffers {
+  std::vector<float> data;
+  std::vector<float*> parts;
+  HeadBuffers(std::initializer_list<int64_t> sizes) {
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    data.resize(size_t(total));
+    float* p = data.data();
+    for (int64_t n : sizes) {
+      parts.push_back(p);
+      p += n;
+    }
+  }
+};
+
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
+uint16_t* bits(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
+// Rows [first, first + n) of a bf16 or f32 log-sum-exp, in f32 and back.
+void read_rows(const Tensor& lse, int64_t first, int64_t n, float* to) {
+  if (lse.dtype() == DType::f32) return void(std::copy_n(lse.data<float>() + first, n, to));
+  bf16_to_f32(bits(lse) + first, to, n);
+}
+void write_rows(const float* from, int64_t first, int64_t n, Tensor& lse) {
+  if (lse.dtype() == DType::f32) return void(std::copy_n(from, n, lse.data<float>() + first));
+  f32_to_bf16(from, bits(lse) + first, n);
 }
 
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float scale,
                            bool causal) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&q, &k, &v, &out, &lse}))
+  const bool bf16 = q.dtype() == DType::bf16;
+  // f16: run the f32 kernel on staged copies (low_precision.h).
+  if (!bf16 && any_low_precision({&q, &k, &v, &out, &lse}))
     return in_f32([&](F32Staging& s) {
       attention(s.in(q), s.in(k), s.in(v), s.out(out), s.out(lse), scale, causal);
     });
@@ -74,40 +156,36 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
   check_bhtd(op, v, "v", q);
   check_bhtd(op, out, "out", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3);
-  const int64_t rows = BH * seq;
+  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
+  const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
+  if (bf16) {
+#pragma omp parallel if (parallel)
+    {
+      HeadBuffers buf({HD, HD, HD, HD, seq, seq * seq});
+      float *Q = buf.parts[0], *K = buf.parts[1], *V = buf.parts[2], *O = buf.parts[3], *L = buf.parts[4];
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        bf16_to_f32(bits(q) + bh * HD, Q, HD);
+        bf16_to_f32(bits(k) + bh * HD, K, HD);
+        bf16_to_f32(bits(v) + bh * HD, V, HD);
+        attention_head(Q, K, V, O, L, seq, D, scale, causal, buf.parts[5]);
+        f32_to_bf16(O, bits(out) + bh * HD, HD);
+        write_rows(L, bh * seq, seq, lse);
+      }
+    }
+    return;
+  }
   dispatch_float(q.dtype(), op, [&]<typename T>() {
-    const T* qp = q.data<T>();
-    const T* kp = k.data<T>();
-    const T* vp = v.data<T>();
-    T* o_ptr = out.data<T>();
-    T* lp = lse.data<T>();
-    const T sc = T(scale);
-#pragma omp parallel if (BH > 1 && rows * seq * D > 65536)
+    const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
+    T *o_ptr = out.data<T>(), *lp = lse.data<T>();
+#pragma omp parallel if (parallel)
     {
       std::vector<T> scores(size_t(seq * seq));
 #pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        const int64_t base = bh * seq * D;
-        T* S = scores.data();
-        gemm<T>(false, true, seq, seq, D, sc, qp + base, D, kp + base, D, S, seq);  // S = scale Q K^T
-        for (int64_t i = 0; i < seq; ++i) {
-          T* si = S + i * seq;
-          const int64_t len = causal ? i + 1 : seq;
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < len; ++j) mx = max_nan(mx, si[j]);  // a NaN score makes the row NaN
-          // fast_exp (dispatch.h) in its own loop vectorises; the sum keeps its order.
-          for (int64_t j = 0; j < len; ++j) si[j] = fast_exp(si[j] - mx);
-          double sum = 0.0;
-          for (int64_t j = 0; j < len; ++j) sum += double(si[j]);
-          const T inv = T(1.0 / sum);
-          for (int64_t j = 0; j < len; ++j) si[j] *= inv;
-          std::fill(si + len, si + seq, T(0));
-          lp[bh * seq + i] = T(double(mx) + std::log(sum));
-        }
-        gemm<T>(false, false, seq, D, seq, T(1), S, seq, vp + base, D, o_ptr + base, D);  // O = P V
-      }
+      for (int64_t bh = 0; bh < BH; ++bh)
+        attention_head(qp + bh * HD, kp + bh * HD, vp + bh * HD, o_ptr + bh * HD, lp + bh * seq, seq, D, T(scale),
+                       causal, scores.data());
     }
   });
 }
@@ -115,8 +193,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
                                     float scale, bool causal) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}))
+  const bool bf16 = q.dtype() == DType::bf16;
+  // f16: run the f32 kernel on staged copies (low_precision.h).
+  if (!bf16 && any_low_precision({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}))
     return in_f32([&](F32Staging& s) {
       attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), s.out(dq), s.out(dk),
                          s.out(dv), scale, causal);
@@ -133,46 +212,43 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   check_bhtd(op, dk, "dk", q);
   check_bhtd(op, dv, "dv", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3);
+  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
+  const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
+  if (bf16) {
+#pragma omp parallel if (parallel)
+    {
+      HeadBuffers buf({HD, HD, HD, HD, HD, seq, HD, HD, HD, seq * seq, seq * seq});
+      const std::vector<float*>& b = buf.parts;
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        bf16_to_f32(bits(dout) + bh * HD, b[0], HD);
+        bf16_to_f32(bits(q) + bh * HD, b[1], HD);
+        bf16_to_f32(bits(k) + bh * HD, b[2], HD);
+        bf16_to_f32(bits(v) + bh * HD, b[3], HD);
+        bf16_to_f32(bits(out) + bh * HD, b[4], HD);
+        read_rows(lse, bh * seq, seq, b[5]);
+        attention_head_backward(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], seq, D, scale, causal, b[9],
+                                b[10]);
+        f32_to_bf16(b[6], bits(dq) + bh * HD, HD);
+        f32_to_bf16(b[7], bits(dk) + bh * HD, HD);
+        f32_to_bf16(b[8], bits(dv) + bh * HD, HD);
+      }
+    }
+    return;
+  }
   dispatch_float(q.dtype(), op, [&]<typename T>() {
-    const T* gp = dout.data<T>();
-    const T* qp = q.data<T>();
-    const T* kp = k.data<T>();
-    const T* vp = v.data<T>();
-    const T* o_ptr = out.data<T>();
-    const T* lp = lse.data<T>();
-    T* dqp = dq.data<T>();
-    T* dkp = dk.data<T>();
-    T* dvp = dv.data<T>();
-    const T sc = T(scale);
-#pragma omp parallel if (BH > 1 && BH * seq * seq * D > 65536)
+    const T *gp = dout.data<T>(), *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
+    const T *o_ptr = out.data<T>(), *lp = lse.data<T>();
+    T *dqp = dq.data<T>(), *dkp = dk.data<T>(), *dvp = dv.data<T>();
+#pragma omp parallel if (parallel)
     {
       std::vector<T> p_buf(size_t(seq * seq)), dp_buf(p_buf.size());
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        const int64_t base = bh * seq * D;
-        const T* Q = qp + base;
-        const T* K = kp + base;
-        const T* G = gp + base;
-        T* P = p_buf.data();
-        T* dS = dp_buf.data();
-        gemm<T>(false, true, seq, seq, D, sc, Q, D, K, D, P, seq);          // S = scale Q K^T
-        gemm<T>(false, true, seq, seq, D, T(1), G, D, vp + base, D, dS, seq);  // dP = dO V^T
-        for (int64_t i = 0; i < seq; ++i) {
-          const int64_t row = bh * seq + i, len = causal ? i + 1 : seq;
-          const T delta = dot(G + i * D, o_ptr + row * D, D);
-          const T l = lp[row];
-          T* pi = P + i * seq;
-          T* dsi = dS + i * seq;
-          for (int64_t j = 0; j < len; ++j) pi[j] = fast_exp(pi[j] - l);  // P = exp(S - lse)
-          for (int64_t j = 0; j < len; ++j) dsi[j] = pi[j] * (dsi[j] - delta);
-          std::fill(pi + len, pi + seq, T(0));
-          std::fill(dsi + len, dsi + seq, T(0));
-        }
-        gemm<T>(true, false, seq, D, seq, T(1), P, seq, G, D, dvp + base, D);  // dV = P^T dO
-        gemm<T>(false, false, seq, D, seq, sc, dS, seq, K, D, dqp + base, D);  // dQ = scale dS K
-        gemm<T>(true, false, seq, D, seq, sc, dS, seq, Q, D, dkp + base, D);   // dK = scale dS^T Q
+        const int64_t base = bh * HD;
+        attention_head_backward(gp + base, qp + base, kp + base, vp + base, o_ptr + base, lp + bh * seq, dqp + base,
+                                dkp + base, dvp + base, seq, D, T(scale), causal, p_buf.data(), dp_buf.data());
       }
     }
   });

@@ -1,6 +1,7 @@
 // Sum/mean/max/min over any set of dims, and argmax. Each output element is
 // accumulated in a fixed order (in double for f32), so results are bitwise
 // reproducible whatever the thread count.
+#include <algorithm>
 #include <limits>
 
 #include "kiln/cpu/cpu_backend.h"
@@ -28,8 +29,53 @@ struct Accumulator {
 
 }  // namespace
 
+namespace {
+
+// Sums over the leading dims of a contiguous [n_reduced, inner] tensor (bias
+// gradients, batch sums): rows walked in order into a row of doubles, in
+// column blocks over threads. load(p) reads one element as double; store
+// writes one output from its double sum.
+template <typename In, typename Load, typename Store>
+void leading_sum(const In* xp, int64_t n_reduced, int64_t inner, Load&& load, Store&& store) {
+  constexpr int64_t block = 256;
+#pragma omp parallel for schedule(static) if (inner * n_reduced > 32768)
+  for (int64_t j0 = 0; j0 < inner; j0 += block) {
+    const int64_t j1 = std::min(inner, j0 + block);
+    double acc[block] = {};
+    for (int64_t i = 0; i < n_reduced; ++i) {
+      const In* row = xp + i * inner + j0;
+      for (int64_t j = 0; j < j1 - j0; ++j) acc[j] += load(row[j]);
+    }
+    for (int64_t j = j0; j < j1; ++j) store(j, acc[j - j0]);
+  }
+}
+
+bool reduces_leading_dims(const Tensor& x, const Tensor& out) {
+  if (!x.is_contiguous() || !out.is_contiguous() || x.dim() != out.dim()) return false;
+  int d = 0;
+  while (d < x.dim() && out.shape()[d] == 1 && x.shape()[d] != 1) ++d;
+  if (d == 0) return false;
+  for (int e = d; e < x.dim(); ++e)
+    if (out.shape()[e] != x.shape()[e]) return false;
+  return true;
+}
+
+}  // namespace
+
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
+  // bf16 sums over leading dims read bf16 directly: the same sums as
+  // staging, rounded the same way (double -> f32 -> bf16), without the copy.
+  if ((op == ReduceOp::sum || op == ReduceOp::mean) && x.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
+      x.device().is_cpu() && reduces_leading_dims(x, out)) {
+    const int64_t inner = out.numel(), n_reduced = x.numel() / std::max<int64_t>(inner, 1);
+    const double divide = op == ReduceOp::mean ? double(n_reduced) : 1.0;
+    auto* yp = static_cast<uint16_t*>(out.data_ptr());
+    return leading_sum(
+        static_cast<const uint16_t*>(x.data_ptr()), n_reduced, inner,
+        [](uint16_t v) { return double(bf16_to_float(v)); },
+        [&](int64_t j, double sum) { yp[j] = float_to_bf16(float(op == ReduceOp::mean ? sum / divide : sum)); });
+  }
+  // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&x, &out}))
     return in_f32([&](F32Staging& s) { reduce(op, s.in(x), s.out(out)); });
   check_cpu(x, "reduce");
@@ -58,24 +104,19 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
     // Reducing leading dims of a contiguous tensor (bias gradients, batch
     // sums): walk rows in order and accumulate into a row of doubles.
     bool leading = x.is_contiguous() && !reduced.empty() && reduced.back() == int(reduced.size()) - 1;
+    if (leading && (op == ReduceOp::sum || op == ReduceOp::mean)) {
+      // Same additions in the same order as Accumulator, without its
+      // per-element branch on `op`, so the row loop vectorises (bias
+      // gradients took ~5% of a GPT step through the generic path).
+      return leading_sum(
+          xp, n_reduced, n_out, [](T v) { return double(v); }, [&](int64_t j, double sum) { yp[j] = finish(sum); });
+    }
     if (leading) {
       const int64_t inner = n_out;
       const int64_t block = 256;
 #pragma omp parallel for schedule(static) if (inner * n_reduced > 32768)
       for (int64_t j0 = 0; j0 < inner; j0 += block) {
         const int64_t j1 = std::min(inner, j0 + block);
-        if (op == ReduceOp::sum || op == ReduceOp::mean) {
-          // Same additions in the same order as Accumulator, without its
-          // per-element branch on `op`, so the row loop vectorises (bias
-          // gradients took ~5% of a GPT step through the generic path).
-          double acc[block] = {};
-          for (int64_t i = 0; i < n_reduced; ++i) {
-            const T* row = xp + i * inner + j0;
-            for (int64_t j = 0; j < j1 - j0; ++j) acc[j] += double(row[j]);
-          }
-          for (int64_t j = j0; j < j1; ++j) yp[j] = finish(acc[j - j0]);
-          continue;
-        }
         std::vector<Accumulator> acc(j1 - j0, Accumulator(op));
         for (int64_t i = 0; i < n_reduced; ++i) {
           const T* row = xp + i * inner;
