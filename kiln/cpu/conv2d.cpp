@@ -99,6 +99,8 @@ bool all_bf16(std::initializer_list<const Tensor*> ts) {
 template <typename In, typename Out>
 void bias_gradient(const In* dout, const ConvGeometry& g, Out* db) {
   const int64_t P = g.P();
+  // Channels in parallel: each channel's sum keeps its order.
+#pragma omp parallel for schedule(static) if (g.Cout > 1 && g.N * g.Cout * P > 32768)
   for (int64_t co = 0; co < g.Cout; ++co) {
     double acc = 0.0;
     for (int64_t n = 0; n < g.N; ++n) {
