@@ -455,26 +455,36 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
 // output, and the input, weight and bias gradients, are within bf16 rounding
 // of f64 on the same values.
 TEST(Amp, CpuBf16ConvolutionMatchesF64OnTheRoundedOperands) {
-  Tensor x = to_dtype(random_tensor({4, 3, 9, 8}, 61, DType::f32), DType::bf16).set_requires_grad();
-  Tensor w = to_dtype(random_tensor({5, 3, 3, 3}, 62, DType::f32), DType::bf16).set_requires_grad();
-  Tensor bias = to_dtype(random_tensor({5}, 63, DType::f32), DType::bf16).set_requires_grad();
   auto leaf64 = [](const Tensor& t) { return to_dtype(t.detach(), DType::f64).set_requires_grad(); };
-  Tensor x64 = leaf64(x), w64 = leaf64(w), b64 = leaf64(bias);
-  Tensor y = conv2d(x, w, bias, 1, 1), y64 = conv2d(x64, w64, b64, 1, 1);
-  EXPECT_EQ(y.dtype(), DType::bf16);
-  Tensor g = to_dtype(random_tensor(y.shape(), 64, DType::f32), DType::bf16);
-  sum(mul(y, g)).backward();
-  sum(mul(y64, to_dtype(g, DType::f64))).backward();
-  auto close = [](const Tensor& got, const Tensor& ref, double scale, const char* what) {
+  auto close = [](const Tensor& got, const Tensor& ref, double scale, const std::string& what) {
     std::vector<float> a = got.to_vector<float>();
     std::vector<double> r = ref.to_vector<double>();
     ASSERT_EQ(a.size(), r.size()) << what;
     for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(a[i], r[i], std::abs(r[i]) / 128 + scale) << what << " " << i;
   };
-  close(y, y64, 0.05, "output");          // 28 products of magnitude <= 1
-  close(x.grad(), x64.grad(), 0.05, "dx");
-  close(w.grad(), w64.grad(), 0.3, "dweight");  // sums over 4 x 72 positions
-  close(bias.grad(), b64.grad(), 0.3, "dbias");
+  // Padded and strided, a non-square kernel, one input channel (the CNN's
+  // first layer).
+  struct Case {
+    Shape x, w;
+    int64_t stride, pad;
+  };
+  for (const Case& c : {Case{{4, 3, 9, 8}, {5, 3, 3, 3}, 1, 1}, Case{{2, 4, 11, 10}, {6, 4, 3, 2}, 2, 0},
+                        Case{{3, 1, 12, 12}, {8, 1, 3, 3}, 1, 1}}) {
+    const std::string what = shape_str(c.x) + " * " + shape_str(c.w) + " stride " + std::to_string(c.stride);
+    Tensor x = to_dtype(random_tensor(c.x, 61, DType::f32), DType::bf16).set_requires_grad();
+    Tensor w = to_dtype(random_tensor(c.w, 62, DType::f32), DType::bf16).set_requires_grad();
+    Tensor bias = to_dtype(random_tensor({c.w[0]}, 63, DType::f32), DType::bf16).set_requires_grad();
+    Tensor x64 = leaf64(x), w64 = leaf64(w), b64 = leaf64(bias);
+    Tensor y = conv2d(x, w, bias, c.stride, c.pad), y64 = conv2d(x64, w64, b64, c.stride, c.pad);
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    Tensor g = to_dtype(random_tensor(y.shape(), 64, DType::f32), DType::bf16);
+    sum(mul(y, g)).backward();
+    sum(mul(y64, to_dtype(g, DType::f64))).backward();
+    close(y, y64, 0.05, "output " + what);  // at most 36 products of magnitude <= 1
+    close(x.grad(), x64.grad(), 0.05, "dx " + what);
+    close(w.grad(), w64.grad(), 0.3, "dweight " + what);  // sums over a few hundred positions
+    close(bias.grad(), b64.grad(), 0.3, "dbias " + what);
+  }
 }
 
 TEST(Amp, CpuLowPrecisionBackwardAndAccumulation) {
