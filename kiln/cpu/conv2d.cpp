@@ -315,8 +315,10 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
   if (dbias.defined()) check_like(op, dbias, "dbias", {g.Cout}, native_bf16 ? dbias.dtype() : x.dtype());
   const int64_t K = g.K(), P = g.P();
   if (native_bf16) {
-    if (dbias.defined())
-      in_f32([&](F32Staging& s) { bias_gradient(static_cast<const uint16_t*>(dout.data_ptr()), g, s.out(dbias).data<float>()); });
+    if (dbias.defined()) {
+      const auto* dout_bits = static_cast<const uint16_t*>(dout.data_ptr());
+      in_f32([&](F32Staging& s) { bias_gradient(dout_bits, g, s.out(dbias).data<float>()); });
+    }
     return dnnl_conv::backward(dout, x, weight, dx, dweight, args);
   }
 

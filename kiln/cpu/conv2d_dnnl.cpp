@@ -14,6 +14,7 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/tensor.h"
+#include "kiln/cpu/dnnl_context.h"
 #include "kiln/cpu/gemm.h"
 
 namespace kiln::cpu::dnnl_conv {
@@ -38,11 +39,6 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 // One operand in Kiln's plain layout and in the layout a primitive wants,
 // with the reorder between them when the two differ.
 struct Layout {
@@ -53,12 +49,14 @@ struct Layout {
 
 Layout into(const memory::desc& plain, const memory::desc& wanted) {
   Layout l{plain, wanted, {}};
-  if (l.staged()) l.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain, engine(), wanted));
+  if (l.staged())
+    l.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plain, dnnl_engine(), wanted));
   return l;
 }
 Layout out_of(const memory::desc& wanted, const memory::desc& plain) {
   Layout l{plain, wanted, {}};
-  if (l.staged()) l.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), plain));
+  if (l.staged())
+    l.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), wanted, dnnl_engine(), plain));
   return l;
 }
 
@@ -109,12 +107,12 @@ std::unique_ptr<Primitives> make_primitives(const Shape& x, const Shape& w, cons
                                                           b_plain, y_any, strides, pad, pad)
                        : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, x_any, w_any,
                                                           y_any, strides, pad, pad);
-  p->fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, attr, engine());
+  p->fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, attr, dnnl_engine());
   p->data_pd = dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(algo, x_any, w_any, y_any, strides, pad, pad), attr, engine(),
+      dnnl::convolution_backward_data::desc(algo, x_any, w_any, y_any, strides, pad, pad), attr, dnnl_engine(),
       p->fwd_pd);
   p->weights_pd = dnnl::convolution_backward_weights::primitive_desc(
-      dnnl::convolution_backward_weights::desc(algo, x_any, w_any, y_any, strides, pad, pad), attr, engine(),
+      dnnl::convolution_backward_weights::desc(algo, x_any, w_any, y_any, strides, pad, pad), attr, dnnl_engine(),
       p->fwd_pd);
   p->fwd = dnnl::convolution_forward(p->fwd_pd);
   p->data = dnnl::convolution_backward_data(p->data_pd);
@@ -190,7 +188,7 @@ class CallBuffers {
   // An input in the layout the primitive wants: the Kiln tensor itself, or
   // its staged copy.
   memory in(const Layout& l, const Tensor& t, dnnl::stream& s) const {
-    memory plain(l.plain, engine(), t.data_ptr());
+    memory plain(l.plain, dnnl_engine(), t.data_ptr());
     if (!l.staged()) return plain;
     memory staged = buffer(l);
     l.reorder.execute(s, plain, staged);
@@ -198,17 +196,17 @@ class CallBuffers {
   }
   // Hands a primitive its scratchpad (the one buffer, sized for the largest).
   void add_scratchpad(std::unordered_map<int, memory>& args, const memory::desc& d) const {
-    if (d.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = memory(d, engine(), scratchpad_.data_ptr());
+    if (d.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = memory(d, dnnl_engine(), scratchpad_.data_ptr());
   }
   // The staged buffer of layout l.
   memory buffer(const Layout& l) const {
     for (size_t i = 0; i < plan_.staged.size(); ++i)
-      if (plan_.staged[i] == &l) return memory(l.wanted, engine(), tensors_[i].data_ptr());
+      if (plan_.staged[i] == &l) return memory(l.wanted, dnnl_engine(), tensors_[i].data_ptr());
     KILN_FAIL("internal: a oneDNN convolution operand has no staging buffer");
   }
   // Where a primitive writes an output: Kiln's tensor, or its staged buffer.
   memory out(const Layout& l, Tensor& t) const {
-    return l.staged() ? buffer(l) : memory(l.plain, engine(), t.data_ptr());
+    return l.staged() ? buffer(l) : memory(l.plain, dnnl_engine(), t.data_ptr());
   }
 
  private:
@@ -221,14 +219,8 @@ class CallBuffers {
 // Writes a primitive's output to Kiln's tensor: directly, or through its
 // staged buffer and a reorder.
 void write_back(const Layout& l, memory result, Tensor& t, dnnl::stream& s) {
-  memory plain(l.plain, engine(), t.data_ptr());
+  memory plain(l.plain, dnnl_engine(), t.data_ptr());
   if (l.staged()) l.reorder.execute(s, result, plain);
-}
-
-thread_local dnnl::stream tls_stream;
-dnnl::stream& stream() {
-  if (!tls_stream) tls_stream = dnnl::stream(engine());
-  return tls_stream;
 }
 
 }  // namespace
@@ -258,13 +250,13 @@ void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& 
   pass.bias = bias.defined();
   const CallPlan plan = plan_call(p, pass);
   CallBuffers buffers(plan, x.device());
-  dnnl::stream& s = stream();
+  dnnl::stream& s = dnnl_stream();
   try {
     const memory dst = buffers.out(p.y_fwd, out);
     std::unordered_map<int, memory> io{{DNNL_ARG_SRC, buffers.in(p.x_fwd, x, s)},
                                        {DNNL_ARG_WEIGHTS, buffers.in(p.w_fwd, weight, s)},
                                        {DNNL_ARG_DST, dst}};
-    if (bias.defined()) io[DNNL_ARG_BIAS] = memory(p.fwd_pd.bias_desc(), engine(), bias.data_ptr());
+    if (bias.defined()) io[DNNL_ARG_BIAS] = memory(p.fwd_pd.bias_desc(), dnnl_engine(), bias.data_ptr());
     buffers.add_scratchpad(io, p.fwd_pd.scratchpad_desc());
     p.fwd.execute(s, io);
     write_back(p.y_fwd, dst, out, s);
@@ -284,7 +276,7 @@ void backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor&
   pass.dweight = dweight.defined();
   const CallPlan plan = plan_call(p, pass);
   CallBuffers buffers(plan, x.device());
-  dnnl::stream& s = stream();
+  dnnl::stream& s = dnnl_stream();
   try {
     memory ddst_data;
     if (dx.defined()) {

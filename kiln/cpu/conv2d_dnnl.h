@@ -24,8 +24,8 @@ namespace kiln::cpu::dnnl_conv {
 bool usable(const Shape& x, const Shape& weight, DType dtype);
 
 // The byte sizes of the workspace tensors one call allocates.
-std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& weight, const Conv2dArgs& args, const ConvScratchPass& pass,
-                                   DType dtype);
+std::vector<int64_t> scratch_bytes(const Shape& x, const Shape& weight, const Conv2dArgs& args,
+                                   const ConvScratchPass& pass, DType dtype);
 
 // x, weight, out (and dout, dx, dweight) share one dtype, f32 or bf16; the
 // bias is f32.

@@ -11,6 +11,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/cpu/dnnl_context.h"
 #include "kiln/cpu/runtime_defaults.h"
 #ifdef KILN_HAVE_DNNL
 #include <array>
@@ -173,7 +174,7 @@ void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                   const float* bias) {
 #ifdef KILN_HAVE_DNNL
   sized(m, n, k, [&] {
-    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::engine& engine = dnnl_engine();
     static std::mutex mutex;
     static std::map<Bf16Key, Bf16Product> cache;
     int32_t alpha_bits, beta_bits;
@@ -193,7 +194,7 @@ void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     dnnl::memory c_mem(product.pd.dst_desc(), engine, c);
     std::unordered_map<int, dnnl::memory> io{{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
     if (bias) io[DNNL_ARG_BIAS] = dnnl::memory(product.pd.bias_desc(), engine, const_cast<float*>(bias));
-    dnnl::stream stream(engine);
+    dnnl::stream& stream = dnnl_stream();
     product.primitive.execute(stream, io);
     stream.wait();
   });

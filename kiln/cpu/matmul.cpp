@@ -144,15 +144,10 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
   // (low_precision.h), except that bf16 operands stay bf16 where the CPU
   // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed).
   const bool native = a_in.dtype() == DType::bf16 && b_in.dtype() == DType::bf16 && bf16_gemm_available();
-  if (native && out.dtype() == DType::bf16 && !args.gelu)  // straight into the bf16 out
-    return in_f32([&](F32Staging& s) {
-      MatmulArgs f32_bias = args;
-      f32_bias.bias = s.in(args.bias);
-      product(a_in, b_in, out, f32_bias);
-    });
   in_f32([&](F32Staging& s) {
     MatmulArgs f32_args = args;
     f32_args.bias = s.in(args.bias);
+    if (native && out.dtype() == DType::bf16 && !args.gelu) return product(a_in, b_in, out, f32_args);  // straight in
     f32_args.pre_gelu = s.out(args.pre_gelu);
     Tensor& f32_out = s.out(out, /*accumulate=*/args.beta != 0.0f);
     if (native)

@@ -88,33 +88,21 @@ void unpool_plane(const T* gs, const int32_t* is, int64_t OHW, int64_t HW, T* ds
   for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
 }
 
-// bf16 planes go through per-thread f32 buffers, a plane at a time: the
-// same values and one rounding, as staging the whole tensor would give, at
-// a fraction of its memory traffic.
-struct PlaneBuffers {
-  std::vector<float> in, out;
-  float* input(int64_t n) { return grow(in, n); }
-  float* output(int64_t n) { return grow(out, n); }
-  static float* grow(std::vector<float>& v, int64_t n) {
-    if (int64_t(v.size()) < n) v.resize(size_t(n));
-    return v.data();
-  }
-};
-
-// Runs fn(plane, in, out) on each bf16 plane widened to f32 (in_size
-// elements) and rounds its f32 result (out_size elements) back once.
+// Runs fn(plane, in, out) on each bf16 plane widened into a per-thread f32
+// buffer (in_size elements) and rounds its f32 result (out_size elements)
+// back once: the values staging the whole tensor would give, at a fraction
+// of its memory traffic.
 template <typename Fn>
 void bf16_planes(const uint16_t* in, int64_t in_size, uint16_t* out, int64_t out_size, int64_t planes,
                  bool parallel, Fn&& fn) {
 #pragma omp parallel if (parallel)
   {
-    PlaneBuffers buf;
+    std::vector<float> src(static_cast<size_t>(in_size)), dst(static_cast<size_t>(out_size));
 #pragma omp for schedule(static)
     for (int64_t pl = 0; pl < planes; ++pl) {
-      float* src = buf.input(in_size);
-      bf16_to_f32(in + pl * in_size, src, in_size);
-      fn(pl, src, buf.output(out_size));
-      f32_to_bf16(buf.out.data(), out + pl * out_size, out_size);
+      bf16_to_f32(in + pl * in_size, src.data(), in_size);
+      fn(pl, src.data(), dst.data());
+      f32_to_bf16(dst.data(), out + pl * out_size, out_size);
     }
   }
 }
