@@ -77,6 +77,7 @@ std::vector<OpCase> nn_cases() {
        {{1, 2, 3, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}}},
       {"attention_causal", [](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); },
        {{2, 1, 5, 3}, {2, 1, 5, 3}, {2, 1, 5, 3}}},
+      {"attention_packed", [](auto& x) { return scaled_dot_product_attention_packed(x[0], 2, true); }, {{2, 5, 12}}},
   };
 }
 
@@ -97,6 +98,29 @@ void run_cases(const std::vector<OpCase>& cases) {
 TEST(Ops, ElementwiseForwardAndGradients) { run_cases(elementwise_cases()); }
 TEST(Ops, ReductionAndShapeForwardAndGradients) { run_cases(reduction_and_shape_cases()); }
 TEST(Ops, NnForwardAndGradients) { run_cases(nn_cases()); }
+
+// The packed op is the plain one on q, k, v split out of the projection: the
+// same output and the same gradient, in f32 and in bf16.
+TEST(Ops, PackedAttentionEqualsAttentionOfTheSplitProjection) {
+  const int64_t B = 2, T = 7, H = 2, D = 4, C = H * D;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor packed = to_dtype(random_tensor({B, T, 3 * C}, 3, DType::f32), dtype).detach();
+    Tensor upstream = to_dtype(random_tensor({B, H, T, D}, 4, DType::f32), dtype);
+    packed.set_requires_grad(true);
+    Tensor out = scaled_dot_product_attention_packed(packed, H, true);
+    sum(mul(out, upstream)).backward();
+    Tensor split = packed.detach();
+    split.set_requires_grad(true);
+    Tensor qkv = permute(reshape(split, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+    auto part = [&](int64_t i) { return contiguous(squeeze(slice(qkv, 0, i, i + 1), 0)); };
+    Tensor ref = scaled_dot_product_attention(part(0), part(1), part(2), true);
+    sum(mul(ref, upstream)).backward();
+    EXPECT_EQ(to_dtype(out, DType::f32).to_vector<float>(), to_dtype(ref, DType::f32).to_vector<float>());
+    EXPECT_EQ(to_dtype(packed.grad(), DType::f32).to_vector<float>(),
+              to_dtype(split.grad(), DType::f32).to_vector<float>());
+  }
+}
 
 TEST(Ops, CrossEntropyMatchesLogSoftmaxAndGradchecks) {
   Tensor logits = random_tensor({5, 7}, 3, DType::f64, -2, 2);

@@ -110,5 +110,10 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0);
 Tensor dropout(const Tensor& x, double p, Generator& gen);
 // q, k, v [B, H, T, D] -> [B, H, T, D], softmax(q k^T * scale) v.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// The same on q, k and v packed as a [B, T, 3 * H * D] projection (GPT's
+// c_attn output, q | k | v along the last dim) -> [B, H, T, D]. The kernels
+// read the heads straight out of it and write its gradient whole: no head
+// is copied out, and no zero-filled gradient is summed from three slices.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal);
 
 }  // namespace kiln

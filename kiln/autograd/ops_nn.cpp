@@ -210,6 +210,41 @@ Tensor dropout(const Tensor& x, double p, Generator& gen) {
   return y;
 }
 
+namespace {
+
+// An attention operand the backend reads as it is: any view whose rows (the
+// last dim) are contiguous.
+Tensor rows_contiguous(const Tensor& t) {
+  return (t.size(-1) == 1 || t.strides().back() == 1) ? t.detach() : contiguous(t).detach();
+}
+
+// The attention of q, k, v (views into `kept`, which the node keeps) into a
+// new [B, H, T, D]; backward writes dq, dk, dv into what `grad_views` makes
+// (fresh tensors, or views of one packed gradient) and returns `grads()`.
+struct AttentionViews {
+  Tensor q, k, v;
+};
+
+Tensor attention_of_views(const AttentionViews& in, bool causal, std::initializer_list<const Tensor*> inputs,
+                          std::function<std::vector<Tensor>(AttentionViews&)> grad_views) {
+  const Tensor& q = in.q;
+  const float scale = float(1.0 / std::sqrt(double(q.size(3))));
+  Tensor out = new_tensor(q.shape(), q.dtype(), q.device());
+  Tensor lse = new_tensor({q.size(0), q.size(1), q.size(2)}, stats_dtype(q), q.device());
+  backend_of(q).attention(in.q, in.k, in.v, out, lse, scale, causal);
+  record(out, "AttentionBackward", inputs,
+         [in, o = saved(out), lse, scale, causal, grad_views = std::move(grad_views)](const Tensor& g) {
+           AttentionViews d;
+           std::vector<Tensor> grads = grad_views(d);
+           backend_of(in.q).attention_backward(rows_contiguous(g), in.q, in.k, in.v, o, lse, d.q, d.k, d.v, scale,
+                                               causal);
+           return grads;
+         });
+  return out;
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
   // Autocast: compute in the autocast dtype on casts of the inputs (kiln/amp/autocast.h).
   if (amp::autocast_should_lower({&q_in, &k_in, &v_in}))
@@ -218,20 +253,34 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   KILN_CHECK(q_in.dim() == 4 && q_in.shape() == k_in.shape() && q_in.shape() == v_in.shape(),
              "attention: q, k, v must share one shape [B, H, T, D]; got ", shape_str(q_in.shape()), ", ",
              shape_str(k_in.shape()), ", ", shape_str(v_in.shape()));
-  Tensor q = contiguous(q_in).detach(), k = contiguous(k_in).detach(), v = contiguous(v_in).detach();
-  const float scale = float(1.0 / std::sqrt(double(q.size(3))));
-  Tensor out = new_tensor(q.shape(), q.dtype(), q.device());
-  Tensor lse = new_tensor({q.size(0), q.size(1), q.size(2)}, stats_dtype(q), q.device());
-  backend_of(q).attention(q, k, v, out, lse, scale, causal);
-  record(out, "AttentionBackward", {&q_in, &k_in, &v_in},
-         [q, k, v, o = saved(out), lse, scale, causal](const Tensor& g) {
-           Tensor dq = new_tensor(q.shape(), q.dtype(), q.device());
-           Tensor dk = new_tensor(q.shape(), q.dtype(), q.device());
-           Tensor dv = new_tensor(q.shape(), q.dtype(), q.device());
-           backend_of(q).attention_backward(contiguous(g), q, k, v, o, lse, dq, dk, dv, scale, causal);
-           return std::vector<Tensor>{dq, dk, dv};
-         });
-  return out;
+  detail::check_same_dtype(q_in, k_in, "attention");
+  detail::check_same_dtype(q_in, v_in, "attention");
+  const AttentionViews in{rows_contiguous(q_in), rows_contiguous(k_in), rows_contiguous(v_in)};
+  return attention_of_views(in, causal, {&q_in, &k_in, &v_in}, [q = in.q](AttentionViews& d) {
+    d = {new_tensor(q.shape(), q.dtype(), q.device()), new_tensor(q.shape(), q.dtype(), q.device()),
+         new_tensor(q.shape(), q.dtype(), q.device())};
+    return std::vector<Tensor>{d.q, d.k, d.v};
+  });
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head, bool causal) {
+  if (amp::autocast_should_lower({&qkv_in}))
+    return scaled_dot_product_attention_packed(amp::autocast_lower(qkv_in), n_head, causal);
+  KILN_CHECK(n_head > 0 && qkv_in.dim() == 3 && qkv_in.size(2) % (3 * n_head) == 0,
+             "attention: packed q|k|v must be [B, T, 3 * n_head * head_dim], got ", shape_str(qkv_in.shape()),
+             " with n_head ", n_head);
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), C = qkv_in.size(2) / 3, H = n_head, D = C / H;
+  // [B, T, 3, H, D] read as three [B, H, T, D] views.
+  auto heads_of = [B, T, C, H, D](const Tensor& packed, int64_t part) {
+    return packed.as_strided({B, H, T, D}, {T * 3 * C, D, 3 * C, 1}, packed.offset() + part * C);
+  };
+  const Tensor qkv = contiguous(qkv_in).detach();
+  const AttentionViews in{heads_of(qkv, 0), heads_of(qkv, 1), heads_of(qkv, 2)};
+  return attention_of_views(in, causal, {&qkv_in}, [qkv, heads_of](AttentionViews& d) {
+    Tensor dqkv = new_tensor(qkv.shape(), qkv.dtype(), qkv.device());  // every element written by dq, dk, dv
+    d = {heads_of(dqkv, 0), heads_of(dqkv, 1), heads_of(dqkv, 2)};
+    return std::vector<Tensor>{dqkv};
+  });
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Scaled dot-product attention over q, k, v [B, H, T, D] (contiguous), the
-// unfused reference the CUDA flash kernel is checked against:
+// Scaled dot-product attention over q, k, v [B, H, T, D], the unfused
+// reference the CUDA flash kernel is checked against:
 //   S = scale * Q K^T  (causal: S_ij = -inf for j > i),  P = softmax(S),  O = P V
 // Forward saves lse_i = log sum_j exp(S_ij) per row, so backward recomputes P
 // as exp(S_ij - lse_i) instead of keeping it from the forward pass.
@@ -12,6 +12,11 @@
 // run single-threaded inside a parallel region). Per-row dot products and
 // axpys instead were 20% of a GPT training step; GEMMs were measured faster
 // even though causal heads compute the masked half too.
+//
+// Every [B, H, T, D] operand may be any view whose rows (the last dim) are
+// contiguous, so q, k and v can be read straight out of a packed [B, T, 3C]
+// projection and their gradients written into one (the GEMMs take the row
+// stride as their leading dimension): no head is gathered or scattered.
 
 #include <algorithm>
 #include <initializer_list>
@@ -45,9 +50,25 @@ inline T dot(const T* a, const T* b, int64_t n) {
 
 void check_bhtd(const char* op, const Tensor& t, const char* what, const Tensor& q) {
   check_cpu(t, op);
-  check_contiguous(t, op, what);
-  KILN_CHECK(t.shape() == q.shape() && t.dtype() == q.dtype(), op, ": ", what, " is ", t.str(),
-             " but q is ", q.str(), "; all of q, k, v and the outputs must match");
+  KILN_CHECK(t.dim() == 4 && t.shape() == q.shape() && t.dtype() == q.dtype(), op, ": ", what, " is ", t.str(),
+             " but q is ", q.str(), "; all of q, k, v and the outputs must match, [B, H, T, D]");
+  KILN_CHECK(t.strides()[3] == 1 || t.size(3) == 1, op, ": ", what, "'s rows must be contiguous (strides ",
+             shape_str(t.strides()), "); make it contiguous first");
+}
+
+// Head bh of a [B, H, T, D] view with contiguous rows: where it starts and
+// how far apart its rows are.
+template <typename T>
+struct Head {
+  T* p;
+  int64_t ld;
+};
+
+template <typename T>
+Head<T> head(const Tensor& t, int64_t bh) {
+  const int64_t H = t.size(1);
+  const int64_t offset = (bh / H) * t.strides()[0] + (bh % H) * t.strides()[1];
+  return {static_cast<T*>(const_cast<void*>(t.data_ptr())) + offset, t.size(3) == 1 ? 1 : t.strides()[2]};
 }
 
 void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
@@ -67,9 +88,9 @@ namespace {
 // One head, forward: O = softmax(scale Q K^T) V and L = the rows' log-sum-exp,
 // with S a [seq, seq] scratch.
 template <typename T>
-void attention_head(const T* Q, const T* K, const T* V, T* O, T* L, int64_t seq, int64_t D, T sc, bool causal,
-                    T* S) {
-  gemm<T>(false, true, seq, seq, D, sc, Q, D, K, D, S, seq);  // S = scale Q K^T
+void attention_head(Head<const T> Q, Head<const T> K, Head<const T> V, Head<T> O, T* L, int64_t seq, int64_t D, T sc,
+                    bool causal, T* S) {
+  gemm<T>(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, S, seq);  // S = scale Q K^T
   for (int64_t i = 0; i < seq; ++i) {
     T* si = S + i * seq;
     const int64_t len = causal ? i + 1 : seq;
@@ -84,18 +105,19 @@ void attention_head(const T* Q, const T* K, const T* V, T* O, T* L, int64_t seq,
     std::fill(si + len, si + seq, T(0));
     L[i] = T(double(mx) + std::log(sum));
   }
-  gemm<T>(false, false, seq, D, seq, T(1), S, seq, V, D, O, D);  // O = P V
+  gemm<T>(false, false, seq, D, seq, T(1), S, seq, V.p, V.ld, O.p, O.ld);  // O = P V
 }
 
 // One head, backward, with P and dS [seq, seq] scratch.
 template <typename T>
-void attention_head_backward(const T* G, const T* Q, const T* K, const T* V, const T* O, const T* L, T* dQ, T* dK,
-                             T* dV, int64_t seq, int64_t D, T sc, bool causal, T* P, T* dS) {
-  gemm<T>(false, true, seq, seq, D, sc, Q, D, K, D, P, seq);      // S = scale Q K^T
-  gemm<T>(false, true, seq, seq, D, T(1), G, D, V, D, dS, seq);  // dP = dO V^T
+void attention_head_backward(Head<const T> G, Head<const T> Q, Head<const T> K, Head<const T> V, Head<const T> O,
+                             const T* L, Head<T> dQ, Head<T> dK, Head<T> dV, int64_t seq, int64_t D, T sc, bool causal,
+                             T* P, T* dS) {
+  gemm<T>(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, P, seq);      // S = scale Q K^T
+  gemm<T>(false, true, seq, seq, D, T(1), G.p, G.ld, V.p, V.ld, dS, seq);  // dP = dO V^T
   for (int64_t i = 0; i < seq; ++i) {
     const int64_t len = causal ? i + 1 : seq;
-    const T delta = dot(G + i * D, O + i * D, D);
+    const T delta = dot(G.p + i * G.ld, O.p + i * O.ld, D);
     T* pi = P + i * seq;
     T* dsi = dS + i * seq;
     for (int64_t j = 0; j < len; ++j) pi[j] = fast_exp(pi[j] - L[i]);  // P = exp(S - lse)
@@ -103,9 +125,9 @@ void attention_head_backward(const T* G, const T* Q, const T* K, const T* V, con
     std::fill(pi + len, pi + seq, T(0));
     std::fill(dsi + len, dsi + seq, T(0));
   }
-  gemm<T>(true, false, seq, D, seq, T(1), P, seq, G, D, dV, D);  // dV = P^T dO
-  gemm<T>(false, false, seq, D, seq, sc, dS, seq, K, D, dQ, D);  // dQ = scale dS K
-  gemm<T>(true, false, seq, D, seq, sc, dS, seq, Q, D, dK, D);   // dK = scale dS^T Q
+  gemm<T>(true, false, seq, D, seq, T(1), P, seq, G.p, G.ld, dV.p, dV.ld);  // dV = P^T dO
+  gemm<T>(false, false, seq, D, seq, sc, dS, seq, K.p, K.ld, dQ.p, dQ.ld);  // dQ = scale dS K
+  gemm<T>(true, false, seq, D, seq, sc, dS, seq, Q.p, Q.ld, dK.p, dK.ld);   // dK = scale dS^T Q
 }
 
 // bf16 heads: each head's operands widened into per-thread f32 buffers, the
@@ -126,7 +148,22 @@ struct HeadBuffers {
 };
 
 const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
-uint16_t* bits(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
+// Head bh of a bf16 view into a contiguous [seq, D] f32 buffer, and back.
+float* read_head(const Tensor& t, int64_t bh, float* to) {
+  const Head<const uint16_t> h = head<const uint16_t>(t, bh);
+  const int64_t seq = t.size(2), D = t.size(3);
+  if (h.ld == D) bf16_to_f32(h.p, to, seq * D);
+  else
+    for (int64_t i = 0; i < seq; ++i) bf16_to_f32(h.p + i * h.ld, to + i * D, D);
+  return to;
+}
+void write_head(const float* from, int64_t bh, Tensor& t) {
+  const Head<uint16_t> h = head<uint16_t>(t, bh);
+  const int64_t seq = t.size(2), D = t.size(3);
+  if (h.ld == D) return f32_to_bf16(from, h.p, seq * D);
+  for (int64_t i = 0; i < seq; ++i) f32_to_bf16(from + i * D, h.p + i * h.ld, D);
+}
 
 // Rows [first, first + n) of a bf16 or f32 log-sum-exp, in f32 and back.
 void read_rows(const Tensor& lse, int64_t first, int64_t n, float* to) {
@@ -135,7 +172,7 @@ void read_rows(const Tensor& lse, int64_t first, int64_t n, float* to) {
 }
 void write_rows(const float* from, int64_t first, int64_t n, Tensor& lse) {
   if (lse.dtype() == DType::f32) return void(std::copy_n(from, n, lse.data<float>() + first));
-  f32_to_bf16(from, bits(lse) + first, n);
+  f32_to_bf16(from, static_cast<uint16_t*>(lse.data_ptr()) + first, n);
 }
 
 }  // namespace
@@ -149,9 +186,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
       attention(s.in(q), s.in(k), s.in(v), s.out(out), s.out(lse), scale, causal);
     });
   const char* op = "attention";
-  check_cpu(q, op);
-  check_contiguous(q, op, "q");
-  KILN_CHECK(q.dim() == 4, op, ": q must be [B, H, T, D], got ", shape_str(q.shape()));
+  check_bhtd(op, q, "q", q);
   check_bhtd(op, k, "k", q);
   check_bhtd(op, v, "v", q);
   check_bhtd(op, out, "out", q);
@@ -163,29 +198,26 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
 #pragma omp parallel if (parallel)
     {
       HeadBuffers buf({HD, HD, HD, HD, seq, seq * seq});
-      float *Q = buf.parts[0], *K = buf.parts[1], *V = buf.parts[2], *O = buf.parts[3], *L = buf.parts[4];
+      const std::vector<float*>& b = buf.parts;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        bf16_to_f32(bits(q) + bh * HD, Q, HD);
-        bf16_to_f32(bits(k) + bh * HD, K, HD);
-        bf16_to_f32(bits(v) + bh * HD, V, HD);
-        attention_head(Q, K, V, O, L, seq, D, scale, causal, buf.parts[5]);
-        f32_to_bf16(O, bits(out) + bh * HD, HD);
-        write_rows(L, bh * seq, seq, lse);
+        attention_head<float>({read_head(q, bh, b[0]), D}, {read_head(k, bh, b[1]), D}, {read_head(v, bh, b[2]), D},
+                              {b[3], D}, b[4], seq, D, scale, causal, b[5]);
+        write_head(b[3], bh, out);
+        write_rows(b[4], bh * seq, seq, lse);
       }
     }
     return;
   }
   dispatch_float(q.dtype(), op, [&]<typename T>() {
-    const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
-    T *o_ptr = out.data<T>(), *lp = lse.data<T>();
+    T* lp = lse.data<T>();
 #pragma omp parallel if (parallel)
     {
       std::vector<T> scores(size_t(seq * seq));
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh)
-        attention_head(qp + bh * HD, kp + bh * HD, vp + bh * HD, o_ptr + bh * HD, lp + bh * seq, seq, D, T(scale),
-                       causal, scores.data());
+        attention_head<T>(head<const T>(q, bh), head<const T>(k, bh), head<const T>(v, bh), head<T>(out, bh),
+                          lp + bh * seq, seq, D, T(scale), causal, scores.data());
     }
   });
 }
@@ -201,9 +233,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
                          s.out(dv), scale, causal);
     });
   const char* op = "attention_backward";
-  check_cpu(q, op);
-  check_contiguous(q, op, "q");
-  KILN_CHECK(q.dim() == 4, op, ": q must be [B, H, T, D], got ", shape_str(q.shape()));
+  check_bhtd(op, q, "q", q);
   check_bhtd(op, dout, "dout", q);
   check_bhtd(op, k, "k", q);
   check_bhtd(op, v, "v", q);
@@ -222,34 +252,29 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
       const std::vector<float*>& b = buf.parts;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        bf16_to_f32(bits(dout) + bh * HD, b[0], HD);
-        bf16_to_f32(bits(q) + bh * HD, b[1], HD);
-        bf16_to_f32(bits(k) + bh * HD, b[2], HD);
-        bf16_to_f32(bits(v) + bh * HD, b[3], HD);
-        bf16_to_f32(bits(out) + bh * HD, b[4], HD);
         read_rows(lse, bh * seq, seq, b[5]);
-        attention_head_backward(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], seq, D, scale, causal, b[9],
-                                b[10]);
-        f32_to_bf16(b[6], bits(dq) + bh * HD, HD);
-        f32_to_bf16(b[7], bits(dk) + bh * HD, HD);
-        f32_to_bf16(b[8], bits(dv) + bh * HD, HD);
+        attention_head_backward<float>({read_head(dout, bh, b[0]), D}, {read_head(q, bh, b[1]), D},
+                                       {read_head(k, bh, b[2]), D}, {read_head(v, bh, b[3]), D},
+                                       {read_head(out, bh, b[4]), D}, b[5], {b[6], D}, {b[7], D}, {b[8], D}, seq, D,
+                                       scale, causal, b[9], b[10]);
+        write_head(b[6], bh, dq);
+        write_head(b[7], bh, dk);
+        write_head(b[8], bh, dv);
       }
     }
     return;
   }
   dispatch_float(q.dtype(), op, [&]<typename T>() {
-    const T *gp = dout.data<T>(), *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
-    const T *o_ptr = out.data<T>(), *lp = lse.data<T>();
-    T *dqp = dq.data<T>(), *dkp = dk.data<T>(), *dvp = dv.data<T>();
+    const T* lp = lse.data<T>();
 #pragma omp parallel if (parallel)
     {
       std::vector<T> p_buf(size_t(seq * seq)), dp_buf(p_buf.size());
 #pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        const int64_t base = bh * HD;
-        attention_head_backward(gp + base, qp + base, kp + base, vp + base, o_ptr + base, lp + bh * seq, dqp + base,
-                                dkp + base, dvp + base, seq, D, T(scale), causal, p_buf.data(), dp_buf.data());
-      }
+      for (int64_t bh = 0; bh < BH; ++bh)
+        attention_head_backward<T>(head<const T>(dout, bh), head<const T>(q, bh), head<const T>(k, bh),
+                                   head<const T>(v, bh), head<const T>(out, bh), lp + bh * seq, head<T>(dq, bh),
+                                   head<T>(dk, bh), head<T>(dv, bh), seq, D, T(scale), causal, p_buf.data(),
+                                   dp_buf.data());
     }
   });
 }

@@ -129,6 +129,13 @@ void set_smem(const void* kernel, size_t bytes, int dev, const char* op) {
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float scale,
                             bool causal) {
   const char* op = "attention";
+  // The kernels read contiguous heads; other views (heads read out of a
+  // packed q|k|v projection) are copied in, and the output out.
+  if (!all_contiguous({&q, &k, &v, &out})) {
+    Tensor o = empty_workspace(out.shape(), out.dtype(), out.device());
+    attention(contiguous_or_copy(q), contiguous_or_copy(k), contiguous_or_copy(v), o, lse, scale, causal);
+    return copy(o, out);
+  }
   check_attention_args(q, k, v, lse, op);
   check_cuda(out, op, "out");
   check_same_device(out, q, op);

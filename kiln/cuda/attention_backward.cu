@@ -200,6 +200,17 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
                                      const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
                                      float scale, bool causal) {
   const char* op = "attention_backward";
+  // The kernels read and write contiguous heads; other views (a packed
+  // q|k|v projection and its gradient) are copied in and out.
+  if (!all_contiguous({&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
+    auto in = [](const Tensor& t) { return contiguous_or_copy(t); };
+    auto scratch = [](const Tensor& t) { return empty_workspace(t.shape(), t.dtype(), t.device()); };
+    Tensor dqc = scratch(dq), dkc = scratch(dk), dvc = scratch(dv);
+    attention_backward(in(dout), in(q), in(k), in(v), in(out), lse, dqc, dkc, dvc, scale, causal);
+    copy(dqc, dq);
+    copy(dkc, dk);
+    return copy(dvc, dv);
+  }
   check_attention_args(q, k, v, lse, op);
   auto check_like_q = [&](const Tensor& t, const char* what) {
     check_cuda(t, op, what);

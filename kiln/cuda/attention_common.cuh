@@ -10,10 +10,19 @@
 // distinct banks either way. Compute is f32 (f64 for f64) on CUDA cores; no
 // tensor cores yet.
 #pragma once
+#include <initializer_list>
+
 #include "kiln/core/tensor.h"
+#include "kiln/cuda/cuda_util.h"
 #include "kiln/cuda/device_math.cuh"
 
 namespace kiln::cuda::attn {
+
+inline bool all_contiguous(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->is_contiguous()) return false;
+  return true;
+}
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 4;

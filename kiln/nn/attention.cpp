@@ -22,12 +22,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   const bool selective = bool(recompute_x);
   Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
                                : c_attn->forward(x);
-  // [B, T, 3C] -> [3, B, H, T, D]: q, k, v as views of one buffer.
-  Tensor qkv = permute(reshape(projected, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
-  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0);
-  Tensor k = squeeze(slice(qkv, 0, 1, 2), 0);
-  Tensor v = squeeze(slice(qkv, 0, 2, 3), 0);
-  Tensor heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // [B, H, T, D]
+  Tensor heads = scaled_dot_product_attention_packed(projected, H, /*causal=*/true);  // [B, H, T, D]
   Tensor y = reshape(transpose(heads, 1, 2), {B, T, C});
   if (!selective) return resid_dropout_->forward(c_proj->forward(y));
   // The attention node keeps `heads`; merging them again is a cheap copy.
