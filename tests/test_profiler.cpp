@@ -35,5 +35,21 @@ TEST(Profiler, CountsEveryBackendCallWhileEnabled) {
   EXPECT_TRUE(Profiler::snapshot().empty());
 }
 
+TEST(Profiler, SplitsByShapeWhenAskedAndKeepsTheBackendsCapabilities) {
+  Generator init(1);
+  nn::Linear layer(4, 3, init);
+  Tensor x = nn::normal_tensor({2, 4}, 1.0, init);
+  const bool fast_bf16 = backend_for(Device::cpu()).fast_bf16_to_f32_matmul();
+  Profiler::reset();
+  Profiler::enable(true, /*by_shape=*/true);
+  // The timing wrapper answers as the backend does: ops choose the same paths.
+  EXPECT_EQ(backend_for(Device::cpu()).fast_bf16_to_f32_matmul(), fast_bf16);
+  layer.forward(x);
+  Profiler::enable(false);
+  auto times = Profiler::snapshot();
+  // x [2, 4] times the transposed weight [3, 4] into [2, 3].
+  EXPECT_TRUE(times.count("cpu:matmul [2, 4] f32, [4, 3]^T f32, [2, 3] f32")) << Profiler::report(1.0);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -129,6 +129,8 @@ std::function<int()> add_train_command(CLI::App& app) {
   auto no_progress = std::make_shared<bool>(false);
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
   cmd->add_flag("--profile", to->profile, "time every backend op and print where the steps' time went");
+  cmd->add_flag("--profile-shapes", to->profile_shapes,
+                "with --profile, split each op's time by its operands' shapes and dtypes");
   cmd->add_option("--target-accuracy", to->target_accuracy,
                   "image recipes: test after every epoch and stop once the test accuracy reaches this; prints the "
                   "seconds of training it took (time to accuracy)")

@@ -62,6 +62,7 @@ struct TrainOptions {
   int64_t stop_after = 0;        // stop after this many steps of this invocation (0: run to the end)
   bool progress = true;          // progress bar on stderr
   bool profile = false;          // time every backend op and print where the steps' time went
+  bool profile_shapes = false;   // ... split by the ops' operand shapes and dtypes
   bool fit = false;              // pick micro-batch, checkpointing and offload to fit the device (kiln/apps/plan)
   double target_accuracy = 0;    // image recipes: test after every epoch, stop once reached (0: off)
   int64_t eval_every = 0;        // with target_accuracy: test every this many steps instead (0: each epoch)

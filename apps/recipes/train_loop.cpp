@@ -175,7 +175,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
   if (o.profile) {
     Profiler::reset();
-    Profiler::enable();
+    Profiler::enable(true, o.profile_shapes);
   }
   ProgressBar bar(total, start, settings.unit, o.progress);
   const Log line_log = [&](const std::string& line) {

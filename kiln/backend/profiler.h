@@ -28,10 +28,14 @@ struct OpTime {
 
 class Profiler {
  public:
-  static void enable(bool on = true);
+  // by_shape: each op's time also split by its operands' shapes, dtypes
+  // and layouts (`kiln train --profile-shapes`), to find which product or
+  // cast a step spends its time in.
+  static void enable(bool on = true, bool by_shape = false);
   static bool enabled();
   static void reset();
-  // By "device:op" (e.g. "cpu:matmul").
+  // By "device:op" (e.g. "cpu:matmul"), or with by_shape
+  // "cpu:matmul [2048, 128] bf16, [128, 512]^T bf16, [2048, 512] bf16".
   static std::map<std::string, OpTime> snapshot();
   // A table of ops by time, with the framework overhead against
   // `total_seconds` (the wall time the profiled work took).
