@@ -33,11 +33,27 @@ namespace kiln::cpu {
 
 namespace {
 
-// C = alpha * op(A) @ op(B), overwriting C.
+// C = alpha * op(A) @ op(B), overwriting C: f32/f64 operands as they are,
+// bf16 ones (where the CPU multiplies bf16 natively) into an f32 C.
 template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc) {
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
+             int64_t ldb, T* c, int64_t ldc) {
   cpu::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, T(0), c, ldc);
+}
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t lda,
+             const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+// P or dS as an operand of the second products: itself, or rounded to bf16
+// in `scratch` (as flash attention rounds P and dS in bf16).
+template <typename T>
+const T* as_operand(const T* m, int64_t, T*) {
+  return m;
+}
+const uint16_t* as_operand(const float* m, int64_t n, uint16_t* scratch) {
+  f32_to_bf16(m, scratch, n);
+  return scratch;
 }
 
 template <typename T>
@@ -45,6 +61,12 @@ inline T dot(const T* a, const T* b, int64_t n) {
   T acc = T(0);
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+inline float dot(const uint16_t* a, const uint16_t* b, int64_t n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += bf16_to_float(a[i]) * bf16_to_float(b[i]);
   return acc;
 }
 
@@ -86,48 +108,60 @@ void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
 namespace {
 
 // One head, forward: O = softmax(scale Q K^T) V and L = the rows' log-sum-exp,
-// with S a [seq, seq] scratch.
-template <typename T>
-void attention_head(Head<const T> Q, Head<const T> K, Head<const T> V, Head<T> O, T* L, int64_t seq, int64_t D, T sc,
-                    bool causal, T* S) {
-  gemm<T>(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, S, seq);  // S = scale Q K^T
+// with S a [seq, seq] scratch. In is T, or bf16 with T = float (S16: S
+// rounded to bf16, [seq, seq]).
+template <typename T, typename In>
+KILN_SIMD_CLONES void attention_head(Head<const In> Q, Head<const In> K, Head<const In> V, Head<T> O, T* L,
+                                     int64_t seq, int64_t D, T sc, bool causal, T* S, In* S16) {
+  product(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, S, seq);  // S = scale Q K^T
   for (int64_t i = 0; i < seq; ++i) {
     T* si = S + i * seq;
     const int64_t len = causal ? i + 1 : seq;
+    // The max skips NaN; a NaN score still makes the row NaN, through
+    // si[j] - mx and the sum. All three loops vectorise.
     T mx = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < len; ++j) mx = max_nan(mx, si[j]);  // a NaN score makes the row NaN
-    // fast_exp (dispatch.h) in its own loop vectorises; the sum keeps its order.
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < len; ++j) mx = si[j] > mx ? si[j] : mx;
+#pragma omp simd
     for (int64_t j = 0; j < len; ++j) si[j] = fast_exp(si[j] - mx);
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < len; ++j) sum += double(si[j]);
     const T inv = T(1.0 / sum);
     for (int64_t j = 0; j < len; ++j) si[j] *= inv;
     std::fill(si + len, si + seq, T(0));
     L[i] = T(double(mx) + std::log(sum));
   }
-  gemm<T>(false, false, seq, D, seq, T(1), S, seq, V.p, V.ld, O.p, O.ld);  // O = P V
+  const In* P = as_operand(S, seq * seq, S16);
+  product(false, false, seq, D, seq, T(1), P, seq, V.p, V.ld, O.p, O.ld);  // O = P V
 }
 
-// One head, backward, with P and dS [seq, seq] scratch.
-template <typename T>
-void attention_head_backward(Head<const T> G, Head<const T> Q, Head<const T> K, Head<const T> V, Head<const T> O,
-                             const T* L, Head<T> dQ, Head<T> dK, Head<T> dV, int64_t seq, int64_t D, T sc, bool causal,
-                             T* P, T* dS) {
-  gemm<T>(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, P, seq);      // S = scale Q K^T
-  gemm<T>(false, true, seq, seq, D, T(1), G.p, G.ld, V.p, V.ld, dS, seq);  // dP = dO V^T
+// One head, backward, with P and dS [seq, seq] scratch (and P16, dS16 for
+// bf16 operands).
+template <typename T, typename In>
+KILN_SIMD_CLONES void attention_head_backward(Head<const In> G, Head<const In> Q, Head<const In> K, Head<const In> V,
+                                              Head<const In> O, const T* L, Head<T> dQ, Head<T> dK, Head<T> dV,
+                                              int64_t seq, int64_t D, T sc, bool causal, T* P, T* dS, In* P16,
+                                              In* dS16) {
+  product(false, true, seq, seq, D, sc, Q.p, Q.ld, K.p, K.ld, P, seq);      // S = scale Q K^T
+  product(false, true, seq, seq, D, T(1), G.p, G.ld, V.p, V.ld, dS, seq);  // dP = dO V^T
   for (int64_t i = 0; i < seq; ++i) {
     const int64_t len = causal ? i + 1 : seq;
     const T delta = dot(G.p + i * G.ld, O.p + i * O.ld, D);
     T* pi = P + i * seq;
     T* dsi = dS + i * seq;
+#pragma omp simd
     for (int64_t j = 0; j < len; ++j) pi[j] = fast_exp(pi[j] - L[i]);  // P = exp(S - lse)
+#pragma omp simd
     for (int64_t j = 0; j < len; ++j) dsi[j] = pi[j] * (dsi[j] - delta);
     std::fill(pi + len, pi + seq, T(0));
     std::fill(dsi + len, dsi + seq, T(0));
   }
-  gemm<T>(true, false, seq, D, seq, T(1), P, seq, G.p, G.ld, dV.p, dV.ld);  // dV = P^T dO
-  gemm<T>(false, false, seq, D, seq, sc, dS, seq, K.p, K.ld, dQ.p, dQ.ld);  // dQ = scale dS K
-  gemm<T>(true, false, seq, D, seq, sc, dS, seq, Q.p, Q.ld, dK.p, dK.ld);   // dK = scale dS^T Q
+  const In* p = as_operand(P, seq * seq, P16);
+  const In* ds = as_operand(dS, seq * seq, dS16);
+  product(true, false, seq, D, seq, T(1), p, seq, G.p, G.ld, dV.p, dV.ld);  // dV = P^T dO
+  product(false, false, seq, D, seq, sc, ds, seq, K.p, K.ld, dQ.p, dQ.ld);  // dQ = scale dS K
+  product(true, false, seq, D, seq, sc, ds, seq, Q.p, Q.ld, dK.p, dK.ld);   // dK = scale dS^T Q
 }
 
 // bf16 heads: each head's operands widened into per-thread f32 buffers, the
@@ -194,15 +228,33 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
   const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
   const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
-  if (bf16) {
+  if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
+#pragma omp parallel if (parallel)
+    {
+      HeadBuffers buf({HD, seq, seq * seq});
+      const std::vector<float*>& b = buf.parts;
+      std::vector<uint16_t> s16(size_t(seq * seq));
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        attention_head<float, uint16_t>(head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
+                                        head<const uint16_t>(v, bh), {b[0], D}, b[1], seq, D, scale, causal, b[2],
+                                        s16.data());
+        write_head(b[0], bh, out);
+        write_rows(b[1], bh * seq, seq, lse);
+      }
+    }
+    return;
+  }
+  if (bf16) {  // each head widened to f32
 #pragma omp parallel if (parallel)
     {
       HeadBuffers buf({HD, HD, HD, HD, seq, seq * seq});
       const std::vector<float*>& b = buf.parts;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        attention_head<float>({read_head(q, bh, b[0]), D}, {read_head(k, bh, b[1]), D}, {read_head(v, bh, b[2]), D},
-                              {b[3], D}, b[4], seq, D, scale, causal, b[5]);
+        attention_head<float, float>({read_head(q, bh, b[0]), D}, {read_head(k, bh, b[1]), D},
+                                     {read_head(v, bh, b[2]), D}, {b[3], D}, b[4], seq, D, scale, causal, b[5],
+                                     nullptr);
         write_head(b[3], bh, out);
         write_rows(b[4], bh * seq, seq, lse);
       }
@@ -216,8 +268,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
       std::vector<T> scores(size_t(seq * seq));
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh)
-        attention_head<T>(head<const T>(q, bh), head<const T>(k, bh), head<const T>(v, bh), head<T>(out, bh),
-                          lp + bh * seq, seq, D, T(scale), causal, scores.data());
+        attention_head<T, T>(head<const T>(q, bh), head<const T>(k, bh), head<const T>(v, bh), head<T>(out, bh),
+                             lp + bh * seq, seq, D, T(scale), causal, scores.data(), nullptr);
     }
   });
 }
@@ -245,7 +297,27 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
   const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
-  if (bf16) {
+  if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
+#pragma omp parallel if (parallel)
+    {
+      HeadBuffers buf({seq, HD, HD, HD, seq * seq, seq * seq});
+      const std::vector<float*>& b = buf.parts;
+      std::vector<uint16_t> p16(size_t(seq * seq)), ds16(p16.size());
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        read_rows(lse, bh * seq, seq, b[0]);
+        attention_head_backward<float, uint16_t>(
+            head<const uint16_t>(dout, bh), head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
+            head<const uint16_t>(v, bh), head<const uint16_t>(out, bh), b[0], {b[1], D}, {b[2], D}, {b[3], D}, seq,
+            D, scale, causal, b[4], b[5], p16.data(), ds16.data());
+        write_head(b[1], bh, dq);
+        write_head(b[2], bh, dk);
+        write_head(b[3], bh, dv);
+      }
+    }
+    return;
+  }
+  if (bf16) {  // each head widened to f32
 #pragma omp parallel if (parallel)
     {
       HeadBuffers buf({HD, HD, HD, HD, HD, seq, HD, HD, HD, seq * seq, seq * seq});
@@ -253,10 +325,10 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
         read_rows(lse, bh * seq, seq, b[5]);
-        attention_head_backward<float>({read_head(dout, bh, b[0]), D}, {read_head(q, bh, b[1]), D},
-                                       {read_head(k, bh, b[2]), D}, {read_head(v, bh, b[3]), D},
-                                       {read_head(out, bh, b[4]), D}, b[5], {b[6], D}, {b[7], D}, {b[8], D}, seq, D,
-                                       scale, causal, b[9], b[10]);
+        attention_head_backward<float, float>({read_head(dout, bh, b[0]), D}, {read_head(q, bh, b[1]), D},
+                                              {read_head(k, bh, b[2]), D}, {read_head(v, bh, b[3]), D},
+                                              {read_head(out, bh, b[4]), D}, b[5], {b[6], D}, {b[7], D}, {b[8], D},
+                                              seq, D, scale, causal, b[9], b[10], nullptr, nullptr);
         write_head(b[6], bh, dq);
         write_head(b[7], bh, dk);
         write_head(b[8], bh, dv);
@@ -271,10 +343,10 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
       std::vector<T> p_buf(size_t(seq * seq)), dp_buf(p_buf.size());
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh)
-        attention_head_backward<T>(head<const T>(dout, bh), head<const T>(q, bh), head<const T>(k, bh),
-                                   head<const T>(v, bh), head<const T>(out, bh), lp + bh * seq, head<T>(dq, bh),
-                                   head<T>(dk, bh), head<T>(dv, bh), seq, D, T(scale), causal, p_buf.data(),
-                                   dp_buf.data());
+        attention_head_backward<T, T>(head<const T>(dout, bh), head<const T>(q, bh), head<const T>(k, bh),
+                                      head<const T>(v, bh), head<const T>(out, bh), lp + bh * seq, head<T>(dq, bh),
+                                      head<T>(dk, bh), head<T>(dv, bh), seq, D, T(scale), causal, p_buf.data(),
+                                      dp_buf.data(), nullptr, nullptr);
     }
   });
 }

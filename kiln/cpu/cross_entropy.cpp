@@ -33,7 +33,7 @@ void check_targets(const Tensor& targets, int64_t N, int64_t C, int64_t ignore_i
 }
 
 template <typename T, typename L>
-void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dlogits, T scale, int64_t N,
+KILN_SIMD_CLONES void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dlogits, T scale, int64_t N,
                         int64_t C, int64_t ignore_index) {
 #pragma omp parallel for schedule(static) if (N > 1 && N * C > kParallelElements)
   for (int64_t n = 0; n < N; ++n) {

@@ -75,7 +75,7 @@ T apply_binary(BinaryOp op, T a, T b) {
 // vectorises. Serial is for blocks inside a parallel loop already: even a
 // parallel region whose `if` is false costs a team setup per call.
 template <typename T, UnaryOp OP, bool Serial>
-void unary_contiguous(const T* x, T* y, int64_t n, T s) {
+KILN_SIMD_CLONES void unary_contiguous(const T* x, T* y, int64_t n, T s) {
   if constexpr (Serial) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
@@ -86,7 +86,7 @@ void unary_contiguous(const T* x, T* y, int64_t n, T s) {
 }
 
 template <typename T, BinaryOp OP, bool Serial>
-void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
+KILN_SIMD_CLONES void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
   if constexpr (Serial) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);

@@ -18,7 +18,6 @@
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #endif
 
@@ -175,20 +174,17 @@ void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 #ifdef KILN_HAVE_DNNL
   sized(m, n, k, [&] {
     dnnl::engine& engine = dnnl_engine();
-    static std::mutex mutex;
-    static std::map<Bf16Key, Bf16Product> cache;
+    // One cache per thread: attention calls these products from inside its
+    // parallel loop over heads, where a shared cache would need a lock.
+    static thread_local std::map<Bf16Key, Bf16Product> cache;
     int32_t alpha_bits, beta_bits;
     std::memcpy(&alpha_bits, &alpha, sizeof alpha);
     std::memcpy(&beta_bits, &beta, sizeof beta);
     const Bf16Key key{trans_a, trans_b,   m,          n,        k, lda, ldb, ldc, alpha_bits, beta_bits,
                       c_bf16,  bias != nullptr, omp_get_max_threads()};
-    Bf16Product product;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = cache.find(key);
-      if (it == cache.end()) it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
-      product = it->second;
-    }
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
+    const Bf16Product& product = it->second;
     dnnl::memory a_mem(product.pd.src_desc(), engine, const_cast<uint16_t*>(a));
     dnnl::memory b_mem(product.pd.weights_desc(), engine, const_cast<uint16_t*>(b));
     dnnl::memory c_mem(product.pd.dst_desc(), engine, c);

@@ -1,35 +1,45 @@
 #include "kiln/cpu/low_precision.h"
 
 #include <algorithm>
+#include <bit>
 
-#if defined(__F16C__) || defined(__AVX2__)
+#ifdef __F16C__
 #include <immintrin.h>
 #endif
 
 #include "kiln/backend/backend.h"
+#include "kiln/cpu/dispatch.h"
 
 namespace kiln::cpu {
 
 namespace {
 
 // Converting is most of staging's cost, so the contiguous case has its own
-// loops: bf16 is a shift; f16 uses the F16C instructions where the build
-// targets them (x86-64-v3 does), which round to nearest even like
-// float_to_f16.
+// loops: bf16 below; f16 uses the F16C instructions where the build targets
+// them (x86-64-v3 does), which round to nearest even like float_to_f16.
 constexpr int64_t kBlock = 8192;
 
-void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
-  int64_t i = 0;
-  if (bf16) {
-#ifdef __AVX2__
-    for (; i + 8 <= n; i += 8) {  // zero-extend to 32 bits, shift into the high half
-      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(wide, 16));
-    }
-#endif
-    for (; i < n; ++i) d[i] = bf16_to_float(s[i]);
-    return;
+// bf16 <-> f32 as plain loops the compiler vectorises (and clones for
+// AVX-512, dispatch.h): widening is a shift; narrowing rounds to nearest
+// even as float_to_bf16 does, and keeps NaNs quiet NaNs, without a branch.
+KILN_SIMD_CLONES void widen_bf16(const uint16_t* s, float* d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(uint32_t(s[i]) << 16);
+}
+
+KILN_SIMD_CLONES void narrow_bf16(const float* s, uint16_t* d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(s[i]);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+    d[i] = uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
+}
+
+void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
+  if (bf16) return widen_bf16(s, d, n);
+  int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
@@ -38,27 +48,8 @@ void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
 }
 
 void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
+  if (bf16) return narrow_bf16(s, d, n);
   int64_t i = 0;
-  if (bf16) {
-#ifdef __AVX2__
-    // float_to_bf16, eight at a time: round to nearest even, NaNs stay quiet NaNs.
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i quiet = _mm256_set1_epi32(0x40);
-    for (; i + 8 <= n; i += 8) {
-      const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(s + i));
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
-      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(bias, lsb)), 16);
-      const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), quiet);
-      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
-      const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);  // 8 values in the low 16 bits of each lane
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
-    }
-#endif
-    for (; i < n; ++i) d[i] = float_to_bf16(s[i]);
-    return;
-  }
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
