@@ -428,6 +428,12 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
       EXPECT_EQ(low.to_vector<float>(), to_dtype(ref32, DType::bf16).to_vector<float>()) << what << " n=" << n;
     };
     same(relu(a), relu(ar), "relu");
+    {  // ReLU's gradient (bf16 works on the bits directly)
+      Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
+      sum(mul(relu(x), b)).backward();
+      sum(mul(relu(xr), br)).backward();
+      same(x.grad(), xr.grad(), "relu backward");
+    }
     same(gelu(a), gelu(ar), "gelu");
     same(add(a, b), add(ar, br), "add");
     same(mul(a, b), mul(ar, br), "mul");
@@ -455,6 +461,28 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
       xr.zero_grad();
     }
   }
+}
+
+// ReLU and its gradient on bf16 bits keep the f32 ops' answers at the edges:
+// -0 and NaNs (of either sign) pass ReLU, and the gradient passes where the
+// input is positive or NaN.
+TEST(Amp, CpuBf16ReluEdgeValuesMatchF32) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> values = {0.0f, -0.0f, 1.5f, -1.5f, inf, -inf, nan, -nan, 1e-40f, -1e-40f};
+  Tensor x32 = Tensor::from_vector<float>(values, {int64_t(values.size())});
+  Tensor g32 = full({int64_t(values.size())}, 2.0);
+  Tensor x16 = to_dtype(x32, DType::bf16), g16 = to_dtype(g32, DType::bf16);
+  auto bits = [](const Tensor& t) {
+    const auto* p = static_cast<const uint16_t*>(t.data_ptr());
+    return std::vector<uint16_t>(p, p + t.numel());
+  };
+  Tensor y16 = Tensor::empty_like(x16), y32 = Tensor::empty_like(x32);
+  backend_for(x16).unary(UnaryOp::relu, x16, y16);
+  backend_for(x32).unary(UnaryOp::relu, to_dtype(x16, DType::f32), y32);
+  EXPECT_EQ(bits(y16), bits(to_dtype(y32, DType::bf16))) << "relu";
+  backend_for(x16).binary(BinaryOp::relu_backward, g16, x16, y16);
+  backend_for(x32).binary(BinaryOp::relu_backward, g32, to_dtype(x16, DType::f32), y32);
+  EXPECT_EQ(bits(y16), bits(to_dtype(y32, DType::bf16))) << "relu_backward";
 }
 
 // bf16 convolutions run oneDNN's bf16 kernels where they are the faster

@@ -136,6 +136,24 @@ void bf16_blocks(const Tensor& a, const Tensor* b, Tensor& out, Kernel&& kernel)
   }
 }
 
+// ReLU and its gradient on bf16 bits, without widening: both only choose
+// between an input and zero, so they read the sign and the magnitude.
+// Matches the f32 ops exactly: -0 and NaNs pass ReLU; a NaN b passes a.
+inline bool bf16_negative(uint16_t x) {  // x < 0, false for NaN and -0
+  const uint16_t magnitude = x & 0x7fff;
+  return (x & 0x8000) && magnitude != 0 && magnitude <= 0x7f80;
+}
+KILN_SIMD_CLONES void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_negative(x[i]) ? uint16_t(0) : x[i];
+}
+KILN_SIMD_CLONES void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) y[i] = (bf16_negative(x[i]) || (x[i] & 0x7fff) == 0) ? uint16_t(0) : g[i];
+}
+const uint16_t* bits_of(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
+uint16_t* bits_of(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   KILN_CHECK(a.shape() == b.shape(), op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
              " differ");
@@ -188,7 +206,9 @@ void CpuBackend::fill(Tensor& dst, double value) {
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
-  if (x.shape() == out.shape() && bf16_contiguous({&x}, out))
+  const bool bf16 = x.shape() == out.shape() && bf16_contiguous({&x}, out);
+  if (bf16 && op == UnaryOp::relu) return bf16_relu(bits_of(x), bits_of(out), out.numel());
+  if (bf16)
     return bf16_blocks(x, nullptr, out, [&](const float* in, const float*, float* res, int64_t n) {
       unary_contiguous_dispatch<float, true>(op, in, res, n, float(scalar),
                                        std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
@@ -217,7 +237,10 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  if (a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out))
+  const bool bf16 = a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out);
+  if (bf16 && op == BinaryOp::relu_backward)
+    return bf16_relu_backward(bits_of(a), bits_of(b), bits_of(out), out.numel());
+  if (bf16)
     return bf16_blocks(a, &b, out, [&](const float* x, const float* y, float* res, int64_t n) {
       binary_contiguous_dispatch<float, true>(op, x, y, res, n,
                                         std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());

@@ -8,7 +8,10 @@
 // Both directions are parallel over planes: a plane's outputs only ever touch
 // that plane, so overlapping windows (stride < kernel) need no atomics and
 // each dx element is summed in a fixed order.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/cpu/cpu_backend.h"
@@ -29,12 +32,15 @@ void check_4d(const char* op, const Tensor& t, const char* what) {
 
 // PyTorch's rule: a larger value or any NaN replaces the current max.
 // Written as selects rather than branches: on real activations the winner is
-// unpredictable, and mispredicted branches dominated the loop.
+// unpredictable, and mispredicted branches dominated the loop. The selects
+// are integer masks so that the scalar remainder of a short row (a 14-wide
+// plane has 7 outputs, under one AVX2 vector) has no branches either.
 template <typename T>
 inline void take_max(T v, int32_t pos, T& best, int32_t& best_pos) {
-  const bool take = (v > best) | (v != v);  // bitwise |: no short-circuit branch
-  best = take ? v : best;
-  best_pos = take ? pos : best_pos;
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const Bits take = Bits(0) - Bits((v > best) | (v != v));  // all ones or zero; bitwise |: no branch
+  best = std::bit_cast<T>((std::bit_cast<Bits>(v) & take) | (std::bit_cast<Bits>(best) & ~take));
+  best_pos = int32_t((uint32_t(pos) & uint32_t(take)) | (uint32_t(best_pos) & ~uint32_t(take)));
 }
 
 // The common 2x2 window with stride 2, unrolled and vectorised across the
@@ -168,13 +174,21 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
              " and dout ", shape_str(dout.shape()), " differ in batch or channels");
   const int64_t planes = dx.size(0) * dx.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dout.size(2) * dout.size(3);
-  // Indices are checked first so a corrupted tensor cannot write out of bounds.
+  // Indices are checked first so a corrupted tensor cannot write out of bounds
+  // (their range in one vectorised pass; the first bad one only on failure).
   const int32_t* ip = indices.data<int32_t>();
-  for (int64_t i = 0; i < planes * OHW; ++i)
-    KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
-               dx.size(2), "x", dx.size(3), " input plane");
-
   const bool parallel = planes > 1 && planes * HW > kParallelElements;
+  int32_t lowest = 0, highest = 0;
+#pragma omp parallel for simd reduction(min : lowest) reduction(max : highest) if (parallel)
+  for (int64_t i = 0; i < planes * OHW; ++i) {
+    lowest = std::min(lowest, ip[i]);
+    highest = std::max(highest, ip[i]);
+  }
+  if (lowest < 0 || highest >= HW)
+    for (int64_t i = 0; i < planes * OHW; ++i)
+      KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
+                 dx.size(2), "x", dx.size(3), " input plane");
+
   if (bf16)
     return bf16_planes(static_cast<const uint16_t*>(dout.data_ptr()), OHW, static_cast<uint16_t*>(dx.data_ptr()), HW,
                        planes, parallel, [&](int64_t pl, const float* gs, float* ds) {
