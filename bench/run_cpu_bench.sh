@@ -32,7 +32,7 @@ TORCH2_PYTHON=""
 RAW="${RAW:-$(mktemp /tmp/kiln_cpu_bench.XXXXXX.jsonl)}"
 
 # Steps and warmup per model, sized so a repeat takes a few seconds on 1 core.
-steps_for() { case "$1" in mlp) echo "60 5" ;; cnn) echo "10 2" ;; gpt) echo "5 2" ;; esac; }
+steps_for() { case "$1" in mlp) echo "60 5" ;; cnn) echo "20 3" ;; gpt) echo "15 3" ;; esac; }
 
 print_tables() {
   "$PYTHON" - "$1" <<'EOF'

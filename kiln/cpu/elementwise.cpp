@@ -80,8 +80,7 @@ KILN_SIMD_CLONES void unary_contiguous(const T* x, T* y, int64_t n, T s) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
   } else {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
+    simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = apply_unary<T>(OP, x[i], s); });
   }
 }
 
@@ -91,8 +90,7 @@ KILN_SIMD_CLONES void binary_contiguous(const T* a, const T* b, T* y, int64_t n)
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
   } else {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
+    simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = apply_binary<T>(OP, a[i], b[i]); });
   }
 }
 
@@ -139,17 +137,20 @@ void bf16_blocks(const Tensor& a, const Tensor* b, Tensor& out, Kernel&& kernel)
 // ReLU and its gradient on bf16 bits, without widening: both only choose
 // between an input and zero, so they read the sign and the magnitude.
 // Matches the f32 ops exactly: -0 and NaNs pass ReLU; a NaN b passes a.
-inline bool bf16_negative(uint16_t x) {  // x < 0, false for NaN and -0
+// Written with bitwise operators and masks, not && and ?:, so the loops
+// vectorise instead of branching on random signs.
+inline uint16_t bf16_keep_mask(uint16_t x, bool keep_zero) {  // all ones where ReLU keeps x
   const uint16_t magnitude = x & 0x7fff;
-  return (x & 0x8000) && magnitude != 0 && magnitude <= 0x7f80;
+  const bool negative = bool(x & 0x8000) & (magnitude != 0) & (magnitude <= 0x7f80);  // x < 0: not NaN, not -0
+  const bool drop = negative | (!keep_zero & (magnitude == 0));
+  return uint16_t(drop) - uint16_t(1);
 }
 KILN_SIMD_CLONES void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16_negative(x[i]) ? uint16_t(0) : x[i];
+  simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = x[i] & bf16_keep_mask(x[i], true); });
 }
 KILN_SIMD_CLONES void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) y[i] = (bf16_negative(x[i]) || (x[i] & 0x7fff) == 0) ? uint16_t(0) : g[i];
+  // x <= 0 (but not NaN): 0
+  simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = g[i] & bf16_keep_mask(x[i], false); });
 }
 const uint16_t* bits_of(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
 uint16_t* bits_of(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
@@ -194,8 +195,7 @@ void CpuBackend::fill(Tensor& dst, double value) {
     T* d = static_cast<T*>(dst.data_ptr());
     if (dst.is_contiguous()) {  // the common case (fresh buffers, gradient accumulators): one vectorised pass
       const int64_t n = dst.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-      for (int64_t i = 0; i < n; ++i) d[i] = v;
+      simd_for(n, kParallelThreshold, [&](int64_t i) { d[i] = v; });
       return;
     }
     strided_loop<1>(dst.shape(), {&dst.strides()},

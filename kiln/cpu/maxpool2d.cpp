@@ -179,7 +179,7 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
   const int32_t* ip = indices.data<int32_t>();
   const bool parallel = planes > 1 && planes * HW > kParallelElements;
   int32_t lowest = 0, highest = 0;
-#pragma omp parallel for simd reduction(min : lowest) reduction(max : highest) if (parallel)
+#pragma omp simd reduction(min : lowest) reduction(max : highest)
   for (int64_t i = 0; i < planes * OHW; ++i) {
     lowest = std::min(lowest, ip[i]);
     highest = std::max(highest, ip[i]);

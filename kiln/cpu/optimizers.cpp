@@ -58,8 +58,7 @@ void CpuBackend::adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& ar
       const T one_minus_b1 = T(1.0 - double(args.beta1)), one_minus_b2 = T(1.0 - double(args.beta2));
       const T step_size = T(double(args.lr) / bias1), inv_sqrt_bias2 = T(1.0 / std::sqrt(bias2));
       const int64_t n = s.param.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-      for (int64_t i = 0; i < n; ++i) {
+      simd_for(n, kParallelElements, [&](int64_t i) {
         const T gi = g[i] * gs;
         const T mi = b1 * m[i] + one_minus_b1 * gi;
         const T vi = b2 * v[i] + one_minus_b2 * gi * gi;
@@ -67,7 +66,7 @@ void CpuBackend::adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& ar
         v[i] = vi;
         const T denom = std::sqrt(vi) * inv_sqrt_bias2 + eps;
         p[i] = p[i] * decay - step_size * mi / denom;
-      }
+      });
     });
   }
 }
@@ -91,8 +90,7 @@ void CpuBackend::sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) 
       const T lr = T(args.lr), wd = T(args.weight_decay), mom = T(args.momentum), gs = T(args.grad_scale);
       const bool first = args.first_step, nesterov = args.nesterov;
       const int64_t n = s.param.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-      for (int64_t i = 0; i < n; ++i) {
+      simd_for(n, kParallelElements, [&](int64_t i) {
         T d = g[i] * gs + wd * p[i];
         if (buf) {
           const T b = first ? d : mom * buf[i] + d;
@@ -100,7 +98,7 @@ void CpuBackend::sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) 
           d = nesterov ? d + mom * b : b;
         }
         p[i] -= lr * d;
-      }
+      });
     });
   }
 }
