@@ -3,6 +3,7 @@
 // order), and a resume on a machine with another core count relies on it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kiln/backend/backend.h"
@@ -74,6 +75,10 @@ TEST(DeterminismAcrossThreads, ReductionsAndLayernormAreBitwiseEqualAtOneAndTwoT
   const char* names[] = {"sum dim 0", "sum dim 1", "mean", "amax", "sum all", "layernorm", "layernorm dx",
                          "layernorm dweight", "layernorm dbias"};
   for (size_t i = 0; i < one.size(); ++i) expect_bitwise(one[i], two[i], names[i]);
+  // The whole-tensor sum (chunked, vectorised, in double) is the f64 sum,
+  // rounded to f32: within one f32 rounding of it.
+  const double exact = sum(to_dtype(x, DType::f64)).item();
+  EXPECT_NEAR(one[4].item(), exact, std::abs(exact) * 6e-8) << "sum all against f64";
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Sum/mean/max/min over any set of dims, and argmax. Each output element is
 // accumulated in a fixed order (in double for f32), so results are bitwise
-// reproducible whatever the thread count.
+// reproducible whatever the thread count (a whole-tensor sum's chunks are
+// vectorised, so its order follows the machine's vector width).
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
@@ -35,8 +37,28 @@ namespace {
 // gradients, batch sums): rows walked in order into a row of doubles, in
 // column blocks over threads. load(p) reads one element as double; store
 // writes one output from its double sum.
+//
+// A whole-tensor sum (inner == 1, such as a gradient's sum of squares for
+// clipping) is not one serial chain of additions: fixed chunks are each
+// summed by a vectorised double reduction, in parallel, and the chunks' sums
+// added in order, so the result does not depend on the thread count.
 template <typename In, typename Load, typename Store>
 void leading_sum(const In* xp, int64_t n_reduced, int64_t inner, Load&& load, Store&& store) {
+  if (inner == 1) {
+    constexpr int64_t chunk = 4096;
+    std::vector<double> partial(size_t((n_reduced + chunk - 1) / chunk));
+#pragma omp parallel for schedule(static) if (n_reduced > 32768)
+    for (int64_t c = 0; c < int64_t(partial.size()); ++c) {
+      const int64_t i0 = c * chunk, i1 = std::min(n_reduced, i0 + chunk);
+      double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = i0; i < i1; ++i) sum += load(xp[i]);
+      partial[size_t(c)] = sum;
+    }
+    double total = 0.0;
+    for (double p : partial) total += p;
+    return store(0, total);
+  }
   constexpr int64_t block = 256;
 #pragma omp parallel for schedule(static) if (inner * n_reduced > 32768)
   for (int64_t j0 = 0; j0 < inner; j0 += block) {
