@@ -94,6 +94,26 @@ KILN_SIMD_CLONES void binary_contiguous(const T* a, const T* b, T* y, int64_t n)
   }
 }
 
+// One row of a strided binary op, the op fixed at compile time so the loop
+// vectorises: b is a row (b_step 1) or one broadcast value (b_step 0).
+template <typename T, BinaryOp OP>
+KILN_SIMD_CLONES void binary_row(const T* a, const T* b, int64_t b_step, T* y, int64_t n) {
+  if (b_step == 0) {
+    const T bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], bv);
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
+}
+
+template <typename T, size_t... I>
+void binary_row_dispatch(BinaryOp op, const T* a, const T* b, int64_t b_step, T* y, int64_t n,
+                         std::index_sequence<I...>) {
+  ((op == BinaryOp(I) ? binary_row<T, BinaryOp(I)>(a, b, b_step, y, n) : void()), ...);
+}
+
 template <typename T, bool Serial = false, size_t... I>
 void unary_contiguous_dispatch(UnaryOp op, const T* x, T* y, int64_t n, T s, std::index_sequence<I...>) {
   ((op == UnaryOp(I) ? unary_contiguous<T, UnaryOp(I), Serial>(x, y, n, s) : void()), ...);
@@ -268,11 +288,9 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
                       const T* ar = ap + off[0];
                       const T* br = bp + off[1];
                       T* yr = yp + off[2];
-                      if (st[0] == 1 && st[1] == 0 && st[2] == 1) {  // row plus a broadcast scalar
-                        T bv = br[0];
-                        for (int64_t i = 0; i < n; ++i) yr[i] = apply_binary<T>(op, ar[i], bv);
-                      } else if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-                        for (int64_t i = 0; i < n; ++i) yr[i] = apply_binary<T>(op, ar[i], br[i]);
+                      if (st[0] == 1 && (st[1] == 0 || st[1] == 1) && st[2] == 1) {  // a row, b a row or a scalar
+                        binary_row_dispatch<T>(op, ar, br, st[1], yr, n,
+                                               std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
                       } else {
                         for (int64_t i = 0; i < n; ++i)
                           yr[i * st[2]] = apply_binary<T>(op, ar[i * st[0]], br[i * st[1]]);
