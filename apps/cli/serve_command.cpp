@@ -4,6 +4,7 @@
 
 #include "apps/serve/server.h"
 #include "kiln/core/units.h"
+#include "kiln/cpu/runtime_defaults.h"
 
 namespace kiln::cli {
 
@@ -44,6 +45,11 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--request-timeout-ms", o->request_timeout_ms, "answer 504 after this long (default 30000)")
       ->check(CLI::PositiveNumber);
+  auto precision = std::make_shared<std::string>("fp32");
+  cmd->add_option("--precision", *precision,
+                  "fp32, or bf16: run the models under bf16 autocast (faster on GPUs and on CPUs with bf16 "
+                  "instructions)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   return [=]() -> int {
     if (!*cmd) return -1;
     for (const std::string& spec : *model_specs) {
@@ -53,6 +59,12 @@ std::function<int()> add_serve_command(CLI::App& app) {
       o->models.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
     }
     o->device = Device::parse(*device);
+    o->precision = *precision == "bf16" ? DType::bf16 : DType::f32;
+    if (o->precision == DType::bf16 && !o->device.is_cuda() && !cpu_has_bf16_instructions()) {
+      print_line("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only "
+                 "round values without making anything faster; serving in fp32");
+      o->precision = DType::f32;
+    }
     o->max_body_bytes = size_t(parse_bytes(*max_body));
     return serve::run_server(*o, print_line);
   };

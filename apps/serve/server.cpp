@@ -7,6 +7,7 @@
 
 #include "apps/serve/generation.h"
 #include "apps/serve/page.h"
+#include "apps/serve/precision.h"
 #include "apps/serve/requests.h"
 
 #include <httplib.h>
@@ -120,7 +121,7 @@ class Server {
         m->recipe = loaded.recipe;
         m->kind = loaded.kind;
         m->step = loaded.step;
-        m->model = std::move(loaded.model);
+        m->model = with_autocast(std::move(loaded.model), o_.precision);
         recipes::InferenceModel* model = m->model.get();
         if (m->kind == recipes::ModelKind::image_classifier)
           m->batcher = std::make_unique<Batcher>(
@@ -131,8 +132,8 @@ class Server {
         if (m->kind == recipes::ModelKind::language_model)
           m->generator = std::make_unique<GenerationScheduler>(name, *model, o_.batching, metrics_);
         warm_up(name, *model, m->kind);
-        log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ") from " +
-             dir);
+        log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ", " +
+             (o_.precision == DType::f32 ? "fp32" : "bf16") + ") from " + dir);
         std::lock_guard<std::mutex> lock(models_mutex_);
         models_[name] = std::move(m);
       } catch (const std::exception& e) {

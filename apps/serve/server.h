@@ -20,6 +20,7 @@ struct ServeOptions {
   size_t http_threads = 256;                 // connections served at once (each waits on its batch)
   int64_t warmup_batches = 0;                // run through each model before it is ready (--warmup)
   std::string runs_dir;                      // the page plots the runs under it (--runs)
+  DType precision = DType::f32;              // bf16: models run under bf16 autocast (--precision)
 };
 
 // Serves until SIGTERM or SIGINT, then stops accepting, finishes the

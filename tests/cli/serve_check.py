@@ -175,6 +175,21 @@ check([d["index"] for d in many] == [0, 1, 2] and same and
       set(many[0]["probabilities"]) >= {"computers", "politics", "people"},
       "POST /v1/classify with three texts: the first equals the single answer; the classes are the fortunes files")
 
+# --- --precision bf16: the same models under bf16 autocast answer as fp32 does, within bf16 rounding
+# (on a CPU without bf16 instructions the server says so and serves fp32)
+proc16, base16 = start("--precision", "bf16", "--max-batch", "128")
+many16 = json.loads(call("POST", base16 + "/v1/classify", {"model": "cls", "input": texts})[1])["data"]
+out16 = json.loads(infer(base16, imgs[:100])[1])["outputs"]
+completion16 = json.loads(call("POST", base16 + "/v1/completions",
+                               {"model": "gpt", "prompt": "The ", "max_tokens": 8})[1])
+proc16.send_signal(signal.SIGTERM)
+log16 = proc16.communicate(timeout=30)[0]
+close = all(abs(a["probabilities"][k] - v) < 0.02 for a, b in zip(many16, many) for k, v in b["probabilities"].items())
+close_images = all(abs(a - b) < 0.02 for a, b in zip(out16[0]["data"], probs))
+check(close and close_images and completion16["usage"]["completion_tokens"] == 8 and
+      ("bf16) from" in log16 or "serving in fp32" in log16),
+      "--precision bf16 serves texts, images and completions within 0.02 of fp32's probabilities")
+
 # --- completions: plain, streamed (the same text for the same seed), stop strings
 req = {"model": "gpt", "prompt": "The ", "max_tokens": 24, "temperature": 0.9, "top_k": 40, "seed": 7}
 status, body, _ = call("POST", base + "/v1/completions", req)

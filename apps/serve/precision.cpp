@@ -1,0 +1,45 @@
+#include "apps/serve/precision.h"
+
+#include "kiln/amp/autocast.h"
+#include "kiln/autograd/ops.h"
+
+namespace kiln::serve {
+
+namespace {
+
+class AutocastModel final : public recipes::InferenceModel {
+ public:
+  AutocastModel(std::unique_ptr<recipes::InferenceModel> inner, DType dtype) : inner_(std::move(inner)), dtype_(dtype) {}
+  std::vector<std::string> labels() const override { return inner_->labels(); }
+  Tensor classify_images(const Tensor& pixels) override {
+    amp::AutocastGuard guard(dtype_);
+    return to_dtype(inner_->classify_images(pixels), DType::f32);
+  }
+  Tensor encode_texts(const std::vector<std::string>& texts) override { return inner_->encode_texts(texts); }
+  Tensor classify_tokens(const Tensor& ids) override {
+    amp::AutocastGuard guard(dtype_);
+    return to_dtype(inner_->classify_tokens(ids), DType::f32);
+  }
+  std::unique_ptr<recipes::PendingCompletion> start_completion(const std::string& prompt,
+                                                               const recipes::CompletionOptions& options) override {
+    amp::AutocastGuard guard(dtype_);
+    return inner_->start_completion(prompt, options);
+  }
+  void advance_completions(const std::vector<recipes::PendingCompletion*>& batch) override {
+    amp::AutocastGuard guard(dtype_);
+    inner_->advance_completions(batch);
+  }
+
+ private:
+  std::unique_ptr<recipes::InferenceModel> inner_;
+  DType dtype_;
+};
+
+}  // namespace
+
+std::unique_ptr<recipes::InferenceModel> with_autocast(std::unique_ptr<recipes::InferenceModel> model, DType dtype) {
+  if (dtype == DType::f32) return model;
+  return std::make_unique<AutocastModel>(std::move(model), dtype);
+}
+
+}  // namespace kiln::serve
