@@ -164,8 +164,10 @@ KILN_SIMD_CLONES void attention_head_backward(Head<const In> G, Head<const In> Q
   product(true, false, seq, D, seq, sc, ds, seq, Q.p, Q.ld, dK.p, dK.ld);   // dK = scale dS^T Q
 }
 
-// bf16 heads: each head's operands widened into per-thread f32 buffers, the
-// f32 head run, its outputs rounded back once (the values staging gives).
+// bf16 heads: where the CPU multiplies bf16 natively, the products read the
+// bf16 heads as they are and write f32; elsewhere each head's operands are
+// widened into f32 and the f32 head run. Either way a head's outputs are
+// formed in per-thread f32 buffers (these) and rounded back once.
 struct HeadBuffers {
   std::vector<float> data;
   std::vector<float*> parts;

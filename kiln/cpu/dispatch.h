@@ -1,5 +1,7 @@
 // Dtype dispatch and the small numeric helpers shared by the CPU op files.
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,19 +29,30 @@ namespace kiln::cpu {
 // ran slower than 1 at a threshold of 32768).
 constexpr int64_t kParallelMinElements = int64_t(1) << 17;
 
-// body(i) for every i in [0, n), vectorised, and spread over the thread pool
-// when n > parallel_min. Not `parallel for simd ... if (...)`: when that if
-// is false GCC runs an unvectorised copy of the loop (4x slower on a 64K
-// ReLU, measured), so the small case is a plain simd loop here.
+// fn(begin, end) over [0, n): in one call when n <= parallel_min, else one
+// static chunk per thread of the pool. The loops inside fn are plain
+// `omp simd` loops (or calls into KILN_SIMD_CLONES kernels): a `parallel for
+// simd ... if (...)` whose if is false runs an unvectorised copy of the loop
+// (GCC 12: 4x slower on a 64K ReLU, measured), and a parallel loop inside a
+// target_clones function runs its baseline version.
+template <typename Fn>
+inline void for_chunks(int64_t n, int64_t parallel_min, Fn&& fn) {
+  if (n <= parallel_min) return fn(int64_t(0), n);
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), per = (n + threads - 1) / threads;
+    const int64_t begin = std::min(n, omp_get_thread_num() * per), end = std::min(n, begin + per);
+    if (begin < end) fn(begin, end);
+  }
+}
+
+// body(i) for every i in [0, n), vectorised, over the pool when n > parallel_min.
 template <typename Body>
 inline void simd_for(int64_t n, int64_t parallel_min, Body&& body) {
-  if (n <= parallel_min) {
+  for_chunks(n, parallel_min, [&](int64_t begin, int64_t end) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) body(i);
+    for (int64_t i = begin; i < end; ++i) body(i);
+  });
 }
 
 // Storage-only types: the CPU converts them to float to compute.

@@ -74,24 +74,26 @@ T apply_binary(BinaryOp op, T a, T b) {
 // One instantiation per op so the contiguous loop has no switch inside and
 // vectorises. Serial is for blocks inside a parallel loop already: even a
 // parallel region whose `if` is false costs a team setup per call.
-template <typename T, UnaryOp OP, bool Serial>
-KILN_SIMD_CLONES void unary_contiguous(const T* x, T* y, int64_t n, T s) {
-  if constexpr (Serial) {
+template <typename T, UnaryOp OP>
+KILN_SIMD_CLONES void unary_span(const T* x, T* y, int64_t n, T s) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
-  } else {
-    simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = apply_unary<T>(OP, x[i], s); });
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
+}
+template <typename T, UnaryOp OP, bool Serial>
+void unary_contiguous(const T* x, T* y, int64_t n, T s) {
+  for_chunks(n, Serial ? n : kParallelThreshold,
+             [&](int64_t b, int64_t e) { unary_span<T, OP>(x + b, y + b, e - b, s); });
 }
 
-template <typename T, BinaryOp OP, bool Serial>
-KILN_SIMD_CLONES void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
-  if constexpr (Serial) {
+template <typename T, BinaryOp OP>
+KILN_SIMD_CLONES void binary_span(const T* a, const T* b, T* y, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
-  } else {
-    simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = apply_binary<T>(OP, a[i], b[i]); });
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
+}
+template <typename T, BinaryOp OP, bool Serial>
+void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
+  for_chunks(n, Serial ? n : kParallelThreshold,
+             [&](int64_t s, int64_t e) { binary_span<T, OP>(a + s, b + s, y + s, e - s); });
 }
 
 // One row of a strided binary op, the op fixed at compile time so the loop
@@ -165,12 +167,19 @@ inline uint16_t bf16_keep_mask(uint16_t x, bool keep_zero) {  // all ones where 
   const bool drop = negative | (!keep_zero & (magnitude == 0));
   return uint16_t(drop) - uint16_t(1);
 }
-KILN_SIMD_CLONES void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
-  simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = x[i] & bf16_keep_mask(x[i], true); });
+KILN_SIMD_CLONES void bf16_relu_span(const uint16_t* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] & bf16_keep_mask(x[i], true);
 }
-KILN_SIMD_CLONES void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
-  // x <= 0 (but not NaN): 0
-  simd_for(n, kParallelThreshold, [&](int64_t i) { y[i] = g[i] & bf16_keep_mask(x[i], false); });
+KILN_SIMD_CLONES void bf16_relu_backward_span(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] & bf16_keep_mask(x[i], false);  // x <= 0 (but not NaN): 0
+}
+void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
+  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) { bf16_relu_span(x + b, y + b, e - b); });
+}
+void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
+  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) { bf16_relu_backward_span(g + b, x + b, y + b, e - b); });
 }
 const uint16_t* bits_of(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
 uint16_t* bits_of(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
