@@ -99,6 +99,24 @@ TEST(Ops, ElementwiseForwardAndGradients) { run_cases(elementwise_cases()); }
 TEST(Ops, ReductionAndShapeForwardAndGradients) { run_cases(reduction_and_shape_cases()); }
 TEST(Ops, NnForwardAndGradients) { run_cases(nn_cases()); }
 
+// Attention reads views as they are where their rows are contiguous: keys
+// and values shared by every head (stride 0 over heads), a one-position
+// query, and an expanded (stride 0) sequence give what contiguous copies give.
+TEST(Ops, AttentionOfViewsEqualsAttentionOfContiguousCopies) {
+  const int64_t B = 2, H = 3, T = 5, D = 4;
+  Tensor q = random_tensor({B, H, T, D}, 7, DType::f32);
+  Tensor kv = random_tensor({B, 1, T, D}, 8, DType::f32);
+  Tensor shared = expand(kv, {B, H, T, D});
+  EXPECT_EQ(scaled_dot_product_attention(q, shared, shared, true).to_vector<float>(),
+            scaled_dot_product_attention(q, contiguous(shared), contiguous(shared), true).to_vector<float>());
+  Tensor one = slice(q, 2, 4, 5);  // [B, H, 1, D], rows T * D apart
+  EXPECT_EQ(scaled_dot_product_attention(one, one, one, false).to_vector<float>(),
+            scaled_dot_product_attention(contiguous(one), contiguous(one), contiguous(one), false).to_vector<float>());
+  Tensor same_row = expand(slice(q, 2, 0, 1), {B, H, T, D});  // every position the same row: stride 0 over T
+  EXPECT_EQ(scaled_dot_product_attention(same_row, q, q, true).to_vector<float>(),
+            scaled_dot_product_attention(contiguous(same_row), q, q, true).to_vector<float>());
+}
+
 // The packed op is the plain one on q, k, v split out of the projection: the
 // same output and the same gradient, in f32 and in bf16.
 TEST(Ops, PackedAttentionEqualsAttentionOfTheSplitProjection) {

@@ -213,9 +213,11 @@ Tensor dropout(const Tensor& x, double p, Generator& gen) {
 namespace {
 
 // An attention operand the backend reads as it is: any view whose rows (the
-// last dim) are contiguous.
+// last dim) are contiguous and do not overlap (an expanded T is copied).
 Tensor rows_contiguous(const Tensor& t) {
-  return (t.size(-1) == 1 || t.strides().back() == 1) ? t.detach() : contiguous(t).detach();
+  const bool rows = (t.size(-1) == 1 || t.strides().back() == 1) &&
+                    (t.size(-2) == 1 || t.strides()[size_t(t.dim() - 2)] >= t.size(-1));
+  return rows ? t.detach() : contiguous(t).detach();
 }
 
 // The attention of q, k, v (views into `kept`, which the node keeps) into a

@@ -74,8 +74,9 @@ void check_bhtd(const char* op, const Tensor& t, const char* what, const Tensor&
   check_cpu(t, op);
   KILN_CHECK(t.dim() == 4 && t.shape() == q.shape() && t.dtype() == q.dtype(), op, ": ", what, " is ", t.str(),
              " but q is ", q.str(), "; all of q, k, v and the outputs must match, [B, H, T, D]");
-  KILN_CHECK(t.strides()[3] == 1 || t.size(3) == 1, op, ": ", what, "'s rows must be contiguous (strides ",
-             shape_str(t.strides()), "); make it contiguous first");
+  KILN_CHECK((t.strides()[3] == 1 || t.size(3) == 1) && (t.size(2) == 1 || t.strides()[2] >= t.size(3)), op, ": ",
+             what, "'s rows must be contiguous and apart (strides ", shape_str(t.strides()),
+             "); make it contiguous first");
 }
 
 // Head bh of a [B, H, T, D] view with contiguous rows: where it starts and
@@ -90,7 +91,8 @@ template <typename T>
 Head<T> head(const Tensor& t, int64_t bh) {
   const int64_t H = t.size(1);
   const int64_t offset = (bh / H) * t.strides()[0] + (bh % H) * t.strides()[1];
-  return {static_cast<T*>(const_cast<void*>(t.data_ptr())) + offset, t.size(3) == 1 ? 1 : t.strides()[2]};
+  const int64_t ld = t.size(2) == 1 ? t.size(3) : t.strides()[2];  // one row: any stride will do
+  return {static_cast<T*>(const_cast<void*>(t.data_ptr())) + offset, ld};
 }
 
 void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
