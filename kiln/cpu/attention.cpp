@@ -185,8 +185,6 @@ struct HeadBuffers {
   }
 };
 
-const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
-
 // Head bh of a bf16 view into a contiguous [seq, D] f32 buffer, and back.
 float* read_head(const Tensor& t, int64_t bh, float* to) {
   const Head<const uint16_t> h = head<const uint16_t>(t, bh);
@@ -206,11 +204,11 @@ void write_head(const float* from, int64_t bh, Tensor& t) {
 // Rows [first, first + n) of a bf16 or f32 log-sum-exp, in f32 and back.
 void read_rows(const Tensor& lse, int64_t first, int64_t n, float* to) {
   if (lse.dtype() == DType::f32) return void(std::copy_n(lse.data<float>() + first, n, to));
-  bf16_to_f32(bits(lse) + first, to, n);
+  bf16_to_f32(bits16(lse) + first, to, n);
 }
 void write_rows(const float* from, int64_t first, int64_t n, Tensor& lse) {
   if (lse.dtype() == DType::f32) return void(std::copy_n(from, n, lse.data<float>() + first));
-  f32_to_bf16(from, static_cast<uint16_t*>(lse.data_ptr()) + first, n);
+  f32_to_bf16(from, bits16(lse) + first, n);
 }
 
 }  // namespace

@@ -316,7 +316,7 @@ void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tens
   const int64_t K = g.K(), P = g.P();
   if (native_bf16) {
     if (dbias.defined()) {
-      const auto* dout_bits = static_cast<const uint16_t*>(dout.data_ptr());
+      const uint16_t* dout_bits = bits16(dout);
       in_f32([&](F32Staging& s) { bias_gradient(dout_bits, g, s.out(dbias).data<float>()); });
     }
     return dnnl_conv::backward(dout, x, weight, dx, dweight, args);

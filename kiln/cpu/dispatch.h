@@ -33,8 +33,10 @@ constexpr int64_t kParallelMinElements = int64_t(1) << 17;
 // static chunk per thread of the pool. The loops inside fn are plain
 // `omp simd` loops (or calls into KILN_SIMD_CLONES kernels): a `parallel for
 // simd ... if (...)` whose if is false runs an unvectorised copy of the loop
-// (GCC 12: 4x slower on a 64K ReLU, measured), and a parallel loop inside a
-// target_clones function runs its baseline version.
+// (GCC 12: 4x slower on a 64K ReLU, measured), and a parallel loop in a
+// helper like this one, called from a target_clones function, runs the
+// helper's baseline version (a loop written in the cloned function itself
+// is cloned with it).
 template <typename Fn>
 inline void for_chunks(int64_t n, int64_t parallel_min, Fn&& fn) {
   if (n <= parallel_min) return fn(int64_t(0), n);

@@ -72,8 +72,9 @@ T apply_binary(BinaryOp op, T a, T b) {
 }
 
 // One instantiation per op so the contiguous loop has no switch inside and
-// vectorises. Serial is for blocks inside a parallel loop already: even a
-// parallel region whose `if` is false costs a team setup per call.
+// vectorises. Serial (no parallel region) is for blocks inside a parallel
+// loop already: even a parallel region that runs one thread costs a team
+// setup per call.
 template <typename T, UnaryOp OP>
 KILN_SIMD_CLONES void unary_span(const T* x, T* y, int64_t n, T s) {
 #pragma omp simd
@@ -142,9 +143,9 @@ bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor
 template <typename Kernel>
 void bf16_blocks(const Tensor& a, const Tensor* b, Tensor& out, Kernel&& kernel) {
   const int64_t n = out.numel(), blocks = (n + kBf16Block - 1) / kBf16Block;
-  const auto* ap = static_cast<const uint16_t*>(a.data_ptr());
-  const auto* bp = b ? static_cast<const uint16_t*>(b->data_ptr()) : nullptr;
-  auto* yp = static_cast<uint16_t*>(out.data_ptr());
+  const uint16_t* ap = bits16(a);
+  const uint16_t* bp = b ? bits16(*b) : nullptr;
+  uint16_t* yp = bits16(out);
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     alignas(64) float in0[kBf16Block], in1[kBf16Block], res[kBf16Block];
@@ -181,8 +182,6 @@ void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
 void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
   for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) { bf16_relu_backward_span(g + b, x + b, y + b, e - b); });
 }
-const uint16_t* bits_of(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
-uint16_t* bits_of(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   KILN_CHECK(a.shape() == b.shape(), op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
@@ -236,7 +235,7 @@ void CpuBackend::fill(Tensor& dst, double value) {
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
   const bool bf16 = x.shape() == out.shape() && bf16_contiguous({&x}, out);
-  if (bf16 && op == UnaryOp::relu) return bf16_relu(bits_of(x), bits_of(out), out.numel());
+  if (bf16 && op == UnaryOp::relu) return bf16_relu(bits16(x), bits16(out), out.numel());
   if (bf16)
     return bf16_blocks(x, nullptr, out, [&](const float* in, const float*, float* res, int64_t n) {
       unary_contiguous_dispatch<float, true>(op, in, res, n, float(scalar),
@@ -268,7 +267,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   const bool bf16 = a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out);
   if (bf16 && op == BinaryOp::relu_backward)
-    return bf16_relu_backward(bits_of(a), bits_of(b), bits_of(out), out.numel());
+    return bf16_relu_backward(bits16(a), bits16(b), bits16(out), out.numel());
   if (bf16)
     return bf16_blocks(a, &b, out, [&](const float* x, const float* y, float* res, int64_t n) {
       binary_contiguous_dispatch<float, true>(op, x, y, res, n,

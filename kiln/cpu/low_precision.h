@@ -49,6 +49,10 @@ class F32Staging {
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
+// A bf16/f16 tensor's storage as raw 16-bit values.
+inline const uint16_t* bits16(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
+inline uint16_t* bits16(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
 // Runs `body` with a fresh staging area, then writes the outputs back.
 template <typename Body>
 void in_f32(Body&& body) {

@@ -86,11 +86,11 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
       fn(i, oa, ob);
     }
   };
-  const auto* a16 = static_cast<const uint16_t*>(a.data_ptr());
-  const auto* b16 = static_cast<const uint16_t*>(b.data_ptr());
+  const uint16_t* a16 = bits16(a);
+  const uint16_t* b16 = bits16(b);
   if (bf16_out) {  // the bias goes into the product, before its one rounding
     const float* bias = args.bias.defined() ? args.bias.data<float>() : nullptr;
-    auto* c16 = static_cast<uint16_t*>(out.data_ptr());
+    uint16_t* c16 = bits16(out);
     return each_product([&](int64_t i, int64_t oa, int64_t ob) {
       gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld, args.beta,
                 c16 + i * M * N, N, bias);

@@ -144,7 +144,7 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
   int32_t* ip = indices.data<int32_t>();
   const bool parallel = planes > 1 && planes * HW > kParallelElements;
   if (bf16)
-    return bf16_planes(static_cast<const uint16_t*>(x.data_ptr()), HW, static_cast<uint16_t*>(out.data_ptr()), OHW,
+    return bf16_planes(bits16(x), HW, bits16(out), OHW,
                        planes, parallel, [&](int64_t pl, const float* xs, float* os) {
                          pool_plane(xs, W, OH, OW, args, os, ip + pl * OHW);
                        });
@@ -190,7 +190,7 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
                  dx.size(2), "x", dx.size(3), " input plane");
 
   if (bf16)
-    return bf16_planes(static_cast<const uint16_t*>(dout.data_ptr()), OHW, static_cast<uint16_t*>(dx.data_ptr()), HW,
+    return bf16_planes(bits16(dout), OHW, bits16(dx), HW,
                        planes, parallel, [&](int64_t pl, const float* gs, float* ds) {
                          unpool_plane(gs, ip + pl * OHW, OHW, HW, ds);
                        });

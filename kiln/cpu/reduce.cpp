@@ -91,9 +91,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
       x.device().is_cpu() && reduces_leading_dims(x, out)) {
     const int64_t inner = out.numel(), n_reduced = x.numel() / std::max<int64_t>(inner, 1);
     const double divide = op == ReduceOp::mean ? double(n_reduced) : 1.0;
-    auto* yp = static_cast<uint16_t*>(out.data_ptr());
+    uint16_t* yp = bits16(out);
     return leading_sum(
-        static_cast<const uint16_t*>(x.data_ptr()), n_reduced, inner,
+        bits16(x), n_reduced, inner,
         [](uint16_t v) { return double(bf16_to_float(v)); },
         [&](int64_t j, double sum) { yp[j] = float_to_bf16(float(op == ReduceOp::mean ? sum / divide : sum)); });
   }
@@ -125,11 +125,11 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
 
     // Reducing leading dims of a contiguous tensor (bias gradients, batch
     // sums): walk rows in order and accumulate into a row of doubles.
-    bool leading = x.is_contiguous() && !reduced.empty() && reduced.back() == int(reduced.size()) - 1;
+    const bool leading = reduces_leading_dims(x, out);
     if (leading && (op == ReduceOp::sum || op == ReduceOp::mean)) {
-      // Same additions in the same order as Accumulator, without its
-      // per-element branch on `op`, so the row loop vectorises (bias
-      // gradients took ~5% of a GPT step through the generic path).
+      // The additions of Accumulator without its per-element branch on `op`,
+      // so the row loop vectorises (bias gradients took ~5% of a GPT step
+      // through the generic path).
       return leading_sum(
           xp, n_reduced, n_out, [](T v) { return double(v); }, [&](int64_t j, double sum) { yp[j] = finish(sum); });
     }
