@@ -412,6 +412,13 @@ TEST(Amp, CpuBf16BlockConversionsMatchTheScalarRounding) {
     EXPECT_EQ(std::bit_cast<uint32_t>(wide[i]), std::bit_cast<uint32_t>(bf16_to_float(narrow[i]))) << i;
   }
   EXPECT_TRUE(std::isnan(wide[4]) && std::isnan(wide[5]) && std::isnan(wide[6]));
+  // The backend's contiguous casts (autocast's to_dtype) use the same loops.
+  const int64_t n = int64_t(values.size());
+  Tensor cast = to_dtype(Tensor::from_vector(values, {n}), DType::bf16);
+  EXPECT_EQ(std::vector<uint16_t>(cpu::bits16(cast), cpu::bits16(cast) + n), narrow);
+  const std::vector<float> back = to_dtype(cast, DType::f32).to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(wide[i])) << i;
 }
 
 // bf16 elementwise ops and max-pooling work a block or a plane at a time
@@ -435,6 +442,12 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
       same(x.grad(), xr.grad(), "relu backward");
     }
     same(gelu(a), gelu(ar), "gelu");
+    {  // GELU's gradient, a binary op of the gradient and the input
+      Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
+      sum(mul(gelu(x), b)).backward();
+      sum(mul(gelu(xr), br)).backward();
+      same(x.grad(), xr.grad(), "gelu backward");
+    }
     same(add(a, b), add(ar, br), "add");
     same(mul(a, b), mul(ar, br), "mul");
   }

@@ -72,17 +72,15 @@ T apply_binary(BinaryOp op, T a, T b) {
 }
 
 // One instantiation per op so the contiguous loop has no switch inside and
-// vectorises. Serial (no parallel region) is for blocks inside a parallel
-// loop already: even a parallel region that runs one thread costs a team
-// setup per call.
+// vectorises.
 template <typename T, UnaryOp OP>
 KILN_SIMD_CLONES void unary_span(const T* x, T* y, int64_t n, T s) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
 }
-template <typename T, UnaryOp OP, bool Serial>
+template <typename T, UnaryOp OP>
 void unary_contiguous(const T* x, T* y, int64_t n, T s) {
-  for_chunks(n, Serial ? n : kParallelThreshold,
+  for_chunks(n, kParallelThreshold,
              [&](int64_t b, int64_t e) { unary_span<T, OP>(x + b, y + b, e - b, s); });
 }
 
@@ -91,9 +89,9 @@ KILN_SIMD_CLONES void binary_span(const T* a, const T* b, T* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
 }
-template <typename T, BinaryOp OP, bool Serial>
+template <typename T, BinaryOp OP>
 void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
-  for_chunks(n, Serial ? n : kParallelThreshold,
+  for_chunks(n, kParallelThreshold,
              [&](int64_t s, int64_t e) { binary_span<T, OP>(a + s, b + s, y + s, e - s); });
 }
 
@@ -117,21 +115,19 @@ void binary_row_dispatch(BinaryOp op, const T* a, const T* b, int64_t b_step, T*
   ((op == BinaryOp(I) ? binary_row<T, BinaryOp(I)>(a, b, b_step, y, n) : void()), ...);
 }
 
-template <typename T, bool Serial = false, size_t... I>
+template <typename T, size_t... I>
 void unary_contiguous_dispatch(UnaryOp op, const T* x, T* y, int64_t n, T s, std::index_sequence<I...>) {
-  ((op == UnaryOp(I) ? unary_contiguous<T, UnaryOp(I), Serial>(x, y, n, s) : void()), ...);
+  ((op == UnaryOp(I) ? unary_contiguous<T, UnaryOp(I)>(x, y, n, s) : void()), ...);
 }
 
-template <typename T, bool Serial = false, size_t... I>
+template <typename T, size_t... I>
 void binary_contiguous_dispatch(BinaryOp op, const T* a, const T* b, T* y, int64_t n, std::index_sequence<I...>) {
-  ((op == BinaryOp(I) ? binary_contiguous<T, BinaryOp(I), Serial>(a, b, y, n) : void()), ...);
+  ((op == BinaryOp(I) ? binary_contiguous<T, BinaryOp(I)>(a, b, y, n) : void()), ...);
 }
 
-// bf16 operands and output of one contiguous layout: a block at a time
-// through f32 buffers that stay in L1, then rounded once, as staging would
-// round (the same values), at a fifth of staging's memory traffic.
-constexpr int64_t kBf16Block = 2048;
-
+// bf16 operands and output of one contiguous layout: each value widened,
+// computed in f32 and rounded once (as staging would round: the same
+// values) in one vectorised pass, so memory sees 2 bytes per value each way.
 bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor& out) {
   if (out.dtype() != DType::bf16) return false;
   for (const Tensor* t : operands)
@@ -139,22 +135,28 @@ bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor
   return true;
 }
 
-// kernel(in0, in1, out, n) on f32 blocks; in1 is unused for one operand.
-template <typename Kernel>
-void bf16_blocks(const Tensor& a, const Tensor* b, Tensor& out, Kernel&& kernel) {
-  const int64_t n = out.numel(), blocks = (n + kBf16Block - 1) / kBf16Block;
-  const uint16_t* ap = bits16(a);
-  const uint16_t* bp = b ? bits16(*b) : nullptr;
-  uint16_t* yp = bits16(out);
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    alignas(64) float in0[kBf16Block], in1[kBf16Block], res[kBf16Block];
-    const int64_t start = blk * kBf16Block, len = std::min(kBf16Block, n - start);
-    bf16_to_f32(ap + start, in0, len);
-    if (bp) bf16_to_f32(bp + start, in1, len);
-    kernel(in0, in1, res, len);
-    f32_to_bf16(res, yp + start, len);
-  }
+template <UnaryOp OP>
+KILN_SIMD_CLONES void bf16_unary_span(const uint16_t* x, uint16_t* y, int64_t n, float s) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = narrow_to_bf16(apply_unary<float>(OP, widen_bf16(x[i]), s));
+}
+template <BinaryOp OP>
+KILN_SIMD_CLONES void bf16_binary_span(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = narrow_to_bf16(apply_binary<float>(OP, widen_bf16(a[i]), widen_bf16(b[i])));
+}
+
+template <size_t... I>
+void bf16_unary(UnaryOp op, const uint16_t* x, uint16_t* y, int64_t n, float s, std::index_sequence<I...>) {
+  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) {
+    ((op == UnaryOp(I) ? bf16_unary_span<UnaryOp(I)>(x + b, y + b, e - b, s) : void()), ...);
+  });
+}
+template <size_t... I>
+void bf16_binary(BinaryOp op, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n, std::index_sequence<I...>) {
+  for_chunks(n, kParallelThreshold, [&](int64_t s, int64_t e) {
+    ((op == BinaryOp(I) ? bf16_binary_span<BinaryOp(I)>(a + s, b + s, y + s, e - s) : void()), ...);
+  });
 }
 
 // ReLU and its gradient on bf16 bits, without widening: both only choose
@@ -198,6 +200,16 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
     if (src.data_ptr() != dst.data_ptr()) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
     return;
   }
+  // Autocast's casts: vectorised and split over the pool.
+  const bool widen = src.dtype() == DType::bf16 && dst.dtype() == DType::f32;
+  const bool narrow = src.dtype() == DType::f32 && dst.dtype() == DType::bf16;
+  if ((widen || narrow) && same_layout_contiguous(src, dst)) {
+    for_chunks(src.numel(), kParallelThreshold, [&](int64_t b, int64_t e) {
+      if (widen) bf16_to_f32(bits16(src) + b, dst.data<float>() + b, e - b);
+      else f32_to_bf16(src.data<float>() + b, bits16(dst) + b, e - b);
+    });
+    return;
+  }
   dispatch_all(src.dtype(), [&]<typename S>() {
     dispatch_all(dst.dtype(), [&]<typename D>() {
       const S* s = static_cast<const S*>(src.data_ptr());
@@ -237,10 +249,8 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
   const bool bf16 = x.shape() == out.shape() && bf16_contiguous({&x}, out);
   if (bf16 && op == UnaryOp::relu) return bf16_relu(bits16(x), bits16(out), out.numel());
   if (bf16)
-    return bf16_blocks(x, nullptr, out, [&](const float* in, const float*, float* res, int64_t n) {
-      unary_contiguous_dispatch<float, true>(op, in, res, n, float(scalar),
-                                       std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
-    });
+    return bf16_unary(op, bits16(x), bits16(out), out.numel(), float(scalar),
+                      std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&x, &out}))
     return in_f32([&](F32Staging& s) { unary(op, s.in(x), s.out(out), scalar); });
@@ -269,10 +279,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
   if (bf16 && op == BinaryOp::relu_backward)
     return bf16_relu_backward(bits16(a), bits16(b), bits16(out), out.numel());
   if (bf16)
-    return bf16_blocks(a, &b, out, [&](const float* x, const float* y, float* res, int64_t n) {
-      binary_contiguous_dispatch<float, true>(op, x, y, res, n,
-                                        std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
-    });
+    return bf16_binary(op, bits16(a), bits16(b), bits16(out), out.numel(),
+                       std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&a, &b, &out}))
     return in_f32([&](F32Staging& s) { binary(op, s.in(a), s.in(b), s.out(out)); });

@@ -130,24 +130,26 @@ void split_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 namespace {
 // Whether oneDNN's bf16 product beats its f32 one on this CPU: on Zen 4 it
 // runs twice as fast, on a Xeon with AVX512-BF16 but no AMX at half the
-// speed (docs/PERFORMANCE.md). Timed once, on one 256^3 product of each
-// (about 2 ms), the better of three runs.
+// speed (docs/PERFORMANCE.md). Timed once, on a 256^3 product of each, the
+// fastest of eight runs taken in turns (about 4 ms): on a shared machine a
+// burst of load that slowed every run of one kind only (first all f32, then
+// all bf16) made a Zen 4 process pick widened f32 products for its whole run.
 bool bf16_gemm_is_faster() {
   constexpr int64_t n = 256;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   std::vector<uint16_t> a16(n * n, float_to_bf16(0.5f)), b16(n * n, float_to_bf16(0.25f));
-  auto best_of_3 = [](auto&& run) {
-    double best = 1e30;
-    for (int i = 0; i < 4; ++i) {  // the first run also builds the primitive
-      const double start = omp_get_wtime();
-      run();
-      if (i > 0) best = std::min(best, omp_get_wtime() - start);
-    }
-    return best;
+  auto seconds = [](auto&& run) {
+    const double start = omp_get_wtime();
+    run();
+    return omp_get_wtime() - start;
   };
-  const double f32 = best_of_3([&] { gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
-  const double bf16 =
-      best_of_3([&] { gemm_bf16(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n); });
+  double f32 = 1e30, bf16 = 1e30;
+  for (int i = 0; i < 9; ++i) {  // the first round builds the primitives
+    const double f = seconds([&] { gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+    const double h = seconds(
+        [&] { gemm_bf16(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n); });
+    if (i > 0) f32 = std::min(f32, f), bf16 = std::min(bf16, h);
+  }
   return bf16 < 0.9 * f32;
 }
 }  // namespace

@@ -20,25 +20,19 @@ namespace {
 constexpr int64_t kBlock = 8192;
 
 // bf16 <-> f32 as plain loops the compiler vectorises (and clones for
-// AVX-512, dispatch.h): widening is a shift; narrowing rounds to nearest
-// even as float_to_bf16 does, and keeps NaNs quiet NaNs, without a branch.
-KILN_SIMD_CLONES void widen_bf16(const uint16_t* s, float* d, int64_t n) {
+// AVX-512, dispatch.h).
+KILN_SIMD_CLONES void widen_bf16_span(const uint16_t* s, float* d, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(uint32_t(s[i]) << 16);
+  for (int64_t i = 0; i < n; ++i) d[i] = widen_bf16(s[i]);
 }
 
-KILN_SIMD_CLONES void narrow_bf16(const float* s, uint16_t* d, int64_t n) {
+KILN_SIMD_CLONES void narrow_bf16_span(const float* s, uint16_t* d, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(s[i]);
-    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-    d[i] = uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) d[i] = narrow_to_bf16(s[i]);
 }
 
 void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
-  if (bf16) return widen_bf16(s, d, n);
+  if (bf16) return widen_bf16_span(s, d, n);
   int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8)
@@ -48,7 +42,7 @@ void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
 }
 
 void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
-  if (bf16) return narrow_bf16(s, d, n);
+  if (bf16) return narrow_bf16_span(s, d, n);
   int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8)
