@@ -21,6 +21,7 @@ namespace kiln::recipes {
 namespace {
 
 constexpr int64_t kContext = 64;        // tokens per fortune (longer ones are cut)
+constexpr int64_t kServedLengthStep = 16;  // served texts are padded to a multiple of this
 constexpr double kTestFraction = 0.1;   // of the fortunes of the kept classes, held out
 
 // The labelled fortunes of the kept classes, tokenised and cut to kContext.
@@ -52,12 +53,12 @@ Examples prepare(const data::Tokenizer& tok, const std::vector<data::LabelledFor
   return e;
 }
 
-// ids [rows, kContext], padded with pad_id after the text.
-Tensor pad_batch(const std::vector<const std::vector<int32_t>*>& rows, int64_t pad_id) {
-  std::vector<int64_t> ids(rows.size() * size_t(kContext), pad_id);
+// ids [rows, length], padded with pad_id after the text.
+Tensor pad_batch(const std::vector<const std::vector<int32_t>*>& rows, int64_t pad_id, int64_t length = kContext) {
+  std::vector<int64_t> ids(rows.size() * size_t(length), pad_id);
   for (size_t r = 0; r < rows.size(); ++r)
-    std::copy(rows[r]->begin(), rows[r]->end(), ids.begin() + long(r * size_t(kContext)));
-  return Tensor::from_vector(ids, {int64_t(rows.size()), kContext});
+    std::copy(rows[r]->begin(), rows[r]->end(), ids.begin() + long(r * size_t(length)));
+  return Tensor::from_vector(ids, {int64_t(rows.size()), length});
 }
 
 Tensor batch_of(const Examples& e, const std::vector<int64_t>& which, int64_t pad_id) {
@@ -121,16 +122,25 @@ class ClassifierInference final : public InferenceModel {
                       std::vector<std::string> classes, Device device)
       : model_(std::move(model)), tok_(std::move(tok)), classes_(std::move(classes)), device_(device) {}
   std::vector<std::string> labels() const override { return classes_; }
+  // Padded only to the request's longest text, rounded up to a multiple of
+  // kServedLengthStep, not to kContext: a short text costs its own length
+  // (the blocks are causal and padding follows the text, so the padding's
+  // length does not change an answer). The rounding keeps the number of
+  // product shapes, and so of oneDNN primitives made, small.
   Tensor encode_texts(const std::vector<std::string>& texts) override {
     std::vector<std::vector<int32_t>> ids;
+    int64_t longest = 1;
     for (const std::string& t : texts) {
       ids.push_back(tok_.encode(t));
       if (int64_t(ids.back().size()) > kContext) ids.back().resize(size_t(kContext));
+      longest = std::max(longest, int64_t(ids.back().size()));
     }
     std::vector<const std::vector<int32_t>*> rows;
     for (const auto& r : ids) rows.push_back(&r);
-    return pad_batch(rows, model_->pad_id());
+    const int64_t length = std::min(kContext, (longest + kServedLengthStep - 1) / kServedLengthStep * kServedLengthStep);
+    return pad_batch(rows, model_->pad_id(), length);
   }
+  std::optional<int64_t> pad_token() const override { return model_->pad_id(); }
   Tensor classify_tokens(const Tensor& ids) override {
     NoGradGuard ng;
     return softmax(model_->forward(ids.to(device_)), 1).to(Device::cpu());

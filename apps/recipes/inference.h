@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class InferenceModel {
   // Text classifiers: texts -> token ids [N, T] (padded), and ids -> class probabilities [N, classes].
   virtual Tensor encode_texts(const std::vector<std::string>& texts);
   virtual Tensor classify_tokens(const Tensor& ids);
+  // Text classifiers: the id that pads token rows. Rows of different
+  // lengths padded with it to a common length get the same answers.
+  virtual std::optional<int64_t> pad_token() const { return std::nullopt; }
   // Language models: continues `prompt`; `on_text` receives each new piece
   // of text as it is made (for streaming). Runs start_completion and then
   // advance_completions on a batch of one.

@@ -1,11 +1,13 @@
 #include "apps/serve/batcher.h"
 
+#include <algorithm>
+
 #include "kiln/backend/factory.h"
 
 namespace kiln::serve {
 
-Batcher::Batcher(std::string model, BatchOptions options, RunBatch run, Metrics& metrics)
-    : model_(std::move(model)), options_(options), run_(std::move(run)), metrics_(metrics) {
+Batcher::Batcher(std::string model, BatchOptions options, RunBatch run, Metrics& metrics, std::optional<int64_t> pad)
+    : model_(std::move(model)), options_(options), run_(std::move(run)), metrics_(metrics), pad_(pad) {
   KILN_CHECK(options_.max_batch > 0 && options_.max_queue > 0 && options_.max_delay_us >= 0,
              "batching: --max-batch and --max-queue must be > 0 and --max-delay-us >= 0");
   thread_ = std::thread([this] { loop(); });
@@ -68,18 +70,24 @@ void Batcher::run(std::vector<Request>& batch) {
   const auto started = std::chrono::steady_clock::now();
   for (const Request& r : batch) metrics_.queue_wait(std::chrono::duration<double>(started - r.arrived).count());
   try {
+    // The rows' shape after their count; with pad_, the last dim is the longest.
     Shape shape = batch.front().rows.shape();
+    const size_t padded = pad_ && shape.size() >= 2 ? 1 : 0;  // trailing dims that may differ
     int64_t total = 0;
     for (const Request& r : batch) {
-      KILN_CHECK(Shape(r.rows.shape().begin() + 1, r.rows.shape().end()) == Shape(shape.begin() + 1, shape.end()),
+      const Shape& s = r.rows.shape();
+      KILN_CHECK(s.size() == shape.size() && std::equal(s.begin() + 1, s.end() - padded, shape.begin() + 1),
                  "requests in one batch must share their row shape");
+      if (padded) shape.back() = std::max(shape.back(), s.back());
       total += r.rows.size(0);
     }
     shape[0] = total;
-    Tensor rows = Tensor::empty(shape, batch.front().rows.dtype(), Device::cpu());
+    const DType dtype = batch.front().rows.dtype();
+    Tensor rows = padded ? full(shape, double(*pad_), dtype, Device::cpu()) : Tensor::empty(shape, dtype, Device::cpu());
     int64_t at = 0;
     for (const Request& r : batch) {
       Tensor slot = rows.slice(0, at, at + r.rows.size(0));
+      if (padded) slot = slot.slice(int64_t(shape.size()) - 1, 0, r.rows.shape().back());
       copy_into(r.rows, slot);
       at += r.rows.size(0);
     }

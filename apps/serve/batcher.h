@@ -29,7 +29,10 @@ class Batcher {
  public:
   // rows [N, ...] -> results [N, ...]
   using RunBatch = std::function<Tensor(const Tensor& rows)>;
-  Batcher(std::string model, BatchOptions options, RunBatch run, Metrics& metrics);
+  // With `pad`, requests' rows may differ in their last dim (token rows of
+  // different lengths); a batch pads the shorter ones with it.
+  Batcher(std::string model, BatchOptions options, RunBatch run, Metrics& metrics,
+          std::optional<int64_t> pad = std::nullopt);
   ~Batcher();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -52,6 +55,7 @@ class Batcher {
   BatchOptions options_;
   RunBatch run_;
   Metrics& metrics_;
+  std::optional<int64_t> pad_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Request> queue_;

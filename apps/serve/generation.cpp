@@ -37,7 +37,11 @@ bool GenerationScheduler::submit(const std::shared_ptr<GenerationJob>& job) {
 void GenerationScheduler::deliver(Running& r) {
   std::string piece = r.completion->take_text();
   const bool finished = r.completion->finished();
-  if (finished) metrics_.tokens(model_, r.completion->result().completion_tokens);
+  // Counted as made, so a long stream shows in the metrics while it runs,
+  // and one whose client hung up still counts what it made.
+  const int64_t made = r.completion->result().completion_tokens;
+  metrics_.tokens(model_, made - r.tokens_counted);
+  r.tokens_counted = made;
   {
     std::lock_guard<std::mutex> lock(r.job->mutex);
     if (!piece.empty()) r.job->pieces.push_back(std::move(piece));

@@ -55,6 +55,7 @@ class GenerationScheduler {
   struct Running {
     std::shared_ptr<GenerationJob> job;
     std::unique_ptr<recipes::PendingCompletion> completion;
+    int64_t tokens_counted = 0;  // in the metrics so far
   };
   void loop();
   void join_waiting(std::vector<std::shared_ptr<GenerationJob>>& joining);

@@ -16,6 +16,7 @@ class AutocastModel final : public recipes::InferenceModel {
     return to_dtype(inner_->classify_images(pixels), DType::f32);
   }
   Tensor encode_texts(const std::vector<std::string>& texts) override { return inner_->encode_texts(texts); }
+  std::optional<int64_t> pad_token() const override { return inner_->pad_token(); }
   Tensor classify_tokens(const Tensor& ids) override {
     amp::AutocastGuard guard(dtype_);
     return to_dtype(inner_->classify_tokens(ids), DType::f32);

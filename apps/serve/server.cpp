@@ -128,7 +128,8 @@ class Server {
               name, o_.batching, [model](const Tensor& rows) { return model->classify_images(rows); }, metrics_);
         if (m->kind == recipes::ModelKind::text_classifier)
           m->batcher = std::make_unique<Batcher>(
-              name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_);
+              name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_,
+              model->pad_token());
         if (m->kind == recipes::ModelKind::language_model)
           m->generator = std::make_unique<GenerationScheduler>(name, *model, o_.batching, metrics_);
         warm_up(name, *model, m->kind);
