@@ -105,6 +105,8 @@ Bf16Product make_bf16_matmul(const Bf16Key& key, const dnnl::engine& engine) {
   return {pd, dnnl::matmul(pd), std::move(args)};
 }
 
+constexpr size_t kMaxCachedBf16Products = 1024;  // per thread
+
 // A thread's scratchpad for its bf16 products, grown to the largest one's
 // need: one buffer per thread, not one per product geometry.
 void* bf16_scratchpad(size_t bytes) {
@@ -215,7 +217,12 @@ void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     const Bf16Key key{trans_a, trans_b,   m,          n,        k, lda, ldb, ldc, alpha_bits, beta_bits,
                       c_bf16,  bias != nullptr, omp_get_max_threads()};
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
+    if (it == cache.end()) {
+      // A server sees a new geometry per batch size and text length; past
+      // this many, start over rather than keep every one made.
+      if (cache.size() >= kMaxCachedBf16Products) cache.clear();
+      it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
+    }
     Bf16Product& product = it->second;
     product.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<uint16_t*>(a));
     product.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<uint16_t*>(b));
