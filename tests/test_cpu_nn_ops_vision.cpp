@@ -167,8 +167,14 @@ TEST(CpuNnOpsMaxPool2d, ForwardAndBackwardMatchReference) {
     int64_t N, C, H, W;
     Pool2dArgs a;
   };
+  // 2x2 windows with stride 2 have their own kernels: 7-, 14- and 20-wide
+  // output rows (under, at and over one 16-lane step), odd sizes; 3x3 windows
+  // on 5x5 have 2x2 pooling's output shape, so backward tries the 2x2 kernel
+  // and must notice the positions outside its windows.
   for (const PoolCase& p : {PoolCase{2, 3, 5, 7, {2, 2, 2, 2}}, PoolCase{1, 2, 7, 6, {3, 3, 2, 2}},
-                            PoolCase{2, 1, 6, 5, {2, 3, 1, 2}}, PoolCase{3, 4, 28, 28, {2, 2, 2, 2}}}) {
+                            PoolCase{2, 1, 6, 5, {2, 3, 1, 2}}, PoolCase{3, 4, 28, 28, {2, 2, 2, 2}},
+                            PoolCase{2, 3, 14, 14, {2, 2, 2, 2}}, PoolCase{1, 2, 9, 41, {2, 2, 2, 2}},
+                            PoolCase{2, 2, 5, 5, {3, 3, 2, 2}}}) {
     const int64_t OH = (p.H - p.a.kernel_h) / p.a.stride_h + 1, OW = (p.W - p.a.kernel_w) / p.a.stride_w + 1;
     const Shape xs = {p.N, p.C, p.H, p.W}, os = {p.N, p.C, OH, OW};
     auto xv = random_values(shape_numel(xs), 42), gv = random_values(shape_numel(os), 43);

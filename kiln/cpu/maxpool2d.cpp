@@ -14,6 +14,11 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define KILN_POOL_AVX512 1
+#endif
+
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
@@ -67,10 +72,96 @@ void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is
   }
 }
 
+#ifdef KILN_POOL_AVX512
+// The 2x2, stride-2 window on f32 planes with AVX-512, 16 outputs of a row
+// per step (one masked step for the CNN's 14- and 7-wide rows, which the
+// loop above runs mostly in scalar tails): each row's 32 inputs are split
+// into even and odd columns, and the four candidates compared in window
+// order with take_max's rule (larger, or NaN, replaces).
+bool have_avx512() {
+  static const bool have = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+  return have;
+}
+
+__attribute__((target("avx512f"))) inline __m512i even_lanes() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+// Lanes [0, n) of a 16-lane vector.
+inline __mmask16 first_lanes(int64_t n) { return __mmask16(n <= 0 ? 0 : n >= 16 ? 0xffff : (1u << n) - 1); }
+
+// take_max on 16 lanes.
+__attribute__((target("avx512f"))) inline void take_max16(__m512 v, __m512i at, __m512& best, __m512i& best_at) {
+  const __mmask16 k = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  best = _mm512_mask_mov_ps(best, k, v);
+  best_at = _mm512_mask_mov_epi32(best_at, k, at);
+}
+
+__attribute__((target("avx512f"))) void pool_2x2_avx512(const float* xs, int64_t W, int64_t OH, int64_t OW,
+                                                        float* os, int32_t* is) {
+  const __m512i even = even_lanes(), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+      const int64_t n = std::min<int64_t>(16, OW - ow);
+      const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), out = first_lanes(n);
+      const float* r0 = xs + 2 * oh * W + 2 * ow;
+      const float* r1 = r0 + W;
+      const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
+      const __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
+      const __m512i p = _mm512_add_epi32(_mm512_set1_epi32(int32_t(2 * oh * W + 2 * ow)), even);
+      __m512 best = _mm512_permutex2var_ps(a0, even, a1);
+      __m512i pos = p;
+      take_max16(_mm512_permutex2var_ps(a0, odd, a1), _mm512_add_epi32(p, _mm512_set1_epi32(1)), best, pos);
+      take_max16(_mm512_permutex2var_ps(b0, even, b1), _mm512_add_epi32(p, _mm512_set1_epi32(int32_t(W))), best, pos);
+      take_max16(_mm512_permutex2var_ps(b0, odd, b1), _mm512_add_epi32(p, _mm512_set1_epi32(int32_t(W + 1))), best,
+                 pos);
+      _mm512_mask_storeu_ps(os + oh * OW + ow, out, best);
+      _mm512_mask_storeu_epi32(is + oh * OW + ow, out, pos);
+    }
+}
+
+// Backward of that window: each input of a window gets the output's
+// gradient if it is the recorded position, else 0, written whole (no
+// zero-fill, no scatter). False, with ds partly written, if some recorded
+// position lies outside its output's 2x2 window (indices from another
+// kernel): the caller then scatters.
+__attribute__((target("avx512f"))) bool unpool_2x2_avx512(const float* gs, const int32_t* is, int64_t H, int64_t W,
+                                                          int64_t OH, int64_t OW, float* ds) {
+  if (H % 2 || W % 2) std::fill(ds, ds + H * W, 0.0f);  // the last row or column is in no window
+  const __m512i even = even_lanes();
+  const __m512i first_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second_half = _mm512_add_epi32(first_half, _mm512_set1_epi32(8));
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+      const int64_t n = std::min<int64_t>(16, OW - ow);
+      const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), out = first_lanes(n);
+      const __m512 g = _mm512_maskz_loadu_ps(out, gs + oh * OW + ow);
+      const __m512i at = _mm512_maskz_loadu_epi32(out, is + oh * OW + ow);
+      const __m512i p = _mm512_add_epi32(_mm512_set1_epi32(int32_t(2 * oh * W + 2 * ow)), even);
+      __mmask16 covered = 0;
+      for (int64_t row = 0; row < 2; ++row) {
+        const __m512i left = _mm512_add_epi32(p, _mm512_set1_epi32(int32_t(row * W)));
+        const __mmask16 kl = _mm512_cmpeq_epi32_mask(at, left);
+        const __mmask16 kr = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(left, _mm512_set1_epi32(1)));
+        covered |= kl | kr;
+        const __m512 gl = _mm512_maskz_mov_ps(kl, g), gr = _mm512_maskz_mov_ps(kr, g);
+        float* d = ds + (2 * oh + row) * W + 2 * ow;
+        _mm512_mask_storeu_ps(d, lo, _mm512_permutex2var_ps(gl, first_half, gr));
+        _mm512_mask_storeu_ps(d + 16, hi, _mm512_permutex2var_ps(gl, second_half, gr));
+      }
+      if ((covered & out) != out) return false;
+    }
+  return true;
+}
+#endif
+
 // One (n, c) plane: xs [H, W] -> os [OH, OW] and is.
 template <typename T>
 void pool_plane(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, T* os, int32_t* is) {
   const int64_t KH = a.kernel_h, KW = a.kernel_w, SH = a.stride_h, SW = a.stride_w;
+#ifdef KILN_POOL_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (have_avx512() && KH == 2 && KW == 2 && SH == 2 && SW == 2) return pool_2x2_avx512(xs, W, OH, OW, os, is);
+#endif
   if (KH == 2 && KW == 2 && SH == 2 && SW == 2) return pool_2x2(xs, W, OH, OW, os, is);
   for (int64_t oh = 0; oh < OH; ++oh) {
     for (int64_t ow = 0; ow < OW; ++ow) {
@@ -87,9 +178,16 @@ void pool_plane(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs
   }
 }
 
-// One plane's backward: ds [HW] = dout scattered to the recorded positions.
+// One plane's backward: ds [H, W] = dout [OH, OW] scattered to the recorded
+// positions.
 template <typename T>
-void unpool_plane(const T* gs, const int32_t* is, int64_t OHW, int64_t HW, T* ds) {
+void unpool_plane(const T* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW, T* ds) {
+#ifdef KILN_POOL_AVX512
+  // Outputs shaped as 2x2, stride-2 pooling's may well be (the window check decides).
+  if constexpr (std::is_same_v<T, float>)
+    if (have_avx512() && OH == H / 2 && OW == W / 2 && unpool_2x2_avx512(gs, is, H, W, OH, OW, ds)) return;
+#endif
+  const int64_t HW = H * W, OHW = OH * OW;
   for (int64_t i = 0; i < HW; ++i) ds[i] = T(0);
   for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
 }
@@ -172,8 +270,8 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
              dtype_name(dout.dtype()));
   KILN_CHECK(dx.size(0) == dout.size(0) && dx.size(1) == dout.size(1), op, ": dx ", shape_str(dx.shape()),
              " and dout ", shape_str(dout.shape()), " differ in batch or channels");
-  const int64_t planes = dx.size(0) * dx.size(1), HW = dx.size(2) * dx.size(3);
-  const int64_t OHW = dout.size(2) * dout.size(3);
+  const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3), HW = H * W;
+  const int64_t OH = dout.size(2), OW = dout.size(3), OHW = OH * OW;
   // Indices are checked first so a corrupted tensor cannot write out of bounds
   // (their range in one vectorised pass; the first bad one only on failure).
   const int32_t* ip = indices.data<int32_t>();
@@ -192,13 +290,13 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
   if (bf16)
     return bf16_planes(bits16(dout), OHW, bits16(dx), HW,
                        planes, parallel, [&](int64_t pl, const float* gs, float* ds) {
-                         unpool_plane(gs, ip + pl * OHW, OHW, HW, ds);
+                         unpool_plane(gs, ip + pl * OHW, H, W, OH, OW, ds);
                        });
   dispatch_float(dx.dtype(), op, [&]<typename T>() {
     const T* g = dout.data<T>();
     T* d = dx.data<T>();
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t pl = 0; pl < planes; ++pl) unpool_plane(g + pl * OHW, ip + pl * OHW, OHW, HW, d + pl * HW);
+    for (int64_t pl = 0; pl < planes; ++pl) unpool_plane(g + pl * OHW, ip + pl * OHW, H, W, OH, OW, d + pl * HW);
   });
 }
 
