@@ -114,6 +114,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // c_attn output, q | k | v along the last dim) -> [B, H, T, D]. The kernels
 // read the heads straight out of it and write its gradient whole: no head
 // is copied out, and no zero-filled gradient is summed from three slices.
+// The result is a view of [B, T, H, D] memory, so transpose(1, 2) of it is
+// contiguous: merging the heads is free.
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal);
 
 }  // namespace kiln

@@ -227,11 +227,10 @@ struct AttentionViews {
   Tensor q, k, v;
 };
 
-Tensor attention_of_views(const AttentionViews& in, bool causal, std::initializer_list<const Tensor*> inputs,
+Tensor attention_of_views(const AttentionViews& in, bool causal, Tensor out, std::initializer_list<const Tensor*> inputs,
                           std::function<std::vector<Tensor>(AttentionViews&)> grad_views) {
   const Tensor& q = in.q;
   const float scale = float(1.0 / std::sqrt(double(q.size(3))));
-  Tensor out = new_tensor(q.shape(), q.dtype(), q.device());
   Tensor lse = new_tensor({q.size(0), q.size(1), q.size(2)}, stats_dtype(q), q.device());
   backend_of(q).attention(in.q, in.k, in.v, out, lse, scale, causal);
   record(out, "AttentionBackward", inputs,
@@ -258,7 +257,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   detail::check_same_dtype(q_in, k_in, "attention");
   detail::check_same_dtype(q_in, v_in, "attention");
   const AttentionViews in{rows_contiguous(q_in), rows_contiguous(k_in), rows_contiguous(v_in)};
-  return attention_of_views(in, causal, {&q_in, &k_in, &v_in}, [q = in.q](AttentionViews& d) {
+  const Tensor out = new_tensor(in.q.shape(), in.q.dtype(), in.q.device());
+  return attention_of_views(in, causal, out, {&q_in, &k_in, &v_in}, [q = in.q](AttentionViews& d) {
     d = {new_tensor(q.shape(), q.dtype(), q.device()), new_tensor(q.shape(), q.dtype(), q.device()),
          new_tensor(q.shape(), q.dtype(), q.device())};
     return std::vector<Tensor>{d.q, d.k, d.v};
@@ -278,7 +278,10 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head,
   };
   const Tensor qkv = contiguous(qkv_in).detach();
   const AttentionViews in{heads_of(qkv, 0), heads_of(qkv, 1), heads_of(qkv, 2)};
-  return attention_of_views(in, causal, {&qkv_in}, [qkv, heads_of](AttentionViews& d) {
+  // The heads are written in [B, T, H, D] order (returned as a [B, H, T, D]
+  // view), so merging them back into [B, T, C] is a view, not a copy.
+  const Tensor out = new_tensor({B, T, H, D}, qkv.dtype(), qkv.device()).as_strided({B, H, T, D}, {T * C, D, C, 1}, 0);
+  return attention_of_views(in, causal, out, {&qkv_in}, [qkv, heads_of](AttentionViews& d) {
     Tensor dqkv = new_tensor(qkv.shape(), qkv.dtype(), qkv.device());  // every element written by dq, dk, dv
     d = {heads_of(dqkv, 0), heads_of(dqkv, 1), heads_of(dqkv, 2)};
     return std::vector<Tensor>{dqkv};

@@ -219,6 +219,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
                         const S* sp = s + off[0];
                         D* dp = d + off[1];
                         if constexpr (std::is_same_v<S, D>) {
+                          if (st[0] == 1 && st[1] == 1) return void(std::memcpy(dp, sp, size_t(n) * sizeof(S)));
                           for (int64_t i = 0; i < n; ++i) dp[i * st[1]] = sp[i * st[0]];
                         } else {
                           for (int64_t i = 0; i < n; ++i) dp[i * st[1]] = from_double<D>(to_double(sp[i * st[0]]));

@@ -3,6 +3,7 @@
 // for the row start, the row length and each operand's stride within the row.
 #pragma once
 #include <array>
+#include <vector>
 
 #include "kiln/core/shape.h"
 #include "kiln/cpu/dispatch.h"
@@ -24,19 +25,31 @@ void strided_loop(const Shape& shape, const std::array<const Strides*, N>& strid
   for (int d = 0; d < rank - 1; ++d) n_rows *= shape[d];
   if (n_inner == 0 || n_rows == 0) return;
   for (size_t k = 0; k < N; ++k) inner[k] = (*strides[k])[rank - 1];
-  // Small work runs on one thread: the fork/join would cost more.
-  const bool parallel = n_rows > 1 && n_rows * n_inner > kParallelMinElements;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < n_rows; ++row) {
+  // Rows [begin, end): the first row's offsets from its index, the rest by
+  // stepping the index like an odometer (a division per dimension per row
+  // was most of the time of copies with short rows, such as merging
+  // attention heads: 32 elements a row).
+  auto rows = [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(size_t(rank - 1));
     std::array<int64_t, N> offsets{};
-    int64_t rem = row;
-    for (int d = rank - 2; d >= 0; --d) {
-      int64_t idx = rem % shape[d];
+    for (int64_t d = rank - 2, rem = begin; d >= 0; --d) {
+      index[size_t(d)] = rem % shape[d];
       rem /= shape[d];
-      for (size_t k = 0; k < N; ++k) offsets[k] += idx * (*strides[k])[d];
+      for (size_t k = 0; k < N; ++k) offsets[k] += index[size_t(d)] * (*strides[k])[d];
     }
-    body(offsets, n_inner, inner);
-  }
+    for (int64_t row = begin; row < end; ++row) {
+      body(offsets, n_inner, inner);
+      for (int d = rank - 2; d >= 0; --d) {
+        for (size_t k = 0; k < N; ++k) offsets[k] += (*strides[k])[d];
+        if (++index[size_t(d)] < shape[d]) break;
+        for (size_t k = 0; k < N; ++k) offsets[k] -= shape[d] * (*strides[k])[d];
+        index[size_t(d)] = 0;
+      }
+    }
+  };
+  // Small work runs on one thread: the fork/join would cost more.
+  if (n_rows > 1 && n_rows * n_inner > kParallelMinElements) return for_chunks(n_rows, 0, rows);
+  rows(0, n_rows);
 }
 
 }  // namespace kiln::cpu

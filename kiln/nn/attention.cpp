@@ -17,7 +17,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
 Tensor CausalSelfAttention::forward(const Tensor& x) { return forward(x, {}); }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> recompute_x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_;
   KILN_CHECK(C == n_embd_, "attention: input has ", C, " features, expected ", n_embd_);
   const bool selective = bool(recompute_x);
   Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
@@ -25,7 +25,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   Tensor heads = scaled_dot_product_attention_packed(projected, H, /*causal=*/true);  // [B, H, T, D]
   Tensor y = reshape(transpose(heads, 1, 2), {B, T, C});
   if (!selective) return resid_dropout_->forward(c_proj->forward(y));
-  // The attention node keeps `heads`; merging them again is a cheap copy.
+  // The attention node keeps `heads`; merging them again is a view.
   auto merge_again = [heads = heads.detach(), B, T, C] { return reshape(transpose(heads, 1, 2), {B, T, C}); };
   return resid_dropout_->forward(linear_recomputing_input(y, c_proj->weight, c_proj->bias, merge_again));
 }
