@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
+#include "apps/recipes/precision.h"
 #include "apps/serve/server.h"
 #include "kiln/core/units.h"
-#include "kiln/cpu/runtime_defaults.h"
 
 namespace kiln::cli {
 
@@ -60,11 +60,8 @@ std::function<int()> add_serve_command(CLI::App& app) {
     }
     o->device = Device::parse(*device);
     o->precision = *precision == "bf16" ? DType::bf16 : DType::f32;
-    if (o->precision == DType::bf16 && !o->device.is_cuda() && !cpu_has_bf16_instructions()) {
-      print_line("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only "
-                 "round values without making anything faster; serving in fp32");
+    if (o->precision == DType::bf16 && recipes::bf16_falls_back_to_fp32(o->device, print_line, "serving"))
       o->precision = DType::f32;
-    }
     o->max_body_bytes = size_t(parse_bytes(*max_body));
     return serve::run_server(*o, print_line);
   };

@@ -8,7 +8,6 @@
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/units.h"
-#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/dist/world.h"
 
 namespace kiln::cli {
@@ -160,11 +159,8 @@ std::function<int()> add_train_command(CLI::App& app) {
     if (!dist::is_rank0()) to->progress = false;
     if (*dist_timeout > 0) dist::world().set_timeout(std::chrono::seconds(*dist_timeout));
     if (to->fit) plan::apply_fit(*to, log);
-    if (to->precision == "bf16" && !to->device.value_or(Device::cpu()).is_cuda() && !cpu_has_bf16_instructions()) {
-      log("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only round "
-          "values without making anything faster; training in fp32");
+    if (to->precision == "bf16" && recipes::bf16_falls_back_to_fp32(to->device.value_or(Device::cpu()), log, "training"))
       to->precision = "fp32";
-    }
     const recipes::TrainResult result = recipes::train(*to, log);
     if (dist::is_rank0()) print_summary(result);
     return 0;

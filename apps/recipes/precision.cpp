@@ -3,11 +3,20 @@
 #include <cstdio>
 
 #include "kiln/autograd/ops.h"
+#include "kiln/cpu/runtime_defaults.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::recipes {
 
 std::vector<std::string> precision_names() { return {"fp32", "bf16", "fp16"}; }
+
+bool bf16_falls_back_to_fp32(Device device, const Log& log, const char* doing) {
+  if (device.is_cuda() || cpu_has_bf16_instructions()) return false;
+  log(std::string("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only "
+                  "round values without making anything faster; ") +
+      doing + " in fp32");
+  return true;
+}
 
 MixedPrecision::MixedPrecision(const std::string& precision, double initial_loss_scale) : name_(precision) {
   if (precision == "bf16") {

@@ -22,6 +22,12 @@ namespace kiln::recipes {
 
 std::vector<std::string> precision_names();  // fp32, bf16, fp16
 
+// --precision bf16 on `device`: true, after saying so through `log`, where
+// it must run as fp32 instead (a CPU without bf16 instructions, where bf16
+// would only round values without making anything faster). `doing` names
+// the job in the message ("training", "serving").
+bool bf16_falls_back_to_fp32(Device device, const Log& log, const char* doing);
+
 class MixedPrecision {
  public:
   // Throws on an unknown name. initial_loss_scale (fp16): 0 means 2^16.

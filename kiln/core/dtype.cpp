@@ -1,5 +1,7 @@
 #include "kiln/core/dtype.h"
 
+#include <cstring>
+
 #include "kiln/core/error.h"
 
 namespace kiln {

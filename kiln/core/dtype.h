@@ -1,8 +1,8 @@
 // Element types. f64 exists as the reference for gradient checks; bf16/f16
 // are storage types for mixed precision (the CPU computes in f32/f64).
 #pragma once
+#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 namespace kiln {
@@ -16,19 +16,14 @@ DType dtype_from_safetensors_name(const std::string& name);  // throws on unknow
 DType dtype_parse(const std::string& name);  // "f32", "float32", "bf16", ...
 bool dtype_is_floating(DType t);
 
-// bf16 is the top half of an f32; rounding to nearest even on the way down.
-inline float bf16_to_float(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// bf16 is the top half of an f32; rounding to nearest even on the way down,
+// a NaN kept a (quiet) NaN. Both branch-free, so loops of them vectorise.
+inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 inline uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);  // keep NaN a NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return uint16_t(bits >> 16);
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 float f16_to_float(uint16_t h);
 uint16_t float_to_f16(float f);

@@ -58,7 +58,7 @@ KILN_SIMD_CLONES void finish_row(T* row, T*, int64_t len, int64_t seq, T scale) 
 }
 KILN_SIMD_CLONES void finish_row(const float* row, uint16_t* low, int64_t len, int64_t seq, float scale) {
 #pragma omp simd
-  for (int64_t j = 0; j < len; ++j) low[j] = narrow_to_bf16(row[j] * scale);
+  for (int64_t j = 0; j < len; ++j) low[j] = float_to_bf16(row[j] * scale);
   std::fill(low + len, low + seq, uint16_t(0));
 }
 // The matrix whose rows finish_row finished: m itself, or its bf16 copy.
@@ -121,9 +121,6 @@ void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
 
 namespace {
 
-// One head, forward: O = softmax(scale Q K^T) V and L = the rows' log-sum-exp,
-// with S a [seq, seq] scratch. In is T, or bf16 with T = float (S16: P
-// rounded to bf16, [seq, seq]; for f32 operands S itself).
 // Causal heads skip the masked half of their products a block of rows at a
 // time: rows [r0, r1) of S (and dP, and the rows of O and dQ) need keys
 // [0, r1) only, and columns [c0, c1) of dK and dV need rows [c0, seq) of P

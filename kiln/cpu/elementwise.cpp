@@ -138,12 +138,12 @@ bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor
 template <UnaryOp OP>
 KILN_SIMD_CLONES void bf16_unary_span(const uint16_t* x, uint16_t* y, int64_t n, float s) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = narrow_to_bf16(apply_unary<float>(OP, widen_bf16(x[i]), s));
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_unary<float>(OP, bf16_to_float(x[i]), s));
 }
 template <BinaryOp OP>
 KILN_SIMD_CLONES void bf16_binary_span(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = narrow_to_bf16(apply_binary<float>(OP, widen_bf16(a[i]), widen_bf16(b[i])));
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_binary<float>(OP, bf16_to_float(a[i]), bf16_to_float(b[i])));
 }
 
 template <size_t... I>
@@ -200,16 +200,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
     if (src.data_ptr() != dst.data_ptr()) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
     return;
   }
-  // Autocast's casts: vectorised and split over the pool.
-  const bool widen = src.dtype() == DType::bf16 && dst.dtype() == DType::f32;
-  const bool narrow = src.dtype() == DType::f32 && dst.dtype() == DType::bf16;
-  if ((widen || narrow) && same_layout_contiguous(src, dst)) {
-    for_chunks(src.numel(), kParallelThreshold, [&](int64_t b, int64_t e) {
-      if (widen) bf16_to_f32(bits16(src) + b, dst.data<float>() + b, e - b);
-      else f32_to_bf16(src.data<float>() + b, bits16(dst) + b, e - b);
-    });
-    return;
-  }
+  if (convert_contiguous(src, dst)) return;  // autocast's casts and staging
   dispatch_all(src.dtype(), [&]<typename S>() {
     dispatch_all(dst.dtype(), [&]<typename D>() {
       const S* s = static_cast<const S*>(src.data_ptr());

@@ -1,8 +1,5 @@
 #include "kiln/cpu/low_precision.h"
 
-#include <algorithm>
-#include <bit>
-
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
@@ -17,18 +14,17 @@ namespace {
 // Converting is most of staging's cost, so the contiguous case has its own
 // loops: bf16 below; f16 uses the F16C instructions where the build targets
 // them (x86-64-v3 does), which round to nearest even like float_to_f16.
-constexpr int64_t kBlock = 8192;
 
 // bf16 <-> f32 as plain loops the compiler vectorises (and clones for
 // AVX-512, dispatch.h).
 KILN_SIMD_CLONES void widen_bf16_span(const uint16_t* s, float* d, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) d[i] = widen_bf16(s[i]);
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
 }
 
 KILN_SIMD_CLONES void narrow_bf16_span(const float* s, uint16_t* d, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) d[i] = narrow_to_bf16(s[i]);
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
 }
 
 void widen(const uint16_t* s, float* d, int64_t n, bool bf16) {
@@ -52,29 +48,9 @@ void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
   for (; i < n; ++i) d[i] = float_to_f16(s[i]);
 }
 
-// dst = src in dst's dtype (same shape).
-void convert(const Tensor& src, Tensor& dst) {
-  const bool flat = src.device().is_cpu() && dst.device().is_cpu() && src.is_contiguous() && dst.is_contiguous();
-  const bool up = is_low_precision(src.dtype()) && dst.dtype() == DType::f32;
-  const bool down = src.dtype() == DType::f32 && is_low_precision(dst.dtype());
-  if (!flat || !(up || down)) return backend_for(dst.device()).copy(src, dst);
-  const int64_t n = src.numel();
-  const bool bf16 = (up ? src.dtype() : dst.dtype()) == DType::bf16;
-#pragma omp parallel for schedule(static) if (n > 4 * kBlock)
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t len = std::min(kBlock, n - start);
-    if (up)
-      widen(static_cast<const uint16_t*>(src.data_ptr()) + start, static_cast<float*>(dst.data_ptr()) + start, len,
-            bf16);
-    else
-      narrow(static_cast<const float*>(src.data_ptr()) + start, static_cast<uint16_t*>(dst.data_ptr()) + start, len,
-             bf16);
-  }
-}
-
 Tensor f32_copy(const Tensor& t) {
   Tensor f = Tensor::empty(t.shape(), DType::f32, t.device());
-  convert(t, f);
+  backend_for(t.device()).copy(t, f);
   return f;
 }
 
@@ -82,6 +58,18 @@ Tensor f32_copy(const Tensor& t) {
 
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { widen(src, dst, n, true); }
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) { narrow(src, dst, n, true); }
+
+bool convert_contiguous(const Tensor& src, Tensor& dst) {
+  const bool up = is_low_precision(src.dtype()) && dst.dtype() == DType::f32;
+  const bool down = src.dtype() == DType::f32 && is_low_precision(dst.dtype());
+  if (!(up || down) || !src.is_contiguous() || !dst.is_contiguous() || src.shape() != dst.shape()) return false;
+  const bool bf16 = (up ? src.dtype() : dst.dtype()) == DType::bf16;
+  for_chunks(src.numel(), kParallelMinElements, [&](int64_t b, int64_t e) {
+    if (up) widen(bits16(src) + b, dst.data<float>() + b, e - b, bf16);
+    else narrow(src.data<float>() + b, bits16(dst) + b, e - b, bf16);
+  });
+  return true;
+}
 
 bool any_low_precision(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
@@ -105,7 +93,7 @@ Tensor& F32Staging::out(const Tensor& t, bool accumulate) {
 
 void F32Staging::finish() {
   for (Staged& s : outputs_)
-    if (s.original.defined()) convert(s.staged, s.original);
+    if (s.original.defined()) backend_for(s.original.device()).copy(s.staged, s.original);
   outputs_.clear();
 }
 

@@ -13,7 +13,6 @@
 // ordinary checks and kernel. Staged copies are contiguous, which costs a
 // copy per operand: fine for a reference backend, not meant to be fast.
 #pragma once
-#include <bit>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -51,16 +50,10 @@ class F32Staging {
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
-// One value each way, branch-free so loops of them vectorise: widening is a
-// shift; narrowing rounds to nearest even as float_to_bf16 does and keeps a
-// NaN a quiet NaN.
-inline float widen_bf16(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
-inline uint16_t narrow_to_bf16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-  return uint16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
+// dst = src when one is f32 and the other bf16/f16, both contiguous and of
+// one shape (autocast's casts, staging): vectorised, over the pool. False,
+// with nothing done, for any other pair.
+bool convert_contiguous(const Tensor& src, Tensor& dst);
 
 // A bf16/f16 tensor's storage as raw 16-bit values.
 inline const uint16_t* bits16(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
