@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/cpu/attention_bf16.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/gemm.h"
@@ -307,6 +308,23 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
   const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
   const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
+  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D)) {  // attention_bf16.h
+#pragma omp parallel if (parallel)
+    {
+      Bf16AttentionScratch scratch;
+      std::vector<float> rows(static_cast<size_t>(seq));
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        const Head<const uint16_t> hq = head<const uint16_t>(q, bh), hk = head<const uint16_t>(k, bh),
+                                   hv = head<const uint16_t>(v, bh);
+        const Head<uint16_t> ho = head<uint16_t>(out, bh);
+        bf16_attention_head({hq.p, hq.ld}, {hk.p, hk.ld}, {hv.p, hv.ld}, ho.p, ho.ld, rows.data(), seq, D, scale,
+                            causal, scratch);
+        write_rows(rows.data(), bh * seq, seq, lse);
+      }
+    }
+    return;
+  }
   if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
 #pragma omp parallel if (parallel)
     {
@@ -376,6 +394,26 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
   const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
 
+  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D)) {  // attention_bf16.h
+#pragma omp parallel if (parallel)
+    {
+      Bf16AttentionScratch scratch;
+      std::vector<float> rows(static_cast<size_t>(seq));
+      auto rows_of = [](const Tensor& t, int64_t bh) {
+        const Head<const uint16_t> h = head<const uint16_t>(t, bh);
+        return Bf16Rows{h.p, h.ld};
+      };
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        read_rows(lse, bh * seq, seq, rows.data());
+        const Head<uint16_t> gq = head<uint16_t>(dq, bh), gk = head<uint16_t>(dk, bh), gv = head<uint16_t>(dv, bh);
+        bf16_attention_head_backward(rows_of(dout, bh), rows_of(q, bh), rows_of(k, bh), rows_of(v, bh),
+                                     rows_of(out, bh), rows.data(), {gq.p, gk.p, gv.p, gq.ld, gk.ld, gv.ld}, seq, D,
+                                     scale, causal, scratch);
+      }
+    }
+    return;
+  }
   if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
 #pragma omp parallel if (parallel)
     {
