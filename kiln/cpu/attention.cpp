@@ -11,7 +11,8 @@
 // single-threaded GEMMs on a T x T scratch matrix (oneDNN and OpenBLAS both
 // run single-threaded inside a parallel region). Per-row dot products and
 // axpys instead were 20% of a GPT training step; GEMMs were measured faster,
-// and causal heads skip most of the masked half (kCausalBlock).
+// and causal heads skip most of the masked half (kCausalBlock). bf16 heads
+// on AVX512-BF16 run Kiln's own kernels instead (attention_bf16.h).
 //
 // Every [B, H, T, D] operand may be any view whose rows (the last dim) are
 // contiguous, so q, k and v can be read straight out of a packed [B, T, 3C]

@@ -6,7 +6,8 @@
 //   S  = Q K^T    pairs along the head dim: K^T packed as words of K's rows
 //   O  = P V      pairs of keys: P's rows as they are, V's rows interleaved
 //   dV = P^T dO   pairs of queries: P's and dO's rows interleaved
-// Outputs are f32 tiles of 8 rows by 32 columns (16 accumulators).
+// Outputs are tiles of 8 rows by 32 columns (16 f32 accumulators), stored
+// as f32 (scores) or rounded to bf16 (a head's outputs and gradients).
 #include "kiln/cpu/attention_bf16.h"
 
 #include <algorithm>
@@ -15,10 +16,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/dispatch.h"
-#include "kiln/cpu/low_precision.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_*
