@@ -4,6 +4,7 @@
 
 #include "apps/recipes/precision.h"
 #include "apps/serve/server.h"
+#include "kiln/backend/backend.h"
 #include "kiln/core/units.h"
 
 namespace kiln::cli {
@@ -45,6 +46,11 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--request-timeout-ms", o->request_timeout_ms, "answer 504 after this long (default 30000)")
       ->check(CLI::PositiveNumber);
+  auto threads = std::make_shared<int>(0);
+  cmd->add_option("--threads", *threads,
+                  "CPU threads a batch's ops run on (default: OMP_NUM_THREADS, or all cores); fewer leave "
+                  "cores to the HTTP work, and to a load generator on the same machine")
+      ->check(CLI::NonNegativeNumber);
   auto precision = std::make_shared<std::string>("fp32");
   cmd->add_option("--precision", *precision,
                   "fp32, or bf16: run the models under bf16 autocast (faster on GPUs and on CPUs with bf16 "
@@ -59,6 +65,7 @@ std::function<int()> add_serve_command(CLI::App& app) {
       o->models.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
     }
     o->device = Device::parse(*device);
+    if (*threads > 0) set_num_threads(*threads);
     o->precision = *precision == "bf16" ? DType::bf16 : DType::f32;
     if (o->precision == DType::bf16 && recipes::bf16_falls_back_to_fp32(o->device, print_line, "serving"))
       o->precision = DType::f32;

@@ -26,6 +26,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/backend.h"
 #include "kiln/backend/factory.h"
 #include "kiln/data/fashion_mnist.h"
 
@@ -96,7 +97,11 @@ class Server {
       while (!listening_ended && !http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (!listening_ended) http_.stop();
     });
-    log_("kiln serve: listening on http://" + o_.host + ":" + std::to_string(o_.port));
+    std::string where;
+    if (o_.device.is_cpu())
+      where = "; models run on " + std::to_string(get_num_threads()) +
+              (get_num_threads() == 1 ? " CPU thread" : " CPU threads");
+    log_("kiln serve: listening on http://" + o_.host + ":" + std::to_string(o_.port) + where);
     http_.listen_after_bind();
     listening_ended = true;
     g_stop = true;

@@ -10,6 +10,8 @@
 #
 #   bench/serve/serve_bench.sh          # DURATION=10s; MODELS="cnn text"; GENERATION=1; PRECISION=fp32
 #   PRECISION=bf16 MODELS=text GENERATION=0 bench/serve/serve_bench.sh   # kiln serve --precision bf16
+#   MODEL_THREADS=1 ... bench/serve/serve_bench.sh   # kiln serve --threads 1, and the raw run on 1 thread:
+#                                                    # the other core left to HTTP and to wrk
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KILN="${KILN:-$ROOT/build/kiln}"
@@ -21,7 +23,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 port=18123
 serve() {  # serve NAME MAX_BATCH: starts the server with model NAME and waits until it is ready
   "$KILN" serve --model "$1=$WORK/$1" --port "$port" --max-batch "$2" --max-delay-us 2000 --max-queue 4096 \
-    --precision "${PRECISION:-fp32}" \
+    --precision "${PRECISION:-fp32}" ${MODEL_THREADS:+--threads "$MODEL_THREADS"} \
     >"$WORK/serve.log" 2>&1 &
   SERVER=$!
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
@@ -46,7 +48,7 @@ for model in ${MODELS:-cnn text}; do
     done
     kill -TERM "$SERVER"; wait "$SERVER" || true
   done
-  "$ROOT/build/bench_serve_raw" "$WORK/$model" 64 "${PRECISION:-fp32}"
+  ${MODEL_THREADS:+env OMP_NUM_THREADS="$MODEL_THREADS"} "$ROOT/build/bench_serve_raw" "$WORK/$model" 64 "${PRECISION:-fp32}"
 done
 [ "${GENERATION:-1}" = 1 ] || exit 0
 # Generation: the fortunes-gpt recipe's default model, briefly trained; with

@@ -194,8 +194,8 @@ check(all(a is not None and all(abs(a["probabilities"][k] - v) < 1e-5 for k, v i
       f"60 concurrent texts of three lengths: each answered as alone, in batches of {(rows1 - rows0) / max(1, count1 - count0):.1f} texts on average")
 
 # --- --precision bf16: the same models under bf16 autocast answer as fp32 does, within bf16 rounding
-# (on a CPU without bf16 instructions the server says so and serves fp32)
-proc16, base16 = start("--precision", "bf16", "--max-batch", "128")
+# (on a CPU without bf16 instructions the server says so and serves fp32); on one CPU thread (--threads 1)
+proc16, base16 = start("--precision", "bf16", "--max-batch", "128", "--threads", "1")
 many16 = json.loads(call("POST", base16 + "/v1/classify", {"model": "cls", "input": texts})[1])["data"]
 out16 = json.loads(infer(base16, imgs[:100])[1])["outputs"]
 completion16 = json.loads(call("POST", base16 + "/v1/completions",
@@ -207,6 +207,7 @@ close_images = all(abs(a - b) < 0.02 for a, b in zip(out16[0]["data"], probs))
 check(close and close_images and completion16["usage"]["completion_tokens"] == 8 and
       ("bf16) from" in log16 or "serving in fp32" in log16),
       "--precision bf16 serves texts, images and completions within 0.02 of fp32's probabilities")
+check("models run on 1 CPU thread" in log16, "--threads 1 runs the models on one CPU thread")
 
 # --- completions: plain, streamed (the same text for the same seed), stop strings
 req = {"model": "gpt", "prompt": "The ", "max_tokens": 24, "temperature": 0.9, "top_k": 40, "seed": 7}
