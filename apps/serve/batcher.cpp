@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kiln/backend/backend.h"
 #include "kiln/backend/factory.h"
 
 namespace kiln::serve {
@@ -40,6 +41,7 @@ std::optional<std::future<Tensor>> Batcher::submit(const Tensor& rows) {
 }
 
 void Batcher::loop() {
+  use_num_threads_on_this_thread();
   for (;;) {
     std::vector<Request> batch;
     {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kiln/backend/backend.h"
+
 namespace kiln::serve {
 
 GenerationScheduler::GenerationScheduler(std::string model, recipes::InferenceModel& inference, BatchOptions options,
@@ -80,6 +82,7 @@ void GenerationScheduler::join_waiting(std::vector<std::shared_ptr<GenerationJob
 }
 
 void GenerationScheduler::loop() {
+  use_num_threads_on_this_thread();
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> joining;
     {

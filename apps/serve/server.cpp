@@ -117,6 +117,7 @@ class Server {
 
  private:
   void load_models() {
+    use_num_threads_on_this_thread();  // warm-up batches run here
     for (const auto& [name, dir] : o_.models) {
       try {
         recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device);

@@ -172,5 +172,9 @@ std::string cuda_unavailable_reason();
 // CPU thread count used by Kiln's loops and OpenBLAS.
 void set_num_threads(int n);
 int get_num_threads();
+// OpenMP keeps its thread count per thread: a thread started by the program
+// (a server's batcher, a data prefetcher) runs its parallel loops on
+// OpenMP's default, not on set_num_threads's count, until it calls this.
+void use_num_threads_on_this_thread();
 
 }  // namespace kiln

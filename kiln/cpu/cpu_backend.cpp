@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 extern "C" void openblas_set_num_threads(int);
@@ -15,7 +16,7 @@ Backend* cpu_backend_instance() {
 }
 
 namespace {
-int g_threads = 0;
+std::atomic<int> g_threads{0};  // read by threads that start later (use_num_threads_on_this_thread)
 }
 
 void set_num_threads(int n) {
@@ -25,6 +26,13 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-int get_num_threads() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+int get_num_threads() {
+  const int n = g_threads;
+  return n > 0 ? n : omp_get_max_threads();
+}
+
+void use_num_threads_on_this_thread() {
+  if (const int n = g_threads; n > 0) omp_set_num_threads(n);
+}
 
 }  // namespace kiln
