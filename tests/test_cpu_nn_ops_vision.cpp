@@ -206,6 +206,40 @@ TEST(CpuNnOpsMaxPool2d, ForwardAndBackwardMatchReference) {
   }
 }
 
+// bf16 planes: 2x2, stride-2 windows are pooled on their bf16 bits (AVX-512),
+// others widened to f32; either way the same values, positions and
+// gradients as the f32 op on the same (bf16-rounded) numbers, NaN included.
+TEST(CpuNnOpsMaxPool2d, Bf16MatchesF32OnTheSameValues) {
+  struct PoolCase {
+    int64_t N, C, H, W;
+    Pool2dArgs a;
+  };
+  for (const PoolCase& p : {PoolCase{2, 3, 5, 7, {2, 2, 2, 2}}, PoolCase{3, 4, 28, 28, {2, 2, 2, 2}},
+                            PoolCase{2, 3, 14, 14, {2, 2, 2, 2}}, PoolCase{1, 2, 9, 41, {2, 2, 2, 2}},
+                            PoolCase{2, 2, 5, 5, {3, 3, 2, 2}}}) {
+    const int64_t OH = (p.H - p.a.kernel_h) / p.a.stride_h + 1, OW = (p.W - p.a.kernel_w) / p.a.stride_w + 1;
+    const Shape xs = {p.N, p.C, p.H, p.W}, os = {p.N, p.C, OH, OW};
+    const std::string what = shape_str(xs) + " kernel " + std::to_string(p.a.kernel_h);
+    std::vector<double> xv = random_values(shape_numel(xs), 44);
+    xv[3] = NAN;  // in the first window row: its output is NaN, pointing at it
+    Tensor x16 = make<float>(xv, xs).to(DType::bf16), x32 = x16.to(DType::f32);
+    Tensor g16 = make<float>(random_values(shape_numel(os), 45), os).to(DType::bf16), g32 = g16.to(DType::f32);
+    Tensor out16 = Tensor::empty(os, DType::bf16), idx16 = Tensor::empty(os, DType::i32);
+    Tensor out32 = poisoned(os), idx32 = Tensor::empty(os, DType::i32);
+    cpu().maxpool2d(x16, out16, idx16, p.a);
+    cpu().maxpool2d(x32, out32, idx32, p.a);
+    const std::vector<float> got = out16.to(DType::f32).to_vector<float>(), want = out32.to_vector<float>();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) << what << " out " << i;
+    ASSERT_EQ(idx16.to_vector<int32_t>(), idx32.to_vector<int32_t>()) << what;
+    Tensor dx16 = Tensor::empty(xs, DType::bf16), dx32 = poisoned(xs);
+    cpu().maxpool2d_backward(g16, idx16, dx16);
+    cpu().maxpool2d_backward(g32, idx32, dx32);
+    EXPECT_EQ(dx16.to(DType::f32).to_vector<float>(), dx32.to(DType::bf16).to(DType::f32).to_vector<float>())
+        << what;
+  }
+}
+
 TEST(CpuNnOpsMaxPool2d, TiesPickFirstAndNaNPropagates) {
   Tensor x = make<float>({1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, {1, 1, 4, 4});
   x.data<float>()[10] = std::numeric_limits<float>::quiet_NaN();

@@ -18,12 +18,9 @@
 
 #include "kiln/core/error.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/x86_intrinsics.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_*
-// placeholders) wherever these intrinsics inline: a false positive.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#ifdef KILN_X86_INTRINSICS
 #define KILN_HAVE_BF16_ATTENTION_KERNELS 1
 #define KILN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,bmi,bmi2")))
 #endif

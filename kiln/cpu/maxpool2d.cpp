@@ -14,14 +14,13 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define KILN_POOL_AVX512 1
-#endif
-
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/x86_intrinsics.h"
+#ifdef KILN_X86_INTRINSICS
+#define KILN_POOL_AVX512 1
+#endif
 
 namespace kiln::cpu {
 
@@ -73,60 +72,89 @@ void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is
 }
 
 #ifdef KILN_POOL_AVX512
-// The 2x2, stride-2 window on f32 planes with AVX-512, 16 outputs of a row
-// per step (one masked step for the CNN's 14- and 7-wide rows, which the
-// loop above runs mostly in scalar tails): each row's 32 inputs are split
-// into even and odd columns, and the four candidates compared in window
-// order with take_max's rule (larger, or NaN, replaces).
+// The 2x2, stride-2 window on f32 or bf16 planes with AVX-512, 16 outputs of
+// a row per step (one masked step for the CNN's 14- and 7-wide rows, which
+// the loop above runs mostly in scalar tails): each row's 32 inputs are
+// split into even and odd columns, and the four candidates compared in
+// window order with take_max's rule (larger, or NaN, replaces). bf16 values
+// are compared widened in registers and moved as their own bits, so a bf16
+// plane needs no f32 copy.
+#define KILN_POOL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 bool have_avx512() {
-  static const bool have = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+  static const bool have = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") &&
+                                                      __builtin_cpu_supports("avx512bw") &&
+                                                      __builtin_cpu_supports("avx512vl"));
   return have;
 }
 
-__attribute__((target("avx512f"))) inline __m512i even_lanes() {
+KILN_POOL_TARGET inline __m512i even_lanes() {
   return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 }
 // Lanes [0, n) of a 16-lane vector.
 inline __mmask16 first_lanes(int64_t n) { return __mmask16(n <= 0 ? 0 : n >= 16 ? 0xffff : (1u << n) - 1); }
 
+// 16 values (the lanes of `mask`, others zero) as 32-bit lanes: f32 bits, or
+// bf16 bits in the low half; and back.
+KILN_POOL_TARGET inline __m512i load16(const float* p, __mmask16 mask) {
+  return _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, p));
+}
+KILN_POOL_TARGET inline __m512i load16(const uint16_t* p, __mmask16 mask) {
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+}
+KILN_POOL_TARGET inline void store16(float* p, __mmask16 mask, __m512i v) { _mm512_mask_storeu_epi32(p, mask, v); }
+KILN_POOL_TARGET inline void store16(uint16_t* p, __mmask16 mask, __m512i v) {
+  _mm512_mask_cvtepi32_storeu_epi16(p, mask, v);
+}
+// The values of such lanes, for comparing.
+KILN_POOL_TARGET inline __m512 value16(__m512i v, const float*) { return _mm512_castsi512_ps(v); }
+KILN_POOL_TARGET inline __m512 value16(__m512i v, const uint16_t*) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
 // take_max on 16 lanes.
-__attribute__((target("avx512f"))) inline void take_max16(__m512 v, __m512i at, __m512& best, __m512i& best_at) {
+KILN_POOL_TARGET inline void take_max16(__m512 v, __m512i bits, __m512i at, __m512& best, __m512i& best_bits,
+                                        __m512i& best_at) {
   const __mmask16 k = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   best = _mm512_mask_mov_ps(best, k, v);
+  best_bits = _mm512_mask_mov_epi32(best_bits, k, bits);
   best_at = _mm512_mask_mov_epi32(best_at, k, at);
 }
 
-__attribute__((target("avx512f"))) void pool_2x2_avx512(const float* xs, int64_t W, int64_t OH, int64_t OW,
-                                                        float* os, int32_t* is) {
+template <typename T>
+KILN_POOL_TARGET void pool_2x2_avx512(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is) {
   const __m512i even = even_lanes(), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t oh = 0; oh < OH; ++oh)
     for (int64_t ow = 0; ow < OW; ow += 16) {
       const int64_t n = std::min<int64_t>(16, OW - ow);
       const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), out = first_lanes(n);
-      const float* r0 = xs + 2 * oh * W + 2 * ow;
-      const float* r1 = r0 + W;
-      const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
-      const __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
+      const T* r0 = xs + 2 * oh * W + 2 * ow;
+      const T* r1 = r0 + W;
+      const __m512i a0 = load16(r0, lo), a1 = load16(r0 + 16, hi);
+      const __m512i b0 = load16(r1, lo), b1 = load16(r1 + 16, hi);
       const __m512i p = _mm512_add_epi32(_mm512_set1_epi32(int32_t(2 * oh * W + 2 * ow)), even);
-      __m512 best = _mm512_permutex2var_ps(a0, even, a1);
-      __m512i pos = p;
-      take_max16(_mm512_permutex2var_ps(a0, odd, a1), _mm512_add_epi32(p, _mm512_set1_epi32(1)), best, pos);
-      take_max16(_mm512_permutex2var_ps(b0, even, b1), _mm512_add_epi32(p, _mm512_set1_epi32(int32_t(W))), best, pos);
-      take_max16(_mm512_permutex2var_ps(b0, odd, b1), _mm512_add_epi32(p, _mm512_set1_epi32(int32_t(W + 1))), best,
-                 pos);
-      _mm512_mask_storeu_ps(os + oh * OW + ow, out, best);
+      __m512i best_bits = _mm512_permutex2var_epi32(a0, even, a1), pos = p;
+      __m512 best = value16(best_bits, xs);
+      const __m512i candidates[3] = {_mm512_permutex2var_epi32(a0, odd, a1), _mm512_permutex2var_epi32(b0, even, b1),
+                                     _mm512_permutex2var_epi32(b0, odd, b1)};
+      const int32_t offsets[3] = {1, int32_t(W), int32_t(W + 1)};
+      for (int c = 0; c < 3; ++c)
+        take_max16(value16(candidates[c], xs), candidates[c], _mm512_add_epi32(p, _mm512_set1_epi32(offsets[c])), best,
+                   best_bits, pos);
+      store16(os + oh * OW + ow, out, best_bits);
       _mm512_mask_storeu_epi32(is + oh * OW + ow, out, pos);
     }
 }
 
 // Backward of that window: each input of a window gets the output's
 // gradient if it is the recorded position, else 0, written whole (no
-// zero-fill, no scatter). False, with ds partly written, if some recorded
-// position lies outside its output's 2x2 window (indices from another
-// kernel): the caller then scatters.
-__attribute__((target("avx512f"))) bool unpool_2x2_avx512(const float* gs, const int32_t* is, int64_t H, int64_t W,
-                                                          int64_t OH, int64_t OW, float* ds) {
-  if (H % 2 || W % 2) std::fill(ds, ds + H * W, 0.0f);  // the last row or column is in no window
+// zero-fill, no scatter; bf16 gradients move as their own bits). False,
+// with ds partly written, if some recorded position lies outside its
+// output's 2x2 window (indices from another kernel): the caller then
+// scatters.
+template <typename T>
+KILN_POOL_TARGET bool unpool_2x2_avx512(const T* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                        T* ds) {
+  if (H % 2 || W % 2) std::fill(ds, ds + H * W, T(0));  // the last row or column is in no window
   const __m512i even = even_lanes();
   const __m512i first_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second_half = _mm512_add_epi32(first_half, _mm512_set1_epi32(8));
@@ -134,7 +162,7 @@ __attribute__((target("avx512f"))) bool unpool_2x2_avx512(const float* gs, const
     for (int64_t ow = 0; ow < OW; ow += 16) {
       const int64_t n = std::min<int64_t>(16, OW - ow);
       const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), out = first_lanes(n);
-      const __m512 g = _mm512_maskz_loadu_ps(out, gs + oh * OW + ow);
+      const __m512i g = load16(gs + oh * OW + ow, out);
       const __m512i at = _mm512_maskz_loadu_epi32(out, is + oh * OW + ow);
       const __m512i p = _mm512_add_epi32(_mm512_set1_epi32(int32_t(2 * oh * W + 2 * ow)), even);
       __mmask16 covered = 0;
@@ -143,16 +171,35 @@ __attribute__((target("avx512f"))) bool unpool_2x2_avx512(const float* gs, const
         const __mmask16 kl = _mm512_cmpeq_epi32_mask(at, left);
         const __mmask16 kr = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(left, _mm512_set1_epi32(1)));
         covered |= kl | kr;
-        const __m512 gl = _mm512_maskz_mov_ps(kl, g), gr = _mm512_maskz_mov_ps(kr, g);
-        float* d = ds + (2 * oh + row) * W + 2 * ow;
-        _mm512_mask_storeu_ps(d, lo, _mm512_permutex2var_ps(gl, first_half, gr));
-        _mm512_mask_storeu_ps(d + 16, hi, _mm512_permutex2var_ps(gl, second_half, gr));
+        const __m512i gl = _mm512_maskz_mov_epi32(kl, g), gr = _mm512_maskz_mov_epi32(kr, g);
+        T* d = ds + (2 * oh + row) * W + 2 * ow;
+        store16(d, lo, _mm512_permutex2var_epi32(gl, first_half, gr));
+        store16(d + 16, hi, _mm512_permutex2var_epi32(gl, second_half, gr));
       }
       if ((covered & out) != out) return false;
     }
   return true;
 }
 #endif
+
+// A bf16 plane pooled (or unpooled) on its own bits where the window is
+// 2x2 with stride 2 and the CPU has AVX-512; false where not, with nothing
+// (or, unpooling, part of ds) written.
+bool pool_plane_bf16(const uint16_t* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, uint16_t* os,
+                     int32_t* is) {
+#ifdef KILN_POOL_AVX512
+  if (have_avx512() && a.kernel_h == 2 && a.kernel_w == 2 && a.stride_h == 2 && a.stride_w == 2)
+    return pool_2x2_avx512(xs, W, OH, OW, os, is), true;
+#endif
+  return false;
+}
+bool unpool_plane_bf16(const uint16_t* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                       uint16_t* ds) {
+#ifdef KILN_POOL_AVX512
+  if (have_avx512() && OH == H / 2 && OW == W / 2) return unpool_2x2_avx512(gs, is, H, W, OH, OW, ds);
+#endif
+  return false;
+}
 
 // One (n, c) plane: xs [H, W] -> os [OH, OW] and is.
 template <typename T>
@@ -192,18 +239,22 @@ void unpool_plane(const T* gs, const int32_t* is, int64_t H, int64_t W, int64_t 
   for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
 }
 
-// Runs fn(plane, in, out) on each bf16 plane widened into a per-thread f32
-// buffer (in_size elements) and rounds its f32 result (out_size elements)
-// back once: the values staging the whole tensor would give, at a fraction
-// of its memory traffic.
-template <typename Fn>
+// Runs direct(plane) on each bf16 plane, and where that returns false,
+// fn(plane, in, out) on the plane widened into a per-thread f32 buffer (in_size
+// elements), its f32 result (out_size elements) rounded back once: the
+// values staging the whole tensor would give, at a fraction of its memory
+// traffic.
+template <typename Direct, typename Fn>
 void bf16_planes(const uint16_t* in, int64_t in_size, uint16_t* out, int64_t out_size, int64_t planes,
-                 bool parallel, Fn&& fn) {
+                 bool parallel, Direct&& direct, Fn&& fn) {
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> src(static_cast<size_t>(in_size)), dst(static_cast<size_t>(out_size));
+    std::vector<float> src, dst;
 #pragma omp for schedule(static)
     for (int64_t pl = 0; pl < planes; ++pl) {
+      if (direct(pl)) continue;
+      src.resize(static_cast<size_t>(in_size));
+      dst.resize(static_cast<size_t>(out_size));
       bf16_to_f32(in + pl * in_size, src.data(), in_size);
       fn(pl, src.data(), dst.data());
       f32_to_bf16(dst.data(), out + pl * out_size, out_size);
@@ -241,11 +292,14 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
   const int64_t planes = N * C, HW = H * W, OHW = OH * OW;
   int32_t* ip = indices.data<int32_t>();
   const bool parallel = planes > 1 && planes * HW > kParallelElements;
-  if (bf16)
-    return bf16_planes(bits16(x), HW, bits16(out), OHW,
-                       planes, parallel, [&](int64_t pl, const float* xs, float* os) {
-                         pool_plane(xs, W, OH, OW, args, os, ip + pl * OHW);
-                       });
+  if (bf16) {
+    const uint16_t* xp = bits16(x);
+    uint16_t* yp = bits16(out);
+    return bf16_planes(
+        xp, HW, yp, OHW, planes, parallel,
+        [&](int64_t pl) { return pool_plane_bf16(xp + pl * HW, W, OH, OW, args, yp + pl * OHW, ip + pl * OHW); },
+        [&](int64_t pl, const float* xs, float* os) { pool_plane(xs, W, OH, OW, args, os, ip + pl * OHW); });
+  }
   dispatch_float(x.dtype(), op, [&]<typename T>() {
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
@@ -273,11 +327,12 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3), HW = H * W;
   const int64_t OH = dout.size(2), OW = dout.size(3), OHW = OH * OW;
   // Indices are checked first so a corrupted tensor cannot write out of bounds
-  // (their range in one vectorised pass; the first bad one only on failure).
+  // (their range in one vectorised pass over the pool; the first bad one only
+  // on failure).
   const int32_t* ip = indices.data<int32_t>();
   const bool parallel = planes > 1 && planes * HW > kParallelElements;
   int32_t lowest = 0, highest = 0;
-#pragma omp simd reduction(min : lowest) reduction(max : highest)
+#pragma omp parallel for simd reduction(min : lowest) reduction(max : highest) if (parallel)
   for (int64_t i = 0; i < planes * OHW; ++i) {
     lowest = std::min(lowest, ip[i]);
     highest = std::max(highest, ip[i]);
@@ -287,11 +342,14 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
       KILN_CHECK(ip[i] >= 0 && ip[i] < HW, op, ": index ", ip[i], " at output ", i, " is outside the ",
                  dx.size(2), "x", dx.size(3), " input plane");
 
-  if (bf16)
-    return bf16_planes(bits16(dout), OHW, bits16(dx), HW,
-                       planes, parallel, [&](int64_t pl, const float* gs, float* ds) {
-                         unpool_plane(gs, ip + pl * OHW, H, W, OH, OW, ds);
-                       });
+  if (bf16) {
+    const uint16_t* gp = bits16(dout);
+    uint16_t* dp = bits16(dx);
+    return bf16_planes(
+        gp, OHW, dp, HW, planes, parallel,
+        [&](int64_t pl) { return unpool_plane_bf16(gp + pl * OHW, ip + pl * OHW, H, W, OH, OW, dp + pl * HW); },
+        [&](int64_t pl, const float* gs, float* ds) { unpool_plane(gs, ip + pl * OHW, H, W, OH, OW, ds); });
+  }
   dispatch_float(dx.dtype(), op, [&]<typename T>() {
     const T* g = dout.data<T>();
     T* d = dx.data<T>();
