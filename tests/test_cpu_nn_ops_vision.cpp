@@ -162,21 +162,26 @@ TEST(CpuNnOpsConv2d, BadShapesThrow) {
 
 // ---------------------------------------------------------------- maxpool
 
+struct PoolCase {
+  int64_t N, C, H, W;
+  Pool2dArgs a;
+  int64_t OH() const { return (H - a.kernel_h) / a.stride_h + 1; }
+  int64_t OW() const { return (W - a.kernel_w) / a.stride_w + 1; }
+  Shape input() const { return {N, C, H, W}; }
+  Shape output() const { return {N, C, OH(), OW()}; }
+};
+// 2x2 windows with stride 2 have their own kernels: 7-, 14- and 20-wide
+// output rows (under, at and over one 16-lane step), odd sizes; 3x3 windows
+// on 5x5 have 2x2 pooling's output shape, so backward tries the 2x2 kernel
+// and must notice the positions outside its windows.
+const PoolCase kPoolCases[] = {{2, 3, 5, 7, {2, 2, 2, 2}},   {1, 2, 7, 6, {3, 3, 2, 2}},   {2, 1, 6, 5, {2, 3, 1, 2}},
+                               {3, 4, 28, 28, {2, 2, 2, 2}}, {2, 3, 14, 14, {2, 2, 2, 2}}, {1, 2, 9, 41, {2, 2, 2, 2}},
+                               {2, 2, 5, 5, {3, 3, 2, 2}}};
+
 TEST(CpuNnOpsMaxPool2d, ForwardAndBackwardMatchReference) {
-  struct PoolCase {
-    int64_t N, C, H, W;
-    Pool2dArgs a;
-  };
-  // 2x2 windows with stride 2 have their own kernels: 7-, 14- and 20-wide
-  // output rows (under, at and over one 16-lane step), odd sizes; 3x3 windows
-  // on 5x5 have 2x2 pooling's output shape, so backward tries the 2x2 kernel
-  // and must notice the positions outside its windows.
-  for (const PoolCase& p : {PoolCase{2, 3, 5, 7, {2, 2, 2, 2}}, PoolCase{1, 2, 7, 6, {3, 3, 2, 2}},
-                            PoolCase{2, 1, 6, 5, {2, 3, 1, 2}}, PoolCase{3, 4, 28, 28, {2, 2, 2, 2}},
-                            PoolCase{2, 3, 14, 14, {2, 2, 2, 2}}, PoolCase{1, 2, 9, 41, {2, 2, 2, 2}},
-                            PoolCase{2, 2, 5, 5, {3, 3, 2, 2}}}) {
-    const int64_t OH = (p.H - p.a.kernel_h) / p.a.stride_h + 1, OW = (p.W - p.a.kernel_w) / p.a.stride_w + 1;
-    const Shape xs = {p.N, p.C, p.H, p.W}, os = {p.N, p.C, OH, OW};
+  for (const PoolCase& p : kPoolCases) {
+    const int64_t OH = p.OH(), OW = p.OW();
+    const Shape xs = p.input(), os = p.output();
     auto xv = random_values(shape_numel(xs), 42), gv = random_values(shape_numel(os), 43);
     std::vector<double> out_ref(shape_numel(os)), dx_ref(xv.size(), 0.0);
     std::vector<int32_t> idx_ref(out_ref.size());
@@ -210,15 +215,8 @@ TEST(CpuNnOpsMaxPool2d, ForwardAndBackwardMatchReference) {
 // others widened to f32; either way the same values, positions and
 // gradients as the f32 op on the same (bf16-rounded) numbers, NaN included.
 TEST(CpuNnOpsMaxPool2d, Bf16MatchesF32OnTheSameValues) {
-  struct PoolCase {
-    int64_t N, C, H, W;
-    Pool2dArgs a;
-  };
-  for (const PoolCase& p : {PoolCase{2, 3, 5, 7, {2, 2, 2, 2}}, PoolCase{3, 4, 28, 28, {2, 2, 2, 2}},
-                            PoolCase{2, 3, 14, 14, {2, 2, 2, 2}}, PoolCase{1, 2, 9, 41, {2, 2, 2, 2}},
-                            PoolCase{2, 2, 5, 5, {3, 3, 2, 2}}}) {
-    const int64_t OH = (p.H - p.a.kernel_h) / p.a.stride_h + 1, OW = (p.W - p.a.kernel_w) / p.a.stride_w + 1;
-    const Shape xs = {p.N, p.C, p.H, p.W}, os = {p.N, p.C, OH, OW};
+  for (const PoolCase& p : kPoolCases) {
+    const Shape xs = p.input(), os = p.output();
     const std::string what = shape_str(xs) + " kernel " + std::to_string(p.a.kernel_h);
     std::vector<double> xv = random_values(shape_numel(xs), 44);
     xv[3] = NAN;  // in the first window row: its output is NaN, pointing at it

@@ -323,8 +323,9 @@ KILN_AVX512_BF16 void bf16_attention_head_backward(Bf16Rows dout, Bf16Rows q, Bf
     const int64_t rows = std::min(kTileRows, seq - j0), p0 = causal ? j0 / 2 : 0;
     const uint16_t* p_cols = reinterpret_cast<const uint16_t*>(pp + p0 * ld + j0);
     const uint16_t* ds_cols = reinterpret_cast<const uint16_t*>(dsp + p0 * ld + j0);
-    product(p_cols, 2, 2 * ld, gp + p0 * D, D, pairs - p0, rows, D, grads.dv + j0 * grads.dv_ld, grads.dv_ld, 1.0f);  // dV = P^T dO
-    product(ds_cols, 2, 2 * ld, qp + p0 * D, D, pairs - p0, rows, D, grads.dk + j0 * grads.dk_ld, grads.dk_ld, scale);  // dK = scale dS^T Q
+    // dV = P^T dO, dK = scale dS^T Q
+    product(p_cols, 2, 2 * ld, gp + p0 * D, D, pairs - p0, rows, D, grads.dv + j0 * grads.dv_ld, grads.dv_ld, 1.0f);
+    product(ds_cols, 2, 2 * ld, qp + p0 * D, D, pairs - p0, rows, D, grads.dk + j0 * grads.dk_ld, grads.dk_ld, scale);
   }
 }
 
