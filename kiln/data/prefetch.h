@@ -23,6 +23,7 @@
 #include <optional>
 #include <thread>
 
+#include "kiln/backend/backend.h"
 #include "kiln/data/loader_state.h"
 
 namespace kiln::data {
@@ -103,6 +104,7 @@ class Prefetcher {
   };
 
   void run() {
+    use_num_threads_on_this_thread();  // batches are made with the run's thread count (--threads)
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       cv_.wait(lock, [&] {
