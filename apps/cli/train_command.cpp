@@ -159,7 +159,8 @@ std::function<int()> add_train_command(CLI::App& app) {
     if (!dist::is_rank0()) to->progress = false;
     if (*dist_timeout > 0) dist::world().set_timeout(std::chrono::seconds(*dist_timeout));
     if (to->fit) plan::apply_fit(*to, log);
-    if (to->precision == "bf16" && recipes::bf16_falls_back_to_fp32(to->device.value_or(Device::cpu()), log, "training"))
+    if (to->precision == "bf16" &&
+        recipes::bf16_falls_back_to_fp32(to->device.value_or(Device::cpu()), log, "training"))
       to->precision = "fp32";
     const recipes::TrainResult result = recipes::train(*to, log);
     if (dist::is_rank0()) print_summary(result);

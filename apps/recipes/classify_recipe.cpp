@@ -137,7 +137,8 @@ class ClassifierInference final : public InferenceModel {
     }
     std::vector<const std::vector<int32_t>*> rows;
     for (const auto& r : ids) rows.push_back(&r);
-    const int64_t length = std::min(kContext, (longest + kServedLengthStep - 1) / kServedLengthStep * kServedLengthStep);
+    const int64_t rounded = (longest + kServedLengthStep - 1) / kServedLengthStep * kServedLengthStep;
+    const int64_t length = std::min(kContext, rounded);
     return pad_batch(rows, model_->pad_id(), length);
   }
   std::optional<int64_t> pad_token() const override { return model_->pad_id(); }

@@ -98,9 +98,8 @@ class Server {
       if (!listening_ended) http_.stop();
     });
     std::string where;
-    if (o_.device.is_cpu())
-      where = "; models run on " + std::to_string(get_num_threads()) +
-              (get_num_threads() == 1 ? " CPU thread" : " CPU threads");
+    if (const int threads = get_num_threads(); o_.device.is_cpu())
+      where = "; models run on " + std::to_string(threads) + (threads == 1 ? " CPU thread" : " CPU threads");
     log_("kiln serve: listening on http://" + o_.host + ":" + std::to_string(o_.port) + where);
     http_.listen_after_bind();
     listening_ended = true;

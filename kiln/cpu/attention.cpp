@@ -109,6 +109,12 @@ Head<T> head(const Tensor& t, int64_t bh) {
   return {static_cast<T*>(const_cast<void*>(t.data_ptr())) + offset, ld};
 }
 
+// Head bh of a bf16 view as attention_bf16.h's kernels take it.
+Bf16Rows bf16_rows(const Tensor& t, int64_t bh) {
+  const Head<const uint16_t> h = head<const uint16_t>(t, bh);
+  return {h.p, h.ld};
+}
+
 void check_lse(const char* op, const Tensor& lse, const Tensor& q) {
   check_cpu(lse, op);
   check_contiguous(lse, op, "lse");
@@ -316,11 +322,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
       std::vector<float> rows(static_cast<size_t>(seq));
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
-        const Head<const uint16_t> hq = head<const uint16_t>(q, bh), hk = head<const uint16_t>(k, bh),
-                                   hv = head<const uint16_t>(v, bh);
         const Head<uint16_t> ho = head<uint16_t>(out, bh);
-        bf16_attention_head({hq.p, hq.ld}, {hk.p, hk.ld}, {hv.p, hv.ld}, ho.p, ho.ld, rows.data(), seq, D, scale,
-                            causal, scratch);
+        bf16_attention_head(bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh), ho.p, ho.ld, rows.data(), seq, D,
+                            scale, causal, scratch);
         write_rows(rows.data(), bh * seq, seq, lse);
       }
     }
@@ -400,16 +404,12 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
     {
       Bf16AttentionScratch scratch;
       std::vector<float> rows(static_cast<size_t>(seq));
-      auto rows_of = [](const Tensor& t, int64_t bh) {
-        const Head<const uint16_t> h = head<const uint16_t>(t, bh);
-        return Bf16Rows{h.p, h.ld};
-      };
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < BH; ++bh) {
         read_rows(lse, bh * seq, seq, rows.data());
         const Head<uint16_t> gq = head<uint16_t>(dq, bh), gk = head<uint16_t>(dk, bh), gv = head<uint16_t>(dv, bh);
-        bf16_attention_head_backward(rows_of(dout, bh), rows_of(q, bh), rows_of(k, bh), rows_of(v, bh),
-                                     rows_of(out, bh), rows.data(), {gq.p, gk.p, gv.p, gq.ld, gk.ld, gv.ld}, seq, D,
+        bf16_attention_head_backward(bf16_rows(dout, bh), bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh),
+                                     bf16_rows(out, bh), rows.data(), {gq.p, gk.p, gv.p, gq.ld, gk.ld, gv.ld}, seq, D,
                                      scale, causal, scratch);
       }
     }
