@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/cpu/attention_bf16.h"
@@ -296,6 +297,20 @@ void write_rows(const float* from, int64_t first, int64_t n, Tensor& lse) {
   f32_to_bf16(from, bits16(lse) + first, n);
 }
 
+// Runs body(scratch, bh) for each head bh of q's [B, H, seq, D], in parallel
+// over the heads where there is enough work; each thread makes its scratch
+// (buffers reused across its heads) once, with make_scratch().
+template <typename MakeScratch, typename Body>
+void for_each_head(const Tensor& q, MakeScratch make_scratch, Body body) {
+  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3);
+#pragma omp parallel if (BH > 1 && BH * seq * seq * D > 65536)
+  {
+    auto scratch = make_scratch();
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < BH; ++bh) body(scratch, bh);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float scale,
@@ -312,67 +327,48 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
   check_bhtd(op, v, "v", q);
   check_bhtd(op, out, "out", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
-  const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
+  const int64_t seq = q.size(2), D = q.size(3), HD = seq * D;
 
-  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D)) {  // attention_bf16.h
-#pragma omp parallel if (parallel)
-    {
-      Bf16AttentionScratch scratch;
-      std::vector<float> rows(static_cast<size_t>(seq));
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        const Head<uint16_t> ho = head<uint16_t>(out, bh);
-        bf16_attention_head(bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh), ho.p, ho.ld, rows.data(), seq, D,
-                            scale, causal, scratch);
-        write_rows(rows.data(), bh * seq, seq, lse);
-      }
-    }
-    return;
-  }
-  if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
-#pragma omp parallel if (parallel)
-    {
-      HeadBuffers buf({HD, seq, seq * seq});
-      const std::vector<float*>& b = buf.parts;
-      std::vector<uint16_t> s16(size_t(seq * seq));
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        attention_head<float, uint16_t>(head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
-                                        head<const uint16_t>(v, bh), {b[0], D}, b[1], seq, D, scale, causal, b[2],
-                                        s16.data());
-        write_head(b[0], bh, out);
-        write_rows(b[1], bh * seq, seq, lse);
-      }
-    }
-    return;
-  }
-  if (bf16) {  // each head widened to f32
-#pragma omp parallel if (parallel)
-    {
-      HeadBuffers buf({HD, HD, HD, HD, seq, seq * seq});
-      const std::vector<float*>& b = buf.parts;
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        attention_head<float, float>({read_head(q, bh, b[0]), D}, {read_head(k, bh, b[1]), D},
-                                     {read_head(v, bh, b[2]), D}, {b[3], D}, b[4], seq, D, scale, causal, b[5],
-                                     b[5]);
-        write_head(b[3], bh, out);
-        write_rows(b[4], bh * seq, seq, lse);
-      }
-    }
-    return;
-  }
+  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D))  // attention_bf16.h
+    return for_each_head(
+        q, [&] { return std::pair(Bf16AttentionScratch(), std::vector<float>(size_t(seq))); },
+        [&](auto& scratch, int64_t bh) {
+          auto& [kernels, rows] = scratch;
+          const Head<uint16_t> ho = head<uint16_t>(out, bh);
+          bf16_attention_head(bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh), ho.p, ho.ld, rows.data(), seq, D,
+                              scale, causal, kernels);
+          write_rows(rows.data(), bh * seq, seq, lse);
+        });
+  if (bf16 && bf16_gemm_available())  // the products read the bf16 heads as they are
+    return for_each_head(
+        q, [&] { return std::pair(HeadBuffers({HD, seq, seq * seq}), std::vector<uint16_t>(size_t(seq * seq))); },
+        [&](auto& scratch, int64_t bh) {
+          const std::vector<float*>& b = scratch.first.parts;
+          attention_head<float, uint16_t>(head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
+                                          head<const uint16_t>(v, bh), {b[0], D}, b[1], seq, D, scale, causal, b[2],
+                                          scratch.second.data());
+          write_head(b[0], bh, out);
+          write_rows(b[1], bh * seq, seq, lse);
+        });
+  if (bf16)  // each head widened to f32
+    return for_each_head(
+        q, [&] { return HeadBuffers({HD, HD, HD, HD, seq, seq * seq}); },
+        [&](HeadBuffers& buf, int64_t bh) {
+          const std::vector<float*>& b = buf.parts;
+          attention_head<float, float>({read_head(q, bh, b[0]), D}, {read_head(k, bh, b[1]), D},
+                                       {read_head(v, bh, b[2]), D}, {b[3], D}, b[4], seq, D, scale, causal, b[5],
+                                       b[5]);
+          write_head(b[3], bh, out);
+          write_rows(b[4], bh * seq, seq, lse);
+        });
   dispatch_float(q.dtype(), op, [&]<typename T>() {
     T* lp = lse.data<T>();
-#pragma omp parallel if (parallel)
-    {
-      std::vector<T> scores(size_t(seq * seq));
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh)
-        attention_head<T, T>(head<const T>(q, bh), head<const T>(k, bh), head<const T>(v, bh), head<T>(out, bh),
-                             lp + bh * seq, seq, D, T(scale), causal, scores.data(), scores.data());
-    }
+    for_each_head(
+        q, [&] { return std::vector<T>(size_t(seq * seq)); },
+        [&](std::vector<T>& scores, int64_t bh) {
+          attention_head<T, T>(head<const T>(q, bh), head<const T>(k, bh), head<const T>(v, bh), head<T>(out, bh),
+                               lp + bh * seq, seq, D, T(scale), causal, scores.data(), scores.data());
+        });
   });
 }
 
@@ -396,76 +392,63 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   check_bhtd(op, dk, "dk", q);
   check_bhtd(op, dv, "dv", q);
   check_lse(op, lse, q);
-  const int64_t BH = q.size(0) * q.size(1), seq = q.size(2), D = q.size(3), HD = seq * D;
-  const bool parallel = BH > 1 && BH * seq * seq * D > 65536;
+  const int64_t seq = q.size(2), D = q.size(3), HD = seq * D;
 
-  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D)) {  // attention_bf16.h
-#pragma omp parallel if (parallel)
-    {
-      Bf16AttentionScratch scratch;
-      std::vector<float> rows(static_cast<size_t>(seq));
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        read_rows(lse, bh * seq, seq, rows.data());
-        const Head<uint16_t> gq = head<uint16_t>(dq, bh), gk = head<uint16_t>(dk, bh), gv = head<uint16_t>(dv, bh);
-        bf16_attention_head_backward(bf16_rows(dout, bh), bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh),
-                                     bf16_rows(out, bh), rows.data(), {gq.p, gk.p, gv.p, gq.ld, gk.ld, gv.ld}, seq, D,
-                                     scale, causal, scratch);
-      }
-    }
-    return;
-  }
-  if (bf16 && bf16_gemm_available()) {  // the products read the bf16 heads as they are
-#pragma omp parallel if (parallel)
-    {
-      HeadBuffers buf({seq, HD, HD, HD, seq * seq, seq * seq});
-      const std::vector<float*>& b = buf.parts;
-      std::vector<uint16_t> p16(size_t(seq * seq)), ds16(p16.size());
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        read_rows(lse, bh * seq, seq, b[0]);
-        attention_head_backward<float, uint16_t>(
-            head<const uint16_t>(dout, bh), head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
-            head<const uint16_t>(v, bh), head<const uint16_t>(out, bh), b[0], {b[1], D}, {b[2], D}, {b[3], D}, seq,
-            D, scale, causal, b[4], b[5], p16.data(), ds16.data());
-        write_head(b[1], bh, dq);
-        write_head(b[2], bh, dk);
-        write_head(b[3], bh, dv);
-      }
-    }
-    return;
-  }
-  if (bf16) {  // each head widened to f32
-#pragma omp parallel if (parallel)
-    {
-      HeadBuffers buf({HD, HD, HD, HD, HD, seq, HD, HD, HD, seq * seq, seq * seq});
-      const std::vector<float*>& b = buf.parts;
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh) {
-        read_rows(lse, bh * seq, seq, b[5]);
-        attention_head_backward<float, float>({read_head(dout, bh, b[0]), D}, {read_head(q, bh, b[1]), D},
-                                              {read_head(k, bh, b[2]), D}, {read_head(v, bh, b[3]), D},
-                                              {read_head(out, bh, b[4]), D}, b[5], {b[6], D}, {b[7], D}, {b[8], D},
-                                              seq, D, scale, causal, b[9], b[10], b[9], b[10]);
-        write_head(b[6], bh, dq);
-        write_head(b[7], bh, dk);
-        write_head(b[8], bh, dv);
-      }
-    }
-    return;
-  }
+  if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D))  // attention_bf16.h
+    return for_each_head(
+        q, [&] { return std::pair(Bf16AttentionScratch(), std::vector<float>(size_t(seq))); },
+        [&](auto& scratch, int64_t bh) {
+          auto& [kernels, rows] = scratch;
+          read_rows(lse, bh * seq, seq, rows.data());
+          const Head<uint16_t> gq = head<uint16_t>(dq, bh), gk = head<uint16_t>(dk, bh), gv = head<uint16_t>(dv, bh);
+          bf16_attention_head_backward(bf16_rows(dout, bh), bf16_rows(q, bh), bf16_rows(k, bh), bf16_rows(v, bh),
+                                       bf16_rows(out, bh), rows.data(), {gq.p, gk.p, gv.p, gq.ld, gk.ld, gv.ld}, seq,
+                                       D, scale, causal, kernels);
+        });
+  if (bf16 && bf16_gemm_available())  // the products read the bf16 heads as they are
+    return for_each_head(
+        q,
+        [&] {
+          return std::pair(HeadBuffers({seq, HD, HD, HD, seq * seq, seq * seq}),
+                           std::vector<uint16_t>(size_t(2 * seq * seq)));
+        },
+        [&](auto& scratch, int64_t bh) {
+          const std::vector<float*>& b = scratch.first.parts;
+          uint16_t* p16 = scratch.second.data();
+          read_rows(lse, bh * seq, seq, b[0]);
+          attention_head_backward<float, uint16_t>(
+              head<const uint16_t>(dout, bh), head<const uint16_t>(q, bh), head<const uint16_t>(k, bh),
+              head<const uint16_t>(v, bh), head<const uint16_t>(out, bh), b[0], {b[1], D}, {b[2], D}, {b[3], D}, seq,
+              D, scale, causal, b[4], b[5], p16, p16 + seq * seq);
+          write_head(b[1], bh, dq);
+          write_head(b[2], bh, dk);
+          write_head(b[3], bh, dv);
+        });
+  if (bf16)  // each head widened to f32
+    return for_each_head(
+        q, [&] { return HeadBuffers({HD, HD, HD, HD, HD, seq, HD, HD, HD, seq * seq, seq * seq}); },
+        [&](HeadBuffers& buf, int64_t bh) {
+          const std::vector<float*>& b = buf.parts;
+          read_rows(lse, bh * seq, seq, b[5]);
+          attention_head_backward<float, float>({read_head(dout, bh, b[0]), D}, {read_head(q, bh, b[1]), D},
+                                                {read_head(k, bh, b[2]), D}, {read_head(v, bh, b[3]), D},
+                                                {read_head(out, bh, b[4]), D}, b[5], {b[6], D}, {b[7], D}, {b[8], D},
+                                                seq, D, scale, causal, b[9], b[10], b[9], b[10]);
+          write_head(b[6], bh, dq);
+          write_head(b[7], bh, dk);
+          write_head(b[8], bh, dv);
+        });
   dispatch_float(q.dtype(), op, [&]<typename T>() {
     const T* lp = lse.data<T>();
-#pragma omp parallel if (parallel)
-    {
-      std::vector<T> p_buf(size_t(seq * seq)), dp_buf(p_buf.size());
-#pragma omp for schedule(static)
-      for (int64_t bh = 0; bh < BH; ++bh)
-        attention_head_backward<T, T>(head<const T>(dout, bh), head<const T>(q, bh), head<const T>(k, bh),
-                                      head<const T>(v, bh), head<const T>(out, bh), lp + bh * seq, head<T>(dq, bh),
-                                      head<T>(dk, bh), head<T>(dv, bh), seq, D, T(scale), causal, p_buf.data(),
-                                      dp_buf.data(), p_buf.data(), dp_buf.data());
-    }
+    for_each_head(
+        q, [&] { return std::vector<T>(size_t(2 * seq * seq)); },
+        [&](std::vector<T>& buf, int64_t bh) {
+          T* p = buf.data();
+          T* dp = p + seq * seq;
+          attention_head_backward<T, T>(head<const T>(dout, bh), head<const T>(q, bh), head<const T>(k, bh),
+                                        head<const T>(v, bh), head<const T>(out, bh), lp + bh * seq, head<T>(dq, bh),
+                                        head<T>(dk, bh), head<T>(dv, bh), seq, D, T(scale), causal, p, dp, p, dp);
+        });
   });
 }
 
