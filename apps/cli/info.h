@@ -1,7 +1,5 @@
 #pragma once
-#ifndef KILN_VERSION
-#define KILN_VERSION "0.1.0"
-#endif
+#include "kiln/version.h"
 
 namespace kiln::cli {
 int run_info();

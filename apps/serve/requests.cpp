@@ -1,7 +1,10 @@
 #include "apps/serve/requests.h"
 
 #include <algorithm>
+#include <bit>
+#include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -14,8 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-json parse_object(const std::string& text) {
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+json parse_object(std::string_view text) {
+  json body = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) throw HttpError(400, "the request body is not valid JSON");
   if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
   return body;
@@ -53,10 +56,80 @@ T field(const json& body, const std::string& key, const char* type, std::optiona
   return v.get<T>();
 }
 
+// The JSON header's length in a body that continues with binary tensor data.
+size_t json_header_length(std::string_view value, size_t body_size) {
+  uint64_t length = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), length);
+  if (error != std::errc() || end != value.data() + value.size() || length > body_size)
+    throw HttpError(400, "Inference-Header-Content-Length must be the JSON header's length in bytes (at most the "
+                         "body's " + std::to_string(body_size) + ")");
+  return size_t(length);
+}
+
+// The pixels of `images` images: the input's JSON "data", or (parameters.binary_data_size) `binary`.
+std::vector<float> input_pixels(const json& in, int64_t images, std::string_view binary) {
+  const size_t count = size_t(images) * 784;
+  const json* params = in.contains("parameters") ? &in["parameters"] : nullptr;
+  if (params && !params->is_object()) throw HttpError(400, "the input's 'parameters' must be an object");
+  if (!params || !params->contains("binary_data_size")) {
+    if (!binary.empty())
+      throw HttpError(400, "the body goes on after its JSON header, but the input has no parameters.binary_data_size");
+    auto pixels = field<std::vector<float>>(in, "data", "an array of FP32 numbers");
+    if (pixels.size() != count)
+      throw HttpError(400, "data holds " + std::to_string(pixels.size()) + " numbers; shape needs " +
+                               std::to_string(count));
+    return pixels;
+  }
+  if (in.contains("data")) throw HttpError(400, "the input has both 'data' and parameters.binary_data_size");
+  const auto size = field<int64_t>(*params, "binary_data_size", "an integer");
+  if (size != int64_t(count * sizeof(float)))
+    throw HttpError(400, "binary_data_size is " + std::to_string(size) + " bytes; shape needs " +
+                             std::to_string(count * sizeof(float)) + " (FP32)");
+  if (binary.size() != size_t(size))
+    throw HttpError(400, "the body holds " + std::to_string(binary.size()) +
+                             " bytes after its JSON header; binary_data_size says " + std::to_string(size));
+  static_assert(std::endian::native == std::endian::little, "binary tensor data is little-endian");
+  std::vector<float> pixels(count);
+  std::memcpy(pixels.data(), binary.data(), binary.size());
+  // JSON cannot carry NaN or infinity; bytes can, and one would poison its batch's answers.
+  if (!std::all_of(pixels.begin(), pixels.end(), [](float v) { return std::isfinite(v); }))
+    throw HttpError(400, "the binary data holds a NaN or infinite pixel");
+  return pixels;
+}
+
+// The outputs the request asks for ("outputs", each with parameters.binary_data), by default both;
+// parameters.binary_data_output makes binary the default.
+std::vector<InferRequest::Output> requested_outputs(const json& body) {
+  bool binary = false;
+  if (body.contains("parameters")) {
+    if (!body["parameters"].is_object()) throw HttpError(400, "the request's 'parameters' must be an object");
+    binary = field<bool>(body["parameters"], "binary_data_output", "true or false", false);
+  }
+  if (!body.contains("outputs")) return {{"probabilities", binary}, {"label", binary}};
+  if (!body["outputs"].is_array() || body["outputs"].empty())
+    throw HttpError(400, "'outputs' must be an array of output objects");
+  std::vector<InferRequest::Output> outputs;
+  for (const json& o : body["outputs"]) {
+    if (!o.is_object()) throw HttpError(400, "each of 'outputs' must be an object with a 'name'");
+    InferRequest::Output out{field<std::string>(o, "name", "a string"), binary};
+    if (out.name != "probabilities" && out.name != "label")
+      throw HttpError(400, "no output '" + out.name + "' (the outputs are 'probabilities' and 'label')");
+    if (std::any_of(outputs.begin(), outputs.end(), [&](const auto& seen) { return seen.name == out.name; }))
+      throw HttpError(400, "output '" + out.name + "' is asked for twice");
+    if (o.contains("parameters")) {
+      if (!o["parameters"].is_object()) throw HttpError(400, "an output's 'parameters' must be an object");
+      out.binary = field<bool>(o["parameters"], "binary_data", "true or false", binary);
+    }
+    outputs.push_back(out);
+  }
+  return outputs;
+}
+
 }  // namespace
 
-InferRequest parse_infer(const std::string& text, int64_t max_batch) {
-  const json body = parse_object(text);
+InferRequest parse_infer(const std::string& text, int64_t max_batch, std::optional<std::string_view> header_length) {
+  const size_t json_length = header_length ? json_header_length(*header_length, text.size()) : text.size();
+  const json body = parse_object(std::string_view(text).substr(0, json_length));
   if (!body.contains("inputs") || !body["inputs"].is_array() || body["inputs"].size() != 1 ||
       !body["inputs"][0].is_object())
     throw HttpError(400, "'inputs' must be an array of one tensor object");
@@ -71,10 +144,8 @@ InferRequest parse_infer(const std::string& text, int64_t max_batch) {
     throw HttpError(400, "at most " + std::to_string(max_batch) + " images per request (--max-batch)");
   InferRequest r;
   r.images = shape[0];
-  r.pixels = field<std::vector<float>>(in, "data", "an array of FP32 numbers");
-  if (int64_t(r.pixels.size()) != r.images * 784)
-    throw HttpError(400, "data holds " + std::to_string(r.pixels.size()) + " numbers; shape needs " +
-                             std::to_string(r.images * 784));
+  r.pixels = input_pixels(in, r.images, std::string_view(text).substr(json_length));
+  r.outputs = requested_outputs(body);
   return r;
 }
 

@@ -4,8 +4,10 @@
 // either returns a valid request or throws HttpError(400, what is wrong).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::serve {
@@ -16,12 +18,23 @@ struct HttpError : std::runtime_error {
   HttpError(int s, const std::string& message) : std::runtime_error(message), status(s) {}
 };
 
-// KServe v2 infer: one FP32 tensor of Fashion-MNIST images, [N, 1, 28, 28] or [N, 784].
+// KServe v2 infer: one FP32 tensor of Fashion-MNIST images, [N, 1, 28, 28]
+// or [N, 784], as JSON numbers or, with the binary tensor data extension
+// (what Triton's clients send), as little-endian bytes after a JSON header
+// whose length the Inference-Header-Content-Length header gives.
 struct InferRequest {
+  // An output to answer, in the answer's order: "probabilities" or "label",
+  // as JSON data or (binary) as bytes after the answer's JSON header.
+  struct Output {
+    std::string name;
+    bool binary = false;
+  };
   int64_t images = 0;
   std::vector<float> pixels;  // images x 784
+  std::vector<Output> outputs;  // both, as JSON, unless the request names them or sets binary_data_output
 };
-InferRequest parse_infer(const std::string& body, int64_t max_batch);
+InferRequest parse_infer(const std::string& body, int64_t max_batch,
+                         std::optional<std::string_view> inference_header_length = {});
 
 // /v1/classify: {"model", "input": "text" | ["texts"]}.
 struct ClassifyRequest {

@@ -29,6 +29,7 @@
 #include "kiln/backend/backend.h"
 #include "kiln/backend/factory.h"
 #include "kiln/data/fashion_mnist.h"
+#include "kiln/version.h"
 
 namespace kiln::serve {
 
@@ -38,6 +39,9 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
+
+// The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
+constexpr const char* kInferenceHeaderLength = "Inference-Header-Content-Length";
 
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections
 // overflows it, and the clients that do not fit wait for their SYN to be
@@ -205,6 +209,27 @@ class Server {
     };
   }
 
+  // A POST route that reads its own body. Left to cpp-httplib, a body
+  // labelled as a form (as `curl -d` labels any body) is parsed as one and
+  // refused past 8 KiB with a 413; these endpoints take JSON or tensor
+  // bytes whatever the label.
+  void post(const char* pattern, const std::string& endpoint,
+            std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)> f) {
+    http_.Post(pattern, [this, endpoint, f](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& read) {
+      std::string body;
+      const auto append = [&](const char* data, size_t size) { return body.append(data, size), true; };
+      const bool form = req.is_multipart_form_data();
+      const bool complete = form ? read([](const httplib::MultipartFormData&) { return true; }, append) : read(append);
+      handle(endpoint, [&](const httplib::Request&, httplib::Response&) {
+        if (res.status == 413) throw HttpError(413, "the request body is over the server's limit (--max-body)");
+        if (!complete) throw HttpError(400, "the request body could not be read");
+        if (form) throw HttpError(400, "send the request as JSON, not as a multipart form");
+        f(req, body, res);
+      })(req, res);
+    });
+  }
+
   Tensor wait_for(std::future<Tensor>& f) {
     if (f.wait_for(std::chrono::milliseconds(o_.request_timeout_ms)) != std::future_status::ready)
       throw HttpError(504, "the request was not answered within " + std::to_string(o_.request_timeout_ms) + " ms");
@@ -261,21 +286,31 @@ class Server {
                         {"recipe", m->recipe}, {"step", m->step}});
       res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
     }));
+    // KServe v2 server metadata; its extensions say Triton's clients may send tensors as bytes.
+    http_.Get("/v2", handle("/v2", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"name", "kiln"}, {"version", KILN_VERSION}, {"extensions", {"binary_tensor_data"}}}.dump(),
+                      "application/json");
+    }));
+    http_.Get(R"(/v2/models/([^/]+)/ready)", handle("/v2/models/{name}/ready", [this](const httplib::Request& req,
+                                                                                       httplib::Response& res) {
+      model(req.matches[1]);  // 503 while loading, 404 for a model not served
+      res.set_content(json{{"name", req.matches[1]}, {"ready", true}}.dump(), "application/json");
+    }));
     http_.Get(R"(/v2/models/([^/]+))", handle("/v2/models/{name}", [this](const httplib::Request& req,
                                                                            httplib::Response& res) {
       res.set_content(model_metadata(model(req.matches[1])).dump(), "application/json");
     }));
-    http_.Post(R"(/v2/models/([^/]+)/infer)", handle("/v2/models/{name}/infer", [this](const httplib::Request& req,
-                                                                                        httplib::Response& res) {
-      infer(model(req.matches[1]), req.body, res);
-    }));
-    http_.Post("/v1/classify", handle("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) {
-      classify(parse_classify(req.body, o_.batching.max_batch), res);
-    }));
-    http_.Post("/v1/completions", handle("/v1/completions", [this](const httplib::Request& req,
-                                                                  httplib::Response& res) {
-      complete(parse_completion(req.body), res);
-    }));
+    post(R"(/v2/models/([^/]+)/infer)", "/v2/models/{name}/infer",
+         [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+           infer(model(req.matches[1]), req, body, res);
+         });
+    post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      classify(parse_classify(body, o_.batching.max_batch), res);
+    });
+    post("/v1/completions", "/v1/completions",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           complete(parse_completion(body), res);
+         });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
@@ -315,31 +350,51 @@ class Server {
     return meta;
   }
 
-  // KServe v2: {"inputs": [{"name", "shape": [N, 1, 28, 28] or [N, 784], "datatype": "FP32", "data": [...]}]}.
-  void infer(ServedModel& m, const std::string& body, httplib::Response& res) {
+  // KServe v2: {"inputs": [{"name", "shape": [N, 1, 28, 28] or [N, 784], "datatype": "FP32", "data": [...]}]},
+  // or with the binary tensor data extension the pixels' bytes after the JSON (requests.h).
+  void infer(ServedModel& m, const httplib::Request& req, const std::string& body, httplib::Response& res) {
     if (m.kind != recipes::ModelKind::image_classifier)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + "; /v2/models/" + m.name +
                                "/infer serves image classifiers (use /v1/completions)");
-    const InferRequest r = parse_infer(body, o_.batching.max_batch);
+    std::optional<std::string_view> header_length;
+    if (req.has_header(kInferenceHeaderLength)) header_length = req.get_header_value(kInferenceHeaderLength);
+    const InferRequest r = parse_infer(body, o_.batching.max_batch, header_length);
     auto queued = m.batcher->submit(Tensor::from_vector(r.pixels, {r.images, 1, 28, 28}));
     if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-    const Tensor probs = wait_for(*queued);
-    const std::vector<float> p = probs.to_vector<float>();
+    const std::vector<float> p = wait_for(*queued).to_vector<float>();
     const std::vector<std::string> names = m.model->labels();
-    json labels = json::array();
     const size_t classes = names.size();
+    std::vector<std::string> labels;
     for (int64_t i = 0; i < r.images; ++i) {
       auto row = p.begin() + long(size_t(i) * classes);
       labels.push_back(names[size_t(std::max_element(row, row + long(classes)) - row)]);
     }
-    res.set_content(json{{"model_name", m.name},
-                         {"model_version", std::to_string(m.step)},
-                         {"outputs", {{{"name", "probabilities"}, {"datatype", "FP32"},
-                                       {"shape", {r.images, int64_t(classes)}}, {"data", p}},
-                                      {{"name", "label"}, {"datatype", "BYTES"}, {"shape", {r.images}},
-                                       {"data", labels}}}}}
-                        .dump(),
-                    "application/json");
+    // Binary outputs go after the JSON header in the order listed: FP32 as
+    // little-endian bytes, BYTES as each string's 4-byte length and its bytes.
+    json outputs = json::array();
+    std::string binary;
+    for (const InferRequest::Output& o : r.outputs) {
+      const bool probabilities = o.name == "probabilities";
+      json out{{"name", o.name}, {"datatype", probabilities ? "FP32" : "BYTES"}};
+      out["shape"] = probabilities ? json{r.images, int64_t(classes)} : json{r.images};
+      if (!o.binary) {
+        out["data"] = probabilities ? json(p) : json(labels);
+      } else {
+        const size_t before = binary.size();
+        if (probabilities) binary.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float));
+        for (const std::string& label : probabilities ? std::vector<std::string>{} : labels) {
+          const uint32_t length = uint32_t(label.size());
+          binary.append(reinterpret_cast<const char*>(&length), sizeof length).append(label);
+        }
+        out["parameters"] = {{"binary_data_size", binary.size() - before}};
+      }
+      outputs.push_back(std::move(out));
+    }
+    std::string header =
+        json{{"model_name", m.name}, {"model_version", std::to_string(m.step)}, {"outputs", outputs}}.dump();
+    if (binary.empty()) return res.set_content(header, "application/json");
+    res.set_header(kInferenceHeaderLength, std::to_string(header.size()));
+    res.set_content(header + binary, "application/octet-stream");
   }
 
   // {"model", "input": "text" | ["texts"]} -> each text's label and class probabilities.

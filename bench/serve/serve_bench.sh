@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # kiln serve under load from wrk on loopback: requests/s and p50/p99 latency
-# for one-image KServe v2 requests to the Fashion-MNIST CNN and one-text
-# /v1/classify requests to the fortunes text classifier, at concurrency 1,
+# for one-image KServe v2 requests to the Fashion-MNIST CNN (as JSON numbers,
+# and as binary tensor data: "cnn-binary") and one-text /v1/classify requests
+# to the fortunes text classifier, at concurrency 1,
 # 8, 64 and 256, with dynamic batching (--max-batch 64, --max-delay-us 2000)
 # and with batch size 1; after each, the model's raw batched throughput in
 # process (batches of 64 through the same InferenceModel); then completion
 # tokens/s of the fortunes GPT for 1 and 16 concurrent streams, with continuous
 # batching and one completion at a time.
 #
-#   bench/serve/serve_bench.sh          # DURATION=10s; MODELS="cnn text"; GENERATION=1; PRECISION=fp32
+#   bench/serve/serve_bench.sh          # DURATION=10s; MODELS="cnn cnn-binary text"; GENERATION=1; PRECISION=fp32
 #   PRECISION=bf16 MODELS=text GENERATION=0 bench/serve/serve_bench.sh   # kiln serve --precision bf16
 #   MODEL_THREADS=1 ... bench/serve/serve_bench.sh   # kiln serve --threads 1, and the raw run on 1 thread:
 #                                                    # the other core left to HTTP and to wrk
@@ -21,17 +22,26 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 "$KILN" train fashion-cnn --steps 100 --no-progress --out "$WORK/cnn" >/dev/null
 "$KILN" train fortunes-classify --steps 60 --no-progress --out "$WORK/text" >/dev/null
 port=18123
+# The body of a binary tensor data request (bench/serve/infer_binary.lua): a JSON header, then the pixels' bytes.
+export KILN_BINARY_BODY="$WORK/binary-body" KILN_BINARY_HEADER_LENGTH
+KILN_BINARY_HEADER_LENGTH="$(python3 -c "
+import json, struct, sys
+header = json.dumps({'inputs': [{'name': 'images', 'shape': [1, 1, 28, 28], 'datatype': 'FP32',
+                                 'parameters': {'binary_data_size': 784 * 4}}]}).encode()
+open(sys.argv[1], 'wb').write(header + struct.pack('<784f', *[((i * 37) % 256) / 255 for i in range(784)]))
+print(len(header))" "$KILN_BINARY_BODY")"
+declare -A RUN=([cnn]=cnn [cnn-binary]=cnn [text]=text)
 serve() {  # serve NAME MAX_BATCH: starts the server with model NAME and waits until it is ready
-  "$KILN" serve --model "$1=$WORK/$1" --port "$port" --max-batch "$2" --max-delay-us 2000 --max-queue 4096 \
+  "$KILN" serve --model "$1=$WORK/${RUN[$1]}" --port "$port" --max-batch "$2" --max-delay-us 2000 --max-queue 4096 \
     --precision "${PRECISION:-fp32}" ${MODEL_THREADS:+--threads "$MODEL_THREADS"} \
     >"$WORK/serve.log" 2>&1 &
   SERVER=$!
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
 }
 # One image per KServe v2 request to the CNN; one text per /v1/classify request to the text classifier.
-declare -A URL=([cnn]="v2/models/cnn/infer" [text]="v1/classify")
-declare -A SCRIPT=([cnn]="infer.lua" [text]="classify.lua")
-for model in ${MODELS:-cnn text}; do
+declare -A URL=([cnn]="v2/models/cnn/infer" [cnn-binary]="v2/models/cnn-binary/infer" [text]="v1/classify")
+declare -A SCRIPT=([cnn]="infer.lua" [cnn-binary]="infer_binary.lua" [text]="classify.lua")
+for model in ${MODELS:-cnn cnn-binary text}; do
   echo "$model:"
   echo "| max batch | concurrency | requests/s | p50 ms | p99 ms | errors | mean batch |"
   echo "|---:|---:|---:|---:|---:|---:|---:|"
@@ -48,7 +58,7 @@ for model in ${MODELS:-cnn text}; do
     done
     kill -TERM "$SERVER"; wait "$SERVER" || true
   done
-  ${MODEL_THREADS:+env OMP_NUM_THREADS="$MODEL_THREADS"} "$ROOT/build/bench_serve_raw" "$WORK/$model" 64 "${PRECISION:-fp32}"
+  ${MODEL_THREADS:+env OMP_NUM_THREADS="$MODEL_THREADS"} "$ROOT/build/bench_serve_raw" "$WORK/${RUN[$model]}" 64 "${PRECISION:-fp32}"
 done
 [ "${GENERATION:-1}" = 1 ] || exit 0
 # Generation: the fortunes-gpt recipe's default model, briefly trained; with

@@ -3,7 +3,7 @@
 with two trained run directories). Every endpoint, every error code, a burst
 of 200 concurrent requests that the server must batch, streamed and plain
 completions that agree, and SIGTERM with requests in flight."""
-import gzip, json, os, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+import gzip, json, os, signal, socket, struct, subprocess, sys, threading, time, urllib.error, urllib.request
 
 KILN, MLP, GPT, CLS = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 DATA = os.environ.get("KILN_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
@@ -42,9 +42,9 @@ def start(*extra, wait=True):
     sys.exit("the server did not become ready: " + proc.stdout.read())
 
 
-def call(method, url, body=None, raw=None):
+def call(method, url, body=None, raw=None, content_type="application/json"):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, r.read().decode(), dict(r.headers)
@@ -81,6 +81,23 @@ def infer(base, imgs, model="mlp"):
     body = {"inputs": [{"name": "images", "shape": [len(imgs), 1, 28, 28], "datatype": "FP32",
                         "data": [v for img in imgs for v in img]}]}
     return call("POST", f"{base}/v2/models/{model}/infer", body)
+
+
+def binary_infer(base, imgs, length=None, tail=b"", **request):
+    """KServe v2's binary tensor data extension, as Triton's clients send it: the pixels as little-endian
+    FP32 bytes after a JSON header of Inference-Header-Content-Length bytes. (status, JSON, bytes after it)."""
+    pixels = struct.pack(f"<{len(imgs) * 784}f", *[v for img in imgs for v in img]) + tail
+    header = json.dumps({"inputs": [{"name": "images", "shape": [len(imgs), 784], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": len(pixels) - len(tail)}}],
+                         **request}).encode()
+    req = urllib.request.Request(f"{base}/v2/models/mlp/infer", data=header + pixels, method="POST", headers={
+        "Inference-Header-Content-Length": str(len(header)) if length is None else length})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer, n = r.read(), int(r.headers.get("Inference-Header-Content-Length", 0)) or None
+            return r.status, json.loads(answer[:n]), answer[n:] if n else b""
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), b""
 
 
 def in_parallel(fns):
@@ -161,6 +178,43 @@ check(ones < count, f"/metrics shows batches larger than 1 ({count - ones:.0f} o
 check('kiln_requests_total{endpoint="/v2/models/{name}/infer",code="200"}' in metrics and
       "kiln_request_duration_seconds_bucket" in metrics and "kiln_queue_wait_seconds_count" in metrics and
       'kiln_queue_depth{model="mlp"}' in metrics, "/metrics has requests, latency, queue wait and queue depth")
+
+# --- the binary tensor data extension: bytes in, and bytes out where asked
+status, head, tail = binary_infer(base, imgs[:5], parameters={"binary_data_output": True})
+as_json = json.loads(infer(base, imgs[:5])[1])["outputs"]
+sizes = [o["parameters"]["binary_data_size"] for o in head["outputs"]] if status == 200 else [0, 0]
+bin_probs = struct.unpack(f"<{sizes[0] // 4}f", tail[:sizes[0]])
+bin_labels, at = [], sizes[0]
+while at + 4 <= len(tail):
+    length = struct.unpack_from("<I", tail, at)[0]
+    bin_labels.append(tail[at + 4:at + 4 + length].decode())
+    at += 4 + length
+check(status == 200 and sizes == [200, len(tail) - 200] and bin_labels == as_json[1]["data"] and
+      all(abs(a - b) < 1e-6 for a, b in zip(bin_probs, as_json[0]["data"])) and len(bin_probs) == 50,
+      f"binary tensor data in and out: the same answers as JSON ({status}, {bin_labels})")
+status, head, tail = binary_infer(base, imgs[:2], outputs=[{"name": "label"}])
+check(status == 200 and [o["name"] for o in head["outputs"]] == ["label"] and not tail and
+      head["outputs"][0]["data"] == as_json[1]["data"][:2], "binary in, JSON out, only the output asked for")
+check(json.loads(call("GET", base + "/v2")[1])["extensions"] == ["binary_tensor_data"] and
+      call("GET", base + "/v2/models/mlp/ready")[0] == 200 and call("GET", base + "/v2/models/nope/ready")[0] == 404,
+      "GET /v2 names the extension; /v2/models/{name}/ready is 200, or 404 for a model not served")
+nan_image = [float("nan")] + imgs[0][1:]
+for what, kwargs in [("header length past the body", {"length": "999999"}), ("header length not a number",
+                     {"length": "12abc"}), ("more bytes than binary_data_size", {"tail": b"\0" * 4}),
+                     ("an unknown output", {"outputs": [{"name": "logits"}]})]:
+    status, head, _ = binary_infer(base, imgs[:1], **kwargs)
+    check(status == 400 and "message" in head["error"], f"binary data, {what}: {status} (want 400)")
+status, head, _ = binary_infer(base, [nan_image])
+check(status == 400 and "NaN" in head["error"]["message"], f"binary data with a NaN pixel: {status} (want 400)")
+
+# `curl -d` labels a body as a form: it is still read as JSON, past the 8 KiB cpp-httplib allows a form
+form_body = {"inputs": [{"name": "images", "shape": [3, 784], "datatype": "FP32", "data": sum(imgs[:3], [])}]}
+status, body, _ = call("POST", base + "/v2/models/mlp/infer", form_body, content_type="application/x-www-form-urlencoded")
+check(status == 200 and json.loads(body)["outputs"][1]["data"] == as_json[1]["data"][:3],
+      f"a {len(json.dumps(form_body)) // 1024} KiB JSON body labelled as a form is answered ({status})")
+status, body, _ = call("POST", base + "/v1/classify", None, b"--b\r\n\r\nx\r\n--b--\r\n",
+                       content_type="multipart/form-data; boundary=b")
+check(status == 400 and "multipart" in json.loads(body)["error"]["message"], f"a multipart form: {status} (want 400)")
 
 # --- text classification: one text or several, labels with probabilities
 status, body, _ = call("POST", base + "/v1/classify", {"model": "cls", "input": "The compiler crashed again."})

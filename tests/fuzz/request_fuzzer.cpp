@@ -2,9 +2,13 @@
 // parses. The contract: a parser returns a valid request or throws
 // HttpError(400); any other exception, a crash, or a sanitizer report is a
 // bug. Run by CTest for a bounded time (tests/fuzz/fuzz_tests.cmake).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "apps/serve/requests.h"
 
@@ -23,10 +27,16 @@ void expect_valid_or_400(F parse) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
-  expect_valid_or_400([&] {
-    auto r = kiln::serve::parse_infer(body, 64);
-    if (int64_t(r.pixels.size()) != r.images * 784 || r.images < 1 || r.images > 64) std::abort();
-  });
+  // As JSON, and as a JSON header (up to the first newline) followed by tensor bytes.
+  const size_t newline = body.find('\n');
+  const std::string header_length = std::to_string(newline == std::string::npos ? size : newline + 1);
+  for (const auto length : {std::optional<std::string_view>(), std::optional<std::string_view>(header_length)})
+    expect_valid_or_400([&] {
+      auto r = kiln::serve::parse_infer(body, 64, length);
+      if (int64_t(r.pixels.size()) != r.images * 784 || r.images < 1 || r.images > 64 || r.outputs.empty() ||
+          !std::all_of(r.pixels.begin(), r.pixels.end(), [](float v) { return std::isfinite(v); }))
+        std::abort();
+    });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_classify(body, 64);
     if (r.texts.empty() || r.texts.size() > 64) std::abort();
