@@ -254,6 +254,64 @@ TEST(Amp, GptUnderBf16AutocastMatchesF32) {
   }
 }
 
+// Serving's weight casts (amp::WeightCastCache): each parameter is cast once
+// while the cache is installed, and the answers are those of casting every
+// call, bit for bit. Outside its scope nothing is cached.
+TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
+  models::GptConfig c;
+  c.vocab_size = 32, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  Generator init(5);
+  models::Gpt gpt(c, init, std::make_shared<Generator>(6));
+  NoGradGuard no_grad;
+  Tensor ids = Tensor::from_vector<int64_t>({1, 5, 9, 3, 7, 2, 30, 11}, {1, 8});
+  AutocastGuard autocast(DType::bf16);
+  const Tensor uncached = gpt(ids);
+  amp::WeightCastCache cache;
+  Tensor first, second;
+  size_t casts = 0;
+  {
+    amp::WeightCastCache::Scope scope(cache);
+    first = gpt(ids);
+    casts = cache.size();
+    second = gpt(ids);
+  }
+  // The weights and biases of the four linears per block, and the tied head: each cast once.
+  EXPECT_EQ(casts, size_t(8 * c.n_layer + 1));
+  EXPECT_EQ(cache.size(), casts);
+  EXPECT_EQ(testing::max_abs_diff(first, uncached), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(second, uncached), 0.0);
+  gpt(ids);
+  EXPECT_EQ(cache.size(), casts);  // no scope, no caching
+  const Tensor& w = gpt.named_parameters().front().second;
+  const Tensor cast = cache.cast(w, DType::bf16);
+  EXPECT_TRUE(cast.same_storage(cache.cast(w, DType::bf16)));
+  EXPECT_EQ(cast.dtype(), DType::bf16);
+  EXPECT_FALSE(cast.requires_grad());
+}
+
+// Decoding under autocast keeps its keys and values in the autocast dtype
+// (an f32 cache would be cast whole at each step), and answers as an f32
+// cache does: the cached values were bf16 products either way.
+TEST(Amp, GptDecodeUnderAutocastCachesInBf16AndAnswersAsAnF32Cache) {
+  models::GptConfig c;
+  c.vocab_size = 32, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  Generator init(7);
+  models::Gpt gpt(c, init, std::make_shared<Generator>(8));
+  NoGradGuard no_grad;
+  EXPECT_EQ(gpt.new_cache().k[0].dtype(), DType::f32);
+  AutocastGuard autocast(DType::bf16);
+  models::KvCache low = gpt.new_cache(), f32 = gpt.new_cache();
+  EXPECT_EQ(low.k[0].dtype(), DType::bf16);
+  EXPECT_EQ(low.v[1].dtype(), DType::bf16);
+  for (auto* t : {&f32.k, &f32.v})
+    for (Tensor& layer : *t) layer = Tensor::empty(layer.shape(), DType::f32, layer.device());
+  const Tensor prompt = Tensor::from_vector<int64_t>({3, 1, 4}, {1, 3});
+  EXPECT_LT(testing::max_abs_diff(gpt.forward_cached(prompt, low), gpt.forward_cached(prompt, f32)), 1e-6);
+  for (int32_t token : {5, 9, 2})
+    EXPECT_LT(testing::max_abs_diff(gpt.forward_decode({token}, {&low}), gpt.forward_decode({token}, {&f32})), 1e-6)
+        << "token " << token;
+}
+
 // ---- type promotion
 
 TEST(Amp, MixedFloatAddPromotesAndEachInputGetsItsOwnGradientDtype) {

@@ -12,28 +12,37 @@ class AutocastModel final : public recipes::InferenceModel {
   AutocastModel(std::unique_ptr<recipes::InferenceModel> inner, DType dtype) : inner_(std::move(inner)), dtype_(dtype) {}
   std::vector<std::string> labels() const override { return inner_->labels(); }
   Tensor classify_images(const Tensor& pixels) override {
-    amp::AutocastGuard guard(dtype_);
+    const auto scope = precision();
     return to_dtype(inner_->classify_images(pixels), DType::f32);
   }
   Tensor encode_texts(const std::vector<std::string>& texts) override { return inner_->encode_texts(texts); }
   std::optional<int64_t> pad_token() const override { return inner_->pad_token(); }
   Tensor classify_tokens(const Tensor& ids) override {
-    amp::AutocastGuard guard(dtype_);
+    const auto scope = precision();
     return to_dtype(inner_->classify_tokens(ids), DType::f32);
   }
   std::unique_ptr<recipes::PendingCompletion> start_completion(const std::string& prompt,
                                                                const recipes::CompletionOptions& options) override {
-    amp::AutocastGuard guard(dtype_);
+    const auto scope = precision();
     return inner_->start_completion(prompt, options);
   }
   void advance_completions(const std::vector<recipes::PendingCompletion*>& batch) override {
-    amp::AutocastGuard guard(dtype_);
+    const auto scope = precision();
     inner_->advance_completions(batch);
   }
 
  private:
+  // Autocast on the calling thread, with this model's weight casts: the
+  // weights are fixed while served, so each is cast once, not every call.
+  struct Scope {
+    amp::AutocastGuard autocast;
+    amp::WeightCastCache::Scope casts;
+  };
+  Scope precision() { return {amp::AutocastGuard(dtype_), amp::WeightCastCache::Scope(casts_)}; }
+
   std::unique_ptr<recipes::InferenceModel> inner_;
   DType dtype_;
+  amp::WeightCastCache casts_;
 };
 
 }  // namespace

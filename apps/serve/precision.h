@@ -11,8 +11,9 @@
 namespace kiln::serve {
 
 // `model` with every call made under AutocastGuard(dtype) on the calling
-// thread (the batchers' and the generators' own threads), and classifier
-// probabilities handed back in f32. dtype f32 returns `model` itself.
+// thread (the batchers' and the generators' own threads), its weights cast
+// once and kept (amp::WeightCastCache), and classifier probabilities handed
+// back in f32. dtype f32 returns `model` itself.
 std::unique_ptr<recipes::InferenceModel> with_autocast(std::unique_ptr<recipes::InferenceModel> model, DType dtype);
 
 }  // namespace kiln::serve

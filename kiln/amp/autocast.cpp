@@ -1,5 +1,6 @@
 #include "kiln/amp/autocast.h"
 
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/autograd/ops.h"
 
 namespace kiln::amp {
@@ -7,6 +8,7 @@ namespace kiln::amp {
 namespace {
 
 thread_local std::optional<DType> t_autocast_dtype;
+thread_local WeightCastCache* t_weight_casts = nullptr;
 
 bool is_low_precision(DType t) { return t == DType::bf16 || t == DType::f16; }
 
@@ -47,7 +49,26 @@ bool autocast_should_lower(std::initializer_list<const Tensor*> inputs) {
 
 Tensor autocast_lower(const Tensor& t) {
   if (!t_autocast_dtype || !lowers(t)) return t;
+  if (t_weight_casts && t.is_leaf() && t.requires_grad()) return t_weight_casts->cast(t, *t_autocast_dtype);
   return to_dtype(t, *t_autocast_dtype);
+}
+
+WeightCastCache::Scope::Scope(WeightCastCache& cache) : previous_(t_weight_casts) { t_weight_casts = &cache; }
+WeightCastCache::Scope::~Scope() { t_weight_casts = previous_; }
+
+Tensor WeightCastCache::cast(const Tensor& t, DType dtype) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, added] = casts_.try_emplace({t.impl_ptr().get(), dtype});
+  if (added) {
+    NoGradGuard no_grad;  // a served model's casts carry no history
+    it->second = {t, to_dtype(t, dtype)};
+  }
+  return it->second.cast;
+}
+
+size_t WeightCastCache::size() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return casts_.size();
 }
 
 bool autocast_should_upcast(std::initializer_list<const Tensor*> inputs) {

@@ -19,14 +19,19 @@
 //    mixed float dtypes to the wider one (f64 > f32 > bf16/f16; bf16 with f16
 //    gives f32), with or without autocast, as PyTorch's type promotion does.
 //
-// Casts are not cached: a weight used twice in one forward is cast twice.
+// Casts are not cached in training (the weights change every step): a
+// weight used twice in one forward is cast twice. Where the weights stay
+// fixed, as in serving, a WeightCastCache keeps each parameter's cast.
 //
 // Layering: this header needs only kiln/core, so kiln/autograd can consult
 // it (as PyTorch keeps autocast state in its core library); autocast.cpp
 // uses autograd's to_dtype for the casts.
 #pragma once
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <utility>
 
 #include "kiln/core/tensor.h"
 
@@ -48,13 +53,45 @@ class AutocastGuard {
   std::optional<DType> previous_;
 };
 
+// The casts of parameters (leaf tensors that require grad), made once and
+// reused while the cache is installed on a thread (Scope); for inference
+// with weights that do not change while it is, such as kiln serve's (the
+// casts carry no gradient). Without it a
+// decode step, which reads every weight for a token or a few, spends as
+// long casting the weights as multiplying by them. Thread-safe; a cached
+// cast holds its parameter, so an address is never reused for another.
+class WeightCastCache {
+ public:
+  class Scope {
+   public:
+    explicit Scope(WeightCastCache& cache);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    WeightCastCache* previous_;
+  };
+  // The cast of parameter `t` to `dtype`, made on first use.
+  Tensor cast(const Tensor& t, DType dtype);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    Tensor parameter, cast;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::pair<const TensorImpl*, DType>, Entry> casts_;
+};
+
 // ---- policy hooks for the ops (see the policy above)
 
 // Matrix products: true if autocast is on and a defined f32 (or the other
 // 16-bit) input is not yet in the autocast dtype.
 bool autocast_should_lower(std::initializer_list<const Tensor*> inputs);
 // t cast to the autocast dtype (differentiable) if it is f32, bf16 or f16;
-// else (f64, integers, undefined) t.
+// else (f64, integers, undefined) t. A parameter's cast comes from the
+// thread's WeightCastCache where one is installed.
 Tensor autocast_lower(const Tensor& t);
 
 // f32 ops: true if autocast is on and a defined input is bf16 or f16.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/amp/autocast.h"
 #include "kiln/autograd/checkpoint.h"
 
 namespace kiln::models {
@@ -177,9 +178,13 @@ Tensor Gpt::forward(const Tensor& ids) {
 KvCache Gpt::new_cache() const {
   KvCache cache;
   const int64_t H = config_.n_head, D = config_.n_embd / config_.n_head;
+  // Under autocast the keys and values are made, and read by the products, in
+  // its dtype: a cache in f32 would be cast whole at every decode step.
+  const Tensor& w = wte_->weight;
+  const DType dtype = amp::autocast_should_lower({&w}) ? *amp::autocast_dtype() : w.dtype();
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    cache.k.push_back(Tensor::empty({1, H, config_.block_size, D}, wte_->weight.dtype(), wte_->weight.device()));
-    cache.v.push_back(Tensor::empty({1, H, config_.block_size, D}, wte_->weight.dtype(), wte_->weight.device()));
+    cache.k.push_back(Tensor::empty({1, H, config_.block_size, D}, dtype, w.device()));
+    cache.v.push_back(Tensor::empty({1, H, config_.block_size, D}, dtype, w.device()));
   }
   return cache;
 }

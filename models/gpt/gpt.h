@@ -42,7 +42,7 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
 
 // Keys and values of every position seen so far, per layer, for generation.
 struct KvCache {
-  std::vector<Tensor> k, v;  // [1, H, block_size, D] each
+  std::vector<Tensor> k, v;  // [1, H, block_size, D] each, in the autocast dtype where it is on
   int64_t length = 0;        // positions cached
 };
 
