@@ -227,11 +227,15 @@ TEST(Amp, F16GradientsReachF32ParamsCloseToF32) { check_mlp_gradients(DType::f16
 
 // The GPT path: embeddings, layernorm, attention, GELU MLP, residual adds and
 // the tied output embedding (cast for the logits, f32 for the lookup).
-TEST(Amp, GptUnderBf16AutocastMatchesF32) {
+models::Gpt tiny_gpt(int64_t n_layer, uint64_t seed) {
   models::GptConfig c;
-  c.vocab_size = 32, c.block_size = 8, c.n_layer = 1, c.n_head = 2, c.n_embd = 16;
-  Generator init(3);
-  models::Gpt gpt(c, init, std::make_shared<Generator>(4));
+  c.vocab_size = 32, c.block_size = 8, c.n_layer = n_layer, c.n_head = 2, c.n_embd = 16;
+  Generator init(seed);
+  return models::Gpt(c, init, std::make_shared<Generator>(seed + 1));
+}
+
+TEST(Amp, GptUnderBf16AutocastMatchesF32) {
+  models::Gpt gpt = tiny_gpt(1, 3);
   Tensor ids = Tensor::from_vector<int64_t>({1, 5, 9, 3, 7, 2, 30, 11, 4, 4, 8, 16, 0, 1, 2, 3}, {2, 8});
   Tensor targets = Tensor::from_vector<int64_t>({5, 9, 3, 7, 2, 30, 11, 6, 4, 8, 16, 0, 1, 2, 3, 31}, {2, 8});
   Tensor loss32 = gpt.loss(ids, targets);
@@ -258,10 +262,8 @@ TEST(Amp, GptUnderBf16AutocastMatchesF32) {
 // while the cache is installed, and the answers are those of casting every
 // call, bit for bit. Outside its scope nothing is cached.
 TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
-  models::GptConfig c;
-  c.vocab_size = 32, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  Generator init(5);
-  models::Gpt gpt(c, init, std::make_shared<Generator>(6));
+  const int64_t layers = 2;
+  models::Gpt gpt = tiny_gpt(layers, 5);
   NoGradGuard no_grad;
   Tensor ids = Tensor::from_vector<int64_t>({1, 5, 9, 3, 7, 2, 30, 11}, {1, 8});
   AutocastGuard autocast(DType::bf16);
@@ -276,7 +278,7 @@ TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
     second = gpt(ids);
   }
   // The weights and biases of the four linears per block, and the tied head: each cast once.
-  EXPECT_EQ(casts, size_t(8 * c.n_layer + 1));
+  EXPECT_EQ(casts, size_t(8 * layers + 1));
   EXPECT_EQ(cache.size(), casts);
   EXPECT_EQ(testing::max_abs_diff(first, uncached), 0.0);
   EXPECT_EQ(testing::max_abs_diff(second, uncached), 0.0);
@@ -293,10 +295,7 @@ TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
 // (an f32 cache would be cast whole at each step), and answers as an f32
 // cache does: the cached values were bf16 products either way.
 TEST(Amp, GptDecodeUnderAutocastCachesInBf16AndAnswersAsAnF32Cache) {
-  models::GptConfig c;
-  c.vocab_size = 32, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  Generator init(7);
-  models::Gpt gpt(c, init, std::make_shared<Generator>(8));
+  models::Gpt gpt = tiny_gpt(2, 7);
   NoGradGuard no_grad;
   EXPECT_EQ(gpt.new_cache().k[0].dtype(), DType::f32);
   AutocastGuard autocast(DType::bf16);

@@ -297,6 +297,12 @@ void write_rows(const float* from, int64_t first, int64_t n, Tensor& lse) {
   f32_to_bf16(from, bits16(lse) + first, n);
 }
 
+// A thread's state for the bf16 kernels: their scratch, and a head's
+// log-sum-exp rows in f32.
+std::pair<Bf16AttentionScratch, std::vector<float>> kernel_scratch(int64_t seq) {
+  return {Bf16AttentionScratch(), std::vector<float>(size_t(seq))};
+}
+
 // Runs body(scratch, bh) for each head bh of q's [B, H, seq, D], in parallel
 // over the heads where there is enough work; each thread makes its scratch
 // (buffers reused across its heads) once, with make_scratch().
@@ -331,7 +337,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Te
 
   if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D))  // attention_bf16.h
     return for_each_head(
-        q, [&] { return std::pair(Bf16AttentionScratch(), std::vector<float>(size_t(seq))); },
+        q, [&] { return kernel_scratch(seq); },
         [&](auto& scratch, int64_t bh) {
           auto& [kernels, rows] = scratch;
           const Head<uint16_t> ho = head<uint16_t>(out, bh);
@@ -396,7 +402,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
 
   if (bf16 && bf16_gemm_available() && bf16_attention_kernels_apply(D))  // attention_bf16.h
     return for_each_head(
-        q, [&] { return std::pair(Bf16AttentionScratch(), std::vector<float>(size_t(seq))); },
+        q, [&] { return kernel_scratch(seq); },
         [&](auto& scratch, int64_t bh) {
           auto& [kernels, rows] = scratch;
           read_rows(lse, bh * seq, seq, rows.data());
