@@ -356,9 +356,10 @@ class Server {
     if (m.kind != recipes::ModelKind::image_classifier)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + "; /v2/models/" + m.name +
                                "/infer serves image classifiers (use /v1/completions)");
-    std::optional<std::string_view> header_length;
-    if (req.has_header(kInferenceHeaderLength)) header_length = req.get_header_value(kInferenceHeaderLength);
-    const InferRequest r = parse_infer(body, o_.batching.max_batch, header_length);
+    const std::string header_length = req.get_header_value(kInferenceHeaderLength);
+    const InferRequest r = parse_infer(body, o_.batching.max_batch,
+                                       req.has_header(kInferenceHeaderLength) ? std::optional<std::string_view>(header_length)
+                                                                              : std::nullopt);
     auto queued = m.batcher->submit(Tensor::from_vector(r.pixels, {r.images, 1, 28, 28}));
     if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
     const std::vector<float> p = wait_for(*queued).to_vector<float>();
@@ -381,11 +382,13 @@ class Server {
         out["data"] = probabilities ? json(p) : json(labels);
       } else {
         const size_t before = binary.size();
-        if (probabilities) binary.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float));
-        for (const std::string& label : probabilities ? std::vector<std::string>{} : labels) {
-          const uint32_t length = uint32_t(label.size());
-          binary.append(reinterpret_cast<const char*>(&length), sizeof length).append(label);
-        }
+        if (probabilities)
+          binary.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float));
+        else
+          for (const std::string& label : labels) {
+            const uint32_t length = uint32_t(label.size());
+            binary.append(reinterpret_cast<const char*>(&length), sizeof length).append(label);
+          }
         out["parameters"] = {{"binary_data_size", binary.size() - before}};
       }
       outputs.push_back(std::move(out));

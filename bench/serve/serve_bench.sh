@@ -2,12 +2,12 @@
 # kiln serve under load from wrk on loopback: requests/s and p50/p99 latency
 # for one-image KServe v2 requests to the Fashion-MNIST CNN (as JSON numbers,
 # and as binary tensor data: "cnn-binary") and one-text /v1/classify requests
-# to the fortunes text classifier, at concurrency 1,
-# 8, 64 and 256, with dynamic batching (--max-batch 64, --max-delay-us 2000)
-# and with batch size 1; after each, the model's raw batched throughput in
-# process (batches of 64 through the same InferenceModel); then completion
-# tokens/s of the fortunes GPT for 1 and 16 concurrent streams, with continuous
-# batching and one completion at a time.
+# to the fortunes text classifier, at concurrency 1, 8, 64 and 256, with
+# dynamic batching (--max-batch 64, --max-delay-us 2000) and with batch size
+# 1; after each, the model's raw batched throughput in process (batches of 64
+# through the same InferenceModel); then completion tokens/s of the fortunes
+# GPT for 1 and 16 concurrent streams, with continuous batching and one
+# completion at a time.
 #
 #   bench/serve/serve_bench.sh          # DURATION=10s; MODELS="cnn cnn-binary text"; GENERATION=1; PRECISION=fp32
 #   PRECISION=bf16 MODELS=text GENERATION=0 bench/serve/serve_bench.sh   # kiln serve --precision bf16

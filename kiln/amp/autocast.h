@@ -56,10 +56,10 @@ class AutocastGuard {
 // The casts of parameters (leaf tensors that require grad), made once and
 // reused while the cache is installed on a thread (Scope); for inference
 // with weights that do not change while it is, such as kiln serve's (the
-// casts carry no gradient). Without it a
-// decode step, which reads every weight for a token or a few, spends as
-// long casting the weights as multiplying by them. Thread-safe; a cached
-// cast holds its parameter, so an address is never reused for another.
+// casts carry no gradient). Without it a decode step, which reads every
+// weight for a token or a few, spends as long casting the weights as
+// multiplying by them. Thread-safe; a cached cast holds its parameter, so
+// an address is never reused for another.
 class WeightCastCache {
  public:
   class Scope {
