@@ -212,7 +212,7 @@ class FashionRecipe final : public Recipe {
     hooks.goal_reached = [&] { return target_reached; };
     if (run_training_loop(o, run, parts, settings, hooks, record, result, log)) {
       result.test_accuracy = image_accuracy(*model, test_set, {}, run.device, eval_batch);
-      result.test_set = "10,000 test images";
+      result.test_set = std::to_string(test_set.size()) + " test images";
       record.eval(result.steps_done, {{"test_accuracy", result.test_accuracy}});
       result.showcase = showcase_predictions(*model, test_set, 4, run.device);
       if (o.target_accuracy > 0 && !target_reached) {

@@ -80,7 +80,7 @@ struct TrainResult {
   int64_t steps_done = 0;            // the step reached
   double final_train_loss = 0;
   double test_accuracy = -1;        // classifiers
-  std::string test_set;             // what test_accuracy was measured on ("10,000 test images")
+  std::string test_set;             // what test_accuracy was measured on ("10000 test images")
   double val_loss = -1;             // text recipes: nats per token
   double val_bits_per_byte = -1;    // text recipes
   double items_per_second = 0;      // images/s or tokens/s over the run
