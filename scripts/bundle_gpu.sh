@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kiln with CUDA into build-gpu and gathers everything the GPU machine
-# needs to run it into one folder, dist/gpu/ (gitignored via /dist/):
+# needs to run it into one folder, dist/gpu/ (gitignored via /dist/), packed
+# as dist/gpu.tar.xz for the trip (run_on_device.sh unpacks it there):
 #
 #   dist/gpu/kiln, kiln_gpu_tests, kiln_tests, bench_* (if built)
 #   dist/gpu/lib/   the shared libraries they need that are neither glibc nor
@@ -14,8 +15,9 @@
 #
 # The GPU machines are Hopper (sm_90), so the bundle build keeps only sm_90
 # SASS (no PTX) and compresses the fat binaries: every binary carries the
-# whole kernel library, and the bundle must stay under ~60 MB (OpenBLAS alone
-# is 37 MB). Only bench targets named bench* (e.g. bench_gpu) are bundled; the
+# whole kernel library. What travels to the device is at most 64 MiB: the
+# folder is about 85 MB (OpenBLAS alone is 37 MB), its xz archive about a
+# quarter of that, and the archive is what must stay under the budget. Only bench targets named bench* (e.g. bench_gpu) are bundled; the
 # CPU benchmark kiln_bench is not needed on the GPU machine.
 #
 # Usage: scripts/bundle_gpu.sh            (from anywhere; builds in <repo>/build-gpu)
@@ -97,10 +99,12 @@ for bin in "${BINS[@]}"; do
 done
 [ "$missing" = 0 ] || exit 1
 
-size_mb=$(du -sm "$DIST" | cut -f1)
-echo "== $DIST: ${size_mb} MB"
 ls -la "$DIST" "$DIST/lib"
+echo "== pack $DIST.tar.xz"
+XZ_OPT="-6 -T0" tar -C "$(dirname "$DIST")" -cJf "$DIST.tar.xz" "$(basename "$DIST")"
+size_mb=$(( ($(stat -c %s "$DIST.tar.xz") + 1048575) / 1048576 ))
+echo "== $DIST: $(du -sm "$DIST" | cut -f1) MB; $DIST.tar.xz: ${size_mb} MiB (carry this)"
 if [ "$size_mb" -gt "$LIMIT_MB" ]; then
-  echo "bundle_gpu.sh: the bundle is ${size_mb} MB, over the ${LIMIT_MB} MB budget" >&2
+  echo "bundle_gpu.sh: the packed bundle is ${size_mb} MiB, over the ${LIMIT_MB} MiB budget" >&2
   exit 1
 fi

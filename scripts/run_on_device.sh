@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, against the bundle made
-# by scripts/bundle_gpu.sh (dist/gpu/). Writes everything into "$OUT":
+# by scripts/bundle_gpu.sh (dist/gpu/, unpacked first from dist/gpu.tar.xz
+# where only the archive was carried). Writes everything into "$OUT":
 #
 #   nvidia-smi.txt        the device as the driver sees it
 #   kiln_info.txt         `kiln info` (GPU properties, measured bandwidth)
@@ -60,8 +61,13 @@ elif ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run_on_device.sh: no GPU here: nvidia-smi sees no device; GPU tests will skip" >&2
 fi
 
+# The bundle travels packed. Python's tarfile unpacks it: the device may lack xz.
+if [ ! -x "$DIST/kiln_gpu_tests" ] && [ -f "$DIST.tar.xz" ]; then
+  echo "== unpack $DIST.tar.xz"
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$DIST.tar.xz" "$(dirname "$DIST")"
+fi
 if [ ! -x "$DIST/kiln_gpu_tests" ]; then
-  echo "run_on_device.sh: $DIST/kiln_gpu_tests not found; run scripts/bundle_gpu.sh first (and carry dist/gpu)" >&2
+  echo "run_on_device.sh: $DIST/kiln_gpu_tests not found; run scripts/bundle_gpu.sh first (and carry dist/gpu.tar.xz)" >&2
   echo "| bundle | missing | $DIST not found | 0 |" >> "$SUMMARY"
   exit 2
 fi
