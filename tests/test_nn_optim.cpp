@@ -163,6 +163,43 @@ TEST(Models, GptKvCacheMatchesTheFullForward) {
   }
 }
 
+// Prompts joining together run as one padded batch: each gets the logits
+// and the cache its prompt gets alone (up to the products' summation order,
+// which depends on their row count), and decodes on from it as it would.
+TEST(Models, GptBatchedPromptsMatchEachPromptAlone) {
+  models::Gpt gpt = small_gpt(7);
+  NoGradGuard ng;
+  const std::vector<std::vector<int64_t>> prompts = {{3, 1, 4}, {1, 5, 9, 2, 6, 5, 3}, {7}};
+  std::vector<models::KvCache> alone, together;
+  std::vector<models::KvCache*> caches;
+  for (size_t b = 0; b < prompts.size(); ++b) together.push_back(gpt.new_cache());
+  for (auto& c : together) caches.push_back(&c);
+  const Tensor batched = gpt.forward_prompts(prompts, caches);
+  ASSERT_EQ(batched.shape(), (Shape{3, 30}));
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const auto& p = prompts[b];
+    alone.push_back(gpt.new_cache());
+    const Tensor one = gpt.forward_cached(Tensor::from_vector(p, {1, int64_t(p.size())}), alone.back());
+    EXPECT_LT(testing::max_abs_diff(slice(batched, 0, int64_t(b), int64_t(b) + 1), one), 1e-5) << "prompt " << b;
+    EXPECT_EQ(together[b].length, int64_t(p.size()));
+    for (size_t layer = 0; layer < together[b].k.size(); ++layer) {
+      const int64_t n = int64_t(p.size());
+      EXPECT_LT(testing::max_abs_diff(slice(together[b].k[layer], 2, 0, n), slice(alone[b].k[layer], 2, 0, n)), 1e-5);
+      EXPECT_LT(testing::max_abs_diff(slice(together[b].v[layer], 2, 0, n), slice(alone[b].v[layer], 2, 0, n)), 1e-5);
+    }
+  }
+  const Tensor next = gpt.forward_decode({8, 2, 11}, caches);
+  for (size_t b = 0; b < prompts.size(); ++b)
+    EXPECT_LT(testing::max_abs_diff(slice(next, 0, int64_t(b), int64_t(b) + 1),
+                                    gpt.forward_decode({std::vector<int32_t>{8, 2, 11}[b]}, {&alone[b]})),
+              1e-5)
+        << "prompt " << b;
+  models::KvCache used = gpt.new_cache();
+  used.length = 1;
+  EXPECT_THROW(gpt.forward_prompts({{1, 2}}, {&used}), Error);  // only empty caches
+  EXPECT_THROW(gpt.forward_prompts({{}}, {&together[0]}), Error);
+}
+
 // Continuous batching: one decode step for three sequences at different
 // positions, each with its own cache, gives each the logits its own
 // one-at-a-time cached step gives, and leaves the caches as those would.

@@ -344,6 +344,18 @@ TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
     ASSERT_TRUE(running[i]->finished());
     EXPECT_EQ(running[i]->result().text, expected[i]) << "seed " << options[i].seed << " in a batch";
   }
+  // Started together, prompts of different lengths in one padded batch, then decoded together.
+  std::vector<std::string> prompts;
+  for (size_t i = 0; i < options.size(); ++i) prompts.push_back(i % 2 ? prompt : "A longer prompt, for padding: ");
+  running = served.model->start_completions(prompts, options);
+  batch.clear();
+  for (auto& r : running) batch.push_back(r.get());
+  for (int step = 0; step < 100; ++step) served.model->advance_completions(batch);
+  for (size_t i = 0; i < options.size(); ++i) {
+    ASSERT_TRUE(running[i]->finished());
+    EXPECT_EQ(running[i]->result().text, served.model->complete(prompts[i], options[i], {}).text)
+        << "seed " << options[i].seed << ", started together";
+  }
 }
 
 // --preset/--n-layer... shape the GPT; the saved config is what a resume

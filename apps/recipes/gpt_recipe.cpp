@@ -219,10 +219,9 @@ class GptCompletion final : public PendingCompletion {
   }
   // The tokens to run through an empty cache: all, or once the context is
   // full the last block_size of them.
-  Tensor window(int64_t block_size) const {
+  std::vector<int64_t> window(int64_t block_size) const {
     const size_t start = tokens_.size() > size_t(block_size) ? tokens_.size() - size_t(block_size) : 0;
-    std::vector<int64_t> w(tokens_.begin() + long(start), tokens_.end());
-    return Tensor::from_vector(w, {1, int64_t(w.size())});
+    return {tokens_.begin() + long(start), tokens_.end()};
   }
 
   const data::Tokenizer& tok_;
@@ -251,20 +250,32 @@ class GptInference final : public InferenceModel {
   }
 
   std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
-    KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
-    KILN_CHECK(o.temperature > 0, "temperature must be > 0, got ", o.temperature);
-    KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
-    auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
-    c->tokens_.push_back(tok_.end_of_text_id());
-    const std::vector<int32_t> p = tok_.encode(prompt);
-    c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());
-    c->c_.prompt_tokens = int64_t(p.size());
-    if (o.max_tokens == 0) {
-      c->finished_ = true;
-      return c;
+    return std::move(start_completions({prompt}, {o}).front());
+  }
+
+  // The prompts run through their empty caches as one batch.
+  std::vector<std::unique_ptr<PendingCompletion>> start_completions(const std::vector<std::string>& prompts,
+                                                                    const std::vector<CompletionOptions>& options) override {
+    KILN_CHECK(prompts.size() == options.size(), "start_completions: ", prompts.size(), " prompts with ",
+               options.size(), " options");
+    std::vector<std::unique_ptr<PendingCompletion>> started;
+    std::vector<GptCompletion*> sampling;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const CompletionOptions& o = options[i];
+      KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
+      KILN_CHECK(o.temperature > 0, "temperature must be > 0, got ", o.temperature);
+      KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
+      auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
+      c->tokens_.push_back(tok_.end_of_text_id());
+      const std::vector<int32_t> p = tok_.encode(prompts[i]);
+      c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());
+      c->c_.prompt_tokens = int64_t(p.size());
+      c->finished_ = o.max_tokens == 0;
+      if (!c->finished_) sampling.push_back(c.get());
+      started.push_back(std::move(c));
     }
-    refill_and_sample(*c);
-    return c;
+    refill_and_sample(sampling);
+    return started;
   }
 
   void advance_completions(const std::vector<PendingCompletion*>& batch) override {
@@ -276,7 +287,7 @@ class GptInference final : public InferenceModel {
       KILN_CHECK(c != nullptr && &c->tok_ == &tok_, "advance_completions: a completion this model did not start");
       if (c->finished_) continue;
       if (c->cache_.length >= model_->config().block_size) {
-        refill_and_sample(*c);  // the context is full: start the cache over (rare; one sequence alone)
+        refill_and_sample({c});  // the context is full: start the cache over (rare; one sequence alone)
         continue;
       }
       step.push_back(c);
@@ -293,11 +304,23 @@ class GptInference final : public InferenceModel {
   }
 
  private:
-  // Runs the completion's window through an empty cache and samples from its last position.
-  void refill_and_sample(GptCompletion& c) {
-    c.cache_.length = 0;
-    const Tensor ids = c.window(model_->config().block_size).to(device_);
-    c.accept(c.sample(model_->forward_cached(ids, c.cache_).to_vector<float>()));
+  // Runs each completion's window through its emptied cache, all in one
+  // batch, and samples from each window's last position.
+  void refill_and_sample(const std::vector<GptCompletion*>& completions) {
+    if (completions.empty()) return;
+    std::vector<std::vector<int64_t>> windows;
+    std::vector<models::KvCache*> caches;
+    for (GptCompletion* c : completions) {
+      c->cache_.length = 0;
+      windows.push_back(c->window(model_->config().block_size));
+      caches.push_back(&c->cache_);
+    }
+    const std::vector<float> logits = model_->forward_prompts(windows, caches).to_vector<float>();
+    const size_t vocab = size_t(model_->config().vocab_size);
+    for (size_t b = 0; b < completions.size(); ++b) {
+      auto row = logits.begin() + long(b * vocab);
+      completions[b]->accept(completions[b]->sample(std::vector<float>(row, row + long(vocab))));
+    }
   }
 
   std::unique_ptr<models::Gpt> model_;

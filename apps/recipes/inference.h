@@ -65,6 +65,11 @@ class InferenceModel {
   // it is batched with.
   virtual std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt,
                                                               const CompletionOptions& options);
+  // Several at once (completions joining a running batch together): their
+  // prompts run in one batched forward pass where the model can; by
+  // default, start_completion for each.
+  virtual std::vector<std::unique_ptr<PendingCompletion>> start_completions(
+      const std::vector<std::string>& prompts, const std::vector<CompletionOptions>& options);
   virtual void advance_completions(const std::vector<PendingCompletion*>& batch);
 };
 

@@ -120,6 +120,14 @@ Tensor InferenceModel::classify_tokens(const Tensor&) { KILN_FAIL("this model do
 std::unique_ptr<PendingCompletion> InferenceModel::start_completion(const std::string&, const CompletionOptions&) {
   KILN_FAIL("this model does not generate text");
 }
+std::vector<std::unique_ptr<PendingCompletion>> InferenceModel::start_completions(
+    const std::vector<std::string>& prompts, const std::vector<CompletionOptions>& options) {
+  KILN_CHECK(prompts.size() == options.size(), "start_completions: ", prompts.size(), " prompts with ",
+             options.size(), " options");
+  std::vector<std::unique_ptr<PendingCompletion>> started;
+  for (size_t i = 0; i < prompts.size(); ++i) started.push_back(start_completion(prompts[i], options[i]));
+  return started;
+}
 void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&) {
   KILN_FAIL("this model does not generate text");
 }

@@ -66,17 +66,35 @@ void fail(GenerationJob& job, std::exception_ptr error) {
 }
 }  // namespace
 
-// Runs each joining job's prompt (and first token) and adds it to the running batch.
+// Runs the joining jobs' prompts (and first tokens), as one batch, and adds
+// them to the running batch. Should the batch fail, each prompt runs alone,
+// so that an error reaches only the request it belongs to.
 void GenerationScheduler::join_waiting(std::vector<std::shared_ptr<GenerationJob>>& joining) {
   const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  std::vector<std::string> prompts;
+  std::vector<recipes::CompletionOptions> options;
   for (auto& job : joining) {
     if (job->cancelled) continue;
     metrics_.queue_wait(std::chrono::duration<double>(now - job->arrived).count());
+    jobs.push_back(job);
+    prompts.push_back(job->prompt);
+    options.push_back(job->options);
+  }
+  if (jobs.empty()) return;
+  std::vector<std::unique_ptr<recipes::PendingCompletion>> started;
+  try {
+    started = inference_.start_completions(prompts, options);
+  } catch (...) {
+    started.clear();
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
     try {
-      running_.push_back({job, inference_.start_completion(job->prompt, job->options)});
+      auto completion = i < started.size() ? std::move(started[i]) : inference_.start_completion(prompts[i], options[i]);
+      running_.push_back({jobs[i], std::move(completion)});
       deliver(running_.back());
     } catch (...) {
-      fail(*job, std::current_exception());
+      fail(*jobs[i], std::current_exception());
     }
   }
 }

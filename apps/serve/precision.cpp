@@ -26,6 +26,11 @@ class AutocastModel final : public recipes::InferenceModel {
     const auto scope = precision();
     return inner_->start_completion(prompt, options);
   }
+  std::vector<std::unique_ptr<recipes::PendingCompletion>> start_completions(
+      const std::vector<std::string>& prompts, const std::vector<recipes::CompletionOptions>& options) override {
+    const auto scope = precision();
+    return inner_->start_completions(prompts, options);
+  }
   void advance_completions(const std::vector<recipes::PendingCompletion*>& batch) override {
     const auto scope = precision();
     inner_->advance_completions(batch);

@@ -35,21 +35,40 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   KILN_CHECK(x.size(0) == 1 && C == n_embd_ && past + n <= k_cache.size(2), "attention cache: ", past, " + ", n,
              " positions do not fit its ", k_cache.size(2));
   KILN_CHECK(past == 0 || n == 1, "attention cache: after the prompt, one position at a time");
+  if (past == 0) return forward_prompts(x, {&k_cache}, {&v_cache}, {n});  // the prompt: as in training
   NoGradGuard ng;
+  // One new position: it may attend to every cached one, so no mask.
   Tensor qkv = permute(reshape(c_attn->forward(x), {1, n, 3, H, D}), {2, 0, 3, 1, 4});
   Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
   Tensor k_slot = slice(k_cache, 2, past, past + n), v_slot = slice(v_cache, 2, past, past + n);
   copy_into(k, k_slot);
   copy_into(v, v_slot);
-  Tensor heads;
-  if (past == 0) {
-    heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // the prompt: as in training
-  } else {  // one new position: it may attend to every cached one, so no mask
-    Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
-    Tensor scores = mul_scalar(matmul(q, transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
-    heads = matmul(softmax(scores, -1), values);
-  }
+  Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
+  Tensor scores = mul_scalar(matmul(q, transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
+  Tensor heads = matmul(softmax(scores, -1), values);
   return c_proj->forward(reshape(transpose(heads, 1, 2), {1, n, C}));
+}
+
+Tensor CausalSelfAttention::forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches,
+                                            const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& lengths) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  KILN_CHECK(x.dim() == 3 && C == n_embd_ && size_t(B) == k_caches.size() && size_t(B) == v_caches.size() &&
+                 size_t(B) == lengths.size(),
+             "attention prompts: x must be [B, T, ", n_embd_, "] with a cache and a length per row, got ",
+             shape_str(x.shape()));
+  NoGradGuard ng;
+  Tensor qkv = permute(reshape(c_attn->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = lengths[size_t(b)];
+    KILN_CHECK(n >= 1 && n <= T && n <= k_caches[size_t(b)]->size(2), "attention prompts: row ", b, " has ", n,
+               " positions; the rows hold ", T, " and its cache ", k_caches[size_t(b)]->size(2));
+    Tensor k_rows = slice(*k_caches[size_t(b)], 2, 0, n), v_rows = slice(*v_caches[size_t(b)], 2, 0, n);
+    copy_into(slice(slice(k, 0, b, b + 1), 2, 0, n), k_rows);
+    copy_into(slice(slice(v, 0, b, b + 1), 2, 0, n), v_rows);
+  }
+  Tensor heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  return c_proj->forward(reshape(transpose(heads, 1, 2), {B, T, C}));
 }
 
 Tensor CausalSelfAttention::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,

@@ -20,6 +20,13 @@ class CausalSelfAttention : public Module {
   // [1, H, capacity, D] at [past, past + n), and each attends to every
   // cached position up to its own. No gradients.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
+  // Prompts of B sequences in one pass: x [B, T, C], row b's first
+  // lengths[b] positions real and the rest padding after them. Each row's
+  // real keys and values go into *k_caches[b] / *v_caches[b] at [0,
+  // lengths[b]); attention is causal, so padding never reaches a real
+  // position. No gradients.
+  Tensor forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
+                         const std::vector<int64_t>& lengths);
   // One new position for each of B sequences with caches of their own
   // (continuous batching): x [B, 1, C]; row b's key and value go into
   // *k_caches[b] / *v_caches[b] at pasts[b], and it attends to its cache's

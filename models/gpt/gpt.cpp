@@ -91,6 +91,12 @@ Tensor GptBlock::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cach
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
+Tensor GptBlock::forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches,
+                                 const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& lengths) {
+  Tensor h = add(x, attn->forward_prompts(ln_1->forward(x), k_caches, v_caches, lengths));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
 Tensor GptBlock::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,
                                 const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
   Tensor h = add(x, attn->forward_decode(ln_1->forward(x), k_caches, v_caches, pasts));
@@ -194,12 +200,51 @@ Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   const int64_t n = ids.size(1), past = cache.length;
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && past + n <= config_.block_size, "gpt cache: ", past, " + ", n,
              " positions exceed block_size ", config_.block_size);
+  if (past == 0) return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
   Tensor pos = slice(arange(past + n, DType::i64, ids.device()), 0, past, past + n);
   Tensor x = add(wte_->forward(ids), wpe_->forward(pos));
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], past);
   cache.length = past + n;
   Tensor last = slice(ln_f_->forward(x), 1, n - 1, n);
   return reshape(linear(last, wte_->weight, Tensor()), {1, config_.vocab_size});
+}
+
+Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(prompts.size());
+  KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "gpt prompts: ", prompts.size(), " prompts for ",
+             caches.size(), " caches");
+  int64_t T = 0;
+  std::vector<int64_t> lengths;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const int64_t n = int64_t(prompts[b].size());
+    KILN_CHECK(n >= 1 && n <= config_.block_size && caches[b]->length == 0, "gpt prompts: prompt ", b, " has ", n,
+               " tokens (1 to block_size ", config_.block_size, ") for a cache holding ", caches[b]->length);
+    lengths.push_back(n);
+    T = std::max(T, n);
+  }
+  // Rows padded after their prompt (token 0: any id; causal attention keeps it from the prompt).
+  std::vector<int64_t> ids(size_t(B * T), 0), last_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(), ids.begin() + b * T);
+    last_rows.push_back(b * T + lengths[size_t(b)] - 1);
+  }
+  const Device device = wte_->weight.device();
+  Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, T}).to(device)),
+                 wpe_->forward(arange(T, DType::i64, device)));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    std::vector<Tensor*> k, v;
+    for (KvCache* c : caches) {
+      k.push_back(&c->k[i]);
+      v.push_back(&c->v[i]);
+    }
+    x = blocks_[i]->forward_prompts(x, k, v, lengths);
+  }
+  for (size_t b = 0; b < caches.size(); ++b) caches[b]->length = lengths[b];
+  // Each prompt's last row of the final stream (embedding() gathers rows of any table).
+  Tensor last = embedding(reshape(ln_f_->forward(x), {B * T, config_.n_embd}),
+                          Tensor::from_vector(last_rows, {B}).to(device));
+  return linear(last, wte_->weight, Tensor());
 }
 
 Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {

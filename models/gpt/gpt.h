@@ -51,6 +51,8 @@ class GptBlock : public nn::Module {
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
+  Tensor forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
+                         const std::vector<int64_t>& lengths);
   Tensor forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
                         const std::vector<int64_t>& pasts);
   bool selective = false;  // selective activation checkpointing
@@ -81,6 +83,11 @@ class Gpt : public nn::Module {
   // token costs one position, not the whole context.
   Tensor forward_cached(const Tensor& ids, KvCache& cache);
   KvCache new_cache() const;
+  // Prompts of several sequences in one forward pass (rows padded to the
+  // longest; causal, so padding changes no answer): each of `prompts` into
+  // its empty cache; logits [B, vocab] of each prompt's last token, as
+  // forward_cached gives for that prompt alone.
+  Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches);
   // Continuous batching: one new token for each of B sequences, each with
   // its own cache (length < block_size), in one forward pass -> logits
   // [B, vocab]; each token is added to its cache. The linears see all B
