@@ -244,8 +244,8 @@ class GptCompletion final : public PendingCompletion {
 // of them advanced in one batched decode step.
 class GptInference final : public InferenceModel {
  public:
-  GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok, Device device)
-      : model_(std::move(model)), tok_(std::move(tok)), device_(device) {
+  GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok)
+      : model_(std::move(model)), tok_(std::move(tok)) {
     model_->eval();
   }
 
@@ -294,13 +294,7 @@ class GptInference final : public InferenceModel {
       last.push_back(c->tokens_.back());
       caches.push_back(&c->cache_);
     }
-    if (step.empty()) return;
-    const std::vector<float> logits = model_->forward_decode(last, caches).to_vector<float>();
-    const size_t vocab = size_t(model_->config().vocab_size);
-    for (size_t b = 0; b < step.size(); ++b) {
-      auto row = logits.begin() + long(b * vocab);
-      step[b]->accept(step[b]->sample(std::vector<float>(row, row + long(vocab))));
-    }
+    if (!step.empty()) sample_each(step, model_->forward_decode(last, caches));
   }
 
  private:
@@ -315,24 +309,27 @@ class GptInference final : public InferenceModel {
       windows.push_back(c->window(model_->config().block_size));
       caches.push_back(&c->cache_);
     }
-    const std::vector<float> logits = model_->forward_prompts(windows, caches).to_vector<float>();
+    sample_each(completions, model_->forward_prompts(windows, caches));
+  }
+  // Each completion's next token, from its row of `logits` [B, vocab].
+  void sample_each(const std::vector<GptCompletion*>& completions, const Tensor& logits) {
+    const std::vector<float> all = logits.to_vector<float>();
     const size_t vocab = size_t(model_->config().vocab_size);
     for (size_t b = 0; b < completions.size(); ++b) {
-      auto row = logits.begin() + long(b * vocab);
+      auto row = all.begin() + long(b * vocab);
       completions[b]->accept(completions[b]->sample(std::vector<float>(row, row + long(vocab))));
     }
   }
 
   std::unique_ptr<models::Gpt> model_;
   data::Tokenizer tok_;
-  Device device_;
 };
 
 class FortunesGptRecipe final : public Recipe {
  public:
   std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string& dir,
                                                      Device device) const override {
-    return std::make_unique<GptInference>(load_gpt(ck, device), load_run_tokenizer(dir, ck), device);
+    return std::make_unique<GptInference>(load_gpt(ck, device), load_run_tokenizer(dir, ck));
   }
 
   std::string name() const override { return "fortunes-gpt"; }

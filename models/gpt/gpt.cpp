@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kiln/amp/autocast.h"
 #include "kiln/autograd/checkpoint.h"
@@ -209,6 +210,18 @@ Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   return reshape(linear(last, wte_->weight, Tensor()), {1, config_.vocab_size});
 }
 
+namespace {
+// Layer i's keys and values of each sequence's cache.
+std::pair<std::vector<Tensor*>, std::vector<Tensor*>> layer_caches(const std::vector<KvCache*>& caches, size_t i) {
+  std::vector<Tensor*> k, v;
+  for (KvCache* c : caches) {
+    k.push_back(&c->k[i]);
+    v.push_back(&c->v[i]);
+  }
+  return {k, v};
+}
+}  // namespace
+
 Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
   const int64_t B = int64_t(prompts.size());
@@ -233,11 +246,7 @@ Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, co
   Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, T}).to(device)),
                  wpe_->forward(arange(T, DType::i64, device)));
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    std::vector<Tensor*> k, v;
-    for (KvCache* c : caches) {
-      k.push_back(&c->k[i]);
-      v.push_back(&c->v[i]);
-    }
+    const auto [k, v] = layer_caches(caches, i);
     x = blocks_[i]->forward_prompts(x, k, v, lengths);
   }
   for (size_t b = 0; b < caches.size(); ++b) caches[b]->length = lengths[b];
@@ -262,11 +271,7 @@ Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector
   Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, 1}).to(device)),
                  reshape(wpe_->forward(Tensor::from_vector(pasts, {B}).to(device)), {B, 1, config_.n_embd}));
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    std::vector<Tensor*> k, v;
-    for (KvCache* c : caches) {
-      k.push_back(&c->k[i]);
-      v.push_back(&c->v[i]);
-    }
+    const auto [k, v] = layer_caches(caches, i);
     x = blocks_[i]->forward_decode(x, k, v, pasts);
   }
   for (KvCache* c : caches) ++c->length;
