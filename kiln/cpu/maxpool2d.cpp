@@ -182,20 +182,21 @@ KILN_POOL_TARGET bool unpool_2x2_avx512(const T* gs, const int32_t* is, int64_t 
 }
 #endif
 
-// A bf16 plane pooled (or unpooled) on its own bits where the window is
-// 2x2 with stride 2 and the CPU has AVX-512; false where not, with nothing
-// (or, unpooling, part of ds) written.
-bool pool_plane_bf16(const uint16_t* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, uint16_t* os,
-                     int32_t* is) {
+// A plane (f32, or bf16 on its own bits) through the AVX-512 kernels where
+// the window is 2x2 with stride 2 and the CPU has AVX-512; false where not,
+// with nothing (or, unpooling, part of ds) written.
+template <typename T>
+bool pool_plane_avx512(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, T* os, int32_t* is) {
 #ifdef KILN_POOL_AVX512
   if (have_avx512() && a.kernel_h == 2 && a.kernel_w == 2 && a.stride_h == 2 && a.stride_w == 2)
     return pool_2x2_avx512(xs, W, OH, OW, os, is), true;
 #endif
   return false;
 }
-bool unpool_plane_bf16(const uint16_t* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                       uint16_t* ds) {
+template <typename T>
+bool unpool_plane_avx512(const T* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW, T* ds) {
 #ifdef KILN_POOL_AVX512
+  // Outputs shaped as 2x2, stride-2 pooling's may well be (the window check decides).
   if (have_avx512() && OH == H / 2 && OW == W / 2) return unpool_2x2_avx512(gs, is, H, W, OH, OW, ds);
 #endif
   return false;
@@ -205,10 +206,8 @@ bool unpool_plane_bf16(const uint16_t* gs, const int32_t* is, int64_t H, int64_t
 template <typename T>
 void pool_plane(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs& a, T* os, int32_t* is) {
   const int64_t KH = a.kernel_h, KW = a.kernel_w, SH = a.stride_h, SW = a.stride_w;
-#ifdef KILN_POOL_AVX512
   if constexpr (std::is_same_v<T, float>)
-    if (have_avx512() && KH == 2 && KW == 2 && SH == 2 && SW == 2) return pool_2x2_avx512(xs, W, OH, OW, os, is);
-#endif
+    if (pool_plane_avx512(xs, W, OH, OW, a, os, is)) return;
   if (KH == 2 && KW == 2 && SH == 2 && SW == 2) return pool_2x2(xs, W, OH, OW, os, is);
   for (int64_t oh = 0; oh < OH; ++oh) {
     for (int64_t ow = 0; ow < OW; ++ow) {
@@ -229,11 +228,8 @@ void pool_plane(const T* xs, int64_t W, int64_t OH, int64_t OW, const Pool2dArgs
 // positions.
 template <typename T>
 void unpool_plane(const T* gs, const int32_t* is, int64_t H, int64_t W, int64_t OH, int64_t OW, T* ds) {
-#ifdef KILN_POOL_AVX512
-  // Outputs shaped as 2x2, stride-2 pooling's may well be (the window check decides).
   if constexpr (std::is_same_v<T, float>)
-    if (have_avx512() && OH == H / 2 && OW == W / 2 && unpool_2x2_avx512(gs, is, H, W, OH, OW, ds)) return;
-#endif
+    if (unpool_plane_avx512(gs, is, H, W, OH, OW, ds)) return;
   const int64_t HW = H * W, OHW = OH * OW;
   for (int64_t i = 0; i < HW; ++i) ds[i] = T(0);
   for (int64_t o = 0; o < OHW; ++o) ds[is[o]] += gs[o];
@@ -297,7 +293,7 @@ void CpuBackend::maxpool2d(const Tensor& x, Tensor& out, Tensor& indices, const 
     uint16_t* yp = bits16(out);
     return bf16_planes(
         xp, HW, yp, OHW, planes, parallel,
-        [&](int64_t pl) { return pool_plane_bf16(xp + pl * HW, W, OH, OW, args, yp + pl * OHW, ip + pl * OHW); },
+        [&](int64_t pl) { return pool_plane_avx512(xp + pl * HW, W, OH, OW, args, yp + pl * OHW, ip + pl * OHW); },
         [&](int64_t pl, const float* xs, float* os) { pool_plane(xs, W, OH, OW, args, os, ip + pl * OHW); });
   }
   dispatch_float(x.dtype(), op, [&]<typename T>() {
@@ -347,7 +343,7 @@ void CpuBackend::maxpool2d_backward(const Tensor& dout, const Tensor& indices, T
     uint16_t* dp = bits16(dx);
     return bf16_planes(
         gp, OHW, dp, HW, planes, parallel,
-        [&](int64_t pl) { return unpool_plane_bf16(gp + pl * OHW, ip + pl * OHW, H, W, OH, OW, dp + pl * HW); },
+        [&](int64_t pl) { return unpool_plane_avx512(gp + pl * OHW, ip + pl * OHW, H, W, OH, OW, dp + pl * HW); },
         [&](int64_t pl, const float* gs, float* ds) { unpool_plane(gs, ip + pl * OHW, H, W, OH, OW, ds); });
   }
   dispatch_float(dx.dtype(), op, [&]<typename T>() {
