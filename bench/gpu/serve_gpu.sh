@@ -22,8 +22,10 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kiln-serve-gpu-XXXXXX")"
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+python3 "$HERE/../serve/binary_body.py" "$WORK/body" > "$WORK/header_length"
 python3 - "$WORK" <<'PY'
-import gzip, json, os, struct, sys
+import gzip, os, struct, sys
 work = sys.argv[1]
 os.makedirs(f"{work}/data")
 for part, n in [("train", 6000), ("t10k", 512)]:
@@ -31,10 +33,6 @@ for part, n in [("train", 6000), ("t10k", 512)]:
         f.write(struct.pack(">IIII", 2051, n, 28, 28) + os.urandom(n * 784))
     with gzip.open(f"{work}/data/{part}-labels-idx1-ubyte.gz", "wb") as f:
         f.write(struct.pack(">II", 2049, n) + bytes(b % 10 for b in os.urandom(n)))
-header = json.dumps({"inputs": [{"name": "images", "shape": [1, 1, 28, 28], "datatype": "FP32",
-                                 "parameters": {"binary_data_size": 784 * 4}}]}).encode()
-open(f"{work}/body", "wb").write(header + struct.pack("<784f", *[((i * 37) % 256) / 255 for i in range(784)]))
-open(f"{work}/header_length", "w").write(str(len(header)))
 PY
 train_device=cpu
 case "$DEVICES" in *cuda*) train_device=cuda ;; esac

@@ -24,12 +24,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 port=18123
 # The body of a binary tensor data request (bench/serve/infer_binary.lua): a JSON header, then the pixels' bytes.
 export KILN_BINARY_BODY="$WORK/binary-body" KILN_BINARY_HEADER_LENGTH
-KILN_BINARY_HEADER_LENGTH="$(python3 -c "
-import json, struct, sys
-header = json.dumps({'inputs': [{'name': 'images', 'shape': [1, 1, 28, 28], 'datatype': 'FP32',
-                                 'parameters': {'binary_data_size': 784 * 4}}]}).encode()
-open(sys.argv[1], 'wb').write(header + struct.pack('<784f', *[((i * 37) % 256) / 255 for i in range(784)]))
-print(len(header))" "$KILN_BINARY_BODY")"
+KILN_BINARY_HEADER_LENGTH="$(python3 "$ROOT/bench/serve/binary_body.py" "$KILN_BINARY_BODY")"
 declare -A RUN=([cnn]=cnn [cnn-binary]=cnn [text]=text)
 serve() {  # serve NAME MAX_BATCH: starts the server with model NAME and waits until it is ready
   "$KILN" serve --model "$1=$WORK/${RUN[$1]}" --port "$port" --max-batch "$2" --max-delay-us 2000 --max-queue 4096 \
