@@ -10,6 +10,7 @@
 #include "kiln/backend/backend.h"
 #include "kiln/backend/gpu_info.h"
 #include "kiln/cpu/gemm.h"
+#include "kiln/cpu/isa.h"
 
 extern "C" char* openblas_get_config(void);
 
@@ -45,6 +46,11 @@ int run_info() {
               get_num_threads());
   std::printf("SIMD:    %s\n", simd.empty() ? "none detected" : simd.c_str());
   std::printf("AMX:     %s\n", flags.count("amx_tile") ? "yes" : "no");
+  const std::string cap = cpu::isa_cap_setting();
+  std::printf("ISA:     Kiln dispatches up to %s (this CPU: %s; %s), oneDNN up to %s\n", cpu::isa_name(cpu::max_isa()),
+              cpu::isa_name(cpu::detected_isa()),
+              cap.empty() ? "KILN_MAX_ISA unset" : ("capped by KILN_MAX_ISA=" + cap).c_str(),
+              cpu::onednn_dispatch_isa().c_str());
   std::printf("BLAS:    %s\n", openblas_get_config());
   std::printf("f32:     matrix products through %s%s\n", cpu::f32_gemm_library(),
               std::string(cpu::f32_gemm_library()) == "oneDNN" ? ", convolutions direct through oneDNN" : "");

@@ -54,12 +54,12 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
 // rounded to bf16 into `low` (as flash attention rounds P and dS), in the
 // same pass.
 template <typename T>
-KILN_SIMD_CLONES void finish_row(T* row, T*, int64_t len, int64_t seq, T scale) {
+void finish_row(T* row, T*, int64_t len, int64_t seq, T scale) {
 #pragma omp simd
   for (int64_t j = 0; j < len; ++j) row[j] *= scale;
   std::fill(row + len, row + seq, T(0));
 }
-KILN_SIMD_CLONES void finish_row(const float* row, uint16_t* low, int64_t len, int64_t seq, float scale) {
+void finish_row(const float* row, uint16_t* low, int64_t len, int64_t seq, float scale) {
 #pragma omp simd
   for (int64_t j = 0; j < len; ++j) low[j] = float_to_bf16(row[j] * scale);
   std::fill(low + len, low + seq, uint16_t(0));
@@ -161,7 +161,7 @@ inline int64_t row_span(int64_t i, int64_t seq, bool causal) {
 // with S a [seq, seq] scratch. In is T, or bf16 with T = float (S16: P
 // rounded to bf16, [seq, seq]; for f32 operands S itself).
 template <typename T, typename In>
-KILN_SIMD_CLONES void attention_head(Head<const In> Q, Head<const In> K, Head<const In> V, Head<T> O, T* L,
+void attention_head(Head<const In> Q, Head<const In> K, Head<const In> V, Head<T> O, T* L,
                                      int64_t seq, int64_t D, T sc, bool causal, T* S, In* S16) {
   const int64_t block = causal ? kCausalBlock : seq;
   for (int64_t r0 = 0; r0 < seq; r0 += block) {  // S = scale Q K^T
@@ -208,7 +208,7 @@ KILN_SIMD_CLONES void attention_head(Head<const In> Q, Head<const In> K, Head<co
 // One head, backward, with P and dS [seq, seq] scratch (and P16, dS16 for
 // bf16 operands; for f32 ones P and dS again).
 template <typename T, typename In>
-KILN_SIMD_CLONES void attention_head_backward(Head<const In> G, Head<const In> Q, Head<const In> K, Head<const In> V,
+void attention_head_backward(Head<const In> G, Head<const In> Q, Head<const In> K, Head<const In> V,
                                               Head<const In> O, const T* L, Head<T> dQ, Head<T> dK, Head<T> dV,
                                               int64_t seq, int64_t D, T sc, bool causal, T* P, T* dS, In* P16,
                                               In* dS16) {
@@ -313,7 +313,7 @@ void for_each_head(const Tensor& q, MakeScratch make_scratch, Body body) {
   {
     auto scratch = make_scratch();
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < BH; ++bh) body(scratch, bh);
+    for (int64_t bh = 0; bh < BH; ++bh) simd_kernel([&] { body(scratch, bh); });
   }
 }
 

@@ -30,7 +30,7 @@ namespace kiln::cpu {
 #ifdef KILN_HAVE_BF16_ATTENTION_KERNELS
 
 bool bf16_attention_kernels_apply(int64_t head_size) {
-  static const bool have = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
+  static const bool have = isa_allows(Isa::avx512_bf16);  // KILN_MAX_ISA caps it (isa.h)
   return have && bf16_attention_kernels_allowed && head_size > 0 && head_size % 16 == 0;
 }
 

@@ -33,37 +33,38 @@ void check_targets(const Tensor& targets, int64_t N, int64_t C, int64_t ignore_i
 }
 
 template <typename T, typename L>
-KILN_SIMD_CLONES void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dlogits, T scale, int64_t N,
-                        int64_t C, int64_t ignore_index) {
-#pragma omp parallel for schedule(static) if (N > 1 && N * C > kParallelElements)
-  for (int64_t n = 0; n < N; ++n) {
-    const T* x = logits + n * C;
-    const int64_t t = load_index(targets, n);
-    if (t == ignore_index) {
-      losses[n] = L(0);
-      if (dlogits)
-        for (int64_t j = 0; j < C; ++j) dlogits[n * C + j] = T(0);
-      continue;
-    }
-    // Both reductions vectorise (they were scalar, 16% of a GPT step). The
-    // max skips NaN; a NaN logit still makes the loss and the whole row's
-    // gradient NaN, through x[j] - mx in the sum and x[j] - lse below.
-    T mx = -std::numeric_limits<T>::infinity();
+void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dlogits, T scale, int64_t N, int64_t C,
+                        int64_t ignore_index) {
+  for_chunks_if(N, N > 1 && N * C > kParallelElements, [&](int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const T* x = logits + n * C;
+      const int64_t t = load_index(targets, n);
+      if (t == ignore_index) {
+        losses[n] = L(0);
+        if (dlogits)
+          for (int64_t j = 0; j < C; ++j) dlogits[n * C + j] = T(0);
+        continue;
+      }
+      // Both reductions vectorise (they were scalar, 16% of a GPT step). The
+      // max skips NaN; a NaN logit still makes the loss and the whole row's
+      // gradient NaN, through x[j] - mx in the sum and x[j] - lse below.
+      T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
-    // fast_exp (dispatch.h): libm's scalar expf was ~5% of a GPT step here.
-    double sum = 0.0;
+      for (int64_t j = 0; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
+      // fast_exp (dispatch.h): libm's scalar expf was ~5% of a GPT step here.
+      double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < C; ++j) sum += double(fast_exp(x[j] - mx));
-    const double lse = double(mx) + std::log(sum);
-    losses[n] = L(lse - double(x[t]));  // read x[t] before dlogits may overwrite it
-    if (dlogits) {
-      T* d = dlogits + n * C;
-      const T shift = T(lse);
-      for (int64_t j = 0; j < C; ++j) d[j] = fast_exp(x[j] - shift) * scale;
-      d[t] -= scale;
+      for (int64_t j = 0; j < C; ++j) sum += double(fast_exp(x[j] - mx));
+      const double lse = double(mx) + std::log(sum);
+      losses[n] = L(lse - double(x[t]));  // read x[t] before dlogits may overwrite it
+      if (dlogits) {
+        T* d = dlogits + n * C;
+        const T shift = T(lse);
+        for (int64_t j = 0; j < C; ++j) d[j] = fast_exp(x[j] - shift) * scale;
+        d[t] -= scale;
+      }
     }
-  }
+  });
 }
 
 }  // namespace

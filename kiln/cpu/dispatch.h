@@ -9,19 +9,48 @@
 #include <type_traits>
 
 #include "kiln/core/tensor.h"
-
-// The exp- and tanh-heavy loops are compiled twice, for the build's baseline
-// (KILN_ARCH_FLAGS, x86-64-v3: AVX2) and for x86-64-v4 (AVX-512), and the
-// CPU picks one when the program loads (GCC's target_clones): on Zen 4 the
-// AVX-512 versions of GELU and its gradient run 1.7x faster, and the same
-// binary still runs on any x86-64-v3 CPU.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
-#define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define KILN_SIMD_CLONES
-#endif
+#include "kiln/cpu/isa.h"
 
 namespace kiln::cpu {
+
+// Kiln's SIMD loops are written once, as plain `omp simd` loops, and each
+// call site runs them through simd_kernel(f): f, with everything it calls
+// inlined (GCC's flatten), compiled twice, for the build's baseline
+// (KILN_ARCH_FLAGS, x86-64-v3: AVX2) and for AVX-512, and chosen at run
+// time by max_isa(), so KILN_MAX_ISA=avx2 runs the AVX2 loops on an AVX-512
+// machine (kiln/cpu/isa.h). On Zen 4 the AVX-512 versions of GELU and its
+// gradient run 1.7x faster, and the same binary runs on any x86-64-v3 CPU.
+// (GCC's target_clones chose the same two versions when the program
+// loaded, from the CPU alone, so no cap could reach them.)
+//
+// A parallel loop calls simd_kernel inside its body, once per chunk:
+// OpenMP outlines a parallel region into a function of its own, compiled
+// for the function that holds the pragma, so a parallel loop inside f
+// would run its baseline version.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+template <typename Kernel>
+[[gnu::flatten, gnu::target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd")]] void run_avx512(const Kernel& kernel) {
+  kernel();
+}
+template <typename Kernel>
+[[gnu::flatten]] void run_baseline(const Kernel& kernel) {
+  kernel();
+}
+inline bool avx512_loops() {
+  static const bool allowed = isa_allows(Isa::avx512);
+  return allowed;
+}
+template <typename Kernel>
+inline void simd_kernel(const Kernel& kernel) {
+  if (avx512_loops()) return run_avx512(kernel);
+  run_baseline(kernel);
+}
+#else
+template <typename Kernel>
+inline void simd_kernel(const Kernel& kernel) {
+  kernel();
+}
+#endif
 
 // Below this many elements a cheap elementwise loop runs on one thread: with
 // passive OpenMP waiting (runtime_defaults.h) waking the pool costs tens of
@@ -29,23 +58,25 @@ namespace kiln::cpu {
 // ran slower than 1 at a threshold of 32768).
 constexpr int64_t kParallelMinElements = int64_t(1) << 17;
 
-// fn(begin, end) over [0, n): in one call when n <= parallel_min, else one
-// static chunk per thread of the pool. The loops inside fn are plain
-// `omp simd` loops (or calls into KILN_SIMD_CLONES kernels): a `parallel for
-// simd ... if (...)` whose if is false runs an unvectorised copy of the loop
-// (GCC 12: 4x slower on a 64K ReLU, measured), and a parallel loop in a
-// helper like this one, called from a target_clones function, runs the
-// helper's baseline version (a loop written in the cloned function itself
-// is cloned with it).
+// fn(begin, end) over [0, n): in one call unless `parallel`, else one
+// static chunk per thread of the pool, each run through simd_kernel. The
+// loops inside fn are plain `omp simd` loops: a `parallel for simd ...
+// if (...)` whose if is false runs an unvectorised copy of the loop
+// (GCC 12: 4x slower on a 64K ReLU, measured).
 template <typename Fn>
-inline void for_chunks(int64_t n, int64_t parallel_min, Fn&& fn) {
-  if (n <= parallel_min) return fn(int64_t(0), n);
+inline void for_chunks_if(int64_t n, bool parallel, Fn&& fn) {
+  if (!parallel) return simd_kernel([&] { fn(int64_t(0), n); });
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), per = (n + threads - 1) / threads;
     const int64_t begin = std::min(n, omp_get_thread_num() * per), end = std::min(n, begin + per);
-    if (begin < end) fn(begin, end);
+    if (begin < end) simd_kernel([&] { fn(begin, end); });
   }
+}
+// The same, in parallel when n > parallel_min.
+template <typename Fn>
+inline void for_chunks(int64_t n, int64_t parallel_min, Fn&& fn) {
+  for_chunks_if(n, n > parallel_min, fn);
 }
 
 // body(i) for every i in [0, n), vectorised, over the pool when n > parallel_min.

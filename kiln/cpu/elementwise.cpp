@@ -74,7 +74,7 @@ T apply_binary(BinaryOp op, T a, T b) {
 // One instantiation per op so the contiguous loop has no switch inside and
 // vectorises.
 template <typename T, UnaryOp OP>
-KILN_SIMD_CLONES void unary_span(const T* x, T* y, int64_t n, T s) {
+void unary_span(const T* x, T* y, int64_t n, T s) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(OP, x[i], s);
 }
@@ -85,7 +85,7 @@ void unary_contiguous(const T* x, T* y, int64_t n, T s) {
 }
 
 template <typename T, BinaryOp OP>
-KILN_SIMD_CLONES void binary_span(const T* a, const T* b, T* y, int64_t n) {
+void binary_span(const T* a, const T* b, T* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(OP, a[i], b[i]);
 }
@@ -98,7 +98,7 @@ void binary_contiguous(const T* a, const T* b, T* y, int64_t n) {
 // One row of a strided binary op, the op fixed at compile time so the loop
 // vectorises: b is a row (b_step 1) or one broadcast value (b_step 0).
 template <typename T, BinaryOp OP>
-KILN_SIMD_CLONES void binary_row(const T* a, const T* b, int64_t b_step, T* y, int64_t n) {
+void binary_row(const T* a, const T* b, int64_t b_step, T* y, int64_t n) {
   if (b_step == 0) {
     const T bv = b[0];
 #pragma omp simd
@@ -136,12 +136,12 @@ bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor
 }
 
 template <UnaryOp OP>
-KILN_SIMD_CLONES void bf16_unary_span(const uint16_t* x, uint16_t* y, int64_t n, float s) {
+void bf16_unary_span(const uint16_t* x, uint16_t* y, int64_t n, float s) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_unary<float>(OP, bf16_to_float(x[i]), s));
 }
 template <BinaryOp OP>
-KILN_SIMD_CLONES void bf16_binary_span(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
+void bf16_binary_span(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_binary<float>(OP, bf16_to_float(a[i]), bf16_to_float(b[i])));
 }
@@ -170,11 +170,11 @@ inline uint16_t bf16_keep_mask(uint16_t x, bool keep_zero) {  // all ones where 
   const bool drop = negative | (!keep_zero & (magnitude == 0));
   return uint16_t(drop) - uint16_t(1);
 }
-KILN_SIMD_CLONES void bf16_relu_span(const uint16_t* x, uint16_t* y, int64_t n) {
+void bf16_relu_span(const uint16_t* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] & bf16_keep_mask(x[i], true);
 }
-KILN_SIMD_CLONES void bf16_relu_backward_span(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
+void bf16_relu_backward_span(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] & bf16_keep_mask(x[i], false);  // x <= 0 (but not NaN): 0
 }

@@ -126,35 +126,49 @@ void* bf16_scratchpad(size_t bytes) {
 }
 #endif
 
-// f32 products big enough for several threads: each thread takes an equal
-// share of the rows of C (when M > N) or of its columns, and runs a
-// one-thread GEMM on it over the whole of K, so each element is summed in
-// the same order as by one thread. Measured at 2 threads on Zen 4
-// (oneDNN's own split of the same product in brackets): the MLP's
-// 128x256x512 layer 195 GFLOP/s (137), 128x512x784 213 (191), the GPT's
-// 2048x128x512 217 (185), never slower on the models' shapes
-// (docs/PERFORMANCE.md). Up to 4 threads; more are left to the library,
-// whose 2-D splits suit them better.
-constexpr int kMaxSplitThreads = 4;
+// Products big enough for several threads are cut into a grid that depends
+// on the product's shape alone, never on the thread count: the larger of
+// C's dimensions in blocks of at least kMinGridBlock rows or columns (at most
+// kMaxGridBlocks of them), each a one-thread GEMM over the whole of K, taken
+// by the threads in turn (or one after another on one thread, or inside a
+// parallel region). Every element of C is then summed by the same call on
+// the same operands whatever the thread count, so results are bitwise equal
+// at 1, 2 or 3 threads on every instruction set. Cutting C into one part
+// per thread is not: oneDNN's AVX2 sgemm sums an element in an order that
+// depends on where the element falls in the call's C (a [1024, 128] x
+// [128, 512] product cut in two rows of blocks differed from the whole in
+// 1,815 of its 524,288 elements; its AVX-512 kernels happen not to), and
+// oneDNN's own threading may split K.
+constexpr int64_t kMinGridBlock = 64, kMaxGridBlocks = 48;
 
-void split_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int threads) {
+struct Grid {
+  bool by_rows;
+  int64_t extent, block, blocks;
+};
+
+Grid product_grid(int64_t m, int64_t n) {
   const bool by_rows = m > n;
   const int64_t extent = by_rows ? m : n;
-#pragma omp parallel num_threads(threads)
-  {
-    const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-    const int64_t begin = extent * part / parts, end = extent * (part + 1) / parts;
-    if (end > begin) {
-      if (by_rows)
-        sgemm(trans_a, trans_b, end - begin, n, k, alpha, trans_a ? a + begin : a + begin * lda, lda, b, ldb, beta,
-              c + begin * ldc, ldc);
-      else
-        sgemm(trans_a, trans_b, m, end - begin, k, alpha, a, lda, trans_b ? b + begin * ldb : b + begin, ldb, beta,
-              c + begin, ldc);
-    }
+  const int64_t spread = (extent + kMaxGridBlocks - 1) / kMaxGridBlocks;
+  const int64_t block = std::max(kMinGridBlock, (spread + 15) / 16 * 16);
+  return {by_rows, extent, block, (extent + block - 1) / block};
+}
+
+// run_block(begin, end, by_rows) for each block of the grid, over the pool
+// unless this thread is already inside a parallel region.
+template <typename RunBlock>
+void for_grid_blocks(int64_t m, int64_t n, RunBlock&& run_block) {
+  const Grid grid = product_grid(m, n);
+  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), grid.blocks));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t i = 0; i < grid.blocks; ++i) {
+    const int64_t begin = i * grid.block, end = std::min(grid.extent, begin + grid.block);
+    run_block(begin, end, grid.by_rows);
   }
 }
+
+// Small products: one call on one thread. Others: the grid.
+bool gridded(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * double(k) >= kParallelMacs; }
 
 }  // namespace
 
@@ -202,43 +216,63 @@ bool bf16_gemm_available() {
 
 namespace {
 
-void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                  int64_t lda, const uint16_t* b, int64_t ldb, float beta, void* c, bool c_bf16, int64_t ldc,
-                  const float* bias) {
+// One oneDNN bf16 matmul over the whole of the given C, on this thread's
+// share of the pool.
+void bf16_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, void* c, bool c_bf16, int64_t ldc,
+               const float* bias) {
 #ifdef KILN_HAVE_DNNL
-  sized(m, n, k, [&] {
-    dnnl::engine& engine = dnnl_engine();
-    // One cache per thread: attention calls these products from inside its
-    // parallel loop over heads, where a shared cache would need a lock.
-    static thread_local std::map<Bf16Key, Bf16Product> cache;
-    int32_t alpha_bits, beta_bits;
-    std::memcpy(&alpha_bits, &alpha, sizeof alpha);
-    std::memcpy(&beta_bits, &beta, sizeof beta);
-    const Bf16Key key{trans_a, trans_b,   m,          n,        k, lda, ldb, ldc, alpha_bits, beta_bits,
-                      c_bf16,  bias != nullptr, omp_get_max_threads()};
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      // A server sees a new geometry per batch size and text length; past
-      // this many, start over rather than keep every one made.
-      if (cache.size() >= kMaxCachedBf16Products) cache.clear();
-      it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
-    }
-    Bf16Product& product = it->second;
-    product.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<uint16_t*>(a));
-    product.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<uint16_t*>(b));
-    product.args.at(DNNL_ARG_DST).set_data_handle(c);
-    if (bias) product.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
-    if (auto pad = product.args.find(DNNL_ARG_SCRATCHPAD); pad != product.args.end())
-      pad->second.set_data_handle(bf16_scratchpad(product.pd.scratchpad_desc().get_size()));
-    dnnl::stream& stream = dnnl_stream();
-    product.primitive.execute(stream, product.args);
-    stream.wait();
-  });
+  dnnl::engine& engine = dnnl_engine();
+  // One cache per thread: attention calls these products from inside its
+  // parallel loop over heads, where a shared cache would need a lock.
+  static thread_local std::map<Bf16Key, Bf16Product> cache;
+  int32_t alpha_bits, beta_bits;
+  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
+  std::memcpy(&beta_bits, &beta, sizeof beta);
+  const Bf16Key key{trans_a, trans_b,   m,          n,        k, lda, ldb, ldc, alpha_bits, beta_bits,
+                    c_bf16,  bias != nullptr, omp_get_max_threads()};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    // A server sees a new geometry per batch size and text length; past
+    // this many, start over rather than keep every one made.
+    if (cache.size() >= kMaxCachedBf16Products) cache.clear();
+    it = cache.emplace(key, make_bf16_matmul(key, engine)).first;
+  }
+  Bf16Product& product = it->second;
+  product.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<uint16_t*>(a));
+  product.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<uint16_t*>(b));
+  product.args.at(DNNL_ARG_DST).set_data_handle(c);
+  if (bias) product.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
+  if (auto pad = product.args.find(DNNL_ARG_SCRATCHPAD); pad != product.args.end())
+    pad->second.set_data_handle(bf16_scratchpad(product.pd.scratchpad_desc().get_size()));
+  dnnl::stream& stream = dnnl_stream();
+  product.primitive.execute(stream, product.args);
+  stream.wait();
 #else
   (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
       (void)beta, (void)c, (void)c_bf16, (void)ldc, (void)bias;
   KILN_FAIL("gemm_bf16: this build has no oneDNN");
 #endif
+}
+
+// The same over the grid of f32 products (brgemm matmuls, like sgemm, may
+// split K over threads).
+void bf16_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                  int64_t lda, const uint16_t* b, int64_t ldb, float beta, void* c, bool c_bf16, int64_t ldc,
+                  const float* bias) {
+  if (!gridded(m, n, k))
+    return sized(m, n, k,
+                 [&] { bf16_call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, c_bf16, ldc, bias); });
+  char* c_bytes = static_cast<char*>(c);
+  const int64_t c_size = c_bf16 ? 2 : 4;
+  for_grid_blocks(m, n, [&](int64_t begin, int64_t end, bool by_rows) {
+    if (by_rows)
+      bf16_call(trans_a, trans_b, end - begin, n, k, alpha, trans_a ? a + begin : a + begin * lda, lda, b, ldb, beta,
+                c_bytes + begin * ldc * c_size, c_bf16, ldc, bias);
+    else
+      bf16_call(trans_a, trans_b, m, end - begin, k, alpha, a, lda, trans_b ? b + begin * ldb : b + begin, ldb, beta,
+                c_bytes + begin * c_size, c_bf16, ldc, bias ? bias + begin : nullptr);
+  });
 }
 
 }  // namespace
@@ -255,11 +289,16 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const int threads = omp_get_max_threads();
-  const bool split = threads > 1 && threads <= kMaxSplitThreads && !omp_in_parallel() &&
-                     double(m) * double(n) * double(k) >= kParallelMacs && std::max(m, n) >= 16 * threads;
-  if (split) return split_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);
-  sized(m, n, k, [&] { sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+  if (!gridded(m, n, k))
+    return sized(m, n, k, [&] { sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+  for_grid_blocks(m, n, [&](int64_t begin, int64_t end, bool by_rows) {
+    if (by_rows)
+      sgemm(trans_a, trans_b, end - begin, n, k, alpha, trans_a ? a + begin : a + begin * lda, lda, b, ldb, beta,
+            c + begin * ldc, ldc);
+    else
+      sgemm(trans_a, trans_b, m, end - begin, k, alpha, a, lda, trans_b ? b + begin * ldb : b + begin, ldb, beta,
+            c + begin, ldc);
+  });
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

@@ -36,81 +36,82 @@ void check_param(const char* op, const Tensor& t, const char* what, const Tensor
 }
 
 template <typename T>
-KILN_SIMD_CLONES void layernorm_rows(const T* xp, const T* w, const T* b, T eps, T* yp, T* mp, T* rp, int64_t N,
-                                     int64_t C) {
-#pragma omp parallel for schedule(static) if (N > 1 && N * C > kParallelElements)
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = xp + n * C;
-    double sum = 0.0;
+void layernorm_rows(const T* xp, const T* w, const T* b, T eps, T* yp, T* mp, T* rp, int64_t N, int64_t C) {
+  for_chunks_if(N, N > 1 && N * C > kParallelElements, [&](int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const T* xr = xp + n * C;
+      double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < C; ++c) sum += double(xr[c]);
-    const double mu = sum / double(C);
-    double sq = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += double(xr[c]);
+      const double mu = sum / double(C);
+      double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < C; ++c) {
-      const double d = double(xr[c]) - mu;
-      sq += d * d;
-    }
-    const double rs = 1.0 / std::sqrt(sq / double(C) + double(eps));
-    mp[n] = T(mu);
-    rp[n] = T(rs);
-    const T m = T(mu), r = T(rs);
-    T* yr = yp + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = double(xr[c]) - mu;
+        sq += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(sq / double(C) + double(eps));
+      mp[n] = T(mu);
+      rp[n] = T(rs);
+      const T m = T(mu), r = T(rs);
+      T* yr = yp + n * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
-  }
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
+    }
+  });
 }
 
 // dweight and dbias, parallel over column blocks, each summing its rows in order.
 template <typename T>
-KILN_SIMD_CLONES void layernorm_param_grads(const T* g, const T* xp, const T* mp, const T* rp, T* dwp, T* dbp,
-                                            int64_t N, int64_t C) {
+void layernorm_param_grads(const T* g, const T* xp, const T* mp, const T* rp, T* dwp, T* dbp, int64_t N, int64_t C) {
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (N * C > kParallelElements && blocks > 1)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
-    double dw_acc[kColumnBlock] = {}, db_acc[kColumnBlock] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      const T m = mp[n], r = rp[n];
-      const T* xr = xp + n * C;
-      const T* gr = g + n * C;
+  for_chunks_if(blocks, N * C > kParallelElements && blocks > 1, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      const int64_t c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
+      double dw_acc[kColumnBlock] = {}, db_acc[kColumnBlock] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const T m = mp[n], r = rp[n];
+        const T* xr = xp + n * C;
+        const T* gr = g + n * C;
 #pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          dw_acc[c - c0] += double(gr[c] * ((xr[c] - m) * r));
+          db_acc[c - c0] += double(gr[c]);
+        }
+      }
       for (int64_t c = c0; c < c1; ++c) {
-        dw_acc[c - c0] += double(gr[c] * ((xr[c] - m) * r));
-        db_acc[c - c0] += double(gr[c]);
+        dwp[c] = T(dw_acc[c - c0]);
+        dbp[c] = T(db_acc[c - c0]);
       }
     }
-    for (int64_t c = c0; c < c1; ++c) {
-      dwp[c] = T(dw_acc[c - c0]);
-      dbp[c] = T(db_acc[c - c0]);
-    }
-  }
+  });
 }
 
 // dx, parallel over rows.
 template <typename T>
-KILN_SIMD_CLONES void layernorm_input_grad(const T* g, const T* xp, const T* w, const T* mp, const T* rp, T* dxp,
-                                           int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N > 1 && N * C > kParallelElements)
-  for (int64_t n = 0; n < N; ++n) {
-    const T m = mp[n], r = rp[n];
-    const T* xr = xp + n * C;
-    const T* gr = g + n * C;
-    double sum_g = 0.0, sum_gx = 0.0;
+void layernorm_input_grad(const T* g, const T* xp, const T* w, const T* mp, const T* rp, T* dxp, int64_t N,
+                          int64_t C) {
+  for_chunks_if(N, N > 1 && N * C > kParallelElements, [&](int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const T m = mp[n], r = rp[n];
+      const T* xr = xp + n * C;
+      const T* gr = g + n * C;
+      double sum_g = 0.0, sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t c = 0; c < C; ++c) {
-      const double gw = double(gr[c]) * double(w[c]);
-      sum_g += gw;
-      sum_gx += gw * (double(xr[c]) - double(m)) * double(r);
-    }
-    const T mean_g = T(sum_g / double(C)), mean_gx = T(sum_gx / double(C));
-    T* dr = dxp + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double gw = double(gr[c]) * double(w[c]);
+        sum_g += gw;
+        sum_gx += gw * (double(xr[c]) - double(m)) * double(r);
+      }
+      const T mean_g = T(sum_g / double(C)), mean_gx = T(sum_gx / double(C));
+      T* dr = dxp + n * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      const T xhat = (xr[c] - m) * r;
-      dr[c] = r * (gr[c] * w[c] - mean_g - xhat * mean_gx);
+      for (int64_t c = 0; c < C; ++c) {
+        const T xhat = (xr[c] - m) * r;
+        dr[c] = r * (gr[c] * w[c] - mean_g - xhat * mean_gx);
+      }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -15,14 +15,14 @@ namespace {
 // loops: bf16 below; f16 uses the F16C instructions where the build targets
 // them (x86-64-v3 does), which round to nearest even like float_to_f16.
 
-// bf16 <-> f32 as plain loops the compiler vectorises (and clones for
-// AVX-512, dispatch.h).
-KILN_SIMD_CLONES void widen_bf16_span(const uint16_t* s, float* d, int64_t n) {
+// bf16 <-> f32 as plain loops the compiler vectorises (for AVX-512 too,
+// through simd_kernel: dispatch.h).
+void widen_bf16_span(const uint16_t* s, float* d, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
 }
 
-KILN_SIMD_CLONES void narrow_bf16_span(const float* s, uint16_t* d, int64_t n) {
+void narrow_bf16_span(const float* s, uint16_t* d, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
 }
@@ -56,8 +56,12 @@ Tensor f32_copy(const Tensor& t) {
 
 }  // namespace
 
-void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { widen(src, dst, n, true); }
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) { narrow(src, dst, n, true); }
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  simd_kernel([&] { widen(src, dst, n, true); });
+}
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  simd_kernel([&] { narrow(src, dst, n, true); });
+}
 
 bool convert_contiguous(const Tensor& src, Tensor& dst) {
   const bool up = is_low_precision(src.dtype()) && dst.dtype() == DType::f32;

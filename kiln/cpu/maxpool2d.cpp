@@ -81,9 +81,7 @@ void pool_2x2(const T* xs, int64_t W, int64_t OH, int64_t OW, T* os, int32_t* is
 // plane needs no f32 copy.
 #define KILN_POOL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 bool have_avx512() {
-  static const bool have = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") &&
-                                                      __builtin_cpu_supports("avx512bw") &&
-                                                      __builtin_cpu_supports("avx512vl"));
+  static const bool have = isa_allows(Isa::avx512);  // KILN_MAX_ISA caps it (isa.h)
   return have;
 }
 

@@ -3,10 +3,12 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "kiln/core/error.h"
+#include "kiln/cpu/isa.h"
 
 namespace kiln {
 
@@ -16,27 +18,36 @@ const char* openblas_core_override() {
   // OpenBLAS's generic fallbacks for an x86-64 CPU it cannot place.
   if (core != "Prescott" && core != "Core2" && core != "Nehalem" && core != "Penryn" && core != "Dunnington")
     return nullptr;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  // (Not "COOPERLAKE": OpenBLAS 0.3.21 does not accept that name here.)
-  if (__builtin_cpu_supports("avx512f")) return "SKYLAKEX";
-  if (__builtin_cpu_supports("avx2")) return "HASWELL";
-#endif
-  return nullptr;
+  return cpu::openblas_core_name(cpu::max_isa());
 }
 
 bool cpu_has_bf16_instructions() {
   if (const char* forced = std::getenv("KILN_CPU_BF16")) return std::string(forced) != "0";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream flags(line);
-    for (std::string f; flags >> f;)
-      if (f == "avx512_bf16" || f == "amx_bf16") return true;
-    return false;
-  }
-  return false;
+  return cpu::isa_allows(cpu::Isa::avx512_bf16);
 }
+
+namespace {
+
+// KILN_MAX_ISA reaches the libraries too: oneDNN reads ONEDNN_MAX_CPU_ISA
+// when it first dispatches, and OpenBLAS its core type when it is loaded
+// (so this needs the re-execution). A user's own values win. Returns
+// whether the environment changed.
+bool apply_isa_cap() {
+  cpu::Isa cap;
+  try {
+    cap = cpu::max_isa();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::exit(2);
+  }
+  if (cap == cpu::detected_isa()) return false;
+  setenv("ONEDNN_MAX_CPU_ISA", cpu::onednn_isa_name(cap), 0);
+  if (std::getenv("OPENBLAS_CORETYPE")) return false;
+  setenv("OPENBLAS_CORETYPE", cpu::openblas_core_name(cap), 1);
+  return true;
+}
+
+}  // namespace
 
 void apply_runtime_defaults(char** argv) {
   bool changed = false;
@@ -45,6 +56,7 @@ void apply_runtime_defaults(char** argv) {
     setenv("GOMP_SPINCOUNT", "2000", 1);  // overrides PASSIVE's zero spins
     changed = true;
   }
+  changed |= apply_isa_cap();
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     if (const char* core = openblas_core_override()) {
       setenv("OPENBLAS_CORETYPE", core, 1);

@@ -48,8 +48,7 @@ void strided_loop(const Shape& shape, const std::array<const Strides*, N>& strid
     }
   };
   // Small work runs on one thread: the fork/join would cost more.
-  if (n_rows > 1 && n_rows * n_inner > kParallelMinElements) return for_chunks(n_rows, 0, rows);
-  rows(0, n_rows);
+  for_chunks_if(n_rows, n_rows > 1 && n_rows * n_inner > kParallelMinElements, rows);
 }
 
 }  // namespace kiln::cpu
