@@ -175,5 +175,38 @@ TEST(GptPresets, Gpt2SizesAndCounts) {
   EXPECT_THROW(models::gpt_preset("gpt5"), Error);
 }
 
+// A budget without a GPU plans a CPU run: bf16 is chosen for speed only on
+// a CPU with bf16 instructions (KILN_CPU_BF16 stands in for the CPU), and
+// fp16 never; with no fp32 plan that fits, a low precision still is, for
+// its memory.
+TEST(PlanChoice, OnACpuWithoutBf16InstructionsLowPrecisionIsChosenOnlyForMemory) {
+  PlanInput in;
+  in.recipe = "fortunes-gpt";
+  in.gpt.n_layer = 2;
+  in.gpt.n_embd = 64;
+  in.gpt.n_head = 2;
+  in.gpt.block_size = 64;
+  in.gpt.vocab_size = 100;
+  in.batch_size = 8;
+  in.checkpointing = "none";
+  in.offload = false;
+  in.micro_batch = 8;
+  const char* saved = std::getenv("KILN_CPU_BF16");
+  const std::string restore = saved ? saved : "";
+  const auto best_precision = [&](size_t budget, const char* cpu_bf16) {
+    setenv("KILN_CPU_BF16", cpu_bf16, 1);
+    in.target.memory_budget = budget;
+    Plan p = make_plan(in, fake_probe);
+    return p.best ? p.estimates[*p.best].strategy.precision : std::string("none");
+  };
+  const size_t roomy = 16000 + 8 * 100 * 4 * 10, only_half = 16000 + 8 * 100 * 2 * 10;
+  EXPECT_EQ(best_precision(roomy, "0"), "fp32");
+  EXPECT_NE(best_precision(roomy, "1"), "fp32") << "with bf16 instructions the faster bf16 plan wins";
+  EXPECT_NE(best_precision(only_half, "0"), "fp32") << "only a 2-byte precision fits";
+  EXPECT_NE(best_precision(only_half, "0"), "none");
+  if (saved) setenv("KILN_CPU_BF16", restore.c_str(), 1);
+  else unsetenv("KILN_CPU_BF16");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -6,6 +6,7 @@
 
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
+#include "kiln/cpu/runtime_defaults.h"
 
 namespace kiln::plan {
 
@@ -131,10 +132,18 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
     time_step(in, gpu, plan.parameters > 0 ? plan.parameters : 0, e);
     plan.estimates.push_back(e);
   }
+  // A budget without a GPU is a CPU run, where only bf16 on a CPU with bf16
+  // instructions is faster than fp32; elsewhere a low precision is chosen
+  // only when nothing in fp32 fits (it still halves the activations).
+  const auto slow_here = [&](const Estimate& e) {
+    if (in.target.gpu || e.strategy.precision == "fp32") return false;
+    return e.strategy.precision != "bf16" || !cpu_has_bf16_instructions();
+  };
   for (size_t i = 0; i < plan.estimates.size(); ++i) {
     const Estimate& e = plan.estimates[i];
     if (!e.fits) continue;
-    if (!plan.best || e.step_seconds < plan.estimates[*plan.best].step_seconds) plan.best = i;
+    const auto rank = [&](const Estimate& x) { return std::pair(slow_here(x), x.step_seconds); };
+    if (!plan.best || rank(e) < rank(plan.estimates[*plan.best])) plan.best = i;
   }
   if (in.tokens > 0 && in.target.gpu) {
     const Estimate& chosen = plan.best ? plan.estimates[*plan.best] : plan.estimates.front();
