@@ -124,7 +124,8 @@ TEST(DeterminismAcrossThreads, MatrixProductsAreBitwiseEqualAt1To3Threads) {
     int64_t m, n, k;
   };
   const Shape3 shapes[] = {{false, true, 1024, 512, 128}, {true, false, 512, 128, 1024}, {true, false, 784, 512, 64},
-                           {false, true, 8, 784, 512},    {false, false, 1000, 300, 77}, {true, true, 257, 1031, 33}};
+                           {false, true, 8, 784, 512},    {false, false, 1000, 300, 77}, {true, true, 257, 1031, 33},
+                           {true, false, 128, 128, 1024}};  // one block of the grid, K long enough to split
   expect_same_at_1_2_3_threads([&] {
     Results out;
     Generator g(11);

@@ -31,18 +31,25 @@ namespace {
 // against 68 on one; 128x256x512 (17M) gains from the second thread.
 constexpr double kParallelMacs = 4e6;
 
-// Runs fn with OpenMP parallel regions limited to one thread when the product
-// is small (oneDNN and OpenBLAS read the limit at each call).
+// Runs fn with OpenMP parallel regions limited to one thread (oneDNN and
+// OpenBLAS read the limit at each call).
 template <typename Fn>
-void sized(int64_t m, int64_t n, int64_t k, Fn&& fn) {
+void on_one_thread(Fn&& fn) {
   const int threads = omp_get_max_threads();
-  if (threads == 1 || double(m) * double(n) * double(k) >= kParallelMacs) return fn();
+  if (threads == 1) return fn();
   struct Restore {
     int threads;
     ~Restore() { omp_set_num_threads(threads); }
   } restore{threads};
   omp_set_num_threads(1);
   fn();
+}
+
+// The same when the product is small.
+template <typename Fn>
+void sized(int64_t m, int64_t n, int64_t k, Fn&& fn) {
+  if (double(m) * double(n) * double(k) >= kParallelMacs) return fn();
+  on_one_thread(fn);
 }
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -139,7 +146,7 @@ void* bf16_scratchpad(size_t bytes) {
 // [128, 512] product cut in two rows of blocks differed from the whole in
 // 1,815 of its 524,288 elements; its AVX-512 kernels happen not to), and
 // oneDNN's own threading may split K.
-constexpr int64_t kMinGridBlock = 64, kMaxGridBlocks = 48;
+constexpr int64_t kMinGridBlock = 128, kMaxGridBlocks = 48;
 
 struct Grid {
   bool by_rows;
@@ -159,12 +166,19 @@ Grid product_grid(int64_t m, int64_t n) {
 template <typename RunBlock>
 void for_grid_blocks(int64_t m, int64_t n, RunBlock&& run_block) {
   const Grid grid = product_grid(m, n);
-  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), grid.blocks));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t i = 0; i < grid.blocks; ++i) {
+  const auto run = [&](int64_t i) {
     const int64_t begin = i * grid.block, end = std::min(grid.extent, begin + grid.block);
     run_block(begin, end, grid.by_rows);
-  }
+  };
+  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), grid.blocks));
+  // One block, or one thread: each call still on one thread, or the library
+  // would split it over the pool (and perhaps its K).
+  if (threads == 1)
+    return on_one_thread([&] {
+      for (int64_t i = 0; i < grid.blocks; ++i) run(i);
+    });
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < grid.blocks; ++i) run(i);
 }
 
 // Small products: one call on one thread. Others: the grid.
