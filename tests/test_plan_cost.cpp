@@ -89,7 +89,8 @@ StepMemory fake_probe(const PlanInput& in, const Strategy& s) {
   return m;
 }
 
-TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
+// A 2-layer GPT of batch 8, for the choice tests.
+PlanInput small_gpt_input() {
   PlanInput in;
   in.recipe = "fortunes-gpt";
   in.gpt.n_layer = 2;
@@ -98,6 +99,11 @@ TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
   in.gpt.block_size = 64;
   in.gpt.vocab_size = 100;
   in.batch_size = 8;
+  return in;
+}
+
+TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
+  PlanInput in = small_gpt_input();
   in.precision = "fp32";
   EXPECT_EQ(strategies_for(in).size(), 3u * 4u * 2u);  // checkpointing x micro 8,4,2,1 x offload
   in.target.memory_budget = 16000 + 8 * 100 * 4 * 10;  // everything fits
@@ -180,14 +186,7 @@ TEST(GptPresets, Gpt2SizesAndCounts) {
 // fp16 never; with no fp32 plan that fits, a low precision still is, for
 // its memory.
 TEST(PlanChoice, OnACpuWithoutBf16InstructionsLowPrecisionIsChosenOnlyForMemory) {
-  PlanInput in;
-  in.recipe = "fortunes-gpt";
-  in.gpt.n_layer = 2;
-  in.gpt.n_embd = 64;
-  in.gpt.n_head = 2;
-  in.gpt.block_size = 64;
-  in.gpt.vocab_size = 100;
-  in.batch_size = 8;
+  PlanInput in = small_gpt_input();
   in.checkpointing = "none";
   in.offload = false;
   in.micro_batch = 8;
