@@ -25,6 +25,7 @@
 #include "kiln/amp/autocast.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/backend.h"
+#include "kiln/cpu/isa.h"
 #include "kiln/cpu/runtime_defaults.h"
 #include "kiln/nn/init.h"
 #include "kiln/optim/optimizer.h"
@@ -113,7 +114,8 @@ nlohmann::json bench_model(const Options& o) {
   kiln::Generator init(1234), data(99);
   auto dropout_gen = std::make_shared<kiln::Generator>(7);
   nlohmann::json j = {{"engine", "kiln"}, {"model", o.model}, {"threads", o.threads}, {"steps", o.steps},
-                      {"warmup", o.warmup}, {"precision", o.precision}};
+                      {"warmup", o.warmup}, {"precision", o.precision},
+                      {"isa", kiln::cpu::isa_name(kiln::cpu::max_isa())}};
   if (o.model == "mlp" || o.model == "cnn") {
     const int64_t B = o.batch > 0 ? o.batch : 128;
     auto model = o.model == "mlp" ? kiln::models::make_mlp(init) : kiln::models::make_cnn(init, dropout_gen);

@@ -12,8 +12,8 @@ std::vector<std::string> precision_names() { return {"fp32", "bf16", "fp16"}; }
 
 bool bf16_falls_back_to_fp32(Device device, const Log& log, const char* doing) {
   if (device.is_cuda() || cpu_has_bf16_instructions()) return false;
-  log(std::string("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would only "
-                  "round values without making anything faster; ") +
+  log(std::string("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), where bf16 is "
+                  "slower than fp32 (0.5-0.9x, docs/PERFORMANCE.md); ") +
       doing + " in fp32");
   return true;
 }

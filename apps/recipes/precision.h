@@ -24,7 +24,7 @@ std::vector<std::string> precision_names();  // fp32, bf16, fp16
 
 // --precision bf16 on `device`: true, after saying so through `log`, where
 // it must run as fp32 instead (a CPU without bf16 instructions, where bf16
-// would only round values without making anything faster). `doing` names
+// is slower than fp32: every product converts to f32 and back). `doing` names
 // the job in the message ("training", "serving").
 bool bf16_falls_back_to_fp32(Device device, const Log& log, const char* doing);
 
