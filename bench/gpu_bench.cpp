@@ -16,7 +16,7 @@
 
 #include "kiln/amp/autocast.h"
 #include "kiln/cpu/runtime_defaults.h"
-#include "kiln/dist/nccl_transport.h"
+#include "kiln/distributed/nccl_transport.h"
 #include "kiln/optim/optimizer.h"
 #include "models/gpt/gpt.h"
 #include "models/vision/classifiers.h"
@@ -170,10 +170,10 @@ int main(int argc, char** argv) {
     } else if (*app.get_subcommand("allreduce")) {
       // A world of one over NCCL: the launch, stream ordering and completion
       // wait that every data-parallel step pays, without the network.
-      auto comm = dist::with_nccl(dist::make_single_communicator());
+      auto comm = distributed::with_nccl(distributed::make_single_communicator());
       const int64_t elems = mib * (1 << 20) / 4;
       Tensor t = random_on({elems}, DType::f32, d, 7);
-      double s = seconds_per_iter(d, 2, iters, [&] { comm->all_reduce(t, dist::Reduce::sum); });
+      double s = seconds_per_iter(d, 2, iters, [&] { comm->all_reduce(t, distributed::Reduce::sum); });
       std::printf("{\"bench\":\"allreduce\",\"impl\":\"kiln\",\"transport\":\"%s\",\"device\":\"%s\","
                   "\"mib\":%lld,\"ms\":%.4f,\"algo_gbs\":%.1f}\n",
                   comm->transport().c_str(), d.str().c_str(), (long long)mib, s * 1e3, double(elems) * 4 / s / 1e9);

@@ -7,35 +7,35 @@
 #include <set>
 
 #include "kiln/autograd/ops.h"
-#include "kiln/dist/pipeline.h"
+#include "kiln/distributed/pipeline.h"
 #include "models/gpt/presets.h"
 
 namespace kiln {
 namespace {
 
 TEST(PipelineLayout, StagesAreNeighbouringRanksAndReplicasStrideBySize) {
-  const dist::PipelineLayout l = dist::pipeline_layout(5, 8, 4);
+  const distributed::PipelineLayout l = distributed::pipeline_layout(5, 8, 4);
   EXPECT_EQ(l.replicas, 2);
   EXPECT_EQ(l.stage, 1);
   EXPECT_EQ(l.replica, 1);
   EXPECT_EQ(l.rank_of(1, 3), 7);
   EXPECT_FALSE(l.first());
-  EXPECT_TRUE(dist::pipeline_layout(3, 4, 4).last());
-  EXPECT_THROW(dist::pipeline_layout(0, 6, 4), Error);
+  EXPECT_TRUE(distributed::pipeline_layout(3, 4, 4).last());
+  EXPECT_THROW(distributed::pipeline_layout(0, 6, 4), Error);
 }
 
 TEST(PipelineBalance, EqualLayersSplitEvenlyAndAHeavyLayerStandsAlone) {
-  EXPECT_EQ(dist::balance_stages({1, 1, 1, 1, 1, 1, 1, 1}, 4), (std::vector<int64_t>{0, 2, 4, 6, 8}));
-  EXPECT_EQ(dist::balance_stages({1, 1, 1, 5}, 2), (std::vector<int64_t>{0, 3, 4}));
-  EXPECT_EQ(dist::balance_stages({3, 1, 1, 1}, 2), (std::vector<int64_t>{0, 1, 4}));
-  EXPECT_EQ(dist::balance_stages({1, 2, 3}, 3), (std::vector<int64_t>{0, 1, 2, 3}));
-  EXPECT_THROW(dist::balance_stages({1, 1}, 3), Error) << "more stages than layers";
+  EXPECT_EQ(distributed::balance_stages({1, 1, 1, 1, 1, 1, 1, 1}, 4), (std::vector<int64_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(distributed::balance_stages({1, 1, 1, 5}, 2), (std::vector<int64_t>{0, 3, 4}));
+  EXPECT_EQ(distributed::balance_stages({3, 1, 1, 1}, 2), (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_EQ(distributed::balance_stages({1, 2, 3}, 3), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_THROW(distributed::balance_stages({1, 1}, 3), Error) << "more stages than layers";
 }
 
 TEST(PipelineBalance, BubbleIsStagesLessOneOverMicroBatchesPlusStagesLessOne) {
-  EXPECT_DOUBLE_EQ(dist::bubble_fraction(1, 8), 0.0);
-  EXPECT_DOUBLE_EQ(dist::bubble_fraction(4, 8), 3.0 / 11.0);
-  EXPECT_DOUBLE_EQ(dist::bubble_fraction(2, 1), 0.5);
+  EXPECT_DOUBLE_EQ(distributed::bubble_fraction(1, 8), 0.0);
+  EXPECT_DOUBLE_EQ(distributed::bubble_fraction(4, 8), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(distributed::bubble_fraction(2, 1), 0.5);
 }
 
 TEST(PipelineBalance, GptBlockFlopsAddUpToThePlannersTotalWithTheHeadOnTheLastBlock) {
@@ -119,9 +119,9 @@ TEST(PipelineSchedule, OneStageInAWorldOfOneIsGradientAccumulation) {
   auto [x, y] = tokens(5, 16);
   auto [whole, want] = whole_model_gradients(model, x, y);
 
-  auto world = dist::make_single_communicator();
-  dist::Pipeline pipeline(*world, 1);
-  dist::StageWork work;
+  auto world = distributed::make_single_communicator();
+  distributed::Pipeline pipeline(*world, 1);
+  distributed::StageWork work;
   work.forward = [&](const Tensor& in, const Tensor& t) { return model.stage_forward(in, t, 0, 4); };
   work.activation_shape = [](int64_t rows) { return Shape{rows, 16, 16}; };
   work.backward_loss = [](const Tensor& l) { l.backward(); };

@@ -9,12 +9,12 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/runtime_defaults.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/world.h"
 
 int main(int argc, char** argv) {
   kiln::apply_runtime_defaults(argv);
   try {
-    kiln::dist::init_from_environment(&argc, &argv);  // under mpirun: join the job's ranks
+    kiln::distributed::init_from_environment(&argc, &argv);  // under mpirun: join the job's ranks
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return 1;
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   sample->add_option("--prompt", so.prompt, "text to continue");
   sample->add_option("--count", so.count, "number of samples");
   sample->add_option("--max-tokens", so.max_tokens, "tokens per sample");
-  sample->add_option("--temperature", so.temperature, "softmax temperature (> 0)");
+  sample->add_option("--temperature", so.temperature, "softmax temperature (0: greedy, always the most likely token)");
   sample->add_option("--top-k", so.top_k, "sample from the k most likely tokens (0: all)");
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
       return kiln::cli::run_info();
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln: error: %s%s\n", kiln::dist::rank_prefix().c_str(), e.what());
-    if (kiln::dist::world_size() > 1) kiln::dist::abort_job(1);  // the other ranks must not wait for this one
+    std::fprintf(stderr, "kiln: error: %s%s\n", kiln::distributed::rank_prefix().c_str(), e.what());
+    if (kiln::distributed::joined_world_size() > 1) kiln::distributed::abort_job(1);  // the other ranks must not wait for this one
     return 1;
   }
   return 0;

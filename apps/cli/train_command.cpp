@@ -8,7 +8,7 @@
 #include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/units.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/world.h"
 
 namespace kiln::cli {
 
@@ -123,7 +123,8 @@ std::function<int()> add_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   auto dist_timeout = std::make_shared<int>(300);
   cmd->add_option("--dist-timeout", *dist_timeout,
-                  "under mpirun: seconds a rank waits on the others before ending the job with an error (default 300)")
+                  "in a multi-rank job: seconds a rank waits on the others, at the rendezvous and in every collective, "
+                  "before ending the job with an error (default 300)")
       ->check(CLI::PositiveNumber);
   auto no_progress = std::make_shared<bool>(false);
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
@@ -144,7 +145,7 @@ std::function<int()> add_train_command(CLI::App& app) {
     for (const auto& f : apply) f();
     if (*device_opt) to->device = Device::parse(*device);
     // Several ranks on one node: plain "cuda" is this rank's own GPU, cuda:LOCAL_RANK (torchrun's convention).
-    if (*device_opt && *device == "cuda" && dist::local_world_size() > 1) to->device = Device::cuda(dist::local_rank());
+    if (*device_opt && *device == "cuda" && distributed::local_world_size() > 1) to->device = Device::cuda(distributed::local_rank());
     if (*offload_opt) to->offload = *offload;
     if (*zero_opt) to->zero = *zero;
     to->progress = !*no_progress;
@@ -154,16 +155,17 @@ std::function<int()> add_train_command(CLI::App& app) {
       std::replace(key.begin(), key.end(), '-', '_');
       if (value > 0) to->model_overrides[key] = value;
     }
+    distributed::set_rendezvous_timeout(std::chrono::seconds(*dist_timeout));  // before world() joins
     // Under mpirun only rank 0 talks; every rank trains.
-    const recipes::Log log = dist::is_rank0() ? recipes::Log(print_line) : [](const std::string&) {};
-    if (!dist::is_rank0()) to->progress = false;
-    if (*dist_timeout > 0) dist::world().set_timeout(std::chrono::seconds(*dist_timeout));
+    const recipes::Log log = distributed::is_rank0() ? recipes::Log(print_line) : [](const std::string&) {};
+    if (!distributed::is_rank0()) to->progress = false;
+    if (*dist_timeout > 0) distributed::world().set_timeout(std::chrono::seconds(*dist_timeout));
     if (to->fit) plan::apply_fit(*to, log);
     if (to->precision == "bf16" &&
         recipes::bf16_falls_back_to_fp32(to->device.value_or(Device::cpu()), log, "training"))
       to->precision = "fp32";
     const recipes::TrainResult result = recipes::train(*to, log);
-    if (dist::is_rank0()) print_summary(result);
+    if (distributed::is_rank0()) print_summary(result);
     return 0;
   };
 }

@@ -12,7 +12,7 @@
 #include "apps/recipes/train_loop.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/splits.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/world.h"
 #include "kiln/io/atomic_file.h"
 #include "models/gpt/text_classifier.h"
 
@@ -174,7 +174,7 @@ class FortunesClassifyRecipe final : public Recipe {
     std::vector<std::string> texts;
     for (const auto& f : all) texts.push_back(f.text);
     std::optional<data::Tokenizer> loaded;  // the fortunes tokenizer (shared with fortunes-gpt's cache)
-    dist::rank0_first([&] {
+    distributed::rank0_first([&] {
       loaded.emplace(run.checkpoint ? load_run_tokenizer(run.checkpoint_dir, *run.checkpoint)
                                     : fortunes_tokenizer(texts, data::split_documents(int64_t(texts.size())).train,
                                                          o.cache_dir, o.threads.value_or(0)));
@@ -183,7 +183,7 @@ class FortunesClassifyRecipe final : public Recipe {
     const Examples e = prepare(tok, all);
     const models::GptConfig config = classifier_config(tok.vocab_size());
     std::filesystem::create_directories(run.out_dir);
-    if (dist::is_rank0())
+    if (distributed::is_rank0())
       write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());
 
     auto dropout_gen = std::make_shared<Generator>(c.seed ^ 0xC1A55ull);

@@ -1,9 +1,9 @@
 #include "apps/recipes/common.h"
 
 #include "kiln/backend/backend.h"
-#include "kiln/dist/stage_optimizer.h"
-#include "kiln/dist/world.h"
-#include "kiln/dist/zero.h"
+#include "kiln/distributed/stage_optimizer.h"
+#include "kiln/distributed/world.h"
+#include "kiln/distributed/zero.h"
 #include "kiln/optim/offload.h"
 
 namespace kiln::recipes {
@@ -35,7 +35,7 @@ std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& con
              "the optimizer state)");
   if (stage) {
     KILN_CHECK(!config.offload, "--offload and --pipeline-stages do not combine yet: choose one");
-    dist::Pipeline& pipeline = *stage->pipeline;
+    distributed::Pipeline& pipeline = *stage->pipeline;
     // Only the stage's own weights go to the device; the rest of the model
     // stays in host memory (rank 0 gathers checkpoints into it).
     nn::NamedTensors own;
@@ -47,15 +47,15 @@ std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& con
         }
     std::unique_ptr<optim::Optimizer> inner;
     if (config.zero == 1)
-      inner = std::make_unique<dist::ShardedAdamW>(own, config.lr, options, pipeline.replicas());
+      inner = std::make_unique<distributed::ShardedAdamW>(own, config.lr, options, pipeline.replicas());
     else
       inner = std::make_unique<optim::AdamW>(own, config.lr, options);
-    return std::make_unique<dist::StageOptimizer>(model.named_parameters(), stage->stage_params, std::move(inner),
-                                                  pipeline, dist::world());
+    return std::make_unique<distributed::StageOptimizer>(model.named_parameters(), stage->stage_params, std::move(inner),
+                                                  pipeline, distributed::world());
   }
   if (config.zero == 1) {
     KILN_CHECK(!config.offload, "--zero 1 and --offload do not combine yet: choose one");
-    return std::make_unique<dist::ShardedAdamW>(model.named_parameters(), config.lr, options, dist::world());
+    return std::make_unique<distributed::ShardedAdamW>(model.named_parameters(), config.lr, options, distributed::world());
   }
   if (!config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), config.lr, options);
   auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options, host);

@@ -7,7 +7,7 @@
 #include "apps/recipes/recipe.h"
 #include "apps/recipes/run_config.h"
 #include "kiln/data/loader_state.h"
-#include "kiln/dist/pipeline.h"
+#include "kiln/distributed/pipeline.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/optimizer.h"
@@ -23,7 +23,7 @@ std::string resolve_checkpoint(const std::string& path);
 
 // --pipeline-stages: the split of a model's parameters over the stages.
 struct StagePlacement {
-  dist::Pipeline* pipeline = nullptr;
+  distributed::Pipeline* pipeline = nullptr;
   std::vector<std::vector<std::string>> stage_params;  // the names each stage uses
 };
 

@@ -40,7 +40,7 @@ struct TrainOptions {
   std::optional<int64_t> batch_size;
   std::optional<int64_t> micro_batch;  // gradient accumulation: examples per forward/backward (0: the batch)
   std::optional<bool> offload;         // optimizer state and fp32 master weights in host memory
-  std::optional<int> zero;             // 1: shard AdamW's state across data-parallel ranks (kiln/dist/zero.h)
+  std::optional<int> zero;             // 1: shard AdamW's state across data-parallel ranks (kiln/distributed/zero.h)
   std::optional<std::string> checkpointing;  // activation checkpointing: none | selective | blocks
   // GPT recipes: a named size (models/gpt/presets.h) and field overrides
   // ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"). Part of the
@@ -55,7 +55,7 @@ struct TrainOptions {
   std::optional<Device> device;  // default: cpu
   std::optional<int> threads;    // 0 or unset: all cores
   size_t memory_budget = 0;      // caps the training device's allocator (bytes; 0: none)
-  int pipeline_stages = 1;       // GPT: the blocks split over this many ranks (kiln/dist/pipeline.h)
+  int pipeline_stages = 1;       // GPT: the blocks split over this many ranks (kiln/distributed/pipeline.h)
   std::string out_dir;           // empty: runs/<recipe>
   bool resume = false;           // continue from the newest valid checkpoint in out_dir
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)

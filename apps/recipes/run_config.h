@@ -31,7 +31,7 @@ struct RunConfig {
   int64_t batch_size = 0;
   int64_t micro_batch = 0;  // 0: the whole batch at once
   bool offload = false;     // AdamW state and fp32 master weights in host memory (kiln/optim/offload.h)
-  int zero = 0;             // 1: AdamW's state sharded across data-parallel ranks (kiln/dist/zero.h)
+  int zero = 0;             // 1: AdamW's state sharded across data-parallel ranks (kiln/distributed/zero.h)
   std::string checkpointing = "none";  // activation checkpointing (models/gpt/gpt.h)
   double lr = 0;
   int64_t total_steps = 0;

@@ -5,7 +5,7 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/world.h"
 #include "kiln/io/atomic_file.h"
 
 namespace kiln::recipes {
@@ -37,7 +37,7 @@ nlohmann::json by_category(const std::array<size_t, size_t(MemoryCategory::count
 
 RunRecord::RunRecord(const std::string& out_dir, int64_t start_step, std::vector<Device> devices)
     : path_((std::filesystem::path(out_dir) / "metrics.jsonl").string()), devices_(std::move(devices)) {
-  if (!dist::is_rank0()) return;  // one record per run: rank 0 writes it
+  if (!distributed::is_rank0()) return;  // one record per run: rank 0 writes it
   std::filesystem::create_directories(out_dir);
   if (start_step > 0) truncate_after(path_, start_step);
   else std::filesystem::remove(path_);

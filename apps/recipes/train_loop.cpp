@@ -8,8 +8,8 @@
 
 #include "apps/recipes/progress.h"
 #include "kiln/backend/profiler.h"
-#include "kiln/dist/gradient_averager.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/gradient_averager.h"
+#include "kiln/distributed/world.h"
 
 namespace kiln::recipes {
 
@@ -59,13 +59,13 @@ namespace {
 // One step's gradients, in one process, data parallel, or on a pipeline
 // stage (possibly also data parallel). Returns the batch's mean loss.
 double compute_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
-                         dist::GradientAverager* averager, dist::Communicator& replicas, Device device, bool poison) {
+                         distributed::GradientAverager* averager, distributed::Communicator& replicas, Device device, bool poison) {
   const Batch shard = replicas.world_size() > 1 ? shard_for_rank(batch, replicas.rank(), replicas.world_size()) : batch;
   const std::function<void()> arm = averager ? std::function<void()>([averager] { averager->arm(); }) : nullptr;
   const PipelineStage& stage = hooks.stage;
   double loss = 0;
   if (stage.pipeline) {
-    dist::StageWork work;
+    distributed::StageWork work;
     work.forward = [&](const Tensor& in, const Tensor& targets) {
       amp::AutocastGuard autocast(precision.autocast_dtype());
       return stage.forward(in, targets);
@@ -80,10 +80,10 @@ double compute_gradients(const Batch& batch, int64_t micro, const LoopHooks& hoo
   }
   if (averager) averager->finish();
   if (stage.pipeline) stage.pipeline->sum_tied_gradients(optim::gradients_of(stage.tied));
-  if (dist::world_size() == 1) return loss;
+  if (distributed::world_size() == 1) return loss;
   // Every replica's last stage holds its shard's mean loss (the other stages 0): equal shards, so their mean is the batch's.
   Tensor total = Tensor::from_vector<double>({loss}, {1});
-  dist::world().all_reduce(total, dist::Reduce::sum);
+  distributed::world().all_reduce(total, distributed::Reduce::sum);
   return total.item() / double(replicas.world_size());
 }
 
@@ -94,7 +94,7 @@ void clip_global_norm(const std::vector<Tensor>& grads, double max_norm, const P
     optim::clip_gradients(grads, max_norm);
     return;
   }
-  const dist::PipelineLayout& l = stage.pipeline->layout();
+  const distributed::PipelineLayout& l = stage.pipeline->layout();
   std::vector<Tensor> counted;
   for (const Tensor& p : stage.params) {
     const bool tied = std::any_of(stage.tied.begin(), stage.tied.end(),
@@ -102,7 +102,7 @@ void clip_global_norm(const std::vector<Tensor>& grads, double max_norm, const P
     if (!(tied && l.last() && l.stages > 1) && p.grad().defined()) counted.push_back(p.grad());
   }
   Tensor squares = Tensor::from_vector<double>({optim::sum_of_squares(counted)}, {1});
-  stage.pipeline->stages().all_reduce(squares, dist::Reduce::sum);
+  stage.pipeline->stages().all_reduce(squares, distributed::Reduce::sum);
   optim::clip_to_norm(grads, std::sqrt(squares.item()), max_norm);
 }
 
@@ -118,7 +118,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
   auto save = [&](int64_t step, double loss) {
     nlohmann::json state = run_state(run, parts, step, loss);
     if (hooks.add_state) hooks.add_state(state);
-    if (dist::is_rank0())
+    if (distributed::is_rank0())
       result.checkpoint = save_run(run.out_dir, step, parts.model, parts.opt, state);
     else
       parts.opt.state();  // collective under --zero 1: rank 0 gathers the whole state through it
@@ -136,20 +136,20 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
         std::to_string(micro) + " per step of " + std::to_string(c.batch_size));
 
   // Under mpirun: average the gradients across the data-parallel ranks
-  // (kiln/dist); with --pipeline-stages, across the replicas of this stage.
+  // (kiln/distributed); with --pipeline-stages, across the replicas of this stage.
   const PipelineStage& stage = hooks.stage;
   KILN_CHECK(o.pipeline_stages <= 1 || stage.pipeline, "--pipeline-stages: this recipe's model cannot be split into "
              "stages yet (fortunes-gpt's can); drop --pipeline-stages");
-  dist::Communicator& replicas = stage.pipeline ? stage.pipeline->replicas() : dist::world();
-  std::unique_ptr<dist::GradientAverager> averager;
+  distributed::Communicator& replicas = stage.pipeline ? stage.pipeline->replicas() : distributed::world();
+  std::unique_ptr<distributed::GradientAverager> averager;
   // --offload streams the gradients to host buffers during backward itself;
   // there they are averaged once backward is done.
   const bool average_on_host = replicas.world_size() > 1 && c.offload;
   if (replicas.world_size() > 1) {
     if (!average_on_host)
-      averager = std::make_unique<dist::GradientAverager>(replicas, stage.pipeline ? stage.params
+      averager = std::make_unique<distributed::GradientAverager>(replicas, stage.pipeline ? stage.params
                                                                                    : parts.model.parameters());
-    log("data parallel: " + std::to_string(replicas.world_size()) + " ranks over " + dist::world().transport() +
+    log("data parallel: " + std::to_string(replicas.world_size()) + " ranks over " + distributed::world().transport() +
         ", " + std::to_string(c.batch_size / replicas.world_size()) + " examples each per step, gradients averaged " +
         (averager ? "in " + std::to_string(averager->bucket_count()) + " buckets during backward"
                   : std::string("on the host after backward (--offload)")));
@@ -163,13 +163,13 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     char line[200];
     std::snprintf(line, sizeof line, "pipeline parallel: %d stages, 1F1B over %lld micro-batches of %lld; bubble "
                   "(S-1)/(M+S-1) = %.1f%% of each step", S, (long long)M, (long long)micro,
-                  100.0 * dist::bubble_fraction(S, M));
+                  100.0 * distributed::bubble_fraction(S, M));
     log(line);
   }
   // fp16 on a pipeline: a step is skipped everywhere if any stage's gradients overflowed.
   const std::function<bool(bool)> agree = [&](bool finite) {
     Tensor overflowed = Tensor::from_vector<double>({finite ? 0.0 : 1.0}, {1});
-    stage.pipeline->stages().all_reduce(overflowed, dist::Reduce::sum);
+    stage.pipeline->stages().all_reduce(overflowed, distributed::Reduce::sum);
     return overflowed.item() == 0;
   };
   for (const Device& d : record_devices(run)) allocator_for(d).reset_peak();
@@ -193,7 +193,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
                                    o.poison_step == step + 1);
     const std::vector<Tensor> grads = parts.opt.gradients();
     if (average_on_host)
-      for (Tensor g : grads) replicas.all_reduce(g, dist::Reduce::avg);
+      for (Tensor g : grads) replicas.all_reduce(g, distributed::Reduce::avg);
     const bool finite = parts.precision.finish_step(grads, step + 1, log, stage.pipeline ? agree : nullptr);  // fp16 may skip
     // fp16 skips a non-finite step and backs the scale off; anywhere else a
     // non-finite loss stops the run before the optimizer spreads it into the

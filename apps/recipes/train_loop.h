@@ -6,13 +6,13 @@
 // check; the progress bar; a line in metrics.jsonl; and checkpoints (every
 // --checkpoint-every steps, when the recipe asks, at --stop-after, and at
 // the end). Under mpirun, each rank trains on its shard of every batch and
-// the gradients are averaged across ranks (kiln/dist) before the update;
+// the gradients are averaged across ranks (kiln/distributed) before the update;
 // with --pipeline-stages, each rank runs its stage of the model on the 1F1B
-// schedule (kiln/dist/pipeline.h) and the stages' replicas average.
+// schedule (kiln/distributed/pipeline.h) and the stages' replicas average.
 #pragma once
 #include "apps/recipes/common.h"
 #include "apps/recipes/run_record.h"
-#include "kiln/dist/pipeline.h"
+#include "kiln/distributed/pipeline.h"
 
 namespace kiln::recipes {
 
@@ -31,8 +31,8 @@ struct Batch {
 
 // --pipeline-stages: this rank's stage of a model split across ranks.
 struct PipelineStage {
-  dist::Pipeline* pipeline = nullptr;  // null: the model is not split
-  // As dist::StageWork's: the micro-batch's inputs (first stage) or the
+  distributed::Pipeline* pipeline = nullptr;  // null: the model is not split
+  // As distributed::StageWork's: the micro-batch's inputs (first stage) or the
   // previous stage's output in; the last stage returns the mean loss.
   // Called under autocast.
   std::function<Tensor(const Tensor& in, const Tensor& targets)> forward;

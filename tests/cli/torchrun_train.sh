@@ -5,7 +5,7 @@
 # naming the rank within --dist-timeout, the last checkpoint resumes, and a
 # launch with a variable missing or a port taken says what to fix.
 source "$(dirname "$0")/lib.sh"
-LAUNCH="$(dirname "$0")/../dist/launch_local.sh"
+LAUNCH="$(dirname "$0")/../distributed/launch_local.sh"
 MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
 MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
 
@@ -103,6 +103,27 @@ run 1 env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$KILN" "${MLP
 expect "RANK=2 does not exist in WORLD_SIZE=2"
 run 1 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT=29500 "$KILN" "${MLP[@]}" --out "$WORK/bad"
 expect "rank 1 of 2: MASTER_ADDR 'no-such-host.invalid' does not resolve"
+# A job short of a rank: the rendezvous gives up after --dist-timeout, names
+# the rank that never came and what to check (it used to wait for ever).
+port="$(free_port)"
+run 1 timeout 60 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+  "$KILN" "${MLP[@]}" --dist-timeout 3 --out "$WORK/bad"
+expect "rank 0 of 2: 1 of 2 ranks arrived at the rendezvous 127.0.0.1:$port within 3 s; never arrived: rank 1\. "
+expect "WORLD_SIZE=2.*MASTER_ADDR and MASTER_PORT.*firewall"
+expect "warning: KILN_RENDEZVOUS_TOKEN is not set"
+# A MASTER_ADDR where nothing answers (TEST-NET-1, never routed): bounded too.
+run 1 timeout 60 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 MASTER_PORT=29500 "$KILN" "${MLP[@]}" \
+  --dist-timeout 3 --out "$WORK/bad"
+expect "rank 1 of 2: could not reach the rendezvous at 192.0.2.1:29500 within 3 s"
+# Ranks with different KILN_RENDEZVOUS_TOKENs: the stranger is refused.
+port="$(free_port)"
+KILN_RENDEZVOUS_TOKEN=job-a start_rank 0 "$port" "$WORK/token"
+PID0=$RANK_PID
+run 1 timeout 60 env KILN_RENDEZVOUS_TOKEN=job-b RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+  "$KILN" "${MLP[@]}" --dist-timeout 3 --out "$WORK/bad"
+expect "rank 1 of 2: the rendezvous at 127.0.0.1:$port refused this rank: its KILN_RENDEZVOUS_TOKEN differs"
+kill "$PID0"
+wait "$PID0" 2>/dev/null
 port="$(free_port)"
 start_rank 0 "$port" "$WORK/waiting"  # listens on the port, waiting for rank 1
 PID0=$RANK_PID

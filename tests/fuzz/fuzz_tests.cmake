@@ -1,21 +1,33 @@
-# The request-parsing fuzzer (libFuzzer needs clang; Debian's clang-14 and
-# libclang-rt-14-dev). Built beside the project, run for a bounded time.
+# The parsers' fuzzers (libFuzzer needs clang; Debian's clang-14 and
+# libclang-rt-14-dev): what kiln serve reads from a request, and what the
+# rendezvous store reads from the wire. Built beside the project, each run
+# for a bounded time from its seed corpus.
 find_program(KILN_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT KILN_FUZZ_CXX)
-  message(STATUS "clang++ not found: the request fuzzer is not built")
+  message(STATUS "clang++ not found: the fuzzers are not built")
   return()
 endif()
-set(KILN_FUZZER ${CMAKE_CURRENT_BINARY_DIR}/kiln_request_fuzzer)
-add_custom_command(
-  OUTPUT ${KILN_FUZZER}
-  COMMAND ${KILN_FUZZ_CXX} -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-          -I${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/apps/serve/requests.cpp
-          ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/request_fuzzer.cpp -o ${KILN_FUZZER}
-  DEPENDS apps/serve/requests.cpp apps/serve/requests.h tests/fuzz/request_fuzzer.cpp
-  COMMENT "Building the request fuzzer with ${KILN_FUZZ_CXX}")
-add_custom_target(build_request_fuzzer ALL DEPENDS ${KILN_FUZZER})
-file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus)
-add_test(NAME fuzz.requests
-         COMMAND ${KILN_FUZZER} -max_total_time=20 -print_final_stats=1 -rss_limit_mb=1024
-                 ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/corpus)
-set_tests_properties(fuzz.requests PROPERTIES LABELS "cpu;fuzz" TIMEOUT 120)
+
+# kiln_fuzzer(NAME FUZZER_SOURCE SOURCES...): builds kiln_NAME_fuzzer and
+# adds the test fuzz.NAME, seeded from tests/fuzz/corpus/NAME.
+function(kiln_fuzzer name fuzzer)
+  set(binary ${CMAKE_CURRENT_BINARY_DIR}/kiln_${name}_fuzzer)
+  list(TRANSFORM ARGN PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/ OUTPUT_VARIABLE sources)
+  list(FILTER sources INCLUDE REGEX "\\.cpp$")  # the headers are only dependencies
+  add_custom_command(
+    OUTPUT ${binary}
+    COMMAND ${KILN_FUZZ_CXX} -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+            -I${CMAKE_CURRENT_SOURCE_DIR} ${sources} ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} -o ${binary}
+    DEPENDS ${ARGN} ${fuzzer}
+    COMMENT "Building the ${name} fuzzer with ${KILN_FUZZ_CXX}")
+  add_custom_target(build_${name}_fuzzer ALL DEPENDS ${binary})
+  set(corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name})
+  file(MAKE_DIRECTORY ${corpus})
+  add_test(NAME fuzz.${name}
+           COMMAND ${binary} -max_total_time=20 -print_final_stats=1 -rss_limit_mb=1024
+                   ${corpus} ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/corpus/${name})
+  set_tests_properties(fuzz.${name} PROPERTIES LABELS "cpu;fuzz" TIMEOUT 120)
+endfunction()
+
+kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h)
+kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
