@@ -16,8 +16,8 @@
 #include "kiln/data/fortunes.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/splits.h"
-#include "kiln/dist/pipeline.h"
-#include "kiln/dist/world.h"
+#include "kiln/distributed/pipeline.h"
+#include "kiln/distributed/world.h"
 #include "kiln/io/atomic_file.h"
 #include "models/gpt/presets.h"
 
@@ -263,7 +263,7 @@ class GptInference final : public InferenceModel {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const CompletionOptions& o = options[i];
       KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
-      KILN_CHECK(o.temperature > 0, "temperature must be > 0, got ", o.temperature);
+      KILN_CHECK(o.temperature >= 0, "temperature must be >= 0 (0: greedy), got ", o.temperature);
       KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
       auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
       c->tokens_.push_back(tok_.end_of_text_id());
@@ -369,7 +369,7 @@ class FortunesGptRecipe final : public Recipe {
     data::Split split = data::split_documents(int64_t(docs.size()));
     // A resumed run keeps the tokenizer it was trained with.
     std::optional<data::Tokenizer> trained;  // rank 0 fills the tokenizer cache; the other ranks then read it
-    dist::rank0_first([&] {
+    distributed::rank0_first([&] {
       trained.emplace(run.checkpoint ? load_run_tokenizer(run.checkpoint_dir, *run.checkpoint)
                                      : fortunes_tokenizer(docs, split.train, o.cache_dir, o.threads.value_or(0)));
     });
@@ -380,7 +380,7 @@ class FortunesGptRecipe final : public Recipe {
                                                     : fresh_config(o, tok.vocab_size());
 
     std::filesystem::create_directories(run.out_dir);
-    if (dist::is_rank0())
+    if (distributed::is_rank0())
       write_file_atomic((std::filesystem::path(run.out_dir) / "tokenizer.model").string(), tok.serialized_model());
     data::TokenLoaderOptions lo;
     lo.batch_size = c.batch_size;
@@ -396,12 +396,12 @@ class FortunesGptRecipe final : public Recipe {
     models::Gpt& model = static_cast<models::Gpt&>(*step.model);
     std::shared_ptr<Generator> dropout_gen = step.dropout_gen;
     // --pipeline-stages: blocks split over the ranks, balanced by kiln plan's FLOPs per block.
-    std::unique_ptr<dist::Pipeline> pipeline;
+    std::unique_ptr<distributed::Pipeline> pipeline;
     std::vector<int64_t> bounds;
     StagePlacement placement;
     if (o.pipeline_stages > 1) {
-      pipeline = std::make_unique<dist::Pipeline>(dist::world(), o.pipeline_stages);
-      bounds = dist::balance_stages(models::gpt_block_flops(config), o.pipeline_stages);
+      pipeline = std::make_unique<distributed::Pipeline>(distributed::world(), o.pipeline_stages);
+      bounds = distributed::balance_stages(models::gpt_block_flops(config), o.pipeline_stages);
       std::string split;
       for (int s = 0; s < o.pipeline_stages; ++s) {
         placement.stage_params.push_back(model.stage_parameter_names(bounds[size_t(s)], bounds[size_t(s) + 1]));
@@ -463,7 +463,7 @@ class FortunesGptRecipe final : public Recipe {
     TrainResult result;
     const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);
     if (pipeline) {  // rank 0 alone holds the whole model (its last checkpoint gathered it) and evaluates it
-      if (!dist::is_rank0()) return result;
+      if (!distributed::is_rank0()) return result;
       model.to(run.device);
     }
     if (finished) {

@@ -163,8 +163,63 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
   return r;
 }
 
+namespace {
+
+bool is_one(const json& v) { return v == 1; }
+bool is_false(const json& v) { return v == false; }
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
+bool is_empty(const json& v) { return v.is_string() ? v.get_ref<const std::string&>().empty() : v == json::object(); }
+bool asks_no_usage(const json& v) { return v.is_object() && v.value("include_usage", json(false)) == false; }
+
+// OpenAI's /v1/completions fields that Kiln does not implement. Each is
+// accepted only at the value that asks for nothing (OpenAI's default), so no
+// client silently gets something other than what it asked for.
+struct UnsupportedField {
+  const char* name;
+  bool (*asks_nothing)(const json&);
+  const char* instead;
+};
+const UnsupportedField kUnsupportedCompletionFields[] = {
+    {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
+    {"best_of", is_one, "Kiln does not rank candidates: leave it at 1"},
+    {"echo", is_false, "the prompt is not echoed back: prepend it to the text yourself"},
+    {"logprobs", [](const json&) { return false; }, "log-probabilities are not returned yet"},
+    {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
+    {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
+    {"logit_bias", is_empty, "logit biases are not implemented"},
+    {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
+    {"stream_options", asks_no_usage, "a stream does not end with usage yet: a plain answer carries it"},
+};
+// Every other field it reads: OpenAI's that it implements ("user" only names
+// the caller, which changes nothing), and llama-server's top_k and ignore_eos.
+const char* const kCompletionFields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
+                                         "seed",  "stop",   "stream",     "ignore_eos",  "user"};
+
+// Refuses a field that is unknown, or known but not implemented and set to
+// ask for something.
+void check_completion_fields(const json& body) {
+  for (auto field = body.begin(); field != body.end(); ++field) {
+    const std::string& name = field.key();
+    if (std::find_if(std::begin(kCompletionFields), std::end(kCompletionFields),
+                     [&](const char* known) { return name == known; }) != std::end(kCompletionFields))
+      continue;
+    const auto unsupported =
+        std::find_if(std::begin(kUnsupportedCompletionFields), std::end(kUnsupportedCompletionFields),
+                     [&](const UnsupportedField& f) { return name == f.name; });
+    if (unsupported == std::end(kUnsupportedCompletionFields))
+      throw HttpError(400, "unknown field '" + name + "' (see docs/SERVING.md for the fields /v1/completions takes)");
+    if (!unsupported->asks_nothing(field.value()))
+      throw HttpError(400, "field '" + name + "' is not supported: " + unsupported->instead);
+  }
+}
+
+}  // namespace
+
 CompletionRequest parse_completion(const std::string& text) {
-  const json body = parse_object(text);
+  json body = parse_object(text);
+  // null is how clients spell "the default" (OpenAI's schema allows it for every optional field).
+  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
+  check_completion_fields(body);
   CompletionRequest r;
   r.model = field<std::string>(body, "model", "a string");
   r.prompt = field<std::string>(body, "prompt", "a string", std::string());
@@ -180,7 +235,7 @@ CompletionRequest parse_completion(const std::string& text) {
   r.stream = field<bool>(body, "stream", "true or false", false);
   r.ignore_eos = field<bool>(body, "ignore_eos", "true or false", false);
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
-  if (!(r.temperature > 0)) throw HttpError(400, "temperature must be > 0");
+  if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
   if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
   return r;

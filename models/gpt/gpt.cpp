@@ -299,8 +299,11 @@ void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
                      Generator& gen) {
   KILN_CHECK(!logits.empty(), "sampling needs at least one logit");
-  KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
+  KILN_CHECK(temperature >= 0, "sampling temperature must be >= 0 (0: greedy), got ", temperature);
   KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
+  // Temperature 0 is the limit of sharpening: always the most likely token
+  // (the first of equals), as OpenAI's API and every evaluation harness mean it.
+  if (temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   if ((top_k <= 0 || size_t(top_k) >= logits.size()) && top_p >= 1) {
     // The whole vocabulary: no order is needed, so none is sorted.
     const float max_logit = *std::max_element(logits.begin(), logits.end());
@@ -344,7 +347,7 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
 std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
                                    int64_t top_k, Generator& gen, double top_p,
                                    const std::function<bool(int32_t)>& on_token) {
-  KILN_CHECK(temperature > 0, "sampling temperature must be > 0, got ", temperature);
+  KILN_CHECK(temperature >= 0, "sampling temperature must be >= 0 (0: greedy), got ", temperature);
   KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   NoGradGuard ng;

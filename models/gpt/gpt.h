@@ -35,7 +35,7 @@ enum class ActivationCheckpointing { none, selective, blocks };
 void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
-// Samples a token from `logits` [vocab]: temperature (> 0), then the top_k
+// Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k
 // most likely (<= 0: all), then the nucleus of mass top_p (1: all).
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
                      Generator& gen);
@@ -69,7 +69,7 @@ class Gpt : public nn::Module {
   // Mean next-token cross-entropy of forward(ids) against targets [B, T]
   // (through linear_cross_entropy: the logits are never held whole).
   Tensor loss(const Tensor& ids, const Tensor& targets);
-  // Appends max_new_tokens sampled tokens to `prompt` (temperature > 0;
+  // Appends max_new_tokens sampled tokens to `prompt` (temperature 0: greedy;
   // top_k <= 0 means the whole vocabulary).
   // top_p < 1 keeps the smallest set of the top_k tokens whose probability
   // reaches top_p (nucleus sampling). `on_token` sees each new token and may

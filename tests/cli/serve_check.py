@@ -279,6 +279,13 @@ if len(text) > 4:
     stop = text[2:4]
     cut = json.loads(call("POST", base + "/v1/completions", dict(req, stop=[stop]))[1])["choices"][0]
     check(cut["text"] == text[:text.find(stop)] and cut["finish_reason"] == "stop", "a stop string ends the text")
+# temperature 0 is greedy, as OpenAI's clients and evaluation harnesses mean it: the seed changes nothing
+greedy = [complete(base, dict(req, temperature=0, seed=seed)) for seed in (1, 2)]
+check(greedy[0] == greedy[1] and greedy[0] and not greedy[0].startswith("HTTP"),
+      f"temperature 0 is greedy: the same text for any seed ({greedy[0]!r})")
+status, body, _ = call("POST", base + "/v1/completions", dict(req, n=2))
+check(status == 400 and "field 'n' is not supported" in json.loads(body)["error"]["message"],
+      f"n: 2 is refused with a 400 naming the field ({status})")
 metrics = call("GET", base + "/metrics")[1]
 check('kiln_tokens_generated_total{model="gpt"}' in metrics, "/metrics counts generated tokens")
 

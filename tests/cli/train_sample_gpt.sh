@@ -10,4 +10,11 @@ expect "$bpb"
 run 0 "$KILN" sample "$WORK/gpt" --count 2 --max-tokens 8 --prompt "The "
 [ "$(grep -c -- "^---$" "$OUT")" -eq 2 ] || fail "expected 2 samples"
 expect "^The "
+# --temperature 0 is greedy: the same text whatever the seed.
+run 0 "$KILN" sample "$WORK/gpt" --max-tokens 12 --prompt "The " --temperature 0 --seed 1
+cp "$OUT" "$WORK/greedy1"
+run 0 "$KILN" sample "$WORK/gpt" --max-tokens 12 --prompt "The " --temperature 0 --seed 2
+cmp -s "$OUT" "$WORK/greedy1" || fail "--temperature 0 gave different texts for different seeds"
+run 1 "$KILN" sample "$WORK/gpt" --temperature -1
+expect "temperature must be >= 0"
 echo "ok"

@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
-    if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature > 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
+    if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature >= 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
   });
   return 0;
 }
