@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "apps/plan/gpu_choice.h"
 #include "apps/plan/plan.h"
 
 namespace kiln {
@@ -205,6 +207,96 @@ TEST(PlanChoice, OnACpuWithoutBf16InstructionsLowPrecisionIsChosenOnlyForMemory)
   EXPECT_NE(best_precision(only_half, "0"), "none");
   if (saved) setenv("KILN_CPU_BF16", restore.c_str(), 1);
   else unsetenv("KILN_CPU_BF16");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace kiln::plan;
+
+// Kernel launches overlap the GPU's work: a compute-bound step costs its
+// FLOPs at the stated MFU alone (GPT-2 at batch 8 on an H100 used to carry
+// 4.2 ms of launches on top of 17.7 ms), and a tiny step its launches.
+TEST(PlanCost, LaunchesCountOnlyWhereTheyOutlastTheCompute) {
+  PlanInput in;
+  in.recipe = "gpt2";
+  in.gpt = gpt2();
+  in.batch_size = 8;
+  in.precision = "bf16";
+  in.checkpointing = "none";
+  in.micro_batch = 8;
+  in.offload = false;
+  in.target.gpu = find_gpu(load_gpu_table(), "H100");
+  auto zero = [](const PlanInput&, const Strategy&) { return StepMemory{}; };
+  const Estimate big = make_plan(in, zero).estimates.front();
+  const double tokens = 8.0 * 1024;
+  EXPECT_DOUBLE_EQ(big.flops, gpt_flops(gpt2(), 2).train_per_token * tokens);
+  EXPECT_NEAR(big.flops / tokens / 1e9, 0.855, 0.001) << "6 N + 12 L T d for GPT-2";
+  EXPECT_DOUBLE_EQ(big.step_seconds, big.flops / (989e12 * 0.40));
+  in.gpt = small_gpt_input().gpt;
+  in.batch_size = 1;
+  in.micro_batch = 1;
+  const Estimate tiny = make_plan(in, zero).estimates.front();
+  EXPECT_DOUBLE_EQ(tiny.step_seconds, 1 * (2 + 2) * 2 * 30 * 5e-6) << "launch-bound: layers + 2, two passes";
+}
+
+TEST(PlanCost, DataParallelAllReduceHidesBehindBackwardUntilItDoesNot) {
+  const GpuSpec& h100 = find_gpu(load_gpu_table(), "H100");
+  const double bytes = 1024.0 * 1024 * 1024;  // 41 buckets of 25 MiB
+  const DataParallel one = data_parallel(h100, 1, bytes, 0.1);
+  EXPECT_EQ(one.allreduce_seconds, 0);
+  EXPECT_EQ(one.efficiency, 1);
+  const double ring = 2 * 7.0 / 8 * bytes / 370e9 + 41 * 2 * 7 * 5e-6;
+  const DataParallel hidden = data_parallel(h100, 8, bytes, 0.1);
+  EXPECT_NEAR(hidden.allreduce_seconds, ring, 1e-12);
+  EXPECT_EQ(hidden.exposed_seconds, 0) << "backward, 2/3 of 100 ms, hides " << ring * 1e3 << " ms";
+  const DataParallel shown = data_parallel(h100, 8, bytes, 0.003);
+  EXPECT_NEAR(shown.exposed_seconds, ring - 0.002, 1e-12);
+  EXPECT_NEAR(shown.efficiency, 0.003 / (0.003 + ring - 0.002), 1e-12);
+}
+
+// Which GPU? Every GPU of the table gets the fastest plan that fits it, each
+// strategy is probed once, and the picks are the cheapest and the fastest
+// per token of those that fit.
+TEST(PlanChoice, WithoutATargetEveryGpuIsPlannedAndTheCheapestAndFastestNamed) {
+  PlanInput in = small_gpt_input();
+  in.tokens = 1e9;
+  const std::vector<GpuSpec> table = load_gpu_table();
+  std::map<std::string, int> probes;
+  const MemoryProbe counting = [&](const PlanInput& i, const Strategy& s) {
+    ++probes[s.str()];
+    StepMemory m = fake_probe(i, s);
+    if (s.precision == "fp32") m.peak = size_t(30) << 30;  // fp32 fits only the 40 GiB and larger boards
+    return m;
+  };
+  const GpuChoice choice = choose_gpu(in, table, counting);
+  ASSERT_EQ(choice.plans.size(), table.size());
+  EXPECT_EQ(probes.size(), strategies_for(in).size());
+  for (const auto& [strategy, count] : probes) EXPECT_EQ(count, 1) << strategy;
+  ASSERT_TRUE(choice.cheapest && choice.fastest);
+  for (const Plan& p : choice.plans) {
+    ASSERT_TRUE(p.best) << p.input.target.gpu->name;
+    ASSERT_TRUE(p.cost);
+    EXPECT_GE(p.cost->rent_usd, choice.plans[*choice.cheapest].cost->rent_usd) << p.input.target.gpu->name;
+    EXPECT_GE(p.cost->hours, choice.plans[*choice.fastest].cost->hours) << p.input.target.gpu->name;
+  }
+  const std::string text = choice.to_text();
+  for (const GpuSpec& gpu : table) EXPECT_NE(text.find("  " + gpu.name + " "), std::string::npos) << gpu.name;
+  EXPECT_NE(text.find("by cost: " + choice.plans[*choice.cheapest].input.target.gpu->name), std::string::npos);
+  EXPECT_NE(text.find("by time: " + choice.plans[*choice.fastest].input.target.gpu->name), std::string::npos);
+  const nlohmann::json j = choice.to_json();
+  EXPECT_EQ(j.at("choices").size(), table.size());
+  // Nothing fits anywhere: no pick.
+  const GpuChoice none = choose_gpu(in, table, [](const PlanInput&, const Strategy&) {
+    StepMemory m;
+    m.peak = size_t(1) << 50;
+    return m;
+  });
+  EXPECT_FALSE(none.cheapest || none.fastest);
+  EXPECT_NE(none.to_text().find("no GPU in the table fits it"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,14 @@
 #include "apps/plan/cost.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kiln::plan {
+
+namespace {
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;  // GradientAverager's default
+constexpr double kSecondsPerHop = 5e-6;              // a ring step's latency within a node
+}  // namespace
 
 GptFlops gpt_flops(const models::GptConfig& c, double elem_bytes) {
   const double d = double(c.n_embd), L = double(c.n_layer), T = double(c.block_size);
@@ -29,6 +37,16 @@ RunCost run_cost(const GpuSpec& gpu, int gpus, double tokens, double seconds_per
   const double saved_per_hour = price_per_hour - gpu.watts / 1000.0 * kwh_price;
   r.break_even_gpu_hours = saved_per_hour > 0 ? gpu.purchase_usd / saved_per_hour : 0.0;
   return r;
+}
+
+DataParallel data_parallel(const GpuSpec& gpu, int gpus, double gradient_bytes, double step_seconds) {
+  DataParallel dp;
+  if (gpus <= 1 || gradient_bytes <= 0) return dp;
+  const double n = double(gpus), buckets = std::ceil(gradient_bytes / kBucketBytes);
+  dp.allreduce_seconds = 2 * (n - 1) / n * gradient_bytes / gpu.allreduce + buckets * 2 * (n - 1) * kSecondsPerHop;
+  dp.exposed_seconds = std::max(0.0, dp.allreduce_seconds - 2.0 / 3.0 * step_seconds);
+  dp.efficiency = step_seconds / (step_seconds + dp.exposed_seconds);
+  return dp;
 }
 
 }  // namespace kiln::plan

@@ -46,6 +46,7 @@ std::vector<GpuSpec> parse_gpu_table(const std::string& text, const std::string&
       for (const auto& [k, v] : g.at("tflops").items()) s.flops[k] = v.get<double>() * 1e12;
       s.bandwidth = g.at("bandwidth_gbps").get<double>() * 1e9;
       s.host_link = g.value("host_link_gbps", 25.0) * 1e9;
+      s.allreduce = g.value("allreduce_gbps", 20.0) * 1e9;
       s.watts = g.at("watts");
       s.rent_per_hour = g.value("rent_per_hour", 0.0);
       s.purchase_usd = g.value("purchase_usd", 0.0);

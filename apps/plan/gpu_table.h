@@ -16,6 +16,7 @@ struct GpuSpec {
   std::map<std::string, double> flops;  // per second, by "bf16", "fp16", "tf32", "fp32"
   double bandwidth = 0;                  // device memory, bytes/s
   double host_link = 0;                  // to host memory, bytes/s per direction
+  double allreduce = 0;                  // ring all-reduce bus bandwidth between GPUs of a node, bytes/s
   double watts = 0;
   double rent_per_hour = 0, purchase_usd = 0;
 

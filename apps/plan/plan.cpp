@@ -13,7 +13,8 @@ namespace kiln::plan {
 namespace {
 
 // Assumptions the output states. A forward + backward pass launches a few
-// hundred kernels; each micro-batch pays their fixed cost again.
+// hundred kernels; each micro-batch pays their fixed cost again, which shows
+// only where the GPU's work is shorter (launches are asynchronous).
 constexpr double kLaunchSecondsPerLayerPass = 30 * 5e-6;  // ~30 kernels per layer, ~5 us each
 // Host AdamW streams ~28 bytes per parameter (grad, master, m, v in; master,
 // m, v out) through host memory at this rate.
@@ -32,13 +33,6 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-std::string human_seconds(double s) {
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
-  else if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
-  else std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
-  return buf;
-}
 
 // The GPU speed model used to rank strategies: the target GPU, or with only
 // a byte budget an H100 (only the ratios between strategies matter then).
@@ -65,7 +59,8 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
   }
   const double micro_steps = std::ceil(examples / double(s.micro_batch));
   const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2 : 6;
-  const double launch = micro_steps * layers * 2 * kLaunchSecondsPerLayerPass;
+  // A budget without a GPU is a CPU run: no kernels to launch.
+  const double launch = in.target.gpu ? micro_steps * layers * 2 * kLaunchSecondsPerLayerPass : 0;
   const double compute = train_flops / rate;
   e.recompute_seconds = recompute;
   if (s.offload) {
@@ -76,10 +71,19 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
     e.transfer_seconds = std::max(0.0, transfer - (compute + recompute));
     e.host_optimizer_seconds = double(parameters) * kHostOptimizerBytesPerParam / kHostBytesPerSecond;
   }
-  e.step_seconds = compute + recompute + launch + e.transfer_seconds + e.host_optimizer_seconds;
+  e.flops = train_flops;
+  e.step_seconds = std::max(compute + recompute, launch) + e.transfer_seconds + e.host_optimizer_seconds;
 }
 
 }  // namespace
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  else if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  return buf;
+}
 
 std::string Strategy::str() const {
   std::string out = precision + ", checkpointing " + checkpointing + ", micro-batch " + std::to_string(micro_batch);
@@ -116,6 +120,7 @@ std::vector<Strategy> strategies_for(const PlanInput& in) {
 Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
   KILN_CHECK(in.target.gpu || in.target.memory_budget, "kiln plan needs a target: --gpu NAME or --memory-budget SIZE");
   KILN_CHECK(in.mfu > 0 && in.mfu <= 1, "--mfu must be in (0, 1], got ", in.mfu);
+  KILN_CHECK(in.gpus >= 1, "--gpus must be at least 1, got ", in.gpus);
   Plan plan;
   plan.input = in;
   plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : 0;
@@ -145,10 +150,13 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
     const auto rank = [&](const Estimate& x) { return std::pair(slow_here(x), x.step_seconds); };
     if (!plan.best || rank(e) < rank(plan.estimates[*plan.best])) plan.best = i;
   }
-  if (in.tokens > 0 && in.target.gpu) {
+  if (in.target.gpu) {
     const Estimate& chosen = plan.best ? plan.estimates[*plan.best] : plan.estimates.front();
-    plan.cost = run_cost(*in.target.gpu, in.gpus, in.tokens, chosen.step_seconds / plan.tokens_per_step,
-                         in.price_per_hour.value_or(in.target.gpu->rent_per_hour), in.kwh_price);
+    plan.data_parallel = data_parallel(*in.target.gpu, in.gpus, double(chosen.memory.grads), chosen.step_seconds);
+    if (in.tokens > 0)
+      plan.cost = run_cost(*in.target.gpu, in.gpus, in.tokens,
+                           (chosen.step_seconds + plan.data_parallel.exposed_seconds) / plan.tokens_per_step,
+                           in.price_per_hour.value_or(in.target.gpu->rent_per_hour), in.kwh_price);
   }
   return plan;
 }
@@ -179,8 +187,14 @@ nlohmann::json Plan::to_json() const {
                               {"step_seconds", e.step_seconds},
                               {"recompute_seconds", e.recompute_seconds},
                               {"transfer_seconds", e.transfer_seconds},
-                              {"host_optimizer_seconds", e.host_optimizer_seconds}});
+                              {"host_optimizer_seconds", e.host_optimizer_seconds},
+                              {"flops", e.flops}});
   j["best"] = best ? nlohmann::json(*best) : nlohmann::json(nullptr);
+  if (input.gpus > 1)
+    j["data_parallel"] = {{"gpus", input.gpus},
+                          {"allreduce_seconds", data_parallel.allreduce_seconds},
+                          {"exposed_seconds", data_parallel.exposed_seconds},
+                          {"efficiency", data_parallel.efficiency}};
   if (cost)
     j["cost"] = {{"tokens", cost->tokens},
                  {"gpus", cost->gpus},
@@ -226,7 +240,7 @@ std::string Plan::to_text() const {
                   e.strategy.precision.c_str(), e.strategy.checkpointing.c_str(), (long long)e.strategy.micro_batch,
                   e.strategy.offload ? "yes" : "no", human_bytes(double(e.memory.weights)).c_str(),
                   human_bytes(double(e.memory.optimizer)).c_str(), human_bytes(double(e.memory.activations)).c_str(),
-                  human_bytes(double(e.memory.peak)).c_str(), human_seconds(e.step_seconds).c_str(),
+                  human_bytes(double(e.memory.peak)).c_str(), format_seconds(e.step_seconds).c_str(),
                   best && *best == i ? "<- fastest that fits" : (e.fits ? "fits" : ""));
     out += line;
   }
@@ -236,16 +250,31 @@ std::string Plan::to_text() const {
                   "\nplan: %s\n  peak %s of %s; step %s (recompute %s, offload transfers %s, host optimizer %s)\n"
                   "  apply it: kiln train ... --fit\n",
                   b.strategy.str().c_str(), human_bytes(double(b.memory.peak)).c_str(),
-                  human_bytes(double(input.target.capacity())).c_str(), human_seconds(b.step_seconds).c_str(),
-                  human_seconds(b.recompute_seconds).c_str(), human_seconds(b.transfer_seconds).c_str(),
-                  human_seconds(b.host_optimizer_seconds).c_str());
+                  human_bytes(double(input.target.capacity())).c_str(), format_seconds(b.step_seconds).c_str(),
+                  format_seconds(b.recompute_seconds).c_str(), format_seconds(b.transfer_seconds).c_str(),
+                  format_seconds(b.host_optimizer_seconds).c_str());
     out += line;
   } else {
     out += "\nno combination fits: use a GPU with more memory, a smaller batch or model, or several GPUs\n";
   }
+  const Estimate& chosen = best ? estimates[*best] : estimates.front();
+  if (input.gpus > 1 && input.target.gpu) {
+    std::snprintf(line, sizeof line,
+                  "\non %d GPUs, each with its own batch: the gradients' ring all-reduce (%s) takes %s a step, %s of "
+                  "it not hidden behind backward: %.0f%% scaling efficiency\n",
+                  input.gpus, human_bytes(double(chosen.memory.grads)).c_str(),
+                  format_seconds(data_parallel.allreduce_seconds).c_str(),
+                  format_seconds(data_parallel.exposed_seconds).c_str(), 100 * data_parallel.efficiency);
+    out += line;
+  }
   if (cost) {
     std::snprintf(line, sizeof line,
-                  "\ncost of %.3g tokens on %d x %s (MFU %.2f, stated; --mfu to change):\n"
+                  "\ncompute: %.3g GFLOP per token (the step's matrix products as the engine runs them; for a GPT "
+                  "that is 6 N + 12 L T d, the formula of PaLM, nanoGPT and llm.c)\n",
+                  chosen.flops / tokens_per_step / 1e9);
+    out += line;
+    std::snprintf(line, sizeof line,
+                  "cost of %.3g tokens on %d x %s (MFU %.2f, stated; --mfu to change):\n"
                   "  time:  %.1f hours (%.1f GPU-hours)\n"
                   "  rent:  $%.0f at $%.2f per GPU-hour\n"
                   "  own:   $%.0f (purchase) + $%.0f electricity at $%.2f/kWh\n"

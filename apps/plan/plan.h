@@ -45,6 +45,7 @@ struct Estimate {
   double recompute_seconds = 0;   // of which: activation recomputation
   double transfer_seconds = 0;    // offload: host<->device traffic not hidden behind compute
   double host_optimizer_seconds = 0;
+  double flops = 0;  // of the step, what the time assumes
 };
 
 struct PlanTarget {
@@ -74,6 +75,7 @@ struct Plan {
   std::vector<Estimate> estimates;  // every combination considered
   std::optional<size_t> best;       // index of the fastest that fits
   std::optional<RunCost> cost;      // with --tokens/--steps, for the best (or plain) strategy
+  DataParallel data_parallel;       // with --gpus above 1, for the same strategy
   int64_t parameters = 0;
   double tokens_per_step = 0;
   nlohmann::json to_json() const;
@@ -91,5 +93,8 @@ Plan make_plan(const PlanInput& input, const MemoryProbe& probe);
 // The combinations make_plan considers for `input` (micro-batches: the batch
 // and its halvings down to 1).
 std::vector<Strategy> strategies_for(const PlanInput& input);
+
+// "21.9 ms", "1.25 s", "6.0 h".
+std::string format_seconds(double seconds);
 
 }  // namespace kiln::plan

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/plan/gpu_choice.h"
 #include "apps/plan/memory_probe.h"
 #include "apps/plan/plan.h"
 #include "apps/recipes/recipe.h"
@@ -44,16 +45,21 @@ How to read the output:
   every combination: precision x activation checkpointing x micro-batch x
     offload, with its peak and predicted step time;
   plan: the fastest combination that fits; `kiln train ... --fit` applies it;
-  cost (with --tokens or --steps): hours from FLOPs (6 N per token, plus
-    attention and recomputation) at a stated MFU, rent versus buy.
+  cost (with --tokens or --steps): hours from FLOPs (6 N + 12 L T d per
+    token, plus recomputation) at a stated MFU, rent versus buy;
+  without --gpu or --memory-budget: one row per GPU of the table, with the
+    fastest plan that fits it, and the pick by cost and by time.
 
 Example: will GPT-2 XL train on a 24 GB RTX 4090, and what does it take?
   kiln plan --preset gpt2-xl --batch-size 8 --gpu RTX-4090
 Plain fp32 training would peak near 60 GiB (23 GiB of weights, gradients and
 AdamW state alone), so no: not as it is. The fastest plan that fits the
-card's usable 22 GiB is bf16 with selective activation checkpointing and the
-optimizer state offloaded to CPU RAM, at about 2.4 s a step (assuming 40%
-MFU), nearly half of it the CPU's AdamW.
+card's usable 22 GiB is bf16 with the optimizer state offloaded to CPU RAM
+and two micro-batches of 4, at about 2.4 s a step (assuming 40% MFU),
+nearly half of it the CPU's AdamW.
+
+Which GPU should I pick? Leave out --gpu:
+  kiln plan --preset gpt2 --tokens 10B
 )";
 
 }  // namespace
@@ -78,8 +84,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   text_option("--precision", "fix the precision: fp32, bf16 or fp16 (default: consider all)");
   text_option("--checkpoint-activations", "fix checkpointing: none, selective or blocks (default: consider all)");
   text_option("--offload", "fix CPU offload: on or off (default: consider both)");
-  text_option("--gpu", "target GPU from the table (H100, A100-80GB, RTX-4090, ...)");
-  text_option("--gpus", "GPUs in data parallel, for the time and cost (default: 1)");
+  text_option("--gpu", "target GPU from the table (H100, A100-80GB, RTX-4090, ...); without it or --memory-budget: "
+              "one row per GPU of the table, and which to pick by cost and by time");
+  text_option("--gpus", "GPUs of one node in data parallel, each with its own batch: time and cost include the "
+              "gradients' all-reduce (default: 1)");
   text_option("--gpu-table", "a JSON file that adds or replaces GPUs (format: apps/plan/gpus.json)");
   text_option("--memory-budget", "target a byte budget instead of a GPU (e.g. 2GiB)");
   text_option("--tokens", "tokens to train on, for time and cost (e.g. 10B)");
@@ -118,6 +126,12 @@ std::function<int()> add_plan_command(CLI::App& app) {
     if (given("--kwh-price")) in->kwh_price = std::stod((*opts)["--kwh-price"]);
     if (given("--tokens")) in->tokens = parse_count((*opts)["--tokens"]);
     if (given("--steps")) in->tokens = parse_count((*opts)["--steps"]) * double(in->batch_size) * double(in->gpt.block_size);
+    if (!in->target.gpu && !in->target.memory_budget) {  // which GPU?
+      const GpuChoice choice = choose_gpu(*in, table, device_probe(Device::meta()));
+      if ((*flags)["json"]) std::printf("%s\n", choice.to_json().dump(2).c_str());
+      else std::printf("%s", choice.to_text().c_str());
+      return choice.cheapest ? 0 : 2;
+    }
     Plan plan = make_plan(*in, device_probe(Device::meta()));
     if ((*flags)["json"]) std::printf("%s\n", plan.to_json().dump(2).c_str());
     else std::printf("%s", plan.to_text().c_str());

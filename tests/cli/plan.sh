@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln plan as a user runs it: the issue's cost example prints hours and
 # money, --json is one parseable object, and the worked example in the
-# README (GPT-2 XL on a 24 GB RTX 4090) names a plan that fits.
+# README (GPT-2 XL on a 24 GB RTX 4090) names a plan that fits, and without
+# a target it answers which GPU to pick.
 source "$(dirname "$0")/lib.sh"
 run 0 "$KILN" plan --preset gpt2 --tokens 10B --gpu H100
 expect "gpt2, batch 8, 124.4M parameters, on H100-SXM"
@@ -16,6 +17,21 @@ expect "peak [0-9.]+ GiB: does NOT fit"
 expect "<- fastest that fits"
 run 2 "$KILN" plan --preset gpt2-xl --batch-size 8 --memory-budget 1GiB
 expect "no combination fits"
+# Which GPU? Without a target, one row per GPU of the table, then the picks.
+run 0 "$KILN" plan fortunes-gpt --tokens 1B
+expect "which GPU\?"
+for gpu in H100-SXM A100-80GB RTX-4090 T4; do expect "^  $gpu .*(bf16|fp16|fp32), checkpointing"; done
+expect "^by cost: [A-Z0-9-]+ \(\\\$[0-9.]+ to rent, "
+expect "^by time: [A-Z0-9-]+ \("
+run 0 "$KILN" plan --preset gpt2 --json
+python3 -c "import json; p=json.load(open('$OUT')); assert len(p['choices']) >= 10 and p['cheapest'] and p['fastest'], p" \
+  || fail "which GPU --json is not one object with a row per GPU and the picks"
+run 2 "$KILN" plan --preset gpt2-xl --n-embd 16000 --batch-size 1
+expect "no GPU in the table fits it"
+# --gpus: the all-reduce is in the time, and the FLOPs per token are the field's.
+run 0 "$KILN" plan --preset gpt2 --gpu A100-80GB --gpus 8 --tokens 10B --batch-size 64 --precision bf16
+expect "on 8 GPUs, each with its own batch: the gradients' ring all-reduce \(474.7 MiB\)"
+expect "compute: 0.855 GFLOP per token"
 run 1 "$KILN" plan --preset gpt2 --gpu GTX-480
 expect "unknown GPU 'GTX-480'"
 echo "ok"
