@@ -3,6 +3,7 @@
 #include "apps/recipes/common.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
+#include "kiln/meta/meta_backend.h"
 #include "kiln/nn/init.h"
 
 namespace kiln::plan {
@@ -22,6 +23,8 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   config.lr = 1e-3;
   const bool meta = device.type == DeviceType::meta;
   const Device host = meta ? Device::meta(1) : Device::cpu();  // where offloaded state lives
+  // A plan for a GPU models CUDA's choices; one for a budget alone, this CPU's.
+  meta::ModelledDeviceScope modelled(in.target.gpu ? DeviceType::cuda : DeviceType::cpu);
   Allocator& allocator = allocator_for(device);
   Allocator& host_allocator = allocator_for(host);
   MemoryStats stats, host_stats;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
@@ -237,8 +238,16 @@ void CpuBackend::fill(Tensor& dst, double value) {
   });
 }
 
+bool unary_runs_on_bf16(const Tensor& x, const Tensor& out) {
+  return x.shape() == out.shape() && bf16_contiguous({&x}, out);
+}
+
+bool binary_runs_on_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
+  return a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out);
+}
+
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
-  const bool bf16 = x.shape() == out.shape() && bf16_contiguous({&x}, out);
+  const bool bf16 = unary_runs_on_bf16(x, out);
   if (bf16 && op == UnaryOp::relu) return bf16_relu(bits16(x), bits16(out), out.numel());
   if (bf16)
     return bf16_unary(op, bits16(x), bits16(out), out.numel(), float(scalar),
@@ -267,7 +276,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  const bool bf16 = a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out);
+  const bool bf16 = binary_runs_on_bf16(a, b, out);
   if (bf16 && op == BinaryOp::relu_backward)
     return bf16_relu_backward(bits16(a), bits16(b), bits16(out), out.numel());
   if (bf16)

@@ -48,8 +48,14 @@ void narrow(const float* s, uint16_t* d, int64_t n, bool bf16) {
   for (; i < n; ++i) d[i] = float_to_f16(s[i]);
 }
 
+// Staged copies are an op's scratch, whatever it is computing.
+Tensor f32_buffer(const Tensor& t) {
+  MemoryCategoryScope scratch(MemoryCategory::workspace);
+  return Tensor::empty(t.shape(), DType::f32, t.device());
+}
+
 Tensor f32_copy(const Tensor& t) {
-  Tensor f = Tensor::empty(t.shape(), DType::f32, t.device());
+  Tensor f = f32_buffer(t);
   backend_for(t.device()).copy(t, f);
   return f;
 }
@@ -90,7 +96,7 @@ Tensor& F32Staging::out(const Tensor& t, bool accumulate) {
     outputs_.push_back({Tensor(), t});  // nothing to write back
     return outputs_.back().staged;
   }
-  Tensor staged = accumulate ? f32_copy(t) : Tensor::empty(t.shape(), DType::f32, t.device());
+  Tensor staged = accumulate ? f32_copy(t) : f32_buffer(t);
   outputs_.push_back({t, staged});
   return outputs_.back().staged;
 }

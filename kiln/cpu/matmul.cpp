@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kiln/backend/factory.h"
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/gemm.h"
@@ -138,16 +139,36 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
 
 bool CpuBackend::fast_bf16_to_f32_matmul() const { return bf16_gemm_available(); }
 
+namespace {
+bool multiplies_natively(const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && bf16_gemm_available();
+}
+bool straight_into_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
+  return multiplies_natively(a, b) && out.dtype() == DType::bf16 && !args.gelu;
+}
+}  // namespace
+
+std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor& b, const Tensor& out,
+                                                  const MatmulArgs& args) {
+  if (!any_low_precision({&a, &b, &out, &args.bias, &args.pre_gelu})) return {};
+  std::vector<const Tensor*> staged{&args.bias};
+  if (straight_into_bf16(a, b, out, args)) return staged;
+  staged.insert(staged.end(), {&args.pre_gelu, &out});
+  if (!multiplies_natively(a, b)) staged.insert(staged.end(), {&a, &b});
+  return staged;
+}
+
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
   if (!any_low_precision({&a_in, &b_in, &out, &args.bias, &args.pre_gelu})) return product(a_in, b_in, out, args);
   // bf16/f16: the product and its epilogue in f32 on staged copies
   // (low_precision.h), except that bf16 operands stay bf16 where the CPU
   // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed).
-  const bool native = a_in.dtype() == DType::bf16 && b_in.dtype() == DType::bf16 && bf16_gemm_available();
+  // (matmul_staged_operands says the same, for the meta device.)
+  const bool native = multiplies_natively(a_in, b_in);
   in_f32([&](F32Staging& s) {
     MatmulArgs f32_args = args;
     f32_args.bias = s.in(args.bias);
-    if (native && out.dtype() == DType::bf16 && !args.gelu) return product(a_in, b_in, out, f32_args);  // straight in
+    if (straight_into_bf16(a_in, b_in, out, args)) return product(a_in, b_in, out, f32_args);
     f32_args.pre_gelu = s.out(args.pre_gelu);
     Tensor& f32_out = s.out(out, /*accumulate=*/args.beta != 0.0f);
     if (native)

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
@@ -84,11 +85,15 @@ bool reduces_leading_dims(const Tensor& x, const Tensor& out) {
 
 }  // namespace
 
+// bf16 sums over leading dims read bf16 directly: the same sums as staging,
+// rounded the same way (double -> f32 -> bf16), without the copy.
+bool reduce_runs_on_bf16(ReduceOp op, const Tensor& x, const Tensor& out) {
+  return (op == ReduceOp::sum || op == ReduceOp::mean) && x.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
+         reduces_leading_dims(x, out);
+}
+
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
-  // bf16 sums over leading dims read bf16 directly: the same sums as
-  // staging, rounded the same way (double -> f32 -> bf16), without the copy.
-  if ((op == ReduceOp::sum || op == ReduceOp::mean) && x.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
-      x.device().is_cpu() && reduces_leading_dims(x, out)) {
+  if (reduce_runs_on_bf16(op, x, out)) {
     const int64_t inner = out.numel(), n_reduced = x.numel() / std::max<int64_t>(inner, 1);
     const double divide = op == ReduceOp::mean ? double(n_reduced) : 1.0;
     uint16_t* yp = bits16(out);

@@ -4,9 +4,91 @@
 #include <map>
 #include <mutex>
 
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
+#include "kiln/cpu/low_precision.h"
 
 namespace kiln::meta {
+
+namespace {
+thread_local DeviceType modelled_device = DeviceType::cpu;
+}  // namespace
+
+ModelledDeviceScope::ModelledDeviceScope(DeviceType modelled) : previous_(modelled_device) {
+  modelled_device = modelled;
+}
+ModelledDeviceScope::~ModelledDeviceScope() { modelled_device = previous_; }
+
+// The CUDA backend multiplies f32 operands on tensor cores (TF32) as fast as
+// it would bf16 copies of them, so it answers no there.
+bool MetaBackend::fast_bf16_to_f32_matmul() const {
+  return modelled_device == DeviceType::cpu && backend_for(Device::cpu()).fast_bf16_to_f32_matmul();
+}
+
+namespace {
+
+// Holds, while it lives, f32 buffers the sizes of the bf16/f16 tensors among
+// `operands`: what the CPU backend's F32Staging holds around the op, when the
+// meta device stands in for the CPU and `stages`.
+class CpuStaging {
+ public:
+  explicit CpuStaging(std::vector<const Tensor*> operands, bool stages = true) {
+    if (!stages || modelled_device != DeviceType::cpu) return;
+    MemoryCategoryScope scratch(MemoryCategory::workspace);
+    for (const Tensor* t : operands)
+      if (t && t->defined() && cpu::is_low_precision(t->dtype()))
+        held_.push_back(Tensor::empty(t->shape(), DType::f32, t->device()));
+  }
+
+ private:
+  std::vector<Tensor> held_;
+};
+
+}  // namespace
+
+void MetaBackend::unary(UnaryOp, const Tensor& x, Tensor& out, double) {
+  CpuStaging staged({&x, &out}, !cpu::unary_runs_on_bf16(x, out));
+}
+void MetaBackend::binary(BinaryOp, const Tensor& a, const Tensor& b, Tensor& out) {
+  CpuStaging staged({&a, &b, &out}, !cpu::binary_runs_on_bf16(a, b, out));
+}
+void MetaBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
+  CpuStaging staged({&x, &out}, !cpu::reduce_runs_on_bf16(op, x, out));
+}
+void MetaBackend::argmax(const Tensor& x, int, Tensor&) { CpuStaging staged({&x}); }
+void MetaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) {
+  CpuStaging staged(cpu::matmul_staged_operands(a, b, out, args));
+}
+void MetaBackend::softmax(const Tensor& x, Tensor& out, bool) { CpuStaging staged({&x, &out}); }
+void MetaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool) {
+  CpuStaging staged({&y, &dy, &dx});
+}
+void MetaBackend::cross_entropy(const Tensor& logits, const Tensor&, Tensor& losses, Tensor& dlogits, float,
+                                int64_t) {
+  CpuStaging staged({&logits, &losses, &dlogits});
+}
+void MetaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float, Tensor& y, Tensor& mean,
+                            Tensor& rstd) {
+  CpuStaging staged({&x, &weight, &bias, &y, &mean, &rstd});
+}
+void MetaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  CpuStaging staged({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+}
+void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) { CpuStaging staged({&weight, &out}); }
+void MetaBackend::embedding_backward(const Tensor& dout, const Tensor&, Tensor& dweight) {
+  CpuStaging staged({&dout, &dweight});
+}
+void MetaBackend::dropout_mask(Tensor& mask, float, uint64_t, uint64_t) { CpuStaging staged({&mask}); }
+// bf16 attention runs on its operands (scratch outside the allocator); f16 stages them all.
+void MetaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float, bool) {
+  CpuStaging staged({&q, &k, &v, &out, &lse}, q.dtype() != DType::bf16);
+}
+void MetaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float,
+                                     bool) {
+  CpuStaging staged({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}, q.dtype() != DType::bf16);
+}
 
 void MetaBackend::copy(const Tensor& src, Tensor& dst) {
   KILN_CHECK(dst.device().type == DeviceType::meta, "a meta tensor has no values to copy to ", dst.device().str(),

@@ -1,0 +1,23 @@
+// Which bf16 operands a CpuBackend method computes on as they are, and which
+// it stages as f32 copies instead (low_precision.h). The CPU backend follows
+// these rules, and the meta device (kiln/meta) holds buffers of the staged
+// copies' sizes while it stands in for this CPU, so a plan's peak counts them.
+#pragma once
+#include <vector>
+
+#include "kiln/backend/backend.h"
+
+namespace kiln::cpu {
+
+// Elementwise ops on bf16 operands of one contiguous layout widen and round
+// in registers; anything else low-precision is staged.
+bool unary_runs_on_bf16(const Tensor& x, const Tensor& out);
+bool binary_runs_on_bf16(const Tensor& a, const Tensor& b, const Tensor& out);
+// bf16 sums and means over leading dims read bf16 directly.
+bool reduce_runs_on_bf16(ReduceOp op, const Tensor& x, const Tensor& out);
+// The operands a product stages: bf16 a and b stay bf16 where the CPU
+// multiplies them natively, and then a bf16 output without GELU too.
+std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor& b, const Tensor& out,
+                                                  const MatmulArgs& args);
+
+}  // namespace kiln::cpu
