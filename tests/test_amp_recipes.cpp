@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "checkpoint_test_util.h"
+#include "run_test_util.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/checkpoint.h"
 
@@ -32,11 +33,7 @@ recipes::TrainOptions short_run(const std::string& precision, const std::string&
   return o;
 }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(KILN_BINARY_DIR) / "test-amp" / name;
-  fs::remove_all(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_test_dir("test-amp", name); }
 
 TEST(Amp, RecipeTrainsInBf16AndFp16) {
   auto quiet = [](const std::string&) {};

@@ -120,7 +120,8 @@ TEST(Models, GptSamplingWithTopOneIsGreedy) {
   NoGradGuard ng;
   Tensor logits = gpt(Tensor::from_vector<int64_t>({1, 2}, {1, 2}));
   EXPECT_EQ(argmax(slice(logits, 1, 1, 2), -1).item(), double(a[2]));
-  EXPECT_THROW(gpt.generate({1}, 1, 0.0, 0, s1), Error);
+  EXPECT_EQ(gpt.generate({1, 2}, 8, 0.0, 0, s2), a) << "temperature 0 is greedy too";
+  EXPECT_THROW(gpt.generate({1}, 1, -0.5, 0, s1), Error);
   EXPECT_THROW(gpt(Tensor::from_vector<int64_t>(std::vector<int64_t>(7, 0), {1, 7})), Error);
 }
 

@@ -267,9 +267,13 @@ class Server {
       if (o_.runs_dir.empty() || name == "." || name == "..") throw HttpError(404, "no run '" + name + "'");
       std::ifstream in(std::filesystem::path(o_.runs_dir) / name / "metrics.jsonl", std::ios::binary);
       if (!in) throw HttpError(404, "no run '" + name + "' with a metrics.jsonl under --runs");
-      std::ostringstream text;
-      text << in.rdbuf();
-      res.set_content(text.str(), "application/x-ndjson");
+      std::ostringstream read;
+      read << in.rdbuf();
+      // A live run appends to the file: its last line may be half written.
+      // Only complete lines go out, so a reader never sees a torn record.
+      std::string text = std::move(read).str();
+      text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+      res.set_content(text, "application/x-ndjson");
     }));
     http_.Get(R"(/v1/samples/fashion-mnist/(\d+))", handle("/v1/samples/fashion-mnist/{index}", [this](
                                                                const httplib::Request& req, httplib::Response& res) {

@@ -11,7 +11,8 @@ run 0 python3 "$(dirname "$0")/serve_check.py" "$KILN" "$WORK/mlp" "$WORK/gpt" "
 cat "$OUT"
 
 # The page at /, in headless Chromium: it classifies a text, classifies a
-# test image, streams a completion, and plots the runs' curves from --runs.
+# test image, streams a completion, and plots the runs' curves from --runs,
+# with named axes.
 CHROMIUM="$(command -v chromium || command -v chromium-browser)" || fail "chromium is not installed (scripts/install_deps.sh)"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model mlp="$WORK/mlp" --model gpt="$WORK/gpt" --model cls="$WORK/cls" --runs "$WORK" --port "$port" \
@@ -28,4 +29,51 @@ expect '<pre id="completion">The .+'
 for run_name in mlp gpt cls; do
   expect "<polyline id=\"loss-$run_name\" points=\"[0-9., ]+\""
 done
+expect '<text [^>]*>step</text>'
+expect '<text [^>]*>loss</text>'
+expect '<text [^>]*>items/s</text>'
+
+# Untrusted text stays text: a run directory and class labels holding markup
+# (a model's labels come from its files) run no script, and a live run's
+# half-written last line breaks nothing.
+pwn='<img src=x onerror=document.title=666>'
+runs="$WORK/page-runs"
+mkdir -p "$runs/$pwn" "$runs/live"
+cp "$WORK/mlp/metrics.jsonl" "$runs/$pwn/"
+cp "$WORK/gpt/metrics.jsonl" "$runs/live/"
+printf '{"kind":"train","step":99,"lo' >>"$runs/live/metrics.jsonl"
+cp -r "$WORK/cls" "$WORK/cls-markup"
+for state in "$WORK"/cls-markup/step_*/state.json; do
+  python3 - "$state" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["state"]["classes"] = ["<img src=x onerror=document.title=667>" + c for c in j["state"]["classes"]]
+json.dump(j, open(sys.argv[1], "w"))
+PY
+done
+"$KILN" serve --model cls="$WORK/cls-markup" --model mlp="$WORK/mlp" --runs "$runs" --port "$port" \
+  >"$WORK/page-server.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$port/v1/runs/live/metrics" >"$WORK/live.jsonl" || fail "GET /v1/runs/live/metrics failed"
+python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" "$WORK/live.jsonl" \
+  || fail "/v1/runs/NAME/metrics served a torn line"
+[ "$(tail -c 1 "$WORK/live.jsonl" | od -An -c | tr -d ' ')" = '\n' ] || fail "the served metrics do not end with a line"
+curl -sf "http://127.0.0.1:$port/v1/samples/fashion-mnist/0" >"$WORK/sample0.json"
+run 0 "$CHROMIUM" --headless --no-sandbox --disable-gpu --virtual-time-budget=60000 --dump-dom \
+  "http://127.0.0.1:$port/?classify=The%20compiler%20crashed%20again&model=cls"
+expect '<title>Kiln</title>'  # an onerror handler would have set it to 666 or 667
+expect '<h3>&lt;img src=x onerror=document.title=666&gt;</h3>'
+expect '<span id="classify-label">&lt;img src=x onerror=document.title=667&gt;[a-z-]+</span>'
+expect '<polyline id="loss-live" points="[0-9., ]+"'
+# Only the boxes the served models answer: no language model, no completion box.
+expect '<section id="complete-box" hidden="">'
+expect '<section id="classify-box">'
+expect '<section id="image-box">'
+# The image box shows its first test image on load, read back from a screenshot.
+run 0 "$CHROMIUM" --headless --no-sandbox --disable-gpu --virtual-time-budget=60000 --window-size=1000,1600 \
+  --screenshot="$WORK/page.png" "http://127.0.0.1:$port/"
+run 0 python3 "$(dirname "$0")/find_image.py" "$WORK/page.png" "$WORK/sample0.json"
+kill -TERM "$server"
+wait "$server" || fail "the page's server did not exit cleanly"
 echo "ok"
