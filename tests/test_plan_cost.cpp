@@ -104,6 +104,23 @@ PlanInput small_gpt_input() {
   return in;
 }
 
+// GPT-2 124M in bf16, without checkpointing or offload, on `gpu`.
+PlanInput gpt2_bf16_on(const char* gpu, int64_t batch, int64_t micro_batch) {
+  PlanInput in;
+  in.recipe = "gpt2";
+  in.gpt = gpt2();
+  in.batch_size = batch;
+  in.precision = "bf16";
+  in.checkpointing = "none";
+  in.micro_batch = micro_batch;
+  in.offload = false;
+  in.target.gpu = find_gpu(load_gpu_table(), gpu);
+  return in;
+}
+
+// For the time and cost tests: no memory at all, so every plan fits.
+StepMemory no_memory(const PlanInput&, const Strategy&) { return {}; }
+
 TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
   PlanInput in = small_gpt_input();
   in.precision = "fp32";
@@ -134,19 +151,10 @@ TEST(PlanChoice, EnumeratesEveryCombinationAndPicksTheFastestThatFits) {
 // The reference: llm.c trained GPT-2 124M on 10B tokens in about 90
 // minutes on 8 x A100 80GB. The plan must land within 2x of that.
 TEST(PlanChoice, Gpt2TenBillionTokensMatchesLlmcWithinTwoX) {
-  PlanInput in;
-  in.recipe = "gpt2";
-  in.gpt = gpt2();
-  in.batch_size = 64;
-  in.precision = "bf16";
-  in.checkpointing = "none";
-  in.micro_batch = 16;
-  in.offload = false;
-  in.target.gpu = find_gpu(load_gpu_table(), "A100-80GB");
+  PlanInput in = gpt2_bf16_on("A100-80GB", 64, 16);
   in.tokens = 10e9;
   in.gpus = 8;
-  auto zero = [](const PlanInput&, const Strategy&) { return StepMemory{}; };
-  Plan p = make_plan(in, zero);
+  Plan p = make_plan(in, no_memory);
   ASSERT_TRUE(p.cost);
   EXPECT_GT(p.cost->hours, 1.5 / 2) << p.to_text();
   EXPECT_LT(p.cost->hours, 1.5 * 2) << p.to_text();
@@ -221,17 +229,8 @@ using namespace kiln::plan;
 // FLOPs at the stated MFU alone (GPT-2 at batch 8 on an H100 used to carry
 // 4.2 ms of launches on top of 17.7 ms), and a tiny step its launches.
 TEST(PlanCost, LaunchesCountOnlyWhereTheyOutlastTheCompute) {
-  PlanInput in;
-  in.recipe = "gpt2";
-  in.gpt = gpt2();
-  in.batch_size = 8;
-  in.precision = "bf16";
-  in.checkpointing = "none";
-  in.micro_batch = 8;
-  in.offload = false;
-  in.target.gpu = find_gpu(load_gpu_table(), "H100");
-  auto zero = [](const PlanInput&, const Strategy&) { return StepMemory{}; };
-  const Estimate big = make_plan(in, zero).estimates.front();
+  PlanInput in = gpt2_bf16_on("H100", 8, 8);
+  const Estimate big = make_plan(in, no_memory).estimates.front();
   const double tokens = 8.0 * 1024;
   EXPECT_DOUBLE_EQ(big.flops, gpt_flops(gpt2(), 2).train_per_token * tokens);
   EXPECT_NEAR(big.flops / tokens / 1e9, 0.855, 0.001) << "6 N + 12 L T d for GPT-2";
@@ -239,7 +238,7 @@ TEST(PlanCost, LaunchesCountOnlyWhereTheyOutlastTheCompute) {
   in.gpt = small_gpt_input().gpt;
   in.batch_size = 1;
   in.micro_batch = 1;
-  const Estimate tiny = make_plan(in, zero).estimates.front();
+  const Estimate tiny = make_plan(in, no_memory).estimates.front();
   EXPECT_DOUBLE_EQ(tiny.step_seconds, 1 * (2 + 2) * 2 * 30 * 5e-6) << "launch-bound: layers + 2, two passes";
 }
 

@@ -55,7 +55,7 @@ int run_info() {
   std::printf("f32:     matrix products through %s%s\n", cpu::f32_gemm_library(),
               std::string(cpu::f32_gemm_library()) == "oneDNN" ? ", convolutions direct through oneDNN" : "");
   std::printf("bf16:    %s\n", cpu::bf16_gemm_available()
-                                  ? "matrix products through oneDNN's bf16 kernels (timed faster than f32 here)"
+                                  ? "matrix products through oneDNN's bf16 kernels (faster than f32 on this CPU)"
                                   : "matrix products in f32 on the rounded operands (no faster bf16 kernel here)");
   std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
   if (gpus.empty()) {

@@ -12,6 +12,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/dnnl_context.h"
+#include "kiln/cpu/isa.h"
 #include "kiln/cpu/runtime_defaults.h"
 #ifdef KILN_HAVE_DNNL
 #include <array>
@@ -186,34 +187,17 @@ bool gridded(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * d
 
 }  // namespace
 
-#ifdef KILN_HAVE_DNNL
+// Whether oneDNN's bf16 product beats its f32 one on this CPU, from what was
+// measured (docs/PERFORMANCE.md, bench/gemm_libraries.sh): AMD's AVX512-BF16
+// (Zen 4, Zen 5) runs it at about twice the f32 speed, and AMX multiplies
+// bf16 tiles; Intel's AVX512-BF16 without AMX (Cooper Lake, or a VM that
+// hides AMX) ran it at half the f32 speed. Decided by the CPU, not timed: a
+// timing at start-up, on a shared 2-core machine, flipped between runs, so
+// the same command trained with other products (and planned other memory)
+// from one run to the next.
 namespace {
-// Whether oneDNN's bf16 product beats its f32 one on this CPU: on Zen 4 it
-// runs twice as fast, on a Xeon with AVX512-BF16 but no AMX at half the
-// speed (docs/PERFORMANCE.md). Timed once, on a 256^3 product of each, the
-// fastest of eight runs taken in turns (about 4 ms): on a shared machine a
-// burst of load that slowed every run of one kind only (first all f32, then
-// all bf16) made a Zen 4 process pick widened f32 products for its whole run.
-bool bf16_gemm_is_faster() {
-  constexpr int64_t n = 256;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<uint16_t> a16(n * n, float_to_bf16(0.5f)), b16(n * n, float_to_bf16(0.25f));
-  auto seconds = [](auto&& run) {
-    const double start = omp_get_wtime();
-    run();
-    return omp_get_wtime() - start;
-  };
-  double f32 = 1e30, bf16 = 1e30;
-  for (int i = 0; i < 9; ++i) {  // the first round builds the primitives
-    const double f = seconds([&] { gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
-    const double h = seconds(
-        [&] { gemm_bf16(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n); });
-    if (i > 0) f32 = std::min(f32, f), bf16 = std::min(bf16, h);
-  }
-  return bf16 < 0.9 * f32;
-}
+bool bf16_gemm_is_faster() { return isa_allows(Isa::amx) || __builtin_cpu_is("amd"); }
 }  // namespace
-#endif
 
 bool bf16_gemm_available() {
 #ifdef KILN_HAVE_DNNL

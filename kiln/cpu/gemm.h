@@ -26,8 +26,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, uint16_t* c, int64_t ldc, const float* bias);
 // This build has oneDNN, the CPU has bf16 instructions (KILN_CPU_BF16
 // overrides, as for --precision bf16), and oneDNN's bf16 product is faster
-// than its f32 one here, timed once per process (KILN_BF16_GEMM=0 or 1
-// overrides the timing). Where it is not, bf16 operands are widened to f32.
+// than its f32 one on this kind of CPU (KILN_BF16_GEMM=0 or 1 overrides).
+// Where it is not, bf16 operands are widened to f32.
 bool bf16_gemm_available();
 
 // Which library runs the f32 GEMMs ("oneDNN" or "OpenBLAS"), for kiln info.
