@@ -67,6 +67,7 @@ void append_u32(std::vector<char>& out, uint32_t v) {
 }
 
 namespace {
+// An op and its length-prefixed key: every request's start.
 std::vector<char> encode(char op, const std::string& key) {
   std::vector<char> out{op};
   append_u32(out, uint32_t(key.size()));
