@@ -157,9 +157,9 @@ TEST(TcpStore, AHalfSentRequestStallsNoOtherClient) {
   for (char c : {'S', '\0', '\0', '\0', '\x08', 'h', 'a'}) request.push_back(c);
   send_bytes(fd, request);
   TcpStore client("127.0.0.1", port, false, 2s);
-  for (int i = 0; i < 3; ++i) {
-    client.set("k" + std::to_string(i), {'v'});
-    EXPECT_EQ(server.get("k" + std::to_string(i)), std::vector<char>{'v'});
+  for (const char* key : {"k0", "k1", "k2"}) {
+    client.set(key, {'v'});
+    EXPECT_EQ(server.get(key), std::vector<char>{'v'});
   }
   EXPECT_TRUE(closed_by_server(fd));  // and the half request is dropped after a while
   ::close(fd);
@@ -167,8 +167,8 @@ TEST(TcpStore, AHalfSentRequestStallsNoOtherClient) {
 
 TEST(TcpStore, AClientWithoutTheJobsTokenIsRefused) {
   const int port = free_port();
-  TcpStore server("127.0.0.1", port, true, 2s, {.token = "s3cret"});
-  const std::string wrong = error_of([&] { TcpStore("127.0.0.1", port, false, 2s, {.token = "guess"}); });
+  TcpStore server("127.0.0.1", port, true, 2s, {.token = "s3cret", .bind_address = ""});
+  const std::string wrong = error_of([&] { TcpStore("127.0.0.1", port, false, 2s, {.token = "guess", .bind_address = ""}); });
   EXPECT_NE(wrong.find("refused this rank: its KILN_RENDEZVOUS_TOKEN differs"), std::string::npos) << wrong;
   // Speaking without a hello: closed, and nothing written.
   const int fd = raw_connection(port);
@@ -176,7 +176,7 @@ TEST(TcpStore, AClientWithoutTheJobsTokenIsRefused) {
   EXPECT_TRUE(closed_by_server(fd));
   ::close(fd);
   EXPECT_FALSE(server.contains("kiln/arrived/1"));
-  TcpStore right("127.0.0.1", port, false, 2s, {.token = "s3cret"});
+  TcpStore right("127.0.0.1", port, false, 2s, {.token = "s3cret", .bind_address = ""});
   right.set("a", {'1'});
   EXPECT_EQ(server.get("a"), std::vector<char>{'1'});
 }
@@ -195,11 +195,11 @@ TEST(TcpStore, AKeyOnceWrittenIsNeverReplaced) {
 // KILN_RENDEZVOUS_BIND: listening on one loopback address, not the others.
 TEST(TcpStore, TheServerListensOnlyOnTheChosenAddress) {
   const int port = free_port();
-  TcpStore server("127.0.0.2", port, true, 2s, {.bind_address = "127.0.0.2"});
+  TcpStore server("127.0.0.2", port, true, 2s, {.token = "", .bind_address = "127.0.0.2"});
   TcpStore near("127.0.0.2", port, false, 2s);
   near.set("x", {'1'});
   const std::string elsewhere = error_of([&] { TcpStore("127.0.0.1", port, false, 1s); });
   EXPECT_NE(elsewhere.find("could not reach the rendezvous at 127.0.0.1:"), std::string::npos) << elsewhere;
-  const std::string bad = error_of([&] { TcpStore("127.0.0.1", free_port(), true, 1s, {.bind_address = "no-such-host.invalid"}); });
+  const std::string bad = error_of([&] { TcpStore("127.0.0.1", free_port(), true, 1s, {.token = "", .bind_address = "no-such-host.invalid"}); });
   EXPECT_NE(bad.find("KILN_RENDEZVOUS_BIND='no-such-host.invalid'"), std::string::npos) << bad;
 }

@@ -9,15 +9,9 @@ namespace kiln::plan {
 
 namespace {
 
-// Seconds of one GPU per token, communication included: what time and rent scale with.
-double seconds_per_token(const Plan& p) {
-  const Estimate& e = p.estimates[*p.best];
-  return (e.step_seconds + p.data_parallel.exposed_seconds) / p.tokens_per_step / double(p.input.gpus);
-}
-
+// What renting a token's share of the GPUs costs.
 double rent_per_token(const Plan& p) {
-  return seconds_per_token(p) * double(p.input.gpus) / 3600.0 *
-         p.input.price_per_hour.value_or(p.input.target.gpu->rent_per_hour);
+  return p.gpu_seconds_per_token() / 3600.0 * p.input.price_per_hour.value_or(p.input.target.gpu->rent_per_hour);
 }
 
 std::string money(double usd) {
@@ -32,7 +26,7 @@ std::string pick(const Plan& p) {
   if (p.cost)
     return name + " (" + money(p.cost->rent_usd) + " to rent, " + format_seconds(p.cost->hours * 3600) + ")";
   return name + " (" + money(rent_per_token(p) * 1e6) + " to rent per million tokens, " +
-         format_seconds(p.estimates[*p.best].step_seconds) + " a step)";
+         format_seconds(p.chosen().step_seconds) + " a step)";
 }
 
 }  // namespace
@@ -52,7 +46,9 @@ GpuChoice choose_gpu(const PlanInput& input, const std::vector<GpuSpec>& table, 
     if (!p.best) continue;
     const size_t i = choice.plans.size() - 1;
     if (!choice.cheapest || rent_per_token(p) < rent_per_token(choice.plans[*choice.cheapest])) choice.cheapest = i;
-    if (!choice.fastest || seconds_per_token(p) < seconds_per_token(choice.plans[*choice.fastest])) choice.fastest = i;
+    // Every row runs on as many GPUs, so the least GPU time is also the least wall time.
+    if (!choice.fastest || p.gpu_seconds_per_token() < choice.plans[*choice.fastest].gpu_seconds_per_token())
+      choice.fastest = i;
   }
   return choice;
 }
@@ -70,7 +66,7 @@ nlohmann::json GpuChoice::to_json() const {
     nlohmann::json row = {{"gpu", p.input.target.gpu->name}, {"capacity_bytes", p.input.target.capacity()},
                           {"fits", bool(p.best)}};
     if (p.best) {
-      const Estimate& e = p.estimates[*p.best];
+      const Estimate& e = p.chosen();
       row["strategy"] = {{"precision", e.strategy.precision},
                          {"checkpointing", e.strategy.checkpointing},
                          {"micro_batch", e.strategy.micro_batch},
@@ -78,7 +74,7 @@ nlohmann::json GpuChoice::to_json() const {
       row["peak_bytes"] = e.memory.peak;
       row["step_seconds"] = e.step_seconds;
       row["rent_usd_per_million_tokens"] = rent_per_token(p) * 1e6;
-      if (p.cost) row["cost"] = p.to_json()["cost"];
+      if (p.cost) row["cost"] = plan::to_json(*p.cost);
     }
     j["choices"].push_back(row);
   }
@@ -109,7 +105,7 @@ std::string GpuChoice::to_text() const {
       out += line;
       continue;
     }
-    const Estimate& e = p.estimates[*p.best];
+    const Estimate& e = p.chosen();
     const std::string hours = p.cost ? format_seconds(p.cost->hours * 3600) : "";
     const std::string rent = p.cost ? money(p.cost->rent_usd) : money(rent_per_token(p) * 1e6);
     const std::string own = p.cost ? money(p.cost->own_usd) : "";

@@ -151,14 +151,26 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
     if (!plan.best || rank(e) < rank(plan.estimates[*plan.best])) plan.best = i;
   }
   if (in.target.gpu) {
-    const Estimate& chosen = plan.best ? plan.estimates[*plan.best] : plan.estimates.front();
+    const Estimate& chosen = plan.chosen();
     plan.data_parallel = data_parallel(*in.target.gpu, in.gpus, double(chosen.memory.grads), chosen.step_seconds);
     if (in.tokens > 0)
-      plan.cost = run_cost(*in.target.gpu, in.gpus, in.tokens,
-                           (chosen.step_seconds + plan.data_parallel.exposed_seconds) / plan.tokens_per_step,
+      plan.cost = run_cost(*in.target.gpu, in.gpus, in.tokens, plan.gpu_seconds_per_token(),
                            in.price_per_hour.value_or(in.target.gpu->rent_per_hour), in.kwh_price);
   }
   return plan;
+}
+
+nlohmann::json to_json(const RunCost& cost) {
+  return {{"tokens", cost.tokens},
+          {"gpus", cost.gpus},
+          {"hours", cost.hours},
+          {"gpu_hours", cost.gpu_hours},
+          {"rent_usd", cost.rent_usd},
+          {"own_usd", cost.own_usd},
+          {"electricity_usd", cost.electricity_usd},
+          {"break_even_gpu_hours", cost.break_even_gpu_hours},
+          {"price_per_hour", cost.price_per_hour},
+          {"kwh_price", cost.kwh_price}};
 }
 
 nlohmann::json Plan::to_json() const {
@@ -195,17 +207,7 @@ nlohmann::json Plan::to_json() const {
                           {"allreduce_seconds", data_parallel.allreduce_seconds},
                           {"exposed_seconds", data_parallel.exposed_seconds},
                           {"efficiency", data_parallel.efficiency}};
-  if (cost)
-    j["cost"] = {{"tokens", cost->tokens},
-                 {"gpus", cost->gpus},
-                 {"hours", cost->hours},
-                 {"gpu_hours", cost->gpu_hours},
-                 {"rent_usd", cost->rent_usd},
-                 {"own_usd", cost->own_usd},
-                 {"electricity_usd", cost->electricity_usd},
-                 {"break_even_gpu_hours", cost->break_even_gpu_hours},
-                 {"price_per_hour", cost->price_per_hour},
-                 {"kwh_price", cost->kwh_price}};
+  if (cost) j["cost"] = plan::to_json(*cost);
   return j;
 }
 
@@ -257,7 +259,7 @@ std::string Plan::to_text() const {
   } else {
     out += "\nno combination fits: use a GPU with more memory, a smaller batch or model, or several GPUs\n";
   }
-  const Estimate& chosen = best ? estimates[*best] : estimates.front();
+  const Estimate& chosen = this->chosen();
   if (input.gpus > 1 && input.target.gpu) {
     std::snprintf(line, sizeof line,
                   "\non %d GPUs, each with its own batch: the gradients' ring all-reduce (%s) takes %s a step, %s of "

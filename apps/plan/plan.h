@@ -78,9 +78,18 @@ struct Plan {
   DataParallel data_parallel;       // with --gpus above 1, for the same strategy
   int64_t parameters = 0;
   double tokens_per_step = 0;
+  // The fastest estimate that fits, or the plain one when none does: what
+  // the cost and the data parallelism are priced for.
+  const Estimate& chosen() const { return best ? estimates[*best] : estimates.front(); }
+  // Seconds of one GPU per token under chosen(), communication included.
+  double gpu_seconds_per_token() const {
+    return (chosen().step_seconds + data_parallel.exposed_seconds) / tokens_per_step;
+  }
   nlohmann::json to_json() const;
   std::string to_text() const;
 };
+
+nlohmann::json to_json(const RunCost& cost);
 
 // The step's memory under one strategy (the meta-device probe in
 // production; tests may substitute).

@@ -272,7 +272,7 @@ class Server {
       // A live run appends to the file: its last line may be half written.
       // Only complete lines go out, so a reader never sees a torn record.
       std::string text = std::move(read).str();
-      text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+      text.resize(text.rfind('\n') + 1);  // npos + 1 is 0: no complete line
       res.set_content(text, "application/x-ndjson");
     }));
     http_.Get(R"(/v1/samples/fashion-mnist/(\d+))", handle("/v1/samples/fashion-mnist/{index}", [this](

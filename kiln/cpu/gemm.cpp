@@ -187,24 +187,20 @@ bool gridded(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * d
 
 }  // namespace
 
-// Whether oneDNN's bf16 product beats its f32 one on this CPU, from what was
-// measured (docs/PERFORMANCE.md, bench/gemm_libraries.sh): AMD's AVX512-BF16
-// (Zen 4, Zen 5) runs it at about twice the f32 speed, and AMX multiplies
-// bf16 tiles; Intel's AVX512-BF16 without AMX (Cooper Lake, or a VM that
-// hides AMX) ran it at half the f32 speed. Decided by the CPU, not timed: a
-// timing at start-up, on a shared 2-core machine, flipped between runs, so
-// the same command trained with other products (and planned other memory)
-// from one run to the next.
-namespace {
-bool bf16_gemm_is_faster() { return isa_allows(Isa::amx) || __builtin_cpu_is("amd"); }
-}  // namespace
-
 bool bf16_gemm_available() {
 #ifdef KILN_HAVE_DNNL
+  // Whether oneDNN's bf16 product beats its f32 one, from what was measured
+  // (docs/PERFORMANCE.md, bench/gemm_libraries.sh): AMD's AVX512-BF16 (Zen 4,
+  // Zen 5) runs it at about twice the f32 speed, and AMX multiplies bf16
+  // tiles; Intel's AVX512-BF16 without AMX (Cooper Lake, or a VM that hides
+  // AMX) ran it at half the f32 speed. Decided by the CPU, not timed: a
+  // timing at start-up, on a shared 2-core machine, flipped between runs, so
+  // the same command trained with other products (and planned other memory)
+  // from one run to the next.
   static const bool available = [] {
     if (!cpu_has_bf16_instructions()) return false;
     if (const char* forced = std::getenv("KILN_BF16_GEMM")) return std::string(forced) != "0";
-    return bf16_gemm_is_faster();
+    return isa_allows(Isa::amx) || __builtin_cpu_is("amd");
   }();
   return available;
 #else

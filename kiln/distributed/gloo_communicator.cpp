@@ -433,19 +433,15 @@ namespace {
 // Every rank checks in before Gloo's own rendezvous and waits for all the
 // others, so a job short of ranks ends with which ones never came.
 void check_in(TcpStore& store, const TcpLaunch& launch) {
-  const auto key = [](int rank) { return "kiln/arrived/" + std::to_string(rank); };
-  store.set(key(launch.rank), {});
-  const auto deadline = std::chrono::steady_clock::now() + launch.rendezvous_timeout;
-  std::vector<int> missing(size_t(launch.world_size));
-  for (int r = 0; r < launch.world_size; ++r) missing[size_t(r)] = r;
-  for (milliseconds pause(1);; pause = std::min(pause * 2, milliseconds(50))) {
-    std::erase_if(missing, [&](int r) { return store.contains(key(r)); });
-    if (missing.empty()) return;
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(pause);
-  }
+  const std::string prefix = "kiln/arrived/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < launch.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+  store.set(keys[size_t(launch.rank)], {});
+  const std::vector<std::string> missing =
+      store.missing(keys, std::chrono::duration_cast<milliseconds>(launch.rendezvous_timeout));
+  if (missing.empty()) return;
   std::string names;
-  for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+  for (const std::string& k : missing) names += (names.empty() ? "" : ", ") + k.substr(prefix.size());
   KILN_FAIL(launch.world_size - int(missing.size()), " of ", launch.world_size, " ranks arrived at the rendezvous ",
             store.address(), " within ", launch.rendezvous_timeout.count(), " s; never arrived: rank",
             missing.size() > 1 ? "s " : " ", names, ". Check that every rank was launched with WORLD_SIZE=",

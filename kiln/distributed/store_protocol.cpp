@@ -69,7 +69,9 @@ void append_u32(std::vector<char>& out, uint32_t v) {
 namespace {
 // An op and its length-prefixed key: every request's start.
 std::vector<char> encode(char op, const std::string& key) {
-  std::vector<char> out{op};
+  std::vector<char> out;
+  out.reserve(5 + key.size());
+  out.push_back(op);
   append_u32(out, uint32_t(key.size()));
   out.insert(out.end(), key.begin(), key.end());
   return out;

@@ -401,11 +401,20 @@ std::vector<char> TcpStore::get(const std::string& key) {
   return value;
 }
 
-void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+std::vector<std::string> TcpStore::missing(std::vector<std::string> keys, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;  // one deadline for all of them
-  for (const auto& key : keys)
-    wait_for_key(key, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now())),
-                 nullptr);
+  for (milliseconds pause(1);; pause = std::min(pause * 2, milliseconds(50))) {
+    std::erase_if(keys, [&](const std::string& key) { return try_get(key, nullptr); });
+    if (keys.empty() || Clock::now() >= deadline) return keys;
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  const std::vector<std::string> left = missing(keys, timeout);
+  KILN_CHECK(left.empty(), "waited ", seconds(timeout), " s at the rendezvous ", address_, " for '", left.front(),
+             "', which another rank publishes: a rank did not start or died while starting (every one of the "
+             "WORLD_SIZE ranks must be launched, with the same MASTER_ADDR and MASTER_PORT)");
 }
 
 }  // namespace kiln::distributed

@@ -40,6 +40,8 @@ class TcpStore {
   std::vector<char> get(const std::string& key);
   // Whether some rank has set `key`, without waiting.
   bool contains(const std::string& key);
+  // The keys still unset once `timeout` has passed; empty as soon as all are set.
+  std::vector<std::string> missing(std::vector<std::string> keys, std::chrono::milliseconds timeout);
   // Returns once every key is set.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
