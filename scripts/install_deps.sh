@@ -7,6 +7,7 @@ packages=(
   libopenblas-openmp-dev libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libdnnl-dev                             # oneDNN: CPU matrix products, direct convolutions, bf16
   libsentencepiece-dev zlib1g-dev
+  libpcre2-dev                            # Unicode regexes of Hugging Face tokenizers' pre-tokenizers
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
   libgloo-dev                             # the same without mpirun: torchrun-style launch over TCP
   clang-14 libclang-rt-14-dev             # libFuzzer, for the request-parsing fuzzer

@@ -6,7 +6,21 @@ Storage::Storage(size_t n, Device d) : bytes(n), device(d), category(MemoryCateg
   data = allocator_for(device).allocate(bytes, category);
 }
 
-Storage::~Storage() { allocator_for(device).deallocate(data, bytes, category); }
+Storage::Storage(void* d, size_t n, std::shared_ptr<void> o)
+    : data(d), bytes(n), device(Device::cpu()), category(MemoryCategory::weights), owner(std::move(o)) {}
+
+Storage::~Storage() {
+  if (!owner) allocator_for(device).deallocate(data, bytes, category);
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), std::move(owner));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) KILN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));

@@ -25,7 +25,10 @@ struct Storage {
   size_t bytes = 0;
   Device device;
   MemoryCategory category = MemoryCategory::other;
+  // Memory the allocator did not give (a mapped file): `owner` keeps it alive.
+  std::shared_ptr<void> owner;
   Storage(size_t bytes, Device device);
+  Storage(void* data, size_t bytes, std::shared_ptr<void> owner);  // CPU memory
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -68,6 +71,8 @@ class Tensor {
 
   // ---- creation (uninitialised memory; see kiln/backend/factory.h for zeros etc.)
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A contiguous CPU tensor over `data`, which `owner` keeps alive.
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
   static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
   // Copies host values into a new CPU tensor.
   template <typename T>

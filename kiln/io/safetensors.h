@@ -35,6 +35,10 @@ struct SafetensorsFile {
 
 // Reads and validates a whole file; throws kiln::Error naming `path` on any defect.
 SafetensorsFile load_safetensors(const std::string& path);
+// The same checks, but the tensors view the file mapped into memory
+// (copy-on-write) instead of copies: loading costs the time to page in what
+// is used, and no second copy of the weights exists.
+SafetensorsFile map_safetensors(const std::string& path);
 
 // The header JSON (unpadded) that save_safetensors writes for these tensors.
 // Exposed so tests can check the exact bytes against the reference layout.

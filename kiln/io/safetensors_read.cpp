@@ -2,11 +2,13 @@
 // is checked before it is used, and any defect becomes a kiln::Error that
 // names the file and says what is wrong, never a crash or a huge allocation.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -43,6 +45,7 @@ class Reader {
   Reader& operator=(const Reader&) = delete;
 
   uint64_t size() const { return size_; }
+  int fd() const { return fd_; }
 
   [[noreturn]] void fail(const std::string& what) const { KILN_FAIL("safetensors ", path_, ": ", what); }
 
@@ -140,10 +143,14 @@ void check_layout(const Reader& file, std::vector<Entry>& entries, uint64_t data
               std::to_string(data_start + cursor) + " of " + std::to_string(file.size()) + ")");
 }
 
-}  // namespace
+// The header's entries, checked against the file, and where the data starts.
+struct Header {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;
+  uint64_t data_start = 0;
+};
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  Reader file(path);
+Header read_header(const Reader& file) {
   if (file.size() < 8)
     file.fail("the file holds " + std::to_string(file.size()) +
               " bytes, fewer than the 8-byte header length that starts every safetensors file");
@@ -155,30 +162,71 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (header_len > kMaxHeaderBytes)
     file.fail("header length " + std::to_string(header_len) + " exceeds the 100 MB limit; the file is corrupt");
 
-  std::string header(header_len, '\0');
-  file.read_at(header.data(), header_len, 8, "the header");
+  std::string text(header_len, '\0');
+  file.read_at(text.data(), header_len, 8, "the header");
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(header);
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     file.fail(std::string("the header is not valid JSON: ") + e.what());
   }
   if (!json.is_object()) file.fail("the header is JSON but not an object");
 
-  SafetensorsFile out;
-  std::vector<Entry> entries;
+  Header header;
   for (const auto& [key, value] : json.items()) {
     if (key == "__metadata__")
-      out.metadata = parse_metadata(file, value);
+      header.metadata = parse_metadata(file, value);
     else
-      entries.push_back(parse_entry(file, key, value));
+      header.entries.push_back(parse_entry(file, key, value));
   }
-  const uint64_t data_start = 8 + header_len;
-  check_layout(file, entries, data_start);
+  header.data_start = 8 + header_len;
+  check_layout(file, header.entries, header.data_start);
+  return header;
+}
 
-  for (const Entry& e : entries) {
+// A read-only file mapped copy-on-write: tensors that view it can still be
+// written (training updates them in place), which copies only the pages touched.
+struct Mapping {
+  void* base = MAP_FAILED;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+  }
+};
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  Reader file(path);
+  Header header = read_header(file);
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (const Entry& e : header.entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
-    if (t.nbytes() > 0) file.read_at(t.data_ptr(), t.nbytes(), data_start + e.begin, "tensor '" + e.name + "'");
+    if (t.nbytes() > 0) file.read_at(t.data_ptr(), t.nbytes(), header.data_start + e.begin, "tensor '" + e.name + "'");
+    out.tensors.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+SafetensorsFile map_safetensors(const std::string& path) {
+  Reader file(path);
+  Header header = read_header(file);
+  auto mapping = std::make_shared<Mapping>();
+  mapping->bytes = file.size();
+  mapping->base = ::mmap(nullptr, mapping->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd(), 0);
+  if (mapping->base == MAP_FAILED) return load_safetensors(path);  // e.g. a file system without mmap
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (const Entry& e : header.entries) {
+    char* data = static_cast<char*>(mapping->base) + header.data_start + e.begin;
+    Tensor t;
+    if (reinterpret_cast<uintptr_t>(data) % dtype_size(e.dtype) == 0) {
+      t = Tensor::wrap(data, e.shape, e.dtype, mapping);
+    } else {  // an unaligned tensor (valid, but unusual) gets its own aligned copy
+      t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+      std::memcpy(t.data_ptr(), data, t.nbytes());
+    }
     out.tensors.emplace(e.name, std::move(t));
   }
   return out;

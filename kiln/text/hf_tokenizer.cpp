@@ -1,0 +1,150 @@
+#include "kiln/text/hf_tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/text/unicode.h"
+#include "kiln/text/utf8.h"
+
+namespace kiln::text {
+
+HfTokenizer HfTokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    KILN_FAIL("cannot read tokenizer ", path,
+              ": the model folder needs the tokenizer.json that save_pretrained writes (see docs/REAL_MODELS.md)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json_text(text.str(), path);
+}
+
+HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL(origin, " is not valid JSON: ", e.what());
+  }
+  HfTokenizer t;
+  try {
+    KILN_CHECK(j.is_object(), "the file is not a JSON object");
+    if (j.contains("truncation") && !j["truncation"].is_null())
+      KILN_FAIL("\"truncation\" is set; Kiln does not truncate inside the tokenizer");
+    t.model_ = make_model(j.value("model", nlohmann::json()));
+    t.normalizer_ = make_normalizer(j.value("normalizer", nlohmann::json()));
+    t.pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()));
+    t.post_processor_ = make_post_processor(j.value("post_processor", nlohmann::json()));
+    t.decoder_ = make_decoder(j.value("decoder", nlohmann::json()));
+    t.id_to_token_ = t.model_->vocabulary();
+    for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+      AddedToken added{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false)};
+      KILN_CHECK(added.id >= 0 && !added.content.empty(), "added token ", a.dump(), " has a bad id or no content");
+      for (const char* flag : {"single_word", "lstrip", "rstrip"})
+        if (a.value(flag, false)) KILN_FAIL("added token '", added.content, "' sets \"", flag, "\", which Kiln does not support");
+      if (size_t(added.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(added.id) + 1);
+      t.id_to_token_[size_t(added.id)] = added.content;
+      t.added_ids_[added.content] = added.id;
+      t.added_.push_back(std::move(added));
+    }
+  } catch (const Error& e) {
+    KILN_FAIL(origin, ": ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL(origin, ": a field has the wrong type or is missing: ", e.what());
+  }
+  // Longest first, so that an added token containing another wins.
+  std::stable_sort(t.added_.begin(), t.added_.end(),
+                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  t.special_.assign(t.id_to_token_.size(), false);
+  for (const auto& a : t.added_) t.special_[size_t(a.id)] = a.special;
+  return t;
+}
+
+void HfTokenizer::encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const {
+  std::string normalized = normalizer_ ? normalizer_->normalize(piece, at_text_start) : piece;
+  std::vector<std::string> words{std::move(normalized)};
+  if (pre_tokenizer_) pre_tokenizer_->split(words, at_text_start);
+  for (const auto& w : words)
+    if (!w.empty()) model_->encode_word(w, ids);
+}
+
+std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_special_tokens) const {
+  // Python strings are always valid Unicode; bytes that are not UTF-8 are
+  // read as U+FFFD, as Python's errors="replace" would.
+  const std::string text = utf8_lossy(raw);
+  std::vector<int32_t> ids;
+  size_t piece_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    const AddedToken* match = nullptr;
+    for (const auto& a : added_)
+      if (text.compare(i, a.content.size(), a.content) == 0) {
+        match = &a;
+        break;
+      }
+    if (!match) {
+      ++i;
+      continue;
+    }
+    if (i > piece_start) encode_piece(text.substr(piece_start, i - piece_start), piece_start == 0, ids);
+    ids.push_back(match->id);
+    i += match->content.size();
+    piece_start = i;
+  }
+  if (piece_start < text.size()) encode_piece(text.substr(piece_start), piece_start == 0, ids);
+  return add_special_tokens && post_processor_ ? post_processor_->process(std::move(ids)) : ids;
+}
+
+std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (skip_special_tokens && is_special(id)) continue;
+    tokens.push_back(id_to_token(id));
+  }
+  if (!decoder_) {  // tokenizers joins with spaces when there is no decoder
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  std::string out;
+  for (const auto& piece : decoder_->decode(std::move(tokens))) out += piece;
+  return out;
+}
+
+std::optional<int32_t> HfTokenizer::token_to_id(const std::string& token) const {
+  if (auto it = added_ids_.find(token); it != added_ids_.end()) return it->second;
+  for (size_t id = 0; id < id_to_token_.size(); ++id)
+    if (id_to_token_[id] == token) return int32_t(id);
+  return std::nullopt;
+}
+
+const std::string& HfTokenizer::id_to_token(int32_t id) const {
+  KILN_CHECK(id >= 0 && size_t(id) < id_to_token_.size(), "token id ", id, " is outside the tokenizer's ",
+             id_to_token_.size(), " tokens");
+  return id_to_token_[size_t(id)];
+}
+
+bool HfTokenizer::is_special(int32_t id) const { return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)]; }
+
+std::string DecodeStream::step(int32_t id) {
+  ids_.push_back(id);
+  const std::vector<int32_t> window(ids_.begin() + long(prefix_index_), ids_.end());
+  std::string text = tokenizer_.decode(window, skip_special_);
+  // Hold back text until it ends in a whole character: an unfinished byte
+  // sequence decodes to U+FFFD now and to its character once the rest arrives.
+  if (text.size() <= prefix_.size() || text.compare(0, prefix_.size(), prefix_) != 0) return "";
+  if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return "";
+  std::string fresh = text.substr(prefix_.size());
+  // The last token becomes the prefix: decoders that strip a leading space
+  // (Metaspace, Strip) then see the same context as in a whole decode.
+  prefix_index_ = ids_.size() - 1;
+  prefix_ = tokenizer_.decode({ids_.back()}, skip_special_);
+  return fresh;
+}
+
+}  // namespace kiln::text

@@ -1,0 +1,76 @@
+// A Hugging Face tokenizer, read from tokenizer.json and run as the pipeline
+// that file spells out (as the `tokenizers` library runs it):
+//   added tokens are split off the raw text first; each remaining piece is
+//   normalized, pre-tokenized into words, and each word is encoded by the
+//   model (BPE or WordPiece); the post-processor adds BOS/EOS/CLS/SEP.
+// Decoding maps ids to token strings and runs the decoder chain.
+// Every stage type the supported families use is implemented; any other
+// type in the file is refused by name when the tokenizer is loaded.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/text/stages.h"
+
+namespace kiln::text {
+
+class HfTokenizer {
+ public:
+  // Reads tokenizer.json; throws kiln::Error naming the file and the defect.
+  static HfTokenizer from_file(const std::string& path);
+  static HfTokenizer from_json_text(const std::string& json_text, const std::string& origin);
+
+  // The ids `tokenizer(text)` gives in transformers (special tokens added
+  // by the post-processor when add_special_tokens).
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  // `tokenizer.decode(ids, skip_special_tokens=...)`. Invalid UTF-8 from
+  // byte tokens becomes U+FFFD, as there.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
+
+  int64_t vocab_size() const { return int64_t(id_to_token_.size()); }
+  std::optional<int32_t> token_to_id(const std::string& token) const;
+  const std::string& id_to_token(int32_t id) const;
+  bool is_special(int32_t id) const;
+
+ private:
+  struct AddedToken {
+    std::string content;
+    int32_t id;
+    bool special;
+  };
+  void encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const;
+
+  std::vector<AddedToken> added_;  // longest first, for matching
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<TokenModel> model_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<std::string, int32_t> added_ids_;
+  std::vector<bool> special_;
+};
+
+// Decodes a stream of ids a token at a time and gives out only whole UTF-8
+// characters, with the spacing that decoding the whole sequence gives
+// (tokenizers' DecodeStream): what generation streams to a client.
+class DecodeStream {
+ public:
+  explicit DecodeStream(const HfTokenizer& tokenizer, bool skip_special_tokens = true)
+      : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+  // The text this token completes (possibly empty).
+  std::string step(int32_t id);
+
+ private:
+  const HfTokenizer& tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t prefix_index_ = 0;
+  std::string prefix_;
+};
+
+}  // namespace kiln::text

@@ -1,0 +1,60 @@
+// The stages of a tokenizer.json pipeline. Each is built from its JSON object
+// by a table keyed by its "type" (stages.cpp), and an unknown type is an
+// error naming it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace kiln::text {
+
+// Text -> text (no offsets are kept: Kiln needs ids, not alignments).
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  // `at_text_start`: this piece begins the input (not after an added token).
+  virtual std::string normalize(std::string s, bool at_text_start) const = 0;
+};
+
+// Text -> words. Each word is encoded by the model on its own.
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Splits every word of `words` further, in order.
+  virtual void split(std::vector<std::string>& words, bool at_text_start) const = 0;
+};
+
+// A word -> ids.
+class TokenModel {
+ public:
+  virtual ~TokenModel() = default;
+  virtual void encode_word(const std::string& word, std::vector<int32_t>& ids) const = 0;
+  // id -> token string, for every id of the model's own vocabulary.
+  virtual std::vector<std::string> vocabulary() const = 0;
+};
+
+// Adds the special tokens around a sequence.
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  virtual std::vector<int32_t> process(std::vector<int32_t> ids) const = 0;
+};
+
+// Token strings -> token strings (the last decoder's are joined).
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual std::vector<std::string> decode(std::vector<std::string> tokens) const = 0;
+};
+
+// Builders; each throws kiln::Error naming an unsupported "type".
+// `token_id` looks a token string up in the whole vocabulary (for post-processors).
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j);
+std::unique_ptr<TokenModel> make_model(const nlohmann::json& j);
+std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j);
+std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j);
+
+}  // namespace kiln::text

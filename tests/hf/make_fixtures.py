@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Makes the Hugging Face fixtures Kiln's tests load, and what transformers
+and tokenizers answer on them (the oracle). Run it in the cached PyTorch 2
+virtual environment (bench/torch2_venv.sh installs transformers, tokenizers
+and safetensors there):
+
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py [OUT]          # tests/hf/fixtures
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR    # a SmolLM-135M-shaped Llama
+
+Tokenizers of the three families are trained on Debian's fortunes; models are
+random, at odd sizes (head sizes not a multiple of 16, grouped- and
+multi-query attention, a sliding window shorter than the test text, tied and
+untied heads, one stored in bf16), initialised wider than transformers'
+default so that their logits are far from uniform. Every expected number in
+expected.json comes from transformers or tokenizers, never from Kiln.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import zlib
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, PreTrainedTokenizerFast
+import transformers
+
+FORTUNES = "/usr/share/games/fortunes"
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# What the token-id tests also check, beyond all of fortunes.
+EDGE_CASES = [
+    "Hello, world!",
+    "emoji: \U0001F600\U0001F44D\U0001F3FD and a flag \U0001F1EB\U0001F1F7",
+    "CJK: \u4f60\u597d\uff0c\u4e16\u754c\u3002 \u65e5\u672c\u8a9e\u306e\u6587\u7ae0",
+    "combining: e\u0301 a\u0308 n\u0303 caf\u00e9 Cr\u00e8me Br\u00fbl\u00e9e",
+    "windows\r\nline\r\nends\r\n",
+    "runs    of     spaces\t\ttabs  \n\n\n  and 1234567890 0.5 3,141,592 digits",
+    "  leading and trailing spaces  ",
+    "",
+    "I'm sure they'll say you've DON'T it's",
+    "<s> not special in text </s> [CLS] <|endoftext|>",
+]
+
+
+def fortunes():
+    """Every fortune of every file, in a fixed order, as the tests read them."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(FORTUNES, "*"))):
+        if path.endswith(".dat") or path.endswith(".u8") or os.path.islink(path):
+            continue
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+        out.append((os.path.basename(path), [t for t in text.split("\n%\n") if t.strip()]))
+    return out
+
+
+def all_fortune_texts():
+    return [t for _, texts in fortunes() for t in texts]
+
+
+def byte_level_bpe(pattern, vocab_size, specials, bos=None):
+    """GPT-2 style (pattern GPT2_PATTERN) or Llama 3 style byte-level BPE."""
+    tok = Tokenizer(models.BPE(ignore_merges=pattern == LLAMA3_PATTERN))
+    if pattern == GPT2_PATTERN:  # spelled as GPT-2's own tokenizer.json does
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:  # and as Llama 3's does
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(pattern=tokenizers_regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(all_fortune_texts(), trainer)
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def tokenizers_regex(pattern):
+    from tokenizers import Regex
+    return Regex(pattern)
+
+
+def sentencepiece_bpe(vocab_size, metaspace):
+    """Llama 2 / Mistral / TinyLlama: BPE over '▁'-joined text with byte
+    fallback. metaspace=False spells the '▁' handling as Llama 2's
+    tokenizer.json does (Prepend + Replace normalizers), True as Mistral's
+    newer ones do (a Metaspace pre-tokenizer)."""
+    trainer_tok = Tokenizer(models.BPE())
+    trainer_tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 259, show_progress=False)
+    trainer_tok.train_from_iterator(all_fortune_texts(), trainer)
+    learned = json.loads(trainer_tok.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = 3 + b
+    for piece in sorted(learned["vocab"], key=lambda p: learned["vocab"][p]):
+        vocab.setdefault(piece, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(content=" ", left=1, right=0)])
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    return tok
+
+
+def wordpiece(vocab_size):
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(all_fortune_texts(), trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
+TOKENIZERS = {
+    "gpt2": lambda: (byte_level_bpe(GPT2_PATTERN, 600, ["<|endoftext|>"]),
+                     dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>")),
+    "llama3": lambda: (byte_level_bpe(LLAMA3_PATTERN, 640, ["<|begin_of_text|>", "<|end_of_text|>"],
+                                      bos="<|begin_of_text|>"),
+                       dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")),
+    "llama2": lambda: (sentencepiece_bpe(700, metaspace=False),
+                       dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
+    "mistral": lambda: (sentencepiece_bpe(700, metaspace=True),
+                        dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
+    "bert": lambda: (wordpiece(620), dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
+                                          cls_token="[CLS]", mask_token="[MASK]")),
+}
+
+# name -> (tokenizer, config). Sizes are odd on purpose; see the docstring.
+COMMON = dict(initializer_range=0.25)
+CAUSAL = {
+    "gpt2": ("gpt2", dict(model_type="gpt2", n_embd=40, n_head=2, n_layer=2, n_positions=96,
+                          activation_function="gelu_new", tie_word_embeddings=True)),
+    "llama-gqa": ("llama3", dict(model_type="llama", hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                                 intermediate_size=100, num_hidden_layers=2, max_position_embeddings=128,
+                                 rope_theta=500000.0, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                                 rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                   high_freq_factor=4.0, original_max_position_embeddings=16))),
+    "llama-mqa-tied": ("llama2", dict(model_type="llama", hidden_size=45, num_attention_heads=3,
+                                      num_key_value_heads=1, head_dim=20, intermediate_size=72,
+                                      num_hidden_layers=3, max_position_embeddings=96, attention_bias=True,
+                                      tie_word_embeddings=True, rms_norm_eps=1e-6)),
+    "llama-bf16": ("llama2", dict(model_type="llama", hidden_size=48, num_attention_heads=2, num_key_value_heads=2,
+                                  intermediate_size=88, num_hidden_layers=2, max_position_embeddings=96,
+                                  tie_word_embeddings=False, dtype="bfloat16")),
+    "mistral": ("mistral", dict(model_type="mistral", hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                                head_dim=12, intermediate_size=80, num_hidden_layers=2, max_position_embeddings=128,
+                                sliding_window=8, rope_theta=10000.0, tie_word_embeddings=False)),
+    "qwen2": ("llama3", dict(model_type="qwen2", hidden_size=40, num_attention_heads=5, num_key_value_heads=1,
+                             intermediate_size=72, num_hidden_layers=2, max_position_embeddings=128,
+                             rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
+}
+CLASSIFIERS = {
+    "bert": ("bert", dict(model_type="bert", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
+                          intermediate_size=60, max_position_embeddings=64, type_vocab_size=2,
+                          id2label={0: "negative", 1: "neutral", 2: "positive"})),
+    "distilbert": ("bert", dict(model_type="distilbert", dim=40, n_heads=2, n_layers=2, hidden_dim=68,
+                                max_position_embeddings=64, id2label={0: "NEGATIVE", 1: "POSITIVE"})),
+}
+
+SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
+              "the majority, it is time to reform.")
+PROMPT = "The best way to predict the future"
+CLASSIFY_TEXTS = ["What a wonderful, happy day!", "This is awful.", "caf\u00e9 na\u00efve \u4f60\u597d"]
+
+
+def make_config(model_type, vocab_size, kwargs, tokenizer):
+    kwargs = dict(COMMON, **kwargs)
+    dtype = kwargs.pop("dtype", "float32")
+    kwargs.pop("model_type")
+    ids = {k: tokenizer.convert_tokens_to_ids(getattr(tokenizer, k.replace("_id", "")))
+           for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+           if getattr(tokenizer, k.replace("_id", ""), None) is not None}
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, **ids, **kwargs)
+    return config, getattr(torch, dtype)
+
+
+def save_tokenizer(name, out):
+    tok, specials = TOKENIZERS[name]()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **specials)
+    fast.save_pretrained(out)
+    return PreTrainedTokenizerFast.from_pretrained(out)
+
+
+def token_expectations(tok_dir):
+    tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    edge = []
+    for text in EDGE_CASES:
+        ids = tok.encode(text).ids
+        edge.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=True)})
+    per_file = {}
+    for name, texts in fortunes():
+        crc, count = 0, 0
+        for text in texts:  # each fortune on its own, as a user would tokenize it
+            ids = tok.encode(text).ids
+            count += len(ids)
+            crc = zlib.crc32((",".join(map(str, ids)) + ";").encode(), crc)
+        per_file[name] = {"fortunes": len(texts), "tokens": count, "crc32": crc}
+    return {"edge_cases": edge, "fortunes": per_file}
+
+
+@torch.no_grad()
+def causal_expectations(model, tok, dtype):
+    ids = tok(SCORE_TEXT, return_tensors="pt").input_ids
+    out = {"score_text": SCORE_TEXT, "ids": ids[0].tolist()}
+    for label, to_dtype in (("f32", torch.float32), ("native", dtype)):
+        logits = model.to(to_dtype)(ids).logits.float()
+        lp = torch.log_softmax(logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
+        out[f"logprobs_{label}"] = [None] + lp.tolist()
+    model.float()
+    prompt = tok(PROMPT, return_tensors="pt").input_ids
+    gen = model.generate(prompt, do_sample=False, max_new_tokens=16, min_new_tokens=16,
+                         pad_token_id=model.config.eos_token_id)
+    out.update(prompt=PROMPT, prompt_ids=prompt[0].tolist(), greedy_ids=gen[0, prompt.shape[1]:].tolist())
+    return out
+
+
+@torch.no_grad()
+def classifier_expectations(model, tok, dtype):
+    rows = []
+    for text in CLASSIFY_TEXTS:
+        enc = tok(text, return_tensors="pt")
+        probs = torch.softmax(model(**enc).logits[0].float(), -1)
+        rows.append({"text": text, "ids": enc.input_ids[0].tolist(), "probs": probs.tolist()})
+    return {"labels": [model.config.id2label[i] for i in range(model.config.num_labels)], "texts": rows}
+
+
+def make_model(out, name, tok_name, kwargs, auto, expectations):
+    d = os.path.join(out, name)
+    tok = save_tokenizer(tok_name, d)
+    config, dtype = make_config(kwargs["model_type"], len(tok), kwargs, tok)
+    torch.manual_seed(sum(map(ord, name)))
+    model = auto.from_config(config).to(dtype).eval()
+    model.save_pretrained(d)
+    if hasattr(model, "generation_config") and auto is AutoModelForCausalLM:
+        model.generation_config.save_pretrained(d)
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expectations(model, tok, dtype), f, indent=1, ensure_ascii=False)
+
+
+def make_speed_model(d):
+    """SmolLM-135M's shape (Llama: 30 layers, 576 wide, 9 heads of 64 with 3
+    KV heads, 1536 MLP, 49152 vocabulary, tied), random weights."""
+    tok = save_tokenizer("llama2", d)
+    config = transformers.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                      num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                      max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True,
+                                      bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(d)
+    del tok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "fixtures"))
+    ap.add_argument("--speed", metavar="DIR", help="make only the SmolLM-135M-shaped model, in DIR")
+    a = ap.parse_args()
+    if a.speed:
+        make_speed_model(a.speed)
+        return
+    shutil.rmtree(a.out, ignore_errors=True)
+    os.makedirs(a.out)
+    for name in TOKENIZERS:
+        d = os.path.join(a.out, "tokenizers", name)
+        save_tokenizer(name, d)
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump(token_expectations(d), f, indent=1, ensure_ascii=False)
+    for name, (tok_name, kwargs) in CAUSAL.items():
+        make_model(a.out, name, tok_name, kwargs, AutoModelForCausalLM, causal_expectations)
+    for name, (tok_name, kwargs) in CLASSIFIERS.items():
+        make_model(a.out, name, tok_name, kwargs, AutoModelForSequenceClassification, classifier_expectations)
+    with open(os.path.join(a.out, "VERSIONS"), "w") as f:
+        f.write(f"transformers {transformers.__version__}\ntorch {torch.__version__}\n")
+
+
+if __name__ == "__main__":
+    main()

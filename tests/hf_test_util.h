@@ -1,0 +1,20 @@
+// Shared by the Hugging Face tests: the fixtures that tests/hf/make_fixtures.py
+// made with transformers and tokenizers, and what those answered on them.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kiln::hf_test {
+
+inline std::string fixture(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/" + name; }
+
+inline nlohmann::json expected(const std::string& name) {
+  std::ifstream in(fixture(name) + "/expected.json");
+  EXPECT_TRUE(in) << "missing " << fixture(name) << "/expected.json: run tests/hf/make_fixtures.py";
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace kiln::hf_test

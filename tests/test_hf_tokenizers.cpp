@@ -1,0 +1,130 @@
+// Kiln's tokenizer.json pipeline against the `tokenizers` library: the ids of
+// every fortune and of edge cases, decoding, streaming decoding and bad files.
+#include <zlib.h>
+
+#include <filesystem>
+
+#include "kiln/core/error.h"
+#include "kiln/text/hf_tokenizer.h"
+#include "kiln/text/utf8.h"
+#include "hf_test_util.h"
+
+namespace kiln {
+namespace {
+
+using text::HfTokenizer;
+
+const char* const kFamilies[] = {"gpt2", "llama3", "llama2", "mistral", "bert"};
+
+HfTokenizer load(const std::string& family) {
+  return HfTokenizer::from_file(hf_test::fixture("tokenizers/" + family + "/tokenizer.json"));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The fortunes of one file, split as make_fixtures.py splits them.
+std::vector<std::string> fortunes_of(const std::string& path) {
+  const std::string all = text::utf8_lossy(read_file(path));
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find("\n%\n", start);
+    if (end == std::string::npos) end = all.size();
+    std::string t = all.substr(start, end - start);
+    if (t.find_first_not_of(" \t\n\r\f\v") != std::string::npos) out.push_back(t);
+    start = end + 3;
+  }
+  return out;
+}
+
+class Tokenizers : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Tokenizers, EdgeCasesMatchTokenizersIdsAndDecoding) {
+  const HfTokenizer tok = load(GetParam());
+  for (const auto& c : hf_test::expected(std::string("tokenizers/") + GetParam())["edge_cases"]) {
+    const std::string text = c["text"];
+    const auto ids = tok.encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << "text: " << text;
+    EXPECT_EQ(tok.decode(c["ids"].get<std::vector<int32_t>>()), c["decoded"].get<std::string>()) << "text: " << text;
+  }
+}
+
+TEST_P(Tokenizers, EveryFortuneMatchesTokenizers) {
+  const HfTokenizer tok = load(GetParam());
+  const auto expected = hf_test::expected(std::string("tokenizers/") + GetParam())["fortunes"];
+  ASSERT_FALSE(expected.empty());
+  for (const auto& [name, want] : expected.items()) {
+    const auto texts = fortunes_of("/usr/share/games/fortunes/" + name);
+    ASSERT_EQ(texts.size(), want["fortunes"].get<size_t>()) << name;
+    uLong crc = crc32(0, nullptr, 0);
+    size_t tokens = 0;
+    for (const auto& t : texts) {
+      const auto ids = tok.encode(t);
+      tokens += ids.size();
+      std::string line;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) line += ',';
+        line += std::to_string(ids[i]);
+      }
+      line += ";";
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(line.data()), uInt(line.size()));
+    }
+    EXPECT_EQ(tokens, want["tokens"].get<size_t>()) << GetParam() << " on fortunes file " << name;
+    EXPECT_EQ(crc, want["crc32"].get<uLong>()) << GetParam() << " on fortunes file " << name;
+  }
+}
+
+TEST_P(Tokenizers, StreamingDecodeGivesWholeCharactersAndTheWholeText) {
+  const HfTokenizer tok = load(GetParam());
+  for (const auto& c : hf_test::expected(std::string("tokenizers/") + GetParam())["edge_cases"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    text::DecodeStream stream(tok);
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string piece = stream.step(id);
+      EXPECT_EQ(text::utf8_lossy(piece), piece) << "half a character streamed for " << c["text"];
+      streamed += piece;
+    }
+    EXPECT_EQ(streamed, tok.decode(ids)) << c["text"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Tokenizers, ::testing::ValuesIn(kFamilies));
+
+TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {
+  auto refuses = [](const std::string& json, const std::string& says) {
+    try {
+      HfTokenizer::from_json_text(json, "test.json");
+      ADD_FAILURE() << "accepted: " << json;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "model type 'Unigram' is not supported");
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"normalizer\": {\"type\": \"Precompiled\"}}",
+          "normalizer type 'Precompiled' is not supported");
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", "names a token the vocabulary lacks");
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}", "not a non-negative");
+  refuses("not json", "is not valid JSON");
+  refuses("{}", "has no \"model\"");
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Split\", "
+          "\"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}",
+          "does not compile");
+  try {
+    HfTokenizer::from_file("/nonexistent/tokenizer.json");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read tokenizer"), std::string::npos);
+  }
+}
+
+TEST(TokenizerFiles, InvalidUtf8InputIsReadAsReplacementCharacters) {
+  const HfTokenizer tok = load("gpt2");
+  EXPECT_EQ(tok.encode("a\xff" "b"), tok.encode("a\xEF\xBF\xBD" "b"));
+}
+
+}  // namespace
+}  // namespace kiln
