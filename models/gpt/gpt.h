@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/nn/attention.h"
+#include "models/common/language_model.h"
 
 namespace kiln::models {
 
@@ -40,12 +41,6 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
                      Generator& gen);
 
-// Keys and values of every position seen so far, per layer, for generation.
-struct KvCache {
-  std::vector<Tensor> k, v;  // [1, H, block_size, D] each, in the autocast dtype where it is on
-  int64_t length = 0;        // positions cached
-};
-
 class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
@@ -61,7 +56,7 @@ class GptBlock : public nn::Module {
   std::shared_ptr<nn::Module> mlp;
 };
 
-class Gpt : public nn::Module {
+class Gpt : public LanguageModel {
  public:
   Gpt(const GptConfig& config, Generator& init, std::shared_ptr<Generator> dropout_gen);
   // ids [B, T] (i64) -> logits [B, T, vocab]
@@ -81,8 +76,10 @@ class Gpt : public nn::Module {
   // Generation: logits [1, vocab] of the last of `ids` [1, n], which continue
   // the positions in `cache` (empty: a prompt) and are added to it. Each new
   // token costs one position, not the whole context.
-  Tensor forward_cached(const Tensor& ids, KvCache& cache);
-  KvCache new_cache() const;
+  Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
+  KvCache new_cache() const override;
+  int64_t context_length() const override { return config_.block_size; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
   // Prompts of several sequences in one forward pass (rows padded to the
   // longest; causal, so padding changes no answer): each of `prompts` into
   // its empty cache; logits [B, vocab] of each prompt's last token, as

@@ -222,23 +222,26 @@ def token_expectations(tok_dir):
 
 
 @torch.no_grad()
-def causal_expectations(model, tok, dtype):
+def causal_expectations(d, tok, dtype):
     ids = tok(SCORE_TEXT, return_tensors="pt").input_ids
     out = {"score_text": SCORE_TEXT, "ids": ids[0].tolist()}
+    # Loaded from the folder, as a user loads it: a model cast in memory
+    # would keep buffers (rotary frequencies) rounded to its first dtype.
     for label, to_dtype in (("f32", torch.float32), ("native", dtype)):
-        logits = model.to(to_dtype)(ids).logits.float()
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=to_dtype).eval()
+        logits = model(ids).logits.float()
         lp = torch.log_softmax(logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
         out[f"logprobs_{label}"] = [None] + lp.tolist()
-    model.float()
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     prompt = tok(PROMPT, return_tensors="pt").input_ids
-    gen = model.generate(prompt, do_sample=False, max_new_tokens=16, min_new_tokens=16,
-                         pad_token_id=model.config.eos_token_id)
+    gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=model.config.eos_token_id)
     out.update(prompt=PROMPT, prompt_ids=prompt[0].tolist(), greedy_ids=gen[0, prompt.shape[1]:].tolist())
     return out
 
 
 @torch.no_grad()
-def classifier_expectations(model, tok, dtype):
+def classifier_expectations(d, tok, dtype):
+    model = AutoModelForSequenceClassification.from_pretrained(d, dtype=torch.float32).eval()
     rows = []
     for text in CLASSIFY_TEXTS:
         enc = tok(text, return_tensors="pt")
@@ -254,10 +257,10 @@ def make_model(out, name, tok_name, kwargs, auto, expectations):
     torch.manual_seed(sum(map(ord, name)))
     model = auto.from_config(config).to(dtype).eval()
     model.save_pretrained(d)
-    if hasattr(model, "generation_config") and auto is AutoModelForCausalLM:
+    if auto is AutoModelForCausalLM:
         model.generation_config.save_pretrained(d)
     with open(os.path.join(d, "expected.json"), "w") as f:
-        json.dump(expectations(model, tok, dtype), f, indent=1, ensure_ascii=False)
+        json.dump(expectations(d, tok, dtype), f, indent=1, ensure_ascii=False)
 
 
 def make_speed_model(d):

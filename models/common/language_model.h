@@ -1,0 +1,36 @@
+// What every causal language model offers generation, whatever its
+// architecture (Kiln's GPT, the Llama family, Hugging Face GPT-2): logits of
+// new tokens that continue a cache of keys and values.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+// Keys and values of every position seen so far, per layer, for generation.
+struct KvCache {
+  std::vector<Tensor> k, v;  // [1, kv heads, capacity, head size] each, in the autocast dtype where it is on
+  int64_t length = 0;        // positions cached
+};
+
+class LanguageModel : public nn::Module {
+ public:
+  // Logits [1, vocab] of the last of `ids` [1, n], which continue the
+  // positions in `cache` (empty: a prompt) and are added to it.
+  virtual Tensor forward_cached(const Tensor& ids, KvCache& cache) = 0;
+  virtual KvCache new_cache() const = 0;
+  virtual int64_t context_length() const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+// Appends up to max_new_tokens tokens to `prompt`, each from sample_token
+// (temperature 0: greedy). Stops after a token in `stop_ids`, or when
+// `on_token` returns false, or at the context length.
+std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
+                              double temperature, int64_t top_k, double top_p, Generator& gen,
+                              const std::vector<int32_t>& stop_ids = {},
+                              const std::function<bool(int32_t)>& on_token = {});
+
+}  // namespace kiln::models

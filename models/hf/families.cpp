@@ -1,0 +1,203 @@
+// The table of architectures. Each reads its config.json through a
+// ConfigReader, which refuses by name any key whose value changes the math
+// in a way Kiln does not implement.
+#include "models/hf/families.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kiln/core/error.h"
+#include "kiln/nn/init.h"
+#include "models/gpt/gpt.h"
+#include "models/llama/llama.h"
+
+namespace kiln::models {
+namespace {
+
+using nlohmann::json;
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, std::string type) : j_(j), type_(std::move(type)) {}
+  bool has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& at(const std::string& key) const { return j_[key]; }
+
+  int64_t integer(const std::string& key) const {
+    if (!has(key) || !j_[key].is_number_integer() || j_[key].get<int64_t>() <= 0)
+      fail(key, has(key) ? j_[key].dump() : "missing", "a positive integer");
+    return j_[key].get<int64_t>();
+  }
+  int64_t integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+  double number(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_number()) fail(key, j_[key].dump(), "a number");
+    return j_[key].get<double>();
+  }
+  bool flag(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_boolean()) fail(key, j_[key].dump(), "true or false");
+    return j_[key].get<bool>();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_string()) fail(key, j_[key].dump(), "a string");
+    return j_[key].get<std::string>();
+  }
+  // The key, when present, must hold one of `supported`.
+  void only(const std::string& key, const std::vector<json>& supported) const {
+    if (!has(key)) return;
+    for (const auto& v : supported)
+      if (j_[key] == v) return;
+    std::string list;
+    for (const auto& v : supported) list += (list.empty() ? "" : ", ") + v.dump();
+    unsupported(key, j_[key].dump(), "Kiln implements " + list);
+  }
+  void absent(const std::string& key, const std::string& why) const {
+    if (has(key)) unsupported(key, j_[key].dump().substr(0, 200), why);
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& value, const std::string& expected) const {
+    KILN_FAIL("config.json (", type_, "): \"", key, "\" is ", value, "; expected ", expected);
+  }
+  [[noreturn]] void unsupported(const std::string& key, const std::string& value, const std::string& why) const {
+    KILN_FAIL("config.json (", type_, "): \"", key, "\" = ", value,
+              " changes the model's math in a way Kiln does not support (", why, ")");
+  }
+
+ private:
+  const json& j_;
+  std::string type_;
+};
+
+// Keys every family refuses: weights Kiln cannot read as they are.
+void refuse_common(const ConfigReader& r) {
+  r.absent("quantization_config", "quantized checkpoints are not loaded yet; use the bf16 or f32 weights");
+}
+
+// ---- the Llama family: llama, mistral, qwen2
+
+void read_rope(const ConfigReader& r, LlamaConfig& c) {
+  // transformers 5 writes rope_parameters; older files rope_theta and rope_scaling.
+  c.rope_theta = r.number("rope_theta", c.rope_theta);
+  json rope = r.has("rope_parameters") ? r.at("rope_parameters") : r.has("rope_scaling") ? r.at("rope_scaling") : json();
+  if (rope.is_null()) return;
+  const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!rope.is_object()) r.fail(key, rope.dump(), "an object");
+  if (rope.contains("rope_theta")) c.rope_theta = rope["rope_theta"].get<double>();
+  const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+  if (type == "default") return;
+  if (type != "llama3")
+    r.unsupported(key + ".rope_type", "\"" + type + "\"", "Kiln implements the \"default\" and \"llama3\" types");
+  c.rope_factor = rope.at("factor").get<double>();
+  c.rope_low_freq_factor = rope.at("low_freq_factor").get<double>();
+  c.rope_high_freq_factor = rope.at("high_freq_factor").get<double>();
+  c.rope_original_max_positions = rope.at("original_max_position_embeddings").get<int64_t>();
+}
+
+LlamaConfig read_llama_config(const json& j, const std::string& type) {
+  ConfigReader r(j, type);
+  refuse_common(r);
+  r.only("hidden_act", {"silu"});
+  if (r.number("attention_dropout", 0) != 0) r.unsupported("attention_dropout", j["attention_dropout"].dump(), "0 only");
+  LlamaConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_layers = r.integer("num_hidden_layers");
+  c.num_heads = r.integer("num_attention_heads");
+  c.num_kv_heads = r.integer("num_key_value_heads", c.num_heads);
+  c.head_dim = r.integer("head_dim", c.hidden_size / c.num_heads);
+  c.max_positions = r.integer("max_position_embeddings");
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
+  c.attention_bias = r.flag("attention_bias", false);
+  c.mlp_bias = r.flag("mlp_bias", false);
+  read_rope(r, c);
+  if (type == "qwen2") {
+    c.qkv_bias = true;
+    if (r.flag("use_sliding_window", false))
+      r.unsupported("use_sliding_window", "true", "Qwen2's per-layer sliding windows are not implemented");
+  }
+  if (type == "mistral") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
+  else r.absent("sliding_window", "a sliding window is read for mistral only") ;
+  if (r.has("layer_types"))
+    for (const auto& t : r.at("layer_types"))
+      if (t != "full_attention" && !(type == "mistral" && t == "sliding_attention"))
+        r.unsupported("layer_types", t.dump(), "every layer must use full attention");
+  return c;
+}
+
+std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& type) {
+  const LlamaConfig c = read_llama_config(j, type);
+  nn::MetaParametersGuard meta;
+  Generator unused(0);
+  return std::make_shared<Llama>(c, unused);
+}
+
+CausalLmFamily llama_family(const std::string& type) {
+  return {type, [type](const json& j) { return build_llama(j, type); },
+          [](const std::string& p) { return CheckpointName{p}; },
+          [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; }};
+}
+
+// ---- GPT-2: Kiln's own GPT, whose parameter names are GPT-2's
+
+std::shared_ptr<LanguageModel> build_gpt2(const json& j) {
+  ConfigReader r(j, "gpt2");
+  refuse_common(r);
+  r.only("activation_function", {"gelu_new", "gelu_pytorch_tanh"});
+  r.only("scale_attn_by_inverse_layer_idx", {false});
+  r.only("add_cross_attention", {false});
+  r.only("scale_attn_weights", {true});
+  r.only("tie_word_embeddings", {true});
+  GptConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.block_size = r.integer("n_positions");
+  c.n_layer = r.integer("n_layer");
+  c.n_head = r.integer("n_head");
+  c.n_embd = r.integer("n_embd");
+  if (r.has("n_inner") && r.integer("n_inner") != 4 * c.n_embd)
+    r.unsupported("n_inner", j["n_inner"].dump(), "Kiln's GPT MLP is 4 * n_embd wide");
+  if (std::abs(r.number("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12)
+    r.unsupported("layer_norm_epsilon", j["layer_norm_epsilon"].dump(), "1e-5 only");
+  nn::MetaParametersGuard meta;
+  Generator unused(0);
+  return std::make_shared<Gpt>(c, unused, std::make_shared<Generator>(0));
+}
+
+// Kiln's Linear is [out, in]; GPT-2's Conv1D stores [in, out].
+CheckpointName gpt2_name(const std::string& p) {
+  for (const char* conv : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (p.size() > std::strlen(conv) && p.compare(p.size() - std::strlen(conv), std::string::npos, conv) == 0)
+      return {p, true};
+  return {p};
+}
+
+bool gpt2_buffer(const std::string& t) {
+  return t.ends_with(".attn.bias") || t.ends_with(".attn.masked_bias") || t == "lm_head.weight";
+}
+
+const std::vector<CausalLmFamily>& families() {
+  static const std::vector<CausalLmFamily> table = {
+      llama_family("llama"),
+      llama_family("mistral"),
+      llama_family("qwen2"),
+      {"gpt2", build_gpt2, gpt2_name, gpt2_buffer},
+  };
+  return table;
+}
+
+}  // namespace
+
+const CausalLmFamily* find_causal_lm_family(const std::string& model_type) {
+  for (const auto& f : families())
+    if (f.model_type == model_type) return &f;
+  return nullptr;
+}
+
+std::string supported_causal_lm_types() {
+  std::string out;
+  for (const auto& f : families()) out += (out.empty() ? "" : ", ") + f.model_type;
+  return out;
+}
+
+}  // namespace kiln::models

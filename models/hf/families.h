@@ -1,0 +1,34 @@
+// The architectures Kiln loads from Hugging Face folders, one entry per
+// config.json model_type: how to read the config, build the module, and name
+// its parameters in the checkpoint.
+#pragma once
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/common/language_model.h"
+
+namespace kiln::models {
+
+struct CheckpointName {
+  std::string name;        // the tensor's name in the checkpoint
+  bool transposed = false;  // stored [in, out] (GPT-2's Conv1D)
+};
+
+struct CausalLmFamily {
+  std::string model_type;
+  // Builds the module from config.json (parameters on the meta device: the
+  // checkpoint provides them), refusing any key it does not implement.
+  std::function<std::shared_ptr<LanguageModel>(const nlohmann::json& config)> build;
+  // A Kiln parameter name -> the checkpoint's.
+  std::function<CheckpointName(const std::string& parameter)> checkpoint_name;
+  // Checkpoint tensors that are not parameters and may be left unused (buffers).
+  std::function<bool(const std::string& tensor)> ignorable = [](const std::string&) { return false; };
+};
+
+// nullptr when `model_type` is not supported.
+const CausalLmFamily* find_causal_lm_family(const std::string& model_type);
+std::string supported_causal_lm_types();
+
+}  // namespace kiln::models

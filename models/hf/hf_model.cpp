@@ -1,0 +1,137 @@
+#include "models/hf/hf_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kiln/core/error.h"
+#include "kiln/io/safetensors.h"
+#include "models/hf/families.h"
+
+namespace kiln::models {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) KILN_FAIL("cannot read ", path.string(), " (", what, ")");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
+  }
+}
+
+// Points `param` at `value`'s memory (no copy), or at a converted copy when
+// the dtypes differ. The shape must match.
+void adopt(Tensor& param, const Tensor& value, const std::string& name) {
+  KILN_CHECK(param.shape() == value.shape(), "checkpoint tensor '", name, "' has shape ", shape_str(value.shape()),
+             "; the model built from config.json needs ", shape_str(param.shape()));
+  Tensor source = value.dtype() == DType::f32 ? value : value.to(DType::f32);
+  TensorImpl& impl = param.impl();
+  impl.storage = source.storage();
+  impl.offset = source.offset();
+  impl.strides = source.strides();
+  impl.dtype = source.dtype();
+}
+
+std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir) {
+  json eos = config.value("eos_token_id", json());
+  if (fs::exists(dir / "generation_config.json")) {
+    const json g = read_json(dir / "generation_config.json", "generation settings");
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) eos = g["eos_token_id"];
+  }
+  std::vector<int32_t> ids;
+  if (eos.is_number_integer()) ids.push_back(eos.get<int32_t>());
+  if (eos.is_array())
+    for (const auto& e : eos) ids.push_back(e.get<int32_t>());
+  return ids;
+}
+
+}  // namespace
+
+std::optional<std::string> hf_folder(const std::string& spec) {
+  if (spec.rfind("hf:", 0) != 0) return std::nullopt;
+  return spec.substr(3);
+}
+
+json read_hf_config(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    KILN_FAIL("hf:", dir, " is not a folder; download one with `huggingface-cli download ORG/NAME --local-dir DIR` "
+              "on a machine with internet (docs/REAL_MODELS.md)");
+  json config = read_json(fs::path(dir) / "config.json", "a Hugging Face model folder needs its config.json");
+  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string())
+    KILN_FAIL(dir, "/config.json has no \"model_type\" string, so the architecture is unknown");
+  return config;
+}
+
+std::map<std::string, Tensor> map_hf_weights(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) return map_safetensors(single.string()).tensors;
+  if (!fs::exists(index))
+    KILN_FAIL(dir, " holds neither model.safetensors nor model.safetensors.index.json; Kiln reads safetensors "
+              "weights only (pytorch_model.bin is pickle: convert it with transformers' save_pretrained)");
+  const json j = read_json(index, "the index of the weight shards");
+  KILN_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index.string(), " has no \"weight_map\" object");
+  std::map<std::string, std::string> shard_of;
+  std::set<std::string> shards;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    KILN_CHECK(file.is_string() && file.get<std::string>().find('/') == std::string::npos, index.string(),
+               ": the shard of '", name, "' is not a file name in the folder");
+    shard_of[name] = file.get<std::string>();
+    shards.insert(file.get<std::string>());
+  }
+  std::map<std::string, Tensor> all;
+  for (const auto& shard : shards) {
+    const fs::path path = fs::path(dir) / shard;
+    if (!fs::exists(path)) KILN_FAIL(index.string(), " names shard ", shard, ", which is missing from the folder");
+    for (auto& [name, t] : map_safetensors(path.string()).tensors) {
+      auto it = shard_of.find(name);
+      KILN_CHECK(it != shard_of.end() && it->second == shard, "shard ", shard, " holds '", name,
+                 "', which the index places elsewhere or not at all");
+      all.emplace(name, std::move(t));
+    }
+  }
+  for (const auto& [name, shard] : shard_of)
+    KILN_CHECK(all.count(name), "the index places '", name, "' in ", shard, ", which does not hold it");
+  return all;
+}
+
+HfCausalLm load_hf_causal_lm(const std::string& dir) {
+  HfCausalLm out;
+  out.dir = dir;
+  out.config = read_hf_config(dir);
+  out.model_type = out.config["model_type"].get<std::string>();
+  const CausalLmFamily* family = find_causal_lm_family(out.model_type);
+  if (!family)
+    KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a causal language model Kiln supports (",
+              supported_causal_lm_types(), ")");
+  out.model = family->build(out.config);
+  out.tokenizer = text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
+  std::map<std::string, Tensor> weights = map_hf_weights(dir);
+  std::set<std::string> used;
+  for (auto& [name, param] : out.model->named_parameters()) {
+    CheckpointName source = family->checkpoint_name(name);
+    auto it = weights.find(source.name);
+    if (it == weights.end() && source.name.rfind("transformer.", 0) == 0)  // GPT-2 files without the prefix
+      it = weights.find(source.name.substr(12));
+    if (it == weights.end())
+      KILN_FAIL(dir, ": the weights lack '", source.name, "', which a ", out.model_type, " model with this config.json needs");
+    used.insert(it->first);
+    Tensor value = source.transposed ? it->second.transpose(0, 1).contiguous() : it->second;
+    Tensor p = param;
+    adopt(p, value, source.name);
+  }
+  for (const auto& [name, t] : weights)
+    if (!used.count(name) && !family->ignorable(name))
+      KILN_FAIL(dir, ": the weights hold '", name, "', which a ", out.model_type,
+                " model with this config.json has no place for (a different architecture or config?)");
+  out.model->eval();
+  out.eos_ids = eos_ids_of(out.config, dir);
+  return out;
+}
+
+}  // namespace kiln::models

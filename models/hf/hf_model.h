@@ -1,0 +1,41 @@
+// Hugging Face model folders ("hf:DIR"): config.json, safetensors weights
+// (one file, or shards with model.safetensors.index.json), tokenizer.json
+// and generation_config.json, as save_pretrained writes them or a hub
+// snapshot holds them. Nothing is fetched: the folder is on disk.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/text/hf_tokenizer.h"
+#include "models/common/language_model.h"
+
+namespace kiln::models {
+
+// "hf:DIR" -> DIR; anything else -> nullopt.
+std::optional<std::string> hf_folder(const std::string& spec);
+
+// config.json of a folder, checked to be a JSON object with a model_type.
+nlohmann::json read_hf_config(const std::string& dir);
+
+struct HfCausalLm {
+  std::string dir, model_type;
+  nlohmann::json config;
+  std::shared_ptr<LanguageModel> model;
+  text::HfTokenizer tokenizer;
+  std::vector<int32_t> eos_ids;  // generation ends after any of these
+};
+
+// Loads a causal language model: the architecture from config.json's
+// model_type (an unsupported one, or a config key that changes the math and
+// Kiln does not implement, is an error naming it), its f32 weights
+// memory-mapped; bf16 and f16 weights are widened to f32 copies for now.
+HfCausalLm load_hf_causal_lm(const std::string& dir);
+
+// The weights of a folder, name -> tensor, mapped from model.safetensors or
+// the shards its index names; every shard is checked as it is mapped.
+std::map<std::string, Tensor> map_hf_weights(const std::string& dir);
+
+}  // namespace kiln::models

@@ -1,0 +1,247 @@
+#include "models/llama/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/backend/factory.h"
+
+namespace kiln::models {
+
+using namespace kiln::nn;
+
+namespace {
+
+class RmsNorm : public Module {
+ public:
+  RmsNorm(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", ones({dim})); }
+  // x / sqrt(mean(x^2) + eps) * weight, in f32 as transformers computes it.
+  Tensor forward(const Tensor& x) override {
+    Tensor x32 = x.dtype() == DType::f32 ? x : to_dtype(x, DType::f32);
+    Tensor normed = x32 / sqrt(add_scalar(mean(square(x32), {-1}, true), eps_));
+    if (weight.dtype() != DType::f32) normed = to_dtype(normed, weight.dtype());
+    return normed * weight;
+  }
+  Tensor weight;
+
+ private:
+  double eps_;
+};
+
+Tensor silu(const Tensor& x) { return x * sigmoid(x); }
+
+// [..., D] -> [..., D]: the halves swapped, the second negated.
+Tensor rotate_half(const Tensor& x) {
+  const int64_t D = x.size(-1);
+  return cat({neg(slice(x, -1, D / 2, D)), slice(x, -1, 0, D / 2)}, -1);
+}
+
+// [B, kv heads, S, D] -> [B, kv heads * repeats, S, D]: each kv head serves `repeats` query heads.
+Tensor repeat_kv(const Tensor& x, int64_t repeats) {
+  if (repeats == 1) return x;
+  const int64_t B = x.size(0), Hkv = x.size(1), S = x.size(2), D = x.size(3);
+  return reshape(expand(unsqueeze(x, 2), {B, Hkv, repeats, S, D}), {B, Hkv * repeats, S, D});
+}
+
+// The rotary frequencies, with Llama 3's scaling of the long wavelengths
+// (transformers' _compute_llama3_parameters), in f32 as transformers computes them.
+std::vector<float> rope_inverse_frequencies(const LlamaConfig& c) {
+  std::vector<float> inv(size_t(c.head_dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i)
+    inv[i] = float(1.0 / std::pow(c.rope_theta, double(float(2 * i) / float(c.head_dim))));
+  if (c.rope_factor == 0) return inv;
+  const double low_wavelen = double(c.rope_original_max_positions) / c.rope_low_freq_factor;
+  const double high_wavelen = double(c.rope_original_max_positions) / c.rope_high_freq_factor;
+  for (float& f : inv) {
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen > low_wavelen) {
+      f = float(f / c.rope_factor);
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (double(c.rope_original_max_positions) / wavelen - c.rope_low_freq_factor) /
+                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
+      f = float((1 - smooth) * f / c.rope_factor + smooth * f);
+    }
+  }
+  return inv;
+}
+
+}  // namespace
+
+// One decoder layer, with transformers' names.
+class LlamaLayer : public Module {
+ public:
+  LlamaLayer(const LlamaConfig& c, Generator& init) : c_(c) {
+    auto attn = register_module("self_attn", std::make_shared<Named>());
+    const bool qkv_bias = c.attention_bias || c.qkv_bias;
+    q_proj = attn->add("q_proj", std::make_shared<Linear>(c.hidden_size, c.num_heads * c.head_dim, init, qkv_bias));
+    k_proj = attn->add("k_proj", std::make_shared<Linear>(c.hidden_size, c.num_kv_heads * c.head_dim, init, qkv_bias));
+    v_proj = attn->add("v_proj", std::make_shared<Linear>(c.hidden_size, c.num_kv_heads * c.head_dim, init, qkv_bias));
+    o_proj = attn->add("o_proj", std::make_shared<Linear>(c.num_heads * c.head_dim, c.hidden_size, init, c.attention_bias));
+    auto mlp = register_module("mlp", std::make_shared<Named>());
+    gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+    up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+    down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
+    input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+  }
+
+  // x [B, T, C] at positions [past, past + T); with a cache, its keys and
+  // values are added to (k_cache, v_cache) and attention reads them all.
+  Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t past, Tensor* k_cache,
+                    Tensor* v_cache) {
+    Tensor h = x + attention(input_layernorm->forward(x), cos, sin, past, k_cache, v_cache);
+    Tensor n = post_attention_layernorm->forward(h);
+    return h + down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+  }
+
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+
+ private:
+  // A container whose children are named by the caller.
+  class Named : public Module {
+   public:
+    template <typename M>
+    std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+      return register_module(name, std::move(m));
+    }
+  };
+
+  Tensor heads(const Tensor& projected, int64_t B, int64_t T, int64_t H) const {
+    return transpose(reshape(projected, {B, T, H, c_.head_dim}), 1, 2);  // [B, H, T, D]
+  }
+
+  Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t past, Tensor* k_cache,
+                   Tensor* v_cache) const {
+    const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
+    Tensor q = heads(q_proj->forward(x), B, T, H);
+    Tensor k = heads(k_proj->forward(x), B, T, Hkv);
+    Tensor v = heads(v_proj->forward(x), B, T, Hkv);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    int64_t S = T;
+    if (k_cache) {  // generation: a batch of one, positions [past, past + T)
+      Tensor k_slot = slice(*k_cache, 2, past, past + T), v_slot = slice(*v_cache, 2, past, past + T);
+      copy_into(k, k_slot);
+      copy_into(v, v_slot);
+      S = past + T;
+      k = slice(*k_cache, 2, 0, S);
+      v = slice(*v_cache, 2, 0, S);
+    }
+    k = repeat_kv(k, H / Hkv);
+    v = repeat_kv(v, H / Hkv);
+    Tensor out;
+    const bool window_binds = c_.sliding_window > 0 && S > c_.sliding_window;
+    if (S == T && !window_binds) {
+      out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
+    } else {
+      // Query i (position past + i) sees key j when j <= past + i and, with a
+      // sliding window w, j > past + i - w (as transformers' mask does).
+      std::vector<float> mask(size_t(T * S), 0.0f);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < S; ++j) {
+          const int64_t pos = past + i;
+          if (j > pos || (c_.sliding_window > 0 && j <= pos - c_.sliding_window))
+            mask[size_t(i * S + j)] = -std::numeric_limits<float>::infinity();
+        }
+      Tensor bias = Tensor::from_vector(mask, {T, S}).to(x.device());
+      Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(D)));
+      if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
+      Tensor probs = softmax(scores + bias, -1);
+      out = matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v);
+    }
+    return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
+  }
+
+  LlamaConfig c_;
+};
+
+class Llama::Decoder : public Module {
+ public:
+  Decoder(const LlamaConfig& c, Generator& init) {
+    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
+    auto layers = register_module("layers", std::make_shared<Sequential>());
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      this->layers.push_back(std::make_shared<LlamaLayer>(c, init));
+      layers->add(this->layers.back());
+    }
+    norm = register_module("norm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+  }
+  std::shared_ptr<Embedding> embed_tokens;
+  std::vector<std::shared_ptr<LlamaLayer>> layers;
+  std::shared_ptr<RmsNorm> norm;
+};
+
+Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
+  KILN_CHECK(c.num_heads > 0 && c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0, "llama: ", c.num_heads,
+             " attention heads cannot share ", c.num_kv_heads, " key/value heads evenly");
+  KILN_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: rotary positions need an even head_dim, got ", c.head_dim);
+  model_ = register_module("model", std::make_shared<Decoder>(c, init));
+  if (!c.tie_word_embeddings)
+    lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, init, false));
+}
+
+// cos/sin of position * frequency for positions [0, n), each frequency twice
+// (transformers' cat(freqs, freqs)). Grown on demand: Llama 3's 131,072
+// positions would cost 128 MB up front.
+void Llama::ensure_rope(int64_t n, Device device) {
+  if (rope_cos_.defined() && rope_cos_.size(0) >= n && rope_cos_.device() == device) return;
+  n = std::min(config_.max_positions, std::max<int64_t>({n, 256, rope_cos_.defined() ? 2 * rope_cos_.size(0) : 0}));
+  const std::vector<float> inv = rope_inverse_frequencies(config_);
+  const int64_t D = config_.head_dim;
+  std::vector<float> cos_v(size_t(n * D)), sin_v(cos_v.size());
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < D; ++i) {
+      const float angle = float(p) * inv[size_t(i % (D / 2))];
+      cos_v[size_t(p * D + i)] = std::cos(angle);
+      sin_v[size_t(p * D + i)] = std::sin(angle);
+    }
+  rope_cos_ = Tensor::from_vector(cos_v, {n, D}).to(device);
+  rope_sin_ = Tensor::from_vector(sin_v, {n, D}).to(device);
+}
+
+Tensor Llama::head_weight() const { return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight; }
+
+Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
+  const int64_t T = ids.size(1), past = cache ? cache->length : 0;
+  KILN_CHECK(past + T <= config_.max_positions, "the text holds ", past + T, " tokens, more than the model's ",
+             config_.max_positions, " positions (max_position_embeddings); shorten it");
+  if (cache)
+    KILN_CHECK(past + T <= cache->k.front().size(2), "the generation cache holds ", cache->k.front().size(2),
+               " positions; ", past + T, " do not fit");
+  ensure_rope(past + T, model_->embed_tokens->weight.device());
+  Tensor cos = slice(rope_cos_, 0, past, past + T), sin = slice(rope_sin_, 0, past, past + T);
+  Tensor x = model_->embed_tokens->forward(ids);
+  for (size_t l = 0; l < model_->layers.size(); ++l)
+    x = model_->layers[l]->forward_at(x, cos, sin, past, cache ? &cache->k[l] : nullptr, cache ? &cache->v[l] : nullptr);
+  if (cache) cache->length += T;
+  return model_->norm->forward(x);
+}
+
+Tensor Llama::forward(const Tensor& ids) { return linear(hidden(ids, nullptr), head_weight(), Tensor()); }
+
+Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
+  return linear_cross_entropy(hidden(ids, nullptr), head_weight(), targets);
+}
+
+Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
+  NoGradGuard ng;
+  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "llama: a cached forward takes ids [1, n], got ", shape_str(ids.shape()));
+  Tensor x = hidden(ids, &cache);
+  Tensor last = slice(x, 1, x.size(1) - 1, x.size(1));
+  return reshape(linear(last, head_weight(), Tensor()), {1, config_.vocab_size});
+}
+
+KvCache Llama::new_cache() const {
+  KvCache cache;
+  const Tensor& w = model_->embed_tokens->weight;
+  const int64_t capacity = std::min(config_.max_positions, kMaxCachedPositions);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    cache.k.push_back(Tensor::empty({1, config_.num_kv_heads, capacity, config_.head_dim}, w.dtype(), w.device()));
+    cache.v.push_back(Tensor::empty({1, config_.num_kv_heads, capacity, config_.head_dim}, w.dtype(), w.device()));
+  }
+  return cache;
+}
+
+}  // namespace kiln::models

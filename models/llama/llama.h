@@ -1,0 +1,55 @@
+// The Llama architecture, which also covers Mistral (a sliding attention
+// window) and Qwen2 (biases on q, k and v): RMSNorm, rotary positions
+// (with Llama 3's frequency scaling), SwiGLU, grouped- and multi-query
+// attention, and a tied or untied head. Built from Kiln's ops, so it trains
+// as well as it generates. Parameters carry transformers' names
+// ("model.layers.0.self_attn.q_proj.weight"), so a checkpoint maps onto the
+// module name for name.
+#pragma once
+#include <algorithm>
+
+#include "models/gpt/gpt.h"
+
+namespace kiln::models {
+
+struct LlamaConfig {
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, max_positions = 0;
+  double rms_norm_eps = 1e-6, rope_theta = 10000.0;
+  bool attention_bias = false;  // q, k, v and o (Llama's attention_bias)
+  bool qkv_bias = false;        // q, k and v only (Qwen2)
+  bool mlp_bias = false;
+  bool tie_word_embeddings = false;
+  int64_t sliding_window = 0;  // 0: every earlier position is seen
+  // rope_scaling "llama3" (Llama 3.1+); factor 0: none.
+  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_max_positions = 8192;
+};
+
+class Llama : public LanguageModel {
+ public:
+  Llama(const LlamaConfig& config, Generator& init);
+  Tensor forward(const Tensor& ids) override;  // [B, T] -> logits [B, T, vocab]
+  // Mean next-token cross-entropy against targets [B, T] (ignore_index -100).
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+  Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
+  KvCache new_cache() const override;
+  // Generation sees at most this many positions (or the model's own limit):
+  // its cache is allocated whole, and Llama 3 would ask for 131,072.
+  static constexpr int64_t kMaxCachedPositions = 8192;
+  int64_t context_length() const override { return std::min(config_.max_positions, kMaxCachedPositions); }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  const LlamaConfig& config() const { return config_; }
+
+ private:
+  Tensor hidden(const Tensor& ids, KvCache* cache);  // the final normed stream
+  Tensor head_weight() const;
+  void ensure_rope(int64_t positions, Device device);
+  LlamaConfig config_;
+  class Decoder;
+  std::shared_ptr<Decoder> model_;  // "model.*"
+  std::shared_ptr<nn::Linear> lm_head_;
+  Tensor rope_cos_, rope_sin_;  // [positions, head_dim]
+};
+
+}  // namespace kiln::models

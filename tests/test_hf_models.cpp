@@ -1,0 +1,140 @@
+// Hugging Face causal language models loaded by Kiln against transformers:
+// per-token log-probabilities (f32, within 1e-3) and greedy generation
+// (equal to generate(do_sample=False)) for every architecture, on the
+// fixtures of tests/hf/make_fixtures.py, plus bad folders.
+#include <filesystem>
+
+#include "hf_test_util.h"
+#include "kiln/core/error.h"
+#include "models/hf/hf_model.h"
+#include "models/gpt/gpt.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kCausal[] = {"gpt2", "llama-gqa", "llama-mqa-tied", "llama-bf16", "mistral", "qwen2"};
+
+// log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
+std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
+  NoGradGuard ng;
+  std::vector<int64_t> ids64(ids.begin(), ids.end());
+  Tensor logits = model.forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}));
+  Tensor lp = log_softmax(logits, -1);
+  const std::vector<float> v = lp.to_vector<float>();
+  const int64_t V = lp.size(-1);
+  std::vector<double> out;
+  for (size_t t = 1; t < ids.size(); ++t) out.push_back(v[(t - 1) * size_t(V) + size_t(ids[t])]);
+  return out;
+}
+
+class CausalLms : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CausalLms, LogProbabilitiesMatchTransformersInF32) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()));
+  const auto want = hf_test::expected(GetParam());
+  const auto ids = want["ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(lm.tokenizer.encode(want["score_text"].get<std::string>()), ids);
+  const auto got = logprobs(*lm.model, ids);
+  ASSERT_EQ(got.size() + 1, want["logprobs_f32"].size());
+  double worst = 0;
+  for (size_t t = 0; t < got.size(); ++t) worst = std::max(worst, std::abs(got[t] - want["logprobs_f32"][t + 1].get<double>()));
+  EXPECT_LT(worst, 1e-3) << GetParam();
+}
+
+TEST_P(CausalLms, GreedyGenerationEqualsTransformersGenerate) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()));
+  const auto want = hf_test::expected(GetParam());
+  const auto prompt = lm.tokenizer.encode(want["prompt"].get<std::string>());
+  ASSERT_EQ(prompt, want["prompt_ids"].get<std::vector<int32_t>>());
+  Generator gen(1);
+  auto out = models::generate(*lm.model, prompt, 16, 0.0, 0, 1.0, gen, lm.eos_ids);
+  std::vector<int32_t> fresh(out.begin() + long(prompt.size()), out.end());
+  EXPECT_EQ(fresh, want["greedy_ids"].get<std::vector<int32_t>>()) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// A copy of a fixture folder that a test may break.
+fs::path scratch_copy(const std::string& fixture_name, const std::string& test) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln_hf_" + std::to_string(::getpid()) + "_" + test);
+  fs::remove_all(dir);
+  fs::copy(hf_test::fixture(fixture_name), dir, fs::copy_options::recursive);
+  return dir;
+}
+
+void expect_error(const fs::path& dir, const std::string& says) {
+  try {
+    models::load_hf_causal_lm(dir.string());
+    ADD_FAILURE() << "loaded " << dir;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump();
+}
+
+TEST(HfFolders, BadFoldersAreClearErrors) {
+  expect_error("/nonexistent/model", "is not a folder");
+  {
+    auto dir = scratch_copy("llama-gqa", "missing");
+    fs::remove(dir / "model.safetensors");
+    expect_error(dir, "holds neither model.safetensors");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "truncated");
+    fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") - 100);
+    expect_error(dir, "truncated");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "arch");
+    edit_config(dir, [](auto& j) { j["model_type"] = "mamba"; });
+    expect_error(dir, "model_type 'mamba' is not a causal language model Kiln supports");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "rope");
+    edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "yarn"; });
+    expect_error(dir, "rope_parameters.rope_type");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "act");
+    edit_config(dir, [](auto& j) { j["hidden_act"] = "gelu"; });
+    expect_error(dir, "\"hidden_act\" = \"gelu\" changes the model's math");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "shape");
+    edit_config(dir, [](auto& j) { j["intermediate_size"] = 64; });
+    expect_error(dir, "has shape");
+  }
+  {
+    auto dir = scratch_copy("llama-gqa", "tokenizer");
+    std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
+    expect_error(dir, "model type 'Unigram' is not supported");
+  }
+}
+
+TEST(HfFolders, PromptLongerThanTheContextIsAClearError) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture("gpt2"));
+  std::vector<int32_t> prompt(size_t(lm.model->context_length()) + 1, 5);
+  Generator gen(1);
+  try {
+    models::generate(*lm.model, prompt, 4, 0.0, 0, 1.0, gen);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the model's context"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
