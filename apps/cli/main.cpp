@@ -4,6 +4,7 @@
 
 #include "apps/cli/info.h"
 #include "apps/cli/serve_command.h"
+#include "apps/cli/text_commands.h"
 #include "apps/cli/train_command.h"
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
@@ -32,7 +33,8 @@ int main(int argc, char** argv) {
   std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
   kiln::recipes::SampleOptions so;
   auto* sample = app.add_subcommand("sample", "sample text from a language-model checkpoint");
-  sample->add_option("checkpoint", sample_path, "checkpoint or run directory (default: runs/fortunes-gpt)");
+  sample->add_option("checkpoint", sample_path,
+                     "checkpoint, run directory or hf:DIR (a Hugging Face model folder; default: runs/fortunes-gpt)");
   sample->add_option("--prompt", so.prompt, "text to continue");
   sample->add_option("--count", so.count, "number of samples");
   sample->add_option("--max-tokens", so.max_tokens, "tokens per sample");
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
 
+  std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
+  std::function<int()> run_score = kiln::cli::add_score_command(app);
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
@@ -59,6 +63,10 @@ int main(int argc, char** argv) {
     } else if (int rc = run_plan(); rc >= 0) {
       return rc;
     } else if (int rc = run_serve(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_tokenize(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_score(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

@@ -141,8 +141,6 @@ data::Tokenizer load_run_tokenizer(const std::string& checkpoint_dir, const Chec
   return data::Tokenizer::load((run_dir / ck.state.value("tokenizer", "tokenizer.model")).string());
 }
 
-namespace {
-
 std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
   Generator init(0);
   auto model = std::make_unique<models::Gpt>(models::GptConfig::from_json(ck.state.at("config")), init,
@@ -151,6 +149,8 @@ std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device) {
   model->to(device);
   return model;
 }
+
+namespace {
 
 // A completion of the fortunes GPT in progress: its tokens, its KV cache
 // and its own sampler. Text is handed out only once no stop string can still

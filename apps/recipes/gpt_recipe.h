@@ -31,6 +31,8 @@ data::Tokenizer fortunes_tokenizer(const std::vector<std::string>& docs, const s
                                    const std::string& cache_dir, int threads);
 // The tokenizer a run saved beside its checkpoints.
 data::Tokenizer load_run_tokenizer(const std::string& checkpoint_dir, const Checkpoint& ck);
+// The run's GPT, its weights from the checkpoint, on `device`.
+std::unique_ptr<models::Gpt> load_gpt(const Checkpoint& ck, Device device);
 std::vector<std::string> sample_gpt(models::Gpt& model, const data::Tokenizer& tok, const std::string& prompt,
                                     int count, int64_t max_tokens, double temperature, int64_t top_k, Generator& gen);
 

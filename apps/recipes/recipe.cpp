@@ -1,10 +1,14 @@
 #include "apps/recipes/recipe.h"
 
+#include <algorithm>
+
 #include "apps/recipes/classify_recipe.h"
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/image_recipe.h"
 #include "apps/recipes/step_parts.h"
+#include "apps/recipes/text_model.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::recipes {
 
@@ -144,6 +148,21 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
+  if (models::hf_folder(path)) {
+    TextModel m = load_text_model(path, device);
+    Generator gen(options.seed);
+    const std::vector<int32_t> prompt = m.encode(options.prompt);
+    std::vector<std::string> out;
+    for (int i = 0; i < options.count; ++i) {
+      auto all = models::generate(*m.model, prompt, options.max_tokens, options.temperature, options.top_k, 1.0, gen,
+                                  m.stop_ids);
+      std::vector<int32_t> fresh(all.begin() + long(prompt.size()), all.end());
+      if (!fresh.empty() && std::find(m.stop_ids.begin(), m.stop_ids.end(), fresh.back()) != m.stop_ids.end())
+        fresh.pop_back();
+      out.push_back(options.prompt + m.decode(fresh));
+    }
+    return out;
+  }
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   return recipe_of(ck, dir).sample(ck, dir, options, device);

@@ -235,7 +235,9 @@ def causal_expectations(d, tok, dtype):
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     prompt = tok(PROMPT, return_tensors="pt").input_ids
     gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=model.config.eos_token_id)
-    out.update(prompt=PROMPT, prompt_ids=prompt[0].tolist(), greedy_ids=gen[0, prompt.shape[1]:].tolist())
+    greedy = gen[0, prompt.shape[1]:].tolist()
+    text = tok.decode([t for t in greedy if t != model.config.eos_token_id], skip_special_tokens=True)
+    out.update(prompt=PROMPT, prompt_ids=prompt[0].tolist(), greedy_ids=greedy, greedy_text=PROMPT + text)
     return out
 
 

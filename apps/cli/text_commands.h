@@ -1,0 +1,14 @@
+// `kiln tokenize` and `kiln score`: what a model's tokenizer and its
+// probabilities say about a text, for a run directory or hf:DIR.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kiln::cli {
+
+// Each adds its subcommand; the returned function runs it if it was given
+// (returning its exit status) and returns -1 otherwise.
+std::function<int()> add_tokenize_command(CLI::App& app);
+std::function<int()> add_score_command(CLI::App& app);
+
+}  // namespace kiln::cli

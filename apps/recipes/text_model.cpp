@@ -1,0 +1,62 @@
+#include "apps/recipes/text_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include "apps/recipes/common.h"
+#include "apps/recipes/gpt_recipe.h"
+#include "kiln/io/checkpoint.h"
+#include "models/hf/hf_model.h"
+
+namespace kiln::recipes {
+
+TextModel load_text_model(const std::string& spec, Device device) {
+  TextModel out;
+  if (auto dir = models::hf_folder(spec)) {
+    auto lm = std::make_shared<models::HfCausalLm>(models::load_hf_causal_lm(*dir));
+    lm->model->to(device);
+    out.model = lm->model;
+    out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
+    out.decode = [lm](const std::vector<int32_t>& ids) { return lm->tokenizer.decode(ids); };
+    out.stop_ids = lm->eos_ids;
+    return out;
+  }
+  const std::string ckdir = resolve_checkpoint(spec);
+  const Checkpoint ck = load_checkpoint(ckdir);
+  KILN_CHECK(ck.state.value("recipe", std::string()) == "fortunes-gpt", spec, " holds a ",
+             ck.state.value("recipe", std::string("?")), " run, not a language model");
+  std::shared_ptr<models::Gpt> gpt = load_gpt(ck, device);
+  gpt->eval();
+  auto tok = std::make_shared<data::Tokenizer>(load_run_tokenizer(ckdir, ck));
+  out.model = gpt;
+  out.encode = [tok](const std::string& t) {
+    std::vector<int32_t> ids{tok->end_of_text_id()};
+    const auto text = tok->encode(t);
+    ids.insert(ids.end(), text.begin(), text.end());
+    return ids;
+  };
+  out.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  out.stop_ids = {tok->end_of_text_id()};
+  return out;
+}
+
+ScoredText score_text(TextModel& m, const std::string& text) {
+  ScoredText out;
+  out.ids = m.encode(text);
+  KILN_CHECK(!out.ids.empty(), "the text encodes to no tokens, so there is nothing to score");
+  KILN_CHECK(int64_t(out.ids.size()) <= m.model->context_length(), "the text is ", out.ids.size(),
+             " tokens, more than the model's context of ", m.model->context_length(), "; score a shorter text");
+  NoGradGuard ng;
+  std::vector<int64_t> ids64(out.ids.begin(), out.ids.end());
+  const Device device = m.model->parameters().front().device();
+  Tensor lp = log_softmax(m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device)), -1);
+  const std::vector<float> all = lp.to_vector<float>();
+  const size_t V = size_t(lp.size(-1));
+  out.logprobs.assign(out.ids.size(), std::numeric_limits<double>::quiet_NaN());
+  double total = 0;
+  for (size_t t = 1; t < out.ids.size(); ++t) total += out.logprobs[t] = all[(t - 1) * V + size_t(out.ids[t])];
+  out.perplexity = out.ids.size() > 1 ? std::exp(-total / double(out.ids.size() - 1)) : 1.0;
+  return out;
+}
+
+}  // namespace kiln::recipes

@@ -1,0 +1,35 @@
+// A language model with its tokenizer, named as users name one: a run
+// directory (or checkpoint) of Kiln's GPT recipe, or "hf:DIR", a Hugging Face
+// folder. What `kiln tokenize`, `kiln score` and `kiln sample` run.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/device.h"
+#include "models/common/language_model.h"
+
+namespace kiln::recipes {
+
+struct TextModel {
+  std::shared_ptr<models::LanguageModel> model;
+  // The ids `tokenizer(text)` gives (with the special tokens it adds); for a
+  // Kiln run, the end-of-text id that starts every document, then the text.
+  std::function<std::vector<int32_t>(const std::string&)> encode;
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  std::vector<int32_t> stop_ids;  // generation ends after one of these
+};
+
+TextModel load_text_model(const std::string& spec, Device device);
+
+// The log-probability of each token given those before it, from one
+// forward pass: logprobs[0] has no context and is left out (NaN).
+struct ScoredText {
+  std::vector<int32_t> ids;
+  std::vector<double> logprobs;  // ids.size() entries; [0] is NaN
+  double perplexity = 0;         // exp(-mean of logprobs[1:])
+};
+ScoredText score_text(TextModel& model, const std::string& text);
+
+}  // namespace kiln::recipes

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Hugging Face folders through the kiln command, against what transformers
+# answered on the same fixtures (tests/hf/make_fixtures.py): kiln tokenize
+# gives tokenizer(text)'s ids, kiln score transformers' log-probabilities,
+# kiln sample --temperature 0 generate(do_sample=False)'s text; and bad
+# input is a clear error.
+source "$(dirname "$0")/lib.sh"
+FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
+
+for model in gpt2 llama-gqa mistral qwen2; do
+  text="$(python3 -c "import json; print(json.load(open('$FIX/$model/expected.json'))['score_text'])")"
+  run 0 "$KILN" tokenize "hf:$FIX/$model" --text "$text" --json
+  python3 - "$OUT" "$FIX/$model/expected.json" <<'PY' || fail "$model: kiln tokenize differs from tokenizers"
+import json, sys
+got = json.load(open(sys.argv[1]))["ids"]
+sys.exit(0 if got == json.load(open(sys.argv[2]))["ids"] else 1)
+PY
+  run 0 "$KILN" score "hf:$FIX/$model" --text "$text" --json
+  python3 - "$OUT" "$FIX/$model/expected.json" <<'PY' || fail "$model: kiln score differs from transformers"
+import json, math, sys
+got, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert got["ids"] == want["ids"] and got["logprobs"][0] is None
+worst = max(abs(a - b) for a, b in zip(got["logprobs"][1:], want["logprobs_f32"][1:]))
+ppl = math.exp(-sum(want["logprobs_f32"][1:]) / (len(want["ids"]) - 1))
+sys.exit(0 if worst < 1e-3 and abs(got["perplexity"] - ppl) / ppl < 1e-3 else 1)
+PY
+  prompt="$(python3 -c "import json; print(json.load(open('$FIX/$model/expected.json'))['prompt'])")"
+  run 0 "$KILN" sample "hf:$FIX/$model" --prompt "$prompt" --max-tokens 16 --temperature 0 --count 1
+  python3 - "$OUT" "$FIX/$model/expected.json" <<'PY' || fail "$model: greedy sample differs from generate()"
+import json, sys
+got = open(sys.argv[1], encoding="utf-8").read()
+sys.exit(0 if got == json.load(open(sys.argv[2]))["greedy_text"] + "\n---\n" else 1)
+PY
+done
+
+# Bad input: clear errors, never a crash.
+run 1 "$KILN" tokenize "hf:$WORK/none" --text hi
+expect "is not a folder"
+mkdir -p "$WORK/arch" && cp -r "$FIX/llama-gqa/." "$WORK/arch/"
+sed -i 's/"model_type": "llama"/"model_type": "mamba"/' "$WORK/arch/config.json"
+run 1 "$KILN" score "hf:$WORK/arch" --text hi
+expect "model_type 'mamba' is not a causal language model Kiln supports"
+long="$(python3 -c "print('word ' * 400)")"
+run 1 "$KILN" score "hf:$FIX/gpt2" --text "$long"
+expect "more than the model's context of 96"
+run 1 "$KILN" sample "hf:$FIX/gpt2" --prompt "$long" --max-tokens 2
+expect "more than the model's context of 96"
+echo "ok"
