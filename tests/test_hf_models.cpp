@@ -61,6 +61,28 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),
                            return n;
                          });
 
+class Classifiers : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Classifiers, ProbabilitiesMatchTransformersWithin1e4) {
+  auto c = models::load_hf_classifier(hf_test::fixture(GetParam()));
+  const auto want = hf_test::expected(GetParam());
+  EXPECT_EQ(c.labels, want["labels"].get<std::vector<std::string>>());
+  for (const auto& row : want["texts"]) {
+    EXPECT_EQ(c.tokenizer.encode(row["text"].get<std::string>()), row["ids"].get<std::vector<int32_t>>());
+    const auto probs = models::classify_text(c, row["text"].get<std::string>());
+    const auto expected_probs = row["probs"].get<std::vector<double>>();
+    ASSERT_EQ(probs.size(), expected_probs.size());
+    for (size_t i = 0; i < probs.size(); ++i) EXPECT_NEAR(probs[i], expected_probs[i], 1e-4) << row["text"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers, ::testing::Values("bert", "distilbert"));
+
+TEST(HfFolders, KindComesFromTheConfig) {
+  EXPECT_EQ(models::hf_model_kind(hf_test::fixture("bert")), "classifier");
+  EXPECT_EQ(models::hf_model_kind(hf_test::fixture("qwen2")), "causal");
+}
+
 // A copy of a fixture folder that a test may break.
 fs::path scratch_copy(const std::string& fixture_name, const std::string& test) {
   const fs::path dir = fs::temp_directory_path() / ("kiln_hf_" + std::to_string(::getpid()) + "_" + test);

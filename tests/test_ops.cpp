@@ -39,6 +39,7 @@ std::vector<OpCase> elementwise_cases() {
       {"sigmoid", [](auto& x) { return sigmoid(x[0]); }, {{3, 7}}},
       {"relu", [](auto& x) { return relu(x[0]); }, {{5, 5}}},
       {"gelu", [](auto& x) { return gelu(x[0]); }, {{5, 5}}, -3.0, 3.0},
+      {"gelu_erf", [](auto& x) { return gelu_erf(x[0]); }, {{5, 5}}, -3.0, 3.0},
   };
 }
 

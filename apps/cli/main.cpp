@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
 
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);
+  std::function<int()> run_classify = kiln::cli::add_classify_command(app);
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_tokenize(); rc >= 0) {
       return rc;
     } else if (int rc = run_score(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_classify(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

@@ -1,13 +1,16 @@
 #include "apps/cli/text_commands.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/recipes/recipe.h"
 #include "apps/recipes/text_model.h"
 #include "kiln/core/error.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::cli {
 namespace {
@@ -75,6 +78,46 @@ std::function<int()> add_score_command(CLI::App& app) {
       else std::printf("%8d  %10.4f  %s\n", s.ids[t], s.logprobs[t], piece.c_str());
     }
     std::printf("perplexity: %.4f over %zu tokens\n", s.perplexity, s.ids.size() - 1);
+    return 0;
+  };
+}
+
+namespace {
+
+// The label probabilities of `text` under a hf:DIR classifier or a Kiln text-classifier run.
+std::pair<std::vector<std::string>, std::vector<double>> classify(const std::string& spec, const std::string& text,
+                                                                  Device device) {
+  if (auto dir = models::hf_folder(spec)) {
+    auto c = models::load_hf_classifier(*dir);
+    c.model->to(device);
+    return {c.labels, models::classify_text(c, text)};
+  }
+  auto loaded = recipes::load_for_inference(spec, device);
+  KILN_CHECK(loaded.kind == recipes::ModelKind::text_classifier, spec, " is not a text classifier");
+  const auto probs = loaded.model->classify_tokens(loaded.model->encode_texts({text})).to_vector<float>();
+  return {loaded.model->labels(), std::vector<double>(probs.begin(), probs.end())};
+}
+
+}  // namespace
+
+std::function<int()> add_classify_command(CLI::App& app) {
+  auto in = std::make_shared<TextInput>();
+  auto* cmd = app.add_subcommand("classify", "the label probabilities of a text under a classifier");
+  add_text_options(cmd, *in);
+  return [cmd, in]() -> int {
+    if (!*cmd) return -1;
+    const auto [labels, probs] = classify(in->model, text_of(*in), Device::parse(in->device));
+    KILN_CHECK(labels.size() == probs.size() && !probs.empty(), "the classifier gave ", probs.size(),
+               " probabilities for ", labels.size(), " labels");
+    const size_t best = size_t(std::max_element(probs.begin(), probs.end()) - probs.begin());
+    if (in->json) {
+      nlohmann::json by_label = nlohmann::json::object();
+      for (size_t i = 0; i < labels.size(); ++i) by_label[labels[i]] = probs[i];
+      std::printf("%s\n", nlohmann::json{{"label", labels[best]}, {"probs", by_label}}.dump().c_str());
+      return 0;
+    }
+    std::printf("label: %s\n", labels[best].c_str());
+    for (size_t i = 0; i < labels.size(); ++i) std::printf("  %-20s %.4f\n", labels[i].c_str(), probs[i]);
     return 0;
   };
 }

@@ -1,5 +1,5 @@
-// `kiln tokenize` and `kiln score`: what a model's tokenizer and its
-// probabilities say about a text, for a run directory or hf:DIR.
+// `kiln tokenize`, `kiln score` and `kiln classify`: what a model's
+// tokenizer and its probabilities say about a text, for a run directory or hf:DIR.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -10,5 +10,6 @@ namespace kiln::cli {
 // (returning its exit status) and returns -1 otherwise.
 std::function<int()> add_tokenize_command(CLI::App& app);
 std::function<int()> add_score_command(CLI::App& app);
+std::function<int()> add_classify_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -29,6 +29,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation (GPT-2)
+Tensor gelu_erf(const Tensor& x);  // exact, x * Phi(x) (BERT; torch.nn.GELU())
 Tensor square(const Tensor& x);
 // Comparisons give 0/1 in the operands' dtype and record no gradient.
 Tensor eq(const Tensor& a, const Tensor& b);

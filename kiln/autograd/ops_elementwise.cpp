@@ -176,5 +176,8 @@ Tensor sigmoid(const Tensor& x) {
 }
 Tensor relu(const Tensor& x) { return activation(UnaryOp::relu, BinaryOp::relu_backward, false, "ReluBackward", x); }
 Tensor gelu(const Tensor& x) { return activation(UnaryOp::gelu, BinaryOp::gelu_backward, false, "GeluBackward", x); }
+Tensor gelu_erf(const Tensor& x) {
+  return activation(UnaryOp::gelu_erf, BinaryOp::gelu_erf_backward, false, "GeluErfBackward", x);
+}
 
 }  // namespace kiln

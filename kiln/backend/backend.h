@@ -20,7 +20,9 @@
 namespace kiln {
 
 enum class UnaryOp : uint8_t {
-  neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, square, reciprocal,
+  neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu,
+  gelu_erf,  // exact GELU, x * Phi(x) (BERT, torch.nn.GELU())
+  abs, square, reciprocal,
   add_scalar,  // x + scalar
   mul_scalar,  // x * scalar
   pow_scalar,  // x ^ scalar
@@ -32,6 +34,7 @@ enum class BinaryOp : uint8_t {
   // Backward helpers: a is the incoming gradient, b the saved forward value.
   relu_backward,     // a * (x > 0), b = x
   gelu_backward,     // a * gelu'(x), b = x (tanh approximation, as GPT-2)
+  gelu_erf_backward, // a * gelu_erf'(x), b = x
   tanh_backward,     // a * (1 - y^2), b = y = tanh(x)
   sigmoid_backward,  // a * y * (1 - y), b = y = sigmoid(x)
 };

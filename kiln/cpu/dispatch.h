@@ -186,6 +186,15 @@ template <typename T>
 inline T gelu(T x) {
   return x * gelu_sigmoid(x);
 }
+// The exact GELU, x * Phi(x), and its derivative Phi(x) + x * phi(x).
+template <typename T>
+inline T gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+}
+template <typename T>
+inline T gelu_erf_grad(T x) {
+  return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) + x * T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+}
 template <typename T>
 inline T gelu_grad(T x) {
   const T c = T(0.7978845608028654);

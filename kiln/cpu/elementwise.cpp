@@ -35,6 +35,7 @@ T apply_unary(UnaryOp op, T x, T s) {
     case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case UnaryOp::relu: return x < T(0) ? T(0) : x;  // NaN stays NaN, as torch.relu
     case UnaryOp::gelu: return gelu(x);
+    case UnaryOp::gelu_erf: return gelu_erf(x);
     case UnaryOp::abs: return std::abs(x);
     case UnaryOp::square: return x * x;
     case UnaryOp::reciprocal: return T(1) / x;
@@ -66,6 +67,7 @@ T apply_binary(BinaryOp op, T a, T b) {
       return std::bit_cast<T>(std::bit_cast<Bits>(a) & (Bits(0) - Bits(!(b <= T(0)))));
     }
     case BinaryOp::gelu_backward: return a * gelu_grad(b);
+    case BinaryOp::gelu_erf_backward: return a * gelu_erf_grad(b);
     case BinaryOp::tanh_backward: return a * (T(1) - b * b);
     case BinaryOp::sigmoid_backward: return a * b * (T(1) - b);
   }

@@ -120,6 +120,16 @@ __device__ __forceinline__ A gelu_grad(A x) {
   return A(0.5) * (A(1) + th) + A(0.5) * x * sech2 * c * (A(1) + A(3) * A(0.044715) * x * x);
 }
 
+// The exact GELU, x * Phi(x), and its derivative (kiln/cpu/dispatch.h).
+template <typename A>
+__device__ __forceinline__ A gelu_erf(A x) {
+  return A(0.5) * x * (A(1) + erf(x * A(0.7071067811865476)));
+}
+template <typename A>
+__device__ __forceinline__ A gelu_erf_grad(A x) {
+  return A(0.5) * (A(1) + erf(x * A(0.7071067811865476))) + x * A(0.3989422804014327) * exp(A(-0.5) * x * x);
+}
+
 template <typename A>
 __device__ __forceinline__ A neg_infinity();
 template <>

@@ -49,6 +49,8 @@ __device__ __forceinline__ A unary_apply(UnaryOp op, A x, A s) {
       return x < A(0) ? A(0) : x;  // NaN stays NaN, as torch.relu
     case UnaryOp::gelu:
       return gelu(x);
+    case UnaryOp::gelu_erf:
+      return gelu_erf(x);
     case UnaryOp::abs:
       return x < A(0) ? -x : x;
     case UnaryOp::square:
@@ -92,6 +94,8 @@ __device__ __forceinline__ A binary_apply(BinaryOp op, A a, A b) {
       return b <= A(0) ? A(0) : a;  // torch's threshold_backward: NaN passes
     case BinaryOp::gelu_backward:
       return a * gelu_grad(b);
+    case BinaryOp::gelu_erf_backward:
+      return a * gelu_erf_grad(b);
     case BinaryOp::tanh_backward:
       return a * (A(1) - b * b);
     case BinaryOp::sigmoid_backward:

@@ -8,6 +8,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
+#include "models/bert/bert.h"
 #include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
 
@@ -186,7 +187,80 @@ const std::vector<CausalLmFamily>& families() {
   return table;
 }
 
+// ---- BERT and DistilBERT sequence classifiers
+
+std::vector<std::string> labels_of(const ConfigReader& r) {
+  if (!r.has("id2label")) r.fail("id2label", "missing", "the classifier's labels, {\"0\": \"NEGATIVE\", ...}");
+  const json& m = r.at("id2label");
+  std::vector<std::string> labels(m.size());
+  for (const auto& [id, label] : m.items()) {
+    size_t i = 0;
+    try {
+      i = std::stoul(id);
+    } catch (...) {
+      r.fail("id2label", m.dump(), "ids 0..n-1 as keys");
+    }
+    if (i >= labels.size() || !label.is_string()) r.fail("id2label", m.dump(), "ids 0..n-1 mapped to label names");
+    labels[i] = label.get<std::string>();
+  }
+  return labels;
+}
+
+std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& flavor) {
+  ConfigReader r(j, flavor);
+  refuse_common(r);
+  r.only("problem_type", {"single_label_classification"});
+  BertConfig c;
+  c.flavor = flavor;
+  c.vocab_size = r.integer("vocab_size");
+  c.max_positions = r.integer("max_position_embeddings");
+  c.labels = labels_of(r);
+  if (flavor == "bert") {
+    r.only("hidden_act", {"gelu"});
+    r.only("position_embedding_type", {"absolute"});
+    c.hidden_size = r.integer("hidden_size");
+    c.num_layers = r.integer("num_hidden_layers");
+    c.num_heads = r.integer("num_attention_heads");
+    c.intermediate_size = r.integer("intermediate_size");
+    c.type_vocab_size = r.integer("type_vocab_size", 2);
+    c.layer_norm_eps = r.number("layer_norm_eps", 1e-12);
+  } else {
+    r.only("activation", {"gelu"});
+    c.hidden_size = r.integer("dim");
+    c.num_layers = r.integer("n_layers");
+    c.num_heads = r.integer("n_heads");
+    c.intermediate_size = r.integer("hidden_dim");
+    c.type_vocab_size = 0;
+    c.layer_norm_eps = 1e-12;  // fixed in transformers' DistilBERT
+  }
+  nn::MetaParametersGuard meta;
+  Generator unused(0);
+  return std::make_shared<BertClassifier>(c, unused);
+}
+
+ClassifierFamily bert_family(const std::string& flavor) {
+  return {flavor, [flavor](const json& j) { return build_bert(j, flavor); },
+          [](const std::string& t) { return t.ends_with("embeddings.position_ids"); }};
+}
+
+const std::vector<ClassifierFamily>& classifier_families() {
+  static const std::vector<ClassifierFamily> table = {bert_family("bert"), bert_family("distilbert")};
+  return table;
+}
+
 }  // namespace
+
+const ClassifierFamily* find_classifier_family(const std::string& model_type) {
+  for (const auto& f : classifier_families())
+    if (f.model_type == model_type) return &f;
+  return nullptr;
+}
+
+std::string supported_classifier_types() {
+  std::string out;
+  for (const auto& f : classifier_families()) out += (out.empty() ? "" : ", ") + f.model_type;
+  return out;
+}
 
 const CausalLmFamily* find_causal_lm_family(const std::string& model_type) {
   for (const auto& f : families())

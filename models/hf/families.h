@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "models/bert/bert.h"
 #include "models/common/language_model.h"
 
 namespace kiln::models {
@@ -27,7 +28,15 @@ struct CausalLmFamily {
   std::function<bool(const std::string& tensor)> ignorable = [](const std::string&) { return false; };
 };
 
+struct ClassifierFamily {
+  std::string model_type;
+  std::function<std::shared_ptr<BertClassifier>(const nlohmann::json& config)> build;
+  std::function<bool(const std::string& tensor)> ignorable;
+};
+
 // nullptr when `model_type` is not supported.
+const ClassifierFamily* find_classifier_family(const std::string& model_type);
+std::string supported_classifier_types();
 const CausalLmFamily* find_causal_lm_family(const std::string& model_type);
 std::string supported_causal_lm_types();
 

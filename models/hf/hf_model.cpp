@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "kiln/core/error.h"
@@ -100,6 +101,47 @@ std::map<std::string, Tensor> map_hf_weights(const std::string& dir) {
   return all;
 }
 
+namespace {
+
+// Points every parameter of `model` at its checkpoint tensor; any tensor
+// left over that is not an ignorable buffer, or any parameter missing, is an error.
+void attach_weights(nn::Module& model, const std::string& dir, const std::string& model_type,
+                    const std::function<CheckpointName(const std::string&)>& checkpoint_name,
+                    const std::function<bool(const std::string&)>& ignorable) {
+  std::map<std::string, Tensor> weights = map_hf_weights(dir);
+  std::set<std::string> used;
+  for (auto& [name, param] : model.named_parameters()) {
+    const CheckpointName source = checkpoint_name(name);
+    auto it = weights.find(source.name);
+    if (it == weights.end() && source.name.rfind("transformer.", 0) == 0)  // GPT-2 files without the prefix
+      it = weights.find(source.name.substr(12));
+    if (it == weights.end())
+      KILN_FAIL(dir, ": the weights lack '", source.name, "', which a ", model_type, " model with this config.json needs");
+    used.insert(it->first);
+    Tensor p = param;
+    adopt(p, source.transposed ? it->second.transpose(0, 1).contiguous() : it->second, source.name);
+  }
+  for (const auto& [name, t] : weights)
+    if (!used.count(name) && !ignorable(name))
+      KILN_FAIL(dir, ": the weights hold '", name, "', which a ", model_type,
+                " model with this config.json has no place for (a different architecture or config?)");
+  model.eval();
+}
+
+text::HfTokenizer folder_tokenizer(const std::string& dir) {
+  return text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
+}
+
+}  // namespace
+
+std::string hf_model_kind(const std::string& dir) {
+  const std::string type = read_hf_config(dir)["model_type"].get<std::string>();
+  if (find_causal_lm_family(type)) return "causal";
+  if (find_classifier_family(type)) return "classifier";
+  KILN_FAIL(dir, "/config.json: model_type '", type, "' is not an architecture Kiln supports (language models: ",
+            supported_causal_lm_types(), "; classifiers: ", supported_classifier_types(), ")");
+}
+
 HfCausalLm load_hf_causal_lm(const std::string& dir) {
   HfCausalLm out;
   out.dir = dir;
@@ -110,28 +152,37 @@ HfCausalLm load_hf_causal_lm(const std::string& dir) {
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a causal language model Kiln supports (",
               supported_causal_lm_types(), ")");
   out.model = family->build(out.config);
-  out.tokenizer = text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
-  std::map<std::string, Tensor> weights = map_hf_weights(dir);
-  std::set<std::string> used;
-  for (auto& [name, param] : out.model->named_parameters()) {
-    CheckpointName source = family->checkpoint_name(name);
-    auto it = weights.find(source.name);
-    if (it == weights.end() && source.name.rfind("transformer.", 0) == 0)  // GPT-2 files without the prefix
-      it = weights.find(source.name.substr(12));
-    if (it == weights.end())
-      KILN_FAIL(dir, ": the weights lack '", source.name, "', which a ", out.model_type, " model with this config.json needs");
-    used.insert(it->first);
-    Tensor value = source.transposed ? it->second.transpose(0, 1).contiguous() : it->second;
-    Tensor p = param;
-    adopt(p, value, source.name);
-  }
-  for (const auto& [name, t] : weights)
-    if (!used.count(name) && !family->ignorable(name))
-      KILN_FAIL(dir, ": the weights hold '", name, "', which a ", out.model_type,
-                " model with this config.json has no place for (a different architecture or config?)");
-  out.model->eval();
+  out.tokenizer = folder_tokenizer(dir);
+  attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable);
   out.eos_ids = eos_ids_of(out.config, dir);
   return out;
+}
+
+HfClassifier load_hf_classifier(const std::string& dir) {
+  HfClassifier out;
+  out.dir = dir;
+  const json config = read_hf_config(dir);
+  out.model_type = config["model_type"].get<std::string>();
+  const ClassifierFamily* family = find_classifier_family(out.model_type);
+  if (!family)
+    KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a sequence classifier Kiln supports (",
+              supported_classifier_types(), ")");
+  out.model = family->build(config);
+  out.tokenizer = folder_tokenizer(dir);
+  attach_weights(*out.model, dir, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+                 family->ignorable);
+  out.labels = out.model->config().labels;
+  return out;
+}
+
+std::vector<double> classify_text(HfClassifier& c, const std::string& text) {
+  NoGradGuard ng;
+  const auto ids = c.tokenizer.encode(text);
+  std::vector<int64_t> ids64(ids.begin(), ids.end());
+  const Device device = c.model->parameters().front().device();
+  Tensor probs = softmax(c.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device)), -1);
+  const auto v = probs.to_vector<float>();
+  return std::vector<double>(v.begin(), v.end());
 }
 
 }  // namespace kiln::models

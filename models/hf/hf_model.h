@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/text/hf_tokenizer.h"
+#include "models/bert/bert.h"
 #include "models/common/language_model.h"
 
 namespace kiln::models {
@@ -33,6 +34,22 @@ struct HfCausalLm {
 // Kiln does not implement, is an error naming it), its f32 weights
 // memory-mapped; bf16 and f16 weights are widened to f32 copies for now.
 HfCausalLm load_hf_causal_lm(const std::string& dir);
+
+struct HfClassifier {
+  std::string dir, model_type;
+  std::shared_ptr<BertClassifier> model;
+  text::HfTokenizer tokenizer;
+  std::vector<std::string> labels;  // id2label, in output order
+};
+
+// Loads a sequence classifier (bert, distilbert ...ForSequenceClassification).
+HfClassifier load_hf_classifier(const std::string& dir);
+// The label probabilities of one text, as softmax(model(**tokenizer(text)).logits).
+std::vector<double> classify_text(HfClassifier& classifier, const std::string& text);
+
+// "causal" or "classifier": which kind of model a folder holds, from its
+// config.json (its model_type, then its architectures for BERT-like types).
+std::string hf_model_kind(const std::string& dir);
 
 // The weights of a folder, name -> tensor, mapped from model.safetensors or
 // the shards its index names; every shard is checked as it is mapped.

@@ -2,8 +2,8 @@
 # Hugging Face folders through the kiln command, against what transformers
 # answered on the same fixtures (tests/hf/make_fixtures.py): kiln tokenize
 # gives tokenizer(text)'s ids, kiln score transformers' log-probabilities,
-# kiln sample --temperature 0 generate(do_sample=False)'s text; and bad
-# input is a clear error.
+# kiln sample --temperature 0 generate(do_sample=False)'s text, kiln
+# classify the classifiers' probabilities; and bad input is a clear error.
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
 
@@ -32,6 +32,23 @@ got = open(sys.argv[1], encoding="utf-8").read()
 sys.exit(0 if got == json.load(open(sys.argv[2]))["greedy_text"] + "\n---\n" else 1)
 PY
 done
+
+for model in bert distilbert; do
+  for i in 0 1 2; do
+    text="$(python3 -c "import json; print(json.load(open('$FIX/$model/expected.json'))['texts'][$i]['text'])")"
+    run 0 "$KILN" classify "hf:$FIX/$model" --text "$text" --json
+    python3 - "$OUT" "$FIX/$model/expected.json" "$i" <<'PY' || fail "$model: kiln classify differs from transformers"
+import json, sys
+got, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+row = want["texts"][int(sys.argv[3])]
+probs = [got["probs"][label] for label in want["labels"]]
+best = want["labels"][max(range(len(probs)), key=lambda i: row["probs"][i])]
+sys.exit(0 if got["label"] == best and max(abs(a - b) for a, b in zip(probs, row["probs"])) < 1e-4 else 1)
+PY
+  done
+done
+run 1 "$KILN" classify "hf:$FIX/llama-gqa" --text "x"
+expect "is not a sequence classifier Kiln supports"
 
 # Bad input: clear errors, never a crash.
 run 1 "$KILN" tokenize "hf:$WORK/none" --text hi

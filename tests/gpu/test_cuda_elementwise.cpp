@@ -8,15 +8,16 @@ namespace {
 const DType kFloatDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 const char* unary_name(UnaryOp op) {
-  static const char* names[] = {"neg",  "exp", "log",    "sqrt",       "rsqrt",      "tanh",       "sigmoid",   "relu",
-                                "gelu", "abs", "square", "reciprocal", "add_scalar", "mul_scalar", "pow_scalar"};
+  static const char* names[] = {"neg",      "exp",        "log",        "sqrt",       "rsqrt",     "tanh",
+                                "sigmoid",  "relu",       "gelu",       "gelu_erf",   "abs",       "square",
+                                "reciprocal", "add_scalar", "mul_scalar", "pow_scalar"};
   return names[int(op)];
 }
 
 const char* binary_name(BinaryOp op) {
   static const char* names[] = {
       "add", "sub", "mul", "div",           "maximum",       "minimum",       "pow",
-      "eq",  "gt",  "lt",  "relu_backward", "gelu_backward", "tanh_backward", "sigmoid_backward"};
+      "eq",  "gt",  "lt",  "relu_backward", "gelu_backward", "gelu_erf_backward", "tanh_backward", "sigmoid_backward"};
   return names[int(op)];
 }
 

@@ -1,0 +1,121 @@
+#include "models/bert/bert.h"
+
+#include <cmath>
+
+#include "kiln/backend/factory.h"
+
+namespace kiln::models {
+
+using namespace kiln::nn;
+
+namespace bert_parts {
+
+// Where each flavour keeps its weights (transformers' names).
+struct Names {
+  std::string base, layers;                                       // "bert", "encoder.layer"
+  std::string q, k, v, o, attn_norm, ffn_in, ffn_out, ffn_norm;  // within a layer
+  std::string head;  // BERT's pooler or DistilBERT's pre-classifier
+};
+
+const Names& names_of(const std::string& flavor) {
+  static const Names bert{"bert",
+                          "encoder.layer",
+                          "attention.self.query",
+                          "attention.self.key",
+                          "attention.self.value",
+                          "attention.output.dense",
+                          "attention.output.LayerNorm",
+                          "intermediate.dense",
+                          "output.dense",
+                          "output.LayerNorm",
+                          "bert.pooler.dense"};
+  static const Names distilbert{"distilbert", "transformer.layer", "attention.q_lin", "attention.k_lin",
+                                "attention.v_lin", "attention.out_lin", "sa_layer_norm", "ffn.lin1",
+                                "ffn.lin2", "output_layer_norm", "pre_classifier"};
+  KILN_CHECK(flavor == "bert" || flavor == "distilbert", "unknown BERT flavour '", flavor, "'");
+  return flavor == "bert" ? bert : distilbert;
+}
+
+// A container whose children are named by the caller (dotted paths allowed).
+class Named : public Module {
+ public:
+  template <typename M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
+class EncoderLayer : public Module {
+ public:
+  EncoderLayer(const BertConfig& c, const Names& n, Generator& init) : heads_(c.num_heads) {
+    const int64_t H = c.hidden_size;
+    q = register_module(n.q, std::make_shared<Linear>(H, H, init));
+    k = register_module(n.k, std::make_shared<Linear>(H, H, init));
+    v = register_module(n.v, std::make_shared<Linear>(H, H, init));
+    o = register_module(n.o, std::make_shared<Linear>(H, H, init));
+    attn_norm = register_module(n.attn_norm, std::make_shared<LayerNorm>(H, c.layer_norm_eps));
+    ffn_in = register_module(n.ffn_in, std::make_shared<Linear>(H, c.intermediate_size, init));
+    ffn_out = register_module(n.ffn_out, std::make_shared<Linear>(c.intermediate_size, H, init));
+    ffn_norm = register_module(n.ffn_norm, std::make_shared<LayerNorm>(H, c.layer_norm_eps));
+  }
+  Tensor forward(const Tensor& x) override {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
+    auto split = [&](const Tensor& t) { return contiguous(transpose(reshape(t, {B, T, heads_, D}), 1, 2)); };
+    Tensor a = scaled_dot_product_attention(split(q->forward(x)), split(k->forward(x)), split(v->forward(x)), false);
+    Tensor h = attn_norm->forward(x + o->forward(reshape(transpose(a, 1, 2), {B, T, C})));
+    return ffn_norm->forward(h + ffn_out->forward(gelu_erf(ffn_in->forward(h))));
+  }
+  std::shared_ptr<Linear> q, k, v, o, ffn_in, ffn_out;
+  std::shared_ptr<LayerNorm> attn_norm, ffn_norm;
+
+ private:
+  int64_t heads_;
+};
+
+}  // namespace bert_parts
+
+using namespace bert_parts;
+
+struct BertClassifier::Parts {
+  std::shared_ptr<Embedding> words, positions, types;
+  std::shared_ptr<LayerNorm> emb_norm;
+  std::vector<std::shared_ptr<EncoderLayer>> layers;
+  std::shared_ptr<Linear> head, classifier;
+};
+
+BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c), parts_(std::make_shared<Parts>()) {
+  KILN_CHECK(c.num_heads > 0 && c.hidden_size % c.num_heads == 0, "bert: hidden size ", c.hidden_size,
+             " is not a multiple of the ", c.num_heads, " heads");
+  KILN_CHECK(!c.labels.empty(), "bert: a classifier needs labels (config.json's id2label)");
+  const Names& n = names_of(c.flavor);
+  Parts& p = *parts_;
+  auto base = register_module(n.base, std::make_shared<Named>());
+  auto emb = base->add("embeddings", std::make_shared<Named>());
+  p.words = emb->add("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
+  p.positions = emb->add("position_embeddings", std::make_shared<Embedding>(c.max_positions, c.hidden_size, init));
+  if (c.type_vocab_size > 0)
+    p.types = emb->add("token_type_embeddings", std::make_shared<Embedding>(c.type_vocab_size, c.hidden_size, init));
+  p.emb_norm = emb->add("LayerNorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
+  auto stack = base->add(n.layers, std::make_shared<Named>());
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    p.layers.push_back(stack->add(std::to_string(i), std::make_shared<EncoderLayer>(c, n, init)));
+  // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
+  p.head = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
+  p.classifier = register_module("classifier", std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
+}
+
+Tensor BertClassifier::forward(const Tensor& ids) {
+  const Parts& p = *parts_;
+  const int64_t T = ids.size(1);
+  KILN_CHECK(T <= config_.max_positions, "the text is ", T, " tokens, more than the model's ", config_.max_positions,
+             " positions (max_position_embeddings); shorten it");
+  Tensor x = p.words->forward(ids) + p.positions->forward(arange(T, DType::i64, ids.device()));
+  if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
+  x = p.emb_norm->forward(x);
+  for (const auto& layer : p.layers) x = layer->forward(x);
+  Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
+  Tensor pooled = config_.flavor == "bert" ? tanh(p.head->forward(first)) : relu(p.head->forward(first));
+  return p.classifier->forward(pooled);
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,36 @@
+// BERT and DistilBERT for sequence classification (the sentiment models of
+// the mission): an encoder of post-norm layers over token, position and (for
+// BERT) token-type embeddings, then BERT's pooler (tanh over [CLS]) or
+// DistilBERT's pre-classifier (ReLU over [CLS]), then the classifier.
+// Parameters carry transformers' names for each, from a table of names.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/nn/layers.h"
+
+namespace kiln::models {
+
+struct BertConfig {
+  std::string flavor = "bert";  // "bert" or "distilbert": which names and head
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, intermediate_size = 0;
+  int64_t max_positions = 512, type_vocab_size = 2;  // type_vocab_size 0: no token types (DistilBERT)
+  double layer_norm_eps = 1e-12;
+  std::vector<std::string> labels;  // id2label, in id order
+};
+
+class BertClassifier : public nn::Module {
+ public:
+  BertClassifier(const BertConfig& config, Generator& init);
+  // ids [B, T] (every row all real tokens, or padded with `pad` and masked)
+  // -> class logits [B, labels].
+  Tensor forward(const Tensor& ids) override;
+  const BertConfig& config() const { return config_; }
+
+ private:
+  BertConfig config_;
+  struct Parts;  // the submodules, registered on this module
+  std::shared_ptr<Parts> parts_;
+};
+
+}  // namespace kiln::models
