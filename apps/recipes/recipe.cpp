@@ -5,6 +5,7 @@
 #include "apps/recipes/classify_recipe.h"
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
+#include "apps/recipes/hf_inference.h"
 #include "apps/recipes/image_recipe.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/text_model.h"
@@ -108,6 +109,7 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log) {
 }
 
 LoadedModel load_for_inference(const std::string& path, Device device) {
+  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device);
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);

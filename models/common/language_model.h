@@ -25,6 +25,11 @@ class LanguageModel : public nn::Module {
   virtual int64_t vocab_size() const = 0;
 };
 
+// Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k
+// most likely (<= 0: all), then the nucleus of mass top_p (1: all).
+int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
+                     Generator& gen);
+
 // Appends up to max_new_tokens tokens to `prompt`, each from sample_token
 // (temperature 0: greedy). Stops after a token in `stop_ids`, or when
 // `on_token` returns false, or at the context length.

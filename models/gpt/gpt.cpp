@@ -296,54 +296,6 @@ void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
   for (const auto& block : blocks_) block->selective = mode == ActivationCheckpointing::selective;
 }
 
-int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
-                     Generator& gen) {
-  KILN_CHECK(!logits.empty(), "sampling needs at least one logit");
-  KILN_CHECK(temperature >= 0, "sampling temperature must be >= 0 (0: greedy), got ", temperature);
-  KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
-  // Temperature 0 is the limit of sharpening: always the most likely token
-  // (the first of equals), as OpenAI's API and every evaluation harness mean it.
-  if (temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  if ((top_k <= 0 || size_t(top_k) >= logits.size()) && top_p >= 1) {
-    // The whole vocabulary: no order is needed, so none is sorted.
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
-    std::vector<double> probs(logits.size());
-    double total = 0;
-    for (size_t i = 0; i < logits.size(); ++i) total += probs[i] = std::exp((logits[i] - max_logit) / temperature);
-    const double u = gen.uniform() * total;
-    double acc = 0;
-    for (size_t i = 0; i < probs.size(); ++i)
-      if (u < (acc += probs[i])) return int32_t(i);
-    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  // Temperature, then keep the top_k logits, then sample from the softmax.
-  std::vector<int32_t> order(logits.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
-  size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), order.size()) : order.size();
-  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  double max_logit = logits[order[0]] / temperature, total = 0;
-  std::vector<double> probs(k);
-  for (size_t i = 0; i < k; ++i) total += probs[i] = std::exp(logits[order[i]] / temperature - max_logit);
-  if (top_p < 1) {  // the nucleus: the most likely tokens until their mass reaches top_p
-    double mass = 0;
-    size_t keep = 0;
-    while (keep < k && mass < top_p * total) mass += probs[keep++];
-    k = std::max<size_t>(keep, 1);
-    total = mass > 0 ? mass : probs[0];
-  }
-  double u = gen.uniform() * total, acc = 0;
-  int32_t next = order[k - 1];
-  for (size_t i = 0; i < k; ++i) {
-    acc += probs[i];
-    if (u < acc) {
-      next = order[i];
-      break;
-    }
-  }
-  return next;
-}
-
 std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_tokens, double temperature,
                                    int64_t top_k, Generator& gen, double top_p,
                                    const std::function<bool(int32_t)>& on_token) {

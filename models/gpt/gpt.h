@@ -36,10 +36,6 @@ enum class ActivationCheckpointing { none, selective, blocks };
 void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
-// Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k
-// most likely (<= 0: all), then the nucleus of mass top_p (1: all).
-int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
-                     Generator& gen);
 
 class GptBlock : public nn::Module {
  public:

@@ -50,6 +50,37 @@ done
 run 1 "$KILN" classify "hf:$FIX/llama-gqa" --text "x"
 expect "is not a sequence classifier Kiln supports"
 
+# kiln serve --model NAME=hf:DIR: a greedy completion is generate()'s text,
+# streamed or not, and /v1/classify gives transformers' probabilities.
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model lm="hf:$FIX/llama-gqa" --model cls="hf:$FIX/distilbert" --port "$port" >"$WORK/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+run 0 python3 - "$port" "$FIX" <<'PY'
+import json, sys, urllib.request
+port, fix = sys.argv[1], sys.argv[2]
+def post(body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/{body.pop('_path')}", json.dumps(body).encode())
+    return urllib.request.urlopen(req).read().decode()
+want = json.load(open(f"{fix}/llama-gqa/expected.json"))
+continuation = want["greedy_text"][len(want["prompt"]):]
+r = json.loads(post({"_path": "completions", "model": "lm", "prompt": want["prompt"], "max_tokens": 16, "temperature": 0}))
+assert r["choices"][0]["text"] == continuation, (r, continuation)
+assert r["usage"]["prompt_tokens"] == len(want["prompt_ids"]), r
+streamed = post({"_path": "completions", "model": "lm", "prompt": want["prompt"], "max_tokens": 16, "temperature": 0,
+                 "stream": True})
+events = [json.loads(l[6:]) for l in streamed.split("\n") if l.startswith("data: {")]
+assert "".join(e["choices"][0]["text"] for e in events) == continuation, streamed
+cls = json.load(open(f"{fix}/distilbert/expected.json"))
+r = json.loads(post({"_path": "classify", "model": "cls", "input": [t["text"] for t in cls["texts"]]}))
+for row, got in zip(cls["texts"], r["data"]):
+    probs = [got["probabilities"][label] for label in cls["labels"]]
+    assert max(abs(a - b) for a, b in zip(probs, row["probs"])) < 1e-4, (got, row)
+print("served ok")
+PY
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+
 # Bad input: clear errors, never a crash.
 run 1 "$KILN" tokenize "hf:$WORK/none" --text hi
 expect "is not a folder"

@@ -1,0 +1,161 @@
+#include "apps/recipes/hf_inference.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "kiln/text/hf_tokenizer.h"
+#include "models/hf/hf_model.h"
+
+namespace kiln::recipes {
+namespace {
+
+// A completion of a Hugging Face language model: its cache, its sampler and
+// the text decoded so far, streamed a whole character at a time. Text that a
+// stop string could still claim is held back.
+class HfCompletion final : public PendingCompletion {
+ public:
+  HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens)
+      : lm_(lm), o_(o), cache_(lm.model->new_cache()), gen_(o.seed), stream_(lm.tokenizer) {
+    for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
+    c_.finish_reason = "length";
+    c_.prompt_tokens = prompt_tokens;
+  }
+  bool finished() const override { return finished_; }
+  std::string take_text() override {
+    const size_t ready = finished_ ? text_.size() : (text_.size() > hold_ ? text_.size() - hold_ : 0);
+    if (ready <= sent_) return {};
+    std::string piece = text_.substr(sent_, ready - sent_);
+    sent_ = ready;
+    return piece;
+  }
+  const Completion& result() const override { return c_; }
+
+  // Runs `ids` (the prompt, or the last token) and takes the next token.
+  void step(const std::vector<int32_t>& ids) {
+    std::vector<int64_t> ids64(ids.begin(), ids.end());
+    const Device device = lm_.model->parameters().front().device();
+    Tensor logits = lm_.model->forward_cached(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device), cache_);
+    std::vector<float> row = logits.to_vector<float>();
+    if (o_.ignore_eos)
+      for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = -std::numeric_limits<float>::infinity();
+    accept(models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_));
+  }
+  int32_t last() const { return last_; }
+  bool context_full() const { return cache_.length >= lm_.model->context_length(); }
+
+ private:
+  void accept(int32_t token) {
+    last_ = token;
+    ++sampled_;
+    if (std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), token) != lm_.eos_ids.end()) {
+      c_.finish_reason = "stop";
+      finished_ = true;
+    } else {
+      ++c_.completion_tokens;
+      text_ += stream_.step(token);
+      for (const auto& s : o_.stop) {
+        const size_t at = s.empty() ? std::string::npos : text_.find(s);
+        if (at == std::string::npos) continue;
+        text_.resize(at);
+        c_.finish_reason = "stop";
+        finished_ = true;
+      }
+    }
+    if (sampled_ >= o_.max_tokens || context_full()) finished_ = true;
+    if (finished_) c_.text = text_;
+  }
+
+  const models::HfCausalLm& lm_;
+  CompletionOptions o_;
+  models::KvCache cache_;
+  Generator gen_;
+  text::DecodeStream stream_;
+  std::string text_;
+  size_t hold_ = 0, sent_ = 0;
+  int64_t sampled_ = 0;
+  int32_t last_ = -1;
+  bool finished_ = false;
+  Completion c_;
+};
+
+// One sequence at a time through the cache: correct for any batch, though
+// not yet one batched forward pass per step as Kiln's GPT runs.
+class HfLanguageModelInference final : public InferenceModel {
+ public:
+  explicit HfLanguageModelInference(models::HfCausalLm lm) : lm_(std::move(lm)) {}
+  std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
+    const std::vector<int32_t> ids = lm_.tokenizer.encode(prompt);
+    KILN_CHECK(!ids.empty(), "the prompt encodes to no tokens");
+    KILN_CHECK(int64_t(ids.size()) < lm_.model->context_length(), "the prompt is ", ids.size(),
+               " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
+    auto c = std::make_unique<HfCompletion>(lm_, o, int64_t(ids.size()));
+    c->step(ids);
+    return c;
+  }
+  void advance_completions(const std::vector<PendingCompletion*>& batch) override {
+    for (PendingCompletion* p : batch) {
+      auto* c = static_cast<HfCompletion*>(p);
+      if (!c->finished()) c->step({c->last()});
+    }
+  }
+
+ private:
+  models::HfCausalLm lm_;
+};
+
+class HfClassifierInference final : public InferenceModel {
+ public:
+  HfClassifierInference(models::HfClassifier c, Device device) : c_(std::move(c)), device_(device) {
+    pad_ = c_.tokenizer.token_to_id("[PAD]").value_or(0);
+  }
+  std::vector<std::string> labels() const override { return c_.labels; }
+  Tensor encode_texts(const std::vector<std::string>& texts) override {
+    std::vector<std::vector<int32_t>> rows;
+    size_t longest = 1;
+    for (const auto& t : texts) {
+      rows.push_back(c_.tokenizer.encode(t));
+      longest = std::max(longest, rows.back().size());
+    }
+    std::vector<int64_t> ids(rows.size() * longest, pad_);  // padded after each text
+    for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), ids.begin() + long(r * longest));
+    return Tensor::from_vector(ids, {int64_t(rows.size()), int64_t(longest)});
+  }
+  std::optional<int64_t> pad_token() const override { return pad_; }
+  // Each row runs at its own length (its trailing padding cut off): the
+  // encoder attends both ways, so padding would change the answer.
+  Tensor classify_tokens(const Tensor& ids) override {
+    NoGradGuard ng;
+    const int64_t B = ids.size(0), T = ids.size(1);
+    const std::vector<int64_t> all = ids.to_vector<int64_t>();
+    std::vector<Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t n = T;
+      while (n > 1 && all[size_t(b * T + n - 1)] == pad_) --n;
+      std::vector<int64_t> row(all.begin() + long(b * T), all.begin() + long(b * T + n));
+      rows.push_back(softmax(c_.model->forward(Tensor::from_vector(row, {1, n}).to(device_)), -1));
+    }
+    return cat(rows, 0).to(Device::cpu());
+  }
+
+ private:
+  models::HfClassifier c_;
+  Device device_;
+  int64_t pad_;
+};
+
+}  // namespace
+
+LoadedModel load_hf_for_inference(const std::string& dir, Device device) {
+  const std::string kind = models::hf_model_kind(dir);
+  const std::string type = models::read_hf_config(dir)["model_type"].get<std::string>();
+  if (kind == "classifier") {
+    auto c = models::load_hf_classifier(dir);
+    c.model->to(device);
+    return {"hf:" + type, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};
+  }
+  auto lm = models::load_hf_causal_lm(dir);
+  lm.model->to(device);
+  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm))};
+}
+
+}  // namespace kiln::recipes
