@@ -1,0 +1,63 @@
+// Kiln's side of bench/hf/run.sh: on a Hugging Face folder, the load time
+// (and the time to a first token's logits, which reads the mapped weights),
+// prompt processing (one forward pass over P tokens into the cache) and
+// single-stream greedy decoding (N tokens, one at a time), best of R runs.
+// Prints one JSON line.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "kiln/cpu/runtime_defaults.h"
+#include "models/hf/hf_model.h"
+
+using Clock = std::chrono::steady_clock;
+
+static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int main(int argc, char** argv) {
+  kiln::apply_runtime_defaults(argv);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3]\n", argv[0]);
+    return 2;
+  }
+  const int64_t P = argc > 2 ? std::atoll(argv[2]) : 128, N = argc > 3 ? std::atoll(argv[3]) : 64;
+  const int R = argc > 4 ? std::atoi(argv[4]) : 3;
+  auto t0 = Clock::now();
+  auto lm = kiln::models::load_hf_causal_lm(argv[1]);
+  const double load_s = seconds_since(t0);
+  {  // mapped weights are read when first used: time to the first token's logits too
+    kiln::NoGradGuard ng;
+    auto cache = lm.model->new_cache();
+    lm.model->forward_cached(kiln::Tensor::from_vector(std::vector<int64_t>{5}, {1, 1}), cache);
+  }
+  const double first_logits_s = seconds_since(t0);
+  std::vector<int64_t> prompt(static_cast<size_t>(P), 0);
+  for (int64_t i = 0; i < P; ++i) prompt[size_t(i)] = 3 + (i * 7919) % 600;  // ids the fixture tokenizer makes
+  kiln::NoGradGuard ng;
+  double best_prefill = 1e30, best_decode = 1e30;
+  for (int r = 0; r < R; ++r) {
+    auto cache = lm.model->new_cache();
+    auto t = Clock::now();
+    kiln::Tensor logits = lm.model->forward_cached(kiln::Tensor::from_vector(prompt, {1, P}), cache);
+    const double prefill = seconds_since(t);
+    auto first = logits.to_vector<float>();
+    int32_t next = int32_t(std::max_element(first.begin(), first.end()) - first.begin());
+    t = Clock::now();
+    for (int64_t i = 0; i < N; ++i) {
+      logits = lm.model->forward_cached(kiln::Tensor::from_vector(std::vector<int64_t>{next}, {1, 1}), cache);
+      const auto row = logits.to_vector<float>();
+      next = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    best_prefill = std::min(best_prefill, prefill);
+    best_decode = std::min(best_decode, seconds_since(t));
+  }
+  std::printf("%s\n", nlohmann::json{{"engine", "kiln"},
+                                     {"load_s", load_s},
+                                     {"first_logits_s", first_logits_s},
+                                     {"prefill_tokens_per_s", double(P) / best_prefill},
+                                     {"decode_tokens_per_s", double(N) / best_decode}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
