@@ -130,6 +130,11 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
     expect_error(dir, "rope_parameters.rope_type");
   }
   {
+    auto dir = scratch_copy("llama-gqa", "rope-fields");
+    edit_config(dir, [](auto& j) { j["rope_parameters"].erase("factor"); });
+    expect_error(dir, "config.json: a field is missing or has the wrong type");
+  }
+  {
     auto dir = scratch_copy("llama-gqa", "act");
     edit_config(dir, [](auto& j) { j["hidden_act"] = "gelu"; });
     expect_error(dir, "\"hidden_act\" = \"gelu\" changes the model's math");

@@ -33,6 +33,7 @@ class Bpe : public TokenModel {
                  "tokenizer.json: vocab id of '", token, "' is not a non-negative 32-bit integer");
       vocab_[token] = id.get<int32_t>();
     }
+    check_dense_ids(vocab_);
     if (j.contains("unk_token") && j["unk_token"].is_string()) {
       auto it = vocab_.find(j["unk_token"].get<std::string>());
       KILN_CHECK(it != vocab_.end(), "tokenizer.json: BPE unk_token '", j["unk_token"].get<std::string>(),

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/text/models.h"
 #include "kiln/text/unicode.h"
 #include "kiln/text/utf8.h"
 
@@ -42,6 +43,8 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
       AddedToken added{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false)};
       KILN_CHECK(added.id >= 0 && !added.content.empty(), "added token ", a.dump(), " has a bad id or no content");
+      KILN_CHECK(size_t(added.id) < t.id_to_token_.size() + kMaxIdGap, "added token '", added.content, "' has id ",
+                 added.id, ", far beyond the vocabulary's ", t.id_to_token_.size(), " tokens");
       for (const char* flag : {"single_word", "lstrip", "rstrip"})
         if (a.value(flag, false)) KILN_FAIL("added token '", added.content, "' sets \"", flag, "\", which Kiln does not support");
       if (size_t(added.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(added.id) + 1);

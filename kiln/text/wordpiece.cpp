@@ -20,6 +20,7 @@ class WordPiece : public TokenModel {
                  "tokenizer.json: vocab id of '", token, "' is not a non-negative 32-bit integer");
       vocab_[token] = id.get<int32_t>();
     }
+    check_dense_ids(vocab_);
     prefix_ = j.value("continuing_subword_prefix", std::string("##"));
     max_chars_ = j.value("max_input_chars_per_word", size_t(100));
     const std::string unk = j.value("unk_token", std::string("[UNK]"));

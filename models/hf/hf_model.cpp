@@ -128,6 +128,17 @@ void attach_weights(nn::Module& model, const std::string& dir, const std::string
   model.eval();
 }
 
+// A family's builder, with a config field of the wrong JSON type reported
+// as a config.json error rather than as nlohmann's.
+template <typename Build>
+auto build_from_config(const Build& build, const json& config, const std::string& dir) {
+  try {
+    return build(config);
+  } catch (const json::exception& e) {
+    KILN_FAIL(dir, "/config.json: a field is missing or has the wrong type: ", e.what());
+  }
+}
+
 text::HfTokenizer folder_tokenizer(const std::string& dir) {
   return text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
 }
@@ -151,7 +162,7 @@ HfCausalLm load_hf_causal_lm(const std::string& dir) {
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a causal language model Kiln supports (",
               supported_causal_lm_types(), ")");
-  out.model = family->build(out.config);
+  out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
   attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable);
   out.eos_ids = eos_ids_of(out.config, dir);
@@ -167,7 +178,7 @@ HfClassifier load_hf_classifier(const std::string& dir) {
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a sequence classifier Kiln supports (",
               supported_classifier_types(), ")");
-  out.model = family->build(config);
+  out.model = build_from_config(family->build, config, dir);
   out.tokenizer = folder_tokenizer(dir);
   attach_weights(*out.model, dir, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
                  family->ignorable);

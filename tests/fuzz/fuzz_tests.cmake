@@ -1,6 +1,6 @@
 # The parsers' fuzzers (libFuzzer needs clang; Debian's clang-14 and
-# libclang-rt-14-dev): what kiln serve reads from a request, and what the
-# rendezvous store reads from the wire. Built beside the project, each run
+# libclang-rt-14-dev): what kiln serve reads from a request, what the
+# rendezvous store reads from the wire, and a model folder's tokenizer.json. Built beside the project, each run
 # for a bounded time from its seed corpus.
 find_program(KILN_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT KILN_FUZZ_CXX)
@@ -8,16 +8,18 @@ if(NOT KILN_FUZZ_CXX)
   return()
 endif()
 
-# kiln_fuzzer(NAME FUZZER_SOURCE SOURCES...): builds kiln_NAME_fuzzer and
-# adds the test fuzz.NAME, seeded from tests/fuzz/corpus/NAME.
+# kiln_fuzzer(NAME FUZZER_SOURCE SOURCES... [LIBS flags...]): builds
+# kiln_NAME_fuzzer and adds the test fuzz.NAME, seeded from tests/fuzz/corpus/NAME.
 function(kiln_fuzzer name fuzzer)
+  cmake_parse_arguments(PARSE_ARGV 2 F "" "" "LIBS")
+  set(ARGN ${F_UNPARSED_ARGUMENTS})
   set(binary ${CMAKE_CURRENT_BINARY_DIR}/kiln_${name}_fuzzer)
   list(TRANSFORM ARGN PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/ OUTPUT_VARIABLE sources)
   list(FILTER sources INCLUDE REGEX "\\.cpp$")  # the headers are only dependencies
   add_custom_command(
     OUTPUT ${binary}
     COMMAND ${KILN_FUZZ_CXX} -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${CMAKE_CURRENT_SOURCE_DIR} ${sources} ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} -o ${binary}
+            -I${CMAKE_CURRENT_SOURCE_DIR} ${sources} ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} ${F_LIBS} -o ${binary}
     DEPENDS ${ARGN} ${fuzzer}
     COMMENT "Building the ${name} fuzzer with ${KILN_FUZZ_CXX}")
   add_custom_target(build_${name}_fuzzer ALL DEPENDS ${binary})
@@ -31,3 +33,5 @@ endfunction()
 
 kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
+file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/*.cpp kiln/text/*.h)
+kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8)
