@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", so.temperature, "softmax temperature (0: greedy, always the most likely token)");
   sample->add_option("--top-k", so.top_k, "sample from the k most likely tokens (0: all)");
   sample->add_option("--seed", so.seed, "sampling seed");
+  sample->add_option("--precision", so.precision, "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
 
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);

@@ -16,7 +16,7 @@ namespace kiln::cli {
 namespace {
 
 struct TextInput {
-  std::string model, text, file, device = "cpu";
+  std::string model, text, file, device = "cpu", precision = "auto";
   bool json = false;
 };
 
@@ -27,6 +27,8 @@ void add_text_options(CLI::App* cmd, TextInput& in) {
   text->excludes(file);
   cmd->add_flag("--json", in.json, "print JSON");
   cmd->add_option("--device", in.device, "cpu, cuda or cuda:N");
+  cmd->add_option("--precision", in.precision,
+                  "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
 }
 
 std::string text_of(const TextInput& in) {
@@ -64,7 +66,7 @@ std::function<int()> add_score_command(CLI::App& app) {
   add_text_options(cmd, *in);
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
-    auto m = recipes::load_text_model(in->model, Device::parse(in->device));
+    auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision);
     const auto s = recipes::score_text(m, text_of(*in));
     if (in->json) {
       nlohmann::json lp = nlohmann::json::array();
@@ -86,9 +88,9 @@ namespace {
 
 // The label probabilities of `text` under a hf:DIR classifier or a Kiln text-classifier run.
 std::pair<std::vector<std::string>, std::vector<double>> classify(const std::string& spec, const std::string& text,
-                                                                  Device device) {
+                                                                  Device device, const std::string& precision) {
   if (auto dir = models::hf_folder(spec)) {
-    auto c = models::load_hf_classifier(*dir);
+    auto c = models::load_hf_classifier(*dir, recipes::weights_dtype(precision));
     c.model->to(device);
     return {c.labels, models::classify_text(c, text)};
   }
@@ -106,7 +108,7 @@ std::function<int()> add_classify_command(CLI::App& app) {
   add_text_options(cmd, *in);
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
-    const auto [labels, probs] = classify(in->model, text_of(*in), Device::parse(in->device));
+    const auto [labels, probs] = classify(in->model, text_of(*in), Device::parse(in->device), in->precision);
     KILN_CHECK(labels.size() == probs.size() && !probs.empty(), "the classifier gave ", probs.size(),
                " probabilities for ", labels.size(), " labels");
     const size_t best = size_t(std::max_element(probs.begin(), probs.end()) - probs.begin());

@@ -151,7 +151,7 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
   if (models::hf_folder(path)) {
-    TextModel m = load_text_model(path, device);
+    TextModel m = load_text_model(path, device, options.precision);
     Generator gen(options.seed);
     const std::vector<int32_t> prompt = m.encode(options.prompt);
     std::vector<std::string> out;

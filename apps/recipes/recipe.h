@@ -103,6 +103,7 @@ struct SampleOptions {
   double temperature = 0.8;
   int64_t top_k = 40;
   uint64_t seed = 1;
+  std::string precision = "auto";  // hf:DIR weights: auto (the file's dtype), fp32 or bf16
 };
 
 using Log = std::function<void(const std::string&)>;

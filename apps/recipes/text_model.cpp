@@ -10,10 +10,17 @@
 
 namespace kiln::recipes {
 
-TextModel load_text_model(const std::string& spec, Device device) {
+std::optional<DType> weights_dtype(const std::string& precision) {
+  if (precision == "auto") return std::nullopt;
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  KILN_FAIL("--precision must be auto (the weights' own dtype), fp32 or bf16, not '", precision, "'");
+}
+
+TextModel load_text_model(const std::string& spec, Device device, const std::string& weights) {
   TextModel out;
   if (auto dir = models::hf_folder(spec)) {
-    auto lm = std::make_shared<models::HfCausalLm>(models::load_hf_causal_lm(*dir));
+    auto lm = std::make_shared<models::HfCausalLm>(models::load_hf_causal_lm(*dir, weights_dtype(weights)));
     lm->model->to(device);
     out.model = lm->model;
     out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
@@ -49,7 +56,8 @@ ScoredText score_text(TextModel& m, const std::string& text) {
   NoGradGuard ng;
   std::vector<int64_t> ids64(out.ids.begin(), out.ids.end());
   const Device device = m.model->parameters().front().device();
-  Tensor lp = log_softmax(m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device)), -1);
+  Tensor logits = m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device));
+  Tensor lp = log_softmax(to_dtype(logits, DType::f32), -1);  // as harnesses do: logits.float()
   const std::vector<float> all = lp.to_vector<float>();
   const size_t V = size_t(lp.size(-1));
   out.logprobs.assign(out.ids.size(), std::numeric_limits<double>::quiet_NaN());

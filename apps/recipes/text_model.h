@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,11 @@ struct TextModel {
   std::vector<int32_t> stop_ids;  // generation ends after one of these
 };
 
-TextModel load_text_model(const std::string& spec, Device device);
+// `weights`: "auto" keeps a Hugging Face file's dtype (bf16 stays bf16);
+// "fp32" or "bf16" converts. Kiln runs keep what they saved.
+TextModel load_text_model(const std::string& spec, Device device, const std::string& weights = "auto");
+// "auto" -> nullopt, "fp32" -> f32, "bf16" -> bf16; anything else is an error.
+std::optional<DType> weights_dtype(const std::string& precision);
 
 // The log-probability of each token given those before it, from one
 // forward pass: logprobs[0] has no context and is left out (NaN).

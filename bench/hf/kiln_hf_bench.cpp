@@ -18,13 +18,14 @@ static double seconds_since(Clock::time_point t) { return std::chrono::duration<
 int main(int argc, char** argv) {
   kiln::apply_runtime_defaults(argv);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3] [f32|bf16]\n", argv[0]);
     return 2;
   }
   const int64_t P = argc > 2 ? std::atoll(argv[2]) : 128, N = argc > 3 ? std::atoll(argv[3]) : 64;
   const int R = argc > 4 ? std::atoi(argv[4]) : 3;
   auto t0 = Clock::now();
-  auto lm = kiln::models::load_hf_causal_lm(argv[1]);
+  const bool bf16 = argc > 5 && std::string(argv[5]) == "bf16";
+  auto lm = kiln::models::load_hf_causal_lm(argv[1], bf16 ? kiln::DType::bf16 : kiln::DType::f32);
   const double load_s = seconds_since(t0);
   {  // mapped weights are read when first used: time to the first token's logits too
     kiln::NoGradGuard ng;

@@ -16,7 +16,9 @@ printf '| threads | engine | dtype | load s | first logits s | prompt tok/s | de
 for threads in "${@:-1 2}"; do
   for threads_one in $threads; do
     row() { python3 -c "import json,sys; r=json.loads(sys.argv[1]); print('| $threads_one | %s | $1 | %.3f | %.3f | %.0f | %.1f |' % (r['engine'], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s']))" "$2"; }
-    row f32 "$(OMP_NUM_THREADS=$threads_one "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R)"
+    for dtype in f32 bf16; do
+      row $dtype "$(OMP_NUM_THREADS=$threads_one "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R $dtype)"
+    done
     for dtype in float32 bfloat16; do
       row "$(echo $dtype | sed "s/float32/f32/; s/bfloat16/bf16/")" "$(OMP_NUM_THREADS=$threads_one "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads_one); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
     done

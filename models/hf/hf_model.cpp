@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "kiln/core/error.h"
@@ -27,11 +28,13 @@ json read_json(const fs::path& path, const std::string& what) {
 }
 
 // Points `param` at `value`'s memory (no copy), or at a converted copy when
-// the dtypes differ. The shape must match.
-void adopt(Tensor& param, const Tensor& value, const std::string& name) {
+// `dtype` asks for another. The shape must match.
+void adopt(Tensor& param, const Tensor& value, const std::string& name, std::optional<DType> dtype) {
   KILN_CHECK(param.shape() == value.shape(), "checkpoint tensor '", name, "' has shape ", shape_str(value.shape()),
              "; the model built from config.json needs ", shape_str(param.shape()));
-  Tensor source = value.dtype() == DType::f32 ? value : value.to(DType::f32);
+  KILN_CHECK(dtype_is_floating(value.dtype()), "checkpoint tensor '", name, "' holds ", dtype_name(value.dtype()),
+             ", not floating-point weights");
+  Tensor source = !dtype || *dtype == value.dtype() ? value : value.to(*dtype);
   TensorImpl& impl = param.impl();
   impl.storage = source.storage();
   impl.offset = source.offset();
@@ -107,7 +110,7 @@ namespace {
 // left over that is not an ignorable buffer, or any parameter missing, is an error.
 void attach_weights(nn::Module& model, const std::string& dir, const std::string& model_type,
                     const std::function<CheckpointName(const std::string&)>& checkpoint_name,
-                    const std::function<bool(const std::string&)>& ignorable) {
+                    const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
   std::map<std::string, Tensor> weights = map_hf_weights(dir);
   std::set<std::string> used;
   for (auto& [name, param] : model.named_parameters()) {
@@ -119,7 +122,7 @@ void attach_weights(nn::Module& model, const std::string& dir, const std::string
       KILN_FAIL(dir, ": the weights lack '", source.name, "', which a ", model_type, " model with this config.json needs");
     used.insert(it->first);
     Tensor p = param;
-    adopt(p, source.transposed ? it->second.transpose(0, 1).contiguous() : it->second, source.name);
+    adopt(p, source.transposed ? it->second.transpose(0, 1).contiguous() : it->second, source.name, dtype);
   }
   for (const auto& [name, t] : weights)
     if (!used.count(name) && !ignorable(name))
@@ -153,7 +156,7 @@ std::string hf_model_kind(const std::string& dir) {
             supported_causal_lm_types(), "; classifiers: ", supported_classifier_types(), ")");
 }
 
-HfCausalLm load_hf_causal_lm(const std::string& dir) {
+HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype) {
   HfCausalLm out;
   out.dir = dir;
   out.config = read_hf_config(dir);
@@ -164,12 +167,12 @@ HfCausalLm load_hf_causal_lm(const std::string& dir) {
               supported_causal_lm_types(), ")");
   out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
-  attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable);
+  attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable, dtype);
   out.eos_ids = eos_ids_of(out.config, dir);
   return out;
 }
 
-HfClassifier load_hf_classifier(const std::string& dir) {
+HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dtype) {
   HfClassifier out;
   out.dir = dir;
   const json config = read_hf_config(dir);
@@ -181,7 +184,7 @@ HfClassifier load_hf_classifier(const std::string& dir) {
   out.model = build_from_config(family->build, config, dir);
   out.tokenizer = folder_tokenizer(dir);
   attach_weights(*out.model, dir, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
-                 family->ignorable);
+                 family->ignorable, dtype);
   out.labels = out.model->config().labels;
   return out;
 }
@@ -191,7 +194,8 @@ std::vector<double> classify_text(HfClassifier& c, const std::string& text) {
   const auto ids = c.tokenizer.encode(text);
   std::vector<int64_t> ids64(ids.begin(), ids.end());
   const Device device = c.model->parameters().front().device();
-  Tensor probs = softmax(c.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device)), -1);
+  Tensor logits = c.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device));
+  Tensor probs = softmax(to_dtype(logits, DType::f32), -1);
   const auto v = probs.to_vector<float>();
   return std::vector<double>(v.begin(), v.end());
 }

@@ -31,9 +31,10 @@ struct HfCausalLm {
 
 // Loads a causal language model: the architecture from config.json's
 // model_type (an unsupported one, or a config key that changes the math and
-// Kiln does not implement, is an error naming it), its f32 weights
-// memory-mapped; bf16 and f16 weights are widened to f32 copies for now.
-HfCausalLm load_hf_causal_lm(const std::string& dir);
+// Kiln does not implement, is an error naming it), its weights
+// memory-mapped in the file's dtype (bf16 stays bf16), or converted copies
+// in `dtype` when one is asked for (--precision fp32).
+HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype = std::nullopt);
 
 struct HfClassifier {
   std::string dir, model_type;
@@ -43,7 +44,7 @@ struct HfClassifier {
 };
 
 // Loads a sequence classifier (bert, distilbert ...ForSequenceClassification).
-HfClassifier load_hf_classifier(const std::string& dir);
+HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dtype = std::nullopt);
 // The label probabilities of one text, as softmax(model(**tokenizer(text)).logits).
 std::vector<double> classify_text(HfClassifier& classifier, const std::string& text);
 

@@ -211,8 +211,10 @@ Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
     KILN_CHECK(past + T <= cache->k.front().size(2), "the generation cache holds ", cache->k.front().size(2),
                " positions; ", past + T, " do not fit");
   ensure_rope(past + T, model_->embed_tokens->weight.device());
-  Tensor cos = slice(rope_cos_, 0, past, past + T), sin = slice(rope_sin_, 0, past, past + T);
   Tensor x = model_->embed_tokens->forward(ids);
+  // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
+  Tensor cos = to_dtype(slice(rope_cos_, 0, past, past + T), x.dtype());
+  Tensor sin = to_dtype(slice(rope_sin_, 0, past, past + T), x.dtype());
   for (size_t l = 0; l < model_->layers.size(); ++l)
     x = model_->layers[l]->forward_at(x, cos, sin, past, cache ? &cache->k[l] : nullptr, cache ? &cache->v[l] : nullptr);
   if (cache) cache->length += T;

@@ -33,6 +33,20 @@ sys.exit(0 if got == json.load(open(sys.argv[2]))["greedy_text"] + "\n---\n" els
 PY
 done
 
+# A bf16 file runs in bf16 unless --precision fp32 asks for f32.
+text="$(python3 -c "import json; print(json.load(open('$FIX/llama-bf16/expected.json'))['score_text'])")"
+for precision in auto fp32; do
+  run 0 "$KILN" score "hf:$FIX/llama-bf16" --text "$text" --json --precision $precision
+  python3 - "$OUT" "$FIX/llama-bf16/expected.json" $precision <<'PY' || fail "llama-bf16 --precision $precision differs from transformers"
+import json, sys
+got, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ref, bar = (want["logprobs_native"], 0.05) if sys.argv[3] == "auto" else (want["logprobs_f32"], 1e-3)
+sys.exit(0 if max(abs(a - b) for a, b in zip(got["logprobs"][1:], ref[1:])) < bar else 1)
+PY
+done
+run 1 "$KILN" score "hf:$FIX/llama-bf16" --text "x" --precision fp8
+expect "--precision must be auto"
+
 for model in bert distilbert; do
   for i in 0 1 2; do
     text="$(python3 -c "import json; print(json.load(open('$FIX/$model/expected.json'))['texts'][$i]['text'])")"
