@@ -59,8 +59,6 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
   const Case cases[] = {
       {"n", "1000000", "1"},
       {"best_of", "2", "1"},
-      {"echo", "true", "false"},
-      {"logprobs", "5", "null"},
       {"frequency_penalty", "0.5", "0"},
       {"presence_penalty", "-1", "0.0"},
       {"logit_bias", R"({"50256": -100})", "{}"},
@@ -73,6 +71,27 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
         << c.field << ": " << message;
     EXPECT_EQ(refusal(with(c.field, c.asks_nothing)), "") << c.field;
   }
+}
+
+// lm-evaluation-harness's loglikelihood request: the prompt (text or token
+// ids) echoed with its log-probabilities and no new tokens.
+TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
+  const CompletionRequest r = parse_completion(R"({"model": "m", "prompt": [5, 7, 9], "max_tokens": 0, "echo": true, "logprobs": 3})");
+  ASSERT_TRUE(r.prompt_ids);
+  EXPECT_EQ(*r.prompt_ids, (std::vector<int32_t>{5, 7, 9}));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(parse_completion(R"({"model": "m", "prompt": "a b", "max_tokens": 0, "echo": true})").logprobs, std::nullopt);
+  EXPECT_NE(refusal(with("logprobs", "2")).find("supported for scoring a prompt"), std::string::npos);
+  EXPECT_NE(refusal(with("echo", "true")).find("supported for scoring a prompt"), std::string::npos);
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": [1, -2], "max_tokens": 0, "echo": true})").find("token ids"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 21})")
+                .find("logprobs must be in [0, 20]"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "stream": true})")
+                .find("not streamed"),
+            std::string::npos);
 }
 
 TEST(CompletionFields, UnknownFieldsAreRefusedAndNullMeansTheDefault) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/hf_model.h"
@@ -84,6 +85,7 @@ class HfLanguageModelInference final : public InferenceModel {
  public:
   explicit HfLanguageModelInference(models::HfCausalLm lm) : lm_(std::move(lm)) {}
   std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     const std::vector<int32_t> ids = lm_.tokenizer.encode(prompt);
     KILN_CHECK(!ids.empty(), "the prompt encodes to no tokens");
     KILN_CHECK(int64_t(ids.size()) < lm_.model->context_length(), "the prompt is ", ids.size(),
@@ -93,14 +95,66 @@ class HfLanguageModelInference final : public InferenceModel {
     return c;
   }
   void advance_completions(const std::vector<PendingCompletion*>& batch) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     for (PendingCompletion* p : batch) {
       auto* c = static_cast<HfCompletion*>(p);
       if (!c->finished()) c->step({c->last()});
     }
   }
 
+  PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& given,
+                            int64_t top) override {
+    const std::vector<int32_t> ids = given ? *given : lm_.tokenizer.encode(prompt);
+    KILN_CHECK(!ids.empty(), "the prompt encodes to no tokens");
+    KILN_CHECK(int64_t(ids.size()) <= lm_.model->context_length(), "the prompt is ", ids.size(),
+               " tokens, more than the model's context of ", lm_.model->context_length());
+    for (int32_t id : ids)
+      KILN_CHECK(id < lm_.model->vocab_size(), "token id ", id, " is outside the model's ", lm_.model->vocab_size(),
+                 " tokens");
+    // A model's vocabulary may be padded past its tokenizer's: such ids have no text.
+    auto token_text = [&](int32_t id) {
+      return id < lm_.tokenizer.vocab_size() ? lm_.tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
+    };
+    std::vector<float> lp;
+    size_t V = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      NoGradGuard ng;
+      std::vector<int64_t> ids64(ids.begin(), ids.end());
+      const Device device = lm_.model->parameters().front().device();
+      Tensor logits = lm_.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}).to(device));
+      Tensor all = log_softmax(to_dtype(logits, DType::f32), -1);
+      V = size_t(all.size(-1));
+      lp = all.to_vector<float>();
+    }
+    PromptScores s;
+    text::DecodeStream stream(lm_.tokenizer);  // the text as decoding gives it: special tokens add none
+    for (size_t t = 0; t < ids.size(); ++t) {
+      s.text_offset.push_back(int64_t(s.text.size()));
+      if (ids[t] < lm_.tokenizer.vocab_size()) s.text += stream.step(ids[t]);
+      s.tokens.push_back(token_text(ids[t]));
+      if (t == 0) {
+        s.token_logprobs.push_back(std::nullopt);
+        s.top_logprobs.emplace_back();
+        continue;
+      }
+      const float* row = lp.data() + (t - 1) * V;
+      s.token_logprobs.push_back(row[ids[t]]);
+      std::vector<int32_t> order(V);
+      for (size_t i = 0; i < V; ++i) order[i] = int32_t(i);
+      const size_t k = std::min<size_t>(size_t(top), V);
+      std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+      std::vector<std::pair<std::string, double>> best;
+      for (size_t i = 0; i < k; ++i) best.emplace_back(token_text(order[i]), row[order[i]]);
+      s.top_logprobs.push_back(std::move(best));
+    }
+    return s;
+  }
+
  private:
   models::HfCausalLm lm_;
+  std::mutex mutex_;  // the scheduler's thread and the scoring requests share the model
 };
 
 class HfClassifierInference final : public InferenceModel {

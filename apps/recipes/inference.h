@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ class PendingCompletion {
   virtual const Completion& result() const = 0;
 };
 
+// A prompt's own log-probabilities, in the shape of OpenAI's completions
+// `logprobs` (what lm-evaluation-harness reads).
+struct PromptScores {
+  std::string text;                                // the prompt, decoded
+  std::vector<std::string> tokens;                 // each token's text
+  std::vector<std::optional<double>> token_logprobs;  // [0] has no context: null
+  std::vector<std::vector<std::pair<std::string, double>>> top_logprobs;  // the most likely at each position
+  std::vector<int64_t> text_offset;                // where each token's text starts
+};
+
 class InferenceModel {
  public:
   virtual ~InferenceModel() = default;
@@ -71,6 +82,10 @@ class InferenceModel {
   virtual std::vector<std::unique_ptr<PendingCompletion>> start_completions(
       const std::vector<std::string>& prompts, const std::vector<CompletionOptions>& options);
   virtual void advance_completions(const std::vector<PendingCompletion*>& batch);
+  // Language models: the log-probability of each token of the prompt (text,
+  // or `ids` when given) after those before it, and the `top` most likely tokens.
+  virtual PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& ids,
+                                    int64_t top);
 };
 
 }  // namespace kiln::recipes

@@ -137,6 +137,9 @@ std::vector<std::unique_ptr<PendingCompletion>> InferenceModel::start_completion
 void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&) {
   KILN_FAIL("this model does not generate text");
 }
+PromptScores InferenceModel::score_prompt(const std::string&, const std::optional<std::vector<int32_t>>&, int64_t) {
+  KILN_FAIL("this model does not score prompts (Hugging Face language models do)");
+}
 
 Completion InferenceModel::complete(const std::string& prompt, const CompletionOptions& options,
                                     const std::function<void(const std::string&)>& on_text) {

@@ -182,8 +182,6 @@ struct UnsupportedField {
 const UnsupportedField kUnsupportedCompletionFields[] = {
     {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
     {"best_of", is_one, "Kiln does not rank candidates: leave it at 1"},
-    {"echo", is_false, "the prompt is not echoed back: prepend it to the text yourself"},
-    {"logprobs", [](const json&) { return false; }, "log-probabilities are not returned yet"},
     {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"logit_bias", is_empty, "logit biases are not implemented"},
@@ -192,8 +190,8 @@ const UnsupportedField kUnsupportedCompletionFields[] = {
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
 // the caller, which changes nothing), and llama-server's top_k and ignore_eos.
-const char* const kCompletionFields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
-                                         "seed",  "stop",   "stream",     "ignore_eos",  "user"};
+const char* const kCompletionFields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",  "seed",
+                                         "stop",  "stream", "ignore_eos", "user",        "echo",  "logprobs"};
 
 // Refuses a field that is unknown, or known but not implemented and set to
 // ask for something.
@@ -222,7 +220,18 @@ CompletionRequest parse_completion(const std::string& text) {
   check_completion_fields(body);
   CompletionRequest r;
   r.model = field<std::string>(body, "model", "a string");
-  r.prompt = field<std::string>(body, "prompt", "a string", std::string());
+  if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
+    const json& ids = body["prompt"];
+    if (ids.empty() || ids.size() > 1000000 || !std::all_of(ids.begin(), ids.end(), [](const json& v) {
+          return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t(1) << 31);
+        }))
+      throw HttpError(400, "field 'prompt' must be a string, or a non-empty array of token ids (non-negative integers)");
+    r.prompt_ids = ids.get<std::vector<int32_t>>();
+  } else {
+    r.prompt = field<std::string>(body, "prompt", "a string or an array of token ids", std::string());
+  }
+  r.echo = field<bool>(body, "echo", "true or false", false);
+  if (body.contains("logprobs")) r.logprobs = field<int64_t>(body, "logprobs", "an integer");
   r.max_tokens = field<int64_t>(body, "max_tokens", "an integer", int64_t(16));
   r.temperature = field<double>(body, "temperature", "a number", 1.0);
   r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
@@ -238,6 +247,12 @@ CompletionRequest parse_completion(const std::string& text) {
   if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
   if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
+  if (r.logprobs && (*r.logprobs < 0 || *r.logprobs > 20)) throw HttpError(400, "logprobs must be in [0, 20]");
+  const bool scoring = r.echo && r.max_tokens == 0;
+  if ((r.logprobs || r.echo || r.prompt_ids) && !scoring)
+    throw HttpError(400, "echo, logprobs and token-id prompts are supported for scoring a prompt: echo true with "
+                         "max_tokens 0 (log-probabilities of generated tokens are not returned yet)");
+  if (scoring && r.stream) throw HttpError(400, "scoring a prompt (echo with max_tokens 0) is not streamed");
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,13 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool ignore_eos = false;  // llama-server's: never sample the end of text
+  // Scoring a prompt (what lm-evaluation-harness's local-completions asks):
+  // echo with max_tokens 0 returns the prompt's own log-probabilities, and
+  // the `logprobs` most likely tokens at each position. The prompt may be
+  // given as token ids (prompt_ids) instead of text.
+  bool echo = false;
+  std::optional<int64_t> logprobs;
+  std::optional<std::vector<int32_t>> prompt_ids;
 };
 CompletionRequest parse_completion(const std::string& body);
 

@@ -427,11 +427,45 @@ class Server {
     res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
   }
 
+  // echo with max_tokens 0: the prompt's own log-probabilities, in OpenAI's
+  // completions `logprobs` shape (lm-evaluation-harness's loglikelihood).
+  void score(ServedModel& m, const CompletionRequest& r, httplib::Response& res) {
+    recipes::PromptScores s;
+    try {
+      s = m.model->score_prompt(r.prompt, r.prompt_ids, r.logprobs.value_or(0));
+    } catch (const Error& e) {
+      throw HttpError(400, e.what());
+    }
+    json top = json::array();
+    for (const auto& best : s.top_logprobs) {
+      if (best.empty()) {
+        top.push_back(nullptr);
+        continue;
+      }
+      json row = json::object();
+      for (const auto& [token, lp] : best) row[token] = lp;
+      top.push_back(row);
+    }
+    json token_logprobs = json::array();
+    for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
+    json logprobs = {{"tokens", s.tokens}, {"token_logprobs", token_logprobs}, {"text_offset", s.text_offset}};
+    logprobs["top_logprobs"] = r.logprobs ? top : json();
+    const int64_t n = int64_t(s.tokens.size());
+    res.set_content(json{{"id", "cmpl-" + std::to_string(next_id_++)},
+                         {"object", "text_completion"},
+                         {"model", m.name},
+                         {"choices", {{{"text", s.text}, {"index", 0}, {"finish_reason", "length"}, {"logprobs", logprobs}}}},
+                         {"usage", {{"prompt_tokens", n}, {"completion_tokens", 0}, {"total_tokens", n}}}}
+                        .dump(),
+                    "application/json");
+  }
+
   // OpenAI's /v1/completions: model, prompt, max_tokens, temperature, top_k, top_p, stop, seed, stream.
   void complete(const CompletionRequest& r, httplib::Response& res) {
     ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
+    if (r.echo && r.max_tokens == 0) return score(m, r, res);
     recipes::CompletionOptions co;
     co.max_tokens = r.max_tokens;
     co.temperature = r.temperature;

@@ -65,7 +65,8 @@ run 1 "$KILN" classify "hf:$FIX/llama-gqa" --text "x"
 expect "is not a sequence classifier Kiln supports"
 
 # kiln serve --model NAME=hf:DIR: a greedy completion is generate()'s text,
-# streamed or not, and /v1/classify gives transformers' probabilities.
+# streamed or not; a scored prompt (echo, max_tokens 0, logprobs) carries
+# transformers' log-probabilities; /v1/classify gives transformers' probabilities.
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model lm="hf:$FIX/llama-gqa" --model cls="hf:$FIX/distilbert" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
@@ -90,6 +91,17 @@ r = json.loads(post({"_path": "classify", "model": "cls", "input": [t["text"] fo
 for row, got in zip(cls["texts"], r["data"]):
     probs = [got["probabilities"][label] for label in cls["labels"]]
     assert max(abs(a - b) for a, b in zip(probs, row["probs"])) < 1e-4, (got, row)
+# Scoring (lm-evaluation-harness's loglikelihood): echo, max_tokens 0, logprobs.
+score_text = want["score_text"]
+for prompt in (score_text, want["ids"]):
+    r = json.loads(post({"_path": "completions", "model": "lm", "prompt": prompt, "max_tokens": 0, "echo": True,
+                         "logprobs": 2, "temperature": 0}))
+    lp = r["choices"][0]["logprobs"]
+    assert lp["token_logprobs"][0] is None and len(lp["token_logprobs"]) == len(want["ids"]), lp
+    assert max(abs(a - b) for a, b in zip(lp["token_logprobs"][1:], want["logprobs_f32"][1:])) < 1e-3, lp
+    # (two tokens of the same text, two U+FFFD halves, share one entry of the map, as in OpenAI's format)
+    assert all(1 <= len(t) <= 2 and max(t.values()) >= g - 1e-6 for t, g in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:]))
+    assert r["usage"]["prompt_tokens"] == len(want["ids"]) and r["choices"][0]["text"].endswith("reform."), r
 print("served ok")
 PY
 kill -TERM "$server"
