@@ -6,9 +6,9 @@
 #   KILN_TORCH2_VENV=~/.cache/kiln-torch2 (default)
 set -euo pipefail
 VENV="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}"
-if ! "$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors, sentencepiece" 2>/dev/null; then
   echo "creating $VENV with PyTorch 2 and transformers from PyPI (a few GB, once) ..." >&2
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q torch numpy transformers tokenizers safetensors >&2
+  "$VENV/bin/pip" install -q torch numpy transformers tokenizers safetensors sentencepiece gguf >&2
 fi
 echo "$VENV/bin/python"

@@ -2,25 +2,42 @@
 # A Hugging Face model of SmolLM-135M's shape (Llama: 30 layers, 576 wide,
 # 9 heads with 3 KV heads, 49,152 tokens; random weights that
 # tests/hf/make_fixtures.py --speed makes, cached outside the repository):
-# Kiln against transformers on PyTorch 2, in one run, at each thread count.
-#   BUILD_DIR=build bench/hf/run.sh [THREADS...]   (default: 1 2)
+# Kiln against transformers on PyTorch 2 and, where it is built, llama.cpp,
+# in one run, at each thread count.
+#   BUILD_DIR=build LLAMA_CPP=DIR bench/hf/run.sh [THREADS...]   (default: 1 2)
+# LLAMA_CPP: a llama.cpp source tree with build/bin/llama-bench (PyPI's
+# llama-cpp-python source package carries one under vendor/llama.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR="${BUILD_DIR:-build}"
 PY="$(bench/torch2_venv.sh)"
 MODEL="${KILN_HF_BENCH_MODEL:-$HOME/.cache/kiln-hf/smollm-135m-shape}"
+LLAMA_CPP="${LLAMA_CPP:-}"
 [ -f "$MODEL/model.safetensors" ] || "$PY" tests/hf/make_fixtures.py --speed "$MODEL" >&2
 P=128 N=64 R=3
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  prompt $P tokens, $N new tokens, best of $R"
 printf '| threads | engine | dtype | load s | first logits s | prompt tok/s | decode tok/s |\n|---|---|---|---|---|---|---|\n'
-for threads in "${@:-1 2}"; do
-  for threads_one in $threads; do
-    row() { python3 -c "import json,sys; r=json.loads(sys.argv[1]); print('| $threads_one | %s | $1 | %.3f | %.3f | %.0f | %.1f |' % (r['engine'], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s']))" "$2"; }
-    for dtype in f32 bf16; do
-      row $dtype "$(OMP_NUM_THREADS=$threads_one "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R $dtype)"
-    done
-    for dtype in float32 bfloat16; do
-      row "$(echo $dtype | sed "s/float32/f32/; s/bfloat16/bf16/")" "$(OMP_NUM_THREADS=$threads_one "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads_one); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
-    done
+row() {  # THREADS DTYPE JSON
+  python3 -c "import json,sys; r=json.loads(sys.argv[3]); print('| %s | %s | %s | %.3f | %.3f | %.0f | %.1f |' % (sys.argv[1], r['engine'], sys.argv[2], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s']))" "$@"
+}
+for threads in ${@:-1 2}; do
+  for dtype in f32 bf16; do
+    row "$threads" $dtype "$(OMP_NUM_THREADS=$threads "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R $dtype)"
+  done
+  for dtype in float32 bfloat16; do
+    row "$threads" "$(echo $dtype | sed 's/float32/f32/; s/bfloat16/bf16/')" \
+      "$(OMP_NUM_THREADS=$threads "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
+  done
+  [ -x "$LLAMA_CPP/build/bin/llama-bench" ] || continue
+  for dtype in f32 bf16; do
+    gguf="$MODEL-$dtype.gguf"
+    [ -f "$gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype $dtype --outfile "$gguf" >&2
+    # llama-bench's decoding test (tg) starts from an empty context; its
+    # prompt test (pp) is one batch of P tokens. No load times.
+    "$LLAMA_CPP/build/bin/llama-bench" -m "$gguf" -p $P -n $N -t "$threads" -r $R -o json 2>/dev/null |
+      python3 -c "
+import json, sys
+rows = {('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.load(sys.stdin)}
+print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f |' % (rows['pp'], rows['tg']))"
   done
 done

@@ -129,6 +129,8 @@ class LlamaLayer : public Module {
       k = slice(*k_cache, 2, 0, S);
       v = slice(*v_cache, 2, 0, S);
     }
+    const double scale = 1.0 / std::sqrt(double(D));
+    if (T == 1 && k_cache) return o_proj->forward(reshape(decode_attention(q, k, v, scale), {B, 1, H * D}));
     k = repeat_kv(k, H / Hkv);
     v = repeat_kv(v, H / Hkv);
     Tensor out;
@@ -146,12 +148,29 @@ class LlamaLayer : public Module {
             mask[size_t(i * S + j)] = -std::numeric_limits<float>::infinity();
         }
       Tensor bias = Tensor::from_vector(mask, {T, S}).to(x.device());
-      Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(D)));
+      Tensor scores = matmul(q, transpose(k, 2, 3)) * scale;
       if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
       Tensor probs = softmax(scores + bias, -1);
       out = matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v);
     }
     return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
+  }
+
+  // One new position (generation): it sees every cached key, or the last
+  // sliding_window of them, so no mask is needed. The query heads that share
+  // a key/value head are multiplied as one group, so the cache is never
+  // copied per query head. q [B, H, 1, D], k and v [B, Hkv, S, D] -> [B, H, 1, D].
+  Tensor decode_attention(const Tensor& q, Tensor k, Tensor v, double scale) const {
+    const int64_t B = q.size(0), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim, S = k.size(2);
+    if (c_.sliding_window > 0 && S > c_.sliding_window) {
+      k = slice(k, 2, S - c_.sliding_window, S);
+      v = slice(v, 2, S - c_.sliding_window, S);
+    }
+    Tensor grouped = reshape(q, {B, Hkv, H / Hkv, D});
+    Tensor scores = matmul(grouped, transpose(k, 2, 3)) * scale;  // [B, Hkv, group, S]
+    if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
+    Tensor probs = softmax(scores, -1);
+    return reshape(matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v), {B, H, 1, D});
   }
 
   LlamaConfig c_;

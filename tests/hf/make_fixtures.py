@@ -267,7 +267,9 @@ def make_model(out, name, tok_name, kwargs, auto, expectations):
 
 def make_speed_model(d):
     """SmolLM-135M's shape (Llama: 30 layers, 576 wide, 9 heads of 64 with 3
-    KV heads, 1536 MLP, 49152 vocabulary, tied), random weights."""
+    KV heads, 1536 MLP, 49152 vocabulary, tied), random weights; its
+    tokenizer.json for Kiln and transformers, and a SentencePiece
+    tokenizer.model for llama.cpp's converter (speed does not depend on it)."""
     tok = save_tokenizer("llama2", d)
     config = transformers.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
                                       num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
@@ -276,6 +278,11 @@ def make_speed_model(d):
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(d)
     del tok
+    # llama.cpp's converter reads a Llama folder's SentencePiece tokenizer.model.
+    import sentencepiece
+    files = [os.path.join(FORTUNES, f) for f, _ in fortunes()]
+    sentencepiece.SentencePieceTrainer.train(input=",".join(files), model_prefix=os.path.join(d, "tokenizer"),
+                                             vocab_size=1000, model_type="bpe", byte_fallback=True, minloglevel=2)
 
 
 def main():
