@@ -13,6 +13,7 @@
 #include "kiln/data/fashion_mnist.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/tokenizer.h"
+#include "kiln/text/hf_tokenizer.h"
 #include "data_test_util.h"
 
 namespace fs = std::filesystem;
@@ -242,6 +243,28 @@ std::vector<std::string>* DataTokenizer::train_docs_ = nullptr;
 TempDir* DataTokenizer::cache_ = nullptr;
 
 }  // namespace
+
+// `kiln export --format hf` writes the model as a tokenizer.json; run by the
+// tokenizer.json pipeline (which tests/test_hf_tokenizers.cpp holds to the
+// `tokenizers` library) it gives the end-of-text id and then SentencePiece's
+// ids for every fortune, and decodes back to the text.
+TEST_F(DataTokenizer, AsTokenizerJsonItEncodesEveryFortuneAsSentencePieceDoes) {
+  Tokenizer tok = Tokenizer::train_or_load(*train_docs_, options());
+  const auto hf = kiln::text::HfTokenizer::from_json_text(tok.to_tokenizer_json(), "exported tokenizer.json");
+  EXPECT_EQ(hf.vocab_size(), tok.vocab_size());
+  std::vector<std::string> texts(corpus_->begin(), corpus_->end());
+  texts.insert(texts.end(), {"\tindented\n   three spaces  and two\n\n", "emoji \xF0\x9F\x98\x80 and \xE6\xBC\xA2\xE5\xAD\x97", ""});
+  size_t differ = 0;
+  for (const std::string& s : texts) {
+    std::vector<int32_t> want{tok.end_of_text_id()};
+    const auto ids = tok.encode(s);
+    want.insert(want.end(), ids.begin(), ids.end());
+    const auto got = hf.encode(s);
+    if (got != want && differ++ < 3) ADD_FAILURE() << "differs on: " << s;
+    EXPECT_EQ(hf.decode(got), s);
+  }
+  EXPECT_EQ(differ, 0u) << "of " << texts.size() << " texts";
+}
 
 TEST_F(DataTokenizer, RoundTripAndSpecialIds) {
   Tokenizer tok = Tokenizer::train_or_load(*train_docs_, options());

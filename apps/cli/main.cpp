@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
 #include "apps/cli/serve_command.h"
 #include "apps/cli/text_commands.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);
   std::function<int()> run_classify = kiln::cli::add_classify_command(app);
+  std::function<int()> run_export = kiln::cli::add_export_command(app);
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_score(); rc >= 0) {
       return rc;
     } else if (int rc = run_classify(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_export(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

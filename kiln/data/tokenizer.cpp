@@ -1,5 +1,7 @@
 #include "kiln/data/tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
@@ -229,6 +231,61 @@ int Tokenizer::vocab_size() const {
 std::string Tokenizer::piece(int32_t id) const {
   KILN_CHECK(sp_ && id >= 0 && id < sp_->GetPieceSize(), "tokenizer: id ", id, " is outside the vocabulary");
   return sp_->IdToPiece(id);
+}
+
+std::string Tokenizer::to_tokenizer_json() const {
+  KILN_CHECK(sp_, "tokenizer: no model loaded");
+  const int n = sp_->GetPieceSize();
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  std::unordered_map<std::string, int> id_of;
+  for (int id = 0; id < n; ++id) {
+    vocab[sp_->IdToPiece(id)] = id;
+    id_of[sp_->IdToPiece(id)] = id;
+  }
+  // SentencePiece's BPE merges the adjacent pair whose joined piece ranks
+  // first (the lowest id among learned pieces); as merges, every split of
+  // each learned piece into two pieces, ranked by the joined piece's id
+  // (transformers' SentencePieceExtractor does the same).
+  nlohmann::json merges = nlohmann::json::array();
+  for (int id = 0; id < n; ++id) {
+    if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id)) continue;
+    const std::string piece = sp_->IdToPiece(id);
+    std::vector<std::pair<int, int>> splits;
+    for (size_t at = 1; at < piece.size(); ++at) {
+      if ((uint8_t(piece[at]) & 0xC0) == 0x80) continue;  // inside a UTF-8 character
+      auto l = id_of.find(piece.substr(0, at)), r = id_of.find(piece.substr(at));
+      if (l != id_of.end() && r != id_of.end()) splits.emplace_back(l->second, r->second);
+    }
+    std::sort(splits.begin(), splits.end());
+    for (auto [l, r] : splits) merges.push_back({sp_->IdToPiece(l), sp_->IdToPiece(r)});
+  }
+  const std::string eot = sp_->IdToPiece(end_of_text_id_), unk = sp_->IdToPiece(sp_->unk_id());
+  auto added = [](int id, const std::string& content) {
+    return nlohmann::json{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                          {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  nlohmann::ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = {added(sp_->unk_id(), unk), added(end_of_text_id_, eot)};
+  // Kiln's model: identity normalisation and no dummy prefix; spaces are "▁".
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  j["pre_tokenizer"] = nullptr;
+  j["model"] = {{"type", "BPE"},         {"dropout", nullptr}, {"unk_token", unk},
+                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                {"fuse_unk", true},      {"byte_fallback", true}, {"ignore_merges", false},
+                {"vocab", vocab},        {"merges", merges}};
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", {{{"SpecialToken", {{"id", eot}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                         {"pair", {{{"SpecialToken", {{"id", eot}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                   {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+                         {"special_tokens", {{eot, {{"id", eot}, {"ids", {end_of_text_id_}}, {"tokens", {eot}}}}}}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                {{"type", "ByteFallback"}},
+                                {{"type", "Fuse"}}}}};
+  return j.dump(1);
 }
 
 }  // namespace kiln::data

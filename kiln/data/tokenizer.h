@@ -51,6 +51,11 @@ class Tokenizer {
   int32_t end_of_text_id() const { return end_of_text_id_; }
   // The piece for one id ("▁the", "<0x0A>", ...), for debugging.
   std::string piece(int32_t id) const;
+  // The same model as a Hugging Face tokenizer.json (a BPE with byte
+  // fallback, merges ranked as SentencePiece ranks its pieces), whose
+  // tokenizer(text) gives the end-of-text id and then encode(text): how
+  // Kiln's GPT sees every document. For `kiln export --format hf`.
+  std::string to_tokenizer_json() const;
 
   // True when this object trained the model, false when it came from the cache.
   bool trained() const { return trained_; }

@@ -1,0 +1,29 @@
+#include "apps/cli/export_command.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "apps/recipes/export.h"
+
+namespace kiln::cli {
+
+std::function<int()> add_export_command(CLI::App& app) {
+  struct Options {
+    std::string source, format = "hf", out;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("export", "write a run (or hf:DIR) as a Hugging Face folder that transformers loads");
+  cmd->add_option("source", o->source, "run directory, checkpoint, or hf:DIR")->required();
+  cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json")
+      ->check(CLI::IsMember({"hf"}));
+  cmd->add_option("--out", o->out, "the folder to write (must not exist, or be empty)")->required();
+  return [cmd, o]() -> int {
+    if (!*cmd) return -1;
+    recipes::export_hf(o->source, o->out);
+    std::printf("kiln export: wrote %s (load it with AutoModelForCausalLM.from_pretrained, or as hf:%s)\n",
+                o->out.c_str(), o->out.c_str());
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,60 @@
+#include "apps/recipes/export.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/recipes/common.h"
+#include "apps/recipes/gpt_recipe.h"
+#include "kiln/io/checkpoint.h"
+#include "models/hf/hf_export.h"
+#include "models/hf/hf_model.h"
+
+namespace kiln::recipes {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in, "cannot read ", path.string());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json read_json_or_empty(const fs::path& path) {
+  return fs::exists(path) ? nlohmann::json::parse(read_text(path)) : nlohmann::json::object();
+}
+
+// A loaded folder written back: its config and tokenizer files as they are,
+// its weights as the module holds them now (fine-tuned or not).
+models::HfFolderContents loaded_folder(const std::string& dir) {
+  models::HfFolderContents c;
+  c.config = models::read_hf_config(dir);
+  const std::string type = c.config["model_type"].get<std::string>();
+  if (models::hf_model_kind(dir) == "classifier")
+    c.tensors = models::checkpoint_tensors(*models::load_hf_classifier(dir).model, type);
+  else
+    c.tensors = models::checkpoint_tensors(*models::load_hf_causal_lm(dir).model, type);
+  c.tokenizer_json = read_text(fs::path(dir) / "tokenizer.json");
+  c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
+  c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
+  return c;
+}
+
+}  // namespace
+
+void export_hf(const std::string& source, const std::string& out) {
+  if (auto dir = models::hf_folder(source)) return models::write_hf_folder(out, loaded_folder(*dir));
+  const std::string ckdir = resolve_checkpoint(source);
+  const Checkpoint ck = load_checkpoint(ckdir);
+  const std::string recipe = ck.state.value("recipe", std::string());
+  KILN_CHECK(recipe == "fortunes-gpt", source, " holds a ", recipe,
+             " run; --format hf exports language models (fortunes-gpt runs, or hf:DIR)");
+  auto gpt = load_gpt(ck, Device::cpu());
+  const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
+  models::write_hf_folder(out, models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id()));
+}
+
+}  // namespace kiln::recipes

@@ -1,0 +1,92 @@
+#include "models/hf/hf_export.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/core/error.h"
+#include "kiln/io/safetensors.h"
+#include "models/hf/families.h"
+
+namespace kiln::models {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  KILN_CHECK(out, "cannot write ", path.string());
+}
+
+}  // namespace
+
+void write_hf_folder(const std::string& out, const HfFolderContents& c) {
+  const fs::path target(out);
+  std::error_code ec;
+  if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
+    KILN_FAIL("--out ", out, " exists and is not an empty folder; choose another or remove it");
+  const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  KILN_CHECK(!ec, "cannot create ", staging.string(), ": ", ec.message());
+  try {
+    save_safetensors((staging / "model.safetensors").string(), c.tensors, {{"format", "pt"}});
+    write_text(staging / "config.json", c.config.dump(2) + "\n");
+    write_text(staging / "generation_config.json", c.generation_config.dump(2) + "\n");
+    write_text(staging / "tokenizer_config.json", c.tokenizer_config.dump(2) + "\n");
+    write_text(staging / "tokenizer.json", c.tokenizer_json);
+    if (fs::exists(target)) fs::remove(target);  // an empty folder
+    fs::rename(staging, target);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& model_type) {
+  const CausalLmFamily* family = find_causal_lm_family(model_type);
+  nn::NamedTensors out;
+  for (const auto& [name, param] : model.named_parameters()) {
+    const CheckpointName c = family ? family->checkpoint_name(name) : CheckpointName{name};
+    Tensor cpu = param.detach().to(Device::cpu());
+    out.emplace_back(c.name, c.transposed ? cpu.transpose(0, 1).contiguous() : cpu.contiguous());
+  }
+  return out;
+}
+
+HfFolderContents gpt_as_hf(const Gpt& model, const std::string& tokenizer_json, int32_t end_of_text) {
+  const GptConfig& g = model.config();
+  HfFolderContents c;
+  c.config = {{"architectures", {"GPT2LMHeadModel"}},
+              {"model_type", "gpt2"},
+              {"vocab_size", g.vocab_size},
+              {"n_positions", g.block_size},
+              {"n_embd", g.n_embd},
+              {"n_layer", g.n_layer},
+              {"n_head", g.n_head},
+              {"n_inner", nullptr},
+              {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", 1e-5},
+              {"resid_pdrop", g.dropout},
+              {"embd_pdrop", g.dropout},
+              {"attn_pdrop", g.dropout},
+              {"tie_word_embeddings", true},
+              {"bos_token_id", end_of_text},
+              {"eos_token_id", end_of_text},
+              {"dtype", "float32"}};
+  c.generation_config = {{"bos_token_id", end_of_text}, {"eos_token_id", end_of_text}};
+  c.tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                        {"bos_token", "<|endoftext|>"},
+                        {"eos_token", "<|endoftext|>"},
+                        {"unk_token", "<unk>"},
+                        {"model_max_length", g.block_size}};
+  c.tokenizer_json = tokenizer_json;
+  c.tensors = checkpoint_tensors(model, "gpt2");
+  return c;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,32 @@
+// Writing Hugging Face folders: what `kiln export --format hf` writes, which
+// transformers loads with from_pretrained and which Kiln loads as hf:DIR.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kiln/nn/module.h"
+#include "models/gpt/gpt.h"
+
+namespace kiln::models {
+
+struct HfFolderContents {
+  nlohmann::json config, generation_config, tokenizer_config;
+  std::string tokenizer_json;
+  nn::NamedTensors tensors;  // under the checkpoint's names, on the CPU
+};
+
+// Writes config.json, model.safetensors, tokenizer.json,
+// tokenizer_config.json and generation_config.json into `out`, which must
+// not exist or be empty. The folder appears whole or not at all: it is
+// written beside `out` and renamed into place.
+void write_hf_folder(const std::string& out, const HfFolderContents& contents);
+
+// The parameters of `model` under the checkpoint names of its family
+// (model_type), transposed back where the checkpoint stores [in, out].
+nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& model_type);
+
+// Kiln's GPT as GPT2LMHeadModel: its config and tensors. `tokenizer_json`
+// is the run's tokenizer as tokenizer.json; `end_of_text` its id.
+HfFolderContents gpt_as_hf(const Gpt& model, const std::string& tokenizer_json, int32_t end_of_text);
+
+}  // namespace kiln::models

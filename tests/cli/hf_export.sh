@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# kiln export --format hf: a trained fortunes-gpt run and a loaded Llama come
+# out as Hugging Face folders. Kiln loads each back (hf:DIR) with the same
+# log-probabilities as the source, and where the PyTorch 2 environment with
+# transformers exists (bench/torch2_venv.sh), transformers'
+# from_pretrained gives them too.
+source "$(dirname "$0")/lib.sh"
+FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
+VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
+TEXT="The best way to predict the future is to invent it."
+
+run 0 "$KILN" train fortunes-gpt --steps 30 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --no-progress \
+  --out "$WORK/gpt"
+run 0 "$KILN" export "$WORK/gpt" --format hf --out "$WORK/gpt-hf"
+expect "wrote $WORK/gpt-hf"
+run 1 "$KILN" export "$WORK/gpt" --format hf --out "$WORK/gpt-hf"
+expect "exists and is not an empty folder"
+run 0 "$KILN" export "hf:$FIX/llama-gqa" --format hf --out "$WORK/llama-hf"
+
+# The same scores from the source and from the export, in Kiln.
+same_scores() {  # SOURCE EXPORT
+  run 0 "$KILN" score "$1" --text "$TEXT" --json
+  cp "$OUT" "$WORK/source.json"
+  run 0 "$KILN" score "hf:$2" --text "$TEXT" --json
+  python3 - "$WORK/source.json" "$OUT" <<'PY' || fail "the export of $1 scores differently in Kiln"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["ids"] == b["ids"], (a["ids"], b["ids"])
+sys.exit(0 if max(abs(x - y) for x, y in zip(a["logprobs"][1:], b["logprobs"][1:])) < 1e-5 else 1)
+PY
+  cp "$WORK/source.json" "$WORK/$(basename "$2").kiln.json"
+}
+same_scores "$WORK/gpt" "$WORK/gpt-hf"
+same_scores "hf:$FIX/llama-gqa" "$WORK/llama-hf"
+
+if "$VENV_PY" -c "import transformers" 2>/dev/null; then
+  for folder in gpt-hf llama-hf; do
+    run 0 "$VENV_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, kiln, text = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+tok = AutoTokenizer.from_pretrained(folder)
+ids = tok(text, return_tensors="pt").input_ids
+assert ids[0].tolist() == kiln["ids"], (ids[0].tolist(), kiln["ids"])
+model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+with torch.no_grad():
+    lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+worst = max(abs(a - b) for a, b in zip(lp.tolist(), kiln["logprobs"][1:]))
+assert worst < 1e-4, worst
+print(f"transformers agrees: {folder}, largest difference {worst:.2e}")
+PY
+    expect "transformers agrees"
+    cat "$OUT"
+  done
+else
+  echo "no transformers at $VENV_PY: the exports are checked against Kiln's own loader only here"
+fi
+echo "ok"
