@@ -101,6 +101,18 @@ const Recipe& recipe_of(const Checkpoint& ck, const std::string& dir) {
 }  // namespace
 
 EvalResult evaluate(const std::string& path, Device device, const Log& log) {
+  if (models::hf_folder(path)) {
+    KILN_CHECK(models::hf_model_kind(*models::hf_folder(path)) == "causal", path,
+               " is a classifier; kiln eval scores Hugging Face language models (classify texts with kiln classify)");
+    TextModel m = load_text_model(path, device);
+    log("evaluating " + path + " on the fortunes validation split, each fortune on its own");
+    const TextEval e = evaluate_on_fortunes(m);
+    log(std::to_string(e.documents) + " fortunes, " + std::to_string(e.tokens) + " tokens scored");
+    EvalResult r;
+    r.loss = e.nats_per_token;
+    r.bits_per_byte = e.bits_per_byte;
+    return r;
+  }
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);

@@ -5,6 +5,8 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
+#include "kiln/data/fortunes.h"
+#include "kiln/data/splits.h"
 #include "kiln/io/checkpoint.h"
 #include "models/hf/hf_model.h"
 
@@ -65,6 +67,33 @@ ScoredText score_text(TextModel& m, const std::string& text) {
   for (size_t t = 1; t < out.ids.size(); ++t) total += out.logprobs[t] = all[(t - 1) * V + size_t(out.ids[t])];
   out.perplexity = out.ids.size() > 1 ? std::exp(-total / double(out.ids.size() - 1)) : 1.0;
   return out;
+}
+
+TextEval evaluate_on_fortunes(TextModel& m, const std::string& data_dir) {
+  const std::vector<std::string> docs = data::load_fortunes(data_dir);
+  TextEval e;
+  double nats = 0, bytes = 0;
+  for (int64_t i : data::split_documents(int64_t(docs.size())).validation) {
+    const std::string& doc = docs[size_t(i)];
+    std::vector<int32_t> ids = m.encode(doc);
+    if (int64_t(ids.size()) > m.model->context_length()) ids.resize(size_t(m.model->context_length()));
+    if (ids.size() < 2) continue;
+    NoGradGuard ng;
+    std::vector<int64_t> ids64(ids.begin(), ids.end());
+    const Device device = m.model->parameters().front().device();
+    Tensor logits = m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}).to(device));
+    const std::vector<float> lp = log_softmax(to_dtype(logits, DType::f32), -1).to_vector<float>();
+    const size_t V = lp.size() / ids.size();
+    for (size_t t = 1; t < ids.size(); ++t) nats -= lp[(t - 1) * V + size_t(ids[t])];
+    e.tokens += int64_t(ids.size() - 1);
+    // The bytes the scored tokens spell (all of the document unless it was cut).
+    bytes += double(m.decode(std::vector<int32_t>(ids.begin() + 1, ids.end())).size());
+    ++e.documents;
+  }
+  KILN_CHECK(e.tokens > 0 && bytes > 0, "no fortune of the validation split could be scored");
+  e.nats_per_token = nats / double(e.tokens);
+  e.bits_per_byte = nats / std::log(2.0) / bytes;
+  return e;
 }
 
 }  // namespace kiln::recipes

@@ -37,4 +37,13 @@ struct ScoredText {
 };
 ScoredText score_text(TextModel& model, const std::string& text);
 
+// A language model on the fortunes validation split (the GPT recipe's): each
+// fortune scored on its own with the model's tokenizer, cut to the context.
+// Nats per token are the model's own; bits per byte compare any tokenizers.
+struct TextEval {
+  double nats_per_token = 0, bits_per_byte = 0;
+  int64_t documents = 0, tokens = 0;
+};
+TextEval evaluate_on_fortunes(TextModel& model, const std::string& data_dir = "");
+
 }  // namespace kiln::recipes

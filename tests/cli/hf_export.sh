@@ -31,6 +31,16 @@ PY
   cp "$WORK/source.json" "$WORK/$(basename "$2").kiln.json"
 }
 same_scores "$WORK/gpt" "$WORK/gpt-hf"
+# kiln eval of the export (each validation fortune on its own, with its
+# tokenizer.json) and of the run (the token stream in windows): the same
+# model on the same split, so bits per byte agree closely (measured: 1.6%).
+bpb() { sed -nE 's/^validation: .* ([0-9.]+) bits per byte$/\1/p' "$OUT"; }
+run 0 "$KILN" eval "$WORK/gpt"
+run_bpb="$(bpb)"
+run 0 "$KILN" eval "hf:$WORK/gpt-hf"
+expect "fortunes, [0-9]+ tokens scored"
+python3 -c "import sys; a, b = $run_bpb, $(bpb); sys.exit(0 if abs(a - b) / a < 0.05 else 1)" \
+  || fail "kiln eval gives $(bpb) bits per byte for the export, $run_bpb for the run"
 same_scores "hf:$FIX/llama-gqa" "$WORK/llama-hf"
 
 if "$VENV_PY" -c "import transformers" 2>/dev/null; then
