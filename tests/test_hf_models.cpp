@@ -79,6 +79,27 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),
                            return n;
                          });
 
+// The loaded modules train: a loss and its gradients, the same whether each
+// layer keeps its activations or re-runs in backward.
+TEST(HfTraining, LlamaGradientsAreTheSameWithBlockCheckpointing) {
+  std::vector<std::vector<float>> grads[2];
+  for (int blocks = 0; blocks < 2; ++blocks) {
+    auto lm = models::load_hf_causal_lm(hf_test::fixture("mistral"), DType::f32);
+    lm.model->train();
+    if (blocks) lm.model->set_activation_checkpointing(models::ActivationCheckpointing::blocks);
+    std::vector<int64_t> ids(2 * 20), targets(2 * 20);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(3 + (i * 37) % 600), targets[i] = int64_t(3 + (i * 53) % 600);
+    Tensor loss = lm.model->loss(Tensor::from_vector(ids, {2, 20}), Tensor::from_vector(targets, {2, 20}));
+    EXPECT_GT(loss.item(), 1.0);
+    loss.backward();
+    for (const auto& p : lm.model->parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      grads[blocks].push_back(p.grad().to_vector<float>());
+    }
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
 class Classifiers : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Classifiers, ProbabilitiesMatchTransformersWithin1e4) {

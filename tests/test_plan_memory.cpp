@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/plan/memory_probe.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln {
 namespace {
@@ -68,6 +69,21 @@ TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForTheGpt) {
     PlanInput in = small_gpt(layers, width, 8);
     for (const Strategy& s : {Strategy{"fp32", "none", 8, false}, Strategy{"fp32", "blocks", 8, false},
                               Strategy{"fp32", "selective", 4, false}, Strategy{"fp32", "none", 2, true}})
+      expect_prediction_matches(in, s, device++);
+  }
+}
+
+// `kiln plan --model hf:DIR`: the Llama family built from config.json alone.
+TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForHuggingFaceModels) {
+  int device = 60;
+  for (const char* fixture : {"mistral", "qwen2", "llama-mqa-tied"}) {
+    PlanInput in;
+    in.hf_config = models::read_hf_config(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/" + fixture);
+    in.recipe = std::string("hf:") + fixture;
+    in.gpt.block_size = 24;  // longer than mistral's sliding window of 8
+    in.batch_size = 4;
+    for (const Strategy& s : {Strategy{"fp32", "none", 4, false}, Strategy{"fp32", "blocks", 4, false},
+                              Strategy{"bf16", "none", 2, false}, Strategy{"fp32", "none", 4, true}})
       expect_prediction_matches(in, s, device++);
   }
 }

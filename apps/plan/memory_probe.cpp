@@ -1,6 +1,7 @@
 #include "apps/plan/memory_probe.h"
 
 #include "apps/recipes/common.h"
+#include "apps/recipes/hf_training.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/meta/meta_backend.h"
@@ -9,13 +10,14 @@
 namespace kiln::plan {
 
 std::string plan_recipe_name(const PlanInput& in) {
-  return recipes::is_image_recipe(in.recipe) ? in.recipe : "fortunes-gpt";
+  return recipes::is_image_recipe(in.recipe) || !in.hf_config.is_null() ? in.recipe : "fortunes-gpt";
 }
 
 StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
-  const recipes::Recipe& recipe = recipes::find_recipe(plan_recipe_name(in));
+  const bool hf = !in.hf_config.is_null();
+  const recipes::Recipe* recipe = hf ? nullptr : &recipes::find_recipe(plan_recipe_name(in));
   recipes::StepRequest request;
-  if (recipe.kind() == recipes::ModelKind::language_model) request.model_config = in.gpt.to_json();
+  if (recipe && recipe->kind() == recipes::ModelKind::language_model) request.model_config = in.gpt.to_json();
   request.checkpointing = s.checkpointing;
   recipes::RunConfig config;
   config.precision = s.precision;
@@ -31,7 +33,8 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   {
     std::optional<nn::MetaParametersGuard> no_init;
     if (meta) no_init.emplace();  // build the model on meta directly: no host memory, no initialisation
-    recipes::StepParts step = recipe.step_parts(request);
+    recipes::StepParts step =
+        hf ? recipes::hf_step_parts(in.hf_config, request, in.gpt.block_size) : recipe->step_parts(request);
     no_init.reset();
     std::unique_ptr<optim::Optimizer> opt =
         recipes::place_model_and_optimizer(config, device, *step.model, step.adamw, host);

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/recipes/hf_training.h"
 #include "apps/recipes/recipe.h"
+#include "kiln/nn/init.h"
 #include "kiln/core/error.h"
 #include "kiln/cpu/runtime_defaults.h"
 
@@ -21,9 +23,17 @@ constexpr double kLaunchSecondsPerLayerPass = 30 * 5e-6;  // ~30 kernels per lay
 constexpr double kHostBytesPerSecond = 40e9;
 constexpr double kHostOptimizerBytesPerParam = 28;
 
-bool is_gpt(const PlanInput& in) { return !recipes::is_image_recipe(in.recipe); }
+bool is_hf(const PlanInput& in) { return !in.hf_config.is_null(); }
+bool is_gpt(const PlanInput& in) { return !recipes::is_image_recipe(in.recipe) && !is_hf(in); }
+// Language models train on sequences of block_size tokens.
+bool is_text(const PlanInput& in) { return is_gpt(in) || is_hf(in); }
 
-double items_per_example(const PlanInput& in) { return is_gpt(in) ? double(in.gpt.block_size) : 1.0; }
+double items_per_example(const PlanInput& in) { return is_text(in) ? double(in.gpt.block_size) : 1.0; }
+
+int64_t hf_parameter_count(const nlohmann::json& config) {
+  nn::MetaParametersGuard meta;  // built on meta: nothing is allocated
+  return recipes::hf_step_parts(config, {}, 1).model->parameter_count();
+}
 
 std::string human_bytes(double b) {
   char buf[32];
@@ -57,8 +67,18 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
   } else if (s.checkpointing == "blocks") {
     recompute = train_flops / 3.0 / rate;  // one more forward
   }
+  if (is_hf(in) && e.memory.flops <= 0) {
+    // 6 FLOPs per parameter and token, plus attention's 12 per layer, token,
+    // position and width (the scores and their product with the values).
+    const double layers = in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 0.0));
+    const double width = in.hf_config.value("hidden_size", in.hf_config.value("n_embd", 0.0));
+    train_flops = (6.0 * double(parameters) + 12.0 * layers * double(in.gpt.block_size) * width) * tokens;
+    if (s.checkpointing == "blocks") recompute = train_flops / 3.0 / rate;
+  }
   const double micro_steps = std::ceil(examples / double(s.micro_batch));
-  const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2 : 6;
+  const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2
+                       : is_hf(in) ? in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 4.0)) + 2
+                                   : 6;
   // A budget without a GPU is a CPU run: no kernels to launch.
   const double launch = in.target.gpu ? micro_steps * layers * 2 * kLaunchSecondsPerLayerPass : 0;
   const double compute = train_flops / rate;
@@ -103,7 +123,8 @@ std::vector<Strategy> strategies_for(const PlanInput& in) {
                                                      : std::vector<std::string>{"fp32", "bf16", "fp16"};
   std::vector<std::string> checkpointing = in.checkpointing ? std::vector<std::string>{*in.checkpointing}
                                                             : std::vector<std::string>{"none", "selective", "blocks"};
-  if (!is_gpt(in) && !in.checkpointing) checkpointing = {"none"};  // the image models have no blocks to checkpoint
+  if (!is_text(in) && !in.checkpointing) checkpointing = {"none"};  // the image models have no blocks to checkpoint
+  if (is_hf(in) && !in.checkpointing) checkpointing = {"none", "blocks"};  // the Llama family's modes
   std::vector<int64_t> micro;
   if (in.micro_batch) micro = {std::min(*in.micro_batch, in.batch_size)};
   else
@@ -123,7 +144,7 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
   KILN_CHECK(in.gpus >= 1, "--gpus must be at least 1, got ", in.gpus);
   Plan plan;
   plan.input = in;
-  plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : 0;
+  plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : is_hf(in) ? hf_parameter_count(in.hf_config) : 0;
   plan.tokens_per_step = double(in.batch_size) * items_per_example(in);
   const std::vector<GpuSpec> table = load_gpu_table();
   const GpuSpec& gpu = speed_model(in, table);
@@ -250,12 +271,18 @@ std::string Plan::to_text() const {
     const Estimate& b = estimates[*best];
     std::snprintf(line, sizeof line,
                   "\nplan: %s\n  peak %s of %s; step %s (recompute %s, offload transfers %s, host optimizer %s)\n"
-                  "  apply it: kiln train ... --fit\n",
+                  "%s",
                   b.strategy.str().c_str(), human_bytes(double(b.memory.peak)).c_str(),
                   human_bytes(double(input.target.capacity())).c_str(), format_seconds(b.step_seconds).c_str(),
                   format_seconds(b.recompute_seconds).c_str(), format_seconds(b.transfer_seconds).c_str(),
-                  format_seconds(b.host_optimizer_seconds).c_str());
+                  format_seconds(b.host_optimizer_seconds).c_str(),
+                  is_hf(input) ? "" : "  apply it: kiln train ... --fit\n");
     out += line;
+    if (b.memory.host_peak > 0) {
+      std::snprintf(line, sizeof line, "  host memory: %s (the offloaded fp32 weights, gradients and optimizer state)\n",
+                    human_bytes(double(b.memory.host_peak)).c_str());
+      out += line;
+    }
   } else {
     out += "\nno combination fits: use a GPU with more memory, a smaller batch or model, or several GPUs\n";
   }

@@ -56,7 +56,8 @@ struct PlanTarget {
 
 struct PlanInput {
   std::string recipe;       // fortunes-gpt (or a GPT preset), or an image recipe
-  models::GptConfig gpt;    // GPT recipes: the model (preset + overrides)
+  models::GptConfig gpt;    // GPT recipes: the model (preset + overrides); for hf, block_size is the sequence
+  nlohmann::json hf_config;  // --model hf:DIR: its config.json (the model is built from it on meta)
   int64_t batch_size = 0;
   // Fixed by the user, or empty to consider every value.
   std::optional<std::string> precision, checkpointing;

@@ -9,6 +9,7 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/core/units.h"
 #include "models/gpt/presets.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::plan {
 
@@ -74,6 +75,7 @@ std::function<int()> add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember(recipes::recipe_names()));
   auto text_option = [&](const char* flag, const char* help) { cmd->add_option(flag, (*opts)[flag], help); };
   text_option("--preset", "GPT size: gpt2 (124M, the default), gpt2-medium, gpt2-large, gpt2-xl");
+  text_option("--model", "hf:DIR: a Hugging Face model folder (only its config.json is read)");
   text_option("--n-layer", "override the GPT's layers");
   text_option("--n-head", "override the GPT's heads");
   text_option("--n-embd", "override the GPT's width");
@@ -106,6 +108,15 @@ std::function<int()> add_plan_command(CLI::App& app) {
     if (given("--preset")) {
       in->recipe = (*opts)["--preset"];
       in->gpt = models::gpt_preset(in->recipe);
+    }
+    if (given("--model")) {  // a Hugging Face folder: only its config.json is read
+      const auto dir = models::hf_folder((*opts)["--model"]);
+      KILN_CHECK(dir, "--model takes hf:DIR (a Hugging Face model folder), got '", (*opts)["--model"], "'");
+      in->hf_config = models::read_hf_config(*dir);
+      in->recipe = "hf:" + in->hf_config["model_type"].get<std::string>();
+      // Sequences of the model's context, up to 2,048 tokens, unless --block-size says.
+      in->gpt.block_size = std::min<int64_t>(2048, in->hf_config.value("max_position_embeddings",
+                                                                         in->hf_config.value("n_positions", int64_t(2048))));
     }
     if (given("--n-layer")) in->gpt.n_layer = integer("--n-layer");
     if (given("--n-head")) in->gpt.n_head = integer("--n-head");

@@ -54,6 +54,13 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
   return next;
 }
 
+ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {
+  if (mode == "none") return ActivationCheckpointing::none;
+  if (mode == "selective") return ActivationCheckpointing::selective;
+  if (mode == "blocks") return ActivationCheckpointing::blocks;
+  KILN_FAIL("unknown activation checkpointing '", mode, "' (choose one of none, selective, blocks)");
+}
+
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
                               double temperature, int64_t top_k, double top_p, Generator& gen,
                               const std::vector<int32_t>& stop_ids, const std::function<bool(int32_t)>& on_token) {

@@ -9,6 +9,17 @@
 
 namespace kiln::models {
 
+// What a training step keeps for backward (kiln/autograd/checkpoint.h):
+//  none:      every activation backward needs;
+//  selective: the matrix products' outputs; the linears after a layernorm,
+//             GELU or the head merge recompute their inputs (cheap ops) in
+//             backward instead of keeping them;
+//  blocks:    only each block's input; backward re-runs the block.
+// Gradients are bitwise the same in all three on the CPU (Kiln's GPT; the
+// Llama family has none and blocks).
+enum class ActivationCheckpointing { none, selective, blocks };
+ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
+
 // Keys and values of every position seen so far, per layer, for generation.
 struct KvCache {
   std::vector<Tensor> k, v;  // [1, kv heads, capacity, head size] each, in the autocast dtype where it is on
@@ -23,6 +34,9 @@ class LanguageModel : public nn::Module {
   virtual KvCache new_cache() const = 0;
   virtual int64_t context_length() const = 0;
   virtual int64_t vocab_size() const = 0;
+  // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].
+  virtual Tensor loss(const Tensor& ids, const Tensor& targets) = 0;
+  virtual void set_activation_checkpointing(ActivationCheckpointing mode) = 0;
 };
 
 // Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k

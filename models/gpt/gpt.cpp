@@ -284,12 +284,6 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
   return stage_forward(ids, targets, 0, config_.n_layer);
 }
 
-ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {
-  if (mode == "none") return ActivationCheckpointing::none;
-  if (mode == "selective") return ActivationCheckpointing::selective;
-  if (mode == "blocks") return ActivationCheckpointing::blocks;
-  KILN_FAIL("unknown activation checkpointing '", mode, "' (choose one of none, selective, blocks)");
-}
 
 void Gpt::set_activation_checkpointing(ActivationCheckpointing mode) {
   checkpointing_ = mode;

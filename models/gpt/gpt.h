@@ -23,18 +23,9 @@ struct GptConfig {
   static GptConfig from_json(const nlohmann::json& j);
 };
 
-// What a training step keeps for backward (kiln/autograd/checkpoint.h):
-//  none:      every activation backward needs;
-//  selective: the matrix products' outputs; the linears after a layernorm,
-//             GELU or the head merge recompute their inputs (cheap ops) in
-//             backward instead of keeping them;
-//  blocks:    only each block's input; backward re-runs the block.
-// Gradients are bitwise the same in all three on the CPU.
-enum class ActivationCheckpointing { none, selective, blocks };
 
 // GPT-2's initialisation of every weight of `model` (also used by the text classifier).
 void gpt2_init(nn::Module& model, const GptConfig& c, Generator& gen);
-ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
 
 class GptBlock : public nn::Module {
@@ -59,7 +50,6 @@ class Gpt : public LanguageModel {
   Tensor forward(const Tensor& ids) override;
   // Mean next-token cross-entropy of forward(ids) against targets [B, T]
   // (through linear_cross_entropy: the logits are never held whole).
-  Tensor loss(const Tensor& ids, const Tensor& targets);
   // Appends max_new_tokens sampled tokens to `prompt` (temperature 0: greedy;
   // top_k <= 0 means the whole vocabulary).
   // top_p < 1 keeps the smallest set of the top_k tokens whose probability
@@ -86,7 +76,8 @@ class Gpt : public LanguageModel {
   // [B, vocab]; each token is added to its cache. The linears see all B
   // rows at once, so a step for B sequences costs far less than B steps.
   Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches);
-  void set_activation_checkpointing(ActivationCheckpointing mode);
+  Tensor loss(const Tensor& ids, const Tensor& targets) override;
+  void set_activation_checkpointing(ActivationCheckpointing mode) override;
 
   // Pipeline parallelism: blocks [first, last), after the embeddings when
   // first == 0 and before ln_f, the tied head and the loss when last ==

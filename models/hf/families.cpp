@@ -129,9 +129,8 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
 
 std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& type) {
   const LlamaConfig c = read_llama_config(j, type);
-  nn::MetaParametersGuard meta;
-  Generator unused(0);
-  return std::make_shared<Llama>(c, unused);
+  Generator init(0);
+  return std::make_shared<Llama>(c, init);
 }
 
 CausalLmFamily llama_family(const std::string& type) {
@@ -160,9 +159,8 @@ std::shared_ptr<LanguageModel> build_gpt2(const json& j) {
     r.unsupported("n_inner", j["n_inner"].dump(), "Kiln's GPT MLP is 4 * n_embd wide");
   if (std::abs(r.number("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12)
     r.unsupported("layer_norm_epsilon", j["layer_norm_epsilon"].dump(), "1e-5 only");
-  nn::MetaParametersGuard meta;
-  Generator unused(0);
-  return std::make_shared<Gpt>(c, unused, std::make_shared<Generator>(0));
+  Generator init(0);
+  return std::make_shared<Gpt>(c, init, std::make_shared<Generator>(0));
 }
 
 // Kiln's Linear is [out, in]; GPT-2's Conv1D stores [in, out].
@@ -233,9 +231,8 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
     c.type_vocab_size = 0;
     c.layer_norm_eps = 1e-12;  // fixed in transformers' DistilBERT
   }
-  nn::MetaParametersGuard meta;
-  Generator unused(0);
-  return std::make_shared<BertClassifier>(c, unused);
+  Generator init(0);
+  return std::make_shared<BertClassifier>(c, init);
 }
 
 ClassifierFamily bert_family(const std::string& flavor) {

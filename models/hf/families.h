@@ -19,8 +19,9 @@ struct CheckpointName {
 
 struct CausalLmFamily {
   std::string model_type;
-  // Builds the module from config.json (parameters on the meta device: the
-  // checkpoint provides them), refusing any key it does not implement.
+  // Builds the module from config.json, randomly initialised (under a
+  // MetaParametersGuard: on the meta device, for a checkpoint to provide the
+  // weights or a plan to count them), refusing any key it does not implement.
   std::function<std::shared_ptr<LanguageModel>(const nlohmann::json& config)> build;
   // A Kiln parameter name -> the checkpoint's.
   std::function<CheckpointName(const std::string& parameter)> checkpoint_name;

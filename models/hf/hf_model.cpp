@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/init.h"
 #include "models/hf/families.h"
 
 namespace kiln::models {
@@ -135,6 +136,7 @@ void attach_weights(nn::Module& model, const std::string& dir, const std::string
 // as a config.json error rather than as nlohmann's.
 template <typename Build>
 auto build_from_config(const Build& build, const json& config, const std::string& dir) {
+  nn::MetaParametersGuard meta;  // the checkpoint provides the weights: no initialisation, no memory
   try {
     return build(config);
   } catch (const json::exception& e) {

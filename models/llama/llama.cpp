@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/autograd/checkpoint.h"
 #include "kiln/backend/factory.h"
 
 namespace kiln::models {
@@ -234,8 +235,14 @@ Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
   Tensor cos = to_dtype(slice(rope_cos_, 0, past, past + T), x.dtype());
   Tensor sin = to_dtype(slice(rope_sin_, 0, past, past + T), x.dtype());
-  for (size_t l = 0; l < model_->layers.size(); ++l)
-    x = model_->layers[l]->forward_at(x, cos, sin, past, cache ? &cache->k[l] : nullptr, cache ? &cache->v[l] : nullptr);
+  for (size_t l = 0; l < model_->layers.size(); ++l) {
+    auto& layer = model_->layers[l];
+    if (!cache && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
+      x = checkpoint([layer, cos, sin](const Tensor& in) { return layer->forward_at(in, cos, sin, 0, nullptr, nullptr); },
+                     x);
+    else
+      x = layer->forward_at(x, cos, sin, past, cache ? &cache->k[l] : nullptr, cache ? &cache->v[l] : nullptr);
+  }
   if (cache) cache->length += T;
   return model_->norm->forward(x);
 }
@@ -244,6 +251,12 @@ Tensor Llama::forward(const Tensor& ids) { return linear(hidden(ids, nullptr), h
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
   return linear_cross_entropy(hidden(ids, nullptr), head_weight(), targets);
+}
+
+void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
+  KILN_CHECK(mode != ActivationCheckpointing::selective,
+             "the Llama family checkpoints activations by blocks (or none), not selectively");
+  checkpointing_ = mode;
 }
 
 Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {

@@ -31,7 +31,9 @@ class Llama : public LanguageModel {
   Llama(const LlamaConfig& config, Generator& init);
   Tensor forward(const Tensor& ids) override;  // [B, T] -> logits [B, T, vocab]
   // Mean next-token cross-entropy against targets [B, T] (ignore_index -100).
-  Tensor loss(const Tensor& ids, const Tensor& targets);
+  Tensor loss(const Tensor& ids, const Tensor& targets) override;
+  // none, or blocks (each layer's input kept; backward re-runs the layer).
+  void set_activation_checkpointing(ActivationCheckpointing mode) override;
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
   KvCache new_cache() const override;
   // Generation sees at most this many positions (or the model's own limit):
@@ -46,6 +48,7 @@ class Llama : public LanguageModel {
   Tensor head_weight() const;
   void ensure_rope(int64_t positions, Device device);
   LlamaConfig config_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   class Decoder;
   std::shared_ptr<Decoder> model_;  // "model.*"
   std::shared_ptr<nn::Linear> lm_head_;

@@ -107,6 +107,22 @@ PY
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 
+# kiln plan --model hf:DIR reads config.json alone (no weights are in
+# tests/hf/configs/llama-2-7b): Llama-2-7B's 6,738,415,616 parameters do not
+# fine-tune whole on a 24 GB RTX 4090 in fp32, but do in bf16 with the
+# optimizer state, master weights and gradients offloaded to ~100 GiB of host memory.
+CONFIGS="$(cd "$(dirname "$0")/../hf/configs" && pwd)"
+run 0 "$KILN" plan --model "hf:$CONFIGS/llama-2-7b" --gpu RTX-4090 --batch-size 1 --block-size 512
+expect "hf:llama, batch 1, 6738.4M parameters, on RTX-4090"
+expect "plain fp32 training needs, at its peak:.*does NOT fit"
+expect "plan: bf16, checkpointing (none|blocks), micro-batch 1, offload"
+expect "host memory: 100\.[0-9]+ GiB"
+run 0 "$KILN" plan --model "hf:$CONFIGS/llama-2-7b" --gpu RTX-4090 --batch-size 1 --block-size 512 --json
+python3 -c "import json,sys; d=json.load(open('$OUT')); sys.exit(0 if d['parameters'] == 6738415616 else 1)" \
+  || fail "the plan counts $(python3 -c "import json; print(json.load(open('$OUT'))['parameters'])") parameters"
+run 1 "$KILN" plan --model "$CONFIGS/llama-2-7b" --gpu RTX-4090
+expect "--model takes hf:DIR"
+
 # Bad input: clear errors, never a crash.
 run 1 "$KILN" tokenize "hf:$WORK/none" --text hi
 expect "is not a folder"
