@@ -155,22 +155,11 @@ namespace {
 // A completion of the fortunes GPT in progress: its tokens, its KV cache
 // and its own sampler. Text is handed out only once no stop string can still
 // begin in it.
-class GptCompletion final : public PendingCompletion {
+class GptCompletion final : public TextCompletion {
  public:
   GptCompletion(const data::Tokenizer& tok, const CompletionOptions& o, models::KvCache cache)
-      : tok_(tok), o_(o), cache_(std::move(cache)), gen_(o.seed) {
-    for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
-    c_.finish_reason = "length";
-  }
-  bool finished() const override { return finished_; }
-  std::string take_text() override {
-    const size_t ready = finished_ ? text_.size() : (text_.size() > hold_ ? text_.size() - hold_ : 0);
-    if (ready <= sent_) return {};
-    std::string piece = text_.substr(sent_, ready - sent_);
-    sent_ = ready;
-    return piece;
-  }
-  const Completion& result() const override { return c_; }
+      : TextCompletion(o), tok_(tok), cache_(std::move(cache)), gen_(o.seed) {}
+  friend class GptInference;  // it starts and advances completions in batches
 
   // The sampled token joins the text (or ends it).
   void accept(int32_t token) {
@@ -183,13 +172,7 @@ class GptCompletion final : public PendingCompletion {
       fresh_.push_back(token);
       ++c_.completion_tokens;
       append_text();
-      for (const auto& s : o_.stop) {
-        const size_t at = s.empty() ? std::string::npos : text_.find(s);
-        if (at == std::string::npos) continue;
-        text_.resize(at);
-        c_.finish_reason = "stop";
-        finished_ = cut_ = true;
-      }
+      if (cut_at_stop()) cut_ = true;
     }
     if (sampled_ >= o_.max_tokens) finished_ = true;
     if (finished_ && !cut_ && read_ < fresh_.size()) text_ = tok_.decode(fresh_);  // a partial character at the end
@@ -225,19 +208,13 @@ class GptCompletion final : public PendingCompletion {
   }
 
   const data::Tokenizer& tok_;
-  CompletionOptions o_;
   models::KvCache cache_;
   Generator gen_;
   std::vector<int32_t> tokens_;  // end of text, the prompt, then what was sampled
   std::vector<int32_t> fresh_;   // what was sampled
-  std::string text_;
   size_t prefix_ = 0, read_ = 0;  // fresh_[prefix_, read_) is decoded into text_'s end; [read_, ...) is not yet
-  size_t hold_ = 0;  // characters kept back: the longest stop string, less one
-  size_t sent_ = 0;
   int64_t sampled_ = 0;
-  bool finished_ = false;
   bool cut_ = false;  // a stop string ended the text
-  Completion c_;
 };
 
 // A fortunes GPT for kiln serve: completions a token at a time, any number

@@ -11,25 +11,13 @@ namespace kiln::recipes {
 namespace {
 
 // A completion of a Hugging Face language model: its cache, its sampler and
-// the text decoded so far, streamed a whole character at a time. Text that a
-// stop string could still claim is held back.
-class HfCompletion final : public PendingCompletion {
+// the text decoded so far, a whole character at a time.
+class HfCompletion final : public TextCompletion {
  public:
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens)
-      : lm_(lm), o_(o), cache_(lm.model->new_cache()), gen_(o.seed), stream_(lm.tokenizer) {
-    for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
-    c_.finish_reason = "length";
+      : TextCompletion(o), lm_(lm), cache_(lm.model->new_cache()), gen_(o.seed), stream_(lm.tokenizer) {
     c_.prompt_tokens = prompt_tokens;
   }
-  bool finished() const override { return finished_; }
-  std::string take_text() override {
-    const size_t ready = finished_ ? text_.size() : (text_.size() > hold_ ? text_.size() - hold_ : 0);
-    if (ready <= sent_) return {};
-    std::string piece = text_.substr(sent_, ready - sent_);
-    sent_ = ready;
-    return piece;
-  }
-  const Completion& result() const override { return c_; }
 
   // Runs `ids` (the prompt, or the last token) and takes the next token.
   void step(const std::vector<int32_t>& ids) {
@@ -54,29 +42,18 @@ class HfCompletion final : public PendingCompletion {
     } else {
       ++c_.completion_tokens;
       text_ += stream_.step(token);
-      for (const auto& s : o_.stop) {
-        const size_t at = s.empty() ? std::string::npos : text_.find(s);
-        if (at == std::string::npos) continue;
-        text_.resize(at);
-        c_.finish_reason = "stop";
-        finished_ = true;
-      }
+      cut_at_stop();
     }
     if (sampled_ >= o_.max_tokens || context_full()) finished_ = true;
     if (finished_) c_.text = text_;
   }
 
   const models::HfCausalLm& lm_;
-  CompletionOptions o_;
   models::KvCache cache_;
   Generator gen_;
   text::DecodeStream stream_;
-  std::string text_;
-  size_t hold_ = 0, sent_ = 0;
   int64_t sampled_ = 0;
   int32_t last_ = -1;
-  bool finished_ = false;
-  Completion c_;
 };
 
 // One sequence at a time through the cache: correct for any batch, though

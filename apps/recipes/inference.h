@@ -51,6 +51,29 @@ struct PromptScores {
   std::vector<int64_t> text_offset;                // where each token's text starts
 };
 
+// The text side every completion shares: the text made so far, handed out
+// only once no stop string can still claim it, and cut at the first stop
+// string that appears.
+class TextCompletion : public PendingCompletion {
+ public:
+  explicit TextCompletion(const CompletionOptions& options);
+  bool finished() const override { return finished_; }
+  std::string take_text() override;
+  const Completion& result() const override { return c_; }
+
+ protected:
+  // Cuts text_ before the first stop string in it and finishes; true if one was.
+  bool cut_at_stop();
+  CompletionOptions o_;
+  std::string text_;
+  bool finished_ = false;
+  Completion c_;
+
+ private:
+  size_t hold_ = 0;  // characters kept back: the longest stop string, less one
+  size_t sent_ = 0;
+};
+
 class InferenceModel {
  public:
   virtual ~InferenceModel() = default;

@@ -128,6 +128,31 @@ LoadedModel load_for_inference(const std::string& path, Device device) {
   return {recipe.name(), recipe.kind(), ck.step, recipe.load_for_inference(ck, dir, device)};
 }
 
+TextCompletion::TextCompletion(const CompletionOptions& o) : o_(o) {
+  for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
+  c_.finish_reason = "length";
+}
+
+std::string TextCompletion::take_text() {
+  const size_t ready = finished_ ? text_.size() : (text_.size() > hold_ ? text_.size() - hold_ : 0);
+  if (ready <= sent_) return {};
+  std::string piece = text_.substr(sent_, ready - sent_);
+  sent_ = ready;
+  return piece;
+}
+
+bool TextCompletion::cut_at_stop() {
+  bool cut = false;
+  for (const auto& s : o_.stop) {
+    const size_t at = s.empty() ? std::string::npos : text_.find(s);
+    if (at == std::string::npos) continue;
+    text_.resize(at);
+    c_.finish_reason = "stop";
+    finished_ = cut = true;
+  }
+  return cut;
+}
+
 Tensor InferenceModel::classify_images(const Tensor&) {
   KILN_FAIL("this model does not classify images");
 }

@@ -27,13 +27,7 @@ class Bpe : public TokenModel {
     byte_fallback_ = j.value("byte_fallback", false);
     fuse_unk_ = j.value("fuse_unk", false);
     ignore_merges_ = j.value("ignore_merges", false);
-    KILN_CHECK(j.contains("vocab") && j["vocab"].is_object(), "tokenizer.json: BPE has no \"vocab\" object");
-    for (const auto& [token, id] : j["vocab"].items()) {
-      KILN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t(1) << 31),
-                 "tokenizer.json: vocab id of '", token, "' is not a non-negative 32-bit integer");
-      vocab_[token] = id.get<int32_t>();
-    }
-    check_dense_ids(vocab_);
+    vocab_ = read_vocab(j, "BPE");
     if (j.contains("unk_token") && j["unk_token"].is_string()) {
       auto it = vocab_.find(j["unk_token"].get<std::string>());
       KILN_CHECK(it != vocab_.end(), "tokenizer.json: BPE unk_token '", j["unk_token"].get<std::string>(),
@@ -82,14 +76,7 @@ class Bpe : public TokenModel {
     }
   }
 
-  std::vector<std::string> vocabulary() const override {
-    std::vector<std::string> out;
-    for (const auto& [token, id] : vocab_) {
-      if (size_t(id) >= out.size()) out.resize(size_t(id) + 1);
-      out[size_t(id)] = token;
-    }
-    return out;
-  }
+  std::vector<std::string> vocabulary() const override { return tokens_by_id(vocab_); }
 
  private:
   struct Merge {

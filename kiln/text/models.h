@@ -2,7 +2,10 @@
 // or SentencePiece-style with byte fallback as Llama 2 and Mistral) and
 // WordPiece (BERT).
 #pragma once
-#include "kiln/core/error.h"
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "kiln/text/stages.h"
 
 namespace kiln::text {
@@ -11,15 +14,13 @@ namespace kiln::text {
 inline constexpr size_t kMaxIdGap = 65536;
 
 std::unique_ptr<TokenModel> make_bpe(const nlohmann::json& j);
-
-// Ids index a table of tokens, so a vocabulary's ids must be about as many
-// as its entries: a hostile file cannot make Kiln allocate 2^31 slots.
-template <typename Map>
-void check_dense_ids(const Map& vocab) {
-  for (const auto& [token, id] : vocab)
-    KILN_CHECK(size_t(id) < vocab.size() + kMaxIdGap, "tokenizer.json: vocab id ", id, " of '", token,
-               "' is far beyond the vocabulary's ", vocab.size(), " entries");
-}
 std::unique_ptr<TokenModel> make_wordpiece(const nlohmann::json& j);
+
+// A model's "vocab" object, token -> id. Ids index a table of tokens, so
+// they must be about as many as the entries: a hostile file cannot make Kiln
+// allocate 2^31 slots.
+std::unordered_map<std::string, int32_t> read_vocab(const nlohmann::json& j, const char* model);
+// The tokens in id order (gaps empty).
+std::vector<std::string> tokens_by_id(const std::unordered_map<std::string, int32_t>& vocab);
 
 }  // namespace kiln::text

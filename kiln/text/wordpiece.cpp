@@ -14,13 +14,7 @@ namespace {
 class WordPiece : public TokenModel {
  public:
   explicit WordPiece(const nlohmann::json& j) {
-    KILN_CHECK(j.contains("vocab") && j["vocab"].is_object(), "tokenizer.json: WordPiece has no \"vocab\" object");
-    for (const auto& [token, id] : j["vocab"].items()) {
-      KILN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t(1) << 31),
-                 "tokenizer.json: vocab id of '", token, "' is not a non-negative 32-bit integer");
-      vocab_[token] = id.get<int32_t>();
-    }
-    check_dense_ids(vocab_);
+    vocab_ = read_vocab(j, "WordPiece");
     prefix_ = j.value("continuing_subword_prefix", std::string("##"));
     max_chars_ = j.value("max_input_chars_per_word", size_t(100));
     const std::string unk = j.value("unk_token", std::string("[UNK]"));
@@ -53,14 +47,7 @@ class WordPiece : public TokenModel {
     ids.insert(ids.end(), pieces.begin(), pieces.end());
   }
 
-  std::vector<std::string> vocabulary() const override {
-    std::vector<std::string> out;
-    for (const auto& [token, id] : vocab_) {
-      if (size_t(id) >= out.size()) out.resize(size_t(id) + 1);
-      out[size_t(id)] = token;
-    }
-    return out;
-  }
+  std::vector<std::string> vocabulary() const override { return tokens_by_id(vocab_); }
 
  private:
   std::unordered_map<std::string, int32_t> vocab_;
