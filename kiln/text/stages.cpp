@@ -50,6 +50,15 @@ struct Pattern {
 template <typename Stage>
 using Table = std::map<std::string, std::function<std::unique_ptr<Stage>(const json&)>>;
 
+// A "Sequence" stage: `key` lists stages of the same kind, run in order.
+template <typename Sequence, typename Stage>
+std::unique_ptr<Stage> build_sequence(const json& j, const char* key, std::unique_ptr<Stage> (*make)(const json&)) {
+  auto sequence = std::make_unique<Sequence>();
+  for (const auto& item : j.at(key))
+    if (auto built = make(item)) sequence->steps.push_back(std::move(built));
+  return sequence;
+}
+
 template <typename Stage>
 std::unique_ptr<Stage> build(const Table<Stage>& table, const json& j, const char* kind) {
   if (j.is_null()) return nullptr;
@@ -130,13 +139,7 @@ struct StripWhitespace : Normalizer {
 
 const Table<Normalizer>& normalizers() {
   static const Table<Normalizer> table = {
-      {"Sequence",
-       [](const json& j) {
-         auto s = std::make_unique<NormalizerSequence>();
-         for (const auto& n : j.at("normalizers"))
-           if (auto built = make_normalizer(n)) s->steps.push_back(std::move(built));
-         return s;
-       }},
+      {"Sequence", [](const json& j) { return build_sequence<NormalizerSequence>(j, "normalizers", make_normalizer); }},
       {"Prepend",
        [](const json& j) {
          auto p = std::make_unique<Prepend>();
@@ -330,13 +333,7 @@ struct Digits : PreTokenizer {
 
 const Table<PreTokenizer>& pre_tokenizers() {
   static const Table<PreTokenizer> table = {
-      {"Sequence",
-       [](const json& j) {
-         auto s = std::make_unique<PreTokenizerSequence>();
-         for (const auto& p : j.at("pretokenizers"))
-           if (auto built = make_pre_tokenizer(p)) s->steps.push_back(std::move(built));
-         return s;
-       }},
+      {"Sequence", [](const json& j) { return build_sequence<PreTokenizerSequence>(j, "pretokenizers", make_pre_tokenizer); }},
       {"Split", [](const json& j) { return std::make_unique<Split>(j); }},
       {"ByteLevel", [](const json& j) { return std::make_unique<ByteLevelPre>(j); }},
       {"Metaspace", [](const json& j) { return std::make_unique<Metaspace>(j); }},
@@ -403,13 +400,7 @@ struct ClsSep : PostProcessor {
 
 const Table<PostProcessor>& post_processors() {
   static const Table<PostProcessor> table = {
-      {"Sequence",
-       [](const json& j) {
-         auto s = std::make_unique<PostProcessorSequence>();
-         for (const auto& p : j.at("processors"))
-           if (auto built = make_post_processor(p)) s->steps.push_back(std::move(built));
-         return s;
-       }},
+      {"Sequence", [](const json& j) { return build_sequence<PostProcessorSequence>(j, "processors", make_post_processor); }},
       {"ByteLevel", [](const json&) { return std::make_unique<Passthrough>(); }},
       {"TemplateProcessing", [](const json& j) { return std::make_unique<Template>(j); }},
       {"BertProcessing", [](const json& j) { return std::make_unique<ClsSep>(j); }},
@@ -542,13 +533,7 @@ struct WordPieceDecoder : Decoder {
 
 const Table<Decoder>& decoders() {
   static const Table<Decoder> table = {
-      {"Sequence",
-       [](const json& j) {
-         auto s = std::make_unique<DecoderSequence>();
-         for (const auto& d : j.at("decoders"))
-           if (auto built = make_decoder(d)) s->steps.push_back(std::move(built));
-         return s;
-       }},
+      {"Sequence", [](const json& j) { return build_sequence<DecoderSequence>(j, "decoders", make_decoder); }},
       {"ByteLevel", [](const json&) { return std::make_unique<ByteLevelDecoder>(); }},
       {"Metaspace", [](const json& j) { return std::make_unique<MetaspaceDecoder>(j); }},
       {"Replace", [](const json& j) { return std::make_unique<ReplaceDecoder>(j); }},

@@ -247,28 +247,27 @@ const std::vector<ClassifierFamily>& classifier_families() {
 
 }  // namespace
 
-const ClassifierFamily* find_classifier_family(const std::string& model_type) {
-  for (const auto& f : classifier_families())
+namespace {
+
+template <typename Family>
+const Family* find_in(const std::vector<Family>& table, const std::string& model_type) {
+  for (const auto& f : table)
     if (f.model_type == model_type) return &f;
   return nullptr;
 }
 
-std::string supported_classifier_types() {
+template <typename Family>
+std::string names_of(const std::vector<Family>& table) {
   std::string out;
-  for (const auto& f : classifier_families()) out += (out.empty() ? "" : ", ") + f.model_type;
+  for (const auto& f : table) out += (out.empty() ? "" : ", ") + f.model_type;
   return out;
 }
 
-const CausalLmFamily* find_causal_lm_family(const std::string& model_type) {
-  for (const auto& f : families())
-    if (f.model_type == model_type) return &f;
-  return nullptr;
-}
+}  // namespace
 
-std::string supported_causal_lm_types() {
-  std::string out;
-  for (const auto& f : families()) out += (out.empty() ? "" : ", ") + f.model_type;
-  return out;
-}
+const ClassifierFamily* find_classifier_family(const std::string& t) { return find_in(classifier_families(), t); }
+std::string supported_classifier_types() { return names_of(classifier_families()); }
+const CausalLmFamily* find_causal_lm_family(const std::string& t) { return find_in(families(), t); }
+std::string supported_causal_lm_types() { return names_of(families()); }
 
 }  // namespace kiln::models
