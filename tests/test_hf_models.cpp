@@ -6,6 +6,7 @@
 
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
+#include "models/hf/families.h"
 #include "models/hf/hf_model.h"
 #include "models/gpt/gpt.h"
 
@@ -70,6 +71,37 @@ TEST_P(CausalLms, GreedyGenerationEqualsTransformersGenerate) {
   auto out = models::generate(*lm.model, prompt, 16, 0.0, 0, 1.0, gen, lm.eos_ids);
   std::vector<int32_t> fresh(out.begin() + long(prompt.size()), out.end());
   EXPECT_EQ(fresh, want["greedy_ids"].get<std::vector<int32_t>>()) << GetParam();
+}
+
+// One training step against transformers': the loss, and each parameter's
+// gradient (its norm and sum, which do not depend on GPT-2's transposed
+// layout) within 1e-3 relative.
+TEST_P(CausalLms, TrainingLossAndGradientsMatchTransformers) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()), DType::f32);
+  const auto want = hf_test::expected(GetParam());
+  const auto ids = want["ids"].get<std::vector<int64_t>>();
+  const int64_t T = int64_t(ids.size()) - 1;
+  std::vector<int64_t> inputs(ids.begin(), ids.end() - 1), targets(ids.begin() + 1, ids.end());
+  lm.model->train();
+  Tensor loss = lm.model->loss(Tensor::from_vector(inputs, {1, T}), Tensor::from_vector(targets, {1, T}));
+  EXPECT_NEAR(loss.item(), want["train_loss"].get<double>(), 1e-4 * want["train_loss"].get<double>());
+  loss.backward();
+  const std::string type = models::read_hf_config(hf_test::fixture(GetParam()))["model_type"];
+  const auto* family = models::find_causal_lm_family(type);
+  size_t checked = 0;
+  for (const auto& [name, p] : lm.model->named_parameters()) {
+    const std::string hf_name = family->checkpoint_name(name).name;
+    ASSERT_TRUE(want["grads"].contains(hf_name)) << hf_name;
+    const auto g = p.grad().to_vector<float>();
+    double norm = 0, sum = 0;
+    for (float v : g) norm += double(v) * v, sum += v;
+    norm = std::sqrt(norm);
+    const double want_norm = want["grads"][hf_name]["norm"], want_sum = want["grads"][hf_name]["sum"];
+    EXPECT_NEAR(norm, want_norm, 1e-3 * want_norm + 1e-7) << hf_name;
+    EXPECT_NEAR(sum, want_sum, 1e-3 * std::abs(want_sum) + 1e-4 * want_norm) << hf_name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, want["grads"].size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),

@@ -233,6 +233,15 @@ def causal_expectations(d, tok, dtype):
         lp = torch.log_softmax(logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
         out[f"logprobs_{label}"] = [None] + lp.tolist()
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    # One training step's loss and gradients (as a norm and a sum per
+    # parameter: invariant to GPT-2's transposed Conv1D layout).
+    with torch.enable_grad():
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+    out["train_loss"] = loss.item()
+    out["grads"] = {name: {"norm": p.grad.norm().item(), "sum": p.grad.sum().item()}
+                    for name, p in model.named_parameters()}
+    model.zero_grad()
     prompt = tok(PROMPT, return_tensors="pt").input_ids
     gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=model.config.eos_token_id)
     greedy = gen[0, prompt.shape[1]:].tolist()
