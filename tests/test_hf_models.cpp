@@ -104,6 +104,36 @@ TEST_P(CausalLms, TrainingLossAndGradientsMatchTransformers) {
   EXPECT_EQ(checked, want["grads"].size());
 }
 
+// Continuous batching: one decoding step for sequences of different lengths
+// (past mistral's window too) in one pass gives each the logits it gets alone.
+TEST_P(CausalLms, BatchedDecodingEqualsEachSequenceAlone) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()), DType::f32);
+  NoGradGuard ng;
+  std::vector<models::KvCache> batch, alone;
+  std::vector<int32_t> next;
+  for (int64_t length : {3, 11, 17}) {
+    std::vector<int64_t> prompt(static_cast<size_t>(length), 0);
+    for (int64_t i = 0; i < length; ++i) prompt[size_t(i)] = 3 + (i * 31 + length) % 500;
+    for (auto* caches : {&batch, &alone}) {
+      caches->push_back(lm.model->new_cache());
+      lm.model->forward_cached(Tensor::from_vector(prompt, {1, length}), caches->back());
+    }
+    next.push_back(int32_t(5 + length));
+  }
+  std::vector<models::KvCache*> pointers;
+  for (auto& c : batch) pointers.push_back(&c);
+  const auto together = lm.model->forward_decode(next, pointers).to_vector<float>();
+  const size_t V = together.size() / next.size();
+  for (size_t b = 0; b < next.size(); ++b) {
+    const auto single = lm.model->forward_cached(Tensor::from_vector(std::vector<int64_t>{next[b]}, {1, 1}), alone[b])
+                            .to_vector<float>();
+    double worst = 0;
+    for (size_t i = 0; i < V; ++i) worst = std::max(worst, double(std::abs(single[i] - together[b * V + i])));
+    EXPECT_LT(worst, 1e-4) << GetParam() << " row " << b;
+    EXPECT_EQ(batch[b].length, alone[b].length);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -19,17 +19,21 @@ class HfCompletion final : public TextCompletion {
     c_.prompt_tokens = prompt_tokens;
   }
 
-  // Runs `ids` (the prompt, or the last token) and takes the next token.
-  void step(const std::vector<int32_t>& ids) {
+  // Runs the prompt and takes the first token.
+  void start(const std::vector<int32_t>& ids) {
     std::vector<int64_t> ids64(ids.begin(), ids.end());
     const Device device = lm_.model->parameters().front().device();
-    Tensor logits = lm_.model->forward_cached(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device), cache_);
-    std::vector<float> row = logits.to_vector<float>();
+    take(lm_.model->forward_cached(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device), cache_)
+             .to_vector<float>());
+  }
+  // Samples the next token from its logits.
+  void take(std::vector<float> row) {
     if (o_.ignore_eos)
       for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = -std::numeric_limits<float>::infinity();
     accept(models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_));
   }
   int32_t last() const { return last_; }
+  models::KvCache& cache() { return cache_; }
   bool context_full() const { return cache_.length >= lm_.model->context_length(); }
 
  private:
@@ -56,8 +60,8 @@ class HfCompletion final : public TextCompletion {
   int32_t last_ = -1;
 };
 
-// One sequence at a time through the cache: correct for any batch, though
-// not yet one batched forward pass per step as Kiln's GPT runs.
+// Prompts one at a time; decoding steps for the whole batch at once
+// (continuous batching: completions join and leave between steps).
 class HfLanguageModelInference final : public InferenceModel {
  public:
   explicit HfLanguageModelInference(models::HfCausalLm lm) : lm_(std::move(lm)) {}
@@ -68,15 +72,27 @@ class HfLanguageModelInference final : public InferenceModel {
     KILN_CHECK(int64_t(ids.size()) < lm_.model->context_length(), "the prompt is ", ids.size(),
                " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
     auto c = std::make_unique<HfCompletion>(lm_, o, int64_t(ids.size()));
-    c->step(ids);
+    c->start(ids);
     return c;
   }
+  // One decoding step for every unfinished completion, in one forward pass.
   void advance_completions(const std::vector<PendingCompletion*>& batch) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<HfCompletion*> running;
+    std::vector<int32_t> tokens;
+    std::vector<models::KvCache*> caches;
     for (PendingCompletion* p : batch) {
       auto* c = static_cast<HfCompletion*>(p);
-      if (!c->finished()) c->step({c->last()});
+      if (c->finished()) continue;
+      running.push_back(c);
+      tokens.push_back(c->last());
+      caches.push_back(&c->cache());
     }
+    if (running.empty()) return;
+    const std::vector<float> all = lm_.model->forward_decode(tokens, caches).to_vector<float>();
+    const size_t V = all.size() / running.size();
+    for (size_t b = 0; b < running.size(); ++b)
+      running[b]->take(std::vector<float>(all.begin() + long(b * V), all.begin() + long((b + 1) * V)));
   }
 
   PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& given,

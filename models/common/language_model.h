@@ -32,6 +32,10 @@ class LanguageModel : public nn::Module {
   // positions in `cache` (empty: a prompt) and are added to it.
   virtual Tensor forward_cached(const Tensor& ids, KvCache& cache) = 0;
   virtual KvCache new_cache() const = 0;
+  // Continuous batching: one new token for each of B sequences, each with its
+  // own cache, in one forward pass -> logits [B, vocab]; each token joins its
+  // cache. The linears see all B rows at once.
+  virtual Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) = 0;
   virtual int64_t context_length() const = 0;
   virtual int64_t vocab_size() const = 0;
   // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].

@@ -75,7 +75,7 @@ class Gpt : public LanguageModel {
   // its own cache (length < block_size), in one forward pass -> logits
   // [B, vocab]; each token is added to its cache. The linears see all B
   // rows at once, so a step for B sequences costs far less than B steps.
-  Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches);
+  Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) override;
   Tensor loss(const Tensor& ids, const Tensor& targets) override;
   void set_activation_checkpointing(ActivationCheckpointing mode) override;
 

@@ -96,6 +96,30 @@ class LlamaLayer : public Module {
     return h + down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
   }
 
+  // Continuous batching: x [B, 1, C], row b at position pasts[b] of its own
+  // cache (*k_caches[b], *v_caches[b]); cos and sin [B, 1, 1, D] per row.
+  Tensor forward_decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::vector<Tensor*>& k_caches,
+                        const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
+    const int64_t B = x.size(0), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
+    Tensor n = input_layernorm->forward(x);
+    Tensor q = heads(q_proj->forward(n), B, 1, H), k = heads(k_proj->forward(n), B, 1, Hkv);
+    Tensor v = heads(v_proj->forward(n), B, 1, Hkv);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    std::vector<Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t past = pasts[size_t(b)];
+      Tensor k_slot = slice(*k_caches[size_t(b)], 2, past, past + 1), v_slot = slice(*v_caches[size_t(b)], 2, past, past + 1);
+      copy_into(slice(k, 0, b, b + 1), k_slot);
+      copy_into(slice(v, 0, b, b + 1), v_slot);
+      rows.push_back(decode_attention(slice(q, 0, b, b + 1), slice(*k_caches[size_t(b)], 2, 0, past + 1),
+                                      slice(*v_caches[size_t(b)], 2, 0, past + 1), 1.0 / std::sqrt(double(D))));
+    }
+    Tensor h = x + o_proj->forward(reshape(cat(rows, 0), {B, 1, H * D}));
+    Tensor m = post_attention_layernorm->forward(h);
+    return h + down_proj->forward(silu(gate_proj->forward(m)) * up_proj->forward(m));
+  }
+
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
 
@@ -265,6 +289,35 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
   Tensor x = hidden(ids, &cache);
   Tensor last = slice(x, 1, x.size(1) - 1, x.size(1));
   return reshape(linear(last, head_weight(), Tensor()), {1, config_.vocab_size});
+}
+
+Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(tokens.size());
+  KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "llama decode: ", tokens.size(), " tokens for ", caches.size(),
+             " caches");
+  std::vector<int64_t> ids(tokens.begin(), tokens.end()), pasts;
+  int64_t furthest = 0;
+  for (const KvCache* c : caches) {
+    KILN_CHECK(c->length < c->k.front().size(2), "llama decode: a cache is full (", c->length, " positions)");
+    pasts.push_back(c->length);
+    furthest = std::max(furthest, c->length + 1);
+  }
+  const Device device = model_->embed_tokens->weight.device();
+  ensure_rope(furthest, device);
+  Tensor x = model_->embed_tokens->forward(Tensor::from_vector(ids, {B, 1}).to(device));
+  std::vector<Tensor> cos_rows, sin_rows;
+  for (int64_t p : pasts) cos_rows.push_back(slice(rope_cos_, 0, p, p + 1)), sin_rows.push_back(slice(rope_sin_, 0, p, p + 1));
+  const int64_t D = config_.head_dim;
+  Tensor cos = to_dtype(reshape(cat(cos_rows, 0), {B, 1, 1, D}), x.dtype());
+  Tensor sin = to_dtype(reshape(cat(sin_rows, 0), {B, 1, 1, D}), x.dtype());
+  for (size_t l = 0; l < model_->layers.size(); ++l) {
+    std::vector<Tensor*> k, v;
+    for (KvCache* c : caches) k.push_back(&c->k[l]), v.push_back(&c->v[l]);
+    x = model_->layers[l]->forward_decode(x, cos, sin, k, v, pasts);
+  }
+  for (KvCache* c : caches) ++c->length;
+  return reshape(linear(model_->norm->forward(x), head_weight(), Tensor()), {B, config_.vocab_size});
 }
 
 KvCache Llama::new_cache() const {

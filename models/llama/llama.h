@@ -36,6 +36,7 @@ class Llama : public LanguageModel {
   void set_activation_checkpointing(ActivationCheckpointing mode) override;
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
   KvCache new_cache() const override;
+  Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) override;
   // Generation sees at most this many positions (or the model's own limit):
   // its cache is allocated whole, and Llama 3 would ask for 131,072.
   static constexpr int64_t kMaxCachedPositions = 8192;

@@ -86,6 +86,14 @@ streamed = post({"_path": "completions", "model": "lm", "prompt": want["prompt"]
                  "stream": True})
 events = [json.loads(l[6:]) for l in streamed.split("\n") if l.startswith("data: {")]
 assert "".join(e["choices"][0]["text"] for e in events) == continuation, streamed
+# Concurrent completions share decoding steps (continuous batching) and each
+# still gets generate()'s text.
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(6) as pool:
+    texts = list(pool.map(lambda _: json.loads(post({"_path": "completions", "model": "lm", "prompt": want["prompt"],
+                                                           "max_tokens": 16, "temperature": 0}))["choices"][0]["text"],
+                          range(6)))
+assert texts == [continuation] * 6, texts
 cls = json.load(open(f"{fix}/distilbert/expected.json"))
 r = json.loads(post({"_path": "classify", "model": "cls", "input": [t["text"] for t in cls["texts"]]}))
 for row, got in zip(cls["texts"], r["data"]):
