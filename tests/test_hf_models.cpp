@@ -191,6 +191,12 @@ TEST_P(Classifiers, ProbabilitiesMatchTransformersWithin1e4) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers, ::testing::Values("bert", "distilbert"));
 
+TEST(HfFolders, SpecsNameFolders) {
+  EXPECT_EQ(models::hf_folder("hf:/models/x"), "/models/x");
+  EXPECT_EQ(models::hf_folder("hf:~/models/x"), std::string(std::getenv("HOME")) + "/models/x");
+  EXPECT_EQ(models::hf_folder("runs/fortunes-gpt"), std::nullopt);
+}
+
 TEST(HfFolders, KindComesFromTheConfig) {
   EXPECT_EQ(models::hf_model_kind(hf_test::fixture("bert")), "classifier");
   EXPECT_EQ(models::hf_model_kind(hf_test::fixture("qwen2")), "causal");

@@ -1,5 +1,6 @@
 #include "models/hf/hf_model.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -60,7 +61,11 @@ std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir) {
 
 std::optional<std::string> hf_folder(const std::string& spec) {
   if (spec.rfind("hf:", 0) != 0) return std::nullopt;
-  return spec.substr(3);
+  std::string dir = spec.substr(3);
+  // The shell leaves "~" after "hf:" alone; users write hf:~/models/x anyway.
+  const char* home = std::getenv("HOME");
+  if (dir.rfind("~/", 0) == 0 && home) dir = std::string(home) + dir.substr(1);
+  return dir;
 }
 
 json read_hf_config(const std::string& dir) {

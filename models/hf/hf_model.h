@@ -15,7 +15,7 @@
 
 namespace kiln::models {
 
-// "hf:DIR" -> DIR; anything else -> nullopt.
+// "hf:DIR" -> DIR (a leading ~/ is the home folder); anything else -> nullopt.
 std::optional<std::string> hf_folder(const std::string& spec);
 
 // config.json of a folder, checked to be a JSON object with a model_type.
