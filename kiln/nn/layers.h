@@ -77,6 +77,17 @@ class MaxPool2d : public Module {
   int64_t kernel_, stride_;
 };
 
+// A container whose children the caller names: the path segments of
+// checkpoint names ("transformer", "self_attn", "attention.self") that have
+// no module of their own.
+class Named : public Module {
+ public:
+  template <typename M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
 class Sequential : public Module {
  public:
   // Children are named "0", "1", ... as in torch.nn.Sequential.

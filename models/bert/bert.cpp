@@ -36,15 +36,6 @@ const Names& names_of(const std::string& flavor) {
   return flavor == "bert" ? bert : distilbert;
 }
 
-// A container whose children are named by the caller (dotted paths allowed).
-class Named : public Module {
- public:
-  template <typename M>
-  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
-    return register_module(name, std::move(m));
-  }
-};
-
 class EncoderLayer : public Module {
  public:
   EncoderLayer(const BertConfig& c, const Names& n, Generator& init) : heads_(c.num_heads) {

@@ -50,15 +50,6 @@ class Mlp : public Module {
   std::shared_ptr<Dropout> drop;
 };
 
-// A container whose children are named by the caller (for "transformer.*").
-class Named : public Module {
- public:
-  template <typename M>
-  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
-    return register_module(name, std::move(m));
-  }
-};
-
 }  // namespace
 
 // GPT-2 initialisation: N(0, 0.02) for weights, zeros for biases, and the

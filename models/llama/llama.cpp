@@ -91,9 +91,7 @@ class LlamaLayer : public Module {
   // values are added to (k_cache, v_cache) and attention reads them all.
   Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t past, Tensor* k_cache,
                     Tensor* v_cache) {
-    Tensor h = x + attention(input_layernorm->forward(x), cos, sin, past, k_cache, v_cache);
-    Tensor n = post_attention_layernorm->forward(h);
-    return h + down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, past, k_cache, v_cache));
   }
 
   // Continuous batching: x [B, 1, C], row b at position pasts[b] of its own
@@ -104,8 +102,8 @@ class LlamaLayer : public Module {
     Tensor n = input_layernorm->forward(x);
     Tensor q = heads(q_proj->forward(n), B, 1, H), k = heads(k_proj->forward(n), B, 1, Hkv);
     Tensor v = heads(v_proj->forward(n), B, 1, Hkv);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    q = rotate(q, cos, sin);
+    k = rotate(k, cos, sin);
     std::vector<Tensor> rows;
     for (int64_t b = 0; b < B; ++b) {
       const int64_t past = pasts[size_t(b)];
@@ -115,23 +113,19 @@ class LlamaLayer : public Module {
       rows.push_back(decode_attention(slice(q, 0, b, b + 1), slice(*k_caches[size_t(b)], 2, 0, past + 1),
                                       slice(*v_caches[size_t(b)], 2, 0, past + 1), 1.0 / std::sqrt(double(D))));
     }
-    Tensor h = x + o_proj->forward(reshape(cat(rows, 0), {B, 1, H * D}));
-    Tensor m = post_attention_layernorm->forward(h);
-    return h + down_proj->forward(silu(gate_proj->forward(m)) * up_proj->forward(m));
+    return mlp_block(x + o_proj->forward(reshape(cat(rows, 0), {B, 1, H * D})));
   }
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
 
  private:
-  // A container whose children are named by the caller.
-  class Named : public Module {
-   public:
-    template <typename M>
-    std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
-      return register_module(name, std::move(m));
-    }
-  };
+  // h + SwiGLU(norm(h)): the second half of a layer.
+  Tensor mlp_block(const Tensor& h) const {
+    Tensor n = post_attention_layernorm->forward(h);
+    return h + down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+  }
+  static Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) { return x * cos + rotate_half(x) * sin; }
 
   Tensor heads(const Tensor& projected, int64_t B, int64_t T, int64_t H) const {
     return transpose(reshape(projected, {B, T, H, c_.head_dim}), 1, 2);  // [B, H, T, D]
@@ -143,8 +137,8 @@ class LlamaLayer : public Module {
     Tensor q = heads(q_proj->forward(x), B, T, H);
     Tensor k = heads(k_proj->forward(x), B, T, Hkv);
     Tensor v = heads(v_proj->forward(x), B, T, Hkv);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    q = rotate(q, cos, sin);
+    k = rotate(k, cos, sin);
     int64_t S = T;
     if (k_cache) {  // generation: a batch of one, positions [past, past + T)
       Tensor k_slot = slice(*k_cache, 2, past, past + T), v_slot = slice(*v_cache, 2, past, past + T);
