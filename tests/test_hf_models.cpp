@@ -305,6 +305,11 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
     expect_error(dir, "config.json: a field is missing or has the wrong type");
   }
   {
+    auto dir = scratch_copy("llama-gqa", "eos");
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [2, 999999]})";
+    expect_error(dir, "eos_token_id 999999 is not a token of the model's");
+  }
+  {
     auto dir = scratch_copy("llama-gqa", "act");
     edit_config(dir, [](auto& j) { j["hidden_act"] = "gelu"; });
     expect_error(dir, "\"hidden_act\" = \"gelu\" changes the model's math");

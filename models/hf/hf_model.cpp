@@ -44,16 +44,22 @@ void adopt(Tensor& param, const Tensor& value, const std::string& name, std::opt
   impl.dtype = source.dtype();
 }
 
-std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir) {
+// The ids generation stops after: generation_config.json's eos_token_id (a
+// number or a list), else config.json's; each must be a token of the model.
+std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir, int64_t vocab_size) {
   json eos = config.value("eos_token_id", json());
+  std::string source = "config.json";
   if (fs::exists(dir / "generation_config.json")) {
     const json g = read_json(dir / "generation_config.json", "generation settings");
-    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) eos = g["eos_token_id"];
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) eos = g["eos_token_id"], source = "generation_config.json";
   }
   std::vector<int32_t> ids;
-  if (eos.is_number_integer()) ids.push_back(eos.get<int32_t>());
-  if (eos.is_array())
-    for (const auto& e : eos) ids.push_back(e.get<int32_t>());
+  for (const auto& e : eos.is_array() ? eos : json::array({eos})) {
+    if (e.is_null()) continue;
+    KILN_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < vocab_size, dir.string(), "/",
+               source, ": eos_token_id ", e.dump(), " is not a token of the model's ", vocab_size);
+    ids.push_back(e.get<int32_t>());
+  }
   return ids;
 }
 
@@ -175,7 +181,7 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
   attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable, dtype);
-  out.eos_ids = eos_ids_of(out.config, dir);
+  out.eos_ids = eos_ids_of(out.config, dir, out.model->vocab_size());
   return out;
 }
 
