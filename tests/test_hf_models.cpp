@@ -3,10 +3,12 @@
 // (equal to generate(do_sample=False)) for every architecture, on the
 // fixtures of tests/hf/make_fixtures.py, plus bad folders.
 #include <filesystem>
+#include <random>
 
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/init.h"
 #include "models/hf/families.h"
 #include "models/hf/hf_model.h"
 #include "models/gpt/gpt.h"
@@ -275,6 +277,44 @@ TEST(HfFolders, BrokenShardsAreClearErrors) {
     std::ofstream(dir / "model.safetensors.index.json") << index.dump();
     expect_error(dir, "'model.norm.weight'");
   }
+}
+
+// config.json is input a user (or a download) hands Kiln: any mutation of a
+// real one builds a model or fails with a kiln::Error, never another
+// exception, a crash or a huge allocation (the model is built on the meta
+// device, as the loader and the planner build it).
+TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
+  std::mt19937 rng(7);
+  const std::vector<nlohmann::json> values = {nullptr, -1, 0, 1, 3, 7, 1 << 30, int64_t(1) << 40, 0.5, -2.5, "x", true,
+                                              nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
+  int built = 0, refused = 0;
+  for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "bert", "distilbert"}) {
+    const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : base.items()) keys.push_back(k);
+    for (int trial = 0; trial < 150; ++trial) {
+      nlohmann::json config = base;
+      for (int edits = 1 + int(rng() % 3); edits > 0; --edits) {
+        const std::string& key = keys[rng() % keys.size()];
+        if (key == "model_type") continue;
+        if (rng() % 5 == 0) config.erase(key);
+        else config[key] = values[rng() % values.size()];
+      }
+      try {
+        nn::MetaParametersGuard meta;
+        const std::string type = config["model_type"];
+        if (const auto* f = models::find_causal_lm_family(type)) f->build(config);
+        else models::find_classifier_family(type)->build(config);
+        ++built;
+      } catch (const Error&) {
+        ++refused;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << fixture << ": " << config.dump() << " threw a non-Kiln error: " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(built, 50);
+  EXPECT_GT(refused, 50);
 }
 
 TEST(HfFolders, BadFoldersAreClearErrors) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
@@ -23,9 +24,12 @@ class ConfigReader {
   bool has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
   const json& at(const std::string& key) const { return j_[key]; }
 
+  // A positive integer no larger than any real model's (so a hostile
+  // config cannot make Kiln build millions of layers or allocate terabytes).
   int64_t integer(const std::string& key) const {
-    if (!has(key) || !j_[key].is_number_integer() || j_[key].get<int64_t>() <= 0)
-      fail(key, has(key) ? j_[key].dump() : "missing", "a positive integer");
+    const int64_t most = limit_of(key);
+    if (!has(key) || !j_[key].is_number_integer() || j_[key].get<int64_t>() <= 0 || j_[key].get<int64_t>() > most)
+      fail(key, has(key) ? j_[key].dump() : "missing", "a positive integer up to " + std::to_string(most));
     return j_[key].get<int64_t>();
   }
   int64_t integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
@@ -65,6 +69,14 @@ class ConfigReader {
   }
 
  private:
+  static int64_t limit_of(const std::string& key) {
+    static const std::map<std::string, int64_t> limits = {
+        {"num_hidden_layers", 1024}, {"n_layer", 1024},   {"n_layers", 1024},        {"num_attention_heads", 1024},
+        {"n_head", 1024},            {"n_heads", 1024},   {"num_key_value_heads", 1024}, {"head_dim", 1024},
+        {"n_positions", 65536},      {"type_vocab_size", 1024}};
+    auto it = limits.find(key);
+    return it == limits.end() ? int64_t(1) << 22 : it->second;  // widths, vocabularies, contexts
+  }
   const json& j_;
   std::string type_;
 };
@@ -107,6 +119,7 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
   c.num_heads = r.integer("num_attention_heads");
   c.num_kv_heads = r.integer("num_key_value_heads", c.num_heads);
   c.head_dim = r.integer("head_dim", c.hidden_size / c.num_heads);
+  if (c.head_dim > 1024) r.fail("hidden_size", j["hidden_size"].dump(), "a head size (hidden_size / heads) up to 1024");
   c.max_positions = r.integer("max_position_embeddings");
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
