@@ -182,8 +182,15 @@ void for_grid_blocks(int64_t m, int64_t n, RunBlock&& run_block) {
   for (int64_t i = 0; i < grid.blocks; ++i) run(i);
 }
 
-// Small products: one call on one thread. Others: the grid.
-bool gridded(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * double(k) >= kParallelMacs; }
+// Small products: one call on one thread. Others: the grid. A product of a
+// few rows (decoding: one token per sequence) is bound by reading B, not by
+// its arithmetic: once B is large enough, reading it on every core pays.
+constexpr int64_t kFewRows = 8;
+constexpr double kParallelOperandElements = 2.5e5;  // 1 MB of f32
+bool gridded(int64_t m, int64_t n, int64_t k) {
+  return double(m) * double(n) * double(k) >= kParallelMacs ||
+         (m <= kFewRows && double(n) * double(k) >= kParallelOperandElements);
+}
 
 }  // namespace
 
