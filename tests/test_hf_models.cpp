@@ -22,14 +22,10 @@ const char* const kCausal[] = {"gpt2", "llama-gqa", "llama-mqa-tied", "llama-bf1
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
-  NoGradGuard ng;
-  std::vector<int64_t> ids64(ids.begin(), ids.end());
-  Tensor logits = model.forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}));
-  Tensor lp = log_softmax(to_dtype(logits, DType::f32), -1);
-  const std::vector<float> v = lp.to_vector<float>();
-  const int64_t V = lp.size(-1);
+  const std::vector<float> v = models::next_token_log_probabilities(model, ids);
+  const size_t V = v.size() / ids.size();
   std::vector<double> out;
-  for (size_t t = 1; t < ids.size(); ++t) out.push_back(v[(t - 1) * size_t(V) + size_t(ids[t])]);
+  for (size_t t = 1; t < ids.size(); ++t) out.push_back(v[(t - 1) * V + size_t(ids[t])]);
   return out;
 }
 
@@ -200,8 +196,8 @@ TEST(HfFolders, SpecsNameFolders) {
 }
 
 TEST(HfFolders, KindComesFromTheConfig) {
-  EXPECT_EQ(models::hf_model_kind(hf_test::fixture("bert")), "classifier");
-  EXPECT_EQ(models::hf_model_kind(hf_test::fixture("qwen2")), "causal");
+  EXPECT_EQ(models::hf_model_kind(models::read_hf_config(hf_test::fixture("bert"))), "classifier");
+  EXPECT_EQ(models::hf_model_kind(models::read_hf_config(hf_test::fixture("qwen2"))), "causal");
 }
 
 // A copy of a fixture folder that a test may break.

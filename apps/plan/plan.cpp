@@ -30,6 +30,10 @@ bool is_text(const PlanInput& in) { return is_gpt(in) || is_hf(in); }
 
 double items_per_example(const PlanInput& in) { return is_text(in) ? double(in.gpt.block_size) : 1.0; }
 
+double hf_layers(const PlanInput& in) {
+  return in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 0.0));
+}
+
 int64_t hf_parameter_count(const nlohmann::json& config) {
   nn::MetaParametersGuard meta;  // built on meta: nothing is allocated
   return recipes::hf_step_parts(config, {}, 1).model->parameter_count();
@@ -64,21 +68,17 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
     if (e.memory.flops <= 0) train_flops = f.train_per_token * tokens;
     if (s.checkpointing == "blocks") recompute = f.recompute_per_token * tokens / rate;
     if (s.checkpointing == "selective") recompute = f.selective_bytes_per_token * tokens / gpu.bandwidth;
-  } else if (s.checkpointing == "blocks") {
-    recompute = train_flops / 3.0 / rate;  // one more forward
-  }
-  if (is_hf(in) && e.memory.flops <= 0) {
-    // 6 FLOPs per parameter and token, plus attention's 12 per layer, token,
-    // position and width (the scores and their product with the values).
-    const double layers = in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 0.0));
-    const double width = in.hf_config.value("hidden_size", in.hf_config.value("n_embd", 0.0));
-    train_flops = (6.0 * double(parameters) + 12.0 * layers * double(in.gpt.block_size) * width) * tokens;
-    if (s.checkpointing == "blocks") recompute = train_flops / 3.0 / rate;
+  } else {
+    if (is_hf(in) && e.memory.flops <= 0) {
+      // 6 FLOPs per parameter and token, plus attention's 12 per layer, token,
+      // position and width (the scores and their product with the values).
+      const double width = in.hf_config.value("hidden_size", in.hf_config.value("n_embd", 0.0));
+      train_flops = (6.0 * double(parameters) + 12.0 * hf_layers(in) * double(in.gpt.block_size) * width) * tokens;
+    }
+    if (s.checkpointing == "blocks") recompute = train_flops / 3.0 / rate;  // one more forward
   }
   const double micro_steps = std::ceil(examples / double(s.micro_batch));
-  const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2
-                       : is_hf(in) ? in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 4.0)) + 2
-                                   : 6;
+  const double layers = is_gpt(in) ? double(in.gpt.n_layer) + 2 : is_hf(in) ? hf_layers(in) + 2 : 6;
   // A budget without a GPU is a CPU run: no kernels to launch.
   const double launch = in.target.gpu ? micro_steps * layers * 2 * kLaunchSecondsPerLayerPass : 0;
   const double compute = train_flops / rate;

@@ -33,7 +33,7 @@ models::HfFolderContents loaded_folder(const std::string& dir) {
   models::HfFolderContents c;
   c.config = models::read_hf_config(dir);
   const std::string type = c.config["model_type"].get<std::string>();
-  if (models::hf_model_kind(dir) == "classifier")
+  if (models::hf_model_kind(c.config) == "classifier")
     c.tensors = models::checkpoint_tensors(*models::load_hf_classifier(dir).model, type);
   else
     c.tensors = models::checkpoint_tensors(*models::load_hf_causal_lm(dir).model, type);

@@ -109,17 +109,11 @@ class HfLanguageModelInference final : public InferenceModel {
       return id < lm_.tokenizer.vocab_size() ? lm_.tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
     };
     std::vector<float> lp;
-    size_t V = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      NoGradGuard ng;
-      std::vector<int64_t> ids64(ids.begin(), ids.end());
-      const Device device = lm_.model->parameters().front().device();
-      Tensor logits = lm_.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}).to(device));
-      Tensor all = log_softmax(to_dtype(logits, DType::f32), -1);
-      V = size_t(all.size(-1));
-      lp = all.to_vector<float>();
+      lp = models::next_token_log_probabilities(*lm_.model, ids);
     }
+    const size_t V = lp.size() / ids.size();
     PromptScores s;
     text::DecodeStream stream(lm_.tokenizer);  // the text as decoding gives it: special tokens add none
     for (size_t t = 0; t < ids.size(); ++t) {
@@ -193,9 +187,9 @@ class HfClassifierInference final : public InferenceModel {
 }  // namespace
 
 LoadedModel load_hf_for_inference(const std::string& dir, Device device) {
-  const std::string kind = models::hf_model_kind(dir);
-  const std::string type = models::read_hf_config(dir)["model_type"].get<std::string>();
-  if (kind == "classifier") {
+  const nlohmann::json config = models::read_hf_config(dir);
+  const std::string type = config["model_type"].get<std::string>();
+  if (models::hf_model_kind(config) == "classifier") {
     auto c = models::load_hf_classifier(dir);
     c.model->to(device);
     return {"hf:" + type, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};

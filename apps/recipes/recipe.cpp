@@ -102,7 +102,7 @@ const Recipe& recipe_of(const Checkpoint& ck, const std::string& dir) {
 
 EvalResult evaluate(const std::string& path, Device device, const Log& log) {
   if (models::hf_folder(path)) {
-    KILN_CHECK(models::hf_model_kind(*models::hf_folder(path)) == "causal", path,
+    KILN_CHECK(models::hf_model_kind(models::read_hf_config(*models::hf_folder(path))) == "causal", path,
                " is a classifier; kiln eval scores Hugging Face language models (classify texts with kiln classify)");
     TextModel m = load_text_model(path, device);
     log("evaluating " + path + " on the fortunes validation split, each fortune on its own");

@@ -55,13 +55,8 @@ ScoredText score_text(TextModel& m, const std::string& text) {
   KILN_CHECK(!out.ids.empty(), "the text encodes to no tokens, so there is nothing to score");
   KILN_CHECK(int64_t(out.ids.size()) <= m.model->context_length(), "the text is ", out.ids.size(),
              " tokens, more than the model's context of ", m.model->context_length(), "; score a shorter text");
-  NoGradGuard ng;
-  std::vector<int64_t> ids64(out.ids.begin(), out.ids.end());
-  const Device device = m.model->parameters().front().device();
-  Tensor logits = m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device));
-  Tensor lp = log_softmax(to_dtype(logits, DType::f32), -1);  // as harnesses do: logits.float()
-  const std::vector<float> all = lp.to_vector<float>();
-  const size_t V = size_t(lp.size(-1));
+  const std::vector<float> all = models::next_token_log_probabilities(*m.model, out.ids);
+  const size_t V = all.size() / out.ids.size();
   out.logprobs.assign(out.ids.size(), std::numeric_limits<double>::quiet_NaN());
   double total = 0;
   for (size_t t = 1; t < out.ids.size(); ++t) total += out.logprobs[t] = all[(t - 1) * V + size_t(out.ids[t])];
@@ -78,11 +73,7 @@ TextEval evaluate_on_fortunes(TextModel& m, const std::string& data_dir) {
     std::vector<int32_t> ids = m.encode(doc);
     if (int64_t(ids.size()) > m.model->context_length()) ids.resize(size_t(m.model->context_length()));
     if (ids.size() < 2) continue;
-    NoGradGuard ng;
-    std::vector<int64_t> ids64(ids.begin(), ids.end());
-    const Device device = m.model->parameters().front().device();
-    Tensor logits = m.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}).to(device));
-    const std::vector<float> lp = log_softmax(to_dtype(logits, DType::f32), -1).to_vector<float>();
+    const std::vector<float> lp = models::next_token_log_probabilities(*m.model, ids);
     const size_t V = lp.size() / ids.size();
     for (size_t t = 1; t < ids.size(); ++t) nats -= lp[(t - 1) * V + size_t(ids[t])];
     e.tokens += int64_t(ids.size() - 1);

@@ -61,6 +61,14 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) 
   KILN_FAIL("unknown activation checkpointing '", mode, "' (choose one of none, selective, blocks)");
 }
 
+std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids) {
+  NoGradGuard ng;
+  std::vector<int64_t> ids64(ids.begin(), ids.end());
+  const Device device = model.parameters().front().device();
+  Tensor logits = model.forward(Tensor::from_vector(ids64, {1, int64_t(ids.size())}).to(device));
+  return log_softmax(to_dtype(logits, DType::f32), -1).to_vector<float>();
+}
+
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
                               double temperature, int64_t top_k, double top_p, Generator& gen,
                               const std::vector<int32_t>& stop_ids, const std::function<bool(int32_t)>& on_token) {

@@ -48,6 +48,12 @@ class LanguageModel : public nn::Module {
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
                      Generator& gen);
 
+// The log-softmax of the logits at every position of `ids` (one forward
+// pass, no gradients), in f32 whatever the model's dtype, as evaluation
+// harnesses compute it (logits.float()): [ids.size() * vocab], row t being
+// the distribution of the token after ids[t].
+std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids);
+
 // Appends up to max_new_tokens tokens to `prompt`, each from sample_token
 // (temperature 0: greedy). Stops after a token in `stop_ids`, or when
 // `on_token` returns false, or at the context length.

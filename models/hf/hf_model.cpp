@@ -161,11 +161,11 @@ text::HfTokenizer folder_tokenizer(const std::string& dir) {
 
 }  // namespace
 
-std::string hf_model_kind(const std::string& dir) {
-  const std::string type = read_hf_config(dir)["model_type"].get<std::string>();
+std::string hf_model_kind(const json& config) {
+  const std::string type = config["model_type"].get<std::string>();
   if (find_causal_lm_family(type)) return "causal";
   if (find_classifier_family(type)) return "classifier";
-  KILN_FAIL(dir, "/config.json: model_type '", type, "' is not an architecture Kiln supports (language models: ",
+  KILN_FAIL("config.json: model_type '", type, "' is not an architecture Kiln supports (language models: ",
             supported_causal_lm_types(), "; classifiers: ", supported_classifier_types(), ")");
 }
 

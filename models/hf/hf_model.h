@@ -49,8 +49,8 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
 std::vector<double> classify_text(HfClassifier& classifier, const std::string& text);
 
 // "causal" or "classifier": which kind of model a folder holds, from its
-// config.json (its model_type, then its architectures for BERT-like types).
-std::string hf_model_kind(const std::string& dir);
+// config.json (read_hf_config) by model_type.
+std::string hf_model_kind(const nlohmann::json& config);
 
 // The weights of a folder, name -> tensor, mapped from model.safetensors or
 // the shards its index names; every shard is checked as it is mapped.
