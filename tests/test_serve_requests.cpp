@@ -1,6 +1,7 @@
-// /v1/completions against OpenAI's field list: every documented field is
-// either implemented (and reaches the request) or refused with a 400 that
-// names it, never silently ignored; temperature 0 means greedy.
+// /v1/completions and /v1/chat/completions against OpenAI's field lists:
+// every documented field is either implemented (and reaches the request) or
+// refused with a 400 that names it, never silently ignored; temperature 0
+// means greedy.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,8 +10,10 @@
 #include "kiln/core/random.h"
 #include "models/gpt/gpt.h"
 
+using kiln::serve::ChatRequest;
 using kiln::serve::CompletionRequest;
 using kiln::serve::HttpError;
+using kiln::serve::parse_chat;
 using kiln::serve::parse_completion;
 
 namespace {
@@ -21,14 +24,23 @@ std::string with(const std::string& field, const std::string& value) {
 }
 
 // The 400's message for `body`, or "" when it is accepted.
-std::string refusal(const std::string& body) {
+template <typename Parse>
+std::string refused_by(Parse parse, const std::string& body) {
   try {
-    parse_completion(body);
+    parse(body);
   } catch (const HttpError& e) {
     EXPECT_EQ(e.status, 400) << body;
     return e.what();
   }
   return "";
+}
+std::string refusal(const std::string& body) { return refused_by(parse_completion, body); }
+std::string chat_refusal(const std::string& body) { return refused_by(parse_chat, body); }
+
+const char* const kMessages = R"("messages": [{"role": "user", "content": "Hi"}])";
+// The chat body {"model": "m", "messages": [...], field: value}.
+std::string chat_with(const std::string& field, const std::string& value) {
+  return R"({"model": "m", )" + std::string(kMessages) + R"(, ")" + field + R"(": )" + value + "}";
 }
 
 }  // namespace
@@ -63,7 +75,6 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
       {"presence_penalty", "-1", "0.0"},
       {"logit_bias", R"({"50256": -100})", "{}"},
       {"suffix", R"("end")", R"("")"},
-      {"stream_options", R"({"include_usage": true})", R"({"include_usage": false})"},
   };
   for (const Case& c : cases) {
     const std::string message = refusal(with(c.field, c.asks_something));
@@ -82,7 +93,7 @@ TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
   EXPECT_TRUE(r.echo);
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(parse_completion(R"({"model": "m", "prompt": "a b", "max_tokens": 0, "echo": true})").logprobs, std::nullopt);
-  EXPECT_NE(refusal(with("logprobs", "2")).find("supported for scoring a prompt"), std::string::npos);
+  EXPECT_EQ(parse_completion(with("logprobs", "2")).logprobs, 2);  // the generated tokens' log-probabilities
   EXPECT_NE(refusal(with("echo", "true")).find("supported for scoring a prompt"), std::string::npos);
   EXPECT_NE(refusal(R"({"model": "m", "prompt": [1, -2], "max_tokens": 0, "echo": true})").find("token ids"),
             std::string::npos);
@@ -110,4 +121,65 @@ TEST(CompletionFields, TemperatureZeroIsGreedyAndBelowZeroIsRefused) {
     EXPECT_EQ(kiln::models::sample_token(logits, 0.0, 0, 1.0, gen), 1);
     EXPECT_EQ(kiln::models::sample_token(logits, 0.0, 2, 0.5, gen), 1);
   }
+}
+
+TEST(CompletionFields, StreamOptionsAskForUsageAtTheEndOfAStream) {
+  EXPECT_TRUE(parse_completion(R"({"model": "m", "stream": true, "stream_options": {"include_usage": true}})")
+                  .include_usage);
+  EXPECT_NE(refusal(with("stream_options", R"({"include_usage": true})")).find("for streamed answers"),
+            std::string::npos);
+  EXPECT_NE(refusal(with("stream_options", R"({"continuous": true})")).find("stream_options.continuous"),
+            std::string::npos);
+}
+
+// OpenAI's reference for POST /v1/chat/completions, field by field.
+TEST(ChatFields, ImplementedFieldsReachTheRequest) {
+  const ChatRequest r = parse_chat(
+      R"({"model": "m", "messages": [{"role": "developer", "content": "Be brief."},
+                                     {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                                     {"role": "assistant", "content": "Hello", "name": "bot"}],
+          "max_completion_tokens": 7, "temperature": 0.2, "top_p": 0.5, "seed": 4, "stop": "\n\n", "stream": true,
+          "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3, "user": "u",
+          "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "n": 1, "presence_penalty": null})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");  // developer is OpenAI's newer name for it
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.temperature, 0.2);
+  EXPECT_EQ(r.top_p, 0.5);
+  EXPECT_EQ(r.seed, 4u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"\n\n"});
+  EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_EQ(parse_chat(chat_with("max_tokens", "9")).max_tokens, 9);
+  EXPECT_EQ(parse_chat(chat_with("user", "\"x\"")).max_tokens, 1024);  // the default bound
+}
+
+TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model": "m", "messages": []})", "non-empty array"},
+      {R"({"model": "m"})", "non-empty array"},
+      {R"({"model": "m", "messages": [{"role": "wizard", "content": "x"}]})", "role is 'wizard'"},
+      {R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "role is 'tool'"},
+      {R"({"model": "m", "messages": [{"content": "x"}]})", "no 'role' string"},
+      {R"({"model": "m", "messages": [{"role": "user"}]})", "has no 'content'"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": 42}]})", "content must be a string"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "type 'text'"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "'tool_calls'"},
+      {R"({"model": "m", "messages": ["x"]})", "is not an object"},
+      {chat_with("tools", R"([{"type": "function"}])"), "tool calling is not implemented"},
+      {chat_with("response_format", R"({"type": "json_object"})"), "structured output"},
+      {chat_with("n", "3"), "field 'n' is not supported"},
+      {chat_with("logit_bias", R"({"1": 5})"), "field 'logit_bias' is not supported"},
+      {chat_with("prompt", R"("x")"), "unknown field 'prompt'"},
+      {chat_with("top_logprobs", "2"), "needs logprobs: true"},
+      {chat_with("top_logprobs", "21"), "top_logprobs must be in [0, 20]"},
+      {chat_with("max_tokens", "0"), "max_tokens must be in [1, 4096]"},
+      {R"({"model": "m", )" + std::string(kMessages) + R"(, "max_tokens": 3, "max_completion_tokens": 4})",
+       "disagree"},
+      {chat_with("temperature", "-1"), "temperature must be >= 0"},
+  };
+  for (const auto& [body, words] : cases)
+    EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
 }

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "apps/cli/chat_command.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
 #include "apps/cli/serve_command.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
+  std::function<int()> run_chat = kiln::cli::add_chat_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -75,6 +77,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_classify(); rc >= 0) {
       return rc;
     } else if (int rc = run_export(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_chat(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

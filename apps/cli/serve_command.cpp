@@ -6,6 +6,7 @@
 #include "apps/serve/server.h"
 #include "kiln/backend/backend.h"
 #include "kiln/core/units.h"
+#include "kiln/text/chat_template.h"
 
 namespace kiln::cli {
 
@@ -22,6 +23,7 @@ std::function<int()> add_serve_command(CLI::App& app) {
       "POST /v2/models/NAME/infer (KServe v2: Fashion-MNIST images as FP32 [N,1,28,28] in [0,1]),\n"
       "POST /v1/classify ({\"model\", \"input\": \"text\" | [\"texts\"]} -> labels with probabilities),\n"
       "POST /v1/completions (OpenAI fields and ignore_eos; \"stream\": true sends server-sent events),\n"
+      "POST /v1/chat/completions (OpenAI's chat API, in the model's chat template),\n"
       "batched continuously: completions join and leave the running batch between decode steps.\n"
       "GET / is a page to try the models and watch the runs under --runs train.\n"
       "Example: kiln serve --model mlp=runs/fashion-mlp --model gpt=runs/fortunes-gpt --port 8080");
@@ -37,6 +39,8 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model (language models: waiting or running); more get 503 (default 512)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--chat-template", o->chat_template,
+                  "the chat template of every Hugging Face language model, instead of its folder's: " + text::chat_template_list());
   cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");
   cmd->add_option("--warmup", o->warmup_batches,
                   "full batches to run through each model before /health says ready (default 0)")

@@ -293,8 +293,11 @@ class GptInference final : public InferenceModel {
     const std::vector<float> all = logits.to_vector<float>();
     const size_t vocab = size_t(model_->config().vocab_size);
     for (size_t b = 0; b < completions.size(); ++b) {
-      auto row = all.begin() + long(b * vocab);
-      completions[b]->accept(completions[b]->sample(std::vector<float>(row, row + long(vocab))));
+      const std::vector<float> row(all.begin() + long(b * vocab), all.begin() + long((b + 1) * vocab));
+      GptCompletion& c = *completions[b];
+      const int32_t token = c.sample(row);
+      if (token != tok_.end_of_text_id()) c.record_logprob(row, token, [&](int32_t id) { return tok_.decode({id}); });
+      c.accept(token);
     }
   }
 

@@ -5,17 +5,27 @@
 #include <mutex>
 
 #include "kiln/text/hf_tokenizer.h"
+#include "models/hf/hf_chat.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::recipes {
 namespace {
 
+// A token's text, as a client sees it. A model's vocabulary may be padded
+// past its tokenizer's: such ids have no text.
+std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
+  return id < tokenizer.vocab_size() ? tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
+}
+
 // A completion of a Hugging Face language model: its cache, its sampler and
 // the text decoded so far, a whole character at a time.
 class HfCompletion final : public TextCompletion {
  public:
-  HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens)
-      : TextCompletion(o), lm_(lm), cache_(lm.model->new_cache()), gen_(o.seed), stream_(lm.tokenizer) {
+  // `stop_ids`: the tokens that end it (end of sequence, and a chat's end of turn).
+  HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
+               std::vector<int32_t> stop_ids)
+      : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
+        stream_(lm.tokenizer) {
     c_.prompt_tokens = prompt_tokens;
   }
 
@@ -27,20 +37,24 @@ class HfCompletion final : public TextCompletion {
              .to_vector<float>());
   }
   // Samples the next token from its logits.
-  void take(std::vector<float> row) {
+  void take(const std::vector<float>& logits) {
+    std::vector<float> row = logits;
     if (o_.ignore_eos)
       for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = -std::numeric_limits<float>::infinity();
-    accept(models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_));
+    const int32_t token = models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_);
+    if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
+    accept(token);
   }
   int32_t last() const { return last_; }
   models::KvCache& cache() { return cache_; }
   bool context_full() const { return cache_.length >= lm_.model->context_length(); }
 
  private:
+  bool ends(int32_t token) const { return std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end(); }
   void accept(int32_t token) {
     last_ = token;
     ++sampled_;
-    if (std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), token) != lm_.eos_ids.end()) {
+    if (ends(token)) {
       c_.finish_reason = "stop";
       finished_ = true;
     } else {
@@ -53,6 +67,7 @@ class HfCompletion final : public TextCompletion {
   }
 
   const models::HfCausalLm& lm_;
+  std::vector<int32_t> stop_ids_;
   models::KvCache cache_;
   Generator gen_;
   text::DecodeStream stream_;
@@ -64,14 +79,38 @@ class HfCompletion final : public TextCompletion {
 // (continuous batching: completions join and leave between steps).
 class HfLanguageModelInference final : public InferenceModel {
  public:
-  explicit HfLanguageModelInference(models::HfCausalLm lm) : lm_(std::move(lm)) {}
+  // `chat_template`: a family's name, or "" for the folder's own template.
+  // A folder without one still completes text; only chat needs it.
+  HfLanguageModelInference(models::HfCausalLm lm, const std::string& chat_template) : lm_(std::move(lm)) {
+    try {
+      chat_.emplace(models::load_hf_chat_template(lm_.dir, chat_template));
+      if (!chat_->end_of_turn().empty()) {
+        const auto id = lm_.tokenizer.token_to_id(chat_->end_of_turn());
+        KILN_CHECK(id.has_value(), "chat template '", chat_->name(), "' ends a turn with ", chat_->end_of_turn(),
+                   ", which is not a token of hf:", lm_.dir, "'s tokenizer; name the model's own family with "
+                   "--chat-template NAME");
+        end_of_turn_ = *id;
+      }
+    } catch (const Error& e) {
+      if (!chat_template.empty()) throw;  // a template asked for by name must work
+      chat_.reset();
+      chat_error_ = e.what();
+    }
+  }
+  std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
+    if (!chat_) KILN_FAIL(chat_error_);
+    return chat_->render(messages, true);
+  }
   std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::vector<int32_t> ids = lm_.tokenizer.encode(prompt);
+    // A rendered chat spells its own special tokens; tokenizer(text) adds them to plain text.
+    const std::vector<int32_t> ids = lm_.tokenizer.encode(prompt, !o.chat);
     KILN_CHECK(!ids.empty(), "the prompt encodes to no tokens");
     KILN_CHECK(int64_t(ids.size()) < lm_.model->context_length(), "the prompt is ", ids.size(),
                " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
-    auto c = std::make_unique<HfCompletion>(lm_, o, int64_t(ids.size()));
+    std::vector<int32_t> stop_ids = lm_.eos_ids;
+    if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
+    auto c = std::make_unique<HfCompletion>(lm_, o, int64_t(ids.size()), std::move(stop_ids));
     c->start(ids);
     return c;
   }
@@ -104,10 +143,7 @@ class HfLanguageModelInference final : public InferenceModel {
     for (int32_t id : ids)
       KILN_CHECK(id < lm_.model->vocab_size(), "token id ", id, " is outside the model's ", lm_.model->vocab_size(),
                  " tokens");
-    // A model's vocabulary may be padded past its tokenizer's: such ids have no text.
-    auto token_text = [&](int32_t id) {
-      return id < lm_.tokenizer.vocab_size() ? lm_.tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
-    };
+    auto text_of = [&](int32_t id) { return token_text(lm_.tokenizer, id); };
     std::vector<float> lp;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -119,7 +155,7 @@ class HfLanguageModelInference final : public InferenceModel {
     for (size_t t = 0; t < ids.size(); ++t) {
       s.text_offset.push_back(int64_t(s.text.size()));
       if (ids[t] < lm_.tokenizer.vocab_size()) s.text += stream.step(ids[t]);
-      s.tokens.push_back(token_text(ids[t]));
+      s.tokens.push_back(text_of(ids[t]));
       if (t == 0) {
         s.token_logprobs.push_back(std::nullopt);
         s.top_logprobs.emplace_back();
@@ -127,20 +163,16 @@ class HfLanguageModelInference final : public InferenceModel {
       }
       const float* row = lp.data() + (t - 1) * V;
       s.token_logprobs.push_back(row[ids[t]]);
-      std::vector<int32_t> order(V);
-      for (size_t i = 0; i < V; ++i) order[i] = int32_t(i);
-      const size_t k = std::min<size_t>(size_t(top), V);
-      std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
-                        [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-      std::vector<std::pair<std::string, double>> best;
-      for (size_t i = 0; i < k; ++i) best.emplace_back(token_text(order[i]), row[order[i]]);
-      s.top_logprobs.push_back(std::move(best));
+      s.top_logprobs.push_back(most_likely(row, V, top, text_of));
     }
     return s;
   }
 
  private:
   models::HfCausalLm lm_;
+  std::optional<text::ChatTemplate> chat_;
+  std::string chat_error_;              // why there is no chat template
+  std::optional<int32_t> end_of_turn_;  // the template's end of turn, when it is not the end of sequence
   std::mutex mutex_;  // the scheduler's thread and the scoring requests share the model
 };
 
@@ -186,7 +218,7 @@ class HfClassifierInference final : public InferenceModel {
 
 }  // namespace
 
-LoadedModel load_hf_for_inference(const std::string& dir, Device device) {
+LoadedModel load_hf_for_inference(const std::string& dir, Device device, const std::string& chat_template) {
   const nlohmann::json config = models::read_hf_config(dir);
   const std::string type = config["model_type"].get<std::string>();
   if (models::hf_model_kind(config) == "classifier") {
@@ -196,7 +228,7 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device) {
   }
   auto lm = models::load_hf_causal_lm(dir);
   lm.model->to(device);
-  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm))};
+  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), chat_template)};
 }
 
 }  // namespace kiln::recipes

@@ -5,6 +5,8 @@
 
 namespace kiln::recipes {
 
-LoadedModel load_hf_for_inference(const std::string& dir, Device device);
+// `chat_template`: a family's name (--chat-template), else the folder's own
+// template is used for chat, if it has one.
+LoadedModel load_hf_for_inference(const std::string& dir, Device device, const std::string& chat_template = "");
 
 }  // namespace kiln::recipes

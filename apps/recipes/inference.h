@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/text/chat_template.h"
 
 namespace kiln::recipes {
 
@@ -20,13 +21,35 @@ struct CompletionOptions {
   uint64_t seed = 1;
   std::vector<std::string> stop;  // the completion ends before the first of these
   bool ignore_eos = false;        // never sample the end of text (run to max_tokens or a stop string)
+  // The prompt is a conversation rendered by InferenceModel::render_chat: it
+  // holds its special tokens already (none are added), and the completion
+  // also ends at the chat template's end of turn.
+  bool chat = false;
+  // >= 0: each generated token's log-probability, with this many of the most
+  // likely tokens at its position (OpenAI's logprobs / top_logprobs).
+  int64_t logprobs = -1;
+};
+
+// A generated token's log-probability under the model (its logits'
+// log-softmax in f32, before temperature or truncation), with the most
+// likely tokens at its position.
+struct TokenLogprob {
+  std::string token;
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;
 };
 
 struct Completion {
   std::string text;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;  // "stop" (a stop string or end of text) or "length"
+  std::vector<TokenLogprob> logprobs;  // one per completion token, when options.logprobs >= 0
 };
+
+// The `top` most likely tokens of a row of log-probabilities, most likely
+// first, named by `text_of`.
+std::vector<std::pair<std::string, double>> most_likely(const float* log_probs, size_t vocab, int64_t top,
+                                                        const std::function<std::string(int32_t)>& text_of);
 
 // A completion being generated a token at a time, so that a server can
 // advance many of them in one batch and let them join and leave between
@@ -64,6 +87,10 @@ class TextCompletion : public PendingCompletion {
  protected:
   // Cuts text_ before the first stop string in it and finishes; true if one was.
   bool cut_at_stop();
+  // Keeps `token`'s log-probability under `logits` (and the most likely
+  // alternatives), when the options ask for them.
+  void record_logprob(const std::vector<float>& logits, int32_t token,
+                      const std::function<std::string(int32_t)>& text_of);
   CompletionOptions o_;
   std::string text_;
   bool finished_ = false;
@@ -109,6 +136,10 @@ class InferenceModel {
   // or `ids` when given) after those before it, and the `top` most likely tokens.
   virtual PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& ids,
                                     int64_t top);
+  // Chat models: `messages` as the model's chat template spells them, the
+  // prompt of a completion with options.chat. A model without a template,
+  // or a conversation its template refuses, is a kiln::Error saying why.
+  virtual std::string render_chat(const std::vector<text::ChatMessage>& messages);
 };
 
 }  // namespace kiln::recipes

@@ -1,6 +1,8 @@
 #include "apps/recipes/recipe.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "apps/recipes/classify_recipe.h"
 #include "apps/recipes/common.h"
@@ -120,8 +122,8 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log) {
   return recipe.evaluate(ck, dir, device, log);
 }
 
-LoadedModel load_for_inference(const std::string& path, Device device) {
-  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device);
+LoadedModel load_for_inference(const std::string& path, Device device, const std::string& chat_template) {
+  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device, chat_template);
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);
@@ -153,6 +155,31 @@ bool TextCompletion::cut_at_stop() {
   return cut;
 }
 
+std::vector<std::pair<std::string, double>> most_likely(const float* log_probs, size_t vocab, int64_t top,
+                                                        const std::function<std::string(int32_t)>& text_of) {
+  std::vector<int32_t> order(vocab);
+  for (size_t i = 0; i < vocab; ++i) order[i] = int32_t(i);
+  const size_t k = std::min<size_t>(size_t(std::max<int64_t>(top, 0)), vocab);
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                    [&](int32_t a, int32_t b) { return log_probs[a] > log_probs[b]; });
+  std::vector<std::pair<std::string, double>> best;
+  for (size_t i = 0; i < k; ++i) best.emplace_back(text_of(order[i]), log_probs[order[i]]);
+  return best;
+}
+
+void TextCompletion::record_logprob(const std::vector<float>& logits, int32_t token,
+                                    const std::function<std::string(int32_t)>& text_of) {
+  if (o_.logprobs < 0) return;
+  float max = -std::numeric_limits<float>::infinity();
+  for (float v : logits) max = std::max(max, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - max);
+  const float log_sum = float(max + std::log(sum));
+  std::vector<float> lp(logits.size());
+  for (size_t i = 0; i < lp.size(); ++i) lp[i] = logits[i] - log_sum;
+  c_.logprobs.push_back({text_of(token), lp[size_t(token)], most_likely(lp.data(), lp.size(), o_.logprobs, text_of)});
+}
+
 Tensor InferenceModel::classify_images(const Tensor&) {
   KILN_FAIL("this model does not classify images");
 }
@@ -176,6 +203,10 @@ void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&)
 }
 PromptScores InferenceModel::score_prompt(const std::string&, const std::optional<std::vector<int32_t>>&, int64_t) {
   KILN_FAIL("this model does not score prompts (Hugging Face language models do)");
+}
+std::string InferenceModel::render_chat(const std::vector<text::ChatMessage>&) {
+  KILN_FAIL("this model has no chat template (Hugging Face language models have one; Kiln's GPT runs continue text: "
+            "use /v1/completions)");
 }
 
 Completion InferenceModel::complete(const std::string& prompt, const CompletionOptions& options,

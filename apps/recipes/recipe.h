@@ -145,14 +145,17 @@ const Recipe& find_recipe(const std::string& name);
 std::string describe_recipes();
 
 TrainResult train(const TrainOptions& options, const Log& log);
-// Loads a checkpoint directory (or a run directory's newest) for inference.
+// Loads a checkpoint directory (or a run directory's newest), or hf:DIR, for
+// inference. `chat_template` names a chat template family for a Hugging
+// Face language model instead of the one its folder carries.
 struct LoadedModel {
   std::string recipe;
   ModelKind kind;
   int64_t step = 0;
   std::unique_ptr<InferenceModel> model;
 };
-LoadedModel load_for_inference(const std::string& checkpoint_or_run_dir, Device device);
+LoadedModel load_for_inference(const std::string& checkpoint_or_run_dir, Device device,
+                               const std::string& chat_template = "");
 // Evaluates a checkpoint directory (or the newest in a run directory).
 EvalResult evaluate(const std::string& checkpoint_or_run_dir, Device device, const Log& log);
 // Samples text from a checkpoint whose recipe generates text.

@@ -44,9 +44,12 @@ void GenerationScheduler::deliver(Running& r) {
   const int64_t made = r.completion->result().completion_tokens;
   metrics_.tokens(model_, made - r.tokens_counted);
   r.tokens_counted = made;
+  const auto& logprobs = r.completion->result().logprobs;
   {
     std::lock_guard<std::mutex> lock(r.job->mutex);
     if (!piece.empty()) r.job->pieces.push_back(std::move(piece));
+    for (; r.logprobs_delivered < logprobs.size(); ++r.logprobs_delivered)
+      r.job->token_logprobs.push_back(logprobs[r.logprobs_delivered]);
     r.job->started = true;
     if (finished) {
       r.job->result = r.completion->result();

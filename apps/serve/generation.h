@@ -32,6 +32,7 @@ struct GenerationJob {
   std::condition_variable changed;
   // Guarded by mutex:
   std::deque<std::string> pieces;  // text made and not yet taken by the handler, a piece per step
+  std::deque<recipes::TokenLogprob> token_logprobs;  // likewise, when the options ask for them
   bool started = false, finished = false;
   recipes::Completion result;  // once finished
   std::exception_ptr error;    // set instead of finished when the model failed
@@ -56,6 +57,7 @@ class GenerationScheduler {
     std::shared_ptr<GenerationJob> job;
     std::unique_ptr<recipes::PendingCompletion> completion;
     int64_t tokens_counted = 0;  // in the metrics so far
+    size_t logprobs_delivered = 0;
   };
   void loop();
   void join_waiting(std::vector<std::shared_ptr<GenerationJob>>& joining);

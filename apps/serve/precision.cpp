@@ -35,6 +35,14 @@ class AutocastModel final : public recipes::InferenceModel {
     const auto scope = precision();
     inner_->advance_completions(batch);
   }
+  recipes::PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& ids,
+                                     int64_t top) override {
+    const auto scope = precision();
+    return inner_->score_prompt(prompt, ids, top);
+  }
+  std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
+    return inner_->render_chat(messages);
+  }
 
  private:
   // Autocast on the calling thread, with this model's weight casts: the

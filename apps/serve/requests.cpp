@@ -169,7 +169,6 @@ bool is_one(const json& v) { return v == 1; }
 bool is_false(const json& v) { return v == false; }
 bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool is_empty(const json& v) { return v.is_string() ? v.get_ref<const std::string&>().empty() : v == json::object(); }
-bool asks_no_usage(const json& v) { return v.is_object() && v.value("include_usage", json(false)) == false; }
 
 // OpenAI's /v1/completions fields that Kiln does not implement. Each is
 // accepted only at the value that asks for nothing (OpenAI's default), so no
@@ -186,40 +185,120 @@ const UnsupportedField kUnsupportedCompletionFields[] = {
     {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"logit_bias", is_empty, "logit biases are not implemented"},
     {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
-    {"stream_options", asks_no_usage, "a stream does not end with usage yet: a plain answer carries it"},
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
 // the caller, which changes nothing), and llama-server's top_k and ignore_eos.
 const char* const kCompletionFields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",  "seed",
-                                         "stop",  "stream", "ignore_eos", "user",        "echo",  "logprobs"};
+                                         "stop",  "stream", "ignore_eos", "user",        "echo",  "logprobs",
+                                         "stream_options"};
 
-// Refuses a field that is unknown, or known but not implemented and set to
-// ask for something.
-void check_completion_fields(const json& body) {
+// OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
+const UnsupportedField kUnsupportedChatFields[] = {
+    {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
+    {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
+    {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
+    {"logit_bias", is_empty, "logit biases are not implemented"},
+    {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tool calling is not implemented"},
+    {"tool_choice", [](const json& v) { return v == "none"; }, "tool calling is not implemented"},
+    {"response_format", [](const json& v) { return v == json{{"type", "text"}}; },
+     "structured output (JSON mode, schemas) is not implemented"},
+};
+const char* const kChatFields[] = {"model", "messages",    "max_tokens", "max_completion_tokens", "temperature",
+                                   "top_p", "top_k",       "seed",       "stop",                  "stream",
+                                   "user",  "ignore_eos",  "logprobs",   "top_logprobs",          "stream_options"};
+
+// Drops null fields (how clients spell "the default": OpenAI's schema allows
+// it for every optional one), then refuses a field that is unknown, or known
+// but not implemented and set to ask for something.
+template <size_t Known, size_t Unsupported>
+void check_fields(json& body, const char* const (&known)[Known], const UnsupportedField (&unsupported)[Unsupported],
+                  const std::string& endpoint) {
+  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
   for (auto field = body.begin(); field != body.end(); ++field) {
     const std::string& name = field.key();
-    if (std::find_if(std::begin(kCompletionFields), std::end(kCompletionFields),
-                     [&](const char* known) { return name == known; }) != std::end(kCompletionFields))
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) != std::end(known))
       continue;
-    const auto unsupported =
-        std::find_if(std::begin(kUnsupportedCompletionFields), std::end(kUnsupportedCompletionFields),
-                     [&](const UnsupportedField& f) { return name == f.name; });
-    if (unsupported == std::end(kUnsupportedCompletionFields))
-      throw HttpError(400, "unknown field '" + name + "' (see docs/SERVING.md for the fields /v1/completions takes)");
-    if (!unsupported->asks_nothing(field.value()))
-      throw HttpError(400, "field '" + name + "' is not supported: " + unsupported->instead);
+    const auto it = std::find_if(std::begin(unsupported), std::end(unsupported),
+                                 [&](const UnsupportedField& f) { return name == f.name; });
+    if (it == std::end(unsupported))
+      throw HttpError(400, "unknown field '" + name + "' (see docs/SERVING.md for the fields " + endpoint + " takes)");
+    if (!it->asks_nothing(field.value()))
+      throw HttpError(400, "field '" + name + "' is not supported: " + it->instead);
   }
+}
+
+// The fields /v1/completions and /v1/chat/completions share.
+void parse_generation(const json& body, GenerationFields& r) {
+  r.model = field<std::string>(body, "model", "a string");
+  r.temperature = field<double>(body, "temperature", "a number", 1.0);
+  r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
+  r.top_p = field<double>(body, "top_p", "a number", 1.0);
+  r.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
+  if (body.contains("stop") && body["stop"].is_string())
+    r.stop = {body["stop"].get<std::string>()};
+  else
+    r.stop = field<std::vector<std::string>>(body, "stop", "a string or an array of strings", std::vector<std::string>{});
+  r.stream = field<bool>(body, "stream", "true or false", false);
+  r.ignore_eos = field<bool>(body, "ignore_eos", "true or false", false);
+  if (body.contains("stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) throw HttpError(400, "'stream_options' must be an object");
+    for (auto key = so.begin(); key != so.end(); ++key)
+      if (key.key() != "include_usage") throw HttpError(400, "unknown field 'stream_options." + key.key() + "'");
+    r.include_usage = field<bool>(so, "include_usage", "true or false", false);
+    if (!r.stream && r.include_usage) throw HttpError(400, "stream_options.include_usage is for streamed answers");
+  }
+  if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
+  if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
+  if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
+}
+
+// A message's content: a string, or OpenAI's array of text parts.
+std::string message_content(const json& m, size_t index) {
+  const std::string where = "messages[" + std::to_string(index) + "]";
+  if (!m.contains("content")) throw HttpError(400, where + " has no 'content'");
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array())
+    throw HttpError(400, where + ".content must be a string or an array of text parts");
+  std::string text;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      throw HttpError(400, where + ".content: only parts of type 'text' with a 'text' string are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<text::ChatMessage> parse_messages(const json& body) {
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    throw HttpError(400, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+  std::vector<text::ChatMessage> messages;
+  for (const auto& m : body["messages"]) {
+    const size_t i = messages.size();
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw HttpError(400, where + " is not an object");
+    for (auto key = m.begin(); key != m.end(); ++key)
+      if (key.key() != "role" && key.key() != "content" && key.key() != "name")
+        throw HttpError(400, where + ": field '" + key.key() + "' is not supported (tool calls are not implemented)");
+    if (!m.contains("role") || !m["role"].is_string()) throw HttpError(400, where + " has no 'role' string");
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
+    if (role != "system" && role != "user" && role != "assistant")
+      throw HttpError(400, where + ".role is '" + role + "': Kiln takes system, developer, user and assistant");
+    messages.push_back({role, message_content(m, i)});
+  }
+  return messages;
 }
 
 }  // namespace
 
 CompletionRequest parse_completion(const std::string& text) {
   json body = parse_object(text);
-  // null is how clients spell "the default" (OpenAI's schema allows it for every optional field).
-  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
-  check_completion_fields(body);
+  check_fields(body, kCompletionFields, kUnsupportedCompletionFields, "/v1/completions");
   CompletionRequest r;
-  r.model = field<std::string>(body, "model", "a string");
+  parse_generation(body, r);
   if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
     const json& ids = body["prompt"];
     if (ids.empty() || ids.size() > 1000000 || !std::all_of(ids.begin(), ids.end(), [](const json& v) {
@@ -233,26 +312,32 @@ CompletionRequest parse_completion(const std::string& text) {
   r.echo = field<bool>(body, "echo", "true or false", false);
   if (body.contains("logprobs")) r.logprobs = field<int64_t>(body, "logprobs", "an integer");
   r.max_tokens = field<int64_t>(body, "max_tokens", "an integer", int64_t(16));
-  r.temperature = field<double>(body, "temperature", "a number", 1.0);
-  r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
-  r.top_p = field<double>(body, "top_p", "a number", 1.0);
-  r.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
-  if (body.contains("stop") && body["stop"].is_string())
-    r.stop = {body["stop"].get<std::string>()};
-  else
-    r.stop = field<std::vector<std::string>>(body, "stop", "a string or an array of strings", std::vector<std::string>{});
-  r.stream = field<bool>(body, "stream", "true or false", false);
-  r.ignore_eos = field<bool>(body, "ignore_eos", "true or false", false);
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
-  if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
-  if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
-  if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
   if (r.logprobs && (*r.logprobs < 0 || *r.logprobs > 20)) throw HttpError(400, "logprobs must be in [0, 20]");
   const bool scoring = r.echo && r.max_tokens == 0;
-  if ((r.logprobs || r.echo || r.prompt_ids) && !scoring)
-    throw HttpError(400, "echo, logprobs and token-id prompts are supported for scoring a prompt: echo true with "
-                         "max_tokens 0 (log-probabilities of generated tokens are not returned yet)");
+  if ((r.echo || r.prompt_ids) && !scoring)
+    throw HttpError(400, "echo and token-id prompts are supported for scoring a prompt: echo true with max_tokens 0");
   if (scoring && r.stream) throw HttpError(400, "scoring a prompt (echo with max_tokens 0) is not streamed");
+  return r;
+}
+
+ChatRequest parse_chat(const std::string& text) {
+  json body = parse_object(text);
+  check_fields(body, kChatFields, kUnsupportedChatFields, "/v1/chat/completions");
+  ChatRequest r;
+  parse_generation(body, r);
+  r.messages = parse_messages(body);
+  // max_completion_tokens is OpenAI's newer name; either bounds the answer.
+  if (body.contains("max_tokens") && body.contains("max_completion_tokens") &&
+      body["max_tokens"] != body["max_completion_tokens"])
+    throw HttpError(400, "max_tokens and max_completion_tokens disagree: send one");
+  r.max_tokens = field<int64_t>(body, body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+                                "an integer", r.max_tokens);
+  r.logprobs = field<bool>(body, "logprobs", "true or false", false);
+  r.top_logprobs = field<int64_t>(body, "top_logprobs", "an integer", int64_t(0));
+  if (r.max_tokens < 1 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [1, 4096]");
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) throw HttpError(400, "top_logprobs must be in [0, 20]");
+  if (r.top_logprobs > 0 && !r.logprobs) throw HttpError(400, "top_logprobs needs logprobs: true");
   return r;
 }
 

@@ -6,10 +6,11 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kiln/text/chat_template.h"
 
 namespace kiln::serve {
 
@@ -44,9 +45,10 @@ struct ClassifyRequest {
 };
 ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
 
-// /v1/completions: OpenAI's fields.
-struct CompletionRequest {
-  std::string model, prompt;
+// What /v1/completions and /v1/chat/completions share: the model, how to
+// sample and how to answer.
+struct GenerationFields {
+  std::string model;
   int64_t max_tokens = 16;
   double temperature = 1.0;
   int64_t top_k = 0;
@@ -54,15 +56,32 @@ struct CompletionRequest {
   uint64_t seed = 1;
   std::vector<std::string> stop;
   bool stream = false;
-  bool ignore_eos = false;  // llama-server's: never sample the end of text
+  bool include_usage = false;  // stream_options.include_usage: a last event with the usage
+  bool ignore_eos = false;     // llama-server's: never sample the end of text
+};
+
+// /v1/completions: OpenAI's fields.
+struct CompletionRequest : GenerationFields {
+  std::string prompt;
   // Scoring a prompt (what lm-evaluation-harness's local-completions asks):
   // echo with max_tokens 0 returns the prompt's own log-probabilities, and
   // the `logprobs` most likely tokens at each position. The prompt may be
-  // given as token ids (prompt_ids) instead of text.
+  // given as token ids (prompt_ids) instead of text. Without echo,
+  // `logprobs` asks for those of the generated tokens.
   bool echo = false;
   std::optional<int64_t> logprobs;
   std::optional<std::vector<int32_t>> prompt_ids;
 };
 CompletionRequest parse_completion(const std::string& body);
+
+// /v1/chat/completions: OpenAI's fields. A message's content is a string or
+// an array of text parts; "developer" is read as "system".
+struct ChatRequest : GenerationFields {
+  ChatRequest() { max_tokens = 1024; }  // a reply ends at its end of turn: the bound is only a backstop
+  std::vector<text::ChatMessage> messages;
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
+};
+ChatRequest parse_chat(const std::string& body);
 
 }  // namespace kiln::serve

@@ -5,6 +5,7 @@
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/answers.h"
 #include "apps/serve/generation.h"
 #include "apps/serve/page.h"
 #include "apps/serve/precision.h"
@@ -39,6 +40,18 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
+
+// OpenAI's error shape, {"error": {"message", "type", "code"}}, with the
+// HTTP status as the code and OpenAI's type for it.
+std::string error_body(const std::string& message, int status) {
+  const char* type = status == 404   ? "not_found_error"
+                     : status == 503 ? "overloaded_error"
+                     : status == 504 ? "timeout_error"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
+  return json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
 
 // The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
 constexpr const char* kInferenceHeaderLength = "Inference-Header-Content-Length";
@@ -123,7 +136,7 @@ class Server {
     use_num_threads_on_this_thread();  // warm-up batches run here
     for (const auto& [name, dir] : o_.models) {
       try {
-        recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device);
+        recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device, o_.chat_template);
         auto m = std::make_unique<ServedModel>();
         m->name = name;
         m->dir = dir;
@@ -200,10 +213,10 @@ class Server {
       } catch (const HttpError& e) {
         res.status = e.status;
         if (e.status == 503) res.set_header("Retry-After", "1");
-        res.set_content(json{{"error", {{"message", e.what()}, {"code", e.status}}}}.dump(), "application/json");
+        res.set_content(error_body(e.what(), e.status), "application/json");
       } catch (const std::exception& e) {
         res.status = 500;
-        res.set_content(json{{"error", {{"message", e.what()}, {"code", 500}}}}.dump(), "application/json");
+        res.set_content(error_body(e.what(), 500), "application/json");
       }
       metrics_.request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());
     };
@@ -313,14 +326,20 @@ class Server {
     });
     post("/v1/completions", "/v1/completions",
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           complete(parse_completion(body), res);
+           const CompletionRequest r = parse_completion(body);
+           answer_completion(language_model(r.model), r, res);
+         });
+    post("/v1/chat/completions", "/v1/chat/completions",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           const ChatRequest r = parse_chat(body);
+           answer_chat(language_model(r.model), r, res);
          });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
                                : res.status == 413 ? "the request body is over the server's limit (--max-body)"
                                                    : "request failed";
-      res.set_content(json{{"error", {{"message", what}, {"code", res.status}}}}.dump(), "application/json");
+      res.set_content(error_body(what, res.status), "application/json");
     });
   }
 
@@ -427,136 +446,12 @@ class Server {
     res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
   }
 
-  // echo with max_tokens 0: the prompt's own log-probabilities, in OpenAI's
-  // completions `logprobs` shape (lm-evaluation-harness's loglikelihood).
-  void score(ServedModel& m, const CompletionRequest& r, httplib::Response& res) {
-    recipes::PromptScores s;
-    try {
-      s = m.model->score_prompt(r.prompt, r.prompt_ids, r.logprobs.value_or(0));
-    } catch (const Error& e) {
-      throw HttpError(400, e.what());
-    }
-    json top = json::array();
-    for (const auto& best : s.top_logprobs) {
-      if (best.empty()) {
-        top.push_back(nullptr);
-        continue;
-      }
-      json row = json::object();
-      for (const auto& [token, lp] : best) row[token] = lp;
-      top.push_back(row);
-    }
-    json token_logprobs = json::array();
-    for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
-    json logprobs = {{"tokens", s.tokens}, {"token_logprobs", token_logprobs}, {"text_offset", s.text_offset}};
-    logprobs["top_logprobs"] = r.logprobs ? top : json();
-    const int64_t n = int64_t(s.tokens.size());
-    res.set_content(json{{"id", "cmpl-" + std::to_string(next_id_++)},
-                         {"object", "text_completion"},
-                         {"model", m.name},
-                         {"choices", {{{"text", s.text}, {"index", 0}, {"finish_reason", "length"}, {"logprobs", logprobs}}}},
-                         {"usage", {{"prompt_tokens", n}, {"completion_tokens", 0}, {"total_tokens", n}}}}
-                        .dump(),
-                    "application/json");
-  }
-
-  // OpenAI's /v1/completions: model, prompt, max_tokens, temperature, top_k, top_p, stop, seed, stream.
-  void complete(const CompletionRequest& r, httplib::Response& res) {
-    ServedModel& m = model(r.model);
+  // The generation endpoints' target: a served language model.
+  GenerationTarget language_model(const std::string& name) {
+    ServedModel& m = model(name);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
-    if (r.echo && r.max_tokens == 0) return score(m, r, res);
-    recipes::CompletionOptions co;
-    co.max_tokens = r.max_tokens;
-    co.temperature = r.temperature;
-    co.top_k = r.top_k;
-    co.top_p = r.top_p;
-    co.seed = r.seed;
-    co.stop = r.stop;
-    co.ignore_eos = r.ignore_eos;
-    auto job = std::make_shared<GenerationJob>();
-    job->prompt = r.prompt;
-    job->options = co;
-    if (!m.generator->submit(job))
-      throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-    const std::string id = "cmpl-" + std::to_string(next_id_++);
-    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch()).count();
-    auto chunk = [id, created, name = m.name](const std::string& text, const json& finish) {
-      return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", name},
-                  {"choices", {{{"text", text}, {"index", 0}, {"finish_reason", finish}}}}};
-    };
-    const auto timeout = std::chrono::milliseconds(o_.request_timeout_ms);
-    // A plain answer waits for the end; a stream for its first token, so
-    // that one which cannot start in time is a 504 rather than a silent 200.
-    {
-      std::unique_lock<std::mutex> lock(job->mutex);
-      if (!job->changed.wait_for(lock, timeout, [&] {
-            return job->error || job->finished || (r.stream && job->started);
-          })) {
-        job->cancelled = true;
-        throw HttpError(504, "the completion was not " + std::string(r.stream ? "started" : "finished") +
-                                 " within " + std::to_string(o_.request_timeout_ms) + " ms (--request-timeout-ms)");
-      }
-      if (job->error) std::rethrow_exception(job->error);
-    }
-    if (!r.stream) {
-      const recipes::Completion& c = job->result;
-      json out = chunk(c.text, c.finish_reason);
-      out["usage"] = {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens},
-                      {"total_tokens", c.prompt_tokens + c.completion_tokens}};
-      res.set_content(out.dump(), "application/json");
-      return;
-    }
-    // Server-sent events: one chunk per piece of text, then the finish reason, then [DONE].
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job, chunk, timeout](size_t, httplib::DataSink& sink) {
-          auto send = [&](const json& j) {
-            const std::string line = "data: " + j.dump() + "\n\n";
-            return sink.write(line.data(), line.size());
-          };
-          for (;;) {
-            std::unique_lock<std::mutex> lock(job->mutex);
-            const bool moved = job->changed.wait_for(
-                lock, timeout, [&] { return !job->pieces.empty() || job->finished || job->error; });
-            std::string piece;
-            if (!job->pieces.empty()) {
-              piece = std::move(job->pieces.front());
-              job->pieces.pop_front();
-            }
-            const bool more = !job->pieces.empty();
-            const bool finished = job->finished;
-            const std::exception_ptr error = job->error;
-            const std::string finish_reason = job->result.finish_reason;
-            lock.unlock();
-            if (!piece.empty() && !send(chunk(piece, nullptr))) {
-              job->cancelled = true;  // the client is gone
-              return false;
-            }
-            if (!moved || error) {  // stalled or failed after the stream began: say so in the stream
-              job->cancelled = true;
-              std::string what = "no progress within the request timeout";
-              if (error) try {
-                  std::rethrow_exception(error);
-                } catch (const std::exception& e) {
-                  what = e.what();
-                }
-              send(json{{"error", {{"message", what}, {"code", 500}}}});
-            } else if (!finished || more) {
-              continue;
-            } else {
-              send(chunk("", finish_reason));
-            }
-            const std::string done = "data: [DONE]\n\n";
-            sink.write(done.data(), done.size());
-            sink.done();
-            return true;
-          }
-        },
-        [job](bool success) {
-          if (!success) job->cancelled = true;
-        });
+    return {m.name, *m.model, *m.generator, o_.request_timeout_ms, next_id_};
   }
 
   ServeOptions o_;

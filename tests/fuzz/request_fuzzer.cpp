@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes as the body of every request kiln serve
-// parses. The contract: a parser returns a valid request or throws
+// parses, and a chat's messages through every chat template. The contract: a parser returns a valid request or throws
 // HttpError(400); any other exception, a crash, or a sanitizer report is a
 // bug. Run by CTest for a bounded time (tests/fuzz/fuzz_tests.cmake).
 #include <algorithm>
@@ -11,6 +11,8 @@
 #include <string_view>
 
 #include "apps/serve/requests.h"
+#include "kiln/core/error.h"
+#include "kiln/text/chat_template.h"
 
 namespace {
 
@@ -44,6 +46,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
     if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature >= 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
+  });
+  // A chat request's messages, rendered by every template: text, or a
+  // kiln::Error for a conversation the template refuses.
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_chat(body);
+    if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.top_logprobs < 0 || r.top_logprobs > 20)
+      std::abort();
+    for (const auto& name : kiln::text::chat_template_names()) try {
+        kiln::text::chat_template_named(name).render(r.messages);
+      } catch (const kiln::Error&) {
+      }
   });
   return 0;
 }

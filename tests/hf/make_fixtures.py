@@ -6,6 +6,7 @@ and safetensors there):
 
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py [OUT]          # tests/hf/fixtures
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR    # a SmolLM-135M-shaped Llama
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --chat         # only fixtures/chat
 
 Tokenizers of the three families are trained on Debian's fortunes; models are
 random, at odd sizes (head sizes not a multiple of 16, grouped- and
@@ -185,6 +186,118 @@ SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that 
 PROMPT = "The best way to predict the future"
 CLASSIFY_TEXTS = ["What a wonderful, happy day!", "This is awful.", "caf\u00e9 na\u00efve \u4f60\u597d"]
 
+# The chat templates the real models ship (tokenizer_config.json's
+# chat_template, as Jinja source), with the bos/eos text they fill in. Kiln
+# recognises each family and must render what apply_chat_template renders.
+CHAT_TEMPLATES = {
+    # HuggingFaceTB/SmolLM-135M-Instruct
+    "chatml": ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+               "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+               "{% endif %}", "<|im_start|>", "<|im_end|>"),
+    # Qwen/Qwen2-0.5B-Instruct: ChatML with a default system turn
+    "chatml-qwen2": ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                     "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+                     "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+                     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+                     None, "<|im_end|>"),
+    # meta-llama/Llama-2-7b-chat-hf
+    "llama2": ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+               "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+               "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0)"
+               " %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+               "{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+               "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+               "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+               "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + "
+               "' ' + eos_token }}{% endif %}{% endfor %}", "<s>", "</s>"),
+    # meta-llama/Meta-Llama-3-8B-Instruct
+    "llama3": ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+               "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+               "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+               "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
+               "<|end_header_id|>\n\n' }}{% endif %}", "<|begin_of_text|>", "<|eot_id|>"),
+    # mistralai/Mistral-7B-Instruct-v0.2
+    "mistral": ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0)"
+                " %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+                "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
+                "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
+                "<s>", "</s>"),
+    # HuggingFaceH4/zephyr-7b-beta and TinyLlama/TinyLlama-1.1B-Chat-v1.0
+    "zephyr": ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] "
+               "+ eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + "
+               "eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + "
+               "eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n"
+               "{% endif %}\n{% endfor %}", "<s>", "</s>"),
+    # google/gemma-7b-it
+    "gemma": ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+              "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+              "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+              "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = "
+              "message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + "
+              "'<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}",
+              "<bos>", "<eos>"),
+    # microsoft/Phi-3-mini-4k-instruct
+    "phi3": ("{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
+             "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+             "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}"
+             "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}"
+             "{{ eos_token }}{% endif %}", "<s>", "<|endoftext|>"),
+}
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello"}],
+    [{"role": "system", "content": "You are a helpful assistant"}, {"role": "user", "content": "Hello"},
+     {"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "Who are you"}],
+    [{"role": "user", "content": "  Spaces around  "}, {"role": "assistant", "content": "   I am an assistant   "},
+     {"role": "user", "content": "Another question\n"}],
+    [{"role": "system", "content": "Be brief.\u3000"}, {"role": "user", "content": "caf\u00e9 \U0001F600\n\n"}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "An empty system message"}],
+    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    [{"role": "assistant", "content": "I speak first"}],
+]
+# The conversation a chat request sends in the served-model tests, and the
+# template its fixture model is served with (its tokenizer has </s>).
+CHAT_MODEL, CHAT_MODEL_TEMPLATE = "llama-mqa-tied", "zephyr"
+CHAT_REQUEST = [{"role": "system", "content": "You are a fortune teller."},
+                {"role": "user", "content": "What does the future hold?"}]
+
+
+def chat_expectations(out):
+    """What apply_chat_template renders for every family and conversation
+    (or the error it raises), the ids it gives on a fixture tokenizer, and a
+    fixture model's greedy answer to a chat request."""
+    rows = []
+    for name, (source, bos, eos) in CHAT_TEMPLATES.items():
+        tok = PreTrainedTokenizerFast.from_pretrained(os.path.join(out, "tokenizers", "llama2"))
+        tok.bos_token, tok.eos_token, tok.chat_template = bos, eos, source
+        for conversation in CONVERSATIONS:
+            for generation_prompt in (True, False):
+                row = {"template": name, "messages": conversation, "add_generation_prompt": generation_prompt}
+                try:
+                    row["text"] = tok.apply_chat_template(conversation, tokenize=False,
+                                                          add_generation_prompt=generation_prompt)
+                    row["ids"] = tok(row["text"], add_special_tokens=False).input_ids
+                except Exception as e:  # the template's raise_exception
+                    row["error"] = str(e)
+                rows.append(row)
+    d = os.path.join(out, CHAT_MODEL)
+    tok = PreTrainedTokenizerFast.from_pretrained(d)
+    tok.chat_template = CHAT_TEMPLATES[CHAT_MODEL_TEMPLATE][0]
+    ids = tok.apply_chat_template(CHAT_REQUEST, tokenize=True, add_generation_prompt=True, return_dict=True,
+                                  return_tensors="pt")["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    with torch.no_grad():
+        gen = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=model.config.eos_token_id)
+    answer = gen[0, ids.shape[1]:].tolist()
+    served = {"model": CHAT_MODEL, "template": CHAT_MODEL_TEMPLATE, "messages": CHAT_REQUEST,
+              "prompt_ids": ids[0].tolist(), "greedy_ids": answer,
+              "greedy_text": tok.decode([t for t in answer if t != model.config.eos_token_id],
+                                        skip_special_tokens=True)}
+    os.makedirs(os.path.join(out, "chat"), exist_ok=True)
+    with open(os.path.join(out, "chat", "expected.json"), "w") as f:
+        json.dump({"sources": {k: v[0] for k, v in CHAT_TEMPLATES.items()}, "renders": rows, "served": served},
+                  f, indent=1, ensure_ascii=False)
+
 
 def make_config(model_type, vocab_size, kwargs, tokenizer):
     kwargs = dict(COMMON, **kwargs)
@@ -298,9 +411,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "fixtures"))
     ap.add_argument("--speed", metavar="DIR", help="make only the SmolLM-135M-shaped model, in DIR")
+    ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     a = ap.parse_args()
     if a.speed:
         make_speed_model(a.speed)
+        return
+    if a.chat:
+        chat_expectations(a.out)
         return
     shutil.rmtree(a.out, ignore_errors=True)
     os.makedirs(a.out)
@@ -313,6 +430,7 @@ def main():
         make_model(a.out, name, tok_name, kwargs, AutoModelForCausalLM, causal_expectations)
     for name, (tok_name, kwargs) in CLASSIFIERS.items():
         make_model(a.out, name, tok_name, kwargs, AutoModelForSequenceClassification, classifier_expectations)
+    chat_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:
         f.write(f"transformers {transformers.__version__}\ntorch {torch.__version__}\n")
 

@@ -1,0 +1,246 @@
+#include "apps/serve/answers.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+
+namespace kiln::serve {
+namespace {
+
+using nlohmann::json;
+
+// Token texts are whole characters only where the tokenizer's pieces are:
+// a byte of a character could reach a client, so bad UTF-8 is replaced
+// rather than failing the dump.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json utf8_bytes(const std::string& s) {
+  json bytes = json::array();
+  for (unsigned char c : s) bytes.push_back(int(c));
+  return bytes;
+}
+
+// How an answer is spelled: the two endpoints' shapes.
+struct Shape {
+  bool chat = false;
+  bool logprobs = false;  // the request asked for the tokens' log-probabilities
+  std::string object() const { return chat ? "chat.completion" : "text_completion"; }
+  std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
+
+  // logprobs of `entries`: chat's content list, or the completions' token
+  // columns (text_offset counted from `offset` characters into the answer).
+  json logprobs_of(const std::vector<recipes::TokenLogprob>& entries, int64_t offset) const {
+    if (!logprobs) return nullptr;
+    if (chat) {
+      json content = json::array();
+      for (const auto& e : entries) {
+        json top = json::array();
+        for (const auto& [token, lp] : e.top) top.push_back({{"token", token}, {"logprob", lp}, {"bytes", utf8_bytes(token)}});
+        content.push_back({{"token", e.token}, {"logprob", e.logprob}, {"bytes", utf8_bytes(e.token)}, {"top_logprobs", top}});
+      }
+      return {{"content", content}};
+    }
+    json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+    for (const auto& e : entries) {
+      tokens.push_back(e.token);
+      token_logprobs.push_back(e.logprob);
+      json top = json::object();
+      for (const auto& [token, lp] : e.top) top[token] = lp;
+      top_logprobs.push_back(top);
+      offsets.push_back(offset);
+      offset += int64_t(e.token.size());
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+  }
+  // A whole answer's choice, or a stream event's (`delta`: chat's changes).
+  json choice(const std::string& text, const json& finish, const json& logprobs, bool whole, bool first) const {
+    if (!chat) return {{"text", text}, {"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    json message = json::object();
+    if (whole || first) message["role"] = "assistant";
+    if (whole || first || !text.empty()) message["content"] = text;
+    return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+  }
+};
+
+json usage(int64_t prompt, int64_t completion) {
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+// Queues the prompt and answers as `shape` spells it: whole once finished,
+// or streamed as server-sent events.
+void generate(const GenerationTarget& t, const std::string& prompt, const recipes::CompletionOptions& options,
+              const GenerationFields& fields, const Shape& shape, httplib::Response& res) {
+  auto job = std::make_shared<GenerationJob>();
+  job->prompt = prompt;
+  job->options = options;
+  if (!t.scheduler.submit(job))
+    throw HttpError(503, "model '" + t.name + "' is at its queue limit (--max-queue); retry shortly");
+  const std::string id = (shape.chat ? "chatcmpl-" : "cmpl-") + std::to_string(t.next_id++);
+  const int64_t created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto envelope = [id, created, name = t.name](const std::string& object, json choices) {
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", name}, {"choices", std::move(choices)}};
+  };
+  const auto timeout = std::chrono::milliseconds(t.timeout_ms);
+  // A plain answer waits for the end; a stream for its first token, so
+  // that one which cannot start in time is a 504 rather than a silent 200.
+  {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    if (!job->changed.wait_for(lock, timeout, [&] {
+          return job->error || job->finished || (fields.stream && job->started);
+        })) {
+      job->cancelled = true;
+      throw HttpError(504, "the completion was not " + std::string(fields.stream ? "started" : "finished") +
+                               " within " + std::to_string(t.timeout_ms) + " ms (--request-timeout-ms)");
+    }
+    if (job->error) try {
+        std::rethrow_exception(job->error);
+      } catch (const Error& e) {  // the prompt could not start: too long, no tokens
+        throw HttpError(400, e.what());
+      }
+  }
+  if (!fields.stream) {
+    const recipes::Completion& c = job->result;
+    json out = envelope(shape.object(), json::array({shape.choice(c.text, c.finish_reason, shape.logprobs_of(c.logprobs, 0),
+                                                                  /*whole=*/true, false)}));
+    out["usage"] = usage(c.prompt_tokens, c.completion_tokens);
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+  // Server-sent events: a chunk per piece of text (a chat's first names the
+  // role), then the finish reason, then the usage if asked, then [DONE].
+  auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, shape, envelope, timeout, state, include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
+        auto send = [&](const json& j) {
+          const std::string line = "data: " + dump(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        auto event = [&](const std::string& text, const json& finish, const std::vector<recipes::TokenLogprob>& lps) {
+          const json choice = shape.choice(text, finish, shape.logprobs_of(lps, state->second), false, state->first);
+          state->first = false;
+          state->second += int64_t(text.size());
+          return send(envelope(shape.chunk_object(), json::array({choice})));
+        };
+        for (;;) {
+          std::unique_lock<std::mutex> lock(job->mutex);
+          const bool moved = job->changed.wait_for(lock, timeout, [&] {
+            return !job->pieces.empty() || !job->token_logprobs.empty() || job->finished || job->error;
+          });
+          std::string piece;
+          if (!job->pieces.empty()) {
+            piece = std::move(job->pieces.front());
+            job->pieces.pop_front();
+          }
+          std::vector<recipes::TokenLogprob> lps(job->token_logprobs.begin(), job->token_logprobs.end());
+          job->token_logprobs.clear();
+          const bool more = !job->pieces.empty();
+          const bool finished = job->finished;
+          const std::exception_ptr error = job->error;
+          const recipes::Completion result = finished ? job->result : recipes::Completion{};
+          lock.unlock();
+          // OpenAI's chat streams open with the role alone.
+          const bool opened = !(shape.chat && state->first) || event("", nullptr, {});
+          if (!opened || ((!piece.empty() || !lps.empty()) && !event(piece, nullptr, lps))) {
+            job->cancelled = true;  // the client is gone
+            return false;
+          }
+          if (!moved || error) {  // stalled or failed after the stream began: say so in the stream
+            job->cancelled = true;
+            std::string what = "no progress within the request timeout";
+            if (error) try {
+                std::rethrow_exception(error);
+              } catch (const std::exception& e) {
+                what = e.what();
+              }
+            send(json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
+          } else if (!finished || more) {
+            continue;
+          } else {
+            event("", result.finish_reason, {});
+            if (include_usage) {
+              json last = envelope(shape.chunk_object(), json::array());
+              last["usage"] = usage(result.prompt_tokens, result.completion_tokens);
+              send(last);
+            }
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          return true;
+        }
+      },
+      [job](bool success) {
+        if (!success) job->cancelled = true;
+      });
+}
+
+recipes::CompletionOptions options_of(const GenerationFields& r) {
+  recipes::CompletionOptions co;
+  co.max_tokens = r.max_tokens;
+  co.temperature = r.temperature;
+  co.top_k = r.top_k;
+  co.top_p = r.top_p;
+  co.seed = r.seed;
+  co.stop = r.stop;
+  co.ignore_eos = r.ignore_eos;
+  return co;
+}
+
+// echo with max_tokens 0: the prompt's own log-probabilities, in OpenAI's
+// completions `logprobs` shape (lm-evaluation-harness's loglikelihood).
+void score(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
+  recipes::PromptScores s;
+  try {
+    s = t.model.score_prompt(r.prompt, r.prompt_ids, r.logprobs.value_or(0));
+  } catch (const Error& e) {
+    throw HttpError(400, e.what());
+  }
+  json top = json::array();
+  for (const auto& best : s.top_logprobs) {
+    if (best.empty()) {
+      top.push_back(nullptr);
+      continue;
+    }
+    json row = json::object();
+    for (const auto& [token, lp] : best) row[token] = lp;
+    top.push_back(row);
+  }
+  json token_logprobs = json::array();
+  for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
+  json logprobs = {{"tokens", s.tokens}, {"token_logprobs", token_logprobs}, {"text_offset", s.text_offset}};
+  logprobs["top_logprobs"] = r.logprobs ? top : json();
+  const int64_t n = int64_t(s.tokens.size());
+  res.set_content(dump(json{{"id", "cmpl-" + std::to_string(t.next_id++)},
+                            {"object", "text_completion"},
+                            {"model", t.name},
+                            {"choices", {{{"text", s.text}, {"index", 0}, {"finish_reason", "length"}, {"logprobs", logprobs}}}},
+                            {"usage", usage(n, 0)}}),
+                  "application/json");
+}
+
+}  // namespace
+
+void answer_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
+  if (r.echo && r.max_tokens == 0) return score(t, r, res);
+  recipes::CompletionOptions co = options_of(r);
+  co.logprobs = r.logprobs.value_or(-1);
+  generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value()}, res);
+}
+
+void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  std::string prompt;
+  try {
+    prompt = t.model.render_chat(r.messages);
+  } catch (const Error& e) {
+    throw HttpError(400, "model '" + t.name + "': " + e.what());
+  }
+  recipes::CompletionOptions co = options_of(r);
+  co.chat = true;
+  co.logprobs = r.logprobs ? r.top_logprobs : -1;
+  generate(t, prompt, co, r, Shape{true, r.logprobs}, res);
+}
+
+}  // namespace kiln::serve

@@ -1,0 +1,31 @@
+// The answers of the generation endpoints, in OpenAI's shapes:
+// /v1/completions (text_completion) and /v1/chat/completions
+// (chat.completion). A request becomes a job for the model's
+// continuous-batching scheduler; the answer is one JSON object when the job
+// ends, or server-sent events as its text is made (chunks, the finish
+// reason, usage if asked, then [DONE]).
+#pragma once
+#include <httplib.h>
+
+#include <atomic>
+#include <string>
+
+#include "apps/recipes/inference.h"
+#include "apps/serve/generation.h"
+#include "apps/serve/requests.h"
+
+namespace kiln::serve {
+
+// A served language model, as the answers need it.
+struct GenerationTarget {
+  std::string name;
+  recipes::InferenceModel& model;
+  GenerationScheduler& scheduler;
+  int64_t timeout_ms;
+  std::atomic<int64_t>& next_id;  // answers' ids: cmpl-N, chatcmpl-N
+};
+
+void answer_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
+void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+
+}  // namespace kiln::serve

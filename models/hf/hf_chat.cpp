@@ -1,0 +1,74 @@
+#include "models/hf/hf_chat.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in, "cannot read ", path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A special token as tokenizer_config.json writes it: a string, or an
+// added-token object with its "content"; absent or null is no token.
+std::string token_text(const json& config, const char* key, const fs::path& path) {
+  if (!config.contains(key) || config[key].is_null()) return "";
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  KILN_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), path.string(), ": \"", key,
+             "\" is neither a string nor an object with a \"content\" string");
+  return v["content"].get<std::string>();
+}
+
+// The template's source: chat_template.jinja, else tokenizer_config.json's chat_template.
+std::string template_source(const fs::path& dir, const json& config, const fs::path& config_path) {
+  if (fs::exists(dir / "chat_template.jinja")) return read_text(dir / "chat_template.jinja");
+  if (!config.contains("chat_template") || config["chat_template"].is_null()) return "";
+  const json& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  KILN_CHECK(t.is_array(), config_path.string(), ": \"chat_template\" is neither a string nor a list of templates");
+  for (const auto& named : t)
+    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+        named["template"].is_string())
+      return named["template"].get<std::string>();
+  KILN_FAIL(config_path.string(), ": \"chat_template\" lists no template named \"default\"");
+}
+
+}  // namespace
+
+text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::string& name) {
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  json config = json::object();
+  if (fs::exists(config_path)) {
+    try {
+      config = json::parse(read_text(config_path));
+    } catch (const json::exception& e) {
+      KILN_FAIL(config_path.string(), " is not valid JSON: ", e.what());
+    }
+    KILN_CHECK(config.is_object(), config_path.string(), " is not a JSON object");
+  }
+  text::ChatTemplate t = [&] {
+    if (!name.empty()) return text::chat_template_named(name);
+    const std::string source = template_source(dir, config, config_path);
+    if (source.empty())
+      KILN_FAIL("hf:", dir, " has no chat template (tokenizer_config.json's \"chat_template\" or "
+                "chat_template.jinja); name one with --chat-template NAME (", text::chat_template_list(), ")");
+    return text::recognise_chat_template(source);
+  }();
+  t.tokens = {token_text(config, "bos_token", config_path), token_text(config, "eos_token", config_path)};
+  return t;
+}
+
+}  // namespace kiln::models

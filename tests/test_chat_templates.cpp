@@ -1,0 +1,140 @@
+// Chat templates against transformers' apply_chat_template on the Jinja
+// source the real models ship (tests/hf/fixtures/chat, made by
+// tests/hf/make_fixtures.py): every family, conversations with and without
+// a system turn, whitespace to trim, roles out of order.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kiln/core/error.h"
+#include "kiln/text/chat_template.h"
+#include "kiln/text/hf_tokenizer.h"
+#include "models/hf/hf_chat.h"
+#include "tests/hf_test_util.h"
+#include "tests/run_test_util.h"
+
+namespace kiln {
+namespace {
+
+using hf_test::expected;
+using hf_test::fixture;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::vector<text::ChatMessage> messages_of(const json& j) {
+  std::vector<text::ChatMessage> ms;
+  for (const auto& m : j) ms.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return ms;
+}
+
+// The fixture's name for a template -> the family Kiln should recognise.
+std::string family_of(const std::string& fixture_name) { return fixture_name.substr(0, fixture_name.find('-')); }
+
+TEST(ChatTemplates, RenderAsTransformersDoesForEveryFamily) {
+  const json e = expected("chat");
+  const auto tokenizer = text::HfTokenizer::from_file(fixture("tokenizers/llama2/tokenizer.json"));
+  std::set<std::string> families;
+  int refused = 0;
+  for (const auto& row : e["renders"]) {
+    const std::string name = row["template"];
+    text::ChatTemplate t = text::recognise_chat_template(e["sources"][name].get<std::string>());
+    ASSERT_EQ(t.name(), family_of(name)) << name;
+    families.insert(t.name());
+    // The fixture gave transformers the family's own bos/eos text.
+    t.tokens = {name == "chatml"         ? "<|im_start|>"
+                : name == "chatml-qwen2" ? ""
+                : name == "llama3"       ? "<|begin_of_text|>"
+                : name == "gemma"        ? "<bos>"
+                                         : "<s>",
+                name.rfind("chatml", 0) == 0 ? "<|im_end|>"
+                : name == "llama3"           ? "<|eot_id|>"
+                : name == "gemma"            ? "<eos>"
+                : name == "phi3"             ? "<|endoftext|>"
+                                             : "</s>"};
+    const auto ms = messages_of(row["messages"]);
+    const bool gen = row["add_generation_prompt"];
+    SCOPED_TRACE(name + " " + row["messages"].dump() + (gen ? " +generation prompt" : ""));
+    if (row.contains("error")) {
+      try {
+        t.render(ms, gen);
+        ADD_FAILURE() << "transformers refused this conversation: " << row["error"];
+      } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find(row["error"].get<std::string>()), std::string::npos) << err.what();
+        ++refused;
+      }
+      continue;
+    }
+    const std::string text = t.render(ms, gen);
+    EXPECT_EQ(text, row["text"].get<std::string>());
+    EXPECT_EQ(tokenizer.encode(text, false), row["ids"].get<std::vector<int32_t>>());
+  }
+  EXPECT_EQ(families.size(), text::chat_template_names().size());
+  EXPECT_GT(refused, 0);
+}
+
+TEST(ChatTemplates, QwenDefaultSystemTurnComesFromTheTemplate) {
+  const json e = expected("chat");
+  const auto t = text::recognise_chat_template(e["sources"]["chatml-qwen2"].get<std::string>());
+  EXPECT_EQ(t.default_system, "You are a helpful assistant.");
+  EXPECT_EQ(text::recognise_chat_template(e["sources"]["chatml"].get<std::string>()).default_system, "");
+}
+
+TEST(ChatTemplates, UnknownTemplatesAndNamesAreRefusedWithTheKnownOnes) {
+  for (const std::string source : {"{{ messages }}", "{{- bos_token }}<|start_header_id|>system<|end_header_id|>\n\n"
+                                                     "Cutting Knowledge Date: December 2023<|eot_id|>"}) {
+    try {
+      text::recognise_chat_template(source);
+      ADD_FAILURE() << "recognised " << source;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("chatml, llama3, llama2, mistral, gemma, phi3, zephyr"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(text::chat_template_named("vicuna"), Error);
+  EXPECT_EQ(text::chat_template_named("gemma").end_of_turn(), "<end_of_turn>");
+}
+
+TEST(ChatTemplates, AFolderGivesItsTemplateOrSaysHowToNameOne) {
+  // The fixtures ship no template: naming one works, and omitting it says how.
+  const std::string dir = fixture("llama-mqa-tied");
+  try {
+    models::load_hf_chat_template(dir);
+    ADD_FAILURE() << "a folder without a chat template gave one";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--chat-template NAME"), std::string::npos) << e.what();
+  }
+  const auto named = models::load_hf_chat_template(dir, "zephyr");
+  EXPECT_EQ(named.name(), "zephyr");
+  EXPECT_EQ(named.tokens.bos, "<s>");
+  EXPECT_EQ(named.tokens.eos, "</s>");
+
+  const json sources = expected("chat")["sources"];
+  const fs::path d = testing::fresh_test_dir("chat_templates", "folder");
+  fs::create_directories(d);
+  auto write = [&](const std::string& file, const std::string& text) { std::ofstream(d / file) << text; };
+  // tokenizer_config.json: a list of named templates, tokens as added-token objects.
+  write("tokenizer_config.json",
+        json{{"bos_token", {{"content", "<|begin_of_text|>"}}},
+             {"eos_token", "<|eot_id|>"},
+             {"chat_template", json::array({{{"name", "tool_use"}, {"template", sources["chatml"]}},
+                                            {{"name", "default"}, {"template", sources["llama3"]}}})}}
+            .dump());
+  auto t = models::load_hf_chat_template(d.string());
+  EXPECT_EQ(t.name(), "llama3");
+  EXPECT_EQ(t.render({{"user", "Hi"}}), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // chat_template.jinja (what transformers 5 saves) comes first.
+  write("chat_template.jinja", sources["gemma"].get<std::string>());
+  EXPECT_EQ(models::load_hf_chat_template(d.string()).name(), "gemma");
+  write("tokenizer_config.json", "{\"chat_template\": 7}");
+  fs::remove(d / "chat_template.jinja");
+  EXPECT_THROW(models::load_hf_chat_template(d.string()), Error);
+  write("tokenizer_config.json", "{not json");
+  EXPECT_THROW(models::load_hf_chat_template(d.string()), Error);
+}
+
+}  // namespace
+}  // namespace kiln
