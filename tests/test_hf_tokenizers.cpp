@@ -92,6 +92,20 @@ TEST_P(Tokenizers, StreamingDecodeGivesWholeCharactersAndTheWholeText) {
   }
 }
 
+// A model's vocabulary may be padded past its tokenizer's (the speed model's
+// 49,152 over 700), and a model can sample such an id: decoding leaves it
+// out, as tokenizers does, and a stream goes on.
+TEST_P(Tokenizers, IdsPastTheVocabularyDecodeToNothing) {
+  const HfTokenizer tok = load(GetParam());
+  const int32_t past = int32_t(tok.vocab_size()) + 1000;
+  const std::vector<int32_t> ids = {300, 301};
+  EXPECT_EQ(tok.decode({300, past, 301}), tok.decode(ids));
+  text::DecodeStream stream(tok);
+  std::string streamed;
+  for (int32_t id : {300, past, 301}) streamed += stream.step(id);
+  EXPECT_EQ(streamed, tok.decode(ids));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Tokenizers, ::testing::ValuesIn(kFamilies));
 
 TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {

@@ -103,8 +103,10 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (skip_special_tokens && is_special(id)) continue;
-    tokens.push_back(id_to_token(id));
+    // An id past the tokenizer (a model's vocabulary padded beyond it) has
+    // no text: tokenizers leaves it out, and so does Kiln.
+    if ((skip_special_tokens && is_special(id)) || id < 0 || size_t(id) >= id_to_token_.size()) continue;
+    tokens.push_back(id_to_token_[size_t(id)]);
   }
   if (!decoder_) {  // tokenizers joins with spaces when there is no decoder
     std::string out;

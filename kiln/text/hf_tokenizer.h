@@ -28,7 +28,7 @@ class HfTokenizer {
   // by the post-processor when add_special_tokens).
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const;
   // `tokenizer.decode(ids, skip_special_tokens=...)`. Invalid UTF-8 from
-  // byte tokens becomes U+FFFD, as there.
+  // byte tokens becomes U+FFFD, as there; ids past the vocabulary are left out.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
 
   int64_t vocab_size() const { return int64_t(id_to_token_.size()); }
