@@ -11,7 +11,7 @@
 # products and attention kernels, or the f32 fallback), so the tests of ops
 # and bf16 but not the data-parallel CLI runs, whose f32 paths the levels
 # share. The Hugging Face parity tests (transformers' answers) run in every pass.
-set(KILN_ISA_OP_TESTS "DeterminismAcrossThreads.*:Ops.*:CpuNnOps*:FusedOps.*:ParityTorch*:Amp.*:NanPropagation.*:Autograd.*:Fixtures/CausalLms.*:CausalLmsBf16.*:CausalLmsF16.*:Fixtures/Classifiers.*")
+set(KILN_ISA_OP_TESTS "DeterminismAcrossThreads.*:Ops.*:CpuNnOps*:FusedOps.*:ParityTorch*:Amp.*:NanPropagation.*:Autograd.*:Fixtures/CausalLms.*:CausalLmsBf16.*:CausalLmsF16.*:Fixtures/Classifiers.*:Quantized.*:Fixtures/QuantizedModels.*")
 foreach(level avx2 avx512 avx512_bf16)
   gtest_discover_tests(kiln_tests TEST_SUFFIX .isa_${level} TEST_FILTER "${KILN_ISA_OP_TESTS}" DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS isa_${level} ENVIRONMENT "KILN_ISA_PASS=${level}" SKIP_RETURN_CODE 77)

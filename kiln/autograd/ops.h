@@ -105,6 +105,12 @@ Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targ
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Inference with quantized weights (kiln/core/quantized.h, ops_quantized.cpp):
+// x [..., K] times w [N, K]^T plus bias -> [..., N], and the rows `ids` of w
+// -> [..., K], both in w.dtype (the dtype w was quantized from). Nothing
+// flows back into w; an input that requires grad is refused.
+Tensor quantized_linear(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias);
+Tensor quantized_embedding(const QuantizedMatrix& w, const Tensor& ids);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0);
 // Inverted dropout; the mask is drawn from `gen` (identical on every backend).

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/quantized.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -158,6 +159,13 @@ class Backend {
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
                                   float scale, bool causal) = 0;
+
+  // ---- quantized weights (kiln/core/quantized.h), for inference; a backend
+  // without them throws naming itself (the CUDA backend has none yet).
+  // x [M, K] f32 contiguous, w [N, K] on this device -> out [M, N] f32.
+  virtual void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out);
+  // Rows `ids` [...] of w -> out [..., K] f32.
+  virtual void quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out);
 
   // ---- optimizers: one call updates every parameter (few launches on GPU)
   virtual void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) = 0;

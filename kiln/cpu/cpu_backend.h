@@ -5,7 +5,7 @@
 //
 // One op family per file: elementwise.cpp, reduce.cpp, matmul.cpp,
 // softmax.cpp, cross_entropy.cpp, layernorm.cpp, embedding.cpp, conv2d.cpp,
-// maxpool2d.cpp, dropout.cpp, attention.cpp, optimizers.cpp.
+// maxpool2d.cpp, dropout.cpp, attention.cpp, optimizers.cpp, quantized_matmul.cpp.
 #pragma once
 #include "kiln/backend/backend.h"
 
@@ -63,6 +63,8 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float scale,
                           bool causal) override;
+  void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) override;
+  void quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out) override;
   void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) override;
   void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) override;
 };

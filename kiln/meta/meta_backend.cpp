@@ -7,6 +7,7 @@
 #include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/quantized_matmul.h"
 
 namespace kiln::meta {
 
@@ -76,6 +77,12 @@ void MetaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   CpuStaging staged({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
 }
 void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) { CpuStaging staged({&weight, &out}); }
+void MetaBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor&) {
+  if (x.size(0) < cpu::kWidenedRows) return;
+  MemoryCategoryScope workspace(MemoryCategory::workspace);
+  Tensor widened = Tensor::empty({w.rows, w.cols}, DType::f32, x.device());
+  Tensor rounded = Tensor::empty({x.size(0), w.cols}, DType::f32, x.device());
+}
 void MetaBackend::embedding_backward(const Tensor& dout, const Tensor&, Tensor& dweight) {
   CpuStaging staged({&dout, &dweight});
 }

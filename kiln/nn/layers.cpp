@@ -16,6 +16,49 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, double stddev) {
   weight = register_parameter("weight", normal_tensor({num, dim}, stddev, gen));
 }
 
+namespace {
+std::shared_ptr<const QuantizedMatrix> quantized_copy(const Tensor& w, QuantFormat format) {
+  KILN_CHECK(w.dim() == 2, "quantize: weights must be a matrix, got ", shape_str(w.shape()));
+  KILN_CHECK(w.device().is_cpu(), "quantize: quantized weights run on the CPU; these are on ", w.device().str());
+  NoGradGuard values_only;
+  const Tensor f32 = contiguous(w.dtype() == DType::f32 ? w : to_dtype(w, DType::f32));
+  return std::make_shared<const QuantizedMatrix>(
+      quantize_matrix(f32.data<float>(), w.size(0), w.size(1), format, w.dtype()));
+}
+}  // namespace
+
+void Linear::quantize(QuantFormat format) {
+  if (quantized) return;
+  quantized = quantized_copy(weight, format);
+  drop_parameter("weight");
+  weight = Tensor();
+}
+
+void Embedding::quantize(QuantFormat format) {
+  if (quantized) return;
+  quantized = quantized_copy(weight, format);
+  drop_parameter("weight");
+  weight = Tensor();
+}
+
+size_t quantize_weights(Module& root, QuantFormat format) {
+  size_t bytes = 0;
+  root.for_each_module([&](Module& m) {
+    if (auto* l = dynamic_cast<Linear*>(&m)) {
+      l->quantize(format);
+      bytes += l->quantized->bytes();
+    } else if (auto* e = dynamic_cast<Embedding*>(&m)) {
+      e->quantize(format);
+      bytes += e->quantized->bytes();
+    }
+  });
+  return bytes;
+}
+
+Tensor linear_or_quantized(const Tensor& x, const Tensor& weight, const std::shared_ptr<const QuantizedMatrix>& q) {
+  return q ? quantized_linear(x, *q, Tensor()) : linear(x, weight, Tensor());
+}
+
 LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", ones({dim}));
   bias = register_parameter("bias", zeros({dim}));

@@ -9,16 +9,33 @@ namespace kiln::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
-  Tensor forward(const Tensor& x) override { return linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) override {
+    return quantized ? quantized_linear(x, *quantized, bias) : linear(x, weight, bias);
+  }
+  // Replaces the weight by its quantized form (inference only); weight is then undefined.
+  void quantize(QuantFormat format);
   Tensor weight, bias;  // weight [out, in], as torch.nn.Linear
+  std::shared_ptr<const QuantizedMatrix> quantized;
 };
 
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Generator& gen, double stddev = 1.0);
-  Tensor forward(const Tensor& ids) override { return embedding(weight, ids); }
+  Tensor forward(const Tensor& ids) override {
+    return quantized ? quantized_embedding(*quantized, ids) : embedding(weight, ids);
+  }
+  void quantize(QuantFormat format);  // as Linear's
   Tensor weight;
+  std::shared_ptr<const QuantizedMatrix> quantized;
 };
+
+// Quantizes the weights of every Linear and Embedding under `root` for
+// inference (kiln/core/quantized.h): what --quantize does to a loaded model.
+// Returns the bytes the quantized matrices hold.
+size_t quantize_weights(Module& root, QuantFormat format);
+// The product of x with a weight that may be quantized (a tied head reads
+// the embedding's): quantized_linear if `q` is set, else linear.
+Tensor linear_or_quantized(const Tensor& x, const Tensor& weight, const std::shared_ptr<const QuantizedMatrix>& q);
 
 class LayerNorm : public Module {
  public:

@@ -21,6 +21,15 @@ Tensor Module::register_parameter(const std::string& name, Tensor t) {
   return t;
 }
 
+void Module::drop_parameter(const std::string& name) {
+  std::erase_if(params_, [&](const auto& p) { return p.first == name; });
+}
+
+void Module::for_each_module(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& [name, child] : children_) child->for_each_module(f);
+}
+
 void Module::collect(const std::string& prefix, NamedTensors& out) const {
   for (const auto& [name, p] : params_) out.emplace_back(prefix + name, p);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);

@@ -2,6 +2,7 @@
 // torch.nn.Module. Parameter names compose with dots ("h.0.attn.c_attn.weight")
 // so checkpoints use the same names as PyTorch's state_dict.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,9 +34,13 @@ class Module {
   // Copies values from `tensors` (by name); throws listing missing, unexpected
   // and mis-shaped names.
   void load_parameters(const NamedTensors& tensors);
+  // Calls f on this module and every module below it, parents first.
+  void for_each_module(const std::function<void(Module&)>& f);
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);
+  // Forgets a parameter (its weights now live elsewhere: quantized).
+  void drop_parameter(const std::string& name);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);

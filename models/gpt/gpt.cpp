@@ -42,6 +42,7 @@ class Mlp : public Module {
   // way to recompute them: x from `recompute_x`, GELU's output from c_fc's
   // output (linear_of_gelu keeps only that, and never holds GELU's output whole).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x) {
+    if (c_proj->quantized) return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
     if (!recompute_x) return drop->forward(linear_of_gelu(c_fc->forward(x), c_proj->weight, c_proj->bias, true));
     Tensor h = linear_recomputing_input(x, c_fc->weight, c_fc->bias, std::move(recompute_x));
     return drop->forward(linear_of_gelu(h, c_proj->weight, c_proj->bias, false));
@@ -165,10 +166,13 @@ std::vector<std::string> Gpt::stage_parameter_names(int64_t first, int64_t last)
   return names;
 }
 
+// The tied output embedding, quantized or not.
+Tensor Gpt::head(const Tensor& x) const { return nn::linear_or_quantized(x, wte_->weight, wte_->quantized); }
+
 Tensor Gpt::forward(const Tensor& ids) {
   Tensor x = final_stream(ids);
   if (checkpointing_ != ActivationCheckpointing::selective)
-    return linear(ln_f_->forward(x), wte_->weight, Tensor());  // tied output embedding
+    return head(ln_f_->forward(x));  // tied output embedding
   auto ln_f_again = [ln = ln_f_, x = x.detach()] { return ln->forward(x); };
   return linear_recomputing_input(ln_f_->forward(x), wte_->weight, Tensor(), ln_f_again);
 }
@@ -178,7 +182,7 @@ KvCache Gpt::new_cache() const {
   const int64_t H = config_.n_head, D = config_.n_embd / config_.n_head;
   // Under autocast the keys and values are made, and read by the products, in
   // its dtype: a cache in f32 would be cast whole at every decode step.
-  const Tensor& w = wte_->weight;
+  const Tensor& w = ln_f_->weight;  // never quantized: where and in what dtype the model runs
   const DType dtype = amp::autocast_should_lower({&w}) ? *amp::autocast_dtype() : w.dtype();
   for (int64_t i = 0; i < config_.n_layer; ++i) {
     cache.k.push_back(Tensor::empty({1, H, config_.block_size, D}, dtype, w.device()));
@@ -198,7 +202,7 @@ Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], past);
   cache.length = past + n;
   Tensor last = slice(ln_f_->forward(x), 1, n - 1, n);
-  return reshape(linear(last, wte_->weight, Tensor()), {1, config_.vocab_size});
+  return reshape(head(last), {1, config_.vocab_size});
 }
 
 namespace {
@@ -233,7 +237,7 @@ Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, co
     std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(), ids.begin() + b * T);
     last_rows.push_back(b * T + lengths[size_t(b)] - 1);
   }
-  const Device device = wte_->weight.device();
+  const Device device = ln_f_->weight.device();
   Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, T}).to(device)),
                  wpe_->forward(arange(T, DType::i64, device)));
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -244,7 +248,7 @@ Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, co
   // Each prompt's last row of the final stream (embedding() gathers rows of any table).
   Tensor last = embedding(reshape(ln_f_->forward(x), {B * T, config_.n_embd}),
                           Tensor::from_vector(last_rows, {B}).to(device));
-  return linear(last, wte_->weight, Tensor());
+  return head(last);
 }
 
 Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
@@ -258,7 +262,7 @@ Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector
                " positions); start it over from the last block_size tokens");
     pasts.push_back(c->length);
   }
-  const Device device = wte_->weight.device();
+  const Device device = ln_f_->weight.device();
   Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, 1}).to(device)),
                  reshape(wpe_->forward(Tensor::from_vector(pasts, {B}).to(device)), {B, 1, config_.n_embd}));
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -266,7 +270,7 @@ Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector
     x = blocks_[i]->forward_decode(x, k, v, pasts);
   }
   for (KvCache* c : caches) ++c->length;
-  return reshape(linear(ln_f_->forward(x), wte_->weight, Tensor()), {B, config_.vocab_size});
+  return reshape(head(ln_f_->forward(x)), {B, config_.vocab_size});
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
@@ -288,7 +292,7 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
   KILN_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   NoGradGuard ng;
-  Device device = wte_->weight.device();
+  Device device = ln_f_->weight.device();
   KvCache cache = new_cache();
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     // The prompt (or, once the context is full, its last block_size tokens)

@@ -93,6 +93,7 @@ class Gpt : public LanguageModel {
   Tensor embed(const Tensor& ids);                                   // token + position embeddings
   Tensor run_blocks(Tensor x, int64_t first, int64_t last);          // the residual stream through blocks [first, last)
   Tensor final_stream(const Tensor& ids) { return run_blocks(embed(ids), 0, config_.n_layer); }
+  Tensor head(const Tensor& x) const;                                 // logits from the tied embedding
   GptConfig config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Sequential> h_;

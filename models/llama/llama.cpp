@@ -241,6 +241,14 @@ void Llama::ensure_rope(int64_t n, Device device) {
 
 Tensor Llama::head_weight() const { return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight; }
 
+// Logits: the untied head, or the embedding read as one; either may be quantized.
+Tensor Llama::head(const Tensor& x) const {
+  return nn::linear_or_quantized(x, head_weight(), lm_head_ ? lm_head_->quantized : model_->embed_tokens->quantized);
+}
+
+// The final norm's weight is never quantized: it says where and in what dtype the model runs.
+const Tensor& Llama::anchor() const { return model_->norm->weight; }
+
 Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
   const int64_t T = ids.size(1), past = cache ? cache->length : 0;
   KILN_CHECK(past + T <= config_.max_positions, "the text holds ", past + T, " tokens, more than the model's ",
@@ -248,7 +256,7 @@ Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
   if (cache)
     KILN_CHECK(past + T <= cache->k.front().size(2), "the generation cache holds ", cache->k.front().size(2),
                " positions; ", past + T, " do not fit");
-  ensure_rope(past + T, model_->embed_tokens->weight.device());
+  ensure_rope(past + T, anchor().device());
   Tensor x = model_->embed_tokens->forward(ids);
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
   Tensor cos = to_dtype(slice(rope_cos_, 0, past, past + T), x.dtype());
@@ -265,7 +273,7 @@ Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
   return model_->norm->forward(x);
 }
 
-Tensor Llama::forward(const Tensor& ids) { return linear(hidden(ids, nullptr), head_weight(), Tensor()); }
+Tensor Llama::forward(const Tensor& ids) { return head(hidden(ids, nullptr)); }
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
   return linear_cross_entropy(hidden(ids, nullptr), head_weight(), targets);
@@ -282,7 +290,7 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "llama: a cached forward takes ids [1, n], got ", shape_str(ids.shape()));
   Tensor x = hidden(ids, &cache);
   Tensor last = slice(x, 1, x.size(1) - 1, x.size(1));
-  return reshape(linear(last, head_weight(), Tensor()), {1, config_.vocab_size});
+  return reshape(head(last), {1, config_.vocab_size});
 }
 
 Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
@@ -297,7 +305,7 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
     pasts.push_back(c->length);
     furthest = std::max(furthest, c->length + 1);
   }
-  const Device device = model_->embed_tokens->weight.device();
+  const Device device = anchor().device();
   ensure_rope(furthest, device);
   Tensor x = model_->embed_tokens->forward(Tensor::from_vector(ids, {B, 1}).to(device));
   std::vector<Tensor> cos_rows, sin_rows;
@@ -311,12 +319,12 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
     x = model_->layers[l]->forward_decode(x, cos, sin, k, v, pasts);
   }
   for (KvCache* c : caches) ++c->length;
-  return reshape(linear(model_->norm->forward(x), head_weight(), Tensor()), {B, config_.vocab_size});
+  return reshape(head(model_->norm->forward(x)), {B, config_.vocab_size});
 }
 
 KvCache Llama::new_cache() const {
   KvCache cache;
-  const Tensor& w = model_->embed_tokens->weight;
+  const Tensor& w = anchor();
   const int64_t capacity = std::min(config_.max_positions, kMaxCachedPositions);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     cache.k.push_back(Tensor::empty({1, config_.num_kv_heads, capacity, config_.head_dim}, w.dtype(), w.device()));

@@ -47,6 +47,8 @@ class Llama : public LanguageModel {
  private:
   Tensor hidden(const Tensor& ids, KvCache* cache);  // the final normed stream
   Tensor head_weight() const;
+  Tensor head(const Tensor& x) const;
+  const Tensor& anchor() const;
   void ensure_rope(int64_t positions, Device device);
   LlamaConfig config_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;

@@ -1,0 +1,115 @@
+#include "kiln/core/quantized.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kiln {
+
+const char* quant_format_name(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::int8: return "int8";
+    case QuantFormat::int4: return "int4";
+    case QuantFormat::int4_zero: return "int4z";
+  }
+  return "?";
+}
+
+QuantFormat parse_quant_format(const std::string& name) {
+  for (QuantFormat f : {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero})
+    if (name == quant_format_name(f)) return f;
+  KILN_FAIL("unknown quantization '", name, "': int8 (per output channel), int4 (groups of 32, symmetric) or "
+            "int4z (groups of 32 with a zero point)");
+}
+
+size_t QuantizedMatrix::bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&data, &scales, &zeros})
+    if (t->defined()) n += size_t(t->numel()) * dtype_size(t->dtype());
+  return n;
+}
+
+QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype) {
+  KILN_CHECK(rows > 0 && cols > 0, "quantize: an empty matrix [", rows, ", ", cols, "]");
+  MemoryCategoryScope weights(MemoryCategory::weights);
+  QuantizedMatrix q;
+  q.format = format;
+  q.rows = rows;
+  q.cols = cols;
+  q.dtype = dtype;
+  const int64_t padded = q.padded_cols(), blocks = q.blocks();
+  auto at = [&](int64_t r, int64_t c) { return c < cols ? values[r * cols + c] : 0.0f; };
+  if (format == QuantFormat::int8) {
+    q.data = Tensor::empty({rows, padded}, DType::u8);
+    q.scales = Tensor::empty({rows}, DType::f32);
+    auto* data = q.data.data<uint8_t>();
+    auto* scales = q.scales.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      float amax = 0;
+      for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::abs(values[r * cols + c]));
+      const float scale = amax / 127.0f, inverse = scale > 0 ? 1.0f / scale : 0.0f;
+      scales[r] = scale;
+      for (int64_t c = 0; c < padded; ++c)
+        data[r * padded + c] = uint8_t(int8_t(std::clamp(std::nearbyint(at(r, c) * inverse), -127.0f, 127.0f)));
+    }
+    return q;
+  }
+  const bool zero_point = format == QuantFormat::int4_zero;
+  q.data = Tensor::empty({rows, padded / 2}, DType::u8);
+  q.scales = Tensor::empty({rows, blocks}, DType::f32);
+  if (zero_point) q.zeros = Tensor::empty({rows, blocks}, DType::u8);
+  auto* data = q.data.data<uint8_t>();
+  auto* scales = q.scales.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float lo = 0, hi = 0, amax = 0, signed_max = 0;
+      for (int64_t j = 0; j < kQuantBlock; ++j) {
+        const float v = at(r, b * kQuantBlock + j);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        if (std::abs(v) > amax) amax = std::abs(v), signed_max = v;
+      }
+      float scale;
+      int zero;
+      if (zero_point) {  // [lo, hi] (holding 0) onto [0, 15]
+        scale = (hi - lo) / 15.0f;
+        zero = scale > 0 ? int(std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f)) : 0;
+        q.zeros.data<uint8_t>()[r * blocks + b] = uint8_t(zero);
+      } else {  // Q4_0: the value of largest magnitude maps to -8, so 8 levels lie on its side
+        scale = signed_max / -8.0f;
+        zero = 8;
+      }
+      scales[r * blocks + b] = scale;
+      const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+      uint8_t* out = data + r * (padded / 2) + b * (kQuantBlock / 2);
+      for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+        auto level = [&](int64_t c) {
+          return uint8_t(std::clamp(std::nearbyint(at(r, b * kQuantBlock + c) * inverse) + float(zero), 0.0f, 15.0f));
+        };
+        out[j] = uint8_t(level(j) | (level(j + kQuantBlock / 2) << 4));
+      }
+    }
+  return q;
+}
+
+void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
+  KILN_CHECK(q.data.device().is_cpu(), "dequantize_row: the matrix is on ", q.data.device().str());
+  const int64_t padded = q.padded_cols();
+  if (q.format == QuantFormat::int8) {
+    const auto* data = q.data.data<uint8_t>() + row * padded;
+    const float scale = q.scales.data<float>()[row];
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = scale * float(int8_t(data[c]));
+    return;
+  }
+  const int64_t blocks = q.blocks();
+  const auto* data = q.data.data<uint8_t>() + row * (padded / 2);
+  for (int64_t c = 0; c < q.cols; ++c) {
+    const int64_t b = c / kQuantBlock, j = c % kQuantBlock;
+    const uint8_t byte = data[b * (kQuantBlock / 2) + j % (kQuantBlock / 2)];
+    const int level = j < kQuantBlock / 2 ? byte & 0x0f : byte >> 4;
+    const int zero = q.zeros.defined() ? q.zeros.data<uint8_t>()[row * blocks + b] : 8;
+    out[c] = q.scales.data<float>()[row * blocks + b] * float(level - zero);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Quantized weight matrices: a [rows, cols] matrix (a linear's [out, in], an
+// embedding's [vocab, dim]) stored in 8 or 4 bits with float scales, for
+// inference. The block of 32 columns is the unit of storage and of the
+// product, as in ggml's Q8_0 and Q4_0: a backend multiplies activations
+// quantized to int8 per block of 32 with these weights in integer
+// arithmetic (kiln/cpu/quantized_matmul.cpp), and every other op stays
+// unaware of quantization.
+//
+//  int8: one scale per row (per output channel), w = scale * q, q in [-127, 127].
+//  int4: one scale per group of 32 columns, w = scale * (u - zero), u in
+//        [0, 15]; zero is 8 (symmetric, Q4_0's), or per group (asymmetric,
+//        --quantize int4z) where the group's minimum and maximum set it.
+//        A byte holds column j of its group in the low nibble and column
+//        j + 16 in the high one.
+// Columns are padded with zeros to a multiple of 32.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+enum class QuantFormat : uint8_t { int8, int4, int4_zero };
+constexpr int64_t kQuantBlock = 32;
+
+const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z"
+// "int8", "int4", "int4z"; anything else is an error naming the three.
+QuantFormat parse_quant_format(const std::string& name);
+
+struct QuantizedMatrix {
+  QuantFormat format = QuantFormat::int8;
+  int64_t rows = 0, cols = 0;  // the float matrix's shape
+  DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
+  Tensor data;    // u8: int8 [rows, padded cols] (two's complement); int4 [rows, padded cols / 2]
+  Tensor scales;  // f32: int8 [rows]; int4 [rows, padded cols / 32]
+  Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
+
+  int64_t padded_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
+  int64_t blocks() const { return padded_cols() / kQuantBlock; }
+  size_t bytes() const;  // what the three tensors hold
+  Device device() const { return data.device(); }
+};
+
+// Quantizes a contiguous f32 matrix [rows, cols] on the CPU (the weights as loaded).
+QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype);
+// Row r of the matrix as f32 (cols values): what a lookup and the reference product read.
+void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out);
+
+}  // namespace kiln
