@@ -39,7 +39,7 @@ recipes::CompletionOptions greedy_chat(int64_t max_tokens) {
 TEST(HfChat, GreedyReplyEqualsTransformersGenerateOnTheTemplatesIds) {
   const json served = expected("chat")["served"];
   const std::string dir = fixture(served["model"].get<std::string>());
-  auto loaded = recipes::load_hf_for_inference(dir, Device::cpu(), served["template"].get<std::string>());
+  auto loaded = recipes::load_hf_for_inference(dir, Device::cpu(), {served["template"].get<std::string>()});
   const std::string prompt = loaded.model->render_chat(messages_of(served["messages"]));
   EXPECT_EQ(text::HfTokenizer::from_file(dir + "/tokenizer.json").encode(prompt, false),
             served["prompt_ids"].get<std::vector<int32_t>>());
@@ -79,9 +79,9 @@ TEST(HfChat, AReplyEndsAtTheTemplatesEndOfTurn) {
   std::ofstream(dir / "tokenizer.json") << tok.dump();
 
   // The zephyr rendering holds no "<|im_end|>", so it encodes as in the fixture.
-  auto zephyr = recipes::load_hf_for_inference(source, Device::cpu(), "zephyr");
+  auto zephyr = recipes::load_hf_for_inference(source, Device::cpu(), {"zephyr"});
   const std::string prompt = zephyr.model->render_chat(messages_of(served["messages"]));
-  auto chatml = recipes::load_hf_for_inference(dir.string(), Device::cpu(), "chatml");
+  auto chatml = recipes::load_hf_for_inference(dir.string(), Device::cpu(), {"chatml"});
   const recipes::Completion chat = chatml.model->complete(prompt, greedy_chat(12), {});
   EXPECT_EQ(chat.finish_reason, "stop");
   EXPECT_EQ(chat.completion_tokens, 4);
@@ -102,13 +102,13 @@ TEST(HfChat, ModelsWithoutAUsableTemplateSaySo) {
   }
   // A named template whose end of turn the tokenizer lacks fails at load.
   try {
-    recipes::load_hf_for_inference(fixture("llama-gqa"), Device::cpu(), "chatml");
+    recipes::load_hf_for_inference(fixture("llama-gqa"), Device::cpu(), {"chatml"});
     ADD_FAILURE() << "chatml loaded on a tokenizer without <|im_end|>";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("<|im_end|>, which is not a token"), std::string::npos) << e.what();
   }
   // A conversation the template refuses is an error naming the template's rule.
-  auto mistral = recipes::load_hf_for_inference(fixture("mistral"), Device::cpu(), "mistral");
+  auto mistral = recipes::load_hf_for_inference(fixture("mistral"), Device::cpu(), {"mistral"});
   EXPECT_THROW(mistral.model->render_chat({{"system", "Be brief."}, {"user", "Hi"}}), Error);
 }
 

@@ -28,7 +28,8 @@ void catch_interrupts() {
 }
 
 struct ChatOptions {
-  std::string model, device = "cpu", chat_template, system;
+  std::string model, device = "cpu", system;
+  recipes::InferenceOptions loading;
   recipes::CompletionOptions completion;
 };
 
@@ -53,7 +54,7 @@ std::string reply(recipes::InferenceModel& model, const std::string& prompt, con
 }
 
 int run_chat(const ChatOptions& o) {
-  recipes::LoadedModel loaded = recipes::load_for_inference(o.model, Device::parse(o.device), o.chat_template);
+  recipes::LoadedModel loaded = recipes::load_for_inference(o.model, Device::parse(o.device), o.loading);
   KILN_CHECK(loaded.kind == recipes::ModelKind::language_model, o.model, " is not a language model");
   std::vector<text::ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});
@@ -98,7 +99,9 @@ std::function<int()> add_chat_command(CLI::App& app) {
   o->completion.max_tokens = 512;
   auto* cmd = app.add_subcommand("chat", "chat with a Hugging Face language model in the terminal, in its chat template");
   cmd->add_option("model", o->model, "hf:DIR, a Hugging Face model folder")->required();
-  cmd->add_option("--chat-template", o->chat_template,
+  cmd->add_option("--quantize", o->loading.quantize, "quantize the weights: int8, int4 or int4z")
+      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  cmd->add_option("--chat-template", o->loading.chat_template,
                   "the template's family instead of the folder's own: " + text::chat_template_list());
   cmd->add_option("--system", o->system, "a system message that opens the conversation");
   cmd->add_option("--temperature", o->completion.temperature, "softmax temperature (0: greedy; default 0.7)");

@@ -27,10 +27,13 @@ int main(int argc, char** argv) {
 
   std::function<int()> run_train = kiln::cli::add_train_command(app);
 
-  std::string eval_path, eval_device = "cpu";
+  std::string eval_path, eval_device = "cpu", eval_precision = "auto", eval_quantize;
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint (or a run directory's newest)");
   eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
   eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
+  eval->add_option("--precision", eval_precision, "hf:DIR weights: auto (the file's dtype), fp32 or bf16");
+  eval->add_option("--quantize", eval_quantize, "hf:DIR language models: int8, int4 or int4z weights")
+      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
 
   std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
   kiln::recipes::SampleOptions so;
@@ -45,6 +48,8 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_option("--precision", so.precision, "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
+  sample->add_option("--quantize", so.quantize, "quantize the weights: int8, int4 or int4z")
+      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
 
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);
@@ -60,7 +65,8 @@ int main(int argc, char** argv) {
     if (int rc = run_train(); rc >= 0) {
       return rc;
     } else if (*eval) {
-      auto r = kiln::recipes::evaluate(eval_path, kiln::Device::parse(eval_device), kiln::cli::print_line);
+      auto r = kiln::recipes::evaluate(eval_path, kiln::Device::parse(eval_device), kiln::cli::print_line,
+                                       eval_precision, eval_quantize);
       if (r.accuracy >= 0) std::printf("test accuracy: %.4f\n", r.accuracy);
       if (r.loss >= 0) std::printf("validation: %.4f nats/token, %.4f bits per byte\n", r.loss, r.bits_per_byte);
     } else if (*sample) {

@@ -16,7 +16,7 @@ namespace kiln::cli {
 namespace {
 
 struct TextInput {
-  std::string model, text, file, device = "cpu", precision = "auto";
+  std::string model, text, file, device = "cpu", precision = "auto", quantize;
   bool json = false;
 };
 
@@ -64,9 +64,11 @@ std::function<int()> add_score_command(CLI::App& app) {
   auto in = std::make_shared<TextInput>();
   auto* cmd = app.add_subcommand("score", "each token's log-probability given the text before it, and the perplexity");
   add_text_options(cmd, *in);
+  cmd->add_option("--quantize", in->quantize, "quantize the weights: int8, int4 or int4z")
+      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
-    auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision);
+    auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision, in->quantize);
     const auto s = recipes::score_text(m, text_of(*in));
     if (in->json) {
       nlohmann::json lp = nlohmann::json::array();

@@ -218,7 +218,7 @@ class HfClassifierInference final : public InferenceModel {
 
 }  // namespace
 
-LoadedModel load_hf_for_inference(const std::string& dir, Device device, const std::string& chat_template) {
+LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options) {
   const nlohmann::json config = models::read_hf_config(dir);
   const std::string type = config["model_type"].get<std::string>();
   if (models::hf_model_kind(config) == "classifier") {
@@ -228,7 +228,8 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device, const s
   }
   auto lm = models::load_hf_causal_lm(dir);
   lm.model->to(device);
-  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), chat_template)};
+  if (!options.quantize.empty()) nn::quantize_weights(*lm.model, parse_quant_format(options.quantize));
+  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
 }
 
 }  // namespace kiln::recipes

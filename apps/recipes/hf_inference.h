@@ -5,8 +5,9 @@
 
 namespace kiln::recipes {
 
-// `chat_template`: a family's name (--chat-template), else the folder's own
-// template is used for chat, if it has one.
-LoadedModel load_hf_for_inference(const std::string& dir, Device device, const std::string& chat_template = "");
+// options.chat_template: a family's name (--chat-template), else the
+// folder's own template is used for chat, if it has one; options.quantize
+// quantizes a language model's weights.
+LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options = {});
 
 }  // namespace kiln::recipes

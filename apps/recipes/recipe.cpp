@@ -102,11 +102,12 @@ const Recipe& recipe_of(const Checkpoint& ck, const std::string& dir) {
 }
 }  // namespace
 
-EvalResult evaluate(const std::string& path, Device device, const Log& log) {
+EvalResult evaluate(const std::string& path, Device device, const Log& log, const std::string& precision,
+                    const std::string& quantize) {
   if (models::hf_folder(path)) {
     KILN_CHECK(models::hf_model_kind(models::read_hf_config(*models::hf_folder(path))) == "causal", path,
                " is a classifier; kiln eval scores Hugging Face language models (classify texts with kiln classify)");
-    TextModel m = load_text_model(path, device);
+    TextModel m = load_text_model(path, device, precision, quantize);
     log("evaluating " + path + " on the fortunes validation split, each fortune on its own");
     const TextEval e = evaluate_on_fortunes(m);
     log(std::to_string(e.documents) + " fortunes, " + std::to_string(e.tokens) + " tokens scored");
@@ -115,6 +116,8 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log) {
     r.bits_per_byte = e.bits_per_byte;
     return r;
   }
+  KILN_CHECK(quantize.empty() && precision == "auto", "--quantize and --precision evaluate hf:DIR language models; "
+             "export a run first (kiln export RUN --format hf --out DIR)");
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);
@@ -122,8 +125,10 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log) {
   return recipe.evaluate(ck, dir, device, log);
 }
 
-LoadedModel load_for_inference(const std::string& path, Device device, const std::string& chat_template) {
-  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device, chat_template);
+LoadedModel load_for_inference(const std::string& path, Device device, const InferenceOptions& options) {
+  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device, options);
+  KILN_CHECK(options.quantize.empty(), "--quantize serves hf:DIR language models; export a run first (kiln export "
+             "RUN --format hf --out DIR)");
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);
@@ -221,8 +226,8 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
-  if (models::hf_folder(path)) {
-    TextModel m = load_text_model(path, device, options.precision);
+  if (models::hf_folder(path) || !options.quantize.empty()) {  // a Kiln run quantized samples as a TextModel too
+    TextModel m = load_text_model(path, device, options.precision, options.quantize);
     Generator gen(options.seed);
     const std::vector<int32_t> prompt = m.encode(options.prompt);
     std::vector<std::string> out;

@@ -104,6 +104,7 @@ struct SampleOptions {
   int64_t top_k = 40;
   uint64_t seed = 1;
   std::string precision = "auto";  // hf:DIR weights: auto (the file's dtype), fp32 or bf16
+  std::string quantize;            // "", or int8, int4, int4z (kiln/core/quantized.h)
 };
 
 using Log = std::function<void(const std::string&)>;
@@ -145,9 +146,12 @@ const Recipe& find_recipe(const std::string& name);
 std::string describe_recipes();
 
 TrainResult train(const TrainOptions& options, const Log& log);
-// Loads a checkpoint directory (or a run directory's newest), or hf:DIR, for
-// inference. `chat_template` names a chat template family for a Hugging
-// Face language model instead of the one its folder carries.
+// How a Hugging Face language model is loaded for inference.
+struct InferenceOptions {
+  std::string chat_template;  // a chat template family instead of the folder's own (--chat-template)
+  std::string quantize;       // "", or int8, int4, int4z: quantize the weights (--quantize)
+};
+// Loads a checkpoint directory (or a run directory's newest), or hf:DIR, for inference.
 struct LoadedModel {
   std::string recipe;
   ModelKind kind;
@@ -155,9 +159,12 @@ struct LoadedModel {
   std::unique_ptr<InferenceModel> model;
 };
 LoadedModel load_for_inference(const std::string& checkpoint_or_run_dir, Device device,
-                               const std::string& chat_template = "");
-// Evaluates a checkpoint directory (or the newest in a run directory).
-EvalResult evaluate(const std::string& checkpoint_or_run_dir, Device device, const Log& log);
+                               const InferenceOptions& options = {});
+// Evaluates a checkpoint directory (or the newest in a run directory), or a
+// Hugging Face language model in `precision` (auto, fp32, bf16), quantized
+// if `quantize` names a format.
+EvalResult evaluate(const std::string& checkpoint_or_run_dir, Device device, const Log& log,
+                    const std::string& precision = "auto", const std::string& quantize = "");
 // Samples text from a checkpoint whose recipe generates text.
 std::vector<std::string> sample(const std::string& checkpoint_or_run_dir, const SampleOptions& options,
                                 Device device);

@@ -19,7 +19,15 @@ std::optional<DType> weights_dtype(const std::string& precision) {
   KILN_FAIL("--precision must be auto (the weights' own dtype), fp32 or bf16, not '", precision, "'");
 }
 
-TextModel load_text_model(const std::string& spec, Device device, const std::string& weights) {
+namespace {
+TextModel quantized(TextModel m, const std::string& quantize) {
+  if (!quantize.empty()) nn::quantize_weights(*m.model, parse_quant_format(quantize));
+  return m;
+}
+}  // namespace
+
+TextModel load_text_model(const std::string& spec, Device device, const std::string& weights,
+                          const std::string& quantize) {
   TextModel out;
   if (auto dir = models::hf_folder(spec)) {
     auto lm = std::make_shared<models::HfCausalLm>(models::load_hf_causal_lm(*dir, weights_dtype(weights)));
@@ -28,7 +36,7 @@ TextModel load_text_model(const std::string& spec, Device device, const std::str
     out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
     out.decode = [lm](const std::vector<int32_t>& ids) { return lm->tokenizer.decode(ids); };
     out.stop_ids = lm->eos_ids;
-    return out;
+    return quantized(std::move(out), quantize);
   }
   const std::string ckdir = resolve_checkpoint(spec);
   const Checkpoint ck = load_checkpoint(ckdir);
@@ -46,7 +54,7 @@ TextModel load_text_model(const std::string& spec, Device device, const std::str
   };
   out.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   out.stop_ids = {tok->end_of_text_id()};
-  return out;
+  return quantized(std::move(out), quantize);
 }
 
 ScoredText score_text(TextModel& m, const std::string& text) {

@@ -24,7 +24,9 @@ struct TextModel {
 
 // `weights`: "auto" keeps a Hugging Face file's dtype (bf16 stays bf16);
 // "fp32" or "bf16" converts. Kiln runs keep what they saved.
-TextModel load_text_model(const std::string& spec, Device device, const std::string& weights = "auto");
+// `quantize`: "", or int8, int4, int4z: the weights quantized for inference.
+TextModel load_text_model(const std::string& spec, Device device, const std::string& weights = "auto",
+                          const std::string& quantize = "");
 // "auto" -> nullopt, "fp32" -> f32, "bf16" -> bf16; anything else is an error.
 std::optional<DType> weights_dtype(const std::string& precision);
 

@@ -136,7 +136,7 @@ class Server {
     use_num_threads_on_this_thread();  // warm-up batches run here
     for (const auto& [name, dir] : o_.models) {
       try {
-        recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device, o_.chat_template);
+        recipes::LoadedModel loaded = recipes::load_for_inference(dir, o_.device, o_.loading);
         auto m = std::make_unique<ServedModel>();
         m->name = name;
         m->dir = dir;

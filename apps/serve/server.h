@@ -21,7 +21,7 @@ struct ServeOptions {
   int64_t warmup_batches = 0;                // run through each model before it is ready (--warmup)
   std::string runs_dir;                      // the page plots the runs under it (--runs)
   DType precision = DType::f32;              // bf16: models run under bf16 autocast (--precision)
-  std::string chat_template;                 // a chat template family for every language model (--chat-template)
+  recipes::InferenceOptions loading;         // --chat-template and --quantize, for every Hugging Face language model
 };
 
 // Serves until SIGTERM or SIGINT, then stops accepting, finishes the

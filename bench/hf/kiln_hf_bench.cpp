@@ -1,14 +1,17 @@
 // Kiln's side of bench/hf/run.sh: on a Hugging Face folder, the load time
 // (and the time to a first token's logits, which reads the mapped weights),
 // prompt processing (one forward pass over P tokens into the cache) and
-// single-stream greedy decoding (N tokens, one at a time), best of R runs.
-// Prints one JSON line.
+// single-stream greedy decoding (N tokens, one at a time), best of R runs,
+// in f32, bf16, or quantized (int8, int4, int4z: the f32 weights quantized
+// as --quantize does, which the load time includes). Prints one JSON line,
+// with the bytes of weights a decoding step reads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "kiln/cpu/runtime_defaults.h"
+#include "kiln/nn/layers.h"
 #include "models/hf/hf_model.h"
 
 using Clock = std::chrono::steady_clock;
@@ -18,14 +21,19 @@ static double seconds_since(Clock::time_point t) { return std::chrono::duration<
 int main(int argc, char** argv) {
   kiln::apply_runtime_defaults(argv);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3] [f32|bf16]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3] [f32|bf16|int8|int4|int4z]\n",
+                 argv[0]);
     return 2;
   }
   const int64_t P = argc > 2 ? std::atoll(argv[2]) : 128, N = argc > 3 ? std::atoll(argv[3]) : 64;
   const int R = argc > 4 ? std::atoi(argv[4]) : 3;
   auto t0 = Clock::now();
-  const bool bf16 = argc > 5 && std::string(argv[5]) == "bf16";
-  auto lm = kiln::models::load_hf_causal_lm(argv[1], bf16 ? kiln::DType::bf16 : kiln::DType::f32);
+  const std::string dtype = argc > 5 ? argv[5] : "f32";
+  auto lm = kiln::models::load_hf_causal_lm(argv[1], dtype == "bf16" ? kiln::DType::bf16 : kiln::DType::f32);
+  size_t weight_bytes = 0;
+  if (dtype != "f32" && dtype != "bf16")
+    weight_bytes = kiln::nn::quantize_weights(*lm.model, kiln::parse_quant_format(dtype));
+  for (const auto& p : lm.model->parameters()) weight_bytes += p.nbytes();
   const double load_s = seconds_since(t0);
   {  // mapped weights are read when first used: time to the first token's logits too
     kiln::NoGradGuard ng;
@@ -57,7 +65,8 @@ int main(int argc, char** argv) {
                                      {"load_s", load_s},
                                      {"first_logits_s", first_logits_s},
                                      {"prefill_tokens_per_s", double(P) / best_prefill},
-                                     {"decode_tokens_per_s", double(N) / best_decode}}
+                                     {"decode_tokens_per_s", double(N) / best_decode},
+                                     {"weight_bytes", weight_bytes}}
                           .dump()
                           .c_str());
   return 0;

@@ -101,14 +101,20 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     for (int64_t c = 0; c < q.cols; ++c) out[c] = scale * float(int8_t(data[c]));
     return;
   }
-  const int64_t blocks = q.blocks();
+  const int64_t blocks = q.blocks(), half = kQuantBlock / 2;
   const auto* data = q.data.data<uint8_t>() + row * (padded / 2);
-  for (int64_t c = 0; c < q.cols; ++c) {
-    const int64_t b = c / kQuantBlock, j = c % kQuantBlock;
-    const uint8_t byte = data[b * (kQuantBlock / 2) + j % (kQuantBlock / 2)];
-    const int level = j < kQuantBlock / 2 ? byte & 0x0f : byte >> 4;
-    const int zero = q.zeros.defined() ? q.zeros.data<uint8_t>()[row * blocks + b] : 8;
-    out[c] = q.scales.data<float>()[row * blocks + b] * float(level - zero);
+  const float* scales = q.scales.data<float>() + row * blocks;
+  const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float scale = scales[b], zero = float(zeros ? zeros[b] : 8);
+    float values[kQuantBlock];
+    for (int64_t j = 0; j < half; ++j) {
+      const uint8_t byte = data[b * half + j];
+      values[j] = scale * (float(byte & 0x0f) - zero);
+      values[j + half] = scale * (float(byte >> 4) - zero);
+    }
+    const int64_t n = std::min(kQuantBlock, q.cols - b * kQuantBlock);
+    std::copy(values, values + n, out + b * kQuantBlock);
   }
 }
 
