@@ -9,7 +9,7 @@ namespace kiln::cli {
 
 std::function<int()> add_export_command(CLI::App& app) {
   struct Options {
-    std::string source, format = "hf", out;
+    std::string source, format = "hf", out, quantize;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("export", "write a run (or hf:DIR) as a Hugging Face folder that transformers loads");
@@ -17,11 +17,19 @@ std::function<int()> add_export_command(CLI::App& app) {
   cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json")
       ->check(CLI::IsMember({"hf"}));
   cmd->add_option("--out", o->out, "the folder to write (must not exist, or be empty)")->required();
+  cmd->add_option("--quantize", o->quantize,
+                  "write the weights quantized (int8, int4 or int4z; Kiln's own format, which Kiln loads as hf:DIR "
+                  "and transformers does not)")
+      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
   return [cmd, o]() -> int {
     if (!*cmd) return -1;
-    recipes::export_hf(o->source, o->out);
-    std::printf("kiln export: wrote %s (load it with AutoModelForCausalLM.from_pretrained, or as hf:%s)\n",
-                o->out.c_str(), o->out.c_str());
+    recipes::export_hf(o->source, o->out, o->quantize);
+    if (o->quantize.empty())
+      std::printf("kiln export: wrote %s (load it with AutoModelForCausalLM.from_pretrained, or as hf:%s)\n",
+                  o->out.c_str(), o->out.c_str());
+    else
+      std::printf("kiln export: wrote %s, %s (load it with Kiln as hf:%s)\n", o->out.c_str(), o->quantize.c_str(),
+                  o->out.c_str());
     return 0;
   };
 }

@@ -27,16 +27,25 @@ nlohmann::json read_json_or_empty(const fs::path& path) {
   return fs::exists(path) ? nlohmann::json::parse(read_text(path)) : nlohmann::json::object();
 }
 
+// The weights of `model` written as `type`'s checkpoint, quantized first if asked.
+void take_weights(models::HfFolderContents& c, nn::Module& model, const std::string& type, const std::string& quantize) {
+  if (!quantize.empty()) nn::quantize_weights(model, parse_quant_format(quantize));
+  c.tensors = models::checkpoint_tensors(model, type);
+  if (const auto q = models::quantization_config(model); !q.is_null()) c.config["quantization_config"] = q;
+}
+
 // A loaded folder written back: its config and tokenizer files as they are,
 // its weights as the module holds them now (fine-tuned or not).
-models::HfFolderContents loaded_folder(const std::string& dir) {
+models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize) {
   models::HfFolderContents c;
   c.config = models::read_hf_config(dir);
   const std::string type = c.config["model_type"].get<std::string>();
-  if (models::hf_model_kind(c.config) == "classifier")
+  if (models::hf_model_kind(c.config) == "classifier") {
+    KILN_CHECK(quantize.empty(), "--quantize exports language models; ", dir, " is a classifier");
     c.tensors = models::checkpoint_tensors(*models::load_hf_classifier(dir).model, type);
-  else
-    c.tensors = models::checkpoint_tensors(*models::load_hf_causal_lm(dir).model, type);
+  } else {
+    take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize);
+  }
   c.tokenizer_json = read_text(fs::path(dir) / "tokenizer.json");
   c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
   c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
@@ -45,8 +54,8 @@ models::HfFolderContents loaded_folder(const std::string& dir) {
 
 }  // namespace
 
-void export_hf(const std::string& source, const std::string& out) {
-  if (auto dir = models::hf_folder(source)) return models::write_hf_folder(out, loaded_folder(*dir));
+void export_hf(const std::string& source, const std::string& out, const std::string& quantize) {
+  if (auto dir = models::hf_folder(source)) return models::write_hf_folder(out, loaded_folder(*dir, quantize));
   const std::string ckdir = resolve_checkpoint(source);
   const Checkpoint ck = load_checkpoint(ckdir);
   const std::string recipe = ck.state.value("recipe", std::string());
@@ -54,7 +63,9 @@ void export_hf(const std::string& source, const std::string& out) {
              " run; --format hf exports language models (fortunes-gpt runs, or hf:DIR)");
   auto gpt = load_gpt(ck, Device::cpu());
   const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
-  models::write_hf_folder(out, models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id()));
+  models::HfFolderContents c = models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id());
+  if (!quantize.empty()) take_weights(c, *gpt, "gpt2", quantize);
+  models::write_hf_folder(out, c);
 }
 
 }  // namespace kiln::recipes

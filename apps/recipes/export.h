@@ -5,6 +5,9 @@
 
 namespace kiln::recipes {
 
-void export_hf(const std::string& source, const std::string& out);
+// `quantize` ("", int8, int4, int4z): a language model's matrices written
+// quantized (Kiln's own format: config.json's quantization_config has
+// quant_method "kiln"; Kiln loads it, transformers does not).
+void export_hf(const std::string& source, const std::string& out, const std::string& quantize = "");
 
 }  // namespace kiln::recipes

@@ -4,8 +4,11 @@
 // single-stream greedy decoding (N tokens, one at a time), best of R runs,
 // in f32, bf16, or quantized (int8, int4, int4z: the f32 weights quantized
 // as --quantize does, which the load time includes). Prints one JSON line,
-// with the bytes of weights a decoding step reads.
+// with the bytes of weights and of keys and values a decoding step reads,
+// and the memory read bandwidth measured at the same thread count.
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,23 @@
 using Clock = std::chrono::steady_clock;
 
 static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// What this machine's memory gives a read at this thread count: a sum over
+// 1 GiB of floats, far past the caches, best of 3, in GB/s.
+static double read_bandwidth_gbps() {
+  std::vector<float> big(size_t(1) << 28, 1.0f);
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto t = Clock::now();
+    double sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+    for (int64_t i = 0; i < int64_t(big.size()); ++i) sum += big[size_t(i)];
+    const double s = seconds_since(t);
+    if (sum != double(big.size())) std::abort();
+    best = std::max(best, double(big.size() * sizeof(float)) / s / 1e9);
+  }
+  return best;
+}
 
 int main(int argc, char** argv) {
   kiln::apply_runtime_defaults(argv);
@@ -61,12 +81,21 @@ int main(int argc, char** argv) {
     best_prefill = std::min(best_prefill, prefill);
     best_decode = std::min(best_decode, seconds_since(t));
   }
+  // The keys and values a decoding step reads, at its average position.
+  const auto& c = lm.config;
+  const int64_t layers = c.value("num_hidden_layers", int64_t(0)), heads = c.value("num_attention_heads", int64_t(1));
+  const int64_t kv_heads = c.value("num_key_value_heads", heads);
+  const int64_t head_dim = c.value("head_dim", c.value("hidden_size", int64_t(0)) / heads);
+  const double kv_bytes = double(layers * 2 * kv_heads * head_dim) * (double(P) + double(N) / 2) *
+                          (dtype == "bf16" ? 2.0 : 4.0);
   std::printf("%s\n", nlohmann::json{{"engine", "kiln"},
                                      {"load_s", load_s},
                                      {"first_logits_s", first_logits_s},
                                      {"prefill_tokens_per_s", double(P) / best_prefill},
                                      {"decode_tokens_per_s", double(N) / best_decode},
-                                     {"weight_bytes", weight_bytes}}
+                                     {"weight_bytes", weight_bytes},
+                                     {"kv_bytes_per_token", kv_bytes},
+                                     {"read_gbps", read_bandwidth_gbps()}}
                           .dump()
                           .c_str());
   return 0;

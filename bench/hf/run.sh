@@ -3,7 +3,11 @@
 # 9 heads with 3 KV heads, 49,152 tokens; random weights that
 # tests/hf/make_fixtures.py --speed makes, cached outside the repository):
 # Kiln against transformers on PyTorch 2 and, where it is built, llama.cpp,
-# in one run, at each thread count.
+# in one run, at each thread count: f32, bf16 and quantized weights (Kiln's
+# int8 and int4 against llama.cpp's Q8_0 and Q4_0, which llama-quantize makes
+# from its f32 GGUF). Kiln's rows also give the share of the measured memory
+# read bandwidth a decoding step uses: (weight bytes + key and value bytes
+# read per token) x tokens/s / bandwidth.
 #   BUILD_DIR=build LLAMA_CPP=DIR bench/hf/run.sh [THREADS...]   (default: 1 2)
 # LLAMA_CPP: a llama.cpp source tree with build/bin/llama-bench (PyPI's
 # llama-cpp-python source package carries one under vendor/llama.cpp).
@@ -16,12 +20,16 @@ LLAMA_CPP="${LLAMA_CPP:-}"
 [ -f "$MODEL/model.safetensors" ] || "$PY" tests/hf/make_fixtures.py --speed "$MODEL" >&2
 P=128 N=64 R=3
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  prompt $P tokens, $N new tokens, best of $R"
-printf '| threads | engine | dtype | load s | first logits s | prompt tok/s | decode tok/s |\n|---|---|---|---|---|---|---|\n'
+printf '| threads | engine | weights | load s | first logits s | prompt tok/s | decode tok/s | decode share of bandwidth |\n|---|---|---|---|---|---|---|---|\n'
 row() {  # THREADS DTYPE JSON
-  python3 -c "import json,sys; r=json.loads(sys.argv[3]); print('| %s | %s | %s | %.3f | %.3f | %.0f | %.1f |' % (sys.argv[1], r['engine'], sys.argv[2], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s']))" "$@"
+  python3 -c "
+import json, sys
+r = json.loads(sys.argv[3])
+share = '%.0f%% of %.1f GB/s' % (100 * (r['weight_bytes'] + r['kv_bytes_per_token']) * r['decode_tokens_per_s'] / 1e9 / r['read_gbps'], r['read_gbps']) if 'read_gbps' in r else '-'
+print('| %s | %s | %s | %.3f | %.3f | %.0f | %.1f | %s |' % (sys.argv[1], r['engine'], sys.argv[2], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s'], share))" "$@"
 }
 for threads in ${@:-1 2}; do
-  for dtype in f32 bf16; do
+  for dtype in f32 bf16 int8 int4; do
     row "$threads" $dtype "$(OMP_NUM_THREADS=$threads "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R $dtype)"
   done
   for dtype in float32 bfloat16; do
@@ -29,15 +37,19 @@ for threads in ${@:-1 2}; do
       "$(OMP_NUM_THREADS=$threads "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
   done
   [ -x "$LLAMA_CPP/build/bin/llama-bench" ] || continue
-  for dtype in f32 bf16; do
+  for dtype in f32 bf16 q8_0 q4_0; do
     gguf="$MODEL-$dtype.gguf"
-    [ -f "$gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype $dtype --outfile "$gguf" >&2
+    [ -f "$MODEL-f32.gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype f32 --outfile "$MODEL-f32.gguf" >&2
+    case $dtype in
+      bf16) [ -f "$gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$gguf" >&2 ;;
+      q*) [ -f "$gguf" ] || "$LLAMA_CPP/build/bin/llama-quantize" "$MODEL-f32.gguf" "$gguf" "${dtype^^}" >&2 ;;
+    esac
     # llama-bench's decoding test (tg) starts from an empty context; its
     # prompt test (pp) is one batch of P tokens. No load times.
     "$LLAMA_CPP/build/bin/llama-bench" -m "$gguf" -p $P -n $N -t "$threads" -r $R -o json 2>/dev/null |
       python3 -c "
 import json, sys
 rows = {('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.load(sys.stdin)}
-print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f |' % (rows['pp'], rows['tg']))"
+print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f | - |' % (rows['pp'], rows['tg']))"
   done
 done

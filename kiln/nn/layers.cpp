@@ -27,29 +27,25 @@ std::shared_ptr<const QuantizedMatrix> quantized_copy(const Tensor& w, QuantForm
 }
 }  // namespace
 
-void Linear::quantize(QuantFormat format) {
-  if (quantized) return;
-  quantized = quantized_copy(weight, format);
-  drop_parameter("weight");
-  weight = Tensor();
+void WeightModule::quantize(QuantFormat format) {
+  if (!quantized) set_quantized(quantized_copy(weight, format));
 }
 
-void Embedding::quantize(QuantFormat format) {
-  if (quantized) return;
-  quantized = quantized_copy(weight, format);
+void WeightModule::set_quantized(std::shared_ptr<const QuantizedMatrix> q) {
+  if (weight.defined())
+    KILN_CHECK(q->rows == weight.size(0) && q->cols == weight.size(1), "quantized weights [", q->rows, ", ", q->cols,
+               "] do not fit a weight of shape ", shape_str(weight.shape()));
+  quantized = std::move(q);
   drop_parameter("weight");
   weight = Tensor();
 }
 
 size_t quantize_weights(Module& root, QuantFormat format) {
   size_t bytes = 0;
-  root.for_each_module([&](Module& m) {
-    if (auto* l = dynamic_cast<Linear*>(&m)) {
-      l->quantize(format);
-      bytes += l->quantized->bytes();
-    } else if (auto* e = dynamic_cast<Embedding*>(&m)) {
-      e->quantize(format);
-      bytes += e->quantized->bytes();
+  root.for_each_module([&](const std::string&, Module& m) {
+    if (auto* w = dynamic_cast<WeightModule*>(&m)) {
+      w->quantize(format);
+      bytes += w->quantized->bytes();
     }
   });
   return bytes;

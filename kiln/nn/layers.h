@@ -6,27 +6,33 @@
 
 namespace kiln::nn {
 
-class Linear : public Module {
+// A module whose matrix `weight` may be replaced by its quantized form for
+// inference (kiln/core/quantized.h): Linear and Embedding.
+class WeightModule : public Module {
+ public:
+  // Quantizes the weight, which is then dropped (undefined, no longer a parameter).
+  void quantize(QuantFormat format);
+  // Takes an already quantized matrix of the weight's shape (a quantized checkpoint).
+  void set_quantized(std::shared_ptr<const QuantizedMatrix> q);
+  Tensor weight;
+  std::shared_ptr<const QuantizedMatrix> quantized;
+};
+
+class Linear : public WeightModule {
  public:
   Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
   Tensor forward(const Tensor& x) override {
     return quantized ? quantized_linear(x, *quantized, bias) : linear(x, weight, bias);
   }
-  // Replaces the weight by its quantized form (inference only); weight is then undefined.
-  void quantize(QuantFormat format);
-  Tensor weight, bias;  // weight [out, in], as torch.nn.Linear
-  std::shared_ptr<const QuantizedMatrix> quantized;
+  Tensor bias;  // weight [out, in], as torch.nn.Linear
 };
 
-class Embedding : public Module {
+class Embedding : public WeightModule {
  public:
   Embedding(int64_t num, int64_t dim, Generator& gen, double stddev = 1.0);
   Tensor forward(const Tensor& ids) override {
     return quantized ? quantized_embedding(*quantized, ids) : embedding(weight, ids);
   }
-  void quantize(QuantFormat format);  // as Linear's
-  Tensor weight;
-  std::shared_ptr<const QuantizedMatrix> quantized;
 };
 
 // Quantizes the weights of every Linear and Embedding under `root` for

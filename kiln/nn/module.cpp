@@ -3,6 +3,7 @@
 #include "kiln/nn/init.h"
 
 #include <map>
+#include <utility>
 
 namespace kiln::nn {
 
@@ -25,9 +26,15 @@ void Module::drop_parameter(const std::string& name) {
   std::erase_if(params_, [&](const auto& p) { return p.first == name; });
 }
 
-void Module::for_each_module(const std::function<void(Module&)>& f) {
-  f(*this);
-  for (auto& [name, child] : children_) child->for_each_module(f);
+void Module::for_each_module(const std::function<void(const std::string&, Module&)>& f, const std::string& prefix) {
+  f(prefix, *this);
+  for (auto& [name, child] : children_) child->for_each_module(f, prefix + name + ".");
+}
+
+void Module::for_each_module(const std::function<void(const std::string&, const Module&)>& f,
+                             const std::string& prefix) const {
+  f(prefix, *this);
+  for (const auto& [name, child] : children_) std::as_const(*child).for_each_module(f, prefix + name + ".");
 }
 
 void Module::collect(const std::string& prefix, NamedTensors& out) const {

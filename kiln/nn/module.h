@@ -34,8 +34,11 @@ class Module {
   // Copies values from `tensors` (by name); throws listing missing, unexpected
   // and mis-shaped names.
   void load_parameters(const NamedTensors& tensors);
-  // Calls f on this module and every module below it, parents first.
-  void for_each_module(const std::function<void(Module&)>& f);
+  // Calls f on this module and every module below it, parents first, with
+  // the prefix of its parameters' names ("" for this one, "h.0.attn." ...).
+  void for_each_module(const std::function<void(const std::string& prefix, Module&)>& f, const std::string& prefix = "");
+  void for_each_module(const std::function<void(const std::string& prefix, const Module&)>& f,
+                       const std::string& prefix = "") const;
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);

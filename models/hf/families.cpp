@@ -81,9 +81,20 @@ class ConfigReader {
   std::string type_;
 };
 
-// Keys every family refuses: weights Kiln cannot read as they are.
+// Keys every family refuses: weights Kiln cannot read as they are. Kiln's
+// own quantized exports (quant_method "kiln", kiln export --quantize) load.
 void refuse_common(const ConfigReader& r) {
-  r.absent("quantization_config", "quantized checkpoints are not loaded yet; use the bf16 or f32 weights");
+  if (r.has("quantization_config") && r.at("quantization_config").is_object() &&
+      r.at("quantization_config").value("quant_method", json()) == "kiln") {
+    const json& q = r.at("quantization_config");
+    KILN_CHECK(q.contains("format") && q["format"].is_string() && q.value("group_size", json()) == kQuantBlock,
+               "config.json: quantization_config of quant_method \"kiln\" needs a \"format\" string and "
+               "\"group_size\": ", kQuantBlock);
+    parse_quant_format(q["format"].get<std::string>());
+    return;
+  }
+  r.absent("quantization_config", "only Kiln's own quantized exports (quant_method \"kiln\") load; GPTQ, AWQ and "
+           "bitsandbytes checkpoints do not: load the bf16 or f32 weights and pass --quantize");
 }
 
 // ---- the Llama family: llama, mistral, qwen2

@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/layers.h"
 #include "models/hf/families.h"
 
 namespace kiln::models {
@@ -55,7 +56,28 @@ nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& 
     Tensor cpu = param.detach().to(Device::cpu());
     out.emplace_back(c.name, c.transposed ? cpu.transpose(0, 1).contiguous() : cpu.contiguous());
   }
+  model.for_each_module([&](const std::string& prefix, const nn::Module& m) {
+    const auto* w = dynamic_cast<const nn::WeightModule*>(&m);
+    if (!w || !w->quantized) return;
+    const std::string name = family ? family->checkpoint_name(prefix + "weight").name : prefix + "weight";
+    out.emplace_back(name + ".qdata", w->quantized->data);
+    out.emplace_back(name + ".scales", w->quantized->scales);
+    if (w->quantized->zeros.defined()) out.emplace_back(name + ".zeros", w->quantized->zeros);
+  });
   return out;
+}
+
+nlohmann::json quantization_config(const nn::Module& model) {
+  json config;
+  model.for_each_module([&](const std::string&, const nn::Module& m) {
+    const auto* w = dynamic_cast<const nn::WeightModule*>(&m);
+    if (!w || !w->quantized || !config.is_null()) return;
+    config = {{"quant_method", "kiln"},
+              {"format", quant_format_name(w->quantized->format)},
+              {"group_size", kQuantBlock},
+              {"dtype", w->quantized->dtype == DType::bf16 ? "bfloat16" : w->quantized->dtype == DType::f16 ? "float16" : "float32"}};
+  });
+  return config;
 }
 
 HfFolderContents gpt_as_hf(const Gpt& model, const std::string& tokenizer_json, int32_t end_of_text) {

@@ -22,8 +22,13 @@ struct HfFolderContents {
 void write_hf_folder(const std::string& out, const HfFolderContents& contents);
 
 // The parameters of `model` under the checkpoint names of its family
-// (model_type), transposed back where the checkpoint stores [in, out].
+// (model_type), transposed back where the checkpoint stores [in, out];
+// quantized matrices as NAME.qdata, NAME.scales (and NAME.zeros), in
+// Kiln's [out, in] layout, which only Kiln reads.
 nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& model_type);
+// config.json's quantization_config for a model with quantized matrices
+// (quant_method "kiln"), or null.
+nlohmann::json quantization_config(const nn::Module& model);
 
 // Kiln's GPT as GPT2LMHeadModel: its config and tensors. `tokenizer_json`
 // is the run's tokenizer as tokenizer.json; `end_of_text` its id.

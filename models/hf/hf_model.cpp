@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/init.h"
+#include "kiln/nn/layers.h"
 #include "models/hf/families.h"
 
 namespace kiln::models {
@@ -118,13 +119,52 @@ std::map<std::string, Tensor> map_hf_weights(const std::string& dir) {
 
 namespace {
 
+// Kiln's quantized export (config.json's quantization_config, quant_method
+// "kiln"): a matrix NAME is stored as NAME.qdata, NAME.scales and, with zero
+// points, NAME.zeros, in Kiln's [out, in] layout; each is mapped, not copied.
+void attach_quantized(nn::Module& model, const std::map<std::string, Tensor>& weights, std::set<std::string>& used,
+                      const std::function<CheckpointName(const std::string&)>& checkpoint_name, const json& config,
+                      const std::string& dir) {
+  const json& qc = config["quantization_config"];
+  const QuantFormat format = parse_quant_format(qc["format"].get<std::string>());
+  const DType dtype = dtype_parse(qc.value("dtype", std::string("float32")));
+  model.for_each_module([&](const std::string& prefix, nn::Module& m) {
+    auto* w = dynamic_cast<nn::WeightModule*>(&m);
+    if (!w || !w->weight.defined()) return;
+    const std::string name = checkpoint_name(prefix + "weight").name;
+    auto part = [&](const char* suffix, DType want, const Shape& shape) {
+      auto it = weights.find(name + suffix);
+      KILN_CHECK(it != weights.end(), dir, ": quantized '", name, "' lacks its ", suffix, " tensor");
+      KILN_CHECK(it->second.dtype() == want && it->second.shape() == shape, dir, ": '", name, suffix, "' holds ",
+                 dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()), "; ",
+                 quant_format_name(format), " weights of shape ", shape_str(w->weight.shape()), " need ",
+                 dtype_name(want), " ", shape_str(shape));
+      used.insert(it->first);
+      return it->second;
+    };
+    if (!weights.count(name + ".qdata")) return;  // kept in float
+    QuantizedMatrix q;
+    q.format = format;
+    q.rows = w->weight.size(0);
+    q.cols = w->weight.size(1);
+    q.dtype = dtype;
+    const bool int8 = format == QuantFormat::int8;
+    q.data = part(".qdata", DType::u8, {q.rows, int8 ? q.padded_cols() : q.padded_cols() / 2});
+    q.scales = part(".scales", DType::f32, int8 ? Shape{q.rows} : Shape{q.rows, q.blocks()});
+    if (format == QuantFormat::int4_zero) q.zeros = part(".zeros", DType::u8, {q.rows, q.blocks()});
+    w->set_quantized(std::make_shared<const QuantizedMatrix>(std::move(q)));
+  });
+}
+
 // Points every parameter of `model` at its checkpoint tensor; any tensor
 // left over that is not an ignorable buffer, or any parameter missing, is an error.
-void attach_weights(nn::Module& model, const std::string& dir, const std::string& model_type,
+void attach_weights(nn::Module& model, const std::string& dir, const json& config, const std::string& model_type,
                     const std::function<CheckpointName(const std::string&)>& checkpoint_name,
                     const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
   std::map<std::string, Tensor> weights = map_hf_weights(dir);
   std::set<std::string> used;
+  if (config.contains("quantization_config") && config["quantization_config"].is_object())
+    attach_quantized(model, weights, used, checkpoint_name, config, dir);
   for (auto& [name, param] : model.named_parameters()) {
     const CheckpointName source = checkpoint_name(name);
     auto it = weights.find(source.name);
@@ -180,7 +220,7 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
               supported_causal_lm_types(), ")");
   out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
-  attach_weights(*out.model, dir, out.model_type, family->checkpoint_name, family->ignorable, dtype);
+  attach_weights(*out.model, dir, out.config, out.model_type, family->checkpoint_name, family->ignorable, dtype);
   out.eos_ids = eos_ids_of(out.config, dir, out.model->vocab_size());
   return out;
 }
@@ -196,7 +236,7 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
               supported_classifier_types(), ")");
   out.model = build_from_config(family->build, config, dir);
   out.tokenizer = folder_tokenizer(dir);
-  attach_weights(*out.model, dir, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+  attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
                  family->ignorable, dtype);
   out.labels = out.model->config().labels;
   return out;

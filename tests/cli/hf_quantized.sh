@@ -26,6 +26,33 @@ PY
   cat "$OUT"
 done
 
+# kiln export --quantize writes the quantized matrices (Kiln's format): the
+# folder loads as hf:DIR and evaluates as the model quantized in memory, at
+# a fraction of the f32 file's size.
+run 0 "$KILN" eval "hf:$WORK/gpt-hf" --quantize int4
+in_memory="$(nats)"
+run 0 "$KILN" export "$WORK/gpt" --format hf --out "$WORK/gpt-int4" --quantize int4
+expect "wrote .*, int4"
+run 0 "$KILN" eval "hf:$WORK/gpt-int4"
+[ "$(nats)" = "$in_memory" ] || fail "the int4 export evaluates to $(nats) nats/token, quantized in memory to $in_memory"
+python3 - "$WORK/gpt-hf/model.safetensors" "$WORK/gpt-int4/model.safetensors" "$WORK/gpt-int4/config.json" <<'PY' || fail "the int4 export is not a quarter of the f32 file"
+import json, os, sys
+f32, int4 = os.path.getsize(sys.argv[1]), os.path.getsize(sys.argv[2])
+q = json.load(open(sys.argv[3]))["quantization_config"]
+print(f"f32 {f32} bytes, int4 {int4} bytes ({int4 / f32:.2f}), {q}")
+sys.exit(0 if int4 < 0.3 * f32 and q == {"quant_method": "kiln", "format": "int4", "group_size": 32, "dtype": "float32"} else 1)
+PY
+# Another tool's quantized checkpoint is refused by name.
+cp -r "$WORK/gpt-hf" "$WORK/gptq"
+python3 - "$WORK/gptq/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+run 1 "$KILN" score "hf:$WORK/gptq" --text "x"
+expect "quantization_config.*GPTQ, AWQ and bitsandbytes checkpoints do not"
+
 # The fixtures quantized: score, greedy sample, a served chat.
 run 0 "$KILN" score "hf:$FIX/llama-gqa" --text "The cat sat on the mat." --json --quantize int4
 expect '"perplexity"'
