@@ -1,5 +1,7 @@
 #include "apps/plan/plan_cli.h"
 
+#include "apps/plan/serving.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -98,6 +100,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   text_option("--price", "rental price per GPU-hour in USD (default: the table's)");
   text_option("--kwh-price", "electricity price per kWh in USD, for owning (default: 0.15)");
   cmd->add_flag("--json", (*flags)["json"], "print the plan as one JSON object");
+  cmd->add_flag("--serve", (*flags)["serve"],
+                "with --model: the memory to serve it (weights and each stream's keys and values), not to train it");
+  text_option("--quantize", "with --serve: count the matrices as int8, int4 or int4z (kiln serve --quantize)");
+  text_option("--streams", "with --serve: sequences served at once (default: 1)");
 
   return [cmd, in, opts, flags]() -> int {
     if (!*cmd) return -1;
@@ -117,6 +123,34 @@ std::function<int()> add_plan_command(CLI::App& app) {
       // Sequences of the model's context, up to 2,048 tokens, unless --block-size says.
       in->gpt.block_size = std::min<int64_t>(2048, in->hf_config.value("max_position_embeddings",
                                                                          in->hf_config.value("n_positions", int64_t(2048))));
+    }
+    if ((*flags)["serve"]) {
+      KILN_CHECK(given("--model"), "--serve plans a Hugging Face language model: give --model hf:DIR");
+      const ServingMemory m = serving_memory(
+          in->hf_config, given("--quantize") ? std::optional(parse_quant_format((*opts)["--quantize"])) : std::nullopt);
+      const int64_t streams = given("--streams") ? integer("--streams") : 1;
+      size_t budget = 0;
+      std::string target;
+      if (given("--gpu")) {
+        const GpuSpec gpu = find_gpu(load_gpu_table((*opts)["--gpu-table"]), (*opts)["--gpu"]);
+        budget = size_t(gpu.memory_bytes), target = gpu.name;
+      } else if (given("--memory-budget")) {
+        budget = size_t(parse_bytes((*opts)["--memory-budget"])), target = "the budget";
+      }
+      if ((*flags)["json"])
+        std::printf("%s\n", nlohmann::json{{"weights", m.weights},
+                                           {"weight_bytes", m.weight_bytes},
+                                           {"quantized_bytes", m.quantized_bytes},
+                                           {"kv_bytes_per_stream", m.kv_bytes_per_stream},
+                                           {"context", m.context},
+                                           {"streams", streams}}
+                                .dump(2)
+                                .c_str());
+      else
+        std::printf("%s", serving_memory_text(m, streams, budget, target).c_str());
+      if (given("--quantize") && given("--gpu") && !(*flags)["json"])
+        std::printf("  (quantized products run on the CPU so far: the CUDA backend has none yet)\n");
+      return 0;
     }
     if (given("--n-layer")) in->gpt.n_layer = integer("--n-layer");
     if (given("--n-head")) in->gpt.n_head = integer("--n-head");

@@ -111,6 +111,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   // Server-sent events: a chunk per piece of text (a chat's first names the
   // role), then the finish reason, then the usage if asked, then [DONE].
   auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
+  ++t.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, shape, envelope, timeout, state, include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
@@ -172,8 +173,9 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           return true;
         }
       },
-      [job](bool success) {
+      [job, &open = t.open_streams](bool success) {
         if (!success) job->cancelled = true;
+        --open;
       });
 }
 

@@ -23,6 +23,7 @@ struct GenerationTarget {
   GenerationScheduler& scheduler;
   int64_t timeout_ms;
   std::atomic<int64_t>& next_id;  // answers' ids: cmpl-N, chatcmpl-N
+  std::atomic<int>& open_streams;  // streams being written: a stopping server waits for them
 };
 
 void answer_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);

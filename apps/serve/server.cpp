@@ -109,6 +109,10 @@ class Server {
     std::thread watcher([&] {
       while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       log_("kiln serve: stopping: no new requests; finishing those in flight");
+      // cpp-httplib ends a chunked answer once it stops: streams still being
+      // written get the request timeout to finish first.
+      const auto drain_until = Clock::now() + std::chrono::milliseconds(o_.request_timeout_ms);
+      while (open_streams_ > 0 && Clock::now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       // The worker pool drains its queued requests before it ends. stop()
       // does nothing before listen has started, so wait for that first.
       while (!listening_ended && !http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -451,7 +455,7 @@ class Server {
     ServedModel& m = model(name);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
-    return {m.name, *m.model, *m.generator, o_.request_timeout_ms, next_id_};
+    return {m.name, *m.model, *m.generator, o_.request_timeout_ms, next_id_, open_streams_};
   }
 
   ServeOptions o_;
@@ -463,6 +467,7 @@ class Server {
   std::atomic<bool> ready_{false};
   std::string load_error_;
   std::atomic<int64_t> next_id_{1};
+  std::atomic<int> open_streams_{0};
   std::once_flag test_set_loaded_;
   data::ImageDataset test_set_;
 };

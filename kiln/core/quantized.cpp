@@ -29,6 +29,16 @@ size_t QuantizedMatrix::bytes() const {
   return n;
 }
 
+size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
+  const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock, padded = blocks * kQuantBlock;
+  switch (format) {
+    case QuantFormat::int8: return size_t(rows * padded + rows * 4);
+    case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
+    case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
+  }
+  return 0;
+}
+
 QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype) {
   KILN_CHECK(rows > 0 && cols > 0, "quantize: an empty matrix [", rows, ", ", cols, "]");
   MemoryCategoryScope weights(MemoryCategory::weights);

@@ -43,6 +43,10 @@ struct QuantizedMatrix {
   Device device() const { return data.device(); }
 };
 
+// The bytes a [rows, cols] matrix takes in `format`: what bytes() gives
+// once it is quantized (kiln plan --serve counts with it).
+size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols);
+
 // Quantizes a contiguous f32 matrix [rows, cols] on the CPU (the weights as loaded).
 QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype);
 // Row r of the matrix as f32 (cols values): what a lookup and the reference product read.

@@ -1,0 +1,29 @@
+// `kiln plan --model hf:DIR --serve`: the memory a Hugging Face language
+// model takes to serve, from its config.json alone. The model is built on
+// the meta device (no weights, no memory) as the loader builds it; its
+// matrices count at their quantized size under --quantize (what kiln serve
+// --quantize holds), everything else in the file's dtype; each stream's
+// keys and values are what the model's own new_cache() allocates.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "kiln/core/quantized.h"
+
+namespace kiln::plan {
+
+struct ServingMemory {
+  std::string weights;               // "bfloat16", or "int4 (matrices) and bfloat16"
+  size_t weight_bytes = 0;           // all of them
+  size_t quantized_bytes = 0;        // the quantized matrices' share
+  size_t kv_bytes_per_stream = 0;
+  int64_t context = 0;               // positions a stream's cache holds
+};
+
+ServingMemory serving_memory(const nlohmann::json& hf_config, std::optional<QuantFormat> quantize);
+// The text kiln plan prints: weights, cache per stream, the total for
+// `streams`, and against `budget` bytes (0: none) whether it fits and how many streams do.
+std::string serving_memory_text(const ServingMemory& m, int64_t streams, size_t budget, const std::string& target);
+
+}  // namespace kiln::plan
