@@ -20,14 +20,9 @@ namespace {
 
 using hf_test::expected;
 using hf_test::fixture;
+using hf_test::messages_of;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-std::vector<text::ChatMessage> messages_of(const json& j) {
-  std::vector<text::ChatMessage> ms;
-  for (const auto& m : j) ms.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-  return ms;
-}
 
 // The fixture's name for a template -> the family Kiln should recognise.
 std::string family_of(const std::string& fixture_name) { return fixture_name.substr(0, fixture_name.find('-')); }
@@ -42,17 +37,8 @@ TEST(ChatTemplates, RenderAsTransformersDoesForEveryFamily) {
     text::ChatTemplate t = text::recognise_chat_template(e["sources"][name].get<std::string>());
     ASSERT_EQ(t.name(), family_of(name)) << name;
     families.insert(t.name());
-    // The fixture gave transformers the family's own bos/eos text.
-    t.tokens = {name == "chatml"         ? "<|im_start|>"
-                : name == "chatml-qwen2" ? ""
-                : name == "llama3"       ? "<|begin_of_text|>"
-                : name == "gemma"        ? "<bos>"
-                                         : "<s>",
-                name.rfind("chatml", 0) == 0 ? "<|im_end|>"
-                : name == "llama3"           ? "<|eot_id|>"
-                : name == "gemma"            ? "<eos>"
-                : name == "phi3"             ? "<|endoftext|>"
-                                             : "</s>"};
+    // The family's own bos/eos text, as the fixture gave it to transformers.
+    t.tokens = {e["tokens"][name]["bos"].get<std::string>(), e["tokens"][name]["eos"].get<std::string>()};
     const auto ms = messages_of(row["messages"]);
     const bool gen = row["add_generation_prompt"];
     SCOPED_TRACE(name + " " + row["messages"].dump() + (gen ? " +generation prompt" : ""));

@@ -19,14 +19,9 @@ namespace {
 
 using hf_test::expected;
 using hf_test::fixture;
+using hf_test::messages_of;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-std::vector<text::ChatMessage> messages_of(const json& j) {
-  std::vector<text::ChatMessage> ms;
-  for (const auto& m : j) ms.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-  return ms;
-}
 
 recipes::CompletionOptions greedy_chat(int64_t max_tokens) {
   recipes::CompletionOptions o;

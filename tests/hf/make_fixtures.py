@@ -295,7 +295,9 @@ def chat_expectations(out):
                                         skip_special_tokens=True)}
     os.makedirs(os.path.join(out, "chat"), exist_ok=True)
     with open(os.path.join(out, "chat", "expected.json"), "w") as f:
-        json.dump({"sources": {k: v[0] for k, v in CHAT_TEMPLATES.items()}, "renders": rows, "served": served},
+        json.dump({"sources": {k: v[0] for k, v in CHAT_TEMPLATES.items()},
+                   "tokens": {k: {"bos": v[1] or "", "eos": v[2]} for k, v in CHAT_TEMPLATES.items()},
+                   "renders": rows, "served": served},
                   f, indent=1, ensure_ascii=False)
 
 
