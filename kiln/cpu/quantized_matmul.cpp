@@ -66,15 +66,28 @@ inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
   }
 }
 
+// How a block's weight bytes enter the integer products: int8 levels;
+// int4 levels centred on Q4_0's zero (u - 8, signed, so no correction is
+// left); or int4z's unsigned levels, whose zero points a per-block
+// correction takes off afterwards.
+enum class Levels { int8, int4_centred, int4_offset };
+constexpr Levels levels_of(QuantFormat f) {
+  return f == QuantFormat::int8 ? Levels::int8 : f == QuantFormat::int4 ? Levels::int4_centred : Levels::int4_offset;
+}
+
 // Lane l of a block: the sum of products 4l .. 4l + 3.
-void lanes_scalar(const uint8_t* w, const int8_t* x, bool int4, int32_t* lanes) {
+template <Levels L>
+void lanes_scalar(const uint8_t* w, const int8_t* x, int32_t* lanes) {
   uint8_t unpacked[B];
-  if (int4) unpack_int4(w, unpacked);
+  if constexpr (L != Levels::int8) unpack_int4(w, unpacked);
   for (int l = 0; l < 8; ++l) {
     int32_t s = 0;
     for (int t = 0; t < 4; ++t) {
       const int j = 4 * l + t;
-      s += (int4 ? int32_t(unpacked[j]) : int32_t(int8_t(w[j]))) * int32_t(x[j]);
+      const int32_t level = L == Levels::int8           ? int32_t(int8_t(w[j]))
+                            : L == Levels::int4_centred ? int32_t(unpacked[j]) - 8
+                                                        : int32_t(unpacked[j]);
+      s += level * int32_t(x[j]);
     }
     lanes[l] = s;
   }
@@ -90,105 +103,162 @@ inline float sum_lanes(const float* a) {
 // rows_* loops below are flattened, so this and the lanes inline into each
 // path's own instruction set.
 // `Lanes(w_block, x_block, acc, scale)` adds lanes * scale into the 8 accumulators.
-template <typename Lanes>
-inline float dot_row(const QuantizedMatrix& w, int64_t n, const QuantizedActivations& a, int64_t m, Lanes lanes) {
-  const int64_t blocks = a.blocks;
+// One output: row n of w against one row of quantized activations. `Ops`
+// is an instruction path: Acc holds 8 f32 lanes, and add(acc, w_block,
+// x_block, scale) adds the block's 8 integer lanes times scale. Even blocks
+// accumulate into one Acc (and correction), odd ones into another, so
+// consecutive blocks' multiply-adds do not wait on each other's latency;
+// the two meet lane by lane at the end, on every path alike. The rows_*
+// loops below are flattened, so all of it inlines into each path's own
+// instruction set with the accumulators in registers.
+// The weights' raw arrays, read once per call rather than once per row.
+struct Weights {
+  const uint8_t* data;
+  const float* scales;
+  const uint8_t* zeros;  // int4z only
+  int64_t rows;
+  explicit Weights(const QuantizedMatrix& w)
+      : data(w.data.data<uint8_t>()), scales(w.scales.data<float>()),
+        zeros(w.zeros.defined() ? w.zeros.data<uint8_t>() : nullptr), rows(w.rows) {}
+};
+
+template <Levels L, typename Ops>
+inline float dot_row(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m) {
+  const int64_t blocks = a.blocks, stride = L == Levels::int8 ? B : B / 2;  // weight bytes per block
   const int8_t* xq = a.levels.data() + m * blocks * B;
   const float* xs = a.scales.data() + m * blocks;
-  alignas(32) float acc[8] = {};
-  if (w.format == QuantFormat::int8) {
-    const uint8_t* row = w.data.data<uint8_t>() + n * blocks * B;
-    for (int64_t b = 0; b < blocks; ++b) lanes(row + b * B, xq + b * B, acc, xs[b]);
-    return sum_lanes(acc) * w.scales.data<float>()[n];
-  }
-  const uint8_t* row = w.data.data<uint8_t>() + n * blocks * (B / 2);
-  const float* ws = w.scales.data<float>() + n * blocks;
-  const uint8_t* zeros = w.zeros.defined() ? w.zeros.data<uint8_t>() + n * blocks : nullptr;
+  const uint8_t* row = w.data + n * blocks * stride;
+  const float* ws = L == Levels::int8 ? xs : w.scales + n * blocks;
+  const uint8_t* zeros = L == Levels::int4_offset ? w.zeros + n * blocks : nullptr;
   const int32_t* sums = a.sums.data() + m * blocks;
-  float correction = 0;  // sum over blocks of scale * zero * sum(x levels)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float scale = xs[b] * ws[b];
-    lanes(row + b * (B / 2), xq + b * B, acc, scale);
-    correction = std::fma(scale, float((zeros ? zeros[b] : 8) * sums[b]), correction);
+  typename Ops::Acc even = Ops::zero(), odd = Ops::zero();
+  float correction_even = 0, correction_odd = 0;  // int4z: sums over blocks of scale * zero * sum(x levels)
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const float scale_even = L == Levels::int8 ? xs[b] : xs[b] * ws[b];
+    const float scale_odd = L == Levels::int8 ? xs[b + 1] : xs[b + 1] * ws[b + 1];
+    Ops::add(even, row + b * stride, xq + b * B, scale_even);
+    Ops::add(odd, row + (b + 1) * stride, xq + (b + 1) * B, scale_odd);
+    if constexpr (L == Levels::int4_offset) {
+      correction_even = std::fma(scale_even, float(zeros[b] * sums[b]), correction_even);
+      correction_odd = std::fma(scale_odd, float(zeros[b + 1] * sums[b + 1]), correction_odd);
+    }
   }
-  return sum_lanes(acc) - correction;
+  if (b < blocks) {
+    const float scale = L == Levels::int8 ? xs[b] : xs[b] * ws[b];
+    Ops::add(even, row + b * stride, xq + b * B, scale);
+    if constexpr (L == Levels::int4_offset) correction_even = std::fma(scale, float(zeros[b] * sums[b]), correction_even);
+  }
+  float e[8], o[8], merged[8];
+  Ops::store(even, e);
+  Ops::store(odd, o);
+  for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
+  const float total = sum_lanes(merged);
+  if constexpr (L == Levels::int8) return total * w.scales[n];
+  return total - (correction_even + correction_odd);
 }
 
-struct ScalarLanes {
-  bool int4;
-  void operator()(const uint8_t* w, const int8_t* x, float* acc, float scale) const {
+template <Levels L>
+struct ScalarOps {
+  struct Acc {
+    float v[8];
+  };
+  static Acc zero() { return {}; }
+  static void add(Acc& acc, const uint8_t* w, const int8_t* x, float scale) {
     int32_t lanes[8];
-    lanes_scalar(w, x, int4, lanes);
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(float(lanes[l]), scale, acc[l]);
+    lanes_scalar<L>(w, x, lanes);
+    for (int l = 0; l < 8; ++l) acc.v[l] = std::fma(float(lanes[l]), scale, acc.v[l]);
   }
+  static void store(const Acc& acc, float* out) { std::copy(acc.v, acc.v + 8, out); }
 };
 
 #ifdef KILN_X86_INTRINSICS
 // The 32 bytes of a block as unsigned operand and signed operand.
-template <bool Int4>
+template <Levels L>
 [[gnu::always_inline]] inline void operands(const uint8_t* w, const int8_t* x, __m256i& u, __m256i& s) {
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  if constexpr (Int4) {
+  __m256i wv;
+  if constexpr (L == Levels::int8) {
+    wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  } else {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
     const __m128i nibble = _mm_set1_epi8(0x0f);
-    u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
-    s = xv;
-  } else {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-    u = _mm256_sign_epi8(wv, wv);
-    s = _mm256_sign_epi8(xv, wv);
+    wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
+    if constexpr (L == Levels::int4_offset) {  // unsigned already
+      u = wv;
+      s = xv;
+      return;
+    }
+    wv = _mm256_sub_epi8(wv, _mm256_set1_epi8(8));
   }
+  u = _mm256_sign_epi8(wv, wv);  // |w|, and w's sign moved onto x
+  s = _mm256_sign_epi8(xv, wv);
 }
 
-template <bool Int4>
-struct Avx2Lanes {
-  void operator()(const uint8_t* w, const int8_t* x, float* acc, float scale) const {
+template <Levels L>
+struct Avx2Ops {
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void add(Acc& acc, const uint8_t* w, const int8_t* x, float scale) {
     __m256i u, s;
-    operands<Int4>(w, x, u, s);
+    operands<L>(w, x, u, s);
     const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-    const __m256 a = _mm256_load_ps(acc);
-    _mm256_store_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), a));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
   }
+  static void store(const Acc& acc, float* out) { _mm256_storeu_ps(out, acc); }
 };
 
-template <bool Int4>
-struct VnniLanes {
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void operator()(
-      const uint8_t* w, const int8_t* x, float* acc, float scale) const {
+template <Levels L>
+struct VnniOps {
+  using Acc = __m256;
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static Acc zero() { return _mm256_setzero_ps(); }
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void add(Acc& acc, const uint8_t* w,
+                                                                          const int8_t* x, float scale) {
     __m256i u, s;
-    operands<Int4>(w, x, u, s);
+    operands<L>(w, x, u, s);
     const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-    const __m256 a = _mm256_load_ps(acc);
-    _mm256_store_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), a));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
+  }
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void store(const Acc& acc, float* out) {
+    _mm256_storeu_ps(out, acc);
   }
 };
 
-template <typename Lanes>
-[[gnu::flatten]] void rows_avx2(const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
-               float* out, Lanes lanes) {
+template <Levels L, typename Ops>
+[[gnu::flatten]] void rows_avx2(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
+                                int64_t M, float* out) {
   for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row(w, n, a, m, lanes);
+    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, Ops>(w, n, a, m);
 }
-template <typename Lanes>
-[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void rows_vnni(const QuantizedMatrix& w, int64_t n0,
-                                                                      int64_t n1, const QuantizedActivations& a,
-                                                                      int64_t M, float* out, Lanes lanes) {
+template <Levels L, typename Ops>
+[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void rows_vnni(const Weights& w,
+                                                                                    int64_t n0, int64_t n1,
+                                                                                    const QuantizedActivations& a,
+                                                                                    int64_t M, float* out) {
   for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row(w, n, a, m, lanes);
+    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, Ops>(w, n, a, m);
 }
 #endif
+
+template <Levels L>
+void rows_with(QuantDot dot, const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
+               int64_t M, float* out) {
+#ifdef KILN_X86_INTRINSICS
+  if (dot == QuantDot::avx2) return rows_avx2<L, Avx2Ops<L>>(w, n0, n1, a, M, out);
+  if (dot == QuantDot::avx512_vnni) return rows_vnni<L, VnniOps<L>>(w, n0, n1, a, M, out);
+#endif
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, ScalarOps<L>>(w, n, a, m);
+}
 
 void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
           float* out) {
-  const bool int4 = w.format != QuantFormat::int8;
-#ifdef KILN_X86_INTRINSICS
-  if (dot == QuantDot::avx2)
-    return int4 ? rows_avx2(w, n0, n1, a, M, out, Avx2Lanes<true>{}) : rows_avx2(w, n0, n1, a, M, out, Avx2Lanes<false>{});
-  if (dot == QuantDot::avx512_vnni)
-    return int4 ? rows_vnni(w, n0, n1, a, M, out, VnniLanes<true>{}) : rows_vnni(w, n0, n1, a, M, out, VnniLanes<false>{});
-#endif
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row(w, n, a, m, ScalarLanes{int4});
+  const Weights raw(w);
+  switch (levels_of(w.format)) {
+    case Levels::int8: return rows_with<Levels::int8>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_centred: return rows_with<Levels::int4_centred>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_offset: return rows_with<Levels::int4_offset>(dot, raw, n0, n1, a, M, out);
+  }
 }
 
 }  // namespace
