@@ -48,8 +48,11 @@ std::function<int()> add_tokenize_command(CLI::App& app) {
   add_text_options(cmd, *in);
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
-    const auto m = recipes::load_text_model(in->model, Device::parse(in->device));
-    const auto ids = m.encode(text_of(*in));
+    // A Hugging Face folder needs only its tokenizer.json (language model or classifier alike).
+    const auto dir = models::hf_folder(in->model);
+    if (dir) models::read_hf_config(*dir);  // a folder that is none says so first
+    const auto ids = dir ? text::HfTokenizer::from_file(*dir + "/tokenizer.json").encode(text_of(*in))
+                         : recipes::load_text_model(in->model, Device::parse(in->device)).encode(text_of(*in));
     if (in->json) {
       std::printf("%s\n", nlohmann::json{{"ids", ids}}.dump().c_str());
     } else {

@@ -61,6 +61,13 @@ sys.exit(0 if got["label"] == best and max(abs(a - b) for a, b in zip(probs, row
 PY
   done
 done
+# kiln tokenize reads only tokenizer.json: a classifier's folder too.
+text="$(python3 -c "import json; print(json.load(open('$FIX/bert/expected.json'))['texts'][0]['text'])")"
+run 0 "$KILN" tokenize "hf:$FIX/bert" --text "$text" --json
+python3 - "$OUT" "$FIX/bert/expected.json" <<'PY' || fail "bert: kiln tokenize differs from tokenizers"
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))["ids"] == json.load(open(sys.argv[2]))["texts"][0]["ids"] else 1)
+PY
 run 1 "$KILN" classify "hf:$FIX/llama-gqa" --text "x"
 expect "is not a sequence classifier Kiln supports"
 

@@ -7,6 +7,7 @@ and safetensors there):
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py [OUT]          # tests/hf/fixtures
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR    # a SmolLM-135M-shaped Llama
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --chat         # only fixtures/chat
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --sentiment DIR  # a DistilBERT-shaped classifier
 
 Tokenizers of the three families are trained on Debian's fortunes; models are
 random, at odd sizes (head sizes not a multiple of 16, grouped- and
@@ -409,17 +410,34 @@ def make_speed_model(d):
                                              vocab_size=1000, model_type="bpe", byte_fallback=True, minloglevel=2)
 
 
+def make_sentiment_model(d):
+    """DistilBERT-base's shape (6 layers, 768 wide, 12 heads, a 3,072-wide
+    MLP, 30,522 tokens, two labels), random weights: the sentiment model of
+    bench/serve/sentiment_bench.sh. Its tokenizer is the WordPiece fixture's
+    (speed does not depend on it)."""
+    tok = save_tokenizer("bert", d)
+    config = transformers.DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                                           max_position_embeddings=512, id2label={0: "NEGATIVE", 1: "POSITIVE"},
+                                           pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(d)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "fixtures"))
     ap.add_argument("--speed", metavar="DIR", help="make only the SmolLM-135M-shaped model, in DIR")
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
+    ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     a = ap.parse_args()
     if a.speed:
         make_speed_model(a.speed)
         return
     if a.chat:
         chat_expectations(a.out)
+        return
+    if a.sentiment:
+        make_sentiment_model(a.sentiment)
         return
     shutil.rmtree(a.out, ignore_errors=True)
     os.makedirs(a.out)
