@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "apps/recipes/hf_inference.h"
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
@@ -184,6 +185,26 @@ TEST_P(Classifiers, ProbabilitiesMatchTransformersWithin1e4) {
     const auto expected_probs = row["probs"].get<std::vector<double>>();
     ASSERT_EQ(probs.size(), expected_probs.size());
     for (size_t i = 0; i < probs.size(); ++i) EXPECT_NEAR(probs[i], expected_probs[i], 1e-4) << row["text"];
+  }
+}
+
+// Texts of different lengths in one padded batch (what kiln serve batches):
+// the padding masked from attention, each row's probabilities are what the
+// text gives alone, and transformers'.
+TEST_P(Classifiers, ABatchOfDifferentLengthsGivesEachTextsOwnProbabilities) {
+  auto served = recipes::load_hf_for_inference(hf_test::fixture(GetParam()), Device::cpu());
+  const auto want = hf_test::expected(GetParam());
+  std::vector<std::string> texts;
+  for (const auto& row : want["texts"]) texts.push_back(row["text"].get<std::string>());
+  const auto batch = served.model->classify_tokens(served.model->encode_texts(texts)).to_vector<float>();
+  const size_t labels = want["labels"].size();
+  ASSERT_EQ(batch.size(), texts.size() * labels);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const auto alone = served.model->classify_tokens(served.model->encode_texts({texts[i]})).to_vector<float>();
+    for (size_t k = 0; k < labels; ++k) {
+      EXPECT_NEAR(batch[i * labels + k], alone[k], 1e-5) << texts[i];
+      EXPECT_NEAR(batch[i * labels + k], want["texts"][i]["probs"][k].get<double>(), 1e-4) << texts[i];
+    }
   }
 }
 

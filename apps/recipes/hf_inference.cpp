@@ -194,20 +194,22 @@ class HfClassifierInference final : public InferenceModel {
     return Tensor::from_vector(ids, {int64_t(rows.size()), int64_t(longest)});
   }
   std::optional<int64_t> pad_token() const override { return pad_; }
-  // Each row runs at its own length (its trailing padding cut off): the
-  // encoder attends both ways, so padding would change the answer.
+  // The rows in one pass, each at its own length: its trailing padding is
+  // masked from attention (the encoder attends both ways, so padding
+  // attended to would change the answer).
   Tensor classify_tokens(const Tensor& ids) override {
     NoGradGuard ng;
     const int64_t B = ids.size(0), T = ids.size(1);
     const std::vector<int64_t> all = ids.to_vector<int64_t>();
-    std::vector<Tensor> rows;
+    std::vector<int64_t> lengths;
     for (int64_t b = 0; b < B; ++b) {
       int64_t n = T;
       while (n > 1 && all[size_t(b * T + n - 1)] == pad_) --n;
-      std::vector<int64_t> row(all.begin() + long(b * T), all.begin() + long(b * T + n));
-      rows.push_back(softmax(c_.model->forward(Tensor::from_vector(row, {1, n}).to(device_)), -1));
+      lengths.push_back(n);
     }
-    return cat(rows, 0).to(Device::cpu());
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const Tensor kept = contiguous(slice(ids, 1, 0, longest)).to(device_);
+    return softmax(to_dtype(c_.model->forward(kept, lengths), DType::f32), -1).to(Device::cpu());
   }
 
  private:

@@ -1,6 +1,8 @@
 #include "models/bert/bert.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kiln/backend/factory.h"
 
@@ -49,10 +51,17 @@ class EncoderLayer : public Module {
     ffn_out = register_module(n.ffn_out, std::make_shared<Linear>(c.intermediate_size, H, init));
     ffn_norm = register_module(n.ffn_norm, std::make_shared<LayerNorm>(H, c.layer_norm_eps));
   }
-  Tensor forward(const Tensor& x) override {
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  // `key_bias` [B, 1, 1, T]: 0 for a row's real tokens, -inf for its
+  // padding, added to the scores so that no token attends to padding;
+  // undefined when every row is all real tokens (the fused attention op).
+  Tensor forward(const Tensor& x, const Tensor& key_bias) {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
     auto split = [&](const Tensor& t) { return contiguous(transpose(reshape(t, {B, T, heads_, D}), 1, 2)); };
-    Tensor a = scaled_dot_product_attention(split(q->forward(x)), split(k->forward(x)), split(v->forward(x)), false);
+    Tensor qh = split(q->forward(x)), kh = split(k->forward(x)), vh = split(v->forward(x));
+    Tensor a = key_bias.defined()
+                   ? matmul(softmax(matmul(qh, transpose(kh, 2, 3)) * (1.0 / std::sqrt(double(D))) + key_bias, -1), vh)
+                   : scaled_dot_product_attention(qh, kh, vh, false);
     Tensor h = attn_norm->forward(x + o->forward(reshape(transpose(a, 1, 2), {B, T, C})));
     return ffn_norm->forward(h + ffn_out->forward(gelu_erf(ffn_in->forward(h))));
   }
@@ -95,7 +104,9 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   p.classifier = register_module("classifier", std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
 }
 
-Tensor BertClassifier::forward(const Tensor& ids) {
+Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
+
+Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
   const Parts& p = *parts_;
   const int64_t T = ids.size(1);
   KILN_CHECK(T <= config_.max_positions, "the text is ", T, " tokens, more than the model's ", config_.max_positions,
@@ -103,7 +114,16 @@ Tensor BertClassifier::forward(const Tensor& ids) {
   Tensor x = p.words->forward(ids) + p.positions->forward(arange(T, DType::i64, ids.device()));
   if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
   x = p.emb_norm->forward(x);
-  for (const auto& layer : p.layers) x = layer->forward(x);
+  Tensor key_bias;
+  if (!lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
+    const int64_t B = ids.size(0);
+    KILN_CHECK(int64_t(lengths.size()) == B, "bert: ", lengths.size(), " lengths for ", B, " rows");
+    std::vector<float> bias(size_t(B * T), 0.0f);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = lengths[size_t(b)]; t < T; ++t) bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
+    key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
+  }
+  for (const auto& layer : p.layers) x = layer->forward(x, key_bias);
   Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
   Tensor pooled = config_.flavor == "bert" ? tanh(p.head->forward(first)) : relu(p.head->forward(first));
   return p.classifier->forward(pooled);

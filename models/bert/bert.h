@@ -22,9 +22,12 @@ struct BertConfig {
 class BertClassifier : public nn::Module {
  public:
   BertClassifier(const BertConfig& config, Generator& init);
-  // ids [B, T] (every row all real tokens, or padded with `pad` and masked)
-  // -> class logits [B, labels].
+  // ids [B, T], every row all real tokens -> class logits [B, labels].
   Tensor forward(const Tensor& ids) override;
+  // Rows of different lengths in one pass: row b's first lengths[b] tokens
+  // are real and the rest padding, which no token attends to (a key mask),
+  // so each row's logits are its own, as if it ran alone.
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
   const BertConfig& config() const { return config_; }
 
  private:
