@@ -3,17 +3,18 @@
 // each block's dot product with a weight row runs in integers, and the f32
 // sum of the blocks is scaled once. A decoding step is one row per sequence,
 // so the product reads every weight once: int8 halves and int4 quarters what
-// bf16 reads, which is what bounds its speed.
+// bf16 reads (docs/PERFORMANCE.md measures how near memory's speed it gets).
 //
 // The block dot: 32 byte products summed four at a time into eight int32
 // lanes. AVX2's vpmaddubsw (u8 x s8 -> pairs in s16) then vpmaddwd with ones
 // gives exactly the lanes AVX-512 VNNI's vpdpbusd gives in one instruction,
 // so the f32 work that follows (one fused multiply-add per lane and block,
 // then a fixed tree over the lanes) makes every path, the scalar one
-// included, give the same bits. vpmaddubsw takes an unsigned operand: int4
-// levels are unsigned already; int8 weights go in as |w| with the signs
-// moved onto the activations (vpsignb). Neither saturates: levels stop at
-// +-127, so a pair of products is at most 2 * 127 * 127 < 2^15.
+// included, give the same bits. vpmaddubsw takes an unsigned operand: int4z
+// levels are unsigned already; int8 weights and int4's levels centred on
+// zero go in as |w| with the signs moved onto the activations (vpsignb).
+// Neither saturates: levels stop at +-127, so a pair of products is at most
+// 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/quantized_matmul.h"
 
 #include <omp.h>
@@ -99,10 +100,6 @@ inline float sum_lanes(const float* a) {
   return (s0 + s2) + (s1 + s3);
 }
 
-// One output: row n of w against one row of quantized activations. The
-// rows_* loops below are flattened, so this and the lanes inline into each
-// path's own instruction set.
-// `Lanes(w_block, x_block, acc, scale)` adds lanes * scale into the 8 accumulators.
 // One output: row n of w against one row of quantized activations. `Ops`
 // is an instruction path: Acc holds 8 f32 lanes, and add(acc, w_block,
 // x_block, scale) adds the block's 8 integer lanes times scale. Even blocks
