@@ -76,38 +76,12 @@ constexpr Levels levels_of(QuantFormat f) {
   return f == QuantFormat::int8 ? Levels::int8 : f == QuantFormat::int4 ? Levels::int4_centred : Levels::int4_offset;
 }
 
-// Lane l of a block: the sum of products 4l .. 4l + 3.
-template <Levels L>
-void lanes_scalar(const uint8_t* w, const int8_t* x, int32_t* lanes) {
-  uint8_t unpacked[B];
-  if constexpr (L != Levels::int8) unpack_int4(w, unpacked);
-  for (int l = 0; l < 8; ++l) {
-    int32_t s = 0;
-    for (int t = 0; t < 4; ++t) {
-      const int j = 4 * l + t;
-      const int32_t level = L == Levels::int8           ? int32_t(int8_t(w[j]))
-                            : L == Levels::int4_centred ? int32_t(unpacked[j]) - 8
-                                                        : int32_t(unpacked[j]);
-      s += level * int32_t(x[j]);
-    }
-    lanes[l] = s;
-  }
-}
-
 // The fixed order of the lanes' sum: lanes i and i + 4, then i and i + 2, then the two.
 inline float sum_lanes(const float* a) {
   const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
   return (s0 + s2) + (s1 + s3);
 }
 
-// One output: row n of w against one row of quantized activations. `Ops`
-// is an instruction path: Acc holds 8 f32 lanes, and add(acc, w_block,
-// x_block, scale) adds the block's 8 integer lanes times scale. Even blocks
-// accumulate into one Acc (and correction), odd ones into another, so
-// consecutive blocks' multiply-adds do not wait on each other's latency;
-// the two meet lane by lane at the end, on every path alike. The rows_*
-// loops below are flattened, so all of it inlines into each path's own
-// instruction set with the accumulators in registers.
 // The weights' raw arrays, read once per call rather than once per row.
 struct Weights {
   const uint8_t* data;
@@ -119,40 +93,57 @@ struct Weights {
         zeros(w.zeros.defined() ? w.zeros.data<uint8_t>() : nullptr), rows(w.rows) {}
 };
 
-template <Levels L, typename Ops>
-inline float dot_row(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m) {
+// R outputs: row n of w against rows m0 .. m0 + R - 1 of the quantized
+// activations, each weight block loaded (and unpacked) once for the R of
+// them. `Ops` is an instruction path: load(w_block) gives the block's
+// levels, and add(acc, levels, x_block, scale) adds its 8 integer lanes
+// times scale into acc's 8 f32 lanes. Even blocks accumulate into one Acc
+// (and correction), odd ones into another, so consecutive blocks'
+// multiply-adds do not wait on each other's latency; the two meet lane by
+// lane at the end. Each output's arithmetic is the same whatever R, so
+// results do not depend on how rows are grouped, nor on the path. The
+// rows_* loops below are flattened, so all of it inlines into each path's
+// own instruction set.
+template <Levels L, typename Ops, int R>
+inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
   const int64_t blocks = a.blocks, stride = L == Levels::int8 ? B : B / 2;  // weight bytes per block
-  const int8_t* xq = a.levels.data() + m * blocks * B;
-  const float* xs = a.scales.data() + m * blocks;
   const uint8_t* row = w.data + n * blocks * stride;
-  const float* ws = L == Levels::int8 ? xs : w.scales + n * blocks;
+  const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const uint8_t* zeros = L == Levels::int4_offset ? w.zeros + n * blocks : nullptr;
-  const int32_t* sums = a.sums.data() + m * blocks;
-  typename Ops::Acc even = Ops::zero(), odd = Ops::zero();
-  float correction_even = 0, correction_odd = 0;  // int4z: sums over blocks of scale * zero * sum(x levels)
+  const int8_t* xq[R];
+  const float* xs[R];
+  const int32_t* sums[R];
+  typename Ops::Acc even[R], odd[R];
+  float correction_even[R], correction_odd[R];  // int4z: sums over blocks of scale * zero * sum(x levels)
+  for (int r = 0; r < R; ++r) {
+    xq[r] = a.levels.data() + (m0 + r) * blocks * B;
+    xs[r] = a.scales.data() + (m0 + r) * blocks;
+    sums[r] = a.sums.data() + (m0 + r) * blocks;
+    even[r] = odd[r] = Ops::zero();
+    correction_even[r] = correction_odd[r] = 0;
+  }
+  auto block = [&](int64_t i, const typename Ops::Levels& levels, typename Ops::Acc* acc, float* correction) {
+    for (int r = 0; r < R; ++r) {
+      const float scale = L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i];
+      Ops::add(acc[r], levels, xq[r] + i * B, scale);
+      if constexpr (L == Levels::int4_offset) correction[r] = std::fma(scale, float(zeros[i] * sums[r][i]), correction[r]);
+    }
+  };
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    const float scale_even = L == Levels::int8 ? xs[b] : xs[b] * ws[b];
-    const float scale_odd = L == Levels::int8 ? xs[b + 1] : xs[b + 1] * ws[b + 1];
-    Ops::add(even, row + b * stride, xq + b * B, scale_even);
-    Ops::add(odd, row + (b + 1) * stride, xq + (b + 1) * B, scale_odd);
-    if constexpr (L == Levels::int4_offset) {
-      correction_even = std::fma(scale_even, float(zeros[b] * sums[b]), correction_even);
-      correction_odd = std::fma(scale_odd, float(zeros[b + 1] * sums[b + 1]), correction_odd);
-    }
+    block(b, Ops::load(row + b * stride), even, correction_even);
+    block(b + 1, Ops::load(row + (b + 1) * stride), odd, correction_odd);
   }
-  if (b < blocks) {
-    const float scale = L == Levels::int8 ? xs[b] : xs[b] * ws[b];
-    Ops::add(even, row + b * stride, xq + b * B, scale);
-    if constexpr (L == Levels::int4_offset) correction_even = std::fma(scale, float(zeros[b] * sums[b]), correction_even);
+  if (b < blocks) block(b, Ops::load(row + b * stride), even, correction_even);
+  for (int r = 0; r < R; ++r) {
+    float e[8], o[8], merged[8];
+    Ops::store(even[r], e);
+    Ops::store(odd[r], o);
+    for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
+    const float total = sum_lanes(merged);
+    out[(m0 + r) * w.rows + n] =
+        L == Levels::int8 ? total * w.scales[n] : total - (correction_even[r] + correction_odd[r]);
   }
-  float e[8], o[8], merged[8];
-  Ops::store(even, e);
-  Ops::store(odd, o);
-  for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
-  const float total = sum_lanes(merged);
-  if constexpr (L == Levels::int8) return total * w.scales[n];
-  return total - (correction_even + correction_odd);
 }
 
 template <Levels L>
@@ -160,43 +151,66 @@ struct ScalarOps {
   struct Acc {
     float v[8];
   };
+  struct Levels {
+    int32_t v[B];
+  };
   static Acc zero() { return {}; }
-  static void add(Acc& acc, const uint8_t* w, const int8_t* x, float scale) {
-    int32_t lanes[8];
-    lanes_scalar<L>(w, x, lanes);
-    for (int l = 0; l < 8; ++l) acc.v[l] = std::fma(float(lanes[l]), scale, acc.v[l]);
+  static Levels load(const uint8_t* w) {
+    Levels levels;
+    uint8_t unpacked[B];
+    if constexpr (L != kiln::cpu::Levels::int8) unpack_int4(w, unpacked);
+    for (int j = 0; j < B; ++j)
+      levels.v[j] = L == kiln::cpu::Levels::int8           ? int32_t(int8_t(w[j]))
+                    : L == kiln::cpu::Levels::int4_centred ? int32_t(unpacked[j]) - 8
+                                                           : int32_t(unpacked[j]);
+    return levels;
+  }
+  // Lane l: the sum of products 4l .. 4l + 3.
+  static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
+    for (int l = 0; l < 8; ++l) {
+      int32_t lane = 0;
+      for (int t = 0; t < 4; ++t) lane += w.v[4 * l + t] * int32_t(x[4 * l + t]);
+      acc.v[l] = std::fma(float(lane), scale, acc.v[l]);
+    }
   }
   static void store(const Acc& acc, float* out) { std::copy(acc.v, acc.v + 8, out); }
 };
 
 #ifdef KILN_X86_INTRINSICS
-// The 32 bytes of a block as unsigned operand and signed operand.
+// A block's 32 levels in a register: int8 levels, int4's centred (signed),
+// or int4z's (unsigned).
 template <Levels L>
-[[gnu::always_inline]] inline void operands(const uint8_t* w, const int8_t* x, __m256i& u, __m256i& s) {
+[[gnu::always_inline]] inline __m256i load_levels(const uint8_t* w) {
+  if constexpr (L == Levels::int8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
+  if constexpr (L == Levels::int4_offset) return u;
+  return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+}
+
+// The unsigned and signed operands of the byte products: int4z's levels
+// are unsigned already; signed levels go in as |w| with their signs moved
+// onto the activations.
+template <Levels L>
+[[gnu::always_inline]] inline void operands(__m256i w, const int8_t* x, __m256i& u, __m256i& s) {
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  __m256i wv;
-  if constexpr (L == Levels::int8) {
-    wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  if constexpr (L == Levels::int4_offset) {
+    u = w;
+    s = xv;
   } else {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
-    if constexpr (L == Levels::int4_offset) {  // unsigned already
-      u = wv;
-      s = xv;
-      return;
-    }
-    wv = _mm256_sub_epi8(wv, _mm256_set1_epi8(8));
+    u = _mm256_sign_epi8(w, w);
+    s = _mm256_sign_epi8(xv, w);
   }
-  u = _mm256_sign_epi8(wv, wv);  // |w|, and w's sign moved onto x
-  s = _mm256_sign_epi8(xv, wv);
 }
 
 template <Levels L>
 struct Avx2Ops {
   using Acc = __m256;
+  using Levels = __m256i;
   static Acc zero() { return _mm256_setzero_ps(); }
-  static void add(Acc& acc, const uint8_t* w, const int8_t* x, float scale) {
+  static Levels load(const uint8_t* w) { return load_levels<L>(w); }
+  static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
     __m256i u, s;
     operands<L>(w, x, u, s);
     const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -208,9 +222,13 @@ struct Avx2Ops {
 template <Levels L>
 struct VnniOps {
   using Acc = __m256;
+  using Levels = __m256i;
   [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static Acc zero() { return _mm256_setzero_ps(); }
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void add(Acc& acc, const uint8_t* w,
-                                                                          const int8_t* x, float scale) {
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static Levels load(const uint8_t* w) {
+    return load_levels<L>(w);
+  }
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void add(Acc& acc, const Levels& w, const int8_t* x,
+                                                                          float scale) {
     __m256i u, s;
     operands<L>(w, x, u, s);
     const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
@@ -220,32 +238,44 @@ struct VnniOps {
     _mm256_storeu_ps(out, acc);
   }
 };
+#endif
 
+// Rows n0 .. n1 of w against all M rows, four activation rows at a time.
 template <Levels L, typename Ops>
-[[gnu::flatten]] void rows_avx2(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
-                                int64_t M, float* out) {
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, Ops>(w, n, a, m);
+inline void rows_of(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M, float* out) {
+  for (int64_t n = n0; n < n1; ++n) {
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) dot_rows<L, Ops, 4>(w, n, a, m, out);
+    switch (M - m) {
+      case 3: dot_rows<L, Ops, 3>(w, n, a, m, out); break;
+      case 2: dot_rows<L, Ops, 2>(w, n, a, m, out); break;
+      case 1: dot_rows<L, Ops, 1>(w, n, a, m, out); break;
+      default: break;
+    }
+  }
 }
-template <Levels L, typename Ops>
-[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void rows_vnni(const Weights& w,
-                                                                                    int64_t n0, int64_t n1,
-                                                                                    const QuantizedActivations& a,
-                                                                                    int64_t M, float* out) {
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, Ops>(w, n, a, m);
+
+#ifdef KILN_X86_INTRINSICS
+template <Levels L>
+[[gnu::flatten]] void rows_avx2(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
+                                float* out) {
+  rows_of<L, Avx2Ops<L>>(w, n0, n1, a, M, out);
+}
+template <Levels L>
+[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void rows_vnni(
+    const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M, float* out) {
+  rows_of<L, VnniOps<L>>(w, n0, n1, a, M, out);
 }
 #endif
 
 template <Levels L>
-void rows_with(QuantDot dot, const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
-               int64_t M, float* out) {
+void rows_with(QuantDot dot, const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
+               float* out) {
 #ifdef KILN_X86_INTRINSICS
-  if (dot == QuantDot::avx2) return rows_avx2<L, Avx2Ops<L>>(w, n0, n1, a, M, out);
-  if (dot == QuantDot::avx512_vnni) return rows_vnni<L, VnniOps<L>>(w, n0, n1, a, M, out);
+  if (dot == QuantDot::avx2) return rows_avx2<L>(w, n0, n1, a, M, out);
+  if (dot == QuantDot::avx512_vnni) return rows_vnni<L>(w, n0, n1, a, M, out);
 #endif
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot_row<L, ScalarOps<L>>(w, n, a, m);
+  rows_of<L, ScalarOps<L>>(w, n0, n1, a, M, out);
 }
 
 void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,

@@ -23,9 +23,10 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
 // Below this many rows the integer kernel runs; from it on, the weights are
 // widened to f32 once per call and the product is one SGEMM (prompts), on
 // the activations rounded as the integer kernel rounds them. The crossover,
-// measured on Zen 4 at 2 threads for a 1,536 x 576 matrix: at 16 rows the
-// integer kernel takes 193 us (int8) and 313 us (int4) against the widened
-// product's 225 and 544; at 32 they are level; at 64 widening wins by 15-25%.
-constexpr int64_t kWidenedRows = 32;
+// measured on Zen 4 at 2 threads for a 1,536 x 576 matrix, with the kernel
+// taking four activation rows per weight block: at 32 rows the integer
+// kernel takes 317 us (int8) and 438 us (int4) against widening's 477 and
+// 764; at 64, 650 and 882 against 796 and 945; at 128 widening wins int4.
+constexpr int64_t kWidenedRows = 64;
 
 }  // namespace kiln::cpu
