@@ -8,6 +8,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "apps/cli/quantize_option.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/text/chat_template.h"
 
@@ -99,8 +100,7 @@ std::function<int()> add_chat_command(CLI::App& app) {
   o->completion.max_tokens = 512;
   auto* cmd = app.add_subcommand("chat", "chat with a Hugging Face language model in the terminal, in its chat template");
   cmd->add_option("model", o->model, "hf:DIR, a Hugging Face model folder")->required();
-  cmd->add_option("--quantize", o->loading.quantize, "quantize the weights: int8, int4 or int4z")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  add_quantize_option(cmd, o->loading.quantize, "quantize the weights: int8, int4 or int4z");
   cmd->add_option("--chat-template", o->loading.chat_template,
                   "the template's family instead of the folder's own: " + text::chat_template_list());
   cmd->add_option("--system", o->system, "a system message that opens the conversation");

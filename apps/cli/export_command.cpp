@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "apps/cli/quantize_option.h"
 #include "apps/recipes/export.h"
 
 namespace kiln::cli {
@@ -17,10 +18,9 @@ std::function<int()> add_export_command(CLI::App& app) {
   cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json")
       ->check(CLI::IsMember({"hf"}));
   cmd->add_option("--out", o->out, "the folder to write (must not exist, or be empty)")->required();
-  cmd->add_option("--quantize", o->quantize,
-                  "write the weights quantized (int8, int4 or int4z; Kiln's own format, which Kiln loads as hf:DIR "
-                  "and transformers does not)")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  add_quantize_option(cmd, o->quantize,
+                      "write the weights quantized (int8, int4 or int4z; Kiln's own format, which Kiln loads as "
+                      "hf:DIR and transformers does not)");
   return [cmd, o]() -> int {
     if (!*cmd) return -1;
     recipes::export_hf(o->source, o->out, o->quantize);

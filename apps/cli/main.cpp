@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "apps/cli/chat_command.h"
+#include "apps/cli/quantize_option.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
 #include "apps/cli/serve_command.h"
@@ -32,8 +33,7 @@ int main(int argc, char** argv) {
   eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
   eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
   eval->add_option("--precision", eval_precision, "hf:DIR weights: auto (the file's dtype), fp32 or bf16");
-  eval->add_option("--quantize", eval_quantize, "hf:DIR language models: int8, int4 or int4z weights")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  kiln::cli::add_quantize_option(eval, eval_quantize, "hf:DIR language models: int8, int4 or int4z weights");
 
   std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
   kiln::recipes::SampleOptions so;
@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_option("--precision", so.precision, "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
-  sample->add_option("--quantize", so.quantize, "quantize the weights: int8, int4 or int4z")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  kiln::cli::add_quantize_option(sample, so.quantize, "quantize the weights: int8, int4 or int4z");
 
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "apps/cli/quantize_option.h"
 #include "apps/recipes/precision.h"
 #include "apps/serve/server.h"
 #include "kiln/backend/backend.h"
@@ -39,10 +40,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", o->batching.max_queue, "requests waiting per model (language models: waiting or running); more get 503 (default 512)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--quantize", o->loading.quantize,
-                  "quantize Hugging Face language models' weights: int8 (per output channel), int4 (groups of 32) "
-                  "or int4z (with zero points)")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  add_quantize_option(cmd, o->loading.quantize,
+                      "quantize Hugging Face language models' weights: int8 (per output channel), int4 (groups of "
+                      "32) or int4z (with zero points)");
   cmd->add_option("--chat-template", o->loading.chat_template,
                   "the chat template of every Hugging Face language model, instead of its folder's: " + text::chat_template_list());
   cmd->add_option("--max-body", *max_body, "largest request body; larger get 413 (default 8MiB)");

@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "apps/cli/quantize_option.h"
 #include "apps/recipes/recipe.h"
 #include "apps/recipes/text_model.h"
 #include "kiln/core/error.h"
+#include "kiln/io/text_file.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::cli {
@@ -33,11 +33,7 @@ void add_text_options(CLI::App* cmd, TextInput& in) {
 
 std::string text_of(const TextInput& in) {
   if (in.file.empty()) return in.text;
-  std::ifstream f(in.file, std::ios::binary);
-  KILN_CHECK(f, "cannot read ", in.file);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
+  return read_text_file(in.file);
 }
 
 }  // namespace
@@ -67,8 +63,7 @@ std::function<int()> add_score_command(CLI::App& app) {
   auto in = std::make_shared<TextInput>();
   auto* cmd = app.add_subcommand("score", "each token's log-probability given the text before it, and the perplexity");
   add_text_options(cmd, *in);
-  cmd->add_option("--quantize", in->quantize, "quantize the weights: int8, int4 or int4z")
-      ->check(CLI::IsMember({"int8", "int4", "int4z"}));
+  add_quantize_option(cmd, in->quantize, "quantize the weights: int8, int4 or int4z");
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
     auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision, in->quantize);

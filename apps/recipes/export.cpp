@@ -1,12 +1,11 @@
 #include "apps/recipes/export.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/text_file.h"
 #include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
 
@@ -15,16 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in, "cannot read ", path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 nlohmann::json read_json_or_empty(const fs::path& path) {
-  return fs::exists(path) ? nlohmann::json::parse(read_text(path)) : nlohmann::json::object();
+  return fs::exists(path) ? nlohmann::json::parse(read_text_file(path.string())) : nlohmann::json::object();
 }
 
 // The weights of `model` written as `type`'s checkpoint, quantized first if asked.
@@ -46,7 +37,7 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
   } else {
     take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize);
   }
-  c.tokenizer_json = read_text(fs::path(dir) / "tokenizer.json");
+  c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());
   c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
   c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
   return c;

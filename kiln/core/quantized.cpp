@@ -15,8 +15,16 @@ const char* quant_format_name(QuantFormat f) {
   return "?";
 }
 
+constexpr QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero};
+
+std::vector<std::string> quant_format_names() {
+  std::vector<std::string> names;
+  for (QuantFormat f : kFormats) names.push_back(quant_format_name(f));
+  return names;
+}
+
 QuantFormat parse_quant_format(const std::string& name) {
-  for (QuantFormat f : {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero})
+  for (QuantFormat f : kFormats)
     if (name == quant_format_name(f)) return f;
   KILN_FAIL("unknown quantization '", name, "': int8 (per output channel), int4 (groups of 32, symmetric) or "
             "int4z (groups of 32 with a zero point)");

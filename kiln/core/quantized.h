@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 
@@ -26,6 +27,7 @@ enum class QuantFormat : uint8_t { int8, int4, int4_zero };
 constexpr int64_t kQuantBlock = 32;
 
 const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z"
+std::vector<std::string> quant_format_names();  // all three, in that order
 // "int8", "int4", "int4z"; anything else is an error naming the three.
 QuantFormat parse_quant_format(const std::string& name);
 

@@ -1,25 +1,16 @@
 #include "models/hf/hf_chat.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/io/text_file.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in, "cannot read ", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A special token as tokenizer_config.json writes it: a string, or an
 // added-token object with its "content"; absent or null is no token.
@@ -34,7 +25,7 @@ std::string token_text(const json& config, const char* key, const fs::path& path
 
 // The template's source: chat_template.jinja, else tokenizer_config.json's chat_template.
 std::string template_source(const fs::path& dir, const json& config, const fs::path& config_path) {
-  if (fs::exists(dir / "chat_template.jinja")) return read_text(dir / "chat_template.jinja");
+  if (fs::exists(dir / "chat_template.jinja")) return read_text_file((dir / "chat_template.jinja").string());
   if (!config.contains("chat_template") || config["chat_template"].is_null()) return "";
   const json& t = config["chat_template"];
   if (t.is_string()) return t.get<std::string>();
@@ -53,7 +44,7 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
   json config = json::object();
   if (fs::exists(config_path)) {
     try {
-      config = json::parse(read_text(config_path));
+      config = json::parse(read_text_file(config_path.string()));
     } catch (const json::exception& e) {
       KILN_FAIL(config_path.string(), " is not valid JSON: ", e.what());
     }
