@@ -297,13 +297,13 @@ TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
 TEST(Amp, GptDecodeUnderAutocastCachesInBf16AndAnswersAsAnF32Cache) {
   models::Gpt gpt = tiny_gpt(2, 7);
   NoGradGuard no_grad;
-  EXPECT_EQ(gpt.new_cache().k[0].dtype(), DType::f32);
+  models::KvCache f32 = gpt.new_cache();
+  EXPECT_EQ(f32.pool().keys(0).dtype(), DType::f32);
   AutocastGuard autocast(DType::bf16);
-  models::KvCache low = gpt.new_cache(), f32 = gpt.new_cache();
-  EXPECT_EQ(low.k[0].dtype(), DType::bf16);
-  EXPECT_EQ(low.v[1].dtype(), DType::bf16);
-  for (auto* t : {&f32.k, &f32.v})
-    for (Tensor& layer : *t) layer = Tensor::empty(layer.shape(), DType::f32, layer.device());
+  models::KvCache low = gpt.new_cache();  // a pool of its own: the layout changed
+  EXPECT_NE(&low.pool(), &f32.pool());
+  EXPECT_EQ(low.pool().keys(0).dtype(), DType::bf16);
+  EXPECT_EQ(low.pool().values(1).dtype(), DType::bf16);
   const Tensor prompt = Tensor::from_vector<int64_t>({3, 1, 4}, {1, 3});
   EXPECT_LT(testing::max_abs_diff(gpt.forward_cached(prompt, low), gpt.forward_cached(prompt, f32)), 1e-6);
   for (int32_t token : {5, 9, 2})

@@ -130,7 +130,7 @@ TEST_P(CausalLms, BatchedDecodingEqualsEachSequenceAlone) {
     double worst = 0;
     for (size_t i = 0; i < V; ++i) worst = std::max(worst, double(std::abs(single[i] - together[b * V + i])));
     EXPECT_LT(worst, 1e-4) << GetParam() << " row " << b;
-    EXPECT_EQ(batch[b].length, alone[b].length);
+    EXPECT_EQ(batch[b].length(), alone[b].length());
   }
 }
 

@@ -27,11 +27,15 @@ TEST(PlanServing, PredictionsEqualTheLoadedModelToTheByte) {
     const std::string what = std::string(name) + " " + (quantize ? quant_format_name(*quantize) : "plain");
     EXPECT_EQ(predicted.weight_bytes, weights) << what;
     EXPECT_EQ(predicted.quantized_bytes, quantized) << what;
-    const models::KvCache cache = lm.model->new_cache();
-    size_t kv = 0;
-    for (const auto* side : {&cache.k, &cache.v})
-      for (const Tensor& t : *side) kv += t.nbytes();
-    EXPECT_EQ(predicted.kv_bytes_per_stream, kv) << what;
+    // A stream at the full context: the pages it holds, measured on the pool's tensors.
+    models::KvCache cache = lm.model->new_cache();
+    cache.reserve(cache.capacity());
+    nn::KvPool& pool = cache.pool();
+    size_t page_bytes = 0;
+    for (int64_t l = 0; l < pool.layout().layers; ++l)
+      page_bytes += (pool.keys(l).nbytes() + pool.values(l).nbytes()) / size_t(pool.pages());
+    EXPECT_EQ(predicted.kv_bytes_per_stream, size_t(pool.pages_held()) * page_bytes) << what;
+    EXPECT_EQ(predicted.context, cache.capacity()) << what;
   }
 }
 

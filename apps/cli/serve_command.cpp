@@ -4,6 +4,7 @@
 
 #include "apps/cli/quantize_option.h"
 #include "apps/recipes/precision.h"
+#include "kiln/backend/batch_invariant.h"
 #include "apps/serve/server.h"
 #include "kiln/backend/backend.h"
 #include "kiln/core/units.h"
@@ -64,6 +65,10 @@ std::function<int()> add_serve_command(CLI::App& app) {
                   "fp32, or bf16: run the models under bf16 autocast (faster on GPUs and on CPUs with bf16 "
                   "instructions)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  auto invariant = std::make_shared<bool>(false);
+  cmd->add_flag("--batch-invariant", *invariant,
+                "give each request the same bits whatever it is batched with (fixed-order products and "
+                "attention; slower, CPU only; docs/SERVING.md)");
   return [=]() -> int {
     if (!*cmd) return -1;
     for (const std::string& spec : *model_specs) {
@@ -77,6 +82,13 @@ std::function<int()> add_serve_command(CLI::App& app) {
     o->precision = *precision == "bf16" ? DType::bf16 : DType::f32;
     if (o->precision == DType::bf16 && recipes::bf16_falls_back_to_fp32(o->device, print_line, "serving"))
       o->precision = DType::f32;
+    if (*invariant) {
+      KILN_CHECK(o->device.type == DeviceType::cpu, "--batch-invariant runs on the CPU: the CUDA backend has no "
+                 "batch-invariant kernels yet; serve with --device cpu, or without --batch-invariant");
+      set_batch_invariant(true);
+      print_line("batch-invariant: a request gets the same bits whatever it is batched with (fixed-order products "
+                 "and attention, at a cost in throughput)");
+    }
     o->max_body_bytes = size_t(parse_bytes(*max_body));
     return serve::run_server(*o, print_line);
   };

@@ -43,10 +43,12 @@ ServingMemory serving_memory(const nlohmann::json& config, std::optional<QuantFo
       out.weight_bytes += p.nbytes();
     }
   }
+  // A stream at the full context holds its pages whole.
   const models::KvCache cache = model->new_cache();
-  for (const auto* side : {&cache.k, &cache.v})
-    for (const Tensor& t : *side) out.kv_bytes_per_stream += t.nbytes();
-  out.context = cache.k.empty() ? 0 : cache.k.front().size(2);
+  const nn::KvLayout& layout = cache.pool().layout();
+  out.context = cache.capacity();
+  out.kv_bytes_per_stream = size_t(layout.pages_for(out.context)) * layout.page_bytes();
+  out.kv_bytes_per_position = layout.page_bytes() / size_t(layout.page_size);
   return out;
 }
 
@@ -54,8 +56,8 @@ std::string serving_memory_text(const ServingMemory& m, int64_t streams, size_t 
   std::ostringstream s;
   s << "serving: weights " << format_bytes(m.weight_bytes) << " (" << m.weights;
   if (m.quantized_bytes) s << "; the quantized matrices " << format_bytes(m.quantized_bytes);
-  s << ")\n  keys and values: " << format_bytes(m.kv_bytes_per_stream) << " per stream (" << m.context
-    << " positions, allocated whole)\n";
+  s << ")\n  keys and values: " << format_bytes(m.kv_bytes_per_position) << " per position, in pages as a stream grows; "
+    << format_bytes(m.kv_bytes_per_stream) << " for a stream at the full context (" << m.context << " positions)\n";
   const size_t total = m.weight_bytes + size_t(streams) * m.kv_bytes_per_stream;
   s << "  total for " << streams << (streams == 1 ? " stream: " : " streams: ") << format_bytes(total) << "\n";
   if (budget) {

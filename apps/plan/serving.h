@@ -3,7 +3,8 @@
 // the meta device (no weights, no memory) as the loader builds it; its
 // matrices count at their quantized size under --quantize (what kiln serve
 // --quantize holds), everything else in the file's dtype; each stream's
-// keys and values are what the model's own new_cache() allocates.
+// keys and values are the pages of the model's own cache (kiln/nn/kv_cache.h)
+// at the full context.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,8 +18,9 @@ struct ServingMemory {
   std::string weights;               // "bfloat16", or "int4 (matrices) and bfloat16"
   size_t weight_bytes = 0;           // all of them
   size_t quantized_bytes = 0;        // the quantized matrices' share
-  size_t kv_bytes_per_stream = 0;
-  int64_t context = 0;               // positions a stream's cache holds
+  size_t kv_bytes_per_stream = 0;    // at the full context: the worst case the totals count
+  size_t kv_bytes_per_position = 0;
+  int64_t context = 0;               // positions a stream's cache may hold
 };
 
 ServingMemory serving_memory(const nlohmann::json& hf_config, std::optional<QuantFormat> quantize);

@@ -263,7 +263,7 @@ class GptInference final : public InferenceModel {
       auto* c = dynamic_cast<GptCompletion*>(p);
       KILN_CHECK(c != nullptr && &c->tok_ == &tok_, "advance_completions: a completion this model did not start");
       if (c->finished_) continue;
-      if (c->cache_.length >= model_->config().block_size) {
+      if (c->cache_.length() >= model_->config().block_size) {
         refill_and_sample({c});  // the context is full: start the cache over (rare; one sequence alone)
         continue;
       }
@@ -282,7 +282,7 @@ class GptInference final : public InferenceModel {
     std::vector<std::vector<int64_t>> windows;
     std::vector<models::KvCache*> caches;
     for (GptCompletion* c : completions) {
-      c->cache_.length = 0;
+      c->cache_.clear();
       windows.push_back(c->window(model_->config().block_size));
       caches.push_back(&c->cache_);
     }

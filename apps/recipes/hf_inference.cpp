@@ -47,7 +47,7 @@ class HfCompletion final : public TextCompletion {
   }
   int32_t last() const { return last_; }
   models::KvCache& cache() { return cache_; }
-  bool context_full() const { return cache_.length >= lm_.model->context_length(); }
+  bool context_full() const { return cache_.length() >= lm_.model->context_length(); }
 
  private:
   bool ends(int32_t token) const { return std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end(); }

@@ -111,6 +111,14 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // flows back into w; an input that requires grad is refused.
 Tensor quantized_linear(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias);
 Tensor quantized_embedding(const QuantizedMatrix& w, const Tensor& ids);
+// Inference over a paged KV cache (backend.h's paged_attention; the pages
+// and tables come from kiln/nn/kv_cache.h): q [R, H, D] -> [R, H, D]. No
+// gradients.
+Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
+                       const Tensor& spans, double scale);
+// dst's row index[r] (dst viewed as [N, C]) = src's row r ([R, C]), in
+// place. index: i32 [R] on dst's device. No gradients.
+void index_copy_rows_(Tensor& dst, const Tensor& index, const Tensor& src);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0);
 // Inverted dropout; the mask is drawn from `gen` (identical on every backend).

@@ -160,6 +160,20 @@ class Backend {
                                   const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
                                   float scale, bool causal) = 0;
 
+  // ---- paged attention (vLLM's), for inference: the keys and values of many
+  // sequences live in pages of one pool (kiln/nn/kv_cache.h). k_pages and
+  // v_pages [N, P, Hkv, D]: N pages of P positions. tables i32 [S, max pages]:
+  // sequence s's pages in order. spans i32 [R, 3]: query row r belongs to
+  // sequence spans[r][0] and attends to its positions [spans[r][1],
+  // spans[r][2]). q and out [R, H, D] contiguous, H a multiple of Hkv, all in
+  // one dtype. Every row sums in one fixed order (its positions ascending),
+  // so a row's answer never depends on the other rows in the call.
+  virtual void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
+                               const Tensor& spans, Tensor& out, float scale) = 0;
+  // Row index[r] of dst [N, C] = row r of src [R, C]; both contiguous, one
+  // dtype; index i32 [R] in [0, N) (PyTorch's index_copy_ along dim 0).
+  virtual void index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) = 0;
+
   // ---- quantized weights (kiln/core/quantized.h), for inference; a backend
   // without them throws naming itself (the CUDA backend has none yet).
   // x [M, K] f32 contiguous, w [N, K] on this device -> out [M, N] f32.

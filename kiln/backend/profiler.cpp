@@ -122,6 +122,19 @@ class ProfilingBackend final : public Backend {
                           const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float scale, bool causal) override {
     timed("attention_backward", {&q}, [&] { inner_.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, causal); });
   }
+  void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
+                       const Tensor& spans, Tensor& out, float scale) override {
+    timed("paged_attention", {&q}, [&] { inner_.paged_attention(q, k_pages, v_pages, tables, spans, out, scale); });
+  }
+  void index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) override {
+    timed("index_copy_rows", {&src}, [&] { inner_.index_copy_rows(src, index, dst); });
+  }
+  void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) override {
+    timed("quantized_matmul", {&x}, [&] { inner_.quantized_matmul(x, w, out); });
+  }
+  void quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out) override {
+    timed("quantized_embedding", {&ids}, [&] { inner_.quantized_embedding(w, ids, out); });
+  }
   void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) override {
     timed("adamw_step", {}, [&] { inner_.adamw_step(params, args); });
   }

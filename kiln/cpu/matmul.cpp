@@ -2,15 +2,18 @@
 // for f64). A transposed view of the last two dims is passed to GEMM as a
 // transpose flag rather than copied; any other layout is made contiguous
 // first. Bias and GELU are applied after the GEMM. bf16 operands are
-// multiplied as they are where the CPU has bf16 instructions.
+// multiplied as they are where the CPU has bf16 instructions. In
+// batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
 #include <type_traits>
 
+#include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
 #include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/gemm.h"
+#include "kiln/cpu/invariant_gemm.h"
 #include "kiln/cpu/low_precision.h"
 
 namespace kiln::cpu {
@@ -106,6 +109,11 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
           return gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld,
                            args.beta, cp + i * M * N, N);
       }
+      if constexpr (std::is_same_v<T, float>) {
+        if (batch_invariant())
+          return invariant_gemm(ma.transposed, mb.transposed, M, N, K, args.alpha, a.data<float>() + oa, ma.ld,
+                                b.data<float>() + ob, mb.ld, args.beta, cp + i * M * N, N);
+      }
       gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), static_cast<const T*>(a.data_ptr()) + oa, ma.ld,
            static_cast<const T*>(b.data_ptr()) + ob, mb.ld, T(args.beta), cp + i * M * N, N);
     });
@@ -140,8 +148,9 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
 bool CpuBackend::fast_bf16_to_f32_matmul() const { return bf16_gemm_available(); }
 
 namespace {
+// (Not in batch-invariant mode: bf16 operands are widened for the invariant f32 GEMM.)
 bool multiplies_natively(const Tensor& a, const Tensor& b) {
-  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && bf16_gemm_available();
+  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && bf16_gemm_available() && !batch_invariant();
 }
 bool straight_into_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
   return multiplies_natively(a, b) && out.dtype() == DType::bf16 && !args.gelu;

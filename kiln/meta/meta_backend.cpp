@@ -7,6 +7,7 @@
 #include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/backend/batch_invariant.h"
 #include "kiln/cpu/quantized_matmul.h"
 
 namespace kiln::meta {
@@ -78,7 +79,7 @@ void MetaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
 }
 void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) { CpuStaging staged({&weight, &out}); }
 void MetaBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor&) {
-  if (x.size(0) < cpu::kWidenedRows) return;
+  if (x.size(0) < cpu::kWidenedRows || batch_invariant()) return;
   MemoryCategoryScope workspace(MemoryCategory::workspace);
   Tensor widened = Tensor::empty({w.rows, w.cols}, DType::f32, x.device());
   Tensor rounded = Tensor::empty({x.size(0), w.cols}, DType::f32, x.device());
@@ -87,6 +88,10 @@ void MetaBackend::embedding_backward(const Tensor& dout, const Tensor&, Tensor& 
   CpuStaging staged({&dout, &dweight});
 }
 void MetaBackend::dropout_mask(Tensor& mask, float, uint64_t, uint64_t) { CpuStaging staged({&mask}); }
+// Both work in place or on per-thread scratch outside the allocator.
+void MetaBackend::paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                                  float) {}
+void MetaBackend::index_copy_rows(const Tensor&, const Tensor&, Tensor&) {}
 // bf16 attention runs on its operands (scratch outside the allocator); f16 stages them all.
 void MetaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float, bool) {
   CpuStaging staged({&q, &k, &v, &out, &lse}, q.dtype() != DType::bf16);

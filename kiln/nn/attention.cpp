@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "kiln/backend/batch_invariant.h"
+#include "kiln/backend/factory.h"
+
 namespace kiln::nn {
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double p, Generator& init,
@@ -14,11 +17,34 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
   resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(p, std::move(dropout_gen)));
 }
 
+Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& lengths,
+                         bool causal) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  KILN_CHECK(int64_t(lengths.size()) == B, "attention: ", lengths.size(), " lengths for ", B, " rows");
+  NoGradGuard ng;
+  std::vector<int32_t> tables(static_cast<size_t>(B)), spans;
+  for (int64_t b = 0; b < B; ++b) {
+    tables[size_t(b)] = int32_t(b);
+    for (int64_t t = 0; t < T; ++t) spans.insert(spans.end(), {int32_t(b), 0, int32_t(causal ? t + 1 : lengths[size_t(b)])});
+  }
+  const Device device = q.device();
+  Tensor out = paged_attention(reshape(contiguous(q), {B * T, H, D}), contiguous(k), contiguous(v),
+                               Tensor::from_vector(tables, {B, 1}).to(device),
+                               Tensor::from_vector(spans, {B * T, 3}).to(device), 1.0 / std::sqrt(double(D)));
+  return reshape(out, {B, T, H * D});
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) { return forward(x, {}); }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> recompute_x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_;
   KILN_CHECK(C == n_embd_, "attention: input has ", C, " features, expected ", n_embd_);
+  if (batch_invariant() && !grad_enabled()) {
+    Tensor parts = reshape(c_attn->forward(x), {B, T, 3, H, C / H});
+    auto part = [&](int64_t i) { return squeeze(slice(parts, 2, i, i + 1), 2); };
+    Tensor y = attention_by_rows(part(0), part(1), part(2), std::vector<int64_t>(size_t(B), T), /*causal=*/true);
+    return resid_dropout_->forward(c_proj->forward(to_dtype(y, x.dtype())));
+  }
   const bool selective = bool(recompute_x);
   Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
                                : c_attn->forward(x);
@@ -30,73 +56,42 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   return resid_dropout_->forward(linear_recomputing_input(y, c_proj->weight, c_proj->bias, merge_again));
 }
 
-Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
-  const int64_t n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
-  KILN_CHECK(x.size(0) == 1 && C == n_embd_ && past + n <= k_cache.size(2), "attention cache: ", past, " + ", n,
-             " positions do not fit its ", k_cache.size(2));
-  KILN_CHECK(past == 0 || n == 1, "attention cache: after the prompt, one position at a time");
-  if (past == 0) return forward_prompts(x, {&k_cache}, {&v_cache}, {n});  // the prompt: as in training
-  NoGradGuard ng;
-  // One new position: it may attend to every cached one, so no mask.
-  Tensor qkv = permute(reshape(c_attn->forward(x), {1, n, 3, H, D}), {2, 0, 3, 1, 4});
-  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
-  Tensor k_slot = slice(k_cache, 2, past, past + n), v_slot = slice(v_cache, 2, past, past + n);
-  copy_into(k, k_slot);
-  copy_into(v, v_slot);
-  Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
-  Tensor scores = mul_scalar(matmul(q, transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
-  Tensor heads = matmul(softmax(scores, -1), values);
-  return c_proj->forward(reshape(transpose(heads, 1, 2), {1, n, C}));
-}
-
-Tensor CausalSelfAttention::forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches,
-                                            const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& lengths) {
+Tensor CausalSelfAttention::forward_paged(const Tensor& x, const PagedStep& step, int64_t layer,
+                                          const std::vector<int64_t>& lengths, bool read_pages) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
-  KILN_CHECK(x.dim() == 3 && C == n_embd_ && size_t(B) == k_caches.size() && size_t(B) == v_caches.size() &&
-                 size_t(B) == lengths.size(),
-             "attention prompts: x must be [B, T, ", n_embd_, "] with a cache and a length per row, got ",
-             shape_str(x.shape()));
+  KILN_CHECK(x.dim() == 3 && C == n_embd_ && size_t(B) == lengths.size(), "attention: x must be [B, T, ", n_embd_,
+             "] with a length per row, got ", shape_str(x.shape()));
   NoGradGuard ng;
-  Tensor qkv = permute(reshape(c_attn->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, T, D]
-  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
+  Tensor projected = c_attn->forward(x);  // [B, T, 3C]
+  // The real positions' rows of [B * T, ...], in plan_step's order.
+  std::vector<int64_t> real;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = lengths[size_t(b)];
-    KILN_CHECK(n >= 1 && n <= T && n <= k_caches[size_t(b)]->size(2), "attention prompts: row ", b, " has ", n,
-               " positions; the rows hold ", T, " and its cache ", k_caches[size_t(b)]->size(2));
-    Tensor k_rows = slice(*k_caches[size_t(b)], 2, 0, n), v_rows = slice(*v_caches[size_t(b)], 2, 0, n);
-    copy_into(slice(slice(k, 0, b, b + 1), 2, 0, n), k_rows);
-    copy_into(slice(slice(v, 0, b, b + 1), 2, 0, n), v_rows);
+    KILN_CHECK(lengths[size_t(b)] >= 1 && lengths[size_t(b)] <= T, "attention: row ", b, " has ",
+               lengths[size_t(b)], " positions of ", T);
+    for (int64_t t = 0; t < lengths[size_t(b)]; ++t) real.push_back(b * T + t);
   }
-  Tensor heads = scaled_dot_product_attention(q, k, v, /*causal=*/true);
-  return c_proj->forward(reshape(transpose(heads, 1, 2), {B, T, C}));
-}
-
-Tensor CausalSelfAttention::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,
-                                           const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
-  const int64_t B = x.size(0), C = x.size(2), H = n_head_, D = C / H;
-  KILN_CHECK(x.dim() == 3 && x.size(1) == 1 && C == n_embd_ && size_t(B) == k_caches.size() &&
-                 size_t(B) == v_caches.size() && size_t(B) == pasts.size(),
-             "attention decode: x must be [B, 1, ", n_embd_, "] with a cache and a past per row, got ",
-             shape_str(x.shape()));
-  NoGradGuard ng;
-  Tensor qkv = permute(reshape(c_attn->forward(x), {B, 1, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, 1, D]
-  Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
-  Tensor heads = Tensor::empty({B, H, 1, D}, x.dtype(), x.device());
-  for (int64_t b = 0; b < B; ++b) {
-    Tensor& k_cache = *k_caches[size_t(b)];
-    Tensor& v_cache = *v_caches[size_t(b)];
-    const int64_t past = pasts[size_t(b)];
-    KILN_CHECK(past >= 0 && past < k_cache.size(2), "attention decode: position ", past, " does not fit the cache's ",
-               k_cache.size(2));
-    Tensor k_slot = slice(k_cache, 2, past, past + 1), v_slot = slice(v_cache, 2, past, past + 1);
-    copy_into(slice(k, 0, b, b + 1), k_slot);
-    copy_into(slice(v, 0, b, b + 1), v_slot);
-    Tensor keys = slice(k_cache, 2, 0, past + 1), values = slice(v_cache, 2, 0, past + 1);
-    Tensor scores = mul_scalar(matmul(slice(q, 0, b, b + 1), transpose(keys, 2, 3)), 1.0 / std::sqrt(double(D)));
-    Tensor row = slice(heads, 0, b, b + 1);
-    copy_into(matmul(softmax(scores, -1), values), row);
+  const bool padded = int64_t(real.size()) < B * T;
+  const Tensor real_index = padded ? Tensor::from_vector(real, {int64_t(real.size())}).to(x.device()) : Tensor();
+  Tensor packed = reshape(projected, {B * T, 3 * C});
+  if (padded) packed = embedding(packed, real_index);  // gathers the real rows
+  auto part = [&](int64_t i) { return reshape(slice(packed, 1, i * C, (i + 1) * C), {packed.size(0), H, D}); };
+  write_paged(step, layer, part(1), part(2));
+  Tensor y;
+  if (read_pages) {
+    Tensor out = reshape(read_paged(step, layer, part(0), 1.0 / std::sqrt(double(D))), {packed.size(0), C});
+    if (out.dtype() != projected.dtype()) out = to_dtype(out, projected.dtype());
+    if (padded) {
+      Tensor all = zeros({B * T, C}, out.dtype(), out.device());
+      index_copy_rows_(all, to_dtype(real_index, DType::i32), out);
+      out = all;
+    }
+    y = reshape(out, {B, T, C});
+  } else {
+    Tensor qkv = permute(reshape(projected, {B, T, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, T, D]
+    Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);
+    y = reshape(transpose(scaled_dot_product_attention(q, k, v, /*causal=*/true), 1, 2), {B, T, C});
   }
-  return c_proj->forward(reshape(transpose(heads, 1, 2), {B, 1, C}));
+  return c_proj->forward(y);
 }
 
 }  // namespace kiln::nn

@@ -1,9 +1,19 @@
 // Multi-head causal self-attention with GPT-2's parameter names: c_attn
 // projects to q, k, v in one matmul; c_proj mixes the heads back.
 #pragma once
+#include "kiln/nn/kv_cache.h"
 #include "kiln/nn/layers.h"
 
 namespace kiln::nn {
+
+// Attention of a batch held whole, through paged_attention (each sequence's
+// keys one page): q [B, T, H, D], k and v [B, T, Hkv, D]; row (b, t)
+// attends to positions [0, t] of its sequence when causal, else to [0,
+// lengths[b]) (its real tokens). -> [B, T, H * D]. A row's bits do not
+// depend on the rows beside it or on the padding after it: batch-invariant
+// mode's attention (kiln/backend/batch_invariant.h). No gradients.
+Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& lengths,
+                         bool causal);
 
 class CausalSelfAttention : public Module {
  public:
@@ -15,25 +25,15 @@ class CausalSelfAttention : public Module {
   // weight gradients (they are recomputed from tensors kept anyway).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x);
 
-  // Inference with a KV cache: x [1, n, C] holds the positions from `past`
-  // on; their keys and values are written into k_cache / v_cache
-  // [1, H, capacity, D] at [past, past + n), and each attends to every
-  // cached position up to its own. No gradients.
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
-  // Prompts of B sequences in one pass: x [B, T, C], row b's first
-  // lengths[b] positions real and the rest padding after them. Each row's
-  // real keys and values go into *k_caches[b] / *v_caches[b] at [0,
-  // lengths[b]); attention is causal, so padding never reaches a real
-  // position. No gradients.
-  Tensor forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
-                         const std::vector<int64_t>& lengths);
-  // One new position for each of B sequences with caches of their own
-  // (continuous batching): x [B, 1, C]; row b's key and value go into
-  // *k_caches[b] / *v_caches[b] at pasts[b], and it attends to its cache's
-  // first pasts[b] + 1 positions. The projections run as one batch; only
-  // the attention itself is per sequence. No gradients.
-  Tensor forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
-                        const std::vector<int64_t>& pasts);
+  // Inference over a paged KV cache (kiln/nn/kv_cache.h): x [B, T, C], row
+  // b's first lengths[b] positions new to its sequence (plan_step's rows,
+  // in order) and the rest padding after them. Their keys and values go
+  // into the pages; with read_pages each new position attends to its
+  // sequence's pages up to itself (cached positions, or batch-invariant
+  // mode), otherwise to this pass's keys (causal, so padding never reaches
+  // a real position). Padding rows come out as zeros. No gradients.
+  Tensor forward_paged(const Tensor& x, const PagedStep& step, int64_t layer, const std::vector<int64_t>& lengths,
+                       bool read_pages);
 
   std::shared_ptr<Linear> c_attn, c_proj;
 

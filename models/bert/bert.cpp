@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
+#include "kiln/nn/attention.h"
 
 namespace kiln::models {
 
@@ -51,18 +53,30 @@ class EncoderLayer : public Module {
     ffn_out = register_module(n.ffn_out, std::make_shared<Linear>(c.intermediate_size, H, init));
     ffn_norm = register_module(n.ffn_norm, std::make_shared<LayerNorm>(H, c.layer_norm_eps));
   }
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor(), {}); }
   // `key_bias` [B, 1, 1, T]: 0 for a row's real tokens, -inf for its
   // padding, added to the scores so that no token attends to padding;
   // undefined when every row is all real tokens (the fused attention op).
-  Tensor forward(const Tensor& x, const Tensor& key_bias) {
+  // In batch-invariant mode attention runs by rows over each text's
+  // lengths[b] real tokens instead.
+  Tensor forward(const Tensor& x, const Tensor& key_bias, const std::vector<int64_t>& lengths) {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
+    if (batch_invariant() && !grad_enabled()) {
+      auto rows = [&](const Tensor& t) { return reshape(t, {B, T, heads_, D}); };
+      const Tensor a = attention_by_rows(rows(q->forward(x)), rows(k->forward(x)), rows(v->forward(x)),
+                                         lengths.empty() ? std::vector<int64_t>(size_t(B), T) : lengths, false);
+      return finish(x, to_dtype(a, x.dtype()));
+    }
     auto split = [&](const Tensor& t) { return contiguous(transpose(reshape(t, {B, T, heads_, D}), 1, 2)); };
     Tensor qh = split(q->forward(x)), kh = split(k->forward(x)), vh = split(v->forward(x));
     Tensor a = key_bias.defined()
                    ? matmul(softmax(matmul(qh, transpose(kh, 2, 3)) * (1.0 / std::sqrt(double(D))) + key_bias, -1), vh)
                    : scaled_dot_product_attention(qh, kh, vh, false);
-    Tensor h = attn_norm->forward(x + o->forward(reshape(transpose(a, 1, 2), {B, T, C})));
+    return finish(x, reshape(transpose(a, 1, 2), {B, T, C}));
+  }
+  // After attention (heads merged, [B, T, C]): the output projection, the norms and the feed-forward.
+  Tensor finish(const Tensor& x, const Tensor& a) {
+    Tensor h = attn_norm->forward(x + o->forward(a));
     return ffn_norm->forward(h + ffn_out->forward(gelu_erf(ffn_in->forward(h))));
   }
   std::shared_ptr<Linear> q, k, v, o, ffn_in, ffn_out;
@@ -123,7 +137,7 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
       for (int64_t t = lengths[size_t(b)]; t < T; ++t) bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
     key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
   }
-  for (const auto& layer : p.layers) x = layer->forward(x, key_bias);
+  for (const auto& layer : p.layers) x = layer->forward(x, key_bias, lengths);
   Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
   Tensor pooled = config_.flavor == "bert" ? tanh(p.head->forward(first)) : relu(p.head->forward(first));
   return p.classifier->forward(pooled);

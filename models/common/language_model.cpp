@@ -61,6 +61,15 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) 
   KILN_FAIL("unknown activation checkpointing '", mode, "' (choose one of none, selective, blocks)");
 }
 
+std::shared_ptr<nn::KvPool> LanguageModel::pool_for(const nn::KvLayout& layout) const {
+  const bool same = kv_pool_ && kv_pool_->layout().layers == layout.layers &&
+                    kv_pool_->layout().kv_heads == layout.kv_heads && kv_pool_->layout().head_dim == layout.head_dim &&
+                    kv_pool_->layout().dtype == layout.dtype && kv_pool_->layout().device == layout.device &&
+                    kv_pool_->layout().page_size == layout.page_size;
+  if (!same) kv_pool_ = std::make_shared<nn::KvPool>(layout);
+  return kv_pool_;
+}
+
 std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids) {
   NoGradGuard ng;
   std::vector<int64_t> ids64(ids.begin(), ids.end());

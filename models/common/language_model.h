@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "kiln/nn/kv_cache.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -20,17 +21,16 @@ namespace kiln::models {
 enum class ActivationCheckpointing { none, selective, blocks };
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode);
 
-// Keys and values of every position seen so far, per layer, for generation.
-struct KvCache {
-  std::vector<Tensor> k, v;  // [1, kv heads, capacity, head size] each, in the autocast dtype where it is on
-  int64_t length = 0;        // positions cached
-};
+// Keys and values of every position a sequence has seen, in pages of the
+// model's pool (kiln/nn/kv_cache.h).
+using nn::KvCache;
 
 class LanguageModel : public nn::Module {
  public:
   // Logits [1, vocab] of the last of `ids` [1, n], which continue the
   // positions in `cache` (empty: a prompt) and are added to it.
   virtual Tensor forward_cached(const Tensor& ids, KvCache& cache) = 0;
+  // An empty cache in this model's pool, holding up to context_length() positions.
   virtual KvCache new_cache() const = 0;
   // Continuous batching: one new token for each of B sequences, each with its
   // own cache, in one forward pass -> logits [B, vocab]; each token joins its
@@ -41,6 +41,18 @@ class LanguageModel : public nn::Module {
   // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].
   virtual Tensor loss(const Tensor& ids, const Tensor& targets) = 0;
   virtual void set_activation_checkpointing(ActivationCheckpointing mode) = 0;
+
+  // The pool of the caches made last (null before the first), for its
+  // counters: pages held and cached, prefix positions reused.
+  const nn::KvPool* kv_pool() const { return kv_pool_.get(); }
+
+ protected:
+  // The pool every cache of this model shares, made again when the layout
+  // changes (the model moved or changed dtype); caches of the old one keep it alive.
+  std::shared_ptr<nn::KvPool> pool_for(const nn::KvLayout& layout) const;
+
+ private:
+  mutable std::shared_ptr<nn::KvPool> kv_pool_;
 };
 
 // Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k

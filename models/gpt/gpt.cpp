@@ -6,6 +6,7 @@
 
 #include "kiln/amp/autocast.h"
 #include "kiln/autograd/checkpoint.h"
+#include "kiln/backend/batch_invariant.h"
 
 namespace kiln::models {
 
@@ -79,20 +80,9 @@ GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generato
   mlp = register_module("mlp", std::make_shared<Mlp>(c, init, dropout_gen));
 }
 
-Tensor GptBlock::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
-  Tensor h = add(x, attn->forward_cached(ln_1->forward(x), k_cache, v_cache, past));
-  return add(h, mlp->forward(ln_2->forward(h)));
-}
-
-Tensor GptBlock::forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches,
-                                 const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& lengths) {
-  Tensor h = add(x, attn->forward_prompts(ln_1->forward(x), k_caches, v_caches, lengths));
-  return add(h, mlp->forward(ln_2->forward(h)));
-}
-
-Tensor GptBlock::forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches,
-                                const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
-  Tensor h = add(x, attn->forward_decode(ln_1->forward(x), k_caches, v_caches, pasts));
+Tensor GptBlock::forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer,
+                               const std::vector<int64_t>& lengths, bool read_pages) {
+  Tensor h = add(x, attn->forward_paged(ln_1->forward(x), step, layer, lengths, read_pages));
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
@@ -178,73 +168,58 @@ Tensor Gpt::forward(const Tensor& ids) {
 }
 
 KvCache Gpt::new_cache() const {
-  KvCache cache;
-  const int64_t H = config_.n_head, D = config_.n_embd / config_.n_head;
   // Under autocast the keys and values are made, and read by the products, in
   // its dtype: a cache in f32 would be cast whole at every decode step.
   const Tensor& w = ln_f_->weight;  // never quantized: where and in what dtype the model runs
   const DType dtype = amp::autocast_should_lower({&w}) ? *amp::autocast_dtype() : w.dtype();
-  for (int64_t i = 0; i < config_.n_layer; ++i) {
-    cache.k.push_back(Tensor::empty({1, H, config_.block_size, D}, dtype, w.device()));
-    cache.v.push_back(Tensor::empty({1, H, config_.block_size, D}, dtype, w.device()));
-  }
-  return cache;
+  nn::KvLayout layout{config_.n_layer, config_.n_head, config_.n_embd / config_.n_head, dtype, w.device()};
+  return KvCache(pool_for(layout), config_.block_size);
 }
 
 Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
-  NoGradGuard ng;
-  const int64_t n = ids.size(1), past = cache.length;
-  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && past + n <= config_.block_size, "gpt cache: ", past, " + ", n,
-             " positions exceed block_size ", config_.block_size);
-  if (past == 0) return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
-  Tensor pos = slice(arange(past + n, DType::i64, ids.device()), 0, past, past + n);
-  Tensor x = add(wte_->forward(ids), wpe_->forward(pos));
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], past);
-  cache.length = past + n;
-  Tensor last = slice(ln_f_->forward(x), 1, n - 1, n);
-  return reshape(head(last), {1, config_.vocab_size});
+  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "gpt: a cached forward takes ids [1, n], got ",
+             shape_str(ids.shape()));
+  return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
-
-namespace {
-// Layer i's keys and values of each sequence's cache.
-std::pair<std::vector<Tensor*>, std::vector<Tensor*>> layer_caches(const std::vector<KvCache*>& caches, size_t i) {
-  std::vector<Tensor*> k, v;
-  for (KvCache* c : caches) {
-    k.push_back(&c->k[i]);
-    v.push_back(&c->v[i]);
-  }
-  return {k, v};
-}
-}  // namespace
 
 Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
   const int64_t B = int64_t(prompts.size());
   KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "gpt prompts: ", prompts.size(), " prompts for ",
              caches.size(), " caches");
+  std::vector<std::vector<int32_t>> fresh;  // what each cache does not hold yet
+  std::vector<int64_t> lengths, pasts;
+  bool any_past = false;
   int64_t T = 0;
-  std::vector<int64_t> lengths;
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    const int64_t n = int64_t(prompts[b].size());
-    KILN_CHECK(n >= 1 && n <= config_.block_size && caches[b]->length == 0, "gpt prompts: prompt ", b, " has ", n,
-               " tokens (1 to block_size ", config_.block_size, ") for a cache holding ", caches[b]->length);
-    lengths.push_back(n);
-    T = std::max(T, n);
-  }
-  // Rows padded after their prompt (token 0: any id; causal attention keeps it from the prompt).
-  std::vector<int64_t> ids(size_t(B * T), 0), last_rows;
   for (int64_t b = 0; b < B; ++b) {
-    std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(), ids.begin() + b * T);
+    KvCache& cache = *caches[size_t(b)];
+    std::vector<int32_t> tokens(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
+    KILN_CHECK(!tokens.empty() && cache.length() + int64_t(tokens.size()) <= config_.block_size, "gpt: prompt ", b,
+               " has ", tokens.size(), " tokens after the ", cache.length(), " cached; together at most block_size ",
+               config_.block_size);
+    if (cache.length() == 0) tokens.erase(tokens.begin(), tokens.begin() + cache.adopt_prefix(tokens));
+    pasts.push_back(cache.length());
+    any_past |= cache.length() > 0;
+    lengths.push_back(int64_t(tokens.size()));
+    T = std::max(T, lengths.back());
+    fresh.push_back(std::move(tokens));
+  }
+  // Rows padded after their tokens (token 0 at a position in range: causal
+  // attention keeps padding from every real position).
+  std::vector<int64_t> ids(size_t(B * T), 0), positions(size_t(B * T), 0), last_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(fresh[size_t(b)].begin(), fresh[size_t(b)].end(), ids.begin() + b * T);
+    for (int64_t t = 0; t < T; ++t)
+      positions[size_t(b * T + t)] = std::min(pasts[size_t(b)] + t, config_.block_size - 1);
     last_rows.push_back(b * T + lengths[size_t(b)] - 1);
   }
   const Device device = ln_f_->weight.device();
+  const nn::PagedStep step = nn::plan_step(caches, lengths, 0, device);
   Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, T}).to(device)),
-                 wpe_->forward(arange(T, DType::i64, device)));
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const auto [k, v] = layer_caches(caches, i);
-    x = blocks_[i]->forward_prompts(x, k, v, lengths);
-  }
-  for (size_t b = 0; b < caches.size(); ++b) caches[b]->length = lengths[b];
+                 wpe_->forward(Tensor::from_vector(positions, {B, T}).to(device)));
+  const bool read_pages = any_past || batch_invariant();
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_paged(x, step, int64_t(i), lengths, read_pages);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(fresh[size_t(b)]);
   // Each prompt's last row of the final stream (embedding() gathers rows of any table).
   Tensor last = embedding(reshape(ln_f_->forward(x), {B * T, config_.n_embd}),
                           Tensor::from_vector(last_rows, {B}).to(device));
@@ -252,25 +227,9 @@ Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, co
 }
 
 Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
-  NoGradGuard ng;
-  const int64_t B = int64_t(tokens.size());
-  KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "gpt decode: ", tokens.size(), " tokens for ", caches.size(),
-             " caches");
-  std::vector<int64_t> ids(tokens.begin(), tokens.end()), pasts;
-  for (const KvCache* c : caches) {
-    KILN_CHECK(c->length < config_.block_size, "gpt decode: a cache is full (", c->length,
-               " positions); start it over from the last block_size tokens");
-    pasts.push_back(c->length);
-  }
-  const Device device = ln_f_->weight.device();
-  Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, 1}).to(device)),
-                 reshape(wpe_->forward(Tensor::from_vector(pasts, {B}).to(device)), {B, 1, config_.n_embd}));
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const auto [k, v] = layer_caches(caches, i);
-    x = blocks_[i]->forward_decode(x, k, v, pasts);
-  }
-  for (KvCache* c : caches) ++c->length;
-  return reshape(head(ln_f_->forward(x)), {B, config_.vocab_size});
+  std::vector<std::vector<int64_t>> each;
+  for (int32_t t : tokens) each.push_back({t});
+  return forward_prompts(each, caches);
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {
@@ -297,8 +256,8 @@ std::vector<int32_t> Gpt::generate(std::vector<int32_t> tokens, int64_t max_new_
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     // The prompt (or, once the context is full, its last block_size tokens)
     // fills the cache; after that each step feeds only the newest token.
-    if (cache.length >= config_.block_size) cache.length = 0;
-    size_t start = cache.length > 0 ? tokens.size() - 1
+    if (cache.length() >= config_.block_size) cache.clear();
+    size_t start = cache.length() > 0 ? tokens.size() - 1
                    : tokens.size() > size_t(config_.block_size) ? tokens.size() - size_t(config_.block_size) : 0;
     std::vector<int64_t> window(tokens.begin() + long(start), tokens.end());
     Tensor ids = Tensor::from_vector(window, {1, int64_t(window.size())}).to(device);

@@ -32,11 +32,9 @@ class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
-  Tensor forward_prompts(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
-                         const std::vector<int64_t>& lengths);
-  Tensor forward_decode(const Tensor& x, const std::vector<Tensor*>& k_caches, const std::vector<Tensor*>& v_caches,
-                        const std::vector<int64_t>& pasts);
+  // Inference over a paged cache (CausalSelfAttention::forward_paged).
+  Tensor forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer, const std::vector<int64_t>& lengths,
+                       bool read_pages);
   bool selective = false;  // selective activation checkpointing
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<nn::CausalSelfAttention> attn;
@@ -67,9 +65,10 @@ class Gpt : public LanguageModel {
   int64_t context_length() const override { return config_.block_size; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   // Prompts of several sequences in one forward pass (rows padded to the
-  // longest; causal, so padding changes no answer): each of `prompts` into
-  // its empty cache; logits [B, vocab] of each prompt's last token, as
-  // forward_cached gives for that prompt alone.
+  // longest; causal, so padding changes no answer): each of `prompts`
+  // continues its cache (an empty one first takes a published prefix);
+  // logits [B, vocab] of each prompt's last token, as forward_cached gives
+  // for that prompt alone.
   Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches);
   // Continuous batching: one new token for each of B sequences, each with
   // its own cache (length < block_size), in one forward pass -> logits

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kiln/autograd/checkpoint.h"
+#include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
 
 namespace kiln::models {
@@ -87,33 +88,13 @@ class LlamaLayer : public Module {
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
   }
 
-  // x [B, T, C] at positions [past, past + T); with a cache, its keys and
-  // values are added to (k_cache, v_cache) and attention reads them all.
-  Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t past, Tensor* k_cache,
-                    Tensor* v_cache) {
-    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, past, k_cache, v_cache));
-  }
-
-  // Continuous batching: x [B, 1, C], row b at position pasts[b] of its own
-  // cache (*k_caches[b], *v_caches[b]); cos and sin [B, 1, 1, D] per row.
-  Tensor forward_decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::vector<Tensor*>& k_caches,
-                        const std::vector<Tensor*>& v_caches, const std::vector<int64_t>& pasts) {
-    const int64_t B = x.size(0), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
-    Tensor n = input_layernorm->forward(x);
-    Tensor q = heads(q_proj->forward(n), B, 1, H), k = heads(k_proj->forward(n), B, 1, Hkv);
-    Tensor v = heads(v_proj->forward(n), B, 1, Hkv);
-    q = rotate(q, cos, sin);
-    k = rotate(k, cos, sin);
-    std::vector<Tensor> rows;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t past = pasts[size_t(b)];
-      Tensor k_slot = slice(*k_caches[size_t(b)], 2, past, past + 1), v_slot = slice(*v_caches[size_t(b)], 2, past, past + 1);
-      copy_into(slice(k, 0, b, b + 1), k_slot);
-      copy_into(slice(v, 0, b, b + 1), v_slot);
-      rows.push_back(decode_attention(slice(q, 0, b, b + 1), slice(*k_caches[size_t(b)], 2, 0, past + 1),
-                                      slice(*v_caches[size_t(b)], 2, 0, past + 1), 1.0 / std::sqrt(double(D))));
-    }
-    return mlp_block(x + o_proj->forward(reshape(cat(rows, 0), {B, 1, H * D})));
+  // x [B, T, C] at positions [past, past + T). With a paged step, its keys
+  // and values go into the pages, and with read_pages attention reads them
+  // all (a cache holding earlier positions, or batch-invariant mode);
+  // otherwise it runs on this pass's keys alone.
+  Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
+                    bool read_pages) {
+    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages));
   }
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
@@ -131,65 +112,40 @@ class LlamaLayer : public Module {
     return transpose(reshape(projected, {B, T, H, c_.head_dim}), 1, 2);  // [B, H, T, D]
   }
 
-  Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t past, Tensor* k_cache,
-                   Tensor* v_cache) const {
+  // [B, H, T, D] -> [B * T, H, D]: a row per position, as the pages hold them.
+  static Tensor rows(const Tensor& heads) {
+    return reshape(transpose(heads, 1, 2), {heads.size(0) * heads.size(2), heads.size(1), heads.size(3)});
+  }
+
+  Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
+                   bool read_pages) const {
     const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
     Tensor q = heads(q_proj->forward(x), B, T, H);
     Tensor k = heads(k_proj->forward(x), B, T, Hkv);
     Tensor v = heads(v_proj->forward(x), B, T, Hkv);
     q = rotate(q, cos, sin);
     k = rotate(k, cos, sin);
-    int64_t S = T;
-    if (k_cache) {  // generation: a batch of one, positions [past, past + T)
-      Tensor k_slot = slice(*k_cache, 2, past, past + T), v_slot = slice(*v_cache, 2, past, past + T);
-      copy_into(k, k_slot);
-      copy_into(v, v_slot);
-      S = past + T;
-      k = slice(*k_cache, 2, 0, S);
-      v = slice(*v_cache, 2, 0, S);
-    }
     const double scale = 1.0 / std::sqrt(double(D));
-    if (T == 1 && k_cache) return o_proj->forward(reshape(decode_attention(q, k, v, scale), {B, 1, H * D}));
+    if (step) write_paged(*step, layer, rows(k), rows(v));
+    if (read_pages) return o_proj->forward(reshape(read_paged(*step, layer, rows(q), scale), {B, T, H * D}));
     k = repeat_kv(k, H / Hkv);
     v = repeat_kv(v, H / Hkv);
     Tensor out;
-    const bool window_binds = c_.sliding_window > 0 && S > c_.sliding_window;
-    if (S == T && !window_binds) {
+    if (c_.sliding_window <= 0 || T <= c_.sliding_window) {
       out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
     } else {
-      // Query i (position past + i) sees key j when j <= past + i and, with a
-      // sliding window w, j > past + i - w (as transformers' mask does).
-      std::vector<float> mask(size_t(T * S), 0.0f);
+      // Query i sees key j when j <= i and j > i - w (as transformers' mask does).
+      std::vector<float> mask(size_t(T * T), 0.0f);
       for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < S; ++j) {
-          const int64_t pos = past + i;
-          if (j > pos || (c_.sliding_window > 0 && j <= pos - c_.sliding_window))
-            mask[size_t(i * S + j)] = -std::numeric_limits<float>::infinity();
-        }
-      Tensor bias = Tensor::from_vector(mask, {T, S}).to(x.device());
+        for (int64_t j = 0; j < T; ++j)
+          if (j > i || j <= i - c_.sliding_window) mask[size_t(i * T + j)] = -std::numeric_limits<float>::infinity();
+      Tensor bias = Tensor::from_vector(mask, {T, T}).to(x.device());
       Tensor scores = matmul(q, transpose(k, 2, 3)) * scale;
       if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
       Tensor probs = softmax(scores + bias, -1);
       out = matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v);
     }
     return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
-  }
-
-  // One new position (generation): it sees every cached key, or the last
-  // sliding_window of them, so no mask is needed. The query heads that share
-  // a key/value head are multiplied as one group, so the cache is never
-  // copied per query head. q [B, H, 1, D], k and v [B, Hkv, S, D] -> [B, H, 1, D].
-  Tensor decode_attention(const Tensor& q, Tensor k, Tensor v, double scale) const {
-    const int64_t B = q.size(0), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim, S = k.size(2);
-    if (c_.sliding_window > 0 && S > c_.sliding_window) {
-      k = slice(k, 2, S - c_.sliding_window, S);
-      v = slice(v, 2, S - c_.sliding_window, S);
-    }
-    Tensor grouped = reshape(q, {B, Hkv, H / Hkv, D});
-    Tensor scores = matmul(grouped, transpose(k, 2, 3)) * scale;  // [B, Hkv, group, S]
-    if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
-    Tensor probs = softmax(scores, -1);
-    return reshape(matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v), {B, H, 1, D});
   }
 
   LlamaConfig c_;
@@ -249,34 +205,38 @@ Tensor Llama::head(const Tensor& x) const {
 // The final norm's weight is never quantized: it says where and in what dtype the model runs.
 const Tensor& Llama::anchor() const { return model_->norm->weight; }
 
-Tensor Llama::hidden(const Tensor& ids, KvCache* cache) {
-  const int64_t T = ids.size(1), past = cache ? cache->length : 0;
-  KILN_CHECK(past + T <= config_.max_positions, "the text holds ", past + T, " tokens, more than the model's ",
-             config_.max_positions, " positions (max_position_embeddings); shorten it");
-  if (cache)
-    KILN_CHECK(past + T <= cache->k.front().size(2), "the generation cache holds ", cache->k.front().size(2),
-               " positions; ", past + T, " do not fit");
-  ensure_rope(past + T, anchor().device());
+Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step,
+                     bool read_pages) {
   Tensor x = model_->embed_tokens->forward(ids);
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
-  Tensor cos = to_dtype(slice(rope_cos_, 0, past, past + T), x.dtype());
-  Tensor sin = to_dtype(slice(rope_sin_, 0, past, past + T), x.dtype());
+  const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
   for (size_t l = 0; l < model_->layers.size(); ++l) {
     auto& layer = model_->layers[l];
-    if (!cache && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
-      x = checkpoint([layer, cos, sin](const Tensor& in) { return layer->forward_at(in, cos, sin, 0, nullptr, nullptr); },
+    if (!step && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
+      x = checkpoint([layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); },
                      x);
     else
-      x = layer->forward_at(x, cos, sin, past, cache ? &cache->k[l] : nullptr, cache ? &cache->v[l] : nullptr);
+      x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages);
   }
-  if (cache) cache->length += T;
   return model_->norm->forward(x);
 }
 
-Tensor Llama::forward(const Tensor& ids) { return head(hidden(ids, nullptr)); }
+// cos and sin [T, D] of positions [first, first + T).
+std::pair<Tensor, Tensor> Llama::rope_rows(int64_t first, int64_t T) {
+  KILN_CHECK(first + T <= config_.max_positions, "the text holds ", first + T, " tokens, more than the model's ",
+             config_.max_positions, " positions (max_position_embeddings); shorten it");
+  ensure_rope(first + T, anchor().device());
+  return {slice(rope_cos_, 0, first, first + T), slice(rope_sin_, 0, first, first + T)};
+}
+
+Tensor Llama::forward(const Tensor& ids) {
+  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  return head(hidden(ids, cos, sin, nullptr, false));
+}
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
-  return linear_cross_entropy(hidden(ids, nullptr), head_weight(), targets);
+  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  return linear_cross_entropy(hidden(ids, cos, sin, nullptr, false), head_weight(), targets);
 }
 
 void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
@@ -285,12 +245,24 @@ void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
   checkpointing_ = mode;
 }
 
+// A prompt, or more of a sequence: ids the cache does not hold yet. An
+// empty cache first takes what it can of a published prefix.
 Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
   NoGradGuard ng;
-  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "llama: a cached forward takes ids [1, n], got ", shape_str(ids.shape()));
-  Tensor x = hidden(ids, &cache);
-  Tensor last = slice(x, 1, x.size(1) - 1, x.size(1));
-  return reshape(head(last), {1, config_.vocab_size});
+  KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && ids.size(1) >= 1, "llama: a cached forward takes ids [1, n], got ",
+             shape_str(ids.shape()));
+  const std::vector<int64_t> all = ids.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<int32_t> tokens(all.begin(), all.end());
+  const int64_t adopted = cache.length() == 0 ? cache.adopt_prefix(tokens) : 0;
+  tokens.erase(tokens.begin(), tokens.begin() + adopted);
+  const int64_t past = cache.length(), T = int64_t(tokens.size());
+  const auto [cos, sin] = rope_rows(past, T);
+  const Device device = anchor().device();
+  const nn::PagedStep step = nn::plan_step({&cache}, {T}, config_.sliding_window, device);
+  Tensor fresh = Tensor::from_vector(std::vector<int64_t>(tokens.begin(), tokens.end()), {1, T}).to(device);
+  Tensor x = hidden(fresh, cos, sin, &step, past > 0 || batch_invariant());
+  cache.commit(tokens);
+  return reshape(head(slice(x, 1, T - 1, T)), {1, config_.vocab_size});
 }
 
 Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
@@ -298,39 +270,26 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
   const int64_t B = int64_t(tokens.size());
   KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "llama decode: ", tokens.size(), " tokens for ", caches.size(),
              " caches");
-  std::vector<int64_t> ids(tokens.begin(), tokens.end()), pasts;
-  int64_t furthest = 0;
-  for (const KvCache* c : caches) {
-    KILN_CHECK(c->length < c->k.front().size(2), "llama decode: a cache is full (", c->length, " positions)");
-    pasts.push_back(c->length);
-    furthest = std::max(furthest, c->length + 1);
-  }
-  const Device device = anchor().device();
-  ensure_rope(furthest, device);
-  Tensor x = model_->embed_tokens->forward(Tensor::from_vector(ids, {B, 1}).to(device));
   std::vector<Tensor> cos_rows, sin_rows;
-  for (int64_t p : pasts) cos_rows.push_back(slice(rope_cos_, 0, p, p + 1)), sin_rows.push_back(slice(rope_sin_, 0, p, p + 1));
-  const int64_t D = config_.head_dim;
-  Tensor cos = to_dtype(reshape(cat(cos_rows, 0), {B, 1, 1, D}), x.dtype());
-  Tensor sin = to_dtype(reshape(cat(sin_rows, 0), {B, 1, 1, D}), x.dtype());
-  for (size_t l = 0; l < model_->layers.size(); ++l) {
-    std::vector<Tensor*> k, v;
-    for (KvCache* c : caches) k.push_back(&c->k[l]), v.push_back(&c->v[l]);
-    x = model_->layers[l]->forward_decode(x, cos, sin, k, v, pasts);
+  for (const KvCache* c : caches) {
+    const auto [cos, sin] = rope_rows(c->length(), 1);
+    cos_rows.push_back(cos);
+    sin_rows.push_back(sin);
   }
-  for (KvCache* c : caches) ++c->length;
-  return reshape(head(model_->norm->forward(x)), {B, config_.vocab_size});
+  const int64_t D = config_.head_dim;
+  const Device device = anchor().device();
+  const nn::PagedStep step = nn::plan_step(caches, std::vector<int64_t>(size_t(B), 1), config_.sliding_window, device);
+  std::vector<int64_t> ids(tokens.begin(), tokens.end());
+  Tensor x = hidden(Tensor::from_vector(ids, {B, 1}).to(device), reshape(cat(cos_rows, 0), {B, 1, 1, D}),
+                    reshape(cat(sin_rows, 0), {B, 1, 1, D}), &step, true);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(std::span(&tokens[size_t(b)], 1));
+  return reshape(head(x), {B, config_.vocab_size});
 }
 
 KvCache Llama::new_cache() const {
-  KvCache cache;
   const Tensor& w = anchor();
-  const int64_t capacity = std::min(config_.max_positions, kMaxCachedPositions);
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    cache.k.push_back(Tensor::empty({1, config_.num_kv_heads, capacity, config_.head_dim}, w.dtype(), w.device()));
-    cache.v.push_back(Tensor::empty({1, config_.num_kv_heads, capacity, config_.head_dim}, w.dtype(), w.device()));
-  }
-  return cache;
+  nn::KvLayout layout{config_.num_layers, config_.num_kv_heads, config_.head_dim, w.dtype(), w.device()};
+  return KvCache(pool_for(layout), context_length());
 }
 
 }  // namespace kiln::models

@@ -37,15 +37,19 @@ class Llama : public LanguageModel {
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
   KvCache new_cache() const override;
   Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) override;
-  // Generation sees at most this many positions (or the model's own limit):
-  // its cache is allocated whole, and Llama 3 would ask for 131,072.
+  // Generation sees at most this many positions (or the model's own limit),
+  // which bounds one stream's pages (Llama 3 would allow 131,072 positions:
+  // 16 GiB of cache for the 8B model).
   static constexpr int64_t kMaxCachedPositions = 8192;
   int64_t context_length() const override { return std::min(config_.max_positions, kMaxCachedPositions); }
   int64_t vocab_size() const override { return config_.vocab_size; }
   const LlamaConfig& config() const { return config_; }
 
  private:
-  Tensor hidden(const Tensor& ids, KvCache* cache);  // the final normed stream
+  // The final normed stream of ids [B, T] at positions cos/sin give ([T, D],
+  // or [B, 1, 1, D] when decoding); with a step, keys and values go into the pages.
+  Tensor hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, bool read_pages);
+  std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T);
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
   const Tensor& anchor() const;

@@ -1,0 +1,203 @@
+#include "kiln/nn/kv_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kiln::nn {
+
+KvPool::KvPool(const KvLayout& layout, int64_t initial_pages) : layout_(layout) {
+  KILN_CHECK(layout.layers > 0 && layout.kv_heads > 0 && layout.head_dim > 0 && layout.page_size > 0,
+             "kv cache: a pool needs layers, heads, a head size and a page size, got ", layout.layers, ", ",
+             layout.kv_heads, ", ", layout.head_dim, ", ", layout.page_size);
+  keys_.resize(size_t(layout.layers));
+  values_.resize(size_t(layout.layers));
+  grow_to(std::max<int64_t>(initial_pages, 1));
+}
+
+void KvPool::grow_to(int64_t total) {
+  const int64_t before = pages_.load();
+  for (auto* side : {&keys_, &values_})
+    for (Tensor& pages : *side) {
+      NoGradGuard ng;
+      Tensor bigger = Tensor::empty({total, layout_.page_size, layout_.kv_heads, layout_.head_dim}, layout_.dtype,
+                                    layout_.device);
+      if (before > 0) {
+        Tensor old_part = slice(bigger, 0, 0, before);
+        copy_into(pages, old_part);
+      }
+      pages = bigger;
+    }
+  holders_.resize(size_t(total), 0);
+  cached_at_.resize(size_t(total));
+  published_.resize(size_t(total), nullptr);
+  published_id_.resize(size_t(total), 0);
+  for (int64_t p = total - 1; p >= before; --p) unused_.push_back(int32_t(p));  // lowest first out
+  pages_ = total;
+}
+
+int32_t KvPool::take_page() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (unused_.empty() && cached_.empty()) grow_to(2 * pages_.load());
+  int32_t page;
+  if (!unused_.empty()) {
+    page = unused_.back();
+    unused_.pop_back();
+  } else {  // the cached prefix page released longest ago gives way
+    page = cached_.front();
+    cached_.pop_front();
+    --cached_count_;
+    index_.erase(*published_[size_t(page)]);
+    published_[size_t(page)] = nullptr;
+  }
+  holders_[size_t(page)] = 1;
+  ++held_;
+  return page;
+}
+
+void KvPool::hold(int32_t page) {
+  if (holders_[size_t(page)]++ > 0) return;
+  cached_.erase(cached_at_[size_t(page)]);
+  --cached_count_;
+  ++held_;
+}
+
+void KvPool::release(int32_t page) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--holders_[size_t(page)] > 0) return;
+  --held_;
+  if (!published_[size_t(page)]) return unused_.push_back(page);
+  cached_at_[size_t(page)] = cached_.insert(cached_.end(), page);
+  ++cached_count_;
+}
+
+uint64_t KvPool::publish(int32_t page, const PrefixKey& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [at, inserted] = index_.try_emplace(key, page, next_id_);
+  if (!inserted) return at->second.second;
+  published_[size_t(page)] = &at->first;
+  published_id_[size_t(page)] = next_id_;
+  return next_id_++;
+}
+
+int32_t KvPool::find(const PrefixKey& key, uint64_t* id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto at = index_.find(key);
+  if (at == index_.end()) return -1;
+  hold(at->second.first);
+  *id = at->second.second;
+  return at->second.first;
+}
+
+KvCache::KvCache(std::shared_ptr<KvPool> pool, int64_t capacity) : pool_(std::move(pool)), capacity_(capacity) {}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  if (this == &other) return *this;
+  clear();
+  pool_ = std::move(other.pool_);
+  capacity_ = other.capacity_;
+  length_ = std::exchange(other.length_, 0);
+  pages_ = std::move(other.pages_);
+  tokens_ = std::move(other.tokens_);
+  last_published_id_ = std::exchange(other.last_published_id_, 0);
+  published_pages_ = std::exchange(other.published_pages_, 0);
+  other.pages_.clear();
+  other.tokens_.clear();
+  return *this;
+}
+
+void KvCache::clear() {
+  for (int32_t page : pages_) pool_->release(page);
+  pages_.clear();
+  tokens_.clear();
+  length_ = 0;
+  last_published_id_ = 0;
+  published_pages_ = 0;
+}
+
+int64_t KvCache::adopt_prefix(std::span<const int32_t> ids) {
+  KILN_CHECK(pool_ && length_ == 0 && pages_.empty(), "kv cache: a prefix is adopted by an empty cache only");
+  const int64_t P = pool_->layout().page_size;
+  const int64_t whole = (int64_t(ids.size()) - 1) / P;
+  for (int64_t i = 0; i < whole; ++i) {
+    KvPool::PrefixKey key{last_published_id_, {ids.begin() + i * P, ids.begin() + (i + 1) * P}};
+    uint64_t id = 0;
+    const int32_t page = pool_->find(key, &id);
+    if (page < 0) break;
+    pages_.push_back(page);
+    tokens_.insert(tokens_.end(), key.second.begin(), key.second.end());
+    last_published_id_ = id;
+    ++published_pages_;
+  }
+  length_ = int64_t(tokens_.size());
+  pool_->reused_ += length_;
+  return length_;
+}
+
+std::vector<int32_t> KvCache::reserve(int64_t n) {
+  KILN_CHECK(pool_, "kv cache: this cache has no pool (make it with the model's new_cache())");
+  KILN_CHECK(length_ + n <= capacity_, "the generation cache holds ", capacity_, " positions; ", length_ + n,
+             " do not fit");
+  const KvLayout& layout = pool_->layout();
+  while (int64_t(pages_.size()) < layout.pages_for(length_ + n)) pages_.push_back(pool_->take_page());
+  std::vector<int32_t> slots;
+  for (int64_t pos = length_; pos < length_ + n; ++pos)
+    slots.push_back(int32_t(pages_[size_t(pos / layout.page_size)] * layout.page_size + pos % layout.page_size));
+  return slots;
+}
+
+void KvCache::commit(std::span<const int32_t> tokens) {
+  const int64_t P = pool_->layout().page_size;
+  KILN_CHECK(int64_t(pages_.size()) * P >= length_ + int64_t(tokens.size()),
+             "kv cache: commit positions that were reserved first");
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  length_ += int64_t(tokens.size());
+  for (; (published_pages_ + 1) * P <= length_; ++published_pages_) {
+    const auto first = tokens_.begin() + published_pages_ * P;
+    last_published_id_ = pool_->publish(pages_[size_t(published_pages_)], {last_published_id_, {first, first + P}});
+  }
+}
+
+PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
+                    Device device) {
+  KILN_CHECK(!caches.empty() && caches.size() == new_positions.size(), "paged step: ", caches.size(), " caches for ",
+             new_positions.size(), " position counts");
+  PagedStep step;
+  std::vector<int32_t> slots, spans;
+  size_t widest = 0;
+  for (size_t s = 0; s < caches.size(); ++s) {
+    KvCache& cache = *caches[s];
+    KILN_CHECK(&cache.pool() == &caches.front()->pool(), "paged step: the caches come from different pools");
+    const std::vector<int32_t> taken = cache.reserve(new_positions[s]);
+    slots.insert(slots.end(), taken.begin(), taken.end());
+    for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos)
+      spans.insert(spans.end(), {int32_t(s), int32_t(window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0),
+                                 int32_t(pos + 1)});
+    widest = std::max(widest, cache.pages().size());
+  }
+  std::vector<int32_t> tables(caches.size() * widest, 0);
+  for (size_t s = 0; s < caches.size(); ++s)
+    std::copy(caches[s]->pages().begin(), caches[s]->pages().end(), tables.begin() + long(s * widest));
+  const int64_t rows = int64_t(slots.size());
+  step.slots = Tensor::from_vector(slots, {rows}).to(device);
+  step.tables = Tensor::from_vector(tables, {int64_t(caches.size()), int64_t(widest)}).to(device);
+  step.spans = Tensor::from_vector(spans, {rows, 3}).to(device);
+  step.pool = &caches.front()->pool();
+  return step;
+}
+
+void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Tensor& v) {
+  const KvLayout& L = step.pool->layout();
+  const int64_t rows = step.slots.size(0), width = L.kv_heads * L.head_dim;
+  for (auto [pages, new_rows] : {std::pair{&step.pool->keys(layer), &k}, std::pair{&step.pool->values(layer), &v}}) {
+    Tensor flat = reshape(*pages, {pages->size(0) * L.page_size, width});
+    index_copy_rows_(flat, step.slots, reshape(contiguous(*new_rows), {rows, width}));
+  }
+}
+
+Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale) {
+  const DType dtype = step.pool->layout().dtype;
+  return paged_attention(q.dtype() == dtype ? q : to_dtype(q, dtype), step.pool->keys(layer),
+                         step.pool->values(layer), step.tables, step.spans, scale);
+}
+
+}  // namespace kiln::nn
