@@ -221,6 +221,7 @@ class GptCompletion final : public TextCompletion {
 // of them advanced in one batched decode step.
 class GptInference final : public InferenceModel {
  public:
+  const nn::KvPool* kv_pool() const override { return model_->kv_pool(); }
   GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok)
       : model_(std::move(model)), tok_(std::move(tok)) {
     model_->eval();

@@ -79,6 +79,7 @@ class HfCompletion final : public TextCompletion {
 // (continuous batching: completions join and leave between steps).
 class HfLanguageModelInference final : public InferenceModel {
  public:
+  const nn::KvPool* kv_pool() const override { return lm_.model->kv_pool(); }
   // `chat_template`: a family's name, or "" for the folder's own template.
   // A folder without one still completes text; only chat needs it.
   HfLanguageModelInference(models::HfCausalLm lm, const std::string& chat_template) : lm_(std::move(lm)) {

@@ -11,6 +11,10 @@
 #include "kiln/core/tensor.h"
 #include "kiln/text/chat_template.h"
 
+namespace kiln::nn {
+class KvPool;
+}
+
 namespace kiln::recipes {
 
 struct CompletionOptions {
@@ -140,6 +144,9 @@ class InferenceModel {
   // prompt of a completion with options.chat. A model without a template,
   // or a conversation its template refuses, is a kiln::Error saying why.
   virtual std::string render_chat(const std::vector<text::ChatMessage>& messages);
+  // Language models: the pool of pages their completions' caches share
+  // (null before the first), whose counters /metrics shows.
+  virtual const nn::KvPool* kv_pool() const { return nullptr; }
 };
 
 }  // namespace kiln::recipes

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/backend/backend.h"
+#include "kiln/nn/kv_cache.h"
 
 namespace kiln::serve {
 
@@ -135,11 +136,13 @@ void GenerationScheduler::loop() {
         for (Running* r : stepping) fail(*r->job, std::current_exception());
       }
     }
-    // Finished, failed and cancelled completions leave the batch.
+    // Finished, failed and cancelled completions leave the batch, and their pages go back to the pool.
     std::erase_if(running_, [](const Running& r) {
       std::lock_guard<std::mutex> lock(r.job->mutex);
       return r.job->finished || r.job->error || r.job->cancelled;
     });
+    if (const nn::KvPool* pool = inference_.kv_pool())
+      metrics_.kv_cache(model_, pool->pages(), pool->pages_held(), pool->pages_cached(), pool->reused_positions());
     std::lock_guard<std::mutex> lock(mutex_);
     running_count_ = running_.size();
   }

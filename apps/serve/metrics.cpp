@@ -66,6 +66,11 @@ void Metrics::tokens(const std::string& model, int64_t n) {
   tokens_[model] += uint64_t(n);
 }
 
+void Metrics::kv_cache(const std::string& model, int64_t pages, int64_t held, int64_t cached, int64_t reused) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kv_cache_[model] = {pages, held, cached, reused};
+}
+
 std::string Metrics::prometheus() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out = "# HELP kiln_requests_total HTTP requests by endpoint and status code.\n"
@@ -85,6 +90,23 @@ std::string Metrics::prometheus() const {
   out += "# HELP kiln_tokens_generated_total Completion tokens generated.\n# TYPE kiln_tokens_generated_total counter\n";
   for (const auto& [model, n] : tokens_)
     out += "kiln_tokens_generated_total{model=\"" + model + "\"} " + std::to_string(n) + "\n";
+  const std::pair<const char*, int64_t KvCacheState::*> kv_series[] = {
+      {"kiln_kv_cache_pages", &KvCacheState::pages},
+      {"kiln_kv_cache_pages_in_use", &KvCacheState::held},
+      {"kiln_kv_cache_pages_cached", &KvCacheState::cached},
+      {"kiln_prefix_cache_positions_total", &KvCacheState::reused}};
+  const char* kv_help[] = {"Pages in a language model's KV cache pool (allocated).",
+                           "KV cache pages held by running sequences.",
+                           "KV cache pages no sequence holds, kept for their prefix until needed.",
+                           "Prompt positions taken from the prefix cache instead of computed."};
+  for (size_t i = 0; i < std::size(kv_series); ++i) {
+    const bool counter = i == 3;
+    out += std::string("# HELP ") + kv_series[i].first + " " + kv_help[i] + "\n# TYPE " + kv_series[i].first +
+           (counter ? " counter\n" : " gauge\n");
+    for (const auto& [model, state] : kv_cache_)
+      out += std::string(kv_series[i].first) + "{model=\"" + model + "\"} " + std::to_string(state.*kv_series[i].second) +
+             "\n";
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The server's counters, rendered in Prometheus' text format at /metrics:
 // requests by endpoint and status, request latency and queue wait
-// histograms, batch sizes, queue depth per model, tokens generated.
+// histograms, batch sizes, queue depth per model, tokens generated, and
+// each language model's KV cache pages.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -31,6 +32,10 @@ class Metrics {
   void batch(const std::string& model, int64_t rows);
   void queue_depth(const std::string& model, int64_t depth);
   void tokens(const std::string& model, int64_t n);
+  // A language model's paged KV cache (kiln/nn/kv_cache.h): its pool's
+  // pages, those held by running sequences and those cached for their
+  // prefix, and the prompt positions taken from that cache so far.
+  void kv_cache(const std::string& model, int64_t pages, int64_t held, int64_t cached, int64_t reused);
   std::string prometheus() const;
 
  private:
@@ -41,6 +46,10 @@ class Metrics {
   std::map<std::string, Histogram> batch_rows_;
   std::map<std::string, int64_t> queue_depth_;
   std::map<std::string, uint64_t> tokens_;
+  struct KvCacheState {
+    int64_t pages = 0, held = 0, cached = 0, reused = 0;
+  };
+  std::map<std::string, KvCacheState> kv_cache_;
 };
 
 }  // namespace kiln::serve

@@ -40,6 +40,7 @@ class AutocastModel final : public recipes::InferenceModel {
     const auto scope = precision();
     return inner_->score_prompt(prompt, ids, top);
   }
+  const nn::KvPool* kv_pool() const override { return inner_->kv_pool(); }
   std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
     return inner_->render_chat(messages);
   }
