@@ -247,6 +247,33 @@ check(all(a is not None and all(abs(a["probabilities"][k] - v) < 1e-5 for k, v i
           for i, a in enumerate(answers)) and (rows1 - rows0) > (count1 - count0),
       f"60 concurrent texts of three lengths: each answered as alone, in batches of {(rows1 - rows0) / max(1, count1 - count0):.1f} texts on average")
 
+# --- --batch-invariant: every answer has the bits it has alone, however it was batched. In the default
+# mode a burst's batched answers differ from the lone ones in their last digits (counted and shown).
+def burst_mismatches(server):
+    probs = lambda r: json.loads(r[1])["data"][0]["probabilities"] if r[0] == 200 else None
+    lone = [probs(call("POST", server + "/v1/classify", {"model": "cls", "input": t})) for t in lengths]
+    mixed = in_parallel([lambda i=i: call("POST", server + "/v1/classify", {"model": "cls", "input": lengths[i % 3]})
+                         for i in range(60)])
+    return sum(probs(r) != lone[i % 3] for i, r in enumerate(mixed))
+def logprob_mismatches(server):
+    reqs = [{"model": "gpt", "prompt": p, "max_tokens": 10, "temperature": 0, "logprobs": 2}
+            for p in ["The ", "A fortune: ", "Never trust ", "Love is "] * 3]
+    lp = lambda r: json.loads(r[1])["choices"][0]["logprobs"]["token_logprobs"] if r[0] == 200 else None
+    lone = [lp(call("POST", server + "/v1/completions", q)) for q in reqs]
+    together = in_parallel([lambda q=q: call("POST", server + "/v1/completions", q) for q in reqs])
+    return sum(lp(r) != a for r, a in zip(together, lone))
+default_texts, default_completions = burst_mismatches(base), logprob_mismatches(base)
+proc_inv, base_inv = start("--batch-invariant", "--max-batch", "128")
+check(burst_mismatches(base_inv) == 0 and logprob_mismatches(base_inv) == 0,
+      f"--batch-invariant: 60 concurrent texts and 12 concurrent completions' log-probabilities each have the bits "
+      f"they have alone (the default mode: {default_texts} of 60 texts, {default_completions} of 12 completions differ)")
+proc_inv.send_signal(signal.SIGTERM)
+proc_inv.wait(timeout=30)
+refused = subprocess.run([KILN, "serve", "--model", f"gpt={GPT}", "--batch-invariant", "--device", "cuda",
+                          "--port", str(free_port())], capture_output=True, text=True, timeout=60)
+check(refused.returncode != 0 and "--batch-invariant runs on the CPU" in refused.stdout + refused.stderr,
+      "--batch-invariant with --device cuda is refused, saying why")
+
 # --- --precision bf16: the same models under bf16 autocast answer as fp32 does, within bf16 rounding
 # (on a CPU without bf16 instructions the server says so and serves fp32); on one CPU thread (--threads 1)
 proc16, base16 = start("--precision", "bf16", "--max-batch", "128", "--threads", "1")
