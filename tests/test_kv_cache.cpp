@@ -116,10 +116,15 @@ TEST(PagedAttention, SpansAndPagesOutsideThePoolAreErrors) {
   EXPECT_THROW(run({0, 3, 2}, table), Error);   // backwards
   EXPECT_THROW(run({0, 0, 9}, table), Error);   // past the table's 2 pages of 4
   EXPECT_THROW(run({0, 0, 5}, Tensor::from_vector(std::vector<int32_t>{0, 99}, {1, 2})), Error);
+  // scatter_rows_: whole rows (stride 1) or columns (a transposed page), never outside dst.
   Tensor dst = zeros({3, 2});
-  EXPECT_THROW(index_copy_rows_(dst, Tensor::from_vector(std::vector<int32_t>{3}, {1}), ones({1, 2})), Error);
-  index_copy_rows_(dst, Tensor::from_vector(std::vector<int32_t>{2, 0}, {2}), testing::random_tensor({2, 2}, 4, DType::f32));
-  EXPECT_EQ(dst.to_vector<float>()[2], 0.0f);  // row 1 untouched
+  auto offsets = [](std::vector<int64_t> o) { return Tensor::from_vector(o, {int64_t(o.size())}); };
+  EXPECT_THROW(scatter_rows_(dst, offsets({5}), 1, ones({1, 2})), Error);
+  EXPECT_THROW(scatter_rows_(dst, offsets({3}), 3, ones({1, 2})), Error);  // its second element at 6
+  scatter_rows_(dst, offsets({4, 0}), 1, Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}));
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{3, 4, 0, 0, 1, 2}));
+  scatter_rows_(dst, offsets({1}), 2, Tensor::from_vector<float>({7, 8, 9}, {1, 3}));
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{3, 7, 0, 8, 1, 9}));
 }
 
 TEST(KvCache, PagesAreTakenAsASequenceGrowsAndGivenBackWhenItEnds) {

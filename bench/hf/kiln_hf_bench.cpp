@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   kiln::NoGradGuard ng;
   double best_prefill = 1e30, best_decode = 1e30;
   for (int r = 0; r < R; ++r) {
+    // A prompt of its own each time: an earlier one's pages would be taken from the prefix cache.
+    prompt[0] = 3 + r;
     auto cache = lm.model->new_cache();
     auto t = Clock::now();
     kiln::Tensor logits = lm.model->forward_cached(kiln::Tensor::from_vector(prompt, {1, P}), cache);

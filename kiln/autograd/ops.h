@@ -116,9 +116,10 @@ Tensor quantized_embedding(const QuantizedMatrix& w, const Tensor& ids);
 // gradients.
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
                        const Tensor& spans, double scale);
-// dst's row index[r] (dst viewed as [N, C]) = src's row r ([R, C]), in
-// place. index: i32 [R] on dst's device. No gradients.
-void index_copy_rows_(Tensor& dst, const Tensor& index, const Tensor& src);
+// Element c of src's row r ([R, C]) -> dst's flat element offsets[r] + c *
+// column_stride, in place (backend.h's scatter_rows). offsets: i64 [R] on
+// dst's device. No gradients.
+void scatter_rows_(Tensor& dst, const Tensor& offsets, int64_t column_stride, const Tensor& src);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0);
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0);
 // Inverted dropout; the mask is drawn from `gen` (identical on every backend).

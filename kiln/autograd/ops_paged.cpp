@@ -14,10 +14,10 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_p
   return out;
 }
 
-void index_copy_rows_(Tensor& dst, const Tensor& index, const Tensor& src) {
-  KILN_CHECK(!(grad_enabled() && src.requires_grad()), "index_copy_rows_ is for inference: run it under no_grad");
+void scatter_rows_(Tensor& dst, const Tensor& offsets, int64_t column_stride, const Tensor& src) {
+  KILN_CHECK(!(grad_enabled() && src.requires_grad()), "scatter_rows_ is for inference: run it under no_grad");
   const Tensor from = src.dtype() == dst.dtype() ? contiguous(src) : to_dtype(src, dst.dtype());
-  detail::backend_of(dst).index_copy_rows(from, index, dst);
+  detail::backend_of(dst).scatter_rows(from, offsets, column_stride, dst);
 }
 
 }  // namespace kiln

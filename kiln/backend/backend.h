@@ -162,7 +162,9 @@ class Backend {
 
   // ---- paged attention (vLLM's), for inference: the keys and values of many
   // sequences live in pages of one pool (kiln/nn/kv_cache.h). k_pages and
-  // v_pages [N, P, Hkv, D]: N pages of P positions. tables i32 [S, max pages]:
+  // v_pages [N, Hkv, P, D]: N pages of P positions, each head's contiguous,
+  // the keys transposed (k_pages [N, Hkv, D, P]) so that a page's scores
+  // are vector lanes with no horizontal sums. tables i32 [S, max pages]:
   // sequence s's pages in order. spans i32 [R, 3]: query row r belongs to
   // sequence spans[r][0] and attends to its positions [spans[r][1],
   // spans[r][2]). q and out [R, H, D] contiguous, H a multiple of Hkv, all in
@@ -170,9 +172,11 @@ class Backend {
   // so a row's answer never depends on the other rows in the call.
   virtual void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
                                const Tensor& spans, Tensor& out, float scale) = 0;
-  // Row index[r] of dst [N, C] = row r of src [R, C]; both contiguous, one
-  // dtype; index i32 [R] in [0, N) (PyTorch's index_copy_ along dim 0).
-  virtual void index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) = 0;
+  // Element c of src's row r ([R, C]) goes to dst's flat element
+  // offsets[r] + c * column_stride (offsets i64 [R]): whole rows with
+  // stride 1 (PyTorch's index_copy_), or a column of a transposed page.
+  // src and dst contiguous, one dtype; every element lands inside dst.
+  virtual void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) = 0;
 
   // ---- quantized weights (kiln/core/quantized.h), for inference; a backend
   // without them throws naming itself (the CUDA backend has none yet).

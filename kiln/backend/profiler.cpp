@@ -126,8 +126,8 @@ class ProfilingBackend final : public Backend {
                        const Tensor& spans, Tensor& out, float scale) override {
     timed("paged_attention", {&q}, [&] { inner_.paged_attention(q, k_pages, v_pages, tables, spans, out, scale); });
   }
-  void index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) override {
-    timed("index_copy_rows", {&src}, [&] { inner_.index_copy_rows(src, index, dst); });
+  void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) override {
+    timed("scatter_rows", {&src}, [&] { inner_.scatter_rows(src, offsets, column_stride, dst); });
   }
   void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) override {
     timed("quantized_matmul", {&x}, [&] { inner_.quantized_matmul(x, w, out); });

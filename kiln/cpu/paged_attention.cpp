@@ -4,7 +4,7 @@
 // A work item is one query row and one key/value head: the query heads that
 // share that head (grouped-query attention) read each key and value once.
 // For each of them, in this order and no other:
-//   s_j = scale * (q . k_j)              j over the row's span, ascending
+//   s_j = scale * (q . k_j)              the dot's fused multiply-adds in d order
 //   e_j = exp(s_j - max s),  l = sum e_j   (summed in that order)
 //   out = sum_j (e_j / l) v_j             (accumulated in that order)
 // in f32 whatever the cache's dtype. A bf16 or f16 cache rounds where
@@ -56,18 +56,19 @@ PagedShape check_paged(const Tensor& q, const Tensor& k, const Tensor& v, const 
     check_cpu(*t, op);
     check_contiguous(*t, op, "operand");
   }
-  KILN_CHECK(q.dim() == 3 && k.dim() == 4 && k.shape() == v.shape() && out.shape() == q.shape(), op,
-             ": q and out must be [R, H, D] and the pages [N, P, Hkv, D], got q ", shape_str(q.shape()), ", k ",
-             shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  KILN_CHECK(q.dim() == 3 && k.dim() == 4 && v.dim() == 4 && out.shape() == q.shape() &&
+                 k.shape() == (Shape{v.size(0), v.size(1), v.size(3), v.size(2)}),
+             op, ": q and out must be [R, H, D], the keys [N, Hkv, D, P] and the values [N, Hkv, P, D], got q ",
+             shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
   KILN_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && out.dtype() == q.dtype() &&
                  (q.dtype() == DType::f32 || q.dtype() == DType::bf16 || q.dtype() == DType::f16),
              op, ": q, the pages and out must share one dtype, f32, bf16 or f16");
   KILN_CHECK(tables.dtype() == DType::i32 && tables.dim() == 2 && spans.dtype() == DType::i32 && spans.dim() == 2 &&
                  spans.size(1) == 3 && spans.size(0) == q.size(0),
              op, ": tables must be i32 [S, pages] and spans i32 [", q.size(0), ", 3]");
-  const PagedShape s{q.size(0), q.size(1), k.size(2), q.size(2), k.size(0), k.size(1), tables.size(0), tables.size(1)};
-  KILN_CHECK(k.size(3) == s.dim && s.kv_heads > 0 && s.heads % s.kv_heads == 0, op, ": ", s.heads,
-             " query heads of size ", s.dim, " cannot share pages of ", s.kv_heads, " heads of size ", k.size(3));
+  const PagedShape s{q.size(0), q.size(1), v.size(1), q.size(2), v.size(0), v.size(2), tables.size(0), tables.size(1)};
+  KILN_CHECK(v.size(3) == s.dim && s.kv_heads > 0 && s.heads % s.kv_heads == 0, op, ": ", s.heads,
+             " query heads of size ", s.dim, " cannot share pages of ", s.kv_heads, " heads of size ", v.size(3));
   // Every page a span reaches is checked here, on one thread, before any is read.
   const int32_t* sp = spans.data<int32_t>();
   const int32_t* tp = tables.data<int32_t>();
@@ -85,11 +86,52 @@ PagedShape check_paged(const Tensor& q, const Tensor& k, const Tensor& v, const 
   return s;
 }
 
+// Calls visit(page, first, count, offset) for the stretches of [lo, hi)
+// that lie in one page of `table`: positions first .. first + count - 1 of
+// the page, offset positions after lo.
+template <typename Visit>
+void each_page(const int32_t* table, int64_t page_size, int64_t lo, int64_t hi, Visit&& visit) {
+  for (int64_t pos = lo; pos < hi;) {
+    const int64_t first = pos % page_size, count = std::min(page_size - first, hi - pos);
+    visit(int64_t(table[pos / page_size]), first, count, pos - lo);
+    pos += count;
+  }
+}
+
+constexpr int64_t kLanes = 16;
+
+// out[t] = sum over d of a[d] * b[d * stride + t], for t < width, each sum a
+// chain of fused multiply-adds in d order: kLanes at a time in vector
+// lanes, fewer one by one, with the same bits either way.
+template <typename Codec, typename T = typename Codec::T>
+void dots_down_columns(const float* a, const T* b, int64_t stride, int64_t n, int64_t width, float* out) {
+  if (width == kLanes) {
+    float lanes[kLanes] = {};
+    for (int64_t d = 0; d < n; ++d) {
+      const float ad = a[d];
+      const T* row = b + d * stride;
+#pragma omp simd
+      for (int64_t t = 0; t < kLanes; ++t) lanes[t] = std::fma(ad, Codec::widen(row[t]), lanes[t]);
+    }
+    std::copy(lanes, lanes + kLanes, out);
+    return;
+  }
+  for (int64_t t = 0; t < width; ++t) {
+    float sum = 0;
+    for (int64_t d = 0; d < n; ++d) sum = std::fma(a[d], Codec::widen(b[d * stride + t]), sum);
+    out[t] = sum;
+  }
+}
+
 // Row r, key/value head g: the `group` query heads g * group ... into out.
+// A page's keys are [D, P] (positions innermost), so a page's scores fill
+// vector lanes with no horizontal sums; its values are [P, D]. Every score
+// is a sum over d in order, every output element a sum over the span's
+// positions in order.
 template <typename Codec, typename T = typename Codec::T>
 void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32_t* tables, const int32_t* spans,
             T* out, float scale, int64_t r, int64_t g, std::vector<float>& scratch) {
-  const int64_t group = s.heads / s.kv_heads, D = s.dim;
+  const int64_t group = s.heads / s.kv_heads, D = s.dim, P = s.page_size;
   const int64_t seq = spans[3 * r], lo = spans[3 * r + 1], hi = spans[3 * r + 2], n = hi - lo;
   scratch.resize(size_t(group * (n + 2 * D)));
   float* scores = scratch.data();    // [group, n]
@@ -100,37 +142,54 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
     for (int64_t d = 0; d < D; ++d) query[j * D + d] = Codec::widen(qh[d]);
   }
   const int32_t* table = tables + seq * s.max_pages;
-  auto row_of = [&](const T* pages, int64_t pos) {
-    return pages + ((int64_t(table[pos / s.page_size]) * s.page_size + pos % s.page_size) * s.kv_heads + g) * D;
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const T* key = row_of(k, lo + i);
-    for (int64_t j = 0; j < group; ++j) {
-      const float* qj = query + j * D;
-      float dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < D; ++d) dot += qj[d] * Codec::widen(key[d]);
-      scores[j * n + i] = Codec::round(Codec::round(dot) * scale);
-    }
-  }
+  // The span's pages are scattered through the pool, and a hardware
+  // prefetcher stops at each one: ask for all of them first (the row's
+  // keys and values fit in L2 at any context a page table here reaches).
+  each_page(table, P, lo, hi, [&](int64_t page, int64_t first, int64_t count, int64_t) {
+    const char* key_page = reinterpret_cast<const char*>(k + (page * s.kv_heads + g) * D * P);
+    const char* value_rows = reinterpret_cast<const char*>(v + ((page * s.kv_heads + g) * P + first) * D);
+    for (int64_t b = 0; b < int64_t(D * P * sizeof(T)); b += 64) __builtin_prefetch(key_page + b);
+    for (int64_t b = 0; b < int64_t(count * D * sizeof(T)); b += 64) __builtin_prefetch(value_rows + b);
+  });
+  each_page(table, P, lo, hi, [&](int64_t page, int64_t first, int64_t count, int64_t at) {
+    const T* keys = k + (page * s.kv_heads + g) * D * P;  // [D, P]
+    for (int64_t j = 0; j < group; ++j)
+      for (int64_t t = 0; t < count; t += kLanes)
+        dots_down_columns<Codec>(query + j * D, keys + first + t, P, D, std::min(kLanes, count - t),
+                                 scores + j * n + at + t);
+  });
   for (int64_t j = 0; j < group; ++j) {
     float* sj = scores + j * n;
     float m = -std::numeric_limits<float>::infinity(), total = 0;
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, sj[i]);
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, sj[i] = Codec::round(Codec::round(sj[i]) * scale));
     for (int64_t i = 0; i < n; ++i) total += sj[i] = std::exp(sj[i] - m);
     const float inverse = 1.0f / total;
     for (int64_t i = 0; i < n; ++i) sj[i] = Codec::round(sj[i] * inverse);
   }
   std::fill(acc, acc + group * D, 0.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    const T* value = row_of(v, lo + i);
+  each_page(table, P, lo, hi, [&](int64_t page, int64_t first, int64_t count, int64_t at) {
+    const T* values = v + ((page * s.kv_heads + g) * P + first) * D;  // [P, D] from row `first`
     for (int64_t j = 0; j < group; ++j) {
-      const float p = scores[j * n + i];
-      float* aj = acc + j * D;
+      const float* pj = scores + j * n + at;
+      for (int64_t d = 0; d < D; d += kLanes) {
+        float* aj = acc + j * D + d;
+        if (D - d >= kLanes) {
+          float lanes[kLanes];
+          std::copy(aj, aj + kLanes, lanes);
+          for (int64_t t = 0; t < count; ++t) {
+            const float p = pj[t];
+            const T* row = values + t * D + d;
 #pragma omp simd
-      for (int64_t d = 0; d < D; ++d) aj[d] += p * Codec::widen(value[d]);
+            for (int64_t e = 0; e < kLanes; ++e) lanes[e] = std::fma(p, Codec::widen(row[e]), lanes[e]);
+          }
+          std::copy(lanes, lanes + kLanes, aj);
+        } else {
+          for (int64_t e = 0; e < D - d; ++e)
+            for (int64_t t = 0; t < count; ++t) aj[e] = std::fma(pj[t], Codec::widen(values[t * D + d + e]), aj[e]);
+        }
+      }
     }
-  }
+  });
   for (int64_t j = 0; j < group; ++j) {
     T* oh = out + (r * s.heads + g * group + j) * D;
     for (int64_t d = 0; d < D; ++d) oh[d] = Codec::narrow(acc[j * D + d]);
@@ -168,26 +227,33 @@ void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const T
   paged<F16>(s, q, k_pages, v_pages, tables, spans, out, scale);
 }
 
-void CpuBackend::index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) {
-  const char* op = "index_copy_rows";
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&src, &index, &dst}) {
+void CpuBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) {
+  const char* op = "scatter_rows";
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&src, &offsets, &dst}) {
     check_cpu(*t, op);
     check_contiguous(*t, op, "operand");
   }
-  KILN_CHECK(index.dtype() == DType::i32 && index.dim() == 1 && src.dim() >= 1 && src.size(0) == index.size(0) &&
-                 dst.dim() >= 1 && src.dtype() == dst.dtype(),
-             op, ": src [R, ...] and index i32 [R] must agree, and src and dst share a dtype");
-  const int64_t R = src.size(0), N = dst.size(0);
-  const int64_t row = R == 0 ? 0 : src.numel() / R;
-  KILN_CHECK(N == 0 || dst.numel() / N == row, op, ": rows of ", row, " elements do not fit rows of ",
-             N == 0 ? 0 : dst.numel() / N);
-  const int32_t* ip = index.data<int32_t>();
+  KILN_CHECK(offsets.dtype() == DType::i64 && offsets.dim() == 1 && src.dim() == 2 && src.size(0) == offsets.size(0) &&
+                 src.dtype() == dst.dtype() && column_stride >= 1,
+             op, ": src [R, C], offsets i64 [R] and a column stride >= 1, src and dst in one dtype");
+  const int64_t R = src.size(0), C = src.size(1), N = dst.numel();
+  const int64_t* at = offsets.data<int64_t>();
   for (int64_t r = 0; r < R; ++r)
-    KILN_CHECK(ip[r] >= 0 && ip[r] < N, op, ": index ", ip[r], " at ", r, " is outside [0, ", N, ")");
-  const size_t bytes = size_t(row) * dtype_size(src.dtype());
-  const auto* from = static_cast<const char*>(src.data_ptr());
-  auto* to = static_cast<char*>(dst.data_ptr());
-  for (int64_t r = 0; r < R; ++r) std::memcpy(to + size_t(ip[r]) * bytes, from + size_t(r) * bytes, bytes);
+    KILN_CHECK(at[r] >= 0 && (C == 0 || at[r] + (C - 1) * column_stride < N), op, ": row ", r, " at offset ", at[r],
+               " with stride ", column_stride, " runs outside the ", N, " elements of dst");
+  // Elements move as raw bits of their size.
+  auto move = [&]<typename E>() {
+    const E* from = static_cast<const E*>(src.data_ptr());
+    E* to = static_cast<E*>(dst.data_ptr());
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) to[at[r] + c * column_stride] = from[r * C + c];
+  };
+  switch (dtype_size(src.dtype())) {
+    case 1: return move.operator()<uint8_t>();
+    case 2: return move.operator()<uint16_t>();
+    case 4: return move.operator()<uint32_t>();
+    default: return move.operator()<uint64_t>();
+  }
 }
 
 }  // namespace kiln::cpu

@@ -7,7 +7,7 @@
 //                          output and sums the values over positions in
 //                          order. Launch geometry is fixed, so a row's bits
 //                          never depend on the other rows.
-//  index_copy_rows_kernel  one thread per element.
+//  scatter_rows_kernel     one thread per element.
 //
 // A span or page outside the pool sets the device error flag (the launcher
 // throws after reading it back) instead of reading outside the pool.
@@ -48,15 +48,18 @@ __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const
     return;
   }
   const int32_t* table = tables + seq * max_pages;
-  auto row_of = [&](const T* pool, int64_t pos) {
-    return pool + ((int64_t(table[pos / page_size]) * page_size + pos % page_size) * kv_heads + g) * D;
+  // Keys [N, Hkv, D, P]: element d of position pos; values [N, Hkv, P, D]: its row.
+  auto key_at = [&](int64_t pos, int64_t d) {
+    return k[((int64_t(table[pos / page_size]) * kv_heads + g) * D + d) * page_size + pos % page_size];
+  };
+  auto value_row = [&](int64_t pos) {
+    return v + ((int64_t(table[pos / page_size]) * kv_heads + g) * page_size + pos % page_size) * D;
   };
   const T* qh = q + (r * heads + h) * D;
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const T* key = row_of(k, lo + i);
     float dot = 0;
-    for (int64_t d = 0; d < D; ++d) dot += to_acc(qh[d]) * to_acc(key[d]);
+    for (int64_t d = 0; d < D; ++d) dot += to_acc(qh[d]) * to_acc(key_at(lo + i, d));
     scores[i] = round_to<T>(round_to<T>(dot) * scale);
     m = fmaxf(m, scores[i]);
   }
@@ -69,21 +72,22 @@ __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const
   __syncthreads();
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
-    for (int64_t i = 0; i < n; ++i) acc += scores[i] * to_acc(row_of(v, lo + i)[d]);
+    for (int64_t i = 0; i < n; ++i) acc += scores[i] * to_acc(value_row(lo + i)[d]);
     o[d] = from_acc<T>(acc);
   }
 }
 
-__global__ void index_copy_rows_kernel(const char* src, const int32_t* index, char* dst, int64_t rows,
-                                       int64_t row_bytes, int64_t dst_rows, int* error_flag) {
-  const int64_t total = rows * row_bytes;
+template <typename T>
+__global__ void scatter_rows_kernel(const T* src, const int64_t* offsets, T* dst, int64_t rows, int64_t cols,
+                                    int64_t stride, int64_t dst_elements, int* error_flag) {
+  const int64_t total = rows * cols;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / row_bytes, b = e % row_bytes, to = index[r];
-    if (to < 0 || to >= dst_rows) {
+    const int64_t r = e / cols, c = e % cols, to = offsets[r] + c * stride;
+    if (offsets[r] < 0 || to >= dst_elements) {
       atomicCAS(error_flag, 0, 1);
       continue;
     }
-    dst[to * row_bytes + b] = src[e];
+    dst[to] = src[e];
   }
 }
 
@@ -97,9 +101,11 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
     check_same_device(*t, q, op);
     check_contiguous(*t, op, "operand");
   }
-  KILN_CHECK(q.dim() == 3 && k_pages.dim() == 4 && k_pages.shape() == v_pages.shape() && out.shape() == q.shape() &&
-                 k_pages.size(3) == q.size(2) && k_pages.size(2) > 0 && q.size(1) % k_pages.size(2) == 0,
-             op, ": q and out must be [R, H, D] and the pages [N, P, Hkv, D] with H a multiple of Hkv");
+  KILN_CHECK(q.dim() == 3 && k_pages.dim() == 4 && v_pages.dim() == 4 && out.shape() == q.shape() &&
+                 k_pages.shape() == (Shape{v_pages.size(0), v_pages.size(1), v_pages.size(3), v_pages.size(2)}) &&
+                 v_pages.size(3) == q.size(2) && v_pages.size(1) > 0 && q.size(1) % v_pages.size(1) == 0,
+             op, ": q and out must be [R, H, D], the keys [N, Hkv, D, P] and the values [N, Hkv, P, D], with H a "
+             "multiple of Hkv");
   KILN_CHECK(k_pages.dtype() == q.dtype() && v_pages.dtype() == q.dtype() && out.dtype() == q.dtype(), op,
              ": q, the pages and out must share one dtype");
   KILN_CHECK(tables.dtype() == DType::i32 && tables.dim() == 2 && spans.dtype() == DType::i32 && spans.dim() == 2 &&
@@ -108,11 +114,11 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
   const int64_t rows = q.size(0), heads = q.size(1);
   if (rows == 0) return;
   // The scores of the longest span a table allows sit in shared memory.
-  const size_t shared = size_t(tables.size(1) * k_pages.size(1)) * sizeof(float);
+  const size_t shared = size_t(tables.size(1) * v_pages.size(2)) * sizeof(float);
   const int dev = q.device().index;
   DeviceGuard guard(dev);
   KILN_CHECK(shared <= size_t(device_state(dev).max_smem_optin), op, ": spans of ",
-             tables.size(1) * k_pages.size(1), " positions do not fit the GPU's shared memory");
+             tables.size(1) * v_pages.size(2), " positions do not fit the GPU's shared memory");
   cudaStream_t stream = stream_for(dev);
   clear_error_flag(dev);
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
@@ -121,36 +127,43 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
                                            int(shared)));
     paged_attention_kernel<T><<<unsigned(rows * heads), kThreads, shared, stream>>>(
         ptr<const T>(q), ptr<const T>(k_pages), ptr<const T>(v_pages), ptr<const int32_t>(tables),
-        ptr<const int32_t>(spans), ptr<T>(out), scale, heads, k_pages.size(2), q.size(2), k_pages.size(0),
-        k_pages.size(1), tables.size(0), tables.size(1), device_state(dev).error_flag);
+        ptr<const int32_t>(spans), ptr<T>(out), scale, heads, v_pages.size(1), q.size(2), v_pages.size(0),
+        v_pages.size(2), tables.size(0), tables.size(1), device_state(dev).error_flag);
   });
   KILN_CUDA_CHECK_LAUNCH();
   KILN_CHECK(read_error_flag(dev) == 0, op, ": a span or page lies outside the pool");
 }
 
-void CudaBackend::index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) {
-  const char* op = "index_copy_rows";
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&src, &index, &dst}) {
+void CudaBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) {
+  const char* op = "scatter_rows";
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&src, &offsets, &dst}) {
     check_cuda(*t, op, "operand");
     check_same_device(*t, src, op);
     check_contiguous(*t, op, "operand");
   }
-  KILN_CHECK(index.dtype() == DType::i32 && index.dim() == 1 && src.dim() >= 1 && src.size(0) == index.size(0) &&
-                 dst.dim() >= 1 && src.dtype() == dst.dtype(),
-             op, ": src [R, ...] and index i32 [R] must agree, and src and dst share a dtype");
-  const int64_t rows = src.size(0), dst_rows = dst.size(0);
-  if (rows == 0) return;
-  const int64_t row_bytes = int64_t(src.numel() / rows * dtype_size(src.dtype()));
-  KILN_CHECK(dst_rows > 0 && int64_t(dst.numel() / dst_rows * dtype_size(dst.dtype())) == row_bytes, op,
-             ": src and dst rows differ in size");
+  KILN_CHECK(offsets.dtype() == DType::i64 && offsets.dim() == 1 && src.dim() == 2 && src.size(0) == offsets.size(0) &&
+                 src.dtype() == dst.dtype() && column_stride >= 1,
+             op, ": src [R, C], offsets i64 [R] and a column stride >= 1, src and dst in one dtype");
+  const int64_t rows = src.size(0), cols = src.size(1);
+  if (rows * cols == 0) return;
   const int dev = src.device().index;
   DeviceGuard guard(dev);
   clear_error_flag(dev);
-  index_copy_rows_kernel<<<unsigned(grid_for(rows * row_bytes, 256, dev)), 256, 0, stream_for(dev)>>>(
-      ptr<const char>(src), ptr<const int32_t>(index), ptr<char>(dst), rows, row_bytes, dst_rows,
-      device_state(dev).error_flag);
+  const unsigned grid = unsigned(grid_for(rows * cols, 256, dev));
+  const auto launch = [&]<typename T>() {
+    scatter_rows_kernel<T><<<grid, 256, 0, stream_for(dev)>>>(ptr<const T>(src), ptr<const int64_t>(offsets),
+                                                             ptr<T>(dst), rows, cols, column_stride, dst.numel(),
+                                                             device_state(dev).error_flag);
+  };
+  // Elements move as raw bits of their size.
+  switch (dtype_size(src.dtype())) {
+    case 2: launch.template operator()<uint16_t>(); break;
+    case 4: launch.template operator()<uint32_t>(); break;
+    case 8: launch.template operator()<uint64_t>(); break;
+    default: launch.template operator()<uint8_t>(); break;
+  }
   KILN_CUDA_CHECK_LAUNCH();
-  KILN_CHECK(read_error_flag(dev) == 0, op, ": an index lies outside [0, ", dst_rows, ")");
+  KILN_CHECK(read_error_flag(dev) == 0, op, ": a row runs outside dst's ", dst.numel(), " elements");
 }
 
 }  // namespace kiln::cuda

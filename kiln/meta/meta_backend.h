@@ -72,7 +72,7 @@ class MetaBackend final : public Backend {
                           const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float scale, bool causal) override;
   void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
                        const Tensor& spans, Tensor& out, float scale) override;
-  void index_copy_rows(const Tensor& src, const Tensor& index, Tensor& dst) override;
+  void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) override;
   void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) override {}
   void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) override {}
 };

@@ -28,7 +28,9 @@ Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, cons
     for (int64_t t = 0; t < T; ++t) spans.insert(spans.end(), {int32_t(b), 0, int32_t(causal ? t + 1 : lengths[size_t(b)])});
   }
   const Device device = q.device();
-  Tensor out = paged_attention(reshape(contiguous(q), {B * T, H, D}), contiguous(k), contiguous(v),
+  // Each sequence one page: keys [Hkv, D, T], values [Hkv, T, D].
+  Tensor out = paged_attention(reshape(contiguous(q), {B * T, H, D}), contiguous(permute(k, {0, 2, 3, 1})),
+                               contiguous(transpose(v, 1, 2)),
                                Tensor::from_vector(tables, {B, 1}).to(device),
                                Tensor::from_vector(spans, {B * T, 3}).to(device), 1.0 / std::sqrt(double(D)));
   return reshape(out, {B, T, H * D});
@@ -82,7 +84,9 @@ Tensor CausalSelfAttention::forward_paged(const Tensor& x, const PagedStep& step
     if (out.dtype() != projected.dtype()) out = to_dtype(out, projected.dtype());
     if (padded) {
       Tensor all = zeros({B * T, C}, out.dtype(), out.device());
-      index_copy_rows_(all, to_dtype(real_index, DType::i32), out);
+      std::vector<int64_t> starts;
+      for (int64_t row : real) starts.push_back(row * C);
+      scatter_rows_(all, Tensor::from_vector(starts, {int64_t(starts.size())}).to(out.device()), 1, out);
       out = all;
     }
     y = reshape(out, {B, T, C});

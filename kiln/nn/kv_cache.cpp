@@ -16,11 +16,14 @@ KvPool::KvPool(const KvLayout& layout, int64_t initial_pages) : layout_(layout) 
 
 void KvPool::grow_to(int64_t total) {
   const int64_t before = pages_.load();
-  for (auto* side : {&keys_, &values_})
+  const Shape key_page{layout_.kv_heads, layout_.head_dim, layout_.page_size};
+  const Shape value_page{layout_.kv_heads, layout_.page_size, layout_.head_dim};
+  for (auto [side, page] : {std::pair{&keys_, &key_page}, std::pair{&values_, &value_page}})
     for (Tensor& pages : *side) {
       NoGradGuard ng;
-      Tensor bigger = Tensor::empty({total, layout_.page_size, layout_.kv_heads, layout_.head_dim}, layout_.dtype,
-                                    layout_.device);
+      Shape shape{total};
+      shape.insert(shape.end(), page->begin(), page->end());
+      Tensor bigger = Tensor::empty(shape, layout_.dtype, layout_.device);
       if (before > 0) {
         Tensor old_part = slice(bigger, 0, 0, before);
         copy_into(pages, old_part);
@@ -162,13 +165,19 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
   KILN_CHECK(!caches.empty() && caches.size() == new_positions.size(), "paged step: ", caches.size(), " caches for ",
              new_positions.size(), " position counts");
   PagedStep step;
-  std::vector<int32_t> slots, spans;
+  std::vector<int64_t> key_offsets, value_offsets;
+  std::vector<int32_t> spans;
   size_t widest = 0;
   for (size_t s = 0; s < caches.size(); ++s) {
     KvCache& cache = *caches[s];
     KILN_CHECK(&cache.pool() == &caches.front()->pool(), "paged step: the caches come from different pools");
-    const std::vector<int32_t> taken = cache.reserve(new_positions[s]);
-    slots.insert(slots.end(), taken.begin(), taken.end());
+    const KvLayout& L = cache.pool().layout();
+    for (int32_t slot : cache.reserve(new_positions[s]))  // page * page_size + offset
+      for (int64_t g = 0; g < L.kv_heads; ++g) {
+        const int64_t head = int64_t(slot / L.page_size) * L.kv_heads + g, offset = slot % L.page_size;
+        key_offsets.push_back(head * L.head_dim * L.page_size + offset);
+        value_offsets.push_back((head * L.page_size + offset) * L.head_dim);
+      }
     for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos)
       spans.insert(spans.end(), {int32_t(s), int32_t(window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0),
                                  int32_t(pos + 1)});
@@ -177,8 +186,9 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
   std::vector<int32_t> tables(caches.size() * widest, 0);
   for (size_t s = 0; s < caches.size(); ++s)
     std::copy(caches[s]->pages().begin(), caches[s]->pages().end(), tables.begin() + long(s * widest));
-  const int64_t rows = int64_t(slots.size());
-  step.slots = Tensor::from_vector(slots, {rows}).to(device);
+  const int64_t rows = int64_t(spans.size() / 3);
+  step.key_offsets = Tensor::from_vector(key_offsets, {int64_t(key_offsets.size())}).to(device);
+  step.value_offsets = Tensor::from_vector(value_offsets, {int64_t(value_offsets.size())}).to(device);
   step.tables = Tensor::from_vector(tables, {int64_t(caches.size()), int64_t(widest)}).to(device);
   step.spans = Tensor::from_vector(spans, {rows, 3}).to(device);
   step.pool = &caches.front()->pool();
@@ -187,11 +197,9 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
 
 void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Tensor& v) {
   const KvLayout& L = step.pool->layout();
-  const int64_t rows = step.slots.size(0), width = L.kv_heads * L.head_dim;
-  for (auto [pages, new_rows] : {std::pair{&step.pool->keys(layer), &k}, std::pair{&step.pool->values(layer), &v}}) {
-    Tensor flat = reshape(*pages, {pages->size(0) * L.page_size, width});
-    index_copy_rows_(flat, step.slots, reshape(contiguous(*new_rows), {rows, width}));
-  }
+  const int64_t head_rows = step.key_offsets.size(0);
+  scatter_rows_(step.pool->keys(layer), step.key_offsets, L.page_size, reshape(contiguous(k), {head_rows, L.head_dim}));
+  scatter_rows_(step.pool->values(layer), step.value_offsets, 1, reshape(contiguous(v), {head_rows, L.head_dim}));
 }
 
 Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale) {

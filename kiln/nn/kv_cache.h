@@ -43,7 +43,9 @@ class KvPool {
  public:
   explicit KvPool(const KvLayout& layout, int64_t initial_pages = 64);
   const KvLayout& layout() const { return layout_; }
-  // Layer l's pages [pages, page_size, kv_heads, head_dim]. A pool grows (by
+  // Layer l's pages: keys [pages, kv_heads, head_dim, page_size] (a page's
+  // keys transposed, as paged_attention reads them) and values [pages,
+  // kv_heads, page_size, head_dim]. A pool grows (by
   // doubling) when a page is needed and none is free, so take these after
   // the pages a step needs are reserved (KvCache::reserve).
   Tensor& keys(int64_t layer) { return keys_[size_t(layer)]; }
@@ -126,7 +128,10 @@ class KvCache {
 // paged_attention reads.
 struct PagedStep {
   KvPool* pool = nullptr;  // the caches' own
-  Tensor slots;   // i32 [rows]: where each new position's key and value go
+  // i64 [rows * kv_heads]: where each new position's key and value of each
+  // head start in the layer's pages (element offsets; a key's elements are
+  // page_size apart, a value's adjacent).
+  Tensor key_offsets, value_offsets;
   Tensor tables;  // i32 [sequences, pages]
   Tensor spans;   // i32 [rows, 3]
 };
