@@ -293,7 +293,10 @@ TEST(Amp, WeightCastCacheCastsEachParameterOnceAndChangesNoAnswer) {
 
 // Decoding under autocast keeps its keys and values in the autocast dtype
 // (an f32 cache would be cast whole at each step), and answers as an f32
-// cache does: the cached values were bf16 products either way.
+// cache does up to bf16 rounding: the cached values were bf16 products
+// either way, and attention over bf16 pages rounds its scores and
+// probabilities to bf16 as PyTorch's eager attention does (an f32 pool's
+// attention keeps them in f32).
 TEST(Amp, GptDecodeUnderAutocastCachesInBf16AndAnswersAsAnF32Cache) {
   models::Gpt gpt = tiny_gpt(2, 7);
   NoGradGuard no_grad;
@@ -307,7 +310,7 @@ TEST(Amp, GptDecodeUnderAutocastCachesInBf16AndAnswersAsAnF32Cache) {
   const Tensor prompt = Tensor::from_vector<int64_t>({3, 1, 4}, {1, 3});
   EXPECT_LT(testing::max_abs_diff(gpt.forward_cached(prompt, low), gpt.forward_cached(prompt, f32)), 1e-6);
   for (int32_t token : {5, 9, 2})
-    EXPECT_LT(testing::max_abs_diff(gpt.forward_decode({token}, {&low}), gpt.forward_decode({token}, {&f32})), 1e-6)
+    EXPECT_LT(testing::max_abs_diff(gpt.forward_decode({token}, {&low}), gpt.forward_decode({token}, {&f32})), 2e-3)
         << "token " << token;
 }
 

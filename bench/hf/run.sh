@@ -9,17 +9,22 @@
 # read bandwidth a decoding step uses: (weight bytes + key and value bytes
 # read per token) x tokens/s / bandwidth.
 #   BUILD_DIR=build LLAMA_CPP=DIR bench/hf/run.sh [THREADS...]   (default: 1 2)
+# KILN_HF_BENCH_SHAPE=tinyllama-1.1b (and a KILN_HF_BENCH_MODEL folder for it)
+# makes and runs TinyLlama-1.1B's shape instead; KILN_HF_BENCH_PROMPT,
+# _NEW and _REPEATS set the prompt's tokens (128), the tokens decoded (64)
+# and the repeats (3).
 # LLAMA_CPP: a llama.cpp source tree with build/bin/llama-bench (PyPI's
 # llama-cpp-python source package carries one under vendor/llama.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR="${BUILD_DIR:-build}"
 PY="$(bench/torch2_venv.sh)"
-MODEL="${KILN_HF_BENCH_MODEL:-$HOME/.cache/kiln-hf/smollm-135m-shape}"
+SHAPE="${KILN_HF_BENCH_SHAPE:-smollm-135m}"
+MODEL="${KILN_HF_BENCH_MODEL:-$HOME/.cache/kiln-hf/$SHAPE-shape}"
 LLAMA_CPP="${LLAMA_CPP:-}"
-[ -f "$MODEL/model.safetensors" ] || "$PY" tests/hf/make_fixtures.py --speed "$MODEL" >&2
-P=128 N=64 R=3
-echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  prompt $P tokens, $N new tokens, best of $R"
+[ -f "$MODEL/config.json" ] || "$PY" tests/hf/make_fixtures.py --speed "$MODEL" --shape "$SHAPE" >&2
+P="${KILN_HF_BENCH_PROMPT:-128}" N="${KILN_HF_BENCH_NEW:-64}" R="${KILN_HF_BENCH_REPEATS:-3}"
+echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  $SHAPE shape, prompt $P tokens, $N new tokens, best of $R"
 printf '| threads | engine | weights | load s | first logits s | prompt tok/s | decode tok/s | decode share of bandwidth |\n|---|---|---|---|---|---|---|---|\n'
 row() {  # THREADS DTYPE JSON
   python3 -c "

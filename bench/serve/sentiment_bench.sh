@@ -3,8 +3,9 @@
 # shape (66M parameters, random weights that tests/hf/make_fixtures.py
 # --sentiment makes, cached outside the repository) served by kiln serve and
 # driven by wrk on loopback with one review-length text per /v1/classify
-# request, at concurrency 1 and 64, in fp32 and bf16: requests/s and
-# p50/p99 latency, with the tokens per request.
+# request, at concurrency 1 and 64, in fp32, bf16 and fp32 with
+# --batch-invariant (what the mode costs): requests/s and p50/p99 latency,
+# with the tokens per request.
 #   DURATION=10s bench/serve/sentiment_bench.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,16 +18,19 @@ export KILN_SENTIMENT_TEXT="The acting was wonderful and the story kept me guess
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC')  $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; wrk -d$DURATION"
 echo "| precision | concurrency | requests/s | p50 ms | p99 ms | errors |"
 echo "|---|---:|---:|---:|---:|---:|"
-for precision in fp32 bf16; do
+for setting in "fp32" "bf16" "fp32 --batch-invariant"; do
+  set -- $setting
+  precision="$1"
+  shift
   "$KILN" serve --model sentiment="hf:$MODEL" --port "$port" --max-batch 64 --max-delay-us 2000 --max-queue 4096 \
-    --precision "$precision" >/tmp/kiln-sentiment-serve.log 2>&1 &
+    --precision "$precision" "$@" >/tmp/kiln-sentiment-serve.log 2>&1 &
   server=$!
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.1; done
   for c in 1 64; do
     line="$(wrk -t"$(( c < 2 ? 1 : 2 ))" -c"$c" -d"$DURATION" --timeout 30s -s "$ROOT/bench/serve/sentiment.lua" \
       "http://127.0.0.1:$port/v1/classify" | grep RESULT)"
     eval "$(echo "$line" | sed 's/RESULT //')"
-    echo "| $precision | $c | $rps | $p50_ms | $p99_ms | $errors |"
+    echo "| $setting | $c | $rps | $p50_ms | $p99_ms | $errors |"
   done
   kill -TERM "$server"; wait "$server" || true
 done

@@ -5,7 +5,7 @@ virtual environment (bench/torch2_venv.sh installs transformers, tokenizers
 and safetensors there):
 
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py [OUT]          # tests/hf/fixtures
-    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR    # a SmolLM-135M-shaped Llama
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR [--shape tinyllama-1.1b]   # a SmolLM-135M- (or TinyLlama-) shaped Llama
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --chat         # only fixtures/chat
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --sentiment DIR  # a DistilBERT-shaped classifier
 
@@ -390,15 +390,22 @@ def make_model(out, name, tok_name, kwargs, auto, expectations):
         json.dump(expectations(d, tok, dtype), f, indent=1, ensure_ascii=False)
 
 
-def make_speed_model(d):
-    """SmolLM-135M's shape (Llama: 30 layers, 576 wide, 9 heads of 64 with 3
-    KV heads, 1536 MLP, 49152 vocabulary, tied), random weights; its
-    tokenizer.json for Kiln and transformers, and a SentencePiece
-    tokenizer.model for llama.cpp's converter (speed does not depend on it)."""
+# The speed models' shapes (Llama architecture, random weights): SmolLM-135M's
+# and TinyLlama-1.1B's, as their config.json files give them.
+SPEED_SHAPES = {
+    "smollm-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                        num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
+    "tinyllama-1.1b": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                           num_attention_heads=32, num_key_value_heads=4, tie_word_embeddings=False),
+}
+
+
+def make_speed_model(d, shape="smollm-135m"):
+    """A Llama of one of SPEED_SHAPES, random f32 weights; its tokenizer.json
+    for Kiln and transformers, and a SentencePiece tokenizer.model for
+    llama.cpp's converter (speed does not depend on it)."""
     tok = save_tokenizer("llama2", d)
-    config = transformers.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                                      num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                                      max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True,
+    config = transformers.LlamaConfig(**SPEED_SHAPES[shape], max_position_embeddings=2048, rope_theta=10000.0,
                                       bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(d)
@@ -426,12 +433,13 @@ def make_sentiment_model(d):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "fixtures"))
-    ap.add_argument("--speed", metavar="DIR", help="make only the SmolLM-135M-shaped model, in DIR")
+    ap.add_argument("--speed", metavar="DIR", help="make only a speed model (--shape), in DIR")
+    ap.add_argument("--shape", choices=sorted(SPEED_SHAPES), default="smollm-135m", help="the --speed model's shape")
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     a = ap.parse_args()
     if a.speed:
-        make_speed_model(a.speed)
+        make_speed_model(a.speed, a.shape)
         return
     if a.chat:
         chat_expectations(a.out)
