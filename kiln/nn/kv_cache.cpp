@@ -33,7 +33,6 @@ void KvPool::grow_to(int64_t total) {
   holders_.resize(size_t(total), 0);
   cached_at_.resize(size_t(total));
   published_.resize(size_t(total), nullptr);
-  published_id_.resize(size_t(total), 0);
   for (int64_t p = total - 1; p >= before; --p) unused_.push_back(int32_t(p));  // lowest first out
   pages_ = total;
 }
@@ -78,7 +77,6 @@ uint64_t KvPool::publish(int32_t page, const PrefixKey& key) {
   auto [at, inserted] = index_.try_emplace(key, page, next_id_);
   if (!inserted) return at->second.second;
   published_[size_t(page)] = &at->first;
-  published_id_[size_t(page)] = next_id_;
   return next_id_++;
 }
 

@@ -79,7 +79,6 @@ class KvPool {
   std::list<int32_t> cached_;                // free published pages, least recently released first
   std::vector<std::list<int32_t>::iterator> cached_at_;
   std::vector<const PrefixKey*> published_;  // per page: its key in index_, or null
-  std::vector<uint64_t> published_id_;
   std::map<PrefixKey, std::pair<int32_t, uint64_t>> index_;  // key -> page, id
   uint64_t next_id_ = 1;
   std::atomic<int64_t> pages_{0}, held_{0}, cached_count_{0}, reused_{0};
