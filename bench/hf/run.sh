@@ -12,7 +12,8 @@
 # KILN_HF_BENCH_SHAPE=tinyllama-1.1b (and a KILN_HF_BENCH_MODEL folder for it)
 # makes and runs TinyLlama-1.1B's shape instead; KILN_HF_BENCH_PROMPT,
 # _NEW and _REPEATS set the prompt's tokens (128), the tokens decoded (64)
-# and the repeats (3).
+# and the repeats (3); KILN_HF_BENCH_ENGINES the engines to run (default
+# "kiln transformers llama.cpp").
 # LLAMA_CPP: a llama.cpp source tree with build/bin/llama-bench (PyPI's
 # llama-cpp-python source package carries one under vendor/llama.cpp).
 set -euo pipefail
@@ -24,6 +25,7 @@ MODEL="${KILN_HF_BENCH_MODEL:-$HOME/.cache/kiln-hf/$SHAPE-shape}"
 LLAMA_CPP="${LLAMA_CPP:-}"
 [ -f "$MODEL/config.json" ] || "$PY" tests/hf/make_fixtures.py --speed "$MODEL" --shape "$SHAPE" >&2
 P="${KILN_HF_BENCH_PROMPT:-128}" N="${KILN_HF_BENCH_NEW:-64}" R="${KILN_HF_BENCH_REPEATS:-3}"
+ENGINES=" ${KILN_HF_BENCH_ENGINES:-kiln transformers llama.cpp} "
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  $SHAPE shape, prompt $P tokens, $N new tokens, best of $R"
 printf '| threads | engine | weights | load s | first logits s | prompt tok/s | decode tok/s | decode share of bandwidth |\n|---|---|---|---|---|---|---|---|\n'
 row() {  # THREADS DTYPE JSON
@@ -34,14 +36,14 @@ share = '%.0f%% of %.1f GB/s' % (100 * (r['weight_bytes'] + r['kv_bytes_per_toke
 print('| %s | %s | %s | %.3f | %.3f | %.0f | %.1f | %s |' % (sys.argv[1], r['engine'], sys.argv[2], r['load_s'], r['first_logits_s'], r['prefill_tokens_per_s'], r['decode_tokens_per_s'], share))" "$@"
 }
 for threads in ${@:-1 2}; do
-  for dtype in f32 bf16 int8 int4; do
+  [[ "$ENGINES" == *" kiln "* ]] && for dtype in f32 bf16 int8 int4; do
     row "$threads" $dtype "$(OMP_NUM_THREADS=$threads "$BUILD_DIR/kiln_hf_bench" "$MODEL" $P $N $R $dtype)"
   done
-  for dtype in float32 bfloat16; do
+  [[ "$ENGINES" == *" transformers "* ]] && for dtype in float32 bfloat16; do
     row "$threads" "$(echo $dtype | sed 's/float32/f32/; s/bfloat16/bf16/')" \
       "$(OMP_NUM_THREADS=$threads "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
   done
-  [ -x "$LLAMA_CPP/build/bin/llama-bench" ] || continue
+  [[ "$ENGINES" == *" llama.cpp "* && -x "$LLAMA_CPP/build/bin/llama-bench" ]] || continue
   for dtype in f32 bf16 q8_0 q4_0; do
     gguf="$MODEL-$dtype.gguf"
     [ -f "$MODEL-f32.gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype f32 --outfile "$MODEL-f32.gguf" >&2
@@ -49,12 +51,14 @@ for threads in ${@:-1 2}; do
       bf16) [ -f "$gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$gguf" >&2 ;;
       q*) [ -f "$gguf" ] || "$LLAMA_CPP/build/bin/llama-quantize" "$MODEL-f32.gguf" "$gguf" "${dtype^^}" >&2 ;;
     esac
-    # llama-bench's decoding test (tg) starts from an empty context; its
-    # prompt test (pp) is one batch of P tokens. No load times.
-    "$LLAMA_CPP/build/bin/llama-bench" -m "$gguf" -p $P -n $N -t "$threads" -r $R -o json 2>/dev/null |
-      python3 -c "
+    # llama-bench's prompt test (pp) is one batch of P tokens into an empty
+    # cache; its decoding test (tg) decodes N tokens after P already in the
+    # cache (-d), as Kiln's rows decode after their prompt. No load times.
+    pp="$("$LLAMA_CPP/build/bin/llama-bench" -m "$gguf" -p $P -n 0 -t "$threads" -r $R -o json 2>/dev/null)"
+    tg="$("$LLAMA_CPP/build/bin/llama-bench" -m "$gguf" -p 0 -n $N -d $P -t "$threads" -r $R -o json 2>/dev/null)"
+    python3 -c "
 import json, sys
-rows = {('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.load(sys.stdin)}
-print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f | - |' % (rows['pp'], rows['tg']))"
+pp, tg = json.loads(sys.argv[1])[0]['avg_ts'], json.loads(sys.argv[2])[0]['avg_ts']
+print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f | - |' % (pp, tg))" "$pp" "$tg"
   done
 done

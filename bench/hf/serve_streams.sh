@@ -5,7 +5,8 @@
 # --precision bf16) and quantized (--quantize int8, int4): what continuous
 # batching and quantized weights give a server's aggregate; and f32 and int8
 # with --batch-invariant, what that mode costs.
-#   KILN_HF_BENCH_MODEL=DIR bench/hf/serve_streams.sh
+#   KILN_HF_BENCH_MODEL=DIR bench/hf/serve_streams.sh ["LABEL SERVE-OPTIONS..." ...]
+# (arguments: the settings to run instead of all six, e.g. "int8 --quantize int8")
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KILN="${KILN:-$ROOT/build/kiln}"
@@ -17,8 +18,10 @@ port=18125
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC')  $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 echo "| weights, streams | completion tokens | seconds | tokens/s |"
 echo "|---|---:|---:|---:|"
-for weights in "f32" "bf16 --precision bf16" "int8 --quantize int8" "int4 --quantize int4" \
-  "f32-batch-invariant --batch-invariant" "int8-batch-invariant --quantize int8 --batch-invariant"; do
+settings=("f32" "bf16 --precision bf16" "int8 --quantize int8" "int4 --quantize int4"
+  "f32-batch-invariant --batch-invariant" "int8-batch-invariant --quantize int8 --batch-invariant")
+[ $# -gt 0 ] && settings=("$@")
+for weights in "${settings[@]}"; do
   set -- $weights
   label="$1"
   shift

@@ -3,11 +3,12 @@
 concurrent streams (POST /v1/completions, 128 tokens each with ignore_eos, so
 every completion has the same length; 4 completions per stream, on loopback).
 Usage: generation_bench.py BASE_URL MODEL [LABEL]"""
-import json, sys, threading, time, urllib.request
+import json, os, sys, threading, time, urllib.request
 
 base, model = sys.argv[1], sys.argv[2]
 label = sys.argv[3] if len(sys.argv) > 3 else ""
-ROUNDS, TOKENS = 4, 128
+# KILN_GEN_ROUNDS and KILN_GEN_TOKENS shorten it for larger models.
+ROUNDS, TOKENS = int(os.environ.get("KILN_GEN_ROUNDS", 4)), int(os.environ.get("KILN_GEN_TOKENS", 128))
 
 
 def one(seed):
