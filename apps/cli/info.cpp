@@ -11,6 +11,7 @@
 #include "kiln/backend/gpu_info.h"
 #include "kiln/cpu/gemm.h"
 #include "kiln/cpu/isa.h"
+#include "kiln/cpu/quantized_matmul.h"
 
 extern "C" char* openblas_get_config(void);
 
@@ -57,6 +58,9 @@ int run_info() {
   std::printf("bf16:    %s\n", cpu::bf16_gemm_available()
                                   ? "matrix products through oneDNN's bf16 kernels (faster than f32 on this CPU)"
                                   : "matrix products in f32 on the rounded operands (no faster bf16 kernel here)");
+  std::printf("int8/4:  quantized weights (--quantize) multiply as %s integer dot products; from %lld rows "
+              "(a prompt) the weights are widened to f32 for one product\n",
+              cpu::quant_dot_name(cpu::quant_dot_in_use()), static_cast<long long>(cpu::kWidenedRows));
   std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
   if (gpus.empty()) {
     std::printf("GPUs:    none (%s)\n", cuda_unavailable_reason().c_str());

@@ -324,7 +324,8 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   KILN_CHECK(x.dtype() == DType::f32 && out.dtype() == DType::f32 && x.is_contiguous() && out.is_contiguous(),
              "quantized_matmul (cpu): x and out must be contiguous f32");
   const int64_t M = x.size(0);
-  if (M < kWidenedRows || batch_invariant()) return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
+  if (M < kWidenedRows || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+    return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
   // A prompt: widen the weights once and run one SGEMM, on the activations
   // as the integer kernel sees them (rounded to their int8 levels), so a
   // prompt's logits are a decoding step's up to the order of the sums.
