@@ -66,7 +66,8 @@ TEST(InvariantGemm, EveryElementIsTheFixedOrderDotWhateverTheShapeAndThreads) {
 }
 
 TEST(InvariantGemm, MatmulInTheModeAgreesWithTheUsualProduct) {
-  const Tensor a = testing::random_tensor({2, 33, 70}, 3, DType::f32), b = testing::random_tensor({2, 70, 21}, 4, DType::f32);
+  const Tensor a = testing::random_tensor({2, 33, 70}, 3, DType::f32);
+  const Tensor b = testing::random_tensor({2, 70, 21}, 4, DType::f32);
   const Tensor usual = matmul(a, b);
   InvariantMode on;
   EXPECT_LT(testing::max_abs_diff(matmul(a, b), usual), 1e-5);
@@ -130,8 +131,8 @@ TEST(BatchInvariant, LanguageModelsDecodeEachSequenceAloneAndBatchedWithTheSameB
     auto lm = models::load_hf_causal_lm(hf_test::fixture(k.fixture), k.dtype);
     if (k.int8) nn::quantize_weights(*lm.model, QuantFormat::int8);
     NoGradGuard ng;
-    const std::vector<std::vector<int32_t>> prompts = {{5, 9, 13}, {7, 1, 4, 4, 8, 20, 31, 2, 9, 6, 11, 3, 50, 17, 2, 8, 40, 3},
-                                                       {12}, {3, 3, 3, 3, 3, 3, 3, 9}};
+    const std::vector<std::vector<int32_t>> prompts = {
+        {5, 9, 13}, {7, 1, 4, 4, 8, 20, 31, 2, 9, 6, 11, 3, 50, 17, 2, 8, 40, 3}, {12}, {3, 3, 3, 3, 3, 3, 3, 9}};
     auto logits_of = [&](const Tensor& t) { return to_dtype(t, DType::f32).to_vector<float>(); };
     std::vector<models::KvCache> together, alone;
     std::vector<models::KvCache*> pointers;

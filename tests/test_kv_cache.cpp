@@ -147,11 +147,12 @@ TEST(KvCache, PagesAreTakenAsASequenceGrowsAndGivenBackWhenItEnds) {
 TEST(KvCache, GrowingThePoolKeepsWhatThePagesHold) {
   NoGradGuard ng;
   Filled f = fill({4}, 1, 4, DType::f32, 9);  // one page of the initial two
-  const std::vector<float> before = slice(f.pool->keys(0), 0, f.caches[0].pages()[0], f.caches[0].pages()[0] + 1).to_vector<float>();
+  const int64_t page = f.caches[0].pages()[0];
+  const std::vector<float> before = slice(f.pool->keys(0), 0, page, page + 1).to_vector<float>();
   nn::KvCache big(f.pool, 64);
   big.reserve(40);  // 10 pages: the pool doubles until they fit
   EXPECT_GE(f.pool->pages(), 11);
-  EXPECT_EQ(slice(f.pool->keys(0), 0, f.caches[0].pages()[0], f.caches[0].pages()[0] + 1).to_vector<float>(), before);
+  EXPECT_EQ(slice(f.pool->keys(0), 0, page, page + 1).to_vector<float>(), before);
 }
 
 TEST(KvCache, APromptTakesThePublishedPagesOfItsPrefixAndTheOldestCachedPageGoesFirst) {

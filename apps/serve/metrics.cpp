@@ -104,8 +104,8 @@ std::string Metrics::prometheus() const {
     out += std::string("# HELP ") + kv_series[i].first + " " + kv_help[i] + "\n# TYPE " + kv_series[i].first +
            (counter ? " counter\n" : " gauge\n");
     for (const auto& [model, state] : kv_cache_)
-      out += std::string(kv_series[i].first) + "{model=\"" + model + "\"} " + std::to_string(state.*kv_series[i].second) +
-             "\n";
+      out += std::string(kv_series[i].first) + "{model=\"" + model + "\"} " +
+             std::to_string(state.*kv_series[i].second) + "\n";
   }
   return out;
 }

@@ -212,8 +212,10 @@ void paged(const PagedShape& s, const Tensor& q, const Tensor& k, const Tensor& 
   {
     std::vector<float> scratch;
 #pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item)
-      simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, item / s.kv_heads, item % s.kv_heads, scratch); });
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t row = item / s.kv_heads, head = item % s.kv_heads;
+      simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, row, head, scratch); });
+    }
   }
 }
 

@@ -25,7 +25,8 @@ Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, cons
   std::vector<int32_t> tables(static_cast<size_t>(B)), spans;
   for (int64_t b = 0; b < B; ++b) {
     tables[size_t(b)] = int32_t(b);
-    for (int64_t t = 0; t < T; ++t) spans.insert(spans.end(), {int32_t(b), 0, int32_t(causal ? t + 1 : lengths[size_t(b)])});
+    for (int64_t t = 0; t < T; ++t)
+      spans.insert(spans.end(), {int32_t(b), 0, int32_t(causal ? t + 1 : lengths[size_t(b)])});
   }
   const Device device = q.device();
   // Each sequence one page: keys [Hkv, D, T], values [Hkv, T, D].

@@ -213,8 +213,8 @@ Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, co
   for (size_t l = 0; l < model_->layers.size(); ++l) {
     auto& layer = model_->layers[l];
     if (!step && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
-      x = checkpoint([layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); },
-                     x);
+      x = checkpoint(
+          [layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); }, x);
     else
       x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages);
   }
