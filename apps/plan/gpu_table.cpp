@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/io/text_file.h"
 
 namespace kiln::plan {
 
@@ -62,11 +63,7 @@ std::vector<GpuSpec> parse_gpu_table(const std::string& text, const std::string&
 std::vector<GpuSpec> load_gpu_table(const std::string& extra) {
   std::vector<GpuSpec> table = parse_gpu_table(kBuiltinGpuTable, "(built in)");
   if (extra.empty()) return table;
-  std::ifstream in(extra);
-  KILN_CHECK(in, "GPU table ", extra, " cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  for (GpuSpec& s : parse_gpu_table(text.str(), extra)) {
+  for (GpuSpec& s : parse_gpu_table(read_text_file(extra), extra)) {
     auto same = std::find_if(table.begin(), table.end(), [&](const GpuSpec& t) { return lower(t.name) == lower(s.name); });
     if (same != table.end()) *same = std::move(s);
     else table.push_back(std::move(s));

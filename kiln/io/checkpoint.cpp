@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/text_file.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -53,14 +54,6 @@ void rename_dir(const fs::path& from, const fs::path& to) {
   KILN_CHECK(!ec, "cannot rename ", from.string(), " to ", to.string(), ": ", ec.message());
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in, "cannot open ", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  KILN_CHECK(!in.bad(), "reading ", path, " failed");
-  return ss.str();
-}
 
 // Parses and checks state.json; returns the wrapper object.
 nlohmann::json read_state(const fs::path& dir) {
