@@ -4,8 +4,6 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/text_file.h"
