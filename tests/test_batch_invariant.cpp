@@ -162,25 +162,29 @@ TEST(BatchInvariant, LanguageModelsDecodeEachSequenceAloneAndBatchedWithTheSameB
   }
 }
 
-// Kiln's own GPT batches prompts padded to the longest: each prompt's
-// logits are its own alone, bit for bit.
+// Prompts batched padded to the longest: each prompt's logits are its own
+// alone, bit for bit (Kiln's GPT and the Llama family, windowed too).
 TEST(BatchInvariant, BatchedPromptsGiveEachPromptsOwnBits) {
   InvariantMode on;
-  auto lm = models::load_hf_causal_lm(hf_test::fixture("gpt2"), DType::f32);
-  auto* gpt = dynamic_cast<models::Gpt*>(lm.model.get());
-  ASSERT_NE(gpt, nullptr);
-  NoGradGuard ng;
-  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 13}, {7, 1, 4, 4, 8, 20, 31, 2, 9, 6, 11}, {12}};
-  std::vector<models::KvCache> caches;
-  std::vector<models::KvCache*> pointers;
-  for (size_t s = 0; s < prompts.size(); ++s) caches.push_back(gpt->new_cache());
-  for (auto& c : caches) pointers.push_back(&c);
-  const auto batched = gpt->forward_prompts(prompts, pointers).to_vector<float>();
-  const size_t V = batched.size() / prompts.size();
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    models::KvCache own = gpt->new_cache();
-    const auto one = gpt->forward_prompts({prompts[s]}, {&own}).to_vector<float>();
-    EXPECT_EQ(one, std::vector<float>(batched.begin() + long(s * V), batched.begin() + long((s + 1) * V))) << s;
+  for (const char* name : {"gpt2", "llama-gqa", "mistral"}) {
+    auto lm = models::load_hf_causal_lm(hf_test::fixture(name), DType::f32);
+    NoGradGuard ng;
+    const std::vector<std::vector<int64_t>> prompts = {
+        {5, 9, 13}, {7, 1, 4, 4, 8, 20, 31, 2, 9, 6, 11, 3, 3, 3, 3, 3, 3, 3, 3, 3, 8, 9, 10, 11, 12}, {12}};
+    std::vector<models::KvCache> caches;
+    std::vector<models::KvCache*> pointers;
+    for (size_t s = 0; s < prompts.size(); ++s) caches.push_back(lm.model->new_cache());
+    for (auto& c : caches) pointers.push_back(&c);
+    const auto batched = lm.model->forward_prompts(prompts, pointers).to_vector<float>();
+    const size_t V = batched.size() / prompts.size();
+    caches.clear();  // (their published pages would serve the prompts alone)
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      auto fresh = models::load_hf_causal_lm(hf_test::fixture(name), DType::f32);
+      models::KvCache own = fresh.model->new_cache();
+      const auto one = fresh.model->forward_prompts({prompts[s]}, {&own}).to_vector<float>();
+      EXPECT_EQ(one, std::vector<float>(batched.begin() + long(s * V), batched.begin() + long((s + 1) * V)))
+          << name << " prompt " << s;
+    }
   }
 }
 

@@ -106,6 +106,59 @@ TEST_P(CausalLms, TrainingLossAndGradientsMatchTransformers) {
 
 // Continuous batching: one decoding step for sequences of different lengths
 // (past mistral's window too) in one pass gives each the logits it gets alone.
+// Prompts joining together run as one padded batch (one of them continuing
+// a cache that already holds positions): each row's logits, and the next
+// decoding step from each cache, are those of the prompt run alone (on a
+// second copy of the model, so no page is shared between the two).
+TEST_P(CausalLms, BatchedPromptsEqualEachPromptAlone) {
+  auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()), DType::f32);
+  auto alone_lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()), DType::f32);
+  NoGradGuard ng;
+  auto prompt_of = [](int64_t length, int64_t salt) {
+    std::vector<int64_t> p(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) p[size_t(i)] = 3 + (i * 31 + length + salt) % 500;
+    return p;
+  };
+  // A batch of fresh caches attends on its own keys; with one continuing, on the pages.
+  for (bool continuing : {false, true}) {
+    const std::vector<int64_t> held = prompt_of(10, 7);  // already in the last cache
+    const int64_t salt = continuing ? 10 : 0;
+    const std::vector<std::vector<int64_t>> prompts = {prompt_of(3, salt), prompt_of(40, salt + 1),
+                                                       prompt_of(19, salt + 2), prompt_of(7, salt + 3)};
+    std::vector<models::KvCache> together, alone;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      together.push_back(lm.model->new_cache());
+      alone.push_back(alone_lm.model->new_cache());
+    }
+    if (continuing) {
+      lm.model->forward_cached(Tensor::from_vector(held, {1, 10}), together.back());
+      alone_lm.model->forward_cached(Tensor::from_vector(held, {1, 10}), alone.back());
+    }
+    std::vector<models::KvCache*> pointers;
+    for (auto& c : together) pointers.push_back(&c);
+    const auto batched = lm.model->forward_prompts(prompts, pointers).to_vector<float>();
+    const size_t V = batched.size() / prompts.size();
+    auto worst = [&](const std::vector<float>& a, const std::vector<float>& b, size_t row) {
+      double w = 0;
+      for (size_t i = 0; i < V; ++i) w = std::max(w, double(std::abs(a[i] - b[row * V + i])));
+      return w;
+    };
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const auto& p = prompts[b];
+      const auto one =
+          alone_lm.model->forward_cached(Tensor::from_vector(p, {1, int64_t(p.size())}), alone[b]).to_vector<float>();
+      EXPECT_LT(worst(one, batched, b), 1e-4) << GetParam() << " prompt " << b;
+      EXPECT_EQ(together[b].length(), alone[b].length());
+    }
+    const std::vector<int32_t> next = {11, 12, 13, 14};
+    const auto step = lm.model->forward_decode(next, pointers).to_vector<float>();
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const auto one = alone_lm.model->forward_decode({next[b]}, {&alone[b]}).to_vector<float>();
+      EXPECT_LT(worst(one, step, b), 1e-4) << GetParam() << " decoding after prompt " << b;
+    }
+  }
+}
+
 TEST_P(CausalLms, BatchedDecodingEqualsEachSequenceAlone) {
   auto lm = models::load_hf_causal_lm(hf_test::fixture(GetParam()), DType::f32);
   NoGradGuard ng;

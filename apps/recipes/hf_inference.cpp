@@ -29,13 +29,6 @@ class HfCompletion final : public TextCompletion {
     c_.prompt_tokens = prompt_tokens;
   }
 
-  // Runs the prompt and takes the first token.
-  void start(const std::vector<int32_t>& ids) {
-    std::vector<int64_t> ids64(ids.begin(), ids.end());
-    const Device device = lm_.model->parameters().front().device();
-    take(lm_.model->forward_cached(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device), cache_)
-             .to_vector<float>());
-  }
   // Samples the next token from its logits.
   void take(const std::vector<float>& logits) {
     std::vector<float> row = logits;
@@ -75,8 +68,9 @@ class HfCompletion final : public TextCompletion {
   int32_t last_ = -1;
 };
 
-// Prompts one at a time; decoding steps for the whole batch at once
-// (continuous batching: completions join and leave between steps).
+// Prompts joining together run as one padded batch; decoding steps for the
+// whole batch at once (continuous batching: completions join and leave
+// between steps).
 class HfLanguageModelInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return lm_.model->kv_pool(); }
@@ -103,17 +97,38 @@ class HfLanguageModelInference final : public InferenceModel {
     return chat_->render(messages, true);
   }
   std::unique_ptr<PendingCompletion> start_completion(const std::string& prompt, const CompletionOptions& o) override {
+    return std::move(start_completions({prompt}, {o}).front());
+  }
+  // The prompts run as one batch; each completion takes its first token from its row.
+  std::vector<std::unique_ptr<PendingCompletion>> start_completions(const std::vector<std::string>& prompts,
+                                                                    const std::vector<CompletionOptions>& options) override {
+    KILN_CHECK(prompts.size() == options.size() && !prompts.empty(), "start_completions: ", prompts.size(),
+               " prompts with ", options.size(), " options");
     std::lock_guard<std::mutex> lock(mutex_);
-    // A rendered chat spells its own special tokens; tokenizer(text) adds them to plain text.
-    const std::vector<int32_t> ids = lm_.tokenizer.encode(prompt, !o.chat);
-    KILN_CHECK(!ids.empty(), "the prompt encodes to no tokens");
-    KILN_CHECK(int64_t(ids.size()) < lm_.model->context_length(), "the prompt is ", ids.size(),
-               " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
-    std::vector<int32_t> stop_ids = lm_.eos_ids;
-    if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
-    auto c = std::make_unique<HfCompletion>(lm_, o, int64_t(ids.size()), std::move(stop_ids));
-    c->start(ids);
-    return c;
+    std::vector<std::unique_ptr<HfCompletion>> started;
+    std::vector<std::vector<int64_t>> ids;
+    std::vector<models::KvCache*> caches;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const CompletionOptions& o = options[i];
+      // A rendered chat spells its own special tokens; tokenizer(text) adds them to plain text.
+      const std::vector<int32_t> encoded = lm_.tokenizer.encode(prompts[i], !o.chat);
+      KILN_CHECK(!encoded.empty(), "the prompt encodes to no tokens");
+      KILN_CHECK(int64_t(encoded.size()) < lm_.model->context_length(), "the prompt is ", encoded.size(),
+                 " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
+      std::vector<int32_t> stop_ids = lm_.eos_ids;
+      if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
+      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids)));
+      ids.emplace_back(encoded.begin(), encoded.end());
+      caches.push_back(&started.back()->cache());
+    }
+    const std::vector<float> all = lm_.model->forward_prompts(ids, caches).to_vector<float>();
+    const size_t V = all.size() / started.size();
+    std::vector<std::unique_ptr<PendingCompletion>> out;
+    for (size_t b = 0; b < started.size(); ++b) {
+      started[b]->take(std::vector<float>(all.begin() + long(b * V), all.begin() + long((b + 1) * V)));
+      out.push_back(std::move(started[b]));
+    }
+    return out;
   }
   // One decoding step for every unfinished completion, in one forward pass.
   void advance_completions(const std::vector<PendingCompletion*>& batch) override {

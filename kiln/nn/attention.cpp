@@ -66,31 +66,15 @@ Tensor CausalSelfAttention::forward_paged(const Tensor& x, const PagedStep& step
              "] with a length per row, got ", shape_str(x.shape()));
   NoGradGuard ng;
   Tensor projected = c_attn->forward(x);  // [B, T, 3C]
-  // The real positions' rows of [B * T, ...], in plan_step's order.
-  std::vector<int64_t> real;
-  for (int64_t b = 0; b < B; ++b) {
-    KILN_CHECK(lengths[size_t(b)] >= 1 && lengths[size_t(b)] <= T, "attention: row ", b, " has ",
-               lengths[size_t(b)], " positions of ", T);
-    for (int64_t t = 0; t < lengths[size_t(b)]; ++t) real.push_back(b * T + t);
-  }
-  const bool padded = int64_t(real.size()) < B * T;
-  const Tensor real_index = padded ? Tensor::from_vector(real, {int64_t(real.size())}).to(x.device()) : Tensor();
-  Tensor packed = reshape(projected, {B * T, 3 * C});
-  if (padded) packed = embedding(packed, real_index);  // gathers the real rows
+  const RealRows real(lengths, T, x.device());
+  const Tensor packed = real.take(reshape(projected, {B * T, 3 * C}));
   auto part = [&](int64_t i) { return reshape(slice(packed, 1, i * C, (i + 1) * C), {packed.size(0), H, D}); };
   write_paged(step, layer, part(1), part(2));
   Tensor y;
   if (read_pages) {
     Tensor out = reshape(read_paged(step, layer, part(0), 1.0 / std::sqrt(double(D))), {packed.size(0), C});
     if (out.dtype() != projected.dtype()) out = to_dtype(out, projected.dtype());
-    if (padded) {
-      Tensor all = zeros({B * T, C}, out.dtype(), out.device());
-      std::vector<int64_t> starts;
-      for (int64_t row : real) starts.push_back(row * C);
-      scatter_rows_(all, Tensor::from_vector(starts, {int64_t(starts.size())}).to(out.device()), 1, out);
-      out = all;
-    }
-    y = reshape(out, {B, T, C});
+    y = reshape(real.put(out), {B, T, C});
   } else {
     Tensor qkv = permute(reshape(projected, {B, T, 3, H, D}), {2, 0, 3, 1, 4});  // [3, B, H, T, D]
     Tensor q = squeeze(slice(qkv, 0, 0, 1), 0), k = squeeze(slice(qkv, 0, 1, 2), 0), v = squeeze(slice(qkv, 0, 2, 3), 0);

@@ -1,5 +1,7 @@
 #include "kiln/nn/kv_cache.h"
 
+#include "kiln/backend/factory.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -191,6 +193,35 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
   step.spans = Tensor::from_vector(spans, {rows, 3}).to(device);
   step.pool = &caches.front()->pool();
   return step;
+}
+
+RealRows::RealRows(const std::vector<int64_t>& lengths, int64_t T, Device device)
+    : all_(int64_t(lengths.size()) * T) {
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    KILN_CHECK(lengths[b] >= 1 && lengths[b] <= T, "padded batch: row ", b, " has ", lengths[b], " positions of ", T);
+    for (int64_t t = 0; t < lengths[b]; ++t) rows_.push_back(int64_t(b) * T + t);
+  }
+  if (padded()) index_ = Tensor::from_vector(rows_, {int64_t(rows_.size())}).to(device);
+}
+
+Tensor RealRows::take(const Tensor& x) const {
+  if (!padded()) return x;
+  Shape shape = x.shape();
+  shape[0] = int64_t(rows_.size());
+  return reshape(embedding(reshape(contiguous(x), {all_, x.numel() / all_}), index_), shape);  // a row gather
+}
+
+Tensor RealRows::put(const Tensor& x) const {
+  if (!padded()) return x;
+  const int64_t width = x.numel() / int64_t(rows_.size());
+  std::vector<int64_t> starts;
+  for (int64_t row : rows_) starts.push_back(row * width);
+  Tensor all = zeros({all_, width}, x.dtype(), x.device());
+  scatter_rows_(all, Tensor::from_vector(starts, {int64_t(starts.size())}).to(x.device()), 1,
+                reshape(x, {int64_t(rows_.size()), width}));
+  Shape shape = x.shape();
+  shape[0] = all_;
+  return reshape(all, shape);
 }
 
 void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Tensor& v) {

@@ -141,6 +141,23 @@ struct PagedStep {
 // pass. All caches must share one pool.
 PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
                     Device device);
+// The real rows of a padded batch [B, T, ...] seen as [B * T, ...]: row
+// b * T + t for t < lengths[b], in plan_step's order.
+class RealRows {
+ public:
+  RealRows(const std::vector<int64_t>& lengths, int64_t T, Device device);
+  bool padded() const { return int64_t(rows_.size()) < all_; }
+  // x [B * T, ...] -> its real rows [rows, ...] (x itself when none is padding).
+  Tensor take(const Tensor& x) const;
+  // [rows, ...] -> [B * T, ...], zeros at the padding.
+  Tensor put(const Tensor& x) const;
+
+ private:
+  int64_t all_;
+  std::vector<int64_t> rows_;
+  Tensor index_;  // i64 [rows] on the device
+};
+
 // Writes one layer's new keys and values (rows in plan_step's order, [rows,
 // kv heads, head dim] of any layout) into the pool.
 void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Tensor& v);

@@ -70,6 +70,18 @@ std::shared_ptr<nn::KvPool> LanguageModel::pool_for(const nn::KvLayout& layout) 
   return kv_pool_;
 }
 
+Tensor LanguageModel::forward_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                                      const std::vector<KvCache*>& caches) {
+  KILN_CHECK(!prompts.empty() && prompts.size() == caches.size(), "prompts: ", prompts.size(), " prompts for ",
+             caches.size(), " caches");
+  const Device device = parameters().front().device();
+  std::vector<Tensor> logits;
+  for (size_t b = 0; b < prompts.size(); ++b)
+    logits.push_back(forward_cached(
+        Tensor::from_vector(prompts[b], {1, int64_t(prompts[b].size())}).to(device), *caches[b]));
+  return cat(logits, 0);
+}
+
 std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids) {
   NoGradGuard ng;
   std::vector<int64_t> ids64(ids.begin(), ids.end());

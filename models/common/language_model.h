@@ -36,6 +36,11 @@ class LanguageModel : public nn::Module {
   // own cache, in one forward pass -> logits [B, vocab]; each token joins its
   // cache. The linears see all B rows at once.
   virtual Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) = 0;
+  // Prompts of several sequences (continuing their caches; an empty one
+  // first takes a published prefix) -> logits [B, vocab] of each one's last
+  // token, as forward_cached gives them. Models that can run them as one
+  // padded batch do; by default, one at a time.
+  virtual Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches);
   virtual int64_t context_length() const = 0;
   virtual int64_t vocab_size() const = 0;
   // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].

@@ -69,7 +69,8 @@ class Gpt : public LanguageModel {
   // continues its cache (an empty one first takes a published prefix);
   // logits [B, vocab] of each prompt's last token, as forward_cached gives
   // for that prompt alone.
-  Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches);
+  Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                         const std::vector<KvCache*>& caches) override;
   // Continuous batching: one new token for each of B sequences, each with
   // its own cache (length < block_size), in one forward pass -> logits
   // [B, vocab]; each token is added to its cache. The linears see all B

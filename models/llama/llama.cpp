@@ -88,13 +88,14 @@ class LlamaLayer : public Module {
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
   }
 
-  // x [B, T, C] at positions [past, past + T). With a paged step, its keys
-  // and values go into the pages, and with read_pages attention reads them
-  // all (a cache holding earlier positions, or batch-invariant mode);
-  // otherwise it runs on this pass's keys alone.
+  // x [B, T, C] at the positions cos and sin rotate by. With a paged step,
+  // its keys and values (those of `real`'s rows, when rows are padded) go
+  // into the pages, and with read_pages attention reads them all (a cache
+  // holding earlier positions, or batch-invariant mode); otherwise it runs
+  // causally on this pass's keys alone.
   Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
-                    bool read_pages) {
-    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages));
+                    bool read_pages, const nn::RealRows* real = nullptr) {
+    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real));
   }
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
@@ -118,7 +119,7 @@ class LlamaLayer : public Module {
   }
 
   Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
-                   bool read_pages) const {
+                   bool read_pages, const nn::RealRows* real) const {
     const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
     Tensor q = heads(q_proj->forward(x), B, T, H);
     Tensor k = heads(k_proj->forward(x), B, T, Hkv);
@@ -126,8 +127,12 @@ class LlamaLayer : public Module {
     q = rotate(q, cos, sin);
     k = rotate(k, cos, sin);
     const double scale = 1.0 / std::sqrt(double(D));
-    if (step) write_paged(*step, layer, rows(k), rows(v));
-    if (read_pages) return o_proj->forward(reshape(read_paged(*step, layer, rows(q), scale), {B, T, H * D}));
+    auto real_rows = [&](const Tensor& t) { return real ? real->take(rows(t)) : rows(t); };
+    if (step) write_paged(*step, layer, real_rows(k), real_rows(v));
+    if (read_pages) {
+      const Tensor out = read_paged(*step, layer, real_rows(q), scale);
+      return o_proj->forward(reshape(real ? real->put(out) : out, {B, T, H * D}));
+    }
     k = repeat_kv(k, H / Hkv);
     v = repeat_kv(v, H / Hkv);
     Tensor out;
@@ -206,7 +211,7 @@ Tensor Llama::head(const Tensor& x) const {
 const Tensor& Llama::anchor() const { return model_->norm->weight; }
 
 Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step,
-                     bool read_pages) {
+                     bool read_pages, const nn::RealRows* real) {
   Tensor x = model_->embed_tokens->forward(ids);
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
   const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
@@ -216,7 +221,7 @@ Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, co
       x = checkpoint(
           [layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); }, x);
     else
-      x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages);
+      x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages, real);
   }
   return model_->norm->forward(x);
 }
@@ -284,6 +289,52 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
                     reshape(cat(sin_rows, 0), {B, 1, 1, D}), &step, true);
   for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(std::span(&tokens[size_t(b)], 1));
   return reshape(head(x), {B, config_.vocab_size});
+}
+
+// Prompts as one padded batch; each row at its own positions (after the
+// prefix its cache took), its padding after it: causal attention keeps the
+// padding from every real position, and no padding reaches the pages.
+Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(prompts.size());
+  KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "llama prompts: ", prompts.size(), " prompts for ",
+             caches.size(), " caches");
+  std::vector<std::vector<int32_t>> fresh;  // what each cache does not hold yet
+  std::vector<int64_t> lengths, pasts;
+  int64_t T = 0, furthest = 0;
+  bool any_past = false;
+  for (int64_t b = 0; b < B; ++b) {
+    KvCache& cache = *caches[size_t(b)];
+    std::vector<int32_t> tokens(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
+    KILN_CHECK(!tokens.empty(), "llama prompts: prompt ", b, " is empty");
+    if (cache.length() == 0) tokens.erase(tokens.begin(), tokens.begin() + cache.adopt_prefix(tokens));
+    pasts.push_back(cache.length());
+    any_past |= cache.length() > 0;
+    lengths.push_back(int64_t(tokens.size()));
+    T = std::max(T, lengths.back());
+    furthest = std::max(furthest, cache.length() + lengths.back());
+    fresh.push_back(std::move(tokens));
+  }
+  rope_rows(0, furthest);  // checks the positions and grows the tables
+  std::vector<int64_t> ids(size_t(B * T), 0), positions(size_t(B * T), 0), last_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(fresh[size_t(b)].begin(), fresh[size_t(b)].end(), ids.begin() + b * T);
+    for (int64_t t = 0; t < T; ++t) positions[size_t(b * T + t)] = std::min(pasts[size_t(b)] + t, furthest - 1);
+    last_rows.push_back(b * T + lengths[size_t(b)] - 1);
+  }
+  const Device device = anchor().device();
+  const Tensor where = Tensor::from_vector(positions, {B, T}).to(device);
+  const int64_t D = config_.head_dim;
+  // Each row's cos and sin (embedding() gathers rows of any table): [B, 1, T, D] against heads [B, H, T, D].
+  const Tensor cos = reshape(embedding(rope_cos_, where), {B, 1, T, D});
+  const Tensor sin = reshape(embedding(rope_sin_, where), {B, 1, T, D});
+  const nn::PagedStep step = nn::plan_step(caches, lengths, config_.sliding_window, device);
+  const nn::RealRows real(lengths, T, device);
+  Tensor x = hidden(Tensor::from_vector(ids, {B, T}).to(device), cos, sin, &step, any_past || batch_invariant(),
+                    &real);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(fresh[size_t(b)]);
+  const Tensor last = embedding(reshape(x, {B * T, config_.hidden_size}), Tensor::from_vector(last_rows, {B}).to(device));
+  return head(last);
 }
 
 KvCache Llama::new_cache() const {

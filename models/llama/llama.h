@@ -37,6 +37,9 @@ class Llama : public LanguageModel {
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
   KvCache new_cache() const override;
   Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) override;
+  // One padded batch: each row's tokens, then padding after them.
+  Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                         const std::vector<KvCache*>& caches) override;
   // Generation sees at most this many positions (or the model's own limit),
   // which bounds one stream's pages (Llama 3 would allow 131,072 positions:
   // 16 GiB of cache for the 8B model).
@@ -48,7 +51,9 @@ class Llama : public LanguageModel {
  private:
   // The final normed stream of ids [B, T] at positions cos/sin give ([T, D],
   // or [B, 1, 1, D] when decoding); with a step, keys and values go into the pages.
-  Tensor hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, bool read_pages);
+  // `real`: which rows of a padded batch are real (null: all).
+  Tensor hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, bool read_pages,
+                const nn::RealRows* real = nullptr);
   std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T);
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
