@@ -136,8 +136,7 @@ TEST(BatchInvariant, LanguageModelsDecodeEachSequenceAloneAndBatchedWithTheSameB
     auto logits_of = [&](const Tensor& t) { return to_dtype(t, DType::f32).to_vector<float>(); };
     std::vector<models::KvCache> together, alone;
     std::vector<models::KvCache*> pointers;
-    std::vector<std::vector<float>> steps_alone;
-    for (const auto& p : prompts) {
+    for (size_t s = 0; s < prompts.size(); ++s) {
       together.push_back(lm.model->new_cache());
       alone.push_back(lm.model->new_cache());
     }

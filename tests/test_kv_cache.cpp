@@ -27,7 +27,7 @@ Filled fill(const std::vector<int64_t>& lengths, int64_t kv_heads, int64_t D, DT
   Filled f;
   f.pool = std::make_shared<nn::KvPool>(nn::KvLayout{1, kv_heads, D, dtype, Device::cpu(), 4}, 2);
   std::vector<nn::KvCache*> pointers;
-  for (int64_t n : lengths) f.caches.emplace_back(f.pool, 64);
+  for (size_t s = 0; s < lengths.size(); ++s) f.caches.emplace_back(f.pool, 64);
   for (auto& c : f.caches) pointers.push_back(&c);
   const nn::PagedStep step = nn::plan_step(pointers, lengths, 0, Device::cpu());
   std::vector<Tensor> k_rows, v_rows;

@@ -59,14 +59,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   return resid_dropout_->forward(linear_recomputing_input(y, c_proj->weight, c_proj->bias, merge_again));
 }
 
-Tensor CausalSelfAttention::forward_paged(const Tensor& x, const PagedStep& step, int64_t layer,
-                                          const std::vector<int64_t>& lengths, bool read_pages) {
+Tensor CausalSelfAttention::forward_paged(const Tensor& x, const PagedStep& step, int64_t layer, const RealRows& real,
+                                          bool read_pages) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
-  KILN_CHECK(x.dim() == 3 && C == n_embd_ && size_t(B) == lengths.size(), "attention: x must be [B, T, ", n_embd_,
-             "] with a length per row, got ", shape_str(x.shape()));
+  KILN_CHECK(x.dim() == 3 && C == n_embd_, "attention: x must be [B, T, ", n_embd_, "], got ", shape_str(x.shape()));
   NoGradGuard ng;
   Tensor projected = c_attn->forward(x);  // [B, T, 3C]
-  const RealRows real(lengths, T, x.device());
   const Tensor packed = real.take(reshape(projected, {B * T, 3 * C}));
   auto part = [&](int64_t i) { return reshape(slice(packed, 1, i * C, (i + 1) * C), {packed.size(0), H, D}); };
   write_paged(step, layer, part(1), part(2));

@@ -25,14 +25,14 @@ class CausalSelfAttention : public Module {
   // weight gradients (they are recomputed from tensors kept anyway).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x);
 
-  // Inference over a paged KV cache (kiln/nn/kv_cache.h): x [B, T, C], row
-  // b's first lengths[b] positions new to its sequence (plan_step's rows,
-  // in order) and the rest padding after them. Their keys and values go
+  // Inference over a paged KV cache (kiln/nn/kv_cache.h): x [B, T, C], its
+  // `real` rows new to their sequences (plan_step's rows, in order) and the
+  // rest padding after them. Their keys and values go
   // into the pages; with read_pages each new position attends to its
   // sequence's pages up to itself (cached positions, or batch-invariant
   // mode), otherwise to this pass's keys (causal, so padding never reaches
   // a real position). Padding rows come out as zeros. No gradients.
-  Tensor forward_paged(const Tensor& x, const PagedStep& step, int64_t layer, const std::vector<int64_t>& lengths,
+  Tensor forward_paged(const Tensor& x, const PagedStep& step, int64_t layer, const RealRows& real,
                        bool read_pages);
 
   std::shared_ptr<Linear> c_attn, c_proj;

@@ -70,16 +70,36 @@ std::shared_ptr<nn::KvPool> LanguageModel::pool_for(const nn::KvLayout& layout) 
   return kv_pool_;
 }
 
-Tensor LanguageModel::forward_prompts(const std::vector<std::vector<int64_t>>& prompts,
-                                      const std::vector<KvCache*>& caches) {
-  KILN_CHECK(!prompts.empty() && prompts.size() == caches.size(), "prompts: ", prompts.size(), " prompts for ",
-             caches.size(), " caches");
-  const Device device = parameters().front().device();
-  std::vector<Tensor> logits;
-  for (size_t b = 0; b < prompts.size(); ++b)
-    logits.push_back(forward_cached(
-        Tensor::from_vector(prompts[b], {1, int64_t(prompts[b].size())}).to(device), *caches[b]));
-  return cat(logits, 0);
+PromptBatch batch_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches,
+                          int64_t context) {
+  const int64_t B = int64_t(prompts.size());
+  KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "prompts: ", prompts.size(), " prompts for ", caches.size(),
+             " caches");
+  PromptBatch p;
+  std::vector<int64_t> pasts;
+  for (int64_t b = 0; b < B; ++b) {
+    KvCache& cache = *caches[size_t(b)];
+    std::vector<int32_t> tokens(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
+    KILN_CHECK(!tokens.empty() && cache.length() + int64_t(tokens.size()) <= context, "prompt ", b, " has ",
+               tokens.size(), " tokens after the ", cache.length(), " cached; together at most the model's context of ",
+               context);
+    if (cache.length() == 0) tokens.erase(tokens.begin(), tokens.begin() + cache.adopt_prefix(tokens));
+    pasts.push_back(cache.length());
+    p.any_past |= cache.length() > 0;
+    p.lengths.push_back(int64_t(tokens.size()));
+    p.T = std::max(p.T, p.lengths.back());
+    p.furthest = std::max(p.furthest, cache.length() + p.lengths.back());
+    p.fresh.push_back(std::move(tokens));
+  }
+  p.ids.assign(size_t(B * p.T), 0);
+  p.positions.assign(size_t(B * p.T), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(p.fresh[size_t(b)].begin(), p.fresh[size_t(b)].end(), p.ids.begin() + b * p.T);
+    for (int64_t t = 0; t < p.T; ++t)
+      p.positions[size_t(b * p.T + t)] = std::min(pasts[size_t(b)] + t, p.furthest - 1);
+    p.last_rows.push_back(b * p.T + p.lengths[size_t(b)] - 1);
+  }
+  return p;
 }
 
 std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids) {

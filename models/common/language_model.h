@@ -36,11 +36,11 @@ class LanguageModel : public nn::Module {
   // own cache, in one forward pass -> logits [B, vocab]; each token joins its
   // cache. The linears see all B rows at once.
   virtual Tensor forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) = 0;
-  // Prompts of several sequences (continuing their caches; an empty one
-  // first takes a published prefix) -> logits [B, vocab] of each one's last
-  // token, as forward_cached gives them. Models that can run them as one
-  // padded batch do; by default, one at a time.
-  virtual Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches);
+  // Prompts of several sequences as one padded batch (batch_prompts below),
+  // continuing their caches -> logits [B, vocab] of each one's last token,
+  // as forward_cached gives them.
+  virtual Tensor forward_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                                 const std::vector<KvCache*>& caches) = 0;
   virtual int64_t context_length() const = 0;
   virtual int64_t vocab_size() const = 0;
   // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].
@@ -59,6 +59,22 @@ class LanguageModel : public nn::Module {
  private:
   mutable std::shared_ptr<nn::KvPool> kv_pool_;
 };
+
+// Prompts of several sequences as one padded batch [B, T] (forward_prompts'
+// input): each cache's new tokens (an empty cache first takes a published
+// prefix), each row's padding after them.
+struct PromptBatch {
+  std::vector<std::vector<int32_t>> fresh;  // the tokens each cache does not hold yet
+  std::vector<int64_t> lengths;             // fresh[b].size()
+  int64_t T = 0;                            // the longest row
+  int64_t furthest = 0;                     // the furthest position any row reaches, plus one
+  bool any_past = false;                    // some cache held positions already
+  std::vector<int64_t> ids, positions;      // [B * T]: padded with token 0 at positions in range
+  std::vector<int64_t> last_rows;           // each row's last real row of [B * T]
+};
+// Refuses an empty prompt, and one that takes its cache past `context` positions.
+PromptBatch batch_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches,
+                          int64_t context);
 
 // Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k
 // most likely (<= 0: all), then the nucleus of mass top_p (1: all).

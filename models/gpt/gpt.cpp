@@ -80,9 +80,9 @@ GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generato
   mlp = register_module("mlp", std::make_shared<Mlp>(c, init, dropout_gen));
 }
 
-Tensor GptBlock::forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer,
-                               const std::vector<int64_t>& lengths, bool read_pages) {
-  Tensor h = add(x, attn->forward_paged(ln_1->forward(x), step, layer, lengths, read_pages));
+Tensor GptBlock::forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer, const nn::RealRows& real,
+                               bool read_pages) {
+  Tensor h = add(x, attn->forward_paged(ln_1->forward(x), step, layer, real, read_pages));
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
@@ -184,45 +184,19 @@ Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
 
 Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
+  const PromptBatch p = batch_prompts(prompts, caches, config_.block_size);
   const int64_t B = int64_t(prompts.size());
-  KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "gpt prompts: ", prompts.size(), " prompts for ",
-             caches.size(), " caches");
-  std::vector<std::vector<int32_t>> fresh;  // what each cache does not hold yet
-  std::vector<int64_t> lengths, pasts;
-  bool any_past = false;
-  int64_t T = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    KvCache& cache = *caches[size_t(b)];
-    std::vector<int32_t> tokens(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
-    KILN_CHECK(!tokens.empty() && cache.length() + int64_t(tokens.size()) <= config_.block_size, "gpt: prompt ", b,
-               " has ", tokens.size(), " tokens after the ", cache.length(), " cached; together at most block_size ",
-               config_.block_size);
-    if (cache.length() == 0) tokens.erase(tokens.begin(), tokens.begin() + cache.adopt_prefix(tokens));
-    pasts.push_back(cache.length());
-    any_past |= cache.length() > 0;
-    lengths.push_back(int64_t(tokens.size()));
-    T = std::max(T, lengths.back());
-    fresh.push_back(std::move(tokens));
-  }
-  // Rows padded after their tokens (token 0 at a position in range: causal
-  // attention keeps padding from every real position).
-  std::vector<int64_t> ids(size_t(B * T), 0), positions(size_t(B * T), 0), last_rows;
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(fresh[size_t(b)].begin(), fresh[size_t(b)].end(), ids.begin() + b * T);
-    for (int64_t t = 0; t < T; ++t)
-      positions[size_t(b * T + t)] = std::min(pasts[size_t(b)] + t, config_.block_size - 1);
-    last_rows.push_back(b * T + lengths[size_t(b)] - 1);
-  }
   const Device device = ln_f_->weight.device();
-  const nn::PagedStep step = nn::plan_step(caches, lengths, 0, device);
-  Tensor x = add(wte_->forward(Tensor::from_vector(ids, {B, T}).to(device)),
-                 wpe_->forward(Tensor::from_vector(positions, {B, T}).to(device)));
-  const bool read_pages = any_past || batch_invariant();
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_paged(x, step, int64_t(i), lengths, read_pages);
-  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(fresh[size_t(b)]);
+  const nn::PagedStep step = nn::plan_step(caches, p.lengths, 0, device);
+  const nn::RealRows real(p.lengths, p.T, device);
+  Tensor x = add(wte_->forward(Tensor::from_vector(p.ids, {B, p.T}).to(device)),
+                 wpe_->forward(Tensor::from_vector(p.positions, {B, p.T}).to(device)));
+  const bool read_pages = p.any_past || batch_invariant();
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_paged(x, step, int64_t(i), real, read_pages);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(p.fresh[size_t(b)]);
   // Each prompt's last row of the final stream (embedding() gathers rows of any table).
-  Tensor last = embedding(reshape(ln_f_->forward(x), {B * T, config_.n_embd}),
-                          Tensor::from_vector(last_rows, {B}).to(device));
+  Tensor last = embedding(reshape(ln_f_->forward(x), {B * p.T, config_.n_embd}),
+                          Tensor::from_vector(p.last_rows, {B}).to(device));
   return head(last);
 }
 

@@ -33,7 +33,7 @@ class GptBlock : public nn::Module {
   GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen);
   Tensor forward(const Tensor& x) override;
   // Inference over a paged cache (CausalSelfAttention::forward_paged).
-  Tensor forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer, const std::vector<int64_t>& lengths,
+  Tensor forward_paged(const Tensor& x, const nn::PagedStep& step, int64_t layer, const nn::RealRows& real,
                        bool read_pages);
   bool selective = false;  // selective activation checkpointing
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;

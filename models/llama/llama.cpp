@@ -250,24 +250,11 @@ void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
   checkpointing_ = mode;
 }
 
-// A prompt, or more of a sequence: ids the cache does not hold yet. An
-// empty cache first takes what it can of a published prefix.
+// A prompt, or more of a sequence: a batch of one.
 Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
-  NoGradGuard ng;
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && ids.size(1) >= 1, "llama: a cached forward takes ids [1, n], got ",
              shape_str(ids.shape()));
-  const std::vector<int64_t> all = ids.to(Device::cpu()).to_vector<int64_t>();
-  std::vector<int32_t> tokens(all.begin(), all.end());
-  const int64_t adopted = cache.length() == 0 ? cache.adopt_prefix(tokens) : 0;
-  tokens.erase(tokens.begin(), tokens.begin() + adopted);
-  const int64_t past = cache.length(), T = int64_t(tokens.size());
-  const auto [cos, sin] = rope_rows(past, T);
-  const Device device = anchor().device();
-  const nn::PagedStep step = nn::plan_step({&cache}, {T}, config_.sliding_window, device);
-  Tensor fresh = Tensor::from_vector(std::vector<int64_t>(tokens.begin(), tokens.end()), {1, T}).to(device);
-  Tensor x = hidden(fresh, cos, sin, &step, past > 0 || batch_invariant());
-  cache.commit(tokens);
-  return reshape(head(slice(x, 1, T - 1, T)), {1, config_.vocab_size});
+  return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
 
 Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
@@ -296,44 +283,21 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
 // padding from every real position, and no padding reaches the pages.
 Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
-  const int64_t B = int64_t(prompts.size());
-  KILN_CHECK(B >= 1 && caches.size() == prompts.size(), "llama prompts: ", prompts.size(), " prompts for ",
-             caches.size(), " caches");
-  std::vector<std::vector<int32_t>> fresh;  // what each cache does not hold yet
-  std::vector<int64_t> lengths, pasts;
-  int64_t T = 0, furthest = 0;
-  bool any_past = false;
-  for (int64_t b = 0; b < B; ++b) {
-    KvCache& cache = *caches[size_t(b)];
-    std::vector<int32_t> tokens(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
-    KILN_CHECK(!tokens.empty(), "llama prompts: prompt ", b, " is empty");
-    if (cache.length() == 0) tokens.erase(tokens.begin(), tokens.begin() + cache.adopt_prefix(tokens));
-    pasts.push_back(cache.length());
-    any_past |= cache.length() > 0;
-    lengths.push_back(int64_t(tokens.size()));
-    T = std::max(T, lengths.back());
-    furthest = std::max(furthest, cache.length() + lengths.back());
-    fresh.push_back(std::move(tokens));
-  }
-  rope_rows(0, furthest);  // checks the positions and grows the tables
-  std::vector<int64_t> ids(size_t(B * T), 0), positions(size_t(B * T), 0), last_rows;
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(fresh[size_t(b)].begin(), fresh[size_t(b)].end(), ids.begin() + b * T);
-    for (int64_t t = 0; t < T; ++t) positions[size_t(b * T + t)] = std::min(pasts[size_t(b)] + t, furthest - 1);
-    last_rows.push_back(b * T + lengths[size_t(b)] - 1);
-  }
+  const PromptBatch p = batch_prompts(prompts, caches, context_length());
+  const int64_t B = int64_t(prompts.size()), T = p.T, D = config_.head_dim;
+  rope_rows(0, p.furthest);  // checks the positions and grows the tables
   const Device device = anchor().device();
-  const Tensor where = Tensor::from_vector(positions, {B, T}).to(device);
-  const int64_t D = config_.head_dim;
+  const Tensor where = Tensor::from_vector(p.positions, {B, T}).to(device);
   // Each row's cos and sin (embedding() gathers rows of any table): [B, 1, T, D] against heads [B, H, T, D].
   const Tensor cos = reshape(embedding(rope_cos_, where), {B, 1, T, D});
   const Tensor sin = reshape(embedding(rope_sin_, where), {B, 1, T, D});
-  const nn::PagedStep step = nn::plan_step(caches, lengths, config_.sliding_window, device);
-  const nn::RealRows real(lengths, T, device);
-  Tensor x = hidden(Tensor::from_vector(ids, {B, T}).to(device), cos, sin, &step, any_past || batch_invariant(),
+  const nn::PagedStep step = nn::plan_step(caches, p.lengths, config_.sliding_window, device);
+  const nn::RealRows real(p.lengths, T, device);
+  Tensor x = hidden(Tensor::from_vector(p.ids, {B, T}).to(device), cos, sin, &step, p.any_past || batch_invariant(),
                     &real);
-  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(fresh[size_t(b)]);
-  const Tensor last = embedding(reshape(x, {B * T, config_.hidden_size}), Tensor::from_vector(last_rows, {B}).to(device));
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(p.fresh[size_t(b)]);
+  const Tensor last =
+      embedding(reshape(x, {B * T, config_.hidden_size}), Tensor::from_vector(p.last_rows, {B}).to(device));
   return head(last);
 }
 
