@@ -11,19 +11,35 @@ namespace kiln::cli {
 std::function<int()> add_export_command(CLI::App& app) {
   struct Options {
     std::string source, format = "hf", out, quantize;
+    bool merge = false;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("export", "write a run (or hf:DIR) as a Hugging Face folder that transformers loads");
   cmd->add_option("source", o->source, "run directory, checkpoint, or hf:DIR")->required();
-  cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json")
-      ->check(CLI::IsMember({"hf"}));
+  cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json; peft: a LoRA run's "
+                  "adapters (adapter_config.json, adapter_model.safetensors)")
+      ->check(CLI::IsMember({"hf", "peft"}));
+  cmd->add_flag("--merge", o->merge, "with --format hf: a LoRA run's adapters merged into its base's weights");
   cmd->add_option("--out", o->out, "the folder to write (must not exist, or be empty)")->required();
   add_quantize_option(cmd, o->quantize,
                       "write the weights quantized (int8, int4 or int4z; Kiln's own format, which Kiln loads as "
                       "hf:DIR and transformers does not)");
   return [cmd, o]() -> int {
     if (!*cmd) return -1;
-    recipes::export_hf(o->source, o->out, o->quantize);
+    if (o->format == "peft") {
+      KILN_CHECK(o->quantize.empty() && !o->merge, "--format peft writes the adapters as they trained: no --quantize "
+                 "or --merge");
+      recipes::export_peft(o->source, o->out);
+      std::printf("kiln export: wrote %s (load it with peft.PeftModel.from_pretrained(base, \"%s\"))\n",
+                  o->out.c_str(), o->out.c_str());
+      return 0;
+    }
+    KILN_CHECK(!o->merge || o->quantize.empty(), "--merge and --quantize do not combine; export merged, then quantize "
+               "that folder (kiln export hf:DIR --quantize int8 --out ...)");
+    if (o->merge)
+      recipes::export_sft_hf(o->source, o->out, true);
+    else
+      recipes::export_hf(o->source, o->out, o->quantize);
     if (o->quantize.empty())
       std::printf("kiln export: wrote %s (load it with AutoModelForCausalLM.from_pretrained, or as hf:%s)\n",
                   o->out.c_str(), o->out.c_str());

@@ -29,8 +29,10 @@ void print_summary(const recipes::TrainResult& r) {
   if (!r.showcase.empty()) std::printf("%s", r.showcase.c_str());
   if (r.test_accuracy >= 0) std::printf("test accuracy: %.4f (%s)\n", r.test_accuracy, r.test_set.c_str());
   if (r.seconds_to_target >= 0) std::printf("time to target: %.1f s of training\n", r.seconds_to_target);
-  if (r.val_loss >= 0)
+  if (r.val_loss >= 0 && r.val_bits_per_byte >= 0)
     std::printf("validation:  %.4f nats/token, %.4f bits per byte\n", r.val_loss, r.val_bits_per_byte);
+  else if (r.val_loss >= 0)
+    std::printf("validation:  %.4f nats/token\n", r.val_loss);
   for (size_t i = 0; i < r.samples.size(); ++i) std::printf("sample %zu:\n%s\n---\n", i + 1, r.samples[i].c_str());
   if (!r.checkpoint.empty()) std::printf("checkpoint:  %s\n", r.checkpoint.c_str());
 }
@@ -88,7 +90,28 @@ std::function<int()> add_train_command(CLI::App& app) {
                       "none (default) | selective (recompute layernorm, GELU, head merges) | blocks (recompute "
                       "each transformer block): less activation memory for more compute",
                       CLI::IsMember({"none", "selective", "blocks"})),
+      optional_option(cmd, "--max-seq-len", to->max_seq_len,
+                      "sft: examples longer than this many tokens are cut (default 1024)", kNonNegative),
+      optional_option(cmd, "--lora-rank", to->lora_rank,
+                      "sft: train LoRA adapters of this rank on a frozen base instead of every weight"),
+      optional_option(cmd, "--lora-alpha", to->lora_alpha, "sft: LoRA's alpha; adapters are scaled by alpha/rank "
+                      "(default: twice the rank)", kNonNegative),
+      optional_option(cmd, "--lora-dropout", to->lora_dropout, "sft: dropout on the adapters' input (default 0)",
+                      CLI::Range(0.0, 0.99)),
+      optional_option(cmd, "--lora-targets", to->lora_targets,
+                      "sft: the layers that get adapters, by peft's module names (default q_proj,k_proj,v_proj,o_proj; "
+                      "all-linear: every linear layer but the head)"),
   };
+  cmd->add_option("--init", to->init, "sft: the model to fine-tune: hf:DIR (a Hugging Face folder) or a fortunes-gpt "
+                  "run directory");
+  cmd->add_option("--data", to->data_file, "sft: training examples, JSON Lines: {\"text\"}, {\"prompt\", "
+                  "\"completion\"} or {\"messages\"}");
+  cmd->add_option("--val", to->val_file, "sft: held-out examples (same format); their loss is reported before and "
+                  "after training");
+  cmd->add_option("--lora-from", to->lora_from, "sft: start the adapters from a peft adapter folder (its rank, alpha "
+                  "and targets)");
+  cmd->add_option("--chat-template", to->chat_template, "sft: the chat template that renders \"messages\" lines "
+                  "(default: the model folder's own)");
   auto device = std::make_shared<std::string>();
   auto* device_opt = cmd->add_option("--device", *device, "cpu, cuda (under a launcher: the rank's GPU, cuda:LOCAL_RANK), cuda:N, or cpu:N (a simulated device)");
   auto offload = std::make_shared<bool>(false);

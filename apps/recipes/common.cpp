@@ -55,10 +55,12 @@ std::unique_ptr<optim::Optimizer> place_model_and_optimizer(const RunConfig& con
   }
   if (config.zero == 1) {
     KILN_CHECK(!config.offload, "--zero 1 and --offload do not combine yet: choose one");
-    return std::make_unique<distributed::ShardedAdamW>(model.named_parameters(), config.lr, options, distributed::world());
+    return std::make_unique<distributed::ShardedAdamW>(model.trainable_parameters(), config.lr, options,
+                                                       distributed::world());
   }
-  if (!config.offload) return std::make_unique<optim::AdamW>(model.named_parameters(), config.lr, options);
-  auto opt = std::make_unique<optim::OffloadAdamW>(model.named_parameters(), config.lr, options, host);
+  // Frozen parameters (LoRA's base) get no optimizer state.
+  if (!config.offload) return std::make_unique<optim::AdamW>(model.trainable_parameters(), config.lr, options);
+  auto opt = std::make_unique<optim::OffloadAdamW>(model.trainable_parameters(), config.lr, options, host);
   if (config.precision == "bf16") model.to(DType::bf16);  // after the master copy was taken in f32
   if (config.precision == "fp16") model.to(DType::f16);
   return opt;
@@ -68,7 +70,8 @@ std::string save_run(const std::string& out_dir, int64_t step, const nn::Module&
                      const nlohmann::json& state) {
   // The optimizer's state first: on pipeline stages, gathering it also brings rank 0 the other stages' weights.
   const NamedTensors opt_state = to_host(opt.state());
-  const nn::NamedTensors& weights = opt.master_weights() ? *opt.master_weights() : model.named_parameters();
+  // A frozen base (LoRA) is not saved: its folder and hash are in the state.
+  const nn::NamedTensors& weights = opt.master_weights() ? *opt.master_weights() : model.trainable_parameters();
   save_checkpoint(out_dir, step, to_host(weights), opt_state, state, /*keep_last=*/3);
   return (std::filesystem::path(out_dir) / checkpoint_dir_name(step)).string();
 }
@@ -76,7 +79,7 @@ std::string save_run(const std::string& out_dir, int64_t step, const nn::Module&
 void restore_run(const RunStart& run, RunParts& parts, const Log& log) {
   if (!run.checkpoint) return;
   const Checkpoint& ck = *run.checkpoint;
-  parts.model.load_parameters(to_pairs(ck.model));
+  parts.model.load_trainable_parameters(to_pairs(ck.model));
   parts.opt.load_master_weights(to_pairs(ck.model));
   parts.opt.load_state(to_pairs(ck.optimizer), ck.state.value("optimizer_step", ck.step));
   parts.precision.load(ck.state, log);

@@ -4,6 +4,7 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
+#include "apps/recipes/sft_model.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/text_file.h"
 #include "models/hf/hf_export.h"
@@ -25,11 +26,20 @@ void take_weights(models::HfFolderContents& c, nn::Module& model, const std::str
   if (const auto q = models::quantization_config(model); !q.is_null()) c.config["quantization_config"] = q;
 }
 
-// A loaded folder written back: its config and tokenizer files as they are,
-// its weights as the module holds them now (fine-tuned or not).
-models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize) {
+// A folder's config and tokenizer files, as they are.
+models::HfFolderContents folder_files(const std::string& dir) {
   models::HfFolderContents c;
   c.config = models::read_hf_config(dir);
+  c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());
+  c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
+  c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
+  return c;
+}
+
+// A loaded folder written back: its files as they are, its weights as the
+// module holds them now.
+models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize) {
+  models::HfFolderContents c = folder_files(dir);
   const std::string type = c.config["model_type"].get<std::string>();
   if (models::hf_model_kind(c.config) == "classifier") {
     KILN_CHECK(quantize.empty(), "--quantize exports language models; ", dir, " is a classifier");
@@ -37,9 +47,6 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
   } else {
     take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize);
   }
-  c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());
-  c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
-  c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
   return c;
 }
 
@@ -50,13 +57,46 @@ void export_hf(const std::string& source, const std::string& out, const std::str
   const std::string ckdir = resolve_checkpoint(source);
   const Checkpoint ck = load_checkpoint(ckdir);
   const std::string recipe = ck.state.value("recipe", std::string());
+  if (recipe == "sft") return export_sft_hf(source, out, false);
   KILN_CHECK(recipe == "fortunes-gpt", source, " holds a ", recipe,
-             " run; --format hf exports language models (fortunes-gpt runs, or hf:DIR)");
+             " run; --format hf exports language models (fortunes-gpt and sft runs, or hf:DIR)");
   auto gpt = load_gpt(ck, Device::cpu());
   const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
   models::HfFolderContents c = models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id());
   if (!quantize.empty()) take_weights(c, *gpt, "gpt2", quantize);
   models::write_hf_folder(out, c);
+}
+
+namespace {
+
+Checkpoint sft_checkpoint(const std::string& run) {
+  Checkpoint ck = load_checkpoint(resolve_checkpoint(run));
+  KILN_CHECK(ck.state.value("recipe", std::string()) == "sft", run, " is not a fine-tuning (kiln train sft) run");
+  return ck;
+}
+
+}  // namespace
+
+void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
+  const Checkpoint ck = sft_checkpoint(run);
+  const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
+  KILN_CHECK(!s.lora || merge, run, " trained LoRA adapters: export them with --format peft, or merged into the base "
+             "with --format hf --merge");
+  models::HfCausalLm lm = load_sft_checkpoint(ck, true);
+  models::HfFolderContents c = folder_files(s.base);
+  c.tensors = models::checkpoint_tensors(*lm.model, lm.model_type);
+  models::write_hf_folder(out, c);
+}
+
+void export_peft(const std::string& run, const std::string& out) {
+  const Checkpoint ck = sft_checkpoint(run);
+  const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
+  KILN_CHECK(s.lora, run, " fine-tuned every weight and has no adapters; export it with --format hf");
+  models::HfCausalLm lm = load_sft_checkpoint(ck, false);
+  std::vector<std::string> adapted;
+  for (const auto& [name, p] : nn::lora_parameters(*lm.model))
+    if (name.ends_with(".lora_A.weight")) adapted.push_back(name.substr(0, name.size() - 14));
+  models::write_peft_folder(out, peft_adapter_config(s, adapted), models::peft_tensors(*lm.model, lm.model_type));
 }
 
 }  // namespace kiln::recipes

@@ -1,5 +1,6 @@
-// `kiln export SOURCE --format hf --out DIR`: a Kiln GPT run, or a model
-// Kiln loaded from hf:DIR, as a Hugging Face folder.
+// `kiln export SOURCE --format hf|peft --out DIR`: a Kiln GPT run, a
+// fine-tuning run, or a model Kiln loaded from hf:DIR, as a Hugging Face
+// folder; a LoRA run's adapters as a peft folder.
 #pragma once
 #include <string>
 
@@ -9,5 +10,13 @@ namespace kiln::recipes {
 // quantized (Kiln's own format: config.json's quantization_config has
 // quant_method "kiln"; Kiln loads it, transformers does not).
 void export_hf(const std::string& source, const std::string& out, const std::string& quantize = "");
+
+// A fine-tuning run (kiln train sft) as a Hugging Face folder: every weight
+// of a full fine-tune, or a LoRA run's adapters merged into its base (`merge`
+// must say so: a LoRA run's own export is export_peft).
+void export_sft_hf(const std::string& run, const std::string& out, bool merge);
+// A LoRA run's adapters as peft's folder: adapter_config.json and
+// adapter_model.safetensors, which PeftModel.from_pretrained loads onto the base.
+void export_peft(const std::string& run, const std::string& out);
 
 }  // namespace kiln::recipes

@@ -250,4 +250,8 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device, const I
   return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
 }
 
+std::unique_ptr<InferenceModel> hf_language_model_inference(models::HfCausalLm lm, const std::string& chat_template) {
+  return std::make_unique<HfLanguageModelInference>(std::move(lm), chat_template);
+}
+
 }  // namespace kiln::recipes

@@ -2,6 +2,7 @@
 // language models answer completions, BERT-family classifiers /v1/classify.
 #pragma once
 #include "apps/recipes/recipe.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::recipes {
 
@@ -9,5 +10,8 @@ namespace kiln::recipes {
 // folder's own template is used for chat, if it has one; options.quantize
 // quantizes a language model's weights.
 LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options = {});
+
+// A loaded language model (a fine-tuned one) served as a folder's is.
+std::unique_ptr<InferenceModel> hf_language_model_inference(models::HfCausalLm lm, const std::string& chat_template = "");
 
 }  // namespace kiln::recipes

@@ -9,6 +9,7 @@
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/hf_inference.h"
 #include "apps/recipes/image_recipe.h"
+#include "apps/recipes/sft_recipe.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/text_model.h"
 #include "models/hf/hf_model.h"
@@ -23,6 +24,7 @@ const std::vector<std::unique_ptr<Recipe>>& recipe_table() {
     t.push_back(make_fashion_fast_recipe());
     t.push_back(make_fortunes_gpt_recipe());
     t.push_back(make_fortunes_classify_recipe());
+    t.push_back(make_sft_recipe());
     return t;
   }();
   return table;

@@ -51,6 +51,16 @@ struct TrainOptions {
   std::optional<uint64_t> seed;
   std::optional<std::string> precision;  // fp32, bf16 (autocast) or fp16 (autocast + loss scaling)
   std::optional<double> loss_scale;      // fp16: the initial loss scale (0: 2^16)
+  // Fine-tuning (kiln train sft, apps/recipes/sft_recipe.cpp): also saved
+  // in the run; a resume refuses different values.
+  std::string init;                  // hf:DIR, or a fortunes-gpt run to start from
+  std::string data_file, val_file;   // JSON Lines (apps/recipes/sft_data.h)
+  std::optional<int64_t> max_seq_len;
+  std::optional<int64_t> lora_rank;  // given: LoRA adapters train, the base is frozen
+  std::optional<double> lora_alpha, lora_dropout;
+  std::optional<std::string> lora_targets;  // peft's module names, or all-linear
+  std::string lora_from;             // a peft adapter folder to start the adapters from
+  std::string chat_template;         // the template "messages" lines are rendered with
   // ---- options about this invocation (a resume may change them)
   std::optional<Device> device;  // default: cpu
   std::optional<int> threads;    // 0 or unset: all cores

@@ -5,6 +5,7 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
+#include "apps/recipes/sft_model.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/splits.h"
 #include "kiln/io/checkpoint.h"
@@ -26,22 +27,31 @@ TextModel quantized(TextModel m, const std::string& quantize) {
 }
 }  // namespace
 
+namespace {
+
+TextModel hf_text_model(models::HfCausalLm loaded, Device device, const std::string& quantize) {
+  auto lm = std::make_shared<models::HfCausalLm>(std::move(loaded));
+  lm->model->to(device);
+  TextModel out;
+  out.model = lm->model;
+  out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
+  out.decode = [lm](const std::vector<int32_t>& ids) { return lm->tokenizer.decode(ids); };
+  out.stop_ids = lm->eos_ids;
+  return quantized(std::move(out), quantize);
+}
+
+}  // namespace
+
 TextModel load_text_model(const std::string& spec, Device device, const std::string& weights,
                           const std::string& quantize) {
-  TextModel out;
-  if (auto dir = models::hf_folder(spec)) {
-    auto lm = std::make_shared<models::HfCausalLm>(models::load_hf_causal_lm(*dir, weights_dtype(weights)));
-    lm->model->to(device);
-    out.model = lm->model;
-    out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
-    out.decode = [lm](const std::vector<int32_t>& ids) { return lm->tokenizer.decode(ids); };
-    out.stop_ids = lm->eos_ids;
-    return quantized(std::move(out), quantize);
-  }
+  if (auto dir = models::hf_folder(spec))
+    return hf_text_model(models::load_hf_causal_lm(*dir, weights_dtype(weights)), device, quantize);
   const std::string ckdir = resolve_checkpoint(spec);
   const Checkpoint ck = load_checkpoint(ckdir);
-  KILN_CHECK(ck.state.value("recipe", std::string()) == "fortunes-gpt", spec, " holds a ",
-             ck.state.value("recipe", std::string("?")), " run, not a language model");
+  const std::string recipe = ck.state.value("recipe", std::string("?"));
+  if (recipe == "sft") return hf_text_model(load_sft_checkpoint(ck, true), device, quantize);
+  KILN_CHECK(recipe == "fortunes-gpt", spec, " holds a ", recipe, " run, not a language model");
+  TextModel out;
   std::shared_ptr<models::Gpt> gpt = load_gpt(ck, device);
   gpt->eval();
   auto tok = std::make_shared<data::Tokenizer>(load_run_tokenizer(ckdir, ck));

@@ -56,6 +56,12 @@ Batch shard_for_rank(const Batch& global, int rank, int world_size) {
 
 namespace {
 
+std::vector<Tensor> trainable(const nn::Module& model) {
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : model.trainable_parameters()) out.push_back(p);
+  return out;
+}
+
 // One step's gradients, in one process, data parallel, or on a pipeline
 // stage (possibly also data parallel). Returns the batch's mean loss.
 double compute_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
@@ -148,7 +154,7 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
   if (replicas.world_size() > 1) {
     if (!average_on_host)
       averager = std::make_unique<distributed::GradientAverager>(replicas, stage.pipeline ? stage.params
-                                                                                   : parts.model.parameters());
+                                                                                   : trainable(parts.model));
     log("data parallel: " + std::to_string(replicas.world_size()) + " ranks over " + distributed::world().transport() +
         ", " + std::to_string(c.batch_size / replicas.world_size()) + " examples each per step, gradients averaged " +
         (averager ? "in " + std::to_string(averager->bucket_count()) + " buckets during backward"

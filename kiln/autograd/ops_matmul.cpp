@@ -69,12 +69,15 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, st
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = y2.as_strided(ys, contiguous_strides(ys), 0);
+  // A frozen weight (LoRA's base) needs no gradient, so its input is not kept.
+  const bool need_w = weight.requires_grad();
   record(y, "LinearBackward", {&x, &weight, &bias},
-         [x2 = recompute_x ? Tensor() : saved(x2), recompute_x, w = saved(weight), has_bias = bias.defined(),
-          need_x = x.requires_grad(), xs = x.shape(), rows, in, out](const Tensor& g) {
+         [x2 = recompute_x || !need_w ? Tensor() : saved(x2), recompute_x, w = saved(weight), need_w,
+          has_bias = bias.defined() && bias.requires_grad(), need_x = x.requires_grad(), xs = x.shape(), rows, in,
+          out](const Tensor& g) {
            Tensor g2 = reshape(g, {rows, out});
            Tensor dw;
-           {  // the weight gradient first: a recomputed input is freed before dx exists
+           if (need_w) {  // the weight gradient first: a recomputed input is freed before dx exists
              Tensor input = x2;
              if (!input.defined()) {
                NoGradGuard values_only;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kiln/backend/factory.h"
+
 namespace kiln::nn {
 
 // kaiming_uniform(a=sqrt(5)) as torch.nn.Linear/Conv2d: bound = 1/sqrt(fan_in)
@@ -10,6 +12,43 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
   double bound = 1.0 / std::sqrt(double(in));
   weight = register_parameter("weight", uniform_tensor({out, in}, bound, gen));
   if (with_bias) bias = register_parameter("bias", uniform_tensor({out}, bound, gen));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  Tensor y = quantized ? quantized_linear(x, *quantized, bias) : linear(x, weight, bias);
+  if (!lora_A) return y;
+  const Tensor in = is_training() && lora_dropout > 0 ? dropout(x, lora_dropout, *lora_dropout_gen_) : x;
+  return y + mul_scalar(lora_B->forward(lora_A->forward(in)), lora_scale);
+}
+
+void Linear::attach_lora(int64_t rank, double scale, double dropout_p, Generator& init,
+                         std::shared_ptr<Generator> dropout_gen) {
+  KILN_CHECK(!lora_A, "this linear layer already has a LoRA adapter");
+  KILN_CHECK(weight.defined(), "LoRA needs the layer's weight (a quantized layer cannot take an adapter yet)");
+  KILN_CHECK(rank >= 1, "the LoRA rank must be at least 1, got ", rank);
+  KILN_CHECK(dropout_p >= 0 && dropout_p < 1, "the LoRA dropout must be in [0, 1), got ", dropout_p);
+  KILN_CHECK(dropout_p == 0 || dropout_gen, "LoRA dropout needs a generator");
+  const int64_t in = weight.size(1), out = weight.size(0);
+  lora_A = register_module("lora_A", std::make_shared<Linear>(in, rank, init, false));
+  lora_B = register_module("lora_B", std::make_shared<Linear>(rank, out, init, false));
+  if (lora_B->weight.device().type != DeviceType::meta) lora_B->load_parameters({{"weight", zeros({out, rank})}});
+  for (Linear* l : {lora_A.get(), lora_B.get()}) move_tensor_in_place(l->weight, weight.device(), DType::f32);
+  lora_scale = scale;
+  lora_dropout = dropout_p;
+  lora_dropout_gen_ = std::move(dropout_gen);
+}
+
+void Linear::merge_lora() {
+  KILN_CHECK(lora_A, "merge_lora: this linear layer has no LoRA adapter");
+  {
+    NoGradGuard values_only;
+    const Tensor delta = mul_scalar(matmul(lora_B->weight, lora_A->weight), lora_scale);
+    copy_into(to_dtype(add(to_dtype(weight, DType::f32), delta.to(weight.device())), weight.dtype()), weight);
+  }
+  drop_module("lora_A");
+  drop_module("lora_B");
+  lora_A.reset();
+  lora_B.reset();
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, double stddev) {

@@ -21,10 +21,20 @@ class WeightModule : public Module {
 class Linear : public WeightModule {
  public:
   Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
-  Tensor forward(const Tensor& x) override {
-    return quantized ? quantized_linear(x, *quantized, bias) : linear(x, weight, bias);
-  }
+  // W x + b, plus scale * B A dropout(x) once a LoRA adapter is attached.
+  Tensor forward(const Tensor& x) override;
   Tensor bias;  // weight [out, in], as torch.nn.Linear
+
+  // LoRA (kiln/nn/lora.h): the children lora_A [rank, in] (PyTorch's
+  // Linear init) and lora_B [out, rank] (zeros), named as peft names them.
+  void attach_lora(int64_t rank, double scale, double dropout, Generator& init, std::shared_ptr<Generator> dropout_gen);
+  // W += scale B A (in W's dtype), and the adapter is gone: a plain Linear again.
+  void merge_lora();
+  std::shared_ptr<Linear> lora_A, lora_B;
+  double lora_scale = 0, lora_dropout = 0;
+
+ private:
+  std::shared_ptr<Generator> lora_dropout_gen_;
 };
 
 class Embedding : public WeightModule {

@@ -89,10 +89,23 @@ void Module::to(DType dtype) {
   for (auto& [n, p] : named_parameters()) move_tensor_in_place(p, p.device(), dtype);
 }
 
-void Module::load_parameters(const NamedTensors& tensors) {
+void Module::drop_module(const std::string& name) {
+  std::erase_if(children_, [&](const auto& child) { return child.first == name; });
+}
+
+NamedTensors Module::trainable_parameters() const {
+  NamedTensors out;
+  for (const auto& [name, p] : named_parameters())
+    if (p.requires_grad()) out.emplace_back(name, p);
+  return out;
+}
+
+void Module::load_parameters(const NamedTensors& tensors) { load_into(named_parameters(), tensors); }
+void Module::load_trainable_parameters(const NamedTensors& tensors) { load_into(trainable_parameters(), tensors); }
+
+void Module::load_into(NamedTensors mine, const NamedTensors& tensors) {
   std::map<std::string, Tensor> given(tensors.begin(), tensors.end());
   std::string problems;
-  NamedTensors mine = named_parameters();
   for (auto& [name, p] : mine) {
     auto it = given.find(name);
     if (it == given.end()) {

@@ -23,6 +23,8 @@ class Module {
 
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // Those that train (require grad): all but frozen ones (LoRA's base).
+  NamedTensors trainable_parameters() const;
   int64_t parameter_count() const;
   void train(bool on = true);
   void eval() { train(false); }
@@ -34,6 +36,8 @@ class Module {
   // Copies values from `tensors` (by name); throws listing missing, unexpected
   // and mis-shaped names.
   void load_parameters(const NamedTensors& tensors);
+  // The same for trainable_parameters() alone (a LoRA checkpoint holds the adapters).
+  void load_trainable_parameters(const NamedTensors& tensors);
   // Calls f on this module and every module below it, parents first, with
   // the prefix of its parameters' names ("" for this one, "h.0.attn." ...).
   void for_each_module(const std::function<void(const std::string& prefix, Module&)>& f, const std::string& prefix = "");
@@ -44,6 +48,8 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor t);
   // Forgets a parameter (its weights now live elsewhere: quantized).
   void drop_parameter(const std::string& name);
+  // Forgets a child module (a merged LoRA adapter).
+  void drop_module(const std::string& name);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
@@ -52,6 +58,7 @@ class Module {
 
  private:
   void collect(const std::string& prefix, NamedTensors& out) const;
+  static void load_into(NamedTensors mine, const NamedTensors& tensors);
   NamedTensors params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

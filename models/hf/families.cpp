@@ -160,7 +160,8 @@ std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& typ
 CausalLmFamily llama_family(const std::string& type) {
   return {type, [type](const json& j) { return build_llama(j, type); },
           [](const std::string& p) { return CheckpointName{p}; },
-          [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; }};
+          [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; },
+          /*takes_lora=*/true};
 }
 
 // ---- GPT-2: Kiln's own GPT, whose parameter names are GPT-2's

@@ -27,6 +27,9 @@ struct CausalLmFamily {
   std::function<CheckpointName(const std::string& parameter)> checkpoint_name;
   // Checkpoint tensors that are not parameters and may be left unused (buffers).
   std::function<bool(const std::string& tensor)> ignorable = [](const std::string&) { return false; };
+  // Whether every Linear runs through Linear::forward, where a LoRA adapter
+  // acts (Kiln's GPT fuses its MLP's second product with GELU on the weight).
+  bool takes_lora = false;
 };
 
 struct ClassifierFamily {

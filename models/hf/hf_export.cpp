@@ -4,10 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
-#include "kiln/nn/layers.h"
+#include "kiln/nn/lora.h"
 #include "models/hf/families.h"
 
 namespace kiln::models {
@@ -25,7 +26,11 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-void write_hf_folder(const std::string& out, const HfFolderContents& c) {
+namespace {
+
+// Writes a folder whole or not at all: into a staging folder beside `out`,
+// renamed into place. `out` must not exist or be empty.
+void write_folder(const std::string& out, const std::function<void(const fs::path& staging)>& fill) {
   const fs::path target(out);
   std::error_code ec;
   if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
@@ -35,11 +40,7 @@ void write_hf_folder(const std::string& out, const HfFolderContents& c) {
   fs::create_directories(staging, ec);
   KILN_CHECK(!ec, "cannot create ", staging.string(), ": ", ec.message());
   try {
-    save_safetensors((staging / "model.safetensors").string(), c.tensors, {{"format", "pt"}});
-    write_text(staging / "config.json", c.config.dump(2) + "\n");
-    write_text(staging / "generation_config.json", c.generation_config.dump(2) + "\n");
-    write_text(staging / "tokenizer_config.json", c.tokenizer_config.dump(2) + "\n");
-    write_text(staging / "tokenizer.json", c.tokenizer_json);
+    fill(staging);
     if (fs::exists(target)) fs::remove(target);  // an empty folder
     fs::rename(staging, target);
   } catch (...) {
@@ -48,10 +49,46 @@ void write_hf_folder(const std::string& out, const HfFolderContents& c) {
   }
 }
 
+}  // namespace
+
+void write_hf_folder(const std::string& out, const HfFolderContents& c) {
+  write_folder(out, [&](const fs::path& staging) {
+    save_safetensors((staging / "model.safetensors").string(), c.tensors, {{"format", "pt"}});
+    write_text(staging / "config.json", c.config.dump(2) + "\n");
+    write_text(staging / "generation_config.json", c.generation_config.dump(2) + "\n");
+    write_text(staging / "tokenizer_config.json", c.tokenizer_config.dump(2) + "\n");
+    write_text(staging / "tokenizer.json", c.tokenizer_json);
+  });
+}
+
+void write_peft_folder(const std::string& out, const nlohmann::json& adapter_config, const nn::NamedTensors& tensors) {
+  write_folder(out, [&](const fs::path& staging) {
+    save_safetensors((staging / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
+    write_text(staging / "adapter_config.json", adapter_config.dump(2) + "\n");
+  });
+}
+
+std::string peft_name(const std::string& parameter, const std::string& model_type) {
+  const size_t at = parameter.rfind(".lora_");
+  KILN_CHECK(at != std::string::npos, "'", parameter, "' is not a LoRA parameter");
+  const CausalLmFamily* family = find_causal_lm_family(model_type);
+  std::string base = parameter.substr(0, at) + ".weight";
+  if (family) base = family->checkpoint_name(base).name;
+  return "base_model.model." + base.substr(0, base.size() - 7) + parameter.substr(at);
+}
+
+nn::NamedTensors peft_tensors(const nn::Module& model, const std::string& model_type) {
+  nn::NamedTensors out;
+  for (const auto& [name, p] : nn::lora_parameters(model))
+    out.emplace_back(peft_name(name, model_type), p.detach().to(Device::cpu()).contiguous());
+  return out;
+}
+
 nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& model_type) {
   const CausalLmFamily* family = find_causal_lm_family(model_type);
   nn::NamedTensors out;
   for (const auto& [name, param] : model.named_parameters()) {
+    if (nn::is_lora_parameter(name)) continue;  // adapters are exported by peft_tensors (or merged first)
     const CheckpointName c = family ? family->checkpoint_name(name) : CheckpointName{name};
     Tensor cpu = param.detach().to(Device::cpu());
     out.emplace_back(c.name, c.transposed ? cpu.transpose(0, 1).contiguous() : cpu.contiguous());

@@ -21,6 +21,15 @@ struct HfFolderContents {
 // written beside `out` and renamed into place.
 void write_hf_folder(const std::string& out, const HfFolderContents& contents);
 
+// peft's adapter folder: adapter_config.json and adapter_model.safetensors,
+// which peft.PeftModel.from_pretrained loads onto the base model.
+void write_peft_folder(const std::string& out, const nlohmann::json& adapter_config, const nn::NamedTensors& tensors);
+// A LoRA parameter's name in peft's file: "base_model.model." + the base
+// layer's checkpoint path + ".lora_A.weight".
+std::string peft_name(const std::string& parameter, const std::string& model_type);
+// The LoRA adapters of `model` under peft's names, on the CPU.
+nn::NamedTensors peft_tensors(const nn::Module& model, const std::string& model_type);
+
 // The parameters of `model` under the checkpoint names of its family
 // (model_type), transposed back where the checkpoint stores [in, out];
 // quantized matrices as NAME.qdata, NAME.scales (and NAME.zeros), in

@@ -1,5 +1,7 @@
 #include "models/hf/hf_model.h"
 
+#include <zlib.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -83,6 +85,20 @@ json read_hf_config(const std::string& dir) {
   if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string())
     KILN_FAIL(dir, "/config.json has no \"model_type\" string, so the architecture is unknown");
   return config;
+}
+
+std::string hf_weights_hash(const std::string& dir) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  auto feed = [&](const void* p, size_t n) { crc = crc32_z(crc, static_cast<const Bytef*>(p), n); };
+  for (const auto& [name, t] : map_hf_weights(dir)) {
+    const std::string head = name + ":" + dtype_name(t.dtype()) + shape_str(t.shape());
+    feed(head.data(), head.size());
+    const Tensor c = t.contiguous();
+    feed(c.data_ptr(), size_t(c.numel()) * dtype_size(c.dtype()));
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, "crc32:%08lx", static_cast<unsigned long>(crc));
+  return out;
 }
 
 std::map<std::string, Tensor> map_hf_weights(const std::string& dir) {

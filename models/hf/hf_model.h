@@ -55,5 +55,9 @@ std::string hf_model_kind(const nlohmann::json& config);
 // The weights of a folder, name -> tensor, mapped from model.safetensors or
 // the shards its index names; every shard is checked as it is mapped.
 std::map<std::string, Tensor> map_hf_weights(const std::string& dir);
+// A fingerprint of a folder's weights: CRC-32 of every tensor's name, dtype,
+// shape and bytes, in name order ("crc32:1a2b3c4d"). A fine-tuning run saves
+// its base's and refuses to resume against a base that differs.
+std::string hf_weights_hash(const std::string& dir);
 
 }  // namespace kiln::models

@@ -7,6 +7,7 @@ and safetensors there):
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py [OUT]          # tests/hf/fixtures
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --speed DIR [--shape tinyllama-1.1b]   # a SmolLM-135M- (or TinyLlama-) shaped Llama
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --chat         # only fixtures/chat
+    $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --finetune     # only fixtures/finetune
     $(bench/torch2_venv.sh) tests/hf/make_fixtures.py --sentiment DIR  # a DistilBERT-shaped classifier
 
 Tokenizers of the three families are trained on Debian's fortunes; models are
@@ -400,6 +401,111 @@ SPEED_SHAPES = {
 }
 
 
+# One fine-tuning batch (tests/test_sft.cpp): prompt/completion and text
+# lines, encoded as TRL's SFTTrainer does (the prompt with the tokenizer's
+# special tokens, the completion without, then eos; text likewise).
+FINETUNE_LINES = [
+    {"prompt": "Q: What is the best way to predict the future?\nA:", "completion": " Invent it."},
+    {"prompt": "Fortune: ", "completion": "You will be hungry again in one hour."},
+    {"text": "Whenever you find that you are on the side of the majority, it is time to reform."},
+    {"prompt": "A proverb:\n", "completion": "Still waters run deep, and so does the tax code."},
+]
+FINETUNE_LR = 1e-3
+# The LoRA cases: the adapters start random (init_lora_weights=False), so
+# the first step's gradients reach A and B alike.
+FINETUNE_LORA = {
+    "lora-qv": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    "lora-all": dict(r=4, lora_alpha=16, target_modules="all-linear"),
+}
+
+
+def kiln_lr(step, total, max_lr):
+    """Kiln's schedule for kiln train sft: no warmup, cosine to a tenth."""
+    import math
+    min_lr = 0.1 * max_lr
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * step / total))
+
+
+def finetune_batch(tok, eos):
+    ids, labels = [], []
+    for line in FINETUNE_LINES:
+        if "text" in line:
+            i = tok(line["text"]).input_ids + [eos]
+            learn = [0] + [1] * (len(i) - 1)
+        else:
+            p = tok(line["prompt"]).input_ids
+            c = tok(line["completion"], add_special_tokens=False).input_ids + [eos]
+            i, learn = p + c, [0] * len(p) + [1] * len(c)
+        ids.append(i)
+        labels.append([t if l else -100 for t, l in zip(i, learn)])
+    T = max(map(len, ids))
+    x = torch.tensor([i + [eos] * (T - len(i)) for i in ids])
+    y = torch.tensor([l + [-100] * (T - len(l)) for l in labels])
+    return ids, labels, x, y
+
+
+def finetune_expectations(out, base_name="llama-gqa", steps=2):
+    """Two steps of full and LoRA fine-tuning with transformers (+ peft), as
+    kiln train sft runs them: AdamW (transformers' Trainer defaults: no
+    weight decay), gradients clipped to norm 1, Kiln's learning rate schedule."""
+    import peft
+    from safetensors.torch import save_file
+    base = os.path.join(out, base_name)
+    d = os.path.join(out, "finetune")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tok = PreTrainedTokenizerFast.from_pretrained(base)
+    config = transformers.AutoConfig.from_pretrained(base)
+    ids, labels, x, y = finetune_batch(tok, config.eos_token_id)
+    with open(os.path.join(d, "train.jsonl"), "w") as f:
+        for line in FINETUNE_LINES:
+            f.write(json.dumps(line) + "\n")
+    expected = {"base": base_name, "lr": FINETUNE_LR, "steps": steps, "batch_size": len(FINETUNE_LINES),
+                "ids": ids, "labels": labels, "cases": {}}
+    for case in ["full"] + list(FINETUNE_LORA):
+        torch.manual_seed(sum(map(ord, case)))
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        if case != "full":
+            lora = peft.LoraConfig(lora_dropout=0.0, init_lora_weights=False, **FINETUNE_LORA[case])
+            model = peft.get_peft_model(model, lora)
+            model.save_pretrained(os.path.join(d, case + "-init"))
+            os.remove(os.path.join(d, case + "-init", "README.md"))  # peft's model card
+        model.train()
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(trainable, lr=FINETUNE_LR, weight_decay=0.0)
+        losses = []
+        # Elements whose gradient is not zero but below f32's resolution of its sum (|g| < 1e-7,
+        # against a median of about 4e-3): their sign is rounding noise (the
+        # first such element's f32 gradient is -4.1e-9, its f64 one +3.9e-9),
+        # and AdamW's early steps move them by up to lr either way.
+        unresolved = {}
+        for step in range(steps):
+            for g in opt.param_groups:
+                g["lr"] = kiln_lr(step, steps, FINETUNE_LR)
+            loss = model(input_ids=x, labels=y).loss
+            loss.backward()
+            for name, p in model.named_parameters():
+                if p.requires_grad:
+                    g = p.grad.flatten().abs()
+                    small = ((g > 0) & (g < 1e-7)).nonzero().flatten().tolist()
+                    if small:
+                        key = name.replace(".default.", ".")
+                        unresolved[key] = sorted(set(unresolved.get(key, [])) | set(small))
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        if case == "full":
+            after = {k: v.contiguous() for k, v in model.state_dict().items()}
+        else:
+            after = {k: v.contiguous() for k, v in peft.get_peft_model_state_dict(model).items()}
+        save_file(after, os.path.join(d, case + "-after.safetensors"))
+        expected["cases"][case] = {"losses": losses, "trainable": sum(p.numel() for p in trainable),
+                                   "unresolved": unresolved}
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1)
+
+
 def make_speed_model(d, shape="smollm-135m"):
     """A Llama of one of SPEED_SHAPES, random f32 weights; its tokenizer.json
     for Kiln and transformers, and a SentencePiece tokenizer.model for
@@ -437,6 +543,7 @@ def main():
     ap.add_argument("--shape", choices=sorted(SPEED_SHAPES), default="smollm-135m", help="the --speed model's shape")
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
+    ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
     a = ap.parse_args()
     if a.speed:
         make_speed_model(a.speed, a.shape)
@@ -446,6 +553,9 @@ def main():
         return
     if a.sentiment:
         make_sentiment_model(a.sentiment)
+        return
+    if a.finetune:
+        finetune_expectations(a.out)
         return
     shutil.rmtree(a.out, ignore_errors=True)
     os.makedirs(a.out)
@@ -459,6 +569,7 @@ def main():
     for name, (tok_name, kwargs) in CLASSIFIERS.items():
         make_model(a.out, name, tok_name, kwargs, AutoModelForSequenceClassification, classifier_expectations)
     chat_expectations(a.out)
+    finetune_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:
         f.write(f"transformers {transformers.__version__}\ntorch {torch.__version__}\n")
 

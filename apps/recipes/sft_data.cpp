@@ -1,0 +1,182 @@
+#include "apps/recipes/sft_data.h"
+
+#include <algorithm>
+
+#include "kiln/data/random.h"
+#include "kiln/io/text_file.h"
+
+namespace kiln::recipes {
+
+using nlohmann::json;
+
+int64_t SftExample::learned() const { return int64_t(std::count(learn.begin(), learn.end(), uint8_t(1))); }
+
+namespace {
+
+std::string string_field(const json& line, const char* key) {
+  const auto it = line.find(key);
+  KILN_CHECK(it != line.end(), "no \"", key, "\" field");
+  KILN_CHECK(it->is_string(), "\"", key, "\" must be a string, got ", it->type_name());
+  return it->get<std::string>();
+}
+
+// Appends `text`'s tokens, learned or not.
+void append(SftExample& e, const SftEncoding& enc, const std::string& text, bool learn, bool add_special) {
+  const std::vector<int32_t> ids = enc.tokenizer->encode(text, add_special);
+  e.ids.insert(e.ids.end(), ids.begin(), ids.end());
+  e.learn.insert(e.learn.end(), ids.size(), uint8_t(learn));
+}
+
+void append_eos(SftExample& e, const SftEncoding& enc) {
+  KILN_CHECK(enc.eos, "the model names no eos_token_id (config.json or generation_config.json), which ends text "
+             "and completions; add one to config.json");
+  e.ids.push_back(*enc.eos);
+  e.learn.push_back(1);
+}
+
+std::vector<text::ChatMessage> messages_of(const json& list) {
+  KILN_CHECK(list.is_array() && !list.empty(), "\"messages\" must be a non-empty list of {\"role\", \"content\"}");
+  std::vector<text::ChatMessage> out;
+  for (const json& m : list) {
+    KILN_CHECK(m.is_object(), "each message must be an object {\"role\", \"content\"}, got ", m.type_name());
+    out.push_back({string_field(m, "role"), string_field(m, "content")});
+  }
+  return out;
+}
+
+// Renders the conversation turn by turn: the text the template adds for
+// each assistant turn is learned, the rest is not. Each piece is encoded
+// without special tokens (the template writes them), as apply_chat_template
+// encodes its text.
+SftExample encode_messages(const json& list, const SftEncoding& enc) {
+  KILN_CHECK(enc.chat, "\"messages\" lines need a chat template, and this model's folder has none; give one "
+             "with --chat-template (kiln chat --help lists them)");
+  const std::vector<text::ChatMessage> messages = messages_of(list);
+  const std::string whole = enc.chat->render(messages, false);
+  SftExample e;
+  size_t done = 0;
+  auto take = [&](size_t end, bool learn) {
+    append(e, enc, whole.substr(done, end - done), learn, false);
+    done = end;
+  };
+  bool any = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != "assistant") continue;
+    any = true;
+    const std::vector<text::ChatMessage> before(messages.begin(), messages.begin() + long(i));
+    const std::vector<text::ChatMessage> through(messages.begin(), messages.begin() + long(i) + 1);
+    const std::string prompt = i == 0 ? std::string() : enc.chat->render(before, true);
+    const std::string turn = enc.chat->render(through, false);
+    KILN_CHECK(whole.compare(0, turn.size(), turn) == 0 && turn.compare(0, prompt.size(), prompt) == 0 &&
+                   prompt.size() >= done,
+               "the ", enc.chat->name(), " chat template does not render this conversation turn by turn (an earlier "
+               "turn renders differently once later ones follow), so its assistant turns cannot be told apart");
+    take(prompt.size(), false);
+    take(turn.size(), true);
+  }
+  KILN_CHECK(any, "the conversation has no assistant message, so there is nothing to learn");
+  take(whole.size(), false);
+  return e;
+}
+
+}  // namespace
+
+SftExample encode_sft_example(const json& line, const SftEncoding& enc) {
+  KILN_CHECK(line.is_object(), "a line must be a JSON object, got ", line.type_name());
+  SftExample e;
+  if (line.contains("messages")) {
+    e = encode_messages(line["messages"], enc);
+  } else if (line.contains("prompt") || line.contains("completion")) {
+    append(e, enc, string_field(line, "prompt"), false, true);
+    append(e, enc, string_field(line, "completion"), true, false);
+    append_eos(e, enc);
+  } else if (line.contains("text")) {
+    append(e, enc, string_field(line, "text"), true, true);
+    append_eos(e, enc);
+  } else {
+    KILN_FAIL("a line needs \"text\", \"prompt\" and \"completion\", or \"messages\"");
+  }
+  if (!e.learn.empty()) e.learn[0] = 0;  // nothing predicts the first token
+  return e;
+}
+
+SftData parse_sft_lines(const std::string& text, const std::string& origin, const SftEncoding& enc) {
+  KILN_CHECK(enc.tokenizer && enc.max_seq_len >= 2, "SFT data needs a tokenizer and --max-seq-len >= 2");
+  SftData out;
+  size_t start = 0;
+  for (int64_t number = 1; start < text.size(); ++number) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    SftExample e;
+    try {
+      e = encode_sft_example(json::parse(line), enc);
+    } catch (const std::exception& err) {
+      KILN_FAIL(origin, ":", number, ": ", err.what());
+    }
+    if (int64_t(e.ids.size()) > enc.max_seq_len) {
+      e.ids.resize(size_t(enc.max_seq_len));
+      e.learn.resize(size_t(enc.max_seq_len));
+      ++out.truncated;
+    }
+    if (e.learned() == 0) {
+      ++out.skipped;
+      continue;
+    }
+    out.examples.push_back(std::move(e));
+  }
+  KILN_CHECK(!out.examples.empty(), origin, " holds no example to learn from",
+             out.skipped ? " (every prompt fills --max-seq-len)" : "");
+  return out;
+}
+
+SftData read_sft_file(const std::string& path, const SftEncoding& enc) {
+  return parse_sft_lines(read_text_file(path), path, enc);
+}
+
+SftLoader::Batch sft_batch(const std::vector<SftExample>& examples, size_t first, size_t count, int32_t pad) {
+  int64_t T = 0;
+  for (size_t i = first; i < first + count; ++i) T = std::max<int64_t>(T, int64_t(examples[i].ids.size()));
+  const int64_t B = int64_t(count);
+  std::vector<int64_t> x(size_t(B * T), pad), y(size_t(B * T), -100);
+  SftLoader::Batch b;
+  for (int64_t r = 0; r < B; ++r) {
+    const SftExample& e = examples[first + size_t(r)];
+    for (size_t t = 0; t < e.ids.size(); ++t) {
+      x[size_t(r * T) + t] = e.ids[t];
+      if (t + 1 < e.ids.size() && e.learn[t + 1]) {
+        y[size_t(r * T) + t] = e.ids[t + 1];
+        ++b.tokens;
+      }
+    }
+  }
+  b.x = Tensor::from_vector<int64_t>(x, {B, T});
+  b.y = Tensor::from_vector<int64_t>(y, {B, T});
+  return b;
+}
+
+SftLoader::SftLoader(const std::vector<SftExample>& examples, int64_t batch_size, uint64_t seed, int32_t pad)
+    : examples_(examples), batch_size_(batch_size), seed_(seed), pad_(pad) {
+  KILN_CHECK(batch_size >= 1 && batch_size <= int64_t(examples.size()), "a batch of ", batch_size, " examples from ",
+             examples.size(), "; use --batch-size of at most the number of examples");
+  set_state({});
+}
+
+void SftLoader::set_state(const data::LoaderState& s) {
+  KILN_CHECK(s.position <= examples_.size(), "loader position ", s.position, " is past the ", examples_.size(),
+             " examples");
+  state_ = s;
+  order_ = data::seeded_permutation(int64_t(examples_.size()), data::derive_seed(seed_, s.epoch));
+}
+
+// An epoch's last partial batch is dropped, as the token loaders do.
+SftLoader::Batch SftLoader::next() {
+  if (state_.position + uint64_t(batch_size_) > examples_.size()) set_state({state_.epoch + 1, 0});
+  std::vector<SftExample> picked;
+  for (int64_t i = 0; i < batch_size_; ++i) picked.push_back(examples_[size_t(order_[state_.position + uint64_t(i)])]);
+  state_.position += uint64_t(batch_size_);
+  return sft_batch(picked, 0, picked.size(), pad_);
+}
+
+}  // namespace kiln::recipes

@@ -1,0 +1,273 @@
+#include "apps/recipes/sft_recipe.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/recipes/common.h"
+#include "apps/recipes/export.h"
+#include "apps/recipes/gpt_recipe.h"
+#include "apps/recipes/hf_inference.h"
+#include "apps/recipes/sft_data.h"
+#include "apps/recipes/sft_model.h"
+#include "apps/recipes/train_loop.h"
+#include "kiln/distributed/world.h"
+#include "models/hf/hf_chat.h"
+
+namespace kiln::recipes {
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kDefaultLoraTargets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+
+// A resumed run keeps its fine-tuning settings; a different one given again is refused.
+template <typename T>
+void same_as_saved(bool given, const T& value, const T& saved, const char* flag) {
+  KILN_CHECK(!given || value == saved, flag, " differs from the resumed run's (a resumed run keeps its settings); drop ",
+             flag, " to resume, or train into a new --out directory");
+}
+
+std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
+
+// The settings of a fresh run, from the options. A fortunes-gpt run given
+// as --init is exported once into the run directory as a Hugging Face folder.
+SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, const Log& log) {
+  KILN_CHECK(!o.init.empty(), "kiln train sft needs --init hf:DIR (a Hugging Face model folder) or --init RUN (a "
+             "fortunes-gpt run) to fine-tune");
+  KILN_CHECK(!o.data_file.empty(), "kiln train sft needs --data FILE.jsonl: one example a line, {\"text\": ...}, "
+             "{\"prompt\": ..., \"completion\": ...} or {\"messages\": [...]}");
+  SftSettings s;
+  if (const auto dir = models::hf_folder(o.init)) {
+    s.base = absolute(*dir);
+  } else {
+    s.base = absolute((fs::path(out_dir) / "base").string());
+    distributed::rank0_first([&] {
+      if (fs::exists(fs::path(s.base) / "config.json")) return;
+      log("exporting the run " + o.init + " as a Hugging Face folder: " + s.base);
+      export_hf(o.init, s.base);
+    });
+  }
+  s.base_hash = models::hf_weights_hash(s.base);
+  s.data = absolute(o.data_file);
+  s.val = o.val_file.empty() ? "" : absolute(o.val_file);
+  s.max_seq_len = o.max_seq_len.value_or(1024);
+  s.chat_template = o.chat_template;
+  const bool lora_options = o.lora_alpha || o.lora_dropout || o.lora_targets;
+  KILN_CHECK(!lora_options || o.lora_rank || !o.lora_from.empty(), "--lora-alpha, --lora-dropout and --lora-targets "
+             "shape LoRA adapters; give --lora-rank R too");
+  if (!o.lora_from.empty()) {
+    s.lora_from = absolute(o.lora_from);
+    s.lora = read_peft_folder(s.lora_from).config;
+    KILN_CHECK(!o.lora_rank || *o.lora_rank == s.lora->rank, "--lora-rank ", o.lora_rank.value_or(0),
+               " differs from the rank of --lora-from's adapters (", s.lora->rank, ")");
+  } else if (o.lora_rank) {
+    nn::LoraConfig c;
+    c.rank = *o.lora_rank;
+    c.alpha = o.lora_alpha.value_or(2.0 * double(c.rank));
+    c.dropout = o.lora_dropout.value_or(0.0);
+    c.targets = o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : kDefaultLoraTargets;
+    s.lora = c;
+  }
+  return s;
+}
+
+SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state) {
+  SftSettings s = SftSettings::from_json(state.value("sft", nlohmann::json()));
+  same_as_saved(!o.init.empty() && models::hf_folder(o.init), o.init.empty() ? s.base : absolute(*models::hf_folder(o.init)),
+                s.base, "--init");
+  same_as_saved(!o.data_file.empty(), o.data_file.empty() ? s.data : absolute(o.data_file), s.data, "--data");
+  same_as_saved(!o.val_file.empty(), o.val_file.empty() ? s.val : absolute(o.val_file), s.val, "--val");
+  same_as_saved(o.max_seq_len.has_value(), o.max_seq_len.value_or(0), s.max_seq_len, "--max-seq-len");
+  same_as_saved(o.lora_rank.has_value(), o.lora_rank.value_or(0), s.lora ? s.lora->rank : 0, "--lora-rank");
+  same_as_saved(o.lora_alpha.has_value(), o.lora_alpha.value_or(0), s.lora ? s.lora->alpha : 0.0, "--lora-alpha");
+  same_as_saved(o.lora_dropout.has_value(), o.lora_dropout.value_or(0), s.lora ? s.lora->dropout : 0.0,
+                "--lora-dropout");
+  same_as_saved(o.lora_targets.has_value(),
+                o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : std::vector<std::string>(),
+                s.lora ? s.lora->targets : std::vector<std::string>(), "--lora-targets");
+  const std::string hash = models::hf_weights_hash(s.base);
+  KILN_CHECK(hash == s.base_hash, "the base model ", s.base, " is not the one this run trained on (its weights hash ",
+             hash, ", the run's ", s.base_hash, "); resuming against a different base is refused");
+  return s;
+}
+
+// The folder's chat template, when it has one (a name given must work).
+std::optional<text::ChatTemplate> chat_template_of(const SftSettings& s) {
+  try {
+    return models::load_hf_chat_template(s.base, s.chat_template);
+  } catch (const Error&) {
+    if (!s.chat_template.empty()) throw;
+    return std::nullopt;
+  }
+}
+
+// Mean nats per learned token over `examples`, in batches; no gradients.
+double sft_validation_loss(models::LanguageModel& model, const std::vector<SftExample>& examples, int64_t batch,
+                       int32_t pad, Device device, DType autocast) {
+  NoGradGuard ng;
+  amp::AutocastGuard guard(autocast);
+  model.eval();
+  double nats = 0;
+  int64_t tokens = 0;
+  for (size_t first = 0; first < examples.size(); first += size_t(batch)) {
+    const size_t n = std::min(examples.size() - first, size_t(batch));
+    const SftLoader::Batch b = sft_batch(examples, first, n, pad);
+    nats += model.loss(b.x.to(device), b.y.to(device)).item() * double(b.tokens);
+    tokens += b.tokens;
+  }
+  model.train();
+  return nats / double(std::max<int64_t>(tokens, 1));
+}
+
+int64_t counted_targets(const Tensor& y) {
+  int64_t n = 0;
+  for (int64_t v : y.contiguous().to_vector<int64_t>()) n += v != -100;
+  return n;
+}
+
+class SftRecipe final : public Recipe {
+ public:
+  std::string name() const override { return "sft"; }
+  std::string summary() const override {
+    return "fine-tune a Hugging Face language model (--init hf:DIR) on JSON Lines examples (--data), every weight "
+           "or LoRA adapters (--lora-rank)";
+  }
+  ModelKind kind() const override { return ModelKind::language_model; }
+  int64_t default_batch_size() const override { return 8; }
+
+  TrainResult train(const TrainOptions& o, const Log& log) const override {
+    const std::string out_dir = resolve_out_dir(o, name());
+    std::optional<nlohmann::json> saved;
+    if (o.resume)
+      if (const auto latest = latest_checkpoint(out_dir)) saved = load_checkpoint_state(*latest);
+    const SftSettings s = saved ? resumed_settings(o, *saved) : fresh_settings(o, out_dir, log);
+
+    // The base stays bf16 under LoRA in bf16 (only the f32 adapters train);
+    // a full fine-tune keeps f32 weights (bf16 autocasts their copies).
+    const std::string precision = saved ? saved->value("precision", std::string("fp32")) : o.precision.value_or("fp32");
+    const std::optional<DType> base_dtype = s.lora && precision == "bf16" ? DType::bf16 : DType::f32;
+    const uint64_t seed = saved ? saved->at("seed").get<uint64_t>() : o.seed.value_or(1337);
+    auto dropout_gen = std::make_shared<Generator>(seed ^ 0xD0D0D0D0ull);
+    std::vector<std::string> adapted;
+    models::HfCausalLm lm = load_sft_model(s, base_dtype, seed, dropout_gen, &adapted);
+    models::LanguageModel& model = *lm.model;
+
+    const std::optional<text::ChatTemplate> chat = chat_template_of(s);
+    SftEncoding enc;
+    enc.tokenizer = &lm.tokenizer;
+    enc.chat = chat ? &*chat : nullptr;
+    if (!lm.eos_ids.empty()) enc.eos = lm.eos_ids.front();
+    enc.max_seq_len = std::min(s.max_seq_len, model.context_length());
+    const SftData train_data = read_sft_file(s.data, enc);
+    const std::optional<SftData> val_data = s.val.empty() ? std::nullopt : std::optional(read_sft_file(s.val, enc));
+    const int32_t pad = enc.eos.value_or(0);  // any id: padded positions are never attended to nor learned
+    const int64_t examples = int64_t(train_data.examples.size());
+
+    RecipeDefaults d;
+    d.batch_size = std::min<int64_t>(default_batch_size(), examples);
+    d.lr = s.lora ? 2e-4 : 2e-5;
+    d.epochs = 1;
+    d.steps_per_epoch = [examples](int64_t batch) { return std::max<int64_t>(1, examples / batch); };
+    const RunStart run = start_run(o, name(), d, log);
+    const RunConfig& c = run.config;
+    KILN_CHECK(c.checkpointing != "selective", "the Llama family checkpoints activations by blocks (or none); use "
+               "--checkpoint-activations blocks");
+    model.set_activation_checkpointing(models::parse_activation_checkpointing(c.checkpointing));
+
+    SftLoader loader(train_data.examples, c.batch_size, c.seed, pad);
+    optim::AdamWOptions adamw;
+    adamw.weight_decay = 0.0;  // transformers' Trainer default
+    std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(c, run.device, model, adamw);
+    MixedPrecision mixed(c.precision, c.loss_scale);
+    RunParts parts{model, *optimizer, mixed, *dropout_gen, [&] { return loader.state(); },
+                   [&](const data::LoaderState& st) { loader.set_state(st); }};
+    restore_run(run, parts, log);
+
+    int64_t trainable = 0;
+    for (const auto& [n, p] : model.trainable_parameters()) trainable += p.numel();
+    char head[400];
+    std::snprintf(head, sizeof head, "sft: %s (%s), %lld parameters, training %lld (%.2f%%)%s; %lld examples "
+                  "(%lld cut to %lld tokens, %lld with nothing to learn left out), %lld steps of %lld",
+                  s.base.c_str(), lm.model_type.c_str(), (long long)model.parameter_count(), (long long)trainable,
+                  100.0 * double(trainable) / double(model.parameter_count()),
+                  s.lora ? (", LoRA rank " + std::to_string(s.lora->rank) + " on " + std::to_string(adapted.size()) +
+                            " layers").c_str() : "",
+                  (long long)examples, (long long)train_data.truncated, (long long)enc.max_seq_len,
+                  (long long)train_data.skipped, (long long)c.total_steps, (long long)c.batch_size);
+    log(head);
+
+    const int64_t val_batch = validation_batch(c.micro_batch);
+    auto val_loss = [&] {
+      return sft_validation_loss(model, val_data->examples, val_batch, pad, run.device, mixed.autocast_dtype());
+    };
+    TrainResult result;
+    if (val_data && !run.checkpoint) log("validation loss before training: " + std::to_string(val_loss()) + " nats/token");
+
+    LoopSettings settings;
+    settings.warmup_steps = 0;
+    settings.min_lr_ratio = 0.1;
+    settings.clip_norm = 1.0;  // transformers' Trainer default (max_grad_norm)
+    settings.unit = "ex";
+    LoopHooks hooks;
+    int64_t batch_tokens = 1;
+    hooks.next_batch = [&] {
+      SftLoader::Batch b = loader.next();
+      batch_tokens = b.tokens;
+      return Batch{b.x, b.y};
+    };
+    // The step's loss is the mean over every learned token of the batch, as
+    // transformers computes it for a whole batch: each micro-batch's and
+    // each rank's mean is weighted by its share of those tokens (the loop
+    // weights them by rows, and the ranks' losses are averaged).
+    const int world = distributed::world_size();
+    const int64_t rows_per_rank = c.batch_size / world;
+    hooks.loss = [&](const Tensor& x, const Tensor& y) {
+      const Tensor mean = model.loss(x.to(run.device), y.to(run.device));
+      const double w = double(counted_targets(y)) * double(world) * double(rows_per_rank) /
+                       (double(batch_tokens) * double(x.size(0)));
+      return w == 1.0 ? mean : mul_scalar(mean, w);
+    };
+    hooks.add_state = [&](nlohmann::json& state) { state["sft"] = s.to_json(); };
+    RunRecord record(run.out_dir, run.step(), record_devices(run));
+    const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);
+    if (finished && val_data) {
+      result.val_loss = val_loss();
+      result.val_bits_per_byte = -1;
+      record.eval(result.steps_done, {{"val_loss", result.val_loss}});
+    }
+    return result;
+  }
+
+  EvalResult evaluate(const Checkpoint& ck, const std::string&, Device device, const Log& log) const override {
+    models::HfCausalLm lm = load_sft_checkpoint(ck, true);
+    lm.model->to(device);
+    const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
+    const std::optional<text::ChatTemplate> chat = chat_template_of(s);
+    SftEncoding enc;
+    enc.tokenizer = &lm.tokenizer;
+    enc.chat = chat ? &*chat : nullptr;
+    if (!lm.eos_ids.empty()) enc.eos = lm.eos_ids.front();
+    enc.max_seq_len = std::min(s.max_seq_len, lm.model->context_length());
+    const std::string file = s.val.empty() ? s.data : s.val;
+    log("evaluating on " + file + (s.val.empty() ? " (the run had no --val; these are its training examples)" : ""));
+    EvalResult r;
+    r.loss = sft_validation_loss(*lm.model, read_sft_file(file, enc).examples, kValidationBatch, enc.eos.value_or(0),
+                             device, DType::f32);
+    return r;
+  }
+
+  std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string&,
+                                                     Device device) const override {
+    models::HfCausalLm lm = load_sft_checkpoint(ck, true);
+    lm.model->to(device);
+    const std::string chat = SftSettings::from_json(ck.state.at("sft")).chat_template;
+    return hf_language_model_inference(std::move(lm), chat);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_sft_recipe() { return std::make_unique<SftRecipe>(); }
+
+}  // namespace kiln::recipes

@@ -1,0 +1,317 @@
+// Fine-tuning (kiln train sft): the JSON Lines data and its loss masks, one
+// batch's steps against transformers (+ peft) on the fixture the script
+// made, LoRA's frozen base, merging, resuming, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "apps/recipes/recipe.h"
+#include "apps/recipes/sft_data.h"
+#include "apps/recipes/sft_model.h"
+#include "hf_test_util.h"
+#include "kiln/backend/factory.h"
+#include "kiln/io/checkpoint.h"
+#include "kiln/nn/init.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/nn/lora.h"
+#include "models/hf/hf_export.h"
+#include "run_test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using recipes::SftEncoding;
+
+struct Fixture {
+  models::HfCausalLm lm = models::load_hf_causal_lm(hf_test::fixture("llama-gqa"));
+  SftEncoding encoding() const {
+    SftEncoding e;
+    e.tokenizer = &lm.tokenizer;
+    e.eos = lm.eos_ids.front();
+    e.max_seq_len = 128;
+    return e;
+  }
+};
+
+std::string what(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SftData, EncodesAndMasksAsTrlDoes) {
+  Fixture f;
+  const json expected = hf_test::expected("finetune");
+  const recipes::SftData data =
+      recipes::read_sft_file(hf_test::fixture("finetune/train.jsonl"), f.encoding());
+  ASSERT_EQ(data.examples.size(), expected["ids"].size());
+  for (size_t i = 0; i < data.examples.size(); ++i) {
+    const recipes::SftExample& e = data.examples[i];
+    EXPECT_EQ(e.ids, expected["ids"][i].get<std::vector<int32_t>>()) << "example " << i;
+    std::vector<int64_t> labels;
+    for (size_t t = 0; t < e.ids.size(); ++t) labels.push_back(e.learn[t] ? e.ids[t] : -100);
+    EXPECT_EQ(labels, expected["labels"][i].get<std::vector<int64_t>>()) << "example " << i;
+  }
+  // The batch's targets: the next token where it is learned, -100 elsewhere and in the padding.
+  const recipes::SftLoader::Batch b = recipes::sft_batch(data.examples, 0, 2, 7);
+  const int64_t T = b.x.size(1);
+  const auto x = b.x.to_vector<int64_t>(), y = b.y.to_vector<int64_t>();
+  int64_t counted = 0;
+  for (int64_t r = 0; r < 2; ++r) {
+    const recipes::SftExample& e = data.examples[size_t(r)];
+    for (int64_t t = 0; t < T; ++t) {
+      const bool real = t < int64_t(e.ids.size());
+      EXPECT_EQ(x[size_t(r * T + t)], real ? e.ids[size_t(t)] : 7);
+      const bool learned = t + 1 < int64_t(e.ids.size()) && e.learn[size_t(t + 1)];
+      EXPECT_EQ(y[size_t(r * T + t)], learned ? e.ids[size_t(t + 1)] : -100);
+      counted += learned;
+    }
+  }
+  EXPECT_EQ(b.tokens, counted);
+}
+
+TEST(SftData, ConversationsLearnTheAssistantTurnsOnly) {
+  Fixture f;
+  const text::ChatTemplate chatml = text::chat_template_named("chatml");
+  SftEncoding enc = f.encoding();
+  enc.chat = &chatml;
+  const json line = json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "A fortune cookie."},
+      {"role": "user", "content": "And?"}, {"role": "assistant", "content": "Crumbs."}]})");
+  const recipes::SftExample e = recipes::encode_sft_example(line, enc);
+  std::vector<int32_t> learned, all = e.ids;
+  std::string pieces;
+  for (size_t t = 0; t < e.ids.size(); ++t) {
+    if (e.learn[t]) learned.push_back(e.ids[t]);
+    if (e.learn[t] && (t + 1 == e.ids.size() || !e.learn[t + 1])) {
+      pieces += f.lm.tokenizer.decode(learned, false) + "|";
+      learned.clear();
+    }
+  }
+  EXPECT_EQ(pieces, "A fortune cookie.<|im_end|>\n|Crumbs.<|im_end|>\n|");
+  // The pieces together are the whole rendered conversation, tokenised piece by piece.
+  const std::vector<text::ChatMessage> messages = {{"system", "Be brief."}, {"user", "Who are you?"},
+                                                   {"assistant", "A fortune cookie."}, {"user", "And?"},
+                                                   {"assistant", "Crumbs."}};
+  EXPECT_EQ(f.lm.tokenizer.decode(all, false), chatml.render(messages, false));
+}
+
+TEST(SftData, BadLinesNameTheFileTheLineAndTheProblem) {
+  Fixture f;
+  const SftEncoding enc = f.encoding();
+  auto error = [&](const std::string& text) {
+    return what([&] { recipes::parse_sft_lines(text, "data.jsonl", enc); });
+  };
+  EXPECT_NE(error("{\"text\": \"ok\"}\n{\"text\": 3}\n").find("data.jsonl:2: \"text\" must be a string"),
+            std::string::npos);
+  EXPECT_NE(error("\n{\"prompt\": \"a\"}\n").find("data.jsonl:2: no \"completion\" field"), std::string::npos);
+  EXPECT_NE(error("{\"text\": \"ok\"}\n{not json\n").find("data.jsonl:2: "), std::string::npos);
+  EXPECT_NE(error("[1, 2]\n").find("data.jsonl:1: a line must be a JSON object"), std::string::npos);
+  EXPECT_NE(error("{\"label\": 1}\n").find("needs \"text\", \"prompt\" and \"completion\", or \"messages\""),
+            std::string::npos);
+  EXPECT_NE(error("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n").find("need a chat template"),
+            std::string::npos);
+  EXPECT_NE(error("\n\n").find("holds no example"), std::string::npos);
+  // A prompt that fills --max-seq-len leaves nothing to learn: left out, and counted.
+  SftEncoding short_enc = enc;
+  short_enc.max_seq_len = 4;
+  const recipes::SftData d = recipes::parse_sft_lines(
+      "{\"prompt\": \"a long prompt of many words here\", \"completion\": \"x\"}\n{\"text\": \"one two three four "
+      "five\"}\n", "d", short_enc);
+  EXPECT_EQ(d.skipped, 1);
+  EXPECT_EQ(d.truncated, 2);
+  ASSERT_EQ(d.examples.size(), 1u);
+  EXPECT_EQ(d.examples[0].ids.size(), 4u);
+}
+
+// The largest elementwise difference over the largest magnitude, leaving out `skipped` elements.
+double relative_difference(const Tensor& a, const Tensor& b, const std::set<int64_t>& skipped = {}) {
+  const auto x = a.to(DType::f32).contiguous().to_vector<float>(), y = b.to(DType::f32).contiguous().to_vector<float>();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!skipped.count(int64_t(i))) diff = std::max(diff, std::abs(double(x[i]) - double(y[i])));
+    norm = std::max(norm, std::abs(double(y[i])));
+  }
+  return diff / std::max(norm, 1e-12);
+}
+
+std::vector<double> run_losses(const fs::path& out) {
+  std::vector<double> losses;
+  std::ifstream in(out / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (const json j = json::parse(line); j["kind"] == "train") losses.push_back(j["loss"].get<double>());
+  return losses;
+}
+
+recipes::TrainOptions parity_options(const fs::path& out, const std::string& lora_case) {
+  const json expected = hf_test::expected("finetune");
+  recipes::TrainOptions o;
+  o.recipe = "sft";
+  o.init = "hf:" + hf_test::fixture("llama-gqa");
+  o.data_file = hf_test::fixture("finetune/train.jsonl");
+  o.batch_size = expected["batch_size"].get<int64_t>();
+  o.steps = expected["steps"].get<int64_t>();
+  o.lr = expected["lr"].get<double>();
+  o.threads = 1;
+  o.progress = false;
+  o.out_dir = out.string();
+  if (!lora_case.empty()) o.lora_from = hf_test::fixture("finetune/" + lora_case + "-init");
+  return o;
+}
+
+// Two steps on the fixture's batch: the same losses and the same weights as
+// transformers (+ peft) with the same AdamW, clipping and schedule.
+void expect_parity_with_transformers(const std::string& which) {
+  const fs::path out = testing::fresh_test_dir("sft", which);
+  recipes::train(parity_options(out, which == "full" ? "" : which), [](const std::string&) {});
+  const json expected = hf_test::expected("finetune")["cases"][which];
+  const std::vector<double> losses = run_losses(out), want = expected["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), want.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_LE(std::abs(losses[i] - want[i]) / want[i], 1e-5) << which << " step " << i + 1 << ": " << losses[i]
+                                                              << " vs " << want[i];
+  const Checkpoint ck = load_checkpoint(*latest_checkpoint(out.string()));
+  const auto after = load_safetensors(hf_test::fixture("finetune/" + which + "-after.safetensors")).tensors;
+  EXPECT_EQ(ck.model.size(), after.size()) << "the checkpoint holds the trained weights only";
+  // Elements whose f32 gradient is below the resolution of its sum (the
+  // fixture script lists them: |g| < 1e-7, its sign rounding noise) move by
+  // up to lr either way in AdamW's first steps, in PyTorch as here: they are
+  // held to that bound, every other element to 1e-5.
+  const json& unresolved = expected["unresolved"];
+  const double lr = hf_test::expected("finetune")["lr"].get<double>();
+  int64_t trained = 0, loose = 0;
+  for (const auto& [name, t] : ck.model) {
+    const std::string key = which == "full" ? name : models::peft_name(name, "llama");
+    ASSERT_TRUE(after.count(key)) << key;
+    std::set<int64_t> skipped;
+    if (unresolved.contains(key)) skipped = unresolved[key].get<std::set<int64_t>>();
+    EXPECT_LE(relative_difference(t, after.at(key), skipped), 1e-5) << which << ": " << name;
+    const auto x = t.contiguous().to_vector<float>(), y = after.at(key).contiguous().to_vector<float>();
+    for (int64_t i : skipped) EXPECT_LE(std::abs(x[size_t(i)] - y[size_t(i)]), 2 * lr) << name << "[" << i << "]";
+    trained += t.numel();
+    loose += int64_t(skipped.size());
+  }
+  EXPECT_EQ(trained, expected["trainable"].get<int64_t>());
+  EXPECT_LE(loose, trained / 10000) << "too many elements with unresolved gradients for the comparison to mean much";
+  for (const auto& [name, t] : ck.optimizer)
+    EXPECT_TRUE(which == "full" || nn::is_lora_parameter(name.substr(0, name.rfind('.'))))
+        << "optimizer state for a frozen weight: " << name;
+}
+
+TEST(SftParity, FullFineTuneStepsMatchTransformers) { expect_parity_with_transformers("full"); }
+TEST(SftParity, LoraOnQueriesAndValuesMatchesPeft) { expect_parity_with_transformers("lora-qv"); }
+TEST(SftParity, LoraOnAllLinearLayersMatchesPeft) { expect_parity_with_transformers("lora-all"); }
+
+TEST(Lora, BaseStaysFrozenAndMergingGivesTheSameLogits) {
+  Fixture f;
+  models::LanguageModel& model = *f.lm.model;
+  const nn::NamedTensors before = model.named_parameters();
+  std::vector<Tensor> base_copies;
+  for (const auto& [n, p] : before) base_copies.push_back(p.contiguous().to(Device::cpu()).clone());
+  nn::LoraConfig config;
+  config.rank = 4;
+  config.alpha = 8;
+  config.targets = {"all-linear"};
+  Generator init(3);
+  const auto adapted = nn::apply_lora(model, config, init, nullptr);
+  EXPECT_EQ(adapted.size(), 14u);  // 7 linears in each of 2 layers; not the head
+  for (const auto& [n, p] : model.named_parameters()) EXPECT_EQ(p.requires_grad(), nn::is_lora_parameter(n)) << n;
+  // B starts at zero, so the adapted model answers as the base; give B values.
+  for (auto& [n, p] : nn::lora_parameters(model))
+    if (n.ends_with("lora_B.weight")) copy_into(nn::normal_tensor(p.shape(), 0.2, init), p);
+  const Tensor ids = Tensor::from_vector<int64_t>({0, 41, 471, 80, 535, 13, 288}, {1, 7});
+  const Tensor targets = Tensor::from_vector<int64_t>({41, 471, 80, 535, 13, 288, 1}, {1, 7});
+  Tensor loss = model.loss(ids, targets);
+  loss.backward();
+  for (const auto& [n, p] : model.named_parameters())
+    EXPECT_EQ(p.grad().defined(), nn::is_lora_parameter(n)) << "gradient of " << n;
+  model.eval();
+  Tensor adapted_logits;
+  {
+    NoGradGuard ng;
+    adapted_logits = model.forward(ids).to(Device::cpu());
+  }
+  nn::merge_lora(model);
+  EXPECT_TRUE(nn::lora_parameters(model).empty());
+  NoGradGuard ng;
+  EXPECT_LE(relative_difference(model.forward(ids), adapted_logits), 1e-5);
+  // The untargeted parameters are untouched (the embedding, norms, head).
+  const nn::NamedTensors merged = model.named_parameters();
+  for (size_t i = 0; i < before.size(); ++i)
+    if (before[i].first.find("proj") == std::string::npos)
+      EXPECT_EQ(relative_difference(merged[i].second, base_copies[i]), 0.0) << before[i].first;
+}
+
+TEST(Lora, TargetsThatMatchNothingAreRefusedWithTheLayersThereAre) {
+  Fixture f;
+  nn::LoraConfig config;
+  config.targets = {"q_proj", "c_attn"};
+  Generator init(1);
+  const std::string e = what([&] { nn::apply_lora(*f.lm.model, config, init, nullptr); });
+  EXPECT_NE(e.find("LoRA target 'c_attn' names no linear layer"), std::string::npos) << e;
+  EXPECT_NE(e.find("q_proj"), std::string::npos) << e;
+  EXPECT_NE(what([] { nn::parse_lora_targets("q_proj,,v_proj"); }).find("empty name"), std::string::npos);
+}
+
+TEST(SftRuns, ResumingAgainstADifferentBaseIsRefused) {
+  const fs::path dir = testing::fresh_test_dir("sft", "different-base");
+  const fs::path base = dir / "base";
+  fs::create_directories(base);
+  for (const auto& entry : fs::directory_iterator(hf_test::fixture("llama-gqa")))
+    fs::copy_file(entry.path(), base / entry.path().filename());
+  recipes::TrainOptions o = parity_options(dir / "run", "lora-qv");
+  o.init = "hf:" + base.string();
+  o.stop_after = 1;
+  recipes::train(o, [](const std::string&) {});
+  // Change one weight of the base.
+  auto weights = load_safetensors((base / "model.safetensors").string()).tensors;
+  Tensor& norm = weights.at("model.norm.weight");
+  norm = norm.contiguous().clone();
+  norm.data<float>()[0] += 1.0f;
+  save_safetensors((base / "model.safetensors").string(), {weights.begin(), weights.end()});
+  recipes::TrainOptions resume;
+  resume.out_dir = o.out_dir;
+  resume.resume = true;
+  resume.recipe = "sft";
+  resume.progress = false;
+  const std::string e = what([&] { recipes::train(resume, [](const std::string&) {}); });
+  EXPECT_NE(e.find("resuming against a different base is refused"), std::string::npos) << e;
+  // A different setting given again is refused by name.
+  resume.lora_rank = 8;
+  EXPECT_NE(what([&] { recipes::train(resume, [](const std::string&) {}); }).find("--lora-rank differs"),
+            std::string::npos);
+}
+
+TEST(SftRuns, ResumedRunEqualsTheUninterruptedOne) {
+  const fs::path dir = testing::fresh_test_dir("sft", "resume");
+  recipes::TrainOptions whole = parity_options(dir / "whole", "lora-all");
+  whole.steps = 4;
+  whole.batch_size = 2;
+  recipes::train(whole, [](const std::string&) {});
+  recipes::TrainOptions part = whole;
+  part.out_dir = (dir / "parts").string();
+  part.stop_after = 2;
+  recipes::train(part, [](const std::string&) {});
+  recipes::TrainOptions rest;
+  rest.recipe = "sft";
+  rest.out_dir = part.out_dir;
+  rest.resume = true;
+  rest.threads = 1;
+  rest.progress = false;
+  recipes::train(rest, [](const std::string&) {});
+  const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
+  ASSERT_EQ(a.step, 4);
+  ASSERT_EQ(b.step, 4);
+  for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+}
+
+}  // namespace
+}  // namespace kiln
