@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "apps/cli/chat_command.h"
+#include "apps/cli/data_command.h"
 #include "apps/cli/quantize_option.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
   std::function<int()> run_chat = kiln::cli::add_chat_command(app);
+  std::function<int()> run_data = kiln::cli::add_data_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -84,6 +86,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_export(); rc >= 0) {
       return rc;
     } else if (int rc = run_chat(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_data(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

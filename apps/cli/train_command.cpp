@@ -99,8 +99,8 @@ std::function<int()> add_train_command(CLI::App& app) {
       optional_option(cmd, "--lora-dropout", to->lora_dropout, "sft: dropout on the adapters' input (default 0)",
                       CLI::Range(0.0, 0.99)),
       optional_option(cmd, "--lora-targets", to->lora_targets,
-                      "sft: the layers that get adapters, by peft's module names (default q_proj,k_proj,v_proj,o_proj; "
-                      "all-linear: every linear layer but the head)"),
+                      "sft: the layers that get adapters, by peft's module names (default: peft's for the model, "
+                      "q_proj,v_proj for the Llama family, c_attn for GPT-2; all-linear: every linear layer but the head)"),
   };
   cmd->add_option("--init", to->init, "sft: the model to fine-tune: hf:DIR (a Hugging Face folder) or a fortunes-gpt "
                   "run directory");

@@ -96,7 +96,7 @@ void export_peft(const std::string& run, const std::string& out) {
   std::vector<std::string> adapted;
   for (const auto& [name, p] : nn::lora_parameters(*lm.model))
     if (name.ends_with(".lora_A.weight")) adapted.push_back(name.substr(0, name.size() - 14));
-  models::write_peft_folder(out, peft_adapter_config(s, adapted), models::peft_tensors(*lm.model, lm.model_type));
+  models::write_peft_folder(out, peft_adapter_config(s, lm.model_type, adapted), models::peft_tensors(*lm.model, lm.model_type));
 }
 
 }  // namespace kiln::recipes

@@ -85,9 +85,6 @@ models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> bas
                                   std::shared_ptr<Generator> dropout_gen, std::vector<std::string>* adapted) {
   models::HfCausalLm lm = models::load_hf_causal_lm(s.base, base_dtype);
   if (!s.lora) return lm;
-  const models::CausalLmFamily* family = models::find_causal_lm_family(lm.model_type);
-  KILN_CHECK(family && family->takes_lora, "LoRA is implemented for the Llama family (llama, mistral, qwen2), not ",
-             lm.model_type, " yet; fine-tune every weight instead (leave out --lora-rank)");
   Generator init(seed ^ 0x10A10A10Aull);
   const std::vector<std::string> layers = nn::apply_lora(*lm.model, *s.lora, init, std::move(dropout_gen));
   if (adapted) *adapted = layers;
@@ -125,8 +122,9 @@ models::HfCausalLm load_sft_checkpoint(const Checkpoint& ck, bool merge) {
   return lm;
 }
 
-json peft_adapter_config(const SftSettings& s, const std::vector<std::string>& adapted) {
+json peft_adapter_config(const SftSettings& s, const std::string& model_type, const std::vector<std::string>& adapted) {
   KILN_CHECK(s.lora, "this run fine-tuned every weight; it has no adapters (export it with --format hf)");
+  const models::CausalLmFamily& family = *models::find_causal_lm_family(model_type);
   std::set<std::string> leaves;
   for (const std::string& path : adapted) leaves.insert(path.substr(path.rfind('.') + 1));
   return {{"peft_type", "LORA"},
@@ -137,7 +135,7 @@ json peft_adapter_config(const SftSettings& s, const std::vector<std::string>& a
           {"lora_dropout", s.lora->dropout},
           {"target_modules", std::vector<std::string>(leaves.begin(), leaves.end())},
           {"bias", "none"},
-          {"fan_in_fan_out", false},
+          {"fan_in_fan_out", family.lora_fan_in_fan_out},
           {"inference_mode", true},
           {"init_lora_weights", true},
           {"modules_to_save", nullptr},

@@ -39,7 +39,8 @@ models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> bas
 models::HfCausalLm load_sft_checkpoint(const Checkpoint& ck, bool merge);
 
 // peft's adapter_config.json for adapters on `adapted` layers.
-nlohmann::json peft_adapter_config(const SftSettings& s, const std::vector<std::string>& adapted);
+nlohmann::json peft_adapter_config(const SftSettings& s, const std::string& model_type,
+                                   const std::vector<std::string>& adapted);
 
 // A peft adapter folder read for --lora-from: its settings (rank, alpha,
 // dropout, targets) and tensors by peft name. Features Kiln does not

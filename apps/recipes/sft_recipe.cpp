@@ -12,14 +12,13 @@
 #include "apps/recipes/sft_model.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/distributed/world.h"
+#include "models/hf/families.h"
 #include "models/hf/hf_chat.h"
 
 namespace kiln::recipes {
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::vector<std::string> kDefaultLoraTargets = {"q_proj", "k_proj", "v_proj", "o_proj"};
 
 // A resumed run keeps its fine-tuning settings; a different one given again is refused.
 template <typename T>
@@ -66,7 +65,15 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
     c.rank = *o.lora_rank;
     c.alpha = o.lora_alpha.value_or(2.0 * double(c.rank));
     c.dropout = o.lora_dropout.value_or(0.0);
-    c.targets = o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : kDefaultLoraTargets;
+    if (o.lora_targets) {
+      c.targets = nn::parse_lora_targets(*o.lora_targets);
+    } else {  // peft's defaults for the model type
+      const std::string type = models::read_hf_config(s.base)["model_type"].get<std::string>();
+      const models::CausalLmFamily* family = models::find_causal_lm_family(type);
+      KILN_CHECK(family, s.base, " holds a ", type, " model, not a causal language model Kiln fine-tunes (",
+                 models::supported_causal_lm_types(), ")");
+      c.targets = family->lora_targets;
+    }
     s.lora = c;
   }
   return s;

@@ -48,7 +48,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
     Tensor y = attention_by_rows(part(0), part(1), part(2), std::vector<int64_t>(size_t(B), T), /*causal=*/true);
     return resid_dropout_->forward(c_proj->forward(to_dtype(y, x.dtype())));
   }
-  const bool selective = bool(recompute_x);
+  // Selective recomputation works on the bare weights; a LoRA adapter runs through forward.
+  const bool selective = recompute_x && !c_attn->lora_A && !c_proj->lora_A;
   Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
                                : c_attn->forward(x);
   Tensor heads = scaled_dot_product_attention_packed(projected, H, /*causal=*/true);  // [B, H, T, D]

@@ -43,7 +43,8 @@ class Mlp : public Module {
   // way to recompute them: x from `recompute_x`, GELU's output from c_fc's
   // output (linear_of_gelu keeps only that, and never holds GELU's output whole).
   Tensor forward(const Tensor& x, std::function<Tensor()> recompute_x) {
-    if (c_proj->quantized) return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
+    // Quantized or LoRA-adapted layers run through forward; the fused paths take bare weights.
+    if (c_proj->quantized || c_fc->lora_A || c_proj->lora_A) return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
     if (!recompute_x) return drop->forward(linear_of_gelu(c_fc->forward(x), c_proj->weight, c_proj->bias, true));
     Tensor h = linear_recomputing_input(x, c_fc->weight, c_fc->bias, std::move(recompute_x));
     return drop->forward(linear_of_gelu(h, c_proj->weight, c_proj->bias, false));

@@ -161,7 +161,7 @@ CausalLmFamily llama_family(const std::string& type) {
   return {type, [type](const json& j) { return build_llama(j, type); },
           [](const std::string& p) { return CheckpointName{p}; },
           [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; },
-          /*takes_lora=*/true};
+          {"q_proj", "v_proj"}};
 }
 
 // ---- GPT-2: Kiln's own GPT, whose parameter names are GPT-2's
@@ -205,7 +205,7 @@ const std::vector<CausalLmFamily>& families() {
       llama_family("llama"),
       llama_family("mistral"),
       llama_family("qwen2"),
-      {"gpt2", build_gpt2, gpt2_name, gpt2_buffer},
+      {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "models/bert/bert.h"
 #include "models/common/language_model.h"
@@ -27,9 +28,10 @@ struct CausalLmFamily {
   std::function<CheckpointName(const std::string& parameter)> checkpoint_name;
   // Checkpoint tensors that are not parameters and may be left unused (buffers).
   std::function<bool(const std::string& tensor)> ignorable = [](const std::string&) { return false; };
-  // Whether every Linear runs through Linear::forward, where a LoRA adapter
-  // acts (Kiln's GPT fuses its MLP's second product with GELU on the weight).
-  bool takes_lora = false;
+  // LoRA: peft's default target modules for this model_type, and whether its
+  // checkpoint stores those layers [in, out] (GPT-2's Conv1D: peft's fan_in_fan_out).
+  std::vector<std::string> lora_targets;
+  bool lora_fan_in_fan_out = false;
 };
 
 struct ClassifierFamily {
