@@ -228,7 +228,8 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
-  if (models::hf_folder(path) || !options.quantize.empty()) {  // a Kiln run quantized samples as a TextModel too
+  // Hugging Face folders, quantized models and fine-tuned ones sample as a TextModel.
+  auto through_text_model = [&] {
     TextModel m = load_text_model(path, device, options.precision, options.quantize);
     Generator gen(options.seed);
     const std::vector<int32_t> prompt = m.encode(options.prompt);
@@ -242,10 +243,13 @@ std::vector<std::string> sample(const std::string& path, const SampleOptions& op
       out.push_back(options.prompt + m.decode(fresh));
     }
     return out;
-  }
+  };
+  if (models::hf_folder(path) || !options.quantize.empty()) return through_text_model();
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
-  return recipe_of(ck, dir).sample(ck, dir, options, device);
+  const Recipe& recipe = recipe_of(ck, dir);
+  if (!recipe.can_sample() && recipe.kind() == ModelKind::language_model) return through_text_model();
+  return recipe.sample(ck, dir, options, device);
 }
 
 }  // namespace kiln::recipes
