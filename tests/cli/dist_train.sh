@@ -56,6 +56,20 @@ same_curve "$WORK/MLP-1-micro" "$WORK/MLP-2-micro"
 run 0 "$MPIRUN" -np 2 "$KILN" "${MLP[@]}" --micro-batch 16 --offload --out "$WORK/MLP-2-offload"
 expect "gradients averaged on the host after backward \(--offload\)"
 same_curve "$WORK/MLP-1" "$WORK/MLP-2-offload"
+# LoRA fine-tuning: each rank's shard holds its own number of learned tokens;
+# weighted by them, 2 ranks (with micro-batches inside each) follow one process.
+FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
+run 0 "$KILN" data fortunes-sft --out "$WORK/sft-data"
+head -n 64 "$WORK/sft-data/train.jsonl" > "$WORK/sft.jsonl"
+SFT=(train sft --init "hf:$FIX/llama-gqa" --data "$WORK/sft.jsonl" --lora-rank 4 --lora-targets all-linear --steps 10
+     --batch-size 8 --lr 3e-3 --threads 1 --no-progress)
+run 0 "$KILN" "${SFT[@]}" --out "$WORK/SFT-1"
+run 0 "$MPIRUN" -np 2 "$KILN" "${SFT[@]}" --micro-batch 2 --out "$WORK/SFT-2"
+expect "data parallel: 2 ranks over mpi"
+same_curve "$WORK/SFT-1" "$WORK/SFT-2" 10
+cmp -s <(python3 -c "import json; print(json.load(open('$WORK/SFT-1/step_00000010/state.json'))['sft'])") \
+       <(python3 -c "import json; print(json.load(open('$WORK/SFT-2/step_00000010/state.json'))['sft'])") \
+  || fail "the 2-rank LoRA run saved other fine-tuning settings"
 run 1 "$MPIRUN" -np 4 "$KILN" "${MLP_BASE[@]}" --steps 20 --batch-size 30 --out "$WORK/uneven"
 expect "rank [0-9] of 4: .*does not split evenly over 4 ranks"
 
