@@ -10,6 +10,7 @@
 
 #include "apps/recipes/recipe.h"
 #include "apps/recipes/sft_data.h"
+#include "apps/recipes/sft_loader.h"
 #include "apps/recipes/sft_model.h"
 #include "hf_test_util.h"
 #include "kiln/backend/factory.h"

@@ -13,8 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiln/core/tensor.h"
-#include "kiln/data/loader_state.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/hf_tokenizer.h"
 
@@ -48,31 +46,5 @@ struct SftData {
 SftData read_sft_file(const std::string& path, const SftEncoding& encoding);
 // The same over text already read (the fuzzer's entry point); `origin` names it in errors.
 SftData parse_sft_lines(const std::string& text, const std::string& origin, const SftEncoding& encoding);
-
-// Batches of examples in a seeded order, reshuffled each epoch: inputs
-// [B, T] padded with `pad` to the batch's longest example, targets [B, T]
-// the next token where the loss counts it and -100 elsewhere.
-class SftLoader {
- public:
-  SftLoader(const std::vector<SftExample>& examples, int64_t batch_size, uint64_t seed, int32_t pad);
-  struct Batch {
-    Tensor x, y;
-    int64_t tokens = 0;  // targets the loss counts
-  };
-  Batch next();
-  data::LoaderState state() const { return state_; }
-  void set_state(const data::LoaderState& s);
-
- private:
-  const std::vector<SftExample>& examples_;
-  int64_t batch_size_;
-  uint64_t seed_;
-  int32_t pad_;
-  data::LoaderState state_;
-  std::vector<int64_t> order_;
-};
-
-// A batch of the given examples, in order (validation).
-SftLoader::Batch sft_batch(const std::vector<SftExample>& examples, size_t first, size_t count, int32_t pad);
 
 }  // namespace kiln::recipes

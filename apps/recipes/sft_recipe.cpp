@@ -9,6 +9,7 @@
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/hf_inference.h"
 #include "apps/recipes/sft_data.h"
+#include "apps/recipes/sft_loader.h"
 #include "apps/recipes/sft_model.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/distributed/world.h"

@@ -1,6 +1,7 @@
 # The parsers' fuzzers (libFuzzer needs clang; Debian's clang-14 and
 # libclang-rt-14-dev): what kiln serve reads from a request, what the
-# rendezvous store reads from the wire, and a model folder's tokenizer.json. Built beside the project, each run
+# rendezvous store reads from the wire, a model folder's tokenizer.json, and fine-tuning data
+# (JSON Lines). Built beside the project, each run
 # for a bounded time from its seed corpus.
 find_program(KILN_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT KILN_FUZZ_CXX)
@@ -36,3 +37,6 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
 file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/*.cpp kiln/text/*.h)
 kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8)
+kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
+            kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}
+            LIBS -lpcre2-8 -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
