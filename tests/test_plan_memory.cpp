@@ -88,6 +88,38 @@ TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForHuggingFaceModels) {
   }
 }
 
+// LoRA: the frozen base has no gradients or AdamW state (and in bf16 is kept
+// in bf16); the adapters' are counted.
+TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForLora) {
+  int device = 80;
+  for (const char* targets : {"", "all-linear"}) {
+    PlanInput in;
+    in.hf_config = models::read_hf_config(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/llama-gqa");
+    in.recipe = "hf:llama";
+    in.gpt.block_size = 24;
+    in.batch_size = 4;
+    nn::LoraConfig lora;
+    lora.rank = 4;
+    if (*targets) lora.targets = {targets};
+    in.lora = lora;
+    for (const Strategy& s : {Strategy{"fp32", "none", 4, false}, Strategy{"fp32", "blocks", 2, false},
+                              Strategy{"bf16", "none", 4, false}, Strategy{"fp32", "none", 4, true}})
+      expect_prediction_matches(in, s, device++);
+  }
+  // The frozen base costs no gradient and no optimizer state.
+  PlanInput in;
+  in.hf_config = models::read_hf_config(std::string(KILN_SOURCE_DIR) + "/tests/hf/configs/llama-2-7b");
+  in.recipe = "hf:llama";
+  in.gpt.block_size = 512;
+  in.batch_size = 1;
+  in.lora = nn::LoraConfig{16, 32, 0, {}};
+  const StepMemory m = probe_step(in, {"bf16", "none", 1, false}, Device::meta());
+  const size_t adapters = size_t(32) * 2 * 16 * (4096 + 4096);  // q_proj and v_proj, peft's default
+  EXPECT_EQ(m.grads, adapters * 4);
+  EXPECT_EQ(m.optimizer, adapters * 8);
+  EXPECT_EQ(m.weights, size_t(6738415616) * 2 + adapters * 4);  // bf16 base, f32 adapters
+}
+
 TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForTheCnns) {
   int device = 100;  // cpu:100 and up: devices no other test budgets
   for (const char* recipe : {"fashion-cnn", "fashion-fast"})

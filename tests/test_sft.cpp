@@ -246,9 +246,10 @@ TEST(Lora, BaseStaysFrozenAndMergingGivesTheSameLogits) {
   EXPECT_LE(relative_difference(model.forward(ids), adapted_logits), 1e-5);
   // The untargeted parameters are untouched (the embedding, norms, head).
   const nn::NamedTensors merged = model.named_parameters();
-  for (size_t i = 0; i < before.size(); ++i)
-    if (before[i].first.find("proj") == std::string::npos)
-      EXPECT_EQ(relative_difference(merged[i].second, base_copies[i]), 0.0) << before[i].first;
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (before[i].first.find("proj") != std::string::npos) continue;
+    EXPECT_EQ(relative_difference(merged[i].second, base_copies[i]), 0.0) << before[i].first;
+  }
 }
 
 TEST(Lora, TargetsThatMatchNothingAreRefusedWithTheLayersThereAre) {

@@ -2,6 +2,7 @@
 
 #include "apps/recipes/common.h"
 #include "apps/recipes/hf_training.h"
+#include "apps/recipes/sft_model.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/meta/meta_backend.h"
@@ -19,6 +20,8 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   recipes::StepRequest request;
   if (recipe && recipe->kind() == recipes::ModelKind::language_model) request.model_config = in.gpt.to_json();
   request.checkpointing = s.checkpointing;
+  request.lora = in.lora;
+  if (in.lora) request.frozen_dtype = recipes::lora_base_dtype(s.precision);  // as kiln train sft keeps the base
   recipes::RunConfig config;
   config.precision = s.precision;
   config.offload = s.offload;

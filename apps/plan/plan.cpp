@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <tuple>
 
 #include "apps/recipes/hf_training.h"
 #include "apps/recipes/recipe.h"
@@ -34,9 +36,15 @@ double hf_layers(const PlanInput& in) {
   return in.hf_config.value("num_hidden_layers", in.hf_config.value("n_layer", 0.0));
 }
 
-int64_t hf_parameter_count(const nlohmann::json& config) {
+// The model's parameters, and those that train (LoRA: the adapters).
+std::pair<int64_t, int64_t> hf_parameter_count(const PlanInput& in) {
   nn::MetaParametersGuard meta;  // built on meta: nothing is allocated
-  return recipes::hf_step_parts(config, {}, 1).model->parameter_count();
+  recipes::StepRequest request;
+  request.lora = in.lora;
+  const auto model = recipes::hf_step_parts(in.hf_config, request, 1).model;
+  int64_t trainable = 0;
+  for (const auto& [name, p] : model->trainable_parameters()) trainable += p.numel();
+  return {model->parameter_count(), trainable};
 }
 
 std::string human_bytes(double b) {
@@ -54,7 +62,9 @@ const GpuSpec& speed_model(const PlanInput& in, const std::vector<GpuSpec>& tabl
   return in.target.gpu ? *in.target.gpu : find_gpu(table, "H100-SXM");
 }
 
-void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Estimate& e) {
+// `trainable`: the parameters whose gradients and AdamW state a step makes
+// (all but LoRA's frozen base, whose weight gradients are never computed).
+void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, int64_t trainable, Estimate& e) {
   const Strategy& s = e.strategy;
   const double examples = double(in.batch_size), tokens = examples * items_per_example(in);
   const double elem_bytes = s.precision == "fp32" ? 4.0 : 2.0;
@@ -73,7 +83,9 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
       // 6 FLOPs per parameter and token, plus attention's 12 per layer, token,
       // position and width (the scores and their product with the values).
       const double width = in.hf_config.value("hidden_size", in.hf_config.value("n_embd", 0.0));
-      train_flops = (6.0 * double(parameters) + 12.0 * hf_layers(in) * double(in.gpt.block_size) * width) * tokens;
+      // A frozen weight skips its gradient: 4 FLOPs per parameter and token.
+      train_flops = (4.0 * double(parameters) + 2.0 * double(trainable) +
+                     12.0 * hf_layers(in) * double(in.gpt.block_size) * width) * tokens;
     }
     if (s.checkpointing == "blocks") recompute = train_flops / 3.0 / rate;  // one more forward
   }
@@ -86,10 +98,10 @@ void time_step(const PlanInput& in, const GpuSpec& gpu, int64_t parameters, Esti
   if (s.offload) {
     // Gradients down and updated weights up, overlapped with compute (the
     // part longer than the compute shows); the host AdamW does not overlap.
-    const double grad_bytes = double(parameters) * elem_bytes, weight_bytes = double(parameters) * elem_bytes;
+    const double grad_bytes = double(trainable) * elem_bytes, weight_bytes = double(trainable) * elem_bytes;
     const double transfer = (grad_bytes + weight_bytes) / gpu.host_link;
     e.transfer_seconds = std::max(0.0, transfer - (compute + recompute));
-    e.host_optimizer_seconds = double(parameters) * kHostOptimizerBytesPerParam / kHostBytesPerSecond;
+    e.host_optimizer_seconds = double(trainable) * kHostOptimizerBytesPerParam / kHostBytesPerSecond;
   }
   e.flops = train_flops;
   e.step_seconds = std::max(compute + recompute, launch) + e.transfer_seconds + e.host_optimizer_seconds;
@@ -144,7 +156,9 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
   KILN_CHECK(in.gpus >= 1, "--gpus must be at least 1, got ", in.gpus);
   Plan plan;
   plan.input = in;
-  plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : is_hf(in) ? hf_parameter_count(in.hf_config) : 0;
+  plan.parameters = is_gpt(in) ? gpt_parameter_count(in.gpt) : 0;
+  plan.trainable = plan.parameters;
+  if (is_hf(in)) std::tie(plan.parameters, plan.trainable) = hf_parameter_count(in);
   plan.tokens_per_step = double(in.batch_size) * items_per_example(in);
   const std::vector<GpuSpec> table = load_gpu_table();
   const GpuSpec& gpu = speed_model(in, table);
@@ -155,7 +169,7 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
     e.memory = probe(in, s);
     e.fits = e.memory.peak <= capacity;
     if (in.target.gpu && in.target.gpu->matmul_flops(s.precision) <= 0) e.fits = false;  // e.g. bf16 on a T4
-    time_step(in, gpu, plan.parameters > 0 ? plan.parameters : 0, e);
+    time_step(in, gpu, plan.parameters, plan.trainable, e);
     plan.estimates.push_back(e);
   }
   // A budget without a GPU is a CPU run, where only bf16 on a CPU with bf16
@@ -203,6 +217,7 @@ nlohmann::json Plan::to_json() const {
   nlohmann::json j;
   j["recipe"] = input.recipe;
   if (parameters > 0) j["parameters"] = parameters;
+  if (input.lora) j["lora"] = {{"rank", input.lora->rank}, {"trainable", trainable}};
   j["batch_size"] = input.batch_size;
   j["tokens_per_step"] = tokens_per_step;
   j["capacity_bytes"] = input.target.capacity();
@@ -236,9 +251,12 @@ std::string Plan::to_text() const {
   std::string out;
   char line[512];
   const std::string target = input.target.gpu ? input.target.gpu->name : "a memory budget";
-  char count[32] = "";
+  char count[96] = "";
   if (parameters >= 1000000) std::snprintf(count, sizeof count, ", %.1fM parameters", double(parameters) / 1e6);
   else if (parameters > 0) std::snprintf(count, sizeof count, ", %.1fk parameters", double(parameters) / 1e3);
+  if (input.lora)
+    std::snprintf(count + std::strlen(count), sizeof count - std::strlen(count), " (LoRA rank %lld trains %.1fM)",
+                  (long long)input.lora->rank, double(trainable) / 1e6);
   std::snprintf(line, sizeof line, "%s, batch %lld%s, on %s (%s usable)\n", input.recipe.c_str(),
                 (long long)input.batch_size, count, target.c_str(), human_bytes(double(input.target.capacity())).c_str());
   out += line;

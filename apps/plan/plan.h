@@ -17,6 +17,7 @@
 
 #include "apps/plan/cost.h"
 #include "apps/plan/gpu_table.h"
+#include "kiln/nn/lora.h"
 
 namespace kiln::plan {
 
@@ -58,6 +59,7 @@ struct PlanInput {
   std::string recipe;       // fortunes-gpt (or a GPT preset), or an image recipe
   models::GptConfig gpt;    // GPT recipes: the model (preset + overrides); for hf, block_size is the sequence
   nlohmann::json hf_config;  // --model hf:DIR: its config.json (the model is built from it on meta)
+  std::optional<nn::LoraConfig> lora;  // hf: LoRA adapters train on a frozen base (kiln train sft --lora-rank)
   int64_t batch_size = 0;
   // Fixed by the user, or empty to consider every value.
   std::optional<std::string> precision, checkpointing;
@@ -78,6 +80,7 @@ struct Plan {
   std::optional<RunCost> cost;      // with --tokens/--steps, for the best (or plain) strategy
   DataParallel data_parallel;       // with --gpus above 1, for the same strategy
   int64_t parameters = 0;
+  int64_t trainable = 0;  // of which train (LoRA: the adapters)
   double tokens_per_step = 0;
   // The fastest estimate that fits, or the plain one when none does: what
   // the cost and the data parallelism are priced for.

@@ -78,6 +78,8 @@ std::function<int()> add_plan_command(CLI::App& app) {
   auto text_option = [&](const char* flag, const char* help) { cmd->add_option(flag, (*opts)[flag], help); };
   text_option("--preset", "GPT size: gpt2 (124M, the default), gpt2-medium, gpt2-large, gpt2-xl");
   text_option("--model", "hf:DIR: a Hugging Face model folder (only its config.json is read)");
+  text_option("--lora-rank", "with --model: LoRA adapters of this rank train on a frozen base (kiln train sft)");
+  text_option("--lora-targets", "with --lora-rank: the adapted layers (default: peft's for the model; all-linear)");
   text_option("--n-layer", "override the GPT's layers");
   text_option("--n-head", "override the GPT's heads");
   text_option("--n-embd", "override the GPT's width");
@@ -123,6 +125,13 @@ std::function<int()> add_plan_command(CLI::App& app) {
       // Sequences of the model's context, up to 2,048 tokens, unless --block-size says.
       in->gpt.block_size = std::min<int64_t>(2048, in->hf_config.value("max_position_embeddings",
                                                                          in->hf_config.value("n_positions", int64_t(2048))));
+    }
+    if (given("--lora-rank")) {
+      KILN_CHECK(given("--model"), "--lora-rank plans fine-tuning a Hugging Face model: give --model hf:DIR");
+      nn::LoraConfig lora;
+      lora.rank = integer("--lora-rank");
+      if (given("--lora-targets")) lora.targets = nn::parse_lora_targets((*opts)["--lora-targets"]);
+      in->lora = lora;
     }
     if ((*flags)["serve"]) {
       KILN_CHECK(given("--model"), "--serve plans a Hugging Face language model: give --model hf:DIR");

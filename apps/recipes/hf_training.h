@@ -8,7 +8,8 @@
 
 namespace kiln::recipes {
 
-// Sequences of `seq_len` tokens; request.checkpointing: none or blocks.
+// Sequences of `seq_len` tokens; request.checkpointing: none or blocks;
+// request.lora: adapters on a frozen base (no targets: peft's for the model type).
 StepParts hf_step_parts(const nlohmann::json& config, const StepRequest& request, int64_t seq_len);
 
 }  // namespace kiln::recipes

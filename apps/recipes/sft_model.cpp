@@ -81,6 +81,10 @@ PeftAdapter read_peft_folder(const std::string& dir) {
   return a;
 }
 
+DType lora_base_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+}
+
 models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> base_dtype, uint64_t seed,
                                   std::shared_ptr<Generator> dropout_gen, std::vector<std::string>* adapted) {
   models::HfCausalLm lm = models::load_hf_causal_lm(s.base, base_dtype);

@@ -28,6 +28,10 @@ struct SftSettings {
   static SftSettings from_json(const nlohmann::json& j);
 };
 
+// The dtype a LoRA run keeps its frozen base in: the half precision it
+// computes in (bf16, fp16), else f32. A full fine-tune keeps f32 weights.
+DType lora_base_dtype(const std::string& precision);
+
 // The base with LoRA attached as the settings say, its weights in
 // `base_dtype`; adapters are f32 and initialised from `seed` (or read from
 // lora_from). Returns the adapted layers' paths in `adapted`.

@@ -151,10 +151,10 @@ class SftRecipe final : public Recipe {
       if (const auto latest = latest_checkpoint(out_dir)) saved = load_checkpoint_state(*latest);
     const SftSettings s = saved ? resumed_settings(o, *saved) : fresh_settings(o, out_dir, log);
 
-    // The base stays bf16 under LoRA in bf16 (only the f32 adapters train);
-    // a full fine-tune keeps f32 weights (bf16 autocasts their copies).
+    // Under LoRA in bf16 or fp16 the frozen base is kept in that dtype (only
+    // the f32 adapters train); a full fine-tune keeps f32 weights (autocast casts copies).
     const std::string precision = saved ? saved->value("precision", std::string("fp32")) : o.precision.value_or("fp32");
-    const std::optional<DType> base_dtype = s.lora && precision == "bf16" ? DType::bf16 : DType::f32;
+    const std::optional<DType> base_dtype = s.lora ? lora_base_dtype(precision) : DType::f32;
     const uint64_t seed = saved ? saved->at("seed").get<uint64_t>() : o.seed.value_or(1337);
     auto dropout_gen = std::make_shared<Generator>(seed ^ 0xD0D0D0D0ull);
     std::vector<std::string> adapted;

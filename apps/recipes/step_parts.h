@@ -5,9 +5,11 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/nn/lora.h"
 #include "kiln/nn/module.h"
 #include "kiln/optim/optimizer.h"
 
@@ -17,6 +19,10 @@ struct StepRequest {
   uint64_t seed = 0;
   nlohmann::json model_config;  // recipe-specific (the GPT's GptConfig); empty: the recipe's default
   std::string checkpointing = "none";  // activation checkpointing: none | selective | blocks
+  // Hugging Face models (kiln train sft): LoRA adapters on a frozen base,
+  // which is kept in `frozen_dtype` (bf16 under --precision bf16, as sft does).
+  std::optional<nn::LoraConfig> lora;
+  DType frozen_dtype = DType::f32;
 };
 
 struct StepParts {

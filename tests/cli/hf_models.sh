@@ -135,6 +135,13 @@ expect "host memory: 100\.[0-9]+ GiB"
 run 0 "$KILN" plan --model "hf:$CONFIGS/llama-2-7b" --gpu RTX-4090 --batch-size 1 --block-size 512 --json
 python3 -c "import json,sys; d=json.load(open('$OUT')); sys.exit(0 if d['parameters'] == 6738415616 else 1)" \
   || fail "the plan counts $(python3 -c "import json; print(json.load(open('$OUT'))['parameters'])") parameters"
+# With LoRA (rank 16 on peft's default q_proj and v_proj) it fits the card
+# in bf16 with nothing offloaded: the frozen base has no gradients or AdamW state.
+run 0 "$KILN" plan --model "hf:$CONFIGS/llama-2-7b" --lora-rank 16 --gpu RTX-4090 --batch-size 1 --block-size 512
+expect "LoRA rank 16 trains 8\.4M"
+expect "plan: bf16, checkpointing none, micro-batch 1$"
+run 1 "$KILN" plan --lora-rank 16 --gpu RTX-4090
+expect "--lora-rank plans fine-tuning a Hugging Face model"
 run 1 "$KILN" plan --model "$CONFIGS/llama-2-7b" --gpu RTX-4090
 expect "--model takes hf:DIR"
 
