@@ -15,6 +15,7 @@
 #include "hf_test_util.h"
 #include "kiln/backend/factory.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/nn/distillation.h"
 #include "kiln/nn/init.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/lora.h"
@@ -261,6 +262,36 @@ TEST(Lora, TargetsThatMatchNothingAreRefusedWithTheLayersThereAre) {
   EXPECT_NE(e.find("LoRA target 'c_attn' names no linear layer"), std::string::npos) << e;
   EXPECT_NE(e.find("q_proj"), std::string::npos) << e;
   EXPECT_NE(what([] { nn::parse_lora_targets("q_proj,,v_proj"); }).find("empty name"), std::string::npos);
+}
+
+// The distillation loss of the fixture's batch, student llama-gqa and
+// teacher qwen2 (which share a tokenizer), equals PyTorch's formula.
+TEST(Distillation, LossEqualsPyTorchsFormula) {
+  const json want = hf_test::expected("finetune")["distill"];
+  Fixture f;
+  const recipes::SftData data = recipes::read_sft_file(hf_test::fixture("finetune/train.jsonl"), f.encoding());
+  const recipes::SftLoader::Batch b = recipes::sft_batch(data.examples, 0, data.examples.size(), f.lm.eos_ids.front());
+  models::HfCausalLm teacher = models::load_hf_causal_lm(hf_test::fixture(want["teacher"].get<std::string>()));
+  Tensor teacher_logits;
+  {
+    NoGradGuard ng;
+    teacher_logits = teacher.model->forward(b.x);
+  }
+  const nn::DistillationLoss d = nn::distillation_loss(f.lm.model->forward(b.x), teacher_logits, b.y,
+                                                       want["temperature"].get<double>(), want["alpha"].get<double>());
+  EXPECT_NEAR(d.kl, want["kl"].get<double>(), 1e-5 * want["kl"].get<double>());
+  EXPECT_NEAR(d.hard, want["hard"].get<double>(), 1e-5 * want["hard"].get<double>());
+  EXPECT_NEAR(d.loss.item(), want["loss"].get<double>(), 1e-5 * want["loss"].get<double>());
+  // Gradients reach the student only.
+  d.loss.backward();
+  for (const auto& [name, p] : f.lm.model->named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+  for (const auto& [name, p] : teacher.model->named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
+  // alpha 0 is the plain loss; a teacher of another vocabulary is refused.
+  EXPECT_NEAR(nn::distillation_loss(f.lm.model->forward(b.x), teacher_logits, b.y, 2.0, 0.0).loss.item(),
+              f.lm.model->loss(b.x, b.y).item(), 1e-6);
+  EXPECT_NE(what([&] { nn::distillation_loss(f.lm.model->forward(b.x), slice(teacher_logits, 2, 0, 5), b.y, 2, 0.5); })
+                .find("do not match the student's"),
+            std::string::npos);
 }
 
 TEST(SftRuns, ResumingAgainstADifferentBaseIsRefused) {

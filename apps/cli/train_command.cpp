@@ -101,7 +101,14 @@ std::function<int()> add_train_command(CLI::App& app) {
       optional_option(cmd, "--lora-targets", to->lora_targets,
                       "sft: the layers that get adapters, by peft's module names (default: peft's for the model, "
                       "q_proj,v_proj for the Llama family, c_attn for GPT-2; all-linear: every linear layer but the head)"),
+      optional_option(cmd, "--distill-temperature", to->distill_temperature,
+                      "sft --distill-from: the temperature that softens both distributions (default 2)", kNonNegative),
+      optional_option(cmd, "--distill-alpha", to->distill_alpha,
+                      "sft --distill-from: the weight of the teacher's soft targets; 1 - alpha weighs the data's "
+                      "tokens (default 0.5)", CLI::Range(0.0, 1.0)),
   };
+  cmd->add_option("--distill-from", to->distill_from, "sft: distil this teacher (hf:DIR or a fortunes-gpt run, with "
+                  "the student's tokenizer) into the model");
   cmd->add_option("--init", to->init, "sft: the model to fine-tune: hf:DIR (a Hugging Face folder) or a fortunes-gpt "
                   "run directory");
   cmd->add_option("--data", to->data_file, "sft: training examples, JSON Lines: {\"text\"}, {\"prompt\", "

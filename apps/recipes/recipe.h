@@ -61,6 +61,8 @@ struct TrainOptions {
   std::optional<std::string> lora_targets;  // peft's module names, or all-linear
   std::string lora_from;             // a peft adapter folder to start the adapters from
   std::string chat_template;         // the template "messages" lines are rendered with
+  std::string distill_from;          // a teacher (hf:DIR or a fortunes-gpt run) whose softened outputs the student learns
+  std::optional<double> distill_temperature, distill_alpha;
   // ---- options about this invocation (a resume may change them)
   std::optional<Device> device;  // default: cpu
   std::optional<int> threads;    // 0 or unset: all cores

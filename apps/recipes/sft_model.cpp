@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 
 json SftSettings::to_json() const {
   json j{{"base", base}, {"base_hash", base_hash}, {"data", data}, {"val", val}, {"max_seq_len", max_seq_len},
-         {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from}};
+         {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from}, {"teacher", teacher},
+         {"temperature", temperature}, {"alpha", alpha}};
   if (lora)
     j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"dropout", lora->dropout}, {"targets", lora->targets}};
   return j;
@@ -32,6 +33,9 @@ SftSettings SftSettings::from_json(const json& j) {
   s.max_seq_len = j.at("max_seq_len").get<int64_t>();
   s.chat_template = j.value("chat_template", std::string());
   s.lora_from = j.value("lora_from", std::string());
+  s.teacher = j.value("teacher", std::string());
+  s.temperature = j.value("temperature", 2.0);
+  s.alpha = j.value("alpha", 0.5);
   if (const json& l = j.at("lora"); !l.is_null()) {
     nn::LoraConfig c;
     c.rank = l.at("rank").get<int64_t>();

@@ -23,6 +23,9 @@ struct SftSettings {
   std::string chat_template;         // a family's name for "messages" lines ("": the folder's own)
   std::optional<nn::LoraConfig> lora;  // none: every weight trains
   std::string lora_from;             // a peft folder the adapters start from ("": fresh)
+  // Distillation (kiln/nn/distillation.h): the teacher's folder ("": none).
+  std::string teacher;
+  double temperature = 2.0, alpha = 0.5;
 
   nlohmann::json to_json() const;
   static SftSettings from_json(const nlohmann::json& j);

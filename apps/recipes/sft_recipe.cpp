@@ -13,6 +13,7 @@
 #include "apps/recipes/sft_model.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/distributed/world.h"
+#include "kiln/nn/distillation.h"
 #include "models/hf/families.h"
 #include "models/hf/hf_chat.h"
 
@@ -30,24 +31,35 @@ void same_as_saved(bool given, const T& value, const T& saved, const char* flag)
 
 std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
 
-// The settings of a fresh run, from the options. A fortunes-gpt run given
-// as --init is exported once into the run directory as a Hugging Face folder.
+// hf:DIR's folder; a fortunes-gpt run is exported once into the run
+// directory as a Hugging Face folder (out_dir/name).
+std::string model_folder(const std::string& spec, const std::string& out_dir, const char* name, const Log& log) {
+  if (const auto dir = models::hf_folder(spec)) return absolute(*dir);
+  const std::string folder = absolute((fs::path(out_dir) / name).string());
+  distributed::rank0_first([&] {
+    if (fs::exists(fs::path(folder) / "config.json")) return;
+    log("exporting the run " + spec + " as a Hugging Face folder: " + folder);
+    export_hf(spec, folder);
+  });
+  return folder;
+}
+
+// The settings of a fresh run, from the options.
 SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, const Log& log) {
   KILN_CHECK(!o.init.empty(), "kiln train sft needs --init hf:DIR (a Hugging Face model folder) or --init RUN (a "
              "fortunes-gpt run) to fine-tune");
   KILN_CHECK(!o.data_file.empty(), "kiln train sft needs --data FILE.jsonl: one example a line, {\"text\": ...}, "
              "{\"prompt\": ..., \"completion\": ...} or {\"messages\": [...]}");
   SftSettings s;
-  if (const auto dir = models::hf_folder(o.init)) {
-    s.base = absolute(*dir);
-  } else {
-    s.base = absolute((fs::path(out_dir) / "base").string());
-    distributed::rank0_first([&] {
-      if (fs::exists(fs::path(s.base) / "config.json")) return;
-      log("exporting the run " + o.init + " as a Hugging Face folder: " + s.base);
-      export_hf(o.init, s.base);
-    });
+  s.base = model_folder(o.init, out_dir, "base", log);
+  if (!o.distill_from.empty()) {
+    s.teacher = model_folder(o.distill_from, out_dir, "teacher", log);
+    s.temperature = o.distill_temperature.value_or(2.0);
+    s.alpha = o.distill_alpha.value_or(0.5);
+    KILN_CHECK(s.temperature > 0, "--distill-temperature must be > 0");
   }
+  KILN_CHECK(!s.teacher.empty() || (!o.distill_temperature && !o.distill_alpha), "--distill-temperature and "
+             "--distill-alpha shape distillation; give the teacher with --distill-from");
   s.base_hash = models::hf_weights_hash(s.base);
   s.data = absolute(o.data_file);
   s.val = o.val_file.empty() ? "" : absolute(o.val_file);
@@ -94,6 +106,11 @@ SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state)
   same_as_saved(o.lora_targets.has_value(),
                 o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : std::vector<std::string>(),
                 s.lora ? s.lora->targets : std::vector<std::string>(), "--lora-targets");
+  same_as_saved(!o.distill_from.empty(), std::string("given"), std::string(s.teacher.empty() ? "none" : "given"),
+                "--distill-from");
+  same_as_saved(o.distill_temperature.has_value(), o.distill_temperature.value_or(0), s.temperature,
+                "--distill-temperature");
+  same_as_saved(o.distill_alpha.has_value(), o.distill_alpha.value_or(0), s.alpha, "--distill-alpha");
   const std::string hash = models::hf_weights_hash(s.base);
   KILN_CHECK(hash == s.base_hash, "the base model ", s.base, " is not the one this run trained on (its weights hash ",
              hash, ", the run's ", s.base_hash, "); resuming against a different base is refused");
@@ -128,6 +145,32 @@ double sft_validation_loss(models::LanguageModel& model, const std::vector<SftEx
   return nats / double(std::max<int64_t>(tokens, 1));
 }
 
+// The teacher, frozen: its vocabulary must be the student's, token for token.
+models::HfCausalLm load_teacher(const std::string& folder, const models::HfCausalLm& student, DType dtype) {
+  models::HfCausalLm teacher = models::load_hf_causal_lm(folder, dtype);
+  const text::HfTokenizer &a = student.tokenizer, &b = teacher.tokenizer;
+  bool same = a.vocab_size() == b.vocab_size() && teacher.model->vocab_size() == student.model->vocab_size();
+  for (int32_t id = 0; same && id < int32_t(a.vocab_size()); ++id) same = a.id_to_token(id) == b.id_to_token(id);
+  KILN_CHECK(same, "the teacher ", folder, " does not share the student's tokenizer (",
+             a.vocab_size() == b.vocab_size() ? "other tokens under the same ids"
+                                              : std::to_string(b.vocab_size()) + " tokens, not " + std::to_string(a.vocab_size()),
+             "): distillation compares their distributions token by token; pick a teacher with the student's tokenizer");
+  for (auto& [name, p] : teacher.model->named_parameters()) p.set_requires_grad(false);
+  teacher.model->eval();
+  return teacher;
+}
+
+// The student's distillation loss against the teacher over the learned targets.
+Tensor distilled_loss(models::LanguageModel& student, models::LanguageModel& teacher, const Tensor& x, const Tensor& y,
+                      const SftSettings& s) {
+  Tensor teacher_logits;
+  {
+    NoGradGuard frozen;
+    teacher_logits = teacher.forward(x);
+  }
+  return nn::distillation_loss(student.forward(x), teacher_logits, y, s.temperature, s.alpha).loss;
+}
+
 int64_t counted_targets(const Tensor& y) {
   int64_t n = 0;
   for (int64_t v : y.contiguous().to_vector<int64_t>()) n += v != -100;
@@ -160,6 +203,14 @@ class SftRecipe final : public Recipe {
     std::vector<std::string> adapted;
     models::HfCausalLm lm = load_sft_model(s, base_dtype, seed, dropout_gen, &adapted);
     models::LanguageModel& model = *lm.model;
+
+    std::optional<models::HfCausalLm> teacher;
+    if (!s.teacher.empty()) {
+      teacher.emplace(load_teacher(s.teacher, lm, precision == "bf16" ? DType::bf16 : DType::f32));
+      log("distilling " + s.teacher + " (" + teacher->model_type + ", " + std::to_string(teacher->model->parameter_count()) +
+          " parameters, frozen) into the model: temperature " + std::to_string(s.temperature) + ", alpha " +
+          std::to_string(s.alpha));
+    }
 
     const std::optional<text::ChatTemplate> chat = chat_template_of(s);
     SftEncoding enc;
@@ -230,8 +281,10 @@ class SftRecipe final : public Recipe {
     // weights them by rows, and the ranks' losses are averaged).
     const int world = distributed::world_size();
     const int64_t rows_per_rank = c.batch_size / world;
+    if (teacher) teacher->model->to(run.device);
     hooks.loss = [&](const Tensor& x, const Tensor& y) {
-      const Tensor mean = model.loss(x.to(run.device), y.to(run.device));
+      const Tensor mean = teacher ? distilled_loss(model, *teacher->model, x.to(run.device), y.to(run.device), s)
+                                  : model.loss(x.to(run.device), y.to(run.device));
       const double w = double(counted_targets(y)) * double(world) * double(rows_per_rank) /
                        (double(batch_tokens) * double(x.size(0)));
       return w == 1.0 ? mean : mul_scalar(mean, w);

@@ -53,6 +53,18 @@ run 0 "$KILN" export "$WORK/gpt2-lora" --format peft --out "$WORK/gpt2-lora-peft
 run 0 "$KILN" score "$WORK/gpt2-lora" --text "$TEXT" --json
 cp "$OUT" "$WORK/gpt2-lora.json"
 
+# Distillation: qwen2's fixture (the same tokenizer) teaches the Llama fixture; GPT-2's does not share it.
+run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --distill-from "hf:$FIX/qwen2" --distill-temperature 2 \
+  --distill-alpha 0.5 --data "$WORK/train.jsonl" --val "$WORK/val.jsonl" --batch-size 8 --steps 3 --no-progress \
+  --out "$WORK/distil"
+expect "distilling .*qwen2 \(qwen2, [0-9]+ parameters, frozen\) into the model: temperature 2.0+, alpha 0.50*"
+expect "validation: +[0-9.]+ nats/token"
+run 1 "$KILN" train sft --init "hf:$FIX/llama-gqa" --distill-from "hf:$FIX/gpt2" --data "$WORK/train.jsonl" \
+  --out "$WORK/x"
+expect "does not share the student's tokenizer"
+run 1 "$KILN" train sft --init "hf:$FIX/llama-gqa" --distill-alpha 0.3 --data "$WORK/train.jsonl" --out "$WORK/x"
+expect "give the teacher with --distill-from"
+
 # Bad input: a clear error, never a crash.
 run 1 "$KILN" train sft --data "$WORK/train.jsonl" --out "$WORK/x"
 expect "needs --init hf:DIR"

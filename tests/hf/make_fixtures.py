@@ -502,8 +502,28 @@ def finetune_expectations(out, base_name="llama-gqa", steps=2):
         save_file(after, os.path.join(d, case + "-after.safetensors"))
         expected["cases"][case] = {"losses": losses, "trainable": sum(p.numel() for p in trainable),
                                    "unresolved": unresolved}
+    expected["distill"] = distill_expectations(out, x, y)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
+
+
+@torch.no_grad()
+def distill_expectations(out, x, y, student="llama-gqa", teacher="qwen2", temperature=2.0, alpha=0.5):
+    """The distillation loss of Hinton et al. as transformers' examples
+    compute it, over the positions with a target: alpha T^2 KL(teacher_T ||
+    student_T), KL averaged over them, plus (1 - alpha) cross-entropy. The
+    two fixtures share the llama3 tokenizer."""
+    import torch.nn.functional as F
+    s = AutoModelForCausalLM.from_pretrained(os.path.join(out, student), dtype=torch.float32)(x).logits
+    t = AutoModelForCausalLM.from_pretrained(os.path.join(out, teacher), dtype=torch.float32)(x).logits
+    labels = y[:, 1:]
+    mask = labels != -100
+    s, t = s[:, :-1][mask], t[:, :-1][mask]
+    kl = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1), log_target=True,
+                  reduction="batchmean")
+    hard = F.cross_entropy(s, labels[mask])
+    return {"student": student, "teacher": teacher, "temperature": temperature, "alpha": alpha, "kl": kl.item(),
+            "hard": hard.item(), "loss": (alpha * temperature ** 2 * kl + (1 - alpha) * hard).item()}
 
 
 def make_speed_model(d, shape="smollm-135m"):
