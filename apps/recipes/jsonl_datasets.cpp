@@ -1,9 +1,11 @@
 #include "apps/recipes/jsonl_datasets.h"
 
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/recipes/classify_recipe.h"
 #include "kiln/core/error.h"
 #include "kiln/data/fortunes.h"
 #include "kiln/data/splits.h"
@@ -45,12 +47,30 @@ std::string fortunes_sft(const std::string& out_dir, const std::string& fortunes
          write_split(out_dir, "val.jsonl", split.validation, line);
 }
 
+// {"text": a fortune, "label": its file}, for the files fortunes-classify
+// keeps (kMinFortunesPerClass fortunes or more).
+std::string fortunes_classify(const std::string& out_dir, const std::string& fortunes_dir) {
+  const std::vector<data::LabelledFortune> all = data::load_labelled_fortunes(fortunes_dir);
+  std::map<std::string, int64_t> counts;
+  for (const auto& f : all) ++counts[f.source];
+  const data::Split split = data::split_documents(int64_t(all.size()));
+  const auto line = [&](int64_t i) {
+    const data::LabelledFortune& f = all[size_t(i)];
+    return counts[f.source] >= kMinFortunesPerClass ? json{{"text", f.text}, {"label", f.source}} : json();
+  };
+  std::filesystem::create_directories(out_dir);
+  return "fortunes-classify: " + write_split(out_dir, "train.jsonl", split.train, line) + ", " +
+         write_split(out_dir, "val.jsonl", split.validation, line);
+}
+
 }  // namespace
 
 const std::vector<JsonlDataset>& jsonl_datasets() {
   static const std::vector<JsonlDataset> table = {
       {"fortunes-sft", "fortunes of two lines or more as {\"prompt\": the first line, \"completion\": the rest}",
        fortunes_sft},
+      {"fortunes-classify", "fortunes as {\"text\", \"label\": the file it is from}, for the files fortunes-classify "
+       "keeps (kiln train classify)", fortunes_classify},
   };
   return table;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "apps/recipes/classify_finetune.h"
 #include "apps/recipes/classify_recipe.h"
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
@@ -25,6 +26,7 @@ const std::vector<std::unique_ptr<Recipe>>& recipe_table() {
     t.push_back(make_fortunes_gpt_recipe());
     t.push_back(make_fortunes_classify_recipe());
     t.push_back(make_sft_recipe());
+    t.push_back(make_classify_finetune_recipe());
     return t;
   }();
   return table;

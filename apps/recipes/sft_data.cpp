@@ -1,6 +1,7 @@
 #include "apps/recipes/sft_data.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "kiln/core/error.h"
 #include "kiln/io/text_file.h"
@@ -100,21 +101,32 @@ SftExample encode_sft_example(const json& line, const SftEncoding& enc) {
   return e;
 }
 
-SftData parse_sft_lines(const std::string& text, const std::string& origin, const SftEncoding& enc) {
-  KILN_CHECK(enc.tokenizer && enc.max_seq_len >= 2, "SFT data needs a tokenizer and --max-seq-len >= 2");
-  SftData out;
+namespace {
+
+// Calls f(json, line number) for each non-blank line, turning its errors into "origin:line: what".
+void for_each_json_line(const std::string& text, const std::string& origin,
+                        const std::function<void(const json&, int64_t)>& f) {
   size_t start = 0;
   for (int64_t number = 1; start < text.size(); ++number) {
     const size_t end = std::min(text.find('\n', start), text.size());
     const std::string line = text.substr(start, end - start);
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    SftExample e;
     try {
-      e = encode_sft_example(json::parse(line), enc);
+      f(json::parse(line), number);
     } catch (const std::exception& err) {
       KILN_FAIL(origin, ":", number, ": ", err.what());
     }
+  }
+}
+
+}  // namespace
+
+SftData parse_sft_lines(const std::string& text, const std::string& origin, const SftEncoding& enc) {
+  KILN_CHECK(enc.tokenizer && enc.max_seq_len >= 2, "SFT data needs a tokenizer and --max-seq-len >= 2");
+  SftData out;
+  for_each_json_line(text, origin, [&](const json& line, int64_t) {
+    SftExample e = encode_sft_example(line, enc);
     if (int64_t(e.ids.size()) > enc.max_seq_len) {
       e.ids.resize(size_t(enc.max_seq_len));
       e.learn.resize(size_t(enc.max_seq_len));
@@ -122,13 +134,32 @@ SftData parse_sft_lines(const std::string& text, const std::string& origin, cons
     }
     if (e.learned() == 0) {
       ++out.skipped;
-      continue;
+      return;
     }
     out.examples.push_back(std::move(e));
-  }
+  });
   KILN_CHECK(!out.examples.empty(), origin, " holds no example to learn from",
              out.skipped ? " (every prompt fills --max-seq-len)" : "");
   return out;
+}
+
+std::vector<LabelledText> parse_labelled_lines(const std::string& text, const std::string& origin) {
+  std::vector<LabelledText> out;
+  for_each_json_line(text, origin, [&](const json& line, int64_t) {
+    KILN_CHECK(line.is_object(), "a line must be a JSON object {\"text\": ..., \"label\": ...}, got ",
+               line.type_name());
+    const auto label = line.find("label");
+    KILN_CHECK(label != line.end(), "no \"label\" field");
+    KILN_CHECK(label->is_string() || label->is_number_integer(), "\"label\" must be a string or an integer, got ",
+               label->type_name());
+    out.push_back({string_field(line, "text"), label->is_string() ? label->get<std::string>() : label->dump()});
+  });
+  KILN_CHECK(!out.empty(), origin, " holds no example");
+  return out;
+}
+
+std::vector<LabelledText> read_labelled_file(const std::string& path) {
+  return parse_labelled_lines(read_text_file(path), path);
 }
 
 SftData read_sft_file(const std::string& path, const SftEncoding& enc) {

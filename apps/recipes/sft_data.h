@@ -47,4 +47,13 @@ SftData read_sft_file(const std::string& path, const SftEncoding& encoding);
 // The same over text already read (the fuzzer's entry point); `origin` names it in errors.
 SftData parse_sft_lines(const std::string& text, const std::string& origin, const SftEncoding& encoding);
 
+// Classification data (kiln train classify): {"text": ..., "label": ...} a
+// line, the label a string or an integer (taken as its decimal text). A bad
+// line is an error naming the file, the line number and what is wrong.
+struct LabelledText {
+  std::string text, label;
+};
+std::vector<LabelledText> parse_labelled_lines(const std::string& text, const std::string& origin);
+std::vector<LabelledText> read_labelled_file(const std::string& path);
+
 }  // namespace kiln::recipes

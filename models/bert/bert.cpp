@@ -7,6 +7,7 @@
 #include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
 #include "kiln/nn/attention.h"
+#include "kiln/nn/init.h"
 
 namespace kiln::models {
 
@@ -116,6 +117,17 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
   p.head = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
   p.classifier = register_module("classifier", std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
+}
+
+void BertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
+  KILN_CHECK(!labels.empty(), "bert: a classifier needs labels");
+  drop_module("classifier");
+  auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
+  head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
+                         {"bias", zeros({int64_t(labels.size())})}});
+  head->to(parts_->head->weight.device());
+  parts_->classifier = register_module("classifier", head);
+  config_.labels = labels;
 }
 
 Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }

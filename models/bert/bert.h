@@ -29,6 +29,9 @@ class BertClassifier : public nn::Module {
   // so each row's logits are its own, as if it ran alone.
   Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
   const BertConfig& config() const { return config_; }
+  // A new head for other labels (fine-tuning on a data set's own), drawn as
+  // transformers initialises one: N(0, stddev) weights, zero bias.
+  void replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init);
 
  private:
   BertConfig config_;

@@ -45,6 +45,9 @@ class LanguageModel : public nn::Module {
   virtual int64_t vocab_size() const = 0;
   // Training: the mean next-token cross-entropy of ids [B, T] against targets [B, T].
   virtual Tensor loss(const Tensor& ids, const Tensor& targets) = 0;
+  // The final normed hidden states of ids [B, T] -> [B, T, hidden]: what the
+  // head reads, and what a sequence classifier on this model pools.
+  virtual Tensor hidden_states(const Tensor& ids) = 0;
   virtual void set_activation_checkpointing(ActivationCheckpointing mode) = 0;
 
   // The pool of the caches made last (null before the first), for its

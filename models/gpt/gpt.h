@@ -45,6 +45,7 @@ class Gpt : public LanguageModel {
  public:
   Gpt(const GptConfig& config, Generator& init, std::shared_ptr<Generator> dropout_gen);
   // ids [B, T] (i64) -> logits [B, T, vocab]
+  Tensor hidden_states(const Tensor& ids) override { return ln_f_->forward(final_stream(ids)); }
   Tensor forward(const Tensor& ids) override;
   // Mean next-token cross-entropy of forward(ids) against targets [B, T]
   // (through linear_cross_entropy: the logits are never held whole).

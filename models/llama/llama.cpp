@@ -239,6 +239,11 @@ Tensor Llama::forward(const Tensor& ids) {
   return head(hidden(ids, cos, sin, nullptr, false));
 }
 
+Tensor Llama::hidden_states(const Tensor& ids) {
+  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  return hidden(ids, cos, sin, nullptr, false);
+}
+
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
   const auto [cos, sin] = rope_rows(0, ids.size(1));
   return linear_cross_entropy(hidden(ids, cos, sin, nullptr, false), head_weight(), targets);

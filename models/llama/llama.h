@@ -32,6 +32,7 @@ class Llama : public LanguageModel {
   Tensor forward(const Tensor& ids) override;  // [B, T] -> logits [B, T, vocab]
   // Mean next-token cross-entropy against targets [B, T] (ignore_index -100).
   Tensor loss(const Tensor& ids, const Tensor& targets) override;
+  Tensor hidden_states(const Tensor& ids) override;
   // none, or blocks (each layer's input kept; backward re-runs the layer).
   void set_activation_checkpointing(ActivationCheckpointing mode) override;
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;

@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as a fine-tuning JSON Lines file
 // (apps/recipes/sft_data.h), encoded with the Llama fixture's tokenizer and
-// the chatml template. The contract: examples, or a kiln::Error naming the
+// the chatml template, and as classification data ({"text", "label"}).
+// The contract: examples, or a kiln::Error naming the
 // line and what is wrong with it. Any other exception, a crash, or a
 // sanitizer report is a bug.
 #include <cstdint>
@@ -23,9 +24,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   encoding.chat = &chat;
   encoding.eos = 1;
   encoding.max_seq_len = 64;
+  const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const auto d = kiln::recipes::parse_sft_lines(std::string(reinterpret_cast<const char*>(data), size), "fuzz.jsonl",
-                                                  encoding);
+    kiln::recipes::parse_labelled_lines(text, "fuzz.jsonl");
+  } catch (const kiln::Error&) {
+  } catch (...) {
+    std::abort();
+  }
+  try {
+    const auto d = kiln::recipes::parse_sft_lines(text, "fuzz.jsonl", encoding);
     for (const auto& e : d.examples)
       if (e.ids.size() != e.learn.size() || e.ids.size() > 64 || e.learned() == 0) std::abort();
   } catch (const kiln::Error&) {

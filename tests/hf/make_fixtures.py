@@ -426,6 +426,21 @@ def kiln_lr(step, total, max_lr):
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * step / total))
 
 
+def note_unresolved(model, unresolved):
+    """Adds the elements whose gradient is not zero but below f32's
+    resolution of its sum (|g| < 1e-7, against a median of about 4e-3) to
+    `unresolved` (name -> flat indices): their sign is rounding noise, and
+    AdamW's early steps move them by up to lr either way (attention's key
+    biases are all such: softmax ignores a shift that is the same for every key)."""
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            g = p.grad.flatten().abs()
+            small = ((g > 0) & (g < 1e-7)).nonzero().flatten().tolist()
+            if small:
+                key = name.replace(".default.", ".")
+                unresolved[key] = sorted(set(unresolved.get(key, [])) | set(small))
+
+
 def finetune_batch(tok, eos):
     ids, labels = [], []
     for line in FINETUNE_LINES:
@@ -474,23 +489,14 @@ def finetune_expectations(out, base_name="llama-gqa", steps=2):
         trainable = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(trainable, lr=FINETUNE_LR, weight_decay=0.0)
         losses = []
-        # Elements whose gradient is not zero but below f32's resolution of its sum (|g| < 1e-7,
-        # against a median of about 4e-3): their sign is rounding noise (the
-        # first such element's f32 gradient is -4.1e-9, its f64 one +3.9e-9),
-        # and AdamW's early steps move them by up to lr either way.
+        # (The first such element's f32 gradient is -4.1e-9, its f64 one +3.9e-9.)
         unresolved = {}
         for step in range(steps):
             for g in opt.param_groups:
                 g["lr"] = kiln_lr(step, steps, FINETUNE_LR)
             loss = model(input_ids=x, labels=y).loss
             loss.backward()
-            for name, p in model.named_parameters():
-                if p.requires_grad:
-                    g = p.grad.flatten().abs()
-                    small = ((g > 0) & (g < 1e-7)).nonzero().flatten().tolist()
-                    if small:
-                        key = name.replace(".default.", ".")
-                        unresolved[key] = sorted(set(unresolved.get(key, [])) | set(small))
+            note_unresolved(model, unresolved)
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             opt.step()
             opt.zero_grad()
@@ -503,8 +509,50 @@ def finetune_expectations(out, base_name="llama-gqa", steps=2):
         expected["cases"][case] = {"losses": losses, "trainable": sum(p.numel() for p in trainable),
                                    "unresolved": unresolved}
     expected["distill"] = distill_expectations(out, x, y)
+    expected["classify"] = classify_step_expectations(out, d, steps)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
+
+
+CLASSIFY_LINES = [
+    {"text": "What a wonderful, happy day!", "label": "positive"},
+    {"text": "This is awful.", "label": "negative"},
+    {"text": "The meeting is at noon.", "label": "neutral"},
+    {"text": "I love it, truly the best fortune ever written.", "label": "positive"},
+]
+
+
+def classify_step_expectations(out, d, steps, base_name="bert"):
+    """Two steps of kiln train classify on the BERT fixture as transformers
+    takes them: its own head (the data's labels are the model's), dropout off
+    (Kiln's encoder has none), the same AdamW, clipping and schedule."""
+    from safetensors.torch import save_file
+    base = os.path.join(out, base_name)
+    with open(os.path.join(d, "classify.jsonl"), "w") as f:
+        for line in CLASSIFY_LINES:
+            f.write(json.dumps(line) + "\n")
+    tok = PreTrainedTokenizerFast.from_pretrained(base)
+    model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32, hidden_dropout_prob=0.0,
+                                                               attention_probs_dropout_prob=0.0)
+    label_id = {v: int(k) for k, v in model.config.id2label.items()}
+    enc = tok([l["text"] for l in CLASSIFY_LINES], padding=True, return_tensors="pt")
+    labels = torch.tensor([label_id[l["label"]] for l in CLASSIFY_LINES])
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=FINETUNE_LR, weight_decay=0.0)
+    losses, unresolved = [], {}
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = kiln_lr(step, steps, FINETUNE_LR)
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        note_unresolved(model, unresolved)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.join(d, "classify-after.safetensors"))
+    return {"base": base_name, "losses": losses, "batch_size": len(CLASSIFY_LINES), "unresolved": unresolved,
+            "trainable": sum(p.numel() for p in model.parameters())}
 
 
 @torch.no_grad()

@@ -1,0 +1,27 @@
+// A sequence classifier on a causal language model, as transformers'
+// *ForSequenceClassification builds one: a head "score" (no bias) reads the
+// final hidden state of each row's last real token (the model attends
+// causally, so that token has seen the whole text).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kiln/nn/layers.h"
+#include "models/common/language_model.h"
+
+namespace kiln::models {
+
+class CausalLmClassifier : public nn::Module {
+ public:
+  // The head is drawn N(0, stddev), as transformers initialises it.
+  CausalLmClassifier(std::shared_ptr<LanguageModel> model, int64_t hidden, int64_t labels, double stddev,
+                     Generator& init);
+  // ids [B, T], row b's first lengths[b] tokens real (padding after) -> logits [B, labels].
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
+
+ private:
+  std::shared_ptr<LanguageModel> model_;
+  std::shared_ptr<nn::Linear> score_;
+};
+
+}  // namespace kiln::models
