@@ -5,7 +5,9 @@
 #include "kiln/backend/gpu_info.h"
 #include "kiln/core/units.h"
 #include "kiln/io/checkpoint.h"
+#include "apps/recipes/sft_model.h"
 #include "models/gpt/presets.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::plan {
 
@@ -18,6 +20,27 @@ models::GptConfig planned_gpt(const recipes::TrainOptions& o, const std::optiona
   nlohmann::json j = models::gpt_preset(o.model_preset.empty() ? "fortunes" : o.model_preset).to_json();
   for (const auto& [field, value] : o.model_overrides) j[field] = value;
   return models::GptConfig::from_json(j);
+}
+
+// kiln train sft: the base's config.json, sequences of --max-seq-len (the
+// longest a batch pads to), and its LoRA adapters.
+void plan_fine_tune(const recipes::TrainOptions& o, const std::optional<nlohmann::json>& saved, PlanInput& in) {
+  const recipes::SftSettings s = saved ? recipes::SftSettings::from_json(saved->value("sft", nlohmann::json()))
+                                       : recipes::SftSettings{};
+  const auto dir = models::hf_folder(o.init);
+  KILN_CHECK(saved || dir, "--fit plans kiln train sft from the base's config.json: give --init hf:DIR");
+  in.hf_config = models::read_hf_config(saved ? s.base : *dir);
+  in.gpt.block_size = std::min<int64_t>(saved ? s.max_seq_len : o.max_seq_len.value_or(1024),
+                                        in.hf_config.value("max_position_embeddings",
+                                                           in.hf_config.value("n_positions", int64_t(1024))));
+  if (saved && s.lora) in.lora = s.lora;
+  if (!saved && (o.lora_rank || !o.lora_from.empty())) {
+    nn::LoraConfig lora;
+    lora.rank = o.lora_rank.value_or(o.lora_from.empty() ? 8 : recipes::read_peft_folder(o.lora_from).config.rank);
+    if (o.lora_targets) lora.targets = nn::parse_lora_targets(*o.lora_targets);
+    if (!o.lora_from.empty()) lora.targets = recipes::read_peft_folder(o.lora_from).config.targets;
+    in.lora = lora;
+  }
 }
 
 }  // namespace
@@ -34,6 +57,7 @@ void apply_fit(recipes::TrainOptions& o, const recipes::Log& log) {
   PlanInput in;
   in.recipe = recipe_name;
   if (recipe.kind() == recipes::ModelKind::language_model) in.gpt = planned_gpt(o, saved);
+  if (recipe_name == "sft") plan_fine_tune(o, saved, in);
   in.batch_size = saved ? saved->value("batch_size", int64_t(0)) : o.batch_size.value_or(0);
   if (in.batch_size <= 0) in.batch_size = recipe.default_batch_size();
   in.precision = saved ? saved->value("precision", "fp32") : o.precision.value_or("fp32");
