@@ -7,8 +7,8 @@
 #include <set>
 
 #include "apps/recipes/common.h"
-#include "apps/recipes/export.h"
 #include "apps/recipes/sft_data.h"
+#include "apps/recipes/sft_model.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/data/random.h"
 #include "kiln/distributed/world.h"
@@ -188,8 +188,6 @@ int64_t most_common(const std::vector<int64_t>& labels) {
   return std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
 }
 
-std::string absolute(const std::string& p) { return fs::absolute(p).lexically_normal().string(); }
-
 class ClassifyFinetuneRecipe final : public Recipe {
  public:
   std::string name() const override { return "classify"; }
@@ -208,7 +206,7 @@ class ClassifyFinetuneRecipe final : public Recipe {
     ClassifySettings s;
     if (saved) {
       s = ClassifySettings::from_json(saved->value("classify", json()));
-      KILN_CHECK(o.data_file.empty() || absolute(o.data_file) == s.data, "--data differs from the resumed run's; "
+      KILN_CHECK(o.data_file.empty() || absolute_path(o.data_file) == s.data, "--data differs from the resumed run's; "
                  "drop it to resume, or train into a new --out directory");
       KILN_CHECK(models::hf_weights_hash(s.base) == s.base_hash, "the base model ", s.base, " is not the one this "
                  "run trained on; resuming against a different base is refused");
@@ -217,17 +215,10 @@ class ClassifyFinetuneRecipe final : public Recipe {
                  "fortunes-gpt run to fine-tune");
       KILN_CHECK(!o.data_file.empty(), "kiln train classify needs --data FILE.jsonl: {\"text\": ..., \"label\": ...} "
                  "a line");
-      if (const auto dir = models::hf_folder(o.init)) {
-        s.base = absolute(*dir);
-      } else {
-        s.base = absolute((fs::path(out_dir) / "base").string());
-        distributed::rank0_first([&] {
-          if (!fs::exists(fs::path(s.base) / "config.json")) export_hf(o.init, s.base);
-        });
-      }
+      s.base = fine_tune_folder(o.init, out_dir, "base", log);
       s.base_hash = models::hf_weights_hash(s.base);
-      s.data = absolute(o.data_file);
-      s.val = o.val_file.empty() ? "" : absolute(o.val_file);
+      s.data = absolute_path(o.data_file);
+      s.val = o.val_file.empty() ? "" : absolute_path(o.val_file);
       s.max_seq_len = o.max_seq_len.value_or(128);
     }
     const std::vector<LabelledText> train_rows = read_labelled_file(s.data);

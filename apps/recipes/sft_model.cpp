@@ -4,6 +4,8 @@
 #include <set>
 
 #include "apps/recipes/common.h"
+#include "apps/recipes/export.h"
+#include "kiln/distributed/world.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/text_file.h"
 #include "models/hf/families.h"
@@ -83,6 +85,20 @@ PeftAdapter read_peft_folder(const std::string& dir) {
              config_path.string(), ": target_modules as a regular expression is not implemented; list the names");
   a.tensors = load_safetensors((fs::path(dir) / "adapter_model.safetensors").string()).tensors;
   return a;
+}
+
+std::string absolute_path(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
+
+std::string fine_tune_folder(const std::string& spec, const std::string& out_dir, const char* name,
+                             const std::function<void(const std::string&)>& log) {
+  if (const auto dir = models::hf_folder(spec)) return absolute_path(*dir);
+  const std::string folder = absolute_path((fs::path(out_dir) / name).string());
+  distributed::rank0_first([&] {
+    if (fs::exists(fs::path(folder) / "config.json")) return;
+    log("exporting the run " + spec + " as a Hugging Face folder: " + folder);
+    export_hf(spec, folder);
+  });
+  return folder;
 }
 
 DType lora_base_dtype(const std::string& precision) {

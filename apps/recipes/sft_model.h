@@ -3,6 +3,7 @@
 // checkpoints need to rebuild it: the base's folder and weights hash, the
 // adapters' settings.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,13 @@ struct SftSettings {
   nlohmann::json to_json() const;
   static SftSettings from_json(const nlohmann::json& j);
 };
+
+// path made absolute, for what a run saves.
+std::string absolute_path(const std::string& path);
+// The folder a fine-tuning run starts from: hf:DIR's, or a fortunes-gpt run
+// exported once into the run directory as a Hugging Face folder (out_dir/name).
+std::string fine_tune_folder(const std::string& spec, const std::string& out_dir, const char* name,
+                             const std::function<void(const std::string&)>& log);
 
 // The dtype a LoRA run keeps its frozen base in: the half precision it
 // computes in (bf16, fp16), else f32. A full fine-tune keeps f32 weights.

@@ -29,21 +29,6 @@ void same_as_saved(bool given, const T& value, const T& saved, const char* flag)
              flag, " to resume, or train into a new --out directory");
 }
 
-std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
-
-// hf:DIR's folder; a fortunes-gpt run is exported once into the run
-// directory as a Hugging Face folder (out_dir/name).
-std::string model_folder(const std::string& spec, const std::string& out_dir, const char* name, const Log& log) {
-  if (const auto dir = models::hf_folder(spec)) return absolute(*dir);
-  const std::string folder = absolute((fs::path(out_dir) / name).string());
-  distributed::rank0_first([&] {
-    if (fs::exists(fs::path(folder) / "config.json")) return;
-    log("exporting the run " + spec + " as a Hugging Face folder: " + folder);
-    export_hf(spec, folder);
-  });
-  return folder;
-}
-
 // The settings of a fresh run, from the options.
 SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, const Log& log) {
   KILN_CHECK(!o.init.empty(), "kiln train sft needs --init hf:DIR (a Hugging Face model folder) or --init RUN (a "
@@ -51,9 +36,9 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
   KILN_CHECK(!o.data_file.empty(), "kiln train sft needs --data FILE.jsonl: one example a line, {\"text\": ...}, "
              "{\"prompt\": ..., \"completion\": ...} or {\"messages\": [...]}");
   SftSettings s;
-  s.base = model_folder(o.init, out_dir, "base", log);
+  s.base = fine_tune_folder(o.init, out_dir, "base", log);
   if (!o.distill_from.empty()) {
-    s.teacher = model_folder(o.distill_from, out_dir, "teacher", log);
+    s.teacher = fine_tune_folder(o.distill_from, out_dir, "teacher", log);
     s.temperature = o.distill_temperature.value_or(2.0);
     s.alpha = o.distill_alpha.value_or(0.5);
     KILN_CHECK(s.temperature > 0, "--distill-temperature must be > 0");
@@ -61,15 +46,15 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
   KILN_CHECK(!s.teacher.empty() || (!o.distill_temperature && !o.distill_alpha), "--distill-temperature and "
              "--distill-alpha shape distillation; give the teacher with --distill-from");
   s.base_hash = models::hf_weights_hash(s.base);
-  s.data = absolute(o.data_file);
-  s.val = o.val_file.empty() ? "" : absolute(o.val_file);
+  s.data = absolute_path(o.data_file);
+  s.val = o.val_file.empty() ? "" : absolute_path(o.val_file);
   s.max_seq_len = o.max_seq_len.value_or(1024);
   s.chat_template = o.chat_template;
   const bool lora_options = o.lora_alpha || o.lora_dropout || o.lora_targets;
   KILN_CHECK(!lora_options || o.lora_rank || !o.lora_from.empty(), "--lora-alpha, --lora-dropout and --lora-targets "
              "shape LoRA adapters; give --lora-rank R too");
   if (!o.lora_from.empty()) {
-    s.lora_from = absolute(o.lora_from);
+    s.lora_from = absolute_path(o.lora_from);
     s.lora = read_peft_folder(s.lora_from).config;
     KILN_CHECK(!o.lora_rank || *o.lora_rank == s.lora->rank, "--lora-rank ", o.lora_rank.value_or(0),
                " differs from the rank of --lora-from's adapters (", s.lora->rank, ")");
@@ -94,10 +79,10 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
 
 SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state) {
   SftSettings s = SftSettings::from_json(state.value("sft", nlohmann::json()));
-  same_as_saved(!o.init.empty() && models::hf_folder(o.init), o.init.empty() ? s.base : absolute(*models::hf_folder(o.init)),
+  same_as_saved(!o.init.empty() && models::hf_folder(o.init), o.init.empty() ? s.base : absolute_path(*models::hf_folder(o.init)),
                 s.base, "--init");
-  same_as_saved(!o.data_file.empty(), o.data_file.empty() ? s.data : absolute(o.data_file), s.data, "--data");
-  same_as_saved(!o.val_file.empty(), o.val_file.empty() ? s.val : absolute(o.val_file), s.val, "--val");
+  same_as_saved(!o.data_file.empty(), o.data_file.empty() ? s.data : absolute_path(o.data_file), s.data, "--data");
+  same_as_saved(!o.val_file.empty(), o.val_file.empty() ? s.val : absolute_path(o.val_file), s.val, "--val");
   same_as_saved(o.max_seq_len.has_value(), o.max_seq_len.value_or(0), s.max_seq_len, "--max-seq-len");
   same_as_saved(o.lora_rank.has_value(), o.lora_rank.value_or(0), s.lora ? s.lora->rank : 0, "--lora-rank");
   same_as_saved(o.lora_alpha.has_value(), o.lora_alpha.value_or(0), s.lora ? s.lora->alpha : 0.0, "--lora-alpha");
@@ -127,9 +112,20 @@ std::optional<text::ChatTemplate> chat_template_of(const SftSettings& s) {
   }
 }
 
+// How the run encodes its examples with the model's tokenizer and template.
+SftEncoding encoding_for(const models::HfCausalLm& lm, const std::optional<text::ChatTemplate>& chat,
+                         const SftSettings& s) {
+  SftEncoding enc;
+  enc.tokenizer = &lm.tokenizer;
+  enc.chat = chat ? &*chat : nullptr;
+  if (!lm.eos_ids.empty()) enc.eos = lm.eos_ids.front();
+  enc.max_seq_len = std::min(s.max_seq_len, lm.model->context_length());
+  return enc;
+}
+
 // Mean nats per learned token over `examples`, in batches; no gradients.
 double sft_validation_loss(models::LanguageModel& model, const std::vector<SftExample>& examples, int64_t batch,
-                       int32_t pad, Device device, DType autocast) {
+                           int32_t pad, Device device, DType autocast) {
   NoGradGuard ng;
   amp::AutocastGuard guard(autocast);
   model.eval();
@@ -213,11 +209,7 @@ class SftRecipe final : public Recipe {
     }
 
     const std::optional<text::ChatTemplate> chat = chat_template_of(s);
-    SftEncoding enc;
-    enc.tokenizer = &lm.tokenizer;
-    enc.chat = chat ? &*chat : nullptr;
-    if (!lm.eos_ids.empty()) enc.eos = lm.eos_ids.front();
-    enc.max_seq_len = std::min(s.max_seq_len, model.context_length());
+    const SftEncoding enc = encoding_for(lm, chat, s);
     const SftData train_data = read_sft_file(s.data, enc);
     const std::optional<SftData> val_data = s.val.empty() ? std::nullopt : std::optional(read_sft_file(s.val, enc));
     const int32_t pad = enc.eos.value_or(0);  // any id: padded positions are never attended to nor learned
@@ -305,11 +297,7 @@ class SftRecipe final : public Recipe {
     lm.model->to(device);
     const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
     const std::optional<text::ChatTemplate> chat = chat_template_of(s);
-    SftEncoding enc;
-    enc.tokenizer = &lm.tokenizer;
-    enc.chat = chat ? &*chat : nullptr;
-    if (!lm.eos_ids.empty()) enc.eos = lm.eos_ids.front();
-    enc.max_seq_len = std::min(s.max_seq_len, lm.model->context_length());
+    const SftEncoding enc = encoding_for(lm, chat, s);
     const std::string file = s.val.empty() ? s.data : s.val;
     log("evaluating on " + file + (s.val.empty() ? " (the run had no --val; these are its training examples)" : ""));
     EvalResult r;
