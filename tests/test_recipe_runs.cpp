@@ -231,7 +231,7 @@ TEST(RecipeRuns, ValidationLossIsWeightedByTokens) {
 TEST(RecipeRuns, OneTableServesEveryCommand) {
   std::vector<std::string> names = recipes::recipe_names();
   EXPECT_EQ(names, (std::vector<std::string>{"fashion-mlp", "fashion-cnn", "fashion-fast", "fortunes-gpt",
-                                              "fortunes-classify"}));
+                                              "fortunes-classify", "sft", "classify"}));
   for (const auto& name : names) {
     const recipes::Recipe& r = recipes::find_recipe(name);
     EXPECT_EQ(r.name(), name);
@@ -242,6 +242,8 @@ TEST(RecipeRuns, OneTableServesEveryCommand) {
   EXPECT_FALSE(recipes::find_recipe("fashion-cnn").can_sample());
   EXPECT_EQ(recipes::find_recipe("fashion-mlp").kind(), recipes::ModelKind::image_classifier);
   EXPECT_EQ(recipes::find_recipe("fortunes-classify").kind(), recipes::ModelKind::text_classifier);
+  EXPECT_EQ(recipes::find_recipe("sft").kind(), recipes::ModelKind::language_model);
+  EXPECT_EQ(recipes::find_recipe("classify").kind(), recipes::ModelKind::text_classifier);
   EXPECT_TRUE(recipes::is_image_recipe("fashion-fast"));
   EXPECT_FALSE(recipes::is_image_recipe("fortunes-gpt"));
   EXPECT_FALSE(recipes::is_image_recipe("no-such"));
@@ -250,7 +252,8 @@ TEST(RecipeRuns, OneTableServesEveryCommand) {
     recipes::find_recipe("no-such");
     ADD_FAILURE() << "an unknown recipe must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fashion-mlp, fashion-cnn, fashion-fast, fortunes-gpt, fortunes-classify"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("fashion-mlp, fashion-cnn, fashion-fast, fortunes-gpt, fortunes-classify, sft, classify"),
+              std::string::npos);
   }
 }
 

@@ -7,12 +7,14 @@
 #include <set>
 
 #include "apps/recipes/common.h"
+#include "apps/recipes/export.h"
 #include "apps/recipes/sft_data.h"
 #include "apps/recipes/sft_model.h"
 #include "apps/recipes/train_loop.h"
 #include "kiln/data/random.h"
 #include "kiln/distributed/world.h"
 #include "models/common/sequence_classifier.h"
+#include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::recipes {
@@ -46,6 +48,8 @@ struct Classifier {
   std::function<std::vector<int32_t>(const std::string&)> encode;
   std::string how;  // for the log
   int64_t max_positions = 0;
+  std::string model_type;
+  std::shared_ptr<models::LanguageModel> lm;  // a causal LM's body (null: a BERT-family classifier)
 };
 
 double initializer_range(const json& config) { return config.value("initializer_range", 0.02); }
@@ -64,6 +68,7 @@ Classifier build_classifier(ClassifySettings& s, uint64_t seed) {
     if (mine == theirs) s.labels = hf->labels;  // the same labels: the head's rows keep the model's order
     if (mine != theirs) hf->model->replace_classifier(s.labels, initializer_range(config), init);
     c.how = mine == theirs ? hf->model_type + " with its own head" : hf->model_type + " with a new head";
+    c.model_type = hf->model_type;
     c.module = hf->model;
     c.forward = [hf](const Tensor& ids, const std::vector<int64_t>& lengths) { return hf->model->forward(ids, lengths); };
     c.encode = [hf](const std::string& t) { return hf->tokenizer.encode(t); };
@@ -74,6 +79,8 @@ Classifier build_classifier(ClassifySettings& s, uint64_t seed) {
   auto head = std::make_shared<models::CausalLmClassifier>(lm->model, hidden, int64_t(s.labels.size()),
                                                            initializer_range(config), init);
   c.how = lm->model_type + " with a new head on its last token";
+  c.model_type = lm->model_type;
+  c.lm = lm->model;
   c.module = head;
   c.forward = [head, lm](const Tensor& ids, const std::vector<int64_t>& lengths) { return head->forward(ids, lengths); };
   c.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
@@ -188,6 +195,54 @@ int64_t most_common(const std::vector<int64_t>& labels) {
   return std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
 }
 
+// A fine-tuned classifier run for kiln classify and kiln serve. Rows are
+// padded with kPadding, which logits_of turns into each row's length.
+class ClassifierRunInference final : public InferenceModel {
+ public:
+  ClassifierRunInference(Classifier c, ClassifySettings s, Device device)
+      : c_(std::move(c)), s_(std::move(s)), device_(device) {
+    c_.module->to(device);
+    c_.module->eval();
+  }
+  std::vector<std::string> labels() const override { return s_.labels; }
+  std::optional<int64_t> pad_token() const override { return kPadding; }
+  Tensor encode_texts(const std::vector<std::string>& texts) override {
+    std::vector<LabelledText> rows;
+    for (const auto& t : texts) rows.push_back({t, s_.labels.front()});
+    const Encoded e = encode(rows, c_, s_, "the request");
+    std::vector<int64_t> all(e.ids.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
+    return batch_of(e, all).x;
+  }
+  Tensor classify_tokens(const Tensor& ids) override {
+    NoGradGuard ng;
+    return softmax(to_dtype(logits_of(c_, ids, device_), DType::f32), -1).to(Device::cpu());
+  }
+
+ private:
+  Classifier c_;
+  ClassifySettings s_;
+  Device device_;
+};
+
+// A checkpoint's classifier, its trained weights in place.
+Classifier load_classifier(const Checkpoint& ck, ClassifySettings& s) {
+  s = ClassifySettings::from_json(ck.state.value("classify", json()));
+  KILN_CHECK(models::hf_weights_hash(s.base) == s.base_hash, "the base model ", s.base,
+             " changed since the run trained on it; restore that base");
+  Classifier c = build_classifier(s, 0);
+  c.module->load_trainable_parameters(to_pairs(ck.model));
+  return c;
+}
+
+// transformers' class for a causal LM with a sequence-classification head, by model_type.
+const std::map<std::string, std::string> kSequenceClassifierClass = {
+    {"llama", "LlamaForSequenceClassification"},
+    {"mistral", "MistralForSequenceClassification"},
+    {"qwen2", "Qwen2ForSequenceClassification"},
+    {"gpt2", "GPT2ForSequenceClassification"},
+};
+
 class ClassifyFinetuneRecipe final : public Recipe {
  public:
   std::string name() const override { return "classify"; }
@@ -294,11 +349,8 @@ class ClassifyFinetuneRecipe final : public Recipe {
   }
 
   EvalResult evaluate(const Checkpoint& ck, const std::string&, Device device, const Log& log) const override {
-    ClassifySettings s = ClassifySettings::from_json(ck.state.value("classify", json()));
-    KILN_CHECK(models::hf_weights_hash(s.base) == s.base_hash, "the base model ", s.base,
-               " changed since the run trained on it; restore that base");
-    Classifier c = build_classifier(s, 0);
-    c.module->load_trainable_parameters(to_pairs(ck.model));
+    ClassifySettings s;
+    Classifier c = load_classifier(ck, s);
     c.module->to(device);
     const std::string file = s.val.empty() ? s.data : s.val;
     const Encoded e = encode(read_labelled_file(file), c, s, file);
@@ -310,13 +362,43 @@ class ClassifyFinetuneRecipe final : public Recipe {
     return r;
   }
 
-  std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint&, const std::string& dir, Device) const override {
-    KILN_FAIL(dir, " is a kiln train classify run; serving one is not implemented yet (kiln eval scores it)");
+  std::unique_ptr<InferenceModel> load_for_inference(const Checkpoint& ck, const std::string&,
+                                                     Device device) const override {
+    ClassifySettings s;
+    Classifier c = load_classifier(ck, s);
+    return std::make_unique<ClassifierRunInference>(std::move(c), std::move(s), device);
   }
 };
 
 }  // namespace
 
 std::unique_ptr<Recipe> make_classify_finetune_recipe() { return std::make_unique<ClassifyFinetuneRecipe>(); }
+
+models::HfFolderContents classifier_as_hf(const Checkpoint& ck) {
+  ClassifySettings s;
+  const Classifier c = load_classifier(ck, s);
+  models::HfFolderContents out = hf_folder_files(s.base);
+  json id2label = json::object(), label2id = json::object();
+  for (size_t i = 0; i < s.labels.size(); ++i) {
+    id2label[std::to_string(i)] = s.labels[i];
+    label2id[s.labels[i]] = int64_t(i);
+  }
+  out.config["id2label"] = id2label;
+  out.config["label2id"] = label2id;
+  if (!c.lm) {
+    out.tensors = models::checkpoint_tensors(*c.module, c.model_type);
+    return out;
+  }
+  const auto cls = kSequenceClassifierClass.find(c.model_type);
+  KILN_CHECK(cls != kSequenceClassifierClass.end(), "no transformers class for a ", c.model_type, " classifier");
+  out.config["architectures"] = json::array({cls->second});
+  // transformers pools each row at its last token that is not padding.
+  if (out.config.value("pad_token_id", json()).is_null()) out.config["pad_token_id"] = out.config.value("eos_token_id", json(0));
+  for (auto& [name, t] : models::checkpoint_tensors(*c.lm, c.model_type))
+    if (name != "lm_head.weight") out.tensors.emplace_back(name, t);
+  for (const auto& [name, p] : c.module->named_parameters())
+    if (name == "score.weight") out.tensors.emplace_back(name, p.detach().to(Device::cpu()).contiguous());
+  return out;
+}
 
 }  // namespace kiln::recipes

@@ -7,9 +7,16 @@
 // confusion matrix.
 #pragma once
 #include "apps/recipes/recipe.h"
+#include "kiln/io/checkpoint.h"
+#include "models/hf/hf_export.h"
 
 namespace kiln::recipes {
 
 std::unique_ptr<Recipe> make_classify_finetune_recipe();
+
+// A run's classifier as a Hugging Face folder: the base's files with the
+// run's labels as id2label; a BERT-family model under its own names, a
+// causal LM as <Arch>ForSequenceClassification (its body and "score").
+models::HfFolderContents classifier_as_hf(const Checkpoint& ck);
 
 }  // namespace kiln::recipes

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "apps/recipes/classify_finetune.h"
 #include "apps/recipes/common.h"
 #include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/sft_model.h"
@@ -26,8 +27,9 @@ void take_weights(models::HfFolderContents& c, nn::Module& model, const std::str
   if (const auto q = models::quantization_config(model); !q.is_null()) c.config["quantization_config"] = q;
 }
 
-// A folder's config and tokenizer files, as they are.
-models::HfFolderContents folder_files(const std::string& dir) {
+}  // namespace
+
+models::HfFolderContents hf_folder_files(const std::string& dir) {
   models::HfFolderContents c;
   c.config = models::read_hf_config(dir);
   c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());
@@ -36,10 +38,12 @@ models::HfFolderContents folder_files(const std::string& dir) {
   return c;
 }
 
+namespace {
+
 // A loaded folder written back: its files as they are, its weights as the
 // module holds them now.
 models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize) {
-  models::HfFolderContents c = folder_files(dir);
+  models::HfFolderContents c = hf_folder_files(dir);
   const std::string type = c.config["model_type"].get<std::string>();
   if (models::hf_model_kind(c.config) == "classifier") {
     KILN_CHECK(quantize.empty(), "--quantize exports language models; ", dir, " is a classifier");
@@ -58,8 +62,9 @@ void export_hf(const std::string& source, const std::string& out, const std::str
   const Checkpoint ck = load_checkpoint(ckdir);
   const std::string recipe = ck.state.value("recipe", std::string());
   if (recipe == "sft") return export_sft_hf(source, out, false);
+  if (recipe == "classify") return models::write_hf_folder(out, classifier_as_hf(ck));
   KILN_CHECK(recipe == "fortunes-gpt", source, " holds a ", recipe,
-             " run; --format hf exports language models (fortunes-gpt and sft runs, or hf:DIR)");
+             " run; --format hf exports fortunes-gpt, sft and classify runs, or hf:DIR");
   auto gpt = load_gpt(ck, Device::cpu());
   const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
   models::HfFolderContents c = models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id());
@@ -83,7 +88,7 @@ void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
   KILN_CHECK(!s.lora || merge, run, " trained LoRA adapters: export them with --format peft, or merged into the base "
              "with --format hf --merge");
   models::HfCausalLm lm = load_sft_checkpoint(ck, true);
-  models::HfFolderContents c = folder_files(s.base);
+  models::HfFolderContents c = hf_folder_files(s.base);
   c.tensors = models::checkpoint_tensors(*lm.model, lm.model_type);
   models::write_hf_folder(out, c);
 }

@@ -4,11 +4,16 @@
 #pragma once
 #include <string>
 
+#include "models/hf/hf_export.h"
+
 namespace kiln::recipes {
 
 // `quantize` ("", int8, int4, int4z): a language model's matrices written
 // quantized (Kiln's own format: config.json's quantization_config has
 // quant_method "kiln"; Kiln loads it, transformers does not).
+// A folder's config and tokenizer files, as they are (no weights).
+models::HfFolderContents hf_folder_files(const std::string& dir);
+
 void export_hf(const std::string& source, const std::string& out, const std::string& quantize = "");
 
 // A fine-tuning run (kiln train sft) as a Hugging Face folder: every weight

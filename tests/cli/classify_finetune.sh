@@ -22,6 +22,19 @@ run 0 "$KILN" eval "$WORK/bert"
 expect "test accuracy: $accuracy"
 expect "^ +15 zippy"
 
+# The run classifies (kiln classify, as kiln serve loads it) and exports as
+# a folder that Kiln and transformers load with the same probabilities.
+TEXT="The compiler crashed again, and the manual was no help."
+run 0 "$KILN" classify "$WORK/bert" --text "$TEXT" --json
+cp "$OUT" "$WORK/bert.json"
+run 0 "$KILN" export "$WORK/bert" --format hf --out "$WORK/bert-hf"
+run 0 "$KILN" classify "hf:$WORK/bert-hf" --text "$TEXT" --json
+python3 - "$WORK/bert.json" "$OUT" <<'PY' || fail "the export classifies differently from the run"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["label"] == b["label"] and max(abs(a["probs"][k] - b["probs"][k]) for k in a["probs"]) < 1e-5, (a, b)
+PY
+
 # A causal LM as a classifier: a new head on the last token.
 awk 'NR % 170 == 1' "$WORK/data/train.jsonl" > "$WORK/small.jsonl"  # every file's fortunes are together
 run 0 "$KILN" train classify --init "hf:$FIX/llama-gqa" --data "$WORK/small.jsonl" --steps 4 --batch-size 8 \
@@ -29,6 +42,27 @@ run 0 "$KILN" train classify --init "hf:$FIX/llama-gqa" --data "$WORK/small.json
 expect "llama with a new head on its last token"
 run 0 "$KILN" eval "$WORK/llama"
 expect "its training examples"
+run 0 "$KILN" classify "$WORK/llama" --text "$TEXT" --json
+cp "$OUT" "$WORK/llama.json"
+run 0 "$KILN" export "$WORK/llama" --format hf --out "$WORK/llama-hf"
+VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
+if "$VENV_PY" -c "import transformers" 2>/dev/null; then
+  for model in bert llama; do
+    run 0 "$VENV_PY" - "$WORK/$model-hf" "$WORK/$model.json" "$TEXT" <<'PY'
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+folder, kiln, text = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
+with torch.no_grad():
+    probs = torch.softmax(model(**AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt")).logits[0], -1)
+theirs = {model.config.id2label[i]: p for i, p in enumerate(probs.tolist())}
+worst = max(abs(theirs[k] - v) for k, v in kiln["probs"].items())
+assert worst < 1e-4, (worst, theirs, kiln)
+print(f"transformers loads {folder} with Kiln's probabilities: largest difference {worst:.1e}")
+PY
+    expect "largest difference"
+  done
+fi
 
 # Bad input.
 printf '{"text": "a", "label": "x"}\n{"text": "b", "label": 1.5}\n' > "$WORK/bad.jsonl"
