@@ -30,3 +30,8 @@ if(KILN_HAVE_GLOO)
   set_tests_properties(cli.torchrun_train PROPERTIES LABELS "cpu;dist" TIMEOUT 300
                        ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>")
 endif()
+
+# The installed library and a project that find_package(Kiln)s it (examples/).
+add_test(NAME cli.install_consumer COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/install_consumer.sh)
+set_tests_properties(cli.install_consumer PROPERTIES LABELS cpu TIMEOUT 600
+                     ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;KILN_BUILD_DIR=${CMAKE_BINARY_DIR}")

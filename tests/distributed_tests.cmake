@@ -12,7 +12,7 @@ if(MPI_C_FOUND)
   find_program(KILN_MPIRUN NAMES mpirun mpiexec)
   # bench/distributed/scaling.sh: Kiln's all-reduce against raw MPI.
   add_executable(bench_allreduce bench/distributed/allreduce_bench.cpp)
-  target_link_libraries(bench_allreduce PRIVATE kiln)
+  target_link_libraries(bench_allreduce PRIVATE kiln MPI::MPI_C)
   set(KILN_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
       OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none)
   foreach(np 2 4)

@@ -7,9 +7,12 @@
 #include "apps/cli/quantize_option.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
+#if KILN_HAVE_SERVER
 #include "apps/cli/serve_command.h"
+#endif
 #include "apps/cli/text_commands.h"
 #include "apps/cli/train_command.h"
+#include "kiln/version.h"
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/core/error.h"
@@ -25,6 +28,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"Kiln: a deep-learning engine in C++20 and CUDA"};
+  app.set_version_flag("--version", std::string("kiln ") + kiln::version());
   app.require_subcommand(1);
 
   std::function<int()> run_train = kiln::cli::add_train_command(app);
@@ -57,7 +61,11 @@ int main(int argc, char** argv) {
   std::function<int()> run_export = kiln::cli::add_export_command(app);
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
+#if KILN_HAVE_SERVER
   std::function<int()> run_serve = kiln::cli::add_serve_command(app);
+#else
+  const std::function<int()> run_serve = [] { return -1; };  // built without kiln serve (-DKILN_BUILD_SERVER=OFF)
+#endif
   std::function<int()> run_chat = kiln::cli::add_chat_command(app);
   std::function<int()> run_data = kiln::cli::add_data_command(app);
 
