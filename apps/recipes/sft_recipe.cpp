@@ -91,8 +91,8 @@ SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state)
   same_as_saved(o.lora_targets.has_value(),
                 o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : std::vector<std::string>(),
                 s.lora ? s.lora->targets : std::vector<std::string>(), "--lora-targets");
-  same_as_saved(!o.distill_from.empty(), std::string("given"), std::string(s.teacher.empty() ? "none" : "given"),
-                "--distill-from");
+  KILN_CHECK(o.distill_from.empty() || !s.teacher.empty(), "--distill-from: the resumed run trained without a "
+             "teacher (a resumed run keeps its settings); drop it to resume, or train into a new --out directory");
   same_as_saved(o.distill_temperature.has_value(), o.distill_temperature.value_or(0), s.temperature,
                 "--distill-temperature");
   same_as_saved(o.distill_alpha.has_value(), o.distill_alpha.value_or(0), s.alpha, "--distill-alpha");

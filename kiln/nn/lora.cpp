@@ -21,15 +21,9 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
 
 namespace {
 
-bool targeted(const std::string& path, const std::string& leaf, const LoraConfig& config, const std::string& head) {
-  for (const std::string& t : config.targets) {
-    if (t == "all-linear") {
-      if (leaf != head) return true;
-    } else if (path == t || path.ends_with("." + t)) {
-      return true;
-    }
-  }
-  return false;
+// Whether a target names the Linear at `path` (whose last component is `leaf`), as peft matches.
+bool names_layer(const std::string& target, const std::string& path, const std::string& leaf, const std::string& head) {
+  return target == "all-linear" ? leaf != head : path == target || path.ends_with("." + target);
 }
 
 // Every Linear under root (not the adapters' own), by path.
@@ -53,11 +47,12 @@ std::vector<std::string> apply_lora(Module& root, const LoraConfig& config, Gene
   for (auto& [path, linear] : linears(root)) {
     const std::string leaf = path.substr(path.rfind('.') + 1);
     names.push_back(leaf);
-    if (!targeted(path, leaf, config, head)) continue;
+    bool any = false;
+    for (const std::string& t : config.targets)
+      if (names_layer(t, path, leaf, head)) any = used[t] = true;
+    if (!any) continue;
     linear->attach_lora(config.rank, config.scale(), config.dropout, init, dropout_gen);
     adapted.push_back(path);
-    for (const std::string& t : config.targets)
-      if (t == "all-linear" || path == t || path.ends_with("." + t)) used[t] = true;
   }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
