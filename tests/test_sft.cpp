@@ -80,6 +80,37 @@ TEST(SftData, EncodesAndMasksAsTrlDoes) {
   EXPECT_EQ(b.tokens, counted);
 }
 
+// --packing: every token and learned flag kept, in order, in rows of the
+// given length; a row never learns an example's first token.
+TEST(SftData, PackingKeepsEveryTokenAndLearnsNothingAcrossAnExamplesStart) {
+  Fixture f;
+  const recipes::SftData data = recipes::read_sft_file(hf_test::fixture("finetune/train.jsonl"), f.encoding());
+  const std::vector<int64_t> order = {2, 0, 3, 1};
+  const std::vector<recipes::SftExample> rows = recipes::pack_examples(data.examples, order, 16);
+  std::vector<int32_t> packed, expected;
+  std::vector<uint8_t> learned, expected_learned;
+  std::vector<size_t> starts;  // where each example begins in the stream
+  for (int64_t i : order) {
+    starts.push_back(expected.size());
+    const auto& e = data.examples[size_t(i)];
+    expected.insert(expected.end(), e.ids.begin(), e.ids.end());
+    expected_learned.insert(expected_learned.end(), e.learn.begin(), e.learn.end());
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r].ids.size(), r + 1 < rows.size() ? 16u : (expected.size() - 1) % 16 + 1);
+    packed.insert(packed.end(), rows[r].ids.begin(), rows[r].ids.end());
+    learned.insert(learned.end(), rows[r].learn.begin(), rows[r].learn.end());
+  }
+  EXPECT_EQ(packed, expected);
+  EXPECT_EQ(learned, expected_learned);
+  for (size_t start : starts) EXPECT_EQ(learned[start], 0) << "an example's first token is learned at " << start;
+  const recipes::SftLoader::Batch b = recipes::sft_batch(rows, 0, rows.size(), 0);
+  const auto y = b.y.to_vector<int64_t>();
+  const int64_t T = b.x.size(1);
+  for (size_t start : starts)
+    if (start % 16 != 0) EXPECT_EQ(y[size_t(int64_t(start / 16) * T + int64_t(start % 16) - 1)], -100) << start;
+}
+
 TEST(SftData, ConversationsLearnTheAssistantTurnsOnly) {
   Fixture f;
   const text::ChatTemplate chatml = text::chat_template_named("chatml");
@@ -376,26 +407,31 @@ TEST(SftRuns, ResumingAgainstADifferentBaseIsRefused) {
 }
 
 TEST(SftRuns, ResumedRunEqualsTheUninterruptedOne) {
-  const fs::path dir = testing::fresh_test_dir("sft", "resume");
-  recipes::TrainOptions whole = parity_options(dir / "whole", "lora-all");
-  whole.steps = 4;
-  whole.batch_size = 2;
-  recipes::train(whole, [](const std::string&) {});
-  recipes::TrainOptions part = whole;
-  part.out_dir = (dir / "parts").string();
-  part.stop_after = 2;
-  recipes::train(part, [](const std::string&) {});
-  recipes::TrainOptions rest;
-  rest.recipe = "sft";
-  rest.out_dir = part.out_dir;
-  rest.resume = true;
-  rest.threads = 1;
-  rest.progress = false;
-  recipes::train(rest, [](const std::string&) {});
-  const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
-  ASSERT_EQ(a.step, 4);
-  ASSERT_EQ(b.step, 4);
-  for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+  for (const bool packing : {false, true}) {
+    const fs::path dir = testing::fresh_test_dir("sft", packing ? "resume-packed" : "resume");
+    recipes::TrainOptions whole = parity_options(dir / "whole", "lora-all");
+    whole.steps = 4;
+    whole.batch_size = 2;
+    whole.packing = packing;
+    whole.max_seq_len = 12;
+    recipes::train(whole, [](const std::string&) {});
+    recipes::TrainOptions part = whole;
+    part.out_dir = (dir / "parts").string();
+    part.stop_after = 2;
+    recipes::train(part, [](const std::string&) {});
+    recipes::TrainOptions rest;
+    rest.recipe = "sft";
+    rest.out_dir = part.out_dir;
+    rest.resume = true;
+    rest.threads = 1;
+    rest.progress = false;
+    recipes::train(rest, [](const std::string&) {});
+    const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
+    ASSERT_EQ(a.step, 4);
+    ASSERT_EQ(b.step, 4);
+    for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+    EXPECT_EQ(a.state["sft"]["packing"], packing);
+  }
 }
 
 }  // namespace

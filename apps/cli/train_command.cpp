@@ -115,6 +115,8 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "\"completion\"} or {\"messages\"}");
   cmd->add_option("--val", to->val_file, "sft: held-out examples (same format); their loss is reported before and "
                   "after training");
+  cmd->add_flag("--packing", to->packing, "sft: pack the examples into rows of --max-seq-len tokens instead of one "
+                "padded example a row (TRL's packing; an example attends to those before it in its row)");
   cmd->add_option("--lora-from", to->lora_from, "sft: start the adapters from a peft adapter folder (its rank, alpha "
                   "and targets)");
   cmd->add_option("--chat-template", to->chat_template, "sft: the chat template that renders \"messages\" lines "

@@ -56,6 +56,7 @@ struct TrainOptions {
   std::string init;                  // hf:DIR, or a fortunes-gpt run to start from
   std::string data_file, val_file;   // JSON Lines (apps/recipes/sft_data.h)
   std::optional<int64_t> max_seq_len;
+  bool packing = false;              // pack examples into rows of max_seq_len (TRL's packing=True)
   std::optional<int64_t> lora_rank;  // given: LoRA adapters train, the base is frozen
   std::optional<double> lora_alpha, lora_dropout;
   std::optional<std::string> lora_targets;  // peft's module names, or all-linear

@@ -27,27 +27,48 @@ SftLoader::Batch sft_batch(const std::vector<SftExample>& examples, size_t first
   return b;
 }
 
-SftLoader::SftLoader(const std::vector<SftExample>& examples, int64_t batch_size, uint64_t seed, int32_t pad)
-    : examples_(examples), batch_size_(batch_size), seed_(seed), pad_(pad) {
-  KILN_CHECK(batch_size >= 1 && batch_size <= int64_t(examples.size()), "a batch of ", batch_size, " examples from ",
-             examples.size(), "; use --batch-size of at most the number of examples");
+std::vector<SftExample> pack_examples(const std::vector<SftExample>& examples, const std::vector<int64_t>& order,
+                                      int64_t length) {
+  KILN_CHECK(length >= 2, "packing needs rows of at least 2 tokens");
+  std::vector<SftExample> rows(1);
+  for (int64_t i : order) {
+    const SftExample& e = examples[size_t(i)];
+    for (size_t t = 0; t < e.ids.size(); ++t) {
+      if (int64_t(rows.back().ids.size()) == length) rows.emplace_back();
+      rows.back().ids.push_back(e.ids[t]);
+      rows.back().learn.push_back(e.learn[t]);
+    }
+  }
+  return rows;
+}
+
+SftLoader::SftLoader(const std::vector<SftExample>& examples, int64_t batch_size, uint64_t seed, int32_t pad,
+                     int64_t pack_to)
+    : examples_(examples), batch_size_(batch_size), seed_(seed), pad_(pad), pack_to_(pack_to) {
   set_state({});
+  KILN_CHECK(batch_size >= 1 && batch_size <= int64_t(rows_.size()), "a batch of ", batch_size, " rows from ",
+             rows_.size(), pack_to > 0 ? " packed rows" : " examples", "; use --batch-size of at most that");
 }
 
 void SftLoader::set_state(const data::LoaderState& s) {
-  KILN_CHECK(s.position <= examples_.size(), "loader position ", s.position, " is past the ", examples_.size(),
-             " examples");
+  const std::vector<int64_t> order =
+      data::seeded_permutation(int64_t(examples_.size()), data::derive_seed(seed_, s.epoch));
+  if (pack_to_ > 0) {
+    rows_ = pack_examples(examples_, order, pack_to_);
+  } else {
+    rows_.clear();
+    for (int64_t i : order) rows_.push_back(examples_[size_t(i)]);
+  }
+  KILN_CHECK(s.position <= rows_.size(), "loader position ", s.position, " is past the ", rows_.size(), " rows");
   state_ = s;
-  order_ = data::seeded_permutation(int64_t(examples_.size()), data::derive_seed(seed_, s.epoch));
 }
 
 // An epoch's last partial batch is dropped, as the token loaders do.
 SftLoader::Batch SftLoader::next() {
-  if (state_.position + uint64_t(batch_size_) > examples_.size()) set_state({state_.epoch + 1, 0});
-  std::vector<SftExample> picked;
-  for (int64_t i = 0; i < batch_size_; ++i) picked.push_back(examples_[size_t(order_[state_.position + uint64_t(i)])]);
+  if (state_.position + uint64_t(batch_size_) > rows_.size()) set_state({state_.epoch + 1, 0});
+  const size_t first = size_t(state_.position);
   state_.position += uint64_t(batch_size_);
-  return sft_batch(picked, 0, picked.size(), pad_);
+  return sft_batch(rows_, first, size_t(batch_size_), pad_);
 }
 
 }  // namespace kiln::recipes

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 json SftSettings::to_json() const {
   json j{{"base", base}, {"base_hash", base_hash}, {"data", data}, {"val", val}, {"max_seq_len", max_seq_len},
-         {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from}, {"teacher", teacher},
+         {"packing", packing}, {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from}, {"teacher", teacher},
          {"temperature", temperature}, {"alpha", alpha}};
   if (lora)
     j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"dropout", lora->dropout}, {"targets", lora->targets}};
@@ -34,6 +34,7 @@ SftSettings SftSettings::from_json(const json& j) {
   s.val = j.value("val", std::string());
   s.max_seq_len = j.at("max_seq_len").get<int64_t>();
   s.chat_template = j.value("chat_template", std::string());
+  s.packing = j.value("packing", false);
   s.lora_from = j.value("lora_from", std::string());
   s.teacher = j.value("teacher", std::string());
   s.temperature = j.value("temperature", 2.0);

@@ -21,6 +21,7 @@ struct SftSettings {
   std::string base_hash;  // models::hf_weights_hash(base)
   std::string data, val;  // JSON Lines files (val: "" for none)
   int64_t max_seq_len = 1024;
+  bool packing = false;              // examples packed into rows of max_seq_len (else one a row, padded)
   std::string chat_template;         // a family's name for "messages" lines ("": the folder's own)
   std::optional<nn::LoraConfig> lora;  // none: every weight trains
   std::string lora_from;             // a peft folder the adapters start from ("": fresh)

@@ -50,6 +50,7 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
   s.val = o.val_file.empty() ? "" : absolute_path(o.val_file);
   s.max_seq_len = o.max_seq_len.value_or(1024);
   s.chat_template = o.chat_template;
+  s.packing = o.packing;
   const bool lora_options = o.lora_alpha || o.lora_dropout || o.lora_targets;
   KILN_CHECK(!lora_options || o.lora_rank || !o.lora_from.empty(), "--lora-alpha, --lora-dropout and --lora-targets "
              "shape LoRA adapters; give --lora-rank R too");
@@ -84,6 +85,7 @@ SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state)
   same_as_saved(!o.data_file.empty(), o.data_file.empty() ? s.data : absolute_path(o.data_file), s.data, "--data");
   same_as_saved(!o.val_file.empty(), o.val_file.empty() ? s.val : absolute_path(o.val_file), s.val, "--val");
   same_as_saved(o.max_seq_len.has_value(), o.max_seq_len.value_or(0), s.max_seq_len, "--max-seq-len");
+  same_as_saved(o.packing, true, s.packing, "--packing");
   same_as_saved(o.lora_rank.has_value(), o.lora_rank.value_or(0), s.lora ? s.lora->rank : 0, "--lora-rank");
   same_as_saved(o.lora_alpha.has_value(), o.lora_alpha.value_or(0), s.lora ? s.lora->alpha : 0.0, "--lora-alpha");
   same_as_saved(o.lora_dropout.has_value(), o.lora_dropout.value_or(0), s.lora ? s.lora->dropout : 0.0,
@@ -213,20 +215,24 @@ class SftRecipe final : public Recipe {
     const SftData train_data = read_sft_file(s.data, enc);
     const std::optional<SftData> val_data = s.val.empty() ? std::nullopt : std::optional(read_sft_file(s.val, enc));
     const int32_t pad = enc.eos.value_or(0);  // any id: padded positions are never attended to nor learned
-    const int64_t examples = int64_t(train_data.examples.size());
+    // Rows of one epoch: the examples, or with --packing their tokens in rows of max_seq_len.
+    int64_t tokens = 0;
+    for (const SftExample& e : train_data.examples) tokens += int64_t(e.ids.size());
+    const int64_t pack_to = s.packing ? enc.max_seq_len : 0;
+    const int64_t rows = pack_to > 0 ? (tokens + pack_to - 1) / pack_to : int64_t(train_data.examples.size());
 
     RecipeDefaults d;
-    d.batch_size = std::min<int64_t>(default_batch_size(), examples);
+    d.batch_size = std::min<int64_t>(default_batch_size(), rows);
     d.lr = s.lora ? 2e-4 : 2e-5;
     d.epochs = 1;
-    d.steps_per_epoch = [examples](int64_t batch) { return std::max<int64_t>(1, examples / batch); };
+    d.steps_per_epoch = [rows](int64_t batch) { return std::max<int64_t>(1, rows / batch); };
     const RunStart run = start_run(o, name(), d, log);
     const RunConfig& c = run.config;
     KILN_CHECK(c.checkpointing != "selective", "the Llama family checkpoints activations by blocks (or none); use "
                "--checkpoint-activations blocks");
     model.set_activation_checkpointing(models::parse_activation_checkpointing(c.checkpointing));
 
-    SftLoader loader(train_data.examples, c.batch_size, c.seed, pad);
+    SftLoader loader(train_data.examples, c.batch_size, c.seed, pad, pack_to);
     optim::AdamWOptions adamw;
     adamw.weight_decay = 0.0;  // transformers' Trainer default
     std::unique_ptr<optim::Optimizer> optimizer = place_model_and_optimizer(c, run.device, model, adamw);
@@ -239,13 +245,15 @@ class SftRecipe final : public Recipe {
     for (const auto& [n, p] : model.trainable_parameters()) trainable += p.numel();
     char head[400];
     std::snprintf(head, sizeof head, "sft: %s (%s), %lld parameters, training %lld (%.2f%%)%s; %lld examples "
-                  "(%lld cut to %lld tokens, %lld with nothing to learn left out), %lld steps of %lld",
+                  "(%lld cut to %lld tokens, %lld with nothing to learn left out%s), %lld steps of %lld",
                   s.base.c_str(), lm.model_type.c_str(), (long long)model.parameter_count(), (long long)trainable,
                   100.0 * double(trainable) / double(model.parameter_count()),
                   s.lora ? (", LoRA rank " + std::to_string(s.lora->rank) + " on " + std::to_string(adapted.size()) +
                             " layers").c_str() : "",
-                  (long long)examples, (long long)train_data.truncated, (long long)enc.max_seq_len,
-                  (long long)train_data.skipped, (long long)c.total_steps, (long long)c.batch_size);
+                  (long long)train_data.examples.size(), (long long)train_data.truncated, (long long)enc.max_seq_len,
+                  (long long)train_data.skipped,
+                  pack_to > 0 ? (", packed into " + std::to_string(rows) + " rows").c_str() : "",
+                  (long long)c.total_steps, (long long)c.batch_size);
     log(head);
 
     const int64_t val_batch = validation_batch(c.micro_batch);

@@ -30,6 +30,10 @@ run 0 "$KILN" export "$WORK/lora" --format hf --merge --out "$WORK/lora-merged"
 run 1 "$KILN" export "$WORK/lora" --format hf --out "$WORK/unmerged"
 expect "trained LoRA adapters: export them with --format peft, or merged into the base with --format hf --merge"
 run 0 "$KILN" sample "$WORK/lora" --prompt "Fortune: " --count 1 --max-tokens 8
+# --packing: the examples' tokens in rows of --max-seq-len.
+run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --packing --max-seq-len 64 --batch-size 4 \
+  --steps 2 --no-progress --out "$WORK/packed"
+expect "[0-9]+ examples .*packed into [0-9]+ rows"
 # --fit plans the fine-tuning step (LoRA on the frozen base) into a budget.
 run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --lora-rank 4 --batch-size 8 --steps 2 \
   --fit --memory-budget 3MiB --no-progress --out "$WORK/fit"
