@@ -5,6 +5,7 @@
 #include "kiln/backend/gpu_info.h"
 #include "kiln/core/units.h"
 #include "kiln/io/checkpoint.h"
+#include "apps/recipes/run_config.h"
 #include "apps/recipes/sft_model.h"
 #include "models/gpt/presets.h"
 #include "models/hf/hf_model.h"
@@ -47,10 +48,8 @@ void plan_fine_tune(const recipes::TrainOptions& o, const std::optional<nlohmann
 
 void apply_fit(recipes::TrainOptions& o, const recipes::Log& log) {
   const Device device = o.device.value_or(Device::cpu());
-  std::optional<nlohmann::json> saved;
-  const std::string out_dir = o.out_dir.empty() ? "runs/" + (o.recipe.empty() ? "fashion-mlp" : o.recipe) : o.out_dir;
-  if (o.resume)
-    if (auto latest = latest_checkpoint(out_dir)) saved = load_checkpoint_state(*latest);
+  const std::optional<nlohmann::json> saved =
+      recipes::saved_run_state(o, recipes::resolve_out_dir(o, o.recipe.empty() ? "fashion-mlp" : o.recipe));
   const std::string recipe_name = saved ? saved->value("recipe", "") : (o.recipe.empty() ? "fashion-mlp" : o.recipe);
   const recipes::Recipe& recipe = recipes::find_recipe(recipe_name);
 

@@ -255,9 +255,7 @@ class ClassifyFinetuneRecipe final : public Recipe {
 
   TrainResult train(const TrainOptions& o, const Log& log) const override {
     const std::string out_dir = resolve_out_dir(o, name());
-    std::optional<json> saved;
-    if (o.resume)
-      if (const auto latest = latest_checkpoint(out_dir)) saved = load_checkpoint_state(*latest);
+    const std::optional<nlohmann::json> saved = saved_run_state(o, out_dir);
     ClassifySettings s;
     if (saved) {
       s = ClassifySettings::from_json(saved->value("classify", json()));

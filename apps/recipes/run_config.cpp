@@ -43,6 +43,12 @@ std::string resolve_out_dir(const TrainOptions& o, const std::string& recipe_nam
   return o.out_dir.empty() ? "runs/" + recipe_name : o.out_dir;
 }
 
+std::optional<nlohmann::json> saved_run_state(const TrainOptions& o, const std::string& out_dir) {
+  if (!o.resume) return std::nullopt;
+  const auto latest = latest_checkpoint(out_dir);
+  return latest ? std::optional(load_checkpoint_state(*latest)) : std::nullopt;
+}
+
 namespace {
 
 template <typename T>

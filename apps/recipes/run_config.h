@@ -70,4 +70,8 @@ RunStart start_run(const TrainOptions& options, const std::string& recipe_name, 
 // out_dir or runs/<recipe>
 std::string resolve_out_dir(const TrainOptions& o, const std::string& recipe_name);
 
+// With --resume, the state.json of the newest checkpoint in out_dir (what a
+// recipe reads before start_run to rebuild its data and model); else none.
+std::optional<nlohmann::json> saved_run_state(const TrainOptions& o, const std::string& out_dir);
+
 }  // namespace kiln::recipes

@@ -187,9 +187,7 @@ class SftRecipe final : public Recipe {
 
   TrainResult train(const TrainOptions& o, const Log& log) const override {
     const std::string out_dir = resolve_out_dir(o, name());
-    std::optional<nlohmann::json> saved;
-    if (o.resume)
-      if (const auto latest = latest_checkpoint(out_dir)) saved = load_checkpoint_state(*latest);
+    const std::optional<nlohmann::json> saved = saved_run_state(o, out_dir);
     const SftSettings s = saved ? resumed_settings(o, *saved) : fresh_settings(o, out_dir, log);
 
     // Under LoRA in bf16 or fp16 the frozen base is kept in that dtype (only
