@@ -92,19 +92,29 @@ struct Encoded {
   std::vector<int64_t> labels;
 };
 
-Encoded encode(const std::vector<LabelledText>& rows, const Classifier& c, const ClassifySettings& s,
-               const std::string& origin) {
-  Encoded e;
+// Each row's label as its id in s.labels.
+std::vector<int64_t> label_ids(const std::vector<LabelledText>& rows, const ClassifySettings& s,
+                               const std::string& origin) {
+  std::vector<int64_t> ids;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto it = std::find(s.labels.begin(), s.labels.end(), rows[i].label);
     KILN_CHECK(it != s.labels.end(), origin, ": example ", i + 1, "'s label '", rows[i].label,
                "' is not one the training data has");
+    ids.push_back(it - s.labels.begin());
+  }
+  return ids;
+}
+
+Encoded encode(const std::vector<LabelledText>& rows, const Classifier& c, const ClassifySettings& s,
+               const std::string& origin) {
+  Encoded e;
+  e.labels = label_ids(rows, s, origin);
+  const int64_t limit = std::min(s.max_seq_len, c.max_positions);
+  for (size_t i = 0; i < rows.size(); ++i) {
     std::vector<int32_t> ids = c.encode(rows[i].text);
     KILN_CHECK(!ids.empty(), origin, ": example ", i + 1, " has no tokens");
-    const int64_t limit = std::min(s.max_seq_len, c.max_positions);
     if (int64_t(ids.size()) > limit) ids.resize(size_t(limit));
     e.ids.push_back(std::move(ids));
-    e.labels.push_back(it - s.labels.begin());
   }
   return e;
 }
@@ -141,10 +151,9 @@ struct Scores {
   std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
 };
 
-Scores score(const Classifier& c, const Encoded& e, int64_t majority_label, Device device) {
+Scores score(const Classifier& c, const Encoded& e, size_t L, int64_t majority_label, Device device) {
   NoGradGuard ng;
   c.module->eval();
-  const size_t L = size_t(std::max<int64_t>(1, *std::max_element(e.labels.begin(), e.labels.end()) + 1));
   Scores s;
   s.confusion.assign(L, std::vector<int64_t>(L, 0));
   int64_t right = 0, majority = 0;
@@ -156,7 +165,7 @@ Scores score(const Classifier& c, const Encoded& e, int64_t majority_label, Devi
       const int64_t truth = e.labels[size_t(which[r])];
       right += predicted[r] == truth;
       majority += truth == majority_label;
-      if (size_t(truth) < L && size_t(predicted[r]) < L) ++s.confusion[size_t(truth)][size_t(predicted[r])];
+      ++s.confusion[size_t(truth)][size_t(predicted[r])];
     }
   }
   c.module->train();
@@ -337,7 +346,7 @@ class ClassifyFinetuneRecipe final : public Recipe {
     TrainResult result;
     const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);
     if (finished && val_set) {
-      const Scores sc = score(c, *val_set, majority_label, run.device);
+      const Scores sc = score(c, *val_set, s.labels.size(), majority_label, run.device);
       result.test_accuracy = sc.accuracy;
       result.test_set = std::to_string(val_set->ids.size()) + " examples of " + s.val;
       log(confusion_text(sc, s.labels) + "majority-label baseline: " + std::to_string(sc.majority));
@@ -352,7 +361,8 @@ class ClassifyFinetuneRecipe final : public Recipe {
     c.module->to(device);
     const std::string file = s.val.empty() ? s.data : s.val;
     const Encoded e = encode(read_labelled_file(file), c, s, file);
-    const Scores sc = score(c, e, most_common(encode(read_labelled_file(s.data), c, s, s.data).labels), device);
+    const int64_t majority_label = most_common(label_ids(read_labelled_file(s.data), s, s.data));
+    const Scores sc = score(c, e, s.labels.size(), majority_label, device);
     log("evaluating on " + file + (s.val.empty() ? " (the run had no --val: its training examples)" : ""));
     log(confusion_text(sc, s.labels) + "majority-label baseline: " + std::to_string(sc.majority));
     EvalResult r;
