@@ -273,20 +273,16 @@ class SftRecipe final : public Recipe {
       batch_tokens = b.tokens;
       return Batch{b.x, b.y};
     };
-    // The step's loss is the mean over every learned token of the batch, as
-    // transformers computes it for a whole batch: each micro-batch's and
-    // each rank's mean is weighted by its share of those tokens (the loop
-    // weights them by rows, and the ranks' losses are averaged).
-    const int world = distributed::world_size();
-    const int64_t rows_per_rank = c.batch_size / world;
     if (teacher) teacher->model->to(run.device);
     hooks.loss = [&](const Tensor& x, const Tensor& y) {
-      const Tensor mean = teacher ? distilled_loss(model, *teacher->model, x.to(run.device), y.to(run.device), s)
-                                  : model.loss(x.to(run.device), y.to(run.device));
-      const double w = double(counted_targets(y)) * double(world) * double(rows_per_rank) /
-                       (double(batch_tokens) * double(x.size(0)));
-      return w == 1.0 ? mean : mul_scalar(mean, w);
+      return teacher ? distilled_loss(model, *teacher->model, x.to(run.device), y.to(run.device), s)
+                     : model.loss(x.to(run.device), y.to(run.device));
     };
+    // The step's loss is the mean over every learned token of the batch, as
+    // transformers computes it for a whole batch: each micro-batch's and
+    // each rank's mean weighs by its share of those tokens.
+    const double world = double(distributed::world_size());
+    hooks.weight = [&](const Tensor&, const Tensor& y) { return double(counted_targets(y)) * world / double(batch_tokens); };
     hooks.add_state = [&](nlohmann::json& state) { state["sft"] = s.to_json(); };
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);

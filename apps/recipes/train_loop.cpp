@@ -20,7 +20,7 @@ std::vector<Device> record_devices(const RunStart& run) {
 
 // Forward and backward over `batch` in micro-batches of at most `micro`
 // examples. Each micro-batch's mean loss is weighted by its share of the
-// batch, so the gradients add up to the full batch's mean-loss gradient.
+// batch (hooks.weight), so the gradients add up to the full batch's mean-loss gradient.
 // Returns the batch's mean loss.
 double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& hooks, MixedPrecision& precision,
                             bool poison, const std::function<void()>& before_last) {
@@ -37,7 +37,11 @@ double accumulate_gradients(const Batch& batch, int64_t micro, const LoopHooks& 
       loss = n == B ? hooks.loss(batch.x, batch.y)
                     : hooks.loss(batch.x.slice(0, first, first + n), batch.y.slice(0, first, first + n));
     }
-    if (n != B) loss = mul_scalar(loss, double(n) / double(B));
+    const double weight = hooks.weight ? (n == B ? hooks.weight(batch.x, batch.y)
+                                                 : hooks.weight(batch.x.slice(0, first, first + n),
+                                                                batch.y.slice(0, first, first + n)))
+                                       : double(n) / double(B);
+    if (weight != 1.0) loss = mul_scalar(loss, weight);
     if (poison && first == 0) loss = mul_scalar(loss, std::numeric_limits<double>::quiet_NaN());
     if (before_last && first + n >= B) before_last();
     precision.accumulate(loss);

@@ -46,6 +46,12 @@ struct LoopHooks {
   // The mean loss over (a slice of) a batch, on the run's device; called
   // under autocast.
   std::function<Tensor(const Tensor& x, const Tensor& y)> loss;
+  // The weight of a micro-batch's mean loss (x, y: its rows of this rank's
+  // shard); the step's gradients are the weighted sum. Unset: its share of
+  // the shard's rows. The ranks' results are averaged, so weights that add
+  // up to the world size over the whole batch make the step's loss the
+  // batch's (kiln train sft: each part's share of the batch's learned tokens).
+  std::function<double(const Tensor& x, const Tensor& y)> weight;
   // Called after each step with the steps done; returns true to checkpoint
   // there (image recipes: an epoch ended, after logging validation). Lines
   // go to `log`, which first ends the progress bar's line.
