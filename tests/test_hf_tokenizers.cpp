@@ -122,6 +122,16 @@ TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {
           "normalizer type 'Precompiled' is not supported");
   refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", "names a token the vocabulary lacks");
   refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}", "not a non-negative");
+  // Numbers that are not integers in range are refused, not cast (casting a
+  // float out of range is undefined behaviour: the fuzzer found these).
+  const std::string bpe = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}";
+  refuses(bpe + ", \"added_tokens\": [{\"id\": 1e30, \"content\": \"zz\"}]}", "an added token's id is 1e+30");
+  refuses(bpe + ", \"post_processor\": {\"type\": \"BertProcessing\", \"cls\": [\"a\", 0.5], \"sep\": [\"a\", 0]}}",
+          "the cls id is 0.5");
+  refuses(bpe + ", \"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1}}", "\"start\" is -1");
+  refuses(bpe + ", \"decoder\": {\"type\": \"Strip\", \"content\": \"\", \"start\": 1}}", "no \"content\" to strip");
+  refuses("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"[UNK]\": 0}, \"max_input_chars_per_word\": 1e300}}",
+          "\"max_input_chars_per_word\" is 1e+300");
   refuses("not json", "is not valid JSON");
   refuses("{}", "has no \"model\"");
   refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Split\", "

@@ -376,7 +376,7 @@ struct Template : PostProcessor {
       const std::string name = item["SpecialToken"].at("id").get<std::string>();
       KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
                  "' missing from its special_tokens");
-      for (const auto& id : specials[name].at("ids")) (seen_sequence ? after : before).push_back(id.get<int32_t>());
+      for (const auto& id : specials[name].at("ids")) (seen_sequence ? after : before).push_back(read_token_id(id, "an id of special token '" + name + "'"));
     }
   }
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
@@ -390,7 +390,7 @@ struct Template : PostProcessor {
 // BertProcessing / RobertaProcessing: [CLS] A [SEP], each given as [token, id].
 struct ClsSep : PostProcessor {
   int32_t cls, sep;
-  explicit ClsSep(const json& j) : cls(j.at("cls").at(1).get<int32_t>()), sep(j.at("sep").at(1).get<int32_t>()) {}
+  explicit ClsSep(const json& j) : cls(read_token_id(j.at("cls").at(1), "the cls id")), sep(read_token_id(j.at("sep").at(1), "the sep id")) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     ids.insert(ids.begin(), cls);
     ids.push_back(sep);
@@ -496,7 +496,9 @@ struct StripDecoder : Decoder {
   std::string content;
   size_t start, stop;
   explicit StripDecoder(const json& j)
-      : content(j.at("content").get<std::string>()), start(j.value("start", size_t(0))), stop(j.value("stop", size_t(0))) {}
+      : content(j.at("content").get<std::string>()), start(read_count(j, "start", 0)), stop(read_count(j, "stop", 0)) {
+    KILN_CHECK(!content.empty(), "tokenizer.json: a Strip decoder has no \"content\" to strip");
+  }
   std::vector<std::string> decode(std::vector<std::string> tokens) const override {
     for (auto& t : tokens) {
       size_t b = 0, e = t.size();

@@ -16,7 +16,7 @@ class WordPiece : public TokenModel {
   explicit WordPiece(const nlohmann::json& j) {
     vocab_ = read_vocab(j, "WordPiece");
     prefix_ = j.value("continuing_subword_prefix", std::string("##"));
-    max_chars_ = j.value("max_input_chars_per_word", size_t(100));
+    max_chars_ = read_count(j, "max_input_chars_per_word", 100);
     const std::string unk = j.value("unk_token", std::string("[UNK]"));
     auto it = vocab_.find(unk);
     KILN_CHECK(it != vocab_.end(), "tokenizer.json: WordPiece unk_token '", unk, "' is not in the vocabulary");
