@@ -14,6 +14,7 @@ packages=(
   chromium chromium-driver wrk curl       # the serving page's browser test; load for the serving benchmark
   dataset-fashion-mnist fortunes          # the real data
   python3-torch python3-numpy             # PyTorch reference for parity tests and benchmarks
+  python3-dev pybind11-dev libdlpack-dev python3-pytest  # import kiln: the extension module and its tests
 )
 
 missing=()

@@ -62,7 +62,7 @@ std::function<void()> optional_option(CLI::App* cmd, const std::string& flag, st
 
 }  // namespace
 
-std::function<int()> add_train_command(CLI::App& app) {
+std::function<std::optional<recipes::TrainOptions>()> add_train_options(CLI::App& app) {
   auto to = std::make_shared<recipes::TrainOptions>();
   auto* cmd = app.add_subcommand("train", "train a recipe (default: fashion-mlp)");
   cmd->footer("recipes:\n" + recipes::describe_recipes() +
@@ -172,8 +172,8 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "accuracy is not rounded up to an epoch")
       ->check(CLI::PositiveNumber);
 
-  return [=]() -> int {
-    if (!*cmd) return -1;
+  return [=]() -> std::optional<recipes::TrainOptions> {
+    if (!*cmd) return std::nullopt;
     for (const auto& f : apply) f();
     if (*device_opt) to->device = Device::parse(*device);
     // Several ranks on one node: plain "cuda" is this rank's own GPU, cuda:LOCAL_RANK (torchrun's convention).
@@ -188,15 +188,28 @@ std::function<int()> add_train_command(CLI::App& app) {
       if (value > 0) to->model_overrides[key] = value;
     }
     distributed::set_rendezvous_timeout(std::chrono::seconds(*dist_timeout));  // before world() joins
+    if (*dist_timeout > 0) distributed::world().set_timeout(std::chrono::seconds(*dist_timeout));
+    return *to;
+  };
+}
+
+recipes::TrainResult run_train(recipes::TrainOptions options, const recipes::Log& log) {
+  if (options.fit) plan::apply_fit(options, log);
+  if (options.precision == "bf16" &&
+      recipes::bf16_falls_back_to_fp32(options.device.value_or(Device::cpu()), log, "training"))
+    options.precision = "fp32";
+  return recipes::train(options, log);
+}
+
+std::function<int()> add_train_command(CLI::App& app) {
+  auto options = add_train_options(app);
+  return [options]() -> int {
+    std::optional<recipes::TrainOptions> o = options();
+    if (!o) return -1;
     // Under mpirun only rank 0 talks; every rank trains.
     const recipes::Log log = distributed::is_rank0() ? recipes::Log(print_line) : [](const std::string&) {};
-    if (!distributed::is_rank0()) to->progress = false;
-    if (*dist_timeout > 0) distributed::world().set_timeout(std::chrono::seconds(*dist_timeout));
-    if (to->fit) plan::apply_fit(*to, log);
-    if (to->precision == "bf16" &&
-        recipes::bf16_falls_back_to_fp32(to->device.value_or(Device::cpu()), log, "training"))
-      to->precision = "fp32";
-    const recipes::TrainResult result = recipes::train(*to, log);
+    if (!distributed::is_rank0()) o->progress = false;
+    const recipes::TrainResult result = run_train(std::move(*o), log);
     if (distributed::is_rank0()) print_summary(result);
     return 0;
   };

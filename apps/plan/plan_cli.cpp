@@ -67,7 +67,7 @@ Which GPU should I pick? Leave out --gpu:
 
 }  // namespace
 
-std::function<int()> add_plan_command(CLI::App& app) {
+std::function<std::optional<PlanOutcome>()> add_plan_options(CLI::App& app) {
   auto in = std::make_shared<PlanInput>();
   auto opts = std::make_shared<std::map<std::string, std::string>>();
   auto flags = std::make_shared<std::map<std::string, bool>>();
@@ -101,14 +101,13 @@ std::function<int()> add_plan_command(CLI::App& app) {
   text_option("--mfu", "model FLOPs utilisation to assume (default: 0.40)");
   text_option("--price", "rental price per GPU-hour in USD (default: the table's)");
   text_option("--kwh-price", "electricity price per kWh in USD, for owning (default: 0.15)");
-  cmd->add_flag("--json", (*flags)["json"], "print the plan as one JSON object");
   cmd->add_flag("--serve", (*flags)["serve"],
                 "with --model: the memory to serve it (weights and each stream's keys and values), not to train it");
   text_option("--quantize", "with --serve: count the matrices as int8, int4 or int4z (kiln serve --quantize)");
   text_option("--streams", "with --serve: sequences served at once (default: 1)");
 
-  return [cmd, in, opts, flags]() -> int {
-    if (!*cmd) return -1;
+  return [cmd, in, opts, flags]() -> std::optional<PlanOutcome> {
+    if (!*cmd) return std::nullopt;
     auto given = [&](const char* f) { return !(*opts)[f].empty(); };
     auto integer = [&](const char* f) { return int64_t(parse_count((*opts)[f])); };
     if (in->recipe.empty()) in->recipe = "fortunes-gpt";
@@ -146,20 +145,16 @@ std::function<int()> add_plan_command(CLI::App& app) {
       } else if (given("--memory-budget")) {
         budget = size_t(parse_bytes((*opts)["--memory-budget"])), target = "the budget";
       }
-      if ((*flags)["json"])
-        std::printf("%s\n", nlohmann::json{{"weights", m.weights},
-                                           {"weight_bytes", m.weight_bytes},
-                                           {"quantized_bytes", m.quantized_bytes},
-                                           {"kv_bytes_per_stream", m.kv_bytes_per_stream},
-                                           {"context", m.context},
-                                           {"streams", streams}}
-                                .dump(2)
-                                .c_str());
-      else
-        std::printf("%s", serving_memory_text(m, streams, budget, target).c_str());
-      if (given("--quantize") && given("--gpu") && !(*flags)["json"])
-        std::printf("  (quantized products run on the CPU so far: the CUDA backend has none yet)\n");
-      return 0;
+      PlanOutcome out{nlohmann::json{{"weights", m.weights},
+                                     {"weight_bytes", m.weight_bytes},
+                                     {"quantized_bytes", m.quantized_bytes},
+                                     {"kv_bytes_per_stream", m.kv_bytes_per_stream},
+                                     {"context", m.context},
+                                     {"streams", streams}},
+                      serving_memory_text(m, streams, budget, target), 0};
+      if (given("--quantize") && given("--gpu"))
+        out.text += "  (quantized products run on the CPU so far: the CUDA backend has none yet)\n";
+      return out;
     }
     if (given("--n-layer")) in->gpt.n_layer = integer("--n-layer");
     if (given("--n-head")) in->gpt.n_head = integer("--n-head");
@@ -182,14 +177,24 @@ std::function<int()> add_plan_command(CLI::App& app) {
     if (given("--steps")) in->tokens = parse_count((*opts)["--steps"]) * double(in->batch_size) * double(in->gpt.block_size);
     if (!in->target.gpu && !in->target.memory_budget) {  // which GPU?
       const GpuChoice choice = choose_gpu(*in, table, device_probe(Device::meta()));
-      if ((*flags)["json"]) std::printf("%s\n", choice.to_json().dump(2).c_str());
-      else std::printf("%s", choice.to_text().c_str());
-      return choice.cheapest ? 0 : 2;
+      return PlanOutcome{choice.to_json(), choice.to_text(), choice.cheapest ? 0 : 2};
     }
     Plan plan = make_plan(*in, device_probe(Device::meta()));
-    if ((*flags)["json"]) std::printf("%s\n", plan.to_json().dump(2).c_str());
-    else std::printf("%s", plan.to_text().c_str());
-    return plan.best ? 0 : 2;
+    return PlanOutcome{plan.to_json(), plan.to_text(), plan.best ? 0 : 2};
+  };
+}
+
+std::function<int()> add_plan_command(CLI::App& app) {
+  auto outcome = add_plan_options(app);
+  CLI::App* cmd = app.get_subcommand("plan");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "print the plan as one JSON object");
+  return [outcome, json]() -> int {
+    std::optional<PlanOutcome> out = outcome();
+    if (!out) return -1;
+    if (*json) std::printf("%s\n", out->json.dump(2).c_str());
+    else std::printf("%s", out->text.c_str());
+    return out->exit_code;
   };
 }
 

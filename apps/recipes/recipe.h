@@ -74,6 +74,9 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: at the end (and each epoch for images)
   int64_t stop_after = 0;        // stop after this many steps of this invocation (0: run to the end)
   bool progress = true;          // progress bar on stderr
+  // Asked after each step: true ends the run there, with a checkpoint, as
+  // --stop-after does (Ctrl-C under Python's kiln.train). Single-process runs.
+  std::function<bool()> interrupted;
   bool profile = false;          // time every backend op and print where the steps' time went
   bool profile_shapes = false;   // ... split by the ops' operand shapes and dtypes
   bool fit = false;              // pick micro-batch, checkpointing and offload to fit the device (kiln/apps/plan)
@@ -102,6 +105,7 @@ struct TrainResult {
   std::string showcase;              // image recipes: test images with predictions
   std::string checkpoint;            // the last checkpoint written
   int64_t skipped_steps = 0;         // fp16: steps skipped for inf/NaN gradients
+  bool interrupted = false;          // TrainOptions::interrupted ended the run early
   double seconds_to_target = -1;     // --target-accuracy: training seconds until the test set reached it (-1: not reached)
 };
 

@@ -1,0 +1,188 @@
+// The command's work from Python: kiln.train and kiln.plan parse the options
+// `kiln train` and `kiln plan` parse (kiln/__init__.py spells keyword
+// arguments as those flags), and kiln.load opens what `kiln sample`, `score`
+// and `classify` open. Long calls run without the GIL; Ctrl-C ends a
+// training run at the next step boundary, with a checkpoint.
+#include <cmath>
+#include <optional>
+
+#include "apps/cli/train_command.h"
+#include "apps/plan/plan_cli.h"
+#include "apps/recipes/recipe.h"
+#include "kiln/version.h"
+#include "python/src/bindings.h"
+
+namespace kiln::python {
+namespace {
+
+// Parses `args` (a subcommand and its arguments) with the command's own
+// parser; CLI11's complaints become ValueError.
+template <typename Options>
+auto parse_command(Options add_options, const std::vector<std::string>& args) {
+  CLI::App app("kiln");
+  auto outcome = add_options(app);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last to first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    throw py::value_error(e.what());
+  }
+  return outcome;
+}
+
+py::dict train_result(const recipes::TrainResult& r) {
+  py::dict d;
+  d["steps"] = r.steps_done;
+  d["start_step"] = r.start_step;
+  d["train_loss"] = r.final_train_loss;
+  d["items_per_second"] = r.items_per_second;
+  d["seconds"] = r.seconds;
+  d["checkpoint"] = r.checkpoint;
+  if (r.test_accuracy >= 0) d["test_accuracy"] = r.test_accuracy;
+  if (r.val_loss >= 0) d["val_loss"] = r.val_loss;
+  if (r.val_bits_per_byte >= 0) d["val_bits_per_byte"] = r.val_bits_per_byte;
+  if (!r.samples.empty()) d["samples"] = r.samples;
+  if (r.skipped_steps > 0) d["skipped_steps"] = r.skipped_steps;
+  return d;
+}
+
+py::object train(const std::vector<std::string>& args) {
+  std::optional<recipes::TrainOptions> o = parse_command(cli::add_train_options, args)();
+  if (!o) throw py::value_error("train: the arguments name no recipe run");
+  std::optional<py::error_already_set> interrupt;  // KeyboardInterrupt, raised once the checkpoint is written
+  o->interrupted = [&interrupt] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    interrupt.emplace();  // takes the pending exception
+    return true;
+  };
+  const recipes::Log log = [](const std::string& line) {
+    py::gil_scoped_acquire gil;
+    py::print(line, py::arg("flush") = true);
+  };
+  recipes::TrainResult result;
+  {
+    py::gil_scoped_release release;
+    result = cli::run_train(std::move(*o), log);
+  }
+  if (interrupt) {
+    py::print("interrupted at step " + std::to_string(result.steps_done) + "; checkpoint " + result.checkpoint +
+              " (resume=True continues the run)", py::arg("flush") = true);
+    throw *interrupt;
+  }
+  return train_result(result);
+}
+
+std::string plan(const std::vector<std::string>& args) {
+  std::optional<plan::PlanOutcome> out;
+  {
+    auto outcome = parse_command(plan::add_plan_options, args);
+    py::gil_scoped_release release;
+    out = outcome();
+  }
+  if (!out) throw py::value_error("plan: the arguments name no plan");
+  return out->json.dump();
+}
+
+// A loaded model: what `kiln sample`, `kiln score` and `kiln classify` use.
+struct Model {
+  recipes::LoadedModel loaded;
+
+  recipes::InferenceModel& model() {
+    if (!loaded.model) throw py::value_error("the model was closed");
+    return *loaded.model;
+  }
+
+  std::string generate(const std::string& prompt, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
+                       uint64_t seed, const std::vector<std::string>& stop) {
+    if (loaded.kind != recipes::ModelKind::language_model)
+      throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
+    recipes::CompletionOptions o;
+    o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
+    o.stop = stop;
+    py::gil_scoped_release release;
+    return model().complete(prompt, o, nullptr).text;
+  }
+
+  py::dict score(const std::string& text) {
+    if (loaded.kind != recipes::ModelKind::language_model)
+      throw py::value_error(std::string("score needs a language model; this is a ") + model_kind_name(loaded.kind));
+    recipes::PromptScores s;
+    {
+      py::gil_scoped_release release;
+      s = model().score_prompt(text, std::nullopt, 0);
+    }
+    double total = 0;
+    int64_t counted = 0;
+    py::list logprobs;
+    for (const auto& lp : s.token_logprobs) {
+      logprobs.append(lp ? py::cast(*lp) : py::none());
+      if (lp) total += *lp, ++counted;
+    }
+    py::dict d;
+    d["tokens"] = s.tokens;
+    d["logprobs"] = logprobs;
+    d["perplexity"] = counted ? std::exp(-total / double(counted)) : std::nan("");
+    return d;
+  }
+
+  py::dict classify(const std::string& text) {
+    if (loaded.kind != recipes::ModelKind::text_classifier)
+      throw py::value_error(std::string("classify takes text for a text classifier; this is a ") +
+                            model_kind_name(loaded.kind) + (loaded.kind == recipes::ModelKind::image_classifier
+                                                                ? " (classify_images takes images)" : ""));
+    std::vector<float> probs;
+    {
+      py::gil_scoped_release release;
+      probs = model().classify_tokens(model().encode_texts({text})).to_vector<float>();
+    }
+    return labelled(probs);
+  }
+
+  Tensor classify_images(const Tensor& pixels) {
+    if (loaded.kind != recipes::ModelKind::image_classifier)
+      throw py::value_error(std::string("classify_images needs an image classifier; this is a ") +
+                            model_kind_name(loaded.kind));
+    py::gil_scoped_release release;
+    return model().classify_images(pixels);
+  }
+
+  py::dict labelled(const std::vector<float>& probs) {
+    const std::vector<std::string> labels = model().labels();
+    py::dict d;
+    for (size_t i = 0; i < probs.size(); ++i) d[py::str(i < labels.size() ? labels[i] : std::to_string(i))] = probs[i];
+    return d;
+  }
+};
+
+}  // namespace
+
+void bind_api(py::module_& m) {
+  m.def("_train", &train, py::arg("args"));
+  m.def("_plan", &plan, py::arg("args"));
+  m.attr("__version__") = KILN_VERSION;
+
+  py::class_<Model>(m, "Model")
+      .def_property_readonly("recipe", [](const Model& mo) { return mo.loaded.recipe; })
+      .def_property_readonly("kind", [](const Model& mo) { return std::string(model_kind_name(mo.loaded.kind)); })
+      .def_property_readonly("step", [](const Model& mo) { return mo.loaded.step; })
+      .def_property_readonly("labels", [](Model& mo) { return mo.model().labels(); })
+      .def("generate", &Model::generate, py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("temperature") = 0.8,
+           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1,
+           py::arg("stop") = std::vector<std::string>{})
+      .def("score", &Model::score, py::arg("text"))
+      .def("classify", &Model::classify, py::arg("text"))
+      .def("classify_images", &Model::classify_images, py::arg("pixels"))
+      .def("__repr__", [](const Model& mo) {
+        return "kiln.Model(recipe='" + mo.loaded.recipe + "', kind='" + model_kind_name(mo.loaded.kind) + "')";
+      });
+  m.def("load", [](const std::string& spec, const Device& device, const std::string& chat_template,
+                   const std::string& quantize) {
+    recipes::InferenceOptions o;
+    o.chat_template = chat_template, o.quantize = quantize;
+    py::gil_scoped_release release;
+    return Model{recipes::load_for_inference(spec, device, o)};
+  }, py::arg("path"), py::arg("device") = Device::cpu(), py::arg("chat_template") = "", py::arg("quantize") = "");
+}
+
+}  // namespace kiln::python
