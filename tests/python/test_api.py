@@ -1,0 +1,73 @@
+# kiln.train, kiln.plan and kiln.load: the command's work from Python, its
+# errors as exceptions, and Ctrl-C ending a run at a step boundary.
+import _thread
+import os
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+def test_version_is_the_cpp_one(kiln_cli):
+    out = subprocess.run([kiln_cli, "--version"], capture_output=True, text=True, check=True).stdout
+    assert kiln.__version__ in out
+
+
+def test_train_then_load_and_classify(tmp_path):
+    run = tmp_path / "mlp"
+    result = kiln.train("fashion-mlp", steps=30, seed=3, out=str(run), no_progress=True)
+    assert result["steps"] == 30 and result["test_accuracy"] > 0.6
+    assert os.path.isdir(result["checkpoint"])
+    model = kiln.load(str(run))
+    assert model.kind == "image-classifier" and model.step == 30 and len(model.labels) == 10
+    images = kiln.data.FashionMNIST("test").images
+    pixels = kiln.tensor(np.asarray(images[:4]).astype(np.float32)[:, None] / 255)
+    probs = np.asarray(model.classify_images(pixels))
+    assert probs.shape == (4, 10) and np.allclose(probs.sum(1), 1, atol=1e-5)
+    with pytest.raises(ValueError, match="needs a language model"):
+        model.generate("hello")
+
+
+def test_a_language_model_from_a_hugging_face_folder(kiln_cli, source_dir):
+    folder = os.path.join(source_dir, "tests", "hf", "fixtures", "llama-gqa")
+    model = kiln.load("hf:" + folder)
+    text = model.generate("The best way to predict", max_tokens=12, temperature=0)
+    cli = subprocess.run([kiln_cli, "sample", "hf:" + folder, "--prompt", "The best way to predict", "--temperature",
+                          "0", "--count", "1", "--max-tokens", "12"], capture_output=True, text=True, check=True).stdout
+    assert cli.splitlines()[0] == ("The best way to predict" + text).splitlines()[0]
+    scores = model.score("The best way to predict the future")
+    assert scores["logprobs"][0] is None and all(lp < 0 for lp in scores["logprobs"][1:])
+    assert scores["perplexity"] > 1
+
+
+def test_plan_returns_what_kiln_plan_json_prints(kiln_cli):
+    plan = kiln.plan(preset="gpt2", gpu="RTX-4090", tokens="1B")
+    import json
+    cli = json.loads(subprocess.run([kiln_cli, "plan", "--preset", "gpt2", "--gpu", "RTX-4090", "--tokens", "1B",
+                                     "--json"], capture_output=True, text=True).stdout)
+    assert plan == cli and plan
+
+
+def test_errors_are_the_commands(tmp_path):
+    with pytest.raises(ValueError, match="--no-such-option"):
+        kiln.train("fashion-mlp", no_such_option=3)
+    with pytest.raises(ValueError, match="precision"):
+        kiln.train("fashion-mlp", precision="fp8", out=str(tmp_path / "x"))
+    with pytest.raises(kiln.KilnError, match="no checkpoint|not found|does not exist|cannot"):
+        kiln.load(str(tmp_path / "nothing-here"))
+
+
+def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint(tmp_path):
+    run = str(tmp_path / "mlp")
+    timer = threading.Timer(1.5, _thread.interrupt_main)  # as a Ctrl-C arriving mid-run
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        kiln.train("fashion-mlp", steps=100000, out=run, no_progress=True)
+    timer.cancel()
+    stopped = max(int(d.split("_")[1]) for d in os.listdir(run) if d.startswith("step_"))  # epochs checkpoint too
+    assert 0 < stopped < 100000
+    result = kiln.train("fashion-mlp", out=run, resume=True, stop_after=2, no_progress=True)
+    assert result["start_step"] == stopped and result["steps"] == stopped + 2
