@@ -71,3 +71,12 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint(tmp_path):
     assert 0 < stopped < 100000
     result = kiln.train("fashion-mlp", out=run, resume=True, stop_after=2, no_progress=True)
     assert result["start_step"] == stopped and result["steps"] == stopped + 2
+
+
+def test_a_text_classifier_gives_what_kiln_classify_prints(kiln_cli, source_dir):
+    folder = "hf:" + os.path.join(source_dir, "tests", "hf", "fixtures", "bert")
+    probs = kiln.load(folder).classify("what a lovely day")
+    cli = subprocess.run([kiln_cli, "classify", folder, "--text", "what a lovely day"], capture_output=True, text=True,
+                         check=True).stdout
+    printed = {line.split()[0]: float(line.split()[1]) for line in cli.splitlines() if line.startswith("  ")}
+    assert set(probs) == set(printed) and all(abs(probs[k] - printed[k]) < 1e-4 for k in probs)

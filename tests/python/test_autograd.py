@@ -87,3 +87,40 @@ def test_no_grad_records_nothing():
         assert not kiln.is_grad_enabled()
         y = w * 2
     assert kiln.is_grad_enabled() and not y.requires_grad
+
+
+def test_embedding_and_layer_norm_modules_match_pytorch(torch):
+    kiln.manual_seed(2)
+    emb, norm = kiln.nn.Embedding(11, 6), kiln.nn.LayerNorm(6)
+    ids = np.array([[1, 5, 5, 10], [0, 3, 2, 1]])
+    out = norm(emb(kiln.tensor(ids)))
+    (out * out).sum().backward()
+    temb = torch.nn.Embedding(11, 6)
+    tnorm = torch.nn.LayerNorm(6)
+    with torch.no_grad():
+        temb.weight.copy_(torch.from_numpy(np.asarray(emb.weight).copy()))
+    tout = tnorm(temb(torch.from_numpy(ids)))
+    (tout * tout).sum().backward()
+    assert np.allclose(np.asarray(out.detach()), tout.detach().numpy(), atol=1e-5)
+    assert np.allclose(np.asarray(emb.weight.grad), temb.weight.grad.numpy(), atol=1e-4)
+    assert np.allclose(np.asarray(norm.weight.grad), tnorm.weight.grad.numpy(), atol=1e-4)
+
+
+def test_the_gpt_learns_a_batch_and_generates():
+    kiln.manual_seed(0)
+    gpt = kiln.nn.GPT(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    assert gpt.config.n_layer == 2 and len(gpt.parameters()) > 10
+    ids = kiln.tensor(np.arange(32).reshape(2, 16) % 32)
+    targets = kiln.tensor((np.arange(32).reshape(2, 16) + 1) % 32)
+    assert gpt(ids).shape == (2, 16, 32)
+    opt = kiln.optim.AdamW(gpt.parameters(), lr=3e-3)
+    first = None
+    for _ in range(30):
+        opt.zero_grad()
+        loss = gpt.loss(ids, targets)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first / 3
+    out = gpt.generate([3, 4, 5], 6, temperature=0)
+    assert out[:3] == [3, 4, 5] and len(out) == 9 and out[3:6] == [6, 7, 8]  # it learned to count
