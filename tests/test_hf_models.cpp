@@ -387,6 +387,20 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
   EXPECT_GT(refused, 50);
 }
 
+TEST(HfFolders, Llama3RopeScalingTakesAnIntegerContext) {
+  nlohmann::json config = models::read_hf_config(hf_test::fixture("llama-gqa"));
+  config["rope_parameters"]["original_max_position_embeddings"] = 1e300;  // the fixture is llama3-scaled
+  nn::MetaParametersGuard meta;
+  try {
+    models::find_causal_lm_family("llama")->build(config);
+    ADD_FAILURE() << "accepted a context of 1e300";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("original_max_position_embeddings"), std::string::npos) << e.what();
+  }
+  config["rope_parameters"]["original_max_position_embeddings"] = 8192;
+  models::find_causal_lm_family("llama")->build(config);
+}
+
 TEST(HfFolders, BadFoldersAreClearErrors) {
   expect_error("/nonexistent/model", "is not a folder");
   {

@@ -114,7 +114,10 @@ void read_rope(const ConfigReader& r, LlamaConfig& c) {
   c.rope_factor = rope.at("factor").get<double>();
   c.rope_low_freq_factor = rope.at("low_freq_factor").get<double>();
   c.rope_high_freq_factor = rope.at("high_freq_factor").get<double>();
-  c.rope_original_max_positions = rope.at("original_max_position_embeddings").get<int64_t>();
+  const json& original = rope.at("original_max_position_embeddings");
+  if (!original.is_number_integer() || original.get<int64_t>() <= 0)  // a float cast to an integer could be undefined
+    r.fail(key + ".original_max_position_embeddings", original.dump(), "a positive integer");
+  c.rope_original_max_positions = original.get<int64_t>();
 }
 
 LlamaConfig read_llama_config(const json& j, const std::string& type) {

@@ -16,18 +16,19 @@ namespace kiln::python {
 namespace {
 
 // Parses `args` (a subcommand and its arguments) with the command's own
-// parser; CLI11's complaints become ValueError.
-template <typename Options>
-auto parse_command(Options add_options, const std::vector<std::string>& args) {
+// parser, then gives `use` the parsed command's callback while the parser
+// (which the callback reads) still lives. CLI11's complaints become ValueError.
+template <typename AddOptions, typename Use>
+auto with_parsed(AddOptions add_options, const std::vector<std::string>& args, Use use) {
   CLI::App app("kiln");
-  auto outcome = add_options(app);
+  auto parsed = add_options(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last to first
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     throw py::value_error(e.what());
   }
-  return outcome;
+  return use(parsed);
 }
 
 py::dict train_result(const recipes::TrainResult& r) {
@@ -47,7 +48,7 @@ py::dict train_result(const recipes::TrainResult& r) {
 }
 
 py::object train(const std::vector<std::string>& args) {
-  std::optional<recipes::TrainOptions> o = parse_command(cli::add_train_options, args)();
+  std::optional<recipes::TrainOptions> o = with_parsed(cli::add_train_options, args, [](auto& options) { return options(); });
   if (!o) throw py::value_error("train: the arguments name no recipe run");
   std::optional<py::error_already_set> interrupt;  // KeyboardInterrupt, raised once the checkpoint is written
   o->interrupted = [&interrupt] {
@@ -74,12 +75,10 @@ py::object train(const std::vector<std::string>& args) {
 }
 
 std::string plan(const std::vector<std::string>& args) {
-  std::optional<plan::PlanOutcome> out;
-  {
-    auto outcome = parse_command(plan::add_plan_options, args);
+  const std::optional<plan::PlanOutcome> out = with_parsed(plan::add_plan_options, args, [](auto& plan_it) {
     py::gil_scoped_release release;
-    out = outcome();
-  }
+    return plan_it();
+  });
   if (!out) throw py::value_error("plan: the arguments name no plan");
   return out->json.dump();
 }

@@ -150,7 +150,6 @@ void bind_tensor(py::module_& m) {
       .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
       .def("__repr__", [](DType d) { return "kiln." + py::str(py::cast(d).attr("name")).cast<std::string>(); })
       .def("__str__", [](DType d) { return "kiln." + py::str(py::cast(d).attr("name")).cast<std::string>(); });
-  m.def("_dtype_parse", &dtype_parse);
 
   py::class_<Device>(m, "device")
       .def(py::init([](const std::string& s) { return Device::parse(s); }), py::arg("spec"))
@@ -208,10 +207,11 @@ void bind_tensor(py::module_& m) {
         return t.item() != 0;
       })
       .def("numpy", [](const py::object& self) { return to_numpy(self); })
-      .def("__array__", [](const py::object& self, const py::object& dtype) {
+      .def("__array__", [](const py::object& self, const py::object& dtype, const py::object& copy) {
         py::array view = to_numpy(self);
-        return dtype.is_none() ? view : view.attr("astype")(dtype).cast<py::array>();
-      }, py::arg("dtype") = py::none())
+        if (!dtype.is_none()) return view.attr("astype")(dtype).cast<py::array>();
+        return copy.is_none() || !copy.cast<bool>() ? view : view.attr("copy")().cast<py::array>();
+      }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("tolist", [](const py::object& self) { return to_numpy(self).attr("tolist")(); })
       .def("backward",
            [](const Tensor& t, const std::optional<Tensor>& gradient, bool retain_graph) {
