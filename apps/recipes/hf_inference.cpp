@@ -194,9 +194,7 @@ class HfLanguageModelInference final : public InferenceModel {
 
 class HfClassifierInference final : public InferenceModel {
  public:
-  HfClassifierInference(models::HfClassifier c, Device device) : c_(std::move(c)), device_(device) {
-    pad_ = c_.tokenizer.token_to_id("[PAD]").value_or(0);
-  }
+  HfClassifierInference(models::HfClassifier c, Device device) : c_(std::move(c)), device_(device), pad_(c_.pad_id) {}
   std::vector<std::string> labels() const override { return c_.labels; }
   Tensor encode_texts(const std::vector<std::string>& texts) override {
     std::vector<std::vector<int32_t>> rows;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/nn/layers.h"
+#include "models/common/sequence_classifier.h"
 
 namespace kiln::models {
 
@@ -19,7 +20,7 @@ struct BertConfig {
   std::vector<std::string> labels;  // id2label, in id order
 };
 
-class BertClassifier : public nn::Module {
+class BertClassifier : public SequenceClassifier {
  public:
   BertClassifier(const BertConfig& config, Generator& init);
   // ids [B, T], every row all real tokens -> class logits [B, labels].
@@ -27,7 +28,7 @@ class BertClassifier : public nn::Module {
   // Rows of different lengths in one pass: row b's first lengths[b] tokens
   // are real and the rest padding, which no token attends to (a key mask),
   // so each row's logits are its own, as if it ran alone.
-  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override;
   const BertConfig& config() const { return config_; }
   // A new head for other labels (fine-tuning on a data set's own), drawn as
   // transformers initialises one: N(0, stddev) weights, zero bias.

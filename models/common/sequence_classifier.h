@@ -11,13 +11,21 @@
 
 namespace kiln::models {
 
-class CausalLmClassifier : public nn::Module {
+// A text classifier: ids [B, T], row b's first lengths[b] tokens real (the
+// rest padding) -> logits [B, labels]. BERT's and a causal LM's with a head.
+class SequenceClassifier : public nn::Module {
+ public:
+  using nn::Module::forward;
+  virtual Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) = 0;
+};
+
+class CausalLmClassifier : public SequenceClassifier {
  public:
   // The head is drawn N(0, stddev), as transformers initialises it.
   CausalLmClassifier(std::shared_ptr<LanguageModel> model, int64_t hidden, int64_t labels, double stddev,
                      Generator& init);
   // ids [B, T], row b's first lengths[b] tokens real (padding after) -> logits [B, labels].
-  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override;
 
  private:
   std::shared_ptr<LanguageModel> model_;

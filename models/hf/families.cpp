@@ -294,6 +294,10 @@ std::string names_of(const std::vector<Family>& table) {
 }  // namespace
 
 const ClassifierFamily* find_classifier_family(const std::string& t) { return find_in(classifier_families(), t); }
+
+std::vector<std::string> classifier_labels(const json& config, const std::string& model_type) {
+  return labels_of(ConfigReader(config, model_type));
+}
 std::string supported_classifier_types() { return names_of(classifier_families()); }
 const CausalLmFamily* find_causal_lm_family(const std::string& t) { return find_in(families(), t); }
 std::string supported_causal_lm_types() { return names_of(families()); }

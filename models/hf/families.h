@@ -43,6 +43,8 @@ struct ClassifierFamily {
 // nullptr when `model_type` is not supported.
 const ClassifierFamily* find_classifier_family(const std::string& model_type);
 std::string supported_classifier_types();
+// config.json's id2label, in id order (an error naming the problem if it is missing or malformed).
+std::vector<std::string> classifier_labels(const nlohmann::json& config, const std::string& model_type);
 const CausalLmFamily* find_causal_lm_family(const std::string& model_type);
 std::string supported_causal_lm_types();
 

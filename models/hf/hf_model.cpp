@@ -211,6 +211,24 @@ auto build_from_config(const Build& build, const json& config, const std::string
   }
 }
 
+// A causal LM saved with a sequence-classification head: transformers'
+// <Arch>ForSequenceClassification.
+bool is_sequence_classifier(const json& config) {
+  if (!config.contains("architectures") || !config["architectures"].is_array()) return false;
+  for (const auto& a : config["architectures"])
+    if (a.is_string() && a.get<std::string>().ends_with("ForSequenceClassification")) return true;
+  return false;
+}
+
+// The pad id of a causal LM's classifier: transformers pools each row at its
+// last token that is not pad_token_id.
+int64_t causal_pad_id(const json& config, const std::string& dir) {
+  const json pad = config.value("pad_token_id", json());
+  KILN_CHECK(pad.is_number_integer() && pad.get<int64_t>() >= 0, dir, "/config.json: a sequence classifier on a "
+             "causal LM needs pad_token_id (the token after each text's last), got ", pad.dump());
+  return pad.get<int64_t>();
+}
+
 text::HfTokenizer folder_tokenizer(const std::string& dir) {
   return text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
 }
@@ -219,7 +237,7 @@ text::HfTokenizer folder_tokenizer(const std::string& dir) {
 
 std::string hf_model_kind(const json& config) {
   const std::string type = config["model_type"].get<std::string>();
-  if (find_causal_lm_family(type)) return "causal";
+  if (find_causal_lm_family(type)) return is_sequence_classifier(config) ? "classifier" : "causal";
   if (find_classifier_family(type)) return "classifier";
   KILN_FAIL("config.json: model_type '", type, "' is not an architecture Kiln supports (language models: ",
             supported_causal_lm_types(), "; classifiers: ", supported_classifier_types(), ")");
@@ -246,15 +264,34 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
   out.dir = dir;
   const json config = read_hf_config(dir);
   out.model_type = config["model_type"].get<std::string>();
+  out.tokenizer = folder_tokenizer(dir);
+  if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type); lm && is_sequence_classifier(config)) {
+    out.labels = classifier_labels(config, out.model_type);
+    out.pad_id = causal_pad_id(config, dir);
+    // The head reads hidden states only: built tied, the body has no lm_head
+    // to look for (the folder holds none).
+    json body = config;
+    body["tie_word_embeddings"] = true;
+    out.model = build_from_config([&](const json& j) {
+      const int64_t hidden = j.value("hidden_size", j.value("n_embd", int64_t(0)));
+      Generator unused(0);  // the checkpoint provides the head
+      return std::make_shared<CausalLmClassifier>(lm->build(j), hidden, int64_t(out.labels.size()), 0.02, unused);
+    }, body, dir);
+    attach_weights(*out.model, dir, config, out.model_type, [lm](const std::string& p) {
+      return p.starts_with("model.") ? lm->checkpoint_name(p.substr(6)) : CheckpointName{p};  // the head: score.weight
+    }, lm->ignorable, dtype);
+    return out;
+  }
   const ClassifierFamily* family = find_classifier_family(out.model_type);
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a sequence classifier Kiln supports (",
               supported_classifier_types(), ")");
-  out.model = build_from_config(family->build, config, dir);
-  out.tokenizer = folder_tokenizer(dir);
-  attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+  auto bert = build_from_config(family->build, config, dir);
+  attach_weights(*bert, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
                  family->ignorable, dtype);
-  out.labels = out.model->config().labels;
+  out.labels = bert->config().labels;
+  out.pad_id = out.tokenizer.token_to_id("[PAD]").value_or(0);
+  out.model = bert;
   return out;
 }
 
@@ -263,7 +300,8 @@ std::vector<double> classify_text(HfClassifier& c, const std::string& text) {
   const auto ids = c.tokenizer.encode(text);
   std::vector<int64_t> ids64(ids.begin(), ids.end());
   const Device device = c.model->parameters().front().device();
-  Tensor logits = c.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device));
+  Tensor logits = c.model->forward(Tensor::from_vector(ids64, {1, int64_t(ids64.size())}).to(device),
+                                   {int64_t(ids64.size())});
   Tensor probs = softmax(to_dtype(logits, DType::f32), -1);
   const auto v = probs.to_vector<float>();
   return std::vector<double>(v.begin(), v.end());

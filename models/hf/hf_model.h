@@ -38,18 +38,22 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype 
 
 struct HfClassifier {
   std::string dir, model_type;
-  std::shared_ptr<BertClassifier> model;
+  std::shared_ptr<SequenceClassifier> model;  // a BertClassifier, or a CausalLmClassifier
   text::HfTokenizer tokenizer;
   std::vector<std::string> labels;  // id2label, in output order
+  int64_t pad_id = 0;               // what pads a batch's shorter rows
 };
 
-// Loads a sequence classifier (bert, distilbert ...ForSequenceClassification).
+// Loads a sequence classifier: bert or distilbert, or a causal LM saved with
+// a classification head (<Arch>ForSequenceClassification, as `kiln export`
+// writes a `kiln train classify` run on a causal LM).
 HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dtype = std::nullopt);
 // The label probabilities of one text, as softmax(model(**tokenizer(text)).logits).
 std::vector<double> classify_text(HfClassifier& classifier, const std::string& text);
 
 // "causal" or "classifier": which kind of model a folder holds, from its
-// config.json (read_hf_config) by model_type.
+// config.json (read_hf_config): by model_type, and a causal LM's
+// architectures naming ...ForSequenceClassification.
 std::string hf_model_kind(const nlohmann::json& config);
 
 // The weights of a folder, name -> tensor, mapped from model.safetensors or

@@ -14,9 +14,9 @@ import numpy as _np
 
 from . import _C
 from ._C import (KilnError, Model, Tensor, __version__, add, arange, argmax, cat, device, div, dtype, exp,
-                 from_dlpack, from_numpy, full, get_num_threads, is_grad_enabled, load, log, manual_seed, matmul,
-                 maximum, mean, mul, no_grad, ones, randn, relu, set_num_threads, sigmoid, softmax, sqrt, sub, sum,
-                 tanh, zeros, log_softmax)
+                 from_dlpack, from_numpy, full, get_num_threads, is_grad_enabled, load, load_file, log, log_softmax,
+                 manual_seed, matmul, maximum, mean, mul, no_grad, ones, randn, relu, save_file, set_num_threads,
+                 sigmoid, softmax, sqrt, sub, sum, tanh, zeros)
 
 float32 = dtype.float32
 float64 = dtype.float64

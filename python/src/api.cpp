@@ -9,6 +9,7 @@
 #include "apps/cli/train_command.h"
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/version.h"
 #include "python/src/bindings.h"
 
@@ -157,6 +158,17 @@ struct Model {
 }  // namespace
 
 void bind_api(py::module_& m) {
+  // safetensors, as safetensors.torch's save_file and load_file.
+  m.def("save_file", [](const std::map<std::string, Tensor>& tensors, const std::string& path,
+                        const std::map<std::string, std::string>& metadata) {
+    NamedTensors named(tensors.begin(), tensors.end());
+    py::gil_scoped_release release;
+    save_safetensors(path, named, metadata);
+  }, py::arg("tensors"), py::arg("filename"), py::arg("metadata") = std::map<std::string, std::string>{});
+  m.def("load_file", [](const std::string& path) {
+    py::gil_scoped_release release;
+    return load_safetensors(path).tensors;
+  }, py::arg("filename"));
   m.def("_train", &train, py::arg("args"));
   m.def("_plan", &plan, py::arg("args"));
   m.attr("__version__") = KILN_VERSION;

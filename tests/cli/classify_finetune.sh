@@ -45,6 +45,15 @@ expect "its training examples"
 run 0 "$KILN" classify "$WORK/llama" --text "$TEXT" --json
 cp "$OUT" "$WORK/llama.json"
 run 0 "$KILN" export "$WORK/llama" --format hf --out "$WORK/llama-hf"
+# Kiln loads the export too (LlamaForSequenceClassification), with the run's probabilities.
+run 0 "$KILN" classify "hf:$WORK/llama-hf" --text "$TEXT" --json
+python3 - "$WORK/llama.json" "$OUT" <<'PY' || fail "Kiln classifies its causal-LM export differently from the run"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["label"] == b["label"] and max(abs(a["probs"][k] - b["probs"][k]) for k in a["probs"]) < 1e-5, (a, b)
+PY
+run 1 "$KILN" train classify --init "hf:$WORK/llama-hf" --data "$WORK/small.jsonl" --steps 1 --out "$WORK/x"
+expect "causal language model with a classification head; fine-tune the language model"
 VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
 if "$VENV_PY" -c "import transformers" 2>/dev/null; then
   for model in bert llama; do

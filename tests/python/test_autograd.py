@@ -1,6 +1,7 @@
 # Gradients of a small network written in Python, against PyTorch's for the
 # same weights and inputs.
 import numpy as np
+import pytest
 
 import kiln
 import kiln.nn.functional as F
@@ -124,3 +125,19 @@ def test_the_gpt_learns_a_batch_and_generates():
     assert loss.item() < first / 3
     out = gpt.generate([3, 4, 5], 6, temperature=0)
     assert out[:3] == [3, 4, 5] and len(out) == 9 and out[3:6] == [6, 7, 8]  # it learned to count
+
+
+def test_state_dict_through_a_safetensors_file(tmp_path):
+    kiln.manual_seed(5)
+    a = kiln.nn.Sequential(kiln.nn.Linear(4, 3), kiln.nn.ReLU(), kiln.nn.Linear(3, 2))
+    kiln.save_file(a.state_dict(), str(tmp_path / "w.safetensors"), metadata={"note": "test"})
+    loaded = kiln.load_file(str(tmp_path / "w.safetensors"))
+    assert sorted(loaded) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    b = kiln.nn.Sequential(kiln.nn.Linear(4, 3), kiln.nn.ReLU(), kiln.nn.Linear(3, 2))
+    b.load_state_dict(loaded)
+    x = kiln.randn([5, 4])
+    assert np.array_equal(np.asarray(a(x).detach()), np.asarray(b(x).detach()))
+    del loaded["2.bias"]
+
+    with pytest.raises(KeyError, match="missing \\['2.bias'\\]"):
+        b.load_state_dict(loaded)
