@@ -105,7 +105,6 @@ struct TrainResult {
   std::string showcase;              // image recipes: test images with predictions
   std::string checkpoint;            // the last checkpoint written
   int64_t skipped_steps = 0;         // fp16: steps skipped for inf/NaN gradients
-  bool interrupted = false;          // TrainOptions::interrupted ended the run early
   double seconds_to_target = -1;     // --target-accuracy: training seconds until the test set reached it (-1: not reached)
 };
 

@@ -223,9 +223,8 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
                       bar.elapsed_seconds(), seconds);
     const bool recipe_asks = hooks.after_step && hooks.after_step(step + 1, loss_value, line_log);
     goal_reached = hooks.goal_reached && hooks.goal_reached();
-    result.interrupted = o.interrupted && o.interrupted();
-    const bool stop_now =
-        goal_reached || result.interrupted || (o.stop_after > 0 && step + 1 - start >= o.stop_after);
+    const bool interrupted = o.interrupted && o.interrupted();
+    const bool stop_now = goal_reached || interrupted || (o.stop_after > 0 && step + 1 - start >= o.stop_after);
     const bool periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (recipe_asks || periodic || stop_now || step + 1 == total) save(step + 1, loss_value);
     if (stop_now) {

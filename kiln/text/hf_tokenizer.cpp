@@ -41,7 +41,8 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
     t.decoder_ = make_decoder(j.value("decoder", nlohmann::json()));
     t.id_to_token_ = t.model_->vocabulary();
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
-      AddedToken added{a.at("content").get<std::string>(), read_token_id(a.at("id"), "an added token's id"), a.value("special", false)};
+      AddedToken added{a.at("content").get<std::string>(), read_token_id(a.at("id"), "an added token's id"),
+                       a.value("special", false)};
       KILN_CHECK(added.id >= 0 && !added.content.empty(), "added token ", a.dump(), " has a bad id or no content");
       KILN_CHECK(size_t(added.id) < t.id_to_token_.size() + kMaxIdGap, "added token '", added.content, "' has id ",
                  added.id, ", far beyond the vocabulary's ", t.id_to_token_.size(), " tokens");
