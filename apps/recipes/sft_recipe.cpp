@@ -169,12 +169,6 @@ Tensor distilled_loss(models::LanguageModel& student, models::LanguageModel& tea
   return nn::distillation_loss(student.forward(x), teacher_logits, y, s.temperature, s.alpha).loss;
 }
 
-int64_t counted_targets(const Tensor& y) {
-  int64_t n = 0;
-  for (int64_t v : y.contiguous().to_vector<int64_t>()) n += v != -100;
-  return n;
-}
-
 class SftRecipe final : public Recipe {
  public:
   std::string name() const override { return "sft"; }
@@ -282,7 +276,7 @@ class SftRecipe final : public Recipe {
     // transformers computes it for a whole batch: each micro-batch's and
     // each rank's mean weighs by its share of those tokens.
     const double world = double(distributed::world_size());
-    hooks.weight = [&](const Tensor&, const Tensor& y) { return double(counted_targets(y)) * world / double(batch_tokens); };
+    hooks.weight = [&](const Tensor&, const Tensor& y) { return double(count_valid_targets(y)) * world / double(batch_tokens); };
     hooks.add_state = [&](nlohmann::json& state) { state["sft"] = s.to_json(); };
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);

@@ -92,6 +92,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // Mean cross-entropy of logits [N, C] (or [..., C]) against i64/i32 targets
 // [N] (or [...]); rows whose target is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
+int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 // The same, for a caller that is done with `logits` (a model's loss): their
 // buffer receives the gradient, so logits and gradient never take memory at
 // once (as llm.c does). The logits' values are gone afterwards.

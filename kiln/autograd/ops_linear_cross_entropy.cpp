@@ -91,7 +91,7 @@ Tensor linear_cross_entropy_in(const Tensor& x_in, const Tensor& weight_in, cons
   Tensor w = contiguous(weight_in).detach();
   Tensor targets = reshape(contiguous(targets_in), {N}).detach();
   const int64_t valid =  // on the meta device (planning) there are no targets to read: count all
-      targets.device().type == DeviceType::meta ? N : detail::count_valid_targets(targets, ignore_index);
+      targets.device().type == DeviceType::meta ? N : count_valid_targets(targets, ignore_index);
   KILN_CHECK(valid > 0, "linear_cross_entropy: every target equals ignore_index (", ignore_index, ")");
   const bool need_x = any_requires_grad({&x_in}), need_w = any_requires_grad({&weight_in});
   Tensor losses = new_tensor({N}, x.dtype(), x.device());

@@ -36,7 +36,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
 
 }  // namespace
 
-int64_t detail::count_valid_targets(const Tensor& targets, int64_t ignore_index) {
+int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index) {
   std::vector<int64_t> t = targets.to_vector<int64_t>();
   int64_t n = 0;
   for (int64_t v : t) n += v != ignore_index;
@@ -81,7 +81,7 @@ Tensor cross_entropy_impl(const Tensor& logits_in, const Tensor& targets_in, int
   Tensor targets = reshape(contiguous(targets_in), {N}).detach();
   // On the meta device (planning) there are no targets to read: count all.
   const int64_t valid =
-      targets.device().type == DeviceType::meta ? N : detail::count_valid_targets(targets, ignore_index);
+      targets.device().type == DeviceType::meta ? N : count_valid_targets(targets, ignore_index);
   KILN_CHECK(valid > 0, "cross_entropy: every target equals ignore_index (", ignore_index, ")");
   const bool needs_grad = any_requires_grad({&logits_in});
   Tensor losses = new_tensor({N}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32, logits.device());

@@ -48,8 +48,6 @@ Tensor broadcast_view(const Tensor& t, const Shape& shape);
 inline bool sole_reference(const Tensor& g) {
   return g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
 }
-// Targets not equal to ignore_index (reads the targets on the host).
-int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index);
 // Output buffer for an op.
 inline Tensor new_tensor(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
 
