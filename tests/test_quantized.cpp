@@ -1,7 +1,8 @@
 // Quantized weights: the formats round-trip within half a level, every
 // instruction path of the integer product gives the scalar path's bits at
 // any thread count, the product is within activation quantization of the
-// f32 product of the same weights, and a loaded model quantized keeps
+// f32 product of the same weights, the input's gradient is the dequantized
+// weights', and a loaded model quantized keeps
 // generating what it scored (decoding equals the prompt pass).
 #include <gtest/gtest.h>
 
@@ -116,14 +117,32 @@ TEST(Quantized, ProductIsTheF32ProductOfTheSameWeightsWithinActivationRounding) 
   }
 }
 
-TEST(Quantized, NoGradientFlowsThroughQuantizedWeights) {
-  const auto w = random_values(64, 7);
-  const QuantizedMatrix q = quantize_matrix(w.data(), 2, 32, QuantFormat::int8, DType::f32);
-  Tensor x = Tensor::from_vector(random_values(32, 8), {1, 32});
-  x.set_requires_grad(true);
-  EXPECT_THROW(quantized_linear(x, q, Tensor()), Error);
-  NoGradGuard inference;
-  EXPECT_NO_THROW(quantized_linear(x, q, Tensor()));
+// LoRA on a quantized base: the weights stay frozen, and the input's gradient
+// is the incoming gradient times the dequantized matrix (more rows than one
+// dequantized block, so the blocks add up).
+TEST(Quantized, TheInputGradientGoesThroughTheDequantizedWeights) {
+  const int64_t N = 300, K = 40, M = 5;
+  const auto w = random_values(size_t(N * K), 7, 0.1f);
+  const auto r = random_values(size_t(M * N), 10);
+  for (QuantFormat f : kFormats) {
+    const QuantizedMatrix q = quantize_matrix(w.data(), N, K, f, DType::f32);
+    std::vector<float> deq(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
+    Tensor x = Tensor::from_vector(random_values(size_t(M * K), 8), {M, K});
+    x.set_requires_grad(true);
+    sum(mul(quantized_linear(x, q, Tensor()), Tensor::from_vector(r, {M, N}))).backward();
+    const auto got = x.grad().to_vector<float>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        double exact = 0;
+        for (int64_t n = 0; n < N; ++n) exact += double(r[size_t(m * N + n)]) * deq[size_t(n * K + k)];
+        ASSERT_NEAR(got[size_t(m * K + k)], exact, 1e-4) << quant_format_name(f) << " (" << m << ", " << k << ")";
+      }
+  }
+  const QuantizedMatrix q = quantize_matrix(w.data(), N, K, QuantFormat::int8, DType::f32);
+  Tensor bias = Tensor::from_vector(random_values(size_t(N), 9), {N});
+  bias.set_requires_grad(true);
+  EXPECT_THROW(quantized_linear(Tensor::from_vector(random_values(size_t(K), 9), {1, K}), q, bias), Error);
   EXPECT_THROW(quantized_linear(Tensor::from_vector(random_values(31, 9), {1, 31}), q, Tensor()), Error);
 }
 

@@ -61,6 +61,7 @@ struct TrainOptions {
   std::optional<double> lora_alpha, lora_dropout;
   std::optional<std::string> lora_targets;  // peft's module names, or all-linear
   std::string lora_from;             // a peft adapter folder to start the adapters from
+  std::string quantize_base;         // LoRA on the base quantized to int8, int4 or int4z (CPU, fp32)
   std::string chat_template;         // the template "messages" lines are rendered with
   std::string distill_from;          // a teacher (hf:DIR or a fortunes-gpt run) whose softened outputs the student learns
   std::optional<double> distill_temperature, distill_alpha;

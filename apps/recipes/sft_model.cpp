@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 
 json SftSettings::to_json() const {
   json j{{"base", base}, {"base_hash", base_hash}, {"data", data}, {"val", val}, {"max_seq_len", max_seq_len},
-         {"packing", packing}, {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from}, {"teacher", teacher},
+         {"packing", packing}, {"chat_template", chat_template}, {"lora", nullptr}, {"lora_from", lora_from},
+         {"quantize_base", quantize_base}, {"teacher", teacher},
          {"temperature", temperature}, {"alpha", alpha}};
   if (lora)
     j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"dropout", lora->dropout}, {"targets", lora->targets}};
@@ -36,6 +37,7 @@ SftSettings SftSettings::from_json(const json& j) {
   s.chat_template = j.value("chat_template", std::string());
   s.packing = j.value("packing", false);
   s.lora_from = j.value("lora_from", std::string());
+  s.quantize_base = j.value("quantize_base", std::string());
   s.teacher = j.value("teacher", std::string());
   s.temperature = j.value("temperature", 2.0);
   s.alpha = j.value("alpha", 0.5);
@@ -110,6 +112,15 @@ models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> bas
                                   std::shared_ptr<Generator> dropout_gen, std::vector<std::string>* adapted) {
   models::HfCausalLm lm = models::load_hf_causal_lm(s.base, base_dtype);
   if (!s.lora) return lm;
+  // Quantized before the adapters exist, so they stay f32 and trainable; as
+  // bitsandbytes quantizes for QLoRA, the blocks' linear layers only: the
+  // embeddings and the head stay as loaded (the loss never holds the logits).
+  if (!s.quantize_base.empty()) {
+    const QuantFormat format = parse_quant_format(s.quantize_base);
+    lm.model->for_each_module([&](const std::string& path, nn::Module& m) {
+      if (auto* linear = dynamic_cast<nn::Linear*>(&m); linear && path != "lm_head") linear->quantize(format);
+    });
+  }
   Generator init(seed ^ 0x10A10A10Aull);
   const std::vector<std::string> layers = nn::apply_lora(*lm.model, *s.lora, init, std::move(dropout_gen));
   if (adapted) *adapted = layers;
@@ -139,6 +150,7 @@ models::HfCausalLm load_sft_checkpoint(const Checkpoint& ck, bool merge) {
              ", the run's ", s.base_hash, "); restore that base");
   SftSettings fresh = s;
   fresh.lora_from.clear();  // the checkpoint holds the trained adapters
+  fresh.quantize_base.clear();  // adapters trained on a quantized base merge into, or run on, the base as stored
   // A full fine-tune's checkpoint holds f32 weights; adapters go on the base as stored.
   models::HfCausalLm lm = load_sft_model(fresh, s.lora ? std::nullopt : std::optional<DType>(DType::f32), 0, nullptr);
   lm.model->load_trainable_parameters(to_pairs(ck.model));

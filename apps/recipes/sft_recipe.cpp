@@ -75,6 +75,15 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
     }
     s.lora = c;
   }
+  if (!o.quantize_base.empty()) {
+    KILN_CHECK(s.lora, "--quantize-base quantizes the frozen base under LoRA adapters; give --lora-rank R too");
+    parse_quant_format(o.quantize_base);  // a format it knows, or an error naming them
+    const std::string type = models::read_hf_config(s.base)["model_type"].get<std::string>();
+    KILN_CHECK(type != "gpt2", "--quantize-base trains the Llama family (llama, mistral, qwen2) so far; ", s.base,
+               " is a gpt2 model");
+    KILN_CHECK(!o.fit, "--fit does not plan a quantized base yet; choose --micro-batch yourself");
+    s.quantize_base = o.quantize_base;
+  }
   return s;
 }
 
@@ -90,6 +99,7 @@ SftSettings resumed_settings(const TrainOptions& o, const nlohmann::json& state)
   same_as_saved(o.lora_alpha.has_value(), o.lora_alpha.value_or(0), s.lora ? s.lora->alpha : 0.0, "--lora-alpha");
   same_as_saved(o.lora_dropout.has_value(), o.lora_dropout.value_or(0), s.lora ? s.lora->dropout : 0.0,
                 "--lora-dropout");
+  same_as_saved(!o.quantize_base.empty(), o.quantize_base, s.quantize_base, "--quantize-base");
   same_as_saved(o.lora_targets.has_value(),
                 o.lora_targets ? nn::parse_lora_targets(*o.lora_targets) : std::vector<std::string>(),
                 s.lora ? s.lora->targets : std::vector<std::string>(), "--lora-targets");
@@ -188,6 +198,8 @@ class SftRecipe final : public Recipe {
     // the f32 adapters train); a full fine-tune keeps f32 weights (autocast casts copies).
     const std::string precision = saved ? saved->value("precision", std::string("fp32")) : o.precision.value_or("fp32");
     const std::optional<DType> base_dtype = s.lora ? lora_base_dtype(precision) : DType::f32;
+    KILN_CHECK(s.quantize_base.empty() || (precision == "fp32" && o.device.value_or(Device::cpu()).is_cpu()),
+               "--quantize-base trains on the CPU in fp32 so far (quantized products have no CUDA kernels yet)");
     const uint64_t seed = saved ? saved->at("seed").get<uint64_t>() : o.seed.value_or(1337);
     auto dropout_gen = std::make_shared<Generator>(seed ^ 0xD0D0D0D0ull);
     std::vector<std::string> adapted;
@@ -233,13 +245,18 @@ class SftRecipe final : public Recipe {
                    [&](const data::LoaderState& st) { loader.set_state(st); }};
     restore_run(run, parts, log);
 
-    int64_t trainable = 0;
+    int64_t trainable = 0, total = model.parameter_count();
     for (const auto& [n, p] : model.trainable_parameters()) trainable += p.numel();
+    model.for_each_module([&](const std::string&, const nn::Module& m) {  // a quantized base's matrices count too
+      if (const auto* w = dynamic_cast<const nn::WeightModule*>(&m); w && w->quantized)
+        total += w->quantized->rows * w->quantized->cols;
+    });
     char head[400];
-    std::snprintf(head, sizeof head, "sft: %s (%s), %lld parameters, training %lld (%.2f%%)%s; %lld examples "
+    std::snprintf(head, sizeof head, "sft: %s (%s), %lld parameters%s, training %lld (%.2f%%)%s; %lld examples "
                   "(%lld cut to %lld tokens, %lld with nothing to learn left out%s), %lld steps of %lld",
-                  s.base.c_str(), lm.model_type.c_str(), (long long)model.parameter_count(), (long long)trainable,
-                  100.0 * double(trainable) / double(model.parameter_count()),
+                  s.base.c_str(), lm.model_type.c_str(), (long long)total,
+                  s.quantize_base.empty() ? "" : (" (the base in " + s.quantize_base + ")").c_str(), (long long)trainable,
+                  100.0 * double(trainable) / double(total),
                   s.lora ? (", LoRA rank " + std::to_string(s.lora->rank) + " on " + std::to_string(adapted.size()) +
                             " layers").c_str() : "",
                   (long long)train_data.examples.size(), (long long)train_data.truncated, (long long)enc.max_seq_len,

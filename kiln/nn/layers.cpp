@@ -24,15 +24,17 @@ Tensor Linear::forward(const Tensor& x) {
 void Linear::attach_lora(int64_t rank, double scale, double dropout_p, Generator& init,
                          std::shared_ptr<Generator> dropout_gen) {
   KILN_CHECK(!lora_A, "this linear layer already has a LoRA adapter");
-  KILN_CHECK(weight.defined(), "LoRA needs the layer's weight (a quantized layer cannot take an adapter yet)");
+  KILN_CHECK(weight.defined() || quantized, "LoRA needs the layer's weight");
   KILN_CHECK(rank >= 1, "the LoRA rank must be at least 1, got ", rank);
   KILN_CHECK(dropout_p >= 0 && dropout_p < 1, "the LoRA dropout must be in [0, 1), got ", dropout_p);
   KILN_CHECK(dropout_p == 0 || dropout_gen, "LoRA dropout needs a generator");
-  const int64_t in = weight.size(1), out = weight.size(0);
+  // A quantized base (QLoRA-style) gives its shape; the adapters are f32 either way.
+  const int64_t in = quantized ? quantized->cols : weight.size(1), out = quantized ? quantized->rows : weight.size(0);
+  const Device device = quantized ? quantized->device() : weight.device();
   lora_A = register_module("lora_A", std::make_shared<Linear>(in, rank, init, false));
   lora_B = register_module("lora_B", std::make_shared<Linear>(rank, out, init, false));
   if (lora_B->weight.device().type != DeviceType::meta) lora_B->load_parameters({{"weight", zeros({out, rank})}});
-  for (Linear* l : {lora_A.get(), lora_B.get()}) move_tensor_in_place(l->weight, weight.device(), DType::f32);
+  for (Linear* l : {lora_A.get(), lora_B.get()}) move_tensor_in_place(l->weight, device, DType::f32);
   lora_scale = scale;
   lora_dropout = dropout_p;
   lora_dropout_gen_ = std::move(dropout_gen);
@@ -40,6 +42,7 @@ void Linear::attach_lora(int64_t rank, double scale, double dropout_p, Generator
 
 void Linear::merge_lora() {
   KILN_CHECK(lora_A, "merge_lora: this linear layer has no LoRA adapter");
+  KILN_CHECK(weight.defined(), "merge_lora: the layer's weights are quantized; merge into the unquantized base");
   {
     NoGradGuard values_only;
     const Tensor delta = mul_scalar(matmul(lora_B->weight, lora_A->weight), lora_scale);

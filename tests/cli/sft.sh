@@ -73,6 +73,28 @@ expect "does not share the student's tokenizer"
 run 1 "$KILN" train sft --init "hf:$FIX/llama-gqa" --distill-alpha 0.3 --data "$WORK/train.jsonl" --out "$WORK/x"
 expect "give the teacher with --distill-from"
 
+# LoRA on a quantized base (QLoRA-style): the base in int4, the adapters f32; it
+# learns, a resumed run ends where the uninterrupted one does, and the
+# adapters merge into the unquantized base.
+run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --val "$WORK/val.jsonl" --lora-rank 4 \
+  --lora-targets all-linear --quantize-base int4 --batch-size 8 --steps 12 --lr 3e-3 --no-progress --out "$WORK/q4"
+expect "parameters \(the base in int4\), training 6240"
+before="$(sed -nE 's/^validation loss before training: ([0-9.]+).*/\1/p' "$OUT")"
+after="$(sed -nE 's/^validation: +([0-9.]+) nats\/token$/\1/p' "$OUT")"
+python3 -c "import sys; sys.exit(0 if $after < $before else 1)" || fail "quantized base: validation loss $before -> $after"
+run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --val "$WORK/val.jsonl" --lora-rank 4 \
+  --lora-targets all-linear --quantize-base int4 --batch-size 8 --steps 12 --lr 3e-3 --no-progress --out "$WORK/q4r" \
+  --stop-after 5
+run 0 "$KILN" train sft --out "$WORK/q4r" --resume --no-progress
+expect "^validation: +$after nats/token$"
+run 1 "$KILN" train sft --out "$WORK/q4r" --resume --steps 14 --quantize-base int8
+expect "quantize-base differs from the resumed run's"
+run 0 "$KILN" export "$WORK/q4" --format hf --merge --out "$WORK/q4-merged"
+run 1 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --quantize-base int8 --out "$WORK/x"
+expect "give --lora-rank R too"
+run 1 "$KILN" train sft --init "hf:$FIX/gpt2" --data "$WORK/train.jsonl" --lora-rank 4 --quantize-base int8 --out "$WORK/x"
+expect "trains the Llama family"
+
 # Bad input: a clear error, never a crash.
 run 1 "$KILN" train sft --data "$WORK/train.jsonl" --out "$WORK/x"
 expect "needs --init hf:DIR"
