@@ -118,7 +118,7 @@ models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> bas
   if (!s.quantize_base.empty()) {
     const QuantFormat format = parse_quant_format(s.quantize_base);
     lm.model->for_each_module([&](const std::string& path, nn::Module& m) {
-      if (auto* linear = dynamic_cast<nn::Linear*>(&m); linear && path != "lm_head") linear->quantize(format);
+      if (auto* linear = dynamic_cast<nn::Linear*>(&m); linear && path != "lm_head.") linear->quantize(format);
     });
   }
   Generator init(seed ^ 0x10A10A10Aull);

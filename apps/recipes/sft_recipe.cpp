@@ -293,7 +293,9 @@ class SftRecipe final : public Recipe {
     // transformers computes it for a whole batch: each micro-batch's and
     // each rank's mean weighs by its share of those tokens.
     const double world = double(distributed::world_size());
-    hooks.weight = [&](const Tensor&, const Tensor& y) { return double(count_valid_targets(y)) * world / double(batch_tokens); };
+    hooks.weight = [&](const Tensor&, const Tensor& y) {
+      return double(count_valid_targets(y)) * world / double(batch_tokens);
+    };
     hooks.add_state = [&](nlohmann::json& state) { state["sft"] = s.to_json(); };
     RunRecord record(run.out_dir, run.step(), record_devices(run));
     const bool finished = run_training_loop(o, run, parts, settings, hooks, record, result, log);

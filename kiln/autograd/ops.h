@@ -92,8 +92,6 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // Mean cross-entropy of logits [N, C] (or [..., C]) against i64/i32 targets
 // [N] (or [...]); rows whose target is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-// The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
-int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 // The same, for a caller that is done with `logits` (a model's loss): their
 // buffer receives the gradient, so logits and gradient never take memory at
 // once (as llm.c does). The logits' values are gone afterwards.
@@ -105,12 +103,15 @@ Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targ
 // the incoming gradient. Memory: one chunk of logits plus dx and dweight,
 // instead of all the logits and their gradient.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100);
+// The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
+int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
-// Inference with quantized weights (kiln/core/quantized.h, ops_quantized.cpp):
-// x [..., K] times w [N, K]^T plus bias -> [..., N], and the rows `ids` of w
-// -> [..., K], both in w.dtype (the dtype w was quantized from). Nothing
-// flows back into w; an input that requires grad is refused.
+// Quantized weights (kiln/core/quantized.h, ops_quantized.cpp): x [..., K]
+// times w [N, K]^T plus bias -> [..., N], and the rows `ids` of w -> [..., K],
+// both in w.dtype (the dtype w was quantized from). w and the bias are frozen;
+// x's gradient flows through w dequantized (LoRA on a quantized base), and
+// `w` must outlive the graph (its layer does).
 Tensor quantized_linear(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias);
 Tensor quantized_embedding(const QuantizedMatrix& w, const Tensor& ids);
 // Inference over a paged KV cache (backend.h's paged_attention; the pages

@@ -246,12 +246,7 @@ Tensor Llama::hidden_states(const Tensor& ids) {
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
   const auto [cos, sin] = rope_rows(0, ids.size(1));
-  const Tensor h = hidden(ids, cos, sin, nullptr, false);
-  const Tensor w = head_weight();
-  if (w.defined()) return linear_cross_entropy(h, w, targets);
-  // A quantized head (LoRA on a quantized base) has no float matrix: its logits, then the loss.
-  const Tensor logits = head(h);
-  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
+  return linear_cross_entropy(hidden(ids, cos, sin, nullptr, false), head_weight(), targets);
 }
 
 void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
