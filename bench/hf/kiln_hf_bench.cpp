@@ -6,14 +6,19 @@
 // as --quantize does, which the load time includes). Prints one JSON line,
 // with the bytes of weights and of keys and values a decoding step reads,
 // and the memory read bandwidth measured at the same thread count.
+// KILN_HF_BENCH_PROFILE=1 also prints to stderr where the last run's decoding
+// steps spent their time, by backend op (kiln/backend/profiler.h); =shapes
+// splits each op by its operands' shapes and dtypes.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/profiler.h"
 #include "kiln/cpu/runtime_defaults.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/hf_model.h"
@@ -67,6 +72,8 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < P; ++i) prompt[size_t(i)] = 3 + (i * 7919) % 600;  // ids the fixture tokenizer makes
   kiln::NoGradGuard ng;
   double best_prefill = 1e30, best_decode = 1e30;
+  const char* profile_env = std::getenv("KILN_HF_BENCH_PROFILE");
+  const bool profile = profile_env != nullptr;
   for (int r = 0; r < R; ++r) {
     // A prompt of its own each time: an earlier one's pages would be taken from the prefix cache.
     prompt[0] = 3 + r;
@@ -76,14 +83,23 @@ int main(int argc, char** argv) {
     const double prefill = seconds_since(t);
     auto first = logits.to_vector<float>();
     int32_t next = int32_t(std::max_element(first.begin(), first.end()) - first.begin());
+    if (profile && r == R - 1) {
+      kiln::Profiler::reset();
+      kiln::Profiler::enable(true, std::string(profile_env) == "shapes");
+    }
     t = Clock::now();
     for (int64_t i = 0; i < N; ++i) {
       logits = lm.model->forward_cached(kiln::Tensor::from_vector(std::vector<int64_t>{next}, {1, 1}), cache);
       const auto row = logits.to_vector<float>();
       next = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
     }
+    const double decode = seconds_since(t);
+    if (profile && r == R - 1) {
+      kiln::Profiler::enable(false);
+      std::fprintf(stderr, "%s", kiln::Profiler::report(decode).c_str());
+    }
     best_prefill = std::min(best_prefill, prefill);
-    best_decode = std::min(best_decode, seconds_since(t));
+    best_decode = std::min(best_decode, decode);
   }
   // The keys and values a decoding step reads, at its average position.
   const auto& c = lm.config;

@@ -15,6 +15,8 @@ bool unary_runs_on_bf16(const Tensor& x, const Tensor& out);
 bool binary_runs_on_bf16(const Tensor& a, const Tensor& b, const Tensor& out);
 // bf16 sums and means over leading dims read bf16 directly.
 bool reduce_runs_on_bf16(ReduceOp op, const Tensor& x, const Tensor& out);
+// An embedding gathers bf16 rows as they are into a bf16 output.
+bool embedding_gathers_stored_rows(const Tensor& weight, const Tensor& out);
 // The operands a product stages: bf16 a and b stay bf16 where the CPU
 // multiplies them natively, and then a bf16 output without GELU too.
 std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor& b, const Tensor& out,

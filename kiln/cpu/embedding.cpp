@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
@@ -51,9 +52,12 @@ void check_table(const char* op, const Tensor& table, const char* what) {
 
 }  // namespace
 
+bool embedding_gathers_stored_rows(const Tensor& weight, const Tensor& out) { return weight.dtype() == out.dtype(); }
+
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
-  // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
-  if (any_low_precision({&weight, &out}))
+  // A gather is a copy of rows: a bf16/f16 table into an output of its own
+  // dtype needs no f32 staging (which would widen the whole table per call).
+  if (!embedding_gathers_stored_rows(weight, out) && any_low_precision({&weight, &out}))
     return in_f32([&](F32Staging& s) { embedding(s.in(weight), ids, s.out(out)); });
   const char* op = "embedding";
   check_table(op, weight, "weight");

@@ -2,16 +2,19 @@
 // for f64). A transposed view of the last two dims is passed to GEMM as a
 // transpose flag rather than copied; any other layout is made contiguous
 // first. Bias and GELU are applied after the GEMM. bf16 operands are
-// multiplied as they are where the CPU has bf16 instructions. In
+// multiplied as they are where the CPU has bf16 instructions, and a few rows
+// against a weight-shaped operand on every CPU (few_rows_product.h). In
 // batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
 #include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/few_rows_product.h"
 #include "kiln/cpu/gemm.h"
 #include "kiln/cpu/invariant_gemm.h"
 #include "kiln/cpu/low_precision.h"
@@ -39,6 +42,31 @@ bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
     return true;
   }
   return false;
+}
+
+// Decoding's bf16 products: a few rows of a against b = w^T, w's rows
+// contiguous (a Linear's weight), read as bf16 by few_rows_times_bf16.
+bool few_rows_apply(int64_t M, const BlasMatrix& mb) {
+  return M <= (bf16_gemm_available() ? kFewRowsBf16Native : kFewRowsBf16) && mb.transposed && !batch_invariant();
+}
+
+// c (f32 [M, N]) = alpha * a · b + beta * c, a's M x K block widened to f32 rows.
+void few_rows_into_f32(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
+                       const uint16_t* b, const BlasMatrix& mb, float beta, float* c) {
+  std::vector<float> rows(size_t(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) rows[size_t(m * K + k)] = bf16_to_float(ma.transposed ? a[k * ma.ld + m] : a[m * ma.ld + k]);
+  few_rows_times_bf16(M, N, K, alpha, rows.data(), K, b, mb.ld, beta, c, N);
+}
+
+// The same into a bf16 c, rounded once after the optional f32 bias, as gemm_bf16 does.
+void few_rows_into_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
+                        const uint16_t* b, const BlasMatrix& mb, float beta, uint16_t* c, const float* bias) {
+  std::vector<float> sums(size_t(M * N));
+  if (beta != 0.0f) bf16_to_f32(c, sums.data(), M * N);
+  few_rows_into_f32(M, N, K, alpha, a, ma, b, mb, beta, sums.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) c[m * N + n] = float_to_bf16(sums[size_t(m * N + n)] + (bias ? bias[n] : 0.0f));
 }
 
 // The product proper. a and b share a dtype; out (and bias, pre_gelu) have
@@ -92,10 +120,13 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
   };
   const uint16_t* a16 = bits16(a);
   const uint16_t* b16 = bits16(b);
+  const bool few_rows = bf16_operands && few_rows_apply(M, mb);
   if (bf16_out) {  // the bias goes into the product, before its one rounding
     const float* bias = args.bias.defined() ? args.bias.data<float>() : nullptr;
     uint16_t* c16 = bits16(out);
     return each_product([&](int64_t i, int64_t oa, int64_t ob) {
+      if (few_rows)
+        return few_rows_into_bf16(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, args.beta, c16 + i * M * N, bias);
       gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld, args.beta,
                 c16 + i * M * N, N, bias);
     });
@@ -105,6 +136,8 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
     const T* bias = args.bias.defined() ? static_cast<const T*>(args.bias.data_ptr()) : nullptr;
     each_product([&](int64_t i, int64_t oa, int64_t ob) {
       if constexpr (std::is_same_v<T, float>) {
+        if (few_rows)
+          return few_rows_into_f32(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, args.beta, cp + i * M * N);
         if (bf16_operands)
           return gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld,
                            args.beta, cp + i * M * N, N);
@@ -148,9 +181,13 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
 bool CpuBackend::fast_bf16_to_f32_matmul() const { return bf16_gemm_available(); }
 
 namespace {
-// (Not in batch-invariant mode: bf16 operands are widened for the invariant f32 GEMM.)
+// bf16 operands read as they are: on a CPU with fast bf16 products, or a few
+// rows against a weight (product() takes few_rows_into_*). (Not in
+// batch-invariant mode: bf16 operands are widened for the invariant f32 GEMM.)
 bool multiplies_natively(const Tensor& a, const Tensor& b) {
-  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && bf16_gemm_available() && !batch_invariant();
+  if (a.dtype() != DType::bf16 || b.dtype() != DType::bf16 || batch_invariant()) return false;
+  BlasMatrix mb;
+  return bf16_gemm_available() || (as_blas_matrix(b, mb) && few_rows_apply(a.size(-2), mb));
 }
 bool straight_into_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
   return multiplies_natively(a, b) && out.dtype() == DType::bf16 && !args.gelu;

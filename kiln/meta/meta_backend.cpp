@@ -77,7 +77,9 @@ void MetaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
                                      const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   CpuStaging staged({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
 }
-void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) { CpuStaging staged({&weight, &out}); }
+void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) {
+  CpuStaging staged({&weight, &out}, !cpu::embedding_gathers_stored_rows(weight, out));
+}
 void MetaBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor&) {
   if (x.size(0) < cpu::kWidenedRows || batch_invariant()) return;
   MemoryCategoryScope workspace(MemoryCategory::workspace);

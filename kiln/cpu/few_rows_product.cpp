@@ -1,0 +1,124 @@
+#include "kiln/cpu/few_rows_product.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/core/dtype.h"
+#include "kiln/cpu/x86_intrinsics.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int kLanes = 32;
+
+// Lanes t and t + 16, then t and t + 8, t + 4, t + 2, t + 1: one order, always.
+inline float sum_lanes(float* lanes) {
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int t = 0; t < width; ++t) lanes[t] += lanes[t + width];
+  return lanes[0];
+}
+
+#ifdef KILN_X86_INTRINSICS
+// sum_lanes' tree on lanes 0-31 held in four registers of eight, in registers.
+inline float sum_lanes(const __m256* lanes) {
+  const __m256 eight = _mm256_add_ps(_mm256_add_ps(lanes[0], lanes[2]), _mm256_add_ps(lanes[1], lanes[3]));
+  __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
+}
+
+// Eight bf16 values widened to f32.
+inline __m256 widen(__m128i bf16) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16), 16));
+}
+#endif
+
+// R rows of a against one weight row: each weight is widened once for the R
+// of them. Lane t of a row's 32 accumulates k = t mod 32 in k order: four
+// independent chains of fused multiply-adds per row, which one row (a
+// single decoding stream) needs to keep up with memory. The AVX2 path holds
+// a row's lanes in four registers (eight accumulators at R = 2: more rows
+// would spill), the scalar path (and a tail of K) in an array, with the
+// same bits.
+template <int R>
+inline void dot_rows(const float* const* a, const uint16_t* w, int64_t K, float* sums) {
+  float acc[R][kLanes];
+  int64_t k = 0;
+#ifdef KILN_X86_INTRINSICS
+  __m256 lanes[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_setzero_ps();
+  for (; k + kLanes <= K; k += kLanes) {
+    __m256 wide[4];
+    for (int j = 0; j < 4; ++j) wide[j] = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k + 8 * j)));
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + k + 8 * j), wide[j], lanes[r][j]);
+  }
+  if (k == K) {
+    for (int r = 0; r < R; ++r) sums[r] = sum_lanes(lanes[r]);
+    return;
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(acc[r] + 8 * j, lanes[r][j]);
+#else
+  for (int r = 0; r < R; ++r) std::fill(acc[r], acc[r] + kLanes, 0.0f);
+  for (; k + kLanes <= K; k += kLanes)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < kLanes; ++t) acc[r][t] = std::fma(a[r][k + t], bf16_to_float(w[k + t]), acc[r][t]);
+#endif
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; k + t < K; ++t) acc[r][t] = std::fma(a[r][k + t], bf16_to_float(w[k + t]), acc[r][t]);
+    sums[r] = sum_lanes(acc[r]);
+  }
+}
+
+struct Operands {
+  int64_t M, K;
+  float alpha;
+  const float* a;
+  int64_t lda;
+  const uint16_t* w;
+  int64_t ldw;
+  float beta;
+  float* c;
+  int64_t ldc;
+};
+
+template <int R>
+inline void outputs(const Operands& p, int64_t n, int64_t m) {
+  const float* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = p.a + (m + r) * p.lda;
+  float sums[R];
+  dot_rows<R>(rows, p.w + n * p.ldw, p.K, sums);
+  for (int r = 0; r < R; ++r) {
+    float& out = p.c[(m + r) * p.ldc + n];
+    out = p.beta == 0.0f ? p.alpha * sums[r] : p.alpha * sums[r] + p.beta * out;
+  }
+}
+
+// Weight rows n0 .. n1 against every row of a, two rows at a time (the
+// weight row stays in L1 for the next two).
+inline void weight_rows(const Operands& p, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    int64_t m = 0;
+    for (; m + 2 <= p.M; m += 2) outputs<2>(p, n, m);
+    if (m < p.M) outputs<1>(p, n, m);
+  }
+}
+
+}  // namespace
+
+void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                         const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc) {
+  const Operands p{M, K, alpha, a, lda, w, ldw, beta, c, ldc};
+  // Waking the pool costs more than a small matrix takes to read.
+  const int threads = omp_in_parallel() || N * K < (int64_t(1) << 18) ? 1 : omp_get_max_threads();
+  const int64_t chunk = std::max<int64_t>(16, (N + threads * 4 - 1) / (threads * 4));
+  if (threads == 1) return weight_rows(p, 0, N);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) weight_rows(p, n0, std::min(N, n0 + chunk));
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,30 @@
+// Products of a few rows with a bf16 weight matrix, for decoding: a step
+// multiplies one row per sequence by every weight, so it is bound by reading
+// the weights. This kernel reads each bf16 weight once, at its 2 bytes,
+// widening it in registers; staging the matrix as f32 for SGEMM (what a CPU
+// without fast bf16 products did before) moved 2 + 4 + 4 bytes a weight, and
+// decoded a bf16 model at a quarter of its f32 speed.
+#pragma once
+#include <cstdint>
+
+namespace kiln::cpu {
+
+// c [M, N] = alpha * a [M, K] · w^T + beta * c: a f32 rows lda apart, w [N, K]
+// bf16 rows ldw apart (a Linear's weight), c f32 rows ldc apart. Each output
+// is a sum over k in 16 lanes (lane t takes k = t mod 16, in k order), then a
+// fixed tree over the lanes: one thread computes it, so the result depends
+// neither on the thread count, nor on M, nor on the instruction set.
+void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                         const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc);
+
+// Up to this many rows, bf16 products with a transposed (weight-shaped)
+// second operand take few_rows_times_bf16: measured on Zen 3 (AVX2), one
+// row reads the weights at memory's speed and 8 rows still beat staging them
+// for SGEMM, while 16 do not. Where the CPU multiplies bf16 natively
+// (bf16_gemm_available()), only a single row does: nothing can read the
+// weights faster than once at 2 bytes, but from two rows on oneDNN's bf16
+// kernels may well win there (not measured: no such CPU was at hand).
+constexpr int64_t kFewRowsBf16 = 8;
+constexpr int64_t kFewRowsBf16Native = 1;
+
+}  // namespace kiln::cpu

@@ -1,0 +1,116 @@
+// Decoding's bf16 products (kiln/cpu/few_rows_product.h): every output is
+// its plain C++ statement's bits, whatever the rows around it and the
+// thread count; through matmul and linear, bf16 products of a few rows
+// agree with the widened f32 product as closely as the staged path does.
+// (Named CpuNnOps* so the ISA passes run them under each instruction set.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/autograd/ops.h"
+#include "kiln/backend/factory.h"
+#include "kiln/cpu/few_rows_product.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(g.uniform() * 2 - 1);
+  return v;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  const std::vector<float> f = random_floats(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = float_to_bf16(f[i]);
+  return v;
+}
+
+// The header's statement: 32 lanes, lane t summing k = t mod 32 in k order
+// with fused multiply-adds, then lanes t and t + 16, t + 8, t + 4, t + 2, t + 1.
+float lane_order_dot(const float* a, const uint16_t* w, int64_t K) {
+  float lanes[32] = {};
+  for (int64_t k = 0; k < K; ++k) lanes[k % 32] = std::fma(a[k], bf16_to_float(w[k]), lanes[k % 32]);
+  for (int width = 16; width >= 1; width /= 2)
+    for (int t = 0; t < width; ++t) lanes[t] += lanes[t + width];
+  return lanes[0];
+}
+
+TEST(CpuNnOpsFewRows, EveryOutputIsTheLaneOrderDotForEveryShapeAndTail) {
+  for (int64_t K : {1, 7, 31, 32, 33, 64, 100, 576})
+    for (int64_t M : {1, 2, 3, 8}) {
+      const int64_t N = 37, lda = K + 3, ldw = K + 5, ldc = N + 2;
+      const auto a = random_floats(size_t(M * lda), 1 + K), c0 = random_floats(size_t(M * ldc), 3 + K);
+      const auto w = random_bf16(size_t(N * ldw), 2 + K);
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> c = c0;
+        cpu::few_rows_times_bf16(M, N, K, 0.5f, a.data(), lda, w.data(), ldw, beta, c.data(), ldc);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            const float dot = lane_order_dot(a.data() + m * lda, w.data() + n * ldw, K);
+            const float expected = beta == 0.0f ? 0.5f * dot : 0.5f * dot + beta * c0[size_t(m * ldc + n)];
+            ASSERT_EQ(c[size_t(m * ldc + n)], expected) << "K " << K << " M " << M << " beta " << beta << " at " << m
+                                                        << "," << n;
+          }
+      }
+    }
+}
+
+TEST(CpuNnOpsFewRows, ARowHasTheSameBitsAloneInABatchAndAtAnyThreadCount) {
+  const int64_t M = 7, N = 1000, K = 300;  // large enough to run on every thread
+  const auto a = random_floats(size_t(M * K), 4);
+  const auto w = random_bf16(size_t(N * K), 5);
+  std::vector<float> all(static_cast<size_t>(M * N)), one(static_cast<size_t>(N));
+  cpu::few_rows_times_bf16(M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, all.data(), N);
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int64_t m : {0, 3, 6}) {
+      cpu::few_rows_times_bf16(1, N, K, 1.0f, a.data() + m * K, K, w.data(), K, 0.0f, one.data(), N);
+      EXPECT_EQ(one, std::vector<float>(all.begin() + m * N, all.begin() + (m + 1) * N))
+          << "row " << m << ", " << threads << " threads";
+    }
+  }
+  set_num_threads(saved);
+}
+
+// x [.., M, K] bf16 through matmul with a weight's transpose, and through
+// linear with a bias: within bf16's rounding of the f32 product of the same
+// bf16 values, for row counts on both sides of the few-rows threshold.
+TEST(CpuNnOpsFewRows, DecodingProductsAgreeWithTheWidenedProduct) {
+  const int64_t K = 97, N = 45;
+  const Tensor w = testing::random_tensor({N, K}, 6, DType::bf16);
+  const Tensor bias = testing::random_tensor({N}, 7, DType::bf16);
+  for (int64_t M : {int64_t(1), int64_t(2), int64_t(5), cpu::kFewRowsBf16, cpu::kFewRowsBf16 + 1}) {
+    const Tensor x = testing::random_tensor({2, M, K}, 8 + uint64_t(M), DType::bf16);
+    const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
+    const Tensor reference = matmul(x32, transpose(w32, 0, 1));
+    const Tensor product = matmul(x, transpose(w, 0, 1));
+    ASSERT_EQ(product.dtype(), DType::bf16);
+    // bf16 keeps 8 bits: half an ulp of results up to |10| is 2^-5.
+    EXPECT_LT(testing::max_abs_diff(product, reference), 0.032) << M << " rows";
+    const Tensor with_bias = linear(x, w, bias);
+    EXPECT_LT(testing::max_abs_diff(with_bias, reference + to_dtype(bias, DType::f32)), 0.032) << M << " rows";
+    // Each row of a batch is that row's own product.
+    const Tensor first_row = matmul(slice(x, 1, 0, 1), transpose(w, 0, 1));
+    EXPECT_EQ(testing::max_abs_diff(first_row, slice(product, 1, 0, 1)), 0.0) << M << " rows";
+  }
+}
+
+// A bf16 table gathers its rows as they are (no f32 copy of the table).
+TEST(CpuNnOpsFewRows, Bf16EmbeddingGathersTheStoredRows) {
+  const Tensor table = testing::random_tensor({50, 24}, 9, DType::bf16);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 49, 0, 3}, {2, 2});
+  const Tensor rows = embedding(table, ids);
+  ASSERT_EQ(rows.dtype(), DType::bf16);
+  const auto all = table.to_vector<float>(), got = rows.to_vector<float>();
+  const int64_t picked[] = {3, 49, 0, 3};
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t c = 0; c < 24; ++c) ASSERT_EQ(got[size_t(i * 24 + c)], all[size_t(picked[i] * 24 + c)]);
+}
+
+}  // namespace
+}  // namespace kiln
