@@ -15,17 +15,18 @@
 namespace kiln {
 namespace {
 
-// Sequences of these lengths in a pool of pages of 4 positions, with their
-// keys and values written through write_paged in one step.
+// Sequences of these lengths in a pool of pages of `page_size` positions,
+// with their keys and values written through write_paged in one step.
 struct Filled {
   std::shared_ptr<nn::KvPool> pool;
   std::vector<nn::KvCache> caches;
   std::vector<Tensor> keys, values;  // per sequence [length, Hkv, D]
 };
 
-Filled fill(const std::vector<int64_t>& lengths, int64_t kv_heads, int64_t D, DType dtype, uint64_t seed) {
+Filled fill(const std::vector<int64_t>& lengths, int64_t kv_heads, int64_t D, DType dtype, uint64_t seed,
+            int64_t page_size = 4) {
   Filled f;
-  f.pool = std::make_shared<nn::KvPool>(nn::KvLayout{1, kv_heads, D, dtype, Device::cpu(), 4}, 2);
+  f.pool = std::make_shared<nn::KvPool>(nn::KvLayout{1, kv_heads, D, dtype, Device::cpu(), page_size}, 2);
   std::vector<nn::KvCache*> pointers;
   for (size_t s = 0; s < lengths.size(); ++s) f.caches.emplace_back(f.pool, 64);
   for (auto& c : f.caches) pointers.push_back(&c);
@@ -87,6 +88,32 @@ TEST(PagedAttention, MatchesAttentionWrittenOutAndEachRowIsIndependentOfTheOther
                                          scale);
     EXPECT_EQ(alone.to_vector<float>(), slice(all, 0, r, r + 1).to_vector<float>()) << "row " << r;
   }
+}
+
+// Pages of 16 (the models' size), whose whole stretches take the register
+// kernels: every group size they tile (1 to 4 heads at a time, and 5) and
+// head sizes on both sides of their 64- and 8-element blocks, against the
+// plain ops; a span starting and ending inside pages takes the one-by-one
+// path for its partial stretches.
+TEST(PagedAttention, FullPagesMatchAttentionWrittenOutForEveryGroupAndHeadSize) {
+  NoGradGuard ng;
+  for (int64_t D : {8, 64, 72, 132})
+    for (int64_t group : {1, 2, 3, 4, 5}) {
+      const int64_t Hkv = 2, H = Hkv * group;
+      Filled f = fill({45}, Hkv, D, DType::f32, 17 + D + group, 16);
+      const Tensor table = Tensor::from_vector(f.caches[0].pages(), {1, int64_t(f.caches[0].pages().size())});
+      const std::vector<int32_t> spans = {0, 0, 45, 0, 5, 37};
+      const Tensor q = testing::random_tensor({2, H, D}, 19 + D, DType::f32);
+      const double scale = 1.0 / std::sqrt(double(D));
+      const Tensor all = paged_attention(q, f.pool->keys(0), f.pool->values(0), table,
+                                         Tensor::from_vector(spans, {2, 3}), scale);
+      for (int64_t r = 0; r < 2; ++r) {
+        const Tensor want = reference_row(slice(reshape(q, {2 * H, D}), 0, r * H, (r + 1) * H), f.keys[0],
+                                          f.values[0], spans[size_t(3 * r + 1)], spans[size_t(3 * r + 2)], scale);
+        EXPECT_LT(testing::max_abs_diff(reshape(slice(all, 0, r, r + 1), {H, D}), want), 1e-5)
+            << "D " << D << ", group " << group << ", row " << r;
+      }
+    }
 }
 
 TEST(PagedAttention, Bf16PagesStayNearTheF32Answer) {

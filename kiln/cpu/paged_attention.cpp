@@ -20,29 +20,43 @@
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
 
 namespace {
 
 // How a cache's elements read as f32 and f32 writes back.
+// (vec8: eight of them widened in a register.)
 struct F32 {
   using T = float;
   static float widen(float v) { return v; }
   static float narrow(float v) { return v; }
   static float round(float v) { return v; }
+#ifdef KILN_X86_INTRINSICS
+  static __m256 vec8(const float* p) { return _mm256_loadu_ps(p); }
+#endif
 };
 struct Bf16 {
   using T = uint16_t;
   static float widen(uint16_t v) { return bf16_to_float(v); }
   static uint16_t narrow(float v) { return float_to_bf16(v); }
   static float round(float v) { return widen(narrow(v)); }
+#ifdef KILN_X86_INTRINSICS
+  static __m256 vec8(const uint16_t* p) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+#endif
 };
 struct F16 {
   using T = uint16_t;
   static float widen(uint16_t v) { return f16_to_float(v); }
   static uint16_t narrow(float v) { return float_to_f16(v); }
   static float round(float v) { return widen(narrow(v)); }
+#ifdef KILN_X86_INTRINSICS
+  static __m256 vec8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
 };
 
 struct PagedShape {
@@ -101,26 +115,64 @@ void each_page(const int32_t* table, int64_t page_size, int64_t lo, int64_t hi, 
 constexpr int64_t kLanes = 16;
 
 // out[t] = sum over d of a[d] * b[d * stride + t], for t < width, each sum a
-// chain of fused multiply-adds in d order: kLanes at a time in vector
-// lanes, fewer one by one, with the same bits either way.
+// chain of fused multiply-adds in d order, one by one (a page's partial
+// stretch; whole stretches of kLanes take scores_of_heads).
 template <typename Codec, typename T = typename Codec::T>
 void dots_down_columns(const float* a, const T* b, int64_t stride, int64_t n, int64_t width, float* out) {
-  if (width == kLanes) {
-    float lanes[kLanes] = {};
-    for (int64_t d = 0; d < n; ++d) {
-      const float ad = a[d];
-      const T* row = b + d * stride;
-#pragma omp simd
-      for (int64_t t = 0; t < kLanes; ++t) lanes[t] = std::fma(ad, Codec::widen(row[t]), lanes[t]);
-    }
-    std::copy(lanes, lanes + kLanes, out);
-    return;
-  }
   for (int64_t t = 0; t < width; ++t) {
     float sum = 0;
     for (int64_t d = 0; d < n; ++d) sum = std::fma(a[d], Codec::widen(b[d * stride + t]), sum);
     out[t] = sum;
   }
+}
+
+// The same for kLanes positions and H query heads at once (rows of `query`
+// D apart, into rows of `scores` n apart): each key row is loaded once for
+// the H heads, and the 2 H chains of multiply-adds run side by side in
+// registers (one chain through memory per head was latency-bound).
+template <typename Codec, int H, typename T = typename Codec::T>
+void scores_of_heads(const float* query, int64_t D, const T* keys, int64_t stride, float* scores, int64_t n) {
+#ifdef KILN_X86_INTRINSICS
+  __m256 low[H], high[H];
+  for (int h = 0; h < H; ++h) low[h] = high[h] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    const __m256 k0 = Codec::vec8(keys + d * stride), k1 = Codec::vec8(keys + d * stride + 8);
+    for (int h = 0; h < H; ++h) {
+      const __m256 qd = _mm256_set1_ps(query[h * D + d]);
+      low[h] = _mm256_fmadd_ps(qd, k0, low[h]);
+      high[h] = _mm256_fmadd_ps(qd, k1, high[h]);
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    _mm256_storeu_ps(scores + h * n, low[h]);
+    _mm256_storeu_ps(scores + h * n + 8, high[h]);
+  }
+#else
+  for (int h = 0; h < H; ++h) dots_down_columns<Codec>(query + h * D, keys, stride, D, kLanes, scores + h * n);
+#endif
+}
+
+// acc[d] += sum over t < count of p[t] * values[t * D + d]: each element a
+// chain of fused multiply-adds in t order, continuing acc's. 64 elements at
+// a time in eight registers, then eight, then one by one.
+template <typename Codec, typename T = typename Codec::T>
+void accumulate_values(const float* p, const T* values, int64_t count, int64_t D, float* acc) {
+  int64_t d = 0;
+#ifdef KILN_X86_INTRINSICS
+  auto block = [&]<int V>() {
+    __m256 sums[V];
+    for (int i = 0; i < V; ++i) sums[i] = _mm256_loadu_ps(acc + d + 8 * i);
+    for (int64_t t = 0; t < count; ++t) {
+      const __m256 pt = _mm256_set1_ps(p[t]);
+      for (int i = 0; i < V; ++i) sums[i] = _mm256_fmadd_ps(pt, Codec::vec8(values + t * D + d + 8 * i), sums[i]);
+    }
+    for (int i = 0; i < V; ++i) _mm256_storeu_ps(acc + d + 8 * i, sums[i]);
+  };
+  for (; d + 64 <= D; d += 64) block.template operator()<8>();
+  for (; d + 8 <= D; d += 8) block.template operator()<1>();
+#endif
+  for (; d < D; ++d)
+    for (int64_t t = 0; t < count; ++t) acc[d] = std::fma(p[t], Codec::widen(values[t * D + d]), acc[d]);
 }
 
 // Row r, key/value head g: the `group` query heads g * group ... into out.
@@ -153,10 +205,21 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
   });
   each_page(table, P, lo, hi, [&](int64_t page, int64_t first, int64_t count, int64_t at) {
     const T* keys = k + (page * s.kv_heads + g) * D * P;  // [D, P]
-    for (int64_t j = 0; j < group; ++j)
-      for (int64_t t = 0; t < count; t += kLanes)
-        dots_down_columns<Codec>(query + j * D, keys + first + t, P, D, std::min(kLanes, count - t),
-                                 scores + j * n + at + t);
+    for (int64_t t = 0; t < count; t += kLanes) {
+      const T* columns = keys + first + t;
+      float* out = scores + at + t;
+      if (count - t < kLanes) {
+        for (int64_t j = 0; j < group; ++j)
+          dots_down_columns<Codec>(query + j * D, columns, P, D, count - t, out + j * n);
+        continue;
+      }
+      for (int64_t j = 0; j < group; j += 4) switch (std::min<int64_t>(4, group - j)) {
+          case 4: scores_of_heads<Codec, 4>(query + j * D, D, columns, P, out + j * n, n); break;
+          case 3: scores_of_heads<Codec, 3>(query + j * D, D, columns, P, out + j * n, n); break;
+          case 2: scores_of_heads<Codec, 2>(query + j * D, D, columns, P, out + j * n, n); break;
+          default: scores_of_heads<Codec, 1>(query + j * D, D, columns, P, out + j * n, n); break;
+        }
+    }
   });
   for (int64_t j = 0; j < group; ++j) {
     float* sj = scores + j * n;
@@ -169,26 +232,7 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
   std::fill(acc, acc + group * D, 0.0f);
   each_page(table, P, lo, hi, [&](int64_t page, int64_t first, int64_t count, int64_t at) {
     const T* values = v + ((page * s.kv_heads + g) * P + first) * D;  // [P, D] from row `first`
-    for (int64_t j = 0; j < group; ++j) {
-      const float* pj = scores + j * n + at;
-      for (int64_t d = 0; d < D; d += kLanes) {
-        float* aj = acc + j * D + d;
-        if (D - d >= kLanes) {
-          float lanes[kLanes];
-          std::copy(aj, aj + kLanes, lanes);
-          for (int64_t t = 0; t < count; ++t) {
-            const float p = pj[t];
-            const T* row = values + t * D + d;
-#pragma omp simd
-            for (int64_t e = 0; e < kLanes; ++e) lanes[e] = std::fma(p, Codec::widen(row[e]), lanes[e]);
-          }
-          std::copy(lanes, lanes + kLanes, aj);
-        } else {
-          for (int64_t e = 0; e < D - d; ++e)
-            for (int64_t t = 0; t < count; ++t) aj[e] = std::fma(pj[t], Codec::widen(values[t * D + d + e]), aj[e]);
-        }
-      }
-    }
+    for (int64_t j = 0; j < group; ++j) accumulate_values<Codec>(scores + j * n + at, values, count, D, acc + j * D);
   });
   for (int64_t j = 0; j < group; ++j) {
     T* oh = out + (r * s.heads + g * group + j) * D;
