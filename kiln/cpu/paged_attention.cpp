@@ -5,7 +5,7 @@
 // share that head (grouped-query attention) read each key and value once.
 // For each of them, in this order and no other:
 //   s_j = scale * (q . k_j)              the dot's fused multiply-adds in d order
-//   e_j = exp(s_j - max s),  l = sum e_j   (summed in that order)
+//   e_j = exp(s_j - max s),  l = sum e_j   (fast_exp, dispatch.h; summed in that order)
 //   out = sum_j (e_j / l) v_j             (accumulated in that order)
 // in f32 whatever the cache's dtype. A bf16 or f16 cache rounds where
 // PyTorch's eager attention rounds (the product, the scaled scores, the
@@ -13,7 +13,8 @@
 // does. Nothing depends on the other rows
 // or on the thread count, which is what makes batch-invariant serving
 // (kiln/backend/batch_invariant.h) and prefix sharing give a sequence the
-// same bits however it was batched.
+// same bits however it was batched. The products keep their sums in
+// registers (AVX2), the exponentials are vectorised.
 #include <cstring>
 #include <vector>
 
@@ -175,6 +176,22 @@ void accumulate_values(const float* p, const T* values, int64_t count, int64_t D
     for (int64_t t = 0; t < count; ++t) acc[d] = std::fma(p[t], Codec::widen(values[t * D + d]), acc[d]);
 }
 
+// The largest of x[0 .. n) (a max is exact in any order; a NaN among them
+// makes the softmax NaN either way).
+inline float max_of(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+#ifdef KILN_X86_INTRINSICS
+  __m256 lanes = _mm256_set1_ps(m);
+  for (; i + 8 <= n; i += 8) lanes = _mm256_max_ps(lanes, _mm256_loadu_ps(x + i));
+  float eight[8];
+  _mm256_storeu_ps(eight, lanes);
+  for (float e : eight) m = std::max(m, e);
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 // Row r, key/value head g: the `group` query heads g * group ... into out.
 // A page's keys are [D, P] (positions innermost), so a page's scores fill
 // vector lanes with no horizontal sums; its values are [P, D]. Every score
@@ -223,9 +240,13 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
   });
   for (int64_t j = 0; j < group; ++j) {
     float* sj = scores + j * n;
-    float m = -std::numeric_limits<float>::infinity(), total = 0;
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, sj[i] = Codec::round(Codec::round(sj[i]) * scale));
-    for (int64_t i = 0; i < n; ++i) total += sj[i] = std::exp(sj[i] - m);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) sj[i] = Codec::round(Codec::round(sj[i]) * scale);
+    const float m = max_of(sj, n);
+    float total = 0;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) sj[i] = fast_exp(sj[i] - m);
+    for (int64_t i = 0; i < n; ++i) total += sj[i];
     const float inverse = 1.0f / total;
     for (int64_t i = 0; i < n; ++i) sj[i] = Codec::round(sj[i] * inverse);
   }
