@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/backend/backend.h"
 #include "kiln/core/dtype.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
@@ -99,7 +100,7 @@ inline void outputs(const Operands& p, int64_t n, int64_t m) {
 }
 
 // Weight rows n0 .. n1 against every row of a, two rows at a time (the
-// weight row stays in L1 for the next two).
+// weight row stays in L1 while each pair reads it).
 inline void weight_rows(const Operands& p, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
@@ -114,7 +115,7 @@ void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const flo
                          const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc) {
   const Operands p{M, K, alpha, a, lda, w, ldw, beta, c, ldc};
   // Waking the pool costs more than a small matrix takes to read.
-  const int threads = omp_in_parallel() || N * K < (int64_t(1) << 18) ? 1 : omp_get_max_threads();
+  const int threads = omp_in_parallel() || N * K < (int64_t(1) << 18) ? 1 : get_num_threads();
   const int64_t chunk = std::max<int64_t>(16, (N + threads * 4 - 1) / (threads * 4));
   if (threads == 1) return weight_rows(p, 0, N);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

@@ -11,9 +11,10 @@ namespace kiln::cpu {
 
 // c [M, N] = alpha * a [M, K] · w^T + beta * c: a f32 rows lda apart, w [N, K]
 // bf16 rows ldw apart (a Linear's weight), c f32 rows ldc apart. Each output
-// is a sum over k in 16 lanes (lane t takes k = t mod 16, in k order), then a
-// fixed tree over the lanes: one thread computes it, so the result depends
-// neither on the thread count, nor on M, nor on the instruction set.
+// is a sum over k in 32 lanes (lane t takes k = t mod 32, in k order, with
+// fused multiply-adds), then a fixed tree over the lanes: one thread
+// computes it, so the result depends neither on the thread count, nor on M,
+// nor on the instruction set.
 void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc);
 

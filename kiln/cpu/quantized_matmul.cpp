@@ -19,6 +19,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,23 +42,44 @@ struct QuantizedActivations {
   std::vector<int32_t> sums;
 };
 
+// One block of an activation row to int8 levels (scale max|x| / 127):
+// `count` values of x, zeros after them up to the block's 32. Returns the
+// levels' sum (the int4 zero point's correction).
+inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& scale) {
+  float v[B];
+  for (int64_t j = 0; j < B; ++j) v[j] = j < count ? x[j] : 0.0f;
+  float amax = 0;
+  for (float f : v) amax = std::max(amax, std::abs(f));
+  scale = amax / 127.0f;
+  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  int32_t sum = 0;
+  for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));
+  return sum;
+}
+
 QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks) {
   QuantizedActivations a{blocks, std::vector<int8_t>(size_t(M * blocks * B)), std::vector<float>(size_t(M * blocks)),
                          std::vector<int32_t>(size_t(M * blocks))};
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
-      float v[B];
-      for (int64_t j = 0; j < B; ++j) v[j] = b * B + j < K ? x[m * K + b * B + j] : 0.0f;
-      float amax = 0;
-      for (float f : v) amax = std::max(amax, std::abs(f));
-      const float scale = amax / 127.0f, inverse = scale > 0 ? 1.0f / scale : 0.0f;
-      int8_t* q = a.levels.data() + (m * blocks + b) * B;
-      int32_t sum = 0;
-      for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));
-      a.scales[size_t(m * blocks + b)] = scale;
-      a.sums[size_t(m * blocks + b)] = sum;
+      const size_t at = size_t(m * blocks + b);
+      a.sums[at] = quantize_block(x + m * K + b * B, std::min(B, K - b * B), a.levels.data() + at * B, a.scales[at]);
     }
   return a;
+}
+
+// x's rows as the integer kernel sees them: each block's levels times its
+// scale, over the pool (a prompt's activations: M x K values).
+void round_to_levels(const float* x, int64_t M, int64_t K, float* out) {
+#pragma omp parallel for schedule(static) if (M * K >= (int64_t(1) << 16))
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k0 = 0; k0 < K; k0 += B) {
+      const int64_t count = std::min(B, K - k0);
+      int8_t q[B];
+      float scale;
+      quantize_block(x + m * K + k0, count, q, scale);
+      for (int64_t j = 0; j < count; ++j) out[m * K + k0 + j] = scale * float(q[j]);
+    }
 }
 
 // The 32 weight bytes of block b of an int4 row, unpacked to levels in column order.
@@ -334,11 +356,7 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   float* values = widened.data<float>();
 #pragma omp parallel for
   for (int64_t n = 0; n < w.rows; ++n) dequantize_row(w, n, values + n * w.cols);
-  const QuantizedActivations a = quantize_activations(x.data<float>(), M, w.cols, w.blocks());
-  float* r = rounded.data<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < w.cols; ++k)
-      r[m * w.cols + k] = a.scales[size_t(m * a.blocks + k / B)] * float(a.levels[size_t(m * a.blocks * B + k)]);
+  round_to_levels(x.data<float>(), M, w.cols, rounded.data<float>());
   Tensor transposed = widened.as_strided({w.cols, w.rows}, {1, w.cols}, 0);
   matmul(rounded, transposed, out, MatmulArgs{});
 }
