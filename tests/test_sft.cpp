@@ -402,6 +402,29 @@ TEST(SftRuns, ResumingAgainstADifferentBaseIsRefused) {
             std::string::npos);
 }
 
+// A Hugging Face model loads for inference; the steps still train with
+// dropout (no --val, whose evaluation used to switch training mode on).
+TEST(SftRuns, LoraDropoutActsOnEveryStep) {
+  const fs::path dir = testing::fresh_test_dir("sft", "lora-dropout");
+  const std::vector<double> want = hf_test::expected("finetune")["cases"]["lora-qv"]["losses"].get<std::vector<double>>();
+  recipes::TrainOptions o = parity_options(dir / "off", "lora-qv");
+  o.lora_dropout = 0.0;
+  recipes::train(o, [](const std::string&) {});
+  EXPECT_NEAR(run_losses(o.out_dir).at(1), want[1], 1e-5 * want[1]) << "dropout 0 is peft's step";
+  o = parity_options(dir / "on", "lora-qv");
+  o.lora_dropout = 0.5;
+  recipes::train(o, [](const std::string&) {});
+  // The fixture's adapters start non-zero (init_lora_weights=False), so
+  // dropout on their input changes step 1's loss already.
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_GT(std::abs(run_losses(o.out_dir).at(i) - want[i]), 1e-4 * want[i]) << "step " << i + 1;
+  EXPECT_EQ(load_checkpoint(*latest_checkpoint(o.out_dir)).state["sft"]["lora"]["dropout"], 0.5);
+  o = parity_options(dir / "alpha", "lora-qv");
+  o.lora_alpha = 3.0;
+  EXPECT_NE(error_of([&] { recipes::train(o, [](const std::string&) {}); }).find("come from --lora-from"),
+            std::string::npos);
+}
+
 TEST(SftRuns, ResumedRunEqualsTheUninterruptedOne) {
   for (const bool packing : {false, true}) {
     const fs::path dir = testing::fresh_test_dir("sft", packing ? "resume-packed" : "resume");
@@ -410,6 +433,7 @@ TEST(SftRuns, ResumedRunEqualsTheUninterruptedOne) {
     whole.batch_size = 2;
     whole.packing = packing;
     whole.max_seq_len = 12;
+    whole.lora_dropout = 0.1;  // the dropout generator resumes too
     recipes::train(whole, [](const std::string&) {});
     recipes::TrainOptions part = whole;
     part.out_dir = (dir / "parts").string();

@@ -120,8 +120,8 @@ std::function<std::optional<recipes::TrainOptions>()> add_train_options(CLI::App
   cmd->add_option("--quantize-base", to->quantize_base, "sft with LoRA: quantize the frozen base to int8, int4 or "
                   "int4z (QLoRA-style: a quarter to an eighth of its f32 memory; CPU, fp32)")
       ->check(CLI::IsMember({"int8", "int4", "int4z"}));
-  cmd->add_option("--lora-from", to->lora_from, "sft: start the adapters from a peft adapter folder (its rank, alpha "
-                  "and targets)");
+  cmd->add_option("--lora-from", to->lora_from, "sft: start the adapters from a peft adapter folder (its rank, alpha, "
+                  "targets and dropout)");
   cmd->add_option("--chat-template", to->chat_template, "sft: the chat template that renders \"messages\" lines "
                   "(default: the model folder's own)");
   auto device = std::make_shared<std::string>();

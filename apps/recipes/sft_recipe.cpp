@@ -59,6 +59,9 @@ SftSettings fresh_settings(const TrainOptions& o, const std::string& out_dir, co
     s.lora = read_peft_folder(s.lora_from).config;
     KILN_CHECK(!o.lora_rank || *o.lora_rank == s.lora->rank, "--lora-rank ", o.lora_rank.value_or(0),
                " differs from the rank of --lora-from's adapters (", s.lora->rank, ")");
+    KILN_CHECK(!o.lora_alpha && !o.lora_targets, "--lora-alpha and --lora-targets come from --lora-from's "
+               "adapter_config.json; drop them");
+    if (o.lora_dropout) s.lora->dropout = *o.lora_dropout;  // as peft's config may be edited: no weight depends on it
   } else if (o.lora_rank) {
     nn::LoraConfig c;
     c.rank = *o.lora_rank;

@@ -187,6 +187,9 @@ bool run_training_loop(const TrainOptions& o, const RunStart& run, RunParts& par
     Profiler::reset();
     Profiler::enable(true, o.profile_shapes);
   }
+  // Dropout acts during the steps whatever mode loading or an evaluation
+  // left the model in (a Hugging Face model loads for inference).
+  parts.model.train();
   ProgressBar bar(total, start, settings.unit, o.progress);
   const Log line_log = [&](const std::string& line) {
     bar.finish();
