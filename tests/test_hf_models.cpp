@@ -3,6 +3,7 @@
 // (equal to generate(do_sample=False)) for every architecture, on the
 // fixtures of tests/hf/make_fixtures.py, plus bad folders.
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "apps/recipes/hf_inference.h"
@@ -10,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/init.h"
+#include "kiln/nn/lora.h"
 #include "models/hf/families.h"
 #include "models/hf/hf_model.h"
 #include "models/gpt/gpt.h"
@@ -82,7 +84,7 @@ TEST_P(CausalLms, TrainingLossAndGradientsMatchTransformers) {
   const auto ids = want["ids"].get<std::vector<int64_t>>();
   const int64_t T = int64_t(ids.size()) - 1;
   std::vector<int64_t> inputs(ids.begin(), ids.end() - 1), targets(ids.begin() + 1, ids.end());
-  lm.model->train();
+  // In eval mode, as transformers computed them: GPT-2's dropout off.
   Tensor loss = lm.model->loss(Tensor::from_vector(inputs, {1, T}), Tensor::from_vector(targets, {1, T}));
   EXPECT_NEAR(loss.item(), want["train_loss"].get<double>(), 1e-4 * want["train_loss"].get<double>());
   loss.backward();
@@ -224,6 +226,51 @@ TEST(HfTraining, LlamaGradientsAreTheSameWithBlockCheckpointing) {
     }
   }
   EXPECT_EQ(grads[0], grads[1]);
+}
+
+// Dropout replays in backward: with GPT-2's dropouts (its config's 0.1) or
+// LoRA's on Mistral, the gradients are the same whether each layer keeps its
+// activations or re-runs in backward (drawing the same masks again).
+TEST(HfTraining, DropoutDrawsTheSameMasksWhenBlocksRerun) {
+  for (const char* fixture : {"gpt2", "mistral"}) {
+    std::vector<std::vector<float>> grads[2];
+    double losses[2] = {0, 0}, eval_loss = 0;
+    for (int blocks = 0; blocks < 2; ++blocks) {
+      auto lm = models::load_hf_causal_lm(hf_test::fixture(fixture), DType::f32);
+      if (std::string(fixture) == "mistral") {
+        nn::LoraConfig lora;
+        lora.rank = 4;
+        lora.dropout = 0.3;
+        lora.targets = {"q_proj", "v_proj", "down_proj"};
+        Generator init(3);
+        nn::apply_lora(*lm.model, lora, init, std::make_shared<Generator>(0));
+        NoGradGuard ng;  // B away from its zero start, so that dropout shows in the loss too
+        for (auto& [name, p] : nn::lora_parameters(*lm.model))
+          if (name.ends_with("lora_B.weight")) copy_into(nn::normal_tensor(p.shape(), 0.05, init), p);
+      }
+      lm.model->use_dropout_generator(std::make_shared<Generator>(11));
+      if (blocks) lm.model->set_activation_checkpointing(models::ActivationCheckpointing::blocks);
+      std::vector<int64_t> ids(2 * 20), targets(2 * 20);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(3 + (i * 37) % 90), targets[i] = int64_t(3 + (i * 53) % 90);
+      const Tensor x = Tensor::from_vector(ids, {2, 20}), y = Tensor::from_vector(targets, {2, 20});
+      if (!blocks) {
+        NoGradGuard ng;
+        lm.model->eval();
+        eval_loss = lm.model->loss(x, y).item();
+      }
+      lm.model->train();
+      Tensor loss = lm.model->loss(x, y);
+      losses[blocks] = loss.item();
+      loss.backward();
+      for (const auto& [name, p] : lm.model->trainable_parameters()) {
+        ASSERT_TRUE(p.grad().defined()) << name;
+        grads[blocks].push_back(p.grad().to_vector<float>());
+      }
+    }
+    EXPECT_NE(losses[0], eval_loss) << fixture << ": dropout acted";
+    EXPECT_EQ(losses[0], losses[1]) << fixture;
+    EXPECT_EQ(grads[0], grads[1]) << fixture;
+  }
 }
 
 class Classifiers : public ::testing::TestWithParam<const char*> {};
@@ -385,6 +432,57 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
   }
   EXPECT_GT(built, 50);
   EXPECT_GT(refused, 50);
+}
+
+// Each of config.json's dropout probabilities acts where transformers puts
+// it, in training mode only: alone non-zero, it changes the training-mode
+// output and leaves the eval-mode output bit for bit that of no dropout.
+TEST(HfFolders, EachConfigDropoutActsInTrainingOnly) {
+  const std::map<std::string, std::vector<std::string>> keys = {
+      {"gpt2", {"resid_pdrop", "embd_pdrop", "attn_pdrop"}},
+      {"bert", {"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"}},
+      {"distilbert", {"dropout", "attention_dropout", "seq_classif_dropout"}}};
+  const Tensor ids = Tensor::from_vector<int64_t>({5, 17, 42, 8, 99, 23, 61, 4, 30, 12}, {2, 5});
+  for (const auto& [fixture, names] : keys) {
+    // The outputs (training mode, eval mode) of the fixture with `p` for `key` and 0 for the others.
+    auto outputs = [&, fixture = fixture, names = names](const std::string& key, double p) {
+      const fs::path dir = scratch_copy(fixture, "dropout_" + fixture);
+      edit_config(dir, [&](nlohmann::json& j) {
+        for (const std::string& k : names) j[k] = k == key ? p : 0.0;
+      });
+      std::shared_ptr<nn::Module> model;
+      std::function<Tensor()> forward;
+      if (fixture == "gpt2") {
+        auto lm = models::load_hf_causal_lm(dir.string(), DType::f32).model;
+        model = lm, forward = [lm, &ids] { return lm->forward(ids); };
+      } else {
+        auto c = models::load_hf_classifier(dir.string(), DType::f32).model;
+        model = c, forward = [c, &ids] { return c->forward(ids, {5, 5}); };
+      }
+      fs::remove_all(dir);
+      NoGradGuard ng;
+      model->train();
+      const auto training = forward().to_vector<float>();
+      model->eval();
+      return std::pair{training, forward().to_vector<float>()};
+    };
+    const auto none = outputs("", 0);
+    EXPECT_EQ(none.first, none.second) << fixture;
+    for (const std::string& key : names) {
+      const auto with = outputs(key, 0.3);
+      EXPECT_NE(with.first, none.first) << fixture << " " << key << " acts in training";
+      EXPECT_EQ(with.second, none.second) << fixture << " " << key << " leaves inference alone";
+    }
+    const fs::path bad = scratch_copy(fixture, "dropout_bad");
+    edit_config(bad, [&](nlohmann::json& j) { j[names[0]] = 1.5; });
+    try {
+      fixture == "gpt2" ? (void)models::load_hf_causal_lm(bad.string()) : (void)models::load_hf_classifier(bad.string());
+      ADD_FAILURE() << fixture << " loaded with " << names[0] << " 1.5";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a dropout probability in [0, 1)"), std::string::npos) << e.what();
+    }
+    fs::remove_all(bad);
+  }
 }
 
 TEST(HfFolders, Llama3RopeScalingTakesAnIntegerContext) {

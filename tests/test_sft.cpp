@@ -317,12 +317,25 @@ TEST(Lora, TargetsThatMatchNothingAreRefusedWithTheLayersThereAre) {
 
 // kiln train classify on the BERT fixture: two steps equal transformers'
 // (its own head: the data's labels are the model's).
+// A copy of a fixture folder with config.json's `keys` set to `value`.
+fs::path fixture_with(const std::string& name, const fs::path& dir, const std::vector<std::string>& keys, double value) {
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(hf_test::fixture(name)))
+    fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
+  json config = json::parse(std::ifstream(dir / "config.json"));
+  for (const std::string& key : keys) config[key] = value;
+  std::ofstream(dir / "config.json") << config.dump(1);
+  return dir;
+}
+
+// transformers' steps with dropout off (from_pretrained(hidden_dropout_prob=0, ...)): its config's dropouts set to 0.
 TEST(ClassifyParity, BertStepsMatchTransformers) {
   const json want = hf_test::expected("finetune")["classify"];
   const fs::path out = testing::fresh_test_dir("sft", "classify");
   recipes::TrainOptions o;
   o.recipe = "classify";
-  o.init = "hf:" + hf_test::fixture(want["base"].get<std::string>());
+  o.init = "hf:" + fixture_with(want["base"].get<std::string>(), out.parent_path() / "classify-base",
+                                {"hidden_dropout_prob", "attention_probs_dropout_prob"}, 0.0).string();
   o.data_file = hf_test::fixture("finetune/classify.jsonl");
   o.batch_size = want["batch_size"].get<int64_t>();
   o.steps = 2;
@@ -341,6 +354,46 @@ TEST(ClassifyParity, BertStepsMatchTransformers) {
   EXPECT_EQ(expect_weights_match(ck.model, after, want["unresolved"], [](const std::string& n) { return n; }),
             want["trainable"].get<int64_t>());
   EXPECT_EQ(ck.state["classify"]["labels"], json({"negative", "neutral", "positive"}));
+}
+
+// The BERT fixture's own dropouts (config.json's 0.1) act in its steps and
+// draw from the run's generator, which resuming restores: a run stopped
+// halfway and resumed ends with the uninterrupted run's weights.
+TEST(ClassifyRuns, ResumedRunWithDropoutEqualsTheUninterruptedOne) {
+  const fs::path dir = testing::fresh_test_dir("sft", "classify-resume");
+  recipes::TrainOptions whole;
+  whole.recipe = "classify";
+  whole.init = "hf:" + hf_test::fixture("bert");
+  whole.data_file = hf_test::fixture("finetune/classify.jsonl");
+  whole.batch_size = 2;
+  whole.steps = 4;
+  whole.threads = 1;
+  whole.progress = false;
+  whole.out_dir = (dir / "whole").string();
+  recipes::train(whole, [](const std::string&) {});
+  recipes::TrainOptions part = whole;
+  part.out_dir = (dir / "parts").string();
+  part.stop_after = 2;
+  recipes::train(part, [](const std::string&) {});
+  recipes::TrainOptions rest;
+  rest.recipe = "classify";
+  rest.out_dir = part.out_dir;
+  rest.resume = true;
+  rest.threads = 1;
+  rest.progress = false;
+  recipes::train(rest, [](const std::string&) {});
+  const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
+  ASSERT_EQ(a.step, 4);
+  ASSERT_EQ(b.step, 4);
+  for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+  // Dropout acted: the same steps without it train other weights.
+  recipes::TrainOptions off = whole;
+  off.init = "hf:" + fixture_with("bert", dir / "no-dropout", {"hidden_dropout_prob", "attention_probs_dropout_prob"},
+                                  0.0).string();
+  off.out_dir = (dir / "off").string();
+  recipes::train(off, [](const std::string&) {});
+  const Checkpoint c = load_checkpoint(*latest_checkpoint(off.out_dir));
+  EXPECT_GT(relative_difference(c.model.at("classifier.weight"), a.model.at("classifier.weight")), 1e-6);
 }
 
 // The distillation loss of the fixture's batch, student llama-gqa and

@@ -311,6 +311,7 @@ class ClassifyFinetuneRecipe final : public Recipe {
     KILN_CHECK(cfg.checkpointing == "none", "kiln train classify does not checkpoint activations yet");
 
     auto dropout_gen = std::make_shared<Generator>(seed ^ 0xD0D0D0D0ull);
+    c.module->use_dropout_generator(dropout_gen);  // the model's dropouts (config.json's), saved with the run
     optim::AdamWOptions adamw;
     adamw.weight_decay = 0.0;  // transformers' Trainer default
     std::unique_ptr<optim::Optimizer> opt = place_model_and_optimizer(cfg, run.device, *c.module, adamw);

@@ -111,6 +111,7 @@ DType lora_base_dtype(const std::string& precision) {
 models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> base_dtype, uint64_t seed,
                                   std::shared_ptr<Generator> dropout_gen, std::vector<std::string>* adapted) {
   models::HfCausalLm lm = models::load_hf_causal_lm(s.base, base_dtype);
+  if (dropout_gen) lm.model->use_dropout_generator(dropout_gen);  // config.json's dropouts, saved with the run
   if (!s.lora) return lm;
   // Quantized before the adapters exist, so they stay f32 and trainable; as
   // bitsandbytes quantizes for QLoRA, the blocks' linear layers only: the

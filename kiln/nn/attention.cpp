@@ -1,20 +1,40 @@
 #include "kiln/nn/attention.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
 
 namespace kiln::nn {
 
+Tensor causal_bias(int64_t T, int64_t window, Device device) {
+  std::vector<float> bias(size_t(T * T), 0.0f);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      if (j > i || (window > 0 && j <= i - window)) bias[size_t(i * T + j)] = -std::numeric_limits<float>::infinity();
+  return Tensor::from_vector(bias, {T, T}).to(device);
+}
+
+Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                             Dropout* probs_dropout) {
+  Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(q.size(3))));
+  if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);  // bf16 scores: softmax in f32
+  if (bias.defined()) scores = scores + (bias.dtype() == DType::f32 ? bias : to_dtype(bias, DType::f32));
+  Tensor probs = softmax(scores, -1);
+  if (probs_dropout) probs = probs_dropout->forward(probs);
+  return matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v);
+}
+
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double p, Generator& init,
-                                         std::shared_ptr<Generator> dropout_gen)
+                                         std::shared_ptr<Generator> dropout_gen, double attention_dropout)
     : n_embd_(n_embd), n_head_(n_head) {
   KILN_CHECK(n_head > 0 && n_embd % n_head == 0, "attention: n_embd (", n_embd, ") must be divisible by n_head (",
              n_head, ")");
   c_attn = register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * n_embd, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(n_embd, n_embd, init));
-  resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(p, std::move(dropout_gen)));
+  resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(p, dropout_gen));
+  attn_dropout_ = register_module("attn_dropout", std::make_shared<Dropout>(attention_dropout, std::move(dropout_gen)));
 }
 
 Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& lengths,
@@ -52,7 +72,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x, std::function<Tensor()> rec
   const bool selective = recompute_x && !c_attn->lora_A && !c_proj->lora_A;
   Tensor projected = selective ? linear_recomputing_input(x, c_attn->weight, c_attn->bias, std::move(recompute_x))
                                : c_attn->forward(x);
-  Tensor heads = scaled_dot_product_attention_packed(projected, H, /*causal=*/true);  // [B, H, T, D]
+  Tensor heads;  // [B, H, T, D]
+  if (is_training() && attn_dropout_->p() > 0) {
+    Tensor qkv = permute(reshape(projected, {B, T, 3, H, C / H}), {2, 0, 3, 1, 4});  // [3, B, H, T, D]
+    auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };
+    heads = attention_written_out(part(0), part(1), part(2), causal_bias(T, 0, x.device()), attn_dropout_.get());
+  } else {
+    heads = scaled_dot_product_attention_packed(projected, H, /*causal=*/true);
+  }
   Tensor y = reshape(transpose(heads, 1, 2), {B, T, C});
   if (!selective) return resid_dropout_->forward(c_proj->forward(y));
   // The attention node keeps `heads`; merging them again is a view.

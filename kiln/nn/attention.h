@@ -15,10 +15,26 @@ namespace kiln::nn {
 Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& lengths,
                          bool causal);
 
+// Additive mask [T, T] of causal attention: 0 where query i sees key j (j
+// <= i, and j > i - window when window > 0, Mistral's sliding window),
+// -inf elsewhere.
+Tensor causal_bias(int64_t T, int64_t window, Device device);
+
+// Attention written out, for what the fused op does not do: softmax(q k^T /
+// sqrt(D) + bias) v (the softmax in f32), with `probs_dropout` (if any) on
+// the probabilities, acting in training mode as transformers' attention
+// dropout does. q [B, H, T, D], k and v [B, H, S, D]; bias (undefined:
+// none) adds to the scores [B, H, T, S] by broadcasting: a padding, causal
+// or window mask.
+Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                             Dropout* probs_dropout = nullptr);
+
 class CausalSelfAttention : public Module {
  public:
+  // `dropout` on the output (GPT-2's resid_pdrop), `attention_dropout` on
+  // the attention probabilities (attn_pdrop; > 0 writes attention out while training).
   CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& init,
-                      std::shared_ptr<Generator> dropout_gen);
+                      std::shared_ptr<Generator> dropout_gen, double attention_dropout = 0.0);
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
   // Selective activation checkpointing: `recompute_x` gives x's values again
   // in backward, so neither x nor the merged heads are kept for the linears'
@@ -39,7 +55,7 @@ class CausalSelfAttention : public Module {
 
  private:
   int64_t n_embd_, n_head_;
-  std::shared_ptr<Dropout> resid_dropout_;
+  std::shared_ptr<Dropout> resid_dropout_, attn_dropout_;
 };
 
 }  // namespace kiln::nn

@@ -30,6 +30,7 @@ class Linear : public WeightModule {
   void attach_lora(int64_t rank, double scale, double dropout, Generator& init, std::shared_ptr<Generator> dropout_gen);
   // W += scale B A (in W's dtype), and the adapter is gone: a plain Linear again.
   void merge_lora();
+  void use_dropout_generator(const std::shared_ptr<Generator>& gen) override { lora_dropout_gen_ = gen; }
   std::shared_ptr<Linear> lora_A, lora_B;
   double lora_scale = 0, lora_dropout = 0;
 
@@ -84,6 +85,8 @@ class Dropout : public Module {
  public:
   Dropout(double p, std::shared_ptr<Generator> gen) : p_(p), gen_(std::move(gen)) {}
   Tensor forward(const Tensor& x) override { return is_training() && p_ > 0 ? dropout(x, p_, *gen_) : x; }
+  void use_dropout_generator(const std::shared_ptr<Generator>& gen) override { gen_ = gen; }
+  double p() const { return p_; }
 
  private:
   double p_;

@@ -65,6 +65,10 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
+void Module::use_dropout_generator(const std::shared_ptr<Generator>& gen) {
+  for (auto& [n, c] : children_) c->use_dropout_generator(gen);
+}
+
 void Module::zero_grad() {
   for (Tensor& p : parameters()) p.zero_grad();
 }

@@ -43,6 +43,11 @@ class Module {
   void for_each_module(const std::function<void(const std::string& prefix, Module&)>& f, const std::string& prefix = "");
   void for_each_module(const std::function<void(const std::string& prefix, const Module&)>& f,
                        const std::string& prefix = "") const;
+  // Points every dropout at or below this module (layers' and LoRA
+  // adapters') at `gen`: a run's one generator, which its checkpoints save
+  // and activation checkpointing replays. A module that replays its own
+  // blocks keeps the pointer too (overrides call this one).
+  virtual void use_dropout_generator(const std::shared_ptr<Generator>& gen);
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);

@@ -43,7 +43,8 @@ const Names& names_of(const std::string& flavor) {
 
 class EncoderLayer : public Module {
  public:
-  EncoderLayer(const BertConfig& c, const Names& n, Generator& init) : heads_(c.num_heads) {
+  EncoderLayer(const BertConfig& c, const Names& n, Generator& init, const std::shared_ptr<Generator>& dropout_gen)
+      : heads_(c.num_heads) {
     const int64_t H = c.hidden_size;
     q = register_module(n.q, std::make_shared<Linear>(H, H, init));
     k = register_module(n.k, std::make_shared<Linear>(H, H, init));
@@ -53,6 +54,10 @@ class EncoderLayer : public Module {
     ffn_in = register_module(n.ffn_in, std::make_shared<Linear>(H, c.intermediate_size, init));
     ffn_out = register_module(n.ffn_out, std::make_shared<Linear>(c.intermediate_size, H, init));
     ffn_norm = register_module(n.ffn_norm, std::make_shared<LayerNorm>(H, c.layer_norm_eps));
+    probs_dropout = register_module("attention_dropout", std::make_shared<Dropout>(c.attention_dropout, dropout_gen));
+    attn_dropout = register_module("attention_output_dropout",
+                                   std::make_shared<Dropout>(c.attention_output_dropout, dropout_gen));
+    ffn_dropout = register_module("ffn_dropout", std::make_shared<Dropout>(c.hidden_dropout, dropout_gen));
   }
   Tensor forward(const Tensor& x) override { return forward(x, Tensor(), {}); }
   // `key_bias` [B, 1, 1, T]: 0 for a row's real tokens, -inf for its
@@ -70,18 +75,20 @@ class EncoderLayer : public Module {
     }
     auto split = [&](const Tensor& t) { return contiguous(transpose(reshape(t, {B, T, heads_, D}), 1, 2)); };
     Tensor qh = split(q->forward(x)), kh = split(k->forward(x)), vh = split(v->forward(x));
-    Tensor a = key_bias.defined()
-                   ? matmul(softmax(matmul(qh, transpose(kh, 2, 3)) * (1.0 / std::sqrt(double(D))) + key_bias, -1), vh)
+    // Written out for a padding mask, or for dropout on the probabilities.
+    Tensor a = key_bias.defined() || (is_training() && probs_dropout->p() > 0)
+                   ? attention_written_out(qh, kh, vh, key_bias, probs_dropout.get())
                    : scaled_dot_product_attention(qh, kh, vh, false);
     return finish(x, reshape(transpose(a, 1, 2), {B, T, C}));
   }
   // After attention (heads merged, [B, T, C]): the output projection, the norms and the feed-forward.
   Tensor finish(const Tensor& x, const Tensor& a) {
-    Tensor h = attn_norm->forward(x + o->forward(a));
-    return ffn_norm->forward(h + ffn_out->forward(gelu_erf(ffn_in->forward(h))));
+    Tensor h = attn_norm->forward(x + attn_dropout->forward(o->forward(a)));
+    return ffn_norm->forward(h + ffn_dropout->forward(ffn_out->forward(gelu_erf(ffn_in->forward(h)))));
   }
   std::shared_ptr<Linear> q, k, v, o, ffn_in, ffn_out;
   std::shared_ptr<LayerNorm> attn_norm, ffn_norm;
+  std::shared_ptr<Dropout> probs_dropout, attn_dropout, ffn_dropout;
 
  private:
   int64_t heads_;
@@ -94,6 +101,7 @@ using namespace bert_parts;
 struct BertClassifier::Parts {
   std::shared_ptr<Embedding> words, positions, types;
   std::shared_ptr<LayerNorm> emb_norm;
+  std::shared_ptr<Dropout> emb_dropout, head_dropout;
   std::vector<std::shared_ptr<EncoderLayer>> layers;
   std::shared_ptr<Linear> head, classifier;
 };
@@ -104,6 +112,7 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   KILN_CHECK(!c.labels.empty(), "bert: a classifier needs labels (config.json's id2label)");
   const Names& n = names_of(c.flavor);
   Parts& p = *parts_;
+  const auto dropout_gen = std::make_shared<Generator>(0);  // until a run hands the model its own
   auto base = register_module(n.base, std::make_shared<Named>());
   auto emb = base->add("embeddings", std::make_shared<Named>());
   p.words = emb->add("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
@@ -111,11 +120,13 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   if (c.type_vocab_size > 0)
     p.types = emb->add("token_type_embeddings", std::make_shared<Embedding>(c.type_vocab_size, c.hidden_size, init));
   p.emb_norm = emb->add("LayerNorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
+  p.emb_dropout = emb->add("dropout", std::make_shared<Dropout>(c.hidden_dropout, dropout_gen));
   auto stack = base->add(n.layers, std::make_shared<Named>());
   for (int64_t i = 0; i < c.num_layers; ++i)
-    p.layers.push_back(stack->add(std::to_string(i), std::make_shared<EncoderLayer>(c, n, init)));
+    p.layers.push_back(stack->add(std::to_string(i), std::make_shared<EncoderLayer>(c, n, init, dropout_gen)));
   // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
   p.head = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
+  p.head_dropout = register_module("dropout", std::make_shared<Dropout>(c.classifier_dropout, dropout_gen));
   p.classifier = register_module("classifier", std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
 }
 
@@ -139,7 +150,7 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
              " positions (max_position_embeddings); shorten it");
   Tensor x = p.words->forward(ids) + p.positions->forward(arange(T, DType::i64, ids.device()));
   if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
-  x = p.emb_norm->forward(x);
+  x = p.emb_dropout->forward(p.emb_norm->forward(x));
   Tensor key_bias;
   if (!lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
     const int64_t B = ids.size(0);
@@ -152,7 +163,7 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
   for (const auto& layer : p.layers) x = layer->forward(x, key_bias, lengths);
   Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
   Tensor pooled = config_.flavor == "bert" ? tanh(p.head->forward(first)) : relu(p.head->forward(first));
-  return p.classifier->forward(pooled);
+  return p.classifier->forward(p.head_dropout->forward(pooled));
 }
 
 }  // namespace kiln::models

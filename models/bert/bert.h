@@ -18,6 +18,11 @@ struct BertConfig {
   int64_t max_positions = 512, type_vocab_size = 2;  // type_vocab_size 0: no token types (DistilBERT)
   double layer_norm_eps = 1e-12;
   std::vector<std::string> labels;  // id2label, in id order
+  // Dropout, acting in training only, where transformers puts it: on the
+  // embeddings and the feed-forward's output (BERT's hidden_dropout_prob,
+  // DistilBERT's dropout), on the attention's projection (BERT's only), on
+  // the attention probabilities, and on the pooled [CLS] before the classifier.
+  double hidden_dropout = 0, attention_output_dropout = 0, attention_dropout = 0, classifier_dropout = 0;
 };
 
 class BertClassifier : public SequenceClassifier {

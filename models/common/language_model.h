@@ -54,7 +54,17 @@ class LanguageModel : public nn::Module {
   // counters: pages held and cached, prefix positions reused.
   const nn::KvPool* kv_pool() const { return kv_pool_.get(); }
 
+  // Kept as well as handed to the layers: checkpointed blocks replay it.
+  void use_dropout_generator(const std::shared_ptr<Generator>& gen) override {
+    dropout_gen_ = gen;
+    nn::Module::use_dropout_generator(gen);
+  }
+
  protected:
+  // What every dropout of the model draws from (a Hugging Face model's until
+  // a run hands it its own).
+  std::shared_ptr<Generator> dropout_gen_ = std::make_shared<Generator>(0);
+
   // The pool every cache of this model shares, made again when the layout
   // changes (the model moved or changed dtype); caches of the old one keep it alive.
   std::shared_ptr<nn::KvPool> pool_for(const nn::KvLayout& layout) const;

@@ -13,8 +13,11 @@ namespace kiln::models {
 using namespace kiln::nn;
 
 nlohmann::json GptConfig::to_json() const {
-  return {{"vocab_size", vocab_size}, {"block_size", block_size}, {"n_layer", n_layer},
-          {"n_head", n_head},         {"n_embd", n_embd},         {"dropout", dropout}};
+  nlohmann::json j = {{"vocab_size", vocab_size}, {"block_size", block_size}, {"n_layer", n_layer},
+                      {"n_head", n_head},         {"n_embd", n_embd},         {"dropout", dropout}};
+  if (embedding_dropout) j["embedding_dropout"] = *embedding_dropout;
+  if (attention_dropout != 0) j["attention_dropout"] = attention_dropout;
+  return j;
 }
 
 GptConfig GptConfig::from_json(const nlohmann::json& j) {
@@ -25,6 +28,8 @@ GptConfig GptConfig::from_json(const nlohmann::json& j) {
   c.n_head = j.at("n_head");
   c.n_embd = j.at("n_embd");
   c.dropout = j.value("dropout", 0.0);
+  if (j.contains("embedding_dropout")) c.embedding_dropout = j["embedding_dropout"].get<double>();
+  c.attention_dropout = j.value("attention_dropout", 0.0);
   return c;
 }
 
@@ -76,7 +81,7 @@ void gpt2_init(Module& model, const GptConfig& c, Generator& gen) {
 GptBlock::GptBlock(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.dropout, init,
-                                                                         dropout_gen));
+                                                                         dropout_gen, c.attention_dropout));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd));
   mlp = register_module("mlp", std::make_shared<Mlp>(c, init, dropout_gen));
 }
@@ -104,7 +109,7 @@ Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout
   auto transformer = register_module("transformer", std::make_shared<Named>());
   wte_ = transformer->add("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, init));
   wpe_ = transformer->add("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd, init));
-  drop_ = transformer->add("drop", std::make_shared<Dropout>(c.dropout, dropout_gen));
+  drop_ = transformer->add("drop", std::make_shared<Dropout>(c.embedding_dropout.value_or(c.dropout), dropout_gen));
   h_ = transformer->add("h", std::make_shared<Sequential>());
   for (int64_t i = 0; i < c.n_layer; ++i) {
     blocks_.push_back(std::make_shared<GptBlock>(c, init, dropout_gen));

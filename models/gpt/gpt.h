@@ -4,6 +4,7 @@
 // weights map one-to-one onto PyTorch implementations.
 #pragma once
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/nn/attention.h"
@@ -17,7 +18,9 @@ struct GptConfig {
   int64_t n_layer = 12;
   int64_t n_head = 12;
   int64_t n_embd = 768;
-  double dropout = 0.0;
+  double dropout = 0.0;  // after attention's and the MLP's output projections; on the embeddings too unless:
+  std::optional<double> embedding_dropout;  // GPT-2's embd_pdrop
+  double attention_dropout = 0.0;           // on the attention probabilities: GPT-2's attn_pdrop
 
   nlohmann::json to_json() const;
   static GptConfig from_json(const nlohmann::json& j);
@@ -101,7 +104,6 @@ class Gpt : public LanguageModel {
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::shared_ptr<nn::Dropout> drop_;
   std::vector<std::shared_ptr<GptBlock>> blocks_;
-  std::shared_ptr<Generator> dropout_gen_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
 };
 

@@ -38,6 +38,12 @@ class ConfigReader {
     if (!j_[key].is_number()) fail(key, j_[key].dump(), "a number");
     return j_[key].get<double>();
   }
+  // A dropout probability (transformers' default when absent).
+  double probability(const std::string& key, double fallback) const {
+    const double p = number(key, fallback);
+    if (!(p >= 0 && p < 1)) fail(key, j_[key].dump(), "a dropout probability in [0, 1)");
+    return p;
+  }
   bool flag(const std::string& key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!j_[key].is_boolean()) fail(key, j_[key].dump(), "true or false");
@@ -187,6 +193,10 @@ std::shared_ptr<LanguageModel> build_gpt2(const json& j) {
     r.unsupported("n_inner", j["n_inner"].dump(), "Kiln's GPT MLP is 4 * n_embd wide");
   if (std::abs(r.number("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12)
     r.unsupported("layer_norm_epsilon", j["layer_norm_epsilon"].dump(), "1e-5 only");
+  // Dropout acts in training only, where transformers' GPT-2 puts it.
+  c.dropout = r.probability("resid_pdrop", 0.1);
+  c.embedding_dropout = r.probability("embd_pdrop", 0.1);
+  c.attention_dropout = r.probability("attn_pdrop", 0.1);
   Generator init(0);
   return std::make_shared<Gpt>(c, init, std::make_shared<Generator>(0));
 }
@@ -250,6 +260,9 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
     c.intermediate_size = r.integer("intermediate_size");
     c.type_vocab_size = r.integer("type_vocab_size", 2);
     c.layer_norm_eps = r.number("layer_norm_eps", 1e-12);
+    c.hidden_dropout = c.attention_output_dropout = r.probability("hidden_dropout_prob", 0.1);
+    c.attention_dropout = r.probability("attention_probs_dropout_prob", 0.1);
+    c.classifier_dropout = r.has("classifier_dropout") ? r.probability("classifier_dropout", 0) : c.hidden_dropout;
   } else {
     r.only("activation", {"gelu"});
     c.hidden_size = r.integer("dim");
@@ -258,6 +271,9 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
     c.intermediate_size = r.integer("hidden_dim");
     c.type_vocab_size = 0;
     c.layer_norm_eps = 1e-12;  // fixed in transformers' DistilBERT
+    c.hidden_dropout = r.probability("dropout", 0.1);  // none after the attention's projection
+    c.attention_dropout = r.probability("attention_dropout", 0.1);
+    c.classifier_dropout = r.probability("seq_classif_dropout", 0.2);
   }
   Generator init(0);
   return std::make_shared<BertClassifier>(c, init);

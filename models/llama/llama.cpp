@@ -140,15 +140,7 @@ class LlamaLayer : public Module {
       out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
     } else {
       // Query i sees key j when j <= i and j > i - w (as transformers' mask does).
-      std::vector<float> mask(size_t(T * T), 0.0f);
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < T; ++j)
-          if (j > i || j <= i - c_.sliding_window) mask[size_t(i * T + j)] = -std::numeric_limits<float>::infinity();
-      Tensor bias = Tensor::from_vector(mask, {T, T}).to(x.device());
-      Tensor scores = matmul(q, transpose(k, 2, 3)) * scale;
-      if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);
-      Tensor probs = softmax(scores + bias, -1);
-      out = matmul(probs.dtype() == v.dtype() ? probs : to_dtype(probs, v.dtype()), v);
+      out = attention_written_out(q, k, v, causal_bias(T, c_.sliding_window, x.device()));
     }
     return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
   }
@@ -219,7 +211,8 @@ Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, co
     auto& layer = model_->layers[l];
     if (!step && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
       x = checkpoint(
-          [layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); }, x);
+          [layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); }, x,
+          {dropout_gen_.get()});  // LoRA's dropout
     else
       x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages, real);
   }
