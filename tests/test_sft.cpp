@@ -315,8 +315,29 @@ TEST(Lora, TargetsThatMatchNothingAreRefusedWithTheLayersThereAre) {
   EXPECT_NE(error_of([] { nn::parse_lora_targets("q_proj,,v_proj"); }).find("empty name"), std::string::npos);
 }
 
-// kiln train classify on the BERT fixture: two steps equal transformers'
-// (its own head: the data's labels are the model's).
+// Trains `whole` (4 steps), then the same run stopped after 2 and resumed
+// into `parts`: both end with the same weights, bit for bit. Returns the
+// uninterrupted run's last checkpoint.
+Checkpoint expect_resumed_run_equals_uninterrupted(const recipes::TrainOptions& whole, const fs::path& parts) {
+  recipes::train(whole, [](const std::string&) {});
+  recipes::TrainOptions part = whole;
+  part.out_dir = parts.string();
+  part.stop_after = 2;
+  recipes::train(part, [](const std::string&) {});
+  recipes::TrainOptions rest;
+  rest.recipe = whole.recipe;
+  rest.out_dir = part.out_dir;
+  rest.resume = true;
+  rest.threads = 1;
+  rest.progress = false;
+  recipes::train(rest, [](const std::string&) {});
+  const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
+  EXPECT_EQ(a.step, 4);
+  EXPECT_EQ(b.step, 4);
+  for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+  return a;
+}
+
 // A copy of a fixture folder with config.json's `keys` set to `value`.
 fs::path fixture_with(const std::string& name, const fs::path& dir, const std::vector<std::string>& keys, double value) {
   fs::create_directories(dir);
@@ -328,7 +349,10 @@ fs::path fixture_with(const std::string& name, const fs::path& dir, const std::v
   return dir;
 }
 
-// transformers' steps with dropout off (from_pretrained(hidden_dropout_prob=0, ...)): its config's dropouts set to 0.
+// kiln train classify on the BERT fixture: two steps equal transformers'
+// (its own head: the data's labels are the model's), whose steps ran with
+// dropout off (from_pretrained(hidden_dropout_prob=0, ...)): here the
+// fixture's config.json says 0 too.
 TEST(ClassifyParity, BertStepsMatchTransformers) {
   const json want = hf_test::expected("finetune")["classify"];
   const fs::path out = testing::fresh_test_dir("sft", "classify");
@@ -370,22 +394,7 @@ TEST(ClassifyRuns, ResumedRunWithDropoutEqualsTheUninterruptedOne) {
   whole.threads = 1;
   whole.progress = false;
   whole.out_dir = (dir / "whole").string();
-  recipes::train(whole, [](const std::string&) {});
-  recipes::TrainOptions part = whole;
-  part.out_dir = (dir / "parts").string();
-  part.stop_after = 2;
-  recipes::train(part, [](const std::string&) {});
-  recipes::TrainOptions rest;
-  rest.recipe = "classify";
-  rest.out_dir = part.out_dir;
-  rest.resume = true;
-  rest.threads = 1;
-  rest.progress = false;
-  recipes::train(rest, [](const std::string&) {});
-  const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
-  ASSERT_EQ(a.step, 4);
-  ASSERT_EQ(b.step, 4);
-  for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+  const Checkpoint a = expect_resumed_run_equals_uninterrupted(whole, dir / "parts");
   // Dropout acted: the same steps without it train other weights.
   recipes::TrainOptions off = whole;
   off.init = "hf:" + fixture_with("bert", dir / "no-dropout", {"hidden_dropout_prob", "attention_probs_dropout_prob"},
@@ -487,22 +496,7 @@ TEST(SftRuns, ResumedRunEqualsTheUninterruptedOne) {
     whole.packing = packing;
     whole.max_seq_len = 12;
     whole.lora_dropout = 0.1;  // the dropout generator resumes too
-    recipes::train(whole, [](const std::string&) {});
-    recipes::TrainOptions part = whole;
-    part.out_dir = (dir / "parts").string();
-    part.stop_after = 2;
-    recipes::train(part, [](const std::string&) {});
-    recipes::TrainOptions rest;
-    rest.recipe = "sft";
-    rest.out_dir = part.out_dir;
-    rest.resume = true;
-    rest.threads = 1;
-    rest.progress = false;
-    recipes::train(rest, [](const std::string&) {});
-    const Checkpoint a = load_checkpoint(*latest_checkpoint(whole.out_dir)), b = load_checkpoint(*latest_checkpoint(part.out_dir));
-    ASSERT_EQ(a.step, 4);
-    ASSERT_EQ(b.step, 4);
-    for (const auto& [name, t] : a.model) EXPECT_EQ(relative_difference(b.model.at(name), t), 0.0) << name;
+    const Checkpoint a = expect_resumed_run_equals_uninterrupted(whole, dir / "parts");
     EXPECT_EQ(a.state["sft"]["packing"], packing);
   }
 }
