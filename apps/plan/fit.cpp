@@ -36,10 +36,10 @@ void plan_fine_tune(const recipes::TrainOptions& o, const std::optional<nlohmann
                                                            in.hf_config.value("n_positions", int64_t(1024))));
   if (saved && s.lora) in.lora = s.lora;
   if (!saved && (o.lora_rank || !o.lora_from.empty())) {
-    nn::LoraConfig lora;
-    lora.rank = o.lora_rank.value_or(o.lora_from.empty() ? 8 : recipes::read_peft_folder(o.lora_from).config.rank);
+    nn::LoraConfig lora = o.lora_from.empty() ? nn::LoraConfig{} : recipes::read_peft_folder(o.lora_from).config;
+    if (o.lora_rank) lora.rank = *o.lora_rank;
     if (o.lora_targets) lora.targets = nn::parse_lora_targets(*o.lora_targets);
-    if (!o.lora_from.empty()) lora.targets = recipes::read_peft_folder(o.lora_from).config.targets;
+    lora.dropout = o.lora_dropout.value_or(lora.dropout);  // its masks take memory too
     in.lora = lora;
   }
 }

@@ -34,9 +34,12 @@ run 0 "$KILN" sample "$WORK/lora" --prompt "Fortune: " --count 1 --max-tokens 8
 run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --packing --max-seq-len 64 --batch-size 4 \
   --steps 2 --no-progress --out "$WORK/packed"
 expect "[0-9]+ examples .*packed into [0-9]+ rows"
-# --fit plans the fine-tuning step (LoRA on the frozen base) into a budget.
-run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --lora-rank 4 --batch-size 8 --steps 2 \
-  --fit --memory-budget 3MiB --no-progress --out "$WORK/fit"
+# --fit plans the fine-tuning step (LoRA on the frozen base, its dropout's
+# masks too) into a budget, fresh and resumed.
+run 0 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --lora-rank 4 --lora-dropout 0.1 \
+  --batch-size 8 --steps 2 --fit --memory-budget 3MiB --no-progress --out "$WORK/fit"
+expect "--fit: fp32, checkpointing none, micro-batch [124] "
+run 0 "$KILN" train sft --resume --steps 3 --fit --memory-budget 3MiB --no-progress --out "$WORK/fit"
 expect "--fit: fp32, checkpointing none, micro-batch [124] "
 
 # Kiln scores the run and its merged export alike.
