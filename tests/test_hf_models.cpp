@@ -441,18 +441,20 @@ TEST(HfFolders, EachConfigDropoutActsInTrainingOnly) {
   const std::map<std::string, std::vector<std::string>> keys = {
       {"gpt2", {"resid_pdrop", "embd_pdrop", "attn_pdrop"}},
       {"bert", {"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"}},
-      {"distilbert", {"dropout", "attention_dropout", "seq_classif_dropout"}}};
+      {"distilbert", {"dropout", "attention_dropout", "seq_classif_dropout"}},
+      {"mistral", {"attention_dropout"}}};
   const Tensor ids = Tensor::from_vector<int64_t>({5, 17, 42, 8, 99, 23, 61, 4, 30, 12}, {2, 5});
   for (const auto& [fixture, names] : keys) {
+    const bool causal = models::hf_model_kind(models::read_hf_config(hf_test::fixture(fixture))) == "causal";
     // The outputs (training mode, eval mode) of the fixture with `p` for `key` and 0 for the others.
-    auto outputs = [&, fixture = fixture, names = names](const std::string& key, double p) {
+    auto outputs = [&, fixture = fixture, names = names, causal](const std::string& key, double p) {
       const fs::path dir = scratch_copy(fixture, "dropout_" + fixture);
       edit_config(dir, [&](nlohmann::json& j) {
         for (const std::string& k : names) j[k] = k == key ? p : 0.0;
       });
       std::shared_ptr<nn::Module> model;
       std::function<Tensor()> forward;
-      if (fixture == "gpt2") {
+      if (causal) {
         auto lm = models::load_hf_causal_lm(dir.string(), DType::f32).model;
         model = lm, forward = [lm, &ids] { return lm->forward(ids); };
       } else {
@@ -476,7 +478,7 @@ TEST(HfFolders, EachConfigDropoutActsInTrainingOnly) {
     const fs::path bad = scratch_copy(fixture, "dropout_bad");
     edit_config(bad, [&](nlohmann::json& j) { j[names[0]] = 1.5; });
     try {
-      fixture == "gpt2" ? (void)models::load_hf_causal_lm(bad.string()) : (void)models::load_hf_classifier(bad.string());
+      causal ? (void)models::load_hf_causal_lm(bad.string()) : (void)models::load_hf_classifier(bad.string());
       ADD_FAILURE() << fixture << " loaded with " << names[0] << " 1.5";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("a dropout probability in [0, 1)"), std::string::npos) << e.what();

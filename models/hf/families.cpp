@@ -130,8 +130,8 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
   ConfigReader r(j, type);
   refuse_common(r);
   r.only("hidden_act", {"silu"});
-  if (r.number("attention_dropout", 0) != 0) r.unsupported("attention_dropout", j["attention_dropout"].dump(), "0 only");
   LlamaConfig c;
+  c.attention_dropout = r.probability("attention_dropout", 0);
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
   c.intermediate_size = r.integer("intermediate_size");

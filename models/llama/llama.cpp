@@ -72,7 +72,7 @@ std::vector<float> rope_inverse_frequencies(const LlamaConfig& c) {
 // One decoder layer, with transformers' names.
 class LlamaLayer : public Module {
  public:
-  LlamaLayer(const LlamaConfig& c, Generator& init) : c_(c) {
+  LlamaLayer(const LlamaConfig& c, Generator& init, const std::shared_ptr<Generator>& dropout_gen) : c_(c) {
     auto attn = register_module("self_attn", std::make_shared<Named>());
     const bool qkv_bias = c.attention_bias || c.qkv_bias;
     q_proj = attn->add("q_proj", std::make_shared<Linear>(c.hidden_size, c.num_heads * c.head_dim, init, qkv_bias));
@@ -86,6 +86,7 @@ class LlamaLayer : public Module {
     input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    attention_dropout = register_module("attention_dropout", std::make_shared<Dropout>(c.attention_dropout, dropout_gen));
   }
 
   // x [B, T, C] at the positions cos and sin rotate by. With a paged step,
@@ -100,6 +101,7 @@ class LlamaLayer : public Module {
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<Dropout> attention_dropout;  // on the probabilities, training only
 
  private:
   // h + SwiGLU(norm(h)): the second half of a layer.
@@ -135,12 +137,15 @@ class LlamaLayer : public Module {
     }
     k = repeat_kv(k, H / Hkv);
     v = repeat_kv(v, H / Hkv);
+    const bool windowed = c_.sliding_window > 0 && T > c_.sliding_window;
     Tensor out;
-    if (c_.sliding_window <= 0 || T <= c_.sliding_window) {
+    if (!windowed && !(is_training() && attention_dropout->p() > 0)) {
       out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
     } else {
-      // Query i sees key j when j <= i and j > i - w (as transformers' mask does).
-      out = attention_written_out(q, k, v, causal_bias(T, c_.sliding_window, x.device()));
+      // Written out for the window (query i sees key j when j <= i and j > i - w, as
+      // transformers' mask does) or for dropout on the probabilities.
+      out = attention_written_out(q, k, v, causal_bias(T, windowed ? c_.sliding_window : 0, x.device()),
+                                  attention_dropout.get());
     }
     return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
   }
@@ -150,11 +155,11 @@ class LlamaLayer : public Module {
 
 class Llama::Decoder : public Module {
  public:
-  Decoder(const LlamaConfig& c, Generator& init) {
+  Decoder(const LlamaConfig& c, Generator& init, const std::shared_ptr<Generator>& dropout_gen) {
     embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
     auto layers = register_module("layers", std::make_shared<Sequential>());
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      this->layers.push_back(std::make_shared<LlamaLayer>(c, init));
+      this->layers.push_back(std::make_shared<LlamaLayer>(c, init, dropout_gen));
       layers->add(this->layers.back());
     }
     norm = register_module("norm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
@@ -168,7 +173,7 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
   KILN_CHECK(c.num_heads > 0 && c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0, "llama: ", c.num_heads,
              " attention heads cannot share ", c.num_kv_heads, " key/value heads evenly");
   KILN_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: rotary positions need an even head_dim, got ", c.head_dim);
-  model_ = register_module("model", std::make_shared<Decoder>(c, init));
+  model_ = register_module("model", std::make_shared<Decoder>(c, init, dropout_gen_));
   if (!c.tie_word_embeddings)
     lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, init, false));
 }

@@ -21,6 +21,7 @@ struct LlamaConfig {
   bool mlp_bias = false;
   bool tie_word_embeddings = false;
   int64_t sliding_window = 0;  // 0: every earlier position is seen
+  double attention_dropout = 0;  // on the attention probabilities, in training
   // rope_scaling "llama3" (Llama 3.1+); factor 0: none.
   double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int64_t rope_original_max_positions = 8192;
