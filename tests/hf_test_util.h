@@ -3,7 +3,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +20,21 @@ inline nlohmann::json expected(const std::string& name) {
   std::ifstream in(fixture(name) + "/expected.json");
   EXPECT_TRUE(in) << "missing " << fixture(name) << "/expected.json: run tests/hf/make_fixtures.py";
   return nlohmann::json::parse(in);
+}
+
+// A copy of fixture `name` at `dir` (what was there is replaced), for a test to change.
+inline std::filesystem::path copy_fixture(const std::string& name, const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir.parent_path());
+  std::filesystem::copy(fixture(name), dir, std::filesystem::copy_options::recursive);
+  return dir;
+}
+
+// Rewrites dir/config.json through `edit`.
+inline void edit_config(const std::filesystem::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump();
 }
 
 // A conversation as the fixtures write it: [{"role", "content"}, ...].

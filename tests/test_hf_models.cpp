@@ -323,10 +323,8 @@ TEST(HfFolders, KindComesFromTheConfig) {
 
 // A copy of a fixture folder that a test may break.
 fs::path scratch_copy(const std::string& fixture_name, const std::string& test) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln_hf_" + std::to_string(::getpid()) + "_" + test);
-  fs::remove_all(dir);
-  fs::copy(hf_test::fixture(fixture_name), dir, fs::copy_options::recursive);
-  return dir;
+  return hf_test::copy_fixture(fixture_name,
+                               fs::temp_directory_path() / ("kiln_hf_" + std::to_string(::getpid()) + "_" + test));
 }
 
 void expect_error(const fs::path& dir, const std::string& says) {
@@ -339,11 +337,7 @@ void expect_error(const fs::path& dir, const std::string& says) {
   fs::remove_all(dir);
 }
 
-void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  edit(j);
-  std::ofstream(dir / "config.json") << j.dump();
-}
+using hf_test::edit_config;
 
 // A checkpoint in shards (model.safetensors.index.json naming the file of
 // each tensor), as large models are stored: the same logits as one file; a

@@ -340,12 +340,10 @@ Checkpoint expect_resumed_run_equals_uninterrupted(const recipes::TrainOptions& 
 
 // A copy of a fixture folder with config.json's `keys` set to `value`.
 fs::path fixture_with(const std::string& name, const fs::path& dir, const std::vector<std::string>& keys, double value) {
-  fs::create_directories(dir);
-  for (const auto& entry : fs::directory_iterator(hf_test::fixture(name)))
-    fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
-  json config = json::parse(std::ifstream(dir / "config.json"));
-  for (const std::string& key : keys) config[key] = value;
-  std::ofstream(dir / "config.json") << config.dump(1);
+  hf_test::copy_fixture(name, dir);
+  hf_test::edit_config(dir, [&](json& config) {
+    for (const std::string& key : keys) config[key] = value;
+  });
   return dir;
 }
 
@@ -437,10 +435,7 @@ TEST(Distillation, LossEqualsPyTorchsFormula) {
 
 TEST(SftRuns, ResumingAgainstADifferentBaseIsRefused) {
   const fs::path dir = testing::fresh_test_dir("sft", "different-base");
-  const fs::path base = dir / "base";
-  fs::create_directories(base);
-  for (const auto& entry : fs::directory_iterator(hf_test::fixture("llama-gqa")))
-    fs::copy_file(entry.path(), base / entry.path().filename());
+  const fs::path base = hf_test::copy_fixture("llama-gqa", dir / "base");
   recipes::TrainOptions o = parity_options(dir / "run", "lora-qv");
   o.init = "hf:" + base.string();
   o.stop_after = 1;

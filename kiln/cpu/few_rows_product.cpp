@@ -29,11 +29,6 @@ inline float sum_lanes(const __m256* lanes) {
   four = _mm_add_ps(four, _mm_movehl_ps(four, four));
   return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
 }
-
-// Eight bf16 values widened to f32.
-inline __m256 widen(__m128i bf16) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16), 16));
-}
 #endif
 
 // R rows of a against one weight row: each weight is widened once for the R
@@ -53,7 +48,7 @@ inline void dot_rows(const float* const* a, const uint16_t* w, int64_t K, float*
     for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_setzero_ps();
   for (; k + kLanes <= K; k += kLanes) {
     __m256 wide[4];
-    for (int j = 0; j < 4; ++j) wide[j] = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k + 8 * j)));
+    for (int j = 0; j < 4; ++j) wide[j] = widen_bf16x8(w + k + 8 * j);
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + k + 8 * j), wide[j], lanes[r][j]);
   }

@@ -44,10 +44,7 @@ struct Bf16 {
   static uint16_t narrow(float v) { return float_to_bf16(v); }
   static float round(float v) { return widen(narrow(v)); }
 #ifdef KILN_X86_INTRINSICS
-  static __m256 vec8(const uint16_t* p) {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
+  static __m256 vec8(const uint16_t* p) { return widen_bf16x8(p); }
 #endif
 };
 struct F16 {

@@ -1,7 +1,9 @@
-// x86 intrinsics for Kiln's hand-written AVX-512 kernels (attention_bf16.cpp,
-// maxpool2d.cpp). Each kernel is compiled for its instructions with a
-// target attribute and chosen at run time, so one binary runs everywhere.
+// x86 intrinsics for Kiln's hand-written kernels. AVX2 and FMA are the
+// build's baseline (KILN_ARCH_FLAGS); an AVX-512 kernel (attention_bf16.cpp,
+// maxpool2d.cpp) is compiled for its instructions with a target attribute
+// and chosen at run time, so one binary runs everywhere.
 #pragma once
+#include <cstdint>
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_*
 // placeholders) wherever these intrinsics inline: a false positive, silenced
@@ -11,4 +13,12 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #define KILN_X86_INTRINSICS 1
+
+namespace kiln::cpu {
+// Eight bf16 values at p widened to f32 (bf16 is f32's upper half).
+inline __m256 widen_bf16x8(const uint16_t* p) {
+  const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+}
+}  // namespace kiln::cpu
 #endif
