@@ -8,6 +8,7 @@ packages=(
   libdnnl-dev                             # oneDNN: CPU matrix products, direct convolutions, bf16
   libsentencepiece-dev zlib1g-dev
   libpcre2-dev                            # Unicode regexes of Hugging Face tokenizers' pre-tokenizers
+  libutf8proc-dev                         # their NFC/NFKC/NFKD normalizers
   libopenmpi-dev openmpi-bin              # data- and pipeline-parallel training across processes and nodes
   libgloo-dev                             # the same without mpirun: torchrun-style launch over TCP
   clang-14 libclang-rt-14-dev             # libFuzzer, for the request-parsing fuzzer

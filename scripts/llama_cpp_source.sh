@@ -10,8 +10,8 @@ if ! ls -d "$CACHE"/llama_cpp_python-*/vendor/llama.cpp/models/templates >/dev/n
   echo "fetching llama-cpp-python's source package from PyPI into $CACHE (80 MB, once) ..." >&2
   mkdir -p "$CACHE"
   tmp="$(mktemp -d)"
-  python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation llama-cpp-python -d "$tmp" >&2 ||
-    ls "$tmp"/llama_cpp_python-*.tar.gz >/dev/null 2>&1
+  # pip prepares the package's metadata too (its build backend, in an isolated environment): a minute or two.
+  python3 -m pip download -q --no-deps --no-binary :all: llama-cpp-python -d "$tmp" >&2
   tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$CACHE"
   rm -rf "$tmp"
 fi

@@ -8,6 +8,13 @@ foreach(scenario train_eval_mlp train_sample_gpt resume errors cuda_without_gpu 
   set_tests_properties(cli.${scenario} PROPERTIES LABELS cpu ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>")
 endforeach()
 
+# Real vocabularies against `tokenizers`: the corpus is made in a cache (70 MB).
+add_executable(kiln_vocab_tests tests/hf/test_vocab_corpus.cpp tests/main.cpp)
+target_link_libraries(kiln_vocab_tests PRIVATE kiln GTest::gtest)
+add_test(NAME cli.hf_vocabs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/hf_vocabs.sh)
+set_tests_properties(cli.hf_vocabs PROPERTIES LABELS cpu TIMEOUT 900
+                     ENVIRONMENT "KILN_VOCAB_TESTS=$<TARGET_FILE:kiln_vocab_tests>")
+
 add_test(NAME cli.info COMMAND kiln_cli info)
 set_tests_properties(cli.info PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "CPU: .*cores: .*SIMD: .*f32: .*bf16: .*GPU")
 

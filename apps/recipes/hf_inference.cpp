@@ -85,6 +85,10 @@ class HfLanguageModelInference final : public InferenceModel {
                    ", which is not a token of hf:", lm_.dir, "'s tokenizer; name the model's own family with "
                    "--chat-template NAME");
         end_of_turn_ = *id;
+      } else if (const auto id = lm_.tokenizer.token_to_id(chat_->tokens.eos); id && chat_->is_jinja()) {
+        // A template's turns end with the tokenizer's eos token (Qwen's <|im_end|>), which
+        // generation_config.json may not list: a chat stops at it as llama-server does.
+        end_of_turn_ = *id;
       }
     } catch (const Error& e) {
       if (!chat_template.empty()) throw;  // a template asked for by name must work

@@ -21,8 +21,9 @@ uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) |
 class Bpe : public TokenModel {
  public:
   explicit Bpe(const nlohmann::json& j) {
+    // null and "" both mean none (tokenizers' serde default); a real prefix or suffix changes the merges.
     for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
-      if (j.contains(key) && !j[key].is_null())
+      if (j.contains(key) && !j[key].is_null() && j[key] != "")
         KILN_FAIL("tokenizer.json: BPE \"", key, "\" = ", j[key].dump(), " is not supported");
     byte_fallback_ = j.value("byte_fallback", false);
     fuse_unk_ = j.value("fuse_unk", false);

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "kiln/core/error.h"
-#include "kiln/text/utf8.h"
+#include "kiln/text/jinja/builtins.h"
+#include "kiln/text/jinja/template.h"
 
 namespace kiln::text {
 namespace {
@@ -11,25 +12,7 @@ namespace {
 using Messages = std::vector<ChatMessage>;
 
 // Python's str.strip() (Jinja's trim and .strip()): Unicode whitespace at both ends.
-bool python_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
-}
-std::string strip(const std::string& s) {
-  size_t begin = 0, end = s.size();
-  while (begin < end) {
-    const size_t n = utf8_char_length(s, begin);
-    if (n == 0 || !python_space(utf8_decode_at(s, begin))) break;
-    begin += n;
-  }
-  while (end > begin) {
-    size_t start = end - 1;
-    while (start > begin && (uint8_t(s[start]) & 0xc0) == 0x80) --start;
-    if (utf8_char_length(s, start) != end - start || !python_space(utf8_decode_at(s, start))) break;
-    end = start;
-  }
-  return s.substr(begin, end - begin);
-}
+std::string strip(const std::string& s) { return jinja::python_strip(s, nullptr, true, true); }
 
 [[noreturn]] void refuse(const ChatTemplate& t, const std::string& what) {
   KILN_FAIL("chat template '", t.name(), "': ", what);
@@ -41,10 +24,8 @@ void check_alternates(const ChatTemplate& t, const ChatMessage& m, size_t index)
                   std::to_string(index + 1) + " is '" + m.role + "')");
 }
 
-std::string render_chatml(const ChatTemplate& t, const Messages& ms, bool gen) {
+std::string render_chatml(const ChatTemplate&, const Messages& ms, bool gen) {
   std::string out;
-  if (!t.default_system.empty() && !ms.empty() && ms[0].role != "system")
-    out += "<|im_start|>system\n" + t.default_system + "<|im_end|>\n";
   for (const auto& m : ms) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (gen) out += "<|im_start|>assistant\n";
   return out;
@@ -121,54 +102,27 @@ std::string render_phi3(const ChatTemplate& t, const Messages& ms, bool gen) {
   return out;
 }
 
-// A family: its renderer, the token that ends an assistant turn, and how to
-// recognise its Jinja source (every `marks` substring, none of `unlike`:
-// the later templates of a family that render differently).
+// A family: its renderer and the token that ends an assistant turn.
 struct Family {
   const char* name;
   const char* end_of_turn;
   ChatTemplate::Renderer render;
-  std::vector<std::string> marks, unlike;
 };
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
-      {"chatml", "<|im_end|>", render_chatml, {"<|im_start|>"}, {}},
-      {"llama3", "<|eot_id|>", render_llama3, {"<|start_header_id|>", "<|eot_id|>"}, {"Cutting Knowledge Date"}},
-      {"llama2", "", render_llama2, {"[INST]", "<<SYS>>"}, {}},
-      {"mistral", "", render_mistral, {"[INST]"}, {"<<SYS>>", "system_message", "AVAILABLE_TOOLS"}},
-      {"gemma", "<end_of_turn>", render_gemma, {"<start_of_turn>"}, {}},
-      {"phi3", "<|end|>", render_phi3, {"<|user|>", "<|end|>"}, {}},
-      {"zephyr", "", render_zephyr, {"<|user|>", "<|assistant|>", "eos_token"}, {"<|end|>"}},
+      {"chatml", "<|im_end|>", render_chatml},
+      {"llama3", "<|eot_id|>", render_llama3},
+      {"llama2", "", render_llama2},
+      {"mistral", "", render_mistral},
+      {"gemma", "<end_of_turn>", render_gemma},
+      {"phi3", "<|end|>", render_phi3},
+      {"zephyr", "", render_zephyr},
   };
   return table;
 }
 
 ChatTemplate make(const Family& f) { return ChatTemplate(f.name, f.end_of_turn, f.render); }
-
-// The system turn a ChatML template writes when a conversation has none:
-// the text of its literal '<|im_start|>system\n...<|im_end|>' (Qwen's
-// "You are a helpful assistant."). Jinja's string escapes are undone.
-std::string chatml_default_system(const std::string& source) {
-  const std::string open = "<|im_start|>system\\n";
-  const size_t at = source.find(open);
-  if (at == std::string::npos) return "";
-  const size_t begin = at + open.size(), end = source.find("<|im_end|>", begin);
-  if (end == std::string::npos) return "";
-  const std::string literal = source.substr(begin, end - begin);
-  // Only a literal belongs here: a Jinja expression (the conversation's own system message) does not.
-  if (literal.find_first_of("'\"{}+") != std::string::npos) return "";
-  std::string text;
-  for (size_t i = 0; i < literal.size(); ++i) {
-    if (literal[i] == '\\' && i + 1 < literal.size() && literal[i + 1] == 'n') {
-      text += '\n';
-      ++i;
-    } else {
-      text += literal[i];
-    }
-  }
-  return text;
-}
 
 }  // namespace
 
@@ -190,17 +144,60 @@ ChatTemplate chat_template_named(const std::string& name) {
   KILN_FAIL("unknown chat template '", name, "'; the known ones are ", chat_template_list());
 }
 
-ChatTemplate recognise_chat_template(const std::string& source) {
-  auto has = [&](const std::string& s) { return source.find(s) != std::string::npos; };
-  for (const auto& f : families()) {
-    if (!std::all_of(f.marks.begin(), f.marks.end(), has) || std::any_of(f.unlike.begin(), f.unlike.end(), has))
-      continue;
-    ChatTemplate t = make(f);
-    if (t.name() == "chatml") t.default_system = chatml_default_system(source);
-    return t;
+ChatTemplate ChatTemplate::from_jinja(const std::string& source) {
+  ChatTemplate t("jinja", "", nullptr);
+  t.jinja_ = std::make_shared<const jinja::Template>(source);
+  return t;
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  if (!jinja_) return render_(*this, messages, add_generation_prompt);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return render_json(list, nullptr, add_generation_prompt);
+}
+
+std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                      bool add_generation_prompt, const nlohmann::ordered_json& extra) const {
+  if (!jinja_) {
+    std::vector<ChatMessage> plain;
+    for (const auto& m : messages) {
+      KILN_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                     m["content"].is_string(),
+                 "chat template '", name_, "' takes messages with a role and text content only");
+      plain.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    KILN_CHECK(tools.is_null() || tools.empty(), "chat template '", name_,
+               "' has no tools; use the model's own Jinja template");
+    return render_(*this, plain, add_generation_prompt);
   }
-  KILN_FAIL("the model's chat template is not one Kiln knows (it renders ", chat_template_list(),
-            "); name the family with --chat-template NAME if its conversations are spelled like one of them");
+  // What transformers' render_jinja_template passes: keys whose value is
+  // None dropped, reasoning under both names templates read, the special tokens.
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    KILN_CHECK(m.is_object(), "a chat message must be an object, not ", m.dump());
+    nlohmann::ordered_json copy = nlohmann::ordered_json::object();
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (!it.value().is_null()) copy[it.key()] = it.value();
+    for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+      if (!copy.contains(key)) continue;
+      const auto reasoning = copy[key];
+      nlohmann::ordered_json aliased = {{"thinking", reasoning}};
+      for (auto it = copy.begin(); it != copy.end(); ++it)
+        if (it.key() != "thinking") aliased[it.key()] = it.value();
+      aliased["reasoning_content"] = reasoning;
+      copy = aliased;
+      break;
+    }
+    list.push_back(std::move(copy));
+  }
+  nlohmann::ordered_json context = {{"messages", list},          {"tools", tools},
+                                    {"documents", nullptr},      {"add_generation_prompt", add_generation_prompt},
+                                    {"bos_token", tokens.bos},   {"eos_token", tokens.eos}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
+  jinja::RenderOptions options;
+  options.now_unix_seconds = now_unix_seconds;
+  return jinja_->render(context, options);
 }
 
 }  // namespace kiln::text

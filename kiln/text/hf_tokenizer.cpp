@@ -41,13 +41,14 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
     t.decoder_ = make_decoder(j.value("decoder", nlohmann::json()));
     t.id_to_token_ = t.model_->vocabulary();
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+      const bool special = a.value("special", false);
+      // tokenizers' default: special tokens match the raw text, the others the normalized text.
       AddedToken added{a.at("content").get<std::string>(), read_token_id(a.at("id"), "an added token's id"),
-                       a.value("special", false)};
+                       special, a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false),
+                       a.value("normalized", !special)};
       KILN_CHECK(added.id >= 0 && !added.content.empty(), "added token ", a.dump(), " has a bad id or no content");
       KILN_CHECK(size_t(added.id) < t.id_to_token_.size() + kMaxIdGap, "added token '", added.content, "' has id ",
                  added.id, ", far beyond the vocabulary's ", t.id_to_token_.size(), " tokens");
-      for (const char* flag : {"single_word", "lstrip", "rstrip"})
-        if (a.value(flag, false)) KILN_FAIL("added token '", added.content, "' sets \"", flag, "\", which Kiln does not support");
       if (size_t(added.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(added.id) + 1);
       t.id_to_token_[size_t(added.id)] = added.content;
       t.added_ids_[added.content] = added.id;
@@ -58,20 +59,82 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
   } catch (const nlohmann::json::exception& e) {
     KILN_FAIL(origin, ": a field has the wrong type or is missing: ", e.what());
   }
+  for (auto& a : t.added_)
+    a.pattern = a.normalized && t.normalizer_ ? t.normalizer_->normalize(a.content, false) : a.content;
   // Longest first, so that an added token containing another wins.
   std::stable_sort(t.added_.begin(), t.added_.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+                   [](const AddedToken& a, const AddedToken& b) { return a.pattern.size() > b.pattern.size(); });
   t.special_.assign(t.id_to_token_.size(), false);
   for (const auto& a : t.added_) t.special_[size_t(a.id)] = a.special;
   return t;
 }
 
+namespace {
+
+// tokenizers' word characters for single_word (\w: alphanumerics and '_').
+bool word_char(uint32_t c) { return c == '_' || (c < 0x80 ? std::isalnum(int(c)) != 0 : !is_whitespace(c)); }
+
+uint32_t last_char(const std::string& s, size_t end) {
+  size_t start = end;
+  while (start > 0 && (uint8_t(s[start - 1]) & 0xc0) == 0x80) --start;
+  return start > 0 ? utf8_decode_at(s, start - 1) : 0;
+}
+
+}  // namespace
+
+std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text, bool normalized_pass) const {
+  std::vector<Piece> pieces;
+  size_t piece_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    const AddedToken* match = nullptr;
+    for (const auto& a : added_)
+      if (a.normalized == normalized_pass && !a.pattern.empty() && text.compare(i, a.pattern.size(), a.pattern) == 0) {
+        match = &a;
+        break;
+      }
+    if (!match) {
+      i += std::max<size_t>(1, utf8_char_length(text, i));
+      continue;
+    }
+    size_t start = i, stop = i + match->pattern.size();
+    if (match->single_word) {
+      const bool left_ok = start == 0 || !word_char(last_char(text, start));
+      const bool right_ok = stop == text.size() || !word_char(utf8_decode_at(text, stop));
+      if (!left_ok || !right_ok) {  // not a word of its own: the text stays text
+        i = stop;
+        continue;
+      }
+    }
+    if (match->lstrip)
+      while (start > piece_start) {
+        size_t prev = start - 1;
+        while (prev > piece_start && (uint8_t(text[prev]) & 0xc0) == 0x80) --prev;
+        if (!is_whitespace(utf8_decode_at(text, prev))) break;
+        start = prev;
+      }
+    if (match->rstrip)
+      while (stop < text.size() && utf8_char_length(text, stop) && is_whitespace(utf8_decode_at(text, stop)))
+        stop += utf8_char_length(text, stop);
+    if (start > piece_start) pieces.push_back({text.substr(piece_start, start - piece_start), piece_start, -1});
+    pieces.push_back({"", start, match->id});
+    i = piece_start = stop;
+  }
+  if (piece_start < text.size()) pieces.push_back({text.substr(piece_start), piece_start, -1});
+  return pieces;
+}
+
 void HfTokenizer::encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const {
-  std::string normalized = normalizer_ ? normalizer_->normalize(piece, at_text_start) : piece;
-  std::vector<std::string> words{std::move(normalized)};
-  if (pre_tokenizer_) pre_tokenizer_->split(words, at_text_start);
-  for (const auto& w : words)
-    if (!w.empty()) model_->encode_word(w, ids);
+  const std::string normalized = normalizer_ ? normalizer_->normalize(piece, at_text_start) : piece;
+  for (const Piece& p : split_added(normalized, true)) {
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+      continue;
+    }
+    std::vector<std::string> words{p.text};
+    if (pre_tokenizer_) pre_tokenizer_->split(words, at_text_start && p.start == 0);
+    for (const auto& w : words)
+      if (!w.empty()) model_->encode_word(w, ids);
+  }
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_special_tokens) const {
@@ -79,24 +142,12 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_specia
   // read as U+FFFD, as Python's errors="replace" would.
   const std::string text = utf8_lossy(raw);
   std::vector<int32_t> ids;
-  size_t piece_start = 0;
-  for (size_t i = 0; i < text.size();) {
-    const AddedToken* match = nullptr;
-    for (const auto& a : added_)
-      if (text.compare(i, a.content.size(), a.content) == 0) {
-        match = &a;
-        break;
-      }
-    if (!match) {
-      ++i;
-      continue;
-    }
-    if (i > piece_start) encode_piece(text.substr(piece_start, i - piece_start), piece_start == 0, ids);
-    ids.push_back(match->id);
-    i += match->content.size();
-    piece_start = i;
+  for (const Piece& p : split_added(text, false)) {
+    if (p.id >= 0)
+      ids.push_back(p.id);
+    else
+      encode_piece(p.text, p.start == 0, ids);
   }
-  if (piece_start < text.size()) encode_piece(text.substr(piece_start), piece_start == 0, ids);
   return add_special_tokens && post_processor_ ? post_processor_->process(std::move(ids)) : ids;
 }
 

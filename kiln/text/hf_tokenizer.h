@@ -1,8 +1,11 @@
 // A Hugging Face tokenizer, read from tokenizer.json and run as the pipeline
 // that file spells out (as the `tokenizers` library runs it):
-//   added tokens are split off the raw text first; each remaining piece is
-//   normalized, pre-tokenized into words, and each word is encoded by the
-//   model (BPE or WordPiece); the post-processor adds BOS/EOS/CLS/SEP.
+//   added tokens that are not "normalized" are split off the raw text first;
+//   each remaining piece is normalized, the "normalized" added tokens are
+//   split off it, and the rest is pre-tokenized into words, each encoded by
+//   the model (BPE or WordPiece); the post-processor adds BOS/EOS/CLS/SEP.
+//   An added token's lstrip/rstrip take the whitespace beside it along, and
+//   a single_word token matches only between word boundaries.
 // Decoding maps ids to token strings and runs the decoder chain.
 // Every stage type the supported families use is implemented; any other
 // type in the file is refused by name when the tokenizer is loaded.
@@ -40,8 +43,17 @@ class HfTokenizer {
   struct AddedToken {
     std::string content;
     int32_t id;
-    bool special;
+    bool special, lstrip, rstrip, single_word, normalized;
+    std::string pattern;  // what it matches: its content, normalized when `normalized` (as tokenizers' trie does)
   };
+  // `text` cut at the added tokens of one pass (normalized or not): the
+  // pieces between them (with where each starts) and the tokens' ids, in order.
+  struct Piece {
+    std::string text;
+    size_t start;
+    int32_t id;  // -1: text to encode further
+  };
+  std::vector<Piece> split_added(const std::string& text, bool normalized_pass) const;
   void encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const;
 
   std::vector<AddedToken> added_;  // longest first, for matching

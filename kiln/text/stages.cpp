@@ -114,6 +114,13 @@ struct Nfd : Normalizer {
   std::string normalize(std::string s, bool) const override { return unicode_nfd(s); }
 };
 
+// NFC, NFKC and NFKD through utf8proc (Qwen's tokenizers normalize with NFC).
+struct UnicodeForm : Normalizer {
+  int options;
+  explicit UnicodeForm(int o) : options(o) {}
+  std::string normalize(std::string s, bool) const override { return unicode_normalize(s, options); }
+};
+
 struct BertNormalizer : Normalizer {
   bool clean_text, chinese, strip, lowercase;
   explicit BertNormalizer(const json& j)
@@ -150,6 +157,9 @@ const Table<Normalizer>& normalizers() {
       {"Lowercase", [](const json&) { return std::make_unique<Lowercase>(); }},
       {"StripAccents", [](const json&) { return std::make_unique<StripAccents>(); }},
       {"NFD", [](const json&) { return std::make_unique<Nfd>(); }},
+      {"NFC", [](const json&) { return std::make_unique<UnicodeForm>(kNfc); }},
+      {"NFKC", [](const json&) { return std::make_unique<UnicodeForm>(kNfkc); }},
+      {"NFKD", [](const json&) { return std::make_unique<UnicodeForm>(kNfkd); }},
       {"BertNormalizer", [](const json& j) { return std::make_unique<BertNormalizer>(j); }},
       {"Strip",
        [](const json& j) {

@@ -1,6 +1,9 @@
 #include "kiln/text/unicode.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "kiln/text/unicode_tables.h"
 #include "kiln/text/utf8.h"
@@ -65,6 +68,18 @@ std::string unicode_lowercase(const std::string& s) {
     if (!m) return utf8_append(out, cp);
     for (uint32_t k = 0; k < m->length; ++k) utf8_append(out, tables::kLowercasePool[m->offset + k]);
   });
+}
+
+std::string unicode_normalize(const std::string& s, int form) {
+  const int options = UTF8PROC_STABLE | (form == kNfkd ? UTF8PROC_DECOMPOSE : UTF8PROC_COMPOSE) |
+                      (form == kNfc ? 0 : UTF8PROC_COMPAT);
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          utf8proc_ssize_t(s.size()), &out, utf8proc_option_t(options));
+  if (n < 0) return s;  // invalid UTF-8 cannot reach here: encode() repairs it first
+  std::string result(reinterpret_cast<const char*>(out), size_t(n));
+  std::free(out);
+  return result;
 }
 
 std::string unicode_nfd(const std::string& s) {

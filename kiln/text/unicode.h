@@ -12,6 +12,9 @@ bool is_punctuation(uint32_t cp);  // P* or ASCII punctuation (BERT's rule)
 std::string unicode_lowercase(const std::string& s);  // full mappings, as str::to_lowercase
 std::string unicode_nfd(const std::string& s);         // canonical decomposition and ordering
 std::string strip_accents(const std::string& s);       // NFD, then nonspacing marks (Mn) removed
+// The other normal forms (utf8proc): compose, compatibility-compose, compatibility-decompose.
+enum UnicodeForm { kNfc, kNfkc, kNfkd };
+std::string unicode_normalize(const std::string& s, int form);
 // BERT's clean_text: drops NUL, U+FFFD and other (C*) characters except
 // \t \n \r, and turns every whitespace character into ' '.
 std::string bert_clean_text(const std::string& s);

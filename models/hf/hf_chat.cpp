@@ -56,7 +56,7 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
     if (source.empty())
       KILN_FAIL("hf:", dir, " has no chat template (tokenizer_config.json's \"chat_template\" or "
                 "chat_template.jinja); name one with --chat-template NAME (", text::chat_template_list(), ")");
-    return text::recognise_chat_template(source);
+    return text::ChatTemplate::from_jinja(source);
   }();
   t.tokens = {token_text(config, "bos_token", config_path), token_text(config, "eos_token", config_path)};
   return t;

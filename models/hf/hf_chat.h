@@ -9,9 +9,9 @@
 
 namespace kiln::models {
 
-// The folder's template, recognised from its source; `name` (--chat-template)
-// picks a family instead. No template and no name is an error that says how
-// to name one.
+// The folder's template, run by Kiln's Jinja engine; `name` (--chat-template)
+// picks a built-in family renderer instead. No template and no name is an
+// error that says how to name one.
 text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::string& name = "");
 
 }  // namespace kiln::models

@@ -1,7 +1,7 @@
 # The parsers' fuzzers (libFuzzer needs clang; Debian's clang-14 and
 # libclang-rt-14-dev): what kiln serve reads from a request, what the
-# rendezvous store reads from the wire, a model folder's tokenizer.json, and fine-tuning data
-# (JSON Lines). Built beside the project, each run
+# rendezvous store reads from the wire, a model folder's tokenizer.json and
+# chat template, and fine-tuning data (JSON Lines). Built beside the project, each run
 # for a bounded time from its seed corpus.
 find_program(KILN_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT KILN_FUZZ_CXX)
@@ -32,11 +32,16 @@ function(kiln_fuzzer name fuzzer)
   set_tests_properties(fuzz.${name} PROPERTIES LABELS "cpu;fuzz" TIMEOUT 120)
 endfunction()
 
+file(GLOB KILN_JINJA_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/jinja/*.cpp
+     kiln/text/jinja/*.h)
 kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h
-            kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h)
+            kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h
+            ${KILN_JINJA_SOURCES})
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
-file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/*.cpp kiln/text/*.h)
-kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8)
+kiln_fuzzer(template tests/fuzz/template_fuzzer.cpp ${KILN_JINJA_SOURCES} kiln/text/utf8.cpp kiln/text/utf8.h)
+file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/*.cpp kiln/text/*.h
+     kiln/text/jinja/*.cpp kiln/text/jinja/*.h)
+kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
             kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}
-            LIBS -lpcre2-8 -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
+            LIBS -lpcre2-8 -lutf8proc -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})

@@ -35,7 +35,7 @@ Value attribute_path(const Value& v, const Value& path) {
     const size_t dot = p.find('.', start);
     const std::string part = p.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = digits ? get_item(cur, Value(int64_t(std::stoll(part)))) : get_item(cur, Value(part));
+    cur = digits ? get_item(cur, Value(parse_int64(part))) : get_item(cur, Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }

@@ -134,8 +134,8 @@ std::string python_format(const std::string& fmt, const CallArgs& a) {
       if (field.empty()) {
         v = auto_index < a.positional.size() ? &a.positional[auto_index++] : nullptr;
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        const size_t k = std::stoul(field);
-        v = k < a.positional.size() ? &a.positional[k] : nullptr;
+        const int64_t k = parse_int64(field);
+        v = k < int64_t(a.positional.size()) ? &a.positional[size_t(k)] : nullptr;
       } else {
         for (const auto& [name, value] : a.keyword)
           if (name == field) v = &value;

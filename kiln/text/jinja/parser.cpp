@@ -569,7 +569,12 @@ class Parser {
           auto s = node<Subscript>(line);
           s->object = std::move(e);
           auto lit = node<Literal>(line);
-          lit->value = Value(int64_t(std::stoll(next().text)));
+          try {
+            lit->value = Value(parse_int64(t.text));
+          } catch (const TemplateError&) {
+            fail("the index " + t.text + " is out of range");
+          }
+          next();
           s->index = std::move(lit);
           e = std::move(s);
           continue;

@@ -114,10 +114,18 @@ namespace {
 
 // A macro as a callable: its parameters bound from the call, run in a scope
 // of its own over the scopes it was defined in; returns the text it wrote.
-Value macro_function(const Macro* m, Interpreter::Scopes defined_in) {
+// It holds those scopes weakly: the macro is stored in one of them, and a
+// strong hold would be a cycle that outlives the render.
+Value macro_function(const Macro* m, const Interpreter::Scopes& scopes) {
+  std::vector<std::weak_ptr<Frame>> defined_in(scopes.begin(), scopes.end());
   return Value::function(m->name, [m, defined_in](CallArgs& a, Interpreter& in) {
+    Interpreter::Scopes frames;
+    for (const auto& weak : defined_in) {
+      frames.push_back(weak.lock());
+      if (!frames.back()) throw TemplateError("macro '" + m->name + "' was called after its scope ended");
+    }
     in.enter_call();
-    Interpreter::Scopes saved = in.swap_scopes(defined_in);
+    Interpreter::Scopes saved = in.swap_scopes(std::move(frames));
     in.push_scope();
     Array varargs;
     for (size_t i = 0; i < a.positional.size(); ++i) {

@@ -41,7 +41,7 @@ Value key_value(const std::string& stored) {
   const std::string text = stored.substr(2);
   switch (stored[1]) {
     case 'b': return Value(text == "True");
-    case 'i': return Value(int64_t(std::stoll(text)));
+    case 'i': return Value(parse_int64(text));
     case 'f': return Value(std::strtod(text.c_str(), nullptr));
     default: return Value::none();
   }
@@ -52,6 +52,16 @@ Value Value::none() {
   v.kind_ = Kind::none;
   return v;
 }
+int64_t parse_int64(const std::string& digits) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(digits, &used);
+    if (used == digits.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw TemplateError("the integer " + digits.substr(0, 40) + " is out of range");
+}
+
 Value Value::markup(std::string s) {
   Value v(std::move(s));
   v.markup_ = true;

@@ -129,6 +129,9 @@ bool equal(const Value& a, const Value& b);
 // Python's <; a TemplateError for types Python cannot order.
 bool less(const Value& a, const Value& b);
 
+// Decimal digits as an int64; a TemplateError when they do not fit.
+int64_t parse_int64(const std::string& digits);
+
 // markupsafe's escape(): & < > ' " as entities.
 std::string html_escape(const std::string& s);
 

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Real tokenizer vocabularies and what `tokenizers` makes of them: the
+oracle for Kiln's tokenizer on the files models ship (tests/cli/hf_vocabs.sh).
+
+    $(bench/torch2_venv.sh) tests/hf/make_vocab_fixtures.py LLAMA_CPP_MODELS_DIR OUT
+
+llama.cpp's tokenizer test files (models/ggml-vocab-*.gguf, with the test
+strings of their .inp files) are converted to tokenizer.json by transformers
+(AutoTokenizer.from_pretrained(dir, gguf_file=...)); each OUT/NAME/ gets the
+tokenizer.json and expected.json: every test string's ids from `tokenizers`,
+with and without special tokens. Variants then put in what real files carry
+and the conversion leaves out: Qwen2's NFC normalizer with an empty
+continuing_subword_prefix and end_of_word_suffix (as transformers 5 saves
+Qwen2, Qwen2.5 and Qwen3), the NFKC and NFKD normalizers, and Phi-3's added
+tokens with rstrip (and lstrip, single_word and normalized ones). The folders
+are large (70 MB in all), so they live in a cache, not in the repository.
+"""
+import json
+import os
+import sys
+
+EXTRA = [
+    "caf\u00e9 cafe\u0301 \u212b \ufb01ne \u2460 \uff21\uff22 \u00bd",  # composed, decomposed, compatibility forms
+    "Hi<|end|>  there <|user|> x<|assistant|>\n\nok",
+    "a <mask> b <mask>c <sw> x<sw> <sw>y [norm] a[norm]b",
+    " leading and trailing  ",
+]
+
+VARIANTS = {
+    # name: (base vocabulary, edit)
+    "qwen2-nfc": ("qwen2", lambda t: (t.update(normalizer={"type": "NFC"}),
+                                      t["model"].update(continuing_subword_prefix="", end_of_word_suffix=""))),
+    "qwen2-nfkc": ("qwen2", lambda t: t.update(normalizer={"type": "NFKC"})),
+    "gpt-2-nfkd": ("gpt-2", lambda t: t.update(normalizer={"type": "NFKD"})),
+    "phi-3-added": ("phi-3", lambda t: edit_added(t)),
+}
+
+
+def edit_added(t):
+    for a in t["added_tokens"]:
+        if a["content"] in ("<|end|>", "<|user|>", "<|assistant|>"):
+            a["rstrip"] = True  # as microsoft/Phi-3-mini's tokenizer.json has them
+    next_id = max(max(t["model"]["vocab"].values()), max(a["id"] for a in t["added_tokens"])) + 1
+    t["added_tokens"] += [
+        {"id": next_id, "content": "<mask>", "single_word": False, "lstrip": True, "rstrip": False,
+         "normalized": False, "special": True},  # XLM-RoBERTa's mask
+        {"id": next_id + 1, "content": "<sw>", "single_word": True, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": False},
+        {"id": next_id + 2, "content": "[norm]", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": True, "special": False},
+    ]
+
+
+def expected_for(path, inputs):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(path)
+    return {"inputs": inputs,
+            "ids": [tok.encode(s, add_special_tokens=False).ids for s in inputs],
+            "ids_with_special": [tok.encode(s).ids for s in inputs]}
+
+
+def main():
+    src, out = sys.argv[1], sys.argv[2]
+    from transformers import AutoTokenizer
+    made = 0
+    for f in sorted(os.listdir(src)):
+        if not (f.startswith("ggml-vocab-") and f.endswith(".gguf") and os.path.exists(os.path.join(src, f + ".inp"))):
+            continue
+        name = f[len("ggml-vocab-"):-len(".gguf")]
+        d = os.path.join(out, name)
+        if os.path.exists(os.path.join(d, "expected.json")):
+            made += 1
+            continue
+        try:
+            tok = AutoTokenizer.from_pretrained(src, gguf_file=f)
+        except Exception as e:  # transformers cannot read every architecture's GGUF (bert, mpt, ...)
+            print(f"{f}: transformers cannot convert it ({type(e).__name__}); left out", file=sys.stderr)
+            continue
+        tok.save_pretrained(d)
+        with open(os.path.join(src, f + ".inp"), encoding="utf-8") as fh:
+            inputs = fh.read().split("\n__ggml_vocab_test__\n")
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as fh:
+            json.dump(expected_for(os.path.join(d, "tokenizer.json"), inputs + EXTRA), fh, ensure_ascii=False)
+        made += 1
+        print(f"{name}: {len(inputs)} strings", file=sys.stderr)
+    for name, (base, edit) in VARIANTS.items():
+        d = os.path.join(out, name)
+        if os.path.exists(os.path.join(d, "expected.json")) or not os.path.exists(os.path.join(out, base)):
+            made += os.path.exists(os.path.join(d, "expected.json"))
+            continue
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(out, base, "tokenizer.json"), encoding="utf-8") as fh:
+            t = json.load(fh)
+        edit(t)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as fh:
+            json.dump(t, fh, ensure_ascii=False)
+        with open(os.path.join(out, base, "expected.json"), encoding="utf-8") as fh:
+            inputs = json.load(fh)["inputs"]
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as fh:
+            json.dump(expected_for(os.path.join(d, "tokenizer.json"), inputs), fh, ensure_ascii=False)
+        made += 1
+    print(f"{made} vocabularies in {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
