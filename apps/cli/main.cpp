@@ -1,4 +1,4 @@
-// The kiln command: train, eval, sample, info.
+// The kiln command: train, eval, sample, serve, chat, apply-template, info, ...
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -10,6 +10,7 @@
 #if KILN_HAVE_SERVER
 #include "apps/cli/serve_command.h"
 #endif
+#include "apps/cli/template_command.h"
 #include "apps/cli/text_commands.h"
 #include "apps/cli/train_command.h"
 #include "kiln/version.h"
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
 #endif
   std::function<int()> run_chat = kiln::cli::add_chat_command(app);
   std::function<int()> run_data = kiln::cli::add_data_command(app);
+  std::function<int()> run_apply_template = kiln::cli::add_apply_template_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_chat(); rc >= 0) {
       return rc;
     } else if (int rc = run_data(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_apply_template(); rc >= 0) {
       return rc;
     } else if (*info) {
       return kiln::cli::run_info();

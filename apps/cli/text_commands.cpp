@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -44,9 +45,10 @@ std::function<int()> add_tokenize_command(CLI::App& app) {
   add_text_options(cmd, *in);
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
-    // A Hugging Face folder needs only its tokenizer.json (language model or classifier alike).
+    // A Hugging Face folder needs only its tokenizer.json (language model,
+    // classifier, or a folder of tokenizer files alone).
     const auto dir = models::hf_folder(in->model);
-    if (dir) models::read_hf_config(*dir);  // a folder that is none says so first
+    if (dir && !std::filesystem::exists(*dir + "/tokenizer.json")) models::read_hf_config(*dir);  // says what is missing
     const auto ids = dir ? text::HfTokenizer::from_file(*dir + "/tokenizer.json").encode(text_of(*in))
                          : recipes::load_text_model(in->model, Device::parse(in->device)).encode(text_of(*in));
     if (in->json) {

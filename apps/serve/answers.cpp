@@ -232,13 +232,23 @@ void answer_completion(const GenerationTarget& t, const CompletionRequest& r, ht
   generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value()}, res);
 }
 
-void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
-  std::string prompt;
+namespace {
+// The conversation as the model's chat template renders it; what the template raises is a 400.
+std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
   try {
-    prompt = t.model.render_chat(r.messages);
+    return t.model.render_chat(r.messages);
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
+}
+}  // namespace
+
+void answer_apply_template(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  res.set_content(dump(json{{"prompt", rendered_chat(t, r)}}), "application/json");
+}
+
+void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  const std::string prompt = rendered_chat(t, r);
   recipes::CompletionOptions co = options_of(r);
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;

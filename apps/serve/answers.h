@@ -28,5 +28,7 @@ struct GenerationTarget {
 
 void answer_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
 void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+// POST /apply-template: {"prompt": the conversation as the model's template renders it}, as llama-server answers.
+void answer_apply_template(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 
 }  // namespace kiln::serve

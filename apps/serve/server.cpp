@@ -338,6 +338,11 @@ class Server {
            const ChatRequest r = parse_chat(body);
            answer_chat(language_model(r.model), r, res);
          });
+    post("/apply-template", "/apply-template",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           const ChatRequest r = parse_chat(body);
+           answer_apply_template(language_model(r.model), r, res);
+         });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
