@@ -64,6 +64,8 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
   // Longest first, so that an added token containing another wins.
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.pattern.size() > b.pattern.size(); });
+  for (uint32_t k = 0; k < t.added_.size(); ++k)
+    if (!t.added_[k].pattern.empty()) t.added_by_byte_[t.added_[k].normalized][uint8_t(t.added_[k].pattern[0])].push_back(k);
   t.special_.assign(t.id_to_token_.size(), false);
   for (const auto& a : t.added_) t.special_[size_t(a.id)] = a.special;
   return t;
@@ -87,9 +89,9 @@ std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text
   size_t piece_start = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
-    for (const auto& a : added_)
-      if (a.normalized == normalized_pass && !a.pattern.empty() && text.compare(i, a.pattern.size(), a.pattern) == 0) {
-        match = &a;
+    for (uint32_t k : added_by_byte_[normalized_pass][uint8_t(text[i])])
+      if (text.compare(i, added_[k].pattern.size(), added_[k].pattern) == 0) {
+        match = &added_[k];
         break;
       }
     if (!match) {

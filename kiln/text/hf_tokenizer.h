@@ -10,6 +10,7 @@
 // Every stage type the supported families use is implemented; any other
 // type in the file is refused by name when the tokenizer is loaded.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -57,6 +58,9 @@ class HfTokenizer {
   void encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const;
 
   std::vector<AddedToken> added_;  // longest first, for matching
+  // added_ by the first byte of their pattern, one table per pass (raw, normalized):
+  // most positions of a text start no added token, and are passed over at once.
+  std::array<std::vector<uint32_t>, 256> added_by_byte_[2];  // indices into added_
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<TokenModel> model_;

@@ -1,0 +1,73 @@
+// Text speed: a chat template rendering a long conversation, and a
+// tokenizer encoding many texts, each timed on one thread (bench/text/run.sh
+// times transformers and tokenizers on the same work in the same run).
+//   kiln_text_bench template TEMPLATE.jinja TURNS REPEATS   -> {"render_us": mean}
+//   kiln_text_bench tokenize tokenizer.json TEXTS.json REPEATS -> {"texts_per_s", "tokens_per_s"}
+// TEXTS.json: a JSON list of strings.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "kiln/text/chat_template.h"
+#include "kiln/text/hf_tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string read(const char* path) {
+  std::stringstream ss;
+  ss << std::ifstream(path, std::ios::binary).rdbuf();
+  return ss.str();
+}
+
+// The conversation both engines render: a system turn, then TURNS user/assistant turns.
+nlohmann::ordered_json conversation(int turns) {
+  nlohmann::ordered_json m = nlohmann::ordered_json::array();
+  m.push_back({{"role", "system"}, {"content", "You are a helpful assistant. Answer in one paragraph."}});
+  for (int i = 0; i < turns; ++i)
+    m.push_back({{"role", i % 2 ? "assistant" : "user"},
+                 {"content", "Turn " + std::to_string(i) + ": tell me about the weather in a city, briefly.\n"}});
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s template FILE TURNS REPEATS | tokenize TOKENIZER.json TEXTS.json REPEATS\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int repeats = std::atoi(argv[4]);
+  try {
+    if (mode == "template") {
+      auto t = kiln::text::ChatTemplate::from_jinja(read(argv[2]));
+      t.tokens = {"<s>", "</s>"};
+      const auto messages = conversation(std::atoi(argv[3]));
+      size_t bytes = t.render_json(messages, nullptr, true).size();  // warm-up
+      const auto start = Clock::now();
+      for (int r = 0; r < repeats; ++r) bytes += t.render_json(messages, nullptr, true).size();
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / repeats;
+      std::printf("{\"engine\": \"kiln\", \"render_us\": %.1f, \"bytes\": %zu}\n", us, bytes / size_t(repeats + 1));
+      return 0;
+    }
+    const auto tok = kiln::text::HfTokenizer::from_file(argv[2]);
+    const auto texts = nlohmann::json::parse(read(argv[3])).get<std::vector<std::string>>();
+    size_t tokens = 0;
+    for (const auto& s : texts) tokens += tok.encode(s, false).size();  // warm-up (the BPE cache too, as tokenizers')
+    const auto start = Clock::now();
+    for (int r = 0; r < repeats; ++r)
+      for (const auto& s : texts) tokens += tok.encode(s, false).size();
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("{\"engine\": \"kiln\", \"texts_per_s\": %.0f, \"tokens_per_s\": %.0f}\n", texts.size() * repeats / s,
+                double(tokens) / (repeats + 1) * repeats / s);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln_text_bench: %s\n", e.what());
+    return 1;
+  }
+}
