@@ -143,3 +143,18 @@ Tensor.__getitem__ = _getitem
 Tensor.__repr__ = _repr
 
 from . import data, nn, optim  # noqa: E402  (they use the names above)
+
+
+def apply_chat_template(messages, chat_template=None, model=None, tools=None, add_generation_prompt=True,
+                        bos_token=None, eos_token=None, **template_kwargs):
+    """The text a chat template makes of a conversation, as transformers'
+    tokenizer.apply_chat_template(messages, tokenize=False, ...) renders it:
+    `chat_template` is Jinja source, or `model` names a Hugging Face folder
+    ("hf:DIR" or DIR) whose template and special tokens are used. Extra
+    keyword arguments are template variables (enable_thinking=False, ...).
+    What the template raises is a kiln.KilnError with its message."""
+    if (chat_template is None) == (model is None):
+        raise ValueError("give chat_template (Jinja source) or model (a Hugging Face folder), not both or neither")
+    folder = "" if model is None else (model[3:] if str(model).startswith("hf:") else str(model))
+    return _C._apply_chat_template(_json.dumps(list(messages)), chat_template or "", folder, _json.dumps(tools),
+                                   add_generation_prompt, bos_token, eos_token, _json.dumps(template_kwargs))

@@ -4,12 +4,15 @@
 // and `classify` open. Long calls run without the GIL; Ctrl-C ends a
 // training run at the next step boundary, with a checkpoint.
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "apps/cli/train_command.h"
 #include "apps/plan/plan_cli.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/text/chat_template.h"
+#include "models/hf/hf_chat.h"
 #include "kiln/version.h"
 #include "python/src/bindings.h"
 
@@ -104,6 +107,24 @@ struct Model {
     return model().complete(prompt, o, nullptr).text;
   }
 
+  // The reply to a conversation: rendered by the model's chat template, generated to its end of turn.
+  std::string chat(const std::vector<std::map<std::string, std::string>>& messages, int64_t max_tokens,
+                   double temperature, int64_t top_k, double top_p, uint64_t seed) {
+    if (loaded.kind != recipes::ModelKind::language_model)
+      throw py::value_error(std::string("chat needs a language model; this is a ") + model_kind_name(loaded.kind));
+    std::vector<text::ChatMessage> conversation;
+    for (const auto& m : messages) {
+      auto role = m.find("role"), content = m.find("content");
+      if (role == m.end() || content == m.end()) throw py::value_error("each message needs a 'role' and a 'content'");
+      conversation.push_back({role->second, content->second});
+    }
+    recipes::CompletionOptions o;
+    o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
+    o.chat = true;
+    py::gil_scoped_release release;
+    return model().complete(model().render_chat(conversation), o, nullptr).text;
+  }
+
   py::dict score(const std::string& text) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("score needs a language model; this is a ") + model_kind_name(loaded.kind));
@@ -181,12 +202,27 @@ void bind_api(py::module_& m) {
       .def("generate", &Model::generate, py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("temperature") = 0.8,
            py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1,
            py::arg("stop") = std::vector<std::string>{})
+      .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256, py::arg("temperature") = 0.8,
+           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1)
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("classify_images", &Model::classify_images, py::arg("pixels"))
       .def("__repr__", [](const Model& mo) {
         return "kiln.Model(recipe='" + mo.loaded.recipe + "', kind='" + model_kind_name(mo.loaded.kind) + "')";
       });
+  // kiln.apply_chat_template's engine: JSON in (what Python's json.dumps wrote), the rendered text out.
+  m.def("_apply_chat_template", [](const std::string& messages, const std::string& source, const std::string& model_dir,
+                                   const std::string& tools, bool add_generation_prompt,
+                                   std::optional<std::string> bos, std::optional<std::string> eos,
+                                   const std::string& kwargs) {
+    text::ChatTemplate t = source.empty() ? models::load_hf_chat_template(model_dir)
+                                          : text::ChatTemplate::from_jinja(source);
+    if (bos) t.tokens.bos = *bos;
+    if (eos) t.tokens.eos = *eos;
+    using ordered_json = nlohmann::ordered_json;
+    return t.render_json(ordered_json::parse(messages), ordered_json::parse(tools), add_generation_prompt,
+                         ordered_json::parse(kwargs));
+  });
   m.def("load", [](const std::string& spec, const Device& device, const std::string& chat_template,
                    const std::string& quantize) {
     recipes::InferenceOptions o;

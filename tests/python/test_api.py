@@ -1,6 +1,7 @@
 # kiln.train, kiln.plan and kiln.load: the command's work from Python, its
 # errors as exceptions, and Ctrl-C ending a run at a step boundary.
 import _thread
+import json
 import os
 import subprocess
 import threading
@@ -80,3 +81,30 @@ def test_a_text_classifier_gives_what_kiln_classify_prints(kiln_cli, source_dir)
                          check=True).stdout
     printed = {line.split()[0]: float(line.split()[1]) for line in cli.splitlines() if line.startswith("  ")}
     assert set(probs) == set(printed) and all(abs(probs[k] - printed[k]) < 1e-4 for k in probs)
+
+
+def test_apply_chat_template_renders_as_transformers_did(source_dir):
+    corpus = os.path.join(source_dir, "tests", "hf", "fixtures", "chat_templates")
+    e = json.load(open(os.path.join(corpus, "expected.json"), encoding="utf-8"))
+    for name, conversation in [("meta-llama-Llama-3.1-8B-Instruct.jinja", "tools"),
+                               ("Qwen-Qwen3-0.6B.jinja", "reasoning")]:
+        row = next(r for r in e["renders"] if r["template"] == name and r["conversation"] == conversation
+                   and r["add_generation_prompt"])
+        c = e["conversations"][conversation]
+        source = open(os.path.join(corpus, "templates", name), encoding="utf-8").read()
+        assert kiln.apply_chat_template(c["messages"], chat_template=source, tools=c["tools"], bos_token="<s>",
+                                        eos_token="</s>") == row["text"]
+    qwen3 = open(os.path.join(corpus, "templates", "Qwen-Qwen3-0.6B.jinja"), encoding="utf-8").read()
+    hi = [{"role": "user", "content": "Hi"}]
+    assert kiln.apply_chat_template(hi, chat_template=qwen3, enable_thinking=False).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    with pytest.raises(kiln.KilnError, match="System role not supported"):
+        gemma = open(os.path.join(corpus, "templates", "google-gemma-2-2b-it.jinja"), encoding="utf-8").read()
+        kiln.apply_chat_template([{"role": "system", "content": "x"}] + hi, chat_template=gemma)
+
+
+def test_model_chat_answers_as_the_server_does(source_dir):
+    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
+    want = json.load(open(os.path.join(fixtures, "chat", "expected.json"), encoding="utf-8"))["served"]
+    model = kiln.load("hf:" + os.path.join(fixtures, want["model"]), chat_template=want["template"])
+    assert model.chat(want["messages"], max_tokens=12, temperature=0) == want["greedy_text"]
