@@ -1,6 +1,6 @@
 // The token models of tokenizer.json: BPE (byte-level as GPT-2 and Llama 3,
-// or SentencePiece-style with byte fallback as Llama 2 and Mistral) and
-// WordPiece (BERT).
+// or SentencePiece-style with byte fallback as Llama 2 and Mistral),
+// WordPiece (BERT) and Unigram (T5, XLM-RoBERTa, ALBERT).
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -15,6 +15,7 @@ inline constexpr size_t kMaxIdGap = 65536;
 
 std::unique_ptr<TokenModel> make_bpe(const nlohmann::json& j);
 std::unique_ptr<TokenModel> make_wordpiece(const nlohmann::json& j);
+std::unique_ptr<TokenModel> make_unigram(const nlohmann::json& j);
 
 // A model's "vocab" object, token -> id. Ids index a table of tokens, so
 // they must be about as many as the entries: a hostile file cannot make Kiln

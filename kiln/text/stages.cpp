@@ -9,6 +9,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/byte_level.h"
 #include "kiln/text/models.h"
+#include "kiln/text/precompiled.h"
 #include "kiln/text/regex.h"
 #include "kiln/text/unicode.h"
 #include "kiln/text/utf8.h"
@@ -160,6 +161,7 @@ const Table<Normalizer>& normalizers() {
       {"NFC", [](const json&) { return std::make_unique<UnicodeForm>(kNfc); }},
       {"NFKC", [](const json&) { return std::make_unique<UnicodeForm>(kNfkc); }},
       {"NFKD", [](const json&) { return std::make_unique<UnicodeForm>(kNfkd); }},
+      {"Precompiled", make_precompiled},
       {"BertNormalizer", [](const json& j) { return std::make_unique<BertNormalizer>(j); }},
       {"Strip",
        [](const json& j) {
@@ -558,7 +560,7 @@ const Table<Decoder>& decoders() {
 }
 
 const Table<TokenModel>& token_models() {
-  static const Table<TokenModel> table = {{"BPE", make_bpe}, {"WordPiece", make_wordpiece}};
+  static const Table<TokenModel> table = {{"BPE", make_bpe}, {"WordPiece", make_wordpiece}, {"Unigram", make_unigram}};
   return table;
 }
 

@@ -14,6 +14,10 @@ continuing_subword_prefix and end_of_word_suffix (as transformers 5 saves
 Qwen2, Qwen2.5 and Qwen3), the NFKC and NFKD normalizers, and Phi-3's added
 tokens with rstrip (and lstrip, single_word and normalized ones). The folders
 are large (70 MB in all), so they live in a cache, not in the repository.
+Unigram vocabularies (T5's and XLM-RoBERTa's kind) come from a SentencePiece
+unigram model trained here on Debian's fortunes and converted by
+transformers' own T5 and XLM-RoBERTa converters (Precompiled normalizer:
+SentencePiece's NFKC rules).
 """
 import json
 import os
@@ -49,6 +53,34 @@ def edit_added(t):
         {"id": next_id + 2, "content": "[norm]", "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": True, "special": False},
     ]
+
+
+def unigram_vocabularies(out, inputs):
+    """t5-unigram and xlmr-unigram: a SentencePiece unigram model of fortunes, converted as transformers converts
+    T5's and XLM-RoBERTa's spiece.model files."""
+    import glob
+    import tempfile
+    import types
+    import sentencepiece as spm
+    from transformers.convert_slow_tokenizer import T5Converter, XLMRobertaConverter
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "fortunes.txt")
+        with open(corpus, "w", encoding="utf-8") as fh:
+            for f in sorted(glob.glob("/usr/share/games/fortunes/*")):
+                if "." not in os.path.basename(f):
+                    fh.write(open(f, encoding="utf-8", errors="replace").read())
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(tmp, "spiece"), vocab_size=2000,
+                                       model_type="unigram", character_coverage=0.9995, minloglevel=2)
+        model = os.path.join(tmp, "spiece.model")
+        sp = spm.SentencePieceProcessor(model_file=model)
+        original = types.SimpleNamespace(vocab_file=model, _extra_ids=100, mask_token="<mask>",
+                                         convert_tokens_to_ids=sp.piece_to_id)
+        for name, converter in (("t5-unigram", T5Converter), ("xlmr-unigram", XLMRobertaConverter)):
+            d = os.path.join(out, name)
+            os.makedirs(d, exist_ok=True)
+            converter(original).converted().save(os.path.join(d, "tokenizer.json"))
+            with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as fh:
+                json.dump(expected_for(os.path.join(d, "tokenizer.json"), inputs), fh, ensure_ascii=False)
 
 
 def expected_for(path, inputs):
@@ -102,6 +134,10 @@ def main():
         with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as fh:
             json.dump(expected_for(os.path.join(d, "tokenizer.json"), inputs), fh, ensure_ascii=False)
         made += 1
+    if not os.path.exists(os.path.join(out, "xlmr-unigram", "expected.json")):
+        with open(os.path.join(src, "ggml-vocab-llama-spm.gguf.inp"), encoding="utf-8") as fh:
+            unigram_vocabularies(out, fh.read().split("\n__ggml_vocab_test__\n") + EXTRA)
+    made += 2
     print(f"{made} vocabularies in {out}", file=sys.stderr)
 
 

@@ -1,6 +1,7 @@
 // Real tokenizer vocabularies (llama.cpp's test vocabularies converted by
 // transformers, and variants carrying what real files hold: NFC/NFKC/NFKD,
-// empty BPE prefixes, added tokens with lstrip/rstrip/single_word), each test
+// empty BPE prefixes, added tokens with lstrip/rstrip/single_word; Unigram
+// with SentencePiece's Precompiled normalizer as T5 and XLM-R ship it), each test
 // string tokenized as `tokenizers` does, with and without special tokens.
 // The corpus is large and made in a cache by tests/cli/hf_vocabs.sh, which
 // runs this binary with KILN_VOCAB_CORPUS set; without it the test fails.
@@ -35,7 +36,7 @@ TEST(VocabCorpus, EveryStringTokenizesAsTokenizersDoes) {
     }
     ++vocabularies;
   }
-  EXPECT_GE(vocabularies, 12);
+  EXPECT_GE(vocabularies, 16);
 }
 
 }  // namespace
