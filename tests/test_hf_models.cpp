@@ -539,8 +539,8 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
   }
   {
     auto dir = scratch_copy("llama-gqa", "tokenizer");
-    std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
-    expect_error(dir, "model type 'Unigram' is not supported");
+    std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "WordLevel", "vocab": {}}})";
+    expect_error(dir, "model type 'WordLevel' is not supported");
   }
 }
 

@@ -117,9 +117,23 @@ TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   };
-  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "model type 'Unigram' is not supported");
-  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"normalizer\": {\"type\": \"Precompiled\"}}",
-          "normalizer type 'Precompiled' is not supported");
+  refuses("{\"model\": {\"type\": \"WordLevel\", \"vocab\": {}}}", "model type 'WordLevel' is not supported");
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"normalizer\": {\"type\": \"ByteLevel\"}}",
+          "normalizer type 'ByteLevel' is not supported");
+  // An empty prefix or suffix is none (Qwen2's files); a real one changes the merges and is refused by name.
+  refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"end_of_word_suffix\": \"</w>\"}}",
+          "\"end_of_word_suffix\" = \"</w>\" is not supported");
+  EXPECT_NO_THROW(HfTokenizer::from_json_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], "
+                                              "\"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\"}}",
+                                              "test.json"));
+  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\"]]}}", "not [piece, score]");
+  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]], \"unk_id\": 5}}", "past the vocabulary");
+  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, \"normalizer\": {\"type\": \"Precompiled\", "
+          "\"precompiled_charsmap\": \"AAAA!\"}}",
+          "not base64");
+  refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, \"normalizer\": {\"type\": \"Precompiled\", "
+          "\"precompiled_charsmap\": \"/////w==\"}}",
+          "does not fit");
   refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", "names a token the vocabulary lacks");
   refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}", "not a non-negative");
   // Numbers that are not integers in range are refused, not cast (casting a

@@ -201,3 +201,34 @@ TEST(Jinja, RunawayTemplatesStopWithAnError) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// One feature per template (filters, tests, str/dict/list methods, Python's
+// printing and arithmetic), as transformers' jinja2 environment renders it.
+TEST(JinjaCorpus, FeatureProbesRenderAsTransformersDoes) {
+  const json e = json::parse(read_file(fs::path(hf_test::fixture("chat_templates")) / "expected.json"))["probes"];
+  int probes = 0;
+  for (const auto& row : e["renders"]) {
+    const std::string source = row["template"];
+    SCOPED_TRACE(source);
+    std::string got, error;
+    try {
+      got = Template(source).render(e["context"]);
+    } catch (const TemplateError& err) {
+      error = err.what();
+    }
+    if (row.contains("error")) {
+      EXPECT_NE(error.find(row["error"].get<std::string>()), std::string::npos) << "Kiln: " << (error.empty() ? got : error);
+    } else {
+      EXPECT_EQ(error, "");
+      EXPECT_EQ(got, row["text"].get<std::string>());
+    }
+    ++probes;
+  }
+  EXPECT_GE(probes, 45);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -45,7 +45,7 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
       // tokenizers' default: special tokens match the raw text, the others the normalized text.
       AddedToken added{a.at("content").get<std::string>(), read_token_id(a.at("id"), "an added token's id"),
                        special, a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false),
-                       a.value("normalized", !special)};
+                       a.value("normalized", !special), ""};
       KILN_CHECK(added.id >= 0 && !added.content.empty(), "added token ", a.dump(), " has a bad id or no content");
       KILN_CHECK(size_t(added.id) < t.id_to_token_.size() + kMaxIdGap, "added token '", added.content, "' has id ",
                  added.id, ", far beyond the vocabulary's ", t.id_to_token_.size(), " tokens");

@@ -56,14 +56,22 @@ py::object train(const std::vector<std::string>& args) {
   if (!o) throw py::value_error("train: the arguments name no recipe run");
   std::optional<py::error_already_set> interrupt;  // KeyboardInterrupt, raised once the checkpoint is written
   o->interrupted = [&interrupt] {
+    if (interrupt) return true;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() == 0) return false;
     interrupt.emplace();  // takes the pending exception
     return true;
   };
-  const recipes::Log log = [](const std::string& line) {
+  // A Ctrl-C that lands while a line prints surfaces inside print: keep it
+  // for the next step boundary, which checkpoints and stops, as above.
+  const recipes::Log log = [&interrupt](const std::string& line) {
     py::gil_scoped_acquire gil;
-    py::print(line, py::arg("flush") = true);
+    try {
+      py::print(line, py::arg("flush") = true);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_KeyboardInterrupt)) throw;
+      interrupt.emplace(std::move(e));
+    }
   };
   recipes::TrainResult result;
   {

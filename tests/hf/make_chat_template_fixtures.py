@@ -70,6 +70,60 @@ CONVERSATIONS = {
 }
 
 
+# Small templates, one feature each, rendered by transformers' environment:
+# the filters, tests, methods and Python semantics real templates lean on.
+PROBES = [
+    "{{ s.split() }}|{{ s.split(none, 1) }}|{{ s.rsplit(none, 1) }}|{{ s.split(' ') }}|{{ s.rsplit(' ', 2) }}",
+    "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ s|trim }}|{{ 'abca'|trim('a') }}",
+    "{{ 'a-b-c'.replace('-', '+', 1) }}|{{ 'abc'.replace('', '.') }}|{{ 'aaa'|replace('a', 'b', 2) }}",
+    "{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}|{{ 'Hi'|upper }}{{ 'Hi'|lower }}|{{ 'x y'|title }}",
+    "{{ 'abc'.startswith(('x', 'a')) }}{{ 'abc'.endswith('bc') }}{{ 'abc'.find('c') }}{{ 'abc'.find('z') }}",
+    "{{ '{} and {}'.format(1, 'two') }}|{{ '{1}{0}'.format('a', 'b') }}|{{ '{x}!'.format(x=3) }}",
+    "{{ '%s=%d (%.2f) %r %%'|format('k', 7, 2.5, 'q') }}|{{ '%05d|%-4s|'|format(42, 'ab') }}",
+    "{{ [3, 1, 2]|sort }}{{ ['b', 'A', 'c']|sort }}{{ ['b', 'A', 'c']|sort(case_sensitive=true) }}"
+    "{{ [3, 1, 2]|sort(reverse=true) }}{{ [{'n': 2}, {'n': 1}]|sort(attribute='n') }}",
+    "{{ ['a', 'A', 'b']|unique|list }}{{ [1, 2, 3]|sum }}{{ [1, 5, 2]|max }}{{ ['b', 'a']|min }}",
+    "{{ [1, 2, 3]|first }}{{ [1, 2, 3]|last }}{{ [1, 2, 3]|length }}{{ 'abc'|list }}{{ {'a': 1}|list }}",
+    "{{ {'b': 1, 'a': 2}|dictsort }}{{ {'b': 1, 'a': 2}|dictsort(by='value') }}{{ {'b': 1, 'a': 2}|items|list }}",
+    "{{ [{'r': 'u', 'c': 1}, {'r': 's', 'c': 2}]|selectattr('r', 'equalto', 's')|list }}"
+    "{{ [{'r': 'u'}, {'r': 's'}]|rejectattr('r', 'in', ['s'])|map(attribute='r')|list }}",
+    "{{ [1, 2, 3, 4]|select('odd')|list }}{{ [1, 2, 3, 4]|reject('even')|list }}{{ ['1', '2']|map('int')|sum }}",
+    "{{ [1, 2, 3]|join(', ') }}|{{ [{'n': 'a'}, {'n': 'b'}]|join('/', attribute='n') }}|{{ [1, 2]|join }}",
+    "{{ 'x\ny\n\nz'|indent(2) }}|{{ 'x\ny'|indent(2, true) }}|{{ 'x\n\ny'|indent(2, blank=true) }}|{{ 'x'|indent('> ', first=true) }}",
+    "{{ 3.7|int }}{{ '42'|int }}{{ 'x'|int }}{{ 'x'|int(7) }}{{ '3.5'|float }}{{ 2.5|round }}{{ 3.14159|round(2) }}{{ 2.5|round(0, 'ceil') }}",
+    "{{ 1 / 3 }}|{{ 10 / 4 }}|{{ 1e-5 }}|{{ 1.0e16 }}|{{ 123456789.0 }}|{{ -0.0 }}|{{ 2 ** 0.5 }}|{{ 7 % -3 }}|{{ -7 // 2.0 }}",
+    """{{ none }}|{{ true }}|{{ [none, true, 1.5, 'x', ('t',), {'k': [1]}] }}|{{ "it's" }}|{{ ['it\\'s', 'say "hi"'] }}""",
+    "{{ x|default('d') }}{{ ''|default('e') }}{{ ''|default('e', true) }}{{ none|default('n') }}{{ x is defined }}{{ none is none }}",
+    "{{ 1 is number }}{{ true is number }}{{ true is integer }}{{ 1.0 is float }}{{ 'a' is string }}{{ {} is mapping }}"
+    "{{ [] is iterable }}{{ x is iterable }}{{ 'a' is sequence }}{{ {} is sequence }}{{ 3 is odd }}{{ 9 is divisibleby 3 }}",
+    "{{ true is sameas true }}{{ 'A' is upper }}{{ 'a' is lower }}{{ 'a' in 'cat' }}{{ 1 in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 2 is in [1, 2] }}",
+    "{{ {'a': 1, 'b': {'c': [1, 2]}}|tojson }}|{{ {'a': 1, 'b': [1, {}]}|tojson(indent=2) }}|{{ [1, 'é\n\t<b>']|tojson }}",
+    "{{ {'b': 1, 'a': 2}|tojson(sort_keys=true, separators=(',', ':')) }}|{{ 'é'|tojson(ensure_ascii=true) }}|{{ 1.0|tojson }}",
+    "{% set ns = namespace(a=1, items=[]) %}{% for i in range(3) %}{% set ns.a = ns.a * 2 %}{% endfor %}{{ ns.a }}",
+    "{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }}{{ ';' if not loop.last }}{% endfor %}|{{ loop is defined }}",
+    "{% for x in 'abc' %}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('p', 'q') }}{% endfor %}",
+    "{% for x in [1, 2, 3, 4, 5] %}{% if x is even %}{% continue %}{% endif %}{% if x > 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    "{% macro m(a, b=2) %}[{{ a }},{{ b }},{{ varargs }},{{ kwargs }}]{% endmacro %}{{ m(1) }}{{ m(1, 3) }}{{ m(b=5, a=4) }}",
+    "{% set t = 'x' %}{% if true %}{% set t = 'y' %}{% endif %}{{ t }}{% for i in [1] %}{% set t = 'z' %}{% endfor %}{{ t }}",
+    "{{ [1, 2, 3][1:] }}{{ [1, 2, 3][::-1] }}{{ 'abcdef'[::2] }}{{ 'abc'[-1] }}{{ [1, 2][5] is defined }}{{ {'a': 1}['b'] is defined }}",
+    "{{ 'a' ~ 1 ~ none ~ true }}|{{ 'ab' * 3 }}|{{ [0] * 3 }}|{{ [1] + [2] }}|{{ 1 < 2 < 3 }}|{{ 1 == 1.0 }}|{{ 'a' != 'b' }}",
+    "{{ 'yes' if [] else 'no' }}{{ 'yes' if {} else 'no' }}{{ 'yes' if '0' else 'no' }}{{ 'yes' if 0.0 else 'no' }}{{ 'a' if false }}|",
+    "{{ d.get('a') }}{{ d.get('z') }}{{ d.get('z', 0) }}{{ d.keys()|list }}{{ d.values()|list }}{{ d.items()|list }}{{ d|length }}",
+    "{{ [1, 2, 3]|map('string')|join('-') }}{{ ['a', 'b']|map('upper')|list }}{{ [[1, 2], [3]]|map('length')|list }}",
+    "{% set x %}block {{ 1 + 1 }}{% endset %}[{{ x }}]{% filter upper %}up {{ 'ok' }}{% endfilter %}",
+    "{{ raise_exception('custom failure') }}",
+    "{{ undefined_thing.attribute }}",
+    "{{ {'a': 1}.nosuch.deeper }}",
+    "{{ [].append(1) }}",
+    "{{ 1 + 'a' }}",
+    "{{ 'a' + 1 }}",
+    "{{ none.x is defined }}{{ none['x'] is defined }}",
+    "{{ (1, 2)|length }}{{ range(3)|list }}{{ range(1, 10, 3)|list }}{{ range(5, 0, -2)|list }}{{ [1, 2]|reverse|list }}",
+    "{{ 'Ünïcödé ✓ 日本語'|length }}{{ 'Ünïcödé'[2] }}{{ 'Ünï'|upper }}{{ 'Ünï'|reverse }}",
+    "{{ '  line one\n  line two  '|trim }}|{{ 'a\tb'.split('\t') }}|{{ 'x\ny'.splitlines() }}",
+]
+
+
 def llama_cpp_templates():
     script = os.path.join(HERE, "..", "..", "scripts", "llama_cpp_source.sh")
     src = subprocess.run([script], check=True, capture_output=True, text=True).stdout.strip()
@@ -107,6 +161,15 @@ def render_all(templates_dir):
                     row["error"] = str(e).split("\n")[0]
                     row["error_type"] = type(e).__name__
                 expected["renders"].append(row)
+    env = ctu._compile_jinja_template("").environment
+    context = {"s": "  a b  c  ", "d": {"a": 1, "b": [2, 3]}}
+    for probe in PROBES:
+        row = {"template": probe}
+        try:
+            row["text"] = env.from_string(probe).render(**context)
+        except Exception as e:
+            row["error"] = str(e).split("\n")[0]
+        expected.setdefault("probes", {"context": context, "renders": []})["renders"].append(row)
     with open(os.path.join(OUT, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, indent=1)
     ok = sum("text" in r for r in expected["renders"])

@@ -352,11 +352,7 @@ const std::map<std::string, FilterFn>& filters() {
       {"last", [](Value v, CallArgs&, Interpreter&) { return f_first_last(v, true); }},
       {"length", [](Value v, CallArgs&, Interpreter&) { return Value(python_length(v)); }},
       {"list", [](Value v, CallArgs&, Interpreter&) { return Value::array(iterate(v)); }},
-      {"lower", [](Value v, CallArgs&, Interpreter&) {
-         std::string s = str_of(v);
-         for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-         return Value(s);
-       }},
+      {"lower", [](Value v, CallArgs&, Interpreter&) { return Value(python_case(str_of(v), false)); }},
       {"map", f_map},
       {"max", [](Value v, CallArgs& a, Interpreter&) { return f_min_max(v, a, true); }},
       {"min", [](Value v, CallArgs& a, Interpreter&) { return f_min_max(v, a, false); }},
@@ -397,11 +393,7 @@ const std::map<std::string, FilterFn>& filters() {
          return Value(python_strip(str_of(v), chars && !chars->is_none() ? &set : nullptr, true, true));
        }},
       {"unique", f_unique},
-      {"upper", [](Value v, CallArgs&, Interpreter&) {
-         std::string s = str_of(v);
-         for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
-         return Value(s);
-       }},
+      {"upper", [](Value v, CallArgs&, Interpreter&) { return Value(python_case(str_of(v), true)); }},
       {"wordcount", [](Value v, CallArgs&, Interpreter&) {
          int64_t n = 0;
          bool in_word = false;
@@ -444,10 +436,7 @@ const std::map<std::string, TestFn>& tests() {
          return v.is_undefined() || v.is_string() || v.is_array() || v.is_object();
        }},
       {"lower", [](const Value& v, CallArgs&, Interpreter&) {
-         if (!v.is_string()) return false;
-         std::string s = v.as_string(), low = s;
-         for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
-         return s == low;
+         return v.is_string() && python_case(v.as_string(), false) == v.as_string();
        }},
       {"mapping", [](const Value& v, CallArgs&, Interpreter&) { return v.is_object() && !v.object_ref().is_namespace; }},
       {"none", [](const Value& v, CallArgs&, Interpreter&) { return v.is_none(); }},
@@ -468,10 +457,7 @@ const std::map<std::string, TestFn>& tests() {
       {"true", [](const Value& v, CallArgs&, Interpreter&) { return v.is_bool() && v.as_bool(); }},
       {"undefined", [](const Value& v, CallArgs&, Interpreter&) { return v.is_undefined(); }},
       {"upper", [](const Value& v, CallArgs&, Interpreter&) {
-         if (!v.is_string()) return false;
-         std::string s = v.as_string(), up = s;
-         for (char& c : up) c = char(std::toupper(static_cast<unsigned char>(c)));
-         return s == up;
+         return v.is_string() && python_case(v.as_string(), true) == v.as_string();
        }},
   };
   return table;

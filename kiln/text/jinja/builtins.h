@@ -32,7 +32,8 @@ std::string python_strip(const std::string& s, const std::string* chars, bool le
 std::string python_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
 // Python's fmt % args (%s %r %d %i %x %f %e %g %%); args a tuple or one value.
 Value python_percent_format(const std::string& fmt, const Value& args);
-std::string python_title(const std::string& s, bool every_word);  // title(), or capitalize() when false
+std::string python_title(const std::string& s, bool every_word);
+std::string python_case(const std::string& s, bool upper);  // str.upper() / str.lower()  // title(), or capitalize() when false
 
 // Argument access for builtins: positional i or keyword `name`, else the default.
 const Value* argument(const CallArgs& args, size_t position, const char* name);

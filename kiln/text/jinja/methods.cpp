@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <ctime>
 
+#include <utf8proc.h>
+
 #include "kiln/text/jinja/builtins.h"
 #include "kiln/text/jinja/interpreter.h"
 #include "kiln/text/utf8.h"
@@ -32,56 +34,50 @@ const std::string& string_arg(const CallArgs& a, size_t i, const char* name, con
   return v->as_string();
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) c = char(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // str.split(sep=None, maxsplit=-1), and rsplit when from_right.
 Value python_split(const std::string& s, const Value* sep, int64_t maxsplit, bool from_right) {
   Array parts;
   if (!sep || sep->is_none()) {
+    // Runs of whitespace split; once maxsplit is reached, the rest is one part
+    // (its far end's whitespace kept), as CPython's split_whitespace does.
     const auto cps = utf8_code_points(s);
-    std::vector<std::string> words;
-    std::string word;
-    bool in_word = false;
-    for (uint32_t c : cps) {
-      if (python_space(c)) {
-        if (in_word) words.push_back(word), word.clear();
-        in_word = false;
-      } else {
-        utf8_append(word, c);
-        in_word = true;
+    auto text = [&](size_t a, size_t b) {
+      std::string out;
+      for (size_t k = a; k < b; ++k) utf8_append(out, cps[k]);
+      return Value(out);
+    };
+    const size_t n = cps.size();
+    int64_t splits = 0;
+    if (!from_right) {
+      size_t k = 0;
+      while (true) {
+        while (k < n && python_space(cps[k])) ++k;
+        if (k == n) break;
+        if (maxsplit >= 0 && splits == maxsplit) {
+          parts.push_back(text(k, n));
+          break;
+        }
+        const size_t start = k;
+        while (k < n && !python_space(cps[k])) ++k;
+        parts.push_back(text(start, k));
+        ++splits;
+      }
+    } else {
+      size_t k = n;
+      while (true) {
+        while (k > 0 && python_space(cps[k - 1])) --k;
+        if (k == 0) break;
+        if (maxsplit >= 0 && splits == maxsplit) {
+          parts.insert(parts.begin(), text(0, k));
+          break;
+        }
+        const size_t end = k;
+        while (k > 0 && !python_space(cps[k - 1])) --k;
+        parts.insert(parts.begin(), text(k, end));
+        ++splits;
       }
     }
-    if (in_word) words.push_back(word);
-    if (maxsplit >= 0 && int64_t(words.size()) > maxsplit + 1) {
-      // Python keeps the rest of the text (whitespace inside it included) as the last part.
-      std::string rest;
-      const std::string trimmed = python_strip(s, nullptr, true, true);
-      size_t pos = 0;
-      std::vector<std::string> kept;
-      if (!from_right) {
-        for (int64_t i = 0; i < maxsplit; ++i) {
-          const size_t at = trimmed.find(words[size_t(i)], pos);
-          pos = at + words[size_t(i)].size();
-          kept.push_back(words[size_t(i)]);
-        }
-        kept.push_back(python_strip(trimmed.substr(pos), nullptr, true, false));
-      } else {
-        size_t end = trimmed.size();
-        std::vector<std::string> tail;
-        for (int64_t i = 0; i < maxsplit; ++i) {
-          const std::string& w = words[words.size() - 1 - size_t(i)];
-          end = trimmed.rfind(w, end - w.size());
-          tail.insert(tail.begin(), w);
-        }
-        kept.push_back(python_strip(trimmed.substr(0, end), nullptr, false, true));
-        kept.insert(kept.end(), tail.begin(), tail.end());
-      }
-      words = kept;
-    }
-    for (auto& w : words) parts.push_back(Value(w));
     return Value::array(std::move(parts));
   }
   if (!sep->is_string()) throw TemplateError("must be str or None, not " + sep->type_name());
@@ -206,7 +202,7 @@ Value string_method(const std::string& s, const std::string& name) {
       return Value(python_replace(s, from, to, count ? count->as_int() : -1));
     });
   if (name == "upper" || name == "lower")
-    return method([s, up = name == "upper"](CallArgs&) { return Value(ascii_case(s, up)); });
+    return method([s, up = name == "upper"](CallArgs&) { return Value(python_case(s, up)); });
   if (name == "title" || name == "capitalize")
     return method([s, title = name == "title"](CallArgs&) { return Value(python_title(s, title)); });
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count")
@@ -349,13 +345,30 @@ std::string python_replace(const std::string& s, const std::string& from, const 
   return out + s.substr(pos);
 }
 
+namespace {
+bool is_letter(uint32_t c) {
+  const auto category = utf8proc_category(utf8proc_int32_t(c));
+  return category >= UTF8PROC_CATEGORY_LU && category <= UTF8PROC_CATEGORY_LO;
+}
+}  // namespace
+
+// Per code point (utf8proc's simple case mappings; Python's full ones differ for a few, such as ß).
+std::string python_case(const std::string& s, bool upper) {
+  std::string out;
+  for (uint32_t c : utf8_code_points(s))
+    utf8_append(out, uint32_t(upper ? utf8proc_toupper(utf8proc_int32_t(c)) : utf8proc_tolower(utf8proc_int32_t(c))));
+  return out;
+}
+
 std::string python_title(const std::string& s, bool every_word) {
-  std::string out = s;
+  std::string out;
   bool word_start = true;
-  for (char& c : out) {
-    const bool letter = std::isalpha(static_cast<unsigned char>(c));
-    if (letter) c = char(word_start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-    else if (!every_word) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (uint32_t c : utf8_code_points(s)) {
+    const bool letter = is_letter(c);
+    uint32_t mapped = c;
+    if (letter || !every_word)
+      mapped = uint32_t(word_start && letter ? utf8proc_totitle(utf8proc_int32_t(c)) : utf8proc_tolower(utf8proc_int32_t(c)));
+    utf8_append(out, mapped);
     word_start = every_word ? !letter : false;
   }
   return out;

@@ -209,8 +209,6 @@ class Parser {
       target.names.push_back(expect_name());
     }
     if (parenthesized) expect_op(")");
-    if (target.names.size() == 1 && parenthesized) target.names.push_back("");  // (a) stays one name
-    if (!target.names.empty() && target.names.back().empty()) target.names.pop_back();
     return target;
   }
 
@@ -392,22 +390,20 @@ class Parser {
     return b;
   }
 
-  ExprPtr parse_or() {
-    ExprPtr e = parse_and();
-    while (is_name("or")) {
+  // One left-associative level: operands from `operand`, joined by any of `ops`.
+  ExprPtr left_assoc(ExprPtr (Parser::*operand)(), std::initializer_list<const char*> ops) {
+    ExprPtr e = (this->*operand)();
+    while (true) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (is_op(o) || is_name(o)) op = o;
+      if (!op) return e;
       const int line = next().line;
-      e = binary("or", std::move(e), parse_and(), line);
+      e = binary(op, std::move(e), (this->*operand)(), line);
     }
-    return e;
   }
-  ExprPtr parse_and() {
-    ExprPtr e = parse_not();
-    while (is_name("and")) {
-      const int line = next().line;
-      e = binary("and", std::move(e), parse_not(), line);
-    }
-    return e;
-  }
+  ExprPtr parse_or() { return left_assoc(&Parser::parse_and, {"or"}); }
+  ExprPtr parse_and() { return left_assoc(&Parser::parse_not, {"and"}); }
   ExprPtr parse_not() {
     if (is_name("not")) {
       Depth guard(*this);
@@ -444,38 +440,11 @@ class Parser {
     c->rest = std::move(rest);
     return c;
   }
-  ExprPtr parse_math1() {
-    ExprPtr e = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), parse_concat(), t.line);
-    }
-    return e;
-  }
-  ExprPtr parse_concat() {
-    ExprPtr e = parse_math2();
-    while (is_op("~")) {
-      const int line = next().line;
-      e = binary("~", std::move(e), parse_math2(), line);
-    }
-    return e;
-  }
-  ExprPtr parse_math2() {
-    ExprPtr e = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), parse_pow(), t.line);
-    }
-    return e;
-  }
-  ExprPtr parse_pow() {
-    ExprPtr e = parse_unary();
-    while (is_op("**")) {
-      const int line = next().line;
-      e = binary("**", std::move(e), parse_unary(), line);
-    }
-    return e;
-  }
+  ExprPtr parse_math1() { return left_assoc(&Parser::parse_concat, {"+", "-"}); }
+  ExprPtr parse_concat() { return left_assoc(&Parser::parse_math2, {"~"}); }
+  ExprPtr parse_math2() { return left_assoc(&Parser::parse_pow, {"*", "/", "//", "%"}); }
+  ExprPtr parse_pow() { return left_assoc(&Parser::parse_operand, {"**"}); }
+  ExprPtr parse_operand() { return parse_unary(); }
   ExprPtr parse_unary(bool with_filter = true) {
     Depth guard(*this);
     ExprPtr e;
