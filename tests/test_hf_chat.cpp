@@ -86,6 +86,37 @@ TEST(HfChat, AReplyEndsAtTheTemplatesEndOfTurn) {
   EXPECT_EQ(chatml.model->complete(prompt, plain, {}).completion_tokens, 12);
 }
 
+TEST(HfChat, AJinjaTemplatesReplyEndsAtTheTokenizersEosToken) {
+  // The same model with its own template (Zephyr's text, its "</s>" written
+  // out) and tokenizer_config.json's eos_token "<|im_end|>", the fifth token
+  // the model replies with: a chat stops there, as llama-server stops at the
+  // tokenizer's end of turn though generation_config.json lists only </s>.
+  const json served = expected("chat")["served"];
+  const std::string source = fixture(served["model"].get<std::string>());
+  const fs::path dir = testing::fresh_test_dir("hf_chat", "jinja_end_of_turn");
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    fs::copy_file(fs::path(source) / f, dir / f);
+  json tok = json::parse(std::ifstream(fs::path(source) / "tokenizer.json"));
+  tok["added_tokens"].push_back({{"id", served["greedy_ids"][4]}, {"content", "<|im_end|>"}, {"single_word", false},
+                                 {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  json config = json::parse(std::ifstream(fs::path(source) / "tokenizer_config.json"));
+  config["eos_token"] = "<|im_end|>";
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  std::ofstream(dir / "chat_template.jinja") << "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>\n{% endfor %}"
+                                                "{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+
+  auto zephyr = recipes::load_hf_for_inference(source, Device::cpu(), {"zephyr"});
+  const std::string prompt = zephyr.model->render_chat(messages_of(served["messages"]));
+  auto own = recipes::load_hf_for_inference(dir.string(), Device::cpu());
+  ASSERT_EQ(own.model->render_chat(messages_of(served["messages"])), prompt);
+  const recipes::Completion chat = own.model->complete(prompt, greedy_chat(12), {});
+  EXPECT_EQ(chat.finish_reason, "stop");
+  EXPECT_EQ(chat.completion_tokens, 4);
+  EXPECT_EQ(chat.text, zephyr.model->complete(prompt, greedy_chat(4), {}).text);
+}
+
 TEST(HfChat, ModelsWithoutAUsableTemplateSaySo) {
   // No template in the folder: completions work, chat says how to name one.
   auto plain = recipes::load_hf_for_inference(fixture("llama-gqa"), Device::cpu());

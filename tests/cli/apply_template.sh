@@ -49,16 +49,18 @@ expect "has no chat template"
 # A folder that ships its template (chat_template.jinja, as transformers 5 saves it) serves POST /apply-template.
 cp -r "$FIX/$MODEL" "$WORK/model"
 cp "$CORPUS/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$WORK/model/chat_template.jinja"
+cp -r "$WORK/model" "$WORK/gemma"
+cp "$CORPUS/templates/google-gemma-2-2b-it.jinja" "$WORK/gemma/chat_template.jinja"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$KILN" serve --model m="hf:$WORK/model" --port "$port" >"$WORK/serve.log" 2>&1 &
+"$KILN" serve --model m="hf:$WORK/model" --model g="hf:$WORK/gemma" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 expected Qwen-Qwen2.5-7B-Instruct.jinja multi_turn 1
 run 0 python3 - "$port" "$WORK" <<'PY'
 import json, sys, urllib.error, urllib.request
 port, work = sys.argv[1], sys.argv[2]
-def post(body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", json.dumps(body).encode())
+def post(body, path="apply-template"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", json.dumps(body).encode())
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.loads(r.read())
@@ -70,6 +72,10 @@ want = open(f"{work}/want.txt", encoding="utf-8").read()
 assert status == 200 and body == {"prompt": want}, (status, body, want)
 status, body = post({"model": "m", "messages": []})
 assert status == 400 and "non-empty array" in body["error"]["message"], body
+# What a template raises is a 400 with its own message, on the chat API too.
+for path in ("apply-template", "v1/chat/completions"):
+    status, body = post({"model": "g", "messages": messages}, path)
+    assert status == 400 and "System role not supported" in body["error"]["message"], (path, status, body)
 print("served /apply-template ok")
 PY
 kill -TERM "$server"
