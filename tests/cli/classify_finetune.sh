@@ -54,10 +54,9 @@ assert a["label"] == b["label"] and max(abs(a["probs"][k] - b["probs"][k]) for k
 PY
 run 1 "$KILN" train classify --init "hf:$WORK/llama-hf" --data "$WORK/small.jsonl" --steps 1 --out "$WORK/x"
 expect "causal language model with a classification head; fine-tune the language model"
-VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
-if "$VENV_PY" -c "import transformers" 2>/dev/null; then
-  for model in bert llama; do
-    run 0 "$VENV_PY" - "$WORK/$model-hf" "$WORK/$model.json" "$TEXT" <<'PY'
+require_oracle transformers
+for model in bert llama; do
+  run 0 "$ORACLE_PY" - "$WORK/$model-hf" "$WORK/$model.json" "$TEXT" <<'PY'
 import json, sys, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 folder, kiln, text = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
@@ -69,9 +68,8 @@ worst = max(abs(theirs[k] - v) for k, v in kiln["probs"].items())
 assert worst < 1e-4, (worst, theirs, kiln)
 print(f"transformers loads {folder} with Kiln's probabilities: largest difference {worst:.1e}")
 PY
-    expect "largest difference"
-  done
-fi
+  expect "largest difference"
+done
 
 # Bad input.
 printf '{"text": "a", "label": "x"}\n{"text": "b", "label": 1.5}\n' > "$WORK/bad.jsonl"

@@ -3,12 +3,12 @@
 # with a chat template: the greedy reply is transformers' generate() on
 # apply_chat_template's ids (tests/hf/fixtures/chat), streamed or not, with
 # usage, finish reasons, stop strings and log-probabilities in OpenAI's
-# shapes; bad requests get 400 in OpenAI's error shape. Where the PyTorch 2
-# environment holds the openai client (bench/torch2_venv.sh), the official
-# client drives the same server too.
+# shapes; bad requests get 400 in OpenAI's error shape. The official openai
+# client drives the same server too (the PyTorch 2 environment's,
+# bench/torch2_venv.sh: required).
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
+require_oracle openai
 MODEL="$(python3 -c "import json; print(json.load(open('$FIX/chat/expected.json'))['served']['model'])")"
 TEMPLATE="$(python3 -c "import json; print(json.load(open('$FIX/chat/expected.json'))['served']['template'])")"
 
@@ -119,8 +119,7 @@ print("chat served ok; the prefix cache reused a repeated conversation's pages; 
 PY
 cat "$OUT"
 
-if "$VENV_PY" -c "import openai" 2>/dev/null; then
-  run 0 "$VENV_PY" - "$port" "$FIX/chat/expected.json" <<'PY'
+run 0 "$ORACLE_PY" - "$port" "$FIX/chat/expected.json" <<'PY'
 import json, sys
 import openai
 port, want = sys.argv[1], json.load(open(sys.argv[2]))["served"]
@@ -146,9 +145,6 @@ except openai.BadRequestError as e:
     assert "non-empty array" in e.message, e.message
 print("openai client ok")
 PY
-else
-  echo "no openai client at $VENV_PY: the chat API is checked over raw HTTP only here"
-fi
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # kiln export --format hf: a trained fortunes-gpt run and a loaded Llama come
 # out as Hugging Face folders. Kiln loads each back (hf:DIR) with the same
-# log-probabilities as the source, and where the PyTorch 2 environment with
-# transformers exists (bench/torch2_venv.sh), transformers'
-# from_pretrained gives them too.
+# log-probabilities as the source, and transformers' from_pretrained gives
+# them too (the PyTorch 2 environment, bench/torch2_venv.sh: required).
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
+require_oracle transformers
 TEXT="The best way to predict the future is to invent it."
 
 run 0 "$KILN" train fortunes-gpt --steps 30 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --no-progress \
@@ -43,9 +42,8 @@ python3 -c "import sys; a, b = $run_bpb, $(bpb); sys.exit(0 if abs(a - b) / a < 
   || fail "kiln eval gives $(bpb) bits per byte for the export, $run_bpb for the run"
 same_scores "hf:$FIX/llama-gqa" "$WORK/llama-hf"
 
-if "$VENV_PY" -c "import transformers" 2>/dev/null; then
-  for folder in gpt-hf llama-hf; do
-    run 0 "$VENV_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
+for folder in gpt-hf llama-hf; do
+  run 0 "$ORACLE_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 folder, kiln, text = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
@@ -59,10 +57,7 @@ worst = max(abs(a - b) for a, b in zip(lp.tolist(), kiln["logprobs"][1:]))
 assert worst < 1e-4, worst
 print(f"transformers agrees: {folder}, largest difference {worst:.2e}")
 PY
-    expect "transformers agrees"
-    cat "$OUT"
-  done
-else
-  echo "no transformers at $VENV_PY: the exports are checked against Kiln's own loader only here"
-fi
+  expect "transformers agrees"
+  cat "$OUT"
+done
 echo "ok"

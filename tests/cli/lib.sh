@@ -26,6 +26,26 @@ run() {
   [ "$got" -eq "$want" ] || fail "'$*' exited with $got, expected $want"
 }
 
+# require_oracle MODULE...: sets ORACLE_PY to the PyTorch 2 environment's
+# python (bench/torch2_venv.sh) where it imports every MODULE: the external
+# reference this test checks Kiln against (transformers, peft, openai, ...).
+# Missing, the test fails, naming what is missing and the command that makes
+# it; it never passes without its oracle. KILN_ORACLES=optional (a
+# developer's quick loop) skips instead (exit 77: ctest reports Skipped);
+# scripts/test.sh always requires them.
+require_oracle() {
+  local venv="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}"
+  ORACLE_PY="$venv/bin/python"
+  "$ORACLE_PY" -c "import $(IFS=,; echo "$*")" 2>/dev/null && return 0
+  if [ "${KILN_ORACLES:-required}" = optional ]; then
+    echo "SKIPPED: the PyTorch 2 environment $venv lacks $*, this test's reference (bench/torch2_venv.sh makes it)"
+    exit 77
+  fi
+  echo "FAIL: this test checks Kiln against $*, but the PyTorch 2 environment $venv lacks it:" \
+       "make it with bench/torch2_venv.sh (scripts/test.sh does), or point KILN_TORCH2_VENV at one" >&2
+  exit 1
+}
+
 # expect REGEX: the last command's output matches (grep -E, across lines as given).
 expect() {
   grep -Eq -- "$1" "$OUT" || fail "output does not match /$1/"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # kiln train sft as a user runs it: LoRA and full fine-tuning of the fixture
 # Llama and GPT-2 on JSON Lines, the peft and merged exports, resume, the
-# run served to kiln score/sample, and bad input. Where the PyTorch 2
-# environment exists (bench/torch2_venv.sh), peft loads Kiln's adapters and
-# transformers the merged folder, with Kiln's log-probabilities.
+# run served to kiln score/sample, and bad input; peft loads Kiln's adapters
+# and transformers the merged folder, with Kiln's log-probabilities (the
+# PyTorch 2 environment, bench/torch2_venv.sh: required, tests/cli/lib.sh).
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-VENV_PY="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python"
+require_oracle peft transformers
 TEXT="Still waters run deep, and so does the tax code."
 DATA="$WORK/data"
 
@@ -114,12 +114,11 @@ expect "LoRA target 'c_attn' names no linear layer of this model"
 run 1 "$KILN" train sft --init "hf:$FIX/llama-gqa" --data "$WORK/train.jsonl" --lora-from "$WORK" --out "$WORK/x"
 expect "holds no adapter_config.json"
 
-if "$VENV_PY" -c "import peft, transformers" 2>/dev/null; then
-  # name BASE (peft ADAPTER | hf FOLDER) KILN_SCORES
-  for check in "llama-gqa peft $WORK/lora-peft $WORK/lora.json" "llama-gqa hf $WORK/lora-merged $WORK/lora.json" \
-               "gpt2 peft $WORK/gpt2-lora-peft $WORK/gpt2-lora.json" "gpt2 hf $WORK/gpt2-full-hf $WORK/gpt2-full.json"; do
-    set -- $check
-    run 0 "$VENV_PY" - "$FIX/$1" "$2" "$3" "$4" <<'PY'
+# name BASE (peft ADAPTER | hf FOLDER) KILN_SCORES
+for check in "llama-gqa peft $WORK/lora-peft $WORK/lora.json" "llama-gqa hf $WORK/lora-merged $WORK/lora.json" \
+             "gpt2 peft $WORK/gpt2-lora-peft $WORK/gpt2-lora.json" "gpt2 hf $WORK/gpt2-full-hf $WORK/gpt2-full.json"; do
+  set -- $check
+  run 0 "$ORACLE_PY" - "$FIX/$1" "$2" "$3" "$4" <<'PY'
 import json, sys, warnings, torch
 from transformers import AutoModelForCausalLM
 base, kind, folder, kiln = sys.argv[1], sys.argv[2], sys.argv[3], json.load(open(sys.argv[4]))
@@ -139,9 +138,6 @@ worst = max(abs(a - b) for a, b in zip(lp.tolist(), kiln["logprobs"][1:]))
 assert worst < 1e-4, worst
 print(f"{kind} loads {folder} with Kiln's log-probabilities: largest difference {worst:.2e}")
 PY
-    expect "largest difference"
-  done
-else
-  echo "no PyTorch 2 environment with peft: the peft and transformers round trips were not run"
-fi
+  expect "largest difference"
+done
 echo "PASS"

@@ -5,6 +5,7 @@
 # naming the rank within --dist-timeout, the last checkpoint resumes, and a
 # launch with a variable missing or a port taken says what to fix.
 source "$(dirname "$0")/lib.sh"
+require_oracle torch.distributed.run  # torchrun, below
 LAUNCH="$(dirname "$0")/../distributed/launch_local.sh"
 MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
 MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
@@ -23,17 +24,12 @@ run 0 "$KILN" "${GPT[@]}" --out "$WORK/gpt-one"
 run 0 bash "$LAUNCH" 2 "$KILN" "${GPT[@]}" --pipeline-stages 2 --out "$WORK/gpt-stages"
 expect "pipeline parallel: 2 stages"
 same_curve "$WORK/gpt-one" "$WORK/gpt-stages"
-# torchrun itself, where a working one is installed (PyTorch 2's, from bench/torch2_venv.sh; Debian's
-# 1.13 torchrun fails before starting anything): its agent keeps MASTER_PORT for its own store, and the
-# ranks meet on the next port.
-TORCHRUN="${TORCHRUN:-$HOME/.cache/kiln-torch2/bin/torchrun}"
-if [ -x "$TORCHRUN" ] && "$TORCHRUN" --nproc_per_node 1 --no_python true >/dev/null 2>&1; then
-  run 0 "$TORCHRUN" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$KILN" "${MLP[@]}" --out "$WORK/torchrun"
-  expect "data parallel: 2 ranks over gloo"
-  same_curve "$WORK/one" "$WORK/torchrun"
-else
-  echo "no working torchrun at $TORCHRUN: the launch through torchrun itself is not checked here"
-fi
+# torchrun itself (PyTorch 2's, from bench/torch2_venv.sh: required; Debian's 1.13 torchrun fails before
+# starting anything): its agent keeps MASTER_PORT for its own store, and the ranks meet on the next port.
+TORCHRUN="${TORCHRUN:-$(dirname "$ORACLE_PY")/torchrun}"
+run 0 "$TORCHRUN" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$KILN" "${MLP[@]}" --out "$WORK/torchrun"
+expect "data parallel: 2 ranks over gloo"
+same_curve "$WORK/one" "$WORK/torchrun"
 # Under a launcher with several ranks per node, --device cuda is the rank's own GPU, cuda:LOCAL_RANK
 # (here, without a GPU or with one, cuda:1 cannot train: the error names it).
 run 1 env LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$KILN" "${MLP_BASE[@]}" --steps 1 --device cuda --out "$WORK/gpu1"
