@@ -80,4 +80,12 @@ print("served /apply-template ok")
 PY
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
+
+# A folder of tokenizer files alone tokenizes (no config.json needed).
+mkdir "$WORK/tokenizer-only"
+cp "$WORK/model/tokenizer.json" "$WORK/tokenizer-only/"
+run 0 "$KILN" tokenize "hf:$WORK/model" --text "Hello there"
+want="$(cat "$OUT")"
+run 0 "$KILN" tokenize "hf:$WORK/tokenizer-only" --text "Hello there"
+[ "$(cat "$OUT")" = "$want" ] || fail "a tokenizer-only folder tokenizes differently"
 echo "ok"
