@@ -3,10 +3,12 @@
 // (equal to generate(do_sample=False)) for every architecture, on the
 // fixtures of tests/hf/make_fixtures.py, plus bad folders.
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
 #include "apps/recipes/hf_inference.h"
+#include "apps/recipes/recipe.h"
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
@@ -542,6 +544,31 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
     std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "WordLevel", "vocab": {}}})";
     expect_error(dir, "model type 'WordLevel' is not supported");
   }
+}
+
+TEST(HfFolders, SampleWithIgnoreEosRunsToMaxTokens) {
+  // A copy whose generation_config.json makes the third greedy token the end
+  // of sequence: a sample stops before it; with ignore_eos it is never
+  // sampled and the sample runs on (greedy: the stopped one is its prefix).
+  const fs::path dir = scratch_copy("llama-gqa", "ignore_eos");
+  std::vector<int32_t> greedy;
+  {
+    auto lm = models::load_hf_causal_lm(dir.string());
+    Generator gen(1);
+    const std::vector<int32_t> prompt = lm.tokenizer.encode("The best way");
+    greedy = models::generate(*lm.model, prompt, 8, 0.0, 0, 1.0, gen);
+    greedy.erase(greedy.begin(), greedy.begin() + long(prompt.size()));
+  }
+  ASSERT_EQ(greedy.size(), 8u);
+  std::ofstream(dir / "generation_config.json") << nlohmann::json{{"eos_token_id", greedy[2]}}.dump();
+  recipes::SampleOptions o;
+  o.prompt = "The best way", o.count = 1, o.max_tokens = 8, o.temperature = 0;
+  const std::string stopped = recipes::sample("hf:" + dir.string(), o, Device::cpu()).at(0);
+  o.ignore_eos = true;
+  const std::string full = recipes::sample("hf:" + dir.string(), o, Device::cpu()).at(0);
+  EXPECT_LT(stopped.size(), full.size());
+  EXPECT_EQ(full.rfind(stopped, 0), 0u) << stopped << " | " << full;
+  fs::remove_all(dir);
 }
 
 TEST(HfFolders, PromptLongerThanTheContextIsAClearError) {

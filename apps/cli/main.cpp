@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", so.temperature, "softmax temperature (0: greedy, always the most likely token)");
   sample->add_option("--top-k", so.top_k, "sample from the k most likely tokens (0: all)");
   sample->add_option("--seed", so.seed, "sampling seed");
+  sample->add_flag("--ignore-eos", so.ignore_eos,
+                   "never end a sample at the end of text: each runs to --max-tokens (timing a fixed count)");
   sample->add_option("--precision", so.precision, "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
   kiln::cli::add_quantize_option(sample, so.quantize, "quantize the weights: int8, int4 or int4z");

@@ -230,15 +230,16 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
-  // Hugging Face folders, quantized models and fine-tuned ones sample as a TextModel.
+  // Hugging Face folders, quantized models, fine-tuned ones and --ignore-eos sample as a TextModel.
   auto through_text_model = [&] {
     TextModel m = load_text_model(path, device, options.precision, options.quantize);
     Generator gen(options.seed);
     const std::vector<int32_t> prompt = m.encode(options.prompt);
     std::vector<std::string> out;
     for (int i = 0; i < options.count; ++i) {
+      const std::vector<int32_t> none;
       auto all = models::generate(*m.model, prompt, options.max_tokens, options.temperature, options.top_k, 1.0, gen,
-                                  m.stop_ids);
+                                  options.ignore_eos ? none : m.stop_ids, {}, options.ignore_eos ? m.stop_ids : none);
       std::vector<int32_t> fresh(all.begin() + long(prompt.size()), all.end());
       if (!fresh.empty() && std::find(m.stop_ids.begin(), m.stop_ids.end(), fresh.back()) != m.stop_ids.end())
         fresh.pop_back();
@@ -246,7 +247,7 @@ std::vector<std::string> sample(const std::string& path, const SampleOptions& op
     }
     return out;
   };
-  if (models::hf_folder(path) || !options.quantize.empty()) return through_text_model();
+  if (models::hf_folder(path) || !options.quantize.empty() || options.ignore_eos) return through_text_model();
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);

@@ -122,6 +122,7 @@ struct SampleOptions {
   uint64_t seed = 1;
   std::string precision = "auto";  // hf:DIR weights: auto (the file's dtype), fp32 or bf16
   std::string quantize;            // "", or int8, int4, int4z (kiln/core/quantized.h)
+  bool ignore_eos = false;         // never sample the end of text: every sample runs to max_tokens
 };
 
 using Log = std::function<void(const std::string&)>;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 
 namespace kiln::models {
@@ -112,7 +113,8 @@ std::vector<float> next_token_log_probabilities(LanguageModel& model, const std:
 
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
                               double temperature, int64_t top_k, double top_p, Generator& gen,
-                              const std::vector<int32_t>& stop_ids, const std::function<bool(int32_t)>& on_token) {
+                              const std::vector<int32_t>& stop_ids, const std::function<bool(int32_t)>& on_token,
+                              const std::vector<int32_t>& banned_ids) {
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   KILN_CHECK(int64_t(tokens.size()) <= model.context_length(), "the prompt holds ", tokens.size(),
              " tokens, more than the model's context of ", model.context_length(), "; shorten it");
@@ -122,7 +124,10 @@ std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens,
   std::vector<int64_t> feed(tokens.begin(), tokens.end());
   for (int64_t step = 0; step < max_new_tokens && int64_t(tokens.size()) < model.context_length(); ++step) {
     Tensor ids = Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(device);
-    const int32_t next = sample_token(model.forward_cached(ids, cache).to_vector<float>(), temperature, top_k, top_p, gen);
+    std::vector<float> logits = model.forward_cached(ids, cache).to_vector<float>();
+    for (int32_t banned : banned_ids)
+      if (banned >= 0 && size_t(banned) < logits.size()) logits[size_t(banned)] = -std::numeric_limits<float>::infinity();
+    const int32_t next = sample_token(logits, temperature, top_k, top_p, gen);
     tokens.push_back(next);
     feed.assign(1, next);
     if (on_token && !on_token(next)) break;

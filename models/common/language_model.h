@@ -102,10 +102,12 @@ std::vector<float> next_token_log_probabilities(LanguageModel& model, const std:
 
 // Appends up to max_new_tokens tokens to `prompt`, each from sample_token
 // (temperature 0: greedy). Stops after a token in `stop_ids`, or when
-// `on_token` returns false, or at the context length.
+// `on_token` returns false, or at the context length. Tokens in
+// `banned_ids` are never sampled (llama.cpp's --ignore-eos bans the eos).
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
                               double temperature, int64_t top_k, double top_p, Generator& gen,
                               const std::vector<int32_t>& stop_ids = {},
-                              const std::function<bool(int32_t)>& on_token = {});
+                              const std::function<bool(int32_t)>& on_token = {},
+                              const std::vector<int32_t>& banned_ids = {});
 
 }  // namespace kiln::models
