@@ -76,10 +76,11 @@ namespace {
 // tokenizers' word characters for single_word (\w: alphanumerics and '_').
 bool word_char(uint32_t c) { return c == '_' || (c < 0x80 ? std::isalnum(int(c)) != 0 : !is_whitespace(c)); }
 
-uint32_t last_char(const std::string& s, size_t end) {
-  size_t start = end;
-  while (start > 0 && (uint8_t(s[start - 1]) & 0xc0) == 0x80) --start;
-  return start > 0 ? utf8_decode_at(s, start - 1) : 0;
+// Where the character that ends at `end` (> floor) starts.
+size_t previous_char(const std::string& s, size_t end, size_t floor) {
+  size_t start = end - 1;
+  while (start > floor && (uint8_t(s[start]) & 0xc0) == 0x80) --start;
+  return start;
 }
 
 }  // namespace
@@ -100,7 +101,7 @@ std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text
     }
     size_t start = i, stop = i + match->pattern.size();
     if (match->single_word) {
-      const bool left_ok = start == 0 || !word_char(last_char(text, start));
+      const bool left_ok = start == 0 || !word_char(utf8_decode_at(text, previous_char(text, start, 0)));
       const bool right_ok = stop == text.size() || !word_char(utf8_decode_at(text, stop));
       if (!left_ok || !right_ok) {  // not a word of its own: the text stays text
         i = stop;
@@ -108,12 +109,8 @@ std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text
       }
     }
     if (match->lstrip)
-      while (start > piece_start) {
-        size_t prev = start - 1;
-        while (prev > piece_start && (uint8_t(text[prev]) & 0xc0) == 0x80) --prev;
-        if (!is_whitespace(utf8_decode_at(text, prev))) break;
-        start = prev;
-      }
+      while (start > piece_start && is_whitespace(utf8_decode_at(text, previous_char(text, start, piece_start))))
+        start = previous_char(text, start, piece_start);
     if (match->rstrip)
       while (stop < text.size() && utf8_char_length(text, stop) && is_whitespace(utf8_decode_at(text, stop)))
         stop += utf8_char_length(text, stop);

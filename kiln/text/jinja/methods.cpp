@@ -415,9 +415,8 @@ Value get_item(const Value& v, const Value& index) {
   if (v.is_object()) {
     if (index.is_string()) {
       if (const Value* found = v.object_ref().find(index.as_string())) return *found;
-      return get_attribute(v, index.as_string()).is_callable()
-                 ? get_attribute(v, index.as_string())
-                 : Value::undefined("'dict object' has no attribute " + to_repr(index));
+      Value method = get_attribute(v, index.as_string());  // d['items'] is the method when no key says otherwise
+      return method.is_callable() ? method : Value::undefined("'dict object' has no attribute " + to_repr(index));
     }
     if (const Value* found = v.object_ref().find(object_key(index))) return *found;
     return Value::undefined("'dict object' has no element " + to_repr(index));
