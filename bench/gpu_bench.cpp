@@ -3,6 +3,7 @@
 //   bench_gpu matmul  --n 8192 --dtype bf16        TFLOP/s of kiln::matmul
 //   bench_gpu copy    --mib 1024                   device-to-device copy GB/s
 //   bench_gpu gpt     --batch 8 --precision bf16   GPT-2 124M training tokens/s and MFU
+//                     [--profile]                  ... and the time per op (stderr; each op synchronised)
 //   bench_gpu compare                              the same work on the CPU and the GPU
 //   bench_gpu allreduce --mib 256                  one rank's all-reduce (NCCL on a GPU), bus GB/s
 //
@@ -15,6 +16,7 @@
 #include <functional>
 
 #include "kiln/amp/autocast.h"
+#include "kiln/backend/profiler.h"
 #include "kiln/cpu/runtime_defaults.h"
 #include "kiln/distributed/nccl_transport.h"
 #include "kiln/optim/optimizer.h"
@@ -60,7 +62,7 @@ struct StepTiming {
 };
 
 StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std::string& precision, Device d,
-                            int steps) {
+                            int steps, bool profile = false) {
   Generator init(0);
   models::Gpt model(c, init, std::make_shared<Generator>(1));
   model.to(d);
@@ -83,7 +85,14 @@ StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std
     loss.backward();
     opt.step();
   };
-  return {seconds_per_iter(d, 2, steps, step), model.parameter_count()};
+  const StepTiming timing{seconds_per_iter(d, 2, steps, step), model.parameter_count()};
+  if (profile) {  // separate steps, so that the synchronising profiler does not slow the timed ones
+    Profiler::enable(true);
+    const double profiled = seconds_per_iter(d, 0, steps, step) * steps;
+    Profiler::enable(false);
+    std::fputs(Profiler::report(profiled).c_str(), stderr);
+  }
+  return timing;
 }
 
 double cnn_step_seconds(int64_t batch, Device d, int steps) {
@@ -122,6 +131,7 @@ int main(int argc, char** argv) {
   std::string device = "cuda", dtype = "bf16", precision = "bf16";
   int64_t n = 8192, mib = 1024, batch = 8, layers = 12, width = 768, heads = 12, block = 1024;
   int iters = 10, threads = 0;
+  bool profile = false;
   for (CLI::App* sub : {app.add_subcommand("matmul", "matrix product throughput"),
                         app.add_subcommand("copy", "device-to-device copy bandwidth"),
                         app.add_subcommand("gpt", "GPT training throughput and MFU"),
@@ -142,6 +152,7 @@ int main(int argc, char** argv) {
   gpt->add_option("--width", width);
   gpt->add_option("--heads", heads);
   gpt->add_option("--block", block);
+  gpt->add_flag("--profile", profile, "also print each op's time (stderr)");
   auto* compare = app.get_subcommand("compare");
   compare->add_option("--n", n, "matrix size for the matmul row")->default_val(10000);
   CLI11_PARSE(app, argc, argv);
@@ -181,7 +192,7 @@ int main(int argc, char** argv) {
       models::GptConfig c;
       c.vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 128, as llm.c and nanoGPT do
       c.n_layer = layers, c.n_embd = width, c.n_head = heads, c.block_size = block;
-      StepTiming t = gpt_step_seconds(c, batch, precision, d, iters);
+      StepTiming t = gpt_step_seconds(c, batch, precision, d, iters, profile);
       double tok_s = double(batch * block) / t.seconds_per_step;
       double peak = dense_bf16_peak_tflops(d);
       std::printf("{\"bench\":\"gpt\",\"impl\":\"kiln\",\"device\":\"%s\",\"params\":%lld,\"batch\":%lld,"
@@ -192,12 +203,14 @@ int main(int argc, char** argv) {
       // Each row: the same work on the CPU (all cores) and on `device`.
       Device cpu = Device::cpu();
       auto row = [&](const char* what, double cpu_s, double dev_s) {
-        std::printf("{\"bench\":\"compare\",\"work\":\"%s\",\"device\":\"%s\",\"cpu_ms\":%.3f,\"device_ms\":%.3f,"
+        std::printf("{\"bench\":\"compare\",\"impl\":\"kiln\",\"work\":\"%s\",\"device\":\"%s\",\"cpu_ms\":%.3f,\"device_ms\":%.3f,"
                     "\"speedup\":%.1f}\n",
                     what, d.str().c_str(), cpu_s * 1e3, dev_s * 1e3, cpu_s / dev_s);
         std::fflush(stdout);
       };
+      // The names of the rows are shared with torch_gpu_bench.py's compare.
       row("matmul f32 (tf32 on GPU)", matmul_seconds(n, DType::f32, cpu, 1), matmul_seconds(n, DType::f32, d, 5));
+      row("matmul bf16", matmul_seconds(n, DType::bf16, cpu, 1), matmul_seconds(n, DType::bf16, d, 5));
       models::GptConfig c;
       c.vocab_size = 2048, c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.block_size = 128;
       row("GPT training step (fortunes-gpt model, batch 16, fp32)",

@@ -7,6 +7,16 @@
 #   kiln_info.txt         `kiln info` (GPU properties, measured bandwidth)
 #   kiln_gpu_tests.log    the CUDA-vs-CPU op tests (+ .xml, gtest's report)
 #   kiln_tests.log        the CPU suite, only with RUN_CPU_TESTS=1
+#   sanitize_*.log        compute-sanitizer memcheck over the GPU tests and
+#                         racecheck over the attention and reduction ones,
+#                         only with SANITIZE=1. memcheck leaves out the test
+#                         that runs out of memory on purpose (each failed
+#                         cudaMalloc is a reported error) and NCCL's, whose
+#                         library probes kernels it has no image for.
+#   train_*.log           with TRAIN=1 and DATA_DIR holding fashion-mnist/ and
+#                         fortunes/: fashion-cnn and fortunes-gpt (bf16) on
+#                         cuda, and a stopped-and-resumed run compared byte for
+#                         byte with an uninterrupted one
 #   bench/<name>.log      each benchmark script bench/gpu/*.sh (the .py files
 #                         are their helpers), run with OUT=$OUT/bench/<name>
 #                         and KILN_DIST=dist/gpu; SKIP_BENCH=1 skips them
@@ -26,14 +36,15 @@ mkdir -p "$OUT"
 SUMMARY="$OUT/summary.md"
 printf '| step | exit | result | seconds |\n|---|---|---|---|\n' > "$SUMMARY"
 
-# Runs a step with its output in a log; appends a summary row.
-# step NAME LOG COMMAND...
+# Runs a step with its output in a log, stopped after STEP_TIMEOUT seconds
+# (default 300) so that one hung kernel cannot eat the whole lease; appends a
+# summary row. step NAME LOG COMMAND...
 step() {
   local name="$1" log="$2"
   shift 2
   echo "== $name"
   local start=$SECONDS
-  "$@" > "$log" 2>&1
+  timeout -k 5 "${STEP_TIMEOUT:-300}" "$@" > "$log" 2>&1
   local rc=$?
   local result
   result=$(gtest_counts "$log")
@@ -72,6 +83,15 @@ if [ ! -x "$DIST/kiln_gpu_tests" ]; then
   exit 2
 fi
 
+# The bundle leaves CUDA's own libraries to the machine. Where the toolkit's
+# folders lack one, PyTorch's CUDA wheels (nvidia-*) carry the same libraries.
+if ldd "$DIST/kiln" | grep -q 'not found'; then
+  extra=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so*' -o -name 'libcudart.so*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:-}"
+  echo "run_on_device.sh: CUDA libraries from $extra" >&2
+  ldd "$DIST/kiln" | grep 'not found' >&2
+fi
+
 step "nvidia-smi" "$OUT/nvidia-smi.txt" nvidia-smi
 step "kiln info" "$OUT/kiln_info.txt" "$DIST/kiln" info
 step "kiln_gpu_tests" "$OUT/kiln_gpu_tests.log" "$DIST/kiln_gpu_tests" --gtest_output="xml:$OUT/kiln_gpu_tests.xml"
@@ -85,6 +105,35 @@ if [ "${RUN_CPU_TESTS:-0}" = 1 ]; then
   step "kiln_tests (cpu)" "$OUT/kiln_tests.log" "$DIST/kiln_tests"
 fi
 
+if [ "${TRAIN:-0}" = 1 ]; then
+  runs=$(mktemp -d)
+  step "train fashion-cnn" "$OUT/train_fashion_cnn.log" "$DIST/kiln" train fashion-cnn --device cuda \
+    --data-dir "$DATA_DIR/fashion-mnist" --out "$runs/cnn" --no-progress
+  step "train fortunes-gpt bf16" "$OUT/train_fortunes_gpt.log" "$DIST/kiln" train fortunes-gpt --device cuda \
+    --precision bf16 --data-dir "$DATA_DIR/fortunes" --out "$runs/gpt" --no-progress
+  resume_check() {
+    local args=(train fashion-cnn --device cuda --data-dir "$DATA_DIR/fashion-mnist" --steps 40 --no-progress)
+    "$DIST/kiln" "${args[@]}" --out "$runs/whole" &&
+      "$DIST/kiln" "${args[@]}" --out "$runs/parts" --stop-after 20 &&
+      "$DIST/kiln" train --out "$runs/parts" --resume --device cuda --no-progress --data-dir "$DATA_DIR/fashion-mnist" &&
+      cmp "$runs/whole/step_00000040/model.safetensors" "$runs/parts/step_00000040/model.safetensors" &&
+      cmp "$runs/whole/step_00000040/optimizer.safetensors" "$runs/parts/step_00000040/optimizer.safetensors" &&
+      echo "resume on cuda: bitwise equal at step 40"
+  }
+  export runs DIST DATA_DIR
+  export -f resume_check  # timeout runs programs, not functions
+  step "resume is bitwise exact" "$OUT/train_resume.log" bash -c resume_check
+fi
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  STEP_TIMEOUT=${SANITIZE_TIMEOUT:-150} step "memcheck" "$OUT/sanitize_memcheck.log" \
+    compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$DIST/kiln_gpu_tests" \
+    --gtest_filter="${MEMCHECK_FILTER:--CudaBackendAllocator.OutOfMemory*:Nccl*}"
+  STEP_TIMEOUT=${SANITIZE_TIMEOUT:-150} step "racecheck" "$OUT/sanitize_racecheck.log" \
+    compute-sanitizer --tool racecheck --error-exitcode 9 "$DIST/kiln_gpu_tests" \
+    --gtest_filter='*Attention*:*Reduce*:*Softmax*:*LayerNorm*:*CrossEntropy*'
+fi
+
 # Benchmark entry points are the bench/gpu/*.sh scripts; the .py files there
 # are their helpers (torch_gpu_bench.py needs a subcommand the scripts give).
 # SKIP_BENCH=1 leaves them out (the CPU test of this script's handling).
@@ -93,6 +142,7 @@ if [ -d bench/gpu ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   for script in bench/gpu/*.sh; do
     [ -e "$script" ] || continue
     name="$(basename "$script" .sh)"
+    case " ${BENCHES:-$name} " in *" $name "*) ;; *) continue ;; esac  # BENCHES="a b" runs only those
     mkdir -p "$OUT/bench/$name"
     step "bench $name" "$OUT/bench/$name.log" env OUT="$OUT/bench/$name" KILN_DIST="$DIST" bash "$script"
   done

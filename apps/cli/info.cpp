@@ -73,6 +73,17 @@ int run_info() {
     std::printf("         memory bandwidth: %.0f GB/s theoretical, %.0f GB/s measured (device-to-device copy)\n",
                 g.theoretical_bandwidth_gbs, g.measured_bandwidth_gbs);
     std::printf("         tensor cores: %s\n", g.tensor_core_generation.c_str());
+    if (!g.nvml_error.empty()) {
+      std::printf("         power, clocks, temperature: unknown (%s)\n", g.nvml_error.c_str());
+      continue;
+    }
+    std::string limits;
+    for (const std::string& l : g.clock_limits) limits += (limits.empty() ? "" : ", ") + l;
+    std::printf("         power: %.0f W drawn of a %.0f W limit\n", g.power_draw_w, g.power_limit_w);
+    std::printf("         clocks: SM %d of %d MHz, memory %d of %d MHz%s%s\n", g.sm_clock_mhz, g.sm_clock_max_mhz,
+                g.memory_clock_mhz, g.memory_clock_max_mhz, limits.empty() ? "" : "; held back by: ", limits.c_str());
+    std::printf("         temperature: %d C; clocks slow down at %d C, shutdown at %d C\n", g.temperature_c,
+                g.slowdown_temperature_c, g.shutdown_temperature_c);
   }
   return 0;
 }

@@ -23,7 +23,10 @@ for _ in $(seq "$ROUNDS"); do
   run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
   run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
 done
+# Where Kiln's GPT-2 step spends its time, op by op (each op synchronised).
+"$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 3 --profile > /dev/null 2> "$OUT/gpt_profile.txt"
 run "$DIST/bench_gpu" compare --n 10000
+run python3 "$HERE/torch_gpu_bench.py" compare --n 10000
 run "$DIST/bench_gpu" allreduce --mib 256 --iters 20  # one rank over NCCL (docs/DISTRIBUTED.md)
 
 python3 - "$J" > "$OUT/results.md" <<'PY'
@@ -43,9 +46,15 @@ for bench, key, label in [("matmul", "tflops", "bf16 matmul 8192^3, TFLOP/s"),
     print(f"| {label} | {k:.1f} | {t:.1f} | {k / t:.3f} |")
 print(f"| GPT-2 124M MFU | {median('gpt', 'kiln', 'mfu'):.3f} | {median('gpt', 'torch', 'mfu'):.3f} | |")
 print("\n(medians of the rounds; each side ran the same number of rounds, interleaved)")
-print("\n| work | CPU ms | GPU ms | speed-up |\n|---|---|---|---|")
-for r in rows:
-    if r["bench"] == "compare":
-        print(f"| {r['work']} | {r['cpu_ms']:.1f} | {r['device_ms']:.2f} | {r['speedup']:.0f}x |")
+print("\nThe same work on the machine's CPU (all cores) and its GPU, each with Kiln and with eager PyTorch:\n")
+print("| work | Kiln CPU ms | Kiln GPU ms | Kiln GPU speed-up | PyTorch CPU ms | PyTorch GPU ms | PyTorch GPU speed-up |")
+print("|---|---|---|---|---|---|---|")
+compare = {(r["work"], r["impl"]): r for r in rows if r["bench"] == "compare"}
+for work in dict.fromkeys(w for w, _ in compare):
+    cells = []
+    for impl in ("kiln", "torch"):
+        r = compare.get((work, impl))
+        cells += [f"{r['cpu_ms']:.1f}", f"{r['device_ms']:.2f}", f"{r['speedup']:.0f}x"] if r else ["-", "-", "-"]
+    print(f"| {work} | " + " | ".join(cells) + " |")
 PY
 cat "$OUT/results.md"

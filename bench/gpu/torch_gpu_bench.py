@@ -4,6 +4,7 @@
   torch_gpu_bench.py matmul --n 8192 --dtype bf16
   torch_gpu_bench.py copy --mib 1024
   torch_gpu_bench.py gpt --batch 8 [--no-compile]
+  torch_gpu_bench.py compare --n 10000      the same work on the CPU and the GPU
 
 The GPT is GPT-2 124M (nanoGPT-style, tanh GELU, tied embeddings, vocab
 50304), trained with bf16 autocast, fused AdamW, scaled_dot_product_attention
@@ -63,9 +64,80 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
+def cnn():
+    """models::make_cnn: two conv(3x3)-ReLU-maxpool stages, then 3136 -> 128 -> 10."""
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def seconds(dev, warmup, iters, fn):
+    for _ in range(warmup):
+        fn()
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(dev)
+    return (time.perf_counter() - t0) / iters
+
+
+def compare(n):
+    """bench_gpu compare's rows, with the same names: eager PyTorch (no
+    torch.compile: Kiln runs eagerly too), all CPU cores, fused AdamW on the GPU."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+
+    def matmul(dev, dt, iters):
+        with torch.no_grad():
+            a = torch.rand(n, n, device=dev, dtype=dt) - 0.5
+            b = torch.rand(n, n, device=dev, dtype=dt) - 0.5
+            return seconds(dev, 2 if dev.type == "cuda" else 1, iters, lambda: a @ b)
+
+    def train_step(dev, model, x, y, loss_fn, iters):
+        model = model.to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=dev.type == "cuda")
+        x, y = x.to(dev), y.to(dev)
+
+        def step():
+            loss = loss_fn(model, x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return seconds(dev, 2, iters, step)
+
+    def gpt_step(dev, iters):
+        ids = torch.randint(0, 2048, (16, 128))
+        return train_step(dev, GPT(2048, 128, 4, 4, 128), ids, ids, lambda m, x, y: m(x, y), iters)
+
+    def cnn_step(dev, iters):
+        x, y = torch.rand(128, 1, 28, 28), torch.arange(128) % 10
+        return train_step(dev, cnn(), x, y, lambda m, x, y: F.cross_entropy(m(x), y), iters)
+
+    def cnn_inference(dev, iters):
+        model = cnn().to(dev).eval()
+        x = torch.rand(1024, 1, 28, 28, device=dev)
+        with torch.no_grad():
+            return seconds(dev, 2, iters, lambda: model(x).argmax(1))
+
+    rows = [("matmul f32 (tf32 on GPU)", lambda d, i: matmul(d, torch.float32, i)),
+            ("matmul bf16", lambda d, i: matmul(d, torch.bfloat16, i)),
+            ("GPT training step (fortunes-gpt model, batch 16, fp32)", gpt_step),
+            ("CNN training step (batch 128)", cnn_step),
+            ("CNN batched inference (batch 1024)", cnn_inference)]
+    for work, fn in rows:
+        c, g = fn(cpu, 1 if work.startswith("matmul") else 3), fn(gpu, 10)
+        print(json.dumps({"bench": "compare", "impl": "torch", "work": work, "device": "cuda:0",
+                          "cpu_ms": c * 1e3, "device_ms": g * 1e3, "speedup": c / g}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=["matmul", "copy", "gpt"])
+    p.add_argument("bench", choices=["matmul", "copy", "gpt", "compare"])
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--mib", type=int, default=1024)
@@ -79,7 +151,9 @@ def main():
     a = p.parse_args()
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
-    if a.bench == "matmul":
+    if a.bench == "compare":
+        compare(a.n)
+    elif a.bench == "matmul":
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
         x = torch.rand(a.n, a.n, device=dev, dtype=dt) - 0.5
         y = torch.rand(a.n, a.n, device=dev, dtype=dt) - 0.5

@@ -16,6 +16,16 @@ struct GpuInfo {
   double theoretical_bandwidth_gbs = 0;  // from memory clock and bus width
   double measured_bandwidth_gbs = 0;     // device-to-device copy, 0 if not measured
   std::string tensor_core_generation;    // e.g. "4th gen (Hopper)"
+
+  // Through NVML (libnvidia-ml, which ships with the driver); when it cannot
+  // be read, nvml_error says why and the numbers below stay 0.
+  std::string nvml_error;
+  double power_draw_w = 0, power_limit_w = 0;
+  int sm_clock_mhz = 0, sm_clock_max_mhz = 0, memory_clock_mhz = 0, memory_clock_max_mhz = 0;
+  int temperature_c = 0;
+  int slowdown_temperature_c = 0;  // the GPU lowers its clocks from here
+  int shutdown_temperature_c = 0;  // and switches itself off here
+  std::vector<std::string> clock_limits;  // why the clocks are below their maximum now ("idle", "power cap", ...)
 };
 
 // Lists the GPUs; measures bandwidth only when asked (it takes a moment).

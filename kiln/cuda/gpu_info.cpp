@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "kiln/cuda/nvml.h"
+
 namespace kiln {
 namespace {
 
@@ -100,6 +102,11 @@ std::vector<GpuInfo> query_gpus(bool measure_bandwidth) {
     g.theoretical_bandwidth_gbs = 2.0 * double(clock_khz) * 1e3 * (bus_bits / 8.0) / 1e9;
     g.tensor_core_generation = tensor_core_generation(p.major, p.minor);
     if (measure_bandwidth) g.measured_bandwidth_gbs = measure_copy_bandwidth(i, p.totalGlobalMem);
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, i) == cudaSuccess)
+      cuda::read_nvml(bus_id, g);
+    else
+      g.nvml_error = "the runtime gave no PCI bus id to find the GPU in NVML";
     gpus.push_back(g);
   }
   cudaSetDevice(previous);

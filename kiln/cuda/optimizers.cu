@@ -126,12 +126,13 @@ __global__ void multi_tensor_step_kernel(const TensorSlot* slots, const ChunkRef
   }
 }
 
-void check_slot(const Tensor& t, const Tensor& param, const char* op, const char* what) {
+// Each tensor of the table lives on the first parameter's device; a
+// gradient or state tensor also has its own parameter's shape.
+void check_slot(const Tensor& t, const Tensor& first_param, const char* op, const char* what) {
   check_cuda(t, op, what);
-  check_same_device(t, param, op);
+  check_same_device(t, first_param, op);
   check_floating(t, op, what);
   check_contiguous(t, op, what);
-  check_shape(t, param.shape(), op, what);
 }
 
 void run_step(std::vector<ParamSlots>& params, StepArgs a, bool needs_m, bool needs_v, const char* op) {
@@ -140,10 +141,19 @@ void run_step(std::vector<ParamSlots>& params, StepArgs a, bool needs_m, bool ne
   std::vector<TensorSlot> slots;
   std::vector<ChunkRef> chunks;
   for (ParamSlots& p : params) {
-    check_slot(p.param, params[0].param, op, "param");
-    check_slot(p.grad, p.param, op, "grad");
-    if (needs_m) check_slot(p.m, p.param, op, a.adamw ? "m (exp_avg)" : "m (momentum buffer)");
-    if (needs_v) check_slot(p.v, p.param, op, "v (exp_avg_sq)");
+    const Tensor& first = params[0].param;
+    check_slot(p.param, first, op, "param");
+    check_slot(p.grad, first, op, "grad");
+    check_shape(p.grad, p.param.shape(), op, "grad");
+    if (needs_m) {
+      const char* m_name = a.adamw ? "m (exp_avg)" : "m (momentum buffer)";
+      check_slot(p.m, first, op, m_name);
+      check_shape(p.m, p.param.shape(), op, m_name);
+    }
+    if (needs_v) {
+      check_slot(p.v, first, op, "v (exp_avg_sq)");
+      check_shape(p.v, p.param.shape(), op, "v (exp_avg_sq)");
+    }
     const int64_t n = p.param.numel();
     if (n == 0) continue;
     TensorSlot s{p.param.data_ptr(),

@@ -70,6 +70,19 @@ TEST(CudaBackendGpuInfo, ReportsSaneNumbers) {
     EXPECT_GT(g.measured_bandwidth_gbs, 10.0);
     EXPECT_LT(g.measured_bandwidth_gbs, 2.5 * g.theoretical_bandwidth_gbs);
     EXPECT_FALSE(g.tensor_core_generation.empty());
+    // NVML ships with the driver, so a machine that runs CUDA reads it.
+    ASSERT_EQ(g.nvml_error, "");
+    EXPECT_GT(g.power_limit_w, 10.0);
+    EXPECT_GT(g.power_draw_w, 1.0);
+    EXPECT_LE(g.power_draw_w, 1.5 * g.power_limit_w);
+    EXPECT_GT(g.sm_clock_mhz, 0);
+    EXPECT_LE(g.sm_clock_mhz, g.sm_clock_max_mhz);
+    EXPECT_GT(g.memory_clock_mhz, 0);
+    EXPECT_LE(g.memory_clock_mhz, g.memory_clock_max_mhz);
+    EXPECT_GT(g.temperature_c, 5);
+    EXPECT_LT(g.temperature_c, g.shutdown_temperature_c);
+    EXPECT_GT(g.slowdown_temperature_c, 50);
+    EXPECT_LE(g.slowdown_temperature_c, g.shutdown_temperature_c);
   }
 }
 

@@ -23,8 +23,11 @@ struct Result {
 
 template <typename F>
 Result run_on(Device d, const Tensor& x, const Tensor& w, const Tensor& b, F f) {
-  Tensor xd = x.to(d).set_requires_grad(), wd = w.to(d).set_requires_grad();
-  Tensor bd = b.defined() ? b.to(d).set_requires_grad() : Tensor();
+  // Fresh leaves on each device: x.to(cpu) is x itself, so without detach()
+  // the CPU run would make x require grad, and the CUDA copy would then be
+  // a non-leaf whose gradient flows back to x instead of staying in xd.
+  Tensor xd = x.detach().to(d).set_requires_grad(), wd = w.detach().to(d).set_requires_grad();
+  Tensor bd = b.defined() ? b.detach().to(d).set_requires_grad() : Tensor();
   Tensor out = f(xd, wd, bd);
   sum(out).backward();
   return {out.to(Device::cpu()), xd.grad().to(Device::cpu()), wd.grad().to(Device::cpu()),
