@@ -22,6 +22,11 @@ set_tests_properties(cli.hf_vocabs PROPERTIES LABELS "cpu;oracle" TIMEOUT 900 SK
 set_tests_properties(cli.sft cli.hf_export cli.hf_chat cli.classify_finetune cli.hf_qwen2_chat
                      PROPERTIES LABELS "cpu;oracle" SKIP_RETURN_CODE 77)
 
+if(TARGET bench_gpu)
+  add_test(NAME cli.gpu_bench_on_cpu COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/gpu_bench_on_cpu.sh)
+  set_tests_properties(cli.gpu_bench_on_cpu PROPERTIES LABELS cpu ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>;BENCH_GPU=$<TARGET_FILE:bench_gpu>")
+endif()
+
 add_test(NAME cli.info COMMAND kiln_cli info)
 set_tests_properties(cli.info PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "CPU: .*cores: .*SIMD: .*f32: .*bf16: .*GPU")
 

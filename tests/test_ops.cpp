@@ -2,6 +2,7 @@
 // strided inputs), and backward against f64 finite differences (also on
 // strided inputs).
 #include "op_test_util.h"
+#include "kiln/backend/matmul_precision.h"
 
 namespace kiln {
 namespace {
@@ -192,6 +193,21 @@ TEST(Ops, ToDtypeRoundTripsAndPassesGradients) {
   EXPECT_LT(testing::max_abs_diff(b, x), 1e-2);
   Tensor h = to_dtype(to_dtype(x, DType::f16), DType::f64);
   EXPECT_LT(testing::max_abs_diff(h, x), 1e-3);
+}
+
+// The f32 matmul precision is a GPU setting (TF32 or not): the CPU's
+// products are the same bits under either, and the names parse as PyTorch's.
+TEST(Ops, Float32MatmulPrecisionLeavesTheCpuAlone) {
+  EXPECT_EQ(float32_matmul_precision(), Float32MatmulPrecision::high);  // TF32 on the GPU by default
+  EXPECT_EQ(parse_float32_matmul_precision("highest"), Float32MatmulPrecision::highest);
+  EXPECT_EQ(parse_float32_matmul_precision("high"), Float32MatmulPrecision::high);
+  EXPECT_THROW(parse_float32_matmul_precision("medium"), Error);
+  Tensor a = random_tensor({33, 70}, 3, DType::f32), b = random_tensor({70, 9}, 4, DType::f32);
+  const std::vector<float> tf32_setting = matmul(a, b).to_vector<float>();
+  set_float32_matmul_precision(Float32MatmulPrecision::highest);
+  const std::vector<float> f32_setting = matmul(a, b).to_vector<float>();
+  set_float32_matmul_precision(Float32MatmulPrecision::high);
+  EXPECT_EQ(tf32_setting, f32_setting);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 //
 //  bf16, f16: cuBLASLt, f32 accumulation.
 //  f32:       cuBLASLt with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores, ~1e-3
-//             relative error, as PyTorch's allow_tf32).
+//             relative error, as PyTorch's allow_tf32), or CUBLAS_COMPUTE_32F
+//             under set_float32_matmul_precision(highest).
 //  f64:       cublasDgemmStridedBatched (cuBLASLt has no f64), epilogue
 //             applied by matmul_bias_gelu.
 // Bias and GELU run as cuBLASLt epilogues (EPILOGUE_BIAS, GELU_BIAS, and
@@ -23,6 +24,7 @@
 #include <map>
 #include <mutex>
 
+#include "kiln/backend/matmul_precision.h"
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
 #include "kiln/cuda/strided.h"
@@ -116,7 +118,8 @@ cublasLtMatrixLayout_t make_layout_desc(cudaDataType_t type, const Operand& o, i
 bool run_lt(const Gemm& g, int dev) {
   DeviceState& st = device_state(dev);
   const cudaDataType_t type = cuda_type(g.dtype);
-  const cublasComputeType_t compute = g.dtype == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const bool tf32 = g.dtype == DType::f32 && float32_matmul_precision() == Float32MatmulPrecision::high;
+  const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LtDescriptors desc;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F));
   cublasOperation_t ta = g.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -145,6 +148,7 @@ bool run_lt(const Gemm& g, int dev) {
   const int64_t al_bias = g.bias ? alignment_of(g.bias, 0, 0, es) : 256;
   const int64_t al_aux = g.aux ? alignment_of(g.aux, g.aux_ld, g.aux_stride, es) : 256;
   std::vector<int64_t> key = {int64_t(g.dtype),
+                              int64_t(compute),
                               g.a.transpose,
                               g.b.transpose,
                               g.m,
