@@ -4,6 +4,7 @@
 //   bench_gpu copy    --mib 1024                   device-to-device copy GB/s
 //   bench_gpu gpt     --batch 8 --precision bf16   GPT-2 124M training tokens/s and MFU
 //                     [--profile]                  ... and the time per op (stderr; each op synchronised)
+//   bench_gpu attention --T 1024 --D 64            causal attention forward+backward TFLOP/s
 //   bench_gpu compare                              the same work on the CPU and the GPU
 //   bench_gpu allreduce --mib 256                  one rank's all-reduce (NCCL on a GPU), bus GB/s
 //
@@ -12,6 +13,7 @@
 // `--device cpu` runs the same code on the CPU (how it is checked in CI).
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -95,6 +97,31 @@ StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std
   return timing;
 }
 
+// Causal attention forward + backward through the backend, as training runs
+// it, over B*T = 16,384 tokens and H*D = 2,048 (FlashAttention's benchmark
+// shapes). FLOPs as FlashAttention counts them: the forward's two products,
+// 4 B H T^2 D, halved for causality; the backward's five, 2.5 times that.
+struct AttentionTiming {
+  double seconds, tflops;
+};
+
+AttentionTiming attention_fwd_bwd(int64_t T, int64_t D, DType dt, Device d, int iters) {
+  const int64_t B = std::max<int64_t>(1, 16384 / T), H = 2048 / D;
+  const Shape shape = {B, H, T, D};
+  Tensor q = random_on(shape, dt, d, 11), k = random_on(shape, dt, d, 12), v = random_on(shape, dt, d, 13);
+  Tensor dout = random_on(shape, dt, d, 14);
+  Tensor out = Tensor::empty(shape, dt, d), lse = Tensor::empty({B, H, T}, DType::f32, d);
+  Tensor dq = Tensor::empty(shape, dt, d), dk = Tensor::empty(shape, dt, d), dv = Tensor::empty(shape, dt, d);
+  Backend& be = backend_for(d);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const double s = seconds_per_iter(d, 2, iters, [&] {
+    be.attention(q, k, v, out, lse, scale, true);
+    be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, true);
+  });
+  const double forward_flops = 4.0 * double(B * H) * double(T) * double(T) * double(D) / 2;
+  return {s, 3.5 * forward_flops / s / 1e12};
+}
+
 double cnn_step_seconds(int64_t batch, Device d, int steps) {
   Generator init(0);
   auto model = models::make_cnn(init, std::make_shared<Generator>(1));
@@ -135,6 +162,7 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {app.add_subcommand("matmul", "matrix product throughput"),
                         app.add_subcommand("copy", "device-to-device copy bandwidth"),
                         app.add_subcommand("gpt", "GPT training throughput and MFU"),
+                        app.add_subcommand("attention", "causal attention forward+backward throughput"),
                         app.add_subcommand("compare", "the same work on CPU and GPU"),
                         app.add_subcommand("allreduce", "one rank's all-reduce through the communicator")}) {
     sub->add_option("--device", device);
@@ -153,6 +181,10 @@ int main(int argc, char** argv) {
   gpt->add_option("--heads", heads);
   gpt->add_option("--block", block);
   gpt->add_flag("--profile", profile, "also print each op's time (stderr)");
+  int64_t attention_d = 64;
+  app.get_subcommand("attention")->add_option("--T", block, "sequence length");
+  app.get_subcommand("attention")->add_option("--D", attention_d, "head dim");
+  app.get_subcommand("attention")->add_option("--dtype", dtype);
   auto* compare = app.get_subcommand("compare");
   compare->add_option("--n", n, "matrix size for the matmul row")->default_val(10000);
   CLI11_PARSE(app, argc, argv);
@@ -171,6 +203,11 @@ int main(int argc, char** argv) {
       std::printf("{\"bench\":\"matmul\",\"impl\":\"kiln\",\"device\":\"%s\",\"n\":%lld,\"dtype\":\"%s\","
                   "\"ms\":%.4f,\"tflops\":%.2f}\n",
                   d.str().c_str(), (long long)n, dtype_name(dt), s * 1e3, 2.0 * double(n) * n * n / s / 1e12);
+    } else if (*app.get_subcommand("attention")) {
+      const AttentionTiming t = attention_fwd_bwd(block, attention_d, dtype_parse(dtype), d, iters);
+      std::printf("{\"bench\":\"attention\",\"impl\":\"kiln\",\"device\":\"%s\",\"T\":%lld,\"D\":%lld,"
+                  "\"dtype\":\"%s\",\"ms\":%.4f,\"tflops\":%.2f}\n",
+                  d.str().c_str(), (long long)block, (long long)attention_d, dtype.c_str(), t.seconds * 1e3, t.tflops);
     } else if (*app.get_subcommand("copy")) {
       const int64_t elems = mib * (1 << 20) / 4;
       Tensor src = random_on({elems}, DType::f32, d, 6), dst = Tensor::empty({elems}, DType::f32, d);

@@ -20,6 +20,12 @@ for _ in $(seq "$ROUNDS"); do
   run python3 "$HERE/torch_gpu_bench.py" matmul --n 8192 --dtype bf16 --iters 20
   run "$DIST/bench_gpu" copy --mib 1024 --iters 20
   run python3 "$HERE/torch_gpu_bench.py" copy --mib 1024 --iters 20
+  for T in 1024 4096; do
+    for D in 64 128; do
+      run "$DIST/bench_gpu" attention --T $T --D $D --dtype bf16 --iters 10
+      run python3 "$HERE/torch_gpu_bench.py" attention --block $T --width $D --dtype bf16 --iters 10
+    done
+  done
   run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
   run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
 done
@@ -45,6 +51,13 @@ for bench, key, label in [("matmul", "tflops", "bf16 matmul 8192^3, TFLOP/s"),
     k, t = median(bench, "kiln", key), median(bench, "torch", key)
     print(f"| {label} | {k:.1f} | {t:.1f} | {k / t:.3f} |")
 print(f"| GPT-2 124M MFU | {median('gpt', 'kiln', 'mfu'):.3f} | {median('gpt', 'torch', 'mfu'):.3f} | |")
+for T, D in [(1024, 64), (1024, 128), (4096, 64), (4096, 128)]:
+    def att(impl):
+        v = sorted(r["tflops"] for r in rows if r["bench"] == "attention" and r.get("impl") == impl
+                   and r["T"] == T and r["D"] == D)
+        return v[len(v) // 2] if v else float("nan")
+    k, t = att("kiln"), att("torch")
+    print(f"| causal attention fwd+bwd bf16, T={T}, D={D}, TFLOP/s | {k:.1f} | {t:.1f} | {k / t:.3f} |")
 print("\n(medians of the rounds; each side ran the same number of rounds, interleaved)")
 print("\nThe same work on the machine's CPU (all cores) and its GPU, each with Kiln and with eager PyTorch:\n")
 print("| work | Kiln CPU ms | Kiln GPU ms | Kiln GPU speed-up | PyTorch CPU ms | PyTorch GPU ms | PyTorch GPU speed-up |")

@@ -5,6 +5,7 @@
   torch_gpu_bench.py copy --mib 1024
   torch_gpu_bench.py gpt --batch 8 [--no-compile]
   torch_gpu_bench.py compare --n 10000      the same work on the CPU and the GPU
+  torch_gpu_bench.py attention --block 1024 --width 64   causal SDPA forward+backward (width: head dim)
 
 The GPT is GPT-2 124M (nanoGPT-style, tanh GELU, tied embeddings, vocab
 50304), trained with bf16 autocast, fused AdamW, scaled_dot_product_attention
@@ -135,9 +136,22 @@ def compare(n):
                           "cpu_ms": c * 1e3, "device_ms": g * 1e3, "speedup": c / g}), flush=True)
 
 
+def attention(T, D, dt, iters):
+    """bench_gpu attention's measure: causal scaled_dot_product_attention forward
+    and backward over B*T = 16,384 tokens, H*D = 2,048, FlashAttention's FLOP count."""
+    B, H = max(1, 16384 // T), 2048 // D
+    q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
+    dout = torch.randn(B, H, T, D, device="cuda", dtype=dt)
+
+    def step():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout)
+    s = timed(step, 2, iters)
+    return s, 3.5 * 4 * B * H * T * T * D / 2 / s / 1e12
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=["matmul", "copy", "gpt", "compare"])
+    p.add_argument("bench", choices=["matmul", "copy", "gpt", "compare", "attention"])
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--mib", type=int, default=1024)
@@ -153,6 +167,11 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     if a.bench == "compare":
         compare(a.n)
+    elif a.bench == "attention":
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16}[a.dtype]
+        s, tflops = attention(a.block, a.width, dt, a.iters)
+        print(json.dumps({"bench": "attention", "impl": "torch", "T": a.block, "D": a.width, "dtype": a.dtype,
+                          "ms": s * 1e3, "tflops": tflops}))
     elif a.bench == "matmul":
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
         x = torch.rand(a.n, a.n, device=dev, dtype=dt) - 0.5

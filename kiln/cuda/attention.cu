@@ -8,8 +8,10 @@
 // running max, sum and output in registers and streams 32-key tiles of K and
 // V through shared memory, rescaling with the online softmax, so the T x T
 // score matrix never exists. Causal blocks stop at their last query's key.
-// See attention_common.cuh for the layout.
+// See attention_common.cuh for the layout. bf16/f16 with head dim 64 or 128
+// run on tensor cores instead (attention_tc.cu).
 #include "kiln/cuda/attention_common.cuh"
+#include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
 
@@ -150,6 +152,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, T
   }
   const int dev = q.device().index;
   DeviceGuard guard(dev);
+  if (tensor_core_attention_applies(q, {&q, &k, &v, &out})) return tensor_core_attention(q, k, v, out, lse, scale, causal);
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     using A = Acc<T>;
     const size_t smem = size_t(kBlockRows * D + 2 * kTile * (D + 1)) * sizeof(A);

@@ -14,7 +14,9 @@
 //                         32-query tiles of Q, dout, lse and Dd.
 // P is computed twice (once per pass): the price of not needing atomics.
 // Layout and limits as in attention.cu (D <= 128, [B, H, T, D] contiguous).
+// bf16/f16 with head dim 64 or 128 run attention_tc.cu's kernels after Dd.
 #include "kiln/cuda/attention_common.cuh"
+#include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
 
@@ -236,6 +238,8 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
     attention_dd_kernel<T><<<unsigned(ceil_div(BH * len, 8)), 256, 0, stream>>>(ptr<const T>(dout), ptr<const T>(out),
                                                                                 ptr<A>(dd), BH * len, D);
     KILN_CUDA_CHECK_LAUNCH();
+    if (tensor_core_attention_applies(q, {&dout, &q, &k, &v, &dq, &dk, &dv}))
+      return tensor_core_attention_backward(dout, q, k, v, lse, dd, dq, dk, dv, scale, causal);
     const dim3 grid(unsigned(ceil_div(len, kBlockRows)), unsigned(BH));
     const size_t smem_dq = size_t(2 * kBlockRows * D + 2 * kTile * (D + 1)) * sizeof(A);
     set_smem(reinterpret_cast<const void*>(&attention_dq_kernel<T>), smem_dq, dev, op);

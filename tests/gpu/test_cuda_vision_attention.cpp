@@ -89,8 +89,12 @@ struct AttentionCase {
 
 TEST(CudaBackendAttention, ForwardAndBackwardMatchTheCpu) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
-  const std::vector<AttentionCase> cases = {{2, 3, 37, 16, true},  {2, 3, 37, 64, false}, {1, 2, 1, 32, true},
-                                            {1, 2, 130, 80, true}, {2, 1, 33, 128, true}, {1, 1, 20, 7, false}};
+  // Head dims 64 and 128 in bf16/f16 run the tensor-core kernels
+  // (attention_tc.cu): lengths below, at and across their 64-row tiles.
+  const std::vector<AttentionCase> cases = {{2, 3, 37, 16, true},   {2, 3, 37, 64, false},  {1, 2, 1, 32, true},
+                                            {1, 2, 130, 80, true},  {2, 1, 33, 128, true},  {1, 1, 20, 7, false},
+                                            {1, 2, 200, 64, true},  {2, 1, 64, 64, true},   {1, 2, 129, 128, false},
+                                            {1, 1, 300, 128, true}, {1, 1, 1, 64, false},   {1, 3, 65, 64, false}};
   for (DType t : kFloatDtypes) {
     const DType rt = ref_dtype(t), lt = t == DType::f64 ? DType::f64 : DType::f32;
     Tol tol = tol_for(t);
@@ -120,6 +124,35 @@ TEST(CudaBackendAttention, ForwardAndBackwardMatchTheCpu) {
       expect_close(dv, dv_ref, tol, what + " dv");
     }
   }
+}
+
+// The tensor-core path keeps the CPU's special values: a NaN key makes the
+// rows that see it NaN (causal rows before it stay finite), and a view that is
+// not 16-byte aligned runs the CUDA-core kernel with the same answer.
+TEST(CudaBackendAttention, TensorCorePathNaNAndMisalignedViews) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const int64_t T = 100, D = 64;
+  const Shape shape = {1, 1, T, D};
+  Tensor q = host_random(shape, DType::bf16, 1), v = host_random(shape, DType::bf16, 2);
+  std::vector<double> kv = host_values(host_random(shape, DType::bf16, 3));
+  kv[70 * D + 5] = std::nan("");  // key 70
+  Tensor k = host_from_values(kv, shape, DType::bf16);
+  Tensor out = gpu_poisoned(shape, DType::bf16), lse = gpu_poisoned({1, 1, T}, DType::f32);
+  gpu().attention(to_gpu(q), to_gpu(k), to_gpu(v), out, lse, 0.125f, true);
+  const std::vector<double> o = host_values(to_host(out));
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_EQ(std::isnan(o[size_t(t * D)]), t >= 70) << "row " << t;
+
+  // One element past an aligned block: every row is 2 bytes off 16.
+  Tensor big = to_gpu(host_random({T * D + 1}, DType::bf16, 4));
+  Tensor shifted = big.slice(0, 1, T * D + 1).view(shape);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(shifted.data_ptr()) % 16, 0u);
+  Tensor aligned = to_gpu(to_host(shifted));
+  Tensor o1 = gpu_poisoned(shape, DType::bf16), o2 = gpu_poisoned(shape, DType::bf16);
+  Tensor l1 = gpu_poisoned({1, 1, T}, DType::f32), l2 = gpu_poisoned({1, 1, T}, DType::f32);
+  gpu().attention(shifted, shifted, shifted, o1, l1, 0.125f, false);
+  gpu().attention(aligned, aligned, aligned, o2, l2, 0.125f, false);
+  expect_close(o1, to_host(o2), tol_for(DType::bf16), "misaligned view against its aligned copy");
 }
 
 TEST(CudaBackendAttention, RejectsHeadDimAbove128) {
