@@ -10,8 +10,10 @@
 # so the whole set; from AVX-512 up, only the bf16 paths (native bf16
 # products and attention kernels, or the f32 fallback), so the tests of ops
 # and bf16 but not the data-parallel CLI runs, whose f32 paths the levels
-# share. The Hugging Face parity tests (transformers' answers) run in every pass.
-set(KILN_ISA_OP_TESTS "DeterminismAcrossThreads.*:Ops.*:CpuNnOps*:FusedOps.*:ParityTorch*:Amp.*:NanPropagation.*:Autograd.*:Fixtures/CausalLms.*:CausalLmsBf16.*:CausalLmsF16.*:Fixtures/Classifiers.*:Quantized.*:Fixtures/QuantizedModels.*")
+# share. The Hugging Face parity tests (transformers' answers) run in every pass,
+# and so do the planner's memory predictions against measured peaks, which
+# follow each level's kernels (oneDNN's or Kiln's, native bf16 or staged).
+set(KILN_ISA_OP_TESTS "DeterminismAcrossThreads.*:Ops.*:PlanMemory.*:CpuNnOps*:FusedOps.*:ParityTorch*:Amp.*:NanPropagation.*:Autograd.*:Fixtures/CausalLms.*:CausalLmsBf16.*:CausalLmsF16.*:Fixtures/Classifiers.*:Quantized.*:Fixtures/QuantizedModels.*")
 foreach(level avx2 avx512 avx512_bf16)
   gtest_discover_tests(kiln_tests TEST_SUFFIX .isa_${level} TEST_FILTER "${KILN_ISA_OP_TESTS}" DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS isa_${level} ENVIRONMENT "KILN_ISA_PASS=${level}" SKIP_RETURN_CODE 77)

@@ -194,7 +194,9 @@ TEST(GptPresets, Gpt2SizesAndCounts) {
 // A budget without a GPU plans a CPU run: bf16 is chosen for speed only on
 // a CPU with bf16 instructions (KILN_CPU_BF16 stands in for the CPU), and
 // fp16 never; with no fp32 plan that fits, a low precision still is, for
-// its memory.
+// its memory. Without bf16 instructions, --precision bf16 trains in fp32
+// (the run's fallback), so its rows are planned as fp32's: there only fp16
+// saves memory.
 TEST(PlanChoice, OnACpuWithoutBf16InstructionsLowPrecisionIsChosenOnlyForMemory) {
   PlanInput in = small_gpt_input();
   in.checkpointing = "none";
@@ -211,8 +213,20 @@ TEST(PlanChoice, OnACpuWithoutBf16InstructionsLowPrecisionIsChosenOnlyForMemory)
   const size_t roomy = 16000 + 8 * 100 * 4 * 10, only_half = 16000 + 8 * 100 * 2 * 10;
   EXPECT_EQ(best_precision(roomy, "0"), "fp32");
   EXPECT_NE(best_precision(roomy, "1"), "fp32") << "with bf16 instructions the faster bf16 plan wins";
-  EXPECT_NE(best_precision(only_half, "0"), "fp32") << "only a 2-byte precision fits";
-  EXPECT_NE(best_precision(only_half, "0"), "none");
+  EXPECT_EQ(best_precision(only_half, "0"), "fp16") << "only a 2-byte precision fits, and bf16 would run in fp32";
+  EXPECT_EQ(best_precision(only_half, "1"), "bf16");
+  setenv("KILN_CPU_BF16", "0", 1);
+  in.target.memory_budget = roomy;
+  for (const Estimate& e : make_plan(in, fake_probe).estimates) {
+    if (e.strategy.precision != "bf16") continue;
+    EXPECT_EQ(e.runs_as, "fp32");
+    EXPECT_EQ(e.memory.peak, fake_probe(in, {"fp32", e.strategy.checkpointing, e.strategy.micro_batch,
+                                             e.strategy.offload}).peak);
+  }
+  in.target.memory_budget.reset();
+  in.target.gpu = find_gpu(load_gpu_table(), "H100");
+  for (const Estimate& e : make_plan(in, fake_probe).estimates) EXPECT_EQ(e.runs_as, "") << "a GPU runs bf16";
+  in.target.gpu.reset();
   if (saved) setenv("KILN_CPU_BF16", restore.c_str(), 1);
   else unsetenv("KILN_CPU_BF16");
 }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "apps/recipes/hf_training.h"
+#include "apps/recipes/precision.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/nn/init.h"
 #include "kiln/core/error.h"
@@ -163,10 +164,14 @@ Plan make_plan(const PlanInput& in, const MemoryProbe& probe) {
   const std::vector<GpuSpec> table = load_gpu_table();
   const GpuSpec& gpu = speed_model(in, table);
   const size_t capacity = in.target.capacity();
+  // A budget without a GPU is a CPU run, which takes the run's own fallback.
+  const bool bf16_as_fp32 = !in.target.gpu && recipes::bf16_runs_in_fp32(Device::cpu());
   for (const Strategy& s : strategies_for(in)) {
     Estimate e;
     e.strategy = s;
-    e.memory = probe(in, s);
+    Strategy run = s;
+    if (bf16_as_fp32 && s.precision == "bf16") run.precision = e.runs_as = "fp32";
+    e.memory = probe(in, run);
     e.fits = e.memory.peak <= capacity;
     if (in.target.gpu && in.target.gpu->matmul_flops(s.precision) <= 0) e.fits = false;  // e.g. bf16 on a T4
     time_step(in, gpu, plan.parameters, plan.trainable, e);
@@ -227,6 +232,7 @@ nlohmann::json Plan::to_json() const {
   j["estimates"] = nlohmann::json::array();
   for (const Estimate& e : estimates)
     j["estimates"].push_back({{"precision", e.strategy.precision},
+                              {"runs_as", e.runs_as.empty() ? e.strategy.precision : e.runs_as},
                               {"checkpointing", e.strategy.checkpointing},
                               {"micro_batch", e.strategy.micro_batch},
                               {"offload", e.strategy.offload},
@@ -262,9 +268,9 @@ std::string Plan::to_text() const {
   out += line;
   const Estimate& plain = estimates.front();
   std::snprintf(line, sizeof line,
-                "\nplain %s training needs, at its peak:\n  weights %s, gradients %s, optimizer %s, activations %s, "
+                "\nplain %s%s training needs, at its peak:\n  weights %s, gradients %s, optimizer %s, activations %s, "
                 "workspace %s -> peak %s: %s\n",
-                plain.strategy.precision.c_str(), human_bytes(double(plain.memory.weights)).c_str(),
+                plain.strategy.precision.c_str(), plain.runs_as.empty() ? "" : " (so fp32, on this CPU)", human_bytes(double(plain.memory.weights)).c_str(),
                 human_bytes(double(plain.memory.grads)).c_str(), human_bytes(double(plain.memory.optimizer)).c_str(),
                 human_bytes(double(plain.memory.activations)).c_str(),
                 human_bytes(double(plain.memory.workspace)).c_str(), human_bytes(double(plain.memory.peak)).c_str(),
@@ -285,6 +291,8 @@ std::string Plan::to_text() const {
                   best && *best == i ? "<- fastest that fits" : (e.fits ? "fits" : ""));
     out += line;
   }
+  if (std::any_of(estimates.begin(), estimates.end(), [](const Estimate& e) { return !e.runs_as.empty(); }))
+    out += "  (bf16 rows: this CPU has no bf16 instructions, so --precision bf16 trains in fp32; they are fp32's)\n";
   if (best) {
     const Estimate& b = estimates[*best];
     std::snprintf(line, sizeof line,

@@ -40,6 +40,9 @@ struct StepMemory {
 
 struct Estimate {
   Strategy strategy;
+  // The precision the run really takes when it is not the strategy's: bf16
+  // on a CPU without bf16 instructions trains in fp32 (and is planned so).
+  std::string runs_as;
   StepMemory memory;
   bool fits = false;
   double step_seconds = 0;        // predicted, on the target GPU

@@ -10,8 +10,10 @@ namespace kiln::recipes {
 
 std::vector<std::string> precision_names() { return {"fp32", "bf16", "fp16"}; }
 
+bool bf16_runs_in_fp32(Device device) { return !device.is_cuda() && !cpu_has_bf16_instructions(); }
+
 bool bf16_falls_back_to_fp32(Device device, const Log& log, const char* doing) {
-  if (device.is_cuda() || cpu_has_bf16_instructions()) return false;
+  if (!bf16_runs_in_fp32(device)) return false;
   log(std::string("--precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), where bf16 is "
                   "slower than fp32 (0.5-0.9x, docs/PERFORMANCE.md); ") +
       doing + " in fp32");

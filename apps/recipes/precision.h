@@ -22,6 +22,10 @@ namespace kiln::recipes {
 
 std::vector<std::string> precision_names();  // fp32, bf16, fp16
 
+// Whether --precision bf16 runs as fp32 on `device`: a CPU without bf16
+// instructions (what bf16_falls_back_to_fp32 says, and what kiln plan plans).
+bool bf16_runs_in_fp32(Device device);
+
 // --precision bf16 on `device`: true, after saying so through `log`, where
 // it must run as fp32 instead (a CPU without bf16 instructions, where bf16
 // is slower than fp32: every product converts to f32 and back). `doing` names

@@ -166,7 +166,6 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
 namespace {
 
 bool is_one(const json& v) { return v == 1; }
-bool is_false(const json& v) { return v == false; }
 bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool is_empty(const json& v) { return v.is_string() ? v.get_ref<const std::string&>().empty() : v == json::object(); }
 

@@ -3,6 +3,7 @@
 // these rules, and the meta device (kiln/meta) holds buffers of the staged
 // copies' sizes while it stands in for this CPU, so a plan's peak counts them.
 #pragma once
+#include <initializer_list>
 #include <vector>
 
 #include "kiln/backend/backend.h"
@@ -21,5 +22,10 @@ bool embedding_gathers_stored_rows(const Tensor& weight, const Tensor& out);
 // multiplies them natively, and then a bf16 output without GELU too.
 std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor& b, const Tensor& out,
                                                   const MatmulArgs& args);
+
+// A convolution runs on bf16 as it is where every operand given is bf16 and
+// oneDNN has a bf16 kernel for the shapes; otherwise its low-precision
+// operands are staged and the f32 kernel runs (on f32 scratch).
+bool conv2d_runs_on_bf16(const Tensor& x, const Tensor& weight, std::initializer_list<const Tensor*> operands);
 
 }  // namespace kiln::cpu

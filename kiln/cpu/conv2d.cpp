@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "kiln/cpu/conv2d_dnnl.h"
+#include "kiln/cpu/bf16_paths.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/gemm.h"
@@ -92,6 +93,14 @@ bool all_bf16(std::initializer_list<const Tensor*> ts) {
     if (t->defined() && t->dtype() != DType::bf16) return false;
   return true;
 }
+
+}  // namespace
+
+bool conv2d_runs_on_bf16(const Tensor& x, const Tensor& weight, std::initializer_list<const Tensor*> operands) {
+  return all_bf16(operands) && dnnl_conv::usable(x.shape(), weight.shape(), DType::bf16);
+}
+
+namespace {
 
 // db[co] = the sum of dout over images and positions, per output channel,
 // in f32 (each image's plane) and f64 (across images). bf16 dout is read as
@@ -251,7 +260,7 @@ void col2im(const ConvGeometry& g, const T* dcol, int64_t n0, int64_t nb, T* dx)
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         const Conv2dArgs& args) {
-  const bool native_bf16 = all_bf16({&x, &weight, &out}) && dnnl_conv::usable(x.shape(), weight.shape(), DType::bf16);
+  const bool native_bf16 = conv2d_runs_on_bf16(x, weight, {&x, &weight, &out});
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (!native_bf16 && any_low_precision({&x, &weight, &bias, &out}))
     return in_f32([&](F32Staging& s) { conv2d(s.in(x), s.in(weight), s.in(bias), s.out(out), args); });
@@ -300,8 +309,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void CpuBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
                                  Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) {
-  const bool native_bf16 = all_bf16({&dout, &x, &weight, &dx, &dweight}) &&
-                           dnnl_conv::usable(x.shape(), weight.shape(), DType::bf16);
+  const bool native_bf16 = conv2d_runs_on_bf16(x, weight, {&dout, &x, &weight, &dx, &dweight});
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (!native_bf16 && any_low_precision({&dout, &x, &weight, &dx, &dweight, &dbias}))
     return in_f32([&](F32Staging& s) {

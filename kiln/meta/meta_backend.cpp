@@ -111,29 +111,44 @@ void MetaBackend::copy(const Tensor& src, Tensor& dst) {
 
 namespace {
 
-void touch_scratch(const Tensor& x, const Tensor& weight, const Conv2dArgs& args, const cpu::ConvScratchPass& pass) {
+// The scratch the CPU's convolution kernel takes, in the dtype it runs in.
+void touch_scratch(const Tensor& x, const Tensor& weight, const Conv2dArgs& args, const cpu::ConvScratchPass& pass,
+                   DType kernel) {
   MemoryCategoryScope scope(MemoryCategory::workspace);
   std::vector<Tensor> scratch;
-  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, x.dtype(), pass))
-    scratch.push_back(Tensor::empty({n}, x.dtype(), x.device()));
+  for (int64_t n : cpu::conv2d_scratch_elements(x.shape(), weight.shape(), args, kernel, pass))
+    scratch.push_back(Tensor::empty({n}, kernel, x.device()));
+}
+
+// A low-precision convolution the CPU does not run on bf16 runs the f32
+// kernel on staged copies (cpu/conv2d.cpp).
+DType conv_kernel_dtype(const Tensor& x, bool native_bf16) {
+  return native_bf16 || !cpu::is_low_precision(x.dtype()) ? x.dtype() : DType::f32;
 }
 
 }  // namespace
 
-void MetaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&,
+void MetaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                          const Conv2dArgs& args) {
+  const bool native = cpu::conv2d_runs_on_bf16(x, weight, {&x, &weight, &out});
+  // oneDNN's bf16 kernels take an f32 bias; the f32 kernel takes every operand in f32.
+  CpuStaging staged(native ? std::vector<const Tensor*>{&bias} : std::vector<const Tensor*>{&x, &weight, &bias, &out});
   cpu::ConvScratchPass pass;
   pass.bias = bias.defined();
-  touch_scratch(x, weight, args, pass);
+  touch_scratch(x, weight, args, pass, conv_kernel_dtype(x, native));
 }
 
-void MetaBackend::conv2d_backward(const Tensor&, const Tensor& x, const Tensor& weight, Tensor& dx, Tensor& dweight,
-                                  Tensor&, const Conv2dArgs& args) {
+void MetaBackend::conv2d_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dx,
+                                  Tensor& dweight, Tensor& dbias, const Conv2dArgs& args) {
+  const bool native = cpu::conv2d_runs_on_bf16(x, weight, {&dout, &x, &weight, &dx, &dweight});
+  if (native) CpuStaging bias_gradient({&dbias});  // summed in f32 and released before oneDNN's pass
+  CpuStaging staged(native ? std::vector<const Tensor*>{}
+                           : std::vector<const Tensor*>{&dout, &x, &weight, &dx, &dweight, &dbias});
   cpu::ConvScratchPass pass;
   pass.backward = true;
   pass.dx = dx.defined();
   pass.dweight = dweight.defined();
-  touch_scratch(x, weight, args, pass);
+  touch_scratch(x, weight, args, pass, conv_kernel_dtype(x, native));
 }
 
 namespace {

@@ -34,4 +34,28 @@ expect "on 8 GPUs, each with its own batch: the gradients' ring all-reduce \(474
 expect "compute: 0.855 GFLOP per token"
 run 1 "$KILN" plan --preset gpt2 --gpu GTX-480
 expect "unknown GPU 'GTX-480'"
+# On a CPU without bf16 instructions (KILN_CPU_BF16=0 stands in for one),
+# --precision bf16 trains in fp32, and the plan says so and predicts the
+# peak the run then measures (weights, gradients, optimizer, activations).
+export KILN_CPU_BF16=0
+run 0 "$KILN" plan fashion-mlp --precision bf16 --batch-size 32 --micro-batch 32 --offload off --memory-budget 1GiB
+expect "plain bf16 \(so fp32, on this CPU\) training needs"
+expect "this CPU has no bf16 instructions, so --precision bf16 trains in fp32"
+run 0 "$KILN" plan fashion-mlp --precision bf16 --batch-size 32 --micro-batch 32 --offload off --memory-budget 1GiB --json
+cp "$OUT" "$WORK/plan.json"
+run 0 "$KILN" train fashion-mlp --precision bf16 --batch-size 32 --steps 2 --no-progress --out "$WORK/bf16-run"
+expect "training in fp32"
+python3 - "$WORK/plan.json" "$WORK/bf16-run/metrics.jsonl" <<'PY' || fail "the plan's bf16 peak is not the fp32 run's"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+e = plan["estimates"][0]
+assert e["precision"] == "bf16" and e["runs_as"] == "fp32", e
+steps = [json.loads(l) for l in open(sys.argv[2]) if '"kind":"train"' in l]
+peak = steps[0]["memory"]["cpu"]["peak"]
+measured = sum(peak[k] for k in ("weights", "grads", "optimizer", "activations", "workspace"))
+ratio = e["memory"]["peak"] / measured
+print(f"plan {e['memory']['peak']} bytes, run {measured} bytes ({ratio:.4f})")
+assert 0.99 <= ratio <= 1.01, ratio
+PY
+unset KILN_CPU_BF16
 echo "ok"
