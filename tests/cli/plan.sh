@@ -58,4 +58,7 @@ print(f"plan {e['memory']['peak']} bytes, run {measured} bytes ({ratio:.4f})")
 assert 0.99 <= ratio <= 1.01, ratio
 PY
 unset KILN_CPU_BF16
+# A recipe whose step the planner does not run is refused, not planned as a GPT.
+run 105 "$KILN" plan fortunes-classify --memory-budget 1GiB
+expect "fortunes-classify not in \{fortunes-gpt,fashion-mlp,fashion-cnn,fashion-fast\}"
 echo "ok"
