@@ -23,7 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kCausal[] = {"gpt2", "llama-gqa", "llama-mqa-tied", "llama-bf16", "mistral", "qwen2"};
+const char* const kCausal[] = {"gpt2",  "llama-gqa", "llama-mqa-tied", "llama-bf16", "mistral",
+                                "qwen2", "qwen3",     "olmo2",          "granite",    "smollm3"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -401,7 +402,8 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
   const std::vector<nlohmann::json> values = {nullptr, -1, 0, 1, 3, 7, 1 << 30, int64_t(1) << 40, 0.5, -2.5, "x", true,
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
-  for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "bert", "distilbert"}) {
+  for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
+                              "smollm3", "bert", "distilbert"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);

@@ -1,6 +1,7 @@
 // The standard layers. Initialisation follows PyTorch's defaults so that
 // recipes tuned there behave the same here.
 #pragma once
+#include <optional>
 #include "kiln/nn/init.h"
 #include "kiln/nn/module.h"
 
@@ -41,9 +42,10 @@ class Linear : public WeightModule {
 class Embedding : public WeightModule {
  public:
   Embedding(int64_t num, int64_t dim, Generator& gen, double stddev = 1.0);
-  Tensor forward(const Tensor& ids) override {
-    return quantized ? quantized_embedding(*quantized, ids) : embedding(weight, ids);
-  }
+  Tensor forward(const Tensor& ids) override;
+  // PyTorch's nn.Embedding(padding_idx): this token's row gets no gradient
+  // (transformers builds its decoders' embeddings so, with the pad token).
+  std::optional<int64_t> padding_idx;
 };
 
 // Quantizes the weights of every Linear and Embedding under `root` for

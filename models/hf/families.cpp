@@ -103,7 +103,7 @@ void refuse_common(const ConfigReader& r) {
            "bitsandbytes checkpoints do not: load the bf16 or f32 weights and pass --quantize");
 }
 
-// ---- the Llama family: llama, mistral, qwen2
+// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3
 
 void read_rope(const ConfigReader& r, LlamaConfig& c) {
   // transformers 5 writes rope_parameters; older files rope_theta and rope_scaling.
@@ -143,13 +143,38 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
   c.max_positions = r.integer("max_position_embeddings");
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
+  // transformers gives the decoder's embedding padding_idx = pad_token_id (a
+  // list, as some configs hold for eos, never is one).
+  if (r.has("pad_token_id") && r.at("pad_token_id").is_number_integer()) {
+    const int64_t pad = r.at("pad_token_id").get<int64_t>();
+    if (pad < 0 || pad >= c.vocab_size) r.fail("pad_token_id", r.at("pad_token_id").dump(), "a token id below vocab_size");
+    c.pad_token_id = pad;
+  }
   c.attention_bias = r.flag("attention_bias", false);
   c.mlp_bias = r.flag("mlp_bias", false);
   read_rope(r, c);
-  if (type == "qwen2") {
-    c.qkv_bias = true;
+  if (type == "qwen2") c.qkv_bias = true;
+  if (type == "qwen2" || type == "qwen3" || type == "smollm3")
     if (r.flag("use_sliding_window", false))
-      r.unsupported("use_sliding_window", "true", "Qwen2's per-layer sliding windows are not implemented");
+      r.unsupported("use_sliding_window", "true", "per-layer sliding windows are not implemented for " + type);
+  if (type == "qwen3") c.qk_norm = LlamaConfig::QkNorm::per_head;
+  if (type == "olmo2") c.qk_norm = LlamaConfig::QkNorm::whole, c.norm_after = true;
+  if (type == "granite") {
+    c.embedding_multiplier = r.number("embedding_multiplier", 1);
+    c.attention_multiplier = r.number("attention_multiplier", 1);
+    c.residual_multiplier = r.number("residual_multiplier", 1);
+    c.logits_scaling = r.number("logits_scaling", 1);
+    if (!(c.attention_multiplier > 0)) r.fail("attention_multiplier", j["attention_multiplier"].dump(), "a positive number");
+    if (!(c.logits_scaling > 0)) r.fail("logits_scaling", j["logits_scaling"].dump(), "a positive number");
+  }
+  if (type == "smollm3" && r.has("no_rope_layers")) {
+    const json& layers = r.at("no_rope_layers");
+    if (!layers.is_array() || int64_t(layers.size()) != c.num_layers)
+      r.fail("no_rope_layers", layers.dump().substr(0, 200), "one 0 or 1 per layer (1: the layer rotates)");
+    for (const json& rotates : layers) {
+      if (rotates != 0 && rotates != 1) r.fail("no_rope_layers", layers.dump().substr(0, 200), "0s and 1s");
+      c.rope_layers.push_back(rotates == 1);
+    }
   }
   if (type == "mistral") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
   else r.absent("sliding_window", "a sliding window is read for mistral only") ;
@@ -215,9 +240,8 @@ bool gpt2_buffer(const std::string& t) {
 
 const std::vector<CausalLmFamily>& families() {
   static const std::vector<CausalLmFamily> table = {
-      llama_family("llama"),
-      llama_family("mistral"),
-      llama_family("qwen2"),
+      llama_family("llama"),   llama_family("mistral"), llama_family("qwen2"),   llama_family("qwen3"),
+      llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"),
       {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;

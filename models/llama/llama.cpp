@@ -72,7 +72,8 @@ std::vector<float> rope_inverse_frequencies(const LlamaConfig& c) {
 // One decoder layer, with transformers' names.
 class LlamaLayer : public Module {
  public:
-  LlamaLayer(const LlamaConfig& c, Generator& init, const std::shared_ptr<Generator>& dropout_gen) : c_(c) {
+  LlamaLayer(const LlamaConfig& c, int64_t index, Generator& init, const std::shared_ptr<Generator>& dropout_gen)
+      : c_(c), rotates_(c.rope_layers.empty() || c.rope_layers[size_t(index)]) {
     auto attn = register_module("self_attn", std::make_shared<Named>());
     const bool qkv_bias = c.attention_bias || c.qkv_bias;
     q_proj = attn->add("q_proj", std::make_shared<Linear>(c.hidden_size, c.num_heads * c.head_dim, init, qkv_bias));
@@ -83,9 +84,18 @@ class LlamaLayer : public Module {
     gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
     up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
     down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
-    input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    if (c.qk_norm != LlamaConfig::QkNorm::none) {
+      const bool whole = c.qk_norm == LlamaConfig::QkNorm::whole;
+      q_norm = attn->add("q_norm", std::make_shared<RmsNorm>(whole ? c.num_heads * c.head_dim : c.head_dim, c.rms_norm_eps));
+      k_norm = attn->add("k_norm", std::make_shared<RmsNorm>(whole ? c.num_kv_heads * c.head_dim : c.head_dim, c.rms_norm_eps));
+    }
+    if (!c.norm_after)
+      input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    if (c.norm_after)
+      post_feedforward_layernorm =
+          register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
     attention_dropout = register_module("attention_dropout", std::make_shared<Dropout>(c.attention_dropout, dropout_gen));
   }
 
@@ -96,18 +106,23 @@ class LlamaLayer : public Module {
   // causally on this pass's keys alone.
   Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
                     bool read_pages, const nn::RealRows* real = nullptr) {
-    return mlp_block(x + attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real));
+    if (c_.norm_after) {  // OLMo 2
+      const Tensor h = x + post_attention_layernorm->forward(attention(x, cos, sin, step, layer, read_pages, real));
+      return h + post_feedforward_layernorm->forward(mlp(h));
+    }
+    const Tensor h = x + residual(attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real));
+    return h + residual(mlp(post_attention_layernorm->forward(h)));
   }
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
-  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm, post_feedforward_layernorm, q_norm, k_norm;
   std::shared_ptr<Dropout> attention_dropout;  // on the probabilities, training only
 
  private:
-  // h + SwiGLU(norm(h)): the second half of a layer.
-  Tensor mlp_block(const Tensor& h) const {
-    Tensor n = post_attention_layernorm->forward(h);
-    return h + down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+  Tensor mlp(const Tensor& n) const { return down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n)); }
+  // A sub-layer's output as its residual add takes it (Granite scales it).
+  Tensor residual(const Tensor& t) const {
+    return c_.residual_multiplier == 1 ? t : mul_scalar(t, c_.residual_multiplier);
   }
   static Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) { return x * cos + rotate_half(x) * sin; }
 
@@ -123,11 +138,18 @@ class LlamaLayer : public Module {
   Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
                    bool read_pages, const nn::RealRows* real) const {
     const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
-    Tensor q = heads(q_proj->forward(x), B, T, H);
-    Tensor k = heads(k_proj->forward(x), B, T, Hkv);
+    Tensor q = q_proj->forward(x), k = k_proj->forward(x);
+    if (c_.qk_norm == LlamaConfig::QkNorm::whole) q = q_norm->forward(q), k = k_norm->forward(k);
+    q = heads(q, B, T, H);
+    k = heads(k, B, T, Hkv);
+    if (c_.qk_norm == LlamaConfig::QkNorm::per_head) q = q_norm->forward(q), k = k_norm->forward(k);
     Tensor v = heads(v_proj->forward(x), B, T, Hkv);
-    q = rotate(q, cos, sin);
-    k = rotate(k, cos, sin);
+    if (rotates_) {
+      q = rotate(q, cos, sin);
+      k = rotate(k, cos, sin);
+    }
+    // Granite's attention_multiplier replaces 1/sqrt(head_dim): the ratio goes into q.
+    if (c_.attention_multiplier > 0) q = mul_scalar(q, c_.attention_multiplier * std::sqrt(double(D)));
     const double scale = 1.0 / std::sqrt(double(D));
     auto real_rows = [&](const Tensor& t) { return real ? real->take(rows(t)) : rows(t); };
     if (step) write_paged(*step, layer, real_rows(k), real_rows(v));
@@ -151,15 +173,17 @@ class LlamaLayer : public Module {
   }
 
   LlamaConfig c_;
+  bool rotates_;  // SmolLM3's layers without rotary positions do not
 };
 
 class Llama::Decoder : public Module {
  public:
   Decoder(const LlamaConfig& c, Generator& init, const std::shared_ptr<Generator>& dropout_gen) {
     embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
+    embed_tokens->padding_idx = c.pad_token_id;
     auto layers = register_module("layers", std::make_shared<Sequential>());
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      this->layers.push_back(std::make_shared<LlamaLayer>(c, init, dropout_gen));
+      this->layers.push_back(std::make_shared<LlamaLayer>(c, i, init, dropout_gen));
       layers->add(this->layers.back());
     }
     norm = register_module("norm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
@@ -173,6 +197,8 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
   KILN_CHECK(c.num_heads > 0 && c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0, "llama: ", c.num_heads,
              " attention heads cannot share ", c.num_kv_heads, " key/value heads evenly");
   KILN_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: rotary positions need an even head_dim, got ", c.head_dim);
+  KILN_CHECK(c.rope_layers.empty() || int64_t(c.rope_layers.size()) == c.num_layers, "llama: ", c.rope_layers.size(),
+             " layers say whether they rotate, for ", c.num_layers, " layers");
   model_ = register_module("model", std::make_shared<Decoder>(c, init, dropout_gen_));
   if (!c.tie_word_embeddings)
     lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, init, false));
@@ -199,9 +225,14 @@ void Llama::ensure_rope(int64_t n, Device device) {
 
 Tensor Llama::head_weight() const { return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight; }
 
+Tensor Llama::head_input(const Tensor& x) const {
+  return config_.logits_scaling == 1 ? x : mul_scalar(x, 1.0 / config_.logits_scaling);
+}
+
 // Logits: the untied head, or the embedding read as one; either may be quantized.
 Tensor Llama::head(const Tensor& x) const {
-  return nn::linear_or_quantized(x, head_weight(), lm_head_ ? lm_head_->quantized : model_->embed_tokens->quantized);
+  return nn::linear_or_quantized(head_input(x), head_weight(),
+                                 lm_head_ ? lm_head_->quantized : model_->embed_tokens->quantized);
 }
 
 // The final norm's weight is never quantized: it says where and in what dtype the model runs.
@@ -210,6 +241,7 @@ const Tensor& Llama::anchor() const { return model_->norm->weight; }
 Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step,
                      bool read_pages, const nn::RealRows* real) {
   Tensor x = model_->embed_tokens->forward(ids);
+  if (config_.embedding_multiplier != 1) x = mul_scalar(x, config_.embedding_multiplier);
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
   const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
   for (size_t l = 0; l < model_->layers.size(); ++l) {
@@ -244,7 +276,7 @@ Tensor Llama::hidden_states(const Tensor& ids) {
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
   const auto [cos, sin] = rope_rows(0, ids.size(1));
-  return linear_cross_entropy(hidden(ids, cos, sin, nullptr, false), head_weight(), targets);
+  return linear_cross_entropy(head_input(hidden(ids, cos, sin, nullptr, false)), head_weight(), targets);
 }
 
 void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {

@@ -1,5 +1,7 @@
 // The Llama architecture, which also covers Mistral (a sliding attention
-// window) and Qwen2 (biases on q, k and v): RMSNorm, rotary positions
+// window), Qwen2 (biases on q, k and v), Qwen3 and OLMo 2 (norms on the
+// queries and keys; OLMo 2's norms after each sub-layer), Granite (its
+// multipliers) and SmolLM3 (layers without rotary positions): RMSNorm, rotary positions
 // (with Llama 3's frequency scaling), SwiGLU, grouped- and multi-query
 // attention, and a tied or untied head. Built from Kiln's ops, so it trains
 // as well as it generates. Parameters carry transformers' names
@@ -7,6 +9,8 @@
 // module name for name.
 #pragma once
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "models/gpt/gpt.h"
 
@@ -25,6 +29,21 @@ struct LlamaConfig {
   // rope_scaling "llama3" (Llama 3.1+); factor 0: none.
   double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int64_t rope_original_max_positions = 8192;
+  // An RMSNorm on the queries and keys before the rotation: over each head
+  // (Qwen3, head_dim wide) or over the whole projection (OLMo 2).
+  enum class QkNorm { none, per_head, whole } qk_norm = QkNorm::none;
+  // OLMo 2: each sub-layer's output is normed before its residual add
+  // (post_attention_layernorm, post_feedforward_layernorm), its input not.
+  bool norm_after = false;
+  // Granite: embeddings times embedding_multiplier; attention scaled by
+  // attention_multiplier (0: 1/sqrt(head_dim)); each sub-layer's output
+  // times residual_multiplier before its residual add; logits divided by
+  // logits_scaling.
+  double embedding_multiplier = 1, attention_multiplier = 0, residual_multiplier = 1, logits_scaling = 1;
+  // SmolLM3: which layers rotate (no_rope_layers); empty: every layer.
+  std::vector<bool> rope_layers;
+  // transformers' embedding padding_idx: the pad token's row learns nothing.
+  std::optional<int64_t> pad_token_id;
 };
 
 class Llama : public LanguageModel {
@@ -59,6 +78,7 @@ class Llama : public LanguageModel {
   std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T);
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
+  Tensor head_input(const Tensor& x) const;  // x / logits_scaling
   const Tensor& anchor() const;
   void ensure_rope(int64_t positions, Device device);
   LlamaConfig config_;

@@ -174,6 +174,22 @@ CAUSAL = {
     "qwen2": ("llama3", dict(model_type="qwen2", hidden_size=40, num_attention_heads=5, num_key_value_heads=1,
                              intermediate_size=72, num_hidden_layers=2, max_position_embeddings=128,
                              rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
+    # head_dim apart from hidden_size / heads (12, not 10), as Qwen3's 128 for 5120 / 64 is
+    "qwen3": ("llama3", dict(model_type="qwen3", hidden_size=40, num_attention_heads=4, num_key_value_heads=2,
+                             head_dim=12, intermediate_size=72, num_hidden_layers=3, max_position_embeddings=128,
+                             rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)),
+    "olmo2": ("llama2", dict(model_type="olmo2", hidden_size=42, num_attention_heads=3, num_key_value_heads=1,
+                             intermediate_size=70, num_hidden_layers=2, max_position_embeddings=128,
+                             rope_theta=500000.0, tie_word_embeddings=False, rms_norm_eps=1e-6)),
+    "granite": ("llama3", dict(model_type="granite", hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                               intermediate_size=80, num_hidden_layers=2, max_position_embeddings=128,
+                               embedding_multiplier=12.0, attention_multiplier=0.0078125, residual_multiplier=0.22,
+                               logits_scaling=8.0, tie_word_embeddings=True)),
+    # Layers 0, 1, 3 and 5 rotate, 2 and 4 do not (SmolLM3-3B's pattern is every fourth without).
+    "smollm3": ("llama3", dict(model_type="smollm3", hidden_size=36, num_attention_heads=3, num_key_value_heads=3,
+                               intermediate_size=64, num_hidden_layers=5, max_position_embeddings=128,
+                               no_rope_layers=[1, 1, 0, 1, 0], rope_theta=5000000.0, tie_word_embeddings=True,
+                               pad_token_id=None)),
 }
 CLASSIFIERS = {
     "bert": ("bert", dict(model_type="bert", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
@@ -612,7 +628,15 @@ def main():
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL),
+                    help="remake only these causal models' folders (the others stay as they are)")
     a = ap.parse_args()
+    if a.only:
+        for name in a.only:
+            shutil.rmtree(os.path.join(a.out, name), ignore_errors=True)
+            tok_name, kwargs = CAUSAL[name]
+            make_model(a.out, name, tok_name, kwargs, AutoModelForCausalLM, causal_expectations)
+        return
     if a.speed:
         make_speed_model(a.speed, a.shape)
         return
