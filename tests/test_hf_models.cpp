@@ -23,8 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kCausal[] = {"gpt2",  "llama-gqa", "llama-mqa-tied", "llama-bf16", "mistral",
-                                "qwen2", "qwen3",     "olmo2",          "granite",    "smollm3"};
+const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16", "mistral",
+                                "qwen2",       "qwen3",        "olmo2",          "granite",    "smollm3",
+                                "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -518,13 +519,13 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
   }
   {
     auto dir = scratch_copy("llama-gqa", "rope");
-    edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "yarn"; });
-    expect_error(dir, "rope_parameters.rope_type");
+    edit_config(dir, [](auto& j) { j["rope_parameters"]["rope_type"] = "proportional"; });
+    expect_error(dir, "config.json (rope_parameters): \"rope_type\" = \"proportional\" changes the model's math");
   }
   {
     auto dir = scratch_copy("llama-gqa", "rope-fields");
     edit_config(dir, [](auto& j) { j["rope_parameters"].erase("factor"); });
-    expect_error(dir, "config.json: a field is missing or has the wrong type");
+    expect_error(dir, "config.json (rope_parameters): \"factor\" is missing; expected a positive number");
   }
   {
     auto dir = scratch_copy("llama-gqa", "eos");

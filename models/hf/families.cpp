@@ -3,6 +3,7 @@
 // in a way Kiln does not implement.
 #include "models/hf/families.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -105,25 +106,60 @@ void refuse_common(const ConfigReader& r) {
 
 // ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3
 
+// rope_parameters (transformers 5) or rope_scaling (older files), as
+// transformers' ROPE_INIT_FUNCTIONS read them (models/llama/rope.h).
 void read_rope(const ConfigReader& r, LlamaConfig& c) {
-  // transformers 5 writes rope_parameters; older files rope_theta and rope_scaling.
   c.rope_theta = r.number("rope_theta", c.rope_theta);
   json rope = r.has("rope_parameters") ? r.at("rope_parameters") : r.has("rope_scaling") ? r.at("rope_scaling") : json();
   if (rope.is_null()) return;
   const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (!rope.is_object()) r.fail(key, rope.dump(), "an object");
-  if (rope.contains("rope_theta")) c.rope_theta = rope["rope_theta"].get<double>();
-  const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
-  if (type == "default") return;
-  if (type != "llama3")
-    r.unsupported(key + ".rope_type", "\"" + type + "\"", "Kiln implements the \"default\" and \"llama3\" types");
-  c.rope_factor = rope.at("factor").get<double>();
-  c.rope_low_freq_factor = rope.at("low_freq_factor").get<double>();
-  c.rope_high_freq_factor = rope.at("high_freq_factor").get<double>();
-  const json& original = rope.at("original_max_position_embeddings");
-  if (!original.is_number_integer() || original.get<int64_t>() <= 0)  // a float cast to an integer could be undefined
-    r.fail(key + ".original_max_position_embeddings", original.dump(), "a positive integer");
-  c.rope_original_max_positions = original.get<int64_t>();
+  ConfigReader p(rope, key);
+  c.rope_theta = p.number("rope_theta", c.rope_theta);
+  RopeScaling& s = c.rope_scaling;
+  s.type = p.text("rope_type", p.text("type", "default"));
+  if (s.type == "default") return;
+  const std::vector<std::string> types = {"llama3", "linear", "dynamic", "yarn", "longrope"};
+  if (std::find(types.begin(), types.end(), s.type) == types.end())
+    p.unsupported("rope_type", "\"" + s.type + "\"", "Kiln implements default, llama3, linear, dynamic, yarn and longrope");
+  if (p.has("partial_rotary_factor") && p.number("partial_rotary_factor", 1) != 1)
+    p.unsupported("partial_rotary_factor", p.at("partial_rotary_factor").dump(), "every head dim rotates here");
+  // Phi-3 keeps the original context beside rope_scaling, at the top level.
+  s.original_max_positions = p.integer("original_max_position_embeddings",
+                                       r.integer("original_max_position_embeddings", c.max_positions));
+  const double grown = double(c.max_positions) / double(s.original_max_positions);
+  s.factor = p.number("factor", s.type == "yarn" || s.type == "longrope" ? grown : 0);
+  if (!(s.factor > 0)) p.fail("factor", p.has("factor") ? p.at("factor").dump() : "missing", "a positive number");
+  if (s.type == "llama3") {
+    s.low_freq_factor = p.number("low_freq_factor", 0);
+    s.high_freq_factor = p.number("high_freq_factor", 0);
+    if (!(s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor))
+      p.fail("high_freq_factor", rope.dump().substr(0, 200), "0 < low_freq_factor < high_freq_factor");
+  }
+  if (p.has("attention_factor")) s.attention_factor = p.number("attention_factor", 1);
+  if (s.type == "yarn") {
+    s.beta_fast = p.number("beta_fast", 32);
+    s.beta_slow = p.number("beta_slow", 1);
+    s.truncate = p.flag("truncate", true);
+    s.mscale = p.number("mscale", 0);
+    s.mscale_all_dim = p.number("mscale_all_dim", 0);
+  }
+  if (s.type == "longrope") {
+    auto factors = [&](const char* name) {
+      const int64_t n = c.head_dim / 2;
+      if (!p.has(name) || !p.at(name).is_array() || int64_t(p.at(name).size()) != n)
+        p.fail(name, p.has(name) ? p.at(name).dump().substr(0, 200) : "missing",
+               std::to_string(n) + " positive numbers, one per rotary frequency (head_dim / 2)");
+      std::vector<double> out;
+      for (const json& v : p.at(name)) {
+        if (!v.is_number() || !(v.get<double>() > 0)) p.fail(name, v.dump(), "positive numbers");
+        out.push_back(v.get<double>());
+      }
+      return out;
+    };
+    s.short_factor = factors("short_factor");
+    s.long_factor = factors("long_factor");
+  }
 }
 
 LlamaConfig read_llama_config(const json& j, const std::string& type) {

@@ -45,28 +45,6 @@ Tensor repeat_kv(const Tensor& x, int64_t repeats) {
   return reshape(expand(unsqueeze(x, 2), {B, Hkv, repeats, S, D}), {B, Hkv * repeats, S, D});
 }
 
-// The rotary frequencies, with Llama 3's scaling of the long wavelengths
-// (transformers' _compute_llama3_parameters), in f32 as transformers computes them.
-std::vector<float> rope_inverse_frequencies(const LlamaConfig& c) {
-  std::vector<float> inv(size_t(c.head_dim / 2));
-  for (size_t i = 0; i < inv.size(); ++i)
-    inv[i] = float(1.0 / std::pow(c.rope_theta, double(float(2 * i) / float(c.head_dim))));
-  if (c.rope_factor == 0) return inv;
-  const double low_wavelen = double(c.rope_original_max_positions) / c.rope_low_freq_factor;
-  const double high_wavelen = double(c.rope_original_max_positions) / c.rope_high_freq_factor;
-  for (float& f : inv) {
-    const double wavelen = 2 * M_PI / f;
-    if (wavelen > low_wavelen) {
-      f = float(f / c.rope_factor);
-    } else if (wavelen >= high_wavelen) {
-      const double smooth = (double(c.rope_original_max_positions) / wavelen - c.rope_low_freq_factor) /
-                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
-      f = float((1 - smooth) * f / c.rope_factor + smooth * f);
-    }
-  }
-  return inv;
-}
-
 }  // namespace
 
 // One decoder layer, with transformers' names.
@@ -205,22 +183,26 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
 }
 
 // cos/sin of position * frequency for positions [0, n), each frequency twice
-// (transformers' cat(freqs, freqs)). Grown on demand: Llama 3's 131,072
-// positions would cost 128 MB up front.
-void Llama::ensure_rope(int64_t n, Device device) {
-  if (rope_cos_.defined() && rope_cos_.size(0) >= n && rope_cos_.device() == device) return;
-  n = std::min(config_.max_positions, std::max<int64_t>({n, 256, rope_cos_.defined() ? 2 * rope_cos_.size(0) : 0}));
-  const std::vector<float> inv = rope_inverse_frequencies(config_);
+// (transformers' cat(freqs, freqs)), times the scaling's attention factor.
+// Grown on demand: Llama 3's 131,072 positions would cost 128 MB up front.
+int Llama::ensure_rope(int64_t n, Device device, int64_t seq_len) {
+  const int v = rope_variant(config_.rope_scaling, seq_len);
+  Tensor& cos_table = rope_cos_[v];
+  if (cos_table.defined() && cos_table.size(0) >= n && cos_table.device() == device) return v;
+  n = std::min(config_.max_positions, std::max<int64_t>({n, 256, cos_table.defined() ? 2 * cos_table.size(0) : 0}));
+  const RopeFrequencies f = rope_frequencies(config_.rope_scaling, config_.rope_theta, config_.head_dim, seq_len);
   const int64_t D = config_.head_dim;
+  const float scaling = float(f.attention_scaling);
   std::vector<float> cos_v(size_t(n * D)), sin_v(cos_v.size());
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < D; ++i) {
-      const float angle = float(p) * inv[size_t(i % (D / 2))];
-      cos_v[size_t(p * D + i)] = std::cos(angle);
-      sin_v[size_t(p * D + i)] = std::sin(angle);
+      const float angle = float(p) * f.inverse[size_t(i % (D / 2))];
+      cos_v[size_t(p * D + i)] = std::cos(angle) * scaling;
+      sin_v[size_t(p * D + i)] = std::sin(angle) * scaling;
     }
-  rope_cos_ = Tensor::from_vector(cos_v, {n, D}).to(device);
-  rope_sin_ = Tensor::from_vector(sin_v, {n, D}).to(device);
+  cos_table = Tensor::from_vector(cos_v, {n, D}).to(device);
+  rope_sin_[v] = Tensor::from_vector(sin_v, {n, D}).to(device);
+  return v;
 }
 
 Tensor Llama::head_weight() const { return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight; }
@@ -256,26 +238,25 @@ Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, co
   return model_->norm->forward(x);
 }
 
-// cos and sin [T, D] of positions [first, first + T).
-std::pair<Tensor, Tensor> Llama::rope_rows(int64_t first, int64_t T) {
+std::pair<Tensor, Tensor> Llama::rope_rows(int64_t first, int64_t T, int64_t seq_len) {
   KILN_CHECK(first + T <= config_.max_positions, "the text holds ", first + T, " tokens, more than the model's ",
              config_.max_positions, " positions (max_position_embeddings); shorten it");
-  ensure_rope(first + T, anchor().device());
-  return {slice(rope_cos_, 0, first, first + T), slice(rope_sin_, 0, first, first + T)};
+  const int v = ensure_rope(first + T, anchor().device(), seq_len);
+  return {slice(rope_cos_[v], 0, first, first + T), slice(rope_sin_[v], 0, first, first + T)};
 }
 
 Tensor Llama::forward(const Tensor& ids) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
   return head(hidden(ids, cos, sin, nullptr, false));
 }
 
 Tensor Llama::hidden_states(const Tensor& ids) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
   return hidden(ids, cos, sin, nullptr, false);
 }
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1));
+  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
   return linear_cross_entropy(head_input(hidden(ids, cos, sin, nullptr, false)), head_weight(), targets);
 }
 
@@ -298,8 +279,8 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
   KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "llama decode: ", tokens.size(), " tokens for ", caches.size(),
              " caches");
   std::vector<Tensor> cos_rows, sin_rows;
-  for (const KvCache* c : caches) {
-    const auto [cos, sin] = rope_rows(c->length(), 1);
+  for (const KvCache* c : caches) {  // each sequence at the frequencies it gets alone
+    const auto [cos, sin] = rope_rows(c->length(), 1, c->length() + 1);
     cos_rows.push_back(cos);
     sin_rows.push_back(sin);
   }
@@ -320,12 +301,27 @@ Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, 
   NoGradGuard ng;
   const PromptBatch p = batch_prompts(prompts, caches, context_length());
   const int64_t B = int64_t(prompts.size()), T = p.T, D = config_.head_dim;
-  rope_rows(0, p.furthest);  // checks the positions and grows the tables
+  rope_rows(0, p.furthest, p.furthest);  // checks the positions
   const Device device = anchor().device();
   const Tensor where = Tensor::from_vector(p.positions, {B, T}).to(device);
   // Each row's cos and sin (embedding() gathers rows of any table): [B, 1, T, D] against heads [B, H, T, D].
-  const Tensor cos = reshape(embedding(rope_cos_, where), {B, 1, T, D});
-  const Tensor sin = reshape(embedding(rope_sin_, where), {B, 1, T, D});
+  // A row takes the frequencies it would alone (longrope's depend on its length), so batching changes nothing.
+  std::vector<int> variants;
+  for (int64_t b = 0; b < B; ++b)
+    variants.push_back(ensure_rope(p.furthest, device, p.positions[size_t(p.last_rows[size_t(b)])] + 1));
+  Tensor cos, sin;
+  if (std::all_of(variants.begin(), variants.end(), [&](int v) { return v == variants[0]; })) {
+    cos = embedding(rope_cos_[variants[0]], where), sin = embedding(rope_sin_[variants[0]], where);
+  } else {
+    std::vector<Tensor> cos_rows, sin_rows;
+    for (int64_t b = 0; b < B; ++b) {
+      const Tensor row = slice(where, 0, b, b + 1);
+      cos_rows.push_back(embedding(rope_cos_[variants[size_t(b)]], row));
+      sin_rows.push_back(embedding(rope_sin_[variants[size_t(b)]], row));
+    }
+    cos = cat(cos_rows, 0), sin = cat(sin_rows, 0);
+  }
+  cos = reshape(cos, {B, 1, T, D}), sin = reshape(sin, {B, 1, T, D});
   const nn::PagedStep step = nn::plan_step(caches, p.lengths, config_.sliding_window, device);
   const nn::RealRows real(p.lengths, T, device);
   Tensor x = hidden(Tensor::from_vector(p.ids, {B, T}).to(device), cos, sin, &step, p.any_past || batch_invariant(),

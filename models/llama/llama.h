@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/gpt/gpt.h"
+#include "models/llama/rope.h"
 
 namespace kiln::models {
 
@@ -26,9 +27,7 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   int64_t sliding_window = 0;  // 0: every earlier position is seen
   double attention_dropout = 0;  // on the attention probabilities, in training
-  // rope_scaling "llama3" (Llama 3.1+); factor 0: none.
-  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
-  int64_t rope_original_max_positions = 8192;
+  RopeScaling rope_scaling;  // rope_parameters / rope_scaling (models/llama/rope.h)
   // An RMSNorm on the queries and keys before the rotation: over each head
   // (Qwen3, head_dim wide) or over the whole projection (OLMo 2).
   enum class QkNorm { none, per_head, whole } qk_norm = QkNorm::none;
@@ -75,18 +74,20 @@ class Llama : public LanguageModel {
   // `real`: which rows of a padded batch are real (null: all).
   Tensor hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, bool read_pages,
                 const nn::RealRows* real = nullptr);
-  std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T);
+  // cos and sin [T, D] of positions [first, first + T), in a pass whose
+  // furthest position is seq_len - 1 (longrope's factors depend on it).
+  std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T, int64_t seq_len);
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
   Tensor head_input(const Tensor& x) const;  // x / logits_scaling
   const Tensor& anchor() const;
-  void ensure_rope(int64_t positions, Device device);
+  int ensure_rope(int64_t positions, Device device, int64_t seq_len);  // -> the table in use
   LlamaConfig config_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   class Decoder;
   std::shared_ptr<Decoder> model_;  // "model.*"
   std::shared_ptr<nn::Linear> lm_head_;
-  Tensor rope_cos_, rope_sin_;  // [positions, head_dim]
+  Tensor rope_cos_[2], rope_sin_[2];  // [positions, head_dim], per frequency set (rope_variant)
 };
 
 }  // namespace kiln::models

@@ -185,6 +185,24 @@ CAUSAL = {
                                intermediate_size=80, num_hidden_layers=2, max_position_embeddings=128,
                                embedding_multiplier=12.0, attention_multiplier=0.0078125, residual_multiplier=0.22,
                                logits_scaling=8.0, tie_word_embeddings=True)),
+    # Every RoPE scaling transformers' ROPE_INIT_FUNCTIONS has for these
+    # families, each over an original context of 16 positions that the score
+    # text and greedy generation pass (longrope switches factors there).
+    "rope-linear": ("llama2", dict(model_type="llama", hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                   intermediate_size=48, num_hidden_layers=1, max_position_embeddings=128,
+                                   rope_scaling=dict(rope_type="linear", factor=4.0))),
+    "rope-dynamic": ("llama2", dict(model_type="llama", hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
+                                    intermediate_size=48, num_hidden_layers=1, max_position_embeddings=128,
+                                    rope_scaling=dict(rope_type="dynamic", factor=2.0))),
+    "rope-yarn": ("llama3", dict(model_type="qwen2", hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                 intermediate_size=48, num_hidden_layers=1, max_position_embeddings=128,
+                                 rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
+                                 rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16))),
+    "rope-longrope": ("llama2", dict(model_type="llama", hidden_size=48, num_attention_heads=2, num_key_value_heads=2,
+                                     intermediate_size=48, num_hidden_layers=1, max_position_embeddings=128,
+                                     rope_scaling=dict(rope_type="longrope", original_max_position_embeddings=16,
+                                                       short_factor=[1.0 + 0.05 * i for i in range(12)],
+                                                       long_factor=[1.0 + 0.5 * i for i in range(12)]))),
     # Layers 0, 1, 3 and 5 rotate, 2 and 4 do not (SmolLM3-3B's pattern is every fourth without).
     "smollm3": ("llama3", dict(model_type="smollm3", hidden_size=36, num_attention_heads=3, num_key_value_heads=3,
                                intermediate_size=64, num_hidden_layers=5, max_position_embeddings=128,
