@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16", "mistral",
                                 "qwen2",       "qwen3",        "olmo2",          "granite",    "smollm3",
-                                "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope"};
+                                "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope", "phi3"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -404,7 +404,7 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                              "smollm3", "bert", "distilbert"}) {
+                              "smollm3", "phi3", "bert", "distilbert"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);
@@ -547,6 +547,39 @@ TEST(HfFolders, BadFoldersAreClearErrors) {
     std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "WordLevel", "vocab": {}}})";
     expect_error(dir, "model type 'WordLevel' is not supported");
   }
+}
+
+// A longrope model's keys depend on the sequence's length, not only on the
+// tokens before them: its caches never share prefixes (a llama's do), and
+// Phi-3 recomputes a cached sequence that grows past the original context.
+TEST(HfFolders, LongropeCachesShareNoPrefixes) {
+  for (const char* fixture : {"llama-gqa", "rope-longrope", "phi3"}) {
+    auto lm = models::load_hf_causal_lm(hf_test::fixture(fixture), DType::f32);
+    std::vector<int64_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int64_t(3 + (i * 7) % 90);
+    models::KvCache first = lm.model->new_cache(), second = lm.model->new_cache();
+    NoGradGuard ng;
+    const std::vector<float> a = lm.model->forward_prompts({prompt}, {&first}).to_vector<float>();
+    const std::vector<float> b = lm.model->forward_prompts({prompt}, {&second}).to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << fixture << " " << i;
+    const bool longrope = std::string(fixture) != "llama-gqa";
+    EXPECT_EQ(lm.model->kv_pool()->reused_positions() == 0, longrope) << fixture;
+  }
+  // Phi-3 past its original 16 positions: decoding from a cache of 16 equals
+  // one pass over all 17 tokens (the cache was recomputed with the long factors).
+  auto phi = models::load_hf_causal_lm(hf_test::fixture("phi3"), DType::f32);
+  NoGradGuard ng;
+  std::vector<int64_t> ids(17);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(5 + (i * 11) % 80);
+  models::KvCache cache = phi.model->new_cache();
+  phi.model->forward_prompts({std::vector<int64_t>(ids.begin(), ids.end() - 1)}, {&cache});
+  const std::vector<float> stepped = phi.model->forward_decode({int32_t(ids.back())}, {&cache}).to_vector<float>();
+  models::KvCache whole_cache = phi.model->new_cache();
+  const std::vector<float> whole = phi.model->forward_prompts({ids}, {&whole_cache}).to_vector<float>();
+  ASSERT_EQ(stepped.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(stepped[i], whole[i], 1e-4) << i;
+  EXPECT_EQ(cache.length(), 17);
 }
 
 TEST(HfFolders, SampleWithIgnoreEosRunsToMaxTokens) {

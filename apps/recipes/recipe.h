@@ -167,7 +167,7 @@ TrainResult train(const TrainOptions& options, const Log& log);
 // How a Hugging Face language model is loaded for inference.
 struct InferenceOptions {
   std::string chat_template;  // a chat template family instead of the folder's own (--chat-template)
-  std::string quantize;       // "", or int8, int4, int4z: quantize the weights (--quantize)
+  std::string quantize = "";  // "", or int8, int4, int4z: quantize the weights (--quantize)
 };
 // Loads a checkpoint directory (or a run directory's newest), or hf:DIR, for inference.
 struct LoadedModel {

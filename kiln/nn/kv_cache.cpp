@@ -103,6 +103,7 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
   tokens_ = std::move(other.tokens_);
   last_published_id_ = std::exchange(other.last_published_id_, 0);
   published_pages_ = std::exchange(other.published_pages_, 0);
+  shares_prefixes_ = other.shares_prefixes_;
   other.pages_.clear();
   other.tokens_.clear();
   return *this;
@@ -120,7 +121,7 @@ void KvCache::clear() {
 int64_t KvCache::adopt_prefix(std::span<const int32_t> ids) {
   KILN_CHECK(pool_ && length_ == 0 && pages_.empty(), "kv cache: a prefix is adopted by an empty cache only");
   const int64_t P = pool_->layout().page_size;
-  const int64_t whole = (int64_t(ids.size()) - 1) / P;
+  const int64_t whole = shares_prefixes_ ? (int64_t(ids.size()) - 1) / P : 0;
   for (int64_t i = 0; i < whole; ++i) {
     KvPool::PrefixKey key{last_published_id_, {ids.begin() + i * P, ids.begin() + (i + 1) * P}};
     uint64_t id = 0;
@@ -154,7 +155,7 @@ void KvCache::commit(std::span<const int32_t> tokens) {
              "kv cache: commit positions that were reserved first");
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   length_ += int64_t(tokens.size());
-  for (; (published_pages_ + 1) * P <= length_; ++published_pages_) {
+  for (; shares_prefixes_ && (published_pages_ + 1) * P <= length_; ++published_pages_) {
     const auto first = tokens_.begin() + published_pages_ * P;
     last_published_id_ = pool_->publish(pages_[size_t(published_pages_)], {last_published_id_, {first, first + P}});
   }

@@ -112,6 +112,12 @@ class KvCache {
   void commit(std::span<const int32_t> tokens);
   // Gives every page back: an empty cache.
   void clear();
+  // The tokens at positions [0, length).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Off: this cache neither adopts published prefixes nor publishes its own
+  // (a model whose keys at a position depend on more than the tokens before
+  // it, as longrope's do on the sequence's length, must not share them).
+  void share_prefixes(bool on) { shares_prefixes_ = on; }
 
  private:
   std::shared_ptr<KvPool> pool_;
@@ -120,6 +126,7 @@ class KvCache {
   std::vector<int32_t> tokens_;  // at positions [0, length)
   uint64_t last_published_id_ = 0;  // the id of the last page published (0: none)
   int64_t published_pages_ = 0;
+  bool shares_prefixes_ = true;
 };
 
 // What one forward pass over some sequences' caches needs, made once for

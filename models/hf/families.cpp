@@ -104,26 +104,41 @@ void refuse_common(const ConfigReader& r) {
            "bitsandbytes checkpoints do not: load the bf16 or f32 weights and pass --quantize");
 }
 
-// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3
+// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3, phi3
+
+// partial_rotary_factor (Phi-3's family; transformers 5 keeps it in
+// rope_parameters): the first head_dim * factor dims of each head rotate.
+void read_partial_rotary(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
+  if (!r.has("partial_rotary_factor")) return;
+  const double factor = r.number("partial_rotary_factor", 1);
+  if (factor == 1) return;
+  if (type != "phi3") r.unsupported("partial_rotary_factor", r.at("partial_rotary_factor").dump(), "phi3 only");
+  const int64_t dims = int64_t(double(c.head_dim) * factor);
+  if (!(factor > 0 && factor < 1) || dims < 2 || dims % 2 != 0)
+    r.fail("partial_rotary_factor", r.at("partial_rotary_factor").dump(),
+           "a factor in (0, 1] that leaves an even number of rotated dims per head");
+  c.rotary_dim = dims;
+}
 
 // rope_parameters (transformers 5) or rope_scaling (older files), as
 // transformers' ROPE_INIT_FUNCTIONS read them (models/llama/rope.h).
-void read_rope(const ConfigReader& r, LlamaConfig& c) {
+void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   c.rope_theta = r.number("rope_theta", c.rope_theta);
+  read_partial_rotary(r, type, c);
   json rope = r.has("rope_parameters") ? r.at("rope_parameters") : r.has("rope_scaling") ? r.at("rope_scaling") : json();
   if (rope.is_null()) return;
   const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (!rope.is_object()) r.fail(key, rope.dump(), "an object");
   ConfigReader p(rope, key);
   c.rope_theta = p.number("rope_theta", c.rope_theta);
+  read_partial_rotary(p, type, c);
   RopeScaling& s = c.rope_scaling;
   s.type = p.text("rope_type", p.text("type", "default"));
   if (s.type == "default") return;
   const std::vector<std::string> types = {"llama3", "linear", "dynamic", "yarn", "longrope"};
   if (std::find(types.begin(), types.end(), s.type) == types.end())
     p.unsupported("rope_type", "\"" + s.type + "\"", "Kiln implements default, llama3, linear, dynamic, yarn and longrope");
-  if (p.has("partial_rotary_factor") && p.number("partial_rotary_factor", 1) != 1)
-    p.unsupported("partial_rotary_factor", p.at("partial_rotary_factor").dump(), "every head dim rotates here");
+
   // Phi-3 keeps the original context beside rope_scaling, at the top level.
   s.original_max_positions = p.integer("original_max_position_embeddings",
                                        r.integer("original_max_position_embeddings", c.max_positions));
@@ -146,10 +161,10 @@ void read_rope(const ConfigReader& r, LlamaConfig& c) {
   }
   if (s.type == "longrope") {
     auto factors = [&](const char* name) {
-      const int64_t n = c.head_dim / 2;
+      const int64_t n = c.rotated_dims() / 2;
       if (!p.has(name) || !p.at(name).is_array() || int64_t(p.at(name).size()) != n)
         p.fail(name, p.has(name) ? p.at(name).dump().substr(0, 200) : "missing",
-               std::to_string(n) + " positive numbers, one per rotary frequency (head_dim / 2)");
+               std::to_string(n) + " positive numbers, one per rotary frequency (rotated dims / 2)");
       std::vector<double> out;
       for (const json& v : p.at(name)) {
         if (!v.is_number() || !(v.get<double>() > 0)) p.fail(name, v.dump(), "positive numbers");
@@ -188,7 +203,7 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
   }
   c.attention_bias = r.flag("attention_bias", false);
   c.mlp_bias = r.flag("mlp_bias", false);
-  read_rope(r, c);
+  read_rope(r, type, c);
   if (type == "qwen2") c.qkv_bias = true;
   if (type == "qwen2" || type == "qwen3" || type == "smollm3")
     if (r.flag("use_sliding_window", false))
@@ -212,8 +227,13 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
       c.rope_layers.push_back(rotates == 1);
     }
   }
-  if (type == "mistral") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
-  else r.absent("sliding_window", "a sliding window is read for mistral only") ;
+  if (type == "mistral" || type == "phi3") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
+  else r.absent("sliding_window", "a sliding window is read for mistral and phi3 only");
+  if (type == "phi3") {
+    c.fused_projections = true;
+    c.rope_recompute_at_switch = c.rope_scaling.type == "longrope";
+    c.residual_dropout = r.probability("resid_pdrop", 0);  // (embd_pdrop: transformers' Phi-3 never applies it)
+  }
   if (r.has("layer_types"))
     for (const auto& t : r.at("layer_types"))
       if (t != "full_attention" && !(type == "mistral" && t == "sliding_attention"))
@@ -227,11 +247,13 @@ std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& typ
   return std::make_shared<Llama>(c, init);
 }
 
-CausalLmFamily llama_family(const std::string& type) {
+// lora_targets: peft's defaults (Phi-3 has none in peft, which then asks
+// for target_modules; Kiln takes the fused attention projection).
+CausalLmFamily llama_family(const std::string& type, std::vector<std::string> lora_targets = {"q_proj", "v_proj"}) {
   return {type, [type](const json& j) { return build_llama(j, type); },
           [](const std::string& p) { return CheckpointName{p}; },
           [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; },
-          {"q_proj", "v_proj"}};
+          std::move(lora_targets)};
 }
 
 // ---- GPT-2: Kiln's own GPT, whose parameter names are GPT-2's
@@ -277,7 +299,7 @@ bool gpt2_buffer(const std::string& t) {
 const std::vector<CausalLmFamily>& families() {
   static const std::vector<CausalLmFamily> table = {
       llama_family("llama"),   llama_family("mistral"), llama_family("qwen2"),   llama_family("qwen3"),
-      llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"),
+      llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"), llama_family("phi3", {"qkv_proj"}),
       {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;

@@ -54,14 +54,26 @@ class LlamaLayer : public Module {
       : c_(c), rotates_(c.rope_layers.empty() || c.rope_layers[size_t(index)]) {
     auto attn = register_module("self_attn", std::make_shared<Named>());
     const bool qkv_bias = c.attention_bias || c.qkv_bias;
-    q_proj = attn->add("q_proj", std::make_shared<Linear>(c.hidden_size, c.num_heads * c.head_dim, init, qkv_bias));
-    k_proj = attn->add("k_proj", std::make_shared<Linear>(c.hidden_size, c.num_kv_heads * c.head_dim, init, qkv_bias));
-    v_proj = attn->add("v_proj", std::make_shared<Linear>(c.hidden_size, c.num_kv_heads * c.head_dim, init, qkv_bias));
-    o_proj = attn->add("o_proj", std::make_shared<Linear>(c.num_heads * c.head_dim, c.hidden_size, init, c.attention_bias));
+    const int64_t q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
+    if (c.fused_projections) {
+      qkv_proj = attn->add("qkv_proj", std::make_shared<Linear>(c.hidden_size, q_width + 2 * kv_width, init, qkv_bias));
+    } else {
+      q_proj = attn->add("q_proj", std::make_shared<Linear>(c.hidden_size, q_width, init, qkv_bias));
+      k_proj = attn->add("k_proj", std::make_shared<Linear>(c.hidden_size, kv_width, init, qkv_bias));
+      v_proj = attn->add("v_proj", std::make_shared<Linear>(c.hidden_size, kv_width, init, qkv_bias));
+    }
+    o_proj = attn->add("o_proj", std::make_shared<Linear>(q_width, c.hidden_size, init, c.attention_bias));
     auto mlp = register_module("mlp", std::make_shared<Named>());
-    gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
-    up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+    if (c.fused_projections) {
+      gate_up_proj =
+          mlp->add("gate_up_proj", std::make_shared<Linear>(c.hidden_size, 2 * c.intermediate_size, init, c.mlp_bias));
+    } else {
+      gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+      up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+    }
     down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
+    if (c.residual_dropout > 0)
+      residual_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.residual_dropout, dropout_gen));
     if (c.qk_norm != LlamaConfig::QkNorm::none) {
       const bool whole = c.qk_norm == LlamaConfig::QkNorm::whole;
       q_norm = attn->add("q_norm", std::make_shared<RmsNorm>(whole ? c.num_heads * c.head_dim : c.head_dim, c.rms_norm_eps));
@@ -92,17 +104,31 @@ class LlamaLayer : public Module {
     return h + residual(mlp(post_attention_layernorm->forward(h)));
   }
 
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj;
+  std::shared_ptr<Dropout> residual_dropout;  // Phi-3's, training only
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm, post_feedforward_layernorm, q_norm, k_norm;
   std::shared_ptr<Dropout> attention_dropout;  // on the probabilities, training only
 
  private:
-  Tensor mlp(const Tensor& n) const { return down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n)); }
-  // A sub-layer's output as its residual add takes it (Granite scales it).
-  Tensor residual(const Tensor& t) const {
-    return c_.residual_multiplier == 1 ? t : mul_scalar(t, c_.residual_multiplier);
+  Tensor mlp(const Tensor& n) const {
+    if (!c_.fused_projections) return down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+    const Tensor gate_up = gate_up_proj->forward(n);
+    const int64_t I = c_.intermediate_size;
+    return down_proj->forward(silu(slice(gate_up, -1, 0, I)) * slice(gate_up, -1, I, 2 * I));
   }
-  static Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) { return x * cos + rotate_half(x) * sin; }
+  // A sub-layer's output as its residual add takes it (Granite scales it, Phi-3 drops some of it).
+  Tensor residual(const Tensor& t) const {
+    const Tensor scaled = c_.residual_multiplier == 1 ? t : mul_scalar(t, c_.residual_multiplier);
+    return residual_dropout ? residual_dropout->forward(scaled) : scaled;
+  }
+  // Rotary embedding of the first cos.size(-1) dims of each head (all of them
+  // unless partial_rotary_factor says fewer); the rest pass unrotated.
+  static Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    const int64_t R = cos.size(-1), D = x.size(-1);
+    if (R == D) return x * cos + rotate_half(x) * sin;
+    const Tensor part = slice(x, -1, 0, R), rotated = part * cos + rotate_half(part) * sin;
+    return cat({rotated, to_dtype(slice(x, -1, R, D), rotated.dtype())}, -1);  // (autocast may widen the rotated part)
+  }
 
   Tensor heads(const Tensor& projected, int64_t B, int64_t T, int64_t H) const {
     return transpose(reshape(projected, {B, T, H, c_.head_dim}), 1, 2);  // [B, H, T, D]
@@ -116,12 +142,18 @@ class LlamaLayer : public Module {
   Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
                    bool read_pages, const nn::RealRows* real) const {
     const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
-    Tensor q = q_proj->forward(x), k = k_proj->forward(x);
+    Tensor q, k, v;
+    if (c_.fused_projections) {
+      const Tensor qkv = qkv_proj->forward(x);
+      q = slice(qkv, -1, 0, H * D), k = slice(qkv, -1, H * D, (H + Hkv) * D), v = slice(qkv, -1, (H + Hkv) * D, (H + 2 * Hkv) * D);
+    } else {
+      q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+    }
     if (c_.qk_norm == LlamaConfig::QkNorm::whole) q = q_norm->forward(q), k = k_norm->forward(k);
     q = heads(q, B, T, H);
     k = heads(k, B, T, Hkv);
     if (c_.qk_norm == LlamaConfig::QkNorm::per_head) q = q_norm->forward(q), k = k_norm->forward(k);
-    Tensor v = heads(v_proj->forward(x), B, T, Hkv);
+    v = heads(v, B, T, Hkv);
     if (rotates_) {
       q = rotate(q, cos, sin);
       k = rotate(k, cos, sin);
@@ -175,6 +207,8 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
   KILN_CHECK(c.num_heads > 0 && c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0, "llama: ", c.num_heads,
              " attention heads cannot share ", c.num_kv_heads, " key/value heads evenly");
   KILN_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: rotary positions need an even head_dim, got ", c.head_dim);
+  KILN_CHECK(c.rotated_dims() % 2 == 0 && c.rotated_dims() <= c.head_dim, "llama: ", c.rotated_dims(),
+             " rotated dims of a ", c.head_dim, "-wide head");
   KILN_CHECK(c.rope_layers.empty() || int64_t(c.rope_layers.size()) == c.num_layers, "llama: ", c.rope_layers.size(),
              " layers say whether they rotate, for ", c.num_layers, " layers");
   model_ = register_module("model", std::make_shared<Decoder>(c, init, dropout_gen_));
@@ -190,8 +224,8 @@ int Llama::ensure_rope(int64_t n, Device device, int64_t seq_len) {
   Tensor& cos_table = rope_cos_[v];
   if (cos_table.defined() && cos_table.size(0) >= n && cos_table.device() == device) return v;
   n = std::min(config_.max_positions, std::max<int64_t>({n, 256, cos_table.defined() ? 2 * cos_table.size(0) : 0}));
-  const RopeFrequencies f = rope_frequencies(config_.rope_scaling, config_.rope_theta, config_.head_dim, seq_len);
-  const int64_t D = config_.head_dim;
+  const int64_t D = config_.rotated_dims();
+  const RopeFrequencies f = rope_frequencies(config_.rope_scaling, config_.rope_theta, D, seq_len);
   const float scaling = float(f.attention_scaling);
   std::vector<float> cos_v(size_t(n * D)), sin_v(cos_v.size());
   for (int64_t p = 0; p < n; ++p)
@@ -273,18 +307,29 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
   return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
 
+bool Llama::crosses_rope_switch(int64_t past, int64_t more) const {
+  const int64_t original = config_.rope_scaling.original_max_positions;
+  return config_.rope_recompute_at_switch && past > 0 && past <= original && past + more > original;
+}
+
 Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
   const int64_t B = int64_t(tokens.size());
   KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "llama decode: ", tokens.size(), " tokens for ", caches.size(),
              " caches");
+  for (const KvCache* c : caches)
+    if (crosses_rope_switch(c->length(), 1)) {  // rare: once per sequence; each row through forward_prompts
+      std::vector<Tensor> rows;
+      for (int64_t b = 0; b < B; ++b) rows.push_back(forward_prompts({{tokens[size_t(b)]}}, {caches[size_t(b)]}));
+      return cat(rows, 0);
+    }
   std::vector<Tensor> cos_rows, sin_rows;
   for (const KvCache* c : caches) {  // each sequence at the frequencies it gets alone
     const auto [cos, sin] = rope_rows(c->length(), 1, c->length() + 1);
     cos_rows.push_back(cos);
     sin_rows.push_back(sin);
   }
-  const int64_t D = config_.head_dim;
+  const int64_t D = config_.rotated_dims();
   const Device device = anchor().device();
   const nn::PagedStep step = nn::plan_step(caches, std::vector<int64_t>(size_t(B), 1), config_.sliding_window, device);
   std::vector<int64_t> ids(tokens.begin(), tokens.end());
@@ -299,8 +344,15 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
 // padding from every real position, and no padding reaches the pages.
 Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches) {
   NoGradGuard ng;
+  for (size_t b = 0; b < prompts.size() && b < caches.size(); ++b)
+    if (crosses_rope_switch(caches[b]->length(), int64_t(prompts[b].size()))) {
+      std::vector<std::vector<int64_t>> whole = prompts;
+      whole[b].insert(whole[b].begin(), caches[b]->tokens().begin(), caches[b]->tokens().end());
+      caches[b]->clear();
+      return forward_prompts(whole, caches);
+    }
   const PromptBatch p = batch_prompts(prompts, caches, context_length());
-  const int64_t B = int64_t(prompts.size()), T = p.T, D = config_.head_dim;
+  const int64_t B = int64_t(prompts.size()), T = p.T, D = config_.rotated_dims();
   rope_rows(0, p.furthest, p.furthest);  // checks the positions
   const Device device = anchor().device();
   const Tensor where = Tensor::from_vector(p.positions, {B, T}).to(device);
@@ -335,7 +387,10 @@ Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, 
 KvCache Llama::new_cache() const {
   const Tensor& w = anchor();
   nn::KvLayout layout{config_.num_layers, config_.num_kv_heads, config_.head_dim, w.dtype(), w.device()};
-  return KvCache(pool_for(layout), context_length());
+  KvCache cache(pool_for(layout), context_length());
+  // longrope rotates a position by the sequence's length, not by the tokens before it alone.
+  cache.share_prefixes(config_.rope_scaling.type != "longrope");
+  return cache;
 }
 
 }  // namespace kiln::models

@@ -1,7 +1,8 @@
 // The Llama architecture, which also covers Mistral (a sliding attention
 // window), Qwen2 (biases on q, k and v), Qwen3 and OLMo 2 (norms on the
 // queries and keys; OLMo 2's norms after each sub-layer), Granite (its
-// multipliers) and SmolLM3 (layers without rotary positions): RMSNorm, rotary positions
+// multipliers), SmolLM3 (layers without rotary positions) and Phi-3 (fused
+// projections, partial rotary embeddings): RMSNorm, rotary positions
 // (with Llama 3's frequency scaling), SwiGLU, grouped- and multi-query
 // attention, and a tied or untied head. Built from Kiln's ops, so it trains
 // as well as it generates. Parameters carry transformers' names
@@ -43,6 +44,19 @@ struct LlamaConfig {
   std::vector<bool> rope_layers;
   // transformers' embedding padding_idx: the pad token's row learns nothing.
   std::optional<int64_t> pad_token_id;
+  // Phi-3: q, k and v as one projection (qkv_proj), gate and up as one
+  // (gate_up_proj, gate first); dropout on each sub-layer's output before its
+  // residual add (resid_pdrop), in training.
+  bool fused_projections = false;
+  double residual_dropout = 0;
+  // Partial rotary embeddings (partial_rotary_factor): only the first
+  // rotary_dim dims of each head rotate; 0: all of them.
+  int64_t rotary_dim = 0;
+  int64_t rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Phi-3 (transformers' Phi3ForCausalLM): a cached sequence that grows past
+  // longrope's original context is recomputed whole with the long factors,
+  // rather than keep the keys its short factors rotated.
+  bool rope_recompute_at_switch = false;
 };
 
 class Llama : public LanguageModel {
@@ -80,6 +94,8 @@ class Llama : public LanguageModel {
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
   Tensor head_input(const Tensor& x) const;  // x / logits_scaling
+  // Phi-3's recomputation: true for a cache of `past` positions that `more` new ones take past the original context.
+  bool crosses_rope_switch(int64_t past, int64_t more) const;
   const Tensor& anchor() const;
   int ensure_rope(int64_t positions, Device device, int64_t seq_len);  // -> the table in use
   LlamaConfig config_;

@@ -203,6 +203,14 @@ CAUSAL = {
                                      rope_scaling=dict(rope_type="longrope", original_max_position_embeddings=16,
                                                        short_factor=[1.0 + 0.05 * i for i in range(12)],
                                                        long_factor=[1.0 + 0.5 * i for i in range(12)]))),
+    # Phi-4-mini's shape of Phi-3: fused qkv_proj and gate_up_proj, 3/4 of each
+    # head rotating, longrope past 16 positions, a sliding window of 24.
+    "phi3": ("llama2", dict(model_type="phi3", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                            intermediate_size=72, num_hidden_layers=2, max_position_embeddings=128,
+                            original_max_position_embeddings=16, sliding_window=24, partial_rotary_factor=0.75,
+                            rope_scaling=dict(rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(6)],
+                                              long_factor=[1.0 + 0.7 * i for i in range(6)]),
+                            tie_word_embeddings=False, pad_token_id=None)),
     # Layers 0, 1, 3 and 5 rotate, 2 and 4 do not (SmolLM3-3B's pattern is every fourth without).
     "smollm3": ("llama3", dict(model_type="smollm3", hidden_size=36, num_attention_heads=3, num_key_value_heads=3,
                                intermediate_size=64, num_hidden_layers=5, max_position_embeddings=128,
