@@ -204,12 +204,14 @@ TEST(CausalLmsF16, F16WeightsRunInF16) {
   std::printf("f16: largest difference from transformers' f32 %.4f\n", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+// A fixture's name as a test name ("rope-yarn" -> "rope_yarn").
+std::string fixture_test_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CausalLms, ::testing::ValuesIn(kCausal), fixture_test_name);
 
 // The loaded modules train: a loss and its gradients, the same whether each
 // layer keeps its activations or re-runs in backward.
@@ -312,7 +314,8 @@ TEST_P(Classifiers, ABatchOfDifferentLengthsGivesEachTextsOwnProbabilities) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers, ::testing::Values("bert", "distilbert"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers, ::testing::Values("bert", "distilbert", "roberta", "xlm-roberta"),
+                         fixture_test_name);
 
 TEST(HfFolders, SpecsNameFolders) {
   EXPECT_EQ(models::hf_folder("hf:/models/x"), "/models/x");
@@ -404,7 +407,7 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                              "smollm3", "phi3", "bert", "distilbert"}) {
+                              "smollm3", "phi3", "bert", "distilbert", "roberta", "xlm-roberta"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);

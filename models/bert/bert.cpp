@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "kiln/backend/batch_invariant.h"
 #include "kiln/backend/factory.h"
@@ -19,7 +20,8 @@ namespace bert_parts {
 struct Names {
   std::string base, layers;                                       // "bert", "encoder.layer"
   std::string q, k, v, o, attn_norm, ffn_in, ffn_out, ffn_norm;  // within a layer
-  std::string head;  // BERT's pooler or DistilBERT's pre-classifier
+  std::string head;        // BERT's pooler, DistilBERT's pre-classifier, RoBERTa's head's dense
+  std::string classifier;  // the layer that gives the labels' logits
 };
 
 const Names& names_of(const std::string& flavor) {
@@ -33,12 +35,21 @@ const Names& names_of(const std::string& flavor) {
                           "intermediate.dense",
                           "output.dense",
                           "output.LayerNorm",
-                          "bert.pooler.dense"};
+                          "bert.pooler.dense",
+                          "classifier"};
   static const Names distilbert{"distilbert", "transformer.layer", "attention.q_lin", "attention.k_lin",
                                 "attention.v_lin", "attention.out_lin", "sa_layer_norm", "ffn.lin1",
-                                "ffn.lin2", "output_layer_norm", "pre_classifier"};
-  KILN_CHECK(flavor == "bert" || flavor == "distilbert", "unknown BERT flavour '", flavor, "'");
-  return flavor == "bert" ? bert : distilbert;
+                                "ffn.lin2", "output_layer_norm", "pre_classifier", "classifier"};
+  static const Names roberta = [] {
+    Names n = bert;
+    n.base = "roberta", n.head = "classifier.dense", n.classifier = "classifier.out_proj";
+    return n;
+  }();
+  static const std::map<std::string, const Names*> by_flavor = {
+      {"bert", &bert}, {"distilbert", &distilbert}, {"roberta", &roberta}};
+  const auto it = by_flavor.find(flavor);
+  KILN_CHECK(it != by_flavor.end(), "unknown BERT flavour '", flavor, "'");
+  return *it->second;
 }
 
 class EncoderLayer : public Module {
@@ -117,6 +128,8 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   auto emb = base->add("embeddings", std::make_shared<Named>());
   p.words = emb->add("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
   p.positions = emb->add("position_embeddings", std::make_shared<Embedding>(c.max_positions, c.hidden_size, init));
+  p.words->padding_idx = c.pad_token_id;  // transformers' nn.Embedding(padding_idx=pad_token_id)
+  if (c.flavor == "roberta") p.positions->padding_idx = c.pad_token_id;
   if (c.type_vocab_size > 0)
     p.types = emb->add("token_type_embeddings", std::make_shared<Embedding>(c.type_vocab_size, c.hidden_size, init));
   p.emb_norm = emb->add("LayerNorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
@@ -127,17 +140,18 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
   // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
   p.head = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
   p.head_dropout = register_module("dropout", std::make_shared<Dropout>(c.classifier_dropout, dropout_gen));
-  p.classifier = register_module("classifier", std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
+  p.classifier = register_module(n.classifier, std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
 }
 
 void BertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
   KILN_CHECK(!labels.empty(), "bert: a classifier needs labels");
-  drop_module("classifier");
+  const std::string& name = names_of(config_.flavor).classifier;
+  drop_module(name);
   auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
   head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
                          {"bias", zeros({int64_t(labels.size())})}});
   head->to(parts_->head->weight.device());
-  parts_->classifier = register_module("classifier", head);
+  parts_->classifier = register_module(name, head);
   config_.labels = labels;
 }
 
@@ -145,10 +159,16 @@ Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
 
 Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
   const Parts& p = *parts_;
-  const int64_t T = ids.size(1);
-  KILN_CHECK(T <= config_.max_positions, "the text is ", T, " tokens, more than the model's ", config_.max_positions,
-             " positions (max_position_embeddings); shorten it");
-  Tensor x = p.words->forward(ids) + p.positions->forward(arange(T, DType::i64, ids.device()));
+  const int64_t T = ids.size(1), offset = config_.position_offset;
+  KILN_CHECK(T + offset <= config_.max_positions, "the text is ", T, " tokens, more than the model's ",
+             config_.max_positions - offset, " positions (max_position_embeddings); shorten it");
+  Tensor where = arange(T, DType::i64, ids.device());
+  if (offset > 0) {  // RoBERTa's positions follow its padding id (padded rows' padding is never attended to)
+    std::vector<int64_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = offset + t;
+    where = Tensor::from_vector(positions, {T}).to(ids.device());
+  }
+  Tensor x = p.words->forward(ids) + p.positions->forward(where);
   if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
   x = p.emb_dropout->forward(p.emb_norm->forward(x));
   Tensor key_bias;
@@ -162,7 +182,9 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
   }
   for (const auto& layer : p.layers) x = layer->forward(x, key_bias, lengths);
   Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
-  Tensor pooled = config_.flavor == "bert" ? tanh(p.head->forward(first)) : relu(p.head->forward(first));
+  Tensor pooled = config_.flavor == "distilbert" ? relu(p.head->forward(first))
+                  : config_.flavor == "roberta"  ? tanh(p.head->forward(p.head_dropout->forward(first)))
+                                                 : tanh(p.head->forward(first));
   return p.classifier->forward(p.head_dropout->forward(pooled));
 }
 

@@ -1,9 +1,12 @@
-// BERT and DistilBERT for sequence classification (the sentiment models of
-// the mission): an encoder of post-norm layers over token, position and (for
-// BERT) token-type embeddings, then BERT's pooler (tanh over [CLS]) or
-// DistilBERT's pre-classifier (ReLU over [CLS]), then the classifier.
+// BERT, DistilBERT, RoBERTa and XLM-RoBERTa for sequence classification (the
+// sentiment models of the mission, and most of those on the hub): an encoder
+// of post-norm layers over token, position and (but DistilBERT) token-type
+// embeddings, then BERT's pooler (tanh over [CLS]), DistilBERT's
+// pre-classifier (ReLU over [CLS]) or RoBERTa's classification head (tanh
+// over <s>), then the classifier.
 // Parameters carry transformers' names for each, from a table of names.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,10 +16,14 @@
 namespace kiln::models {
 
 struct BertConfig {
-  std::string flavor = "bert";  // "bert" or "distilbert": which names and head
+  std::string flavor = "bert";  // "bert", "distilbert" or "roberta" (also XLM-RoBERTa): which names and head
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, intermediate_size = 0;
   int64_t max_positions = 512, type_vocab_size = 2;  // type_vocab_size 0: no token types (DistilBERT)
   double layer_norm_eps = 1e-12;
+  // RoBERTa numbers positions from its padding id + 1 (position_offset), and
+  // its word and position embeddings' padding rows get no gradient.
+  int64_t position_offset = 0;
+  std::optional<int64_t> pad_token_id;
   std::vector<std::string> labels;  // id2label, in id order
   // Dropout, acting in training only, where transformers puts it: on the
   // embeddings and the feed-forward's output (BERT's hidden_dropout_prob,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
@@ -87,6 +88,15 @@ class ConfigReader {
   const json& j_;
   std::string type_;
 };
+
+// pad_token_id, which transformers makes its embeddings' padding_idx (that
+// row gets no gradient); a list, as some configs hold for eos, never is one.
+std::optional<int64_t> read_pad_token_id(const ConfigReader& r, int64_t vocab_size) {
+  if (!r.has("pad_token_id") || !r.at("pad_token_id").is_number_integer()) return std::nullopt;
+  const int64_t pad = r.at("pad_token_id").get<int64_t>();
+  if (pad < 0 || pad >= vocab_size) r.fail("pad_token_id", r.at("pad_token_id").dump(), "a token id below vocab_size");
+  return pad;
+}
 
 // Keys every family refuses: weights Kiln cannot read as they are. Kiln's
 // own quantized exports (quant_method "kiln", kiln export --quantize) load.
@@ -194,13 +204,7 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
   c.max_positions = r.integer("max_position_embeddings");
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
-  // transformers gives the decoder's embedding padding_idx = pad_token_id (a
-  // list, as some configs hold for eos, never is one).
-  if (r.has("pad_token_id") && r.at("pad_token_id").is_number_integer()) {
-    const int64_t pad = r.at("pad_token_id").get<int64_t>();
-    if (pad < 0 || pad >= c.vocab_size) r.fail("pad_token_id", r.at("pad_token_id").dump(), "a token id below vocab_size");
-    c.pad_token_id = pad;
-  }
+  c.pad_token_id = read_pad_token_id(r, c.vocab_size);
   c.attention_bias = r.flag("attention_bias", false);
   c.mlp_bias = r.flag("mlp_bias", false);
   read_rope(r, type, c);
@@ -333,7 +337,14 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
   c.vocab_size = r.integer("vocab_size");
   c.max_positions = r.integer("max_position_embeddings");
   c.labels = labels_of(r);
-  if (flavor == "bert") {
+  c.pad_token_id = read_pad_token_id(r, c.vocab_size);
+  if (flavor == "roberta") {
+    if (!c.pad_token_id) r.fail("pad_token_id", "missing", "RoBERTa's padding id (its positions start after it)");
+    c.position_offset = *c.pad_token_id + 1;
+    if (c.position_offset >= c.max_positions)
+      r.fail("max_position_embeddings", j["max_position_embeddings"].dump(), "more positions than pad_token_id + 1");
+  }
+  if (flavor == "bert" || flavor == "roberta") {
     r.only("hidden_act", {"gelu"});
     r.only("position_embedding_type", {"absolute"});
     c.hidden_size = r.integer("hidden_size");
@@ -361,13 +372,18 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
   return std::make_shared<BertClassifier>(c, init);
 }
 
-ClassifierFamily bert_family(const std::string& flavor) {
-  return {flavor, [flavor](const json& j) { return build_bert(j, flavor); },
-          [](const std::string& t) { return t.ends_with("embeddings.position_ids"); }};
+ClassifierFamily bert_family(const std::string& model_type, const std::string& flavor) {
+  return {model_type, [flavor](const json& j) { return build_bert(j, flavor); },
+          [](const std::string& t) {
+            return t.ends_with("embeddings.position_ids") || t.ends_with("embeddings.token_type_ids");
+          }};
 }
 
 const std::vector<ClassifierFamily>& classifier_families() {
-  static const std::vector<ClassifierFamily> table = {bert_family("bert"), bert_family("distilbert")};
+  static const std::vector<ClassifierFamily> table = {bert_family("bert", "bert"),
+                                                      bert_family("distilbert", "distilbert"),
+                                                      bert_family("roberta", "roberta"),
+                                                      bert_family("xlm-roberta", "roberta")};
   return table;
 }
 

@@ -122,6 +122,13 @@ def sentencepiece_bpe(vocab_size, metaspace):
     return tok
 
 
+def roberta_bpe(vocab_size):
+    """RoBERTa's: GPT-2's byte-level BPE, <s> A </s> by RobertaProcessing, <pad> = 1."""
+    tok = byte_level_bpe(GPT2_PATTERN, vocab_size, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    return tok
+
+
 def wordpiece(vocab_size):
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
@@ -147,6 +154,8 @@ TOKENIZERS = {
                        dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
     "mistral": lambda: (sentencepiece_bpe(700, metaspace=True),
                         dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
+    "roberta": lambda: (roberta_bpe(610), dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>",
+                                               cls_token="<s>", pad_token="<pad>", mask_token="<mask>")),
     "bert": lambda: (wordpiece(620), dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
                                           cls_token="[CLS]", mask_token="[MASK]")),
 }
@@ -223,6 +232,13 @@ CLASSIFIERS = {
                           id2label={0: "negative", 1: "neutral", 2: "positive"})),
     "distilbert": ("bert", dict(model_type="distilbert", dim=40, n_heads=2, n_layers=2, hidden_dim=68,
                                 max_position_embeddings=64, id2label={0: "NEGATIVE", 1: "POSITIVE"})),
+    # RoBERTa's positions start after its padding id (max_position_embeddings is 2 more than the context)
+    "roberta": ("roberta", dict(model_type="roberta", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
+                                intermediate_size=60, max_position_embeddings=66, type_vocab_size=1,
+                                id2label={0: "negative", 1: "neutral", 2: "positive"})),
+    "xlm-roberta": ("roberta", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4,
+                                    num_hidden_layers=2, intermediate_size=48, max_position_embeddings=66,
+                                    type_vocab_size=1, id2label={0: "NEGATIVE", 1: "POSITIVE"})),
 }
 
 SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
@@ -654,14 +670,17 @@ def main():
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL),
-                    help="remake only these causal models' folders (the others stay as they are)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL) + sorted(CLASSIFIERS),
+                    help="remake only these models' folders (the others stay as they are)")
     a = ap.parse_args()
     if a.only:
         for name in a.only:
             shutil.rmtree(os.path.join(a.out, name), ignore_errors=True)
-            tok_name, kwargs = CAUSAL[name]
-            make_model(a.out, name, tok_name, kwargs, AutoModelForCausalLM, causal_expectations)
+            if name in CAUSAL:
+                make_model(a.out, name, *CAUSAL[name], AutoModelForCausalLM, causal_expectations)
+            else:
+                make_model(a.out, name, *CLASSIFIERS[name], AutoModelForSequenceClassification,
+                           classifier_expectations)
         return
     if a.speed:
         make_speed_model(a.speed, a.shape)
