@@ -585,6 +585,22 @@ TEST(HfFolders, LongropeCachesShareNoPrefixes) {
   EXPECT_EQ(cache.length(), 17);
 }
 
+// SmolLM3 without no_rope_layers takes transformers' default: every
+// no_rope_layer_interval-th layer (4) does not rotate.
+TEST(HfFolders, SmolLm3DefaultsItsUnrotatedLayersFromTheInterval) {
+  auto logits_with = [](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    auto dir = scratch_copy("smollm3", name);
+    edit_config(dir, edit);
+    auto lm = models::load_hf_causal_lm(dir.string(), DType::f32);
+    return models::next_token_log_probabilities(*lm.model, {1, 5, 9, 13, 17});
+  };
+  const auto by_default = logits_with("interval", [](nlohmann::json& j) { j.erase("no_rope_layers"); });
+  const auto explicit_list = logits_with("listed", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 1, 1, 0, 1}; });
+  const auto fixture_list = logits_with("fixture", [](nlohmann::json&) {});
+  EXPECT_EQ(by_default, explicit_list);
+  EXPECT_NE(by_default, fixture_list);
+}
+
 TEST(HfFolders, SampleWithIgnoreEosRunsToMaxTokens) {
   // A copy whose generation_config.json makes the third greedy token the end
   // of sequence: a sample stops before it; with ignore_eos it is never

@@ -270,7 +270,8 @@ std::string Plan::to_text() const {
   std::snprintf(line, sizeof line,
                 "\nplain %s%s training needs, at its peak:\n  weights %s, gradients %s, optimizer %s, activations %s, "
                 "workspace %s -> peak %s: %s\n",
-                plain.strategy.precision.c_str(), plain.runs_as.empty() ? "" : " (so fp32, on this CPU)", human_bytes(double(plain.memory.weights)).c_str(),
+                plain.strategy.precision.c_str(), plain.runs_as.empty() ? "" : " (so fp32, on this CPU)",
+                human_bytes(double(plain.memory.weights)).c_str(),
                 human_bytes(double(plain.memory.grads)).c_str(), human_bytes(double(plain.memory.optimizer)).c_str(),
                 human_bytes(double(plain.memory.activations)).c_str(),
                 human_bytes(double(plain.memory.workspace)).c_str(), human_bytes(double(plain.memory.peak)).c_str(),

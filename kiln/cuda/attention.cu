@@ -152,7 +152,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, T
   }
   const int dev = q.device().index;
   DeviceGuard guard(dev);
-  if (tensor_core_attention_applies(q, {&q, &k, &v, &out})) return tensor_core_attention(q, k, v, out, lse, scale, causal);
+  if (tensor_core_attention_applies(q, {&q, &k, &v, &out}))
+    return tensor_core_attention(q, k, v, out, lse, scale, causal);
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     using A = Acc<T>;
     const size_t smem = size_t(kBlockRows * D + 2 * kTile * (D + 1)) * sizeof(A);

@@ -147,7 +147,8 @@ void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   if (s.type == "default") return;
   const std::vector<std::string> types = {"llama3", "linear", "dynamic", "yarn", "longrope"};
   if (std::find(types.begin(), types.end(), s.type) == types.end())
-    p.unsupported("rope_type", "\"" + s.type + "\"", "Kiln implements default, llama3, linear, dynamic, yarn and longrope");
+    p.unsupported("rope_type", "\"" + s.type + "\"",
+                  "Kiln implements default, llama3, linear, dynamic, yarn and longrope");
 
   // Phi-3 keeps the original context beside rope_scaling, at the top level.
   s.original_max_positions = p.integer("original_max_position_embeddings",
@@ -219,10 +220,14 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
     c.attention_multiplier = r.number("attention_multiplier", 1);
     c.residual_multiplier = r.number("residual_multiplier", 1);
     c.logits_scaling = r.number("logits_scaling", 1);
-    if (!(c.attention_multiplier > 0)) r.fail("attention_multiplier", j["attention_multiplier"].dump(), "a positive number");
+    if (!(c.attention_multiplier > 0))
+      r.fail("attention_multiplier", j["attention_multiplier"].dump(), "a positive number");
     if (!(c.logits_scaling > 0)) r.fail("logits_scaling", j["logits_scaling"].dump(), "a positive number");
   }
-  if (type == "smollm3" && r.has("no_rope_layers")) {
+  if (type == "smollm3" && !r.has("no_rope_layers")) {  // transformers' default: every interval-th layer unrotated
+    const int64_t interval = r.integer("no_rope_layer_interval", 4);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.rope_layers.push_back((i + 1) % interval != 0);
+  } else if (type == "smollm3") {
     const json& layers = r.at("no_rope_layers");
     if (!layers.is_array() || int64_t(layers.size()) != c.num_layers)
       r.fail("no_rope_layers", layers.dump().substr(0, 200), "one 0 or 1 per layer (1: the layer rotates)");

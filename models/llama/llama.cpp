@@ -76,8 +76,8 @@ class LlamaLayer : public Module {
       residual_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.residual_dropout, dropout_gen));
     if (c.qk_norm != LlamaConfig::QkNorm::none) {
       const bool whole = c.qk_norm == LlamaConfig::QkNorm::whole;
-      q_norm = attn->add("q_norm", std::make_shared<RmsNorm>(whole ? c.num_heads * c.head_dim : c.head_dim, c.rms_norm_eps));
-      k_norm = attn->add("k_norm", std::make_shared<RmsNorm>(whole ? c.num_kv_heads * c.head_dim : c.head_dim, c.rms_norm_eps));
+      q_norm = attn->add("q_norm", std::make_shared<RmsNorm>(whole ? q_width : c.head_dim, c.rms_norm_eps));
+      k_norm = attn->add("k_norm", std::make_shared<RmsNorm>(whole ? kv_width : c.head_dim, c.rms_norm_eps));
     }
     if (!c.norm_after)
       input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
@@ -145,7 +145,9 @@ class LlamaLayer : public Module {
     Tensor q, k, v;
     if (c_.fused_projections) {
       const Tensor qkv = qkv_proj->forward(x);
-      q = slice(qkv, -1, 0, H * D), k = slice(qkv, -1, H * D, (H + Hkv) * D), v = slice(qkv, -1, (H + Hkv) * D, (H + 2 * Hkv) * D);
+      q = slice(qkv, -1, 0, H * D);
+      k = slice(qkv, -1, H * D, (H + Hkv) * D);
+      v = slice(qkv, -1, (H + Hkv) * D, (H + 2 * Hkv) * D);
     } else {
       q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
     }

@@ -64,9 +64,8 @@ RopeFrequencies longrope(const RopeScaling& s, double theta, int64_t dim, int64_
   const std::vector<float> pos = powers(theta, dim);
   RopeFrequencies r;
   for (size_t i = 0; i < pos.size(); ++i) r.inverse.push_back(1.0f / (float(ext[i]) * pos[i]));
-  r.attention_scaling = s.attention_factor ? *s.attention_factor
-                        : s.factor <= 1    ? 1.0
-                                           : std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_positions)));
+  const double grown = std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_positions)));
+  r.attention_scaling = s.attention_factor ? *s.attention_factor : s.factor <= 1 ? 1.0 : grown;
   return r;
 }
 

@@ -81,7 +81,8 @@ LoraStep lora_step(Device device) {
   optim::AdamW opt(nn::lora_parameters(*lm.model), 1e-3);
   std::vector<int64_t> ids(2 * 20), targets(2 * 20);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(3 + (i * 37) % 90), targets[i] = int64_t(3 + (i * 53) % 90);
-  Tensor loss = lm.model->loss(Tensor::from_vector(ids, {2, 20}).to(device), Tensor::from_vector(targets, {2, 20}).to(device));
+  Tensor loss =
+      lm.model->loss(Tensor::from_vector(ids, {2, 20}).to(device), Tensor::from_vector(targets, {2, 20}).to(device));
   loss.backward();
   LoraStep r{loss.item(), {}, {}, {}};
   for (auto& [name, p] : nn::lora_parameters(*lm.model)) {
