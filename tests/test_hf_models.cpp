@@ -585,6 +585,34 @@ TEST(HfFolders, LongropeCachesShareNoPrefixes) {
   EXPECT_EQ(cache.length(), 17);
 }
 
+// The new families' keys that change the math are read or refused by name.
+TEST(HfFolders, NewFamiliesRefuseWhatTheyDoNotImplementByName) {
+  const auto error_of = [](const char* fixture, const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json config = models::read_hf_config(hf_test::fixture(fixture));
+    edit(config);
+    nn::MetaParametersGuard meta;
+    try {
+      models::find_causal_lm_family(config["model_type"])->build(config);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "built";
+  };
+  const auto expect_says = [](const std::string& error, const std::string& says) {
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  expect_says(error_of("qwen3", [](auto& j) { j["partial_rotary_factor"] = 0.5; }), "\"partial_rotary_factor\"");
+  expect_says(error_of("qwen3", [](auto& j) { j["use_sliding_window"] = true; }), "\"use_sliding_window\"");
+  expect_says(error_of("phi3", [](auto& j) { j["rope_parameters"]["short_factor"] = {1.0, 2.0}; }),
+              "\"short_factor\"");
+  expect_says(error_of("phi3", [](auto& j) { j["partial_rotary_factor"] = 0.01; }), "\"partial_rotary_factor\"");
+  expect_says(error_of("granite", [](auto& j) { j["attention_multiplier"] = 0; }), "\"attention_multiplier\"");
+  expect_says(error_of("smollm3", [](auto& j) { j["no_rope_layers"] = {1, 0}; }), "\"no_rope_layers\"");
+  expect_says(error_of("rope-yarn", [](auto& j) { j["rope_parameters"]["rope_type"] = "su"; }), "\"rope_type\"");
+  expect_says(error_of("olmo2", [](auto& j) { j["pad_token_id"] = 1 << 20; }), "\"pad_token_id\"");
+  EXPECT_EQ(error_of("phi3", [](auto&) {}), "built");
+}
+
 // SmolLM3 without no_rope_layers takes transformers' default: every
 // no_rope_layer_interval-th layer (4) does not rotate.
 TEST(HfFolders, SmolLm3DefaultsItsUnrotatedLayersFromTheInterval) {
