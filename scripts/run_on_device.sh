@@ -129,7 +129,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
   STEP_TIMEOUT=${SANITIZE_TIMEOUT:-150} step "memcheck" "$OUT/sanitize_memcheck.log" \
     compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$DIST/kiln_gpu_tests" \
     --gtest_filter="${MEMCHECK_FILTER:--CudaBackendAllocator.OutOfMemory*:Nccl*}"
-  STEP_TIMEOUT=${SANITIZE_TIMEOUT:-150} step "racecheck" "$OUT/sanitize_racecheck.log" \
+  STEP_TIMEOUT=${SANITIZE_TIMEOUT:-240} step "racecheck" "$OUT/sanitize_racecheck.log" \
     compute-sanitizer --tool racecheck --error-exitcode 9 "$DIST/kiln_gpu_tests" \
     --gtest_filter='*Attention*:*Reduce*:*Softmax*:*LayerNorm*:*CrossEntropy*'
 fi

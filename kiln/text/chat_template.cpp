@@ -41,7 +41,7 @@ std::string render_llama2(const ChatTemplate& t, const Messages& ms, bool) {
     const std::string content =
         n == 0 && has_system ? "<<SYS>>\n" + ms[0].content + "\n<</SYS>>\n\n" + m.content : m.content;
     if (m.role == "user") out += t.tokens.bos + "[INST] " + strip(content) + " [/INST]";
-    if (m.role == "assistant") out += " " + strip(content) + " " + t.tokens.eos;
+    if (m.role == "assistant") out.append(" ").append(strip(content)).append(" ").append(t.tokens.eos);
   }
   return out;
 }
