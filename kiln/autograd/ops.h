@@ -2,6 +2,7 @@
 // and, when gradients are enabled and an input requires them, records a
 // GradNode whose backward is written with these same ops.
 #pragma once
+#include <optional>
 #include <functional>
 #include <vector>
 
@@ -106,7 +107,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 // The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
 int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
-Tensor embedding(const Tensor& weight, const Tensor& ids);
+// padding_idx (PyTorch's nn.Embedding's): that row's gradient stays zero.
+Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t> padding_idx = std::nullopt);
 // Quantized weights (kiln/core/quantized.h, ops_quantized.cpp): x [..., K]
 // times w [N, K]^T plus bias -> [..., N], and the rows `ids` of w -> [..., K],
 // both in w.dtype (the dtype w was quantized from). w and the bias are frozen;

@@ -135,7 +135,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   return out;
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& ids_in) {
+Tensor embedding(const Tensor& weight, const Tensor& ids_in, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be [vocab, dim], got ", shape_str(weight.shape()));
   detail::check_same_device(weight, ids_in, "embedding");
   Tensor ids = contiguous(ids_in).detach();
@@ -143,9 +143,15 @@ Tensor embedding(const Tensor& weight, const Tensor& ids_in) {
   s.push_back(weight.size(1));
   Tensor out = new_tensor(s, weight.dtype(), weight.device());
   backend_of(weight).embedding(contiguous(weight).detach(), ids, out);
-  record(out, "EmbeddingBackward", {&weight}, [ids, ws = weight.shape(), wd = weight.dtype()](const Tensor& g) {
+  const Shape ws = weight.shape();
+  const DType wd = weight.dtype();
+  record(out, "EmbeddingBackward", {&weight}, [ids, ws, wd, padding_idx](const Tensor& g) {
     Tensor dw = zeros(ws, wd, g.device());
     backend_of(g).embedding_backward(contiguous(g), ids, dw);
+    if (padding_idx) {
+      Tensor row = slice(dw, 0, *padding_idx, *padding_idx + 1);
+      copy_into(zeros({1, ws[1]}, wd, g.device()), row);
+    }
     return std::vector<Tensor>{dw};
   });
   return out;

@@ -59,16 +59,7 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, double stddev) {
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
-  if (quantized) return quantized_embedding(*quantized, ids);
-  Tensor out = embedding(weight, ids);
-  if (!padding_idx || !grad_enabled() || !weight.requires_grad()) return out;
-  // The padding token's rows pass their values on but no gradient: out * keep
-  // + detached(out) * pad is out itself, differentiated through keep alone.
-  // (Ids compare as f32: exact below 2^24, and vocabularies are far smaller.)
-  const Tensor pad = unsqueeze(
-      to_dtype(eq(to_dtype(ids, DType::f32), full({1}, double(*padding_idx), DType::f32, ids.device())), out.dtype()),
-      -1);
-  return out * add_scalar(neg(pad), 1.0) + out.detach() * pad;
+  return quantized ? quantized_embedding(*quantized, ids) : embedding(weight, ids, padding_idx);
 }
 
 namespace {

@@ -162,12 +162,8 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
   const int64_t T = ids.size(1), offset = config_.position_offset;
   KILN_CHECK(T + offset <= config_.max_positions, "the text is ", T, " tokens, more than the model's ",
              config_.max_positions - offset, " positions (max_position_embeddings); shorten it");
-  Tensor where = arange(T, DType::i64, ids.device());
-  if (offset > 0) {  // RoBERTa's positions follow its padding id (padded rows' padding is never attended to)
-    std::vector<int64_t> positions(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = offset + t;
-    where = Tensor::from_vector(positions, {T}).to(ids.device());
-  }
+  // Positions [offset, offset + T): RoBERTa's follow its padding id (padded rows' padding is never attended to).
+  const Tensor where = slice(arange(offset + T, DType::i64, ids.device()), 0, offset, offset + T);
   Tensor x = p.words->forward(ids) + p.positions->forward(where);
   if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
   x = p.emb_dropout->forward(p.emb_norm->forward(x));

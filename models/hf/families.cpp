@@ -130,6 +130,23 @@ void read_partial_rotary(const ConfigReader& r, const std::string& type, LlamaCo
   c.rotary_dim = dims;
 }
 
+// SmolLM3's no_rope_layers (1: the layer rotates), or transformers' default
+// without it: every no_rope_layer_interval-th layer unrotated.
+void read_rope_layers(const ConfigReader& r, LlamaConfig& c) {
+  if (!r.has("no_rope_layers")) {
+    const int64_t interval = r.integer("no_rope_layer_interval", 4);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.rope_layers.push_back((i + 1) % interval != 0);
+    return;
+  }
+  const json& layers = r.at("no_rope_layers");
+  if (!layers.is_array() || int64_t(layers.size()) != c.num_layers)
+    r.fail("no_rope_layers", layers.dump().substr(0, 200), "one 0 or 1 per layer (1: the layer rotates)");
+  for (const json& rotates : layers) {
+    if (rotates != 0 && rotates != 1) r.fail("no_rope_layers", layers.dump().substr(0, 200), "0s and 1s");
+    c.rope_layers.push_back(rotates == 1);
+  }
+}
+
 // rope_parameters (transformers 5) or rope_scaling (older files), as
 // transformers' ROPE_INIT_FUNCTIONS read them (models/llama/rope.h).
 void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
@@ -149,7 +166,6 @@ void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   if (std::find(types.begin(), types.end(), s.type) == types.end())
     p.unsupported("rope_type", "\"" + s.type + "\"",
                   "Kiln implements default, llama3, linear, dynamic, yarn and longrope");
-
   // Phi-3 keeps the original context beside rope_scaling, at the top level.
   s.original_max_positions = p.integer("original_max_position_embeddings",
                                        r.integer("original_max_position_embeddings", c.max_positions));
@@ -224,18 +240,7 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
       r.fail("attention_multiplier", j["attention_multiplier"].dump(), "a positive number");
     if (!(c.logits_scaling > 0)) r.fail("logits_scaling", j["logits_scaling"].dump(), "a positive number");
   }
-  if (type == "smollm3" && !r.has("no_rope_layers")) {  // transformers' default: every interval-th layer unrotated
-    const int64_t interval = r.integer("no_rope_layer_interval", 4);
-    for (int64_t i = 0; i < c.num_layers; ++i) c.rope_layers.push_back((i + 1) % interval != 0);
-  } else if (type == "smollm3") {
-    const json& layers = r.at("no_rope_layers");
-    if (!layers.is_array() || int64_t(layers.size()) != c.num_layers)
-      r.fail("no_rope_layers", layers.dump().substr(0, 200), "one 0 or 1 per layer (1: the layer rotates)");
-    for (const json& rotates : layers) {
-      if (rotates != 0 && rotates != 1) r.fail("no_rope_layers", layers.dump().substr(0, 200), "0s and 1s");
-      c.rope_layers.push_back(rotates == 1);
-    }
-  }
+  if (type == "smollm3") read_rope_layers(r, c);
   if (type == "mistral" || type == "phi3") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
   else r.absent("sliding_window", "a sliding window is read for mistral and phi3 only");
   if (type == "phi3") {

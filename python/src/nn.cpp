@@ -71,7 +71,10 @@ void bind_nn(py::module_& m) {
   py::class_<models::GptConfig>(m, "GPTConfig")
       .def(py::init([](int64_t vocab_size, int64_t block_size, int64_t n_layer, int64_t n_head, int64_t n_embd,
                        double dropout) {
-             return models::GptConfig{vocab_size, block_size, n_layer, n_head, n_embd, dropout};
+             models::GptConfig c;
+             c.vocab_size = vocab_size, c.block_size = block_size, c.n_layer = n_layer, c.n_head = n_head;
+             c.n_embd = n_embd, c.dropout = dropout;
+             return c;
            }),
            py::arg("vocab_size") = 50257, py::arg("block_size") = 1024, py::arg("n_layer") = 12,
            py::arg("n_head") = 12, py::arg("n_embd") = 768, py::arg("dropout") = 0.0)
