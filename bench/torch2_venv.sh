@@ -2,7 +2,7 @@
 # The PyTorch users install today (2.x from PyPI), with transformers,
 # tokenizers and safetensors (the oracles for Hugging Face models:
 # tests/hf/make_fixtures.py; gguf and protobuf for their tokenizer
-# converters), peft, and the openai client (the chat API's
+# converters), peft, sentence-transformers (the embeddings' oracle) and the openai client (the chat API's
 # tests drive kiln serve with it), in a virtual environment outside the
 # repository, made once and cached. Prints its python.
 #   KILN_TORCH2_VENV=~/.cache/kiln-torch2 (default)
@@ -11,6 +11,11 @@ VENV="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}"
 if ! "$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors, sentencepiece, openai, peft, google.protobuf" 2>/dev/null; then
   echo "creating $VENV with PyTorch 2 and transformers from PyPI (a few GB, once) ..." >&2
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q torch numpy transformers tokenizers safetensors sentencepiece gguf protobuf openai peft >&2
+  "$VENV/bin/pip" install -q torch numpy transformers tokenizers safetensors sentencepiece gguf protobuf openai peft \
+    sentence-transformers >&2
+fi
+# sentence-transformers came later (the embedding fixtures): added to a venv made before it.
+if ! "$VENV/bin/python" -c "import sentence_transformers" 2>/dev/null; then
+  "$VENV/bin/pip" install -q sentence-transformers >&2 || echo "could not install sentence-transformers into $VENV" >&2
 fi
 echo "$VENV/bin/python"

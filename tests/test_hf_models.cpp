@@ -23,9 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16", "mistral",
-                                "qwen2",       "qwen3",        "olmo2",          "granite",    "smollm3",
-                                "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope", "phi3"};
+const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16",    "mistral",
+                                "qwen2",       "qwen3",        "olmo2",          "granite",       "smollm3",
+                                "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope", "phi3",
+                                "gemma",       "gemma2",       "gemma3"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -407,7 +408,8 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                              "smollm3", "phi3", "bert", "distilbert", "roberta", "xlm-roberta"}) {
+                              "smollm3", "phi3", "gemma", "gemma2", "gemma3", "bert", "distilbert", "roberta",
+                              "xlm-roberta"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);
@@ -610,7 +612,53 @@ TEST(HfFolders, NewFamiliesRefuseWhatTheyDoNotImplementByName) {
   expect_says(error_of("smollm3", [](auto& j) { j["no_rope_layers"] = {1, 0}; }), "\"no_rope_layers\"");
   expect_says(error_of("rope-yarn", [](auto& j) { j["rope_parameters"]["rope_type"] = "su"; }), "\"rope_type\"");
   expect_says(error_of("olmo2", [](auto& j) { j["pad_token_id"] = 1 << 20; }), "\"pad_token_id\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["layer_types"][1] = "chunked_attention"; }), "\"layer_types\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["layer_types"] = {"full_attention"}; }), "\"layer_types\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["use_bidirectional_attention"] = true; }),
+              "\"use_bidirectional_attention\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["hidden_activation"] = "gelu"; }), "\"hidden_activation\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["attn_logit_softcapping"] = -1; }), "\"attn_logit_softcapping\"");
+  expect_says(error_of("gemma2", [](auto& j) { j["query_pre_attn_scalar"] = 0; }), "\"query_pre_attn_scalar\"");
+  expect_says(error_of("gemma3", [](auto& j) { j["rope_parameters"]["sliding_attention"]["rope_type"] = "yarn"; }),
+              "\"rope_type\"");
+  expect_says(error_of("gemma", [](auto& j) { j["hidden_act"] = "silu"; }), "\"hidden_act\"");
   EXPECT_EQ(error_of("phi3", [](auto&) {}), "built");
+  EXPECT_EQ(error_of("gemma3", [](auto&) {}), "built");
+}
+
+// Gemma 3 as older files write it (rope_theta, rope_local_base_freq and
+// rope_scaling for the global layers; sliding_window_pattern rather than
+// layer_types) is the fixture's model, as transformers reads both; Gemma 2
+// with its caps null has none.
+TEST(HfFolders, GemmaReadsOlderConfigLayoutsAsTransformersDoes) {
+  auto logits_with = [](const char* fixture, const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    auto dir = scratch_copy(fixture, name);
+    edit_config(dir, edit);
+    auto lm = models::load_hf_causal_lm(dir.string(), DType::f32);
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i < 20; ++i) ids.push_back(3 + i * 17 % 400);  // past both windows
+    return models::next_token_log_probabilities(*lm.model, ids);
+  };
+  const auto fixture = logits_with("gemma3", "fixture", [](nlohmann::json&) {});
+  const auto older = logits_with("gemma3", "older", [](nlohmann::json& j) {
+    j.erase("layer_types");
+    j.erase("rope_parameters");
+    j["sliding_window_pattern"] = 3;
+    j["rope_theta"] = 1000000.0;
+    j["rope_local_base_freq"] = 10000.0;
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  });
+  EXPECT_EQ(fixture, older);
+  const auto unscaled = logits_with("gemma3", "unscaled", [](nlohmann::json& j) {
+    j["rope_parameters"]["full_attention"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  });
+  EXPECT_NE(fixture, unscaled);
+  const auto capped = logits_with("gemma2", "capped", [](nlohmann::json&) {});
+  const auto uncapped = logits_with("gemma2", "uncapped", [](nlohmann::json& j) {
+    j["attn_logit_softcapping"] = nullptr;
+    j["final_logit_softcapping"] = nullptr;
+  });
+  EXPECT_NE(capped, uncapped);
 }
 
 // SmolLM3 without no_rope_layers takes transformers' default: every

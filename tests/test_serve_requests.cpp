@@ -183,3 +183,41 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   for (const auto& [body, words] : cases)
     EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
 }
+
+// OpenAI's POST /v1/embeddings: text inputs, float or base64 answers, and
+// what Kiln does not do (token-id inputs, unknown fields) refused by name.
+TEST(EmbeddingFields, ImplementedFieldsReachTheRequestAndTheRestAreRefused) {
+  using kiln::serve::parse_embeddings;
+  const auto one = parse_embeddings(R"({"model": "e", "input": "a text"})");
+  EXPECT_EQ(one.texts, std::vector<std::string>{"a text"});
+  EXPECT_FALSE(one.base64);
+  EXPECT_FALSE(one.dimensions);
+  const auto many = parse_embeddings(
+      R"({"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 384, "user": "u"})");
+  EXPECT_EQ(many.texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(many.base64);
+  EXPECT_EQ(many.dimensions, 384);
+  const auto refused = [](const std::string& body) { return refused_by(parse_embeddings, body); };
+  EXPECT_NE(refused(R"({"model": "e", "input": [1, 2, 3]})").find("token ids"), std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e", "input": [[1, 2]]})").find("token ids"), std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e", "input": []})").find("'input'"), std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e"})").find("'input'"), std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e", "input": "x", "encoding_format": "int8"})").find("encoding_format"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e", "input": "x", "truncate": true})").find("'truncate'"), std::string::npos);
+  EXPECT_NE(refused(R"({"model": "e", "input": "x", "dimensions": "big"})").find("dimensions"), std::string::npos);
+  std::string huge = R"({"model": "e", "input": [)";
+  for (int i = 0; i <= kiln::serve::kMaxEmbeddingInputs; ++i) huge += std::string(i ? "," : "") + "\"x\"";
+  EXPECT_NE(refused(huge + "]}").find("2048"), std::string::npos);
+}
+
+TEST(EmbeddingFields, Base64IsRfc4648) {
+  using kiln::serve::base64_encode;
+  EXPECT_EQ(base64_encode("", 0), "");
+  EXPECT_EQ(base64_encode("f", 1), "Zg==");
+  EXPECT_EQ(base64_encode("fo", 2), "Zm8=");
+  EXPECT_EQ(base64_encode("foo", 3), "Zm9v");
+  EXPECT_EQ(base64_encode("foobar", 6), "Zm9vYmFy");
+  const float one = 1.0f;  // little-endian 00 00 80 3f
+  EXPECT_EQ(base64_encode(&one, sizeof one), "AACAPw==");
+}

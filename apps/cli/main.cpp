@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);
   std::function<int()> run_classify = kiln::cli::add_classify_command(app);
+  std::function<int()> run_embed = kiln::cli::add_embed_command(app);
   std::function<int()> run_export = kiln::cli::add_export_command(app);
   auto* info = app.add_subcommand("info", "describe this machine's CPU and GPUs");
   std::function<int()> run_plan = kiln::plan::add_plan_command(app);
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_score(); rc >= 0) {
       return rc;
     } else if (int rc = run_classify(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_embed(); rc >= 0) {
       return rc;
     } else if (int rc = run_export(); rc >= 0) {
       return rc;

@@ -24,6 +24,7 @@ std::function<int()> add_serve_command(CLI::App& app) {
       "Endpoints: GET /health, /v1/models, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus);\n"
       "POST /v2/models/NAME/infer (KServe v2: Fashion-MNIST images as FP32 [N,1,28,28] in [0,1]),\n"
       "POST /v1/classify ({\"model\", \"input\": \"text\" | [\"texts\"]} -> labels with probabilities),\n"
+      "POST /v1/embeddings (OpenAI's: sentence embeddings of a hf:DIR sentence-transformers folder),\n"
       "POST /v1/completions (OpenAI fields and ignore_eos; \"stream\": true sends server-sent events),\n"
       "POST /v1/chat/completions (OpenAI's chat API, in the model's chat template),\n"
       "batched continuously: completions join and leave the running batch between decode steps.\n"

@@ -5,12 +5,14 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "apps/cli/quantize_option.h"
 #include "apps/recipes/recipe.h"
 #include "apps/recipes/text_model.h"
 #include "kiln/core/error.h"
 #include "kiln/io/text_file.h"
+#include "models/hf/hf_embedder.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::cli {
@@ -122,6 +124,46 @@ std::function<int()> add_classify_command(CLI::App& app) {
     }
     std::printf("label: %s\n", labels[best].c_str());
     for (size_t i = 0; i < labels.size(); ++i) std::printf("  %-20s %.4f\n", labels[i].c_str(), probs[i]);
+    return 0;
+  };
+}
+
+std::function<int()> add_embed_command(CLI::App& app) {
+  struct EmbedInput {
+    std::string model, file, device = "cpu", precision = "auto";
+    std::vector<std::string> texts;
+    bool json = false;
+  };
+  auto in = std::make_shared<EmbedInput>();
+  auto* cmd = app.add_subcommand("embed", "sentence embeddings of texts, as sentence-transformers' encode() gives them");
+  cmd->add_option("model", in->model, "hf:DIR: a sentence-transformers folder, or a BERT-family encoder's")->required();
+  auto* text = cmd->add_option("--text", in->texts, "a text (repeat for more)");
+  auto* file = cmd->add_option("--file", in->file, "read the texts from this file, one per line");
+  text->excludes(file);
+  cmd->add_flag("--json", in->json, "print JSON: {\"dimensions\", \"embeddings\": [[...], ...]}");
+  cmd->add_option("--device", in->device, "cpu, cuda or cuda:N");
+  cmd->add_option("--precision", in->precision, "weights: auto (the file's dtype), fp32 or bf16");
+  return [cmd, in]() -> int {
+    if (!*cmd) return -1;
+    const auto dir = models::hf_folder(in->model);
+    KILN_CHECK(dir, "kiln embed takes hf:DIR (a sentence-transformers or BERT-family folder), not ", in->model);
+    std::vector<std::string> texts = in->texts;
+    if (!in->file.empty()) {
+      std::istringstream lines(read_text_file(in->file));
+      for (std::string line; std::getline(lines, line);) texts.push_back(line);
+    }
+    KILN_CHECK(!texts.empty(), "kiln embed: no texts (give --text or --file)");
+    auto e = models::load_hf_embedder(*dir, recipes::weights_dtype(in->precision));
+    e.encoder.model->to(Device::parse(in->device));
+    const auto vectors = models::embed_texts(e, texts);
+    if (in->json) {
+      std::printf("%s\n", nlohmann::json{{"dimensions", e.dimensions()}, {"embeddings", vectors}}.dump().c_str());
+      return 0;
+    }
+    for (const auto& v : vectors) {
+      for (size_t i = 0; i < v.size(); ++i) std::printf("%s%.7g", i ? " " : "", double(v[i]));
+      std::printf("\n");
+    }
     return 0;
   };
 }

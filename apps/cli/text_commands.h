@@ -1,5 +1,6 @@
-// `kiln tokenize`, `kiln score` and `kiln classify`: what a model's
-// tokenizer and its probabilities say about a text, for a run directory or hf:DIR.
+// `kiln tokenize`, `kiln score`, `kiln classify` and `kiln embed`: what a
+// model's tokenizer, its probabilities and its embeddings say about a text,
+// for a run directory or hf:DIR.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -11,5 +12,6 @@ namespace kiln::cli {
 std::function<int()> add_tokenize_command(CLI::App& app);
 std::function<int()> add_score_command(CLI::App& app);
 std::function<int()> add_classify_command(CLI::App& app);
+std::function<int()> add_embed_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -6,6 +6,7 @@
 
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/hf_chat.h"
+#include "models/hf/hf_embedder.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::recipes {
@@ -196,20 +197,36 @@ class HfLanguageModelInference final : public InferenceModel {
   std::mutex mutex_;  // the scheduler's thread and the scoring requests share the model
 };
 
+// Rows of ids [B, T] padded with `pad` after each text -> each row's length.
+std::vector<int64_t> unpadded_lengths(const Tensor& ids, int64_t pad) {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const std::vector<int64_t> all = ids.to_vector<int64_t>();
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = T;
+    while (n > 1 && all[size_t(b * T + n - 1)] == pad) --n;
+    lengths.push_back(n);
+  }
+  return lengths;
+}
+
+// Token rows padded with `pad` after each one -> ids [rows, longest].
+Tensor padded_rows(const std::vector<std::vector<int32_t>>& rows, int64_t pad) {
+  size_t longest = 1;
+  for (const auto& r : rows) longest = std::max(longest, r.size());
+  std::vector<int64_t> ids(rows.size() * longest, pad);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), ids.begin() + long(r * longest));
+  return Tensor::from_vector(ids, {int64_t(rows.size()), int64_t(longest)});
+}
+
 class HfClassifierInference final : public InferenceModel {
  public:
   HfClassifierInference(models::HfClassifier c, Device device) : c_(std::move(c)), device_(device), pad_(c_.pad_id) {}
   std::vector<std::string> labels() const override { return c_.labels; }
   Tensor encode_texts(const std::vector<std::string>& texts) override {
     std::vector<std::vector<int32_t>> rows;
-    size_t longest = 1;
-    for (const auto& t : texts) {
-      rows.push_back(c_.tokenizer.encode(t));
-      longest = std::max(longest, rows.back().size());
-    }
-    std::vector<int64_t> ids(rows.size() * longest, pad_);  // padded after each text
-    for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), ids.begin() + long(r * longest));
-    return Tensor::from_vector(ids, {int64_t(rows.size()), int64_t(longest)});
+    for (const auto& t : texts) rows.push_back(c_.tokenizer.encode(t));
+    return padded_rows(rows, pad_);
   }
   std::optional<int64_t> pad_token() const override { return pad_; }
   // The rows in one pass, each at its own length: its trailing padding is
@@ -217,14 +234,7 @@ class HfClassifierInference final : public InferenceModel {
   // attended to would change the answer).
   Tensor classify_tokens(const Tensor& ids) override {
     NoGradGuard ng;
-    const int64_t B = ids.size(0), T = ids.size(1);
-    const std::vector<int64_t> all = ids.to_vector<int64_t>();
-    std::vector<int64_t> lengths;
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t n = T;
-      while (n > 1 && all[size_t(b * T + n - 1)] == pad_) --n;
-      lengths.push_back(n);
-    }
+    const std::vector<int64_t> lengths = unpadded_lengths(ids, pad_);
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     const Tensor kept = contiguous(slice(ids, 1, 0, longest)).to(device_);
     return softmax(to_dtype(c_.model->forward(kept, lengths), DType::f32), -1).to(Device::cpu());
@@ -236,6 +246,29 @@ class HfClassifierInference final : public InferenceModel {
   int64_t pad_;
 };
 
+class HfEmbedderInference final : public InferenceModel {
+ public:
+  explicit HfEmbedderInference(models::HfEmbedder e) : e_(std::move(e)) {}
+  Tensor encode_texts(const std::vector<std::string>& texts) override {
+    std::vector<std::vector<int32_t>> rows;
+    for (const auto& t : texts) rows.push_back(models::embedding_ids(e_, t));  // cut at max_seq_length
+    return padded_rows(rows, e_.pad_id);
+  }
+  std::optional<int64_t> pad_token() const override { return e_.pad_id; }
+  Tensor embed_tokens(const Tensor& ids) override {
+    const std::vector<int64_t> lengths = unpadded_lengths(ids, e_.pad_id), all = ids.to_vector<int64_t>();
+    std::vector<std::vector<int32_t>> rows;
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      const auto first = all.begin() + long(b * size_t(ids.size(1)));
+      rows.emplace_back(first, first + lengths[b]);
+    }
+    return models::embed_ids(e_, rows);
+  }
+
+ private:
+  models::HfEmbedder e_;
+};
+
 }  // namespace
 
 LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options) {
@@ -245,6 +278,11 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device, const I
     auto c = models::load_hf_classifier(dir);
     c.model->to(device);
     return {"hf:" + type, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};
+  }
+  if (models::hf_model_kind(config) == "embedder") {
+    auto e = models::load_hf_embedder(dir);
+    e.encoder.model->to(device);
+    return {"hf:" + type, ModelKind::text_embedder, 0, std::make_unique<HfEmbedderInference>(std::move(e))};
   }
   auto lm = models::load_hf_causal_lm(dir);
   lm.model->to(device);

@@ -112,11 +112,13 @@ class InferenceModel {
   virtual std::vector<std::string> labels() const { return {}; }
   // Image classifiers: pixels [N, 1, 28, 28] in [0, 1] -> class probabilities [N, classes].
   virtual Tensor classify_images(const Tensor& pixels);
-  // Text classifiers: texts -> token ids [N, T] (padded), and ids -> class probabilities [N, classes].
+  // Text classifiers and embedders: texts -> token ids [N, T] (padded), and
+  // ids -> class probabilities [N, classes] or embeddings [N, dimensions].
   virtual Tensor encode_texts(const std::vector<std::string>& texts);
   virtual Tensor classify_tokens(const Tensor& ids);
-  // Text classifiers: the id that pads token rows. Rows of different
-  // lengths padded with it to a common length get the same answers.
+  virtual Tensor embed_tokens(const Tensor& ids);
+  // Text classifiers and embedders: the id that pads token rows. Rows of
+  // different lengths padded with it to a common length get the same answers.
   virtual std::optional<int64_t> pad_token() const { return std::nullopt; }
   // Language models: continues `prompt`; `on_text` receives each new piece
   // of text as it is made (for streaming). Runs start_completion and then

@@ -37,6 +37,7 @@ const char* model_kind_name(ModelKind kind) {
     case ModelKind::image_classifier: return "image-classifier";
     case ModelKind::language_model: return "language-model";
     case ModelKind::text_classifier: return "text-classifier";
+    case ModelKind::text_embedder: return "text-embedder";
   }
   return "unknown";
 }
@@ -195,6 +196,7 @@ Tensor InferenceModel::classify_images(const Tensor&) {
 
 Tensor InferenceModel::encode_texts(const std::vector<std::string>&) { KILN_FAIL("this model does not classify text"); }
 Tensor InferenceModel::classify_tokens(const Tensor&) { KILN_FAIL("this model does not classify text"); }
+Tensor InferenceModel::embed_tokens(const Tensor&) { KILN_FAIL("this model does not embed text"); }
 
 std::unique_ptr<PendingCompletion> InferenceModel::start_completion(const std::string&, const CompletionOptions&) {
   KILN_FAIL("this model does not generate text");

@@ -128,7 +128,7 @@ struct SampleOptions {
 using Log = std::function<void(const std::string&)>;
 
 // What a recipe's model is, for the commands and the server that load it.
-enum class ModelKind { image_classifier, language_model, text_classifier };
+enum class ModelKind { image_classifier, language_model, text_classifier, text_embedder };
 const char* model_kind_name(ModelKind kind);
 
 class Recipe {

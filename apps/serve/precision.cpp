@@ -21,6 +21,10 @@ class AutocastModel final : public recipes::InferenceModel {
     const auto scope = precision();
     return to_dtype(inner_->classify_tokens(ids), DType::f32);
   }
+  Tensor embed_tokens(const Tensor& ids) override {
+    const auto scope = precision();
+    return to_dtype(inner_->embed_tokens(ids), DType::f32);
+  }
   std::unique_ptr<recipes::PendingCompletion> start_completion(const std::string& prompt,
                                                                const recipes::CompletionOptions& options) override {
     const auto scope = precision();

@@ -163,6 +163,47 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
   return r;
 }
 
+EmbeddingsRequest parse_embeddings(const std::string& text) {
+  const json body = parse_object(text);
+  for (const auto& [key, value] : body.items())
+    if (key != "model" && key != "input" && key != "encoding_format" && key != "dimensions" && key != "user")
+      throw HttpError(400, "/v1/embeddings: unknown field '" + key + "'");
+  EmbeddingsRequest r;
+  r.model = field<std::string>(body, "model", "a string");
+  if (!body.contains("input")) throw HttpError(400, "missing field 'input'");
+  const json& input = body["input"];
+  if (input.is_array() && !input.empty() && (input[0].is_number() || input[0].is_array()))
+    throw HttpError(400, "'input' as token ids is not supported: send the text (a string or an array of strings)");
+  r.texts = input.is_string() ? std::vector<std::string>{input.get<std::string>()}
+                              : field<std::vector<std::string>>(body, "input", "a string or an array of strings");
+  if (r.texts.empty() || int64_t(r.texts.size()) > kMaxEmbeddingInputs)
+    throw HttpError(400, "'input' must hold 1 to " + std::to_string(kMaxEmbeddingInputs) + " texts");
+  const std::string format = field<std::string>(body, "encoding_format", "\"float\" or \"base64\"", "float");
+  if (format != "float" && format != "base64")
+    throw HttpError(400, "'encoding_format' must be \"float\" or \"base64\", not \"" + format + "\"");
+  r.base64 = format == "base64";
+  if (body.contains("dimensions") && !body["dimensions"].is_null())
+    r.dimensions = field<int64_t>(body, "dimensions", "a positive integer");
+  field<std::string>(body, "user", "a string", "");
+  return r;
+}
+
+std::string base64_encode(const void* data, size_t bytes) {
+  static const char* const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve((bytes + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes; i += 3) {
+    const uint32_t n = uint32_t(p[i]) << 16 | (i + 1 < bytes ? uint32_t(p[i + 1]) << 8 : 0) |
+                       (i + 2 < bytes ? uint32_t(p[i + 2]) : 0);
+    out += digits[n >> 18 & 63];
+    out += digits[n >> 12 & 63];
+    out += i + 1 < bytes ? digits[n >> 6 & 63] : '=';
+    out += i + 2 < bytes ? digits[n & 63] : '=';
+  }
+  return out;
+}
+
 namespace {
 
 bool is_one(const json& v) { return v == 1; }

@@ -45,6 +45,21 @@ struct ClassifyRequest {
 };
 ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
 
+// /v1/embeddings (OpenAI's): {"model", "input": "text" | ["texts"],
+// "encoding_format": "float" | "base64", "dimensions"?, "user"?}. Token-id
+// inputs are refused by name; dimensions is checked against the model's
+// width by the server.
+struct EmbeddingsRequest {
+  std::string model;
+  std::vector<std::string> texts;
+  bool base64 = false;  // each embedding as base64 of little-endian f32s (what the openai client asks for)
+  std::optional<int64_t> dimensions;
+};
+inline constexpr int64_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per request
+EmbeddingsRequest parse_embeddings(const std::string& body);
+// RFC 4648 base64 of `bytes` bytes.
+std::string base64_encode(const void* data, size_t bytes);
+
 // What /v1/completions and /v1/chat/completions share: the model, how to
 // sample and how to answer.
 struct GenerationFields {

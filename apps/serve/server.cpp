@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/backend/backend.h"
+#include "kiln/autograd/ops.h"
 #include "kiln/backend/factory.h"
 #include "kiln/data/fashion_mnist.h"
 #include "kiln/version.h"
@@ -156,6 +157,10 @@ class Server {
           m->batcher = std::make_unique<Batcher>(
               name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_,
               model->pad_token());
+        if (m->kind == recipes::ModelKind::text_embedder)
+          m->batcher = std::make_unique<Batcher>(
+              name, o_.batching, [model](const Tensor& ids) { return model->embed_tokens(ids); }, metrics_,
+              model->pad_token());
         if (m->kind == recipes::ModelKind::language_model)
           m->generator = std::make_unique<GenerationScheduler>(name, *model, o_.batching, metrics_);
         warm_up(name, *model, m->kind);
@@ -187,6 +192,8 @@ class Server {
         model.classify_images(Tensor::from_vector(std::vector<float>(size_t(rows) * 784, 0.5f), {rows, 1, 28, 28}));
       if (kind == recipes::ModelKind::text_classifier)
         model.classify_tokens(model.encode_texts(std::vector<std::string>(size_t(rows), "warm up")));
+      if (kind == recipes::ModelKind::text_embedder)
+        model.embed_tokens(model.encode_texts(std::vector<std::string>(size_t(rows), "warm up")));
       if (kind == recipes::ModelKind::language_model) {
         recipes::CompletionOptions co;
         co.max_tokens = 8;
@@ -328,6 +335,10 @@ class Server {
     post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       classify(parse_classify(body, o_.batching.max_batch), res);
     });
+    post("/v1/embeddings", "/v1/embeddings",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           embed(parse_embeddings(body), res);
+         });
     post("/v1/completions", "/v1/completions",
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            const CompletionRequest r = parse_completion(body);
@@ -453,6 +464,43 @@ class Server {
       data.push_back({{"index", i}, {"label", names[best]}, {"probabilities", probs}});
     }
     res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
+  }
+
+  // OpenAI's embeddings answer; the texts go through the model's batcher,
+  // max_batch at a time, so they share batches with other requests.
+  void embed(const EmbeddingsRequest& r, httplib::Response& res) {
+    ServedModel& m = model(r.model);
+    if (m.kind != recipes::ModelKind::text_embedder)
+      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text embedder");
+    const Tensor ids = m.model->encode_texts(r.texts);
+    std::vector<std::future<Tensor>> parts;
+    const int64_t n = ids.size(0), step = o_.batching.max_batch;
+    for (int64_t first = 0; first < n; first += step) {
+      auto queued = m.batcher->submit(contiguous(slice(ids, 0, first, std::min(n, first + step))));
+      if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
+      parts.push_back(std::move(*queued));
+    }
+    const int64_t pad = m.model->pad_token().value_or(0);
+    int64_t tokens = 0;
+    for (int64_t v : ids.to_vector<int64_t>()) tokens += v != pad;
+    json data = json::array();
+    for (auto& part : parts) {
+      const Tensor rows = wait_for(part);
+      const int64_t width = rows.size(1);
+      if (r.dimensions && *r.dimensions != width)
+        throw HttpError(400, "'dimensions' is " + std::to_string(*r.dimensions) + "; model '" + m.name + "' gives " +
+                                 std::to_string(width) + " (it does not shorten its embeddings)");
+      const std::vector<float> v = rows.to_vector<float>();
+      for (int64_t i = 0; i < rows.size(0); ++i) {
+        const float* e = v.data() + i * width;
+        json embedding = r.base64 ? json(base64_encode(e, size_t(width) * sizeof(float)))
+                                  : json(std::vector<float>(e, e + width));
+        data.push_back({{"object", "embedding"}, {"index", data.size()}, {"embedding", std::move(embedding)}});
+      }
+    }
+    res.set_content(json{{"object", "list"}, {"data", data}, {"model", m.name},
+                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}.dump(),
+                    "application/json");
   }
 
   // The generation endpoints' target: a served language model.

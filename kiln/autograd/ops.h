@@ -117,10 +117,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t>
 Tensor quantized_linear(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias);
 Tensor quantized_embedding(const QuantizedMatrix& w, const Tensor& ids);
 // Inference over a paged KV cache (backend.h's paged_attention; the pages
-// and tables come from kiln/nn/kv_cache.h): q [R, H, D] -> [R, H, D]. No
-// gradients.
+// and tables come from kiln/nn/kv_cache.h): q [R, H, D] -> [R, H, D];
+// softcap > 0 caps the scores (Gemma 2). No gradients.
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                       const Tensor& spans, double scale);
+                       const Tensor& spans, double scale, double softcap = 0);
 // Element c of src's row r ([R, C]) -> dst's flat element offsets[r] + c *
 // column_stride, in place (backend.h's scatter_rows). offsets: i64 [R] on
 // dst's device. No gradients.

@@ -6,11 +6,11 @@
 namespace kiln {
 
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                       const Tensor& spans, double scale) {
+                       const Tensor& spans, double scale, double softcap) {
   KILN_CHECK(!(grad_enabled() && q.requires_grad()), "paged attention is for inference: run it under no_grad");
   Tensor qc = contiguous(q);
   Tensor out = detail::new_tensor(qc.shape(), qc.dtype(), qc.device());
-  detail::backend_of(qc).paged_attention(qc, k_pages, v_pages, tables, spans, out, float(scale));
+  detail::backend_of(qc).paged_attention(qc, k_pages, v_pages, tables, spans, out, float(scale), float(softcap));
   return out;
 }
 

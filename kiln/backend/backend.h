@@ -169,9 +169,10 @@ class Backend {
   // sequence spans[r][0] and attends to its positions [spans[r][1],
   // spans[r][2]). q and out [R, H, D] contiguous, H a multiple of Hkv, all in
   // one dtype. Every row sums in one fixed order (its positions ascending),
-  // so a row's answer never depends on the other rows in the call.
+  // so a row's answer never depends on the other rows in the call. softcap
+  // > 0 caps each scaled score at softcap * tanh(score / softcap) (Gemma 2).
   virtual void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                               const Tensor& spans, Tensor& out, float scale) = 0;
+                               const Tensor& spans, Tensor& out, float scale, float softcap) = 0;
   // Element c of src's row r ([R, C]) goes to dst's flat element
   // offsets[r] + c * column_stride (offsets i64 [R]): whole rows with
   // stride 1 (PyTorch's index_copy_), or a column of a transposed page.

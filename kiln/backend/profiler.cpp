@@ -123,8 +123,9 @@ class ProfilingBackend final : public Backend {
     timed("attention_backward", {&q}, [&] { inner_.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, causal); });
   }
   void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                       const Tensor& spans, Tensor& out, float scale) override {
-    timed("paged_attention", {&q}, [&] { inner_.paged_attention(q, k_pages, v_pages, tables, spans, out, scale); });
+                       const Tensor& spans, Tensor& out, float scale, float softcap) override {
+    timed("paged_attention", {&q},
+          [&] { inner_.paged_attention(q, k_pages, v_pages, tables, spans, out, scale, softcap); });
   }
   void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) override {
     timed("scatter_rows", {&src}, [&] { inner_.scatter_rows(src, offsets, column_stride, dst); });

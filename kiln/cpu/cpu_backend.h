@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
                           const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float scale,
                           bool causal) override;
   void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                       const Tensor& spans, Tensor& out, float scale) override;
+                       const Tensor& spans, Tensor& out, float scale, float softcap) override;
   void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) override;
   void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) override;
   void quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out) override;

@@ -196,7 +196,7 @@ inline float max_of(const float* x, int64_t n) {
 // positions in order.
 template <typename Codec, typename T = typename Codec::T>
 void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32_t* tables, const int32_t* spans,
-            T* out, float scale, int64_t r, int64_t g, std::vector<float>& scratch) {
+            T* out, float scale, float softcap, int64_t r, int64_t g, std::vector<float>& scratch) {
   const int64_t group = s.heads / s.kv_heads, D = s.dim, P = s.page_size;
   const int64_t seq = spans[3 * r], lo = spans[3 * r + 1], hi = spans[3 * r + 2], n = hi - lo;
   scratch.resize(size_t(group * (n + 2 * D)));
@@ -239,6 +239,8 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
     float* sj = scores + j * n;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) sj[i] = Codec::round(Codec::round(sj[i]) * scale);
+    if (softcap > 0)  // rounded at each step, as transformers' eager attention computes it in the model's dtype
+      for (int64_t i = 0; i < n; ++i) sj[i] = Codec::round(Codec::round(std::tanh(Codec::round(sj[i] / softcap))) * softcap);
     const float m = max_of(sj, n);
     float total = 0;
 #pragma omp simd
@@ -260,7 +262,7 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
 
 template <typename Codec, typename T = typename Codec::T>
 void paged(const PagedShape& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& tables,
-           const Tensor& spans, Tensor& out, float scale) {
+           const Tensor& spans, Tensor& out, float scale, float softcap) {
   const T* qp = static_cast<const T*>(q.data_ptr());
   const T* kp = static_cast<const T*>(k.data_ptr());
   const T* vp = static_cast<const T*>(v.data_ptr());
@@ -276,7 +278,7 @@ void paged(const PagedShape& s, const Tensor& q, const Tensor& k, const Tensor& 
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t row = item / s.kv_heads, head = item % s.kv_heads;
-      simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, row, head, scratch); });
+      simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, softcap, row, head, scratch); });
     }
   }
 }
@@ -284,11 +286,11 @@ void paged(const PagedShape& s, const Tensor& q, const Tensor& k, const Tensor& 
 }  // namespace
 
 void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                                 const Tensor& spans, Tensor& out, float scale) {
+                                 const Tensor& spans, Tensor& out, float scale, float softcap) {
   const PagedShape s = check_paged(q, k_pages, v_pages, tables, spans, out);
-  if (q.dtype() == DType::f32) return paged<F32>(s, q, k_pages, v_pages, tables, spans, out, scale);
-  if (q.dtype() == DType::bf16) return paged<Bf16>(s, q, k_pages, v_pages, tables, spans, out, scale);
-  paged<F16>(s, q, k_pages, v_pages, tables, spans, out, scale);
+  if (q.dtype() == DType::f32) return paged<F32>(s, q, k_pages, v_pages, tables, spans, out, scale, softcap);
+  if (q.dtype() == DType::bf16) return paged<Bf16>(s, q, k_pages, v_pages, tables, spans, out, scale, softcap);
+  paged<F16>(s, q, k_pages, v_pages, tables, spans, out, scale, softcap);
 }
 
 void CpuBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) {

@@ -55,7 +55,7 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, float scale, bool causal) override;
   void paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                       const Tensor& spans, Tensor& out, float scale) override;
+                       const Tensor& spans, Tensor& out, float scale, float softcap) override;
   void scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) override;
   void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) override;
   void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) override;

@@ -28,7 +28,7 @@ __device__ __forceinline__ float round_to(float x) {
 
 template <typename T>
 __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const int32_t* tables, const int32_t* spans,
-                                       T* out, float scale, int64_t heads, int64_t kv_heads, int64_t D, int64_t pages,
+                                       T* out, float scale, float softcap, int64_t heads, int64_t kv_heads, int64_t D, int64_t pages,
                                        int64_t page_size, int64_t sequences, int64_t max_pages, int* error_flag) {
   extern __shared__ float scores[];
   __shared__ float scratch[32];
@@ -61,6 +61,7 @@ __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const
     float dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += to_acc(qh[d]) * to_acc(key_at(lo + i, d));
     scores[i] = round_to<T>(round_to<T>(dot) * scale);
+    if (softcap > 0) scores[i] = round_to<T>(round_to<T>(tanhf(round_to<T>(scores[i] / softcap))) * softcap);
     m = fmaxf(m, scores[i]);
   }
   m = block_max(m, scratch);
@@ -94,7 +95,7 @@ __global__ void scatter_rows_kernel(const T* src, const int64_t* offsets, T* dst
 }  // namespace
 
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const Tensor& tables,
-                                  const Tensor& spans, Tensor& out, float scale) {
+                                  const Tensor& spans, Tensor& out, float scale, float softcap) {
   const char* op = "paged_attention";
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k_pages, &v_pages, &tables, &spans, &out}) {
     check_cuda(*t, op, "operand");
@@ -127,7 +128,7 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
                                            int(shared)));
     paged_attention_kernel<T><<<unsigned(rows * heads), kThreads, shared, stream>>>(
         ptr<const T>(q), ptr<const T>(k_pages), ptr<const T>(v_pages), ptr<const int32_t>(tables),
-        ptr<const int32_t>(spans), ptr<T>(out), scale, heads, v_pages.size(1), q.size(2), v_pages.size(0),
+        ptr<const int32_t>(spans), ptr<T>(out), scale, softcap, heads, v_pages.size(1), q.size(2), v_pages.size(0),
         v_pages.size(2), tables.size(0), tables.size(1), device_state(dev).error_flag);
   });
   KILN_CUDA_CHECK_LAUNCH();

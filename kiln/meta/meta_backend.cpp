@@ -92,7 +92,7 @@ void MetaBackend::embedding_backward(const Tensor& dout, const Tensor&, Tensor& 
 void MetaBackend::dropout_mask(Tensor& mask, float, uint64_t, uint64_t) { CpuStaging staged({&mask}); }
 // Both work in place or on per-thread scratch outside the allocator.
 void MetaBackend::paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                                  float) {}
+                                  float, float) {}
 void MetaBackend::scatter_rows(const Tensor&, const Tensor&, int64_t, Tensor&) {}
 // bf16 attention runs on its operands (scratch outside the allocator); f16 stages them all.
 void MetaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float, bool) {

@@ -17,8 +17,9 @@ Tensor causal_bias(int64_t T, int64_t window, Device device) {
 }
 
 Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                             Dropout* probs_dropout) {
+                             Dropout* probs_dropout, double softcap) {
   Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(q.size(3))));
+  if (softcap > 0) scores = mul_scalar(tanh(mul_scalar(scores, 1.0 / softcap)), softcap);
   if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);  // bf16 scores: softmax in f32
   if (bias.defined()) scores = scores + (bias.dtype() == DType::f32 ? bias : to_dtype(bias, DType::f32));
   Tensor probs = softmax(scores, -1);

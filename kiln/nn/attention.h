@@ -25,9 +25,10 @@ Tensor causal_bias(int64_t T, int64_t window, Device device);
 // the probabilities, acting in training mode as transformers' attention
 // dropout does. q [B, H, T, D], k and v [B, H, S, D]; bias (undefined:
 // none) adds to the scores [B, H, T, S] by broadcasting: a padding, causal
-// or window mask.
+// or window mask. softcap > 0 caps the scaled scores at softcap *
+// tanh(score / softcap) before the bias (Gemma 2).
 Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                             Dropout* probs_dropout = nullptr);
+                             Dropout* probs_dropout = nullptr, double softcap = 0);
 
 class CausalSelfAttention : public Module {
  public:

@@ -162,13 +162,14 @@ void KvCache::commit(std::span<const int32_t> tokens) {
 }
 
 PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
-                    Device device) {
+                    Device device, int64_t local_window) {
   KILN_CHECK(!caches.empty() && caches.size() == new_positions.size(), "paged step: ", caches.size(), " caches for ",
              new_positions.size(), " position counts");
   PagedStep step;
   std::vector<int64_t> key_offsets, value_offsets;
-  std::vector<int32_t> spans;
+  std::vector<int32_t> spans, local_spans;
   size_t widest = 0;
+  auto first_seen = [](int64_t pos, int64_t w) { return int32_t(w > 0 ? std::max<int64_t>(0, pos + 1 - w) : 0); };
   for (size_t s = 0; s < caches.size(); ++s) {
     KvCache& cache = *caches[s];
     KILN_CHECK(&cache.pool() == &caches.front()->pool(), "paged step: the caches come from different pools");
@@ -179,9 +180,10 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
         key_offsets.push_back(head * L.head_dim * L.page_size + offset);
         value_offsets.push_back((head * L.page_size + offset) * L.head_dim);
       }
-    for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos)
-      spans.insert(spans.end(), {int32_t(s), int32_t(window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0),
-                                 int32_t(pos + 1)});
+    for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos) {
+      spans.insert(spans.end(), {int32_t(s), first_seen(pos, window), int32_t(pos + 1)});
+      if (local_window > 0) local_spans.insert(local_spans.end(), {int32_t(s), first_seen(pos, local_window), int32_t(pos + 1)});
+    }
     widest = std::max(widest, cache.pages().size());
   }
   std::vector<int32_t> tables(caches.size() * widest, 0);
@@ -192,6 +194,7 @@ PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64
   step.value_offsets = Tensor::from_vector(value_offsets, {int64_t(value_offsets.size())}).to(device);
   step.tables = Tensor::from_vector(tables, {int64_t(caches.size()), int64_t(widest)}).to(device);
   step.spans = Tensor::from_vector(spans, {rows, 3}).to(device);
+  if (local_window > 0) step.local_spans = Tensor::from_vector(local_spans, {rows, 3}).to(device);
   step.pool = &caches.front()->pool();
   return step;
 }
@@ -232,10 +235,11 @@ void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Te
   scatter_rows_(step.pool->values(layer), step.value_offsets, 1, reshape(contiguous(v), {head_rows, L.head_dim}));
 }
 
-Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale) {
+Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale, bool local, double softcap) {
   const DType dtype = step.pool->layout().dtype;
+  KILN_CHECK(!local || step.local_spans.defined(), "paged step: a local read of a step planned without a local window");
   return paged_attention(q.dtype() == dtype ? q : to_dtype(q, dtype), step.pool->keys(layer),
-                         step.pool->values(layer), step.tables, step.spans, scale);
+                         step.pool->values(layer), step.tables, local ? step.local_spans : step.spans, scale, softcap);
 }
 
 }  // namespace kiln::nn

@@ -140,14 +140,16 @@ struct PagedStep {
   Tensor key_offsets, value_offsets;
   Tensor tables;  // i32 [sequences, pages]
   Tensor spans;   // i32 [rows, 3]
+  Tensor local_spans;  // the same rows over plan_step's local_window (defined when one was given)
 };
 // Sequence s appends new_positions[s] positions to *caches[s]; the query
 // rows are sequence 0's new positions, then sequence 1's, and so on, each
 // seeing its own position and those before it (the last `window` when
 // window > 0). Reserves the pages; the caller commits the tokens after the
-// pass. All caches must share one pool.
+// pass. All caches must share one pool. local_window > 0 adds local_spans,
+// for models whose sliding-window layers sit between global ones (Gemma).
 PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
-                    Device device);
+                    Device device, int64_t local_window = 0);
 // The real rows of a padded batch [B, T, ...] seen as [B * T, ...]: row
 // b * T + t for t < lengths[b], in plan_step's order.
 class RealRows {
@@ -169,7 +171,9 @@ class RealRows {
 // kv heads, head dim] of any layout) into the pool.
 void write_paged(const PagedStep& step, int64_t layer, const Tensor& k, const Tensor& v);
 // Attention of the rows' queries q [rows, heads, head dim] over the pages
-// (after write_paged): [rows, heads, head dim] in the pool's dtype.
-Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale);
+// (after write_paged): [rows, heads, head dim] in the pool's dtype. `local`:
+// over step.local_spans; softcap > 0 caps the scores (paged_attention).
+Tensor read_paged(const PagedStep& step, int64_t layer, const Tensor& q, double scale, bool local = false,
+                  double softcap = 0);
 
 }  // namespace kiln::nn

@@ -109,23 +109,20 @@ class EncoderLayer : public Module {
 
 using namespace bert_parts;
 
-struct BertClassifier::Parts {
+struct BertEncoder::Parts {
   std::shared_ptr<Embedding> words, positions, types;
   std::shared_ptr<LayerNorm> emb_norm;
-  std::shared_ptr<Dropout> emb_dropout, head_dropout;
+  std::shared_ptr<Dropout> emb_dropout;
   std::vector<std::shared_ptr<EncoderLayer>> layers;
-  std::shared_ptr<Linear> head, classifier;
 };
 
-BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c), parts_(std::make_shared<Parts>()) {
+BertEncoder::BertEncoder(const BertConfig& c, Generator& init) : config_(c), parts_(std::make_shared<Parts>()) {
   KILN_CHECK(c.num_heads > 0 && c.hidden_size % c.num_heads == 0, "bert: hidden size ", c.hidden_size,
              " is not a multiple of the ", c.num_heads, " heads");
-  KILN_CHECK(!c.labels.empty(), "bert: a classifier needs labels (config.json's id2label)");
   const Names& n = names_of(c.flavor);
   Parts& p = *parts_;
   const auto dropout_gen = std::make_shared<Generator>(0);  // until a run hands the model its own
-  auto base = register_module(n.base, std::make_shared<Named>());
-  auto emb = base->add("embeddings", std::make_shared<Named>());
+  auto emb = register_module("embeddings", std::make_shared<Named>());
   p.words = emb->add("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));
   p.positions = emb->add("position_embeddings", std::make_shared<Embedding>(c.max_positions, c.hidden_size, init));
   p.words->padding_idx = c.pad_token_id;  // transformers' nn.Embedding(padding_idx=pad_token_id)
@@ -134,30 +131,12 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
     p.types = emb->add("token_type_embeddings", std::make_shared<Embedding>(c.type_vocab_size, c.hidden_size, init));
   p.emb_norm = emb->add("LayerNorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
   p.emb_dropout = emb->add("dropout", std::make_shared<Dropout>(c.hidden_dropout, dropout_gen));
-  auto stack = base->add(n.layers, std::make_shared<Named>());
+  auto stack = register_module(n.layers, std::make_shared<Named>());
   for (int64_t i = 0; i < c.num_layers; ++i)
     p.layers.push_back(stack->add(std::to_string(i), std::make_shared<EncoderLayer>(c, n, init, dropout_gen)));
-  // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
-  p.head = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
-  p.head_dropout = register_module("dropout", std::make_shared<Dropout>(c.classifier_dropout, dropout_gen));
-  p.classifier = register_module(n.classifier, std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
 }
 
-void BertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
-  KILN_CHECK(!labels.empty(), "bert: a classifier needs labels");
-  const std::string& name = names_of(config_.flavor).classifier;
-  drop_module(name);
-  auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
-  head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
-                         {"bias", zeros({int64_t(labels.size())})}});
-  head->to(parts_->head->weight.device());
-  parts_->classifier = register_module(name, head);
-  config_.labels = labels;
-}
-
-Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
-
-Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
+Tensor BertEncoder::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
   const Parts& p = *parts_;
   const int64_t T = ids.size(1), offset = config_.position_offset;
   KILN_CHECK(T + offset <= config_.max_positions, "the text is ", T, " tokens, more than the model's ",
@@ -177,11 +156,45 @@ Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& le
     key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
   }
   for (const auto& layer : p.layers) x = layer->forward(x, key_bias, lengths);
-  Tensor first = squeeze(slice(x, 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
-  Tensor pooled = config_.flavor == "distilbert" ? relu(p.head->forward(first))
-                  : config_.flavor == "roberta"  ? tanh(p.head->forward(p.head_dropout->forward(first)))
-                                                 : tanh(p.head->forward(first));
-  return p.classifier->forward(p.head_dropout->forward(pooled));
+  return x;
+}
+
+struct BertClassifier::Head {
+  std::shared_ptr<Dropout> dropout;
+  std::shared_ptr<Linear> dense, classifier;
+};
+
+BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c), head_(std::make_shared<Head>()) {
+  KILN_CHECK(!c.labels.empty(), "bert: a classifier needs labels (config.json's id2label)");
+  const Names& n = names_of(c.flavor);
+  encoder_ = register_module(n.base, std::make_shared<BertEncoder>(c, init));
+  // BERT's pooler sits under the base ("bert.pooler.dense"); DistilBERT's pre-classifier at the top.
+  head_->dense = register_module(n.head, std::make_shared<Linear>(c.hidden_size, c.hidden_size, init));
+  head_->dropout = register_module("dropout", std::make_shared<Dropout>(c.classifier_dropout, std::make_shared<Generator>(0)));
+  head_->classifier = register_module(n.classifier, std::make_shared<Linear>(c.hidden_size, int64_t(c.labels.size()), init));
+}
+
+void BertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
+  KILN_CHECK(!labels.empty(), "bert: a classifier needs labels");
+  const std::string& name = names_of(config_.flavor).classifier;
+  drop_module(name);
+  auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
+  head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
+                         {"bias", zeros({int64_t(labels.size())})}});
+  head->to(head_->dense->weight.device());
+  head_->classifier = register_module(name, head);
+  config_.labels = labels;
+}
+
+Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
+
+Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
+  const Head& h = *head_;
+  Tensor first = squeeze(slice(encoder_->forward(ids, lengths), 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
+  Tensor pooled = config_.flavor == "distilbert" ? relu(h.dense->forward(first))
+                  : config_.flavor == "roberta"  ? tanh(h.dense->forward(h.dropout->forward(first)))
+                                                 : tanh(h.dense->forward(first));
+  return h.classifier->forward(h.dropout->forward(pooled));
 }
 
 }  // namespace kiln::models

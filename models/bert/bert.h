@@ -1,9 +1,10 @@
-// BERT, DistilBERT, RoBERTa and XLM-RoBERTa for sequence classification (the
-// sentiment models of the mission, and most of those on the hub): an encoder
-// of post-norm layers over token, position and (but DistilBERT) token-type
-// embeddings, then BERT's pooler (tanh over [CLS]), DistilBERT's
-// pre-classifier (ReLU over [CLS]) or RoBERTa's classification head (tanh
-// over <s>), then the classifier.
+// BERT, DistilBERT, RoBERTa and XLM-RoBERTa: an encoder of post-norm layers
+// over token, position and (but DistilBERT) token-type embeddings. Alone
+// (transformers' BertModel, as sentence-transformers saves it) it gives each
+// token's state, which embeddings pool; for sequence classification (the
+// sentiment models of the mission, and most of those on the hub) BERT's
+// pooler (tanh over [CLS]), DistilBERT's pre-classifier (ReLU over [CLS]) or
+// RoBERTa's classification head (tanh over <s>), then the classifier follow.
 // Parameters carry transformers' names for each, from a table of names.
 #pragma once
 #include <optional>
@@ -32,6 +33,23 @@ struct BertConfig {
   double hidden_dropout = 0, attention_output_dropout = 0, attention_dropout = 0, classifier_dropout = 0;
 };
 
+// The encoder alone: its parameters are named as in transformers' BertModel
+// ("embeddings.word_embeddings.weight", "encoder.layer.0...").
+class BertEncoder : public nn::Module {
+ public:
+  BertEncoder(const BertConfig& config, Generator& init);
+  // ids [B, T], row b's first lengths[b] tokens real (empty: all) -> the
+  // last layer's states [B, T, C]; no token attends to padding.
+  Tensor forward(const Tensor& ids) override { return forward(ids, {}); }
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
+  const BertConfig& config() const { return config_; }
+
+ private:
+  BertConfig config_;
+  struct Parts;  // the submodules, registered on this module
+  std::shared_ptr<Parts> parts_;
+};
+
 class BertClassifier : public SequenceClassifier {
  public:
   BertClassifier(const BertConfig& config, Generator& init);
@@ -48,8 +66,9 @@ class BertClassifier : public SequenceClassifier {
 
  private:
   BertConfig config_;
-  struct Parts;  // the submodules, registered on this module
-  std::shared_ptr<Parts> parts_;
+  std::shared_ptr<BertEncoder> encoder_;  // under transformers' base name ("bert", "distilbert", "roberta")
+  struct Head;
+  std::shared_ptr<Head> head_;
 };
 
 }  // namespace kiln::models

@@ -114,7 +114,7 @@ void refuse_common(const ConfigReader& r) {
            "bitsandbytes checkpoints do not: load the bf16 or f32 weights and pass --quantize");
 }
 
-// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3, phi3
+// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3, phi3, gemma, gemma2, gemma3_text
 
 // partial_rotary_factor (Phi-3's family; transformers 5 keeps it in
 // rope_parameters): the first head_dim * factor dims of each head rotate.
@@ -204,11 +204,80 @@ void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   }
 }
 
-LlamaConfig read_llama_config(const json& j, const std::string& type) {
+bool is_gemma(const std::string& type) { return type == "gemma" || type == "gemma2" || type == "gemma3_text"; }
+
+// Gemma 3 keeps a RoPE per layer type (rope_parameters' full_attention and
+// sliding_attention); the global one reads as every other family's.
+json with_global_rope(const json& file) {
+  json j = file;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+      j["rope_parameters"].contains("full_attention"))
+    j["rope_parameters"] = j["rope_parameters"]["full_attention"];
+  return j;
+}
+
+// A soft cap: absent, transformers' default for the family; null, none.
+double read_softcap(const ConfigReader& r, const json& file, const std::string& key, double absent) {
+  if (!file.contains(key)) return absent;
+  const double cap = r.number(key, 0);
+  if (cap < 0) r.fail(key, file[key].dump(), "a positive number, or null for none");
+  return cap;
+}
+
+// Gemma 1, 2 and 3: norms of 1 + w, GeGLU, the embedding times sqrt(hidden);
+// Gemma 2 and 3 add norms after each sub-layer, query_pre_attn_scalar, soft
+// caps (2) and sliding layers between global ones (3: with their own RoPE base).
+void read_gemma(const ConfigReader& r, const json& file, const std::string& type, LlamaConfig& c) {
+  c.norm_plus_one = true;
+  c.activation = LlamaConfig::Activation::gelu_tanh;
+  c.embedding_multiplier = std::sqrt(double(c.hidden_size));
+  c.round_embedding_multiplier = true;
+  c.tie_word_embeddings = r.flag("tie_word_embeddings", true);
+  if (type == "gemma") {  // transformers reads hidden_act, and takes Gemma's legacy "gelu" as the tanh approximation
+    r.only("hidden_act", {"gelu_pytorch_tanh", "gelu"});
+    return;
+  }
+  r.only("hidden_activation", {"gelu_pytorch_tanh"});
+  r.only("use_bidirectional_attention", {false});
+  c.norm_after = true;
+  const double scalar = r.number("query_pre_attn_scalar", 256);
+  if (!(scalar > 0)) r.fail("query_pre_attn_scalar", file["query_pre_attn_scalar"].dump(), "a positive number");
+  c.attention_multiplier = 1 / std::sqrt(scalar);
+  c.attention_softcap = read_softcap(r, file, "attn_logit_softcapping", type == "gemma2" ? 50 : 0);
+  c.final_softcap = read_softcap(r, file, "final_logit_softcapping", type == "gemma2" ? 30 : 0);
+  c.sliding_window = r.integer("sliding_window", 4096);
+  const int64_t pattern = type == "gemma2" ? 2 : r.integer("sliding_window_pattern", 6);
+  if (!r.has("layer_types")) {
+    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back((i + 1) % pattern != 0);
+  } else {
+    const json& types = r.at("layer_types");
+    if (!types.is_array() || int64_t(types.size()) != c.num_layers)
+      r.fail("layer_types", types.dump().substr(0, 200), "one entry per layer");
+    for (const json& t : types) {
+      if (t != "sliding_attention" && t != "full_attention")
+        r.unsupported("layer_types", t.dump(), "Kiln implements sliding_attention and full_attention");
+      c.sliding_layers.push_back(t == "sliding_attention");
+    }
+  }
+  if (type != "gemma3_text") return;
+  c.qk_norm = LlamaConfig::QkNorm::per_head;
+  c.local_rope_theta = r.number("rope_local_base_freq", 10000);
+  if (file.contains("rope_parameters") && file["rope_parameters"].is_object() &&
+      file["rope_parameters"].contains("sliding_attention")) {
+    ConfigReader local(file["rope_parameters"]["sliding_attention"], "rope_parameters.sliding_attention");
+    local.only("rope_type", {"default"});
+    c.local_rope_theta = local.number("rope_theta", c.local_rope_theta);
+  }
+  if (!(c.local_rope_theta > 0)) r.fail("rope_local_base_freq", std::to_string(c.local_rope_theta), "a positive number");
+}
+
+LlamaConfig read_llama_config(const json& file, const std::string& type) {
+  const json j = type == "gemma3_text" ? with_global_rope(file) : file;
   ConfigReader r(j, type);
   refuse_common(r);
-  r.only("hidden_act", {"silu"});
+  if (!is_gemma(type)) r.only("hidden_act", {"silu"});
   LlamaConfig c;
+  if (type == "gemma3_text") c.rope_theta = 1e6;  // transformers' default for its global layers
   c.attention_dropout = r.probability("attention_dropout", 0);
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
@@ -241,14 +310,15 @@ LlamaConfig read_llama_config(const json& j, const std::string& type) {
     if (!(c.logits_scaling > 0)) r.fail("logits_scaling", j["logits_scaling"].dump(), "a positive number");
   }
   if (type == "smollm3") read_rope_layers(r, c);
-  if (type == "mistral" || type == "phi3") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
-  else r.absent("sliding_window", "a sliding window is read for mistral and phi3 only");
+  if (is_gemma(type)) read_gemma(r, file, type, c);
+  else if (type == "mistral" || type == "phi3") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
+  else r.absent("sliding_window", "a sliding window is read for mistral, phi3, gemma2 and gemma3_text only");
   if (type == "phi3") {
     c.fused_projections = true;
     c.rope_recompute_at_switch = c.rope_scaling.type == "longrope";
     c.residual_dropout = r.probability("resid_pdrop", 0);  // (embd_pdrop: transformers' Phi-3 never applies it)
   }
-  if (r.has("layer_types"))
+  if (r.has("layer_types") && !is_gemma(type))
     for (const auto& t : r.at("layer_types"))
       if (t != "full_attention" && !(type == "mistral" && t == "sliding_attention"))
         r.unsupported("layer_types", t.dump(), "every layer must use full attention");
@@ -314,6 +384,7 @@ const std::vector<CausalLmFamily>& families() {
   static const std::vector<CausalLmFamily> table = {
       llama_family("llama"),   llama_family("mistral"), llama_family("qwen2"),   llama_family("qwen3"),
       llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"), llama_family("phi3", {"qkv_proj"}),
+      llama_family("gemma"),   llama_family("gemma2"),  llama_family("gemma3_text"),
       {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;
@@ -338,15 +409,16 @@ std::vector<std::string> labels_of(const ConfigReader& r) {
   return labels;
 }
 
-std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& flavor) {
+// A classifier's config (with_labels), or an encoder's, which needs none.
+BertConfig read_bert_config(const json& j, const std::string& flavor, bool with_labels) {
   ConfigReader r(j, flavor);
   refuse_common(r);
-  r.only("problem_type", {"single_label_classification"});
+  if (with_labels) r.only("problem_type", {"single_label_classification"});
   BertConfig c;
   c.flavor = flavor;
   c.vocab_size = r.integer("vocab_size");
   c.max_positions = r.integer("max_position_embeddings");
-  c.labels = labels_of(r);
+  if (with_labels) c.labels = labels_of(r);
   c.pad_token_id = read_pad_token_id(r, c.vocab_size);
   if (flavor == "roberta") {
     if (!c.pad_token_id) r.fail("pad_token_id", "missing", "RoBERTa's padding id (its positions start after it)");
@@ -378,15 +450,23 @@ std::shared_ptr<BertClassifier> build_bert(const json& j, const std::string& fla
     c.attention_dropout = r.probability("attention_dropout", 0.1);
     c.classifier_dropout = r.probability("seq_classif_dropout", 0.2);
   }
-  Generator init(0);
-  return std::make_shared<BertClassifier>(c, init);
+  return c;
 }
 
 ClassifierFamily bert_family(const std::string& model_type, const std::string& flavor) {
-  return {model_type, [flavor](const json& j) { return build_bert(j, flavor); },
+  return {model_type,
+          [flavor](const json& j) {
+            Generator init(0);
+            return std::make_shared<BertClassifier>(read_bert_config(j, flavor, true), init);
+          },
+          [flavor](const json& j) {
+            Generator init(0);
+            return std::make_shared<BertEncoder>(read_bert_config(j, flavor, false), init);
+          },
           [](const std::string& t) {
             return t.ends_with("embeddings.position_ids") || t.ends_with("embeddings.token_type_ids");
-          }};
+          },
+          flavor};
 }
 
 const std::vector<ClassifierFamily>& classifier_families() {

@@ -37,7 +37,10 @@ struct CausalLmFamily {
 struct ClassifierFamily {
   std::string model_type;
   std::function<std::shared_ptr<BertClassifier>(const nlohmann::json& config)> build;
+  // The encoder alone (BertModel: no labels needed), for embeddings.
+  std::function<std::shared_ptr<BertEncoder>(const nlohmann::json& config)> build_encoder;
   std::function<bool(const std::string& tensor)> ignorable;
+  std::string base;  // where a classifier keeps the encoder's weights ("bert", "distilbert", "roberta")
 };
 
 // nullptr when `model_type` is not supported.

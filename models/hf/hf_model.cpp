@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -238,7 +239,13 @@ text::HfTokenizer folder_tokenizer(const std::string& dir) {
 std::string hf_model_kind(const json& config) {
   const std::string type = config["model_type"].get<std::string>();
   if (find_causal_lm_family(type)) return is_sequence_classifier(config) ? "classifier" : "causal";
-  if (find_classifier_family(type)) return "classifier";
+  if (find_classifier_family(type)) {
+    const json archs = config.value("architectures", json::array());
+    const bool bare = archs.is_array() && !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const json& a) {
+      return a.is_string() && a.get<std::string>().ends_with("Model");
+    });
+    return bare ? "embedder" : "classifier";
+  }
   KILN_FAIL("config.json: model_type '", type, "' is not an architecture Kiln supports (language models: ",
             supported_causal_lm_types(), "; classifiers: ", supported_classifier_types(), ")");
 }
@@ -292,6 +299,29 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
   out.labels = bert->config().labels;
   out.pad_id = out.tokenizer.token_to_id("[PAD]").value_or(0);
   out.model = bert;
+  return out;
+}
+
+HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
+  HfEncoder out;
+  out.dir = dir;
+  out.config = read_hf_config(dir);
+  out.model_type = out.config["model_type"].get<std::string>();
+  const ClassifierFamily* family = find_classifier_family(out.model_type);
+  if (!family)
+    KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not an encoder Kiln embeds with (",
+              supported_classifier_types(), ")");
+  out.model = build_from_config(family->build_encoder, out.config, dir);
+  out.tokenizer = folder_tokenizer(dir);
+  // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
+  const bool bare = map_hf_weights(dir).contains("embeddings.word_embeddings.weight");
+  const std::string base = bare ? "" : family->base + ".";
+  attach_weights(*out.model, dir, out.config, out.model_type,
+                 [base](const std::string& p) { return CheckpointName{base + p}; },
+                 [family, base](const std::string& t) {
+                   return family->ignorable(t) || !t.starts_with(base) || t.starts_with(base + "pooler.");
+                 },
+                 dtype);
   return out;
 }
 

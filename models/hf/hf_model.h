@@ -51,9 +51,21 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
 // The label probabilities of one text, as softmax(model(**tokenizer(text)).logits).
 std::vector<double> classify_text(HfClassifier& classifier, const std::string& text);
 
-// "causal" or "classifier": which kind of model a folder holds, from its
-// config.json (read_hf_config): by model_type, and a causal LM's
-// architectures naming ...ForSequenceClassification.
+struct HfEncoder {
+  std::string dir, model_type;
+  nlohmann::json config;
+  std::shared_ptr<BertEncoder> model;
+  text::HfTokenizer tokenizer;
+};
+// Loads a BERT-family encoder alone: BertModel's weights, as
+// sentence-transformers saves them (its pooler unused), or a classifier's
+// encoder (its head unused). Embeddings pool its states (hf_embedder.h).
+HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype = std::nullopt);
+
+// "causal", "classifier" or "embedder": which kind of model a folder holds,
+// from its config.json (read_hf_config): by model_type, and architectures
+// naming ...ForSequenceClassification (a causal LM's head) or a bare
+// encoder (BertModel, RobertaModel, ...: sentence-transformers' models).
 std::string hf_model_kind(const nlohmann::json& config);
 
 // The weights of a folder, name -> tensor, mapped from model.safetensors or

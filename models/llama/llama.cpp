@@ -16,11 +16,20 @@ namespace {
 
 class RmsNorm : public Module {
  public:
-  RmsNorm(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", ones({dim})); }
-  // x / sqrt(mean(x^2) + eps) * weight, in f32 as transformers computes it.
+  // plus_one: Gemma's, whose weight starts at 0 and scales by 1 + w.
+  RmsNorm(int64_t dim, double eps, bool plus_one)
+      : eps_(eps), plus_one_(plus_one) {
+    weight = register_parameter("weight", plus_one ? zeros({dim}) : ones({dim}));
+  }
+  // x / sqrt(mean(x^2) + eps) * weight, in f32 as transformers computes it:
+  // Llama casts before the product, Gemma after it.
   Tensor forward(const Tensor& x) override {
     Tensor x32 = x.dtype() == DType::f32 ? x : to_dtype(x, DType::f32);
     Tensor normed = x32 / sqrt(add_scalar(mean(square(x32), {-1}, true), eps_));
+    if (plus_one_) {
+      const Tensor scaled = normed * add_scalar(weight.dtype() == DType::f32 ? weight : to_dtype(weight, DType::f32), 1);
+      return x.dtype() == DType::f32 ? scaled : to_dtype(scaled, x.dtype());
+    }
     if (weight.dtype() != DType::f32) normed = to_dtype(normed, weight.dtype());
     return normed * weight;
   }
@@ -28,9 +37,14 @@ class RmsNorm : public Module {
 
  private:
   double eps_;
+  bool plus_one_;
 };
 
 Tensor silu(const Tensor& x) { return x * sigmoid(x); }
+
+std::shared_ptr<RmsNorm> rms_norm(int64_t dim, const LlamaConfig& c) {
+  return std::make_shared<RmsNorm>(dim, c.rms_norm_eps, c.norm_plus_one);
+}
 
 // [..., D] -> [..., D]: the halves swapped, the second negated.
 Tensor rotate_half(const Tensor& x) {
@@ -51,7 +65,10 @@ Tensor repeat_kv(const Tensor& x, int64_t repeats) {
 class LlamaLayer : public Module {
  public:
   LlamaLayer(const LlamaConfig& c, int64_t index, Generator& init, const std::shared_ptr<Generator>& dropout_gen)
-      : c_(c), rotates_(c.rope_layers.empty() || c.rope_layers[size_t(index)]) {
+      : c_(c),
+        rotates_(c.rope_layers.empty() || c.rope_layers[size_t(index)]),
+        window_(c.slides(index) ? c.sliding_window : 0),
+        local_(window_ > 0 && !c.sliding_layers.empty()) {
     auto attn = register_module("self_attn", std::make_shared<Named>());
     const bool qkv_bias = c.attention_bias || c.qkv_bias;
     const int64_t q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
@@ -76,16 +93,15 @@ class LlamaLayer : public Module {
       residual_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.residual_dropout, dropout_gen));
     if (c.qk_norm != LlamaConfig::QkNorm::none) {
       const bool whole = c.qk_norm == LlamaConfig::QkNorm::whole;
-      q_norm = attn->add("q_norm", std::make_shared<RmsNorm>(whole ? q_width : c.head_dim, c.rms_norm_eps));
-      k_norm = attn->add("k_norm", std::make_shared<RmsNorm>(whole ? kv_width : c.head_dim, c.rms_norm_eps));
+      q_norm = attn->add("q_norm", rms_norm(whole ? q_width : c.head_dim, c));
+      k_norm = attn->add("k_norm", rms_norm(whole ? kv_width : c.head_dim, c));
     }
-    if (!c.norm_after)
-      input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
-    post_attention_layernorm =
-        register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    if (c.norm_before) input_layernorm = register_module("input_layernorm", rms_norm(c.hidden_size, c));
+    post_attention_layernorm = register_module("post_attention_layernorm", rms_norm(c.hidden_size, c));
+    if (c.norm_before && c.norm_after)
+      pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", rms_norm(c.hidden_size, c));
     if (c.norm_after)
-      post_feedforward_layernorm =
-          register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+      post_feedforward_layernorm = register_module("post_feedforward_layernorm", rms_norm(c.hidden_size, c));
     attention_dropout = register_module("attention_dropout", std::make_shared<Dropout>(c.attention_dropout, dropout_gen));
   }
 
@@ -94,11 +110,15 @@ class LlamaLayer : public Module {
   // into the pages, and with read_pages attention reads them all (a cache
   // holding earlier positions, or batch-invariant mode); otherwise it runs
   // causally on this pass's keys alone.
-  Tensor forward_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
+  Tensor forward_at(const Tensor& x, const Llama::Rotation& rotation, const nn::PagedStep* step, int64_t layer,
                     bool read_pages, const nn::RealRows* real = nullptr) {
-    if (c_.norm_after) {  // OLMo 2
-      const Tensor h = x + post_attention_layernorm->forward(attention(x, cos, sin, step, layer, read_pages, real));
-      return h + post_feedforward_layernorm->forward(mlp(h));
+    const bool local_rotation = local_ && c_.local_rope_theta > 0;  // Gemma 3's sliding layers
+    const Tensor& cos = local_rotation ? rotation.local_cos : rotation.cos;
+    const Tensor& sin = local_rotation ? rotation.local_sin : rotation.sin;
+    if (c_.norm_after) {  // OLMo 2 (no norms before), Gemma 2 and 3 (both)
+      const Tensor in = input_layernorm ? input_layernorm->forward(x) : x;
+      const Tensor h = x + post_attention_layernorm->forward(attention(in, cos, sin, step, layer, read_pages, real));
+      return h + post_feedforward_layernorm->forward(mlp(pre_feedforward_layernorm ? pre_feedforward_layernorm->forward(h) : h));
     }
     const Tensor h = x + residual(attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real));
     return h + residual(mlp(post_attention_layernorm->forward(h)));
@@ -106,15 +126,17 @@ class LlamaLayer : public Module {
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, gate_up_proj;
   std::shared_ptr<Dropout> residual_dropout;  // Phi-3's, training only
-  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm, post_feedforward_layernorm, q_norm, k_norm;
+  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+      post_feedforward_layernorm, q_norm, k_norm;
   std::shared_ptr<Dropout> attention_dropout;  // on the probabilities, training only
 
  private:
   Tensor mlp(const Tensor& n) const {
-    if (!c_.fused_projections) return down_proj->forward(silu(gate_proj->forward(n)) * up_proj->forward(n));
+    auto act = [&](const Tensor& gate) { return c_.activation == LlamaConfig::Activation::silu ? silu(gate) : gelu(gate); };
+    if (!c_.fused_projections) return down_proj->forward(act(gate_proj->forward(n)) * up_proj->forward(n));
     const Tensor gate_up = gate_up_proj->forward(n);
     const int64_t I = c_.intermediate_size;
-    return down_proj->forward(silu(slice(gate_up, -1, 0, I)) * slice(gate_up, -1, I, 2 * I));
+    return down_proj->forward(act(slice(gate_up, -1, 0, I)) * slice(gate_up, -1, I, 2 * I));
   }
   // A sub-layer's output as its residual add takes it (Granite scales it, Phi-3 drops some of it).
   Tensor residual(const Tensor& t) const {
@@ -166,26 +188,28 @@ class LlamaLayer : public Module {
     auto real_rows = [&](const Tensor& t) { return real ? real->take(rows(t)) : rows(t); };
     if (step) write_paged(*step, layer, real_rows(k), real_rows(v));
     if (read_pages) {
-      const Tensor out = read_paged(*step, layer, real_rows(q), scale);
+      const Tensor out = read_paged(*step, layer, real_rows(q), scale, local_, c_.attention_softcap);
       return o_proj->forward(reshape(real ? real->put(out) : out, {B, T, H * D}));
     }
     k = repeat_kv(k, H / Hkv);
     v = repeat_kv(v, H / Hkv);
-    const bool windowed = c_.sliding_window > 0 && T > c_.sliding_window;
+    const bool windowed = window_ > 0 && T > window_;
     Tensor out;
-    if (!windowed && !(is_training() && attention_dropout->p() > 0)) {
+    if (!windowed && c_.attention_softcap == 0 && !(is_training() && attention_dropout->p() > 0)) {
       out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
     } else {
       // Written out for the window (query i sees key j when j <= i and j > i - w, as
-      // transformers' mask does) or for dropout on the probabilities.
-      out = attention_written_out(q, k, v, causal_bias(T, windowed ? c_.sliding_window : 0, x.device()),
-                                  attention_dropout.get());
+      // transformers' mask does), for capped scores or for dropout on the probabilities.
+      out = attention_written_out(q, k, v, causal_bias(T, windowed ? window_ : 0, x.device()),
+                                  attention_dropout.get(), c_.attention_softcap);
     }
     return o_proj->forward(reshape(transpose(out, 1, 2), {B, T, H * D}));
   }
 
   LlamaConfig c_;
-  bool rotates_;  // SmolLM3's layers without rotary positions do not
+  bool rotates_;    // SmolLM3's layers without rotary positions do not
+  int64_t window_;  // a sliding layer's window; 0: global
+  bool local_;      // a sliding layer among global ones: the local rotation and spans
 };
 
 class Llama::Decoder : public Module {
@@ -198,7 +222,7 @@ class Llama::Decoder : public Module {
       this->layers.push_back(std::make_shared<LlamaLayer>(c, i, init, dropout_gen));
       layers->add(this->layers.back());
     }
-    norm = register_module("norm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+    norm = register_module("norm", rms_norm(c.hidden_size, c));
   }
   std::shared_ptr<Embedding> embed_tokens;
   std::vector<std::shared_ptr<LlamaLayer>> layers;
@@ -213,6 +237,8 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
              " rotated dims of a ", c.head_dim, "-wide head");
   KILN_CHECK(c.rope_layers.empty() || int64_t(c.rope_layers.size()) == c.num_layers, "llama: ", c.rope_layers.size(),
              " layers say whether they rotate, for ", c.num_layers, " layers");
+  KILN_CHECK(c.sliding_layers.empty() || int64_t(c.sliding_layers.size()) == c.num_layers, "llama: ",
+             c.sliding_layers.size(), " layers say whether they slide, for ", c.num_layers, " layers");
   model_ = register_module("model", std::make_shared<Decoder>(c, init, dropout_gen_));
   if (!c.tie_word_embeddings)
     lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, init, false));
@@ -221,13 +247,14 @@ Llama::Llama(const LlamaConfig& c, Generator& init) : config_(c) {
 // cos/sin of position * frequency for positions [0, n), each frequency twice
 // (transformers' cat(freqs, freqs)), times the scaling's attention factor.
 // Grown on demand: Llama 3's 131,072 positions would cost 128 MB up front.
-int Llama::ensure_rope(int64_t n, Device device, int64_t seq_len) {
-  const int v = rope_variant(config_.rope_scaling, seq_len);
+int Llama::ensure_rope(int64_t n, Device device, int64_t seq_len, bool local) {
+  const int v = local ? kLocalRope : rope_variant(config_.rope_scaling, seq_len);
   Tensor& cos_table = rope_cos_[v];
   if (cos_table.defined() && cos_table.size(0) >= n && cos_table.device() == device) return v;
   n = std::min(config_.max_positions, std::max<int64_t>({n, 256, cos_table.defined() ? 2 * cos_table.size(0) : 0}));
   const int64_t D = config_.rotated_dims();
-  const RopeFrequencies f = rope_frequencies(config_.rope_scaling, config_.rope_theta, D, seq_len);
+  const RopeFrequencies f = local ? rope_frequencies(RopeScaling{}, config_.local_rope_theta, D, seq_len)
+                                  : rope_frequencies(config_.rope_scaling, config_.rope_theta, D, seq_len);
   const float scaling = float(f.attention_scaling);
   std::vector<float> cos_v(size_t(n * D)), sin_v(cos_v.size());
   for (int64_t p = 0; p < n; ++p)
@@ -243,57 +270,75 @@ int Llama::ensure_rope(int64_t n, Device device, int64_t seq_len) {
 
 Tensor Llama::head_weight() const { return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight; }
 
+Tensor Llama::capped(const Tensor& logits) const {
+  if (config_.final_softcap == 0) return logits;
+  return mul_scalar(tanh(mul_scalar(logits, 1.0 / config_.final_softcap)), config_.final_softcap);
+}
+
 Tensor Llama::head_input(const Tensor& x) const {
   return config_.logits_scaling == 1 ? x : mul_scalar(x, 1.0 / config_.logits_scaling);
 }
 
 // Logits: the untied head, or the embedding read as one; either may be quantized.
 Tensor Llama::head(const Tensor& x) const {
-  return nn::linear_or_quantized(head_input(x), head_weight(),
-                                 lm_head_ ? lm_head_->quantized : model_->embed_tokens->quantized);
+  return capped(nn::linear_or_quantized(head_input(x), head_weight(),
+                                        lm_head_ ? lm_head_->quantized : model_->embed_tokens->quantized));
 }
 
 // The final norm's weight is never quantized: it says where and in what dtype the model runs.
 const Tensor& Llama::anchor() const { return model_->norm->weight; }
 
-Tensor Llama::hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step,
-                     bool read_pages, const nn::RealRows* real) {
+Tensor Llama::hidden(const Tensor& ids, const Rotation& rotation, const nn::PagedStep* step, bool read_pages,
+                     const nn::RealRows* real) {
   Tensor x = model_->embed_tokens->forward(ids);
-  if (config_.embedding_multiplier != 1) x = mul_scalar(x, config_.embedding_multiplier);
+  if (config_.embedding_multiplier != 1) {
+    double multiplier = config_.embedding_multiplier;
+    if (config_.round_embedding_multiplier && x.dtype() != DType::f32)  // Gemma's normalizer, a tensor of x's dtype
+      multiplier = to_dtype(to_dtype(Tensor::from_vector(std::vector<float>{float(multiplier)}, {1}), x.dtype()),
+                            DType::f32).to_vector<float>()[0];
+    x = mul_scalar(x, multiplier);
+  }
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
-  const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
+  auto in_stream = [&](const Tensor& t) { return t.defined() ? to_dtype(t, x.dtype()) : t; };
+  const Rotation r{in_stream(rotation.cos), in_stream(rotation.sin), in_stream(rotation.local_cos),
+                   in_stream(rotation.local_sin)};
   for (size_t l = 0; l < model_->layers.size(); ++l) {
     auto& layer = model_->layers[l];
     if (!step && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
-      x = checkpoint(
-          [layer, cos_x, sin_x](const Tensor& in) { return layer->forward_at(in, cos_x, sin_x, nullptr, 0, false); }, x,
-          {dropout_gen_.get()});  // LoRA's dropout
+      x = checkpoint([layer, r](const Tensor& in) { return layer->forward_at(in, r, nullptr, 0, false); }, x,
+                     {dropout_gen_.get()});  // LoRA's dropout
     else
-      x = layer->forward_at(x, cos_x, sin_x, step, int64_t(l), read_pages, real);
+      x = layer->forward_at(x, r, step, int64_t(l), read_pages, real);
   }
   return model_->norm->forward(x);
 }
 
-std::pair<Tensor, Tensor> Llama::rope_rows(int64_t first, int64_t T, int64_t seq_len) {
+Llama::Rotation Llama::rope_rows(int64_t first, int64_t T, int64_t seq_len) {
   KILN_CHECK(first + T <= config_.max_positions, "the text holds ", first + T, " tokens, more than the model's ",
              config_.max_positions, " positions (max_position_embeddings); shorten it");
+  auto rows = [&](const Tensor& table) { return slice(table, 0, first, first + T); };
   const int v = ensure_rope(first + T, anchor().device(), seq_len);
-  return {slice(rope_cos_[v], 0, first, first + T), slice(rope_sin_[v], 0, first, first + T)};
+  Rotation r{rows(rope_cos_[v]), rows(rope_sin_[v]), {}, {}};
+  if (config_.local_rope_theta > 0) {
+    ensure_rope(first + T, anchor().device(), seq_len, /*local=*/true);
+    r.local_cos = rows(rope_cos_[kLocalRope]), r.local_sin = rows(rope_sin_[kLocalRope]);
+  }
+  return r;
 }
 
-Tensor Llama::forward(const Tensor& ids) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
-  return head(hidden(ids, cos, sin, nullptr, false));
-}
+Tensor Llama::forward(const Tensor& ids) { return head(hidden_states(ids)); }
 
 Tensor Llama::hidden_states(const Tensor& ids) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
-  return hidden(ids, cos, sin, nullptr, false);
+  return hidden(ids, rope_rows(0, ids.size(1), ids.size(1)), nullptr, false);
 }
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
-  const auto [cos, sin] = rope_rows(0, ids.size(1), ids.size(1));
-  return linear_cross_entropy(head_input(hidden(ids, cos, sin, nullptr, false)), head_weight(), targets);
+  if (config_.final_softcap == 0)  // the fused loss never holds every position's logits
+    return linear_cross_entropy(head_input(hidden_states(ids)), head_weight(), targets);
+  const Tensor logits = head(hidden_states(ids));  // in f32, as transformers' loss upcasts them
+  return cross_entropy(reshape(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32),
+                               {-1, config_.vocab_size}),
+                       reshape(targets, {-1}));
 }
 
 void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
@@ -325,18 +370,21 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
       for (int64_t b = 0; b < B; ++b) rows.push_back(forward_prompts({{tokens[size_t(b)]}}, {caches[size_t(b)]}));
       return cat(rows, 0);
     }
-  std::vector<Tensor> cos_rows, sin_rows;
-  for (const KvCache* c : caches) {  // each sequence at the frequencies it gets alone
-    const auto [cos, sin] = rope_rows(c->length(), 1, c->length() + 1);
-    cos_rows.push_back(cos);
-    sin_rows.push_back(sin);
-  }
+  std::vector<Rotation> each;
+  for (const KvCache* c : caches) each.push_back(rope_rows(c->length(), 1, c->length() + 1));  // as it would alone
   const int64_t D = config_.rotated_dims();
+  auto stacked = [&](Tensor Rotation::*part) {
+    if (!(each[0].*part).defined()) return Tensor();
+    std::vector<Tensor> rows;
+    for (const Rotation& r : each) rows.push_back(r.*part);
+    return reshape(cat(rows, 0), {B, 1, 1, D});
+  };
+  const Rotation rotation{stacked(&Rotation::cos), stacked(&Rotation::sin), stacked(&Rotation::local_cos),
+                          stacked(&Rotation::local_sin)};
   const Device device = anchor().device();
-  const nn::PagedStep step = nn::plan_step(caches, std::vector<int64_t>(size_t(B), 1), config_.sliding_window, device);
+  const nn::PagedStep step = plan_step(caches, std::vector<int64_t>(size_t(B), 1));
   std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  Tensor x = hidden(Tensor::from_vector(ids, {B, 1}).to(device), reshape(cat(cos_rows, 0), {B, 1, 1, D}),
-                    reshape(cat(sin_rows, 0), {B, 1, 1, D}), &step, true);
+  Tensor x = hidden(Tensor::from_vector(ids, {B, 1}).to(device), rotation, &step, true);
   for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(std::span(&tokens[size_t(b)], 1));
   return reshape(head(x), {B, config_.vocab_size});
 }
@@ -375,15 +423,27 @@ Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, 
     }
     cos = cat(cos_rows, 0), sin = cat(sin_rows, 0);
   }
-  cos = reshape(cos, {B, 1, T, D}), sin = reshape(sin, {B, 1, T, D});
-  const nn::PagedStep step = nn::plan_step(caches, p.lengths, config_.sliding_window, device);
+  Rotation rotation{reshape(cos, {B, 1, T, D}), reshape(sin, {B, 1, T, D}), {}, {}};
+  if (config_.local_rope_theta > 0) {
+    const int local = ensure_rope(p.furthest, device, p.furthest, /*local=*/true);
+    rotation.local_cos = reshape(embedding(rope_cos_[local], where), {B, 1, T, D});
+    rotation.local_sin = reshape(embedding(rope_sin_[local], where), {B, 1, T, D});
+  }
+  const nn::PagedStep step = plan_step(caches, p.lengths);
   const nn::RealRows real(p.lengths, T, device);
-  Tensor x = hidden(Tensor::from_vector(p.ids, {B, T}).to(device), cos, sin, &step, p.any_past || batch_invariant(),
+  Tensor x = hidden(Tensor::from_vector(p.ids, {B, T}).to(device), rotation, &step, p.any_past || batch_invariant(),
                     &real);
   for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(p.fresh[size_t(b)]);
   const Tensor last =
       embedding(reshape(x, {B * T, config_.hidden_size}), Tensor::from_vector(p.last_rows, {B}).to(device));
   return head(last);
+}
+
+// Every layer's window, or none for the global layers and local spans for the sliding ones.
+nn::PagedStep Llama::plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions) const {
+  const bool mixed = !config_.sliding_layers.empty();
+  return nn::plan_step(caches, new_positions, mixed ? 0 : config_.sliding_window, anchor().device(),
+                       mixed ? config_.sliding_window : 0);
 }
 
 KvCache Llama::new_cache() const {

@@ -1,8 +1,10 @@
 // The Llama architecture, which also covers Mistral (a sliding attention
 // window), Qwen2 (biases on q, k and v), Qwen3 and OLMo 2 (norms on the
 // queries and keys; OLMo 2's norms after each sub-layer), Granite (its
-// multipliers), SmolLM3 (layers without rotary positions) and Phi-3 (fused
-// projections, partial rotary embeddings): RMSNorm, rotary positions
+// multipliers), SmolLM3 (layers without rotary positions), Phi-3 (fused
+// projections, partial rotary embeddings) and Gemma 1, 2 and 3 (norms of
+// 1 + w, GeGLU, norms on both sides of each sub-layer, soft-capped scores
+// and logits, sliding layers between global ones, a local RoPE base): RMSNorm, rotary positions
 // (with Llama 3's frequency scaling), SwiGLU, grouped- and multi-query
 // attention, and a tied or untied head. Built from Kiln's ops, so it trains
 // as well as it generates. Parameters carry transformers' names
@@ -57,6 +59,26 @@ struct LlamaConfig {
   // longrope's original context is recomputed whole with the long factors,
   // rather than keep the keys its short factors rotated.
   bool rope_recompute_at_switch = false;
+  // Gemma: every RMSNorm is x * (1 + w), cast to x's dtype after the
+  // product; the MLP's gate is GELU's tanh approximation (gelu_pytorch_tanh);
+  // the embedding multiplier is rounded to the model's dtype first.
+  bool norm_plus_one = false;
+  enum class Activation { silu, gelu_tanh } activation = Activation::silu;
+  bool round_embedding_multiplier = false;
+  // Norms before each sub-layer; OLMo 2 (norm_after) has none, Gemma 2 and 3
+  // (norm_after too) have both: input_layernorm and pre_feedforward_layernorm.
+  bool norm_before = true;
+  // Gemma 2: attention scores and final logits capped at cap * tanh(x / cap); 0: none.
+  double attention_softcap = 0, final_softcap = 0;
+  // Gemma 2 and 3: which layers slide over sliding_window (layer_types'
+  // sliding_attention); empty: all of them, when sliding_window > 0.
+  std::vector<bool> sliding_layers;
+  bool slides(int64_t layer) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[size_t(layer)]);
+  }
+  // Gemma 3: the sliding layers rotate with their own base
+  // (rope_local_base_freq), unscaled; 0: as the global ones do.
+  double local_rope_theta = 0;
 };
 
 class Llama : public LanguageModel {
@@ -82,28 +104,40 @@ class Llama : public LanguageModel {
   int64_t vocab_size() const override { return config_.vocab_size; }
   const LlamaConfig& config() const { return config_; }
 
+ public:
+  // cos and sin of the positions a pass rotates by ([T, D], or [B, 1, T, D]
+  // per row); Gemma 3's sliding layers take the local pair (undefined without one).
+  struct Rotation {
+    Tensor cos, sin, local_cos, local_sin;
+  };
+
  private:
-  // The final normed stream of ids [B, T] at positions cos/sin give ([T, D],
-  // or [B, 1, 1, D] when decoding); with a step, keys and values go into the pages.
+  // The final normed stream of ids [B, T] at the positions `rotation` gives;
+  // with a step, keys and values go into the pages.
   // `real`: which rows of a padded batch are real (null: all).
-  Tensor hidden(const Tensor& ids, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, bool read_pages,
+  Tensor hidden(const Tensor& ids, const Rotation& rotation, const nn::PagedStep* step, bool read_pages,
                 const nn::RealRows* real = nullptr);
-  // cos and sin [T, D] of positions [first, first + T), in a pass whose
+  // The rotation [T, D] of positions [first, first + T), in a pass whose
   // furthest position is seq_len - 1 (longrope's factors depend on it).
-  std::pair<Tensor, Tensor> rope_rows(int64_t first, int64_t T, int64_t seq_len);
+  Rotation rope_rows(int64_t first, int64_t T, int64_t seq_len);
+  nn::PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions) const;
+  // Logits capped as Gemma 2 caps them (final_softcap).
+  Tensor capped(const Tensor& logits) const;
   Tensor head_weight() const;
   Tensor head(const Tensor& x) const;
   Tensor head_input(const Tensor& x) const;  // x / logits_scaling
   // Phi-3's recomputation: true for a cache of `past` positions that `more` new ones take past the original context.
   bool crosses_rope_switch(int64_t past, int64_t more) const;
   const Tensor& anchor() const;
-  int ensure_rope(int64_t positions, Device device, int64_t seq_len);  // -> the table in use
+  // -> the table in use: rope_variant's, or kLocalRope for the local base.
+  int ensure_rope(int64_t positions, Device device, int64_t seq_len, bool local = false);
+  static constexpr int kLocalRope = 2;
   LlamaConfig config_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   class Decoder;
   std::shared_ptr<Decoder> model_;  // "model.*"
   std::shared_ptr<nn::Linear> lm_head_;
-  Tensor rope_cos_[2], rope_sin_[2];  // [positions, head_dim], per frequency set (rope_variant)
+  Tensor rope_cos_[3], rope_sin_[3];  // [positions, head_dim], per frequency set (rope_variant, kLocalRope)
 };
 
 }  // namespace kiln::models

@@ -44,6 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.texts.empty() || r.texts.size() > 64) std::abort();
   });
   expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_embeddings(body);
+    if (r.texts.empty() || int64_t(r.texts.size()) > kiln::serve::kMaxEmbeddingInputs) std::abort();
+    const std::string b64 = kiln::serve::base64_encode(body.data(), body.size());
+    if (b64.size() != (body.size() + 2) / 3 * 4) std::abort();
+  });
+  expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
     if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature >= 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
   });

@@ -16,18 +16,21 @@ TEST(CudaBackendPagedAttention, MatchesTheCpu) {
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     const Tensor k = host_random({pages, Hkv, D, P}, t, 10), v = host_random({pages, Hkv, P, D}, t, 11);
     const Tensor q = host_random({4, H, D}, t, 12);
-    Tensor want = cpu_empty({4, H, D}, t);
-    cpu().paged_attention(q, k, v, table, span, want, 0.2f);
-    Tensor got = gpu_poisoned({4, H, D}, t);
-    gpu().paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(table), to_gpu(span), got, 0.2f);
-    expect_close(got, want, tol_for(t), std::string("paged attention ") + dtype_name(t));
+    for (float softcap : {0.0f, 0.5f}) {  // 0.5: small enough that the cap changes every score
+      Tensor want = cpu_empty({4, H, D}, t);
+      cpu().paged_attention(q, k, v, table, span, want, 0.2f, softcap);
+      Tensor got = gpu_poisoned({4, H, D}, t);
+      gpu().paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(table), to_gpu(span), got, 0.2f, softcap);
+      expect_close(got, want, tol_for(t),
+                   std::string("paged attention ") + dtype_name(t) + " softcap " + std::to_string(softcap));
+    }
   }
   // A page outside the pool is an error, not a read outside it.
   const Tensor k = host_random({pages, Hkv, D, P}, DType::f32, 1), v = host_random({pages, Hkv, P, D}, DType::f32, 2);
   Tensor out = gpu_poisoned({1, H, D}, DType::f32);
   EXPECT_THROW(gpu().paged_attention(to_gpu(host_random({1, H, D}, DType::f32, 3)), to_gpu(k), to_gpu(v),
                                      to_gpu(Tensor::from_vector(std::vector<int32_t>{99}, {1, 1})),
-                                     to_gpu(Tensor::from_vector(std::vector<int32_t>{0, 0, 2}, {1, 3})), out, 1.0f),
+                                     to_gpu(Tensor::from_vector(std::vector<int32_t>{0, 0, 2}, {1, 3})), out, 1.0f, 0.0f),
                kiln::Error);
 }
 

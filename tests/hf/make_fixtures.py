@@ -225,6 +225,26 @@ CAUSAL = {
                                intermediate_size=64, num_hidden_layers=5, max_position_embeddings=128,
                                no_rope_layers=[1, 1, 0, 1, 0], rope_theta=5000000.0, tie_word_embeddings=True,
                                pad_token_id=None)),
+    # Gemma: norms of 1 + w, GeGLU, the embedding times sqrt(hidden); MQA, tied.
+    "gemma": ("llama2", dict(model_type="gemma", hidden_size=40, num_attention_heads=4, num_key_value_heads=1,
+                             head_dim=12, intermediate_size=72, num_hidden_layers=2, max_position_embeddings=128,
+                             hidden_act="gelu_pytorch_tanh")),
+    # Gemma 2: sliding layers (window 6) between global ones, soft caps small
+    # enough to bend most scores and logits, a query_pre_attn_scalar apart from head_dim; untied.
+    "gemma2": ("llama2", dict(model_type="gemma2", hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=10, intermediate_size=80, num_hidden_layers=3, max_position_embeddings=128,
+                              sliding_window=6, query_pre_attn_scalar=20, attn_logit_softcapping=4.0,
+                              final_logit_softcapping=3.0, tie_word_embeddings=False)),
+    # Gemma 3 (text): q/k norms, layer_types past one pattern, the local RoPE
+    # base on sliding layers and linear scaling on the global one only.
+    "gemma3": ("llama3", dict(model_type="gemma3_text", hidden_size=36, num_attention_heads=3, num_key_value_heads=1,
+                              head_dim=14, intermediate_size=64, num_hidden_layers=4, max_position_embeddings=128,
+                              sliding_window=5, query_pre_attn_scalar=16,
+                              layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                           "sliding_attention"],
+                              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                               "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                  "rope_theta": 1000000.0}})),
 }
 CLASSIFIERS = {
     "bert": ("bert", dict(model_type="bert", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
@@ -241,10 +261,29 @@ CLASSIFIERS = {
                                     type_vocab_size=1, id2label={0: "NEGATIVE", 1: "POSITIVE"})),
 }
 
+# sentence-transformers folders (tests/test_hf_embeddings.cpp): an encoder
+# saved as BertModel/RobertaModel/DistilBertModel, then its pooling, and a
+# Normalize module where the flag says. name -> (tokenizer, config, pooling,
+# normalize, max_seq_length, layout): "hub" rewrites the folder as the hub's
+# older folders are (all-MiniLM-L6-v2's: pooling_mode_* flags,
+# sentence_bert_config.json's max_seq_length, sentence_transformers.models.*
+# types), "current" keeps what sentence-transformers writes today.
+EMBEDDERS = {
+    "embed-minilm": ("bert", dict(model_type="bert", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
+                                  intermediate_size=60, max_position_embeddings=64), "mean", True, 16, "hub"),
+    "embed-roberta-cls": ("roberta", dict(model_type="roberta", hidden_size=32, num_attention_heads=4,
+                                          num_hidden_layers=2, intermediate_size=48, max_position_embeddings=66,
+                                          type_vocab_size=1), "cls", False, None, "current"),
+    "embed-distilbert-max": ("bert", dict(model_type="distilbert", dim=40, n_heads=2, n_layers=2, hidden_dim=68,
+                                          max_position_embeddings=64), "max", True, 12, "current"),
+}
+
 SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
               "the majority, it is time to reform.")
 PROMPT = "The best way to predict the future"
 CLASSIFY_TEXTS = ["What a wonderful, happy day!", "This is awful.", "caf\u00e9 na\u00efve \u4f60\u597d"]
+EMBED_TEXTS = CLASSIFY_TEXTS + ["", "A fortune longer than any max_seq_length here: Whenever you find that you are "
+                                    "on the side of the majority, it is time to reform."]
 
 # The chat templates the real models ship (tokenizer_config.json's
 # chat_template, as Jinja source), with the bos/eos text they fill in. Kiln
@@ -447,6 +486,46 @@ def make_model(out, name, tok_name, kwargs, auto, expectations):
         model.generation_config.save_pretrained(d)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expectations(d, tok, dtype), f, indent=1, ensure_ascii=False)
+
+
+def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_length, layout):
+    from sentence_transformers import SentenceTransformer, models
+    d, raw = os.path.join(out, name), os.path.join(out, name + ".encoder")
+    tok = save_tokenizer(tok_name, raw)
+    config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
+    torch.manual_seed(sum(map(ord, name)))
+    transformers.AutoModel.from_config(config).save_pretrained(raw)
+    word = models.Transformer(raw, max_seq_length=max_seq_length)
+    modules = [word, models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)]
+    SentenceTransformer(modules=modules + ([models.Normalize()] if normalize else []), device="cpu").save(d)
+    shutil.rmtree(raw)
+    os.remove(os.path.join(d, "README.md"))
+    if layout == "hub":
+        with open(os.path.join(d, "modules.json")) as f:
+            mods = json.load(f)
+        for m in mods:
+            m["type"] = "sentence_transformers.models." + m["type"].rsplit(".", 1)[1]
+        flags = {f"pooling_mode_{k}": pooling == v for k, v in
+                 (("cls_token", "cls"), ("mean_tokens", "mean"), ("max_tokens", "max"),
+                  ("mean_sqrt_len_tokens", "mean_sqrt_len_tokens"))}
+        rewrites = {"modules.json": mods,
+                    "1_Pooling/config.json": dict(word_embedding_dimension=word.get_embedding_dimension(), **flags),
+                    "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False}}
+        for path, content in rewrites.items():
+            with open(os.path.join(d, path), "w") as f:
+                json.dump(content, f, indent=2)
+        with open(os.path.join(d, "tokenizer_config.json")) as f:
+            tc = json.load(f)
+        tc["model_max_length"] = 512  # the hub's: sentence_bert_config.json's max_seq_length cuts first
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(tc, f, indent=2)
+    st = SentenceTransformer(d, device="cpu")  # read back, as a user loads it
+    with torch.no_grad():
+        embeddings = st.encode(EMBED_TEXTS, batch_size=2, convert_to_numpy=True)
+    ids = [st.tokenize([t])["input_ids"][0].tolist() for t in EMBED_TEXTS]
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"texts": EMBED_TEXTS, "ids": ids, "embeddings": embeddings.tolist(), "pooling": pooling,
+                   "normalize": normalize, "max_seq_length": st.max_seq_length}, f, indent=1, ensure_ascii=False)
 
 
 # The speed models' shapes (Llama architecture, random weights): SmolLM-135M's
@@ -670,7 +749,7 @@ def main():
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL) + sorted(CLASSIFIERS),
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS),
                     help="remake only these models' folders (the others stay as they are)")
     a = ap.parse_args()
     if a.only:
@@ -678,6 +757,8 @@ def main():
             shutil.rmtree(os.path.join(a.out, name), ignore_errors=True)
             if name in CAUSAL:
                 make_model(a.out, name, *CAUSAL[name], AutoModelForCausalLM, causal_expectations)
+            elif name in EMBEDDERS:
+                make_embedder(a.out, name, *EMBEDDERS[name])
             else:
                 make_model(a.out, name, *CLASSIFIERS[name], AutoModelForSequenceClassification,
                            classifier_expectations)
@@ -705,6 +786,8 @@ def main():
         make_model(a.out, name, tok_name, kwargs, AutoModelForCausalLM, causal_expectations)
     for name, (tok_name, kwargs) in CLASSIFIERS.items():
         make_model(a.out, name, tok_name, kwargs, AutoModelForSequenceClassification, classifier_expectations)
+    for name, spec in EMBEDDERS.items():
+        make_embedder(a.out, name, *spec)
     chat_expectations(a.out)
     finetune_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:

@@ -1,0 +1,206 @@
+#include "models/hf/hf_embedder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  KILN_CHECK(in.good(), "cannot read ", path.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
+  }
+}
+
+// The pooling of 1_Pooling/config.json: sentence-transformers 5+'s
+// "pooling_mode" ("mean", or a list of one), or the older pooling_mode_* flags
+// the hub's folders carry (all-MiniLM-L6-v2's), exactly one of them on.
+Pooling read_pooling(const fs::path& config_path) {
+  const json c = read_json_file(config_path);
+  KILN_CHECK(c.is_object(), config_path.string(), " must be a JSON object");
+  static const std::map<std::string, std::string> legacy = {
+      {"pooling_mode_cls_token", "cls"},         {"pooling_mode_mean_tokens", "mean"},
+      {"pooling_mode_max_tokens", "max"},        {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"},
+      {"pooling_mode_lasttoken", "lasttoken"},   {"pooling_mode_weightedmean_tokens", "weightedmean"}};
+  std::vector<std::string> on;
+  if (c.contains("pooling_mode")) {
+    const json& mode = c["pooling_mode"];
+    for (const json& m : mode.is_array() ? mode : json::array({mode})) {
+      KILN_CHECK(m.is_string(), config_path.string(), ": pooling_mode ", mode.dump(), " is not a mode name");
+      on.push_back(m.get<std::string>());
+    }
+  } else {
+    for (const auto& [key, mode] : legacy)
+      if (c.value(key, json(false)) == json(true)) on.push_back(mode);
+  }
+  KILN_CHECK(on.size() == 1, config_path.string(), ": ", on.size(), " pooling modes are on; Kiln pools with exactly "
+             "one (sentence-transformers concatenates several)");
+  static const std::map<std::string, Pooling> modes = {{"cls", Pooling::cls},
+                                                        {"mean", Pooling::mean},
+                                                        {"max", Pooling::max},
+                                                        {"mean_sqrt_len_tokens", Pooling::mean_sqrt_len},
+                                                        {"lasttoken", Pooling::last_token}};
+  const auto it = modes.find(on[0]);
+  KILN_CHECK(it != modes.end(), config_path.string(), ": pooling mode \"", on[0], "\" is not one Kiln computes "
+             "(it computes cls, mean, max, mean_sqrt_len_tokens and lasttoken)");
+  KILN_CHECK(c.value("include_prompt", json(true)) == json(true), config_path.string(),
+             ": include_prompt false (pooling without the prompt's tokens) is not implemented");
+  return it->second;
+}
+
+// The module's last dotted name: "sentence_transformers.models.Pooling" -> "Pooling".
+std::string module_kind(const json& module) {
+  const std::string type = module.value("type", "");
+  return type.substr(type.rfind('.') == std::string::npos ? 0 : type.rfind('.') + 1);
+}
+
+// model_max_length of tokenizer_config.json, when it holds a sane one.
+std::optional<int64_t> tokenizer_max_length(const fs::path& dir) {
+  if (!fs::exists(dir / "tokenizer_config.json")) return std::nullopt;
+  const json t = read_json_file(dir / "tokenizer_config.json");
+  const json n = t.is_object() ? t.value("model_max_length", json()) : json();
+  if (!n.is_number_integer() || n.get<int64_t>() <= 0 || n.get<int64_t>() > (int64_t(1) << 30)) return std::nullopt;
+  return n.get<int64_t>();
+}
+
+}  // namespace
+
+HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dtype) {
+  const fs::path dir(dir_name);
+  HfEmbedder e;
+  e.encoder = load_hf_encoder(dir_name, dtype);
+  const BertConfig& c = e.encoder.model->config();
+  e.pad_id = c.pad_token_id.value_or(0);
+  const int64_t positions = c.max_positions - c.position_offset;
+  e.max_tokens = std::min(positions, tokenizer_max_length(dir).value_or(positions));
+  if (!fs::exists(dir / "modules.json")) return e;  // a bare encoder: mean pooling, as SentenceTransformer(dir) adds
+  const json modules = read_json_file(dir / "modules.json");
+  KILN_CHECK(modules.is_array() && !modules.empty(), (dir / "modules.json").string(), " must list the modules");
+  bool pooled = false;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const json& m = modules[i];
+    KILN_CHECK(m.is_object() && m.value("path", json()).is_string(), (dir / "modules.json").string(), ": module ", i,
+               " needs a \"type\" and a \"path\"");
+    const std::string kind = module_kind(m), path = m["path"].get<std::string>();
+    KILN_CHECK(path.find("..") == std::string::npos, (dir / "modules.json").string(), ": module path \"", path,
+               "\" leaves the folder");
+    if (i == 0) {
+      KILN_CHECK(kind == "Transformer", (dir / "modules.json").string(), ": the first module is ", m.value("type", ""),
+                 "; Kiln embeds with a Transformer module first");
+      if (fs::exists(dir / path / "sentence_bert_config.json")) {
+        const json s = read_json_file(dir / path / "sentence_bert_config.json");
+        KILN_CHECK(s.is_object(), "sentence_bert_config.json must be a JSON object");
+        KILN_CHECK(s.value("do_lower_case", json(false)) == json(false),
+                   "sentence_bert_config.json: do_lower_case true (lower-casing before the tokenizer) is not implemented");
+        const json n = s.value("max_seq_length", json());
+        if (!n.is_null()) {
+          KILN_CHECK(n.is_number_integer() && n.get<int64_t>() > 0, "sentence_bert_config.json: max_seq_length ",
+                     n.dump(), " is not a positive integer");
+          e.max_tokens = std::min(positions, n.get<int64_t>());
+        }
+      }
+    } else if (kind == "Pooling" && !pooled) {
+      e.pooling = read_pooling(dir / path / "config.json");
+      pooled = true;
+    } else if (kind == "Normalize" && pooled) {
+      e.normalize = true;
+    } else {
+      KILN_FAIL((dir / "modules.json").string(), ": module ", i, " (", m.value("type", "?"),
+                ") is not one Kiln computes: it embeds with Transformer, then Pooling, then optionally Normalize");
+    }
+  }
+  KILN_CHECK(pooled, (dir / "modules.json").string(), " has no Pooling module");
+  return e;
+}
+
+std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text) {
+  const text::HfTokenizer& tok = e.encoder.tokenizer;
+  std::vector<int32_t> full = tok.encode(text);
+  if (int64_t(full.size()) <= e.max_tokens) return full;
+  // As the tokenizer truncates one sequence: its content, keeping the special tokens around it.
+  const std::vector<int32_t> content = tok.encode(text, false);
+  const auto at = std::search(full.begin(), full.end(), content.begin(), content.end());
+  KILN_CHECK(at != full.end(), "embeddings: the tokenizer's special tokens are not around the text's");
+  const int64_t before = at - full.begin(), after = int64_t(full.size() - content.size()) - before;
+  const int64_t kept = e.max_tokens - before - after;
+  KILN_CHECK(kept > 0, "embeddings: max_seq_length ", e.max_tokens, " leaves no room for text");
+  std::vector<int32_t> out(full.begin(), at + kept);
+  out.insert(out.end(), full.end() - after, full.end());
+  return out;
+}
+
+Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(rows.size());
+  KILN_CHECK(B > 0, "embeddings: no texts");
+  std::vector<int64_t> lengths;
+  for (const auto& r : rows) {
+    KILN_CHECK(!r.empty() && int64_t(r.size()) <= e.max_tokens, "embeddings: a row of ", r.size(),
+               " tokens; the model reads 1 to ", e.max_tokens);
+    lengths.push_back(int64_t(r.size()));
+  }
+  const int64_t T = *std::max_element(lengths.begin(), lengths.end()), C = e.dimensions();
+  std::vector<int64_t> ids(size_t(B * T), e.pad_id);
+  for (int64_t b = 0; b < B; ++b) std::copy(rows[size_t(b)].begin(), rows[size_t(b)].end(), ids.begin() + b * T);
+  const Device device = e.encoder.model->parameters().front().device();
+  const Tensor states = e.encoder.model->forward(Tensor::from_vector(ids, {B, T}).to(device), lengths);
+  const std::vector<float> s = to_dtype(states, DType::f32).to(Device::cpu()).to_vector<float>();
+  std::vector<float> out(size_t(B * C), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = lengths[size_t(b)];
+    float* o = out.data() + b * C;
+    const float* row = s.data() + b * T * C;
+    switch (e.pooling) {
+      case Pooling::cls: std::copy(row, row + C, o); break;
+      case Pooling::last_token: std::copy(row + (n - 1) * C, row + n * C, o); break;
+      case Pooling::max:
+        std::fill(o, o + C, -std::numeric_limits<float>::infinity());
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t i = 0; i < C; ++i) o[i] = std::max(o[i], row[t * C + i]);
+        break;
+      case Pooling::mean:
+      case Pooling::mean_sqrt_len: {
+        const float divisor = e.pooling == Pooling::mean ? float(n) : std::sqrt(float(n));
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t i = 0; i < C; ++i) o[i] += row[t * C + i];
+        for (int64_t i = 0; i < C; ++i) o[i] /= divisor;
+        break;
+      }
+    }
+    if (e.normalize) {  // torch.nn.functional.normalize: x / max(|x|, 1e-12)
+      double squares = 0;
+      for (int64_t i = 0; i < C; ++i) squares += double(o[i]) * o[i];
+      const float inverse = float(1.0 / std::max(std::sqrt(squares), 1e-12));
+      for (int64_t i = 0; i < C; ++i) o[i] *= inverse;
+    }
+  }
+  return Tensor::from_vector(out, {B, C});
+}
+
+std::vector<std::vector<float>> embed_texts(HfEmbedder& e, const std::vector<std::string>& texts) {
+  constexpr size_t kBatch = 32;  // rows per pass: padding, and memory, stay bounded
+  std::vector<std::vector<float>> out;
+  for (size_t first = 0; first < texts.size(); first += kBatch) {
+    std::vector<std::vector<int32_t>> rows;
+    for (size_t i = first; i < std::min(texts.size(), first + kBatch); ++i) rows.push_back(embedding_ids(e, texts[i]));
+    const std::vector<float> v = embed_ids(e, rows).to_vector<float>();
+    for (size_t r = 0; r < rows.size(); ++r)
+      out.emplace_back(v.begin() + long(r * size_t(e.dimensions())), v.begin() + long((r + 1) * size_t(e.dimensions())));
+  }
+  return out;
+}
+
+}  // namespace kiln::models

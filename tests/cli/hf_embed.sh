@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Sentence embeddings through the kiln command and kiln serve, against what
+# sentence-transformers' encode() answered on the fixture folders
+# (tests/hf/make_fixtures.py): kiln embed, POST /v1/embeddings as floats and
+# as base64, and the official openai client's embeddings.create (the PyTorch 2
+# environment's, bench/torch2_venv.sh: required); bad input is a clear error.
+source "$(dirname "$0")/lib.sh"
+FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
+require_oracle openai
+
+for model in embed-minilm embed-roberta-cls; do
+  python3 -c "import json; print('\n'.join(json.load(open('$FIX/$model/expected.json'))['texts']))" >"$WORK/texts"
+  # (the empty text is a line of its own, and embeds as [CLS] [SEP] alone)
+  run 0 "$KILN" embed "hf:$FIX/$model" --file "$WORK/texts" --json
+  python3 - "$OUT" "$FIX/$model/expected.json" <<'PY' || fail "$model: kiln embed differs from sentence-transformers"
+import json, sys
+got, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert got["dimensions"] == len(want["embeddings"][0]) and len(got["embeddings"]) == len(want["embeddings"]), got
+sys.exit(0 if max(abs(a - b) for g, w in zip(got["embeddings"], want["embeddings"]) for a, b in zip(g, w)) < 1e-5 else 1)
+PY
+done
+run 0 "$KILN" embed "hf:$FIX/embed-minilm" --text "one" --text "two"
+[ "$(wc -l <"$OUT")" = 2 ] || fail "two texts did not give two lines"
+run 1 "$KILN" embed "hf:$FIX/llama-gqa" --text "x"
+expect "is not an encoder Kiln embeds with"
+run 1 "$KILN" embed "$FIX/embed-minilm" --text "x"
+expect "kiln embed takes hf:DIR"
+
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
+  >"$WORK/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+run 0 python3 - "$port" "$FIX/embed-minilm/expected.json" <<'PY'
+import base64, json, struct, sys, urllib.error, urllib.request
+port, want = sys.argv[1], json.load(open(sys.argv[2]))
+def post(body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/embeddings", json.dumps(body).encode())
+    try:
+        return 200, json.loads(urllib.request.urlopen(req).read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+def close(got, w):
+    return max(abs(a - b) for a, b in zip(got, w)) < 1e-5
+# More texts than --max-batch: they go through the batcher in parts, in order.
+status, r = post({"model": "emb", "input": want["texts"]})
+assert status == 200 and r["object"] == "list" and r["model"] == "emb", r
+assert [d["index"] for d in r["data"]] == list(range(len(want["texts"]))), r
+assert all(close(d["embedding"], w) for d, w in zip(r["data"], want["embeddings"])), r
+assert r["usage"]["prompt_tokens"] == sum(len(i) for i in want["ids"]) == r["usage"]["total_tokens"], r["usage"]
+status, r = post({"model": "emb", "input": want["texts"][0], "encoding_format": "base64", "dimensions": 36})
+raw = base64.b64decode(r["data"][0]["embedding"])
+assert close(struct.unpack(f"<{len(raw) // 4}f", raw), want["embeddings"][0]), r
+for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
+                   ({"model": "emb", "input": "x", "dimensions": 8}, "'dimensions' is 8"),
+                   ({"model": "emb", "input": [5, 6]}, "token ids"),
+                   ({"model": "emb", "input": "x", "encoding_format": "fp16"}, "encoding_format")):
+    status, r = post(body)
+    assert status == 400 and says in r["error"]["message"], (body, status, r)
+print("embeddings served ok")
+PY
+run 0 "$ORACLE_PY" - "$port" "$FIX/embed-minilm/expected.json" <<'PY'
+import json, sys
+import openai
+port, want = sys.argv[1], json.load(open(sys.argv[2]))
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+r = client.embeddings.create(model="emb", input=want["texts"])  # (the client asks for base64 and decodes it)
+assert len(r.data) == len(want["texts"]), r
+assert all(max(abs(a - b) for a, b in zip(d.embedding, w)) < 1e-5 for d, w in zip(r.data, want["embeddings"])), r
+r = client.embeddings.create(model="emb", input="What a wonderful, happy day!", encoding_format="float")
+assert max(abs(a - b) for a, b in zip(r.data[0].embedding, want["embeddings"][0])) < 1e-5, r
+print("openai client ok")
+PY
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+echo "ok"

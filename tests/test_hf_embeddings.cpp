@@ -1,0 +1,117 @@
+// Sentence embeddings (models/hf/hf_embedder.h) against sentence-transformers
+// on the folders tests/hf/make_fixtures.py saved with it: mean, [CLS] and max
+// pooling, normalised or not, texts cut at max_seq_length, in the hub's older
+// layout (all-MiniLM-L6-v2's files) and in today's; and bad folders.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "hf_test_util.h"
+#include "kiln/core/error.h"
+#include "models/hf/hf_embedder.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Embedders : public ::testing::TestWithParam<const char*> {};
+
+// Within 1e-5 of sentence-transformers' encode(), element by element, and a cosine within 1e-6 of 1.
+TEST_P(Embedders, EmbeddingsMatchSentenceTransformers) {
+  auto e = models::load_hf_embedder(hf_test::fixture(GetParam()));
+  const auto want = hf_test::expected(GetParam());
+  const auto texts = want["texts"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(models::embedding_ids(e, texts[i]), want["ids"][i].get<std::vector<int32_t>>()) << texts[i];
+  const auto got = models::embed_texts(e, texts);
+  ASSERT_EQ(got.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const auto w = want["embeddings"][i].get<std::vector<double>>();
+    ASSERT_EQ(got[i].size(), w.size());
+    double dot = 0, a2 = 0, b2 = 0, worst = 0;
+    for (size_t k = 0; k < w.size(); ++k) {
+      dot += got[i][k] * w[k], a2 += double(got[i][k]) * got[i][k], b2 += w[k] * w[k];
+      worst = std::max(worst, std::abs(got[i][k] - w[k]));
+    }
+    EXPECT_LT(worst, 1e-5) << GetParam() << ": " << texts[i];
+    EXPECT_GT(dot / std::sqrt(a2 * b2), 1 - 1e-6) << GetParam() << ": " << texts[i];
+    if (want["normalize"].get<bool>()) EXPECT_NEAR(a2, 1.0, 1e-5);
+  }
+}
+
+// A batch pads its shorter rows; each row's embedding is the one it gets alone.
+TEST_P(Embedders, ABatchGivesEachTextItsOwnEmbedding) {
+  auto e = models::load_hf_embedder(hf_test::fixture(GetParam()));
+  const auto texts = hf_test::expected(GetParam())["texts"].get<std::vector<std::string>>();
+  std::vector<std::vector<int32_t>> rows;
+  for (const auto& t : texts) rows.push_back(models::embedding_ids(e, t));
+  const auto together = models::embed_ids(e, rows).to_vector<float>();
+  const size_t C = size_t(e.dimensions());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto alone = models::embed_ids(e, {rows[i]}).to_vector<float>();
+    for (size_t k = 0; k < C; ++k) EXPECT_NEAR(together[i * C + k], alone[k], 1e-6) << texts[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Embedders,
+                         ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+TEST(HfEmbedders, FolderKindComesFromTheArchitectures) {
+  EXPECT_EQ(models::hf_model_kind(models::read_hf_config(hf_test::fixture("embed-minilm"))), "embedder");
+  EXPECT_EQ(models::hf_model_kind(models::read_hf_config(hf_test::fixture("bert"))), "classifier");
+}
+
+// A classifier's folder embeds with its encoder (its head unused): mean-pooled, as SentenceTransformer(dir) does.
+TEST(HfEmbedders, AClassifierFolderEmbedsWithItsEncoder) {
+  auto e = models::load_hf_embedder(hf_test::fixture("bert"));
+  EXPECT_EQ(e.pooling, models::Pooling::mean);
+  EXPECT_FALSE(e.normalize);
+  const auto v = models::embed_texts(e, {"What a wonderful, happy day!"});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(int64_t(v[0].size()), e.dimensions());
+}
+
+TEST(HfEmbedders, BadFoldersAreClearErrors) {
+  const fs::path root = fs::temp_directory_path() / "kiln_test_embedders";
+  auto error_of = [&](const std::string& file, const std::string& content) -> std::string {
+    const fs::path dir = hf_test::copy_fixture("embed-minilm", root / "bad");
+    std::ofstream(dir / file) << content;
+    try {
+      auto e = models::load_hf_embedder(dir.string());
+      models::embed_texts(e, {"x"});
+    } catch (const Error& err) {
+      return err.what();
+    }
+    return "loaded";
+  };
+  auto expect_says = [](const std::string& error, const std::string& says) {
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  expect_says(error_of("modules.json", "{"), "is not valid JSON");
+  expect_says(error_of("modules.json", "[]"), "must list the modules");
+  expect_says(error_of("modules.json", R"([{"type": "sentence_transformers.models.Dense", "path": ""}])"),
+              "Transformer module first");
+  expect_says(error_of("modules.json", R"([{"type": "x.Transformer", "path": ""}, {"type": "x.Dense", "path": "2"}])"),
+              "is not one Kiln computes");
+  expect_says(error_of("modules.json", R"([{"type": "x.Transformer", "path": ""}, {"type": "x.Pooling", "path": "../.."}])"),
+              "leaves the folder");
+  expect_says(error_of("modules.json", R"([{"type": "x.Transformer", "path": ""}])"), "has no Pooling module");
+  expect_says(error_of("1_Pooling/config.json", R"({"pooling_mode": "weightedmean"})"), "\"weightedmean\"");
+  expect_says(error_of("1_Pooling/config.json", R"({"pooling_mode": ["mean", "max"]})"), "2 pooling modes");
+  expect_says(error_of("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": false})"), "0 pooling modes");
+  expect_says(error_of("1_Pooling/config.json", R"({"pooling_mode": 3})"), "is not a mode name");
+  expect_says(error_of("sentence_bert_config.json", R"({"max_seq_length": -4})"), "max_seq_length");
+  expect_says(error_of("sentence_bert_config.json", R"({"do_lower_case": true})"), "do_lower_case");
+  EXPECT_EQ(error_of("2_Normalize/config.json", "{}"), "loaded");
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kiln
