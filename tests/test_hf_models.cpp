@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16",    "mistral",
                                 "qwen2",       "qwen3",        "olmo2",          "granite",       "smollm3",
                                 "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope", "phi3",
-                                "gemma",       "gemma2",       "gemma3"};
+                                "gemma",       "gemma2",       "gemma3",         "mixtral",       "qwen3-moe",
+                                "olmoe"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -97,9 +98,11 @@ TEST_P(CausalLms, TrainingLossAndGradientsMatchTransformers) {
   const auto* family = models::find_causal_lm_family(type);
   size_t checked = 0;
   for (const auto& [name, p] : lm.model->named_parameters()) {
-    const std::string hf_name = family->checkpoint_name(name).name;
+    // transformers' own names, which are Kiln's, or the checkpoint's where a file differs (GPT-2's, Mixtral's)
+    const std::string hf_name = want["grads"].contains(name) ? name : family->checkpoint_name(name).name;
     ASSERT_TRUE(want["grads"].contains(hf_name)) << hf_name;
-    const auto g = p.grad().to_vector<float>();
+    // (an expert no token was routed to has no gradient: transformers' fused tensor holds zeros for it)
+    const auto g = p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>(size_t(p.numel()), 0.0f);
     double norm = 0, sum = 0;
     for (float v : g) norm += double(v) * v, sum += v;
     norm = std::sqrt(norm);
@@ -408,8 +411,8 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                              "smollm3", "phi3", "gemma", "gemma2", "gemma3", "bert", "distilbert", "roberta",
-                              "xlm-roberta"}) {
+                              "smollm3", "phi3", "gemma", "gemma2", "gemma3", "mixtral", "qwen3-moe", "olmoe", "bert",
+                              "distilbert", "roberta", "xlm-roberta"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);
@@ -622,8 +625,13 @@ TEST(HfFolders, NewFamiliesRefuseWhatTheyDoNotImplementByName) {
   expect_says(error_of("gemma3", [](auto& j) { j["rope_parameters"]["sliding_attention"]["rope_type"] = "yarn"; }),
               "\"rope_type\"");
   expect_says(error_of("gemma", [](auto& j) { j["hidden_act"] = "silu"; }), "\"hidden_act\"");
+  expect_says(error_of("mixtral", [](auto& j) { j["router_jitter_noise"] = 0.1; }), "\"router_jitter_noise\"");
+  expect_says(error_of("mixtral", [](auto& j) { j["num_experts_per_tok"] = 9; }), "\"num_experts_per_tok\"");
+  expect_says(error_of("olmoe", [](auto& j) { j["clip_qkv"] = 8.0; }), "\"clip_qkv\"");
+  expect_says(error_of("qwen3-moe", [](auto& j) { j["mlp_only_layers"] = {7}; }), "\"mlp_only_layers\"");
   EXPECT_EQ(error_of("phi3", [](auto&) {}), "built");
   EXPECT_EQ(error_of("gemma3", [](auto&) {}), "built");
+  EXPECT_EQ(error_of("olmoe", [](auto&) {}), "built");
 }
 
 // Gemma 3 as older files write it (rope_theta, rope_local_base_freq and
@@ -659,6 +667,55 @@ TEST(HfFolders, GemmaReadsOlderConfigLayoutsAsTransformersDoes) {
     j["final_logit_softcapping"] = nullptr;
   });
   EXPECT_NE(capped, uncapped);
+}
+
+// Mixtures of experts in the layouts files hold them: the hub's (per
+// expert; Mixtral's block_sparse_moe with w1/w2/w3, as the fixture holds it)
+// and fused ([experts, 2 x intermediate, hidden] gate_up_proj and down_proj
+// under Kiln's names, as transformers 5 may save them) give the same model.
+TEST(HfFolders, MixtureOfExpertsLoadsPerExpertAndFusedFiles) {
+  for (const std::string fixture : {"mixtral", "qwen3-moe"}) {
+    const fs::path dir = scratch_copy(fixture, "fused_" + fixture);
+    auto per_expert = models::load_hf_causal_lm(dir.string(), DType::f32);
+    // Kiln's parameters, with each layer's experts stacked as transformers 5 holds them.
+    std::map<std::string, std::vector<Tensor>> gate_up, down;
+    NamedTensors fused;
+    for (const auto& [name, p] : per_expert.model->named_parameters()) {
+      const size_t at = name.find(".mlp.experts.");
+      if (at == std::string::npos) {
+        fused.emplace_back(name, p.contiguous());
+        continue;
+      }
+      const std::string layer = name.substr(0, at) + ".mlp.experts.";
+      const size_t dot = name.find('.', at + 13);
+      const int64_t e = std::stoll(name.substr(at + 13, dot - at - 13));
+      const std::string proj = name.substr(dot + 1);
+      auto& list = proj == "down_proj.weight" ? down[layer] : gate_up[layer];
+      const int64_t slot = proj == "up_proj.weight" ? 2 * e + 1 : proj == "gate_proj.weight" ? 2 * e : e;
+      if (int64_t(list.size()) <= slot) list.resize(size_t(slot + 1));
+      list[size_t(slot)] = p.contiguous();
+    }
+    for (auto& [layer, parts] : gate_up) {  // each expert's gate rows, then its up rows
+      std::vector<Tensor> experts;
+      for (size_t e = 0; e < parts.size(); e += 2) experts.push_back(unsqueeze(cat({parts[e], parts[e + 1]}, 0), 0));
+      fused.emplace_back(layer + "gate_up_proj", contiguous(cat(experts, 0)));
+    }
+    for (auto& [layer, parts] : down) {
+      std::vector<Tensor> experts;
+      for (const Tensor& p : parts) experts.push_back(unsqueeze(p, 0));
+      fused.emplace_back(layer + "down_proj", contiguous(cat(experts, 0)));
+    }
+    save_safetensors((dir / "model.safetensors").string(), fused);
+    auto from_fused = models::load_hf_causal_lm(dir.string(), DType::f32);
+    const std::vector<int32_t> ids = {1, 5, 9, 13, 17, 21, 25};
+    EXPECT_EQ(models::next_token_log_probabilities(*from_fused.model, ids),
+              models::next_token_log_probabilities(*per_expert.model, ids))
+        << fixture;
+    // A fused tensor of the wrong rank is an error naming it.
+    fused.back().second = reshape(fused.back().second, {-1});
+    save_safetensors((dir / "model.safetensors").string(), fused);
+    expect_error(dir, "fused experts are [experts");
+  }
 }
 
 // SmolLM3 without no_rope_layers takes transformers' default: every

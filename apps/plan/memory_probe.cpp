@@ -14,6 +14,21 @@ std::string plan_recipe_name(const PlanInput& in) {
   return recipes::is_image_recipe(in.recipe) || !in.hf_config.is_null() ? in.recipe : "fortunes-gpt";
 }
 
+namespace {
+
+// Token ids spread over the vocabulary, for a measured step: a mixture of
+// experts routes them as a real batch is routed (over every expert), where a
+// batch of one id would send every token to the same few (the meta device's
+// routing spreads its tokens over every expert too: models/llama/moe.cpp).
+Tensor spread_token_ids(const Shape& shape, const nlohmann::json& config) {
+  const int64_t vocab = std::max<int64_t>(1, config.value("vocab_size", int64_t(1)));
+  std::vector<int64_t> ids(size_t(shape_numel(shape)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 7919 + 13) % uint64_t(vocab));
+  return Tensor::from_vector(ids, shape);
+}
+
+}  // namespace
+
 StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
   const bool hf = !in.hf_config.is_null();
   const recipes::Recipe* recipe = hf ? nullptr : &recipes::find_recipe(plan_recipe_name(in));
@@ -48,6 +63,7 @@ StepMemory probe_step(const PlanInput& in, const Strategy& s, Device device) {
     xs.insert(xs.begin(), in.batch_size);
     ys.insert(ys.begin(), in.batch_size);
     recipes::Batch batch{zeros(xs, step.x_dtype), zeros(ys, step.y_dtype)};
+    if (hf && !meta) batch.x = spread_token_ids(xs, in.hf_config);
 
     // One steady-state step: the weights and optimizer state exist, the
     // gradients do not (zero_grad frees them), the batch is loaded.

@@ -114,7 +114,8 @@ void refuse_common(const ConfigReader& r) {
            "bitsandbytes checkpoints do not: load the bf16 or f32 weights and pass --quantize");
 }
 
-// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3, phi3, gemma, gemma2, gemma3_text
+// ---- the Llama family: llama, mistral, qwen2, qwen3, olmo2, granite, smollm3, phi3, gemma, gemma2, gemma3_text,
+// mixtral, qwen3_moe, olmoe
 
 // partial_rotary_factor (Phi-3's family; transformers 5 keeps it in
 // rope_parameters): the first head_dim * factor dims of each head rotate.
@@ -271,6 +272,38 @@ void read_gemma(const ConfigReader& r, const json& file, const std::string& type
   if (!(c.local_rope_theta > 0)) r.fail("rope_local_base_freq", std::to_string(c.local_rope_theta), "a positive number");
 }
 
+bool is_moe(const std::string& type) { return type == "mixtral" || type == "qwen3_moe" || type == "olmoe"; }
+
+// Mixtral, Qwen3-MoE and OLMoE: which layers route to experts, how many and
+// how wide, and how the chosen probabilities are normalised.
+void read_moe(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
+  c.num_experts = r.integer(r.has("num_experts") ? "num_experts" : "num_local_experts");  // (transformers' alias)
+  c.experts_per_token = r.integer("num_experts_per_tok");
+  if (c.experts_per_token > c.num_experts)
+    r.fail("num_experts_per_tok", std::to_string(c.experts_per_token), "at most the number of experts");
+  c.expert_intermediate_size = type == "qwen3_moe" ? r.integer("moe_intermediate_size") : c.intermediate_size;
+  c.normalize_top_k = type == "mixtral" || r.flag("norm_topk_prob", false);
+  if (r.flag("output_router_logits", false))
+    c.router_aux_loss_coef = r.number("router_aux_loss_coef", type == "olmoe" ? 0.01 : 0.001);
+  if (r.number("router_jitter_noise", 0) != 0)
+    r.unsupported("router_jitter_noise", r.at("router_jitter_noise").dump(), "the routers' inputs are not jittered");
+  r.absent("clip_qkv", "OLMoE's clamp of q, k and v is not implemented");
+  if (type != "qwen3_moe") return;
+  // Qwen3-MoE: dense MLPs (intermediate_size wide) in mlp_only_layers and off every decoder_sparse_step-th layer.
+  const int64_t step = r.integer("decoder_sparse_step", 1);
+  std::vector<bool> dense(size_t(c.num_layers), false);
+  if (r.has("mlp_only_layers")) {
+    const json& only = r.at("mlp_only_layers");
+    if (!only.is_array()) r.fail("mlp_only_layers", only.dump().substr(0, 200), "a list of layer indices");
+    for (const json& i : only) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= c.num_layers)
+        r.fail("mlp_only_layers", only.dump().substr(0, 200), "layer indices below num_hidden_layers");
+      dense[size_t(i.get<int64_t>())] = true;
+    }
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers.push_back(!dense[size_t(i)] && (i + 1) % step == 0);
+}
+
 LlamaConfig read_llama_config(const json& file, const std::string& type) {
   const json j = type == "gemma3_text" ? with_global_rope(file) : file;
   ConfigReader r(j, type);
@@ -295,11 +328,13 @@ LlamaConfig read_llama_config(const json& file, const std::string& type) {
   c.mlp_bias = r.flag("mlp_bias", false);
   read_rope(r, type, c);
   if (type == "qwen2") c.qkv_bias = true;
-  if (type == "qwen2" || type == "qwen3" || type == "smollm3")
+  if (type == "qwen2" || type == "qwen3" || type == "smollm3" || type == "qwen3_moe")
     if (r.flag("use_sliding_window", false))
       r.unsupported("use_sliding_window", "true", "per-layer sliding windows are not implemented for " + type);
-  if (type == "qwen3") c.qk_norm = LlamaConfig::QkNorm::per_head;
-  if (type == "olmo2") c.qk_norm = LlamaConfig::QkNorm::whole, c.norm_after = true;
+  if (type == "qwen3" || type == "qwen3_moe") c.qk_norm = LlamaConfig::QkNorm::per_head;
+  if (type == "olmo2") c.qk_norm = LlamaConfig::QkNorm::whole, c.norm_after = true, c.norm_before = false;
+  if (type == "olmoe") c.qk_norm = LlamaConfig::QkNorm::whole;
+  if (is_moe(type)) read_moe(r, type, c);
   if (type == "granite") {
     c.embedding_multiplier = r.number("embedding_multiplier", 1);
     c.attention_multiplier = r.number("attention_multiplier", 1);
@@ -311,8 +346,9 @@ LlamaConfig read_llama_config(const json& file, const std::string& type) {
   }
   if (type == "smollm3") read_rope_layers(r, c);
   if (is_gemma(type)) read_gemma(r, file, type, c);
-  else if (type == "mistral" || type == "phi3") c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
-  else r.absent("sliding_window", "a sliding window is read for mistral, phi3, gemma2 and gemma3_text only");
+  else if (type == "mistral" || type == "phi3" || type == "mixtral")
+    c.sliding_window = r.has("sliding_window") ? r.integer("sliding_window") : 0;
+  else r.absent("sliding_window", "a sliding window is read for mistral, mixtral, phi3, gemma2 and gemma3_text only");
   if (type == "phi3") {
     c.fused_projections = true;
     c.rope_recompute_at_switch = c.rope_scaling.type == "longrope";
@@ -331,11 +367,28 @@ std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& typ
   return std::make_shared<Llama>(c, init);
 }
 
+// Mixtral's files (the hub's) keep the MLP as block_sparse_moe, each expert's
+// gate, down and up projections as w1, w2 and w3; transformers 5 saves Kiln's
+// names (its fused experts split at load: hf_model.cpp).
+CheckpointName mixtral_name(const std::string& p) {
+  static const std::pair<const char*, const char*> renames[] = {
+      {".gate_proj.weight", ".w1.weight"}, {".down_proj.weight", ".w2.weight"}, {".up_proj.weight", ".w3.weight"}};
+  const size_t mlp = p.find(".mlp.");
+  if (mlp == std::string::npos) return {p};
+  std::string name = p.substr(0, mlp) + ".block_sparse_moe." + p.substr(mlp + 5);
+  if (name.find(".experts.") != std::string::npos)
+    for (const auto& [from, to] : renames)
+      if (name.ends_with(from)) name = name.substr(0, name.size() - std::strlen(from)) + to;
+  return {name};
+}
+
 // lora_targets: peft's defaults (Phi-3 has none in peft, which then asks
 // for target_modules; Kiln takes the fused attention projection).
-CausalLmFamily llama_family(const std::string& type, std::vector<std::string> lora_targets = {"q_proj", "v_proj"}) {
-  return {type, [type](const json& j) { return build_llama(j, type); },
-          [](const std::string& p) { return CheckpointName{p}; },
+CheckpointName same_name(const std::string& p) { return {p}; }
+
+CausalLmFamily llama_family(const std::string& type, std::vector<std::string> lora_targets = {"q_proj", "v_proj"},
+                            CheckpointName (*checkpoint_name)(const std::string&) = same_name) {
+  return {type, [type](const json& j) { return build_llama(j, type); }, checkpoint_name,
           [](const std::string& t) { return t.find("rotary_emb.inv_freq") != std::string::npos; },
           std::move(lora_targets)};
 }
@@ -385,6 +438,7 @@ const std::vector<CausalLmFamily>& families() {
       llama_family("llama"),   llama_family("mistral"), llama_family("qwen2"),   llama_family("qwen3"),
       llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"), llama_family("phi3", {"qkv_proj"}),
       llama_family("gemma"),   llama_family("gemma2"),  llama_family("gemma3_text"),
+      llama_family("mixtral", {"q_proj", "v_proj"}, mixtral_name), llama_family("qwen3_moe"), llama_family("olmoe"),
       {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;

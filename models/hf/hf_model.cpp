@@ -173,12 +173,43 @@ void attach_quantized(nn::Module& model, const std::map<std::string, Tensor>& we
   });
 }
 
+// transformers 5 saves a mixture's experts fused: experts.gate_up_proj [E,
+// 2I, H] (each expert's gate rows, then its up rows) and experts.down_proj
+// [E, H, I]. Each expert's projections are views of them (no copy), named as
+// Kiln's modules are ("experts.3.gate_proj.weight").
+void split_fused_experts(std::map<std::string, Tensor>& weights, const std::string& dir) {
+  std::vector<std::string> fused;
+  for (const auto& [name, t] : weights)
+    if (name.ends_with(".experts.gate_up_proj") || name.ends_with(".experts.down_proj")) fused.push_back(name);
+  for (const std::string& name : fused) {
+    const Tensor t = weights.at(name);
+    const bool gate_up = name.ends_with(".gate_up_proj");
+    KILN_CHECK(t.dim() == 3 && t.size(0) > 0 && (!gate_up || t.size(1) % 2 == 0), dir, ": '", name, "' has shape ",
+               shape_str(t.shape()), "; fused experts are [experts, 2 x intermediate, hidden] or [experts, hidden, "
+               "intermediate]");
+    const std::string prefix = name.substr(0, name.rfind('.') + 1);  // "...mlp.experts."
+    const int64_t half = t.size(1) / 2;
+    for (int64_t e = 0; e < t.size(0); ++e) {
+      const Tensor expert = t.slice(0, e, e + 1).reshape({t.size(1), t.size(2)});
+      const std::string at = prefix + std::to_string(e);
+      if (gate_up) {
+        weights[at + ".gate_proj.weight"] = expert.slice(0, 0, half);
+        weights[at + ".up_proj.weight"] = expert.slice(0, half, 2 * half);
+      } else {
+        weights[at + ".down_proj.weight"] = expert;
+      }
+    }
+    weights.erase(name);
+  }
+}
+
 // Points every parameter of `model` at its checkpoint tensor; any tensor
 // left over that is not an ignorable buffer, or any parameter missing, is an error.
 void attach_weights(nn::Module& model, const std::string& dir, const json& config, const std::string& model_type,
                     const std::function<CheckpointName(const std::string&)>& checkpoint_name,
                     const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
   std::map<std::string, Tensor> weights = map_hf_weights(dir);
+  split_fused_experts(weights, dir);
   std::set<std::string> used;
   if (config.contains("quantization_config") && config["quantization_config"].is_object())
     attach_quantized(model, weights, used, checkpoint_name, config, dir);
@@ -187,6 +218,7 @@ void attach_weights(nn::Module& model, const std::string& dir, const json& confi
     auto it = weights.find(source.name);
     if (it == weights.end() && source.name.rfind("transformer.", 0) == 0)  // GPT-2 files without the prefix
       it = weights.find(source.name.substr(12));
+    if (it == weights.end()) it = weights.find(name);  // transformers 5's names where the hub's differ (Mixtral's)
     if (it == weights.end())
       KILN_FAIL(dir, ": the weights lack '", source.name, "', which a ", model_type, " model with this config.json needs");
     used.insert(it->first);

@@ -80,15 +80,22 @@ class LlamaLayer : public Module {
       v_proj = attn->add("v_proj", std::make_shared<Linear>(c.hidden_size, kv_width, init, qkv_bias));
     }
     o_proj = attn->add("o_proj", std::make_shared<Linear>(q_width, c.hidden_size, init, c.attention_bias));
-    auto mlp = register_module("mlp", std::make_shared<Named>());
-    if (c.fused_projections) {
+    if (c.is_moe(index)) {
+      const MoeShape shape{c.hidden_size, c.expert_intermediate_size, c.num_experts, c.experts_per_token,
+                           c.normalize_top_k};
+      moe = register_module("mlp", std::make_shared<MixtureOfExperts>(shape, init, silu));
+    }
+    auto mlp = moe ? nullptr : register_module("mlp", std::make_shared<Named>());
+    if (moe) {
+    } else if (c.fused_projections) {
       gate_up_proj =
           mlp->add("gate_up_proj", std::make_shared<Linear>(c.hidden_size, 2 * c.intermediate_size, init, c.mlp_bias));
     } else {
       gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
       up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
     }
-    down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
+    if (mlp)
+      down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
     if (c.residual_dropout > 0)
       residual_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.residual_dropout, dropout_gen));
     if (c.qk_norm != LlamaConfig::QkNorm::none) {
@@ -129,9 +136,11 @@ class LlamaLayer : public Module {
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
       post_feedforward_layernorm, q_norm, k_norm;
   std::shared_ptr<Dropout> attention_dropout;  // on the probabilities, training only
+  std::shared_ptr<MixtureOfExperts> moe;      // the MLP of a mixture-of-experts layer
 
  private:
   Tensor mlp(const Tensor& n) const {
+    if (moe) return moe->forward(n);
     auto act = [&](const Tensor& gate) { return c_.activation == LlamaConfig::Activation::silu ? silu(gate) : gelu(gate); };
     if (!c_.fused_projections) return down_proj->forward(act(gate_proj->forward(n)) * up_proj->forward(n));
     const Tensor gate_up = gate_up_proj->forward(n);
@@ -333,12 +342,31 @@ Tensor Llama::hidden_states(const Tensor& ids) {
 }
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
-  if (config_.final_softcap == 0)  // the fused loss never holds every position's logits
-    return linear_cross_entropy(head_input(hidden_states(ids)), head_weight(), targets);
-  const Tensor logits = head(hidden_states(ids));  // in f32, as transformers' loss upcasts them
-  return cross_entropy(reshape(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32),
-                               {-1, config_.vocab_size}),
-                       reshape(targets, {-1}));
+  std::vector<std::shared_ptr<MixtureOfExperts>> routers;
+  if (config_.router_aux_loss_coef > 0 && grad_enabled()) {
+    KILN_CHECK(checkpointing_ == ActivationCheckpointing::none, "the routers' load-balancing loss ",
+               "(output_router_logits) is not implemented with activation checkpointing; train without it, or set "
+               "output_router_logits false");
+    for (const auto& layer : model_->layers)
+      if (layer->moe) routers.push_back(layer->moe), layer->moe->keep_router_logits = true;
+  }
+  Tensor loss;
+  if (config_.final_softcap == 0) {  // the fused loss never holds every position's logits
+    loss = linear_cross_entropy(head_input(hidden_states(ids)), head_weight(), targets);
+  } else {
+    const Tensor logits = head(hidden_states(ids));  // in f32, as transformers' loss upcasts them
+    loss = cross_entropy(reshape(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32),
+                                 {-1, config_.vocab_size}),
+                         reshape(targets, {-1}));
+  }
+  if (routers.empty()) return loss;
+  std::vector<Tensor> logits;
+  for (const auto& router : routers) {
+    router->keep_router_logits = false;
+    logits.push_back(router->take_router_logits());
+  }
+  const Tensor aux = load_balancing_loss(logits, config_.num_experts, config_.experts_per_token);
+  return loss + mul_scalar(aux, config_.router_aux_loss_coef);
 }
 
 void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {

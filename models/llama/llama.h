@@ -2,9 +2,10 @@
 // window), Qwen2 (biases on q, k and v), Qwen3 and OLMo 2 (norms on the
 // queries and keys; OLMo 2's norms after each sub-layer), Granite (its
 // multipliers), SmolLM3 (layers without rotary positions), Phi-3 (fused
-// projections, partial rotary embeddings) and Gemma 1, 2 and 3 (norms of
+// projections, partial rotary embeddings), Gemma 1, 2 and 3 (norms of
 // 1 + w, GeGLU, norms on both sides of each sub-layer, soft-capped scores
-// and logits, sliding layers between global ones, a local RoPE base): RMSNorm, rotary positions
+// and logits, sliding layers between global ones, a local RoPE base) and
+// the mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): RMSNorm, rotary positions
 // (with Llama 3's frequency scaling), SwiGLU, grouped- and multi-query
 // attention, and a tied or untied head. Built from Kiln's ops, so it trains
 // as well as it generates. Parameters carry transformers' names
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "models/gpt/gpt.h"
+#include "models/llama/moe.h"
 #include "models/llama/rope.h"
 
 namespace kiln::models {
@@ -79,6 +81,16 @@ struct LlamaConfig {
   // Gemma 3: the sliding layers rotate with their own base
   // (rope_local_base_freq), unscaled; 0: as the global ones do.
   double local_rope_theta = 0;
+  // Mixture of experts (Mixtral, Qwen3-MoE, OLMoE; models/llama/moe.h): the
+  // MLP of each layer moe_layers marks (empty: every layer) is num_experts
+  // experts of expert_intermediate_size, experts_per_token per token.
+  int64_t num_experts = 0, experts_per_token = 0, expert_intermediate_size = 0;
+  bool normalize_top_k = false;
+  std::vector<bool> moe_layers;
+  bool is_moe(int64_t layer) const { return num_experts > 0 && (moe_layers.empty() || moe_layers[size_t(layer)]); }
+  // The loss adds this times the routers' load-balancing loss (transformers'
+  // output_router_logits with router_aux_loss_coef); 0: none.
+  double router_aux_loss_coef = 0;
 };
 
 class Llama : public LanguageModel {

@@ -245,6 +245,26 @@ CAUSAL = {
                               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                                "full_attention": {"rope_type": "linear", "factor": 2.0,
                                                                   "rope_theta": 1000000.0}})),
+    # Mixtures of experts, saved by transformers 5 with each layer's experts
+    # fused (experts.gate_up_proj, experts.down_proj). Mixtral renormalises
+    # its top 2 of 4; the load-balancing loss is on (output_router_logits), so
+    # the training step's loss and gradients include it.
+    "mixtral": ("llama2", dict(model_type="mixtral", hidden_size=40, num_attention_heads=4, num_key_value_heads=2,
+                               intermediate_size=56, num_hidden_layers=2, max_position_embeddings=128,
+                               num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+                               router_aux_loss_coef=0.02, tie_word_embeddings=False)),
+    # Qwen3-MoE: per-head q/k norms, a dense MLP in layer 1 (mlp_only_layers), experts narrower than it.
+    "qwen3-moe": ("llama3", dict(model_type="qwen3_moe", hidden_size=36, num_attention_heads=3, num_key_value_heads=1,
+                                 head_dim=14, intermediate_size=64, moe_intermediate_size=24, num_experts=6,
+                                 num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
+                                 num_hidden_layers=3, max_position_embeddings=128, tie_word_embeddings=True)),
+    # OLMoE: q/k norms over the whole projections, top 3 of 5 not renormalised, the load-balancing loss on.
+    # (No pad id: OLMoE's default, 1, is this tokenizer's <s>, whose zeroed row would route with five-way
+    # ties, which torch.topk breaks its own way.)
+    "olmoe": ("llama2", dict(model_type="olmoe", hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=40, num_experts=5, num_experts_per_tok=3, norm_topk_prob=False,
+                             num_hidden_layers=2, max_position_embeddings=128, output_router_logits=True,
+                             router_aux_loss_coef=0.01, tie_word_embeddings=False, pad_token_id=None)),
 }
 CLASSIFIERS = {
     "bert": ("bert", dict(model_type="bert", hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
@@ -450,11 +470,29 @@ def causal_expectations(d, tok, dtype):
     # One training step's loss and gradients (as a norm and a sum per
     # parameter: invariant to GPT-2's transposed Conv1D layout).
     with torch.enable_grad():
-        loss = model(ids, labels=ids).loss
+        # Framed as a training step frames a text: inputs ids[:-1], targets
+        # ids[1:] (the same loss as labels=ids, but a mixture's routers, and
+        # so its load-balancing loss, see the inputs alone).
+        step = model(ids[:, :-1])
+        loss = torch.nn.functional.cross_entropy(step.logits[0].float(), ids[0, 1:])
+        if getattr(step, "aux_loss", None) is not None:
+            loss = loss + model.config.router_aux_loss_coef * step.aux_loss
         loss.backward()
     out["train_loss"] = loss.item()
-    out["grads"] = {name: {"norm": p.grad.norm().item(), "sum": p.grad.sum().item()}
-                    for name, p in model.named_parameters()}
+    out["grads"] = {}
+    for name, p in model.named_parameters():
+        # transformers 5 holds a mixture's experts fused ([experts, 2 x intermediate, hidden]
+        # and [experts, hidden, intermediate]); each expert's projections get their own row.
+        parts = {name: p.grad}
+        if name.endswith("experts.gate_up_proj"):
+            half = p.shape[1] // 2
+            parts = {f"{name[:-12]}{e}.{proj}.weight": p.grad[e, rows]
+                     for e in range(p.shape[0]) for proj, rows in (("gate_proj", slice(0, half)),
+                                                                   ("up_proj", slice(half, None)))}
+        elif name.endswith("experts.down_proj"):
+            parts = {f"{name[:-9]}{e}.down_proj.weight": p.grad[e] for e in range(p.shape[0])}
+        for part, grad in parts.items():
+            out["grads"][part] = {"norm": grad.norm().item(), "sum": grad.sum().item()}
     model.zero_grad()
     prompt = tok(PROMPT, return_tensors="pt").input_ids
     gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=model.config.eos_token_id)

@@ -1,0 +1,118 @@
+#include "models/llama/moe.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+
+using namespace kiln::nn;
+
+namespace {
+
+bool on_meta(const Tensor& t) { return t.device().type == DeviceType::meta; }
+
+// Row `rows` of a table [N, C], as a differentiable gather (embedding's backward scatters into the table).
+Tensor gather_rows(const Tensor& table, const std::vector<int64_t>& rows) {
+  return embedding(table, Tensor::from_vector(rows, {int64_t(rows.size())}).to(table.device()));
+}
+
+// probs [N, E] on the host -> each row's top k expert ids, best first (ties: the lower id, as torch.topk).
+std::vector<int64_t> top_k_of(const std::vector<float>& probs, int64_t N, int64_t E, int64_t k) {
+  std::vector<int64_t> out(static_cast<size_t>(N * k)), order(static_cast<size_t>(E));
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = probs.data() + n * E;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    std::copy(order.begin(), order.begin() + k, out.begin() + n * k);
+  }
+  return out;
+}
+
+}  // namespace
+
+MixtureOfExperts::MixtureOfExperts(const MoeShape& s, Generator& init, std::function<Tensor(const Tensor&)> activation)
+    : shape_(s), activation_(std::move(activation)) {
+  KILN_CHECK(s.experts > 0 && s.top_k > 0 && s.top_k <= s.experts, "mixture of experts: ", s.top_k,
+             " experts per token of ", s.experts);
+  gate = register_module("gate", std::make_shared<Linear>(s.hidden, s.experts, init, false));
+  auto experts = register_module("experts", std::make_shared<Named>());
+  for (int64_t e = 0; e < s.experts; ++e) {
+    auto expert = experts->add(std::to_string(e), std::make_shared<Named>());
+    experts_.push_back({expert->add("gate_proj", std::make_shared<Linear>(s.hidden, s.intermediate, init, false)),
+                        expert->add("up_proj", std::make_shared<Linear>(s.hidden, s.intermediate, init, false)),
+                        expert->add("down_proj", std::make_shared<Linear>(s.intermediate, s.hidden, init, false))});
+  }
+}
+
+std::vector<int64_t> MixtureOfExperts::route(const Tensor& probs) const {
+  const int64_t N = probs.size(0), E = shape_.experts, k = shape_.top_k;
+  if (!on_meta(probs)) return top_k_of(probs.to(Device::cpu()).to_vector<float>(), N, E, k);
+  std::vector<int64_t> spread(size_t(N * k));  // the planner's: the same rows per pass, any experts
+  for (int64_t i = 0; i < N * k; ++i) spread[size_t(i)] = i % E;
+  return spread;
+}
+
+Tensor MixtureOfExperts::forward(const Tensor& x) {
+  const int64_t C = shape_.hidden, k = shape_.top_k, E = shape_.experts;
+  const Tensor rows = reshape(x, {-1, C});
+  const int64_t N = rows.size(0);
+  const Tensor logits = gate->forward(rows);  // [N, E]
+  if (keep_router_logits) router_logits_ = logits;
+  const Tensor probs = softmax(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32), -1);
+  const std::vector<int64_t> chosen = route(probs);
+  // The chosen probabilities [N, k], gathered from probs seen as a column [N * E, 1].
+  std::vector<int64_t> at(chosen.size());
+  for (int64_t i = 0; i < N * k; ++i) at[size_t(i)] = (i / k) * E + chosen[size_t(i)];
+  Tensor weights = reshape(gather_rows(reshape(probs, {N * E, 1}), at), {N, k});
+  if (shape_.normalize_top_k) weights = weights / sum(weights, {-1}, true);
+  if (weights.dtype() != x.dtype()) weights = to_dtype(weights, x.dtype());
+  // Each expert once, on its tokens (slots in expert order), then every slot back in token order.
+  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(E)), slots(static_cast<size_t>(E));
+  for (int64_t i = 0; i < N * k; ++i) {
+    tokens[size_t(chosen[size_t(i)])].push_back(i / k);
+    slots[size_t(chosen[size_t(i)])].push_back(i);
+  }
+  std::vector<Tensor> outputs;
+  std::vector<int64_t> position(size_t(N * k));
+  int64_t done = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (tokens[size_t(e)].empty()) continue;
+    const Expert& ex = experts_[size_t(e)];
+    const Tensor in = gather_rows(rows, tokens[size_t(e)]);
+    outputs.push_back(ex.down_proj->forward(activation_(ex.gate_proj->forward(in)) * ex.up_proj->forward(in)));
+    for (int64_t slot : slots[size_t(e)]) position[size_t(slot)] = done++;
+  }
+  const Tensor per_slot = reshape(gather_rows(cat(outputs, 0), position), {N, k, C});
+  Shape shape = x.shape();
+  return reshape(sum(per_slot * reshape(weights, {N, k, 1}), {1}), shape);
+}
+
+Tensor MixtureOfExperts::take_router_logits() {
+  Tensor out = router_logits_;
+  router_logits_ = Tensor();
+  return out;
+}
+
+Tensor load_balancing_loss(const std::vector<Tensor>& router_logits, int64_t experts, int64_t top_k) {
+  KILN_CHECK(!router_logits.empty(), "load balancing: no router logits");
+  std::vector<float> picks(size_t(experts), 0.0f);
+  Tensor prob_sum;
+  int64_t rows = 0;
+  for (const Tensor& logits : router_logits) {
+    const Tensor probs = softmax(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32), -1);
+    const int64_t N = probs.size(0);
+    if (!on_meta(probs))
+      for (int64_t e : top_k_of(probs.detach().to(Device::cpu()).to_vector<float>(), N, experts, top_k))
+        picks[size_t(e)] += 1;
+    const Tensor layer_sum = sum(probs, {0});
+    prob_sum = prob_sum.defined() ? prob_sum + layer_sum : layer_sum;
+    rows += N;
+  }
+  const Tensor share = Tensor::from_vector(picks, {experts}).to(prob_sum.device());
+  return mul_scalar(sum(share * prob_sum), double(experts) / (double(rows) * double(rows)));
+}
+
+}  // namespace kiln::models
