@@ -318,7 +318,8 @@ TEST_P(Classifiers, ABatchOfDifferentLengthsGivesEachTextsOwnProbabilities) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers, ::testing::Values("bert", "distilbert", "roberta", "xlm-roberta"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Classifiers,
+                         ::testing::Values("bert", "distilbert", "roberta", "xlm-roberta", "modernbert"),
                          fixture_test_name);
 
 TEST(HfFolders, SpecsNameFolders) {
@@ -412,7 +413,7 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                               "smollm3", "phi3", "gemma", "gemma2", "gemma3", "mixtral", "qwen3-moe", "olmoe", "bert",
-                              "distilbert", "roberta", "xlm-roberta"}) {
+                              "distilbert", "roberta", "xlm-roberta", "modernbert"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;
     for (const auto& [k, v] : base.items()) keys.push_back(k);

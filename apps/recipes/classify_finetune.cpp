@@ -64,12 +64,12 @@ Classifier build_classifier(ClassifySettings& s, uint64_t seed) {
   c.max_positions = config.value("max_position_embeddings", config.value("n_positions", int64_t(512)));
   if (models::hf_model_kind(config) == "classifier") {
     auto hf = std::make_shared<models::HfClassifier>(models::load_hf_classifier(s.base, DType::f32));
-    auto bert = std::dynamic_pointer_cast<models::BertClassifier>(hf->model);
-    KILN_CHECK(bert, s.base, " is a causal language model with a classification head; fine-tune the language model "
-               "it was made from (kiln train classify gives it a new head)");
+    KILN_CHECK(!std::dynamic_pointer_cast<models::CausalLmClassifier>(hf->model), s.base,
+               " is a causal language model with a classification head; fine-tune the language model it was made from "
+               "(kiln train classify gives it a new head)");
     const std::set<std::string> mine(s.labels.begin(), s.labels.end()), theirs(hf->labels.begin(), hf->labels.end());
     if (mine == theirs) s.labels = hf->labels;  // the same labels: the head's rows keep the model's order
-    if (mine != theirs) bert->replace_classifier(s.labels, initializer_range(config), init);
+    if (mine != theirs) hf->model->replace_classifier(s.labels, initializer_range(config), init);
     c.how = mine == theirs ? hf->model_type + " with its own head" : hf->model_type + " with a new head";
     c.model_type = hf->model_type;
     c.module = hf->model;

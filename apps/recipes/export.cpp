@@ -47,10 +47,11 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
   const std::string type = c.config["model_type"].get<std::string>();
   if (models::hf_model_kind(c.config) == "classifier") {
     KILN_CHECK(quantize.empty(), "--quantize exports language models; ", dir, " is a classifier");
-    const auto bert = std::dynamic_pointer_cast<models::BertClassifier>(models::load_hf_classifier(dir).model);
-    KILN_CHECK(bert, dir, " is a causal language model with a classification head, already a folder transformers "
-               "loads; Kiln exports such classifiers from the kiln train classify run that made them");
-    c.tensors = models::checkpoint_tensors(*bert, type);
+    const auto classifier = models::load_hf_classifier(dir).model;
+    KILN_CHECK(!std::dynamic_pointer_cast<models::CausalLmClassifier>(classifier), dir, " is a causal language model "
+               "with a classification head, already a folder transformers loads; Kiln exports such classifiers from "
+               "the kiln train classify run that made them");
+    c.tensors = models::checkpoint_tensors(*classifier, type);
   } else {
     take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize);
   }

@@ -101,9 +101,9 @@ Tensor linear_or_quantized(const Tensor& x, const Tensor& weight, const std::sha
   return q ? quantized_linear(x, *q, Tensor()) : linear(x, weight, Tensor());
 }
 
-LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias) : eps_(eps) {
   weight = register_parameter("weight", ones({dim}));
-  bias = register_parameter("bias", zeros({dim}));
+  if (with_bias) bias = register_parameter("bias", zeros({dim}));
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t stride, int64_t padding,

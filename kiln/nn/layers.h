@@ -58,8 +58,11 @@ Tensor linear_or_quantized(const Tensor& x, const Tensor& weight, const std::sha
 
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, double eps = 1e-5);
-  Tensor forward(const Tensor& x) override { return layer_norm(x, weight, bias, eps_); }
+  // with_bias false: no bias parameter (PyTorch's LayerNorm(bias=False), ModernBERT's).
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool with_bias = true);
+  Tensor forward(const Tensor& x) override {
+    return layer_norm(x, weight, bias.defined() ? bias : zeros(weight.shape(), weight.dtype(), weight.device()), eps_);
+  }
   Tensor weight, bias;
 
  private:

@@ -13,6 +13,7 @@
 
 #include "kiln/nn/layers.h"
 #include "models/common/sequence_classifier.h"
+#include "models/common/text_encoder.h"
 
 namespace kiln::models {
 
@@ -35,13 +36,14 @@ struct BertConfig {
 
 // The encoder alone: its parameters are named as in transformers' BertModel
 // ("embeddings.word_embeddings.weight", "encoder.layer.0...").
-class BertEncoder : public nn::Module {
+class BertEncoder : public TextEncoder {
  public:
   BertEncoder(const BertConfig& config, Generator& init);
-  // ids [B, T], row b's first lengths[b] tokens real (empty: all) -> the
-  // last layer's states [B, T, C]; no token attends to padding.
-  Tensor forward(const Tensor& ids) override { return forward(ids, {}); }
-  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths);
+  using TextEncoder::forward;
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override;
+  int64_t width() const override { return config_.hidden_size; }
+  int64_t max_tokens() const override { return config_.max_positions - config_.position_offset; }
+  int64_t pad_id() const override { return config_.pad_token_id.value_or(0); }
   const BertConfig& config() const { return config_; }
 
  private:
@@ -62,7 +64,7 @@ class BertClassifier : public SequenceClassifier {
   const BertConfig& config() const { return config_; }
   // A new head for other labels (fine-tuning on a data set's own), drawn as
   // transformers initialises one: N(0, stddev) weights, zero bias.
-  void replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init);
+  void replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) override;
 
  private:
   BertConfig config_;

@@ -5,6 +5,11 @@
 
 namespace kiln::models {
 
+void SequenceClassifier::replace_classifier(const std::vector<std::string>&, double, Generator&) {
+  KILN_FAIL("this classifier takes no new labels (a causal language model's head is made new by kiln train classify)");
+}
+
+
 CausalLmClassifier::CausalLmClassifier(std::shared_ptr<LanguageModel> model, int64_t hidden, int64_t labels,
                                        double stddev, Generator& init)
     : model_(register_module("model", std::move(model))) {

@@ -4,6 +4,7 @@
 // causally, so that token has seen the whole text).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/nn/layers.h"
@@ -17,6 +18,10 @@ class SequenceClassifier : public nn::Module {
  public:
   using nn::Module::forward;
   virtual Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) = 0;
+  // A new head for other labels (fine-tuning on a data set's own), drawn as
+  // transformers initialises one: N(0, stddev) weights, zero bias. Encoders'
+  // classifiers have one; a causal LM's head is made new by its run instead.
+  virtual void replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init);
 };
 
 class CausalLmClassifier : public SequenceClassifier {

@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
 #include "models/bert/bert.h"
+#include "models/bert/modernbert.h"
 #include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
 
@@ -523,11 +524,88 @@ ClassifierFamily bert_family(const std::string& model_type, const std::string& f
           flavor};
 }
 
+// ---- ModernBERT
+
+// gelu (exact) or its tanh approximation, as transformers' ACT2FN names them.
+bool reads_tanh_gelu(const ConfigReader& r, const std::string& key) {
+  r.only(key, {"gelu", "gelu_pytorch_tanh", "gelu_new"});
+  return r.text(key, "gelu") != "gelu";
+}
+
+// A RoPE of rope_parameters' layer type: the default kind, its base.
+double modernbert_theta(const ConfigReader& r, const char* layer_type, const char* old_key, double fallback) {
+  if (r.has("rope_parameters") && r.at("rope_parameters").is_object() && r.at("rope_parameters").contains(layer_type)) {
+    ConfigReader p(r.at("rope_parameters")[layer_type], std::string("rope_parameters.") + layer_type);
+    p.only("rope_type", {"default"});
+    return p.number("rope_theta", fallback);
+  }
+  return r.number(old_key, fallback);
+}
+
+ModernBertConfig read_modernbert_config(const json& j, bool with_labels) {
+  ConfigReader r(j, "modernbert");
+  refuse_common(r);
+  if (with_labels) r.only("problem_type", {"single_label_classification"});
+  r.absent("rope_scaling", "ModernBERT's rotary positions are read unscaled");
+  ModernBertConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_layers = r.integer("num_hidden_layers");
+  c.num_heads = r.integer("num_attention_heads");
+  c.max_positions = r.integer("max_position_embeddings", 8192);
+  c.norm_eps = r.number("norm_eps", 1e-5);
+  c.norm_bias = r.flag("norm_bias", false);
+  c.attention_bias = r.flag("attention_bias", false);
+  c.mlp_bias = r.flag("mlp_bias", false);
+  c.classifier_bias = r.flag("classifier_bias", false);
+  c.tanh_gelu = reads_tanh_gelu(r, "hidden_activation");
+  c.classifier_tanh_gelu = reads_tanh_gelu(r, "classifier_activation");
+  r.only("classifier_pooling", {"cls", "mean"});
+  c.mean_pooling = r.text("classifier_pooling", "cls") == "mean";
+  c.window = r.integer("local_attention", 128) / 2;
+  c.global_theta = modernbert_theta(r, "full_attention", "global_rope_theta", 160000);
+  c.local_theta = modernbert_theta(r, "sliding_attention", "local_rope_theta", 10000);
+  if (!r.has("layer_types")) {
+    const int64_t every = r.integer("global_attn_every_n_layers", 3);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back(i % every != 0);
+  } else {
+    const json& types = r.at("layer_types");
+    if (!types.is_array() || int64_t(types.size()) != c.num_layers)
+      r.fail("layer_types", types.dump().substr(0, 200), "one entry per layer");
+    for (const json& t : types) {
+      if (t != "sliding_attention" && t != "full_attention")
+        r.unsupported("layer_types", t.dump(), "Kiln implements sliding_attention and full_attention");
+      c.sliding_layers.push_back(t == "sliding_attention");
+    }
+  }
+  c.pad_token_id = read_pad_token_id(r, c.vocab_size);
+  c.embedding_dropout = r.probability("embedding_dropout", 0);
+  c.attention_dropout = r.probability("attention_dropout", 0);
+  c.mlp_dropout = r.probability("mlp_dropout", 0);
+  c.classifier_dropout = r.probability("classifier_dropout", 0);
+  if (with_labels) c.labels = labels_of(r);
+  return c;
+}
+
+ClassifierFamily modernbert_family() {
+  return {"modernbert",
+          [](const json& j) {
+            Generator init(0);
+            return std::make_shared<ModernBertClassifier>(read_modernbert_config(j, true), init);
+          },
+          [](const json& j) {
+            Generator init(0);
+            return std::make_shared<ModernBertEncoder>(read_modernbert_config(j, false), init);
+          },
+          [](const std::string&) { return false; }, "model"};
+}
+
 const std::vector<ClassifierFamily>& classifier_families() {
   static const std::vector<ClassifierFamily> table = {bert_family("bert", "bert"),
                                                       bert_family("distilbert", "distilbert"),
                                                       bert_family("roberta", "roberta"),
-                                                      bert_family("xlm-roberta", "roberta")};
+                                                      bert_family("xlm-roberta", "roberta"), modernbert_family()};
   return table;
 }
 

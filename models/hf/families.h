@@ -36,11 +36,11 @@ struct CausalLmFamily {
 
 struct ClassifierFamily {
   std::string model_type;
-  std::function<std::shared_ptr<BertClassifier>(const nlohmann::json& config)> build;
+  std::function<std::shared_ptr<SequenceClassifier>(const nlohmann::json& config)> build;
   // The encoder alone (BertModel: no labels needed), for embeddings.
-  std::function<std::shared_ptr<BertEncoder>(const nlohmann::json& config)> build_encoder;
+  std::function<std::shared_ptr<TextEncoder>(const nlohmann::json& config)> build_encoder;
   std::function<bool(const std::string& tensor)> ignorable;
-  std::string base;  // where a classifier keeps the encoder's weights ("bert", "distilbert", "roberta")
+  std::string base;  // where a classifier keeps the encoder's weights ("bert", "distilbert", "roberta", "model")
 };
 
 // nullptr when `model_type` is not supported.

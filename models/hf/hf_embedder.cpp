@@ -82,9 +82,8 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
   const fs::path dir(dir_name);
   HfEmbedder e;
   e.encoder = load_hf_encoder(dir_name, dtype);
-  const BertConfig& c = e.encoder.model->config();
-  e.pad_id = c.pad_token_id.value_or(0);
-  const int64_t positions = c.max_positions - c.position_offset;
+  e.pad_id = e.encoder.model->pad_id();
+  const int64_t positions = e.encoder.model->max_tokens();
   e.max_tokens = std::min(positions, tokenizer_max_length(dir).value_or(positions));
   if (!fs::exists(dir / "modules.json")) return e;  // a bare encoder: mean pooling, as SentenceTransformer(dir) adds
   const json modules = read_json_file(dir / "modules.json");

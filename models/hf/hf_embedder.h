@@ -22,7 +22,7 @@ struct HfEmbedder {
   bool normalize = false;
   int64_t max_tokens = 0;  // max_seq_length: a text's tokens past it are cut (its last special token kept)
   int64_t pad_id = 0;
-  int64_t dimensions() const { return encoder.model->config().hidden_size; }
+  int64_t dimensions() const { return encoder.model->width(); }
 };
 
 // Refuses by name the modules and pooling modes it does not compute (Dense

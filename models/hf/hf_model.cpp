@@ -325,12 +325,11 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a sequence classifier Kiln supports (",
               supported_classifier_types(), ")");
-  auto bert = build_from_config(family->build, config, dir);
-  attach_weights(*bert, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+  out.model = build_from_config(family->build, config, dir);
+  attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
                  family->ignorable, dtype);
-  out.labels = bert->config().labels;
+  out.labels = classifier_labels(config, out.model_type);
   out.pad_id = out.tokenizer.token_to_id("[PAD]").value_or(0);
-  out.model = bert;
   return out;
 }
 
@@ -346,7 +345,7 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   out.model = build_from_config(family->build_encoder, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
   // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
-  const bool bare = map_hf_weights(dir).contains("embeddings.word_embeddings.weight");
+  const bool bare = map_hf_weights(dir).contains(out.model->named_parameters().front().first);
   const std::string base = bare ? "" : family->base + ".";
   attach_weights(*out.model, dir, out.config, out.model_type,
                  [base](const std::string& p) { return CheckpointName{base + p}; },

@@ -54,7 +54,7 @@ std::vector<double> classify_text(HfClassifier& classifier, const std::string& t
 struct HfEncoder {
   std::string dir, model_type;
   nlohmann::json config;
-  std::shared_ptr<BertEncoder> model;
+  std::shared_ptr<TextEncoder> model;
   text::HfTokenizer tokenizer;
 };
 // Loads a BERT-family encoder alone: BertModel's weights, as

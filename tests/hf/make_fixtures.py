@@ -279,6 +279,12 @@ CLASSIFIERS = {
     "xlm-roberta": ("roberta", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4,
                                     num_hidden_layers=2, intermediate_size=48, max_position_embeddings=66,
                                     type_vocab_size=1, id2label={0: "NEGATIVE", 1: "POSITIVE"})),
+    # ModernBERT: a global layer every third (0 and 3), the others within 3 positions either side;
+    # mean pooling before the head.
+    "modernbert": ("bert", dict(model_type="modernbert", hidden_size=32, num_attention_heads=4, num_hidden_layers=4,
+                                intermediate_size=40, max_position_embeddings=64, local_attention=6,
+                                global_attn_every_n_layers=3, classifier_pooling="mean",
+                                id2label={0: "negative", 1: "neutral", 2: "positive"})),
 }
 
 # sentence-transformers folders (tests/test_hf_embeddings.cpp): an encoder
@@ -296,6 +302,9 @@ EMBEDDERS = {
                                           type_vocab_size=1), "cls", False, None, "current"),
     "embed-distilbert-max": ("bert", dict(model_type="distilbert", dim=40, n_heads=2, n_layers=2, hidden_dim=68,
                                           max_position_embeddings=64), "max", True, 12, "current"),
+    "embed-modernbert": ("bert", dict(model_type="modernbert", hidden_size=32, num_attention_heads=4,
+                                      num_hidden_layers=3, intermediate_size=40, max_position_embeddings=64,
+                                      local_attention=8, global_attn_every_n_layers=2), "mean", True, 24, "current"),
 }
 
 SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
