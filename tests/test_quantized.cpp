@@ -4,6 +4,7 @@
 // f32 product of the same weights, the input's gradient is the dequantized
 // weights', and a loaded model quantized keeps
 // generating what it scored (decoding equals the prompt pass).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -166,7 +167,9 @@ TEST_P(QuantizedModels, ScoreNearTheF32ModelAndDecodeAsTheyScore) {
       mean += std::abs(lp[(t - 1) * V + size_t(ids[t])] - want["logprobs_f32"][t].get<double>()) / double(ids.size() - 1);
     // The fixtures' random weights, 0.25 wide, make every logit sensitive;
     // the quality bars proper are perplexities of a trained model (tests/cli/hf_quantized.sh).
-    EXPECT_LT(mean, f == QuantFormat::int8 ? 0.1 : 1.2) << GetParam() << " " << quant_format_name(f);
+    // A mixture's routers may send a token near a tie to another expert once the weights are rounded.
+    const double int8_bar = std::string(GetParam()) == "mixtral" ? 0.25 : 0.1;
+    EXPECT_LT(mean, f == QuantFormat::int8 ? int8_bar : 1.2) << GetParam() << " " << quant_format_name(f);
     std::printf("%s %s: mean log-probability change %.4f, %zu bytes quantized\n", GetParam(), quant_format_name(f),
                 mean, bytes);
     // Decoding token by token through the cache gives the prompt pass's rows.
@@ -187,10 +190,14 @@ TEST_P(QuantizedModels, ScoreNearTheF32ModelAndDecodeAsTheyScore) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedModels, ::testing::Values("gpt2", "llama-gqa", "llama-mqa-tied", "qwen2"),
-                         [](const auto& info) { return std::string(info.param) == "llama-gqa" ? "llama_gqa"
-                                                       : std::string(info.param) == "llama-mqa-tied" ? "llama_mqa_tied"
-                                                                                                      : info.param; });
+// (mixtral: a mixture of experts, whose experts quantize as every Linear does)
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedModels,
+                         ::testing::Values("gpt2", "llama-gqa", "llama-mqa-tied", "qwen2", "mixtral"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace kiln

@@ -61,6 +61,18 @@ int main(int argc, char** argv) {
   if (dtype != "f32" && dtype != "bf16")
     weight_bytes = kiln::nn::quantize_weights(*lm.model, kiln::parse_quant_format(dtype));
   for (const auto& p : lm.model->parameters()) weight_bytes += p.nbytes();
+  // A decoding step of a mixture of experts reads its routed experts alone:
+  // experts_per_token / experts of the experts' bytes.
+  double expert_bytes = 0;
+  lm.model->for_each_module([&](const std::string& name, kiln::nn::Module& m) {
+    auto* w = dynamic_cast<kiln::nn::WeightModule*>(&m);
+    if (w && name.find(".experts.") != std::string::npos)
+      expert_bytes += double(w->quantized ? w->quantized->bytes() : w->weight.nbytes());
+  });
+  const auto& config = lm.config;
+  const double experts = double(config.value("num_local_experts", config.value("num_experts", int64_t(1))));
+  const double routed = double(config.value("num_experts_per_tok", int64_t(1)));
+  const double read_bytes = double(weight_bytes) - expert_bytes * (1 - routed / experts);
   const double load_s = seconds_since(t0);
   {  // mapped weights are read when first used: time to the first token's logits too
     kiln::NoGradGuard ng;
@@ -105,7 +117,9 @@ int main(int argc, char** argv) {
   const auto& c = lm.config;
   const int64_t layers = c.value("num_hidden_layers", int64_t(0)), heads = c.value("num_attention_heads", int64_t(1));
   const int64_t kv_heads = c.value("num_key_value_heads", heads);
-  const int64_t head_dim = c.value("head_dim", c.value("hidden_size", int64_t(0)) / heads);
+  const int64_t head_dim = c.contains("head_dim") && c["head_dim"].is_number_integer()
+                               ? c["head_dim"].get<int64_t>()
+                               : c.value("hidden_size", int64_t(0)) / heads;  // (Mixtral's is null)
   const double kv_bytes = double(layers * 2 * kv_heads * head_dim) * (double(P) + double(N) / 2) *
                           (dtype == "bf16" ? 2.0 : 4.0);
   std::printf("%s\n", nlohmann::json{{"engine", "kiln"},
@@ -113,7 +127,7 @@ int main(int argc, char** argv) {
                                      {"first_logits_s", first_logits_s},
                                      {"prefill_tokens_per_s", double(P) / best_prefill},
                                      {"decode_tokens_per_s", double(N) / best_decode},
-                                     {"weight_bytes", weight_bytes},
+                                     {"weight_bytes", read_bytes},
                                      {"kv_bytes_per_token", kv_bytes},
                                      {"read_gbps", read_bandwidth_gbps()}}
                           .dump()

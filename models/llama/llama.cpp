@@ -84,18 +84,17 @@ class LlamaLayer : public Module {
       const MoeShape shape{c.hidden_size, c.expert_intermediate_size, c.num_experts, c.experts_per_token,
                            c.normalize_top_k};
       moe = register_module("mlp", std::make_shared<MixtureOfExperts>(shape, init, silu));
-    }
-    auto mlp = moe ? nullptr : register_module("mlp", std::make_shared<Named>());
-    if (moe) {
-    } else if (c.fused_projections) {
-      gate_up_proj =
-          mlp->add("gate_up_proj", std::make_shared<Linear>(c.hidden_size, 2 * c.intermediate_size, init, c.mlp_bias));
     } else {
-      gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
-      up_proj = mlp->add("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, init, c.mlp_bias));
+      auto mlp = register_module("mlp", std::make_shared<Named>());
+      const int64_t H = c.hidden_size, I = c.intermediate_size;
+      if (c.fused_projections) {
+        gate_up_proj = mlp->add("gate_up_proj", std::make_shared<Linear>(H, 2 * I, init, c.mlp_bias));
+      } else {
+        gate_proj = mlp->add("gate_proj", std::make_shared<Linear>(H, I, init, c.mlp_bias));
+        up_proj = mlp->add("up_proj", std::make_shared<Linear>(H, I, init, c.mlp_bias));
+      }
+      down_proj = mlp->add("down_proj", std::make_shared<Linear>(I, H, init, c.mlp_bias));
     }
-    if (mlp)
-      down_proj = mlp->add("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, init, c.mlp_bias));
     if (c.residual_dropout > 0)
       residual_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.residual_dropout, dropout_gen));
     if (c.qk_norm != LlamaConfig::QkNorm::none) {

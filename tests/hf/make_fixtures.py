@@ -578,6 +578,11 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
 # The speed models' shapes (Llama architecture, random weights): SmolLM-135M's
 # and TinyLlama-1.1B's, as their config.json files give them.
 SPEED_SHAPES = {
+    # Mixtral's architecture (8 experts, 2 per token) at a size a 2-core run
+    # measures in minutes: 8 layers 512 wide, experts 1,024 wide (140M parameters, 64M of them read per token).
+    "mixtral-mini": dict(model_type="mixtral", vocab_size=32000, hidden_size=512, intermediate_size=1024,
+                         num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, num_local_experts=8,
+                         num_experts_per_tok=2, tie_word_embeddings=False),
     "smollm-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                         num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
     "tinyllama-1.1b": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -759,12 +764,13 @@ def distill_expectations(out, x, y, student="llama-gqa", teacher="qwen2", temper
 
 
 def make_speed_model(d, shape="smollm-135m"):
-    """A Llama of one of SPEED_SHAPES, random f32 weights; its tokenizer.json
+    """A model of one of SPEED_SHAPES (a Llama unless it says), random f32 weights; its tokenizer.json
     for Kiln and transformers, and a SentencePiece tokenizer.model for
     llama.cpp's converter (speed does not depend on it)."""
     tok = save_tokenizer("llama2", d)
-    config = transformers.LlamaConfig(**SPEED_SHAPES[shape], max_position_embeddings=2048, rope_theta=10000.0,
-                                      bos_token_id=1, eos_token_id=2)
+    dims = dict(SPEED_SHAPES[shape])
+    config = transformers.AutoConfig.for_model(dims.pop("model_type", "llama"), **dims, max_position_embeddings=2048,
+                                               rope_theta=10000.0, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(d)
     del tok
