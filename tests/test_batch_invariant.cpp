@@ -127,7 +127,8 @@ TEST(BatchInvariant, LanguageModelsDecodeEachSequenceAloneAndBatchedWithTheSameB
     bool int8;
   };
   for (const Case& k : {Case{"llama-gqa", DType::f32, false}, Case{"gpt2", DType::f32, false},
-                        Case{"llama-bf16", DType::bf16, false}, Case{"mistral", DType::f32, true}}) {
+                        Case{"llama-bf16", DType::bf16, false}, Case{"mistral", DType::f32, true},
+                        Case{"gemma2", DType::f32, false}, Case{"mixtral", DType::f32, true}}) {
     auto lm = models::load_hf_causal_lm(hf_test::fixture(k.fixture), k.dtype);
     if (k.int8) nn::quantize_weights(*lm.model, QuantFormat::int8);
     NoGradGuard ng;
@@ -162,10 +163,11 @@ TEST(BatchInvariant, LanguageModelsDecodeEachSequenceAloneAndBatchedWithTheSameB
 }
 
 // Prompts batched padded to the longest: each prompt's logits are its own
-// alone, bit for bit (Kiln's GPT and the Llama family, windowed too).
+// alone, bit for bit (Kiln's GPT and the Llama family, windowed too; Gemma 2's
+// capped sliding layers between global ones; a mixture of experts).
 TEST(BatchInvariant, BatchedPromptsGiveEachPromptsOwnBits) {
   InvariantMode on;
-  for (const char* name : {"gpt2", "llama-gqa", "mistral"}) {
+  for (const char* name : {"gpt2", "llama-gqa", "mistral", "gemma2", "mixtral"}) {
     auto lm = models::load_hf_causal_lm(hf_test::fixture(name), DType::f32);
     NoGradGuard ng;
     const std::vector<std::vector<int64_t>> prompts = {
