@@ -61,18 +61,20 @@ int main(int argc, char** argv) {
   if (dtype != "f32" && dtype != "bf16")
     weight_bytes = kiln::nn::quantize_weights(*lm.model, kiln::parse_quant_format(dtype));
   for (const auto& p : lm.model->parameters()) weight_bytes += p.nbytes();
-  // A decoding step of a mixture of experts reads its routed experts alone:
-  // experts_per_token / experts of the experts' bytes.
-  double expert_bytes = 0;
-  lm.model->for_each_module([&](const std::string& name, kiln::nn::Module& m) {
-    auto* w = dynamic_cast<kiln::nn::WeightModule*>(&m);
-    if (w && name.find(".experts.") != std::string::npos)
-      expert_bytes += double(w->quantized ? w->quantized->bytes() : w->weight.nbytes());
-  });
+  // What a decoding step reads: a mixture of experts, its routed experts
+  // alone (experts_per_token / experts of their bytes); an untied input
+  // embedding, one row (the head reads a tied one whole).
   const auto& config = lm.config;
+  double expert_bytes = 0, untied_embedding_bytes = 0;
+  lm.model->for_each_module([&](const std::string& name, kiln::nn::Module& m) {  // (name: "model.embed_tokens.")
+    auto* w = dynamic_cast<kiln::nn::WeightModule*>(&m);
+    const double bytes = w ? double(w->quantized ? w->quantized->bytes() : w->weight.nbytes()) : 0;
+    if (name.find(".experts.") != std::string::npos) expert_bytes += bytes;
+    if (name.ends_with("embed_tokens.") && !config.value("tie_word_embeddings", false)) untied_embedding_bytes += bytes;
+  });
   const double experts = double(config.value("num_local_experts", config.value("num_experts", int64_t(1))));
   const double routed = double(config.value("num_experts_per_tok", int64_t(1)));
-  const double read_bytes = double(weight_bytes) - expert_bytes * (1 - routed / experts);
+  const double read_bytes = double(weight_bytes) - expert_bytes * (1 - routed / experts) - untied_embedding_bytes;
   const double load_s = seconds_since(t0);
   {  // mapped weights are read when first used: time to the first token's logits too
     kiln::NoGradGuard ng;

@@ -206,6 +206,25 @@ void read_rope(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   }
 }
 
+// layer_types (each "sliding_attention" or "full_attention"), or the
+// family's pattern where a config predates the key: whether each layer slides.
+std::vector<bool> read_sliding_layers(const ConfigReader& r, int64_t layers, const std::function<bool(int64_t)>& slides) {
+  std::vector<bool> out;
+  if (!r.has("layer_types")) {
+    for (int64_t i = 0; i < layers; ++i) out.push_back(slides(i));
+    return out;
+  }
+  const json& types = r.at("layer_types");
+  if (!types.is_array() || int64_t(types.size()) != layers)
+    r.fail("layer_types", types.dump().substr(0, 200), "one entry per layer");
+  for (const json& t : types) {
+    if (t != "sliding_attention" && t != "full_attention")
+      r.unsupported("layer_types", t.dump(), "Kiln implements sliding_attention and full_attention");
+    out.push_back(t == "sliding_attention");
+  }
+  return out;
+}
+
 bool is_gemma(const std::string& type) { return type == "gemma" || type == "gemma2" || type == "gemma3_text"; }
 
 // Gemma 3 keeps a RoPE per layer type (rope_parameters' full_attention and
@@ -249,18 +268,7 @@ void read_gemma(const ConfigReader& r, const json& file, const std::string& type
   c.final_softcap = read_softcap(r, file, "final_logit_softcapping", type == "gemma2" ? 30 : 0);
   c.sliding_window = r.integer("sliding_window", 4096);
   const int64_t pattern = type == "gemma2" ? 2 : r.integer("sliding_window_pattern", 6);
-  if (!r.has("layer_types")) {
-    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back((i + 1) % pattern != 0);
-  } else {
-    const json& types = r.at("layer_types");
-    if (!types.is_array() || int64_t(types.size()) != c.num_layers)
-      r.fail("layer_types", types.dump().substr(0, 200), "one entry per layer");
-    for (const json& t : types) {
-      if (t != "sliding_attention" && t != "full_attention")
-        r.unsupported("layer_types", t.dump(), "Kiln implements sliding_attention and full_attention");
-      c.sliding_layers.push_back(t == "sliding_attention");
-    }
-  }
+  c.sliding_layers = read_sliding_layers(r, c.num_layers, [pattern](int64_t i) { return (i + 1) % pattern != 0; });
   if (type != "gemma3_text") return;
   c.qk_norm = LlamaConfig::QkNorm::per_head;
   c.local_rope_theta = r.number("rope_local_base_freq", 10000);
@@ -566,19 +574,8 @@ ModernBertConfig read_modernbert_config(const json& j, bool with_labels) {
   c.window = r.integer("local_attention", 128) / 2;
   c.global_theta = modernbert_theta(r, "full_attention", "global_rope_theta", 160000);
   c.local_theta = modernbert_theta(r, "sliding_attention", "local_rope_theta", 10000);
-  if (!r.has("layer_types")) {
-    const int64_t every = r.integer("global_attn_every_n_layers", 3);
-    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back(i % every != 0);
-  } else {
-    const json& types = r.at("layer_types");
-    if (!types.is_array() || int64_t(types.size()) != c.num_layers)
-      r.fail("layer_types", types.dump().substr(0, 200), "one entry per layer");
-    for (const json& t : types) {
-      if (t != "sliding_attention" && t != "full_attention")
-        r.unsupported("layer_types", t.dump(), "Kiln implements sliding_attention and full_attention");
-      c.sliding_layers.push_back(t == "sliding_attention");
-    }
-  }
+  const int64_t every = r.integer("global_attn_every_n_layers", 3);
+  c.sliding_layers = read_sliding_layers(r, c.num_layers, [every](int64_t i) { return i % every != 0; });
   c.pad_token_id = read_pad_token_id(r, c.vocab_size);
   c.embedding_dropout = r.probability("embedding_dropout", 0);
   c.attention_dropout = r.probability("attention_dropout", 0);
