@@ -124,8 +124,15 @@ TEST(ChatTemplates, AFolderGivesItsTemplateOrSaysHowToNameOne) {
   write("chat_template.jinja", sources["gemma"].get<std::string>());
   EXPECT_EQ(models::load_hf_chat_template(d.string()).render({{"user", "Hi"}}),
             "<|begin_of_text|><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
-  write("tokenizer_config.json", "{\"chat_template\": 7}");
   fs::remove(d / "chat_template.jinja");
+  // chat_template.json (a processor's: Gemma 3's multimodal folders) comes before tokenizer_config.json's.
+  write("chat_template.json", json{{"chat_template", sources["gemma"]}}.dump());
+  EXPECT_EQ(models::load_hf_chat_template(d.string()).render({{"user", "Hi"}}),
+            "<|begin_of_text|><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  write("chat_template.json", "{\"chat_template\": [1]}");
+  EXPECT_THROW(models::load_hf_chat_template(d.string()), Error);
+  fs::remove(d / "chat_template.json");
+  write("tokenizer_config.json", "{\"chat_template\": 7}");
   EXPECT_THROW(models::load_hf_chat_template(d.string()), Error);
   write("tokenizer_config.json", "{not json");
   EXPECT_THROW(models::load_hf_chat_template(d.string()), Error);

@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 const char* const kCausal[] = {"gpt2",        "llama-gqa",    "llama-mqa-tied", "llama-bf16",    "mistral",
                                 "qwen2",       "qwen3",        "olmo2",          "granite",       "smollm3",
                                 "rope-linear", "rope-dynamic", "rope-yarn",      "rope-longrope", "phi3",
-                                "gemma",       "gemma2",       "gemma3",         "mixtral",       "qwen3-moe",
-                                "olmoe"};
+                                "gemma",       "gemma2",       "gemma3",         "gemma3-vision", "mixtral",
+                                "qwen3-moe",   "olmoe"};
 
 // log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
 std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
@@ -412,7 +412,7 @@ TEST(HfFolders, MutatedConfigsBuildOrFailClearly) {
                                               nlohmann::json::array(), nlohmann::json::object(), {1, 2}};
   int built = 0, refused = 0;
   for (const char* fixture : {"gpt2", "llama-gqa", "llama-mqa-tied", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                              "smollm3", "phi3", "gemma", "gemma2", "gemma3", "mixtral", "qwen3-moe", "olmoe", "bert",
+                              "smollm3", "phi3", "gemma", "gemma2", "gemma3", "gemma3-vision", "mixtral", "qwen3-moe", "olmoe", "bert",
                               "distilbert", "roberta", "xlm-roberta", "modernbert"}) {
     const nlohmann::json base = models::read_hf_config(hf_test::fixture(fixture));
     std::vector<std::string> keys;

@@ -70,7 +70,7 @@ TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForTheGpt) {
 TEST(PlanMemory, MetaPredictionMatchesTheMeasuredPeakForHuggingFaceModels) {
   int device = 400;  // cpu:400 and up: devices no other test budgets
   for (const char* fixture : {"mistral", "qwen2", "llama-mqa-tied", "gpt2", "qwen3", "olmo2", "granite", "smollm3",
-                              "phi3", "gemma", "gemma2", "gemma3", "mixtral", "qwen3-moe", "olmoe"}) {
+                              "phi3", "gemma", "gemma2", "gemma3", "gemma3-vision", "mixtral", "qwen3-moe", "olmoe"}) {
     PlanInput in;
     in.hf_config = models::read_hf_config(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/" + fixture);
     in.hf_config["output_router_logits"] = false;  // (the load-balancing loss does not run with block checkpointing)

@@ -376,6 +376,30 @@ std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& typ
   return std::make_shared<Llama>(c, init);
 }
 
+// ---- Gemma 3's multimodal folders (gemma-3-4b and up): the text model
+// alone, from text_config, its weights under language_model.; the vision
+// tower and projector are left unread (Kiln takes text).
+
+std::shared_ptr<LanguageModel> build_gemma3_text_of(const json& j) {
+  ConfigReader r(j, "gemma3");
+  if (!r.has("text_config") || !r.at("text_config").is_object())
+    r.fail("text_config", r.has("text_config") ? r.at("text_config").dump().substr(0, 200) : "missing",
+           "the text model's config (Gemma 3's multimodal folders hold one)");
+  json text = r.at("text_config");
+  if (text.contains("model_type") && text["model_type"] != "gemma3_text")
+    r.unsupported("text_config.model_type", text["model_type"].dump(), "Kiln reads a gemma3_text model");
+  if (!text.contains("tie_word_embeddings") && j.contains("tie_word_embeddings"))
+    text["tie_word_embeddings"] = j["tie_word_embeddings"];
+  return build_llama(text, "gemma3_text");
+}
+
+CheckpointName gemma3_multimodal_name(const std::string& p) { return {"language_model." + p}; }
+
+bool gemma3_unread(const std::string& t) {
+  return t.starts_with("vision_tower.") || t.starts_with("multi_modal_projector.") ||
+         t.find("rotary_emb.") != std::string::npos;
+}
+
 // Mixtral's files (the hub's) keep the MLP as block_sparse_moe, each expert's
 // gate, down and up projections as w1, w2 and w3; transformers 5 saves Kiln's
 // names (its fused experts split at load: hf_model.cpp).
@@ -448,6 +472,7 @@ const std::vector<CausalLmFamily>& families() {
       llama_family("olmo2"),   llama_family("granite"), llama_family("smollm3"), llama_family("phi3", {"qkv_proj"}),
       llama_family("gemma"),   llama_family("gemma2"),  llama_family("gemma3_text"),
       llama_family("mixtral", {"q_proj", "v_proj"}, mixtral_name), llama_family("qwen3_moe"), llama_family("olmoe"),
+      {"gemma3", build_gemma3_text_of, gemma3_multimodal_name, gemma3_unread, {"q_proj", "v_proj"}},
       {"gpt2", build_gpt2, gpt2_name, gpt2_buffer, {"c_attn"}, /*lora_fan_in_fan_out=*/true},
   };
   return table;

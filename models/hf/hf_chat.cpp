@@ -23,9 +23,23 @@ std::string token_text(const json& config, const char* key, const fs::path& path
   return v["content"].get<std::string>();
 }
 
-// The template's source: chat_template.jinja, else tokenizer_config.json's chat_template.
+// The template's source: chat_template.jinja, else chat_template.json's
+// (a processor's, as Gemma 3's and other multimodal folders hold it), else
+// tokenizer_config.json's chat_template.
 std::string template_source(const fs::path& dir, const json& config, const fs::path& config_path) {
   if (fs::exists(dir / "chat_template.jinja")) return read_text_file((dir / "chat_template.jinja").string());
+  if (fs::exists(dir / "chat_template.json")) {
+    const fs::path path = dir / "chat_template.json";
+    json processor;
+    try {
+      processor = json::parse(read_text_file(path.string()));
+    } catch (const json::exception& e) {
+      KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
+    }
+    KILN_CHECK(processor.is_object() && processor.contains("chat_template") && processor["chat_template"].is_string(),
+               path.string(), " holds no \"chat_template\" string");
+    return processor["chat_template"].get<std::string>();
+  }
   if (!config.contains("chat_template") || config["chat_template"].is_null()) return "";
   const json& t = config["chat_template"];
   if (t.is_string()) return t.get<std::string>();

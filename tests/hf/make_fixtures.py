@@ -245,6 +245,16 @@ CAUSAL = {
                               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                                "full_attention": {"rope_type": "linear", "factor": 2.0,
                                                                   "rope_theta": 1000000.0}})),
+    # Gemma 3 as its 4B and larger models ship: multimodal (Gemma3ForConditionalGeneration), the text
+    # model under language_model, a small vision tower Kiln leaves unread.
+    "gemma3-vision": ("llama3", dict(model_type="gemma3", mm_tokens_per_image=4,
+                                     text_config=dict(hidden_size=36, num_attention_heads=3, num_key_value_heads=1,
+                                                      head_dim=14, intermediate_size=64, num_hidden_layers=3,
+                                                      max_position_embeddings=128, sliding_window=5,
+                                                      query_pre_attn_scalar=16, sliding_window_pattern=2),
+                                     vision_config=dict(model_type="siglip_vision_model", hidden_size=32,
+                                                        intermediate_size=40, num_hidden_layers=1,
+                                                        num_attention_heads=2, image_size=28, patch_size=14))),
     # Mixtures of experts, saved by transformers 5 with each layer's experts
     # fused (experts.gate_up_proj, experts.down_proj). Mixtral renormalises
     # its top 2 of 4; the load-balancing loss is on (output_router_logits), so
@@ -436,6 +446,9 @@ def make_config(model_type, vocab_size, kwargs, tokenizer):
     ids = {k: tokenizer.convert_tokens_to_ids(getattr(tokenizer, k.replace("_id", "")))
            for k in ("bos_token_id", "eos_token_id", "pad_token_id")
            if getattr(tokenizer, k.replace("_id", ""), None) is not None}
+    if "text_config" in kwargs:  # a multimodal model: the vocabulary is its text model's
+        kwargs["text_config"] = dict(kwargs["text_config"], vocab_size=vocab_size, **ids)
+        return transformers.AutoConfig.for_model(model_type, **kwargs), getattr(torch, dtype)
     config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, **ids, **kwargs)
     return config, getattr(torch, dtype)
 
@@ -490,6 +503,12 @@ def causal_expectations(d, tok, dtype):
     out["train_loss"] = loss.item()
     out["grads"] = {}
     for name, p in model.named_parameters():
+        if p.grad is None:  # (a multimodal model's vision tower: text never reaches it)
+            continue
+        # Named as the file names them (Gemma 3's multimodal models hold their text model as language_model.model.*).
+        name = name.replace("model.language_model.", "language_model.model.")
+        if name == "lm_head.weight" and isinstance(model, transformers.Gemma3ForConditionalGeneration):
+            name = "language_model.lm_head.weight"
         # transformers 5 holds a mixture's experts fused ([experts, 2 x intermediate, hidden]
         # and [experts, hidden, intermediate]); each expert's projections get their own row.
         parts = {name: p.grad}
@@ -504,9 +523,10 @@ def causal_expectations(d, tok, dtype):
             out["grads"][part] = {"norm": grad.norm().item(), "sum": grad.sum().item()}
     model.zero_grad()
     prompt = tok(PROMPT, return_tensors="pt").input_ids
-    gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=model.config.eos_token_id)
+    eos = model.config.get_text_config().eos_token_id  # (a multimodal model's is its text model's)
+    gen = model.generate(prompt, do_sample=False, max_new_tokens=16, pad_token_id=eos)
     greedy = gen[0, prompt.shape[1]:].tolist()
-    text = tok.decode([t for t in greedy if t != model.config.eos_token_id], skip_special_tokens=True)
+    text = tok.decode([t for t in greedy if t != eos], skip_special_tokens=True)
     out.update(prompt=PROMPT, prompt_ids=prompt[0].tolist(), greedy_ids=greedy, greedy_text=PROMPT + text)
     return out
 
