@@ -1,0 +1,84 @@
+#include "kiln/io/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+struct Mapping {
+  void* base = MAP_FAILED;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+  }
+};
+
+// The row-major shape of ggml's dims (dims[0] fastest).
+Shape kiln_shape(const std::vector<int64_t>& dims) { return Shape(dims.rbegin(), dims.rend()); }
+
+}  // namespace
+
+GgufFile GgufFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    KILN_FAIL("cannot open GGUF file ", path, ": ", std::generic_category().message(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    KILN_FAIL(path, " is not a regular file");
+  }
+  auto mapping = std::make_shared<Mapping>();
+  mapping->bytes = size_t(st.st_size);
+  // Copy-on-write, as safetensors files are mapped: a tensor trained in place copies the pages it touches.
+  if (mapping->bytes > 0) mapping->base = ::mmap(nullptr, mapping->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  KILN_CHECK(mapping->bytes > 0, path, " is empty: not a GGUF file");
+  KILN_CHECK(mapping->base != MAP_FAILED, "cannot map ", path, ": ", std::generic_category().message(err));
+  GgufFile f;
+  f.path_ = path;
+  f.base_ = static_cast<const uint8_t*>(mapping->base);
+  try {
+    f.header_ = parse_gguf(f.base_, mapping->bytes);
+  } catch (const Error& e) {
+    KILN_FAIL(path, ": ", e.what());
+  }
+  f.mapping_ = mapping;
+  return f;
+}
+
+const GgufTensorInfo* GgufFile::find(const std::string& name) const {
+  for (const GgufTensorInfo& t : header_.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Tensor GgufFile::tensor(const std::string& name) const {
+  const GgufTensorInfo* t = find(name);
+  KILN_CHECK(t, path_, " holds no tensor '", name, "'");
+  void* data = const_cast<uint8_t*>(base_ + header_.data_start + t->offset);  // (mapped copy-on-write)
+  const Shape shape = kiln_shape(t->dims);
+  switch (t->type) {
+    case GgufType::F32: return Tensor::wrap(data, shape, DType::f32, mapping_);
+    case GgufType::F16: return Tensor::wrap(data, shape, DType::f16, mapping_);
+    case GgufType::BF16: return Tensor::wrap(data, shape, DType::bf16, mapping_);
+    default: {
+      const int64_t rows = shape_numel(shape) / t->dims[0];
+      return Tensor::wrap(data, {rows, int64_t(t->bytes) / rows}, DType::u8, mapping_);
+    }
+  }
+}
+
+}  // namespace kiln

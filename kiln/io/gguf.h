@@ -1,0 +1,32 @@
+// A GGUF file (kiln/io/gguf_parse.h) mapped into memory: its metadata, and
+// its tensors as views of the mapping (no copy). F32, F16 and BF16 tensors
+// come as Kiln tensors of the row-major shape (ggml's dims reversed); a
+// quantized tensor's blocks come as its raw bytes (u8 [rows, bytes per row])
+// for the kernels of its type.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "kiln/core/tensor.h"
+#include "kiln/io/gguf_parse.h"
+
+namespace kiln {
+
+class GgufFile {
+ public:
+  // Maps `path` read-only and parses it; a bad file is a kiln::Error naming the path and what is wrong.
+  static GgufFile open(const std::string& path);
+  const GgufHeader& header() const { return header_; }
+  const nlohmann::json& metadata() const { return header_.metadata; }
+  const GgufTensorInfo* find(const std::string& name) const;
+  // The tensor `name`: F32/F16/BF16 as its values, any other type as its bytes.
+  Tensor tensor(const std::string& name) const;
+
+ private:
+  std::string path_;
+  GgufHeader header_;
+  std::shared_ptr<void> mapping_;  // the whole file, mapped; tensors keep it alive
+  const uint8_t* base_ = nullptr;
+};
+
+}  // namespace kiln

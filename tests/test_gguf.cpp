@@ -1,0 +1,123 @@
+// The GGUF reader (kiln/io/gguf.h) on a file llama.cpp's own writer made
+// (tests/hf/make_gguf_fixture.py): every metadata type, tensors as views of
+// the mapping in Kiln's row-major shapes, and every damaged variant of it an
+// error that names the problem (tests/fuzz/gguf_fuzzer.cpp fuzzes the parser).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "kiln/core/error.h"
+#include "kiln/autograd/ops.h"
+#include "kiln/io/gguf.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/small.gguf";
+
+std::vector<uint8_t> fixture_bytes() {
+  std::ifstream in(kFixture, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(Gguf, ReadsEveryMetadataTypeAndTensorAsLlamaCppWroteThem) {
+  const GgufFile f = GgufFile::open(kFixture);
+  const auto& m = f.metadata();
+  EXPECT_EQ(f.header().version, 3u);
+  EXPECT_EQ(m["general.architecture"], "llama");
+  EXPECT_EQ(m["test.u8"], 200);
+  EXPECT_EQ(m["test.i8"], -100);
+  EXPECT_EQ(m["test.u16"], 60000);
+  EXPECT_EQ(m["test.i16"], -30000);
+  EXPECT_EQ(m["test.u32"], 4000000000u);
+  EXPECT_EQ(m["test.i32"], -2000000000);
+  EXPECT_EQ(m["test.f32"].get<double>(), 0.25);
+  EXPECT_EQ(m["test.u64"], (uint64_t(1) << 40) + 1);
+  EXPECT_EQ(m["test.i64"], -(int64_t(1) << 40));
+  EXPECT_EQ(m["test.f64"].get<double>(), 1e-300);
+  EXPECT_EQ(m["test.bool"], true);
+  EXPECT_EQ(m["test.string"], "caf\u00e9 \u4f60\u597d");
+  EXPECT_EQ(m["test.strings"], nlohmann::json({"a", "", "<0x0A>"}));
+  EXPECT_EQ(m["test.ints"], nlohmann::json({1, -2, 3}));
+  EXPECT_EQ(m["test.nested"], nlohmann::json({{1, 2}, {3}}));
+  EXPECT_EQ(m["llama.context_length"], 128);
+
+  const Tensor f32 = f.tensor("f32");
+  EXPECT_EQ(f32.shape(), (Shape{2, 3}));
+  EXPECT_EQ(f32.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(to_dtype(f.tensor("f16"), DType::f32).to_vector<float>(), (std::vector<float>{0.5f, -1.5f}));
+  EXPECT_EQ(to_dtype(f.tensor("bf16"), DType::f32).to_vector<float>(), (std::vector<float>{1, -2, 3.5f, 0}));
+  // Q8_0: two rows of one block each (a f16 scale, then 32 int8 values): 34 bytes a row.
+  const Tensor q = f.tensor("q8_0");
+  EXPECT_EQ(q.dtype(), DType::u8);
+  EXPECT_EQ(q.shape(), (Shape{2, 34}));
+  const GgufTensorInfo* info = f.find("q8_0");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->type, GgufType::Q8_0);
+  EXPECT_EQ(info->dims, (std::vector<int64_t>{32, 2}));
+  EXPECT_THROW(f.tensor("missing"), Error);
+}
+
+// Every truncation of the file, and every single damaged byte of its header,
+// is a kiln::Error or a file that still parses: never a crash or a huge allocation.
+TEST(Gguf, DamagedFilesAreClearErrors) {
+  const std::vector<uint8_t> whole = fixture_bytes();
+  const GgufHeader good = parse_gguf(whole.data(), whole.size());
+  for (size_t n = 0; n < whole.size(); ++n) {
+    try {
+      parse_gguf(whole.data(), n);
+      EXPECT_GE(n, good.data_start) << "a file cut at " << n << " bytes parsed";
+    } catch (const Error&) {
+    }
+  }
+  for (size_t at = 0; at < good.data_start; ++at)
+    for (uint8_t v : {uint8_t(0), uint8_t(0xFF), uint8_t(whole[at] ^ 0x40)}) {
+      std::vector<uint8_t> bad = whole;
+      bad[at] = v;
+      try {
+        parse_gguf(bad.data(), bad.size());
+      } catch (const Error&) {
+      }
+    }
+  auto error_of = [&](size_t at, std::vector<uint8_t> bytes) -> std::string {
+    std::vector<uint8_t> bad = whole;
+    std::copy(bytes.begin(), bytes.end(), bad.begin() + long(at));
+    try {
+      parse_gguf(bad.data(), bad.size());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "parsed";
+  };
+  auto expect_says = [](const std::string& error, const std::string& says) {
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  expect_says(error_of(0, {'G', 'G', 'M', 'L'}), "not a GGUF file");
+  expect_says(error_of(4, {1, 0, 0, 0}), "version 1");
+  expect_says(error_of(8, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F}), "tensors claimed");
+  expect_says(error_of(16, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F}), "key-values claimed");
+  expect_says(error_of(24, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F}), "the file ends inside a key");
+  const fs::path empty = fs::temp_directory_path() / "kiln_empty.gguf";
+  std::ofstream(empty).close();
+  EXPECT_THROW(GgufFile::open(empty.string()), Error);
+  EXPECT_THROW(GgufFile::open((fs::temp_directory_path() / "kiln_no_such.gguf").string()), Error);
+  fs::remove(empty);
+}
+
+TEST(Gguf, TypesKilnDoesNotReadAreNamed) {
+  EXPECT_STREQ(gguf_type_info(12).name, "Q4_K");
+  EXPECT_EQ(gguf_type_info(14).block_bytes, 210);
+  try {
+    gguf_type_info(16);  // IQ2_XXS
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor type 16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
