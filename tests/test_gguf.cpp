@@ -11,6 +11,8 @@
 #include "kiln/core/error.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/io/gguf.h"
+#include "models/hf/gguf_model.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln {
 namespace {
@@ -117,6 +119,34 @@ TEST(Gguf, TypesKilnDoesNotReadAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor type 16"), std::string::npos) << e.what();
   }
+}
+
+
+// A Llama converted by llama.cpp's convert_hf_to_gguf.py (tests/hf/fixtures/gguf-tiny:
+// `make_fixtures.py --speed DIR --shape gguf-tiny`, then the converter with --outtype f32 and f16) is the
+// folder's model: its config, and (F32) the same log-probabilities bit for bit once q and k are un-permuted.
+TEST(GgufModels, ALlamaFileIsTheModelOfItsFolder) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny";
+  auto folder = models::load_hf_causal_lm(dir, DType::f32);
+  const nlohmann::json config = models::read_hf_config(dir);
+  const GgufFile f32 = GgufFile::open(dir + "/model-f32.gguf");
+  const nlohmann::json from_gguf = models::hf_config_from_gguf(f32);
+  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                          "num_key_value_heads", "vocab_size", "tie_word_embeddings"})
+    EXPECT_EQ(from_gguf[key], config[key]) << key;
+  EXPECT_NEAR(from_gguf["rope_theta"].get<double>(), config["rope_parameters"]["rope_theta"].get<double>(), 1e-9);
+  EXPECT_NEAR(from_gguf["rms_norm_eps"].get<double>(), config["rms_norm_eps"].get<double>(), 1e-12);
+  const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42, 42, 7, 600, 2, 31};
+  const auto want = models::next_token_log_probabilities(*folder.model, ids);
+  EXPECT_EQ(models::next_token_log_probabilities(*models::load_gguf_language_model(f32), ids), want);
+  // F16: the weights rounded to half precision, so near (and run in f32 when asked).
+  const GgufFile f16 = GgufFile::open(dir + "/model-f16.gguf");
+  const auto half = models::next_token_log_probabilities(*models::load_gguf_language_model(f16, DType::f32), ids);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(half[i] - want[i])));
+  EXPECT_LT(worst, 0.01);
+  // The test fixture's GGUF (no layers) is not a model Kiln can build.
+  EXPECT_THROW(models::hf_config_from_gguf(GgufFile::open(kFixture)), Error);
 }
 
 }  // namespace

@@ -598,6 +598,9 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
 # The speed models' shapes (Llama architecture, random weights): SmolLM-135M's
 # and TinyLlama-1.1B's, as their config.json files give them.
 SPEED_SHAPES = {
+    # Not for speed: a Llama small enough to commit as GGUF (tests/hf/fixtures/gguf), GQA with 4 query heads.
+    "gguf-tiny": dict(vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
     # Mixtral's architecture (8 experts, 2 per token) at a size a 2-core run
     # measures in minutes: 8 layers 512 wide, experts 1,024 wide (140M parameters, 64M of them read per token).
     "mixtral-mini": dict(model_type="mixtral", vocab_size=32000, hidden_size=512, intermediate_size=1024,

@@ -1,0 +1,122 @@
+#include "models/hf/gguf_model.h"
+
+#include <map>
+#include <regex>
+
+#include "kiln/autograd/ops.h"
+#include "kiln/core/error.h"
+#include "kiln/nn/init.h"
+#include "models/hf/families.h"
+
+namespace kiln::models {
+
+using nlohmann::json;
+
+namespace {
+
+// A metadata value that must be there: `arch.key` (llama.block_count, ...).
+const json& required(const json& m, const std::string& key) {
+  KILN_CHECK(m.contains(key), "GGUF: the file lacks '", key, "', which its architecture needs");
+  return m[key];
+}
+
+int64_t positive(const json& m, const std::string& key) {
+  const json& v = required(m, key);
+  KILN_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "GGUF: '", key, "' is ", v.dump(), "; expected a positive integer");
+  return v.get<int64_t>();
+}
+
+// GGUF's names -> transformers' (the llama architecture's; blk.N.* per layer).
+const std::map<std::string, std::string>& llama_names() {
+  static const std::map<std::string, std::string> names = {
+      {"token_embd.weight", "model.embed_tokens.weight"},   {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},                  {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},         {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},         {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},              {"ffn_down.weight", "mlp.down_proj.weight"}};
+  return names;
+}
+
+std::string hf_name_of(const std::string& gguf_name) {
+  static const std::regex layer(R"(blk\.(\d+)\.(.+))");
+  std::smatch m;
+  const auto& names = llama_names();
+  if (std::regex_match(gguf_name, m, layer)) {
+    const auto it = names.find(m[2].str());
+    return it == names.end() ? "" : "model.layers." + m[1].str() + "." + it->second;
+  }
+  const auto it = names.find(gguf_name);
+  return it == names.end() ? "" : it->second;
+}
+
+// llama.cpp's converter stores q and k with each head's rows [first half,
+// second half] interleaved (row 2i + j of a head holds the half-j row i):
+// back to transformers' order.
+Tensor unpermute(const Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), D = rows / heads;
+  KILN_CHECK(rows % heads == 0 && D % 2 == 0, "GGUF: a projection of ", rows, " rows does not split into ", heads,
+             " heads of even width");
+  const std::vector<float> in = to_dtype(w, DType::f32).to_vector<float>();
+  std::vector<float> out(in.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < D / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::copy_n(in.begin() + (h * D + 2 * i + j) * cols, cols, out.begin() + (h * D + j * D / 2 + i) * cols);
+  return to_dtype(Tensor::from_vector(out, {rows, cols}), w.dtype());
+}
+
+}  // namespace
+
+json hf_config_from_gguf(const GgufFile& file) {
+  const json& m = file.metadata();
+  const std::string arch = required(m, "general.architecture").is_string() ? m["general.architecture"].get<std::string>() : "";
+  KILN_CHECK(arch == "llama", "GGUF: architecture '", arch, "' is not one Kiln loads from GGUF yet (it loads llama)");
+  const std::string p = arch + ".";
+  json c = {{"model_type", "llama"},
+            {"hidden_size", positive(m, p + "embedding_length")},
+            {"num_hidden_layers", positive(m, p + "block_count")},
+            {"intermediate_size", positive(m, p + "feed_forward_length")},
+            {"num_attention_heads", positive(m, p + "attention.head_count")},
+            {"max_position_embeddings", positive(m, p + "context_length")},
+            {"tie_word_embeddings", file.find("output.weight") == nullptr}};
+  c["num_key_value_heads"] = m.contains(p + "attention.head_count_kv") ? positive(m, p + "attention.head_count_kv")
+                                                                       : c["num_attention_heads"].get<int64_t>();
+  if (m.contains(p + "rope.freq_base")) c["rope_theta"] = required(m, p + "rope.freq_base");
+  if (m.contains(p + "attention.layer_norm_rms_epsilon"))
+    c["rms_norm_eps"] = required(m, p + "attention.layer_norm_rms_epsilon");
+  const GgufTensorInfo* embedding = file.find("token_embd.weight");
+  KILN_CHECK(embedding && embedding->dims.size() == 2, "GGUF: the file lacks a 2-D token_embd.weight");
+  c["vocab_size"] = embedding->dims[1];
+  KILN_CHECK(!m.contains(p + "rope.scaling.type") || m[p + "rope.scaling.type"] == "none",
+             "GGUF: rope scaling '", m.value(p + "rope.scaling.type", json()).dump(), "' is not read from GGUF yet");
+  return c;
+}
+
+std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype) {
+  const json config = hf_config_from_gguf(file);
+  std::shared_ptr<LanguageModel> model = find_causal_lm_family("llama")->build(config);
+  const int64_t heads = config["num_attention_heads"], kv_heads = config["num_key_value_heads"];
+  nn::NamedTensors weights;
+  for (const GgufTensorInfo& t : file.header().tensors) {
+    if (t.name == "rope_freqs.weight") continue;  // llama 3's scaling factors (refused above when they matter)
+    const std::string name = hf_name_of(t.name);
+    KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a llama model");
+    KILN_CHECK(t.type == GgufType::F32 || t.type == GgufType::F16 || t.type == GgufType::BF16, "GGUF: tensor '",
+               t.name, "' is ", gguf_type_info(uint32_t(t.type)).name,
+               "; Kiln reads F32, F16 and BF16 GGUF weights so far");
+    Tensor w = file.tensor(t.name);
+    if (name.ends_with("q_proj.weight")) w = unpermute(w, heads);
+    if (name.ends_with("k_proj.weight")) w = unpermute(w, kv_heads);
+    weights.emplace_back(name, dtype && *dtype != w.dtype() ? to_dtype(w, *dtype) : w);
+  }
+  // The parameters take each tensor's dtype (load_parameters copies into them).
+  for (auto& [name, p] : model->named_parameters())
+    for (const auto& [n, w] : weights)
+      if (n == name) nn::move_tensor_in_place(p, p.device(), w.dtype());
+  model->load_parameters(weights);
+  model->eval();
+  return model;
+}
+
+}  // namespace kiln::models
