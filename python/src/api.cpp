@@ -3,6 +3,7 @@
 // arguments as those flags), and kiln.load opens what `kiln sample`, `score`
 // and `classify` open. Long calls run without the GIL; Ctrl-C ends a
 // training run at the next step boundary, with a checkpoint.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -155,6 +156,24 @@ struct Model {
     return d;
   }
 
+  // Sentence embeddings (a sentence-transformers folder), 32 texts a pass: one list of floats per text.
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts) {
+    if (loaded.kind != recipes::ModelKind::text_embedder)
+      throw py::value_error(std::string("embed needs a text embedder (a sentence-transformers folder); this is a ") +
+                            model_kind_name(loaded.kind));
+    std::vector<std::vector<float>> out;
+    py::gil_scoped_release release;
+    for (size_t first = 0; first < texts.size(); first += 32) {
+      const std::vector<std::string> part(texts.begin() + long(first),
+                                          texts.begin() + long(std::min(texts.size(), first + 32)));
+      const Tensor rows = model().embed_tokens(model().encode_texts(part));
+      const std::vector<float> v = rows.to_vector<float>();
+      const auto width = long(rows.size(1));
+      for (long r = 0; r < long(part.size()); ++r) out.emplace_back(v.begin() + r * width, v.begin() + (r + 1) * width);
+    }
+    return out;
+  }
+
   py::dict classify(const std::string& text) {
     if (loaded.kind != recipes::ModelKind::text_classifier)
       throw py::value_error(std::string("classify takes text for a text classifier; this is a ") +
@@ -214,6 +233,7 @@ void bind_api(py::module_& m) {
            py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1)
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
+      .def("embed", &Model::embed, py::arg("texts"))
       .def("classify_images", &Model::classify_images, py::arg("pixels"))
       .def("__repr__", [](const Model& mo) {
         return "kiln.Model(recipe='" + mo.loaded.recipe + "', kind='" + model_kind_name(mo.loaded.kind) + "')";

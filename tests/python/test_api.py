@@ -108,3 +108,13 @@ def test_model_chat_answers_as_the_server_does(source_dir):
     want = json.load(open(os.path.join(fixtures, "chat", "expected.json"), encoding="utf-8"))["served"]
     model = kiln.load("hf:" + os.path.join(fixtures, want["model"]), chat_template=want["template"])
     assert model.chat(want["messages"], max_tokens=12, temperature=0) == want["greedy_text"]
+
+
+def test_a_sentence_transformers_folder_embeds_as_encode_did(source_dir):
+    folder = os.path.join(source_dir, "tests", "hf", "fixtures", "embed-minilm")
+    want = json.load(open(os.path.join(folder, "expected.json"), encoding="utf-8"))
+    got = kiln.load("hf:" + folder).embed(want["texts"])
+    assert len(got) == len(want["texts"])
+    assert max(abs(a - b) for g, w in zip(got, want["embeddings"]) for a, b in zip(g, w)) < 1e-5
+    with pytest.raises(ValueError, match="needs a text embedder"):
+        kiln.load("hf:" + os.path.join(source_dir, "tests", "hf", "fixtures", "bert")).embed(["x"])
