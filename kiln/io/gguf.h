@@ -16,6 +16,7 @@ class GgufFile {
  public:
   // Maps `path` read-only and parses it; a bad file is a kiln::Error naming the path and what is wrong.
   static GgufFile open(const std::string& path);
+  const std::string& path() const { return path_; }
   const GgufHeader& header() const { return header_; }
   const nlohmann::json& metadata() const { return header_.metadata; }
   const GgufTensorInfo* find(const std::string& name) const;

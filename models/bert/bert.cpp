@@ -175,14 +175,10 @@ BertClassifier::BertClassifier(const BertConfig& c, Generator& init) : config_(c
 }
 
 void BertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
-  KILN_CHECK(!labels.empty(), "bert: a classifier needs labels");
+  auto layer = new_classifier_layer(config_.hidden_size, labels, stddev, init, head_->dense->weight.device());
   const std::string& name = names_of(config_.flavor).classifier;
   drop_module(name);
-  auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
-  head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
-                         {"bias", zeros({int64_t(labels.size())})}});
-  head->to(head_->dense->weight.device());
-  head_->classifier = register_module(name, head);
+  head_->classifier = register_module(name, layer);
   config_.labels = labels;
 }
 

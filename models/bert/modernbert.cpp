@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "kiln/nn/attention.h"
-#include "kiln/nn/init.h"
 
 namespace kiln::models {
 
@@ -19,12 +18,12 @@ Tensor rotate_half(const Tensor& x) {
 
 // cos and sin [T, D] of positions [0, T) at base `theta` (each frequency twice, as cat(freqs, freqs)).
 std::pair<Tensor, Tensor> rotation(int64_t T, int64_t D, double theta, Device device) {
-  std::vector<float> cos_v(size_t(T * D)), sin_v(cos_v.size());
+  std::vector<float> inverse(size_t(D / 2)), cos_v(size_t(T * D)), sin_v(cos_v.size());
+  for (int64_t i = 0; i < D / 2; ++i) inverse[size_t(i)] = float(1.0 / std::pow(theta, double(2 * i) / double(D)));
   for (int64_t p = 0; p < T; ++p)
     for (int64_t i = 0; i < D; ++i) {
-      const float inverse = float(1.0 / std::pow(theta, double(2 * (i % (D / 2))) / double(D)));
-      cos_v[size_t(p * D + i)] = std::cos(float(p) * inverse);
-      sin_v[size_t(p * D + i)] = std::sin(float(p) * inverse);
+      cos_v[size_t(p * D + i)] = std::cos(float(p) * inverse[size_t(i % (D / 2))]);
+      sin_v[size_t(p * D + i)] = std::sin(float(p) * inverse[size_t(i % (D / 2))]);
     }
   return {Tensor::from_vector(cos_v, {T, D}).to(device), Tensor::from_vector(sin_v, {T, D}).to(device)};
 }
@@ -143,13 +142,9 @@ ModernBertClassifier::ModernBertClassifier(const ModernBertConfig& c, Generator&
 }
 
 void ModernBertClassifier::replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init) {
-  KILN_CHECK(!labels.empty(), "modernbert: a classifier needs labels");
+  auto layer = new_classifier_layer(config_.hidden_size, labels, stddev, init, dense_->weight.device());
   drop_module("classifier");
-  auto head = std::make_shared<Linear>(config_.hidden_size, int64_t(labels.size()), init);
-  head->load_parameters({{"weight", nn::normal_tensor({int64_t(labels.size()), config_.hidden_size}, stddev, init)},
-                         {"bias", zeros({int64_t(labels.size())})}});
-  head->to(dense_->weight.device());
-  classifier_ = register_module("classifier", head);
+  classifier_ = register_module("classifier", layer);
   config_.labels = labels;
 }
 

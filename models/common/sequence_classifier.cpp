@@ -5,6 +5,16 @@
 
 namespace kiln::models {
 
+std::shared_ptr<nn::Linear> new_classifier_layer(int64_t hidden, const std::vector<std::string>& labels, double stddev,
+                                                 Generator& init, Device device) {
+  KILN_CHECK(!labels.empty(), "a classifier needs labels");
+  const int64_t n = int64_t(labels.size());
+  auto layer = std::make_shared<nn::Linear>(hidden, n, init);
+  layer->load_parameters({{"weight", nn::normal_tensor({n, hidden}, stddev, init)}, {"bias", zeros({n})}});
+  layer->to(device);
+  return layer;
+}
+
 void SequenceClassifier::replace_classifier(const std::vector<std::string>&, double, Generator&) {
   KILN_FAIL("this classifier takes no new labels (a causal language model's head is made new by kiln train classify)");
 }

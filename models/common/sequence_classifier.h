@@ -24,6 +24,11 @@ class SequenceClassifier : public nn::Module {
   virtual void replace_classifier(const std::vector<std::string>& labels, double stddev, Generator& init);
 };
 
+// A classification layer [labels, hidden] drawn as transformers initialises
+// one (N(0, stddev) weights, zero bias), on `device`: what replace_classifier puts in.
+std::shared_ptr<nn::Linear> new_classifier_layer(int64_t hidden, const std::vector<std::string>& labels, double stddev,
+                                                 Generator& init, Device device);
+
 class CausalLmClassifier : public SequenceClassifier {
  public:
   // The head is drawn N(0, stddev), as transformers initialises it.

@@ -7,6 +7,7 @@
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
 #include "models/hf/families.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::models {
 
@@ -95,9 +96,13 @@ json hf_config_from_gguf(const GgufFile& file) {
 
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype) {
   const json config = hf_config_from_gguf(file);
-  std::shared_ptr<LanguageModel> model = find_causal_lm_family("llama")->build(config);
+  std::shared_ptr<LanguageModel> model;
+  {
+    nn::MetaParametersGuard meta;  // the file provides the weights: no initialisation, no memory
+    model = find_causal_lm_family("llama")->build(config);
+  }
   const int64_t heads = config["num_attention_heads"], kv_heads = config["num_key_value_heads"];
-  nn::NamedTensors weights;
+  std::map<std::string, Tensor> weights;
   for (const GgufTensorInfo& t : file.header().tensors) {
     if (t.name == "rope_freqs.weight") continue;  // llama 3's scaling factors (refused above when they matter)
     const std::string name = hf_name_of(t.name);
@@ -105,17 +110,12 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     KILN_CHECK(t.type == GgufType::F32 || t.type == GgufType::F16 || t.type == GgufType::BF16, "GGUF: tensor '",
                t.name, "' is ", gguf_type_info(uint32_t(t.type)).name,
                "; Kiln reads F32, F16 and BF16 GGUF weights so far");
-    Tensor w = file.tensor(t.name);
+    Tensor w = file.tensor(t.name);  // a view of the mapping, but for q and k
     if (name.ends_with("q_proj.weight")) w = unpermute(w, heads);
     if (name.ends_with("k_proj.weight")) w = unpermute(w, kv_heads);
-    weights.emplace_back(name, dtype && *dtype != w.dtype() ? to_dtype(w, *dtype) : w);
+    weights.emplace(name, w);
   }
-  // The parameters take each tensor's dtype (load_parameters copies into them).
-  for (auto& [name, p] : model->named_parameters())
-    for (const auto& [n, w] : weights)
-      if (n == name) nn::move_tensor_in_place(p, p.device(), w.dtype());
-  model->load_parameters(weights);
-  model->eval();
+  attach_mapped_weights(*model, std::move(weights), file.path(), "llama", dtype);
   return model;
 }
 

@@ -21,7 +21,8 @@ namespace kiln::models {
 // an architecture Kiln does not read from GGUF is an error naming it.
 nlohmann::json hf_config_from_gguf(const GgufFile& file);
 
-// The model, its weights copied out of the file (in `dtype` when given, else the file's float type).
+// The model, its weights views of the file's mapping (q and k un-permuted copies; converted copies in
+// `dtype` when one is given and differs from the file's float type).
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype = std::nullopt);
 
 }  // namespace kiln::models

@@ -203,12 +203,12 @@ void split_fused_experts(std::map<std::string, Tensor>& weights, const std::stri
   }
 }
 
-// Points every parameter of `model` at its checkpoint tensor; any tensor
-// left over that is not an ignorable buffer, or any parameter missing, is an error.
-void attach_weights(nn::Module& model, const std::string& dir, const json& config, const std::string& model_type,
-                    const std::function<CheckpointName(const std::string&)>& checkpoint_name,
-                    const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
-  std::map<std::string, Tensor> weights = map_hf_weights(dir);
+// Points every parameter of `model` at its checkpoint tensor (of `weights`,
+// from `dir`); any tensor left over that is not an ignorable buffer, or any
+// parameter missing, is an error.
+void attach(nn::Module& model, std::map<std::string, Tensor> weights, const std::string& dir, const json& config,
+            const std::string& model_type, const std::function<CheckpointName(const std::string&)>& checkpoint_name,
+            const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
   split_fused_experts(weights, dir);
   std::set<std::string> used;
   if (config.contains("quantization_config") && config["quantization_config"].is_object())
@@ -230,6 +230,12 @@ void attach_weights(nn::Module& model, const std::string& dir, const json& confi
       KILN_FAIL(dir, ": the weights hold '", name, "', which a ", model_type,
                 " model with this config.json has no place for (a different architecture or config?)");
   model.eval();
+}
+
+void attach_weights(nn::Module& model, const std::string& dir, const json& config, const std::string& model_type,
+                    const std::function<CheckpointName(const std::string&)>& checkpoint_name,
+                    const std::function<bool(const std::string&)>& ignorable, std::optional<DType> dtype) {
+  attach(model, map_hf_weights(dir), dir, config, model_type, checkpoint_name, ignorable, dtype);
 }
 
 // A family's builder, with a config field of the wrong JSON type reported
@@ -345,15 +351,22 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   out.model = build_from_config(family->build_encoder, out.config, dir);
   out.tokenizer = folder_tokenizer(dir);
   // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
-  const bool bare = map_hf_weights(dir).contains(out.model->named_parameters().front().first);
+  std::map<std::string, Tensor> weights = map_hf_weights(dir);
+  const bool bare = weights.contains(out.model->named_parameters().front().first);
   const std::string base = bare ? "" : family->base + ".";
-  attach_weights(*out.model, dir, out.config, out.model_type,
-                 [base](const std::string& p) { return CheckpointName{base + p}; },
-                 [family, base](const std::string& t) {
-                   return family->ignorable(t) || !t.starts_with(base) || t.starts_with(base + "pooler.");
-                 },
-                 dtype);
+  attach(*out.model, std::move(weights), dir, out.config, out.model_type,
+         [base](const std::string& p) { return CheckpointName{base + p}; },
+         [family, base](const std::string& t) {
+           return family->ignorable(t) || !t.starts_with(base) || t.starts_with(base + "pooler.");
+         },
+         dtype);
   return out;
+}
+
+void attach_mapped_weights(nn::Module& model, std::map<std::string, Tensor> weights, const std::string& source,
+                           const std::string& model_type, std::optional<DType> dtype) {
+  attach(model, std::move(weights), source, json::object(), model_type,
+         [](const std::string& p) { return CheckpointName{p}; }, [](const std::string&) { return false; }, dtype);
 }
 
 std::vector<double> classify_text(HfClassifier& c, const std::string& text) {

@@ -3,6 +3,7 @@
 // and generation_config.json, as save_pretrained writes them or a hub
 // snapshot holds them. Nothing is fetched: the folder is on disk.
 #pragma once
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,6 +68,14 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype = s
 // naming ...ForSequenceClassification (a causal LM's head) or a bare
 // encoder (BertModel, RobertaModel, ...: sentence-transformers' models).
 std::string hf_model_kind(const nlohmann::json& config);
+
+// Points every parameter of `model` (built on the meta device) at the
+// tensor of its name in `weights` (views where the dtype agrees, else
+// converted copies in `dtype`); a parameter missing or a tensor left over is
+// an error naming `source`. For weights that come from elsewhere than a
+// folder's safetensors (a GGUF file: gguf_model.h).
+void attach_mapped_weights(nn::Module& model, std::map<std::string, Tensor> weights, const std::string& source,
+                           const std::string& model_type, std::optional<DType> dtype);
 
 // The weights of a folder, name -> tensor, mapped from model.safetensors or
 // the shards its index names; every shard is checked as it is mapped.

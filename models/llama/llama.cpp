@@ -301,9 +301,10 @@ Tensor Llama::hidden(const Tensor& ids, const Rotation& rotation, const nn::Page
   Tensor x = model_->embed_tokens->forward(ids);
   if (config_.embedding_multiplier != 1) {
     double multiplier = config_.embedding_multiplier;
-    if (config_.round_embedding_multiplier && x.dtype() != DType::f32)  // Gemma's normalizer, a tensor of x's dtype
-      multiplier = to_dtype(to_dtype(Tensor::from_vector(std::vector<float>{float(multiplier)}, {1}), x.dtype()),
-                            DType::f32).to_vector<float>()[0];
+    if (config_.round_embedding_multiplier && x.dtype() == DType::bf16)  // Gemma's normalizer, a tensor of x's dtype
+      multiplier = bf16_to_float(float_to_bf16(float(multiplier)));
+    if (config_.round_embedding_multiplier && x.dtype() == DType::f16)
+      multiplier = f16_to_float(float_to_f16(float(multiplier)));
     x = mul_scalar(x, multiplier);
   }
   // In the stream's dtype, as transformers casts them: a bf16 model rotates in bf16.
