@@ -38,14 +38,14 @@ int main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint (or a run directory's newest)");
   eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
   eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
-  eval->add_option("--precision", eval_precision, "hf:DIR weights: auto (the file's dtype), fp32 or bf16");
+  eval->add_option("--precision", eval_precision, "hf:DIR and gguf:FILE weights: auto (the file's dtype), fp32 or bf16");
   kiln::cli::add_quantize_option(eval, eval_quantize, "hf:DIR language models: int8, int4 or int4z weights");
 
   std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
   kiln::recipes::SampleOptions so;
   auto* sample = app.add_subcommand("sample", "sample text from a language-model checkpoint");
   sample->add_option("checkpoint", sample_path,
-                     "checkpoint, run directory or hf:DIR (a Hugging Face model folder; default: runs/fortunes-gpt)");
+                     "checkpoint, run directory or hf:DIR (a Hugging Face model folder), gguf:FILE (a GGUF file; default: runs/fortunes-gpt)");
   sample->add_option("--prompt", so.prompt, "text to continue");
   sample->add_option("--count", so.count, "number of samples");
   sample->add_option("--max-tokens", so.max_tokens, "tokens per sample");
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_flag("--ignore-eos", so.ignore_eos,
                    "never end a sample at the end of text: each runs to --max-tokens (timing a fixed count)");
-  sample->add_option("--precision", so.precision, "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
+  sample->add_option("--precision", so.precision, "hf:DIR and gguf:FILE weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
   kiln::cli::add_quantize_option(sample, so.quantize, "quantize the weights: int8, int4 or int4z");
 

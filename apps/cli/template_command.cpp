@@ -36,7 +36,7 @@ std::function<int()> add_apply_template_command(CLI::App& app) {
   auto o = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand("apply-template",
                                  "print the text a chat template makes of a conversation (what the model is shown)");
-  cmd->add_option("model", o->model, "hf:DIR: the folder's own template and special tokens");
+  cmd->add_option("model", o->model, "hf:DIR or gguf:FILE: the model's own template and special tokens");
   cmd->add_option("--template-file", o->template_file, "a Jinja chat template file instead of a model's");
   cmd->add_option("--messages", o->messages,
                   "a JSON file (- for standard input): a list of messages, or a chat request with \"messages\" "

@@ -24,14 +24,14 @@ struct TextInput {
 };
 
 void add_text_options(CLI::App* cmd, TextInput& in) {
-  cmd->add_option("model", in.model, "run directory, checkpoint, or hf:DIR (a Hugging Face model folder)")->required();
+  cmd->add_option("model", in.model, "run directory, checkpoint, hf:DIR (a Hugging Face model folder) or gguf:FILE (a GGUF file)")->required();
   auto* text = cmd->add_option("--text", in.text, "the text");
   auto* file = cmd->add_option("--file", in.file, "read the text from this file");
   text->excludes(file);
   cmd->add_flag("--json", in.json, "print JSON");
   cmd->add_option("--device", in.device, "cpu, cuda or cuda:N");
   cmd->add_option("--precision", in.precision,
-                  "hf:DIR weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
+                  "hf:DIR and gguf:FILE weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
 }
 
 std::string text_of(const TextInput& in) {

@@ -109,7 +109,7 @@ std::function<std::optional<recipes::TrainOptions>()> add_train_options(CLI::App
   };
   cmd->add_option("--distill-from", to->distill_from, "sft: distil this teacher (hf:DIR or a fortunes-gpt run, with "
                   "the student's tokenizer) into the model");
-  cmd->add_option("--init", to->init, "sft: the model to fine-tune: hf:DIR (a Hugging Face folder) or a fortunes-gpt "
+  cmd->add_option("--init", to->init, "sft: the model to fine-tune: hf:DIR (a Hugging Face folder), gguf:FILE or a fortunes-gpt "
                   "run directory");
   cmd->add_option("--data", to->data_file, "sft: training examples, JSON Lines: {\"text\"}, {\"prompt\", "
                   "\"completion\"} or {\"messages\"}");

@@ -84,7 +84,7 @@ std::function<std::optional<PlanOutcome>()> add_plan_options(CLI::App& app) {
       ->check(CLI::IsMember(planned));
   auto text_option = [&](const char* flag, const char* help) { cmd->add_option(flag, (*opts)[flag], help); };
   text_option("--preset", "GPT size: gpt2 (124M, the default), gpt2-medium, gpt2-large, gpt2-xl");
-  text_option("--model", "hf:DIR: a Hugging Face model folder (only its config.json is read)");
+  text_option("--model", "hf:DIR: a Hugging Face model folder (only its config.json is read), or gguf:FILE (its metadata)");
   text_option("--lora-rank", "with --model: LoRA adapters of this rank train on a frozen base (kiln train sft)");
   text_option("--lora-targets", "with --lora-rank: the adapted layers (default: peft's for the model; all-linear)");
   text_option("--n-layer", "override the GPT's layers");
@@ -125,7 +125,7 @@ std::function<std::optional<PlanOutcome>()> add_plan_options(CLI::App& app) {
     }
     if (given("--model")) {  // a Hugging Face folder: only its config.json is read
       const auto dir = models::hf_folder((*opts)["--model"]);
-      KILN_CHECK(dir, "--model takes hf:DIR (a Hugging Face model folder), got '", (*opts)["--model"], "'");
+      KILN_CHECK(dir, "--model takes hf:DIR (a Hugging Face model folder) or gguf:FILE, got '", (*opts)["--model"], "'");
       in->hf_config = models::read_hf_config(*dir);
       in->recipe = "hf:" + in->hf_config["model_type"].get<std::string>();
       // Sequences of the model's context, up to 2,048 tokens, unless --block-size says.

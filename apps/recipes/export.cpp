@@ -8,6 +8,7 @@
 #include "apps/recipes/sft_model.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/text_file.h"
+#include "models/hf/gguf_model.h"
 #include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
 
@@ -30,6 +31,7 @@ void take_weights(models::HfFolderContents& c, nn::Module& model, const std::str
 }  // namespace
 
 models::HfFolderContents hf_folder_files(const std::string& dir) {
+  if (models::is_gguf_file(dir)) return models::gguf_folder_files(dir);
   models::HfFolderContents c;
   c.config = models::read_hf_config(dir);
   c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());

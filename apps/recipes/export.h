@@ -1,5 +1,5 @@
 // `kiln export SOURCE --format hf|peft --out DIR`: a Kiln GPT run, a
-// fine-tuning run, or a model Kiln loaded from hf:DIR, as a Hugging Face
+// fine-tuning run, or a model Kiln loaded from hf:DIR or gguf:FILE, as a Hugging Face
 // folder; a LoRA run's adapters as a peft folder.
 #pragma once
 #include <string>
@@ -11,7 +11,7 @@ namespace kiln::recipes {
 // `quantize` ("", int8, int4, int4z): a language model's matrices written
 // quantized (Kiln's own format: config.json's quantization_config has
 // quant_method "kiln"; Kiln loads it, transformers does not).
-// A folder's config and tokenizer files, as they are (no weights).
+// A folder's config and tokenizer files, as they are (no weights), or a GGUF file's as a folder would hold them.
 models::HfFolderContents hf_folder_files(const std::string& dir);
 
 void export_hf(const std::string& source, const std::string& out, const std::string& quantize = "");

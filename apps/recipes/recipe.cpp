@@ -242,10 +242,14 @@ std::vector<std::string> sample(const std::string& path, const SampleOptions& op
       const std::vector<int32_t> none;
       auto all = models::generate(*m.model, prompt, options.max_tokens, options.temperature, options.top_k, 1.0, gen,
                                   options.ignore_eos ? none : m.stop_ids, {}, options.ignore_eos ? m.stop_ids : none);
-      std::vector<int32_t> fresh(all.begin() + long(prompt.size()), all.end());
-      if (!fresh.empty() && std::find(m.stop_ids.begin(), m.stop_ids.end(), fresh.back()) != m.stop_ids.end())
-        fresh.pop_back();
-      out.push_back(options.prompt + m.decode(fresh));
+      if (all.size() > prompt.size() && std::find(m.stop_ids.begin(), m.stop_ids.end(), all.back()) != m.stop_ids.end())
+        all.pop_back();
+      // The continuation as decoding the whole text spells it (a SentencePiece "▁the" after the prompt is " the";
+      // alone, decoding would strip its space).
+      const std::string before = m.decode(prompt), whole = m.decode(all);
+      out.push_back(options.prompt + (whole.starts_with(before)
+                                          ? whole.substr(before.size())
+                                          : m.decode(std::vector<int32_t>(all.begin() + long(prompt.size()), all.end()))));
     }
     return out;
   };

@@ -29,6 +29,10 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& json_text, const std:
   } catch (const nlohmann::json::exception& e) {
     KILN_FAIL(origin, " is not valid JSON: ", e.what());
   }
+  return from_json(j, origin);
+}
+
+HfTokenizer HfTokenizer::from_json(const nlohmann::json& j, const std::string& origin) {
   HfTokenizer t;
   try {
     KILN_CHECK(j.is_object(), "the file is not a JSON object");

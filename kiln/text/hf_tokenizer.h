@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,7 @@ class HfTokenizer {
   // Reads tokenizer.json; throws kiln::Error naming the file and the defect.
   static HfTokenizer from_file(const std::string& path);
   static HfTokenizer from_json_text(const std::string& json_text, const std::string& origin);
+  static HfTokenizer from_json(const nlohmann::json& j, const std::string& origin);
 
   // The ids `tokenizer(text)` gives in transformers (special tokens added
   // by the post-processor when add_special_tokens).

@@ -6,8 +6,8 @@
 #include "kiln/autograd/ops.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/init.h"
+#include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
-#include "models/hf/hf_model.h"
 
 namespace kiln::models {
 
@@ -115,8 +115,50 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     if (name.ends_with("k_proj.weight")) w = unpermute(w, kv_heads);
     weights.emplace(name, w);
   }
+  // llama.cpp keeps norms in F32 beside F16/BF16 matrices; a model runs in one dtype: the embedding's.
+  if (!dtype) dtype = weights.at("model.embed_tokens.weight").dtype();
   attach_mapped_weights(*model, std::move(weights), file.path(), "llama", dtype);
   return model;
+}
+
+HfCausalLm load_gguf_causal_lm(const std::string& path, std::optional<DType> dtype) {
+  const GgufFile file = GgufFile::open(path);
+  HfCausalLm out;
+  out.dir = path;
+  out.config = hf_config_from_gguf(file);
+  out.model_type = out.config["model_type"].get<std::string>();
+  out.model = load_gguf_language_model(file, dtype);
+  text::GgufVocab vocab = text::gguf_vocab(file.metadata());
+  out.tokenizer = text::HfTokenizer::from_json(vocab.tokenizer, path);
+  KILN_CHECK(out.tokenizer.vocab_size() <= out.model->vocab_size(), path, ": the tokenizer has ",
+             out.tokenizer.vocab_size(), " tokens, more than the model's ", out.model->vocab_size(), " embeddings");
+  out.eos_ids = std::move(vocab.end_of_generation_ids);
+  return out;
+}
+
+HfFolderContents gguf_folder_files(const std::string& path) {
+  const GgufFile file = GgufFile::open(path);
+  HfFolderContents c;
+  c.config = hf_config_from_gguf(file);
+  c.config["architectures"] = {"LlamaForCausalLM"};
+  const text::GgufVocab vocab = text::gguf_vocab(file.metadata());
+  const text::GgufChatTemplate chat = text::gguf_chat_template(file.metadata());
+  const json& m = file.metadata();
+  for (const char* key : {"bos", "eos", "pad"})
+    if (const std::string k = std::string("tokenizer.ggml.") + key + "_token_id"; m.contains(k))
+      c.config[std::string(key) + "_token_id"] = m[k];
+  // Tokens are the file's bytes; any that are not UTF-8 are written as U+FFFD (a tokenizer.json is JSON text).
+  c.tokenizer_json = vocab.tokenizer.dump(-1, ' ', false, json::error_handler_t::replace);
+  const json& post = vocab.tokenizer["post_processor"]["single"];
+  c.tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                        {"add_bos_token", post.front().contains("SpecialToken")},
+                        {"clean_up_tokenization_spaces", false}};
+  if (!chat.bos_token.empty()) c.tokenizer_config["bos_token"] = chat.bos_token;
+  if (!chat.eos_token.empty()) c.tokenizer_config["eos_token"] = chat.eos_token;
+  if (!chat.source.empty()) c.tokenizer_config["chat_template"] = chat.source;
+  c.generation_config = {{"eos_token_id", vocab.end_of_generation_ids}};
+  if (m.contains("tokenizer.ggml.bos_token_id")) c.generation_config["bos_token_id"] = m["tokenizer.ggml.bos_token_id"];
+  return c;
 }
 
 }  // namespace kiln::models

@@ -5,7 +5,9 @@
 // table (blk.N.attn_q.weight -> model.layers.N.self_attn.q_proj.weight),
 // and the query and key projections un-permuted (llama.cpp's converter
 // interleaves each head's rotary halves so its RoPE rotates adjacent pairs).
-// So far: the llama architecture, F32, F16 and BF16 tensors.
+// Its tokenizer and chat template come from its metadata too
+// (kiln/text/gguf_vocab.h). So far: the llama architecture, F32, F16 and
+// BF16 tensors.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,8 @@
 
 #include "kiln/io/gguf.h"
 #include "models/common/language_model.h"
+#include "models/hf/hf_export.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::models {
 
@@ -21,8 +25,21 @@ namespace kiln::models {
 // an architecture Kiln does not read from GGUF is an error naming it.
 nlohmann::json hf_config_from_gguf(const GgufFile& file);
 
-// The model, its weights views of the file's mapping (q and k un-permuted copies; converted copies in
-// `dtype` when one is given and differs from the file's float type).
+// The model, its weights views of the file's mapping (q and k un-permuted
+// copies), in `dtype`, or else the token embedding's (F32 norms beside F16
+// matrices become F16 copies): converted copies where the file's type differs.
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype = std::nullopt);
+
+// The model, its tokenizer and its end-of-generation ids: what
+// load_hf_causal_lm gives for a folder (`dir` is the file's path).
+HfCausalLm load_gguf_causal_lm(const std::string& path, std::optional<DType> dtype = std::nullopt);
+
+// The Hugging Face folder a GGUF file stands for, but its weights:
+// config.json (with architectures and the special token ids),
+// tokenizer.json (the GGUF tokenizer as tokenizers runs it),
+// tokenizer_config.json (the chat template, bos/eos and whether BOS is added)
+// and generation_config.json (the end-of-generation ids). `kiln export
+// gguf:FILE --format hf` adds the weights of the model it loads.
+HfFolderContents gguf_folder_files(const std::string& path);
 
 }  // namespace kiln::models

@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/io/gguf.h"
 #include "kiln/io/text_file.h"
+#include "kiln/text/gguf_vocab.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
@@ -54,6 +56,15 @@ std::string template_source(const fs::path& dir, const json& config, const fs::p
 }  // namespace
 
 text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::string& name) {
+  if (fs::is_regular_file(dir)) {  // a GGUF file: its tokenizer.chat_template
+    const text::GgufChatTemplate g = text::gguf_chat_template(GgufFile::open(dir).metadata());
+    if (name.empty() && g.source.empty())
+      KILN_FAIL("gguf:", dir, " has no chat template (tokenizer.chat_template); name one with --chat-template NAME (",
+                text::chat_template_list(), ")");
+    text::ChatTemplate t = name.empty() ? text::ChatTemplate::from_jinja(g.source) : text::chat_template_named(name);
+    t.tokens = {g.bos_token, g.eos_token};
+    return t;
+  }
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   json config = json::object();
   if (fs::exists(config_path)) {

@@ -1,7 +1,8 @@
 // The chat template of a Hugging Face folder: tokenizer_config.json's
 // "chat_template" (a string, or a list of named templates whose "default"
 // is taken) or chat_template.jinja beside it, as transformers reads them,
-// with the bos/eos token text the template fills in.
+// with the bos/eos token text the template fills in; or a GGUF file's
+// tokenizer.chat_template, with the text of its bos and eos ids.
 #pragma once
 #include <string>
 

@@ -12,10 +12,12 @@
 #include <set>
 
 #include "kiln/core/error.h"
+#include "kiln/io/gguf.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/families.h"
+#include "models/hf/gguf_model.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
@@ -70,15 +72,19 @@ std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir, int64_t
 }  // namespace
 
 std::optional<std::string> hf_folder(const std::string& spec) {
-  if (spec.rfind("hf:", 0) != 0) return std::nullopt;
-  std::string dir = spec.substr(3);
+  const size_t prefix = spec.starts_with("hf:") ? 3 : spec.starts_with("gguf:") ? 5 : 0;
+  if (prefix == 0) return std::nullopt;
+  std::string dir = spec.substr(prefix);
   // The shell leaves "~" after "hf:" alone; users write hf:~/models/x anyway.
   const char* home = std::getenv("HOME");
   if (dir.rfind("~/", 0) == 0 && home) dir = std::string(home) + dir.substr(1);
   return dir;
 }
 
+bool is_gguf_file(const std::string& path) { return fs::is_regular_file(path); }
+
 json read_hf_config(const std::string& dir) {
+  if (is_gguf_file(dir)) return hf_config_from_gguf(GgufFile::open(dir));
   if (!fs::is_directory(dir))
     KILN_FAIL("hf:", dir, " is not a folder; download one with `huggingface-cli download ORG/NAME --local-dir DIR` "
               "on a machine with internet (docs/REAL_MODELS.md)");
@@ -91,7 +97,14 @@ json read_hf_config(const std::string& dir) {
 std::string hf_weights_hash(const std::string& dir) {
   uLong crc = crc32(0L, Z_NULL, 0);
   auto feed = [&](const void* p, size_t n) { crc = crc32_z(crc, static_cast<const Bytef*>(p), n); };
-  for (const auto& [name, t] : map_hf_weights(dir)) {
+  std::map<std::string, Tensor> weights;
+  if (is_gguf_file(dir)) {
+    const GgufFile file = GgufFile::open(dir);
+    for (const auto& t : file.header().tensors) weights.emplace(t.name, file.tensor(t.name));
+  } else {
+    weights = map_hf_weights(dir);
+  }
+  for (const auto& [name, t] : weights) {
     const std::string head = name + ":" + dtype_name(t.dtype()) + shape_str(t.shape());
     feed(head.data(), head.size());
     const Tensor c = t.contiguous();
@@ -103,6 +116,7 @@ std::string hf_weights_hash(const std::string& dir) {
 }
 
 std::map<std::string, Tensor> map_hf_weights(const std::string& dir) {
+  KILN_CHECK(!is_gguf_file(dir), dir, " is a GGUF file, not a Hugging Face folder; this step reads folders only");
   const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(single)) return map_safetensors(single.string()).tensors;
   if (!fs::exists(index))
@@ -289,6 +303,7 @@ std::string hf_model_kind(const json& config) {
 }
 
 HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype) {
+  if (is_gguf_file(dir)) return load_gguf_causal_lm(dir, dtype);
   HfCausalLm out;
   out.dir = dir;
   out.config = read_hf_config(dir);

@@ -16,8 +16,12 @@
 
 namespace kiln::models {
 
-// "hf:DIR" -> DIR (a leading ~/ is the home folder); anything else -> nullopt.
+// "hf:DIR" -> DIR, and "gguf:FILE" -> FILE (a leading ~/ is the home
+// folder); anything else -> nullopt. Wherever a folder's path is taken
+// below, a GGUF file's is too (gguf_model.h), but where it says otherwise.
 std::optional<std::string> hf_folder(const std::string& spec);
+// Whether a model path names a GGUF file (a file) rather than a folder.
+bool is_gguf_file(const std::string& path);
 
 // config.json of a folder, checked to be a JSON object with a model_type.
 nlohmann::json read_hf_config(const std::string& dir);
@@ -77,8 +81,8 @@ std::string hf_model_kind(const nlohmann::json& config);
 void attach_mapped_weights(nn::Module& model, std::map<std::string, Tensor> weights, const std::string& source,
                            const std::string& model_type, std::optional<DType> dtype);
 
-// The weights of a folder, name -> tensor, mapped from model.safetensors or
-// the shards its index names; every shard is checked as it is mapped.
+// The weights of a folder (not a GGUF file), name -> tensor, mapped from
+// model.safetensors or the shards its index names; every shard is checked as it is mapped.
 std::map<std::string, Tensor> map_hf_weights(const std::string& dir);
 // A fingerprint of a folder's weights: CRC-32 of every tensor's name, dtype,
 // shape and bytes, in name order ("crc32:1a2b3c4d"). A fine-tuning run saves

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# kiln export --format hf: a trained fortunes-gpt run and a loaded Llama come
-# out as Hugging Face folders. Kiln loads each back (hf:DIR) with the same
+# kiln export --format hf: a trained fortunes-gpt run, a loaded Llama and a
+# GGUF file come out as Hugging Face folders. Kiln loads each back (hf:DIR) with the same
 # log-probabilities as the source, and transformers' from_pretrained gives
 # them too (the PyTorch 2 environment, bench/torch2_venv.sh: required).
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-require_oracle transformers
+require_oracle transformers gguf
 TEXT="The best way to predict the future is to invent it."
 
 run 0 "$KILN" train fortunes-gpt --steps 30 --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --no-progress \
@@ -41,8 +41,34 @@ expect "fortunes, [0-9]+ tokens scored"
 python3 -c "import sys; a, b = $run_bpb, $(bpb); sys.exit(0 if abs(a - b) / a < 0.05 else 1)" \
   || fail "kiln eval gives $(bpb) bits per byte for the export, $run_bpb for the run"
 same_scores "hf:$FIX/llama-gqa" "$WORK/llama-hf"
+# A GGUF file (llama.cpp's converter's F32 of tests/hf/fixtures/gguf-tiny) is the folder it exports: config.json
+# from its metadata, tokenizer.json from its vocabulary, which transformers loads below with the same ids and scores.
+GGUF="$FIX/gguf-tiny/model-f32.gguf"
+run 0 "$KILN" export "gguf:$GGUF" --format hf --out "$WORK/gguf-hf"
+same_scores "gguf:$GGUF" "$WORK/gguf-hf"
+run 0 "$KILN" sample "gguf:$GGUF" --prompt "$TEXT" --temperature 0 --max-tokens 16 --ignore-eos
+cp "$OUT" "$WORK/gguf-sample.txt"
+run 0 "$KILN" sample "hf:$WORK/gguf-hf" --prompt "$TEXT" --temperature 0 --max-tokens 16 --ignore-eos
+cmp -s "$OUT" "$WORK/gguf-sample.txt" || fail "greedy samples of the GGUF file and of its export differ"
+# Its chat template (tokenizer.chat_template, set here by gguf-py's gguf-new-metadata) renders with the file's
+# bos/eos text, as transformers rendered the template (tests/hf/fixtures/chat_templates/expected.json).
+CORPUS="$FIX/chat_templates"
+run 0 "$ORACLE_PY" -m gguf.scripts.gguf_new_metadata "$GGUF" "$WORK/chat.gguf" \
+  --chat-template-file "$CORPUS/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"
+python3 - "$CORPUS/expected.json" "$WORK" <<'PY'
+import json, sys
+e, work = json.load(open(sys.argv[1])), sys.argv[2]
+c = e["conversations"]["tool_round"]
+json.dump({"messages": c["messages"], "tools": c["tools"]}, open(f"{work}/messages.json", "w"))
+row = next(r for r in e["renders"] if r["template"] == "mistralai-Mistral-Nemo-Instruct-2407.jinja"
+           and r["conversation"] == "tool_round" and not r["add_generation_prompt"])
+open(f"{work}/want.txt", "w", encoding="utf-8").write(row["text"])
+PY
+"$KILN" apply-template "gguf:$WORK/chat.gguf" --messages "$WORK/messages.json" --no-generation-prompt \
+  >"$WORK/got.txt" 2>"$OUT" || fail "apply-template of a GGUF file's template"
+cmp -s "$WORK/got.txt" "$WORK/want.txt" || { diff "$WORK/want.txt" "$WORK/got.txt" >"$OUT"; fail "the GGUF file's template renders differently"; }
 
-for folder in gpt-hf llama-hf; do
+for folder in gpt-hf llama-hf gguf-hf; do
   run 0 "$ORACLE_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -7,11 +7,17 @@
 // runs this binary with KILN_VOCAB_CORPUS set; without it the test fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
+#include "kiln/io/gguf.h"
+#include "kiln/text/gguf_vocab.h"
 #include "kiln/text/hf_tokenizer.h"
 
 namespace kiln {
@@ -37,6 +43,53 @@ TEST(VocabCorpus, EveryStringTokenizesAsTokenizersDoes) {
     ++vocabularies;
   }
   EXPECT_GE(vocabularies, 16);
+}
+
+// llama.cpp's test vocabularies read as GGUF files (kiln/text/gguf_vocab.h),
+// each test string against the ids in its .out file: what the model's own
+// tokenizer gave (llama.cpp's convert_hf_to_gguf_update.py wrote them, and
+// llama.cpp's test-tokenizer-0 holds llama.cpp to them).
+TEST(VocabCorpus, GgufVocabulariesTokenizeAsTheModelsOwnTokenizers) {
+  const char* dir = std::getenv("KILN_LLAMA_CPP_MODELS");
+  ASSERT_NE(dir, nullptr) << "KILN_LLAMA_CPP_MODELS is not set: run tests/cli/hf_vocabs.sh";
+  // Tokenizer models Kiln does not read from GGUF (WordPiece, Gemma 4's).
+  const std::set<std::string> other_models = {"bert", "gemma4", "t5"};
+  int vocabularies = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("ggml-vocab-") || entry.path().extension() != ".gguf" ||
+        !fs::exists(entry.path().string() + ".out"))
+      continue;
+    const GgufFile file = GgufFile::open(entry.path().string());
+    if (other_models.contains(file.metadata().value("tokenizer.ggml.model", ""))) continue;
+    SCOPED_TRACE(name);
+    const text::GgufVocab vocab = text::gguf_vocab(file.metadata());
+    const auto tok = text::HfTokenizer::from_json(vocab.tokenizer, name);
+    std::ifstream inp(entry.path().string() + ".inp"), out(entry.path().string() + ".out");
+    std::stringstream all;
+    all << inp.rdbuf();
+    std::string text = all.str();
+    const std::string separator = "\n__ggml_vocab_test__\n";
+    std::vector<std::string> inputs;
+    for (size_t at = 0; at < text.size();) {  // each string ends with the separator (as test-tokenizer-0 reads them)
+      const size_t next = std::min(text.find(separator, at), text.size());
+      inputs.push_back(text.substr(at, next - at));
+      at = next + separator.size();
+    }
+    std::string line;
+    size_t checked = 0;
+    for (size_t i = 0; i < inputs.size() && std::getline(out, line); ++i, ++checked) {
+      std::vector<int32_t> expected;
+      std::istringstream ids(line);
+      for (int32_t id; ids >> id;) expected.push_back(id);
+      EXPECT_EQ(tok.encode(inputs[i], false), expected) << nlohmann::json(inputs[i]).dump();
+    }
+    EXPECT_EQ(checked, inputs.size()) << "the .out file has fewer lines than the .inp file has strings";
+    EXPECT_GE(checked, 30u);
+    std::printf("%s: %zu strings\n", name.c_str(), checked);
+    ++vocabularies;
+  }
+  EXPECT_GE(vocabularies, 12);
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// The tokenizer a GGUF file describes (its tokenizer.ggml.* metadata), as
+// the tokenizer.json that HfTokenizer runs, so that a GGUF file tokenizes as
+// llama.cpp tokenizes it (and as the model's own tokenizer did):
+//   "llama" (SentencePiece): BPE over the pieces with byte fallback, the
+//     merges the file lists or, when it lists none, recovered from the pieces'
+//     scores as transformers recovers them; spaces as U+2581 and one before
+//     the text unless tokenizer.ggml.add_space_prefix is false;
+//   "gpt2" (byte-level BPE): the file's merges, and the text split by the
+//     regular expressions of its pre-tokenizer type (tokenizer.ggml.pre),
+//     from a table of llama.cpp's types.
+// Control, unknown and user-defined tokens are matched whole in the text, as
+// llama.cpp matches them; BOS/EOS are added as add_bos_token/add_eos_token
+// (or the type's default) say. Any other tokenizer model or pre-tokenizer
+// type is an error naming it.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kiln::text {
+
+struct GgufVocab {
+  nlohmann::json tokenizer;                    // for HfTokenizer::from_json
+  std::vector<int32_t> end_of_generation_ids;  // what ends a reply: llama.cpp's EOG set
+};
+
+// `metadata`: a GGUF file's key-values (kiln/io/gguf_parse.h). Errors name the key at fault.
+GgufVocab gguf_vocab(const nlohmann::json& metadata);
+
+struct GgufChatTemplate {
+  std::string source;                // tokenizer.chat_template ("" when absent)
+  std::string bos_token, eos_token;  // their text, which templates write ("" when the file names none)
+};
+GgufChatTemplate gguf_chat_template(const nlohmann::json& metadata);
+
+}  // namespace kiln::text
