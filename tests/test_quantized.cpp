@@ -21,7 +21,7 @@
 namespace kiln {
 namespace {
 
-const QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero};
+const QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero, QuantFormat::int8_block};
 
 std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
@@ -45,9 +45,11 @@ TEST(Quantized, FormatsRoundTripWithinHalfALevelOrQ40sClamp) {
   for (QuantFormat f : kFormats) {
     const QuantizedMatrix q = quantize_matrix(w.data(), rows, cols, f, DType::f32);
     EXPECT_EQ(q.padded_cols(), 64);
-    EXPECT_EQ(q.bytes(), f == QuantFormat::int8             ? size_t(rows * 64 + rows * 4)
-                         : f == QuantFormat::int4           ? size_t(rows * 32 + rows * 2 * 4)
-                                                            : size_t(rows * 32 + rows * 2 * 5));
+    EXPECT_EQ(q.bytes(), f == QuantFormat::int8         ? size_t(rows * 64 + rows * 4)
+                         : f == QuantFormat::int8_block ? size_t(rows * 64 + rows * 2 * 4)
+                         : f == QuantFormat::int4       ? size_t(rows * 32 + rows * 2 * 4)
+                                                        : size_t(rows * 32 + rows * 2 * 5));
+    EXPECT_EQ(q.bytes(), quantized_bytes(f, rows, cols));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(q, r, row.data());
@@ -59,6 +61,7 @@ TEST(Quantized, FormatsRoundTripWithinHalfALevelOrQ40sClamp) {
     }
   }
   EXPECT_EQ(parse_quant_format("int4z"), QuantFormat::int4_zero);
+  EXPECT_EQ(parse_quant_format("int8b"), QuantFormat::int8_block);
   EXPECT_THROW(parse_quant_format("q4_k"), Error);
 }
 

@@ -100,7 +100,7 @@ std::function<int()> add_chat_command(CLI::App& app) {
   o->completion.max_tokens = 512;
   auto* cmd = app.add_subcommand("chat", "chat with a Hugging Face language model in the terminal, in its chat template");
   cmd->add_option("model", o->model, "hf:DIR (a Hugging Face model folder) or gguf:FILE (a GGUF file)")->required();
-  add_quantize_option(cmd, o->loading.quantize, "quantize the weights: int8, int4 or int4z");
+  add_quantize_option(cmd, o->loading.quantize, "quantize the weights: int8, int8b, int4 or int4z");
   cmd->add_option("--chat-template", o->loading.chat_template,
                   "the template's family instead of the folder's own: " + text::chat_template_list());
   cmd->add_option("--system", o->system, "a system message that opens the conversation");

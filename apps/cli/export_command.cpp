@@ -22,7 +22,7 @@ std::function<int()> add_export_command(CLI::App& app) {
   cmd->add_flag("--merge", o->merge, "with --format hf: a LoRA run's adapters merged into its base's weights");
   cmd->add_option("--out", o->out, "the folder to write (must not exist, or be empty)")->required();
   add_quantize_option(cmd, o->quantize,
-                      "write the weights quantized (int8, int4 or int4z; Kiln's own format, which Kiln loads as "
+                      "write the weights quantized (int8, int8b, int4 or int4z; Kiln's own format, which Kiln loads as "
                       "hf:DIR and transformers does not)");
   return [cmd, o]() -> int {
     if (!*cmd) return -1;

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   eval->add_option("checkpoint", eval_path, "checkpoint or run directory")->required();
   eval->add_option("--device", eval_device, "cpu, cuda or cuda:N");
   eval->add_option("--precision", eval_precision, "hf:DIR and gguf:FILE weights: auto (the file's dtype), fp32 or bf16");
-  kiln::cli::add_quantize_option(eval, eval_quantize, "hf:DIR language models: int8, int4 or int4z weights");
+  kiln::cli::add_quantize_option(eval, eval_quantize, "hf:DIR language models: int8, int8b, int4 or int4z weights");
 
   std::string sample_path = "runs/fortunes-gpt", sample_device = "cpu";
   kiln::recipes::SampleOptions so;
@@ -56,10 +56,11 @@ int main(int argc, char** argv) {
                    "never end a sample at the end of text: each runs to --max-tokens (timing a fixed count)");
   sample->add_option("--precision", so.precision, "hf:DIR and gguf:FILE weights: auto (the file's dtype: bf16 stays bf16), fp32 or bf16");
   sample->add_option("--device", sample_device, "cpu, cuda or cuda:N");
-  kiln::cli::add_quantize_option(sample, so.quantize, "quantize the weights: int8, int4 or int4z");
+  kiln::cli::add_quantize_option(sample, so.quantize, "quantize the weights: int8, int8b, int4 or int4z");
 
   std::function<int()> run_tokenize = kiln::cli::add_tokenize_command(app);
   std::function<int()> run_score = kiln::cli::add_score_command(app);
+  std::function<int()> run_perplexity = kiln::cli::add_perplexity_command(app);
   std::function<int()> run_classify = kiln::cli::add_classify_command(app);
   std::function<int()> run_embed = kiln::cli::add_embed_command(app);
   std::function<int()> run_export = kiln::cli::add_export_command(app);
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
     } else if (int rc = run_tokenize(); rc >= 0) {
       return rc;
     } else if (int rc = run_score(); rc >= 0) {
+      return rc;
+    } else if (int rc = run_perplexity(); rc >= 0) {
       return rc;
     } else if (int rc = run_classify(); rc >= 0) {
       return rc;

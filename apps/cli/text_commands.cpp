@@ -67,7 +67,7 @@ std::function<int()> add_score_command(CLI::App& app) {
   auto in = std::make_shared<TextInput>();
   auto* cmd = app.add_subcommand("score", "each token's log-probability given the text before it, and the perplexity");
   add_text_options(cmd, *in);
-  add_quantize_option(cmd, in->quantize, "quantize the weights: int8, int4 or int4z");
+  add_quantize_option(cmd, in->quantize, "quantize the weights: int8, int8b, int4 or int4z");
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
     auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision, in->quantize);
@@ -84,6 +84,32 @@ std::function<int()> add_score_command(CLI::App& app) {
       else std::printf("%8d  %10.4f  %s\n", s.ids[t], s.logprobs[t], piece.c_str());
     }
     std::printf("perplexity: %.4f over %zu tokens\n", s.perplexity, s.ids.size() - 1);
+    return 0;
+  };
+}
+
+std::function<int()> add_perplexity_command(CLI::App& app) {
+  auto in = std::make_shared<TextInput>();
+  auto ctx = std::make_shared<int64_t>(512), chunks = std::make_shared<int64_t>(0);
+  auto* cmd = app.add_subcommand("perplexity", "the perplexity of a long text, computed as llama.cpp's "
+                                               "llama-perplexity computes it (chunks of --ctx tokens, each scored on its second half)");
+  add_text_options(cmd, *in);
+  cmd->add_option("--ctx", *ctx, "tokens per chunk (llama-perplexity's -c)");
+  cmd->add_option("--chunks", *chunks, "score at most this many chunks (0: all; llama-perplexity's --chunks)");
+  add_quantize_option(cmd, in->quantize, "quantize the weights: int8, int8b, int4 or int4z");
+  return [cmd, in, ctx, chunks]() -> int {
+    if (!*cmd) return -1;
+    auto m = recipes::load_text_model(in->model, Device::parse(in->device), in->precision, in->quantize);
+    const auto p = recipes::chunked_perplexity(m, text_of(*in), *ctx, *chunks);
+    if (in->json) {
+      std::printf("%s\n", nlohmann::json{{"perplexity", p.perplexity}, {"standard_error", p.standard_error},
+                                         {"chunks", p.chunks}, {"tokens_scored", p.tokens_scored},
+                                         {"tokens", p.tokens}}.dump().c_str());
+      return 0;
+    }
+    std::printf("perplexity: %.4f +/- %.5f over %lld chunks of %lld tokens (%lld tokens scored)\n", p.perplexity,
+                p.standard_error, static_cast<long long>(p.chunks), static_cast<long long>(*ctx),
+                static_cast<long long>(p.tokens_scored));
     return 0;
   };
 }

@@ -1,6 +1,6 @@
-// `kiln tokenize`, `kiln score`, `kiln classify` and `kiln embed`: what a
+// `kiln tokenize`, `kiln score`, `kiln perplexity`, `kiln classify` and `kiln embed`: what a
 // model's tokenizer, its probabilities and its embeddings say about a text,
-// for a run directory or hf:DIR.
+// for a run directory, hf:DIR or gguf:FILE.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -11,6 +11,7 @@ namespace kiln::cli {
 // (returning its exit status) and returns -1 otherwise.
 std::function<int()> add_tokenize_command(CLI::App& app);
 std::function<int()> add_score_command(CLI::App& app);
+std::function<int()> add_perplexity_command(CLI::App& app);
 std::function<int()> add_classify_command(CLI::App& app);
 std::function<int()> add_embed_command(CLI::App& app);
 

@@ -110,7 +110,7 @@ std::function<std::optional<PlanOutcome>()> add_plan_options(CLI::App& app) {
   text_option("--kwh-price", "electricity price per kWh in USD, for owning (default: 0.15)");
   cmd->add_flag("--serve", (*flags)["serve"],
                 "with --model: the memory to serve it (weights and each stream's keys and values), not to train it");
-  text_option("--quantize", "with --serve: count the matrices as int8, int4 or int4z (kiln serve --quantize)");
+  text_option("--quantize", "with --serve: count the matrices as int8, int8b, int4 or int4z (kiln serve --quantize)");
   text_option("--streams", "with --serve: sequences served at once (default: 1)");
 
   return [cmd, in, opts, flags]() -> std::optional<PlanOutcome> {

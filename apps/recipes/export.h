@@ -8,7 +8,7 @@
 
 namespace kiln::recipes {
 
-// `quantize` ("", int8, int4, int4z): a language model's matrices written
+// `quantize` ("", int8, int8b, int4, int4z): a language model's matrices written
 // quantized (Kiln's own format: config.json's quantization_config has
 // quant_method "kiln"; Kiln loads it, transformers does not).
 // A folder's config and tokenizer files, as they are (no weights), or a GGUF file's as a folder would hold them.

@@ -61,7 +61,7 @@ struct TrainOptions {
   std::optional<double> lora_alpha, lora_dropout;
   std::optional<std::string> lora_targets;  // peft's module names, or all-linear
   std::string lora_from;             // a peft adapter folder to start the adapters from
-  std::string quantize_base;         // LoRA on the base quantized to int8, int4 or int4z (CPU, fp32)
+  std::string quantize_base;         // LoRA on the base quantized to int8, int8b, int4 or int4z (CPU, fp32)
   std::string chat_template;         // the template "messages" lines are rendered with
   std::string distill_from;          // a teacher (hf:DIR or a fortunes-gpt run) whose softened outputs the student learns
   std::optional<double> distill_temperature, distill_alpha;
@@ -121,7 +121,7 @@ struct SampleOptions {
   int64_t top_k = 40;
   uint64_t seed = 1;
   std::string precision = "auto";  // hf:DIR weights: auto (the file's dtype), fp32 or bf16
-  std::string quantize;            // "", or int8, int4, int4z (kiln/core/quantized.h)
+  std::string quantize;            // "", or int8, int8b, int4, int4z (kiln/core/quantized.h)
   bool ignore_eos = false;         // never sample the end of text: every sample runs to max_tokens
 };
 
@@ -167,7 +167,7 @@ TrainResult train(const TrainOptions& options, const Log& log);
 // How a Hugging Face language model is loaded for inference.
 struct InferenceOptions {
   std::string chat_template;  // a chat template family instead of the folder's own (--chat-template)
-  std::string quantize = "";  // "", or int8, int4, int4z: quantize the weights (--quantize)
+  std::string quantize = "";  // "", or int8, int8b, int4, int4z: quantize the weights (--quantize)
 };
 // Loads a checkpoint directory (or a run directory's newest), or hf:DIR, for inference.
 struct LoadedModel {

@@ -25,7 +25,7 @@ struct SftSettings {
   std::string chat_template;         // a family's name for "messages" lines ("": the folder's own)
   std::optional<nn::LoraConfig> lora;  // none: every weight trains
   std::string lora_from;             // a peft folder the adapters start from ("": fresh)
-  std::string quantize_base;         // int8, int4 or int4z: the frozen base quantized (QLoRA-style); "": not
+  std::string quantize_base;         // int8, int8b, int4 or int4z: the frozen base quantized (QLoRA-style); "": not
   // Distillation (kiln/nn/distillation.h): the teacher's folder ("": none).
   std::string teacher;
   double temperature = 2.0, alpha = 0.5;

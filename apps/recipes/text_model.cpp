@@ -1,5 +1,6 @@
 #include "apps/recipes/text_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -65,6 +66,38 @@ TextModel load_text_model(const std::string& spec, Device device, const std::str
   out.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   out.stop_ids = {tok->end_of_text_id()};
   return quantized(std::move(out), quantize);
+}
+
+ChunkedPerplexity chunked_perplexity(TextModel& m, const std::string& text, int64_t ctx, int64_t chunks) {
+  KILN_CHECK(ctx >= 4 && ctx <= m.model->context_length(), "--ctx ", ctx, " is outside [4, the model's context of ",
+             m.model->context_length(), "]");
+  const std::vector<int32_t> bos = m.encode("");  // what the tokenizer puts before any text: BOS, or nothing
+  const std::vector<int32_t> ids = m.encode(text);
+  ChunkedPerplexity out;
+  out.tokens = int64_t(ids.size());
+  out.chunks = int64_t(ids.size()) / ctx;
+  if (chunks > 0) out.chunks = std::min(out.chunks, chunks);
+  KILN_CHECK(out.chunks > 0 && int64_t(ids.size()) >= 2 * ctx, "the text is ", ids.size(), " tokens; a context of ",
+             ctx, " needs at least ", 2 * ctx, " (as llama-perplexity asks): give a longer text or a smaller --ctx");
+  const int64_t first = ctx / 2;
+  double nll = 0, nll2 = 0;
+  for (int64_t c = 0; c < out.chunks; ++c) {
+    std::vector<int32_t> chunk(ids.begin() + c * ctx, ids.begin() + (c + 1) * ctx);
+    if (bos.size() == 1) chunk[0] = bos[0];
+    const std::vector<float> all = models::next_token_log_probabilities(*m.model, chunk);
+    const size_t V = all.size() / chunk.size();
+    for (int64_t t = first; t + 1 < ctx; ++t) {
+      const double lp = all[size_t(t) * V + size_t(chunk[size_t(t + 1)])];
+      nll -= lp;
+      nll2 += lp * lp;
+      ++out.tokens_scored;
+    }
+  }
+  nll /= double(out.tokens_scored);
+  nll2 = nll2 / double(out.tokens_scored) - nll * nll;
+  out.perplexity = std::exp(nll);
+  out.standard_error = nll2 > 0 ? std::sqrt(nll2 / double(out.tokens_scored - 1)) * out.perplexity : 0;
+  return out;
 }
 
 ScoredText score_text(TextModel& m, const std::string& text) {

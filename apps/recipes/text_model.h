@@ -24,7 +24,7 @@ struct TextModel {
 
 // `weights`: "auto" keeps a Hugging Face file's dtype (bf16 stays bf16);
 // "fp32" or "bf16" converts. Kiln runs keep what they saved.
-// `quantize`: "", or int8, int4, int4z: the weights quantized for inference.
+// `quantize`: "", or int8, int8b, int4, int4z: the weights quantized for inference.
 TextModel load_text_model(const std::string& spec, Device device, const std::string& weights = "auto",
                           const std::string& quantize = "");
 // "auto" -> nullopt, "fp32" -> f32, "bf16" -> bf16; anything else is an error.
@@ -38,6 +38,17 @@ struct ScoredText {
   double perplexity = 0;         // exp(-mean of logprobs[1:])
 };
 ScoredText score_text(TextModel& model, const std::string& text);
+
+// llama.cpp's llama-perplexity, for comparing with it: the whole text
+// tokenized once (BOS first, where the tokenizer adds one), cut into chunks
+// of `ctx` tokens (the last partial one left out; at most `chunks` of them when
+// > 0), each chunk's first token replaced by BOS, and only the second half of
+// each chunk scored, so that every scored token has ctx / 2 tokens before it.
+struct ChunkedPerplexity {
+  double perplexity = 0, standard_error = 0;  // exp(mean NLL), and its estimated error (llama.cpp's "+/-")
+  int64_t chunks = 0, tokens_scored = 0, tokens = 0;
+};
+ChunkedPerplexity chunked_perplexity(TextModel& model, const std::string& text, int64_t ctx, int64_t chunks = 0);
 
 // A language model on the fortunes validation split (the GPT recipe's): each
 // fortune scored on its own with the model's tokenizer, cut to the context.

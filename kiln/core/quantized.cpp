@@ -11,11 +11,13 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::int8: return "int8";
     case QuantFormat::int4: return "int4";
     case QuantFormat::int4_zero: return "int4z";
+    case QuantFormat::int8_block: return "int8b";
   }
   return "?";
 }
 
-constexpr QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero};
+constexpr QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero,
+                                    QuantFormat::int8_block};
 
 std::vector<std::string> quant_format_names() {
   std::vector<std::string> names;
@@ -27,7 +29,7 @@ QuantFormat parse_quant_format(const std::string& name) {
   for (QuantFormat f : kFormats)
     if (name == quant_format_name(f)) return f;
   KILN_FAIL("unknown quantization '", name, "': int8 (per output channel), int4 (groups of 32, symmetric) or "
-            "int4z (groups of 32 with a zero point)");
+            "int4z (groups of 32 with a zero point) or int8b (groups of 32: GGUF's Q8_0)");
 }
 
 size_t QuantizedMatrix::bytes() const {
@@ -43,6 +45,7 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int8: return size_t(rows * padded + rows * 4);
     case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
+    case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
   }
   return 0;
 }
@@ -57,19 +60,21 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
   q.dtype = dtype;
   const int64_t padded = q.padded_cols(), blocks = q.blocks();
   auto at = [&](int64_t r, int64_t c) { return c < cols ? values[r * cols + c] : 0.0f; };
-  if (format == QuantFormat::int8) {
+  if (q.eight_bit()) {  // a scale per row (int8) or per group of 32 (int8b): max |w| / 127
+    const int64_t group = format == QuantFormat::int8 ? padded : kQuantBlock;
     q.data = Tensor::empty({rows, padded}, DType::u8);
-    q.scales = Tensor::empty({rows}, DType::f32);
+    q.scales = format == QuantFormat::int8 ? Tensor::empty({rows}, DType::f32) : Tensor::empty({rows, blocks}, DType::f32);
     auto* data = q.data.data<uint8_t>();
     auto* scales = q.scales.data<float>();
-    for (int64_t r = 0; r < rows; ++r) {
-      float amax = 0;
-      for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::abs(values[r * cols + c]));
-      const float scale = amax / 127.0f, inverse = scale > 0 ? 1.0f / scale : 0.0f;
-      scales[r] = scale;
-      for (int64_t c = 0; c < padded; ++c)
-        data[r * padded + c] = uint8_t(int8_t(std::clamp(std::nearbyint(at(r, c) * inverse), -127.0f, 127.0f)));
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g0 = 0; g0 < padded; g0 += group) {
+        float amax = 0;
+        for (int64_t c = g0; c < g0 + group; ++c) amax = std::max(amax, std::abs(at(r, c)));
+        const float scale = amax / 127.0f, inverse = scale > 0 ? 1.0f / scale : 0.0f;
+        scales[r * (padded / group) + g0 / group] = scale;
+        for (int64_t c = g0; c < g0 + group; ++c)
+          data[r * padded + c] = uint8_t(int8_t(std::clamp(std::nearbyint(at(r, c) * inverse), -127.0f, 127.0f)));
+      }
     return q;
   }
   const bool zero_point = format == QuantFormat::int4_zero;
@@ -113,10 +118,11 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   KILN_CHECK(q.data.device().is_cpu(), "dequantize_row: the matrix is on ", q.data.device().str());
   const int64_t padded = q.padded_cols();
-  if (q.format == QuantFormat::int8) {
+  if (q.eight_bit()) {
     const auto* data = q.data.data<uint8_t>() + row * padded;
-    const float scale = q.scales.data<float>()[row];
-    for (int64_t c = 0; c < q.cols; ++c) out[c] = scale * float(int8_t(data[c]));
+    const bool per_row = q.format == QuantFormat::int8;
+    const float* scales = q.scales.data<float>() + (per_row ? row : row * q.blocks());
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
     return;
   }
   const int64_t blocks = q.blocks(), half = kQuantBlock / 2;

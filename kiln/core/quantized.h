@@ -7,6 +7,8 @@
 // unaware of quantization.
 //
 //  int8: one scale per row (per output channel), w = scale * q, q in [-127, 127].
+//  int8b: the same levels with one scale per group of 32 columns (ggml's
+//        Q8_0, which GGUF files hold, maps onto it exactly).
 //  int4: one scale per group of 32 columns, w = scale * (u - zero), u in
 //        [0, 15]; zero is 8 (symmetric, Q4_0's), or per group (asymmetric,
 //        --quantize int4z) where the group's minimum and maximum set it.
@@ -23,26 +25,27 @@
 
 namespace kiln {
 
-enum class QuantFormat : uint8_t { int8, int4, int4_zero };
+enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block };
 constexpr int64_t kQuantBlock = 32;
 
-const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z"
-std::vector<std::string> quant_format_names();  // all three, in that order
-// "int8", "int4", "int4z"; anything else is an error naming the three.
+const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b"
+std::vector<std::string> quant_format_names();  // all four, in that order
+// "int8", "int4", "int4z", "int8b"; anything else is an error naming them.
 QuantFormat parse_quant_format(const std::string& name);
 
 struct QuantizedMatrix {
   QuantFormat format = QuantFormat::int8;
   int64_t rows = 0, cols = 0;  // the float matrix's shape
   DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
-  Tensor data;    // u8: int8 [rows, padded cols] (two's complement); int4 [rows, padded cols / 2]
-  Tensor scales;  // f32: int8 [rows]; int4 [rows, padded cols / 32]
+  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4 [rows, padded cols / 2]
+  Tensor scales;  // f32: int8 [rows]; int4, int8b [rows, padded cols / 32]
   Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
 
   int64_t padded_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
   int64_t blocks() const { return padded_cols() / kQuantBlock; }
   size_t bytes() const;  // what the three tensors hold
   Device device() const { return data.device(); }
+  bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives

@@ -44,14 +44,18 @@ struct QuantizedActivations {
 
 // One block of an activation row to int8 levels (scale max|x| / 127):
 // `count` values of x, zeros after them up to the block's 32. Returns the
-// levels' sum (the int4 zero point's correction).
+// levels' sum (the int4 zero point's correction). The scale is then kept
+// in f16, as llama.cpp's Q8_0 activations keep it (levels from the exact
+// scale, products with the rounded one): a GGUF file's greedy tokens are
+// llama.cpp's.
 inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& scale) {
   float v[B];
   for (int64_t j = 0; j < B; ++j) v[j] = j < count ? x[j] : 0.0f;
   float amax = 0;
   for (float f : v) amax = std::max(amax, std::abs(f));
-  scale = amax / 127.0f;
-  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  const float exact = amax / 127.0f;
+  const float inverse = exact > 0 ? 1.0f / exact : 0.0f;
+  scale = f16_to_float(float_to_f16(exact));
   int32_t sum = 0;
   for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));
   return sum;
@@ -90,14 +94,22 @@ inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
   }
 }
 
-// How a block's weight bytes enter the integer products: int8 levels;
-// int4 levels centred on Q4_0's zero (u - 8, signed, so no correction is
-// left); or int4z's unsigned levels, whose zero points a per-block
-// correction takes off afterwards.
-enum class Levels { int8, int4_centred, int4_offset };
+// How a block's weight bytes enter the integer products: int8 levels
+// (scaled once per row, or per block: int8b); int4 levels centred on Q4_0's
+// zero (u - 8, signed, so no correction is left); or int4z's unsigned
+// levels, whose zero points a per-block correction takes off afterwards.
+enum class Levels { int8, int8_block, int4_centred, int4_offset };
 constexpr Levels levels_of(QuantFormat f) {
-  return f == QuantFormat::int8 ? Levels::int8 : f == QuantFormat::int4 ? Levels::int4_centred : Levels::int4_offset;
+  switch (f) {
+    case QuantFormat::int8: return Levels::int8;
+    case QuantFormat::int8_block: return Levels::int8_block;
+    case QuantFormat::int4: return Levels::int4_centred;
+    case QuantFormat::int4_zero: return Levels::int4_offset;
+  }
+  return Levels::int8;
 }
+// Levels stored a byte each (int8, int8b), or two to a byte (int4, int4z).
+constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
 
 // The fixed order of the lanes' sum: lanes i and i + 4, then i and i + 2, then the two.
 inline float sum_lanes(const float* a) {
@@ -129,7 +141,7 @@ struct Weights {
 // own instruction set.
 template <Levels L, typename Ops, int R>
 inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
-  const int64_t blocks = a.blocks, stride = L == Levels::int8 ? B : B / 2;  // weight bytes per block
+  const int64_t blocks = a.blocks, stride = byte_levels(L) ? B : B / 2;  // weight bytes per block
   const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const uint8_t* zeros = L == Levels::int4_offset ? w.zeros + n * blocks : nullptr;
@@ -181,9 +193,9 @@ struct ScalarOps {
   static Levels load(const uint8_t* w) {
     Levels levels;
     uint8_t unpacked[B];
-    if constexpr (L != kiln::cpu::Levels::int8) unpack_int4(w, unpacked);
+    if constexpr (!byte_levels(L)) unpack_int4(w, unpacked);
     for (int j = 0; j < B; ++j)
-      levels.v[j] = L == kiln::cpu::Levels::int8           ? int32_t(int8_t(w[j]))
+      levels.v[j] = byte_levels(L)                         ? int32_t(int8_t(w[j]))
                     : L == kiln::cpu::Levels::int4_centred ? int32_t(unpacked[j]) - 8
                                                            : int32_t(unpacked[j]);
     return levels;
@@ -204,7 +216,7 @@ struct ScalarOps {
 // or int4z's (unsigned).
 template <Levels L>
 [[gnu::always_inline]] inline __m256i load_levels(const uint8_t* w) {
-  if constexpr (L == Levels::int8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  if constexpr (byte_levels(L)) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
   const __m128i nibble = _mm_set1_epi8(0x0f);
   const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
@@ -306,6 +318,7 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   const Weights raw(w);
   switch (levels_of(w.format)) {
     case Levels::int8: return rows_with<Levels::int8>(dot, raw, n0, n1, a, M, out);
+    case Levels::int8_block: return rows_with<Levels::int8_block>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_centred: return rows_with<Levels::int4_centred>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_offset: return rows_with<Levels::int4_offset>(dot, raw, n0, n1, a, M, out);
   }

@@ -289,6 +289,8 @@ GgufVocab gguf_vocab(const json& m) {
     if (type == kUnknown || type == kControl || type == kUserDefined)  // matched whole in the text, as llama.cpp does
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
                        {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}});
+    // Unused ids (a vocabulary padded to the embedding's rows) are no token: none is made, and none decodes to text.
+    if (type == kUnused) continue;
     // A byte-level vocabulary writes every token in its alphabet; one that is not is spelled into it.
     vocab[!sentencepiece && !in_byte_level_alphabet(tokens[i]) ? bytes_to_byte_level(tokens[i]) : tokens[i]] = i;
   }

@@ -9,7 +9,8 @@
 //     regular expressions of its pre-tokenizer type (tokenizer.ggml.pre),
 //     from a table of llama.cpp's types.
 // Control, unknown and user-defined tokens are matched whole in the text, as
-// llama.cpp matches them; BOS/EOS are added as add_bos_token/add_eos_token
+// llama.cpp matches them; unused ones are no token at all (nothing encodes
+// to them, they decode to nothing, as in llama.cpp); BOS/EOS are added as add_bos_token/add_eos_token
 // (or the type's default) say. Any other tokenizer model or pre-tokenizer
 // type is an error naming it.
 #pragma once

@@ -1,10 +1,12 @@
 #include "models/hf/gguf_model.h"
 
+#include <cstring>
 #include <map>
 #include <regex>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/core/error.h"
+#include "kiln/io/gguf_quants.h"
 #include "kiln/nn/init.h"
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
@@ -53,18 +55,50 @@ std::string hf_name_of(const std::string& gguf_name) {
 
 // llama.cpp's converter stores q and k with each head's rows [first half,
 // second half] interleaved (row 2i + j of a head holds the half-j row i):
-// back to transformers' order.
-Tensor unpermute(const Tensor& w, int64_t heads) {
-  const int64_t rows = w.size(0), cols = w.size(1), D = rows / heads;
+// for each row of transformers' order, the file's row that holds it.
+std::vector<int64_t> unpermuted_rows(int64_t rows, int64_t heads) {
+  const int64_t D = rows / heads;
   KILN_CHECK(rows % heads == 0 && D % 2 == 0, "GGUF: a projection of ", rows, " rows does not split into ", heads,
              " heads of even width");
-  const std::vector<float> in = to_dtype(w, DType::f32).to_vector<float>();
-  std::vector<float> out(in.size());
+  std::vector<int64_t> source(static_cast<size_t>(rows));
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < D / 2; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        std::copy_n(in.begin() + (h * D + 2 * i + j) * cols, cols, out.begin() + (h * D + j * D / 2 + i) * cols);
-  return to_dtype(Tensor::from_vector(out, {rows, cols}), w.dtype());
+      for (int64_t j = 0; j < 2; ++j) source[size_t(h * D + j * D / 2 + i)] = h * D + 2 * i + j;
+  return source;
+}
+
+// The rows of a contiguous [rows, width] array of `bytes`-sized elements, reordered.
+void reorder_rows(const Tensor& from, Tensor& to, const std::vector<int64_t>& source) {
+  const size_t row = size_t(from.numel() / from.size(0)) * dtype_size(from.dtype());
+  const auto* in = static_cast<const uint8_t*>(from.data_ptr());
+  auto* out = static_cast<uint8_t*>(to.data_ptr());
+  for (size_t r = 0; r < source.size(); ++r) std::memcpy(out + r * row, in + size_t(source[r]) * row, row);
+}
+
+Tensor unpermute(const Tensor& w, int64_t heads) {
+  Tensor out = Tensor::empty(w.shape(), w.dtype());
+  reorder_rows(w.contiguous(), out, unpermuted_rows(w.size(0), heads));
+  return out;
+}
+
+QuantizedMatrix unpermute(QuantizedMatrix q, int64_t heads) {
+  const std::vector<int64_t> source = unpermuted_rows(q.rows, heads);
+  for (Tensor* t : {&q.data, &q.scales}) {
+    Tensor reordered = Tensor::empty(t->shape(), t->dtype());
+    reorder_rows(*t, reordered, source);
+    *t = reordered;
+  }
+  return q;
+}
+
+// A tensor Kiln multiplies in float: F32/F16/BF16 as they are (views of the
+// mapping), any other type dequantized to f32.
+Tensor float_tensor(const GgufFile& file, const GgufTensorInfo& t) {
+  if (t.type == GgufType::F32 || t.type == GgufType::F16 || t.type == GgufType::BF16) return file.tensor(t.name);
+  Shape shape(t.dims.rbegin(), t.dims.rend());
+  Tensor out = Tensor::empty(shape, DType::f32);
+  gguf_dequantize(t.type, file.tensor(t.name).data<uint8_t>(), out.numel(), out.data<float>());
+  return out;
 }
 
 }  // namespace
@@ -101,22 +135,37 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     nn::MetaParametersGuard meta;  // the file provides the weights: no initialisation, no memory
     model = find_causal_lm_family("llama")->build(config);
   }
+  // llama.cpp keeps norms in F32 beside F16/BF16 matrices; a model runs in one dtype: the embedding's, or f32
+  // where the embedding is quantized (quantized products give f32).
+  if (!dtype) {
+    const GgufTensorInfo* embedding = file.find("token_embd.weight");
+    dtype = embedding->type == GgufType::F16 ? DType::f16 : embedding->type == GgufType::BF16 ? DType::bf16 : DType::f32;
+  }
   const int64_t heads = config["num_attention_heads"], kv_heads = config["num_key_value_heads"];
   std::map<std::string, Tensor> weights;
+  std::map<std::string, QuantizedMatrix> quantized;
   for (const GgufTensorInfo& t : file.header().tensors) {
     if (t.name == "rope_freqs.weight") continue;  // llama 3's scaling factors (refused above when they matter)
     const std::string name = hf_name_of(t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a llama model");
-    KILN_CHECK(t.type == GgufType::F32 || t.type == GgufType::F16 || t.type == GgufType::BF16, "GGUF: tensor '",
-               t.name, "' is ", gguf_type_info(uint32_t(t.type)).name,
-               "; Kiln reads F32, F16 and BF16 GGUF weights so far");
-    Tensor w = file.tensor(t.name);  // a view of the mapping, but for q and k
-    if (name.ends_with("q_proj.weight")) w = unpermute(w, heads);
-    if (name.ends_with("k_proj.weight")) w = unpermute(w, kv_heads);
-    weights.emplace(name, w);
+    const int64_t permuted_heads = name.ends_with("q_proj.weight") ? heads : name.ends_with("k_proj.weight") ? kv_heads : 0;
+    if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() == 2) {  // Q8_0, Q4_0: Kiln's int8b, int4
+      QuantizedMatrix q = gguf_to_quantized(t.type, file.tensor(t.name).data<uint8_t>(), t.dims[1], t.dims[0], *dtype);
+      quantized.emplace(name, permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
+      continue;
+    }
+    const Tensor w = float_tensor(file, t);  // a view of the mapping, but for q and k and other quantized types
+    weights.emplace(name, permuted_heads ? unpermute(w, permuted_heads) : w);
   }
-  // llama.cpp keeps norms in F32 beside F16/BF16 matrices; a model runs in one dtype: the embedding's.
-  if (!dtype) dtype = weights.at("model.embed_tokens.weight").dtype();
+  model->for_each_module([&](const std::string& prefix, nn::Module& m) {
+    auto* w = dynamic_cast<nn::WeightModule*>(&m);
+    const auto it = quantized.find(prefix + "weight");
+    if (!w || it == quantized.end()) return;
+    w->set_quantized(std::make_shared<const QuantizedMatrix>(std::move(it->second)));
+    quantized.erase(it);
+  });
+  KILN_CHECK(quantized.empty(), "GGUF: quantized tensor '", quantized.empty() ? "" : quantized.begin()->first,
+             "' is not a matrix of a linear layer or the embedding");
   attach_mapped_weights(*model, std::move(weights), file.path(), "llama", dtype);
   return model;
 }

@@ -6,8 +6,10 @@
 // and the query and key projections un-permuted (llama.cpp's converter
 // interleaves each head's rotary halves so its RoPE rotates adjacent pairs).
 // Its tokenizer and chat template come from its metadata too
-// (kiln/text/gguf_vocab.h). So far: the llama architecture, F32, F16 and
-// BF16 tensors.
+// (kiln/text/gguf_vocab.h). Weights: F32, F16 and BF16 as they are; Q8_0 and
+// Q4_0 matrices as Kiln's int8b and int4 (kiln/io/gguf_quants.h, products
+// in integers); the other quantized types dequantized to f32 at load (their
+// own kernels are to come). So far: the llama architecture.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -179,9 +179,8 @@ void attach_quantized(nn::Module& model, const std::map<std::string, Tensor>& we
     q.rows = w->weight.size(0);
     q.cols = w->weight.size(1);
     q.dtype = dtype;
-    const bool int8 = format == QuantFormat::int8;
-    q.data = part(".qdata", DType::u8, {q.rows, int8 ? q.padded_cols() : q.padded_cols() / 2});
-    q.scales = part(".scales", DType::f32, int8 ? Shape{q.rows} : Shape{q.rows, q.blocks()});
+    q.data = part(".qdata", DType::u8, {q.rows, q.eight_bit() ? q.padded_cols() : q.padded_cols() / 2});
+    q.scales = part(".scales", DType::f32, format == QuantFormat::int8 ? Shape{q.rows} : Shape{q.rows, q.blocks()});
     if (format == QuantFormat::int4_zero) q.zeros = part(".zeros", DType::u8, {q.rows, q.blocks()});
     w->set_quantized(std::make_shared<const QuantizedMatrix>(std::move(q)));
   });

@@ -601,6 +601,10 @@ SPEED_SHAPES = {
     # Not for speed: a Llama small enough to commit as GGUF (tests/hf/fixtures/gguf), GQA with 4 query heads.
     "gguf-tiny": dict(vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
+    # Every dimension a multiple of 256, so llama-quantize's K-quants apply to every matrix (gguf-tiny's fall back
+    # to Q5_0/Q8_0): the K-quant quality and speed checks of docs/PERFORMANCE.md.
+    "kquant-mini": dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                        num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False),
     # Mixtral's architecture (8 experts, 2 per token) at a size a 2-core run
     # measures in minutes: 8 layers 512 wide, experts 1,024 wide (140M parameters, 64M of them read per token).
     "mixtral-mini": dict(model_type="mixtral", vocab_size=32000, hidden_size=512, intermediate_size=1024,

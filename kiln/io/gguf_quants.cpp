@@ -1,0 +1,201 @@
+#include "kiln/io/gguf_quants.h"
+
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_float(h);
+}
+
+constexpr int64_t kK = 256;  // the K-quants' super-block
+
+// Q4_K's and Q5_K's eight 6-bit scales and minimums, packed in 12 bytes.
+void scale_min_k4(int j, const uint8_t* q, float& scale, float& min) {
+  if (j < 4) {
+    scale = float(q[j] & 63), min = float(q[j + 4] & 63);
+  } else {
+    scale = float((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+    min = float((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// One block of each type: `x` its bytes, `y` its values.
+void q4_0(const uint8_t* x, float* y) {
+  const float d = half_at(x);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float((x[2 + j] & 0xf) - 8) * d;
+    y[j + 16] = float((x[2 + j] >> 4) - 8) * d;
+  }
+}
+void q4_1(const uint8_t* x, float* y) {
+  const float d = half_at(x), m = half_at(x + 2);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float(x[4 + j] & 0xf) * d + m;
+    y[j + 16] = float(x[4 + j] >> 4) * d + m;
+  }
+}
+// Q5_0/Q5_1: the fifth bits of the 32 levels in a little-endian word.
+void q5(const uint8_t* qh_bytes, const uint8_t* qs, float d, float m, int offset, float* y) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0xf) | int(((qh >> j) << 4) & 0x10), hi = (qs[j] >> 4) | int((qh >> (j + 12)) & 0x10);
+    y[j] = float(lo - offset) * d + m;
+    y[j + 16] = float(hi - offset) * d + m;
+  }
+}
+void q5_0(const uint8_t* x, float* y) { q5(x + 2, x + 6, half_at(x), 0, 16, y); }
+void q5_1(const uint8_t* x, float* y) { q5(x + 4, x + 8, half_at(x), half_at(x + 2), 0, y); }
+void q8_0(const uint8_t* x, float* y) {
+  const float d = half_at(x);
+  for (int j = 0; j < 32; ++j) y[j] = float(int8_t(x[2 + j])) * d;
+}
+void q2_k(const uint8_t* x, float* y) {  // scales[16], qs[64], d, dmin
+  const uint8_t* scales = x;
+  const uint8_t* q = x + 16;
+  const float d = half_at(x + 80), dmin = half_at(x + 82);
+  int is = 0;
+  for (int n = 0; n < kK; n += 128, q += 32)
+    for (int shift = 0; shift < 8; shift += 2)
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * float(sc & 0xf), ml = dmin * float(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * float((q[l + 16 * half] >> shift) & 3) - ml;
+      }
+}
+void q3_k(const uint8_t* x, float* y) {  // hmask[32], qs[64], scales[12], d
+  const uint8_t* hm = x;
+  const uint8_t* q = x + 32;
+  const uint8_t* packed = x + 96;
+  const float d = half_at(x + 108);
+  int8_t scales[16];  // 6-bit scales: low 4 bits from bytes 0-7, high 2 from bytes 8-11
+  for (int i = 0; i < 16; ++i) {
+    const int low = i < 8 ? packed[i] & 0xf : packed[i - 8] >> 4;
+    const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+    scales[i] = int8_t(low | (high << 4));
+  }
+  int is = 0;
+  uint8_t m = 1;
+  for (int n = 0; n < kK; n += 128, q += 32)
+    for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * float(scales[is++] - 32);
+        for (int l = 0; l < 16; ++l)
+          *y++ = dl * float(((q[l + 16 * half] >> shift) & 3) - ((hm[l + 16 * half] & m) ? 0 : 4));
+      }
+}
+void q4_k(const uint8_t* x, float* y) {  // d, dmin, scales[12], qs[128]
+  const float d = half_at(x), dmin = half_at(x + 2);
+  const uint8_t* scales = x + 4;
+  const uint8_t* q = x + 16;
+  for (int j = 0, is = 0; j < kK; j += 64, q += 32, is += 2) {
+    float s1, m1, s2, m2;
+    scale_min_k4(is, scales, s1, m1);
+    scale_min_k4(is + 1, scales, s2, m2);
+    for (int l = 0; l < 32; ++l) *y++ = d * s1 * float(q[l] & 0xf) - dmin * m1;
+    for (int l = 0; l < 32; ++l) *y++ = d * s2 * float(q[l] >> 4) - dmin * m2;
+  }
+}
+void q5_k(const uint8_t* x, float* y) {  // d, dmin, scales[12], qh[32], qs[128]
+  const float d = half_at(x), dmin = half_at(x + 2);
+  const uint8_t* scales = x + 4;
+  const uint8_t* qh = x + 16;
+  const uint8_t* ql = x + 48;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0, is = 0; j < kK; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+    float s1, m1, s2, m2;
+    scale_min_k4(is, scales, s1, m1);
+    scale_min_k4(is + 1, scales, s2, m2);
+    for (int l = 0; l < 32; ++l) *y++ = d * s1 * float((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - dmin * m1;
+    for (int l = 0; l < 32; ++l) *y++ = d * s2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - dmin * m2;
+  }
+}
+void q6_k(const uint8_t* x, float* y) {  // ql[128], qh[64], scales[16] (signed), d
+  const uint8_t* ql = x;
+  const uint8_t* qh = x + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
+  const float d = half_at(x + 208);
+  for (int n = 0; n < kK; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * float(sc[is]) * float(q1);
+      y[l + 32] = d * float(sc[is + 2]) * float(q2);
+      y[l + 64] = d * float(sc[is + 4]) * float(q3);
+      y[l + 96] = d * float(sc[is + 6]) * float(q4);
+    }
+}
+void f32(const uint8_t* x, float* y) { std::memcpy(y, x, 4); }
+void f16(const uint8_t* x, float* y) { *y = half_at(x); }
+void bf16(const uint8_t* x, float* y) {
+  uint16_t h;
+  std::memcpy(&h, x, 2);
+  *y = bf16_to_float(h);
+}
+
+using BlockDequantizer = void (*)(const uint8_t*, float*);
+BlockDequantizer dequantizer_of(GgufType type) {
+  switch (type) {
+    case GgufType::F32: return f32;
+    case GgufType::F16: return f16;
+    case GgufType::BF16: return bf16;
+    case GgufType::Q4_0: return q4_0;
+    case GgufType::Q4_1: return q4_1;
+    case GgufType::Q5_0: return q5_0;
+    case GgufType::Q5_1: return q5_1;
+    case GgufType::Q8_0: return q8_0;
+    case GgufType::Q2_K: return q2_k;
+    case GgufType::Q3_K: return q3_k;
+    case GgufType::Q4_K: return q4_k;
+    case GgufType::Q5_K: return q5_k;
+    case GgufType::Q6_K: return q6_k;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool gguf_maps_to_kiln_quantized(GgufType type) { return type == GgufType::Q8_0 || type == GgufType::Q4_0; }
+
+QuantizedMatrix gguf_to_quantized(GgufType type, const uint8_t* blocks, int64_t rows, int64_t cols, DType dtype) {
+  KILN_CHECK(gguf_maps_to_kiln_quantized(type) && cols % kQuantBlock == 0, "GGUF: a ",
+             gguf_type_info(uint32_t(type)).name, " tensor of ", cols, " columns has no Kiln quantized form");
+  MemoryCategoryScope weights(MemoryCategory::weights);
+  const bool eight = type == GgufType::Q8_0;
+  QuantizedMatrix q;
+  q.format = eight ? QuantFormat::int8_block : QuantFormat::int4;
+  q.rows = rows;
+  q.cols = cols;
+  q.dtype = dtype;
+  const int64_t per_row = q.blocks(), level_bytes = eight ? kQuantBlock : kQuantBlock / 2, block_bytes = 2 + level_bytes;
+  q.data = Tensor::empty({rows, per_row * level_bytes}, DType::u8);
+  q.scales = Tensor::empty({rows, per_row}, DType::f32);
+  uint8_t* data = q.data.data<uint8_t>();
+  float* scales = q.scales.data<float>();
+  for (int64_t b = 0; b < rows * per_row; ++b) {  // ggml's block: the f16 scale, then the levels as Kiln lays them
+    scales[b] = half_at(blocks + b * block_bytes);
+    std::memcpy(data + b * level_bytes, blocks + b * block_bytes + 2, size_t(level_bytes));
+  }
+  return q;
+}
+
+void gguf_dequantize(GgufType type, const uint8_t* blocks, int64_t count, float* out) {
+  const BlockDequantizer block = dequantizer_of(type);
+  const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
+  KILN_CHECK(block, "GGUF: Kiln does not read ", info.name, " tensors");
+  KILN_CHECK(count % info.block_elements == 0, "GGUF: ", count, " values are not whole ", info.name, " blocks");
+  for (int64_t i = 0; i < count / info.block_elements; ++i)
+    block(blocks + i * info.block_bytes, out + i * info.block_elements);
+}
+
+}  // namespace kiln
