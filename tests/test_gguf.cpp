@@ -11,6 +11,9 @@
 #include "kiln/core/error.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/io/gguf.h"
+#include "kiln/io/gguf_quants.h"
+#include "kiln/text/gguf_vocab.h"
+#include "kiln/text/hf_tokenizer.h"
 #include "models/hf/gguf_model.h"
 #include "models/hf/hf_model.h"
 
@@ -147,6 +150,96 @@ TEST(GgufModels, ALlamaFileIsTheModelOfItsFolder) {
   EXPECT_LT(worst, 0.01);
   // The test fixture's GGUF (no layers) is not a model Kiln can build.
   EXPECT_THROW(models::hf_config_from_gguf(GgufFile::open(kFixture)), Error);
+}
+
+// Tokenizers from metadata alone (the fuzzer's seeds, tests/hf/make_gguf_fixture.py); real vocabularies are
+// checked against their models' own ids in tests/hf/test_vocab_corpus.cpp.
+TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
+  const std::string corpus = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/";
+  const GgufFile spm_file = GgufFile::open(corpus + "vocab-spm.gguf");
+  const text::GgufVocab spm = text::gguf_vocab(spm_file.metadata());
+  const auto tok = text::HfTokenizer::from_json(spm.tokenizer, "vocab-spm.gguf");
+  const int32_t the = *tok.token_to_id("\u2581the"), end = *tok.token_to_id("<|im_end|>");
+  // BOS first (SentencePiece's default), merges recovered from the scores, the control token matched whole.
+  EXPECT_EQ(tok.encode("the"), (std::vector<int32_t>{1, the}));
+  EXPECT_EQ(tok.encode("the<|im_end|>", false), (std::vector<int32_t>{the, end}));
+  EXPECT_EQ(tok.decode(tok.encode("the the")), "the the");
+  EXPECT_EQ(tok.encode("\xc3\xa9", false).size(), 3u);  // no piece: SentencePiece's byte fallback (a space, then 2 bytes)
+  EXPECT_EQ(spm.end_of_generation_ids, (std::vector<int32_t>{2, end}));
+  const text::GgufChatTemplate chat = text::gguf_chat_template(spm_file.metadata());
+  EXPECT_EQ(chat.bos_token, "<s>");
+  EXPECT_EQ(chat.eos_token, "</s>");
+  EXPECT_NE(chat.source.find("bos_token"), std::string::npos);
+
+  const text::GgufVocab bpe = text::gguf_vocab(GgufFile::open(corpus + "vocab-bpe.gguf").metadata());
+  const auto byte_level = text::HfTokenizer::from_json(bpe.tokenizer, "vocab-bpe.gguf");
+  EXPECT_EQ(byte_level.encode(" the"), (std::vector<int32_t>{*byte_level.token_to_id("\u0120the")}));  // no BOS id
+  EXPECT_EQ(byte_level.decode(byte_level.encode("he the")), "he the");
+  EXPECT_EQ(bpe.end_of_generation_ids, (std::vector<int32_t>{int32_t(byte_level.vocab_size() - 1)}));
+
+  nlohmann::json broken = spm_file.metadata();
+  broken["tokenizer.ggml.pre"] = "no-such-type";
+  broken["tokenizer.ggml.model"] = "gpt2";
+  broken["tokenizer.ggml.merges"] = nlohmann::json::array();
+  EXPECT_THROW(text::gguf_vocab(broken), Error);  // an unknown pre-tokenizer type, named
+  broken["tokenizer.ggml.model"] = "rwkv";
+  EXPECT_THROW(text::gguf_vocab(broken), Error);
+  broken = spm_file.metadata();
+  broken["tokenizer.ggml.token_type"] = nlohmann::json::array({1, 2});
+  EXPECT_THROW(text::gguf_vocab(broken), Error);  // one type per token
+}
+
+// Random blocks of every quantized type (tests/hf/make_gguf_quants_fixture.py), dequantized as gguf-py, llama.cpp's
+// own package, dequantizes them; Q8_0 and Q4_0 also through Kiln's int8b and int4 matrices.
+TEST(GgufQuants, EveryTypeDequantizesAsLlamaCppsPackageDoes) {
+  const GgufFile f = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-quants.gguf");
+  int types = 0;
+  for (const GgufTensorInfo& t : f.header().tensors) {
+    if (t.name.ends_with(".values")) continue;
+    SCOPED_TRACE(t.name);
+    const std::vector<float> want = f.tensor(t.name + ".values").to_vector<float>();
+    std::vector<float> got(want.size());
+    const uint8_t* blocks = f.tensor(t.name).data<uint8_t>();
+    gguf_dequantize(t.type, blocks, int64_t(got.size()), got.data());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i])) << "value " << i;
+    if (gguf_maps_to_kiln_quantized(t.type)) {
+      const int64_t rows = t.dims[1], cols = t.dims[0];
+      const QuantizedMatrix q = gguf_to_quantized(t.type, blocks, rows, cols, DType::f32);
+      EXPECT_EQ(q.format, t.type == GgufType::Q8_0 ? QuantFormat::int8_block : QuantFormat::int4);
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(q, r, row.data());
+        for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(row[size_t(c)], want[size_t(r * cols + c)]) << r << "," << c;
+      }
+    }
+    ++types;
+  }
+  EXPECT_EQ(types, 10);
+  std::vector<float> out(32);
+  EXPECT_THROW(gguf_dequantize(GgufType::Q4_K, nullptr, 32, out.data()), Error);  // not whole super-blocks
+}
+
+// llama-quantize's Q8_0, Q4_0 and Q4_K_M of the gguf-tiny file (its small matrices fall back from the K-quants to
+// Q5_0 and Q8_0) give the F32 file's log-probabilities within their rounding.
+TEST(GgufModels, QuantizedFilesAreTheirF32FileWithinRounding) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny";
+  const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42, 42, 7, 600, 2, 31};
+  const auto want = models::next_token_log_probabilities(*models::load_gguf_language_model(GgufFile::open(dir + "/model-f32.gguf")), ids);
+  for (const auto& [file, bound] : {std::pair{"model-q8_0.gguf", 0.02}, {"model-q4_0.gguf", 0.15}, {"model-q4_k_m.gguf", 0.1}}) {
+    SCOPED_TRACE(file);
+    auto model = models::load_gguf_language_model(GgufFile::open(dir + "/" + file));
+    size_t quantized = 0;
+    model->for_each_module([&](const std::string&, nn::Module& m) {
+      if (auto* w = dynamic_cast<nn::WeightModule*>(&m); w && w->quantized) ++quantized;
+    });
+    EXPECT_GT(quantized, 0u);  // Q8_0 and Q4_0 matrices stay quantized
+    const auto got = models::next_token_log_probabilities(*model, ids);
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    EXPECT_LT(worst, bound);
+    std::printf("%s: largest log-probability difference from F32 %.4f\n", file, worst);
+  }
 }
 
 }  // namespace

@@ -48,10 +48,11 @@ std::function<int()> add_tokenize_command(CLI::App& app) {
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
     // A Hugging Face folder needs only its tokenizer.json (language model,
-    // classifier, or a folder of tokenizer files alone).
+    // classifier, or a folder of tokenizer files alone); a GGUF file its metadata.
     const auto dir = models::hf_folder(in->model);
-    if (dir && !std::filesystem::exists(*dir + "/tokenizer.json")) models::read_hf_config(*dir);  // says what is missing
-    const auto ids = dir ? text::HfTokenizer::from_file(*dir + "/tokenizer.json").encode(text_of(*in))
+    if (dir && !models::is_gguf_file(*dir) && !std::filesystem::exists(*dir + "/tokenizer.json"))
+      models::read_hf_config(*dir);  // says what is missing
+    const auto ids = dir ? models::load_hf_tokenizer(*dir).encode(text_of(*in))
                          : recipes::load_text_model(in->model, Device::parse(in->device)).encode(text_of(*in));
     if (in->json) {
       std::printf("%s\n", nlohmann::json{{"ids", ids}}.dump().c_str());

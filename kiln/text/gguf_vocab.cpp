@@ -18,6 +18,7 @@ namespace {
 enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 const char* const kSpace = "\u2581";  // SentencePiece's visible space
+constexpr size_t kLongestMergedPiece = 1024;
 
 // The split expressions of tokenizer.ggml.pre's types, as llama.cpp's
 // llm_tokenizer_bpe lists them (each splits the pieces the one before left,
@@ -150,6 +151,9 @@ std::vector<std::pair<std::string, std::string>> merges_from_scores(const std::v
   };
   std::vector<Merge> merges;
   for (const std::string* piece : order) {
+    // Every cut of a piece is looked up: a hostile file's megabyte-long piece would take hours. Real pieces are a
+    // few dozen bytes; longer ones are left whole (no merge makes them).
+    if (piece->size() > kLongestMergedPiece) continue;
     const size_t first = merges.size();
     for (size_t cut = 0, step; cut < piece->size() && (step = utf8_char_length(*piece, cut)) > 0;) {
       if ((cut += step) == piece->size()) break;

@@ -16,6 +16,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
+#include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
 #include "models/hf/gguf_model.h"
 
@@ -281,11 +282,13 @@ int64_t causal_pad_id(const json& config, const std::string& dir) {
   return pad.get<int64_t>();
 }
 
-text::HfTokenizer folder_tokenizer(const std::string& dir) {
+}  // namespace
+
+text::HfTokenizer load_hf_tokenizer(const std::string& dir) {
+  if (is_gguf_file(dir))
+    return text::HfTokenizer::from_json(text::gguf_vocab(GgufFile::open(dir).metadata()).tokenizer, dir);
   return text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
 }
-
-}  // namespace
 
 std::string hf_model_kind(const json& config) {
   const std::string type = config["model_type"].get<std::string>();
@@ -312,7 +315,7 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a causal language model Kiln supports (",
               supported_causal_lm_types(), ")");
   out.model = build_from_config(family->build, out.config, dir);
-  out.tokenizer = folder_tokenizer(dir);
+  out.tokenizer = load_hf_tokenizer(dir);
   attach_weights(*out.model, dir, out.config, out.model_type, family->checkpoint_name, family->ignorable, dtype);
   out.eos_ids = eos_ids_of(out.config, dir, out.model->vocab_size());
   return out;
@@ -323,7 +326,7 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
   out.dir = dir;
   const json config = read_hf_config(dir);
   out.model_type = config["model_type"].get<std::string>();
-  out.tokenizer = folder_tokenizer(dir);
+  out.tokenizer = load_hf_tokenizer(dir);
   if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type); lm && is_sequence_classifier(config)) {
     out.labels = classifier_labels(config, out.model_type);
     out.pad_id = causal_pad_id(config, dir);
@@ -363,7 +366,7 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not an encoder Kiln embeds with (",
               supported_classifier_types(), ")");
   out.model = build_from_config(family->build_encoder, out.config, dir);
-  out.tokenizer = folder_tokenizer(dir);
+  out.tokenizer = load_hf_tokenizer(dir);
   // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
   std::map<std::string, Tensor> weights = map_hf_weights(dir);
   const bool bare = weights.contains(out.model->named_parameters().front().first);

@@ -23,6 +23,9 @@ std::optional<std::string> hf_folder(const std::string& spec);
 // Whether a model path names a GGUF file (a file) rather than a folder.
 bool is_gguf_file(const std::string& path);
 
+// A folder's tokenizer.json, or a GGUF file's tokenizer (kiln/text/gguf_vocab.h).
+text::HfTokenizer load_hf_tokenizer(const std::string& dir);
+
 // config.json of a folder, checked to be a JSON object with a model_type.
 nlohmann::json read_hf_config(const std::string& dir);
 

@@ -46,6 +46,9 @@ same_scores "hf:$FIX/llama-gqa" "$WORK/llama-hf"
 GGUF="$FIX/gguf-tiny/model-f32.gguf"
 run 0 "$KILN" export "gguf:$GGUF" --format hf --out "$WORK/gguf-hf"
 same_scores "gguf:$GGUF" "$WORK/gguf-hf"
+run 0 "$KILN" tokenize "gguf:$GGUF" --text "$TEXT" --json
+python3 -c "import json, sys; sys.exit(json.load(open('$OUT'))['ids'] != json.load(open('$WORK/gguf-hf.kiln.json'))['ids'])" ||
+  fail "kiln tokenize gguf:FILE gives other ids than kiln score"
 run 0 "$KILN" sample "gguf:$GGUF" --prompt "$TEXT" --temperature 0 --max-tokens 16 --ignore-eos
 cp "$OUT" "$WORK/gguf-sample.txt"
 run 0 "$KILN" sample "hf:$WORK/gguf-hf" --prompt "$TEXT" --temperature 0 --max-tokens 16 --ignore-eos

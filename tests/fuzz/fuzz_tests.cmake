@@ -46,4 +46,5 @@ kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS 
 kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
             kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}
             LIBS -lpcre2-8 -lutf8proc -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
-kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h)
+kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h ${KILN_TEXT_SOURCES}
+            LIBS -lpcre2-8 -lutf8proc)

@@ -1,15 +1,18 @@
 """A small GGUF file written by llama.cpp's own writer (gguf-py, in the
 PyTorch 2 environment: bench/torch2_venv.sh), for tests/test_gguf.cpp and as
 the GGUF fuzzer's seed: every metadata value type, nested arrays, and F32, F16,
-BF16 and Q8_0 tensors.
-    $(bench/torch2_venv.sh) tests/hf/make_gguf_fixture.py   # -> tests/fuzz/corpus/gguf/small.gguf
+BF16 and Q8_0 tensors. Two more seeds hold a tokenizer alone (a SentencePiece
+vocabulary without merges, and a byte-level BPE one with merges and a
+pre-tokenizer type), for the fuzzer's tokenizer half.
+    $(bench/torch2_venv.sh) tests/hf/make_gguf_fixture.py   # -> tests/fuzz/corpus/gguf/*.gguf
 """
 import os
 
 import numpy as np
 import gguf
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "gguf", "small.gguf")
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "gguf")
+OUT = os.path.join(CORPUS, "small.gguf")
 
 
 def main():
@@ -42,5 +45,35 @@ def main():
     w.close()
 
 
+def vocabularies():
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    spm = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581"] + letters + \
+          ["\u2581" + c for c in letters] + ["th", "\u2581th", "\u2581the", "<|im_end|>"]
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(spm) - 260) + [3]
+    w = gguf.GGUFWriter(os.path.join(CORPUS, "vocab-spm.gguf"), arch="llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(spm)
+    w.add_token_scores([-float(i) for i in range(len(spm))])
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template("{% for m in messages %}{{ bos_token }}{{ m['content'] }}{{ eos_token }}{% endfor %}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    byte_level = [chr(c) for c in range(33, 127)] + ["\u0120", "\u0120t", "he", "\u0120the", "<|endoftext|>"]
+    w = gguf.GGUFWriter(os.path.join(CORPUS, "vocab-bpe.gguf"), arch="llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(byte_level)
+    w.add_token_types([1] * (len(byte_level) - 1) + [3])
+    w.add_token_merges(["\u0120 t", "h e", "\u0120t he"])
+    w.add_eos_token_id(len(byte_level) - 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
     main()
+    vocabularies()
