@@ -7,12 +7,16 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/backend.h"
 #include "kiln/core/quantized.h"
+#include "kiln/core/quantized_k.h"
+#include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/quantized_matmul.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/hf_model.h"
@@ -88,6 +92,76 @@ TEST(Quantized, EveryInstructionPathGivesTheScalarPathsBits) {
       set_num_threads(2);
     }
   }
+}
+
+// A K-quant matrix of random blocks (every level and sub-block scale bit
+// random), its f16 scales set to small finite values, as a GGUF file holds them.
+QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  QuantizedMatrix q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  const int64_t bytes = k_block_bytes(f), blocks = rows * cols / kSuperBlock;
+  q.data = Tensor::empty({rows, cols / kSuperBlock * bytes}, DType::u8);
+  uint8_t* data = q.data.data<uint8_t>();
+  for (int64_t i = 0; i < blocks * bytes; ++i) data[i] = uint8_t(gen());
+  std::normal_distribution<float> normal(0.0f, 0.002f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t at : f == QuantFormat::q6_k ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2}) {
+      const uint16_t h = float_to_f16(normal(gen));
+      std::memcpy(data + b * bytes + at, &h, 2);
+    }
+  return q;
+}
+
+// GGUF's K-quants (Q4_K, Q5_K, Q6_K, kept as their blocks): every path gives
+// the scalar path's bits at any thread count, and the product is the f32
+// product of the dequantized weights with the activations as Q8_K rounds
+// them (which the widened prompt path multiplies), up to the order of sums.
+TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
+  std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
+  if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
+  const int64_t N = 37, K = 512;
+  for (QuantFormat f : {QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
+    const QuantizedMatrix q = random_k_quant(f, N, K, 11);
+    EXPECT_EQ(q.bytes(), quantized_bytes(f, N, K));
+    std::vector<float> deq(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
+    for (int64_t M : {int64_t(1), int64_t(3), cpu::kWidenedRows + 1}) {
+      const auto x = random_values(size_t(M * K), 12, 2.0f);
+      std::vector<float> want(size_t(M * N));
+      cpu::quantized_matmul_rows(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
+      for (cpu::QuantDot dot : paths)
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          std::vector<float> got(size_t(M * N));
+          cpu::quantized_matmul_rows(x.data(), M, q, got.data(), dot);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                << quant_format_name(f) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " at " << i;
+        }
+      set_num_threads(2);
+      std::vector<float> rounded(x.size());
+      cpu::round_to_q8k_levels(x.data(), M, K, rounded.data());
+      const auto op = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
+      double total = 0;
+      for (float v : want) total += std::abs(v);
+      EXPECT_GT(total, 1e-3 * double(want.size()));  // random blocks give products of substance
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double exact = 0, magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
+            magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
+          }
+          ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
+          ASSERT_NEAR(op[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " op, M=" << M;
+        }
+    }
+  }
+  float out;
+  EXPECT_THROW(quantize_matrix(&out, 1, 1, QuantFormat::q4_k, DType::f32), Error);  // read from GGUF, not made
 }
 
 // The op, decoding (integer kernel) and prompt-sized (widened weights, one

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
+
+#include "kiln/core/quantized_k.h"
 
 namespace kiln {
 
@@ -12,6 +15,9 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::int4: return "int4";
     case QuantFormat::int4_zero: return "int4z";
     case QuantFormat::int8_block: return "int8b";
+    case QuantFormat::q4_k: return "q4_k";
+    case QuantFormat::q5_k: return "q5_k";
+    case QuantFormat::q6_k: return "q6_k";
   }
   return "?";
 }
@@ -46,12 +52,17 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
+    case QuantFormat::q4_k:
+    case QuantFormat::q5_k:
+    case QuantFormat::q6_k: return size_t(rows * ((cols + kSuperBlock - 1) / kSuperBlock) * k_block_bytes(format));
   }
   return 0;
 }
 
 QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype) {
   KILN_CHECK(rows > 0 && cols > 0, "quantize: an empty matrix [", rows, ", ", cols, "]");
+  KILN_CHECK(std::find(std::begin(kFormats), std::end(kFormats), format) != std::end(kFormats), "quantize: Kiln reads ",
+             quant_format_name(format), " from GGUF files but does not quantize to it (llama-quantize does)");
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix q;
   q.format = format;
@@ -118,6 +129,12 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   KILN_CHECK(q.data.device().is_cpu(), "dequantize_row: the matrix is on ", q.data.device().str());
   const int64_t padded = q.padded_cols();
+  if (q.k_quant()) {
+    const int64_t bytes = k_block_bytes(q.format), per_row = q.cols / kSuperBlock;
+    const auto* data = q.data.data<uint8_t>() + row * per_row * bytes;
+    for (int64_t b = 0; b < per_row; ++b) dequantize_k_block(q.format, data + b * bytes, out + b * kSuperBlock);
+    return;
+  }
   if (q.eight_bit()) {
     const auto* data = q.data.data<uint8_t>() + row * padded;
     const bool per_row = q.format == QuantFormat::int8;

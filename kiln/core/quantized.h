@@ -14,6 +14,9 @@
 //        --quantize int4z) where the group's minimum and maximum set it.
 //        A byte holds column j of its group in the low nibble and column
 //        j + 16 in the high one.
+//  q4_k, q5_k, q6_k: ggml's K-quants, read from GGUF files (not made by
+//        quantize_matrix): `data` holds the file's blocks of 256 as they are
+//        (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
 #pragma once
 #include <cstdint>
@@ -25,20 +28,21 @@
 
 namespace kiln {
 
-enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block };
+enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_k, q5_k, q6_k };
 constexpr int64_t kQuantBlock = 32;
 
-const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b"
-std::vector<std::string> quant_format_names();  // all four, in that order
-// "int8", "int4", "int4z", "int8b"; anything else is an error naming them.
+const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b", "q4_k", ...
+std::vector<std::string> quant_format_names();  // the four Kiln quantizes to: int8, int4, int4z, int8b
+// One of those four; anything else is an error naming them.
 QuantFormat parse_quant_format(const std::string& name);
 
 struct QuantizedMatrix {
   QuantFormat format = QuantFormat::int8;
   int64_t rows = 0, cols = 0;  // the float matrix's shape
   DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
-  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4 [rows, padded cols / 2]
-  Tensor scales;  // f32: int8 [rows]; int4, int8b [rows, padded cols / 32]
+  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4 [rows, padded cols / 2];
+                  //     K-quants [rows, cols / 256 * block bytes]
+  Tensor scales;  // f32: int8 [rows]; int4, int8b [rows, padded cols / 32]; K-quants: undefined (in the blocks)
   Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
 
   int64_t padded_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
@@ -46,6 +50,7 @@ struct QuantizedMatrix {
   size_t bytes() const;  // what the three tensors hold
   Device device() const { return data.device(); }
   bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
+  bool k_quant() const { return format == QuantFormat::q4_k || format == QuantFormat::q5_k || format == QuantFormat::q6_k; }
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives

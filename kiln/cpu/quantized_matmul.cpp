@@ -26,6 +26,7 @@
 #include "kiln/backend/batch_invariant.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -105,8 +106,8 @@ constexpr Levels levels_of(QuantFormat f) {
     case QuantFormat::int8_block: return Levels::int8_block;
     case QuantFormat::int4: return Levels::int4_centred;
     case QuantFormat::int4_zero: return Levels::int4_offset;
+    default: return Levels::int8;  // the K-quants have kernels of their own (kquant_matmul.cpp)
   }
-  return Levels::int8;
 }
 // Levels stored a byte each (int8, int8b), or two to a byte (int4, int4z).
 constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
@@ -346,6 +347,7 @@ const char* quant_dot_name(QuantDot dot) {
 }
 
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
+  if (w.k_quant()) return kquant_matmul_rows(x, M, w, out, dot);
   const QuantizedActivations a = quantize_activations(x, M, w.cols, w.blocks());
   // Rows of w in chunks over the threads; each output is one thread's alone.
   const int64_t N = w.rows, work = M * N * w.padded_cols();
@@ -369,7 +371,8 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   float* values = widened.data<float>();
 #pragma omp parallel for
   for (int64_t n = 0; n < w.rows; ++n) dequantize_row(w, n, values + n * w.cols);
-  round_to_levels(x.data<float>(), M, w.cols, rounded.data<float>());
+  if (w.k_quant()) round_to_q8k_levels(x.data<float>(), M, w.cols, rounded.data<float>());
+  else round_to_levels(x.data<float>(), M, w.cols, rounded.data<float>());
   Tensor transposed = widened.as_strided({w.cols, w.rows}, {1, w.cols}, 0);
   matmul(rounded, transposed, out, MatmulArgs{});
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kiln/core/error.h"
+#include "kiln/core/quantized_k.h"
 
 namespace kiln {
 
@@ -14,17 +15,8 @@ float half_at(const uint8_t* p) {
   return f16_to_float(h);
 }
 
-constexpr int64_t kK = 256;  // the K-quants' super-block
+constexpr int64_t kK = kSuperBlock;
 
-// Q4_K's and Q5_K's eight 6-bit scales and minimums, packed in 12 bytes.
-void scale_min_k4(int j, const uint8_t* q, float& scale, float& min) {
-  if (j < 4) {
-    scale = float(q[j] & 63), min = float(q[j + 4] & 63);
-  } else {
-    scale = float((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-    min = float((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
 
 // One block of each type: `x` its bytes, `y` its values.
 void q4_0(const uint8_t* x, float* y) {
@@ -91,50 +83,6 @@ void q3_k(const uint8_t* x, float* y) {  // hmask[32], qs[64], scales[12], d
           *y++ = dl * float(((q[l + 16 * half] >> shift) & 3) - ((hm[l + 16 * half] & m) ? 0 : 4));
       }
 }
-void q4_k(const uint8_t* x, float* y) {  // d, dmin, scales[12], qs[128]
-  const float d = half_at(x), dmin = half_at(x + 2);
-  const uint8_t* scales = x + 4;
-  const uint8_t* q = x + 16;
-  for (int j = 0, is = 0; j < kK; j += 64, q += 32, is += 2) {
-    float s1, m1, s2, m2;
-    scale_min_k4(is, scales, s1, m1);
-    scale_min_k4(is + 1, scales, s2, m2);
-    for (int l = 0; l < 32; ++l) *y++ = d * s1 * float(q[l] & 0xf) - dmin * m1;
-    for (int l = 0; l < 32; ++l) *y++ = d * s2 * float(q[l] >> 4) - dmin * m2;
-  }
-}
-void q5_k(const uint8_t* x, float* y) {  // d, dmin, scales[12], qh[32], qs[128]
-  const float d = half_at(x), dmin = half_at(x + 2);
-  const uint8_t* scales = x + 4;
-  const uint8_t* qh = x + 16;
-  const uint8_t* ql = x + 48;
-  uint8_t u1 = 1, u2 = 2;
-  for (int j = 0, is = 0; j < kK; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
-    float s1, m1, s2, m2;
-    scale_min_k4(is, scales, s1, m1);
-    scale_min_k4(is + 1, scales, s2, m2);
-    for (int l = 0; l < 32; ++l) *y++ = d * s1 * float((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - dmin * m1;
-    for (int l = 0; l < 32; ++l) *y++ = d * s2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - dmin * m2;
-  }
-}
-void q6_k(const uint8_t* x, float* y) {  // ql[128], qh[64], scales[16] (signed), d
-  const uint8_t* ql = x;
-  const uint8_t* qh = x + 128;
-  const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
-  const float d = half_at(x + 208);
-  for (int n = 0; n < kK; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l] = d * float(sc[is]) * float(q1);
-      y[l + 32] = d * float(sc[is + 2]) * float(q2);
-      y[l + 64] = d * float(sc[is + 4]) * float(q3);
-      y[l + 96] = d * float(sc[is + 6]) * float(q4);
-    }
-}
 void f32(const uint8_t* x, float* y) { std::memcpy(y, x, 4); }
 void f16(const uint8_t* x, float* y) { *y = half_at(x); }
 void bf16(const uint8_t* x, float* y) {
@@ -156,35 +104,61 @@ BlockDequantizer dequantizer_of(GgufType type) {
     case GgufType::Q8_0: return q8_0;
     case GgufType::Q2_K: return q2_k;
     case GgufType::Q3_K: return q3_k;
-    case GgufType::Q4_K: return q4_k;
-    case GgufType::Q5_K: return q5_k;
-    case GgufType::Q6_K: return q6_k;
+    case GgufType::Q4_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q4_k, x, y); };
+    case GgufType::Q5_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q5_k, x, y); };
+    case GgufType::Q6_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q6_k, x, y); };
     default: return nullptr;
   }
 }
 
 }  // namespace
 
-bool gguf_maps_to_kiln_quantized(GgufType type) { return type == GgufType::Q8_0 || type == GgufType::Q4_0; }
+bool gguf_maps_to_kiln_quantized(GgufType type) {
+  switch (type) {
+    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0:
+    case GgufType::Q4_K: case GgufType::Q5_K: case GgufType::Q6_K: return true;
+    default: return false;
+  }
+}
 
-QuantizedMatrix gguf_to_quantized(GgufType type, const uint8_t* blocks, int64_t rows, int64_t cols, DType dtype) {
-  KILN_CHECK(gguf_maps_to_kiln_quantized(type) && cols % kQuantBlock == 0, "GGUF: a ",
-             gguf_type_info(uint32_t(type)).name, " tensor of ", cols, " columns has no Kiln quantized form");
-  MemoryCategoryScope weights(MemoryCategory::weights);
-  const bool eight = type == GgufType::Q8_0;
+QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t rows, int64_t cols, DType dtype) {
+  const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
+  KILN_CHECK(gguf_maps_to_kiln_quantized(type) && cols % info.block_elements == 0 && blocks.dtype() == DType::u8 &&
+                 blocks.numel() == rows * (cols / info.block_elements) * info.block_bytes,
+             "GGUF: a ", info.name, " tensor of ", cols, " columns has no Kiln quantized form");
   QuantizedMatrix q;
-  q.format = eight ? QuantFormat::int8_block : QuantFormat::int4;
   q.rows = rows;
   q.cols = cols;
   q.dtype = dtype;
-  const int64_t per_row = q.blocks(), level_bytes = eight ? kQuantBlock : kQuantBlock / 2, block_bytes = 2 + level_bytes;
+  if (type == GgufType::Q4_K || type == GgufType::Q5_K || type == GgufType::Q6_K) {  // the file's blocks, as they are
+    q.format = type == GgufType::Q4_K ? QuantFormat::q4_k : type == GgufType::Q5_K ? QuantFormat::q5_k : QuantFormat::q6_k;
+    q.data = blocks;
+    return q;
+  }
+  MemoryCategoryScope weights(MemoryCategory::weights);
+  const bool four = type == GgufType::Q4_0;  // Q8_0 and Q5_0 (levels -16..15) both become int8b
+  q.format = four ? QuantFormat::int4 : QuantFormat::int8_block;
+  const int64_t per_row = q.blocks(), level_bytes = four ? kQuantBlock / 2 : kQuantBlock;
   q.data = Tensor::empty({rows, per_row * level_bytes}, DType::u8);
   q.scales = Tensor::empty({rows, per_row}, DType::f32);
   uint8_t* data = q.data.data<uint8_t>();
   float* scales = q.scales.data<float>();
-  for (int64_t b = 0; b < rows * per_row; ++b) {  // ggml's block: the f16 scale, then the levels as Kiln lays them
-    scales[b] = half_at(blocks + b * block_bytes);
-    std::memcpy(data + b * level_bytes, blocks + b * block_bytes + 2, size_t(level_bytes));
+  const uint8_t* in = blocks.data<uint8_t>();
+  for (int64_t b = 0; b < rows * per_row; ++b) {  // each block: the f16 scale, then the levels
+    const uint8_t* block = in + b * info.block_bytes;
+    uint8_t* levels = data + b * level_bytes;
+    scales[b] = half_at(block);
+    if (type != GgufType::Q5_0) {  // Q8_0's and Q4_0's levels are laid out as Kiln's
+      std::memcpy(levels, block + 2, size_t(level_bytes));
+      continue;
+    }
+    uint32_t qh;
+    std::memcpy(&qh, block + 2, 4);
+    const uint8_t* qs = block + 6;
+    for (int j = 0; j < 16; ++j) {
+      levels[j] = uint8_t(int8_t(((qs[j] & 0xf) | int(((qh >> j) << 4) & 0x10)) - 16));
+      levels[j + 16] = uint8_t(int8_t(((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) - 16));
+    }
   }
   return q;
 }

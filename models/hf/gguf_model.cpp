@@ -84,6 +84,7 @@ Tensor unpermute(const Tensor& w, int64_t heads) {
 QuantizedMatrix unpermute(QuantizedMatrix q, int64_t heads) {
   const std::vector<int64_t> source = unpermuted_rows(q.rows, heads);
   for (Tensor* t : {&q.data, &q.scales}) {
+    if (!t->defined()) continue;  // a K-quant's scales are in its blocks
     Tensor reordered = Tensor::empty(t->shape(), t->dtype());
     reorder_rows(*t, reordered, source);
     *t = reordered;
@@ -149,8 +150,8 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     const std::string name = hf_name_of(t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a llama model");
     const int64_t permuted_heads = name.ends_with("q_proj.weight") ? heads : name.ends_with("k_proj.weight") ? kv_heads : 0;
-    if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() == 2) {  // Q8_0, Q4_0: Kiln's int8b, int4
-      QuantizedMatrix q = gguf_to_quantized(t.type, file.tensor(t.name).data<uint8_t>(), t.dims[1], t.dims[0], *dtype);
+    if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() == 2) {  // kept quantized (kiln/io/gguf_quants.h)
+      QuantizedMatrix q = gguf_to_quantized(t.type, file.tensor(t.name), t.dims[1], t.dims[0], *dtype);
       quantized.emplace(name, permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
       continue;
     }

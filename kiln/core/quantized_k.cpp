@@ -1,0 +1,92 @@
+#include "kiln/core/quantized_k.h"
+
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_float(h);
+}
+
+// Block layouts (ggml-common.h): Q4_K {d, dmin, scales[12], qs[128]};
+// Q5_K {d, dmin, scales[12], qh[32], qs[128]}; Q6_K {ql[128], qh[64], scales[16], d}.
+void q4_k(const uint8_t* x, float* y) {
+  const float d = half_at(x), dmin = half_at(x + 2);
+  uint8_t sc[8], m[8];
+  k4_scales_mins(x + 4, sc, m);
+  const uint8_t* q = x + 16;
+  for (int j = 0; j < 4; ++j, q += 32) {
+    for (int l = 0; l < 32; ++l) *y++ = d * float(sc[2 * j]) * float(q[l] & 0xf) - dmin * float(m[2 * j]);
+    for (int l = 0; l < 32; ++l) *y++ = d * float(sc[2 * j + 1]) * float(q[l] >> 4) - dmin * float(m[2 * j + 1]);
+  }
+}
+
+void q5_k(const uint8_t* x, float* y) {
+  const float d = half_at(x), dmin = half_at(x + 2);
+  uint8_t sc[8], m[8];
+  k4_scales_mins(x + 4, sc, m);
+  const uint8_t* qh = x + 16;
+  const uint8_t* ql = x + 48;
+  for (int j = 0; j < 4; ++j, ql += 32) {
+    const uint8_t low_bit = uint8_t(1 << (2 * j)), high_bit = uint8_t(2 << (2 * j));
+    for (int l = 0; l < 32; ++l)
+      *y++ = d * float(sc[2 * j]) * float((ql[l] & 0xf) + (qh[l] & low_bit ? 16 : 0)) - dmin * float(m[2 * j]);
+    for (int l = 0; l < 32; ++l)
+      *y++ = d * float(sc[2 * j + 1]) * float((ql[l] >> 4) + (qh[l] & high_bit ? 16 : 0)) - dmin * float(m[2 * j + 1]);
+  }
+}
+
+void q6_k(const uint8_t* x, float* y) {
+  const uint8_t* ql = x;
+  const uint8_t* qh = x + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
+  const float d = half_at(x + 208);
+  for (int n = 0; n < 2; ++n, y += 128, ql += 64, qh += 32, sc += 8)
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      y[l] = d * float(sc[is]) * float(((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32);
+      y[l + 32] = d * float(sc[is + 2]) * float(((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+      y[l + 64] = d * float(sc[is + 4]) * float(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+      y[l + 96] = d * float(sc[is + 6]) * float(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+    }
+}
+
+}  // namespace
+
+void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      scales[j] = q[j] & 63;
+      mins[j] = q[j + 4] & 63;
+    } else {
+      scales[j] = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+      mins[j] = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+  }
+}
+
+int64_t k_block_bytes(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::q4_k: return 144;
+    case QuantFormat::q5_k: return 176;
+    case QuantFormat::q6_k: return 210;
+    default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
+  }
+}
+
+void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
+  switch (format) {
+    case QuantFormat::q4_k: return q4_k(block, out);
+    case QuantFormat::q5_k: return q5_k(block, out);
+    case QuantFormat::q6_k: return q6_k(block, out);
+    default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,340 @@
+// Products with ggml's K-quants (kiln/core/quantized_k.h), as llama.cpp
+// computes them: each activation row quantized per 256 values to int8 (its
+// Q8_K: scale from the value of largest magnitude, and the sums of each 16
+// levels), then per weight block the integer products of each sub-block
+// times its integer scale, and one f32 multiply-add per block and lane.
+//
+// The lanes: lane l of a block's int32 sums holds bytes 4l .. 4l + 3 of
+// every 32-value chunk of the block. AVX2 gets them from vpmaddubsw (pairs)
+// and vpmaddwd with the sub-block's scale; AVX-512 VNNI from vpdpbusd over
+// two chunks at once (64 values), times the scales, the two halves added.
+// Both are exact integers, so with the same f32 steps after them (one fused
+// multiply-add per lane and block, the lanes summed in a fixed order, the
+// minimums' term in one accumulator) every path, the scalar one included,
+// gives the same bits. Nothing saturates: levels stop at 63, activations at
+// +-127, so a pair of byte products is at most 2 * 63 * 127 < 2^15.
+#include "kiln/cpu/kquant_matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/core/error.h"
+#include "kiln/core/quantized_k.h"
+#include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/x86_intrinsics.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int64_t S = kSuperBlock;
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_float(h);
+}
+
+// ggml's nearest_int: round half to even by the 1.5 * 2^23 trick, as Q8_K's levels are rounded.
+inline int nearest_int(float v) {
+  const float shifted = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, 4);
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+// Activation rows as Q8_K: per row and block, the scale, 256 levels and the 16 sums of 16 levels.
+struct Q8K {
+  int64_t blocks;
+  std::vector<float> scales;
+  std::vector<int8_t> levels;
+  std::vector<int16_t> sums;
+};
+
+// llama.cpp's quantize_row_q8_K: the value of largest magnitude maps to -127.
+void quantize_block_q8k(const float* x, float& scale, int8_t* q, int16_t* sums) {
+  float max = 0, amax = 0;
+  for (int64_t j = 0; j < S; ++j)
+    if (std::abs(x[j]) > amax) amax = std::abs(x[j]), max = x[j];
+  if (amax == 0) {
+    scale = 0;
+    std::fill(q, q + S, int8_t(0));
+    std::fill(sums, sums + S / 16, int16_t(0));
+    return;
+  }
+  const float inverse = -127.0f / max;
+  for (int64_t j = 0; j < S; ++j) q[j] = int8_t(std::min(127, nearest_int(inverse * x[j])));
+  for (int64_t g = 0; g < S / 16; ++g) {
+    int sum = 0;
+    for (int64_t j = 0; j < 16; ++j) sum += q[g * 16 + j];
+    sums[g] = int16_t(sum);
+  }
+  scale = 1 / inverse;
+}
+
+Q8K quantize_q8k(const float* x, int64_t M, int64_t K) {
+  Q8K a{K / S, std::vector<float>(size_t(M * (K / S))), std::vector<int8_t>(size_t(M * K)),
+        std::vector<int16_t>(size_t(M * K / 16))};
+  for (int64_t b = 0; b < M * a.blocks; ++b)
+    quantize_block_q8k(x + b * S, a.scales[size_t(b)], a.levels.data() + b * S, a.sums.data() + b * (S / 16));
+  return a;
+}
+
+// The fixed order of the lanes' sum: lanes i and i + 4, then i and i + 2, then the two.
+inline float sum_lanes(const float* a) {
+  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+// One weight block's decoded parts: its scales, and for Q4_K/Q5_K the minimums' term.
+struct KBlock {
+  float d, dmin;
+  int32_t sub_scales[16];  // Q4_K, Q5_K: 8 scales of 32 values; Q6_K: 16 signed scales of 16
+  int32_t min_term = 0;    // Q4_K, Q5_K: sum over sub-blocks of minimum * sum of the activation levels there
+};
+
+template <QuantFormat F>
+inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
+  KBlock k{};
+  if constexpr (F == QuantFormat::q6_k) {
+    k.d = half_at(x + 208);
+    for (int i = 0; i < 16; ++i) k.sub_scales[i] = int8_t(x[192 + i]);
+  } else {
+    k.d = half_at(x);
+    k.dmin = half_at(x + 2);
+    uint8_t sc[8], m[8];
+    k4_scales_mins(x + 4, sc, m);
+    for (int i = 0; i < 8; ++i) {
+      k.sub_scales[i] = sc[i];
+      k.min_term += int32_t(m[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
+    }
+  }
+  return k;
+}
+
+// The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
+// the level the format's zero sits at (Q6_K's 32; the K-quants with
+// minimums have none: their term is min_term).
+template <QuantFormat F>
+inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
+  if constexpr (F == QuantFormat::q4_k) {
+    const uint8_t* q = x + 16 + (c / 2) * 32;
+    for (int l = 0; l < 32; ++l) out[l] = c % 2 ? q[l] >> 4 : q[l] & 0xf;
+  } else if constexpr (F == QuantFormat::q5_k) {
+    const uint8_t* qh = x + 16;
+    const uint8_t* q = x + 48 + (c / 2) * 32;
+    for (int l = 0; l < 32; ++l) out[l] = uint8_t((c % 2 ? q[l] >> 4 : q[l] & 0xf) | (((qh[l] >> c) & 1) << 4));
+  } else {  // Q6_K: chunk c of half h = c / 4: low nibbles of ql[0..31] or ql[32..63] (c % 4 = 0, 1), then high ones
+    const uint8_t* ql = x + (c / 4) * 64;
+    const uint8_t* qh = x + 128 + (c / 4) * 32;
+    const int k = c % 4;
+    for (int l = 0; l < 32; ++l)
+      out[l] = uint8_t(((k < 2 ? ql[l + 32 * k] & 0xf : ql[l + 32 * (k - 2)] >> 4)) | (((qh[l] >> (2 * k)) & 3) << 4));
+  }
+}
+
+// Which sub-block scale lane l of chunk c multiplies.
+template <QuantFormat F>
+inline int scale_index(int c, int l) {
+  if constexpr (F == QuantFormat::q6_k) return (c / 4) * 8 + (c % 4) * 2 + l / 4;  // 16 values a scale
+  return c;                                                                         // 32 values a scale
+}
+
+constexpr int zero_level(QuantFormat F) { return F == QuantFormat::q6_k ? 32 : 0; }
+
+// The reference: every path gives these bits.
+template <QuantFormat F>
+float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
+  const int64_t bytes = k_block_bytes(F);
+  float acc[8] = {}, minimums = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* x = w + b * bytes;
+    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    int32_t lanes[8] = {};
+    for (int c = 0; c < 8; ++c) {
+      uint8_t u[32];
+      chunk_levels<F>(x, c, u);
+      for (int l = 0; l < 8; ++l) {
+        int32_t four = 0;
+        for (int t = 0; t < 4; ++t) four += (int32_t(u[4 * l + t]) - zero_level(F)) * q8[c * 32 + 4 * l + t];
+        lanes[l] += k.sub_scales[scale_index<F>(c, l)] * four;
+      }
+    }
+    const float scale = a.scales[size_t(m * a.blocks + b)];
+    const float d = scale * k.d;
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lanes[l]), acc[l]);
+    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+  }
+  return sum_lanes(acc) + minimums;
+}
+
+#ifdef KILN_X86_INTRINSICS
+// Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before Q6_K's zero).
+template <QuantFormat F>
+[[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, int i, __m256i& first, __m256i& second) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (F == QuantFormat::q4_k ? 16 : 48) + i * 32));
+    first = _mm256_and_si256(bits, nibble);
+    second = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+    if constexpr (F == QuantFormat::q5_k) {  // bit 2i and 2i + 1 of qh, as 16
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
+      const __m256i bit = _mm256_set1_epi8(0x10);
+      first = _mm256_or_si256(first, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * i), 4), bit));
+      second = _mm256_or_si256(second, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * i + 1), 4), bit));
+    }
+  } else {  // Q6_K: pair i = chunks 2i, 2i + 1: half h = i / 2, k = 2 (i % 2) and k + 1
+    const int h = i / 2, k = 2 * (i % 2);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + h * 32));
+    const __m256i two = _mm256_set1_epi8(0x03);
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h * 64));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h * 64 + 32));
+    const __m256i low0 = k == 0 ? _mm256_and_si256(ql0, nibble) : _mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble);
+    const __m256i low1 = k == 0 ? _mm256_and_si256(ql1, nibble) : _mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble);
+    const __m256i high0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two), 4);
+    const __m256i high1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 2), two), 4);
+    first = _mm256_or_si256(low0, high0);
+    second = _mm256_or_si256(low1, high1);
+  }
+}
+
+// Lanes of a chunk times its scales: AVX2's pairs (vpmaddubsw), then the
+// scales (vpmaddwd: each pair of 16-bit sums times the scale of its lane).
+template <QuantFormat F>
+[[gnu::always_inline]] inline __m256i scaled_lanes_avx2(__m256i u, const int8_t* q8, __m256i scales16) {
+  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
+  __m256i pairs = _mm256_maddubs_epi16(u, s);
+  if constexpr (zero_level(F) != 0)  // (u - 32) q8 = u q8 - 32 q8
+    pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(zero_level(F)), s));
+  return _mm256_madd_epi16(pairs, scales16);
+}
+
+// The 16-bit scales of chunk c's eight lanes, each twice (one per 16-bit pair).
+template <QuantFormat F>
+[[gnu::always_inline]] inline __m256i chunk_scales16(const KBlock& k, int c) {
+  if constexpr (F == QuantFormat::q6_k) {
+    const int16_t lo = int16_t(k.sub_scales[scale_index<F>(c, 0)]), hi = int16_t(k.sub_scales[scale_index<F>(c, 4)]);
+    return _mm256_setr_m128i(_mm_set1_epi16(lo), _mm_set1_epi16(hi));
+  }
+  return _mm256_set1_epi16(int16_t(k.sub_scales[c]));
+}
+
+template <QuantFormat F>
+float dot_avx2(const uint8_t* w, const Q8K& a, int64_t m) {
+  const int64_t bytes = k_block_bytes(F);
+  __m256 acc = _mm256_setzero_ps();
+  float minimums = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* x = w + b * bytes;
+    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    __m256i lanes = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      __m256i first, second;
+      chunk_pair<F>(x, i, first, second);
+      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(first, q8 + 64 * i, chunk_scales16<F>(k, 2 * i)));
+      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(second, q8 + 64 * i + 32, chunk_scales16<F>(k, 2 * i + 1)));
+    }
+    const float scale = a.scales[size_t(m * a.blocks + b)];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
+    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  return sum_lanes(lanes) + minimums;
+}
+
+// AVX-512 VNNI: a pair of chunks in one register, vpdpbusd's four-byte
+// sums, times each lane's scale; the halves added give AVX2's lanes.
+template <QuantFormat F>
+[[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] float dot_vnni(const uint8_t* w, const Q8K& a, int64_t m) {
+  const int64_t bytes = k_block_bytes(F);
+  __m256 acc = _mm256_setzero_ps();
+  float minimums = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* x = w + b * bytes;
+    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    __m512i lanes = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      __m256i first, second;
+      chunk_pair<F>(x, i, first, second);
+      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+      const __m512i s = _mm512_loadu_si512(q8 + 64 * i);
+      __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+      if constexpr (zero_level(F) != 0)
+        sums = _mm512_sub_epi32(sums, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(zero_level(F)), s));
+      alignas(64) int32_t scale32[16];
+      for (int l = 0; l < 16; ++l) scale32[l] = k.sub_scales[scale_index<F>(2 * i + l / 8, l % 8)];
+      lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(sums, _mm512_load_si512(scale32)));
+    }
+    const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+    const float scale = a.scales[size_t(m * a.blocks + b)];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(folded), acc);
+    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  return sum_lanes(lanes) + minimums;
+}
+#endif
+
+template <QuantFormat F>
+void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
+  const uint8_t* data = w.data.data<uint8_t>();
+  const int64_t row_bytes = a.blocks * k_block_bytes(F);
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const uint8_t* row = data + n * row_bytes;
+#ifdef KILN_X86_INTRINSICS
+      if (dot == QuantDot::avx512_vnni) {
+        out[m * w.rows + n] = dot_vnni<F>(row, a, m);
+        continue;
+      }
+      if (dot == QuantDot::avx2) {
+        out[m * w.rows + n] = dot_avx2<F>(row, a, m);
+        continue;
+      }
+#endif
+      out[m * w.rows + n] = dot_scalar<F>(row, a, m);
+    }
+}
+
+}  // namespace
+
+void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
+  KILN_CHECK(w.k_quant() && w.cols % S == 0, "kquant_matmul: ", quant_format_name(w.format), " weights of ", w.cols,
+             " columns are not K-quant blocks");
+  const Q8K a = quantize_q8k(x, M, w.cols);
+  const int64_t N = w.rows, work = M * N * w.cols;
+  const int threads = work < (int64_t(1) << 18) ? 1 : get_num_threads();
+  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t n1 = std::min(N, n0 + chunk);
+    switch (w.format) {
+      case QuantFormat::q4_k: rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out); break;
+      case QuantFormat::q5_k: rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out); break;
+      default: rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out); break;
+    }
+  }
+}
+
+void round_to_q8k_levels(const float* x, int64_t M, int64_t K, float* out) {
+  KILN_CHECK(K % S == 0, "round_to_q8k_levels: ", K, " values are not whole blocks of 256");
+#pragma omp parallel for schedule(static) if (M * K >= (int64_t(1) << 16))
+  for (int64_t b = 0; b < M * K / S; ++b) {
+    float scale;
+    int8_t q[S];
+    int16_t sums[S / 16];
+    quantize_block_q8k(x + b * S, scale, q, sums);
+    for (int64_t j = 0; j < S; ++j) out[b * S + j] = scale * float(q[j]);
+  }
+}
+
+}  // namespace kiln::cpu
