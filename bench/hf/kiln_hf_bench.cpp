@@ -3,13 +3,15 @@
 // prompt processing (one forward pass over P tokens into the cache) and
 // single-stream greedy decoding (N tokens, one at a time), best of R runs,
 // in f32, bf16, or quantized (int8, int4, int4z: the f32 weights quantized
-// as --quantize does, which the load time includes). Prints one JSON line,
+// as --quantize does, which the load time includes), or a GGUF file's
+// weights as they are ("gguf": Q8_0, Q4_0, the K-quants kept quantized). Prints one JSON line,
 // with the bytes of weights and of keys and values a decoding step reads,
 // and the memory read bandwidth measured at the same thread count.
 // KILN_HF_BENCH_PROFILE=1 also prints to stderr where the last run's decoding
 // steps spent their time, by backend op (kiln/backend/profiler.h); =shapes
 // splits each op by its operands' shapes and dtypes.
 #include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -48,7 +50,7 @@ static double read_bandwidth_gbps() {
 int main(int argc, char** argv) {
   kiln::apply_runtime_defaults(argv);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3] [f32|bf16|int8|int4|int4z]\n",
+    std::fprintf(stderr, "usage: %s DIR [prompt_tokens=128] [new_tokens=64] [repeats=3] [f32|bf16|int8|int4|int4z|gguf]\n",
                  argv[0]);
     return 2;
   }
@@ -56,11 +58,16 @@ int main(int argc, char** argv) {
   const int R = argc > 4 ? std::atoi(argv[4]) : 3;
   auto t0 = Clock::now();
   const std::string dtype = argc > 5 ? argv[5] : "f32";
-  auto lm = kiln::models::load_hf_causal_lm(argv[1], dtype == "bf16" ? kiln::DType::bf16 : kiln::DType::f32);
+  // "gguf": a GGUF file's weights as they are (its quantized types kept quantized).
+  auto lm = kiln::models::load_hf_causal_lm(
+      argv[1], dtype == "gguf" ? std::nullopt : std::optional(dtype == "bf16" ? kiln::DType::bf16 : kiln::DType::f32));
   size_t weight_bytes = 0;
-  if (dtype != "f32" && dtype != "bf16")
-    weight_bytes = kiln::nn::quantize_weights(*lm.model, kiln::parse_quant_format(dtype));
+  if (dtype != "f32" && dtype != "bf16" && dtype != "gguf")
+    kiln::nn::quantize_weights(*lm.model, kiln::parse_quant_format(dtype));
   for (const auto& p : lm.model->parameters()) weight_bytes += p.nbytes();
+  lm.model->for_each_module([&](const std::string&, kiln::nn::Module& m) {
+    if (auto* w = dynamic_cast<kiln::nn::WeightModule*>(&m); w && w->quantized) weight_bytes += w->quantized->bytes();
+  });
   // What a decoding step reads: a mixture of experts, its routed experts
   // alone (experts_per_token / experts of their bytes); an untied input
   // embedding, one row (the head reads a tied one whole).

@@ -5,7 +5,7 @@
 # Kiln against transformers on PyTorch 2 and, where it is built, llama.cpp,
 # in one run, at each thread count: f32, bf16 and quantized weights (Kiln's
 # int8 and int4 against llama.cpp's Q8_0 and Q4_0, which llama-quantize makes
-# from its f32 GGUF). Kiln's rows also give the share of the measured memory
+# from its f32 GGUF; and Kiln on those same Q8_0, Q4_0 and Q4_K_M files). Kiln's rows also give the share of the measured memory
 # read bandwidth a decoding step uses: (weight bytes + key and value bytes
 # read per token) x tokens/s / bandwidth.
 #   BUILD_DIR=build LLAMA_CPP=DIR bench/hf/run.sh [THREADS...]   (default: 1 2)
@@ -44,7 +44,7 @@ for threads in ${@:-1 2}; do
       "$(OMP_NUM_THREADS=$threads "$PY" -c "import torch, runpy, sys; torch.set_num_threads($threads); sys.argv = ['peer', '$MODEL', '$P', '$N', '$R', '$dtype']; runpy.run_path('bench/hf/transformers_peer.py', run_name='__main__')" 2>/dev/null | tail -1)"
   done
   [[ "$ENGINES" == *" llama.cpp "* && -x "$LLAMA_CPP/build/bin/llama-bench" ]] || continue
-  for dtype in f32 bf16 q8_0 q4_0; do
+  for dtype in f32 bf16 q8_0 q4_0 q4_k_m; do
     gguf="$MODEL-$dtype.gguf"
     [ -f "$MODEL-f32.gguf" ] || "$PY" "$LLAMA_CPP/convert_hf_to_gguf.py" "$MODEL" --outtype f32 --outfile "$MODEL-f32.gguf" >&2
     case $dtype in
@@ -60,5 +60,8 @@ for threads in ${@:-1 2}; do
 import json, sys
 pp, tg = json.loads(sys.argv[1])[0]['avg_ts'], json.loads(sys.argv[2])[0]['avg_ts']
 print('| $threads | llama.cpp (llama-bench) | $dtype | - | - | %.0f | %.1f | - |' % (pp, tg))" "$pp" "$tg"
+    # Kiln on the same file (gguf:FILE), its quantized types kept as they are.
+    [[ "$ENGINES" == *" kiln "* && $dtype == q* ]] &&
+      row "$threads" "$dtype (the GGUF)" "$(OMP_NUM_THREADS=$threads "$BUILD_DIR/kiln_hf_bench" "$gguf" $P $N $R gguf)"
   done
 done
