@@ -6,8 +6,8 @@
 //
 // The lanes: lane l of a block's int32 sums holds bytes 4l .. 4l + 3 of
 // every 32-value chunk of the block. AVX2 gets them from vpmaddubsw (pairs)
-// and vpmaddwd with the sub-block's scale; AVX-512 VNNI from vpdpbusd over
-// two chunks at once (64 values), times the scales, the two halves added.
+// and vpmaddwd with the sub-block's scale; AVX-512 the same over two chunks
+// at once (64 values), the two halves added.
 // Both are exact integers, so with the same f32 steps after them (one fused
 // multiply-add per lane and block, the lanes summed in a fixed order, the
 // minimums' term in one accumulator) every path, the scalar one included,
@@ -249,8 +249,8 @@ float dot_avx2(const uint8_t* w, const Q8K& a, int64_t m) {
   return sum_lanes(lanes) + minimums;
 }
 
-// AVX-512 VNNI: a pair of chunks in one register, vpdpbusd's four-byte
-// sums, times each lane's scale; the halves added give AVX2's lanes.
+// AVX-512: a pair of chunks in one register (vpmaddubsw and vpmaddwd on 64
+// values), the halves added: AVX2's lanes.
 template <QuantFormat F>
 [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] float dot_vnni(const uint8_t* w, const Q8K& a, int64_t m) {
   const int64_t bytes = k_block_bytes(F);
@@ -266,12 +266,12 @@ template <QuantFormat F>
       chunk_pair<F>(x, i, first, second);
       const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
       const __m512i s = _mm512_loadu_si512(q8 + 64 * i);
-      __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+      __m512i pairs = _mm512_maddubs_epi16(u, s);
       if constexpr (zero_level(F) != 0)
-        sums = _mm512_sub_epi32(sums, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(zero_level(F)), s));
-      alignas(64) int32_t scale32[16];
-      for (int l = 0; l < 16; ++l) scale32[l] = k.sub_scales[scale_index<F>(2 * i + l / 8, l % 8)];
-      lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(sums, _mm512_load_si512(scale32)));
+        pairs = _mm512_sub_epi16(pairs, _mm512_maddubs_epi16(_mm512_set1_epi8(zero_level(F)), s));
+      const __m512i scales16 =
+          _mm512_inserti64x4(_mm512_castsi256_si512(chunk_scales16<F>(k, 2 * i)), chunk_scales16<F>(k, 2 * i + 1), 1);
+      lanes = _mm512_add_epi32(lanes, _mm512_madd_epi16(pairs, scales16));
     }
     const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
     const float scale = a.scales[size_t(m * a.blocks + b)];
