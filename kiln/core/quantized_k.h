@@ -5,6 +5,7 @@
 // (kiln/cpu/kquant_matmul.cpp) and by dequantize_row.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "kiln/core/quantized.h"
 
@@ -16,7 +17,24 @@ constexpr int64_t kSuperBlock = 256;
 int64_t k_block_bytes(QuantFormat format);
 // The 256 values of one block.
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out);
-// Q4_K's and Q5_K's eight sub-block scales and minimums (6 bits each, packed in 12 bytes).
-void k4_scales_mins(const uint8_t* packed, uint8_t* scales, uint8_t* mins);
+// Q4_K's and Q5_K's eight sub-block scales and minimums (6 bits each, packed in 12 bytes);
+// inline: the products call it once per block.
+inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
+  // Scales 0-3 and minimums 0-3 are the low 6 bits of bytes 0-3 and 4-7;
+  // 4-7 take their low 4 bits from bytes 8-11 and their top 2 from the top
+  // bits of bytes 0-3 (scales) and 4-7 (minimums). As 32-bit words (ggml's
+  // trick): four word operations instead of sixteen byte ones.
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t s03 = w[0] & low6, m03 = w[1] & low6;
+  const uint32_t s47 = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);
+  const uint32_t m47 = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);
+  std::memcpy(scales, &s03, 4);
+  std::memcpy(scales + 4, &s47, 4);
+  std::memcpy(mins, &m03, 4);
+  std::memcpy(mins + 4, &m47, 4);
+}
+
 
 }  // namespace kiln

@@ -33,10 +33,16 @@ namespace {
 
 constexpr int64_t S = kSuperBlock;
 
-float half_at(const uint8_t* p) {
+// A block's f16 scale (F16C's conversion where the build has it: part of
+// the x86-64-v3 baseline, and per block the software one shows in profiles).
+inline float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
   return f16_to_float(h);
+#endif
 }
 
 // ggml's nearest_int: round half to even by the 1.5 * 2^23 trick, as Q8_K's levels are rounded.
@@ -93,27 +99,38 @@ inline float sum_lanes(const float* a) {
 // One weight block's decoded parts: its scales, and for Q4_K/Q5_K the minimums' term.
 struct KBlock {
   float d, dmin;
-  int32_t sub_scales[16];  // Q4_K, Q5_K: 8 scales of 32 values; Q6_K: 16 signed scales of 16
-  int32_t min_term = 0;    // Q4_K, Q5_K: sum over sub-blocks of minimum * sum of the activation levels there
+  uint8_t k4_scales[8];        // Q4_K, Q5_K: 8 scales of 32 values
+  const int8_t* q6_scales;     // Q6_K: 16 signed scales of 16 values, in the block
+  int32_t min_term = 0;        // Q4_K, Q5_K: sum over sub-blocks of minimum * sum of the activation levels there
 };
 
 template <QuantFormat F>
-inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
+inline int32_t sub_scale(const KBlock& k, int i) {
+  if constexpr (F == QuantFormat::q6_k) return k.q6_scales[i];
+  return k.k4_scales[i];
+}
+
+// Scales and minimums; `min_term` computes the minimums' integer sum (each path its own way, the same integer).
+template <QuantFormat F, typename MinTerm>
+inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums, MinTerm min_term) {
   KBlock k{};
   if constexpr (F == QuantFormat::q6_k) {
     k.d = half_at(x + 208);
-    for (int i = 0; i < 16; ++i) k.sub_scales[i] = int8_t(x[192 + i]);
+    k.q6_scales = reinterpret_cast<const int8_t*>(x + 192);
   } else {
     k.d = half_at(x);
     k.dmin = half_at(x + 2);
-    uint8_t sc[8], m[8];
-    k4_scales_mins(x + 4, sc, m);
-    for (int i = 0; i < 8; ++i) {
-      k.sub_scales[i] = sc[i];
-      k.min_term += int32_t(m[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
-    }
+    uint8_t mins[8];
+    k4_scales_mins(x + 4, k.k4_scales, mins);
+    k.min_term = min_term(mins, act_sums);
   }
   return k;
+}
+
+inline int32_t min_term_scalar(const uint8_t* mins, const int16_t* act_sums) {
+  int32_t total = 0;
+  for (int i = 0; i < 8; ++i) total += int32_t(mins[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
+  return total;
 }
 
 // The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
@@ -154,7 +171,7 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_scalar);
     int32_t lanes[8] = {};
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
@@ -162,7 +179,7 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
       for (int l = 0; l < 8; ++l) {
         int32_t four = 0;
         for (int t = 0; t < 4; ++t) four += (int32_t(u[4 * l + t]) - zero_level(F)) * q8[c * 32 + 4 * l + t];
-        lanes[l] += k.sub_scales[scale_index<F>(c, l)] * four;
+        lanes[l] += sub_scale<F>(k, scale_index<F>(c, l)) * four;
       }
     }
     const float scale = a.scales[size_t(m * a.blocks + b)];
@@ -174,6 +191,18 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
 }
 
 #ifdef KILN_X86_INTRINSICS
+// The minimums' term with SSE: sums of the activation levels by pairs of 16
+// (vphaddw), times the minimums (vpmaddwd), summed: exact, as the scalar loop.
+[[gnu::always_inline]] inline int32_t min_term_sse(const uint8_t* mins, const int16_t* act_sums) {
+  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
+  const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
+  __m128i p = _mm_madd_epi16(m, pairs);
+  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+  return _mm_cvtsi128_si32(p);
+}
+
 // Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before Q6_K's zero).
 template <QuantFormat F>
 [[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, int i, __m256i& first, __m256i& second) {
@@ -218,10 +247,10 @@ template <QuantFormat F>
 template <QuantFormat F>
 [[gnu::always_inline]] inline __m256i chunk_scales16(const KBlock& k, int c) {
   if constexpr (F == QuantFormat::q6_k) {
-    const int16_t lo = int16_t(k.sub_scales[scale_index<F>(c, 0)]), hi = int16_t(k.sub_scales[scale_index<F>(c, 4)]);
+    const int16_t lo = int16_t(k.q6_scales[scale_index<F>(c, 0)]), hi = int16_t(k.q6_scales[scale_index<F>(c, 4)]);
     return _mm256_setr_m128i(_mm_set1_epi16(lo), _mm_set1_epi16(hi));
   }
-  return _mm256_set1_epi16(int16_t(k.sub_scales[c]));
+  return _mm256_set1_epi16(int16_t(k.k4_scales[c]));
 }
 
 template <QuantFormat F>
@@ -232,7 +261,7 @@ float dot_avx2(const uint8_t* w, const Q8K& a, int64_t m) {
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
     __m256i lanes = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
@@ -259,7 +288,7 @@ template <QuantFormat F>
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
     __m512i lanes = _mm512_setzero_si512();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
