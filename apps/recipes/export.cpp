@@ -21,8 +21,15 @@ nlohmann::json read_json_or_empty(const fs::path& path) {
   return fs::exists(path) ? nlohmann::json::parse(read_text_file(path.string())) : nlohmann::json::object();
 }
 
-// The weights of `model` written as `type`'s checkpoint, quantized first if asked.
-void take_weights(models::HfFolderContents& c, nn::Module& model, const std::string& type, const std::string& quantize) {
+// The weights of `model` written as `type`'s checkpoint, quantized first if
+// asked. A model from a GGUF file has its quantized matrices (ggml's types,
+// which a folder cannot hold) written in float, or quantized again from float.
+void take_weights(models::HfFolderContents& c, nn::Module& model, const std::string& type, const std::string& quantize,
+                  bool from_gguf = false) {
+  if (from_gguf)
+    model.for_each_module([](const std::string&, nn::Module& m) {
+      if (auto* w = dynamic_cast<nn::WeightModule*>(&m)) w->dequantize();
+    });
   if (!quantize.empty()) nn::quantize_weights(model, parse_quant_format(quantize));
   c.tensors = models::checkpoint_tensors(model, type);
   if (const auto q = models::quantization_config(model); !q.is_null()) c.config["quantization_config"] = q;
@@ -55,7 +62,7 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
                "the kiln train classify run that made them");
     c.tensors = models::checkpoint_tensors(*classifier, type);
   } else {
-    take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize);
+    take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize, models::is_gguf_file(dir));
   }
   return c;
 }
@@ -95,7 +102,7 @@ void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
              "with --format hf --merge");
   models::HfCausalLm lm = load_sft_checkpoint(ck, true);
   models::HfFolderContents c = hf_folder_files(s.base);
-  c.tensors = models::checkpoint_tensors(*lm.model, lm.model_type);
+  take_weights(c, *lm.model, lm.model_type, "", models::is_gguf_file(s.base));
   models::write_hf_folder(out, c);
 }
 

@@ -113,6 +113,11 @@ models::HfCausalLm load_sft_model(const SftSettings& s, std::optional<DType> bas
   models::HfCausalLm lm = models::load_hf_causal_lm(s.base, base_dtype);
   if (dropout_gen) lm.model->use_dropout_generator(dropout_gen);  // config.json's dropouts, saved with the run
   if (!s.lora) return lm;
+  // A quantized GGUF file's embedding and head: float, as QLoRA keeps them (the loss reads the head's weights).
+  lm.model->for_each_module([&](const std::string& path, nn::Module& m) {
+    if (auto* w = dynamic_cast<nn::WeightModule*>(&m); w && (path == "lm_head." || dynamic_cast<nn::Embedding*>(&m)))
+      w->dequantize();
+  });
   // Quantized before the adapters exist, so they stay f32 and trainable; as
   // bitsandbytes quantizes for QLoRA, the blocks' linear layers only: the
   // embeddings and the head stay as loaded (the loss never holds the logits).

@@ -42,7 +42,7 @@ void Linear::attach_lora(int64_t rank, double scale, double dropout_p, Generator
 
 void Linear::merge_lora() {
   KILN_CHECK(lora_A, "merge_lora: this linear layer has no LoRA adapter");
-  KILN_CHECK(weight.defined(), "merge_lora: the layer's weights are quantized; merge into the unquantized base");
+  if (!weight.defined()) dequantize();  // a quantized base (a GGUF file's): the merged layer is float
   {
     NoGradGuard values_only;
     const Tensor delta = mul_scalar(matmul(lora_B->weight, lora_A->weight), lora_scale);
@@ -75,6 +75,14 @@ std::shared_ptr<const QuantizedMatrix> quantized_copy(const Tensor& w, QuantForm
 
 void WeightModule::quantize(QuantFormat format) {
   if (!quantized) set_quantized(quantized_copy(weight, format));
+}
+
+void WeightModule::dequantize() {
+  if (!quantized) return;
+  Tensor values = Tensor::empty({quantized->rows, quantized->cols}, DType::f32);
+  for (int64_t r = 0; r < quantized->rows; ++r) dequantize_row(*quantized, r, values.data<float>() + r * quantized->cols);
+  weight = register_parameter("weight", quantized->dtype == DType::f32 ? values : values.to(quantized->dtype));
+  quantized.reset();
 }
 
 void WeightModule::set_quantized(std::shared_ptr<const QuantizedMatrix> q) {

@@ -15,6 +15,8 @@ class WeightModule : public Module {
   void quantize(QuantFormat format);
   // Takes an already quantized matrix of the weight's shape (a quantized checkpoint).
   void set_quantized(std::shared_ptr<const QuantizedMatrix> q);
+  // The weight in float again (the quantized matrix's dtype), a parameter once more.
+  void dequantize();
   Tensor weight;
   std::shared_ptr<const QuantizedMatrix> quantized;
 };
@@ -29,7 +31,8 @@ class Linear : public WeightModule {
   // LoRA (kiln/nn/lora.h): the children lora_A [rank, in] (PyTorch's
   // Linear init) and lora_B [out, rank] (zeros), named as peft names them.
   void attach_lora(int64_t rank, double scale, double dropout, Generator& init, std::shared_ptr<Generator> dropout_gen);
-  // W += scale B A (in W's dtype), and the adapter is gone: a plain Linear again.
+  // W += scale B A (in W's dtype; a quantized W is dequantized first), and
+  // the adapter is gone: a plain Linear again.
   void merge_lora();
   void use_dropout_generator(const std::shared_ptr<Generator>& gen) override { lora_dropout_gen_ = gen; }
   std::shared_ptr<Linear> lora_A, lora_B;
