@@ -70,8 +70,18 @@ PY
 "$KILN" apply-template "gguf:$WORK/chat.gguf" --messages "$WORK/messages.json" --no-generation-prompt \
   >"$WORK/got.txt" 2>"$OUT" || fail "apply-template of a GGUF file's template"
 cmp -s "$WORK/got.txt" "$WORK/want.txt" || { diff "$WORK/want.txt" "$WORK/got.txt" >"$OUT"; fail "the GGUF file's template renders differently"; }
+# LoRA on a quantized GGUF base (Q4_K_M: Q5_0, Q8_0 and F32 at this size) trains, samples, and exports merged in
+# float, a folder Kiln (and transformers, below) loads.
+run 0 "$KILN" data fortunes-sft --out "$WORK/sft-data"
+head -n 32 "$WORK/sft-data/train.jsonl" > "$WORK/sft.jsonl"
+run 0 "$KILN" train sft --init "gguf:$FIX/gguf-tiny/model-q4_k_m.gguf" --data "$WORK/sft.jsonl" --lora-rank 4 \
+  --batch-size 8 --steps 2 --no-progress --out "$WORK/gguf-lora"
+run 0 "$KILN" sample "$WORK/gguf-lora" --prompt "$TEXT" --max-tokens 4
+run 0 "$KILN" export "$WORK/gguf-lora" --format hf --merge --out "$WORK/gguf-lora-hf"
+run 0 "$KILN" score "hf:$WORK/gguf-lora-hf" --text "$TEXT" --json
+cp "$OUT" "$WORK/gguf-lora-hf.kiln.json"
 
-for folder in gpt-hf llama-hf gguf-hf; do
+for folder in gpt-hf llama-hf gguf-hf gguf-lora-hf; do
   run 0 "$ORACLE_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
