@@ -69,28 +69,32 @@ TEST(Quantized, FormatsRoundTripWithinHalfALevelOrQ40sClamp) {
   EXPECT_THROW(parse_quant_format("q4_k"), Error);
 }
 
-TEST(Quantized, EveryInstructionPathGivesTheScalarPathsBits) {
+// The product on every SIMD path this machine has, at 1 and 2 threads, in
+// the scalar path's bits (which it returns).
+std::vector<float> every_path_gives_scalar_bits(const QuantizedMatrix& q, const std::vector<float>& x, int64_t M) {
   std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
   if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
+  std::vector<float> want(size_t(M * q.rows));
+  cpu::quantized_matmul_rows(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
+  for (cpu::QuantDot dot : paths)
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float> got(want.size());
+      cpu::quantized_matmul_rows(x.data(), M, q, got.data(), dot);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << quant_format_name(q.format) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " at " << i;
+    }
+  set_num_threads(2);
+  return want;
+}
+
+TEST(Quantized, EveryInstructionPathGivesTheScalarPathsBits) {
   std::printf("paths checked against scalar: avx2%s; in use here: %s\n",
-              paths.size() > 1 ? ", avx512_vnni" : "", cpu::quant_dot_name(cpu::quant_dot_in_use()));
+              __builtin_cpu_supports("avx512vnni") ? ", avx512_vnni" : "", cpu::quant_dot_name(cpu::quant_dot_in_use()));
   for (const auto& [N, K, M] : {std::tuple{37, 45, 1}, std::tuple{64, 96, 3}, std::tuple{300, 200, 5}}) {
     const auto w = random_values(size_t(N * K), 2, 0.05f), x = random_values(size_t(M * K), 3, 3.0f);
-    for (QuantFormat f : kFormats) {
-      const QuantizedMatrix q = quantize_matrix(w.data(), N, K, f, DType::f32);
-      std::vector<float> want(size_t(M * N));
-      cpu::quantized_matmul_rows(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
-      for (cpu::QuantDot dot : paths)
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          std::vector<float> got(size_t(M * N));
-          cpu::quantized_matmul_rows(x.data(), M, q, got.data(), dot);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-                << quant_format_name(f) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " at " << i;
-        }
-      set_num_threads(2);
-    }
+    for (QuantFormat f : kFormats) every_path_gives_scalar_bits(quantize_matrix(w.data(), N, K, f, DType::f32), x, M);
   }
 }
 
@@ -120,8 +124,6 @@ QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32
 // product of the dequantized weights with the activations as Q8_K rounds
 // them (which the widened prompt path multiplies), up to the order of sums.
 TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
-  std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
-  if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
   const int64_t N = 37, K = 512;
   for (QuantFormat f : {QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
     const QuantizedMatrix q = random_k_quant(f, N, K, 11);
@@ -130,18 +132,7 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
     for (int64_t M : {int64_t(1), int64_t(3), cpu::kWidenedRows + 1}) {
       const auto x = random_values(size_t(M * K), 12, 2.0f);
-      std::vector<float> want(size_t(M * N));
-      cpu::quantized_matmul_rows(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
-      for (cpu::QuantDot dot : paths)
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          std::vector<float> got(size_t(M * N));
-          cpu::quantized_matmul_rows(x.data(), M, q, got.data(), dot);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-                << quant_format_name(f) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " at " << i;
-        }
-      set_num_threads(2);
+      const std::vector<float> want = every_path_gives_scalar_bits(q, x, M);
       std::vector<float> rounded(x.size());
       cpu::round_to_q8k_levels(x.data(), M, K, rounded.data());
       const auto op = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();

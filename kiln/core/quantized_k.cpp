@@ -8,12 +8,6 @@ namespace kiln {
 
 namespace {
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_float(h);
-}
-
 // Block layouts (ggml-common.h): Q4_K {d, dmin, scales[12], qs[128]};
 // Q5_K {d, dmin, scales[12], qh[32], qs[128]}; Q6_K {ql[128], qh[64], scales[16], d}.
 void q4_k(const uint8_t* x, float* y) {

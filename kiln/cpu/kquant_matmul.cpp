@@ -33,18 +33,6 @@ namespace {
 
 constexpr int64_t S = kSuperBlock;
 
-// A block's f16 scale (F16C's conversion where the build has it: part of
-// the x86-64-v3 baseline, and per block the software one shows in profiles).
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-#ifdef __F16C__
-  return _cvtsh_ss(h);
-#else
-  return f16_to_float(h);
-#endif
-}
-
 // ggml's nearest_int: round half to even by the 1.5 * 2^23 trick, as Q8_K's levels are rounded.
 inline int nearest_int(float v) {
   const float shifted = v + 12582912.0f;
@@ -253,15 +241,12 @@ template <QuantFormat F>
   return _mm256_set1_epi16(int16_t(k.k4_scales[c]));
 }
 
-template <QuantFormat F>
-float dot_avx2(const uint8_t* w, const Q8K& a, int64_t m) {
-  const int64_t bytes = k_block_bytes(F);
-  __m256 acc = _mm256_setzero_ps();
-  float minimums = 0;
-  for (int64_t b = 0; b < a.blocks; ++b) {
-    const uint8_t* x = w + b * bytes;
-    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
+// A block's eight int32 lanes on each instruction path. AVX2: chunk by
+// chunk; AVX-512: a pair of chunks in one register (vpmaddubsw and vpmaddwd
+// on 64 values), the halves added.
+struct Avx2Lanes {
+  template <QuantFormat F>
+  static __m256i block(const uint8_t* x, const int8_t* q8, const KBlock& k) {
     __m256i lanes = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
@@ -269,26 +254,14 @@ float dot_avx2(const uint8_t* w, const Q8K& a, int64_t m) {
       lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(first, q8 + 64 * i, chunk_scales16<F>(k, 2 * i)));
       lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(second, q8 + 64 * i + 32, chunk_scales16<F>(k, 2 * i + 1)));
     }
-    const float scale = a.scales[size_t(m * a.blocks + b)];
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
-    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+    return lanes;
   }
-  float lanes[8];
-  _mm256_storeu_ps(lanes, acc);
-  return sum_lanes(lanes) + minimums;
-}
+};
 
-// AVX-512: a pair of chunks in one register (vpmaddubsw and vpmaddwd on 64
-// values), the halves added: AVX2's lanes.
-template <QuantFormat F>
-[[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] float dot_vnni(const uint8_t* w, const Q8K& a, int64_t m) {
-  const int64_t bytes = k_block_bytes(F);
-  __m256 acc = _mm256_setzero_ps();
-  float minimums = 0;
-  for (int64_t b = 0; b < a.blocks; ++b) {
-    const uint8_t* x = w + b * bytes;
-    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
+struct Avx512Lanes {
+  template <QuantFormat F>
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static __m256i block(const uint8_t* x, const int8_t* q8,
+                                                                                const KBlock& k) {
     __m512i lanes = _mm512_setzero_si512();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
@@ -302,9 +275,22 @@ template <QuantFormat F>
           _mm512_inserti64x4(_mm512_castsi256_si512(chunk_scales16<F>(k, 2 * i)), chunk_scales16<F>(k, 2 * i + 1), 1);
       lanes = _mm512_add_epi32(lanes, _mm512_madd_epi16(pairs, scales16));
     }
-    const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+    return _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+  }
+};
+
+// One output on a SIMD path: the scalar reference's f32 steps on `Lanes`' integer lanes.
+template <QuantFormat F, typename Lanes>
+inline float dot_simd(const uint8_t* w, const Q8K& a, int64_t m) {
+  const int64_t bytes = k_block_bytes(F);
+  __m256 acc = _mm256_setzero_ps();
+  float minimums = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* x = w + b * bytes;
+    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
+    const __m256i lanes = Lanes::template block<F>(x, a.levels.data() + (m * a.blocks + b) * S, k);
     const float scale = a.scales[size_t(m * a.blocks + b)];
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(folded), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
     if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
   }
   float lanes[8];
@@ -313,25 +299,47 @@ template <QuantFormat F>
 }
 #endif
 
+// Each path's dot as a type, so the loops below call it directly (and flatten inlines it).
+template <QuantFormat F>
+struct ScalarDot {
+  float operator()(const uint8_t* w, const Q8K& a, int64_t m) const { return dot_scalar<F>(w, a, m); }
+};
+#ifdef KILN_X86_INTRINSICS
+template <QuantFormat F, typename Lanes>
+struct SimdDot {
+  float operator()(const uint8_t* w, const Q8K& a, int64_t m) const { return dot_simd<F, Lanes>(w, a, m); }
+};
+#endif
+
+// Rows n0 .. n1 of w against all M activation rows, one output at a time.
+template <typename Dot>
+inline void rows_with(Dot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
+  const uint8_t* data = w.data.data<uint8_t>();
+  const int64_t row_bytes = w.data.numel() / w.rows;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) out[m * w.rows + n] = dot(data + n * row_bytes, a, m);
+}
+
+#ifdef KILN_X86_INTRINSICS
+// Each path's loops flattened, so everything inlines into its instruction set.
+template <QuantFormat F>
+[[gnu::flatten]] void rows_avx2(const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
+  rows_with(SimdDot<F, Avx2Lanes>{}, w, n0, n1, a, M, out);
+}
+template <QuantFormat F>
+[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void rows_avx512(
+    const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
+  rows_with(SimdDot<F, Avx512Lanes>{}, w, n0, n1, a, M, out);
+}
+#endif
+
 template <QuantFormat F>
 void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
-  const uint8_t* data = w.data.data<uint8_t>();
-  const int64_t row_bytes = a.blocks * k_block_bytes(F);
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) {
-      const uint8_t* row = data + n * row_bytes;
 #ifdef KILN_X86_INTRINSICS
-      if (dot == QuantDot::avx512_vnni) {
-        out[m * w.rows + n] = dot_vnni<F>(row, a, m);
-        continue;
-      }
-      if (dot == QuantDot::avx2) {
-        out[m * w.rows + n] = dot_avx2<F>(row, a, m);
-        continue;
-      }
+  if (dot == QuantDot::avx512_vnni) return rows_avx512<F>(w, n0, n1, a, M, out);
+  if (dot == QuantDot::avx2) return rows_avx2<F>(w, n0, n1, a, M, out);
 #endif
-      out[m * w.rows + n] = dot_scalar<F>(row, a, m);
-    }
+  rows_with(ScalarDot<F>{}, w, n0, n1, a, M, out);
 }
 
 }  // namespace

@@ -9,15 +9,6 @@ namespace kiln {
 
 namespace {
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_float(h);
-}
-
-constexpr int64_t kK = kSuperBlock;
-
-
 // One block of each type: `x` its bytes, `y` its values.
 void q4_0(const uint8_t* x, float* y) {
   const float d = half_at(x);
@@ -54,7 +45,7 @@ void q2_k(const uint8_t* x, float* y) {  // scales[16], qs[64], d, dmin
   const uint8_t* q = x + 16;
   const float d = half_at(x + 80), dmin = half_at(x + 82);
   int is = 0;
-  for (int n = 0; n < kK; n += 128, q += 32)
+  for (int n = 0; n < kSuperBlock; n += 128, q += 32)
     for (int shift = 0; shift < 8; shift += 2)
       for (int half = 0; half < 2; ++half) {
         const uint8_t sc = scales[is++];
@@ -75,7 +66,7 @@ void q3_k(const uint8_t* x, float* y) {  // hmask[32], qs[64], scales[12], d
   }
   int is = 0;
   uint8_t m = 1;
-  for (int n = 0; n < kK; n += 128, q += 32)
+  for (int n = 0; n < kSuperBlock; n += 128, q += 32)
     for (int shift = 0; shift < 8; shift += 2, m <<= 1)
       for (int half = 0; half < 2; ++half) {
         const float dl = d * float(scales[is++] - 32);
