@@ -53,6 +53,13 @@ run 0 "$KILN" sample "gguf:$GGUF" --prompt "$TEXT" --temperature 0 --max-tokens 
 cp "$OUT" "$WORK/gguf-sample.txt"
 run 0 "$KILN" sample "hf:$WORK/gguf-hf" --prompt "$TEXT" --temperature 0 --max-tokens 16 --ignore-eos
 cmp -s "$OUT" "$WORK/gguf-sample.txt" || fail "greedy samples of the GGUF file and of its export differ"
+# llama-perplexity's chunked perplexity (measured against it in docs/PERFORMANCE.md): chunks of --ctx, each scored
+# on its second half.
+run 0 "$KILN" perplexity "gguf:$GGUF" --file /usr/share/games/fortunes/science --ctx 64 --chunks 3 --json
+python3 -c "import json, sys; r = json.load(open('$OUT')); sys.exit(not (r['chunks'] == 3 and r['tokens_scored'] == 3 * 31 and 1 < r['perplexity'] < 1e4))" ||
+  fail "kiln perplexity scored other than 3 chunks of 31 tokens"
+run 1 "$KILN" perplexity "gguf:$GGUF" --text "$TEXT" --ctx 64
+expect "needs at least 128"
 # Its chat template (tokenizer.chat_template, set here by gguf-py's gguf-new-metadata) renders with the file's
 # bos/eos text, as transformers rendered the template (tests/hf/fixtures/chat_templates/expected.json).
 CORPUS="$FIX/chat_templates"
