@@ -177,6 +177,17 @@ TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
   EXPECT_EQ(byte_level.decode(byte_level.encode("he the")), "he the");
   EXPECT_EQ(bpe.end_of_generation_ids, (std::vector<int32_t>{int32_t(byte_level.vocab_size() - 1)}));
 
+  // Gemma's files spell a piece of spaces with spaces, and rank merges by the file's order, not the scores.
+  nlohmann::json gemma = spm_file.metadata();
+  gemma["general.architecture"] = "gemma2";
+  gemma["tokenizer.ggml.tokens"].push_back("  ");
+  gemma["tokenizer.ggml.scores"].push_back(0.0);
+  gemma["tokenizer.ggml.token_type"].push_back(1);
+  const auto gemma_tok = text::HfTokenizer::from_json(text::gguf_vocab(gemma).tokenizer, "gemma");
+  const int32_t spaces = int32_t(gemma["tokenizer.ggml.tokens"].size() - 1);
+  EXPECT_EQ(gemma_tok.token_to_id("\u2581\u2581"), spaces);
+  EXPECT_EQ(gemma_tok.decode({1, *gemma_tok.token_to_id("\u2581a"), spaces, *gemma_tok.token_to_id("b")}), "a  b");
+
   nlohmann::json broken = spm_file.metadata();
   broken["tokenizer.ggml.pre"] = "no-such-type";
   broken["tokenizer.ggml.model"] = "gpt2";

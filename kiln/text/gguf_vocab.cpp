@@ -204,6 +204,67 @@ json template_processing(const std::vector<std::pair<std::string, int32_t>>& aro
   return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
 }
 
+// SentencePiece: spaces as U+2581 (one before the text unless
+// add_space_prefix is false), pieces merged by the file's merges or, without
+// them, by merges recovered from the scores.
+void sentencepiece_stages(const json& m, std::vector<std::string>& tokens, json& merges, bool add_space_prefix,
+                          json& tokenizer) {
+  // Gemma's files spell a piece of spaces with spaces, and their scores do not follow the merge order: the
+  // file's order does (transformers' gemma_tokenizer).
+  const json* arch = find(m, "general.architecture");
+  const bool gemma = arch && arch->is_string() && arch->get<std::string>().starts_with("gemma");
+  if (gemma)
+    for (auto& t : tokens)
+      if (t.find_first_not_of(' ') == std::string::npos) {
+        std::string spelled;
+        for (size_t i = 0; i < t.size(); ++i) spelled += kSpace;
+        t = spelled;
+      }
+  if (merges.empty()) {
+    std::vector<float> scores = array_of<float>(m, "tokenizer.ggml.scores", tokens.size(), false);
+    if (gemma) {
+      scores.resize(tokens.size());
+      for (size_t i = 0; i < tokens.size(); ++i) scores[i] = -float(i);
+    }
+    KILN_CHECK(scores.size() == tokens.size(),
+               "GGUF: a SentencePiece vocabulary without merges needs 'tokenizer.ggml.scores'");
+    for (auto& [l, r] : merges_from_scores(tokens, scores)) merges.push_back({std::move(l), std::move(r)});
+  }
+  json normalizers = json::array();
+  if (add_space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", kSpace}});
+  normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
+  tokenizer["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
+  tokenizer["pre_tokenizer"] = nullptr;
+  json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+                   {{"type", "ByteFallback"}},
+                   {{"type", "Fuse"}}};
+  if (add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  tokenizer["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
+}
+
+// Byte-level BPE: the text split by the expressions of the file's
+// pre-tokenizer type, whose row (ignore_merges, add_bos) it returns.
+const PreTokenizerType& byte_level_stages(const json& m, json& tokenizer) {
+  const json* pre_key = find(m, "tokenizer.ggml.pre");
+  const std::string pre = pre_key && pre_key->is_string() ? pre_key->get<std::string>() : "default";
+  const PreTokenizerType* type = nullptr;
+  for (const auto& t : pre_tokenizer_types())
+    if (std::find(t.names.begin(), t.names.end(), pre) != t.names.end()) type = &t;
+  KILN_CHECK(type, "GGUF: pre-tokenizer type '", pre, "' (tokenizer.ggml.pre) is not one Kiln knows; it knows the "
+             "types of Llama 3, Qwen2/2.5/3, Mistral's Tekken, GPT-2, GPT-4o, DeepSeek, Falcon, StarCoder, BLOOM and "
+             "others (kiln/text/gguf_vocab.cpp)");
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                           {"use_regex", type->splits.empty()}};
+  json steps = json::array();
+  for (const auto& split : type->splits)
+    steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", split}}}, {"behavior", "Isolated"}, {"invert", false}});
+  steps.push_back(byte_level);
+  tokenizer["normalizer"] = nullptr;
+  tokenizer["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", steps}};
+  tokenizer["decoder"] = byte_level;
+  return *type;
+}
+
 }  // namespace
 
 GgufVocab gguf_vocab(const json& m) {
@@ -220,9 +281,6 @@ GgufVocab gguf_vocab(const json& m) {
   const size_t n = tokens.size();
   std::vector<int64_t> types = array_of<int64_t>(m, "tokenizer.ggml.token_type", n, false);
   if (types.empty()) types.assign(n, kNormal);
-  std::vector<float> scores = array_of<float>(m, "tokenizer.ggml.scores", n, false);
-  const std::string arch = find(m, "general.architecture") && m["general.architecture"].is_string()
-                               ? m["general.architecture"].get<std::string>() : "";
 
   GgufVocab out;
   json bpe = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
@@ -238,52 +296,11 @@ GgufVocab gguf_vocab(const json& m) {
   const bool add_space_prefix = flag(m, "tokenizer.ggml.add_space_prefix", sentencepiece);
   bool add_bos = sentencepiece;
   if (sentencepiece) {
-    // Gemma's files spell a piece of spaces with spaces, and their scores do not follow the merge order: the
-    // file's order does (transformers' gemma_tokenizer).
-    const bool gemma = arch.starts_with("gemma");
-    if (gemma)
-      for (auto& t : tokens)
-        if (t.find_first_not_of(' ') == std::string::npos) {
-          std::string spelled;
-          for (size_t i = 0; i < t.size(); ++i) spelled += kSpace;
-          t = spelled;
-        }
-    if (merges.empty()) {
-      if (gemma)
-        for (size_t i = 0; i < n; ++i) scores.push_back(-float(i));
-      KILN_CHECK(scores.size() == n, "GGUF: a SentencePiece vocabulary without merges needs 'tokenizer.ggml.scores'");
-      for (auto& [l, r] : merges_from_scores(tokens, scores)) merges.push_back({std::move(l), std::move(r)});
-    }
-    json normalizers = json::array();
-    if (add_space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", kSpace}});
-    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
-    out.tokenizer["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
-    out.tokenizer["pre_tokenizer"] = nullptr;
-    json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
-                     {{"type", "ByteFallback"}},
-                     {{"type", "Fuse"}}};
-    if (add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-    out.tokenizer["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
+    sentencepiece_stages(m, tokens, merges, add_space_prefix, out.tokenizer);
   } else {
-    const json* pre_key = find(m, "tokenizer.ggml.pre");
-    const std::string pre = pre_key && pre_key->is_string() ? pre_key->get<std::string>() : "default";
-    const PreTokenizerType* type = nullptr;
-    for (const auto& t : pre_tokenizer_types())
-      if (std::find(t.names.begin(), t.names.end(), pre) != t.names.end()) type = &t;
-    KILN_CHECK(type, "GGUF: pre-tokenizer type '", pre, "' (tokenizer.ggml.pre) is not one Kiln knows; it knows the "
-               "types of Llama 3, Qwen2/2.5/3, Mistral's Tekken, GPT-2, GPT-4o, DeepSeek, Falcon, StarCoder, BLOOM and others "
-               "(kiln/text/gguf_vocab.cpp)");
-    bpe["ignore_merges"] = type->ignore_merges;
-    add_bos = type->add_bos;
-    const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                             {"use_regex", type->splits.empty()}};
-    json steps = json::array();
-    for (const auto& s : type->splits)
-      steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", s}}}, {"behavior", "Isolated"}, {"invert", false}});
-    steps.push_back(byte_level);
-    out.tokenizer["normalizer"] = nullptr;
-    out.tokenizer["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", steps}};
-    out.tokenizer["decoder"] = byte_level;
+    const PreTokenizerType& type = byte_level_stages(m, out.tokenizer);
+    bpe["ignore_merges"] = type.ignore_merges;
+    add_bos = type.add_bos;
   }
 
   json vocab = json::object(), added = json::array();
