@@ -152,6 +152,23 @@ TEST(GgufModels, ALlamaFileIsTheModelOfItsFolder) {
   EXPECT_THROW(models::hf_config_from_gguf(GgufFile::open(kFixture)), Error);
 }
 
+// A Qwen3 converted by llama.cpp's converter (tests/hf/convert_fixture_to_gguf.py): its own name table (q and k
+// norms, q and k not permuted) and head_dim from attention.key_length; the F32 file is its folder's model bit for bit.
+TEST(GgufModels, AQwen3FileIsTheModelOfItsFolder) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/qwen3";
+  auto folder = models::load_hf_causal_lm(dir, DType::f32);
+  const GgufFile file = GgufFile::open(dir + "/model-f32.gguf");
+  const nlohmann::json config = models::hf_config_from_gguf(file);
+  EXPECT_EQ(config["model_type"], "qwen3");
+  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "vocab_size"})
+    EXPECT_EQ(config[key], folder.config[key]) << key;
+  const std::vector<int32_t> ids = {0, 41, 471, 80, 422, 327, 13, 499, 301, 260, 258, 405};
+  EXPECT_EQ(models::next_token_log_probabilities(*models::load_gguf_language_model(file), ids),
+            models::next_token_log_probabilities(*folder.model, ids));
+  EXPECT_EQ(models::gguf_folder_files(file.path()).config["architectures"][0], "Qwen3ForCausalLM");
+}
+
 // Tokenizers from metadata alone (the fuzzer's seeds, tests/hf/make_gguf_fixture.py); real vocabularies are
 // checked against their models' own ids in tests/hf/test_vocab_corpus.cpp.
 TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {

@@ -29,7 +29,29 @@ int64_t positive(const json& m, const std::string& key) {
   return v.get<int64_t>();
 }
 
-// GGUF's names -> transformers' (the llama architecture's; blk.N.* per layer).
+// The architectures Kiln reads from GGUF, as llama.cpp names them.
+struct GgufArchitecture {
+  const char* arch;             // general.architecture
+  const char* model_type;       // the family row that builds it
+  const char* hf_architecture;  // config.json's "architectures" for an export
+  bool permuted_qk;             // llama.cpp's converter interleaves q and k's rotary halves (llama's files only)
+};
+constexpr GgufArchitecture kArchitectures[] = {
+    {"llama", "llama", "LlamaForCausalLM", true},
+    {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
+};
+
+const GgufArchitecture& architecture_of(const json& m) {
+  const json* a = m.contains("general.architecture") ? &m["general.architecture"] : nullptr;
+  const std::string arch = a && a->is_string() ? a->get<std::string>() : "";
+  for (const auto& row : kArchitectures)
+    if (arch == row.arch) return row;
+  std::string known;
+  for (const auto& row : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(row.arch);
+  KILN_FAIL("GGUF: architecture '", arch, "' is not one Kiln loads from GGUF yet (it loads ", known, ")");
+}
+
+// GGUF's names -> transformers' (blk.N.* per layer); a name an architecture lacks is never looked up.
 const std::map<std::string, std::string>& llama_names() {
   static const std::map<std::string, std::string> names = {
       {"token_embd.weight", "model.embed_tokens.weight"},   {"output_norm.weight", "model.norm.weight"},
@@ -37,7 +59,8 @@ const std::map<std::string, std::string>& llama_names() {
       {"attn_q.weight", "self_attn.q_proj.weight"},         {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},         {"attn_output.weight", "self_attn.o_proj.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},              {"ffn_down.weight", "mlp.down_proj.weight"}};
+      {"ffn_up.weight", "mlp.up_proj.weight"},              {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},    {"attn_k_norm.weight", "self_attn.k_norm.weight"}};
   return names;
 }
 
@@ -106,10 +129,9 @@ Tensor float_tensor(const GgufFile& file, const GgufTensorInfo& t) {
 
 json hf_config_from_gguf(const GgufFile& file) {
   const json& m = file.metadata();
-  const std::string arch = required(m, "general.architecture").is_string() ? m["general.architecture"].get<std::string>() : "";
-  KILN_CHECK(arch == "llama", "GGUF: architecture '", arch, "' is not one Kiln loads from GGUF yet (it loads llama)");
-  const std::string p = arch + ".";
-  json c = {{"model_type", "llama"},
+  const GgufArchitecture& row = architecture_of(m);
+  const std::string p = std::string(row.arch) + ".";
+  json c = {{"model_type", row.model_type},
             {"hidden_size", positive(m, p + "embedding_length")},
             {"num_hidden_layers", positive(m, p + "block_count")},
             {"intermediate_size", positive(m, p + "feed_forward_length")},
@@ -118,6 +140,7 @@ json hf_config_from_gguf(const GgufFile& file) {
             {"tie_word_embeddings", file.find("output.weight") == nullptr}};
   c["num_key_value_heads"] = m.contains(p + "attention.head_count_kv") ? positive(m, p + "attention.head_count_kv")
                                                                        : c["num_attention_heads"].get<int64_t>();
+  if (m.contains(p + "attention.key_length")) c["head_dim"] = positive(m, p + "attention.key_length");
   if (m.contains(p + "rope.freq_base")) c["rope_theta"] = required(m, p + "rope.freq_base");
   if (m.contains(p + "attention.layer_norm_rms_epsilon"))
     c["rms_norm_eps"] = required(m, p + "attention.layer_norm_rms_epsilon");
@@ -134,7 +157,7 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
   std::shared_ptr<LanguageModel> model;
   {
     nn::MetaParametersGuard meta;  // the file provides the weights: no initialisation, no memory
-    model = find_causal_lm_family("llama")->build(config);
+    model = find_causal_lm_family(config["model_type"].get<std::string>())->build(config);
   }
   // llama.cpp keeps norms in F32 beside F16/BF16 matrices; a model runs in one dtype: the embedding's, or f32
   // where the embedding is quantized (quantized products give f32).
@@ -142,13 +165,16 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     const GgufTensorInfo* embedding = file.find("token_embd.weight");
     dtype = embedding->type == GgufType::F16 ? DType::f16 : embedding->type == GgufType::BF16 ? DType::bf16 : DType::f32;
   }
-  const int64_t heads = config["num_attention_heads"], kv_heads = config["num_key_value_heads"];
+  const bool permuted = architecture_of(file.metadata()).permuted_qk;
+  const int64_t heads = permuted ? config["num_attention_heads"].get<int64_t>() : 0;
+  const int64_t kv_heads = permuted ? config["num_key_value_heads"].get<int64_t>() : 0;
   std::map<std::string, Tensor> weights;
   std::map<std::string, QuantizedMatrix> quantized;
   for (const GgufTensorInfo& t : file.header().tensors) {
     if (t.name == "rope_freqs.weight") continue;  // llama 3's scaling factors (refused above when they matter)
     const std::string name = hf_name_of(t.name);
-    KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a llama model");
+    KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a ", config["model_type"].get<std::string>(),
+               " model");
     const int64_t permuted_heads = name.ends_with("q_proj.weight") ? heads : name.ends_with("k_proj.weight") ? kv_heads : 0;
     if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() == 2) {  // kept quantized (kiln/io/gguf_quants.h)
       QuantizedMatrix q = gguf_to_quantized(t.type, file.tensor(t.name), t.dims[1], t.dims[0], *dtype);
@@ -167,7 +193,7 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
   });
   KILN_CHECK(quantized.empty(), "GGUF: quantized tensor '", quantized.empty() ? "" : quantized.begin()->first,
              "' is not a matrix of a linear layer or the embedding");
-  attach_mapped_weights(*model, std::move(weights), file.path(), "llama", dtype);
+  attach_mapped_weights(*model, std::move(weights), file.path(), config["model_type"].get<std::string>(), dtype);
   return model;
 }
 
@@ -190,7 +216,7 @@ HfFolderContents gguf_folder_files(const std::string& path) {
   const GgufFile file = GgufFile::open(path);
   HfFolderContents c;
   c.config = hf_config_from_gguf(file);
-  c.config["architectures"] = {"LlamaForCausalLM"};
+  c.config["architectures"] = {architecture_of(file.metadata()).hf_architecture};
   const text::GgufVocab vocab = text::gguf_vocab(file.metadata());
   const text::GgufChatTemplate chat = text::gguf_chat_template(file.metadata());
   const json& m = file.metadata();

@@ -9,7 +9,8 @@
 // (kiln/text/gguf_vocab.h). Weights: F32, F16 and BF16 as they are; Q8_0 and
 // Q4_0 matrices as Kiln's int8b and int4 (kiln/io/gguf_quants.h, products
 // in integers); the other quantized types dequantized to f32 at load (their
-// own kernels are to come). So far: the llama architecture.
+// own kernels are to come). Architectures: llama (Llama, Mistral, TinyLlama,
+// SmolLM, ... as llama.cpp converts them) and qwen3.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
