@@ -52,7 +52,7 @@ const GgufArchitecture& architecture_of(const json& m) {
 }
 
 // GGUF's names -> transformers' (blk.N.* per layer); a name an architecture lacks is never looked up.
-const std::map<std::string, std::string>& llama_names() {
+const std::map<std::string, std::string>& gguf_names() {
   static const std::map<std::string, std::string> names = {
       {"token_embd.weight", "model.embed_tokens.weight"},   {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"},                  {"attn_norm.weight", "input_layernorm.weight"},
@@ -67,7 +67,7 @@ const std::map<std::string, std::string>& llama_names() {
 std::string hf_name_of(const std::string& gguf_name) {
   static const std::regex layer(R"(blk\.(\d+)\.(.+))");
   std::smatch m;
-  const auto& names = llama_names();
+  const auto& names = gguf_names();
   if (std::regex_match(gguf_name, m, layer)) {
     const auto it = names.find(m[2].str());
     return it == names.end() ? "" : "model.layers." + m[1].str() + "." + it->second;
@@ -90,7 +90,7 @@ std::vector<int64_t> unpermuted_rows(int64_t rows, int64_t heads) {
   return source;
 }
 
-// The rows of a contiguous [rows, width] array of `bytes`-sized elements, reordered.
+// Row r of `to` becomes row source[r] of `from` (both contiguous, of one shape and dtype).
 void reorder_rows(const Tensor& from, Tensor& to, const std::vector<int64_t>& source) {
   const size_t row = size_t(from.numel() / from.size(0)) * dtype_size(from.dtype());
   const auto* in = static_cast<const uint8_t*>(from.data_ptr());
