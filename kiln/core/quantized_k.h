@@ -6,31 +6,13 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
-#ifdef __F16C__
-// (GCC 12 warns inside its own AVX-512 headers: see kiln/cpu/x86_intrinsics.h.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
+#include "kiln/core/half.h"
 #include "kiln/core/quantized.h"
 
 namespace kiln {
 
 constexpr int64_t kSuperBlock = 256;
-
-// An f16 value in a block's bytes (ggml's scales), as f32: F16C's conversion
-// where the build has it (x86-64-v3 does; a product reads two a block).
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-#ifdef __F16C__
-  return _cvtsh_ss(h);
-#else
-  return f16_to_float(h);
-#endif
-}
 
 // Bytes of one super-block: Q4_K 144, Q5_K 176, Q6_K 210.
 int64_t k_block_bytes(QuantFormat format);

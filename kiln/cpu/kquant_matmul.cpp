@@ -15,17 +15,14 @@
 // +-127, so a pair of byte products is at most 2 * 63 * 127 < 2^15.
 #include "kiln/cpu/kquant_matmul.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "kiln/backend/backend.h"
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/core/quantized_k.h"
-#include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -76,12 +73,6 @@ Q8K quantize_q8k(const float* x, int64_t M, int64_t K) {
   for (int64_t b = 0; b < M * a.blocks; ++b)
     quantize_block_q8k(x + b * S, a.scales[size_t(b)], a.levels.data() + b * S, a.sums.data() + b * (S / 16));
   return a;
-}
-
-// The fixed order of the lanes' sum: lanes i and i + 4, then i and i + 2, then the two.
-inline float sum_lanes(const float* a) {
-  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-  return (s0 + s2) + (s1 + s3);
 }
 
 // One weight block's decoded parts: its scales, and for Q4_K/Q5_K the minimums' term.
@@ -348,18 +339,13 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   KILN_CHECK(w.k_quant() && w.cols % S == 0, "kquant_matmul: ", quant_format_name(w.format), " weights of ", w.cols,
              " columns are not K-quant blocks");
   const Q8K a = quantize_q8k(x, M, w.cols);
-  const int64_t N = w.rows, work = M * N * w.cols;
-  const int threads = work < (int64_t(1) << 18) ? 1 : get_num_threads();
-  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t n1 = std::min(N, n0 + chunk);
+  for_row_chunks(w.rows, M * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
     switch (w.format) {
-      case QuantFormat::q4_k: rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out); break;
-      case QuantFormat::q5_k: rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out); break;
-      default: rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out); break;
+      case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
+      case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
+      default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);
     }
-  }
+  });
 }
 
 void round_to_q8k_levels(const float* x, int64_t M, int64_t K, float* out) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kiln/backend/batch_invariant.h"
+#include "kiln/core/half.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/kquant_matmul.h"
@@ -56,7 +57,7 @@ inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& s
   for (float f : v) amax = std::max(amax, std::abs(f));
   const float exact = amax / 127.0f;
   const float inverse = exact > 0 ? 1.0f / exact : 0.0f;
-  scale = f16_to_float(float_to_f16(exact));
+  scale = round_to_half(exact);
   int32_t sum = 0;
   for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));
   return sum;
@@ -111,12 +112,6 @@ constexpr Levels levels_of(QuantFormat f) {
 }
 // Levels stored a byte each (int8, int8b), or two to a byte (int4, int4z).
 constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
-
-// The fixed order of the lanes' sum: lanes i and i + 4, then i and i + 2, then the two.
-inline float sum_lanes(const float* a) {
-  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-  return (s0 + s2) + (s1 + s3);
-}
 
 // The weights' raw arrays, read once per call rather than once per row.
 struct Weights {
@@ -349,12 +344,7 @@ const char* quant_dot_name(QuantDot dot) {
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
   if (w.k_quant()) return kquant_matmul_rows(x, M, w, out, dot);
   const QuantizedActivations a = quantize_activations(x, M, w.cols, w.blocks());
-  // Rows of w in chunks over the threads; each output is one thread's alone.
-  const int64_t N = w.rows, work = M * N * w.padded_cols();
-  const int threads = work < (int64_t(1) << 18) ? 1 : get_num_threads();
-  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) rows(dot, w, n0, std::min(N, n0 + chunk), a, M, out);
+  for_row_chunks(w.rows, M * w.rows * w.padded_cols(), [&](int64_t n0, int64_t n1) { rows(dot, w, n0, n1, a, M, out); });
 }
 
 void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) {

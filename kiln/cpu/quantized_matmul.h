@@ -2,6 +2,9 @@
 // inference. Exposed beside the backend so the tests can run each
 // instruction path on whatever machine runs them.
 #pragma once
+#include <algorithm>
+
+#include "kiln/backend/backend.h"
 #include "kiln/core/quantized.h"
 
 namespace kiln::cpu {
@@ -28,5 +31,23 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
 // kernel takes 317 us (int8) and 438 us (int4) against widening's 477 and
 // 764; at 64, 650 and 882 against 796 and 945; at 128 widening wins int4.
 constexpr int64_t kWidenedRows = 64;
+
+// The fixed order of the sum of a product's eight f32 lanes, on every path:
+// lanes i and i + 4, then i and i + 2, then the two.
+inline float sum_lanes(const float* a) {
+  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+// The weight rows [0, N) of a product in chunks over the threads (one thread
+// when `work`, M x N x K, is small): rows(n0, n1) for each chunk, so each
+// output is one thread's alone.
+template <typename Rows>
+void for_row_chunks(int64_t N, int64_t work, const Rows& rows) {
+  const int threads = work < (int64_t(1) << 18) ? 1 : get_num_threads();
+  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) rows(n0, std::min(N, n0 + chunk));
+}
 
 }  // namespace kiln::cpu

@@ -1,7 +1,6 @@
 #include "kiln/io/gguf.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,18 +9,11 @@
 #include <system_error>
 
 #include "kiln/core/error.h"
+#include "kiln/io/file_mapping.h"
 
 namespace kiln {
 
 namespace {
-
-struct Mapping {
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-  ~Mapping() {
-    if (base != MAP_FAILED) ::munmap(base, bytes);
-  }
-};
 
 // The row-major shape of ggml's dims (dims[0] fastest).
 Shape kiln_shape(const std::vector<int64_t>& dims) { return Shape(dims.rbegin(), dims.rend()); }
@@ -39,19 +31,17 @@ GgufFile GgufFile::open(const std::string& path) {
     ::close(fd);
     KILN_FAIL(path, " is not a regular file");
   }
-  auto mapping = std::make_shared<Mapping>();
-  mapping->bytes = size_t(st.st_size);
-  // Copy-on-write, as safetensors files are mapped: a tensor trained in place copies the pages it touches.
-  if (mapping->bytes > 0) mapping->base = ::mmap(nullptr, mapping->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const size_t bytes = size_t(st.st_size);
+  const auto mapping = bytes > 0 ? map_copy_on_write(fd, bytes) : nullptr;
   const int err = errno;
   ::close(fd);
-  KILN_CHECK(mapping->bytes > 0, path, " is empty: not a GGUF file");
-  KILN_CHECK(mapping->base != MAP_FAILED, "cannot map ", path, ": ", std::generic_category().message(err));
+  KILN_CHECK(bytes > 0, path, " is empty: not a GGUF file");
+  KILN_CHECK(mapping, "cannot map ", path, ": ", std::generic_category().message(err));
   GgufFile f;
   f.path_ = path;
   f.base_ = static_cast<const uint8_t*>(mapping->base);
   try {
-    f.header_ = parse_gguf(f.base_, mapping->bytes);
+    f.header_ = parse_gguf(f.base_, bytes);
   } catch (const Error& e) {
     KILN_FAIL(path, ": ", e.what());
   }

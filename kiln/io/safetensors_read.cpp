@@ -2,7 +2,6 @@
 // is checked before it is used, and any defect becomes a kiln::Error that
 // names the file and says what is wrong, never a crash or a huge allocation.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "kiln/io/file_mapping.h"
 #include "kiln/io/safetensors.h"
 
 namespace kiln {
@@ -184,16 +184,6 @@ Header read_header(const Reader& file) {
   return header;
 }
 
-// A read-only file mapped copy-on-write: tensors that view it can still be
-// written (training updates them in place), which copies only the pages touched.
-struct Mapping {
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-  ~Mapping() {
-    if (base != MAP_FAILED) ::munmap(base, bytes);
-  }
-};
-
 }  // namespace
 
 SafetensorsFile load_safetensors(const std::string& path) {
@@ -212,10 +202,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
 SafetensorsFile map_safetensors(const std::string& path) {
   Reader file(path);
   Header header = read_header(file);
-  auto mapping = std::make_shared<Mapping>();
-  mapping->bytes = file.size();
-  mapping->base = ::mmap(nullptr, mapping->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd(), 0);
-  if (mapping->base == MAP_FAILED) return load_safetensors(path);  // e.g. a file system without mmap
+  const auto mapping = map_copy_on_write(file.fd(), file.size());
+  if (!mapping) return load_safetensors(path);  // e.g. a file system without mmap
   SafetensorsFile out;
   out.metadata = std::move(header.metadata);
   for (const Entry& e : header.entries) {

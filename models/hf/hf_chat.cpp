@@ -7,6 +7,7 @@
 #include "kiln/io/gguf.h"
 #include "kiln/io/text_file.h"
 #include "kiln/text/gguf_vocab.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
@@ -56,7 +57,7 @@ std::string template_source(const fs::path& dir, const json& config, const fs::p
 }  // namespace
 
 text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::string& name) {
-  if (fs::is_regular_file(dir)) {  // a GGUF file: its tokenizer.chat_template
+  if (is_gguf_file(dir)) {  // a GGUF file: its tokenizer.chat_template
     const text::GgufChatTemplate g = text::gguf_chat_template(GgufFile::open(dir).metadata());
     if (name.empty() && g.source.empty())
       KILN_FAIL("gguf:", dir, " has no chat template (tokenizer.chat_template); name one with --chat-template NAME (",
