@@ -31,9 +31,11 @@ for _ in $(seq "$ROUNDS"); do
 done
 # Where Kiln's GPT-2 step spends its time, op by op (each op synchronised).
 "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 3 --profile > /dev/null 2> "$OUT/gpt_profile.txt"
-run "$DIST/bench_gpu" compare --n 10000
-run python3 "$HERE/torch_gpu_bench.py" compare --n 10000
-run "$DIST/bench_gpu" allreduce --mib 256 --iters 20  # one rank over NCCL (docs/DISTRIBUTED.md)
+if [ "${SKIP_COMPARE:-0}" != 1 ]; then  # SKIP_COMPARE=1: only the GPU against PyTorch
+  run "$DIST/bench_gpu" compare --n 10000
+  run python3 "$HERE/torch_gpu_bench.py" compare --n 10000
+  run "$DIST/bench_gpu" allreduce --mib 256 --iters 20  # one rank over NCCL (docs/DISTRIBUTED.md)
+fi
 
 python3 - "$J" > "$OUT/results.md" <<'PY'
 import json, sys

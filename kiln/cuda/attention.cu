@@ -99,17 +99,21 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 }  // namespace
 
-// Shape checks shared with the backward (attention_backward.cu).
+// Shape checks shared with the backward (attention_backward.cu). Strides are
+// not checked here: the tensor-core path reads views in place, the CUDA-core
+// kernels get contiguous copies.
+void check_like_q(const Tensor& t, const Tensor& q, const char* op, const char* what) {
+  check_cuda(t, op, what);
+  check_same_device(t, q, op);
+  check_shape(t, q.shape(), op, what);
+  check_dtype(t, q.dtype(), op, what);
+}
+
 void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const char* op) {
-  for (const Tensor* t : {&q, &k, &v}) {
-    check_cuda(*t, op, "q/k/v");
-    check_same_device(*t, q, op);
-    check_contiguous(*t, op, "q/k/v");
-    check_dtype(*t, q.dtype(), op, "k/v");
-  }
   KILN_CHECK(q.dim() == 4, op, ": q must be [B, H, T, D], got ", shape_str(q.shape()));
-  check_shape(k, q.shape(), op, "k");
-  check_shape(v, q.shape(), op, "v");
+  check_like_q(q, q, op, "q");
+  check_like_q(k, q, op, "k");
+  check_like_q(v, q, op, "v");
   KILN_CHECK(q.size(3) <= kMaxD, op, ": head dim ", q.size(3), " is larger than the ", kMaxD,
              " the CUDA kernel supports");
   KILN_CHECK(q.size(0) * q.size(1) <= 65535, op, ": B*H = ", q.size(0) * q.size(1), " exceeds 65535");
@@ -131,29 +135,23 @@ void set_smem(const void* kernel, size_t bytes, int dev, const char* op) {
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, float scale,
                             bool causal) {
   const char* op = "attention";
-  // The kernels read contiguous heads; other views (heads read out of a
-  // packed q|k|v projection) are copied in, and the output out.
+  check_attention_args(q, k, v, lse, op);
+  check_like_q(out, q, op, "out");
+  const int64_t BH = q.size(0) * q.size(1), len = q.size(2);
+  const int D = int(q.size(3));
+  if (BH == 0 || len == 0) return;
+  KILN_CHECK(D > 0, "attention: head dim is 0");
+  const int dev = q.device().index;
+  DeviceGuard guard(dev);
+  if (tensor_core_attention_applies(q, {&q, &k, &v, &out}))
+    return tensor_core_attention(q, k, v, out, lse, scale, causal);
+  // The CUDA-core kernels read contiguous heads; other views are copied in,
+  // and the output out.
   if (!all_contiguous({&q, &k, &v, &out})) {
     Tensor o = empty_workspace(out.shape(), out.dtype(), out.device());
     attention(contiguous_or_copy(q), contiguous_or_copy(k), contiguous_or_copy(v), o, lse, scale, causal);
     return copy(o, out);
   }
-  check_attention_args(q, k, v, lse, op);
-  check_cuda(out, op, "out");
-  check_same_device(out, q, op);
-  check_contiguous(out, op, "out");
-  check_shape(out, q.shape(), op, "out");
-  check_dtype(out, q.dtype(), op, "out");
-  const int64_t BH = q.size(0) * q.size(1), len = q.size(2);
-  const int D = int(q.size(3));
-  if (BH == 0 || len == 0) return;
-  if (D == 0) {  // softmax over zero-length dot products is uniform: out is empty, lse = log(#keys)
-    KILN_FAIL("attention: head dim is 0");
-  }
-  const int dev = q.device().index;
-  DeviceGuard guard(dev);
-  if (tensor_core_attention_applies(q, {&q, &k, &v, &out}))
-    return tensor_core_attention(q, k, v, out, lse, scale, causal);
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     using A = Acc<T>;
     const size_t smem = size_t(kBlockRows * D + 2 * kTile * (D + 1)) * sizeof(A);

@@ -14,7 +14,7 @@
 //                         32-query tiles of Q, dout, lse and Dd.
 // P is computed twice (once per pass): the price of not needing atomics.
 // Layout and limits as in attention.cu (D <= 128, [B, H, T, D] contiguous).
-// bf16/f16 with head dim 64 or 128 run attention_tc.cu's kernels after Dd.
+// bf16/f16 with head dim 64 or 128 run attention_tc.cu instead (Dd included).
 #include "kiln/cuda/attention_common.cuh"
 #include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_backend.h"
@@ -202,8 +202,23 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
                                      const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
                                      float scale, bool causal) {
   const char* op = "attention_backward";
-  // The kernels read and write contiguous heads; other views (a packed
-  // q|k|v projection and its gradient) are copied in and out.
+  check_attention_args(q, k, v, lse, op);
+  check_like_q(dout, q, op, "dout");
+  check_like_q(out, q, op, "out");
+  check_like_q(dq, q, op, "dq");
+  check_like_q(dk, q, op, "dk");
+  check_like_q(dv, q, op, "dv");
+  const int64_t BH = q.size(0) * q.size(1), len = q.size(2);
+  const int D = int(q.size(3));
+  if (BH == 0 || len == 0 || D == 0) return;
+  const int dev = q.device().index;
+  DeviceGuard guard(dev);
+  if (tensor_core_attention_applies(q, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
+    Tensor dd = empty_workspace({BH * len}, DType::f32, q.device());
+    return tensor_core_attention_backward(dout, q, k, v, out, lse, dd, dq, dk, dv, scale, causal);
+  }
+  // The CUDA-core kernels read and write contiguous heads; other views are
+  // copied in and out.
   if (!all_contiguous({&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
     auto in = [](const Tensor& t) { return contiguous_or_copy(t); };
     auto scratch = [](const Tensor& t) { return empty_workspace(t.shape(), t.dtype(), t.device()); };
@@ -213,24 +228,6 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
     copy(dkc, dk);
     return copy(dvc, dv);
   }
-  check_attention_args(q, k, v, lse, op);
-  auto check_like_q = [&](const Tensor& t, const char* what) {
-    check_cuda(t, op, what);
-    check_same_device(t, q, op);
-    check_contiguous(t, op, what);
-    check_shape(t, q.shape(), op, what);
-    check_dtype(t, q.dtype(), op, what);
-  };
-  check_like_q(dout, "dout");
-  check_like_q(out, "out");
-  check_like_q(dq, "dq");
-  check_like_q(dk, "dk");
-  check_like_q(dv, "dv");
-  const int64_t BH = q.size(0) * q.size(1), len = q.size(2);
-  const int D = int(q.size(3));
-  if (BH == 0 || len == 0 || D == 0) return;
-  const int dev = q.device().index;
-  DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     using A = Acc<T>;
@@ -238,8 +235,6 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
     attention_dd_kernel<T><<<unsigned(ceil_div(BH * len, 8)), 256, 0, stream>>>(ptr<const T>(dout), ptr<const T>(out),
                                                                                 ptr<A>(dd), BH * len, D);
     KILN_CUDA_CHECK_LAUNCH();
-    if (tensor_core_attention_applies(q, {&dout, &q, &k, &v, &dq, &dk, &dv}))
-      return tensor_core_attention_backward(dout, q, k, v, lse, dd, dq, dk, dv, scale, causal);
     const dim3 grid(unsigned(ceil_div(len, kBlockRows)), unsigned(BH));
     const size_t smem_dq = size_t(2 * kBlockRows * D + 2 * kTile * (D + 1)) * sizeof(A);
     set_smem(reinterpret_cast<const void*>(&attention_dq_kernel<T>), smem_dq, dev, op);

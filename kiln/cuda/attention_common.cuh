@@ -48,6 +48,8 @@ __device__ __forceinline__ void load_tile(A* dst, int pitch, const T* src, int64
 
 namespace kiln::cuda {
 // Host helpers defined in attention.cu, used by both passes.
+// t is on q's device with q's shape and dtype (any strides).
+void check_like_q(const Tensor& t, const Tensor& q, const char* op, const char* what);
 void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const char* op);
 // Opts `kernel` into `bytes` of dynamic shared memory (above the default 48 KiB).
 void set_smem(const void* kernel, size_t bytes, int dev, const char* op);

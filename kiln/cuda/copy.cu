@@ -162,7 +162,7 @@ void copy_device_to_host(const Tensor& src, Tensor& dst) {
   Tensor host = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), Device::cpu());
   cudaStream_t stream = stream_for(dev);
   KILN_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyDeviceToHost, stream));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  synchronize_stream(dev);
   if (!dst.is_contiguous()) cpu().copy(host, dst);
 }
 
@@ -173,13 +173,13 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
   Tensor packed = contiguous_or_copy(src);
   {
     DeviceGuard guard(from);
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_for(from)));
+    synchronize_stream(from);
   }
   DeviceGuard guard(to);
   Tensor landed = empty_workspace(src.shape(), src.dtype(), dst.device());
   KILN_CUDA_CHECK(cudaMemcpyPeerAsync(landed.data_ptr(), to, packed.data_ptr(), from, packed.nbytes(), stream_for(to)));
   copy_on_device(landed, dst);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_for(to)));
+  synchronize_stream(to);
 }
 
 // The fill value as the bits of `dtype`, converted exactly as the CPU does.

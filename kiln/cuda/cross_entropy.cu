@@ -92,8 +92,10 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Ten
   const int dev = logits.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
-  clear_error_flag(dev);
-  int* flag = device_state(dev).error_flag;
+  int* flag = input_check_slot(dev, InputCheck::cross_entropy, [C, ignore_index](int64_t row) {
+    return ::kiln::detail::concat("cross_entropy: targets[", row, "] is outside [0, ", C,
+                                  ") and is not ignore_index (", ignore_index, ")");
+  });
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     T* dl = dlogits.defined() ? ptr<T>(dlogits) : nullptr;
     const bool i64 = tgt.dtype() == DType::i64, f32 = loss_out.dtype() == DType::f32;
@@ -108,9 +110,6 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Ten
   });
   KILN_CUDA_CHECK_LAUNCH();
   if (!loss_out.same_storage(losses) || loss_out.data_ptr() != losses.data_ptr()) copy_on_device(loss_out, losses);
-  const int bad_row = read_error_flag(dev);
-  KILN_CHECK(bad_row == 0, "cross_entropy: targets[", bad_row - 1, "] is outside [0, ", C,
-             ") and is not ignore_index (", ignore_index, ")");
 }
 
 }  // namespace kiln::cuda

@@ -9,6 +9,7 @@
 #include "kiln/cuda/cuda_backend.h"
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -77,9 +78,11 @@ DeviceState* create_state(int device) {
   // Through the allocator so `kiln info`/the planner see it.
   s->lt_workspace = caching_allocator_for(device)->allocate(kCublasLtWorkspace, MemoryCategory::workspace);
   s->lt_workspace_bytes = kCublasLtWorkspace;
-  KILN_CUDA_CHECK(cudaMalloc(&s->error_flag, sizeof(int)));
-  KILN_CUDA_CHECK(cudaMemset(s->error_flag, 0, sizeof(int)));
-  KILN_CUDA_CHECK(cudaHostAlloc(&s->error_flag_host, sizeof(int), cudaHostAllocDefault));
+  const size_t slots = s->input_error_text.size() * sizeof(int);
+  KILN_CUDA_CHECK(cudaMalloc(&s->input_errors, slots));
+  KILN_CUDA_CHECK(cudaMemset(s->input_errors, 0, slots));
+  KILN_CUDA_CHECK(cudaHostAlloc(&s->input_errors_host, slots, cudaHostAllocDefault));
+  std::memset(s->input_errors_host, 0, slots);
   return s;
 }
 
@@ -105,23 +108,38 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
-void clear_error_flag(int device) {
+int* input_check_slot(int device, InputCheck check, std::function<std::string(int64_t)> message) {
   DeviceState& s = device_state(device);
-  KILN_CUDA_CHECK(cudaMemsetAsync(s.error_flag, 0, sizeof(int), s.stream));
+  s.input_error_text[size_t(check)] = std::move(message);
+  s.input_checks_armed = true;
+  return s.input_errors + int(check);
 }
 
-int read_error_flag(int device) {
+void synchronize_stream(int device) {
   DeviceState& s = device_state(device);
-  KILN_CUDA_CHECK(cudaMemcpyAsync(s.error_flag_host, s.error_flag, sizeof(int), cudaMemcpyDeviceToHost, s.stream));
+  const bool armed = s.input_checks_armed;
+  const size_t slots = s.input_error_text.size() * sizeof(int);
+  if (armed)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(s.input_errors_host, s.input_errors, slots, cudaMemcpyDeviceToHost, s.stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  return *s.error_flag_host;
+  if (!armed) return;
+  s.input_checks_armed = false;
+  for (size_t i = 0; i < s.input_error_text.size(); ++i) {
+    const int recorded = s.input_errors_host[i];
+    if (recorded == 0) continue;
+    std::memset(s.input_errors_host, 0, slots);
+    KILN_CUDA_CHECK(cudaMemsetAsync(s.input_errors, 0, slots, s.stream));
+    KILN_FAIL(s.input_error_text[i](int64_t(recorded) - 1),
+              " (found at the next synchronisation with cuda:", device,
+              ": GPU kernels report bad input there, not at the call)");
+  }
 }
 
 void CudaBackend::synchronize(int device_index) {
   KILN_CHECK(device_index >= 0 && device_index < device_count_, "synchronize: cuda:", device_index, " does not exist (",
              device_count_, " device(s))");
   DeviceGuard guard(device_index);
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_for(device_index)));
+  synchronize_stream(device_index);
 }
 
 Tensor empty_workspace(const Shape& shape, DType dtype, Device device) {

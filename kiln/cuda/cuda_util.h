@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <functional>
+#include <string>
 
 #include "kiln/backend/backend.h"
 
@@ -45,8 +47,10 @@ struct DeviceState {
   size_t lt_workspace_bytes = 0;
   int sm_count = 0;
   int max_smem_optin = 0;          // bytes of dynamic shared memory a block may opt into
-  int* error_flag = nullptr;       // device int that kernels set on bad input (ids out of range)
-  int* error_flag_host = nullptr;  // pinned mirror the flag is read back into
+  int* input_errors = nullptr;       // device ints, one per InputCheck: the first bad index + 1
+  int* input_errors_host = nullptr;  // pinned mirror they are read back into at a synchronisation
+  bool input_checks_armed = false;   // a checking kernel ran since the last read
+  std::array<std::function<std::string(int64_t)>, 5> input_error_text;  // each check's last launch's message
 };
 
 DeviceState& device_state(int device);
@@ -64,11 +68,18 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// Kernels that find bad input (an id out of range) set the device's error
-// flag instead of reading out of bounds. These clear it before the launch and
-// read it after (one stream synchronisation), returning the recorded value.
-void clear_error_flag(int device);
-int read_error_flag(int device);
+// Kernels that find bad input (an id, target, page or row out of range) skip
+// it and record the first bad index + 1 in their check's slot instead of
+// reading or writing out of bounds, and nothing waits for them: the slots are
+// read back with the device's next synchronisation (a copy to the host,
+// synchronize()), which throws the recorded error once. So a training step or
+// a decode step syncs once, where it reads its result, not once per op.
+enum class InputCheck { embedding, embedding_backward, cross_entropy, paged_attention, scatter_rows };
+// The slot for one launch of `check`'s kernel; `message` words its error
+// from the recorded index.
+int* input_check_slot(int device, InputCheck check, std::function<std::string(int64_t)> message);
+// Waits for the device's stream, then throws the first recorded input error.
+void synchronize_stream(int device);
 
 // ---- temporaries (booked under MemoryCategory::workspace)
 Tensor empty_workspace(const Shape& shape, DType dtype, Device device);

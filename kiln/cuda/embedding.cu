@@ -103,16 +103,15 @@ void CudaBackend::embedding(const Tensor& weight, const Tensor& ids_in, Tensor& 
   const int dev = out.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
-  clear_error_flag(dev);
-  int* flag = device_state(dev).error_flag;
+  int* flag = input_check_slot(dev, InputCheck::embedding, [V](int64_t i) {
+    return ::kiln::detail::concat("embedding: ids[", i, "] (flat index) is outside [0, ", V, ")");
+  });
   dispatch_floating(weight.dtype(), op, [&]<typename T>() {
     embedding_kernel<T><<<grid_for(n * C, 256, dev), 256, 0, stream>>>(
         ptr<const T>(weight), weight.stride(0), weight.stride(1), ids.data_ptr(), ids.dtype() == DType::i64,
         ptr<T>(out), n, C, V, flag);
   });
   KILN_CUDA_CHECK_LAUNCH();
-  const int bad = read_error_flag(dev);
-  KILN_CHECK(bad == 0, "embedding: ids[", bad - 1, "] (flat index) is outside [0, ", V, ")");
 }
 
 void CudaBackend::embedding_backward(const Tensor& dout_in, const Tensor& ids_in, Tensor& dweight) {
@@ -135,7 +134,9 @@ void CudaBackend::embedding_backward(const Tensor& dout_in, const Tensor& ids_in
   const int dev = dweight.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
-  clear_error_flag(dev);
+  int* flag = input_check_slot(dev, InputCheck::embedding_backward, [V](int64_t i) {
+    return ::kiln::detail::concat("embedding_backward: ids[", i, "] (flat index) is outside [0, ", V, ")");
+  });
   // keys_in, positions_in, keys_out, positions_out
   Tensor pairs = empty_workspace({4, n}, DType::i32, dweight.device());
   int32_t* keys_in = ptr<int32_t>(pairs);
@@ -143,10 +144,8 @@ void CudaBackend::embedding_backward(const Tensor& dout_in, const Tensor& ids_in
   int32_t* keys_out = keys_in + 2 * n;
   int32_t* pos_out = keys_in + 3 * n;
   embedding_keys_kernel<<<grid_for(n, 256, dev), 256, 0, stream>>>(ids.data_ptr(), ids.dtype() == DType::i64, keys_in,
-                                                                   pos_in, n, V, device_state(dev).error_flag);
+                                                                   pos_in, n, V, flag);
   KILN_CUDA_CHECK_LAUNCH();
-  const int bad = read_error_flag(dev);
-  KILN_CHECK(bad == 0, "embedding_backward: ids[", bad - 1, "] (flat index) is outside [0, ", V, ")");
 
   const int end_bit = bits_for(V);
   size_t temp_bytes = 0;

@@ -121,7 +121,9 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
   KILN_CHECK(shared <= size_t(device_state(dev).max_smem_optin), op, ": spans of ",
              tables.size(1) * v_pages.size(2), " positions do not fit the GPU's shared memory");
   cudaStream_t stream = stream_for(dev);
-  clear_error_flag(dev);
+  int* flag = input_check_slot(dev, InputCheck::paged_attention, [](int64_t) {
+    return std::string("paged_attention: a span or page lies outside the pool");
+  });
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     if (shared > 48 * 1024)
       KILN_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -129,10 +131,9 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_pages, const 
     paged_attention_kernel<T><<<unsigned(rows * heads), kThreads, shared, stream>>>(
         ptr<const T>(q), ptr<const T>(k_pages), ptr<const T>(v_pages), ptr<const int32_t>(tables),
         ptr<const int32_t>(spans), ptr<T>(out), scale, softcap, heads, v_pages.size(1), q.size(2), v_pages.size(0),
-        v_pages.size(2), tables.size(0), tables.size(1), device_state(dev).error_flag);
+        v_pages.size(2), tables.size(0), tables.size(1), flag);
   });
   KILN_CUDA_CHECK_LAUNCH();
-  KILN_CHECK(read_error_flag(dev) == 0, op, ": a span or page lies outside the pool");
 }
 
 void CudaBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t column_stride, Tensor& dst) {
@@ -149,12 +150,13 @@ void CudaBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t
   if (rows * cols == 0) return;
   const int dev = src.device().index;
   DeviceGuard guard(dev);
-  clear_error_flag(dev);
+  int* flag = input_check_slot(dev, InputCheck::scatter_rows, [n = dst.numel()](int64_t) {
+    return ::kiln::detail::concat("scatter_rows: a row runs outside dst's ", n, " elements");
+  });
   const unsigned grid = unsigned(grid_for(rows * cols, 256, dev));
   const auto launch = [&]<typename T>() {
     scatter_rows_kernel<T><<<grid, 256, 0, stream_for(dev)>>>(ptr<const T>(src), ptr<const int64_t>(offsets),
-                                                             ptr<T>(dst), rows, cols, column_stride, dst.numel(),
-                                                             device_state(dev).error_flag);
+                                                             ptr<T>(dst), rows, cols, column_stride, dst.numel(), flag);
   };
   // Elements move as raw bits of their size.
   switch (dtype_size(src.dtype())) {
@@ -164,7 +166,6 @@ void CudaBackend::scatter_rows(const Tensor& src, const Tensor& offsets, int64_t
     default: launch.template operator()<uint8_t>(); break;
   }
   KILN_CUDA_CHECK_LAUNCH();
-  KILN_CHECK(read_error_flag(dev) == 0, op, ": a row runs outside dst's ", dst.numel(), " elements");
 }
 
 }  // namespace kiln::cuda

@@ -155,6 +155,52 @@ TEST(CudaBackendAttention, TensorCorePathNaNAndMisalignedViews) {
   expect_close(o1, to_host(o2), tol_for(DType::bf16), "misaligned view against its aligned copy");
 }
 
+// The heads of a packed [B, T, 3, H, D] projection (the GPT's q|k|v), an
+// output written in [B, T, H, D] order and gradients written into one packed
+// buffer are read and written in place by the tensor-core kernels, with the
+// CPU's answers; every element of the poisoned packed gradient is written.
+TEST(CudaBackendAttention, TensorCorePathReadsPackedHeadsInPlace) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  struct Case {
+    int64_t B, H, T, D;
+    DType t;
+    bool causal;
+  };
+  for (const Case& c : {Case{2, 3, 100, 64, DType::bf16, true}, Case{1, 2, 70, 128, DType::f16, false}}) {
+    const int64_t C = c.H * c.D;
+    const Shape shape = {c.B, c.H, c.T, c.D};
+    const std::string what = std::string("packed attention ") + dtype_name(c.t) + " " + shape_str(shape);
+    auto heads = [&](const Tensor& packed, int64_t part) {
+      return packed.as_strided(shape, {c.T * 3 * C, c.D, 3 * C, 1}, packed.offset() + part * C);
+    };
+    auto in_bthd = [&](const Tensor& t) { return t.as_strided(shape, {c.T * C, c.D, C, 1}, t.offset()); };
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    Tensor packed = to_gpu(host_random({c.B, c.T, 3 * C}, c.t, 11));
+    Tensor q = heads(packed, 0), k = heads(packed, 1), v = heads(packed, 2);
+    ASSERT_FALSE(q.is_contiguous());
+    Tensor out = in_bthd(gpu_poisoned({c.B, c.T, c.H, c.D}, c.t)), lse = gpu_poisoned({c.B, c.H, c.T}, DType::f32);
+    gpu().attention(q, k, v, out, lse, scale, c.causal);
+    Tensor qh = host_cast(to_host(q), DType::f32), kh = host_cast(to_host(k), DType::f32);
+    Tensor vh = host_cast(to_host(v), DType::f32);
+    Tensor out_ref = cpu_empty(shape, DType::f32), lse_ref = cpu_empty({c.B, c.H, c.T}, DType::f32);
+    cpu().attention(qh, kh, vh, out_ref, lse_ref, scale, c.causal);
+    expect_close(out, out_ref, tol_for(c.t), what + " out");
+    expect_close(lse, lse_ref, Tol{1e-5, 1e-5}, what + " lse");
+
+    Tensor dout = in_bthd(to_gpu(host_random({c.B, c.T, c.H, c.D}, c.t, 12)));
+    Tensor grad = gpu_poisoned({c.B, c.T, 3 * C}, c.t);
+    Tensor dq = heads(grad, 0), dk = heads(grad, 1), dv = heads(grad, 2);
+    gpu().attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, c.causal);
+    Tensor dq_ref = cpu_empty(shape, DType::f32), dk_ref = cpu_empty(shape, DType::f32);
+    Tensor dv_ref = cpu_empty(shape, DType::f32);
+    cpu().attention_backward(host_cast(to_host(dout), DType::f32), qh, kh, vh, out_ref, lse_ref, dq_ref, dk_ref,
+                             dv_ref, scale, c.causal);
+    expect_close(dq, dq_ref, tol_for(c.t), what + " dq");
+    expect_close(dk, dk_ref, tol_for(c.t), what + " dk");
+    expect_close(dv, dv_ref, tol_for(c.t), what + " dv");
+  }
+}
+
 TEST(CudaBackendAttention, RejectsHeadDimAbove128) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   Tensor q = gpu_poisoned({1, 1, 4, 129}, DType::f32), out = gpu_poisoned({1, 1, 4, 129}, DType::f32);
