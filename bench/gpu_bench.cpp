@@ -4,6 +4,7 @@
 //   bench_gpu copy    --mib 1024                   device-to-device copy GB/s
 //   bench_gpu gpt     --batch 8 --precision bf16   GPT-2 124M training tokens/s and MFU
 //                     [--profile]                  ... and the time per op (stderr; each op synchronised)
+//                     [--profile-shapes]           ... split by operand shapes
 //   bench_gpu attention --T 1024 --D 64            causal attention forward+backward TFLOP/s
 //   bench_gpu compare                              the same work on the CPU and the GPU
 //   bench_gpu allreduce --mib 256                  one rank's all-reduce (NCCL on a GPU), bus GB/s
@@ -64,7 +65,7 @@ struct StepTiming {
 };
 
 StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std::string& precision, Device d,
-                            int steps, bool profile = false) {
+                            int steps, bool profile = false, bool by_shape = false) {
   Generator init(0);
   models::Gpt model(c, init, std::make_shared<Generator>(1));
   model.to(d);
@@ -89,7 +90,7 @@ StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std
   };
   const StepTiming timing{seconds_per_iter(d, 2, steps, step), model.parameter_count()};
   if (profile) {  // separate steps, so that the synchronising profiler does not slow the timed ones
-    Profiler::enable(true);
+    Profiler::enable(true, by_shape);
     const double profiled = seconds_per_iter(d, 0, steps, step) * steps;
     Profiler::enable(false);
     std::fputs(Profiler::report(profiled).c_str(), stderr);
@@ -102,7 +103,7 @@ StepTiming gpt_step_seconds(const models::GptConfig& c, int64_t batch, const std
 // shapes). FLOPs as FlashAttention counts them: the forward's two products,
 // 4 B H T^2 D, halved for causality; the backward's five, 2.5 times that.
 struct AttentionTiming {
-  double seconds, tflops;
+  double seconds, tflops, forward_seconds;
 };
 
 AttentionTiming attention_fwd_bwd(int64_t T, int64_t D, DType dt, Device d, int iters) {
@@ -118,8 +119,9 @@ AttentionTiming attention_fwd_bwd(int64_t T, int64_t D, DType dt, Device d, int 
     be.attention(q, k, v, out, lse, scale, true);
     be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, true);
   });
+  const double forward = seconds_per_iter(d, 2, iters, [&] { be.attention(q, k, v, out, lse, scale, true); });
   const double forward_flops = 4.0 * double(B * H) * double(T) * double(T) * double(D) / 2;
-  return {s, 3.5 * forward_flops / s / 1e12};
+  return {s, 3.5 * forward_flops / s / 1e12, forward};
 }
 
 double cnn_step_seconds(int64_t batch, Device d, int steps) {
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
   std::string device = "cuda", dtype = "bf16", precision = "bf16";
   int64_t n = 8192, mib = 1024, batch = 8, layers = 12, width = 768, heads = 12, block = 1024;
   int iters = 10, threads = 0;
-  bool profile = false;
+  bool profile = false, profile_shapes = false;
   for (CLI::App* sub : {app.add_subcommand("matmul", "matrix product throughput"),
                         app.add_subcommand("copy", "device-to-device copy bandwidth"),
                         app.add_subcommand("gpt", "GPT training throughput and MFU"),
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
   gpt->add_option("--heads", heads);
   gpt->add_option("--block", block);
   gpt->add_flag("--profile", profile, "also print each op's time (stderr)");
+  gpt->add_flag("--profile-shapes", profile_shapes, "also print each op's time by operand shapes (stderr)");
   int64_t attention_d = 64;
   app.get_subcommand("attention")->add_option("--T", block, "sequence length");
   app.get_subcommand("attention")->add_option("--D", attention_d, "head dim");
@@ -206,8 +209,9 @@ int main(int argc, char** argv) {
     } else if (*app.get_subcommand("attention")) {
       const AttentionTiming t = attention_fwd_bwd(block, attention_d, dtype_parse(dtype), d, iters);
       std::printf("{\"bench\":\"attention\",\"impl\":\"kiln\",\"device\":\"%s\",\"T\":%lld,\"D\":%lld,"
-                  "\"dtype\":\"%s\",\"ms\":%.4f,\"tflops\":%.2f}\n",
-                  d.str().c_str(), (long long)block, (long long)attention_d, dtype.c_str(), t.seconds * 1e3, t.tflops);
+                  "\"dtype\":\"%s\",\"ms\":%.4f,\"tflops\":%.2f,\"forward_ms\":%.4f}\n",
+                  d.str().c_str(), (long long)block, (long long)attention_d, dtype.c_str(), t.seconds * 1e3, t.tflops,
+                  t.forward_seconds * 1e3);
     } else if (*app.get_subcommand("copy")) {
       const int64_t elems = mib * (1 << 20) / 4;
       Tensor src = random_on({elems}, DType::f32, d, 6), dst = Tensor::empty({elems}, DType::f32, d);
@@ -229,7 +233,7 @@ int main(int argc, char** argv) {
       models::GptConfig c;
       c.vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 128, as llm.c and nanoGPT do
       c.n_layer = layers, c.n_embd = width, c.n_head = heads, c.block_size = block;
-      StepTiming t = gpt_step_seconds(c, batch, precision, d, iters, profile);
+      StepTiming t = gpt_step_seconds(c, batch, precision, d, iters, profile || profile_shapes, profile_shapes);
       double tok_s = double(batch * block) / t.seconds_per_step;
       double peak = dense_bf16_peak_tflops(d);
       std::printf("{\"bench\":\"gpt\",\"impl\":\"kiln\",\"device\":\"%s\",\"params\":%lld,\"batch\":%lld,"

@@ -31,6 +31,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 # Where Kiln's GPT-2 step spends its time, op by op (each op synchronised).
 "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 3 --profile > /dev/null 2> "$OUT/gpt_profile.txt"
+"$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 3 --profile-shapes > /dev/null 2> "$OUT/gpt_profile_shapes.txt"
 if [ "${SKIP_COMPARE:-0}" != 1 ]; then  # SKIP_COMPARE=1: only the GPU against PyTorch
   run "$DIST/bench_gpu" compare --n 10000
   run python3 "$HERE/torch_gpu_bench.py" compare --n 10000
@@ -60,6 +61,12 @@ for T, D in [(1024, 64), (1024, 128), (4096, 64), (4096, 128)]:
         return v[len(v) // 2] if v else float("nan")
     k, t = att("kiln"), att("torch")
     print(f"| causal attention fwd+bwd bf16, T={T}, D={D}, TFLOP/s | {k:.1f} | {t:.1f} | {k / t:.3f} |")
+    def fwd(impl):
+        v = sorted(r.get("forward_ms", float("nan")) for r in rows if r["bench"] == "attention"
+                   and r.get("impl") == impl and r["T"] == T and r["D"] == D)
+        return v[len(v) // 2] if v else float("nan")
+    kf, tf = fwd("kiln"), fwd("torch")
+    print(f"| ... of which the forward, ms | {kf:.3f} | {tf:.3f} | {tf / kf:.3f} |")
 print("\n(medians of the rounds; each side ran the same number of rounds, interleaved)")
 print("\nThe same work on the machine's CPU (all cores) and its GPU, each with Kiln and with eager PyTorch:\n")
 print("| work | Kiln CPU ms | Kiln GPU ms | Kiln GPU speed-up | PyTorch CPU ms | PyTorch GPU ms | PyTorch GPU speed-up |")

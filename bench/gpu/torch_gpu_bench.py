@@ -146,7 +146,9 @@ def attention(T, D, dt, iters):
     def step():
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout)
     s = timed(step, 2, iters)
-    return s, 3.5 * 4 * B * H * T * T * D / 2 / s / 1e12
+    with torch.no_grad():
+        forward = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 2, iters)
+    return s, 3.5 * 4 * B * H * T * T * D / 2 / s / 1e12, forward
 
 
 def main():
@@ -169,9 +171,9 @@ def main():
         compare(a.n)
     elif a.bench == "attention":
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16}[a.dtype]
-        s, tflops = attention(a.block, a.width, dt, a.iters)
+        s, tflops, forward = attention(a.block, a.width, dt, a.iters)
         print(json.dumps({"bench": "attention", "impl": "torch", "T": a.block, "D": a.width, "dtype": a.dtype,
-                          "ms": s * 1e3, "tflops": tflops}))
+                          "ms": s * 1e3, "tflops": tflops, "forward_ms": forward * 1e3}))
     elif a.bench == "matmul":
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
         x = torch.rand(a.n, a.n, device=dev, dtype=dt) - 0.5

@@ -16,10 +16,10 @@ using detail::new_tensor;
 
 namespace {
 
-// Rows per chunk: a chunk's logits no larger than x itself, and at least 256
-// rows so the GEMMs stay efficient.
-int64_t chunk_rows(int64_t N, int64_t C, int64_t V) {
-  return std::min(std::max<int64_t>(N, 1), std::max<int64_t>(256, N * C / std::max<int64_t>(V, 1)));
+// Rows per chunk: a chunk's logits no larger than x itself, and at least the
+// rows the device's GEMMs need to run at speed (256 on a CPU, 2048 on a GPU).
+int64_t chunk_rows(int64_t N, int64_t C, int64_t V, int64_t min_rows) {
+  return std::min(std::max<int64_t>(N, 1), std::max<int64_t>(min_rows, N * C / std::max<int64_t>(V, 1)));
 }
 
 bool is_low_precision(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
@@ -107,7 +107,7 @@ Tensor linear_cross_entropy_in(const Tensor& x_in, const Tensor& weight_in, cons
     const bool narrow = products != x.dtype();
     const Tensor xp = narrow ? to_dtype(x, products) : x, wp = narrow ? to_dtype(w, products) : w;
     const Tensor wt = transpose(wp, 0, 1);
-    const int64_t rows = chunk_rows(N, C, V);
+    const int64_t rows = chunk_rows(N, C, V, backend.efficient_gemm_rows());
     for (int64_t first = 0; first < N; first += rows) {
       const int64_t last = std::min(N, first + rows);
       const Tensor xc = xp.slice(0, first, last);

@@ -77,6 +77,11 @@ struct SgdArgs {
   float grad_scale = 1.0f;
 };
 
+// Backend::efficient_gemm_rows() of the CUDA backend (a GEMM needs thousands
+// of rows to fill an H100), which the meta device answers when it stands in
+// for a GPU.
+inline constexpr int64_t kCudaEfficientGemmRows = 2048;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -117,6 +122,10 @@ class Backend {
   // Whether matmul takes bf16 a and b with an f32 out, multiplying them as
   // bf16 faster than f32 operands (ops may then narrow f32 operands to use it).
   virtual bool fast_bf16_to_f32_matmul() const { return false; }
+  // Rows under which a product of [rows, K] by a large [K, N] falls well
+  // below the device's rate: ops that split rows into chunks to bound memory
+  // (the fused cross-entropy head) take at least this many at a time.
+  virtual int64_t efficient_gemm_rows() const { return 256; }
 
   // ---- normalisation (all over the last dim; inputs contiguous)
   virtual void softmax(const Tensor& x, Tensor& out, bool log) = 0;

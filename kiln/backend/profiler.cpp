@@ -43,6 +43,7 @@ class ProfilingBackend final : public Backend {
   // Capabilities and host transfers are forwarded as they are: profiling
   // must not change which path an op takes.
   bool fast_bf16_to_f32_matmul() const override { return inner_.fast_bf16_to_f32_matmul(); }
+  int64_t efficient_gemm_rows() const override { return inner_.efficient_gemm_rows(); }
   void copy_to_host_async(const Tensor& src, Tensor& dst) override {
     timed("copy_to_host_async", {&src}, [&] { inner_.copy_to_host_async(src, dst); });
   }

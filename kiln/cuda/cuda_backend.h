@@ -33,6 +33,9 @@ class CudaBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& x, Tensor& out) override;
   void argmax(const Tensor& x, int dim, Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) override;
+  // bf16 operands into an f32 out, at twice TF32's rate on the tensor cores.
+  bool fast_bf16_to_f32_matmul() const override { return true; }
+  int64_t efficient_gemm_rows() const override { return kCudaEfficientGemmRows; }
 
   void softmax(const Tensor& x, Tensor& out, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;

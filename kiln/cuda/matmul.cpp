@@ -7,7 +7,8 @@
 // (describe()). Only views with no unit stride in the last two dims (or zero
 // row strides) are copied first.
 //
-//  bf16, f16: cuBLASLt, f32 accumulation.
+//  bf16, f16: cuBLASLt, f32 accumulation; bf16/f16 operands may also write
+//             an f32 out (autocast's fused head: logits kept in f32).
 //  f32:       cuBLASLt with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores, ~1e-3
 //             relative error, as PyTorch's allow_tf32), or CUBLAS_COMPUTE_32F
 //             under set_float32_matmul_precision(highest).
@@ -72,7 +73,8 @@ cudaDataType_t cuda_type(DType t) {
 
 // One GEMM launch: `batch` products with fixed batch strides (elements).
 struct Gemm {
-  DType dtype;
+  DType dtype;     // out's
+  DType in_dtype;  // a's and b's: dtype, or bf16/f16 into an f32 out
   Operand a, b, d;  // cuBLAS A = our b, cuBLAS B = our a, D = out (as stored)
   int64_t m, n, k;  // cuBLAS sizes: m = N, n = M, k = K
   int64_t batch, stride_a, stride_b, stride_d;
@@ -117,8 +119,8 @@ cublasLtMatrixLayout_t make_layout_desc(cudaDataType_t type, const Operand& o, i
 // supports the requested epilogue, so the caller can fall back.
 bool run_lt(const Gemm& g, int dev) {
   DeviceState& st = device_state(dev);
-  const cudaDataType_t type = cuda_type(g.dtype);
-  const bool tf32 = g.dtype == DType::f32 && float32_matmul_precision() == Float32MatmulPrecision::high;
+  const cudaDataType_t type = cuda_type(g.dtype), in_type = cuda_type(g.in_dtype);
+  const bool tf32 = g.in_dtype == DType::f32 && float32_matmul_precision() == Float32MatmulPrecision::high;
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LtDescriptors desc;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F));
@@ -138,16 +140,17 @@ bool run_lt(const Gemm& g, int dev) {
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
                                                      &g.aux_stride, sizeof(g.aux_stride)));
   }
-  desc.a = make_layout_desc(type, g.a, g.batch, g.stride_a);
-  desc.b = make_layout_desc(type, g.b, g.batch, g.stride_b);
+  desc.a = make_layout_desc(in_type, g.a, g.batch, g.stride_a);
+  desc.b = make_layout_desc(in_type, g.b, g.batch, g.stride_b);
   desc.d = make_layout_desc(type, g.d, g.batch, g.stride_d);
 
-  const size_t es = dtype_size(g.dtype);
-  const int64_t al_a = alignment_of(g.pa, g.a.ld, g.stride_a, es), al_b = alignment_of(g.pb, g.b.ld, g.stride_b, es),
-                al_d = alignment_of(g.pd, g.d.ld, g.stride_d, es);
+  const size_t es = dtype_size(g.dtype), es_in = dtype_size(g.in_dtype);
+  const int64_t al_a = alignment_of(g.pa, g.a.ld, g.stride_a, es_in),
+                al_b = alignment_of(g.pb, g.b.ld, g.stride_b, es_in), al_d = alignment_of(g.pd, g.d.ld, g.stride_d, es);
   const int64_t al_bias = g.bias ? alignment_of(g.bias, 0, 0, es) : 256;
   const int64_t al_aux = g.aux ? alignment_of(g.aux, g.aux_ld, g.aux_stride, es) : 256;
   std::vector<int64_t> key = {int64_t(g.dtype),
+                              int64_t(g.in_dtype),
                               int64_t(compute),
                               g.a.transpose,
                               g.b.transpose,
@@ -230,8 +233,11 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
   check_cuda(out, "matmul", "out");
   check_same_device(a_in, out, "matmul");
   check_same_device(b_in, out, "matmul");
-  check_dtype(a_in, out.dtype(), "matmul", "a");
-  check_dtype(b_in, out.dtype(), "matmul", "b");
+  // a and b share out's dtype, or are bf16/f16 (both the same) into an f32 out.
+  const DType in_dtype = a_in.dtype();
+  const bool narrow_in = out.dtype() == DType::f32 && (in_dtype == DType::bf16 || in_dtype == DType::f16);
+  if (!narrow_in) check_dtype(a_in, out.dtype(), "matmul", "a");
+  check_dtype(b_in, in_dtype, "matmul", "b");
   KILN_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2 && out.dim() >= 2 && a_in.dim() <= out.dim() && b_in.dim() <= out.dim(),
              "matmul: expected a [..., M, K], b [..., K, N], out [..., M, N], got ", shape_str(a_in.shape()), ", ",
              shape_str(b_in.shape()), ", ", shape_str(out.shape()));
@@ -302,9 +308,10 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
   StridedLayout<3> outer_layout = batches;
   if (batches.rank > 0) outer_layout.rank = inner;  // outer index -> offsets
 
-  const size_t es = out.element_size();
+  const size_t es = out.element_size(), es_in = dtype_size(in_dtype);
   Gemm g;
   g.dtype = out.dtype();
+  g.in_dtype = in_dtype;
   g.a = b_op;
   g.b = a_op;
   g.d = d_op;
@@ -321,7 +328,7 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
   // Fused epilogue where cuBLASLt can: contiguous bias of out's dtype, and a
   // pre_gelu laid out like out with a leading dim that is a multiple of 8.
   const bool lt = out.dtype() != DType::f64;
-  bool fuse = lt && (args.bias.defined() || args.gelu);
+  bool fuse = lt && !narrow_in && (args.bias.defined() || args.gelu);
   if (fuse && args.bias.defined())
     fuse = args.bias.dtype() == out.dtype() && args.bias.numel() == N && args.bias.is_contiguous() &&
            args.bias.device() == out.device();
@@ -342,8 +349,8 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
     int64_t off[3] = {0, 0, 0};
     if (outer_layout.rank > 0) outer_layout.offsets(o, off);
     g.pd = static_cast<char*>(out.data_ptr()) + off[0] * int64_t(es);
-    g.pb = static_cast<const char*>(a.data_ptr()) + off[1] * int64_t(es);
-    g.pa = static_cast<const char*>(b.data_ptr()) + off[2] * int64_t(es);
+    g.pb = static_cast<const char*>(a.data_ptr()) + off[1] * int64_t(es_in);
+    g.pa = static_cast<const char*>(b.data_ptr()) + off[2] * int64_t(es_in);
     if (!lt) {
       run_dgemm(g, dev);
       continue;

@@ -29,6 +29,10 @@ struct StridedLayout {
 
   // Element offsets of the `linear`-th element (row-major order) in each operand.
   KILN_HD void offsets(int64_t linear, int64_t (&off)[N]) const {
+    if (rank == 1) {  // no 64-bit division (emulated, dozens of instructions on a GPU) for one dim
+      for (int k = 0; k < N; ++k) off[k] = linear * strides[k][0];
+      return;
+    }
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = rank - 1; d >= 0; --d) {
       int64_t i = linear % sizes[d];

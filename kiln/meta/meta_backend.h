@@ -47,6 +47,7 @@ class MetaBackend final : public Backend {
   void argmax(const Tensor& x, int dim, Tensor& out_i64) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) override;
   bool fast_bf16_to_f32_matmul() const override;
+  int64_t efficient_gemm_rows() const override;
   void softmax(const Tensor& x, Tensor& out, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& dlogits, float dlogits_scale,

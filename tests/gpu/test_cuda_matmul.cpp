@@ -128,6 +128,39 @@ TEST(CudaBackendMatmul, TransposedOutputAndEmptyInnerDim) {
   expect_close_values(host_values(to_host(eo)), rows, tol_for(DType::f32), "matmul with K = 0");
 }
 
+// bf16/f16 operands into an f32 out (autocast's fused cross-entropy head
+// keeps its logits and gradients in f32): the rounded operands' exact product
+// within f32 accumulation's error, with transposed views, beta accumulating
+// into out (the head's dW over chunks), and a bias applied after.
+TEST(CudaBackendMatmul, NarrowOperandsIntoF32Out) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const std::vector<MatmulCase> cases = {{{}, 17, 33, 9, Layout::contiguous, Layout::transposed},
+                                         {{}, 64, 256, 96, Layout::transposed, Layout::contiguous},
+                                         {{2}, 8, 16, 24, Layout::contiguous, Layout::contiguous}};
+  uint64_t seed = 5000;
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (const MatmulCase& c : cases) {
+      for (const float beta : {0.0f, 1.0f}) {
+        Pair a = random_view(with_batch(c.batch, c.M, c.K), t, c.a, seed += 10);
+        Pair b = random_view(with_batch(c.batch, c.K, c.N), t, c.b, seed += 10);
+        const Shape out_shape = with_batch(c.batch, c.M, c.N);
+        Tensor out0 = host_random(out_shape, DType::f32, seed += 10), bias = host_random({c.N}, DType::f32, seed += 10);
+        MatmulArgs ref_args, dev_args;
+        ref_args.beta = dev_args.beta = beta;
+        ref_args.bias = bias;
+        dev_args.bias = to_gpu(bias);
+        Tensor want = host_cast(out0, DType::f32);
+        cpu().matmul(host_cast(a.host, DType::f32), host_cast(b.host, DType::f32), want, ref_args);
+        Tensor got = beta != 0.0f ? to_gpu(out0) : gpu_poisoned(out_shape, DType::f32);
+        gpu().matmul(a.dev, b.dev, got, dev_args);
+        // Tensor cores add the exact products in f32, not in the CPU's order.
+        expect_close(got, want, Tol{1e-4, 1e-4}, "matmul " + describe(c, t) + " into f32, beta " + std::to_string(beta));
+      }
+    }
+  }
+  EXPECT_TRUE(gpu().fast_bf16_to_f32_matmul());
+}
+
 TEST(CudaBackendMatmul, RejectsBadShapes) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   Tensor a = gpu_poisoned({3, 4}, DType::f32), b = gpu_poisoned({5, 2}, DType::f32),
