@@ -8,8 +8,11 @@
 //                         innermost (softmax-style rows, "sum all").
 //  reduce_columns_kernel  a 32x8 block per (32 outputs, chunk of r); the 32
 //                         lanes are 32 neighbouring outputs, so reads are
-//                         coalesced when the kept dims are innermost (bias
-//                         gradients: [N, C] -> [1, C]).
+//                         coalesced when the kept dims are innermost.
+//  reduce_dense_columns_kernel  the same for a dense [R, M] -> [1, M] (bias
+//                         gradients), each lane owning 16 bytes of
+//                         neighbouring outputs read with one load per row: a
+//                         warp reads 512 contiguous bytes, not 64 or 128.
 // When there are too few outputs to fill the GPU, r is split into S chunks
 // whose partials (f32, f64 for f64) are combined in a fixed order by
 // reduce_finalize_kernel: results are deterministic, no atomics.
@@ -112,6 +115,41 @@ __global__ void reduce_columns_kernel(const T* x, T* out, Acc<T>* partial, Reduc
   }
 }
 
+// blockDim = (32, 8); blockIdx.x picks 32 * kVec outputs, blockIdx.y the
+// chunk of rows. x is a dense [r_total, m_total], 16-byte aligned, m_total a
+// multiple of kVec; out is dense.
+template <typename T>
+__global__ void reduce_dense_columns_kernel(const T* x, T* out, Acc<T>* partial, ReduceGeometry g, ReduceOp op) {
+  using A = Acc<T>;
+  constexpr int kVec = 16 / sizeof(T);
+  __shared__ A scratch[8][32 * kVec + 1];
+  const int64_t m0 = (blockIdx.x * int64_t(32) + threadIdx.x) * kVec;
+  const int s = blockIdx.y;
+  A acc[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] = identity<A>(op);
+  if (m0 < g.m_total) {
+    const int64_t r_end = min(g.r_total, (s + 1) * g.chunk);
+    for (int64_t r = s * g.chunk + threadIdx.y; r < r_end; r += 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(x + r * g.m_total + m0);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] = combine(op, acc[i], to_acc(e[i]));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) scratch[threadIdx.y][threadIdx.x * kVec + i] = acc[i];
+  __syncthreads();
+  // The block's 256 threads finish its 32 * kVec outputs, each adding the 8 row lanes in order.
+  for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * kVec; c += 256) {
+    const int64_t m = blockIdx.x * int64_t(32 * kVec) + c;
+    if (m >= g.m_total) continue;
+    A a = scratch[0][c];
+    for (int y = 1; y < 8; ++y) a = combine(op, a, scratch[y][c]);
+    store_result(op, a, m, s, g.splits, m, out, partial, g.r_total);
+  }
+}
+
 template <typename T>
 __global__ void reduce_finalize_kernel(const Acc<T>* partial, T* out, ReduceGeometry g, ReduceOp op) {
   using A = Acc<T>;
@@ -200,8 +238,13 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
   // Kept dims innermost in memory -> column kernel; otherwise rows.
   const bool columns = g.reduced.rank > 0 && g.reduced.strides[0][g.reduced.rank - 1] != 1 && g.kept.rank > 0 &&
                        g.kept.strides[0][g.kept.rank - 1] == 1;
-  const int64_t units = columns ? ceil_div(g.m_total, 32) : g.m_total;
-  const int64_t min_chunk = columns ? 64 : 1024;
+  // Dense [R, M] -> dense [1, M] with 16-byte rows: 16 bytes per lane.
+  const int64_t vec = 16 / int64_t(x.element_size());
+  const bool dense_columns = columns && g.kept.rank == 1 && g.reduced.rank == 1 && g.kept.strides[1][0] == 1 &&
+                             g.reduced.strides[0][0] == g.m_total && g.m_total % vec == 0 &&
+                             reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+  const int64_t units = dense_columns ? ceil_div(g.m_total, 32 * vec) : columns ? ceil_div(g.m_total, 32) : g.m_total;
+  const int64_t min_chunk = dense_columns ? 256 : columns ? 64 : 1024;  // rows (elements) per split
   int64_t splits = 1;
   if (units < target)
     splits = std::clamp<int64_t>(std::min(ceil_div(g.r_total, min_chunk), ceil_div(target, units)), 1, 1024);
@@ -214,7 +257,10 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
       partial =
           empty_workspace({g.m_total * g.splits}, std::is_same_v<A, double> ? DType::f64 : DType::f32, out.device());
     A* part = g.splits > 1 ? ptr<A>(partial) : nullptr;
-    if (columns) {
+    if (dense_columns) {
+      dim3 grid(unsigned(units), unsigned(g.splits));
+      reduce_dense_columns_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(ptr<const T>(x), ptr<T>(out), part, g, op);
+    } else if (columns) {
       dim3 grid(unsigned(ceil_div(g.m_total, 32)), unsigned(g.splits));
       reduce_columns_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(ptr<const T>(x), ptr<T>(out), part, g, op);
     } else {

@@ -150,7 +150,9 @@ TEST(CudaBackendReduce, EveryOpOverEveryDimSet) {
       {{7, 33, 5}, {1, 1, 1}, Layout::transposed},  {{9, 40}, {9, 1}, Layout::transposed},
       {{9, 40}, {1, 40}, Layout::sliced},           {{3, 70001}, {3, 1}, Layout::contiguous},
       {{70001, 3}, {1, 3}, Layout::contiguous},     {{200003}, {1}, Layout::contiguous},
-      {{5, 1, 6}, {5, 1, 6}, Layout::contiguous},     {{16, 256, 96}, {1, 1, 96}, Layout::contiguous}};
+      {{5, 1, 6}, {5, 1, 6}, Layout::contiguous},
+      // Dense [R, M] -> [1, M] with 16-byte rows (bias gradients): 16 bytes a lane.
+      {{16, 256, 96}, {1, 1, 96}, Layout::contiguous}, {{300, 1000}, {1, 1000}, Layout::contiguous}};
   const char* names[] = {"sum", "mean", "max", "min"};
   for (int o = 0; o <= int(ReduceOp::min); ++o) {
     for (DType t : kFloatDtypes) {
