@@ -6,6 +6,7 @@
 
 #include "kiln/autograd/ops.h"
 #include "kiln/core/units.h"
+#include "kiln/meta/meta_backend.h"
 
 namespace kiln {
 namespace {
@@ -83,6 +84,19 @@ TEST(MetaDevice, ReadingValuesIsAClearError) {
       EXPECT_NE(std::string(e.what()).find("meta tensors are for planning"), std::string::npos) << e.what();
     }
   }
+}
+
+// The meta device answers the capabilities that change what ops allocate as
+// the device it stands in for: a GPU multiplies bf16 into f32 and wants
+// thousands of rows a product; this CPU answers for itself.
+TEST(MetaDevice, AnswersCapabilitiesAsTheDeviceItModels) {
+  Backend& meta = backend_for(Device::meta());
+  const Backend& cpu = backend_for(Device::cpu());
+  EXPECT_EQ(meta.fast_bf16_to_f32_matmul(), cpu.fast_bf16_to_f32_matmul());
+  EXPECT_EQ(meta.efficient_gemm_rows(), cpu.efficient_gemm_rows());
+  meta::ModelledDeviceScope gpu(DeviceType::cuda);
+  EXPECT_TRUE(meta.fast_bf16_to_f32_matmul());
+  EXPECT_EQ(meta.efficient_gemm_rows(), kCudaEfficientGemmRows);
 }
 
 }  // namespace

@@ -40,10 +40,12 @@ TEST(Profiler, SplitsByShapeWhenAskedAndKeepsTheBackendsCapabilities) {
   nn::Linear layer(4, 3, init);
   Tensor x = nn::normal_tensor({2, 4}, 1.0, init);
   const bool fast_bf16 = backend_for(Device::cpu()).fast_bf16_to_f32_matmul();
+  const int64_t gemm_rows = backend_for(Device::cpu()).efficient_gemm_rows();
   Profiler::reset();
   Profiler::enable(true, /*by_shape=*/true);
   // The timing wrapper answers as the backend does: ops choose the same paths.
   EXPECT_EQ(backend_for(Device::cpu()).fast_bf16_to_f32_matmul(), fast_bf16);
+  EXPECT_EQ(backend_for(Device::cpu()).efficient_gemm_rows(), gemm_rows);
   layer.forward(x);
   Profiler::enable(false);
   auto times = Profiler::snapshot();

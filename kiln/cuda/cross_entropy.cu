@@ -8,9 +8,9 @@
 // element is read before it is overwritten by the same thread, and the target
 // logit is read before the first reduction's barrier. A warp per row when
 // C <= 1024, a 256-thread block otherwise. f32 compute for bf16/f16.
-// A target outside [0, C) that is not ignore_index sets the device error
-// flag; the launcher reads it back (one stream sync) and throws, as the CPU
-// does.
+// A target outside [0, C) that is not ignore_index is recorded in the
+// device's input-check slots and thrown at the next synchronisation
+// (cuda_util.h); its row gets no loss and no gradient.
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
 #include "kiln/cuda/row_reduce.cuh"

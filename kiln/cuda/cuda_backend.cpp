@@ -1,5 +1,5 @@
 // Backend creation, per-device state (stream, cuBLAS handles, workspace,
-// error flag) and the small host helpers every op file uses.
+// input-check slots) and the small host helpers every op file uses.
 //
 // cuda_backend_instance() runs on every start of Kiln, CPU runs included, so
 // it must survive a machine with no GPU or no driver: cudaGetDeviceCount then

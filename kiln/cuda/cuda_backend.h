@@ -8,7 +8,7 @@
 // Semantics follow the CPU backend (the reference, kiln/cpu); bf16/f16 inputs
 // compute in f32. Every op runs asynchronously on its device's single
 // compute stream, except where it must read a result back (device-to-host
-// copies, and the ops that validate indices: embedding, cross_entropy).
+// copies); ids that ops validate are checked at that synchronisation.
 #pragma once
 #include "kiln/backend/backend.h"
 

@@ -9,9 +9,9 @@
 // sums the run's dout rows in order. A very frequent id (padding) makes one
 // long run for one block; fine at the scales Kiln trains.
 //
-// ids are i32 or i64; an id outside [0, V) sets the device error flag and the
-// launcher throws after reading it back (one stream sync per call), as the
-// CPU backend throws. weight/dweight may have any strides; dout and out are
+// ids are i32 or i64; an id outside [0, V) reads nothing, is recorded in the
+// device's input-check slots and is thrown at the next synchronisation
+// (cuda_util.h). weight/dweight may have any strides; dout and out are
 // contiguous [..., C]. f32 compute for bf16/f16.
 #include <cub/device/device_radix_sort.cuh>
 

@@ -9,8 +9,8 @@
 //                          never depend on the other rows.
 //  scatter_rows_kernel     one thread per element.
 //
-// A span or page outside the pool sets the device error flag (the launcher
-// throws after reading it back) instead of reading outside the pool.
+// A span or page outside the pool is recorded in the device's input-check
+// slots (thrown at the next synchronisation, cuda_util.h) instead of read.
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
 #include "kiln/cuda/device_math.cuh"
