@@ -18,6 +18,8 @@
 // Heads are read and written in place through [B, H, T, D] views with unit
 // stride along D and 16-byte aligned rows, so the heads of a packed q|k|v
 // projection, and its gradient, need no copies.
+#include <type_traits>
+
 #include "kiln/cuda/attention_common.cuh"
 #include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_util.h"

@@ -37,6 +37,11 @@ namespace kiln::cuda {
 // up here instead of as a wrong answer later.
 #define KILN_CUDA_CHECK_LAUNCH() KILN_CUDA_CHECK(cudaGetLastError())
 
+// The ops whose kernels check their input on the device (see
+// input_check_slot below), one slot each.
+enum class InputCheck { embedding, embedding_backward, cross_entropy, paged_attention, scatter_rows };
+constexpr size_t kInputChecks = size_t(InputCheck::scatter_rows) + 1;
+
 // Lazily created resources of one device.
 struct DeviceState {
   int index = 0;
@@ -50,7 +55,7 @@ struct DeviceState {
   int* input_errors = nullptr;       // device ints, one per InputCheck: the first bad index + 1
   int* input_errors_host = nullptr;  // pinned mirror they are read back into at a synchronisation
   bool input_checks_armed = false;   // a checking kernel ran since the last read
-  std::array<std::function<std::string(int64_t)>, 5> input_error_text;  // each check's last launch's message
+  std::array<std::function<std::string(int64_t)>, kInputChecks> input_error_text;  // each check's last message
 };
 
 DeviceState& device_state(int device);
@@ -74,7 +79,6 @@ class DeviceGuard {
 // read back with the device's next synchronisation (a copy to the host,
 // synchronize()), which throws the recorded error once. So a training step or
 // a decode step syncs once, where it reads its result, not once per op.
-enum class InputCheck { embedding, embedding_backward, cross_entropy, paged_attention, scatter_rows };
 // The slot for one launch of `check`'s kernel; `message` words its error
 // from the recorded index.
 int* input_check_slot(int device, InputCheck check, std::function<std::string(int64_t)> message);
