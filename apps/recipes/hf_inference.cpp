@@ -273,21 +273,22 @@ class HfEmbedderInference final : public InferenceModel {
 
 LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options) {
   const nlohmann::json config = models::read_hf_config(dir);
-  const std::string type = config["model_type"].get<std::string>();
+  // What the load line names: the family, and whether it came from a GGUF file.
+  const std::string source = (models::is_gguf_file(dir) ? "gguf:" : "hf:") + config["model_type"].get<std::string>();
   if (models::hf_model_kind(config) == "classifier") {
     auto c = models::load_hf_classifier(dir);
     c.model->to(device);
-    return {"hf:" + type, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};
+    return {source, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};
   }
   if (models::hf_model_kind(config) == "embedder") {
     auto e = models::load_hf_embedder(dir);
     e.encoder.model->to(device);
-    return {"hf:" + type, ModelKind::text_embedder, 0, std::make_unique<HfEmbedderInference>(std::move(e))};
+    return {source, ModelKind::text_embedder, 0, std::make_unique<HfEmbedderInference>(std::move(e))};
   }
   auto lm = models::load_hf_causal_lm(dir);
   lm.model->to(device);
   if (!options.quantize.empty()) nn::quantize_weights(*lm.model, parse_quant_format(options.quantize));
-  return {"hf:" + type, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
+  return {source, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
 }
 
 std::unique_ptr<InferenceModel> hf_language_model_inference(models::HfCausalLm lm, const std::string& chat_template) {

@@ -77,6 +77,19 @@ PY
 "$KILN" apply-template "gguf:$WORK/chat.gguf" --messages "$WORK/messages.json" --no-generation-prompt \
   >"$WORK/got.txt" 2>"$OUT" || fail "apply-template of a GGUF file's template"
 cmp -s "$WORK/got.txt" "$WORK/want.txt" || { diff "$WORK/want.txt" "$WORK/got.txt" >"$OUT"; fail "the GGUF file's template renders differently"; }
+# kiln serve takes the file too, and its load line says where the model came from.
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model g="gguf:$WORK/chat.gguf" --port "$port" >"$WORK/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\": \"g\", \"prompt\": \"$TEXT\", \"max_tokens\": 4, \"temperature\": 0, \"ignore_eos\": true}" >"$OUT" ||
+  fail "POST /v1/completions to a GGUF model"
+python3 -c "import json, sys; r = json.load(open('$OUT')); sys.exit(r['usage']['completion_tokens'] != 4)" ||
+  fail "a GGUF model served other than 4 tokens: $(cat "$OUT")"
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+grep -q "loaded g (gguf:llama, " "$WORK/serve.log" || { cp "$WORK/serve.log" "$OUT"; fail "the load line does not name the GGUF file's model"; }
 # LoRA on a quantized GGUF base (Q4_K_M: Q5_0, Q8_0 and F32 at this size) trains, samples, and exports merged in
 # float, a folder Kiln (and transformers, below) loads.
 run 0 "$KILN" data fortunes-sft --out "$WORK/sft-data"
