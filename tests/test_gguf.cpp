@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <unistd.h>
+
 #include "kiln/core/error.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/io/gguf.h"
@@ -27,6 +29,28 @@ const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/
 std::vector<uint8_t> fixture_bytes() {
   std::ifstream in(kFixture, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Opening a file again (a model load opens it for its config, weights,
+// tokenizer and template) reuses its parsed header; a file that changed on
+// disk is parsed again.
+TEST(Gguf, ReopeningAnUnchangedFileReusesItsParsedHeader) {
+  const fs::path copy = fs::temp_directory_path() / ("kiln_gguf_reopen_" + std::to_string(::getpid()) + ".gguf");
+  fs::copy_file(kFixture, copy, fs::copy_options::overwrite_existing);
+  const GgufFile first = GgufFile::open(copy.string());
+  const GgufFile again = GgufFile::open(copy.string());
+  EXPECT_EQ(&first.header(), &again.header());
+  EXPECT_EQ(again.metadata()["general.architecture"], "llama");
+  {
+    std::vector<uint8_t> bytes = fixture_bytes();
+    bytes.insert(bytes.end(), 64, uint8_t(0));  // a longer file: parsed anew (the data section may end anywhere)
+    std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  }
+  const GgufFile changed = GgufFile::open(copy.string());
+  EXPECT_NE(&changed.header(), &first.header());
+  EXPECT_EQ(changed.metadata()["general.architecture"], "llama");
+  fs::remove(copy);
 }
 
 TEST(Gguf, ReadsEveryMetadataTypeAndTensorAsLlamaCppWroteThem) {

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <system_error>
 
 #include "kiln/core/error.h"
@@ -17,6 +18,30 @@ namespace {
 
 // The row-major shape of ggml's dims (dims[0] fastest).
 Shape kiln_shape(const std::vector<int64_t>& dims) { return Shape(dims.rbegin(), dims.rend()); }
+
+// The last parsed header, and the file it was parsed from.
+struct ParsedHeaderCache {
+  std::mutex mutex;
+  std::string path;
+  off_t size = -1;
+  struct timespec modified = {};
+  std::shared_ptr<const GgufHeader> header;
+
+  std::shared_ptr<const GgufHeader> find(const std::string& p, const struct stat& st) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const bool same = header && p == path && st.st_size == size && st.st_mtim.tv_sec == modified.tv_sec &&
+                      st.st_mtim.tv_nsec == modified.tv_nsec;
+    return same ? header : nullptr;
+  }
+  void keep(const std::string& p, const struct stat& st, std::shared_ptr<const GgufHeader> h) {
+    std::lock_guard<std::mutex> lock(mutex);
+    path = p;
+    size = st.st_size;
+    modified = st.st_mtim;
+    header = std::move(h);
+  }
+};
+ParsedHeaderCache g_last_header;
 
 }  // namespace
 
@@ -40,17 +65,21 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.path_ = path;
   f.base_ = static_cast<const uint8_t*>(mapping->base);
-  try {
-    f.header_ = parse_gguf(f.base_, bytes);
-  } catch (const Error& e) {
-    KILN_FAIL(path, ": ", e.what());
+  f.header_ = g_last_header.find(path, st);
+  if (!f.header_) {
+    try {
+      f.header_ = std::make_shared<const GgufHeader>(parse_gguf(f.base_, bytes));
+    } catch (const Error& e) {
+      KILN_FAIL(path, ": ", e.what());
+    }
+    g_last_header.keep(path, st, f.header_);
   }
   f.mapping_ = mapping;
   return f;
 }
 
 const GgufTensorInfo* GgufFile::find(const std::string& name) const {
-  for (const GgufTensorInfo& t : header_.tensors)
+  for (const GgufTensorInfo& t : header_->tensors)
     if (t.name == name) return &t;
   return nullptr;
 }
@@ -58,7 +87,7 @@ const GgufTensorInfo* GgufFile::find(const std::string& name) const {
 Tensor GgufFile::tensor(const std::string& name) const {
   const GgufTensorInfo* t = find(name);
   KILN_CHECK(t, path_, " holds no tensor '", name, "'");
-  void* data = const_cast<uint8_t*>(base_ + header_.data_start + t->offset);  // (mapped copy-on-write)
+  void* data = const_cast<uint8_t*>(base_ + header_->data_start + t->offset);  // (mapped copy-on-write)
   const Shape shape = kiln_shape(t->dims);
   switch (t->type) {
     case GgufType::F32: return Tensor::wrap(data, shape, DType::f32, mapping_);
