@@ -1,0 +1,68 @@
+// Matching text against a Grammar (gbnf.h) as it is generated, llama.cpp's
+// way: a set of stacks of positions in the grammar's sequences, each stack
+// one way the text so far can continue, its top the next character element
+// (an empty stack: the text so far is a whole match). Feeding a code point
+// keeps the stacks whose top takes it, advanced and expanded through rule
+// references; no stack left means the text can no longer match.
+//
+// Text arrives as tokens' bytes, and a token may end inside a UTF-8
+// character (byte-level vocabularies split emoji and CJK): the matcher keeps
+// the character begun, and a token ending with one is allowed where some
+// completion of it could be taken.
+//
+// allowed_tokens() tests each token of a vocabulary from the current state
+// (after a first-character check that rejects most of them at once): the
+// mask a sampler applies before temperature, top-k and top-p.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/text/grammar/gbnf.h"
+
+namespace kiln::text {
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+
+  // Feeds a token's bytes: true and advanced if the grammar can take them,
+  // false and unchanged otherwise.
+  bool accept(std::string_view bytes);
+  // Whether accept(bytes) would succeed, without changing anything.
+  bool can_accept(std::string_view bytes) const;
+  // The text so far is a whole match (an end-of-text token may come now).
+  bool can_end() const;
+  // allowed[i] = can_accept(token_bytes[i]); empty strings are never allowed.
+  void allowed_tokens(const std::vector<std::string>& token_bytes, std::vector<uint8_t>& allowed) const;
+
+ private:
+  struct Frame {
+    int rule, alternative, position;
+    bool operator<(const Frame& o) const {
+      return rule != o.rule ? rule < o.rule : alternative != o.alternative ? alternative < o.alternative : position < o.position;
+    }
+    bool operator==(const Frame& o) const {
+      return rule == o.rule && alternative == o.alternative && position == o.position;
+    }
+  };
+  using Stack = std::vector<Frame>;
+  struct State {
+    std::vector<Stack> stacks;
+    uint32_t partial = 0;  // the bits of a UTF-8 character begun in an earlier token
+    int remaining = 0;     // its continuation bytes still to come
+  };
+
+  const GrammarElement& top(const Stack& s) const;
+  void expand(Stack s, std::vector<Stack>& out) const;
+  bool advance(State& st, uint32_t code_point) const;
+  bool feed(State& st, std::string_view bytes) const;
+  bool first_char_possible(std::string_view bytes) const;
+
+  std::shared_ptr<const Grammar> g_;
+  State state_;
+};
+
+}  // namespace kiln::text

@@ -1,0 +1,125 @@
+// GBNF grammars (kiln/text/grammar): parsed and matched as llama.cpp's grammar
+// engine does, on llama.cpp's own grammars and on grammars for each construct
+// (tests/grammar/gbnf_cases.json, whose answers llama.cpp's validator gave:
+// tests/grammar/make_gbnf_fixture.py); refused grammars named with the place;
+// and token masks over a vocabulary whose tokens split UTF-8 characters.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+#include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/grammar/matcher.h"
+
+namespace kiln::text {
+namespace {
+
+std::shared_ptr<const Grammar> grammar_of(const std::string& text) {
+  return std::make_shared<const Grammar>(parse_gbnf(text));
+}
+
+// Whole text through the matcher, as one token or as one token per byte.
+bool matches(const std::shared_ptr<const Grammar>& g, const std::string& text, bool byte_by_byte) {
+  GrammarMatcher m(g);
+  if (byte_by_byte) {
+    for (char c : text)
+      if (!m.accept(std::string(1, c))) return false;
+  } else if (!text.empty() && !m.accept(text)) {
+    return false;
+  }
+  return m.can_end();
+}
+
+TEST(Grammar, AcceptsAndRefusesAsLlamaCppDoes) {
+  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/grammar/gbnf_cases.json");
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  int checked = 0, refused = 0;
+  for (const auto& c : fixture["cases"]) {
+    const std::string name = c["name"], text = c["grammar"];
+    if (c["refused"].get<bool>()) {
+      EXPECT_THROW(parse_gbnf(text), Error) << name << ": llama.cpp refuses this grammar";
+      ++refused;
+      continue;
+    }
+    std::shared_ptr<const Grammar> g;
+    ASSERT_NO_THROW(g = grammar_of(text)) << name;
+    for (const auto& input : c["inputs"]) {
+      const std::string s = input["text"];
+      const bool want = input["accepted"];
+      EXPECT_EQ(matches(g, s, false), want) << name << " on '" << s << "'";
+      EXPECT_EQ(matches(g, s, true), want) << name << " on '" << s << "', a byte at a time";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 140);
+  EXPECT_GE(refused, 8);
+}
+
+TEST(Grammar, RefusalsNameTheRuleAndThePlace) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_gbnf(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(parsed)");
+  };
+  EXPECT_NE(message("root ::= a\n").find("rule 'a' is used (line 1) but never defined"), std::string::npos);
+  EXPECT_NE(message("start ::= \"a\"\n").find("no rule named 'root'"), std::string::npos);
+  EXPECT_NE(message("root ::= x\nx ::= y? root \"a\"\ny ::= \"b\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"\nroot ::= \"b\"\n").find("defined twice"), std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"\n  x ::= \"b\" )\n").find("after rule 'x' at line 2, column 13"),
+            std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"{3,2}").find("maximum is below its minimum"), std::string::npos);
+  EXPECT_NE(message("root ::= \"a\"{2001}").find("more than 2000 repetitions"), std::string::npos);
+  EXPECT_NE(message("root ::= <[42]>").find("token references"), std::string::npos);
+  // Left recursion through a rule that matches nothing only indirectly
+  // passes llama.cpp's check (and its matcher would grow without end): the
+  // matcher stops at its bound with an error.
+  const auto indirect = std::make_shared<const Grammar>(parse_gbnf("root ::= a root \"x\" | \"y\"\na ::= b\nb ::= \"\" | \"z\""));
+  try {
+    GrammarMatcher m(indirect);
+    ADD_FAILURE() << "expanding the grammar ended";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested rules"), std::string::npos) << e.what();
+  }
+  // A parse with another start rule.
+  EXPECT_NO_THROW(parse_gbnf("start ::= \"a\"", "start"));
+}
+
+// A byte-level vocabulary splits "é" (C3 A9) into two tokens: each half is
+// allowed where the grammar can complete it, and nothing else.
+TEST(Grammar, TokenMasksFollowCharactersSplitAcrossTokens) {
+  const auto g = grammar_of("root ::= \"\xc3\xa9\" [0-9]+");
+  const std::vector<std::string> vocab = {"\xc3", "\xa9", "\xc3\xa9", "1", "12", "a", "\xc3\xa9" "1", "", "\xe6"};
+  GrammarMatcher m(g);
+  std::vector<uint8_t> allowed;
+  m.allowed_tokens(vocab, allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{1, 0, 1, 0, 0, 0, 1, 0, 0}));
+  EXPECT_FALSE(m.can_end());
+  ASSERT_TRUE(m.accept("\xc3"));
+  EXPECT_FALSE(m.can_end()) << "half a character is not the end";
+  m.allowed_tokens(vocab, allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 1, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_FALSE(m.accept("1")) << "a refused token leaves the state as it was";
+  ASSERT_TRUE(m.accept("\xa9"));
+  m.allowed_tokens(vocab, allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 0}));
+  ASSERT_TRUE(m.accept("12"));
+  EXPECT_TRUE(m.can_end());
+}
+
+// A negated class takes a partial character when some completion lies
+// outside its ranges, and refuses it when every completion is inside.
+TEST(Grammar, PartialCharactersAgainstNegatedClasses) {
+  const auto all_two_byte = grammar_of("root ::= [^\\u0080-\\u07ff]");  // every 2-byte character excluded
+  GrammarMatcher m(all_two_byte);
+  EXPECT_FALSE(m.can_accept("\xc3")) << "C3 begins only 2-byte characters, all excluded";
+  EXPECT_TRUE(m.can_accept("\xe6")) << "E6 begins 3-byte characters, which are allowed";
+  EXPECT_TRUE(m.can_accept("a"));
+}
+
+}  // namespace
+}  // namespace kiln::text
