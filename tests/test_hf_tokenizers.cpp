@@ -106,6 +106,30 @@ TEST_P(Tokenizers, IdsPastTheVocabularyDecodeToNothing) {
   EXPECT_EQ(streamed, tok.decode(ids));
 }
 
+// A token's bytes, what a grammar matches (llama.cpp's token_to_piece): the
+// pieces of a text join to its decoding (a SentencePiece text keeps the
+// space it was given in front), whole where single tokens hold half a
+// character. BERT's WordPiece pieces are for encoders, not generation.
+TEST_P(Tokenizers, TokenBytesJoinToTheText) {
+  if (std::string(GetParam()) == "bert") GTEST_SKIP() << "an encoder's vocabulary: nothing generates with it";
+  const HfTokenizer tok = load(GetParam());
+  int split_characters = 0;
+  std::vector<std::string> texts = {"\xF0\x9F\x98\x80 \xF0\x9F\xA6\x80 emoji", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xE2\x84\x95 \xE2\x8A\x86 \xE2\x84\xA4"};
+  for (const auto& c : hf_test::expected(std::string("tokenizers/") + GetParam())["edge_cases"]) texts.push_back(c["text"]);
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tok.encode(text, false);
+    std::string joined;
+    for (int32_t id : ids) {
+      const std::string piece = tok.token_bytes(id);
+      split_characters += text::utf8_lossy(piece) != piece;
+      joined += piece;
+    }
+    const std::string decoded = tok.decode(ids, false);
+    EXPECT_TRUE(joined == decoded || joined == " " + decoded) << text << ": '" << joined << "'";
+  }
+  if (std::string(GetParam()) != "mistral") EXPECT_GT(split_characters, 0) << "no token held part of a character";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Tokenizers, ::testing::ValuesIn(kFamilies));
 
 TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {

@@ -176,6 +176,16 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   return out;
 }
 
+std::string HfTokenizer::token_bytes(int32_t id) const {
+  KILN_CHECK(id >= 0 && size_t(id) < id_to_token_.size(), "token_bytes: id ", id, " is outside the vocabulary of ",
+             id_to_token_.size());
+  const std::string& token = id_to_token_[size_t(id)];
+  if (!decoder_ || added_ids_.count(token)) return token;
+  std::string out;
+  for (const auto& piece : decoder_->decode({token}, /*raw=*/true)) out += piece;
+  return out;
+}
+
 std::optional<int32_t> HfTokenizer::token_to_id(const std::string& token) const {
   if (auto it = added_ids_.find(token); it != added_ids_.end()) return it->second;
   for (size_t id = 0; id < id_to_token_.size(); ++id)

@@ -37,6 +37,12 @@ class HfTokenizer {
   // byte tokens becomes U+FFFD, as there; ids past the vocabulary are left out.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
 
+  // The bytes token `id` adds to a text, as llama.cpp's token_to_piece gives
+  // them to a grammar: a byte token, or a byte-level token holding part of a
+  // character, gives its bytes (not U+FFFD), and a leading space stays. An
+  // added token gives its content.
+  std::string token_bytes(int32_t id) const;
+
   int64_t vocab_size() const { return int64_t(id_to_token_.size()); }
   std::optional<int32_t> token_to_id(const std::string& token) const;
   const std::string& id_to_token(int32_t id) const;

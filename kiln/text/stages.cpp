@@ -425,17 +425,17 @@ const Table<PostProcessor>& post_processors() {
 
 struct DecoderSequence : Decoder {
   std::vector<std::unique_ptr<Decoder>> steps;
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
-    for (const auto& d : steps) tokens = d->decode(std::move(tokens));
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
+    for (const auto& d : steps) tokens = d->decode(std::move(tokens), raw);
     return tokens;
   }
 };
 
 struct ByteLevelDecoder : Decoder {
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     std::string joined;
     for (const auto& t : tokens) joined += t;
-    return {utf8_lossy(byte_level_to_bytes(joined))};
+    return {raw ? byte_level_to_bytes(joined) : utf8_lossy(byte_level_to_bytes(joined))};
   }
 };
 
@@ -446,10 +446,10 @@ struct MetaspaceDecoder : Decoder {
     strip_first = j.contains("prepend_scheme") ? j["prepend_scheme"].get<std::string>() != "never"
                                                : j.value("add_prefix_space", true);
   }
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       tokens[i] = replace_all(std::move(tokens[i]), replacement, " ");
-      if (i == 0 && strip_first && !tokens[i].empty() && tokens[i][0] == ' ') tokens[i].erase(0, 1);
+      if (!raw && i == 0 && strip_first && !tokens[i].empty() && tokens[i][0] == ' ') tokens[i].erase(0, 1);
     }
     return tokens;
   }
@@ -461,7 +461,7 @@ struct ReplaceDecoder : Decoder {
   explicit ReplaceDecoder(const json& j) : pattern(j.at("pattern")), content(j.at("content").get<std::string>()) {
     KILN_CHECK(!pattern.regex, "tokenizer.json: a Replace decoder with a regex pattern is not supported");
   }
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     for (auto& t : tokens) t = replace_all(std::move(t), pattern.literal, content);
     return tokens;
   }
@@ -470,13 +470,13 @@ struct ReplaceDecoder : Decoder {
 // <0xXX> tokens become their bytes; a run of them that is not valid UTF-8
 // becomes one U+FFFD per byte, as tokenizers does.
 struct ByteFallbackDecoder : Decoder {
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     std::vector<std::string> out;
     std::string bytes;
     size_t byte_tokens = 0;
     auto flush = [&] {
       if (byte_tokens == 0) return;
-      if (utf8_lossy(bytes) == bytes) out.push_back(bytes);
+      if (raw || utf8_lossy(bytes) == bytes) out.push_back(bytes);
       else
         for (size_t k = 0; k < byte_tokens; ++k) out.push_back("\xEF\xBF\xBD");
       bytes.clear(), byte_tokens = 0;
@@ -497,7 +497,7 @@ struct ByteFallbackDecoder : Decoder {
 };
 
 struct FuseDecoder : Decoder {
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     std::string joined;
     for (const auto& t : tokens) joined += t;
     return {joined};
@@ -511,7 +511,8 @@ struct StripDecoder : Decoder {
       : content(j.at("content").get<std::string>()), start(read_count(j, "start", 0)), stop(read_count(j, "stop", 0)) {
     KILN_CHECK(!content.empty(), "tokenizer.json: a Strip decoder has no \"content\" to strip");
   }
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
+    if (raw) return tokens;
     for (auto& t : tokens) {
       size_t b = 0, e = t.size();
       for (size_t k = 0; k < start && t.compare(b, content.size(), content) == 0 && b < e; ++k) b += content.size();
@@ -528,7 +529,7 @@ struct WordPieceDecoder : Decoder {
   bool cleanup;
   explicit WordPieceDecoder(const json& j)
       : prefix(j.value("prefix", std::string("##"))), cleanup(j.value("cleanup", true)) {}
-  std::vector<std::string> decode(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode(std::vector<std::string> tokens, bool raw) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i > 0) tokens[i] = tokens[i].rfind(prefix, 0) == 0 ? tokens[i].substr(prefix.size()) : " " + tokens[i];
       if (cleanup) tokens[i] = cleanup_tokenization(std::move(tokens[i]));

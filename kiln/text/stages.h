@@ -42,11 +42,14 @@ class PostProcessor {
   virtual std::vector<int32_t> process(std::vector<int32_t> ids) const = 0;
 };
 
-// Token strings -> token strings (the last decoder's are joined).
+// Token strings -> token strings (the last decoder's are joined). `raw`:
+// the bytes the tokens stand for, as llama.cpp's token_to_piece gives them
+// to a grammar: bytes of a character split across tokens stay bytes (not
+// U+FFFD), and no leading space is stripped.
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  virtual std::vector<std::string> decode(std::vector<std::string> tokens) const = 0;
+  virtual std::vector<std::string> decode(std::vector<std::string> tokens, bool raw = false) const = 0;
 };
 
 // Builders; each throws kiln::Error naming an unsupported "type".
