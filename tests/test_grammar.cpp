@@ -121,5 +121,20 @@ TEST(Grammar, PartialCharactersAgainstNegatedClasses) {
   EXPECT_TRUE(m.can_accept("a"));
 }
 
+// Overlong forms and surrogates are not characters: a token holding one (or
+// the start of one) is never allowed, so a constrained answer always
+// decodes to the text the grammar matched.
+TEST(Grammar, OverlongFormsAndSurrogatesAreRefused) {
+  GrammarMatcher quote(grammar_of("root ::= \"\\\"\""));
+  EXPECT_TRUE(quote.can_accept("\""));
+  EXPECT_FALSE(quote.can_accept("\xC0")) << "C0 begins only overlong forms";
+  EXPECT_FALSE(quote.can_accept("\xC0\xA2")) << "an overlong '\"'";
+  GrammarMatcher any(grammar_of("root ::= ."));
+  EXPECT_FALSE(any.can_accept("\xE0\x80")) << "E0 80 begins only overlong forms";
+  EXPECT_FALSE(any.can_accept("\xED\xA0\x80")) << "a surrogate";
+  EXPECT_FALSE(any.can_accept("\xF4\x90\x80\x80")) << "past U+10FFFF";
+  EXPECT_TRUE(any.can_accept("\xF0\x9F\x98\x80"));
+}
+
 }  // namespace
 }  // namespace kiln::text

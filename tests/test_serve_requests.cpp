@@ -156,6 +156,25 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
   EXPECT_EQ(parse_chat(chat_with("user", "\"x\"")).max_tokens, 1024);  // the default bound
 }
 
+// Constrained decoding: llama-server's `grammar` (GBNF) and OpenAI's JSON
+// mode reach the request as a parsed grammar, on both endpoints.
+TEST(ChatFields, GrammarAndJsonModeReachTheRequest) {
+  EXPECT_FALSE(parse_chat(chat_with("user", "\"x\"")).grammar);
+  const ChatRequest json_mode = parse_chat(chat_with("response_format", R"({"type": "json_object"})"));
+  ASSERT_TRUE(json_mode.grammar);
+  EXPECT_GE(json_mode.grammar->rules.size(), 7u);
+  EXPECT_FALSE(parse_chat(chat_with("response_format", R"({"type": "text"})")).grammar);
+  const ChatRequest g = parse_chat(chat_with("grammar", R"("root ::= \"yes\" | \"no\"")"));
+  ASSERT_TRUE(g.grammar);
+  EXPECT_EQ(g.grammar->rules[size_t(g.grammar->root)].alternatives.size(), 2u);
+  const auto c = kiln::serve::parse_completion(R"({"model": "m", "prompt": "p", "response_format": {"type": "json_object"}})");
+  EXPECT_TRUE(c.grammar);
+  EXPECT_NE(chat_refusal(R"({"model": "m", )" + std::string(kMessages) +
+                         R"(, "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})")
+                .find("two constraints"),
+            std::string::npos);
+}
+
 TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model": "m", "messages": []})", "non-empty array"},
@@ -169,7 +188,12 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "'tool_calls'"},
       {R"({"model": "m", "messages": ["x"]})", "is not an object"},
       {chat_with("tools", R"([{"type": "function"}])"), "tool calling is not implemented"},
-      {chat_with("response_format", R"({"type": "json_object"})"), "structured output"},
+      {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"),
+       "json_schema is not implemented yet"},
+      {chat_with("response_format", R"({"type": "yaml"})"), "must be \"text\" or \"json_object\""},
+      {chat_with("response_format", R"("json")"), "must be an object with a string 'type'"},
+      {chat_with("grammar", R"("root ::= undefined")"), "field 'grammar': grammar: rule 'undefined' is used"},
+      {chat_with("grammar", "42"), "must be a GBNF grammar"},
       {chat_with("n", "3"), "field 'n' is not supported"},
       {chat_with("logit_bias", R"({"1": 5})"), "field 'logit_bias' is not supported"},
       {chat_with("prompt", R"("x")"), "unknown field 'prompt'"},

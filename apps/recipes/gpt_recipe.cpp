@@ -243,6 +243,8 @@ class GptInference final : public InferenceModel {
       KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
       KILN_CHECK(o.temperature >= 0, "temperature must be >= 0 (0: greedy), got ", o.temperature);
       KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
+      KILN_CHECK(!o.grammar, "grammars (response_format, grammar) constrain Hugging Face and GGUF models; a "
+                             "fortunes-gpt run's tokenizer is not supported");
       auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
       c->tokens_.push_back(tok_.end_of_text_id());
       const std::vector<int32_t> p = tok_.encode(prompts[i]);

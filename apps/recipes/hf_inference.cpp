@@ -4,6 +4,7 @@
 #include <limits>
 #include <mutex>
 
+#include "kiln/text/grammar/matcher.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/hf_chat.h"
 #include "models/hf/hf_embedder.h"
@@ -22,21 +23,47 @@ std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
 // the text decoded so far, a whole character at a time.
 class HfCompletion final : public TextCompletion {
  public:
-  // `stop_ids`: the tokens that end it (end of sequence, and a chat's end of turn).
+  // `stop_ids`: the tokens that end it (end of sequence, and a chat's end of
+  // turn). `token_bytes`: each token's bytes, for a grammar (empty for
+  // special tokens and ids past the tokenizer, which a grammar never allows).
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
-               std::vector<int32_t> stop_ids)
+               std::vector<int32_t> stop_ids, const std::vector<std::string>* token_bytes)
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
-        stream_(lm.tokenizer) {
+        stream_(lm.tokenizer), token_bytes_(token_bytes) {
     c_.prompt_tokens = prompt_tokens;
+    if (o.grammar) matcher_.emplace(o.grammar);
   }
 
   // Samples the next token from its logits.
   void take(const std::vector<float>& logits) {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
     std::vector<float> row = logits;
     if (o_.ignore_eos)
-      for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = -std::numeric_limits<float>::infinity();
+      for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = kNever;
+    if (matcher_) {
+      // The grammar's mask, before temperature, top-k and top-p: a token
+      // only where its bytes keep the text matching, an end only where the
+      // text is a whole match.
+      matcher_->allowed_tokens(*token_bytes_, allowed_);
+      allowed_.resize(row.size(), 0);
+      const bool can_end = matcher_->can_end();
+      for (int32_t id : stop_ids_)
+        if (size_t(id) < allowed_.size()) allowed_[size_t(id)] = can_end;
+      bool any = false;
+      for (size_t i = 0; i < row.size(); ++i) {
+        if (!allowed_[i]) row[i] = kNever;
+        any = any || (allowed_[i] && row[i] != kNever);
+      }
+      if (!any) {  // nothing can follow (an end the model may not sample, or a vocabulary without the bytes)
+        c_.finish_reason = can_end ? "stop" : "length";
+        finished_ = true;
+        c_.text = text_;
+        return;
+      }
+    }
     const int32_t token = models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_);
     if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
+    if (matcher_ && !ends(token)) matcher_->accept((*token_bytes_)[size_t(token)]);
     accept(token);
   }
   int32_t last() const { return last_; }
@@ -65,6 +92,9 @@ class HfCompletion final : public TextCompletion {
   models::KvCache cache_;
   Generator gen_;
   text::DecodeStream stream_;
+  const std::vector<std::string>* token_bytes_;
+  std::optional<text::GrammarMatcher> matcher_;
+  std::vector<uint8_t> allowed_;
   int64_t sampled_ = 0;
   int32_t last_ = -1;
 };
@@ -122,7 +152,8 @@ class HfLanguageModelInference final : public InferenceModel {
                  " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
-      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids)));
+      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids),
+                                                       o.grammar ? &token_bytes() : nullptr));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }
@@ -190,7 +221,19 @@ class HfLanguageModelInference final : public InferenceModel {
   }
 
  private:
+  // Every token's bytes, made when a grammar first needs them: special
+  // tokens get none, so a grammar never allows them.
+  const std::vector<std::string>& token_bytes() {
+    if (token_bytes_.empty()) {
+      token_bytes_.resize(size_t(lm_.tokenizer.vocab_size()));
+      for (int32_t id = 0; id < int32_t(token_bytes_.size()); ++id)
+        if (!lm_.tokenizer.is_special(id)) token_bytes_[size_t(id)] = lm_.tokenizer.token_bytes(id);
+    }
+    return token_bytes_;
+  }
+
   models::HfCausalLm lm_;
+  std::vector<std::string> token_bytes_;
   std::optional<text::ChatTemplate> chat_;
   std::string chat_error_;              // why there is no chat template
   std::optional<int32_t> end_of_turn_;  // the template's end of turn, when it is not the end of sequence

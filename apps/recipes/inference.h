@@ -10,6 +10,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/gbnf.h"
 
 namespace kiln::nn {
 class KvPool;
@@ -32,6 +33,10 @@ struct CompletionOptions {
   // >= 0: each generated token's log-probability, with this many of the most
   // likely tokens at its position (OpenAI's logprobs / top_logprobs).
   int64_t logprobs = -1;
+  // Constrained decoding: only tokens that keep the text inside this
+  // grammar are sampled (masked before temperature, top-k and top-p), and
+  // the end of text only where the text is a whole match.
+  std::shared_ptr<const text::Grammar> grammar;
 };
 
 // A generated token's log-probability under the model (its logits'

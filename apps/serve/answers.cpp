@@ -188,6 +188,7 @@ recipes::CompletionOptions options_of(const GenerationFields& r) {
   co.seed = r.seed;
   co.stop = r.stop;
   co.ignore_eos = r.ignore_eos;
+  co.grammar = r.grammar;
   return co;
 }
 

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/core/error.h"
+#include "kiln/text/grammar/json_grammar.h"
+
 namespace kiln::serve {
 
 namespace {
@@ -228,9 +231,11 @@ const UnsupportedField kUnsupportedCompletionFields[] = {
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
 // the caller, which changes nothing), and llama-server's top_k and ignore_eos.
-const char* const kCompletionFields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",  "seed",
-                                         "stop",  "stream", "ignore_eos", "user",        "echo",  "logprobs",
-                                         "stream_options"};
+// llama-server's grammar too, and OpenAI's response_format (JSON mode).
+const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "temperature", "top_p",
+                                         "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
+                                         "user",   "echo",       "logprobs",   "stream_options", "grammar",
+                                         "response_format"};
 
 // OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
 const UnsupportedField kUnsupportedChatFields[] = {
@@ -240,12 +245,12 @@ const UnsupportedField kUnsupportedChatFields[] = {
     {"logit_bias", is_empty, "logit biases are not implemented"},
     {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tool calling is not implemented"},
     {"tool_choice", [](const json& v) { return v == "none"; }, "tool calling is not implemented"},
-    {"response_format", [](const json& v) { return v == json{{"type", "text"}}; },
-     "structured output (JSON mode, schemas) is not implemented"},
 };
-const char* const kChatFields[] = {"model", "messages",    "max_tokens", "max_completion_tokens", "temperature",
-                                   "top_p", "top_k",       "seed",       "stop",                  "stream",
-                                   "user",  "ignore_eos",  "logprobs",   "top_logprobs",          "stream_options"};
+const char* const kChatFields[] = {"model",      "messages",     "max_tokens",     "max_completion_tokens",
+                                   "temperature", "top_p",       "top_k",          "seed",
+                                   "stop",       "stream",       "user",           "ignore_eos",
+                                   "logprobs",   "top_logprobs", "stream_options", "grammar",
+                                   "response_format"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -268,6 +273,31 @@ void check_fields(json& body, const char* const (&known)[Known], const Unsupport
 }
 
 // The fields /v1/completions and /v1/chat/completions share.
+// Constrained decoding: llama-server's `grammar` (GBNF), or OpenAI's JSON
+// mode. JSON schemas are refused by name until they compile to a grammar.
+void parse_constraint(const json& body, GenerationFields& r) {
+  if (body.contains("grammar")) {
+    const std::string gbnf = field<std::string>(body, "grammar", "a GBNF grammar (a string)");
+    try {
+      r.grammar = std::make_shared<const text::Grammar>(text::parse_gbnf(gbnf));
+    } catch (const Error& e) {
+      throw HttpError(400, std::string("field 'grammar': ") + e.what());
+    }
+  }
+  if (!body.contains("response_format")) return;
+  const json& format = body["response_format"];
+  if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+    throw HttpError(400, "'response_format' must be an object with a string 'type'");
+  const std::string type = format["type"];
+  if (type == "text") return;
+  if (type == "json_schema")
+    throw HttpError(400, "response_format json_schema is not implemented yet: use {\"type\": \"json_object\"}, or a "
+                         "GBNF grammar in the 'grammar' field");
+  if (type != "json_object") throw HttpError(400, "response_format.type must be \"text\" or \"json_object\", got \"" + type + "\"");
+  if (r.grammar) throw HttpError(400, "'grammar' and a JSON response_format are two constraints: send one");
+  r.grammar = text::json_object_grammar();
+}
+
 void parse_generation(const json& body, GenerationFields& r) {
   r.model = field<std::string>(body, "model", "a string");
   r.temperature = field<double>(body, "temperature", "a number", 1.0);
@@ -291,6 +321,7 @@ void parse_generation(const json& body, GenerationFields& r) {
   if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
   if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
+  parse_constraint(body, r);
 }
 
 // A message's content: a string, or OpenAI's array of text parts.

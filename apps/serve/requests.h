@@ -4,6 +4,7 @@
 // either returns a valid request or throws HttpError(400, what is wrong).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/gbnf.h"
 
 namespace kiln::serve {
 
@@ -73,6 +75,9 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last event with the usage
   bool ignore_eos = false;     // llama-server's: never sample the end of text
+  // llama-server's `grammar` (GBNF) or response_format json_object: the
+  // answer is constrained to match it.
+  std::shared_ptr<const text::Grammar> grammar;
 };
 
 // /v1/completions: OpenAI's fields.

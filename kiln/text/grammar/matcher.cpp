@@ -85,15 +85,22 @@ bool GrammarMatcher::advance(State& st, uint32_t code_point) const {
   return !st.stacks.empty();
 }
 
+// The smallest code point each UTF-8 length may encode: a shorter form is
+// an overlong encoding (C0 A2 for '"'), invalid, and never matched.
+constexpr uint32_t kMinCodePoint[5] = {0, 0, 0x80, 0x800, 0x10000};
+static bool valid_code_point(uint32_t cp, int length) {
+  return cp >= kMinCodePoint[length] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+}
+
 // Decodes UTF-8 across token boundaries (llama.cpp's decode_utf8 with a
-// partial state): invalid bytes end the match.
+// partial state): invalid bytes, overlong forms and surrogates end the match.
 bool GrammarMatcher::feed(State& st, std::string_view bytes) const {
   for (const char ch : bytes) {
     const uint8_t b = uint8_t(ch);
     if (st.remaining > 0) {
       if ((b & 0xC0) != 0x80) return false;
       st.partial = (st.partial << 6) | (b & 0x3F);
-      if (--st.remaining == 0 && !advance(st, st.partial)) return false;
+      if (--st.remaining == 0 && (!valid_code_point(st.partial, st.length) || !advance(st, st.partial))) return false;
       continue;
     }
     if (b < 0x80) {
@@ -104,11 +111,14 @@ bool GrammarMatcher::feed(State& st, std::string_view bytes) const {
     if (length == 0) return false;
     st.partial = b & (0x7F >> length);
     st.remaining = length - 1;
+    st.length = length;
   }
   if (st.remaining == 0) return true;
-  // A character begun: keep the stacks that could take some completion of it.
+  // A character begun: keep the stacks that could take some valid completion of it.
   const int shift = 6 * st.remaining;
-  const uint32_t lo = st.partial << shift, hi = ((st.partial + 1) << shift) - 1;
+  const uint32_t lo = std::max(st.partial << shift, kMinCodePoint[st.length]);
+  const uint32_t hi = std::min(((st.partial + 1) << shift) - 1, uint32_t(0x10FFFF));
+  if (lo > hi) return false;
   std::erase_if(st.stacks, [&](const Stack& s) { return s.empty() || !top(s).matches_any_in(lo, hi); });
   return !st.stacks.empty();
 }

@@ -53,6 +53,7 @@ class GrammarMatcher {
     std::vector<Stack> stacks;
     uint32_t partial = 0;  // the bits of a UTF-8 character begun in an earlier token
     int remaining = 0;     // its continuation bytes still to come
+    int length = 0;        // its whole length in bytes
   };
 
   const GrammarElement& top(const Stack& s) const;
