@@ -121,6 +121,34 @@ TEST(Grammar, PartialCharactersAgainstNegatedClasses) {
   EXPECT_TRUE(m.can_accept("a"));
 }
 
+// allowed_tokens numbers the states it passes through and steps each (state,
+// character) once: the same mask as testing each token alone, at every point
+// of a JSON text, over a vocabulary of every byte and multi-byte pieces.
+TEST(Grammar, TokenMasksEqualTestingEachTokenAlone) {
+  std::vector<std::string> vocab;
+  for (int b = 1; b < 256; ++b) vocab.push_back(std::string(1, char(b)));
+  for (const char* t : {"{\"", "\": ", "\", \"", "true", "false", "null", "tr", "\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC",
+                        "\\u00", "1.5e", "-0", "00", "}}", "\"}", "  ", "\n  ", "a\"b", "\xF0\x9F", "\x98\x80"})
+    vocab.push_back(t);
+  const auto json = std::make_shared<const Grammar>(parse_gbnf(R"(root ::= object
+value ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws ::= [ \t\n]*)"));
+  GrammarMatcher m(json);
+  const std::string text = "{\"a\xC3\xA9\": [1.5e3, true, {\"b\": null}], \"c\": \"\\u00e9\xF0\x9F\x98\x80\"}";
+  std::vector<uint8_t> masked;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    m.allowed_tokens(vocab, masked);
+    for (size_t t = 0; t < vocab.size(); ++t)
+      ASSERT_EQ(masked[t] != 0, m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
+    if (i < text.size()) ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
+  }
+  EXPECT_TRUE(m.can_end());
+}
+
 // Overlong forms and surrogates are not characters: a token holding one (or
 // the start of one) is never allowed, so a constrained answer always
 // decodes to the text the grammar matched.

@@ -4,6 +4,7 @@
 #include <limits>
 #include <mutex>
 
+#include "kiln/text/grammar/json_grammar.h"
 #include "kiln/text/grammar/matcher.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/hf_chat.h"
@@ -26,10 +27,12 @@ class HfCompletion final : public TextCompletion {
   // `stop_ids`: the tokens that end it (end of sequence, and a chat's end of
   // turn). `token_bytes`: each token's bytes, for a grammar (empty for
   // special tokens and ids past the tokenizer, which a grammar never allows).
+  // `masks`: the grammar's masks by state, shared by the completions of one grammar.
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
-               std::vector<int32_t> stop_ids, const std::vector<std::string>* token_bytes)
+               std::vector<int32_t> stop_ids, const std::vector<std::string>* token_bytes,
+               std::shared_ptr<text::MaskCache> masks)
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
-        stream_(lm.tokenizer), token_bytes_(token_bytes) {
+        stream_(lm.tokenizer), token_bytes_(token_bytes), masks_(std::move(masks)) {
     c_.prompt_tokens = prompt_tokens;
     if (o.grammar) matcher_.emplace(o.grammar);
   }
@@ -44,7 +47,7 @@ class HfCompletion final : public TextCompletion {
       // The grammar's mask, before temperature, top-k and top-p: a token
       // only where its bytes keep the text matching, an end only where the
       // text is a whole match.
-      matcher_->allowed_tokens(*token_bytes_, allowed_);
+      allowed_ = *masks_->allowed(*matcher_, *token_bytes_);
       allowed_.resize(row.size(), 0);
       const bool can_end = matcher_->can_end();
       for (int32_t id : stop_ids_)
@@ -93,6 +96,7 @@ class HfCompletion final : public TextCompletion {
   Generator gen_;
   text::DecodeStream stream_;
   const std::vector<std::string>* token_bytes_;
+  std::shared_ptr<text::MaskCache> masks_;
   std::optional<text::GrammarMatcher> matcher_;
   std::vector<uint8_t> allowed_;
   int64_t sampled_ = 0;
@@ -153,7 +157,7 @@ class HfLanguageModelInference final : public InferenceModel {
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
       started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids),
-                                                       o.grammar ? &token_bytes() : nullptr));
+                                                       o.grammar ? &token_bytes() : nullptr, masks_for(o.grammar)));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }
@@ -232,8 +236,15 @@ class HfLanguageModelInference final : public InferenceModel {
     return token_bytes_;
   }
 
+  // JSON mode's masks are kept across requests; another grammar's for its own request.
+  std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar) {
+    if (!grammar) return nullptr;
+    return grammar == text::json_object_grammar() ? json_masks_ : std::make_shared<text::MaskCache>();
+  }
+
   models::HfCausalLm lm_;
   std::vector<std::string> token_bytes_;
+  std::shared_ptr<text::MaskCache> json_masks_ = std::make_shared<text::MaskCache>();
   std::optional<text::ChatTemplate> chat_;
   std::string chat_error_;              // why there is no chat template
   std::optional<int32_t> end_of_turn_;  // the template's end of turn, when it is not the end of sequence

@@ -3,7 +3,10 @@
 // times transformers and tokenizers on the same work in the same run).
 //   kiln_text_bench template TEMPLATE.jinja TURNS REPEATS   -> {"render_us": mean}
 //   kiln_text_bench tokenize tokenizer.json TEXTS.json REPEATS -> {"texts_per_s", "tokens_per_s"}
-// TEXTS.json: a JSON list of strings.
+//   kiln_text_bench grammar VOCAB.gguf TEXTS.json REPEATS     -> {"mask_ms": mean per token}
+// TEXTS.json: a JSON list of strings. `grammar` walks each text (JSON
+// objects) token by token through the JSON-mode grammar, computing the mask
+// over the whole vocabulary at every step, as constrained decoding does.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -11,7 +14,11 @@
 #include <sstream>
 #include <string>
 
+#include "kiln/io/gguf.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/gguf_vocab.h"
+#include "kiln/text/grammar/json_grammar.h"
+#include "kiln/text/grammar/matcher.h"
 #include "kiln/text/hf_tokenizer.h"
 
 namespace {
@@ -38,7 +45,8 @@ nlohmann::ordered_json conversation(int turns) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s template FILE TURNS REPEATS | tokenize TOKENIZER.json TEXTS.json REPEATS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s template FILE TURNS REPEATS | tokenize TOKENIZER.json TEXTS.json REPEATS | grammar VOCAB.gguf "
+                 "TEXTS.json REPEATS\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -55,8 +63,32 @@ int main(int argc, char** argv) {
       std::printf("{\"engine\": \"kiln\", \"render_us\": %.1f, \"bytes\": %zu}\n", us, bytes / size_t(repeats + 1));
       return 0;
     }
-    const auto tok = kiln::text::HfTokenizer::from_file(argv[2]);
     const auto texts = nlohmann::json::parse(read(argv[3])).get<std::vector<std::string>>();
+    if (mode == "grammar") {
+      const auto tok = kiln::text::HfTokenizer::from_json(
+          kiln::text::gguf_vocab(kiln::GgufFile::open(argv[2]).metadata()).tokenizer, argv[2]);
+      std::vector<std::string> bytes(size_t(tok.vocab_size()));
+      for (int32_t id = 0; id < int32_t(bytes.size()); ++id)
+        if (!tok.is_special(id)) bytes[size_t(id)] = tok.token_bytes(id);
+      std::vector<uint8_t> allowed;
+      size_t steps = 0, allowed_total = 0;
+      const auto start = Clock::now();
+      for (int r = 0; r < repeats; ++r)
+        for (const auto& text : texts) {
+          kiln::text::GrammarMatcher m(kiln::text::json_object_grammar());
+          for (int32_t id : tok.encode(text, false)) {
+            m.allowed_tokens(bytes, allowed);
+            for (uint8_t a : allowed) allowed_total += a;
+            ++steps;
+            if (!m.accept(bytes[size_t(id)])) throw std::runtime_error("the grammar refused a token of " + text);
+          }
+        }
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / double(steps);
+      std::printf("{\"engine\": \"kiln\", \"vocab\": %lld, \"steps\": %zu, \"mask_ms\": %.3f, \"mean_allowed\": %.0f}\n",
+                  (long long)tok.vocab_size(), steps, ms, double(allowed_total) / double(steps));
+      return 0;
+    }
+    const auto tok = kiln::text::HfTokenizer::from_file(argv[2]);
     size_t tokens = 0;
     for (const auto& s : texts) tokens += tok.encode(s, false).size();  // warm-up (the BPE cache too, as tokenizers')
     const auto start = Clock::now();

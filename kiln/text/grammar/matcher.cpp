@@ -1,7 +1,7 @@
 #include "kiln/text/grammar/matcher.h"
 
 #include <algorithm>
-#include <set>
+#include <unordered_map>
 
 #include "kiln/core/error.h"
 
@@ -43,7 +43,7 @@ void GrammarMatcher::expand(Stack s, std::vector<Stack>& out) const {
     return size_t(f.position) == g_->rules[size_t(f.rule)].alternatives[size_t(f.alternative)].size();
   };
   std::vector<Stack> work;
-  std::set<Stack> seen;
+  std::vector<Stack> seen;  // few, typically: a linear search beats a tree's allocations
   size_t frames = 0;
   work.push_back(std::move(s));
   while (!work.empty()) {
@@ -54,7 +54,8 @@ void GrammarMatcher::expand(Stack s, std::vector<Stack>& out) const {
     KILN_CHECK(st.size() <= kMaxDepth && seen.size() <= kMaxStacks && frames <= kMaxFrames, "grammar: more than ",
                kMaxDepth, " nested rules or ", kMaxStacks, " ways to continue the text (a rule that begins with itself "
                "through rules that can match nothing, or a grammar too ambiguous)");
-    if (!seen.insert(st).second) continue;
+    if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
+    seen.push_back(st);
     if (st.empty() || !top(st).is_rule()) {
       out.push_back(std::move(st));
       continue;
@@ -93,34 +94,45 @@ static bool valid_code_point(uint32_t cp, int length) {
 }
 
 // Decodes UTF-8 across token boundaries (llama.cpp's decode_utf8 with a
-// partial state): invalid bytes, overlong forms and surrogates end the match.
-bool GrammarMatcher::feed(State& st, std::string_view bytes) const {
+// partial state), calling on_code_point for each whole character until it
+// says stop; invalid bytes, overlong forms and surrogates end it too.
+template <typename OnCodePoint>
+static bool decode_utf8(std::string_view bytes, uint32_t& partial, int& remaining, int& length, OnCodePoint&& on_code_point) {
   for (const char ch : bytes) {
     const uint8_t b = uint8_t(ch);
-    if (st.remaining > 0) {
+    if (remaining > 0) {
       if ((b & 0xC0) != 0x80) return false;
-      st.partial = (st.partial << 6) | (b & 0x3F);
-      if (--st.remaining == 0 && (!valid_code_point(st.partial, st.length) || !advance(st, st.partial))) return false;
+      partial = (partial << 6) | (b & 0x3F);
+      if (--remaining == 0 && (!valid_code_point(partial, length) || !on_code_point(partial))) return false;
       continue;
     }
     if (b < 0x80) {
-      if (!advance(st, b)) return false;
+      if (!on_code_point(b)) return false;
       continue;
     }
-    const int length = b >= 0xF8 ? 0 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+    length = b >= 0xF8 ? 0 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
     if (length == 0) return false;
-    st.partial = b & (0x7F >> length);
-    st.remaining = length - 1;
-    st.length = length;
+    partial = b & (0x7F >> length);
+    remaining = length - 1;
   }
-  if (st.remaining == 0) return true;
-  // A character begun: keep the stacks that could take some valid completion of it.
-  const int shift = 6 * st.remaining;
-  const uint32_t lo = std::max(st.partial << shift, kMinCodePoint[st.length]);
-  const uint32_t hi = std::min(((st.partial + 1) << shift) - 1, uint32_t(0x10FFFF));
+  return true;
+}
+
+// A character begun and not finished: keeps the stacks that could take some
+// valid completion of it.
+bool GrammarMatcher::keep_partial(std::vector<Stack>& stacks, uint32_t partial, int remaining, int length) const {
+  if (remaining == 0) return !stacks.empty();
+  const int shift = 6 * remaining;
+  const uint32_t lo = std::max(partial << shift, kMinCodePoint[length]);
+  const uint32_t hi = std::min(((partial + 1) << shift) - 1, uint32_t(0x10FFFF));
   if (lo > hi) return false;
-  std::erase_if(st.stacks, [&](const Stack& s) { return s.empty() || !top(s).matches_any_in(lo, hi); });
-  return !st.stacks.empty();
+  std::erase_if(stacks, [&](const Stack& s) { return s.empty() || !top(s).matches_any_in(lo, hi); });
+  return !stacks.empty();
+}
+
+bool GrammarMatcher::feed(State& st, std::string_view bytes) const {
+  return decode_utf8(bytes, st.partial, st.remaining, st.length, [&](uint32_t cp) { return advance(st, cp); }) &&
+         keep_partial(st.stacks, st.partial, st.remaining, st.length);
 }
 
 bool GrammarMatcher::accept(std::string_view bytes) {
@@ -151,9 +163,83 @@ bool GrammarMatcher::first_char_possible(std::string_view bytes) const {
                      [&](const Stack& s) { return !s.empty() && top(s).matches(b); });
 }
 
+// Every token from one state: the states reached by whole characters are
+// numbered and each (state, character) step is computed once, so the
+// thousands of tokens that go through the same states (inside a string,
+// each letter leads back to where it started) cost a lookup a character.
 void GrammarMatcher::allowed_tokens(const std::vector<std::string>& token_bytes, std::vector<uint8_t>& allowed) const {
   allowed.assign(token_bytes.size(), 0);
-  for (size_t i = 0; i < token_bytes.size(); ++i) allowed[i] = can_accept(token_bytes[i]) ? 1 : 0;
+  if (state_.remaining > 0) {  // inside a character begun by the last token: each token tested alone
+    for (size_t i = 0; i < token_bytes.size(); ++i) allowed[i] = can_accept(token_bytes[i]) ? 1 : 0;
+    return;
+  }
+  std::vector<std::vector<Stack>> states;
+  std::unordered_map<std::string, int> ids;
+  std::unordered_map<uint64_t, int> steps;
+  auto intern = [&](std::vector<Stack>&& stacks) {
+    std::string key;
+    for (const Stack& st : stacks) {
+      key.push_back('|');
+      for (const Frame& f : st) key.append(reinterpret_cast<const char*>(&f), sizeof f);
+    }
+    auto [it, added] = ids.try_emplace(std::move(key), int(states.size()));
+    if (added) states.push_back(std::move(stacks));
+    return it->second;
+  };
+  const int start = intern(std::vector<Stack>(state_.stacks));
+  for (size_t i = 0; i < token_bytes.size(); ++i) {
+    const std::string& bytes = token_bytes[i];
+    if (bytes.empty() || !first_char_possible(bytes)) continue;
+    int id = start;
+    uint32_t partial = 0;
+    int remaining = 0, length = 0;
+    const bool ok = decode_utf8(bytes, partial, remaining, length, [&](uint32_t cp) {
+      const uint64_t key = (uint64_t(uint32_t(id)) << 21) | cp;
+      auto it = steps.find(key);
+      if (it == steps.end()) {
+        State st;
+        st.stacks = states[size_t(id)];
+        const int next = advance(st, cp) ? intern(std::move(st.stacks)) : -1;
+        it = steps.emplace(key, next).first;
+      }
+      id = it->second;
+      return id >= 0;
+    });
+    if (!ok) continue;
+    if (remaining == 0) {
+      allowed[i] = 1;
+      continue;
+    }
+    std::vector<Stack> stacks = states[size_t(id)];
+    allowed[i] = keep_partial(stacks, partial, remaining, length) ? 1 : 0;
+  }
+}
+
+std::string GrammarMatcher::state_key() const {
+  std::string key;
+  auto put = [&](int32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(int32_t(state_.partial));
+  put(state_.remaining);
+  put(state_.length);
+  for (const Stack& s : state_.stacks) {
+    put(int32_t(s.size()));
+    for (const Frame& f : s) put(f.rule), put(f.alternative), put(f.position);
+  }
+  return key;
+}
+
+std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m,
+                                                                const std::vector<std::string>& token_bytes) {
+  const std::string key = m.state_key();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = masks_.find(key); it != masks_.end()) return it->second;
+  }
+  auto mask = std::make_shared<std::vector<uint8_t>>();
+  m.allowed_tokens(token_bytes, *mask);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (masks_.size() < max_entries_) masks_.emplace(key, mask);
+  return mask;
 }
 
 }  // namespace kiln::text

@@ -16,7 +16,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +39,9 @@ class GrammarMatcher {
   bool can_end() const;
   // allowed[i] = can_accept(token_bytes[i]); empty strings are never allowed.
   void allowed_tokens(const std::vector<std::string>& token_bytes, std::vector<uint8_t>& allowed) const;
+  // The state as bytes: two matchers of one grammar with the same key allow
+  // the same tokens (what MaskCache keys on).
+  std::string state_key() const;
 
  private:
   struct Frame {
@@ -60,10 +65,28 @@ class GrammarMatcher {
   void expand(Stack s, std::vector<Stack>& out) const;
   bool advance(State& st, uint32_t code_point) const;
   bool feed(State& st, std::string_view bytes) const;
+  bool keep_partial(std::vector<Stack>& stacks, uint32_t partial, int remaining, int length) const;
   bool first_char_possible(std::string_view bytes) const;
 
   std::shared_ptr<const Grammar> g_;
   State state_;
+};
+
+// Masks by matcher state, for one grammar and one vocabulary: generation
+// under a grammar comes back to the same states again and again (inside a
+// string, after a comma), and a mask over a 128K vocabulary takes a quarter
+// of a second to compute. Thread-safe; holds at most `max_entries` masks.
+class MaskCache {
+ public:
+  explicit MaskCache(size_t max_entries = 512) : max_entries_(max_entries) {}
+  // The mask for `m`'s state, computed and kept on the first visit.
+  std::shared_ptr<const std::vector<uint8_t>> allowed(const GrammarMatcher& m,
+                                                      const std::vector<std::string>& token_bytes);
+
+ private:
+  size_t max_entries_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
 };
 
 }  // namespace kiln::text
