@@ -4,7 +4,8 @@
 # tests/hf/make_fixtures.py; gguf and protobuf for their tokenizer
 # converters), peft, sentence-transformers (the embeddings' oracle) and the openai client (the chat API's
 # tests drive kiln serve with it), in a virtual environment outside the
-# repository, made once and cached. Prints its python.
+# repository, made once and cached; jsonschema validates constrained
+# answers. Prints its python.
 #   KILN_TORCH2_VENV=~/.cache/kiln-torch2 (default)
 set -euo pipefail
 VENV="${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}"
@@ -13,6 +14,10 @@ if ! "$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors,
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q torch numpy transformers tokenizers safetensors sentencepiece gguf protobuf openai peft \
     sentence-transformers >&2
+fi
+# jsonschema (validating constrained answers: cli.hf_grammar) came later: added to a venv made before it.
+if ! "$VENV/bin/python" -c "import jsonschema" 2>/dev/null; then
+  "$VENV/bin/pip" install -q jsonschema >&2 || echo "could not install jsonschema into $VENV" >&2
 fi
 # sentence-transformers came later (the embedding fixtures): added to a venv made before it.
 if ! "$VENV/bin/python" -c "import sentence_transformers" 2>/dev/null; then

@@ -19,7 +19,7 @@ set_tests_properties(cli.hf_vocabs PROPERTIES LABELS "cpu;oracle" TIMEOUT 900 SK
 # Tests that check Kiln against an external reference (transformers, tokenizers,
 # peft, the openai client, torchrun from the PyTorch 2 environment): they fail
 # without it, or report Skipped under KILN_ORACLES=optional (tests/cli/lib.sh).
-set_tests_properties(cli.sft cli.hf_export cli.hf_chat cli.classify_finetune cli.hf_qwen2_chat cli.hf_embed
+set_tests_properties(cli.sft cli.hf_export cli.hf_chat cli.classify_finetune cli.hf_qwen2_chat cli.hf_embed cli.hf_grammar
                      PROPERTIES LABELS "cpu;oracle" SKIP_RETURN_CODE 77)
 
 if(TARGET bench_gpu)

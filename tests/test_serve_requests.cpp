@@ -8,6 +8,7 @@
 
 #include "apps/serve/requests.h"
 #include "kiln/core/random.h"
+#include "kiln/text/grammar/matcher.h"
 #include "models/gpt/gpt.h"
 
 using kiln::serve::ChatRequest;
@@ -169,9 +170,17 @@ TEST(ChatFields, GrammarAndJsonModeReachTheRequest) {
   EXPECT_EQ(g.grammar->rules[size_t(g.grammar->root)].alternatives.size(), 2u);
   const auto c = kiln::serve::parse_completion(R"({"model": "m", "prompt": "p", "response_format": {"type": "json_object"}})");
   EXPECT_TRUE(c.grammar);
+  const ChatRequest schema = parse_chat(chat_with("response_format", R"({"type": "json_schema", "json_schema":
+      {"name": "s", "strict": true, "schema": {"type": "object", "properties": {"z": {"type": "boolean"},
+       "a": {"type": "null"}}, "required": ["z", "a"], "additionalProperties": false}}})"));
+  ASSERT_TRUE(schema.grammar);
+  kiln::text::GrammarMatcher in_order(schema.grammar), reordered(schema.grammar);
+  EXPECT_TRUE(in_order.accept(R"({"z": true, "a": null})") && in_order.can_end()) << "the schema's key order";
+  EXPECT_FALSE(reordered.accept(R"({"a": null, "z": true})") && reordered.can_end());
+  EXPECT_TRUE(kiln::serve::parse_completion(R"({"model": "m", "prompt": "p", "json_schema": {"type": "integer"}})").grammar);
   EXPECT_NE(chat_refusal(R"({"model": "m", )" + std::string(kMessages) +
                          R"(, "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})")
-                .find("two constraints"),
+                .find("constraints: send one"),
             std::string::npos);
 }
 
@@ -188,9 +197,12 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "'tool_calls'"},
       {R"({"model": "m", "messages": ["x"]})", "is not an object"},
       {chat_with("tools", R"([{"type": "function"}])"), "tool calling is not implemented"},
-      {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"),
-       "json_schema is not implemented yet"},
-      {chat_with("response_format", R"({"type": "yaml"})"), "must be \"text\" or \"json_object\""},
+      {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"name": "x"}})"),
+       "response_format.json_schema.schema is missing"},
+      {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}})"),
+       "response_format.json_schema.schema: JSON schema at #: 'pattern' is not supported"},
+      {chat_with("json_schema", R"({"type": "integer", "minimum": 1})"), "'minimum' is not supported"},
+      {chat_with("response_format", R"({"type": "yaml"})"), "must be \"text\", \"json_object\" or \"json_schema\""},
       {chat_with("response_format", R"("json")"), "must be an object with a string 'type'"},
       {chat_with("grammar", R"("root ::= undefined")"), "field 'grammar': grammar: rule 'undefined' is used"},
       {chat_with("grammar", "42"), "must be a GBNF grammar"},

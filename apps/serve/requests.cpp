@@ -13,6 +13,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_grammar.h"
+#include "kiln/text/grammar/json_schema.h"
 
 namespace kiln::serve {
 
@@ -235,7 +236,7 @@ const UnsupportedField kUnsupportedCompletionFields[] = {
 const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "temperature", "top_p",
                                          "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
                                          "user",   "echo",       "logprobs",   "stream_options", "grammar",
-                                         "response_format"};
+                                         "json_schema", "response_format"};
 
 // OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
 const UnsupportedField kUnsupportedChatFields[] = {
@@ -250,7 +251,7 @@ const char* const kChatFields[] = {"model",      "messages",     "max_tokens",  
                                    "temperature", "top_p",       "top_k",          "seed",
                                    "stop",       "stream",       "user",           "ignore_eos",
                                    "logprobs",   "top_logprobs", "stream_options", "grammar",
-                                   "response_format"};
+                                   "json_schema", "response_format"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -273,32 +274,51 @@ void check_fields(json& body, const char* const (&known)[Known], const Unsupport
 }
 
 // The fields /v1/completions and /v1/chat/completions share.
-// Constrained decoding: llama-server's `grammar` (GBNF), or OpenAI's JSON
-// mode. JSON schemas are refused by name until they compile to a grammar.
-void parse_constraint(const json& body, GenerationFields& r) {
+// A JSON schema of the request, read again from its text in key order (the
+// properties' order is the answer's), compiled to a grammar.
+std::shared_ptr<const text::Grammar> schema_grammar(const std::string& text, const std::vector<std::string>& path,
+                                                    const std::string& what) {
+  nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  for (const std::string& key : path) {
+    if (!schema.is_object() || !schema.contains(key)) throw HttpError(400, what + " is missing");
+    schema = nlohmann::ordered_json(schema[key]);
+  }
+  try {
+    return text::json_schema_grammar(schema);
+  } catch (const Error& e) {
+    throw HttpError(400, what + ": " + e.what());
+  }
+}
+
+// Constrained decoding: llama-server's `grammar` (GBNF) or `json_schema`, or
+// OpenAI's response_format (JSON mode, or a JSON schema). One at a time.
+void parse_constraint(const json& body, const std::string& text, GenerationFields& r) {
+  auto set = [&](std::shared_ptr<const text::Grammar> g) {
+    if (r.grammar) throw HttpError(400, "'grammar', 'json_schema' and a JSON response_format are constraints: send one");
+    r.grammar = std::move(g);
+  };
   if (body.contains("grammar")) {
     const std::string gbnf = field<std::string>(body, "grammar", "a GBNF grammar (a string)");
     try {
-      r.grammar = std::make_shared<const text::Grammar>(text::parse_gbnf(gbnf));
+      set(std::make_shared<const text::Grammar>(text::parse_gbnf(gbnf)));
     } catch (const Error& e) {
       throw HttpError(400, std::string("field 'grammar': ") + e.what());
     }
   }
+  if (body.contains("json_schema")) set(schema_grammar(text, {"json_schema"}, "field 'json_schema'"));
   if (!body.contains("response_format")) return;
   const json& format = body["response_format"];
   if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
     throw HttpError(400, "'response_format' must be an object with a string 'type'");
   const std::string type = format["type"];
   if (type == "text") return;
+  if (type == "json_object") return set(text::json_object_grammar());
   if (type == "json_schema")
-    throw HttpError(400, "response_format json_schema is not implemented yet: use {\"type\": \"json_object\"}, or a "
-                         "GBNF grammar in the 'grammar' field");
-  if (type != "json_object") throw HttpError(400, "response_format.type must be \"text\" or \"json_object\", got \"" + type + "\"");
-  if (r.grammar) throw HttpError(400, "'grammar' and a JSON response_format are two constraints: send one");
-  r.grammar = text::json_object_grammar();
+    return set(schema_grammar(text, {"response_format", "json_schema", "schema"}, "response_format.json_schema.schema"));
+  throw HttpError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" + type + "\"");
 }
 
-void parse_generation(const json& body, GenerationFields& r) {
+void parse_generation(const json& body, const std::string& text, GenerationFields& r) {
   r.model = field<std::string>(body, "model", "a string");
   r.temperature = field<double>(body, "temperature", "a number", 1.0);
   r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
@@ -321,7 +341,7 @@ void parse_generation(const json& body, GenerationFields& r) {
   if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
   if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
-  parse_constraint(body, r);
+  parse_constraint(body, text, r);
 }
 
 // A message's content: a string, or OpenAI's array of text parts.
@@ -369,7 +389,7 @@ CompletionRequest parse_completion(const std::string& text) {
   json body = parse_object(text);
   check_fields(body, kCompletionFields, kUnsupportedCompletionFields, "/v1/completions");
   CompletionRequest r;
-  parse_generation(body, r);
+  parse_generation(body, text, r);
   if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
     const json& ids = body["prompt"];
     if (ids.empty() || ids.size() > 1000000 || !std::all_of(ids.begin(), ids.end(), [](const json& v) {
@@ -396,7 +416,7 @@ ChatRequest parse_chat(const std::string& text) {
   json body = parse_object(text);
   check_fields(body, kChatFields, kUnsupportedChatFields, "/v1/chat/completions");
   ChatRequest r;
-  parse_generation(body, r);
+  parse_generation(body, text, r);
   r.messages = parse_messages(body);
   // max_completion_tokens is OpenAI's newer name; either bounds the answer.
   if (body.contains("max_tokens") && body.contains("max_completion_tokens") &&

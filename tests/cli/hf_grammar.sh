@@ -3,9 +3,13 @@
 # nothing, so only the constraint can make its answers valid): llama-server's
 # `grammar` field gives only what the grammar allows, at any temperature and
 # seed, ending where the grammar ends; OpenAI's JSON mode
-# (response_format json_object) answers with JSON objects, streamed or not.
+# (response_format json_object) answers with JSON objects, streamed or not;
+# and every answer under a JSON schema (response_format json_schema) that
+# ends validates against it with the `jsonschema` package (the PyTorch 2
+# environment's, bench/torch2_venv.sh: required).
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
+require_oracle jsonschema
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model m="hf:$FIX/qwen3" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
@@ -51,6 +55,46 @@ print(f"json_object: 10 answers, {stopped} complete objects that parse, streamed
 PY
 expect "grammar: 24 answers"
 expect "json_object: 10 answers"
+cat "$OUT"
+# A suite of schemas (enums, nested objects, optional fields, arrays with
+# bounds, $ref, type lists), several seeds and temperatures each (the
+# fixture has no chat template: /v1/completions takes response_format too).
+run 0 "$ORACLE_PY" - "$port" <<'PY'
+import json, sys, urllib.request
+import jsonschema
+port = sys.argv[1]
+schemas = {
+    "enum": {"type": "object", "properties": {"mood": {"enum": ["happy", "sad", "calm"]}, "score": {"type": "integer"}},
+             "required": ["mood", "score"], "additionalProperties": False},
+    "nested": {"type": "object", "properties": {"user": {"type": "object", "properties": {
+                   "name": {"type": "string", "maxLength": 6}, "admin": {"type": "boolean"}},
+                   "required": ["name", "admin"], "additionalProperties": False},
+               "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 3}},
+               "required": ["user", "tags"], "additionalProperties": False},
+    "optional": {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "boolean"},
+                 "c": {"type": ["integer", "null"]}}, "additionalProperties": False},
+    "ref": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                                "required": ["x", "y"], "additionalProperties": False}},
+            "type": "object", "properties": {"from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}},
+            "required": ["from", "to"], "additionalProperties": False},
+}
+answers = valid = 0
+for name, schema in schemas.items():
+    for seed in range(6):
+        body = {"model": "m", "prompt": "Reply in JSON:", "max_tokens": 96,
+                "temperature": 1.0 if seed % 2 else 0.6, "seed": seed,
+                "response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        choice = json.loads(urllib.request.urlopen(req).read())["choices"][0]
+        answers += 1
+        if choice["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(choice["text"]), schema)
+            valid += 1
+assert valid >= answers // 2, (valid, answers)
+print(f"json_schema: {answers} answers over {len(schemas)} schemas, {valid} complete, each valid under jsonschema")
+PY
+expect "json_schema: 24 answers"
 cat "$OUT"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"

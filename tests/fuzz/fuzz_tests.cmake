@@ -37,7 +37,7 @@ file(GLOB KILN_JINJA_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPE
 kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h
             kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h
             kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h kiln/text/grammar/json_grammar.cpp
-            kiln/text/grammar/json_grammar.h
+            kiln/text/grammar/json_grammar.h kiln/text/grammar/json_schema.cpp kiln/text/grammar/json_schema.h
             ${KILN_JINJA_SOURCES} LIBS -lutf8proc)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
 kiln_fuzzer(template tests/fuzz/template_fuzzer.cpp ${KILN_JINJA_SOURCES} kiln/text/utf8.cpp kiln/text/utf8.h

@@ -1,0 +1,253 @@
+#include "kiln/text/grammar/json_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+namespace kiln::text {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxRules = 10000;
+constexpr int64_t kMaxRepeat = 1000;
+
+// The JSON values' grammar (json_grammar.cpp's, bounded whitespace).
+const char* const kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+json-char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+json-string ::= "\"" json-char* "\""
+json-number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+json-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
+json-boolean ::= "true" | "false"
+json-null ::= "null"
+json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
+json-object ::= "{" ws ( json-string ws ":" ws json-value ws ( "," ws json-string ws ":" ws json-value ws )* )? "}"
+json-array ::= "[" ws ( json-value ws ( "," ws json-value ws )* )? "]"
+)";
+
+// Keywords that only describe: they change no document's validity.
+const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
+                                            "$comment", "deprecated", "readOnly", "writeOnly", "format",
+                                            "$defs", "definitions", "strict", "name", "contentMediaType",
+                                            "contentEncoding"};
+// Keywords this compiler honours (per type, checked below).
+const std::set<std::string> kHandled = {"type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required",
+                                        "additionalProperties", "items", "minItems", "maxItems", "minLength",
+                                        "maxLength"};
+
+// A GBNF literal spelling `text` exactly.
+std::string literal(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const uint8_t c = uint8_t(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7F) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const json& root) : root_(root) {}
+
+  std::string compile() {
+    const std::string top = visit(root_, "root-value", "#", 0);
+    std::string out = "root ::= " + top + "\n" + kPrimitives;
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out;
+  }
+
+ private:
+  const json& root_;
+  std::map<std::string, std::string> rules_;  // name -> body
+  std::map<std::string, std::string> refs_;   // $ref -> rule name
+
+  [[noreturn]] static void refuse(const std::string& where, const std::string& what) {
+    KILN_FAIL("JSON schema at ", where, ": ", what);
+  }
+
+  std::string add_rule(const std::string& base, const std::string& body) {
+    KILN_CHECK(rules_.size() < kMaxRules, "JSON schema: more than ", kMaxRules, " rules; simplify the schema");
+    std::string name;
+    for (const char c : base) name += (std::isalnum(uint8_t(c)) ? c : '-');
+    if (name.empty() || !std::isalpha(uint8_t(name[0]))) name = "r-" + name;
+    std::string unique = name;
+    for (int i = 2; rules_.count(unique); ++i) unique = name + "-" + std::to_string(i);
+    rules_[unique] = body;
+    return unique;
+  }
+
+  static int64_t count(const json& s, const char* key, int64_t fallback, const std::string& where) {
+    if (!s.contains(key)) return fallback;
+    const json& v = s[key];
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(kMaxRepeat)
+                                                 : v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                       v.get<int64_t>() <= kMaxRepeat;
+    if (!in_range)
+      refuse(where, std::string("'") + key + "' must be an integer in [0, " + std::to_string(kMaxRepeat) + "]");
+    return v.get<int64_t>();
+  }
+
+  // item repeated [min, max] times (max < 0: unbounded), joined by `separator`.
+  static std::string repetition(const std::string& item, int64_t min, int64_t max, const std::string& separator) {
+    if (max == 0) return "";
+    const std::string rest = "( " + separator + " " + item + " )";
+    std::string tail = max < 0 ? rest + "{" + std::to_string(std::max<int64_t>(min - 1, 0)) + ",}"
+                               : rest + "{" + std::to_string(std::max<int64_t>(min - 1, 0)) + "," +
+                                     std::to_string(max - 1) + "}";
+    const std::string all = item + " " + tail;
+    return min == 0 ? "( " + all + " )?" : all;
+  }
+
+  std::string visit(const json& s, const std::string& name, const std::string& where, int depth) {
+    if (depth > kMaxDepth) refuse(where, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(where, "`false` allows no document");
+      return "json-value";
+    }
+    if (!s.is_object()) refuse(where, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : s.items())
+      if (!kAnnotations.count(key) && !kHandled.count(key))
+        refuse(where, "'" + key + "' is not supported (Kiln refuses it rather than ignore it)");
+    if (s.contains("$ref")) return reference(s["$ref"], where, depth);
+    if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
+    if (s.contains("enum")) {
+      const json& values = s["enum"];
+      if (!values.is_array() || values.empty()) refuse(where + "/enum", "must be a non-empty array");
+      std::string body;
+      for (const json& v : values) body += (body.empty() ? "" : " | ") + literal(v.dump());
+      return add_rule(name, body);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      const json& branches = s[key];
+      if (!branches.is_array() || branches.empty()) refuse(where + "/" + key, "must be a non-empty array");
+      std::string body;
+      for (size_t i = 0; i < branches.size(); ++i)
+        body += (i ? " | " : "") + visit(branches[i], name + "-" + std::to_string(i), where + "/" + key + "/" +
+                                         std::to_string(i), depth + 1);
+      return add_rule(name, body);
+    }
+    if (!s.contains("type")) {
+      if (s.contains("properties") || s.contains("additionalProperties")) return object(s, name, where, depth);
+      if (s.contains("items")) return array(s, name, where, depth);
+      return "json-value";
+    }
+    const json& type = s["type"];
+    if (type.is_array()) {
+      if (type.empty()) refuse(where + "/type", "an empty list of types allows nothing");
+      std::string body;
+      for (const json& t : type) {
+        if (!t.is_string()) refuse(where + "/type", "must be a string or an array of strings");
+        json one = s;
+        one["type"] = t;
+        body += (body.empty() ? "" : " | ") + visit(one, name + "-" + t.get<std::string>(), where, depth + 1);
+      }
+      return add_rule(name, body);
+    }
+    if (!type.is_string()) refuse(where + "/type", "must be a string or an array of strings");
+    const std::string t = type;
+    if (t == "object") return object(s, name, where, depth);
+    if (t == "array") return array(s, name, where, depth);
+    if (t == "string") {
+      const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
+      if (min == 0 && max < 0) return "json-string";
+      if (max >= 0 && max < min) refuse(where, "maxLength is below minLength");
+      return add_rule(name, "\"\\\"\" json-char{" + std::to_string(min) + "," + (max < 0 ? "" : std::to_string(max)) +
+                                "} \"\\\"\"");
+    }
+    if (t == "number") return "json-number";
+    if (t == "integer") return "json-integer";
+    if (t == "boolean") return "json-boolean";
+    if (t == "null") return "json-null";
+    refuse(where + "/type", "unknown type '" + t + "'");
+  }
+
+  std::string reference(const json& ref, const std::string& where, int depth) {
+    if (!ref.is_string()) refuse(where + "/$ref", "must be a string");
+    const std::string path = ref;
+    if (auto it = refs_.find(path); it != refs_.end()) return it->second;
+    std::string def;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"})
+      if (path.rfind(prefix, 0) == 0) def = path.substr(std::string(prefix).size());
+    const char* container = path.rfind("#/$defs/", 0) == 0 ? "$defs" : "definitions";
+    if (def.empty() || !root_.contains(container) || !root_[container].contains(def))
+      refuse(where + "/$ref", "'" + path + "' is not a definition in this schema's $defs or definitions");
+    // Named before it is visited, so that a definition may refer to itself.
+    const std::string name = add_rule("def-" + def, "");
+    refs_[path] = name;
+    rules_[name] = visit(root_[container][def], name + "-body", path, depth + 1);
+    return name;
+  }
+
+  std::string object(const json& s, const std::string& name, const std::string& where, int depth) {
+    const json properties = s.value("properties", json::object());
+    if (!properties.is_object()) refuse(where + "/properties", "must be an object");
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) refuse(where + "/required", "must be an array of names");
+      for (const json& r : s["required"]) {
+        if (!r.is_string() || !properties.contains(r.get<std::string>()))
+          refuse(where + "/required", "names " + r.dump() + ", which is not among the properties");
+        required.insert(r.get<std::string>());
+      }
+    }
+    const json extra = s.value("additionalProperties", properties.empty() ? json(true) : json(false));
+    std::vector<std::string> must, may;  // "key" ws ":" ws value, required first, in the schema's order
+    for (const auto& [key, sub] : properties.items()) {
+      const std::string value = visit(sub, name + "-" + key, where + "/properties/" + key, depth + 1);
+      const std::string pair = literal(json(key).dump()) + " ws \":\" ws " + value;
+      (required.count(key) ? must : may).push_back(pair);
+    }
+    std::string other;  // any other key: a string key and the additionalProperties value
+    if (!(extra.is_boolean() && !extra.get<bool>())) {
+      const std::string value = extra.is_boolean() ? "json-value" : visit(extra, name + "-extra", where + "/additionalProperties", depth + 1);
+      other = "json-string ws \":\" ws " + value;
+    }
+    // The optional pairs, each at most once in order, then any others: rest_i
+    // is "at least one of pair_i... or the others", so commas come out right.
+    std::string rest;
+    if (!other.empty()) rest = add_rule(name + "-rest", other + " ( ws \",\" ws " + other + " )*");
+    for (auto it = may.rbegin(); it != may.rend(); ++it)
+      rest = add_rule(name + "-rest", *it + (rest.empty() ? "" : " ( ws \",\" ws " + rest + " )?") +
+                                          (rest.empty() ? "" : " | " + rest));
+    std::string body = "\"{\" ws ";
+    for (size_t i = 0; i < must.size(); ++i) body += (i ? "ws \",\" ws " : "") + must[i] + " ";
+    if (!rest.empty()) body += must.empty() ? "( " + rest + " )? " : "( ws \",\" ws " + rest + " )? ";
+    body += "ws \"}\"";
+    return add_rule(name, body);
+  }
+
+  std::string array(const json& s, const std::string& name, const std::string& where, int depth) {
+    const std::string item = s.contains("items") ? visit(s["items"], name + "-item", where + "/items", depth + 1)
+                                                 : std::string("json-value");
+    const int64_t min = count(s, "minItems", 0, where), max = count(s, "maxItems", -1, where);
+    if (max >= 0 && max < min) refuse(where, "maxItems is below minItems");
+    return add_rule(name, "\"[\" ws " + repetition(item, min, max, "ws \",\" ws") + " ws \"]\"");
+  }
+};
+
+}  // namespace
+
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Compiler(schema).compile(); }
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+  return std::make_shared<const Grammar>(parse_gbnf(json_schema_to_gbnf(schema)));
+}
+
+}  // namespace kiln::text
