@@ -9,12 +9,46 @@ namespace kiln::text {
 
 namespace {
 
-// Ambiguous grammars can multiply stacks; past this many the text is refused
-// rather than the memory taken (llama.cpp keeps no bound).
-// Expanding one stack visits at most this many frames.
-constexpr size_t kMaxStacks = 1 << 16;
-constexpr size_t kMaxDepth = 2048;
-constexpr size_t kMaxFrames = size_t(1) << 22;
+// Bounds where llama.cpp keeps none: an ambiguous grammar can multiply the
+// ways text goes on, and a rule that begins with itself through rules that
+// match nothing grows stacks without end. Past them the text is refused with
+// an error rather than the memory or the time taken.
+constexpr size_t kMaxStacks = 1 << 16;       // ways to go on after a character
+constexpr size_t kMaxExpansion = 4096;       // distinct stacks one expansion visits
+constexpr size_t kMaxDepth = 2048;           // frames on one stack
+constexpr size_t kMaxFrames = size_t(1) << 22;  // frames one expansion visits
+
+// The smallest code point each UTF-8 length may encode: a shorter form is
+// an overlong encoding (C0 A2 for '"'), invalid, and never matched.
+constexpr uint32_t kMinCodePoint[5] = {0, 0, 0x80, 0x800, 0x10000};
+bool valid_code_point(uint32_t cp, int length) {
+  return cp >= kMinCodePoint[length] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+}
+
+// Decodes UTF-8 across token boundaries (llama.cpp's decode_utf8 with a
+// partial state), calling on_code_point for each whole character until it
+// says stop; invalid bytes, overlong forms and surrogates end it too.
+template <typename OnCodePoint>
+bool decode_utf8(std::string_view bytes, uint32_t& partial, int& remaining, int& length, OnCodePoint&& on_code_point) {
+  for (const char ch : bytes) {
+    const uint8_t b = uint8_t(ch);
+    if (remaining > 0) {
+      if ((b & 0xC0) != 0x80) return false;
+      partial = (partial << 6) | (b & 0x3F);
+      if (--remaining == 0 && (!valid_code_point(partial, length) || !on_code_point(partial))) return false;
+      continue;
+    }
+    if (b < 0x80) {
+      if (!on_code_point(b)) return false;
+      continue;
+    }
+    length = b >= 0xF8 ? 0 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+    if (length == 0) return false;
+    partial = b & (0x7F >> length);
+    remaining = length - 1;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -51,8 +85,8 @@ void GrammarMatcher::expand(Stack s, std::vector<Stack>& out) const {
     work.pop_back();
     while (!st.empty() && finished(st.back())) st.pop_back();
     frames += st.size();
-    KILN_CHECK(st.size() <= kMaxDepth && seen.size() <= kMaxStacks && frames <= kMaxFrames, "grammar: more than ",
-               kMaxDepth, " nested rules or ", kMaxStacks, " ways to continue the text (a rule that begins with itself "
+    KILN_CHECK(st.size() <= kMaxDepth && seen.size() <= kMaxExpansion && frames <= kMaxFrames, "grammar: more than ",
+               kMaxDepth, " nested rules or ", kMaxExpansion, " ways to expand a rule (a rule that begins with itself "
                "through rules that can match nothing, or a grammar too ambiguous)");
     if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
     seen.push_back(st);
@@ -82,40 +116,10 @@ bool GrammarMatcher::advance(State& st, uint32_t code_point) const {
   }
   std::sort(next.begin(), next.end());
   next.erase(std::unique(next.begin(), next.end()), next.end());
+  KILN_CHECK(next.size() <= kMaxStacks, "grammar: more than ", kMaxStacks,
+             " ways to continue the text (the grammar is too ambiguous)");
   st.stacks = std::move(next);
   return !st.stacks.empty();
-}
-
-// The smallest code point each UTF-8 length may encode: a shorter form is
-// an overlong encoding (C0 A2 for '"'), invalid, and never matched.
-constexpr uint32_t kMinCodePoint[5] = {0, 0, 0x80, 0x800, 0x10000};
-static bool valid_code_point(uint32_t cp, int length) {
-  return cp >= kMinCodePoint[length] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-}
-
-// Decodes UTF-8 across token boundaries (llama.cpp's decode_utf8 with a
-// partial state), calling on_code_point for each whole character until it
-// says stop; invalid bytes, overlong forms and surrogates end it too.
-template <typename OnCodePoint>
-static bool decode_utf8(std::string_view bytes, uint32_t& partial, int& remaining, int& length, OnCodePoint&& on_code_point) {
-  for (const char ch : bytes) {
-    const uint8_t b = uint8_t(ch);
-    if (remaining > 0) {
-      if ((b & 0xC0) != 0x80) return false;
-      partial = (partial << 6) | (b & 0x3F);
-      if (--remaining == 0 && (!valid_code_point(partial, length) || !on_code_point(partial))) return false;
-      continue;
-    }
-    if (b < 0x80) {
-      if (!on_code_point(b)) return false;
-      continue;
-    }
-    length = b >= 0xF8 ? 0 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
-    if (length == 0) return false;
-    partial = b & (0x7F >> length);
-    remaining = length - 1;
-  }
-  return true;
 }
 
 // A character begun and not finished: keeps the stacks that could take some
