@@ -342,7 +342,8 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device, const I
   auto lm = models::load_hf_causal_lm(dir);
   lm.model->to(device);
   if (!options.quantize.empty()) nn::quantize_weights(*lm.model, parse_quant_format(options.quantize));
-  return {source, ModelKind::language_model, 0, std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
+  return {source, ModelKind::language_model, 0,
+          std::make_unique<HfLanguageModelInference>(std::move(lm), options.chat_template)};
 }
 
 std::unique_ptr<InferenceModel> hf_language_model_inference(models::HfCausalLm lm, const std::string& chat_template) {

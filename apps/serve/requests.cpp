@@ -294,7 +294,8 @@ std::shared_ptr<const text::Grammar> schema_grammar(const std::string& text, con
 // OpenAI's response_format (JSON mode, or a JSON schema). One at a time.
 void parse_constraint(const json& body, const std::string& text, GenerationFields& r) {
   auto set = [&](std::shared_ptr<const text::Grammar> g) {
-    if (r.grammar) throw HttpError(400, "'grammar', 'json_schema' and a JSON response_format are constraints: send one");
+    if (r.grammar)
+      throw HttpError(400, "'grammar', 'json_schema' and a JSON response_format are constraints: send one");
     r.grammar = std::move(g);
   };
   if (body.contains("grammar")) {
@@ -314,8 +315,10 @@ void parse_constraint(const json& body, const std::string& text, GenerationField
   if (type == "text") return;
   if (type == "json_object") return set(text::json_object_grammar());
   if (type == "json_schema")
-    return set(schema_grammar(text, {"response_format", "json_schema", "schema"}, "response_format.json_schema.schema"));
-  throw HttpError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" + type + "\"");
+    return set(schema_grammar(text, {"response_format", "json_schema", "schema"},
+                              "response_format.json_schema.schema"));
+  throw HttpError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" + type +
+                           "\"");
 }
 
 void parse_generation(const json& body, const std::string& text, GenerationFields& r) {

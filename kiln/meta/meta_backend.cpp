@@ -29,7 +29,8 @@ bool MetaBackend::fast_bf16_to_f32_matmul() const {
 }
 
 int64_t MetaBackend::efficient_gemm_rows() const {
-  return modelled_device == DeviceType::cuda ? kCudaEfficientGemmRows : backend_for(Device::cpu()).efficient_gemm_rows();
+  return modelled_device == DeviceType::cuda ? kCudaEfficientGemmRows
+                                             : backend_for(Device::cpu()).efficient_gemm_rows();
 }
 
 namespace {

@@ -376,8 +376,8 @@ class Parser {
         }
         const int s = starts[size_t(r)][edge++];
         if (state[size_t(s)] == 1)
-          KILN_FAIL("grammar: rule '", g_.rules[size_t(s)].name,
-                    "' is left-recursive (it can begin with itself); rewrite it with repetition, e.g. x ::= y (\",\" y)*");
+          KILN_FAIL("grammar: rule '", g_.rules[size_t(s)].name, "' is left-recursive (it can begin with itself); ",
+                    "rewrite it with repetition, e.g. x ::= y (\",\" y)*");
         if (state[size_t(s)] == 0) {
           state[size_t(s)] = 1;
           path.push_back({s, 0});

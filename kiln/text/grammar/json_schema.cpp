@@ -216,7 +216,9 @@ class Compiler {
     }
     std::string other;  // any other key: a string key and the additionalProperties value
     if (!(extra.is_boolean() && !extra.get<bool>())) {
-      const std::string value = extra.is_boolean() ? "json-value" : visit(extra, name + "-extra", where + "/additionalProperties", depth + 1);
+      const std::string value = extra.is_boolean()
+                                    ? "json-value"
+                                    : visit(extra, name + "-extra", where + "/additionalProperties", depth + 1);
       other = "json-string ws \":\" ws " + value;
     }
     // The optional pairs, each at most once in order, then any others: rest_i

@@ -47,7 +47,8 @@ class GrammarMatcher {
   struct Frame {
     int rule, alternative, position;
     bool operator<(const Frame& o) const {
-      return rule != o.rule ? rule < o.rule : alternative != o.alternative ? alternative < o.alternative : position < o.position;
+      if (rule != o.rule) return rule < o.rule;
+      return alternative != o.alternative ? alternative < o.alternative : position < o.position;
     }
     bool operator==(const Frame& o) const {
       return rule == o.rule && alternative == o.alternative && position == o.position;
