@@ -26,8 +26,20 @@ expect "pipeline parallel: 2 stages"
 same_curve "$WORK/gpt-one" "$WORK/gpt-stages"
 # torchrun itself (PyTorch 2's, from bench/torch2_venv.sh: required; Debian's 1.13 torchrun fails before
 # starting anything): its agent keeps MASTER_PORT for its own store, and the ranks meet on the next port.
+# So MASTER_PORT and the port after it must both be free (this test failed once in a clean-clone run,
+# its output lost; a taken next port is one way it can).
+free_port_pair() {
+  python3 -c '
+import socket
+while True:
+    a = socket.socket(); a.bind(("", 0)); p = a.getsockname()[1]
+    try:
+        socket.socket().bind(("", p + 1)); print(p); break
+    except OSError:
+        pass'
+}
 TORCHRUN="${TORCHRUN:-$(dirname "$ORACLE_PY")/torchrun}"
-run 0 "$TORCHRUN" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$KILN" "${MLP[@]}" --out "$WORK/torchrun"
+run 0 "$TORCHRUN" --nproc_per_node 2 --master_port "$(free_port_pair)" --no_python "$KILN" "${MLP[@]}" --out "$WORK/torchrun"
 expect "data parallel: 2 ranks over gloo"
 same_curve "$WORK/one" "$WORK/torchrun"
 # Under a launcher with several ranks per node, --device cuda is the rank's own GPU, cuda:LOCAL_RANK
