@@ -52,7 +52,7 @@ class Parser {
     skip_space(true);
     while (pos_ < s_.size()) parse_rule();
     for (size_t i = 0; i < g_.rules.size(); ++i)
-      KILN_CHECK(defined_[i], "grammar: rule '", g_.rules[i].name, "' is used (line ", first_use_line_[i],
+      KILN_CHECK(defined_[i], "grammar: rule '", g_.rules[i].name, "' is used (line ", line_at(first_use_[i]),
                  ") but never defined");
     auto it = ids_.find(root);
     KILN_CHECK(it != ids_.end() && defined_[size_t(it->second)], "grammar: no rule named '", root,
@@ -68,7 +68,7 @@ class Parser {
   Grammar g_;
   std::map<std::string, int> ids_;
   std::vector<bool> defined_;
-  std::vector<int> first_use_line_;
+  std::vector<size_t> first_use_;  // where each rule is first named (its line is counted only for an error)
   uint64_t expanded_ = 0;  // rules made by repetitions, for the size bound
 
   char peek(size_t ahead = 0) const { return pos_ + ahead < s_.size() ? s_[pos_ + ahead] : '\0'; }
@@ -86,7 +86,9 @@ class Parser {
     }
     KILN_FAIL("grammar: ", what, " at line ", line, ", column ", column);
   }
-  int line() const { return int(std::count(s_.begin(), s_.begin() + long(std::min(pos_, s_.size())), '\n')) + 1; }
+  int line_at(size_t pos) const {
+    return int(std::count(s_.begin(), s_.begin() + long(std::min(pos, s_.size())), '\n')) + 1;
+  }
 
   void skip_space(bool newline_ok) {
     while (!at_end()) {
@@ -117,7 +119,7 @@ class Parser {
     KILN_CHECK(g_.rules.size() < kMaxRules, "grammar: more than ", kMaxRules, " rules after expanding repetitions");
     g_.rules.push_back({name, {}});
     defined_.push_back(false);
-    first_use_line_.push_back(line());
+    first_use_.push_back(pos_);
     return int(g_.rules.size()) - 1;
   }
   int synthesized(const std::string& base) {

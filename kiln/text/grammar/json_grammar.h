@@ -1,8 +1,9 @@
 // The grammar of a JSON object (RFC 8259), what `response_format: {"type":
-// "json_object"}` asks for: OpenAI's JSON mode answers with an object.
-// Whitespace between tokens is bounded (one space, or a newline and up to 20
-// indentation characters, as llama.cpp's json.gbnf bounds it), so a model
-// cannot fill its answer with blanks.
+// "json_object"}` asks for: OpenAI's JSON mode answers with an object. It is
+// the JSON Schema compiler's grammar for {"type": "object"} (json_schema.h),
+// whose whitespace between tokens is bounded (one space, or a newline and up
+// to 20 indentation characters, as llama.cpp's json.gbnf bounds it), so a
+// model cannot fill its answer with blanks.
 #pragma once
 #include <memory>
 
@@ -10,7 +11,6 @@
 
 namespace kiln::text {
 
-const char* json_object_gbnf();
-std::shared_ptr<const Grammar> json_object_grammar();  // parsed once
+std::shared_ptr<const Grammar> json_object_grammar();  // compiled once
 
 }  // namespace kiln::text

@@ -18,7 +18,7 @@ constexpr int kMaxDepth = 64;
 constexpr size_t kMaxRules = 10000;
 constexpr int64_t kMaxRepeat = 1000;
 
-// The JSON values' grammar (json_grammar.cpp's, bounded whitespace).
+// The JSON values' grammar, whitespace between tokens bounded as llama.cpp's json.gbnf bounds it.
 const char* const kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
 json-char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 json-string ::= "\"" json-char* "\""
@@ -208,6 +208,7 @@ class Compiler {
       }
     }
     const json extra = s.value("additionalProperties", properties.empty() ? json(true) : json(false));
+    if (properties.empty() && extra == json(true)) return "json-object";  // any object
     std::vector<std::string> must, may;  // "key" ws ":" ws value, required first, in the schema's order
     for (const auto& [key, sub] : properties.items()) {
       const std::string value = visit(sub, name + "-" + key, where + "/properties/" + key, depth + 1);
