@@ -143,9 +143,12 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
           "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3, "user": "u",
           "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "n": 1, "presence_penalty": null})");
   ASSERT_EQ(r.messages.size(), 3u);
-  EXPECT_EQ(r.messages[0].role, "system");  // developer is OpenAI's newer name for it
-  EXPECT_EQ(r.messages[1].content, "Hi there");
-  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.messages[0]["role"], "system");  // developer is OpenAI's newer name for it
+  EXPECT_EQ(r.messages[1]["content"], "Hi there");
+  EXPECT_EQ(r.messages[2]["role"], "assistant");
+  EXPECT_EQ(r.messages[2]["name"], "bot");
+  EXPECT_TRUE(r.tools.is_null());
+  EXPECT_EQ(r.tool_choice.mode, kiln::serve::ToolChoice::Mode::kNone);
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_EQ(r.temperature, 0.2);
   EXPECT_EQ(r.top_p, 0.5);
@@ -155,6 +158,35 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
   EXPECT_EQ(r.top_logprobs, 3);
   EXPECT_EQ(parse_chat(chat_with("max_tokens", "9")).max_tokens, 9);
   EXPECT_EQ(parse_chat(chat_with("user", "\"x\"")).max_tokens, 1024);  // the default bound
+}
+
+// Tools: the functions, the choice, and a tool-call round trip's messages
+// as templates read them (arguments parsed from their JSON text).
+TEST(ChatFields, ToolsAndToolMessagesReachTheRequest) {
+  const ChatRequest r = parse_chat(R"({"model": "m", "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "21"}]}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                 "properties": {"city": {"type": "string"}}}}}],
+      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_FALSE(r.messages[1].contains("content")) << "null is the template's undefined";
+  const auto& call = r.messages[1]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "call_1");
+  EXPECT_EQ(call["function"]["arguments"].dump(), R"({"city":"Paris","unit":"celsius"})") << "parsed, in order";
+  EXPECT_EQ(r.messages[2]["content"], "21");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tool_choice.mode, kiln::serve::ToolChoice::Mode::kNamed);
+  EXPECT_EQ(r.tool_choice.name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  // Tools without a choice: auto. Arguments that are not an object's text stay as sent.
+  const ChatRequest a = parse_chat(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+      {"function": {"name": "f", "arguments": "not json"}}]}], "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  EXPECT_EQ(a.tool_choice.mode, kiln::serve::ToolChoice::Mode::kAuto);
+  EXPECT_EQ(a.messages[0]["tool_calls"][0]["function"]["arguments"], "not json");
 }
 
 // Constrained decoding: llama-server's `grammar` (GBNF) and OpenAI's JSON
@@ -189,14 +221,27 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {R"({"model": "m", "messages": []})", "non-empty array"},
       {R"({"model": "m"})", "non-empty array"},
       {R"({"model": "m", "messages": [{"role": "wizard", "content": "x"}]})", "role is 'wizard'"},
-      {R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "role is 'tool'"},
+      {R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "needs the 'tool_call_id'"},
       {R"({"model": "m", "messages": [{"content": "x"}]})", "no 'role' string"},
       {R"({"model": "m", "messages": [{"role": "user"}]})", "has no 'content'"},
       {R"({"model": "m", "messages": [{"role": "user", "content": 42}]})", "content must be a string"},
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "type 'text'"},
-      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "'tool_calls'"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+       "'tool_calls' is not supported in a user message"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})",
+       "function.name must be a string"},
       {R"({"model": "m", "messages": ["x"]})", "is not an object"},
-      {chat_with("tools", R"([{"type": "function"}])"), "tool calling is not implemented"},
+      {chat_with("tools", R"([{"type": "function"}])"), "tools[0] must be"},
+      {chat_with("tools", R"([{"type": "function", "function": {"name": "a b"}}])"), "letters, digits"},
+      {chat_with("tools", R"([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])"),
+       "a second function named 'f'"},
+      {chat_with("tool_choice", R"("required")"), "'tool_choice' needs 'tools'"},
+      {chat_with("tools", R"([{"type": "function", "function": {"name": "f"}}], "tool_choice": "always")"),
+       "'tool_choice' must be"},
+      {chat_with("tools", R"([{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})"),
+       "names 'g', which is not among the tools"},
+      {chat_with("tools", R"([{"type": "function", "function": {"name": "f"}}], "tool_choice": "required", "response_format": {"type": "json_object"})"),
+       "cannot take a grammar or response_format too"},
       {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"name": "x"}})"),
        "response_format.json_schema.schema is missing"},
       {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}})"),

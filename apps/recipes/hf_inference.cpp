@@ -28,13 +28,14 @@ class HfCompletion final : public TextCompletion {
   // turn). `token_bytes`: each token's bytes, for a grammar (empty for
   // special tokens and ids past the tokenizer, which a grammar never allows).
   // `masks`: the grammar's masks by state, shared by the completions of one grammar.
+  // `kept`: special tokens whose text stays in the completion's (a tool-call format's).
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
                std::vector<int32_t> stop_ids, const std::vector<std::string>* token_bytes,
-               std::shared_ptr<text::MaskCache> masks)
+               std::shared_ptr<text::MaskCache> masks, std::vector<int32_t> kept)
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
-        stream_(lm.tokenizer), token_bytes_(token_bytes), masks_(std::move(masks)) {
+        stream_(lm.tokenizer), token_bytes_(token_bytes), masks_(std::move(masks)), kept_(std::move(kept)) {
     c_.prompt_tokens = prompt_tokens;
-    if (o.grammar) matcher_.emplace(o.grammar);
+    if (o.grammar && o.grammar_trigger.empty()) matcher_.emplace(o.grammar);
   }
 
   // Samples the next token from its logits.
@@ -68,6 +69,7 @@ class HfCompletion final : public TextCompletion {
     if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
     if (matcher_ && !ends(token)) matcher_->accept((*token_bytes_)[size_t(token)]);
     accept(token);
+    if (!matcher_ && o_.grammar && !finished_) trigger_grammar();
   }
   int32_t last() const { return last_; }
   models::KvCache& cache() { return cache_; }
@@ -84,10 +86,29 @@ class HfCompletion final : public TextCompletion {
     } else {
       ++c_.completion_tokens;
       text_ += stream_.step(token);
+      if (std::find(kept_.begin(), kept_.end(), token) != kept_.end()) text_ += lm_.tokenizer.token_bytes(token);
       cut_at_stop();
     }
     if (sampled_ >= o_.max_tokens || context_full()) finished_ = true;
     if (finished_) c_.text = text_;
+  }
+
+  // A grammar waiting for its trigger: once the text holds it, the grammar
+  // applies to the text from there (what was written of it already included).
+  void trigger_grammar() {
+    const std::string& trigger = o_.grammar_trigger;
+    if (trigger_search_from_ == std::string::npos) return;
+    const size_t at = text_.find(trigger, trigger_search_from_);
+    if (at == std::string::npos) {
+      trigger_search_from_ = text_.size() >= trigger.size() ? text_.size() - trigger.size() + 1 : 0;
+      return;
+    }
+    matcher_.emplace(o_.grammar);
+    if (matcher_->accept(std::string_view(text_).substr(at))) return;
+    // The token that completed the trigger went on off the grammar's text: the
+    // answer goes on unconstrained (the calls' reader decides what it is).
+    matcher_.reset();
+    trigger_search_from_ = std::string::npos;
   }
 
   const models::HfCausalLm& lm_;
@@ -99,6 +120,8 @@ class HfCompletion final : public TextCompletion {
   std::shared_ptr<text::MaskCache> masks_;
   std::optional<text::GrammarMatcher> matcher_;
   std::vector<uint8_t> allowed_;
+  std::vector<int32_t> kept_;
+  size_t trigger_search_from_ = 0;
   int64_t sampled_ = 0;
   int32_t last_ = -1;
 };
@@ -130,6 +153,17 @@ class HfLanguageModelInference final : public InferenceModel {
       chat_.reset();
       chat_error_ = e.what();
     }
+    if (chat_) tool_format_ = text::detect_tool_call_format(*chat_);
+    if (tool_format_)  // the special tokens its literals hold ([TOOL_CALLS], <|python_tag|>...)
+      for (const std::string& literal : tool_format_->literals())
+        for (int32_t id : lm_.tokenizer.encode(literal, false))
+          if (lm_.tokenizer.is_special(id) && std::find(tool_tokens_.begin(), tool_tokens_.end(), id) == tool_tokens_.end())
+            tool_tokens_.push_back(id);
+  }
+  const text::ToolCallFormat* tool_call_format() const override { return tool_format_; }
+  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) override {
+    if (!chat_) KILN_FAIL(chat_error_);
+    return chat_->render_json(messages, tools, true);
   }
   std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
     if (!chat_) KILN_FAIL(chat_error_);
@@ -156,8 +190,9 @@ class HfLanguageModelInference final : public InferenceModel {
                  " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
-      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids),
-                                                       o.grammar ? &token_bytes() : nullptr, masks_for(o.grammar)));
+      started.push_back(std::make_unique<HfCompletion>(
+          lm_, o, int64_t(encoded.size()), std::move(stop_ids), o.grammar ? &token_bytes(o.keep_tool_tokens) : nullptr,
+          masks_for(o.grammar, o.keep_tool_tokens), o.keep_tool_tokens ? tool_tokens_ : std::vector<int32_t>{}));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }
@@ -226,24 +261,30 @@ class HfLanguageModelInference final : public InferenceModel {
 
  private:
   // Every token's bytes, made when a grammar first needs them: special
-  // tokens get none, so a grammar never allows them.
-  const std::vector<std::string>& token_bytes() {
+  // tokens get none, so a grammar never allows them, except (`tools`) the
+  // tool-call format's, whose text a chat with tools keeps.
+  const std::vector<std::string>& token_bytes(bool tools) {
     if (token_bytes_.empty()) {
       token_bytes_.resize(size_t(lm_.tokenizer.vocab_size()));
       for (int32_t id = 0; id < int32_t(token_bytes_.size()); ++id)
         if (!lm_.tokenizer.is_special(id)) token_bytes_[size_t(id)] = lm_.tokenizer.token_bytes(id);
+      tool_token_bytes_ = token_bytes_;
+      for (int32_t id : tool_tokens_) tool_token_bytes_[size_t(id)] = lm_.tokenizer.token_bytes(id);
     }
-    return token_bytes_;
+    return tools ? tool_token_bytes_ : token_bytes_;
   }
 
   // JSON mode's masks are kept across requests; another grammar's for its own request.
-  std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar) {
+  // (Masks are of one token_bytes: JSON mode's shared cache is for the plain ones.)
+  std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar, bool tools) {
     if (!grammar) return nullptr;
-    return grammar == text::json_object_grammar() ? json_masks_ : std::make_shared<text::MaskCache>();
+    return grammar == text::json_object_grammar() && !tools ? json_masks_ : std::make_shared<text::MaskCache>();
   }
 
   models::HfCausalLm lm_;
-  std::vector<std::string> token_bytes_;
+  std::vector<std::string> token_bytes_, tool_token_bytes_;
+  const text::ToolCallFormat* tool_format_ = nullptr;
+  std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   std::shared_ptr<text::MaskCache> json_masks_ = std::make_shared<text::MaskCache>();
   std::optional<text::ChatTemplate> chat_;
   std::string chat_error_;              // why there is no chat template

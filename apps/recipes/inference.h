@@ -11,6 +11,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/tool_calls.h"
 
 namespace kiln::nn {
 class KvPool;
@@ -37,6 +38,13 @@ struct CompletionOptions {
   // grammar are sampled (masked before temperature, top-k and top-p), and
   // the end of text only where the text is a whole match.
   std::shared_ptr<const text::Grammar> grammar;
+  // Not empty: the grammar applies only from where the text first holds
+  // this (a tool call's opening, in tool_choice auto: the model chooses
+  // whether to call, and a call it makes is valid).
+  std::string grammar_trigger;
+  // A chat with tools: the special tokens of the model's tool-call format
+  // ([TOOL_CALLS], [ARGS]...) stay in the text, and a grammar may write them.
+  bool keep_tool_tokens = false;
 };
 
 // A generated token's log-probability under the model (its logits'
@@ -151,6 +159,12 @@ class InferenceModel {
   // prompt of a completion with options.chat. A model without a template,
   // or a conversation its template refuses, is a kiln::Error saying why.
   virtual std::string render_chat(const std::vector<text::ChatMessage>& messages);
+  // The same for messages as the chat API carries them (tool calls, tool
+  // results), with the request's tools (null: none). By default, plain
+  // messages through render_chat, and no tools.
+  virtual std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools);
+  // Chat models: how their template spells tool calls (null: in no format Kiln reads).
+  virtual const text::ToolCallFormat* tool_call_format() const { return nullptr; }
   // Language models: the pool of pages their completions' caches share
   // (null before the first), whose counters /metrics shows.
   virtual const nn::KvPool* kv_pool() const { return nullptr; }

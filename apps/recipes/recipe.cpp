@@ -220,6 +220,18 @@ std::string InferenceModel::render_chat(const std::vector<text::ChatMessage>&) {
             "use /v1/completions)");
 }
 
+std::string InferenceModel::render_chat_json(const nlohmann::ordered_json& messages,
+                                             const nlohmann::ordered_json& tools) {
+  KILN_CHECK(tools.is_null(), "this model's chat takes no tools (a Hugging Face model's own Jinja template does)");
+  std::vector<text::ChatMessage> plain;
+  for (const auto& m : messages) {
+    KILN_CHECK(m.contains("content") && m["content"].is_string() && !m.contains("tool_calls") && m["role"] != "tool",
+               "this model's chat takes text messages only (no tool calls or tool results)");
+    plain.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return render_chat(plain);
+}
+
 Completion InferenceModel::complete(const std::string& prompt, const CompletionOptions& options,
                                     const std::function<void(const std::string&)>& on_text) {
   std::unique_ptr<PendingCompletion> c = start_completion(prompt, options);

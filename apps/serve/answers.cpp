@@ -25,6 +25,7 @@ json utf8_bytes(const std::string& s) {
 struct Shape {
   bool chat = false;
   bool logprobs = false;  // the request asked for the tokens' log-probabilities
+  const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -60,6 +61,61 @@ struct Shape {
     if (whole || first) message["role"] = "assistant";
     if (whole || first || !text.empty()) message["content"] = text;
     return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+  }
+  // A whole chat answer whose tool calls are read: content (null when only
+  // calls), message.tool_calls, and finish_reason "tool_calls" for an
+  // answer that ended by itself after calling.
+  json tool_choice(const recipes::Completion& c, const json& logprobs, const std::string& id) const {
+    const text::ToolAnswer answer = text::read_tool_answer(*tools, c.text, true);
+    json message = {{"role", "assistant"}};
+    message["content"] = answer.calls.empty() || !answer.content.empty() ? json(answer.content) : json();
+    if (!answer.calls.empty()) {
+      message["tool_calls"] = json::array();
+      for (size_t i = 0; i < answer.calls.size(); ++i)
+        message["tool_calls"].push_back(tool_call(answer.calls[i], i, id, true));
+    }
+    return {{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason(c, answer)}};
+  }
+  static std::string finish_reason(const recipes::Completion& c, const text::ToolAnswer& answer) {
+    return !answer.calls.empty() && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason;
+  }
+  // A call, or its first stream event (`opening`: the id, the type and the name with it).
+  json tool_call(const text::ToolCall& call, size_t index, const std::string& answer_id, bool opening) const {
+    json out = {{"index", index}};
+    if (opening) {
+      out["id"] = text::tool_call_id(*tools, std::hash<std::string>()(answer_id) + index);
+      out["type"] = "function";
+      out["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+    } else {
+      out["function"] = {{"arguments", call.arguments}};
+    }
+    return out;
+  }
+};
+
+// What a stream has sent of an answer whose tool calls are read: each
+// event sends what reading the longer text adds (read_tool_answer only
+// extends), so the events add up to the whole answer's reading.
+struct ToolStream {
+  std::string text;        // the answer so far
+  text::ToolAnswer sent;   // what the events have carried
+
+  // The events for `piece` (`whole`: the answer is over): content, new calls and their arguments.
+  std::vector<json> deltas(const Shape& shape, const std::string& piece, bool whole, const std::string& answer_id) {
+    text += piece;
+    text::ToolAnswer now = text::read_tool_answer(*shape.tools, text, whole);
+    std::vector<json> out;
+    if (now.content.size() > sent.content.size())
+      out.push_back({{"content", now.content.substr(sent.content.size())}});
+    for (size_t i = 0; i < now.calls.size(); ++i) {
+      const bool opening = i >= sent.calls.size();
+      const size_t had = opening ? 0 : sent.calls[i].arguments.size();
+      if (!opening && now.calls[i].arguments.size() == had) continue;
+      text::ToolCall fragment{now.calls[i].name, now.calls[i].arguments.substr(had)};
+      out.push_back({{"tool_calls", json::array({shape.tool_call(fragment, i, answer_id, opening)})}});
+    }
+    sent = std::move(now);
+    return out;
   }
 };
 
@@ -102,8 +158,10 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   }
   if (!fields.stream) {
     const recipes::Completion& c = job->result;
-    json out = envelope(shape.object(), json::array({shape.choice(c.text, c.finish_reason, shape.logprobs_of(c.logprobs, 0),
-                                                                  /*whole=*/true, false)}));
+    const json logprobs = shape.logprobs_of(c.logprobs, 0);
+    json out = envelope(shape.object(), json::array({shape.tools ? shape.tool_choice(c, logprobs, id)
+                                                                 : shape.choice(c.text, c.finish_reason, logprobs,
+                                                                                /*whole=*/true, false)}));
     out["usage"] = usage(c.prompt_tokens, c.completion_tokens);
     res.set_content(dump(out), "application/json");
     return;
@@ -111,10 +169,12 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   // Server-sent events: a chunk per piece of text (a chat's first names the
   // role), then the finish reason, then the usage if asked, then [DONE].
   auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
+  auto tool_stream = std::make_shared<ToolStream>();
   ++t.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, shape, envelope, timeout, state, include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
+      [job, shape, envelope, timeout, state, tool_stream, id,
+       include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -124,6 +184,17 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           state->first = false;
           state->second += int64_t(text.size());
           return send(envelope(shape.chunk_object(), json::array({choice})));
+        };
+        // A chat whose tool calls are read: what reading the longer text adds.
+        auto tool_events = [&](const std::string& piece, bool whole, const std::vector<recipes::TokenLogprob>& lps) {
+          std::vector<json> deltas = tool_stream->deltas(shape, piece, whole, id);
+          if (deltas.empty() && !lps.empty()) deltas.push_back(json::object());
+          for (size_t i = 0; i < deltas.size(); ++i) {
+            const json choice = {{"index", 0}, {"delta", deltas[i]},
+                                 {"logprobs", i == 0 ? shape.logprobs_of(lps, 0) : json()}, {"finish_reason", nullptr}};
+            if (!send(envelope(shape.chunk_object(), json::array({choice})))) return false;
+          }
+          return true;
         };
         for (;;) {
           std::unique_lock<std::mutex> lock(job->mutex);
@@ -144,7 +215,10 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           lock.unlock();
           // OpenAI's chat streams open with the role alone.
           const bool opened = !(shape.chat && state->first) || event("", nullptr, {});
-          if (!opened || ((!piece.empty() || !lps.empty()) && !event(piece, nullptr, lps))) {
+          const bool last = moved && !error && finished && !more;
+          const bool sent = shape.tools ? tool_events(piece, last, lps)
+                                        : (piece.empty() && lps.empty()) || event(piece, nullptr, lps);
+          if (!opened || !sent) {
             job->cancelled = true;  // the client is gone
             return false;
           }
@@ -160,7 +234,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           } else if (!finished || more) {
             continue;
           } else {
-            event("", result.finish_reason, {});
+            event("", shape.tools ? Shape::finish_reason(result, tool_stream->sent) : result.finish_reason, {});
             if (include_usage) {
               json last = envelope(shape.chunk_object(), json::array());
               last["usage"] = usage(result.prompt_tokens, result.completion_tokens);
@@ -237,10 +311,35 @@ namespace {
 // The conversation as the model's chat template renders it; what the template raises is a 400.
 std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
   try {
-    return t.model.render_chat(r.messages);
+    return t.model.render_chat_json(r.messages, r.tools);
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
+}
+
+// Tool calls: the format the answer's calls are read in (null: none are
+// read, tool_choice none), and the constraint that makes them valid: a
+// call from the start for tool_choice required or a named function; in
+// auto, from the first call's opening on (unless the request constrains
+// the answer itself).
+const text::ToolCallFormat* tool_calls(const GenerationTarget& t, const ChatRequest& r, recipes::CompletionOptions& co) {
+  if (r.tool_choice.mode == ToolChoice::Mode::kNone) return nullptr;
+  const text::ToolCallFormat* format = t.model.tool_call_format();
+  if (!format)
+    throw HttpError(400, "model '" + t.name + "': its chat template spells tool calls in none of the formats Kiln "
+                         "reads (" + text::tool_call_format_list() + "); tool_choice \"none\" shows it the tools "
+                         "without reading calls");
+  co.keep_tool_tokens = true;
+  if (r.tool_choice.mode == ToolChoice::Mode::kAuto && co.grammar) return format;
+  const bool named = r.tool_choice.mode == ToolChoice::Mode::kNamed;
+  try {
+    co.grammar = std::make_shared<const text::Grammar>(text::parse_gbnf(
+        text::tool_call_gbnf(*format, r.tools, named ? r.tool_choice.name : "", r.parallel_tool_calls && !named)));
+  } catch (const Error& e) {
+    throw HttpError(400, e.what());
+  }
+  if (r.tool_choice.mode == ToolChoice::Mode::kAuto) co.grammar_trigger = format->trigger();
+  return format;
 }
 }  // namespace
 
@@ -253,7 +352,8 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   recipes::CompletionOptions co = options_of(r);
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
-  generate(t, prompt, co, r, Shape{true, r.logprobs}, res);
+  const text::ToolCallFormat* format = tool_calls(t, r, co);
+  generate(t, prompt, co, r, Shape{true, r.logprobs, format}, res);
 }
 
 }  // namespace kiln::serve

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -244,14 +245,13 @@ const UnsupportedField kUnsupportedChatFields[] = {
     {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"logit_bias", is_empty, "logit biases are not implemented"},
-    {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tool calling is not implemented"},
-    {"tool_choice", [](const json& v) { return v == "none"; }, "tool calling is not implemented"},
 };
 const char* const kChatFields[] = {"model",      "messages",     "max_tokens",     "max_completion_tokens",
                                    "temperature", "top_p",       "top_k",          "seed",
                                    "stop",       "stream",       "user",           "ignore_eos",
                                    "logprobs",   "top_logprobs", "stream_options", "grammar",
-                                   "json_schema", "response_format"};
+                                   "json_schema", "response_format", "tools",
+                                   "tool_choice", "parallel_tool_calls"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -348,10 +348,7 @@ void parse_generation(const json& body, const std::string& text, GenerationField
 }
 
 // A message's content: a string, or OpenAI's array of text parts.
-std::string message_content(const json& m, size_t index) {
-  const std::string where = "messages[" + std::to_string(index) + "]";
-  if (!m.contains("content")) throw HttpError(400, where + " has no 'content'");
-  const json& c = m["content"];
+std::string message_content(const json& c, const std::string& where) {
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array())
     throw HttpError(400, where + ".content must be a string or an array of text parts");
@@ -365,25 +362,156 @@ std::string message_content(const json& m, size_t index) {
   return text;
 }
 
-std::vector<text::ChatMessage> parse_messages(const json& body) {
+bool is_function_name(const json& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(uint8_t(c)) || c == '_' || c == '-';
+  });
+}
+
+// An assistant's tool_calls, as a template reads them: arguments that are a
+// JSON object's text become the object (templates write them with tojson).
+nlohmann::ordered_json tool_calls_of(const json& calls, const std::string& where) {
+  if (!calls.is_array()) throw HttpError(400, where + ".tool_calls must be an array");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    const std::string at = where + ".tool_calls[" + std::to_string(i) + "]";
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      throw HttpError(400, at + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    if (call.contains("type") && call["type"] != "function") throw HttpError(400, at + ".type must be \"function\"");
+    const json& function = call["function"];
+    if (!function.contains("name") || !function["name"].is_string())
+      throw HttpError(400, at + ".function.name must be a string");
+    nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+    if (function.contains("arguments")) {
+      const json& a = function["arguments"];
+      if (a.is_string()) {
+        arguments = nlohmann::ordered_json::parse(a.get<std::string>(), nullptr, false);
+        if (arguments.is_discarded() || !arguments.is_object()) arguments = a;  // as sent
+      } else if (a.is_object()) {
+        arguments = nlohmann::ordered_json::parse(a.dump());
+      } else {
+        throw HttpError(400, at + ".function.arguments must be a string (JSON text)");
+      }
+    }
+    nlohmann::ordered_json copy = {{"type", "function"}};
+    if (call.contains("id")) {
+      if (!call["id"].is_string()) throw HttpError(400, at + ".id must be a string");
+      copy["id"] = call["id"];
+    }
+    copy["function"] = {{"name", function["name"]}, {"arguments", arguments}};
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+// The fields a message may carry, by role (refusal, audio... only as null, dropped before).
+const std::vector<std::pair<std::string, std::vector<std::string>>> kMessageFields = {
+    {"system", {"role", "content", "name"}},
+    {"user", {"role", "content", "name"}},
+    {"assistant", {"role", "content", "name", "tool_calls", "reasoning_content"}},
+    {"tool", {"role", "content", "tool_call_id", "name"}},
+};
+
+nlohmann::ordered_json parse_messages(const json& body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     throw HttpError(400, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
-  std::vector<text::ChatMessage> messages;
-  for (const auto& m : body["messages"]) {
-    const size_t i = messages.size();
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw HttpError(400, where + " is not an object");
-    for (auto key = m.begin(); key != m.end(); ++key)
-      if (key.key() != "role" && key.key() != "content" && key.key() != "name")
-        throw HttpError(400, where + ": field '" + key.key() + "' is not supported (tool calls are not implemented)");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& given : body["messages"]) {
+    const std::string where = "messages[" + std::to_string(messages.size()) + "]";
+    if (!given.is_object()) throw HttpError(400, where + " is not an object");
+    json m = given;
+    for (auto it = m.begin(); it != m.end();) it = it->is_null() ? m.erase(it) : std::next(it);
     if (!m.contains("role") || !m["role"].is_string()) throw HttpError(400, where + " has no 'role' string");
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
-    if (role != "system" && role != "user" && role != "assistant")
-      throw HttpError(400, where + ".role is '" + role + "': Kiln takes system, developer, user and assistant");
-    messages.push_back({role, message_content(m, i)});
+    const auto fields = std::find_if(kMessageFields.begin(), kMessageFields.end(),
+                                     [&](const auto& f) { return f.first == role; });
+    if (fields == kMessageFields.end())
+      throw HttpError(400, where + ".role is '" + role + "': Kiln takes system, developer, user, assistant and tool");
+    nlohmann::ordered_json out = {{"role", role}};
+    for (auto key = m.begin(); key != m.end(); ++key) {
+      if (std::find(fields->second.begin(), fields->second.end(), key.key()) == fields->second.end())
+        throw HttpError(400, where + ": field '" + key.key() + "' is not supported in a " + role + " message");
+      if (key.key() == "role") continue;
+      if (key.key() == "content")
+        out["content"] = message_content(key.value(), where);
+      else if (key.key() == "tool_calls")
+        out["tool_calls"] = tool_calls_of(key.value(), where);
+      else if (!key.value().is_string())
+        throw HttpError(400, where + "." + key.key() + " must be a string");
+      else
+        out[key.key()] = key.value().get<std::string>();
+    }
+    if (!out.contains("content") && !out.contains("tool_calls")) throw HttpError(400, where + " has no 'content'");
+    if (role == "tool" && !out.contains("tool_call_id"))
+      throw HttpError(400, where + ": a tool message needs the 'tool_call_id' of the call it answers");
+    messages.push_back(std::move(out));
   }
   return messages;
+}
+
+constexpr size_t kMaxTools = 128;  // OpenAI's limit
+
+// OpenAI's tools, tool_choice and parallel_tool_calls.
+void parse_tools(const json& body, ChatRequest& r) {
+  if (body.contains("tools")) {
+    const json& tools = body["tools"];
+    if (!tools.is_array() || tools.size() > kMaxTools)
+      throw HttpError(400, "'tools' must be an array of at most " + std::to_string(kMaxTools) + " functions");
+    std::vector<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& t = tools[i];
+      const std::string where = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") ||
+          !t["function"].is_object())
+        throw HttpError(400, where + " must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"...}}");
+      const json& f = t["function"];
+      if (!f.contains("name") || !is_function_name(f["name"]))
+        throw HttpError(400, where + ".function.name must be 1 to 64 letters, digits, _ or -");
+      if (f.contains("parameters") && !f["parameters"].is_object())
+        throw HttpError(400, where + ".function.parameters must be a JSON schema object");
+      if (f.contains("description") && !f["description"].is_string())
+        throw HttpError(400, where + ".function.description must be a string");
+      const std::string name = f["name"];
+      if (std::find(names.begin(), names.end(), name) != names.end())
+        throw HttpError(400, where + ": a second function named '" + name + "'");
+      names.push_back(name);
+    }
+    // Read again in key order: a function's parameters are shown, and a call's arguments written, in that order.
+    if (!tools.empty()) r.tools = nlohmann::ordered_json::parse(tools.dump());
+  }
+  r.parallel_tool_calls = field<bool>(body, "parallel_tool_calls", "true or false", true);
+  if (!body.contains("tool_choice")) {
+    r.tool_choice.mode = r.tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto;
+    return;
+  }
+  const json& choice = body["tool_choice"];
+  if (choice == "none") {
+    r.tool_choice.mode = ToolChoice::Mode::kNone;
+    return;
+  }
+  if (choice == "auto") {
+    r.tool_choice.mode = ToolChoice::Mode::kAuto;
+  } else if (choice == "required") {
+    r.tool_choice.mode = ToolChoice::Mode::kRequired;
+  } else if (choice.is_object() && choice.value("type", json()) == "function" && choice.contains("function") &&
+             choice["function"].is_object() && choice["function"].contains("name") &&
+             choice["function"]["name"].is_string()) {
+    r.tool_choice = {ToolChoice::Mode::kNamed, choice["function"]["name"].get<std::string>()};
+  } else {
+    throw HttpError(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                         "\"function\": {\"name\"}}");
+  }
+  if (r.tools.is_null()) throw HttpError(400, "'tool_choice' needs 'tools'");
+  if (r.tool_choice.mode == ToolChoice::Mode::kNamed &&
+      std::none_of(r.tools.begin(), r.tools.end(), [&](const auto& t) { return t["function"]["name"] == r.tool_choice.name; }))
+    throw HttpError(400, "tool_choice names '" + r.tool_choice.name + "', which is not among the tools");
+  if (r.grammar && r.tool_choice.mode != ToolChoice::Mode::kAuto)
+    throw HttpError(400, "tool_choice '" + std::string(r.tool_choice.mode == ToolChoice::Mode::kNamed ? "function" : "required") +
+                             "' constrains the answer to a tool call: it cannot take a grammar or response_format too");
 }
 
 }  // namespace
@@ -421,6 +549,7 @@ ChatRequest parse_chat(const std::string& text) {
   ChatRequest r;
   parse_generation(body, text, r);
   r.messages = parse_messages(body);
+  parse_tools(body, r);
   // max_completion_tokens is OpenAI's newer name; either bounds the answer.
   if (body.contains("max_tokens") && body.contains("max_completion_tokens") &&
       body["max_tokens"] != body["max_completion_tokens"])

@@ -38,12 +38,13 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
             kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h
             kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h kiln/text/grammar/json_grammar.cpp
             kiln/text/grammar/json_grammar.h kiln/text/grammar/json_schema.cpp kiln/text/grammar/json_schema.h
+            kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
             ${KILN_JINJA_SOURCES} LIBS -lutf8proc)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
 kiln_fuzzer(template tests/fuzz/template_fuzzer.cpp ${KILN_JINJA_SOURCES} kiln/text/utf8.cpp kiln/text/utf8.h
             LIBS -lutf8proc)
 file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/*.cpp kiln/text/*.h
-     kiln/text/jinja/*.cpp kiln/text/jinja/*.h)
+     kiln/text/jinja/*.cpp kiln/text/jinja/*.h kiln/text/grammar/*.cpp kiln/text/grammar/*.h)
 kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
             kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}

@@ -1,7 +1,10 @@
 // libFuzzer target: arbitrary bytes as the body of every request kiln serve
-// parses, and a chat's messages through every chat template. The contract: a parser returns a valid request or throws
-// HttpError(400); any other exception, a crash, or a sanitizer report is a
-// bug. Run by CTest for a bounded time (tests/fuzz/fuzz_tests.cmake).
+// parses, and a chat's messages through every chat template; a chat's
+// tools compiled into each tool-call format's forced-call grammar, and the
+// body read as a model's answer in each format. The contract: a parser
+// returns a valid request or throws HttpError(400) (kiln::Error for a
+// grammar it cannot make); the reader always answers; any other exception,
+// a crash, or a sanitizer report is a bug. Run by CTest for a bounded time (tests/fuzz/fuzz_tests.cmake).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +16,8 @@
 #include "apps/serve/requests.h"
 #include "kiln/core/error.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/tool_calls.h"
 
 namespace {
 
@@ -60,9 +65,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.top_logprobs < 0 || r.top_logprobs > 20)
       std::abort();
     for (const auto& name : kiln::text::chat_template_names()) try {
-        kiln::text::chat_template_named(name).render(r.messages);
+        kiln::text::chat_template_named(name).render_json(r.messages, r.tools, true);
+      } catch (const kiln::Error&) {
+      }
+    if (r.tools.is_null()) return;
+    for (const auto& format : kiln::text::tool_call_formats()) try {
+        kiln::text::parse_gbnf(kiln::text::tool_call_gbnf(format, r.tools, r.tool_choice.name, r.parallel_tool_calls));
       } catch (const kiln::Error&) {
       }
   });
+  // The body as a model's answer, whole and cut short, in every format.
+  for (const auto& format : kiln::text::tool_call_formats()) {
+    const auto whole = kiln::text::read_tool_answer(format, body, true);
+    const auto part = kiln::text::read_tool_answer(format, std::string_view(body).substr(0, size / 2), false);
+    if (whole.content.size() > size || part.calls.size() > whole.calls.size()) std::abort();
+  }
   return 0;
 }

@@ -63,17 +63,19 @@ std::string literal(const std::string& text) {
 
 class Compiler {
  public:
-  explicit Compiler(const json& root) : root_(root) {}
+  // `prefix` starts every rule's name, so that several schemas' rules can share one grammar.
+  Compiler(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string compile() {
-    const std::string top = visit(root_, "root-value", "#", 0);
-    std::string out = "root ::= " + top + "\n" + kPrimitives;
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+  JsonSchemaRules compile() {
+    JsonSchemaRules out;
+    out.top = visit(root_, prefix_ + "value", "#", 0);
+    for (const auto& [name, body] : rules_) out.rules += name + " ::= " + body + "\n";
     return out;
   }
 
  private:
   const json& root_;
+  const std::string prefix_;
   std::map<std::string, std::string> rules_;  // name -> body
   std::map<std::string, std::string> refs_;   // $ref -> rule name
 
@@ -189,7 +191,7 @@ class Compiler {
     if (def.empty() || !root_.contains(container) || !root_[container].contains(def))
       refuse(where + "/$ref", "'" + path + "' is not a definition in this schema's $defs or definitions");
     // Named before it is visited, so that a definition may refer to itself.
-    const std::string name = add_rule("def-" + def, "");
+    const std::string name = add_rule(prefix_ + "def-" + def, "");
     refs_[path] = name;
     rules_[name] = visit(root_[container][def], name + "-body", path, depth + 1);
     return name;
@@ -247,7 +249,18 @@ class Compiler {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Compiler(schema).compile(); }
+std::string gbnf_literal(const std::string& text) { return literal(text); }
+
+const char* json_primitives_gbnf() { return kPrimitives; }
+
+JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix) {
+  return Compiler(schema, prefix).compile();
+}
+
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  const JsonSchemaRules rules = json_schema_rules(schema, "root-");
+  return "root ::= " + rules.top + "\n" + kPrimitives + rules.rules;
+}
 
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
   return std::make_shared<const Grammar>(parse_gbnf(json_schema_to_gbnf(schema)));

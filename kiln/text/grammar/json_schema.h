@@ -27,4 +27,18 @@ namespace kiln::text {
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
 
+// The pieces, for grammars that hold JSON documents among other text (a
+// tool call's arguments): the rules of `schema`'s documents, each named
+// starting with `prefix` (several schemas can share a grammar), and `top`,
+// the expression that matches a document. They refer to the JSON
+// primitives (ws, json-value, json-string...), which json_primitives_gbnf
+// defines once per grammar.
+struct JsonSchemaRules {
+  std::string top, rules;
+};
+JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix);
+const char* json_primitives_gbnf();
+// A GBNF literal that spells `text` exactly.
+std::string gbnf_literal(const std::string& text);
+
 }  // namespace kiln::text

@@ -1,0 +1,82 @@
+// Tool calls in a model's output: how each family spells them, which one a
+// chat template uses (found by rendering a call through the template, not
+// by recognising the template), the grammar that forces a valid call, and
+// a parser that reads calls out of the text as it grows, so that a stream
+// and a whole answer read the same calls.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/text/chat_template.h"
+
+namespace kiln::text {
+
+// How a family spells the tool calls of one assistant turn: a section of
+// one or more calls. A call is a JSON object {"name": NAME, args_key:
+// ARGUMENTS} when name_args_separator is empty, else NAME separator
+// ARGUMENTS. Reading, whitespace may come before each literal and a
+// literal's own whitespace matches any run of it; the grammar spells the
+// literals exactly.
+struct ToolCallFormat {
+  const char* name;
+  const char* section_begin;  // before the first call
+  const char* call_begin;     // before each call
+  const char* args_key;       // the JSON object's key for the arguments
+  const char* name_args_separator;
+  const char* id_marker;  // NAME id_marker ID separator ARGUMENTS: a call id the model may write (Mistral's [CALL_ID])
+  const char* call_end;
+  const char* between;  // between two calls
+  const char* section_end;
+  size_t id_length;  // the ids the template accepts: 0 for OpenAI's "call_...", else that many letters and digits
+
+  // What starts a section in the output: from it on, the text is calls.
+  std::string trigger() const;
+  // Every literal of the format (special tokens in them are kept as text).
+  std::vector<std::string> literals() const;
+};
+
+// The known formats, most specific first.
+const std::vector<ToolCallFormat>& tool_call_formats();
+// "hermes, mistral, ..." for messages.
+std::string tool_call_format_list();
+// The format `chat` spells an assistant's tool call in, found by rendering
+// one; null when it spells none of the known ones (or takes no tools).
+const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat);
+
+// GBNF for a section of calls to `tools` (OpenAI's list of {"type":
+// "function", "function": {"name", "parameters"}}), each call's arguments
+// valid under its function's parameters; only the function named `only`
+// when it is not empty, and one call unless `parallel`. Throws kiln::Error
+// for a schema the compiler refuses.
+std::string tool_call_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
+                           const std::string& only, bool parallel);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // the model's JSON text, as written (all of it so far, while the call is open)
+};
+
+// An answer read so far: the content before the calls, and the calls whose
+// names are whole. Reading a longer text of the same answer only extends
+// these (content and each call's arguments grow, calls are added), so a
+// stream can send the differences.
+struct ToolAnswer {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+// Reads `text`, an answer so far (`whole`: all of it). Text that may still
+// become a section's start is held back until it is known. A section whose
+// first call is not the format's is content after all (and so is the rest
+// of the answer); what follows the calls, or breaks off a later call, is
+// dropped.
+ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text, bool whole);
+
+// A call's id, as the template will accept it back: `seed` picks it.
+std::string tool_call_id(const ToolCallFormat& format, uint64_t seed);
+
+}  // namespace kiln::text

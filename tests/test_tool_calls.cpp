@@ -1,0 +1,217 @@
+// Tool calls (kiln/text/tool_calls): the format found by rendering a call
+// through each real template of the corpus; answers read the same whole
+// and a character at a time; and the grammars that force a call accept
+// exactly calls to the tools with valid arguments, which read back.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/grammar/matcher.h"
+#include "kiln/text/tool_calls.h"
+#include "tests/hf_test_util.h"
+
+namespace kiln::text {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+std::string read_file(const fs::path& p) {
+  std::stringstream ss;
+  ss << std::ifstream(p, std::ios::binary).rdbuf();
+  return ss.str();
+}
+
+const ToolCallFormat& format_named(const std::string& name) {
+  for (const auto& f : tool_call_formats())
+    if (name == f.name) return f;
+  throw std::runtime_error("no format " + name);
+}
+
+// The corpus's templates whose tool calls Kiln reads, by the format their rendering shows.
+TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
+  const std::map<std::string, std::string> expected = {
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"},
+      {"Qwen-Qwen3-0.6B.jinja", "hermes"},
+      {"Qwen-QwQ-32B.jinja", "hermes"},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes"},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes"},
+      {"ibm-granite-granite-4.0.jinja", "hermes"},
+      {"MiMo-VL.jinja", "hermes"},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"},
+      {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral-v11"},
+      {"unsloth-mistral-Devstral-Small-2507.jinja", "mistral-v11"},
+      {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral-v11"},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3-json"},
+      {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3-json"},
+      {"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3-json"},
+      {"deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3.1"},
+      {"unsloth-Apriel-1.5.jinja", "apriel"},
+      {"NVIDIA-Nemotron-Nano-v2.jinja", "nemotron-v2"},
+      {"GigaChat3.1-10B-A1.8B.jinja", "gigachat3.1"},
+      {"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"},
+      // Spelled otherwise (XML-like parameters, Python calls): not read yet.
+      {"Qwen3-Coder.jinja", ""},
+      {"GLM-4.6.jinja", ""},
+      {"LFM2.5-8B-A1B.jinja", ""},
+      {"google-gemma-2-2b-it.jinja", ""},
+      {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
+  };
+  const fs::path dir = fs::path(hf_test::fixture("chat_templates")) / "templates";
+  int found = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    ChatTemplate chat = ChatTemplate::from_jinja(read_file(entry.path()));
+    chat.tokens = {"<s>", "</s>"};
+    chat.now_unix_seconds = 1783168200;
+    const ToolCallFormat* f = detect_tool_call_format(chat);
+    found += f != nullptr;
+    if (const auto it = expected.find(name); it != expected.end())
+      EXPECT_EQ(f ? f->name : "", it->second) << name;
+  }
+  EXPECT_GE(found, 19) << "templates of the corpus whose tool calls are read";
+  EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
+}
+
+struct Example {
+  const char* format;
+  std::string text;
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+// Answers as models write them (whitespace where the literals have it, or
+// more), in every format.
+std::vector<Example> examples() {
+  const std::string ds_calls = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+  const std::string ds_call = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+  const std::string ds_sep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
+  const std::string ds_end = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
+  const std::string ds_calls_end = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
+  return {
+      {"hermes", "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                 "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"x\": [1, {\"y\": \"}\"}]}}\n</tool_call>",
+       "Let me check.\n", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", R"({"zone": "CET", "x": [1, {"y": "}"}]})"}}},
+      {"hermes", "No tools needed: 2 < 3.", "No tools needed: 2 < 3.", {}},
+      {"hermes", "<tool_call>\nnot a call", "<tool_call>\nnot a call", {}},
+      {"mistral", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}, "
+                  "{\"arguments\": {}, \"name\": \"late_name\"}]",
+       "", {{"get_weather", R"({"city": "Paris"})"}}},
+      {"mistral-v11", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]abcDEF123[ARGS]{}",
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"llama3-json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+       {{"get_weather", R"({"city": "Paris"})"}}},
+      {"llama3-json", "{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+       "{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", {}},
+      {"deepseek-v3.1", "Sure." + ds_calls + ds_call + "get_weather" + ds_sep + "{\"city\": \"Paris\"}" + ds_end + ds_calls_end,
+       "Sure.", {{"get_weather", R"({"city": "Paris"})"}}},
+      {"functionary-v3.1", "<function=get_weather>{\"city\": \"Paris\"}</function>", "",
+       {{"get_weather", R"({"city": "Paris"})"}}},
+      {"apriel", "<tool_calls>[{\"name\": \"f\", \"arguments\": {\"a\": \"\\\"]\"}}]</tool_calls>", "", {{"f", R"({"a": "\"]"})"}}},
+  };
+}
+
+TEST(ToolCalls, AnswersReadTheSameWholeAndACharacterAtATime) {
+  for (const Example& e : examples()) {
+    const ToolCallFormat& f = format_named(e.format);
+    const ToolAnswer whole = read_tool_answer(f, e.text, true);
+    EXPECT_EQ(whole.content, e.content) << e.text;
+    ASSERT_EQ(whole.calls.size(), e.calls.size()) << e.text;
+    for (size_t i = 0; i < e.calls.size(); ++i) {
+      EXPECT_EQ(whole.calls[i].name, e.calls[i].name) << e.text;
+      EXPECT_EQ(whole.calls[i].arguments, e.calls[i].arguments) << e.text;
+    }
+    // Each longer prefix only extends the reading: what a stream sends adds up to the whole answer's.
+    ToolAnswer before;
+    for (size_t n = 0; n <= e.text.size(); ++n) {
+      const ToolAnswer now = read_tool_answer(f, std::string_view(e.text).substr(0, n), n == e.text.size());
+      ASSERT_EQ(now.content.compare(0, before.content.size(), before.content), 0) << e.text << " at " << n;
+      ASSERT_GE(now.calls.size(), before.calls.size()) << e.text << " at " << n;
+      for (size_t i = 0; i < before.calls.size(); ++i) {
+        ASSERT_EQ(now.calls[i].name, before.calls[i].name);
+        ASSERT_EQ(now.calls[i].arguments.compare(0, before.calls[i].arguments.size(), before.calls[i].arguments), 0)
+            << e.text << " at " << n;
+      }
+      // Text that may still open a section is held back, never sent as content.
+      if (n < e.text.size() && !e.calls.empty()) EXPECT_LE(now.content.size(), e.content.size()) << e.text;
+      before = now;
+    }
+  }
+}
+
+const json kTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+   "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+   "required": ["city"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "get_time"}}])");
+
+bool grammar_takes(const std::string& gbnf, const std::string& text) {
+  GrammarMatcher m(std::make_shared<const Grammar>(parse_gbnf(gbnf)));
+  return m.accept(text) && m.can_end();
+}
+
+// The grammar of tool_choice required / a named function: only calls to
+// the tools, arguments valid under their parameters, spelled as the format
+// spells them, which the reader reads back.
+TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
+  struct Case {
+    const char* format;
+    std::string call, call2, bad_arguments;
+  };
+  const Case cases[] = {
+      {"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"any\": [1]}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>"},
+      {"mistral", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}",
+       "{\"name\": \"get_time\", \"arguments\": {}}",
+       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\", \"city\": \"Paris\"}}]"},
+      {"mistral-v11", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "[TOOL_CALLS]get_time[ARGS]{}",
+       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Llanfairpwllgwyngyll\"}"},
+      {"llama3-json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+       "{\"name\": \"get_time\", \"parameters\": {}}", "{\"name\": \"get_weather\", \"parameters\": {}}"},
+  };
+  for (const Case& c : cases) {
+    const ToolCallFormat& f = format_named(c.format);
+    const std::string end = f.section_end;
+    const std::string one = c.call + end, two = c.call + f.between + c.call2 + end;
+    const std::string any = tool_call_gbnf(f, kTools, "", true);
+    EXPECT_TRUE(grammar_takes(any, one)) << c.format;
+    EXPECT_TRUE(grammar_takes(any, two)) << c.format;
+    EXPECT_FALSE(grammar_takes(any, c.bad_arguments)) << c.format;
+    EXPECT_FALSE(grammar_takes(tool_call_gbnf(f, kTools, "", false), two)) << c.format << ": one call unless parallel";
+    EXPECT_FALSE(grammar_takes(tool_call_gbnf(f, kTools, "get_time", false), one)) << c.format << ": the named one only";
+    EXPECT_TRUE(grammar_takes(tool_call_gbnf(f, kTools, "get_weather", false), one)) << c.format;
+    const ToolAnswer read = read_tool_answer(f, two, true);
+    ASSERT_EQ(read.calls.size(), 2u) << c.format;
+    EXPECT_EQ(read.calls[0].name, "get_weather");
+    EXPECT_EQ(read.calls[1].name, "get_time");
+    EXPECT_TRUE(json::parse(read.calls[0].arguments).contains("city")) << c.format;
+    EXPECT_EQ(read.content, "");
+  }
+  EXPECT_THROW(tool_call_gbnf(format_named("hermes"), kTools, "nope", false), Error);
+  const json bad = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}])");
+  try {
+    tool_call_gbnf(format_named("hermes"), bad, "", true);
+    FAIL() << "multipleOf cannot be honoured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multipleOf"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ToolCalls, IdsAreWhatTheTemplateTakesBack) {
+  const std::string openai = tool_call_id(format_named("hermes"), 7);
+  EXPECT_EQ(openai.rfind("call_", 0), 0u);
+  EXPECT_EQ(openai.size(), 29u);
+  const std::string mistral = tool_call_id(format_named("mistral"), 7);
+  EXPECT_EQ(mistral.size(), 9u) << "Mistral's templates refuse other lengths";
+  EXPECT_NE(tool_call_id(format_named("mistral"), 8), mistral);
+}
+
+}  // namespace
+}  // namespace kiln::text
