@@ -20,7 +20,9 @@ namespace kiln::serve {
 
 namespace {
 
-using nlohmann::json;
+// In key order, as sent: a schema's properties and a tool's fields are
+// shown to the model, and an answer written, in the order the client gave.
+using json = nlohmann::ordered_json;
 
 json parse_object(std::string_view text) {
   json body = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -273,18 +275,16 @@ void check_fields(json& body, const char* const (&known)[Known], const Unsupport
   }
 }
 
-// The fields /v1/completions and /v1/chat/completions share.
-// A JSON schema of the request, read again from its text in key order (the
-// properties' order is the answer's), compiled to a grammar.
-std::shared_ptr<const text::Grammar> schema_grammar(const std::string& text, const std::vector<std::string>& path,
+// A JSON schema at `path` in the request, compiled to a grammar.
+std::shared_ptr<const text::Grammar> schema_grammar(const json& body, const std::vector<std::string>& path,
                                                     const std::string& what) {
-  nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json* schema = &body;
   for (const std::string& key : path) {
-    if (!schema.is_object() || !schema.contains(key)) throw HttpError(400, what + " is missing");
-    schema = nlohmann::ordered_json(schema[key]);
+    if (!schema->is_object() || !schema->contains(key)) throw HttpError(400, what + " is missing");
+    schema = &(*schema)[key];
   }
   try {
-    return text::json_schema_grammar(schema);
+    return text::json_schema_grammar(*schema);
   } catch (const Error& e) {
     throw HttpError(400, what + ": " + e.what());
   }
@@ -292,7 +292,7 @@ std::shared_ptr<const text::Grammar> schema_grammar(const std::string& text, con
 
 // Constrained decoding: llama-server's `grammar` (GBNF) or `json_schema`, or
 // OpenAI's response_format (JSON mode, or a JSON schema). One at a time.
-void parse_constraint(const json& body, const std::string& text, GenerationFields& r) {
+void parse_constraint(const json& body, GenerationFields& r) {
   auto set = [&](std::shared_ptr<const text::Grammar> g) {
     if (r.grammar)
       throw HttpError(400, "'grammar', 'json_schema' and a JSON response_format are constraints: send one");
@@ -306,7 +306,7 @@ void parse_constraint(const json& body, const std::string& text, GenerationField
       throw HttpError(400, std::string("field 'grammar': ") + e.what());
     }
   }
-  if (body.contains("json_schema")) set(schema_grammar(text, {"json_schema"}, "field 'json_schema'"));
+  if (body.contains("json_schema")) set(schema_grammar(body, {"json_schema"}, "field 'json_schema'"));
   if (!body.contains("response_format")) return;
   const json& format = body["response_format"];
   if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
@@ -315,13 +315,13 @@ void parse_constraint(const json& body, const std::string& text, GenerationField
   if (type == "text") return;
   if (type == "json_object") return set(text::json_object_grammar());
   if (type == "json_schema")
-    return set(schema_grammar(text, {"response_format", "json_schema", "schema"},
+    return set(schema_grammar(body, {"response_format", "json_schema", "schema"},
                               "response_format.json_schema.schema"));
   throw HttpError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" + type +
                            "\"");
 }
 
-void parse_generation(const json& body, const std::string& text, GenerationFields& r) {
+void parse_generation(const json& body, GenerationFields& r) {
   r.model = field<std::string>(body, "model", "a string");
   r.temperature = field<double>(body, "temperature", "a number", 1.0);
   r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
@@ -344,7 +344,7 @@ void parse_generation(const json& body, const std::string& text, GenerationField
   if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
   if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
   if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
-  parse_constraint(body, text, r);
+  parse_constraint(body, r);
 }
 
 // A message's content: a string, or OpenAI's array of text parts.
@@ -372,9 +372,9 @@ bool is_function_name(const json& v) {
 
 // An assistant's tool_calls, as a template reads them: arguments that are a
 // JSON object's text become the object (templates write them with tojson).
-nlohmann::ordered_json tool_calls_of(const json& calls, const std::string& where) {
+json tool_calls_of(const json& calls, const std::string& where) {
   if (!calls.is_array()) throw HttpError(400, where + ".tool_calls must be an array");
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     const json& call = calls[i];
     const std::string at = where + ".tool_calls[" + std::to_string(i) + "]";
@@ -384,19 +384,19 @@ nlohmann::ordered_json tool_calls_of(const json& calls, const std::string& where
     const json& function = call["function"];
     if (!function.contains("name") || !function["name"].is_string())
       throw HttpError(400, at + ".function.name must be a string");
-    nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+    json arguments = json::object();
     if (function.contains("arguments")) {
       const json& a = function["arguments"];
       if (a.is_string()) {
-        arguments = nlohmann::ordered_json::parse(a.get<std::string>(), nullptr, false);
+        arguments = json::parse(a.get<std::string>(), nullptr, false);
         if (arguments.is_discarded() || !arguments.is_object()) arguments = a;  // as sent
       } else if (a.is_object()) {
-        arguments = nlohmann::ordered_json::parse(a.dump());
+        arguments = a;
       } else {
         throw HttpError(400, at + ".function.arguments must be a string (JSON text)");
       }
     }
-    nlohmann::ordered_json copy = {{"type", "function"}};
+    json copy = {{"type", "function"}};
     if (call.contains("id")) {
       if (!call["id"].is_string()) throw HttpError(400, at + ".id must be a string");
       copy["id"] = call["id"];
@@ -415,10 +415,10 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kMessageFiel
     {"tool", {"role", "content", "tool_call_id", "name"}},
 };
 
-nlohmann::ordered_json parse_messages(const json& body) {
+json parse_messages(const json& body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     throw HttpError(400, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  json messages = json::array();
   for (const auto& given : body["messages"]) {
     const std::string where = "messages[" + std::to_string(messages.size()) + "]";
     if (!given.is_object()) throw HttpError(400, where + " is not an object");
@@ -431,7 +431,7 @@ nlohmann::ordered_json parse_messages(const json& body) {
                                      [&](const auto& f) { return f.first == role; });
     if (fields == kMessageFields.end())
       throw HttpError(400, where + ".role is '" + role + "': Kiln takes system, developer, user, assistant and tool");
-    nlohmann::ordered_json out = {{"role", role}};
+    json out = {{"role", role}};
     for (auto key = m.begin(); key != m.end(); ++key) {
       if (std::find(fields->second.begin(), fields->second.end(), key.key()) == fields->second.end())
         throw HttpError(400, where + ": field '" + key.key() + "' is not supported in a " + role + " message");
@@ -480,8 +480,7 @@ void parse_tools(const json& body, ChatRequest& r) {
         throw HttpError(400, where + ": a second function named '" + name + "'");
       names.push_back(name);
     }
-    // Read again in key order: a function's parameters are shown, and a call's arguments written, in that order.
-    if (!tools.empty()) r.tools = nlohmann::ordered_json::parse(tools.dump());
+    if (!tools.empty()) r.tools = tools;
   }
   r.parallel_tool_calls = field<bool>(body, "parallel_tool_calls", "true or false", true);
   if (!body.contains("tool_choice")) {
@@ -520,7 +519,7 @@ CompletionRequest parse_completion(const std::string& text) {
   json body = parse_object(text);
   check_fields(body, kCompletionFields, kUnsupportedCompletionFields, "/v1/completions");
   CompletionRequest r;
-  parse_generation(body, text, r);
+  parse_generation(body, r);
   if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
     const json& ids = body["prompt"];
     if (ids.empty() || ids.size() > 1000000 || !std::all_of(ids.begin(), ids.end(), [](const json& v) {
@@ -547,7 +546,7 @@ ChatRequest parse_chat(const std::string& text) {
   json body = parse_object(text);
   check_fields(body, kChatFields, kUnsupportedChatFields, "/v1/chat/completions");
   ChatRequest r;
-  parse_generation(body, text, r);
+  parse_generation(body, r);
   r.messages = parse_messages(body);
   parse_tools(body, r);
   // max_completion_tokens is OpenAI's newer name; either bounds the answer.

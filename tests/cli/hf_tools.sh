@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Tool calling through kiln serve and the official openai client, on the
+# Qwen2.5-style folder of cli.hf_qwen2_chat (tiny random weights: it knows
+# nothing, so only the constraint can make its calls valid), and on copies
+# of it carrying Mistral Nemo's and Llama 3.1's real templates:
+# - a tool-call round trip (assistant tool_calls, then a tool message) is
+#   the prompt transformers' apply_chat_template renders, for each template;
+# - tool_choice required and a named function give calls to the tools whose
+#   arguments validate against the parameters (jsonschema), in each format,
+#   at several seeds and temperatures; finish_reason is tool_calls;
+# - a streamed answer's delta.tool_calls add up to the unstreamed answer;
+# - the call's id goes back into the template (Mistral's takes 9 characters);
+# - client.chat.completions.parse with a Pydantic model gives the model.
+source "$(dirname "$0")/lib.sh"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai jsonschema pydantic
+PY="$ORACLE_PY"
+VOCABS="${KILN_VOCAB_CORPUS:-$HOME/.cache/kiln-vocabs}"
+MODEL="${KILN_QWEN2_FOLDER:-$HOME/.cache/kiln-hf/qwen2-chat}"
+SRC="$("$ROOT/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
+"$PY" "$ROOT/tests/hf/make_vocab_fixtures.py" "$SRC/models" "$VOCABS" || fail "could not make the vocabularies"
+"$PY" "$ROOT/tests/hf/make_qwen2_folder.py" "$VOCABS" "$MODEL" || fail "could not make the Qwen2 folder"
+
+# The same model under other families' real templates.
+TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
+for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct"; do
+  mkdir -p "$WORK/${pair%%:*}"
+  for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
+  rm "$WORK/${pair%%:*}/chat_template.jinja"
+  cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
+done
+
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model qwen="hf:$MODEL" --model nemo="hf:$WORK/nemo" --model llama="hf:$WORK/llama" \
+  --port "$port" >"$WORK/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+run 0 "$PY" - "$port" "$MODEL" "$WORK" <<'PY'
+import copy, json, sys, urllib.request
+import jsonschema, openai, pydantic
+from transformers import AutoTokenizer
+
+port, qwen_dir, work = sys.argv[1], sys.argv[2], sys.argv[3]
+folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama"}
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+weather = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 10},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer"}}, "required": ["city", "unit"], "additionalProperties": False}
+tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                           "parameters": weather}},
+         {"type": "function", "function": {"name": "get_time", "description": "The time in a zone.",
+                                           "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                                                          "required": ["zone"], "additionalProperties": False}}}]
+schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+ids = {"qwen": "call_abc", "nemo": "abcDEF123", "llama": "call_abc"}
+
+def post(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+def round_trip(model, call_id, arguments):
+    return [{"role": "user", "content": "What's the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function",
+             "function": {"name": "get_weather", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "{\"temperature\": 21}"}]
+
+# 1. The round trip's prompt, as transformers renders the template (arguments as an object there).
+for model, folder in folders.items():
+    messages = round_trip(model, ids[model], json.dumps({"city": "Paris", "unit": "celsius"}))
+    theirs = copy.deepcopy(messages)
+    theirs[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
+    want = AutoTokenizer.from_pretrained(folder).apply_chat_template(theirs, tools=tools, tokenize=False,
+                                                                      add_generation_prompt=True)
+    got = post("/apply-template", {"model": model, "messages": messages, "tools": tools})["prompt"]
+    assert got == want, (model, got, want)
+print("round trip: 3 templates render as transformers does")
+
+# 2. Forced calls: valid in every format, at several seeds and temperatures.
+calls = 0
+for model in folders:
+    for seed in range(4):
+        for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+            r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather?"}],
+                                               tools=tools, tool_choice=choice, seed=seed, max_tokens=240,
+                                               temperature=0.7 if seed % 2 else 1.3, parallel_tool_calls=seed >= 2)
+            if r.choices[0].finish_reason == "length" and seed >= 2:
+                continue  # parallel calls: a random model may go on calling past max_tokens
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls", (model, c)
+            assert c.message.tool_calls, (model, c)
+            for call in c.message.tool_calls:
+                if isinstance(choice, dict):
+                    assert call.function.name == "get_time", call
+                jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+                assert len(call.id) == (9 if model == "nemo" else 29), call.id
+                calls += 1
+print(f"forced calls: {calls} calls over 3 formats, each valid under its function's parameters")
+
+# 3. Streamed equals unstreamed; the call's id goes back through the template.
+for model in folders:
+    body = dict(model=model, messages=[{"role": "user", "content": "Weather?"}], tools=tools,
+                tool_choice="required", seed=5, max_tokens=240, temperature=1.0, parallel_tool_calls=False)
+    whole = client.chat.completions.create(**body).choices[0]
+    streamed, finish, content = {}, None, ""
+    for chunk in client.chat.completions.create(stream=True, **body):
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        for t in d.tool_calls or []:
+            s = streamed.setdefault(t.index, {"name": "", "arguments": ""})
+            if t.function.name:
+                s["name"] = t.function.name
+            s["arguments"] += t.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == whole.finish_reason == "tool_calls", (finish, whole.finish_reason)
+    assert content == (whole.message.content or ""), (content, whole.message.content)
+    assert [(s["name"], s["arguments"]) for _, s in sorted(streamed.items())] == \
+        [(t.function.name, t.function.arguments) for t in whole.message.tool_calls], (streamed, whole.message)
+    call = whole.message.tool_calls[0]
+    back = round_trip(model, call.id, call.function.arguments)
+    back[1]["tool_calls"][0]["function"]["name"] = call.function.name
+    answer = client.chat.completions.create(model=model, messages=back, tools=tools, max_tokens=8, seed=1)
+    assert answer.choices[0].message.role == "assistant"
+print("streams: delta.tool_calls add up to the unstreamed calls; ids go back through the templates")
+
+# 4. tool_choice auto: content, or calls that are valid (the grammar takes over at a call's opening).
+for seed in range(6):
+    c = client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "<tool_call>"}],
+                                       tools=tools, seed=seed, max_tokens=64, temperature=1.0).choices[0]
+    for call in c.message.tool_calls or []:
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+    assert (c.finish_reason == "tool_calls") == bool(c.message.tool_calls) or c.finish_reason == "length", c
+print("auto: answers or valid calls")
+
+# 5. Structured output through the client's own parse(), with a Pydantic model.
+class Forecast(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=8)
+    rain: bool
+    unit: str = pydantic.Field(json_schema_extra={"enum": ["C", "F"]})
+
+done = 0
+for seed in range(6):
+    try:
+        r = client.chat.completions.parse(model="qwen", messages=[{"role": "user", "content": "Forecast?"}],
+                                          response_format=Forecast, seed=seed, max_tokens=64)
+    except openai.LengthFinishReasonError:
+        continue
+    assert isinstance(r.choices[0].message.parsed, Forecast), r
+    done += 1
+assert done >= 3, done
+print(f"parse: {done} answers parsed into the Pydantic model")
+PY
+cat "$OUT"
+expect "round trip: 3 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 3 formats"
+expect "streams: delta.tool_calls add up"
+expect "auto: answers or valid calls"
+expect "parse: [0-9]+ answers parsed"
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+echo "ok"
