@@ -148,7 +148,7 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
   EXPECT_EQ(r.messages[2]["role"], "assistant");
   EXPECT_EQ(r.messages[2]["name"], "bot");
   EXPECT_TRUE(r.tools.is_null());
-  EXPECT_EQ(r.tool_choice.mode, kiln::serve::ToolChoice::Mode::kNone);
+  EXPECT_EQ(r.tool_choice.mode, kiln::text::ToolChoice::Mode::kNone);
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_EQ(r.temperature, 0.2);
   EXPECT_EQ(r.top_p, 0.5);
@@ -179,13 +179,13 @@ TEST(ChatFields, ToolsAndToolMessagesReachTheRequest) {
   EXPECT_EQ(r.messages[2]["content"], "21");
   EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
   EXPECT_EQ(r.tools.size(), 1u);
-  EXPECT_EQ(r.tool_choice.mode, kiln::serve::ToolChoice::Mode::kNamed);
+  EXPECT_EQ(r.tool_choice.mode, kiln::text::ToolChoice::Mode::kNamed);
   EXPECT_EQ(r.tool_choice.name, "get_weather");
   EXPECT_FALSE(r.parallel_tool_calls);
   // Tools without a choice: auto. Arguments that are not an object's text stay as sent.
   const ChatRequest a = parse_chat(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [
       {"function": {"name": "f", "arguments": "not json"}}]}], "tools": [{"type": "function", "function": {"name": "f"}}]})");
-  EXPECT_EQ(a.tool_choice.mode, kiln::serve::ToolChoice::Mode::kAuto);
+  EXPECT_EQ(a.tool_choice.mode, kiln::text::ToolChoice::Mode::kAuto);
   EXPECT_EQ(a.messages[0]["tool_calls"][0]["function"]["arguments"], "not json");
 }
 

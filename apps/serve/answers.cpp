@@ -69,13 +69,11 @@ struct Shape {
     const text::ToolAnswer answer = text::read_tool_answer(*tools, c.text, true);
     json message = {{"role", "assistant"}};
     message["content"] = answer.calls.empty() || !answer.content.empty() ? json(answer.content) : json();
-    if (!answer.calls.empty()) {
-      message["tool_calls"] = json::array();
-      for (size_t i = 0; i < answer.calls.size(); ++i)
-        message["tool_calls"].push_back(tool_call(answer.calls[i], i, id, true));
-    }
+    if (!answer.calls.empty())
+      message["tool_calls"] = json::parse(text::tool_calls_json(*tools, answer.calls, call_seed(id)).dump());
     return {{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason(c, answer)}};
   }
+  static uint64_t call_seed(const std::string& answer_id) { return std::hash<std::string>()(answer_id); }
   static std::string finish_reason(const recipes::Completion& c, const text::ToolAnswer& answer) {
     return !answer.calls.empty() && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason;
   }
@@ -83,7 +81,7 @@ struct Shape {
   json tool_call(const text::ToolCall& call, size_t index, const std::string& answer_id, bool opening) const {
     json out = {{"index", index}};
     if (opening) {
-      out["id"] = text::tool_call_id(*tools, std::hash<std::string>()(answer_id) + index);
+      out["id"] = text::tool_call_id(*tools, call_seed(answer_id) + index);
       out["type"] = "function";
       out["function"] = {{"name", call.name}, {"arguments", call.arguments}};
     } else {
@@ -323,22 +321,21 @@ std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
 // auto, from the first call's opening on (unless the request constrains
 // the answer itself).
 const text::ToolCallFormat* tool_calls(const GenerationTarget& t, const ChatRequest& r, recipes::CompletionOptions& co) {
-  if (r.tool_choice.mode == ToolChoice::Mode::kNone) return nullptr;
+  if (r.tool_choice.mode == text::ToolChoice::Mode::kNone) return nullptr;
   const text::ToolCallFormat* format = t.model.tool_call_format();
   if (!format)
     throw HttpError(400, "model '" + t.name + "': its chat template spells tool calls in none of the formats Kiln "
                          "reads (" + text::tool_call_format_list() + "); tool_choice \"none\" shows it the tools "
                          "without reading calls");
   co.keep_tool_tokens = true;
-  if (r.tool_choice.mode == ToolChoice::Mode::kAuto && co.grammar) return format;
-  const bool named = r.tool_choice.mode == ToolChoice::Mode::kNamed;
+  if (co.grammar) return format;  // auto with the request's own constraint: calls are read as written
   try {
-    co.grammar = std::make_shared<const text::Grammar>(text::parse_gbnf(
-        text::tool_call_gbnf(*format, r.tools, named ? r.tool_choice.name : "", r.parallel_tool_calls && !named)));
+    text::ToolConstraint c = text::tool_call_constraint(*format, r.tools, r.tool_choice, r.parallel_tool_calls);
+    co.grammar = std::move(c.grammar);
+    co.grammar_trigger = std::move(c.trigger);
   } catch (const Error& e) {
     throw HttpError(400, e.what());
   }
-  if (r.tool_choice.mode == ToolChoice::Mode::kAuto) co.grammar_trigger = format->trigger();
   return format;
 }
 }  // namespace

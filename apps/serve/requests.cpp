@@ -275,21 +275,6 @@ void check_fields(json& body, const char* const (&known)[Known], const Unsupport
   }
 }
 
-// A JSON schema at `path` in the request, compiled to a grammar.
-std::shared_ptr<const text::Grammar> schema_grammar(const json& body, const std::vector<std::string>& path,
-                                                    const std::string& what) {
-  const json* schema = &body;
-  for (const std::string& key : path) {
-    if (!schema->is_object() || !schema->contains(key)) throw HttpError(400, what + " is missing");
-    schema = &(*schema)[key];
-  }
-  try {
-    return text::json_schema_grammar(*schema);
-  } catch (const Error& e) {
-    throw HttpError(400, what + ": " + e.what());
-  }
-}
-
 // Constrained decoding: llama-server's `grammar` (GBNF) or `json_schema`, or
 // OpenAI's response_format (JSON mode, or a JSON schema). One at a time.
 void parse_constraint(const json& body, GenerationFields& r) {
@@ -306,19 +291,17 @@ void parse_constraint(const json& body, GenerationFields& r) {
       throw HttpError(400, std::string("field 'grammar': ") + e.what());
     }
   }
-  if (body.contains("json_schema")) set(schema_grammar(body, {"json_schema"}, "field 'json_schema'"));
+  if (body.contains("json_schema")) try {
+      set(text::json_schema_grammar(body["json_schema"]));
+    } catch (const Error& e) {
+      throw HttpError(400, std::string("field 'json_schema': ") + e.what());
+    }
   if (!body.contains("response_format")) return;
-  const json& format = body["response_format"];
-  if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
-    throw HttpError(400, "'response_format' must be an object with a string 'type'");
-  const std::string type = format["type"];
-  if (type == "text") return;
-  if (type == "json_object") return set(text::json_object_grammar());
-  if (type == "json_schema")
-    return set(schema_grammar(body, {"response_format", "json_schema", "schema"},
-                              "response_format.json_schema.schema"));
-  throw HttpError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" + type +
-                           "\"");
+  try {
+    if (auto grammar = text::response_format_grammar(body["response_format"])) set(std::move(grammar));
+  } catch (const Error& e) {
+    throw HttpError(400, e.what());
+  }
 }
 
 void parse_generation(const json& body, GenerationFields& r) {
@@ -483,33 +466,14 @@ void parse_tools(const json& body, ChatRequest& r) {
     if (!tools.empty()) r.tools = tools;
   }
   r.parallel_tool_calls = field<bool>(body, "parallel_tool_calls", "true or false", true);
-  if (!body.contains("tool_choice")) {
-    r.tool_choice.mode = r.tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto;
-    return;
+  try {
+    r.tool_choice = text::tool_choice_from_json(body.value("tool_choice", json()), r.tools);
+  } catch (const Error& e) {
+    throw HttpError(400, e.what());
   }
-  const json& choice = body["tool_choice"];
-  if (choice == "none") {
-    r.tool_choice.mode = ToolChoice::Mode::kNone;
-    return;
-  }
-  if (choice == "auto") {
-    r.tool_choice.mode = ToolChoice::Mode::kAuto;
-  } else if (choice == "required") {
-    r.tool_choice.mode = ToolChoice::Mode::kRequired;
-  } else if (choice.is_object() && choice.value("type", json()) == "function" && choice.contains("function") &&
-             choice["function"].is_object() && choice["function"].contains("name") &&
-             choice["function"]["name"].is_string()) {
-    r.tool_choice = {ToolChoice::Mode::kNamed, choice["function"]["name"].get<std::string>()};
-  } else {
-    throw HttpError(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                         "\"function\": {\"name\"}}");
-  }
-  if (r.tools.is_null()) throw HttpError(400, "'tool_choice' needs 'tools'");
-  if (r.tool_choice.mode == ToolChoice::Mode::kNamed &&
-      std::none_of(r.tools.begin(), r.tools.end(), [&](const auto& t) { return t["function"]["name"] == r.tool_choice.name; }))
-    throw HttpError(400, "tool_choice names '" + r.tool_choice.name + "', which is not among the tools");
-  if (r.grammar && r.tool_choice.mode != ToolChoice::Mode::kAuto)
-    throw HttpError(400, "tool_choice '" + std::string(r.tool_choice.mode == ToolChoice::Mode::kNamed ? "function" : "required") +
+  using Mode = text::ToolChoice::Mode;
+  if (r.grammar && (r.tool_choice.mode == Mode::kRequired || r.tool_choice.mode == Mode::kNamed))
+    throw HttpError(400, "tool_choice '" + std::string(r.tool_choice.mode == Mode::kNamed ? "function" : "required") +
                              "' constrains the answer to a tool call: it cannot take a grammar or response_format too");
 }
 

@@ -13,6 +13,7 @@
 
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/tool_calls.h"
 
 namespace kiln::serve {
 
@@ -94,14 +95,6 @@ struct CompletionRequest : GenerationFields {
 };
 CompletionRequest parse_completion(const std::string& body);
 
-// OpenAI's tool_choice: none (the tools are shown, no call is read), auto
-// (the model may call), required (it must call one or more), or one
-// function by name (it must call that one).
-struct ToolChoice {
-  enum class Mode { kNone, kAuto, kRequired, kNamed } mode = Mode::kAuto;
-  std::string name;  // kNamed's function
-};
-
 // /v1/chat/completions: OpenAI's fields. Messages are kept as chat
 // templates read them: content parts joined into one string, "developer"
 // read as "system", null fields dropped, tool calls' arguments (JSON text
@@ -110,7 +103,7 @@ struct ChatRequest : GenerationFields {
   ChatRequest() { max_tokens = 1024; }  // a reply ends at its end of turn: the bound is only a backstop
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;  // OpenAI's list of functions; null: none
-  ToolChoice tool_choice;
+  text::ToolChoice tool_choice;
   bool parallel_tool_calls = true;
   bool logprobs = false;
   int64_t top_logprobs = 0;

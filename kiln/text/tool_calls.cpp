@@ -316,6 +316,42 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
   return root + json_primitives_gbnf() + rules;
 }
 
+ToolChoice tool_choice_from_json(const json& choice, const json& tools) {
+  if (choice.is_null()) return {tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto, ""};
+  ToolChoice out;
+  if (choice == "none") {
+    return {ToolChoice::Mode::kNone, ""};
+  } else if (choice == "auto") {
+    out.mode = ToolChoice::Mode::kAuto;
+  } else if (choice == "required") {
+    out.mode = ToolChoice::Mode::kRequired;
+  } else if (choice.is_object() && choice.value("type", json()) == "function" && choice.contains("function") &&
+             choice["function"].is_object() && choice["function"].contains("name") &&
+             choice["function"]["name"].is_string()) {
+    out = {ToolChoice::Mode::kNamed, choice["function"]["name"].get<std::string>()};
+  } else {
+    KILN_FAIL("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+              "\"function\": {\"name\"}}");
+  }
+  KILN_CHECK(!tools.is_null(), "'tool_choice' needs 'tools'");
+  KILN_CHECK(out.mode != ToolChoice::Mode::kNamed ||
+                 std::any_of(tools.begin(), tools.end(),
+                             [&](const json& t) { return t["function"]["name"] == out.name; }),
+             "tool_choice names '", out.name, "', which is not among the tools");
+  return out;
+}
+
+ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, const ToolChoice& choice,
+                                    bool parallel) {
+  if (choice.mode == ToolChoice::Mode::kNone) return {};
+  const bool named = choice.mode == ToolChoice::Mode::kNamed;
+  ToolConstraint out;
+  out.grammar = std::make_shared<const Grammar>(
+      parse_gbnf(tool_call_gbnf(f, tools, named ? choice.name : "", parallel && !named)));
+  if (choice.mode == ToolChoice::Mode::kAuto) out.trigger = f.trigger();
+  return out;
+}
+
 ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole) {
   ToolAnswer answer;
   const std::string trigger = f.trigger();
@@ -357,6 +393,15 @@ std::string tool_call_id(const ToolCallFormat& f, uint64_t seed) {
     id += digits[(z ^ (z >> 31)) % 62];
   }
   return id;
+}
+
+json tool_calls_json(const ToolCallFormat& f, const std::vector<ToolCall>& calls, uint64_t seed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i)
+    out.push_back({{"id", tool_call_id(f, seed + i)},
+                   {"type", "function"},
+                   {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+  return out;
 }
 
 }  // namespace kiln::text

@@ -5,6 +5,7 @@
 // and a whole answer read the same calls.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/gbnf.h"
 
 namespace kiln::text {
 
@@ -55,6 +57,28 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat);
 std::string tool_call_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
                            const std::string& only, bool parallel);
 
+// OpenAI's tool_choice: none (the tools are shown, no call is read), auto
+// (the model may call), required (it must call one or more), or one
+// function by name (it must call that one).
+struct ToolChoice {
+  enum class Mode { kNone, kAuto, kRequired, kNamed } mode = Mode::kAuto;
+  std::string name;  // kNamed's function
+};
+// tool_choice as the API spells it ("none", "auto", "required" or
+// {"type": "function", "function": {"name"}}), checked against `tools`
+// (null: none given; then the choice must be absent or "none"). Throws
+// kiln::Error saying what is wrong.
+ToolChoice tool_choice_from_json(const nlohmann::ordered_json& choice, const nlohmann::ordered_json& tools);
+
+// What constrains an answer that may call tools: the grammar (null for
+// tool_choice none) and, for auto, the trigger from which it applies.
+struct ToolConstraint {
+  std::shared_ptr<const Grammar> grammar;
+  std::string trigger;
+};
+ToolConstraint tool_call_constraint(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
+                                    const ToolChoice& choice, bool parallel);
+
 struct ToolCall {
   std::string name;
   std::string arguments;  // the model's JSON text, as written (all of it so far, while the call is open)
@@ -78,5 +102,7 @@ ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text,
 
 // A call's id, as the template will accept it back: `seed` picks it.
 std::string tool_call_id(const ToolCallFormat& format, uint64_t seed);
+// OpenAI's message.tool_calls for `calls`, ids picked from `seed`.
+nlohmann::ordered_json tool_calls_json(const ToolCallFormat& format, const std::vector<ToolCall>& calls, uint64_t seed);
 
 }  // namespace kiln::text

@@ -13,6 +13,8 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/json_grammar.h"
+#include "kiln/text/tool_calls.h"
 #include "models/hf/hf_chat.h"
 #include "kiln/version.h"
 #include "python/src/bindings.h"
@@ -117,21 +119,51 @@ struct Model {
   }
 
   // The reply to a conversation: rendered by the model's chat template, generated to its end of turn.
-  std::string chat(const std::vector<std::map<std::string, std::string>>& messages, int64_t max_tokens,
-                   double temperature, int64_t top_k, double top_p, uint64_t seed) {
+  // Messages and tools as transformers' apply_chat_template takes them; response_format and tool_choice
+  // as the chat API's (kiln serve's). With tools, the reply is the chat API's message: a dict of content,
+  // tool_calls and finish_reason.
+  py::object chat(const py::object& messages, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
+                  uint64_t seed, const py::object& tools, const py::object& tool_choice, bool parallel_tool_calls,
+                  const py::object& response_format) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("chat needs a language model; this is a ") + model_kind_name(loaded.kind));
-    std::vector<text::ChatMessage> conversation;
-    for (const auto& m : messages) {
-      auto role = m.find("role"), content = m.find("content");
-      if (role == m.end() || content == m.end()) throw py::value_error("each message needs a 'role' and a 'content'");
-      conversation.push_back({role->second, content->second});
-    }
+    using ordered_json = nlohmann::ordered_json;
+    const py::object dumps = py::module_::import("json").attr("dumps");
+    auto to_json = [&](const py::object& o) {
+      return o.is_none() ? ordered_json() : ordered_json::parse(dumps(o).cast<std::string>());
+    };
+    const ordered_json conversation = to_json(messages), tool_list = to_json(tools);
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
     o.chat = true;
-    py::gil_scoped_release release;
-    return model().complete(model().render_chat(conversation), o, nullptr).text;
+    const text::ToolCallFormat* format = nullptr;
+    if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
+    const text::ToolChoice choice = text::tool_choice_from_json(to_json(tool_choice), tool_list);
+    if (choice.mode != text::ToolChoice::Mode::kNone) {
+      format = model().tool_call_format();
+      KILN_CHECK(format, "this model's chat template spells tool calls in none of the formats Kiln reads (",
+                 text::tool_call_format_list(), "); tool_choice='none' shows it the tools without reading calls");
+      KILN_CHECK(!o.grammar || choice.mode == text::ToolChoice::Mode::kAuto,
+                 "tool_choice required or a named function constrains the reply: it cannot take a response_format too");
+      o.keep_tool_tokens = true;
+      if (!o.grammar) {
+        text::ToolConstraint c = text::tool_call_constraint(*format, tool_list, choice, parallel_tool_calls);
+        o.grammar = std::move(c.grammar);
+        o.grammar_trigger = std::move(c.trigger);
+      }
+    }
+    recipes::Completion reply;
+    {
+      py::gil_scoped_release release;
+      reply = model().complete(model().render_chat_json(conversation, tool_list), o, nullptr);
+    }
+    if (!format) return py::str(reply.text);
+    const text::ToolAnswer answer = text::read_tool_answer(*format, reply.text, true);
+    py::dict d;
+    d["content"] = answer.calls.empty() || !answer.content.empty() ? py::object(py::str(answer.content)) : py::none();
+    d["tool_calls"] = py::module_::import("json").attr("loads")(text::tool_calls_json(*format, answer.calls, seed).dump());
+    d["finish_reason"] = !answer.calls.empty() && reply.finish_reason == "stop" ? "tool_calls" : reply.finish_reason;
+    return d;
   }
 
   py::dict score(const std::string& text) {
@@ -230,7 +262,9 @@ void bind_api(py::module_& m) {
            py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1,
            py::arg("stop") = std::vector<std::string>{})
       .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256, py::arg("temperature") = 0.8,
-           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1)
+           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1, py::arg("tools") = py::none(),
+           py::arg("tool_choice") = py::none(), py::arg("parallel_tool_calls") = true,
+           py::arg("response_format") = py::none())
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("embed", &Model::embed, py::arg("texts"))

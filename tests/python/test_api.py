@@ -110,6 +110,46 @@ def test_model_chat_answers_as_the_server_does(source_dir):
     assert model.chat(want["messages"], max_tokens=12, temperature=0) == want["greedy_text"]
 
 
+def test_model_chat_calls_tools_and_answers_in_a_schema(source_dir, tmp_path):
+    # A tiny random Llama (a context long enough for the tools' system prompt) under Qwen2.5's real
+    # template (Hermes tool calls): it knows nothing, so only the constraint makes its calls and answers valid.
+    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
+    for name in os.listdir(os.path.join(fixtures, "gguf-tiny")):
+        os.symlink(os.path.join(fixtures, "gguf-tiny", name), tmp_path / name)
+    template = os.path.join(fixtures, "chat_templates", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    (tmp_path / "chat_template.jinja").write_text(open(template, encoding="utf-8").read(), encoding="utf-8")
+    model = kiln.load("hf:" + str(tmp_path))
+    unit = ["celsius", "fahrenheit"]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": unit}},
+              "required": ["city", "unit"], "additionalProperties": False}}},
+             {"type": "function", "function": {"name": "get_time"}}]
+    hi = [{"role": "user", "content": "Weather in Paris?"}]
+    for seed in range(3):
+        reply = model.chat(hi, tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                           max_tokens=200, seed=seed, temperature=1.0)
+        assert reply["finish_reason"] == "tool_calls", reply
+        call = reply["tool_calls"][0]
+        assert call["function"]["name"] == "get_weather" and call["id"].startswith("call_")
+        arguments = json.loads(call["function"]["arguments"])
+        assert set(arguments) == {"city", "unit"} and arguments["unit"] in unit and len(arguments["city"]) <= 8
+        # The call goes back into the conversation, with the tool's result.
+        back = hi + [{"role": "assistant", "tool_calls": [{"id": call["id"], "type": "function", "function": {
+                     "name": "get_weather", "arguments": arguments}}]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": "21"}]
+        assert isinstance(model.chat(back, tools=tools, tool_choice="none", max_tokens=4, seed=seed), str)
+    schema = {"type": "object", "properties": {"rain": {"type": "boolean"}, "unit": {"enum": unit}},
+              "required": ["rain", "unit"], "additionalProperties": False}
+    answers = [model.chat(hi, response_format={"type": "json_schema", "json_schema": {"schema": schema}},
+                          max_tokens=60, seed=seed, temperature=1.0) for seed in range(4)]
+    parsed = [json.loads(a) for a in answers if a.endswith("}")]
+    assert parsed and all(set(p) == {"rain", "unit"} and p["unit"] in unit for p in parsed), answers
+    with pytest.raises(kiln.KilnError, match="not among the tools"):
+        model.chat(hi, tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(kiln.KilnError, match="needs 'tools'"):
+        model.chat(hi, tool_choice="required")
+
+
 def test_a_sentence_transformers_folder_embeds_as_encode_did(source_dir):
     folder = os.path.join(source_dir, "tests", "hf", "fixtures", "embed-minilm")
     want = json.load(open(os.path.join(folder, "expected.json"), encoding="utf-8"))

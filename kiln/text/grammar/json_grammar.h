@@ -6,11 +6,18 @@
 // model cannot fill its answer with blanks.
 #pragma once
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "kiln/text/grammar/gbnf.h"
 
 namespace kiln::text {
 
 std::shared_ptr<const Grammar> json_object_grammar();  // compiled once
+
+// OpenAI's response_format: {"type": "text"} (null: no constraint),
+// {"type": "json_object"} (the grammar above) or {"type": "json_schema",
+// "json_schema": {"schema": ...}} (json_schema.h). Throws kiln::Error naming
+// what is wrong.
+std::shared_ptr<const Grammar> response_format_grammar(const nlohmann::ordered_json& format);
 
 }  // namespace kiln::text
