@@ -4,7 +4,7 @@
 # status, and greps its output (tests/cli/lib.sh).
 foreach(scenario train_eval_mlp train_sample_gpt resume errors cuda_without_gpu run_on_device_without_gpu plan serve
                  serve_gpu_bench classify hf_models hf_export hf_chat hf_quantized sft sft_learns classify_finetune
-                 apply_template hf_qwen2_chat hf_embed hf_grammar hf_tools)
+                 apply_template hf_qwen2_chat hf_embed hf_grammar hf_tools chat_tools)
   add_test(NAME cli.${scenario} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/${scenario}.sh)
   set_tests_properties(cli.${scenario} PROPERTIES LABELS cpu ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>")
 endforeach()

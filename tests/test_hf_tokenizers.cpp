@@ -90,6 +90,15 @@ TEST_P(Tokenizers, StreamingDecodeGivesWholeCharactersAndTheWholeText) {
     }
     EXPECT_EQ(streamed, tok.decode(ids)) << c["text"];
   }
+  // Characters spelled by byte tokens, one after another (a ByteFallback
+  // decoder breaks a run that starts inside one): the stream loses none.
+  for (const std::string text : {"\xF0\x9F\x98\x80\xF0\x9F\x98\x80 ok", "a\xCD\xA4B\" \xF0\x9D\x94\x98\xF0\x9D\x94\x98"}) {
+    const std::vector<int32_t> ids = tok.encode(text, false);
+    text::DecodeStream stream(tok);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.step(id);
+    EXPECT_EQ(streamed, tok.decode(ids)) << text;
+  }
 }
 
 // A model's vocabulary may be padded past its tokenizer's (the speed model's

@@ -10,7 +10,9 @@
 
 #include "apps/cli/quantize_option.h"
 #include "apps/recipes/recipe.h"
+#include "kiln/io/text_file.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/tool_calls.h"
 
 namespace kiln::cli {
 namespace {
@@ -29,9 +31,59 @@ void catch_interrupts() {
 }
 
 struct ChatOptions {
-  std::string model, device = "cpu", system;
+  std::string model, device = "cpu", system, tools_file, tool_choice = "auto";
   recipes::InferenceOptions loading;
   recipes::CompletionOptions completion;
+};
+
+using json = nlohmann::ordered_json;
+
+// The tools the model may call (OpenAI's list of functions, from a JSON
+// file), how it chooses, and the calls of its last reply that await
+// their results (/result).
+struct Tools {
+  json list;  // null: none
+  text::ToolChoice choice{text::ToolChoice::Mode::kNone, ""};
+  const text::ToolCallFormat* format = nullptr;
+  json pending = json::array();
+  uint64_t calls_made = 0;
+
+  // --tool-choice's words: auto, required, none, or a function's name.
+  static json choice_json(const std::string& word) {
+    if (word == "auto" || word == "required" || word == "none") return word;
+    return {{"type", "function"}, {"function", {{"name", word}}}};
+  }
+  // Reads FILE's tools, or "none" to drop them.
+  void load(const std::string& file, const std::string& choice_word, const recipes::InferenceModel& model) {
+    if (file == "none") {
+      *this = Tools{};
+      return;
+    }
+    json given = json::parse(read_text_file(file), nullptr, false);
+    KILN_CHECK(given.is_array() && !given.empty(), file, " must hold a JSON array of tools ({\"type\": \"function\", "
+               "\"function\": {\"name\", \"description\", \"parameters\"}}), as the chat API takes them");
+    for (const json& t : given)
+      KILN_CHECK(t.is_object() && t.value("type", json()) == "function" && t.contains("function") &&
+                     t["function"].is_object() && t["function"].contains("name") && t["function"]["name"].is_string(),
+                 file, ": each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
+    const text::ToolChoice c = text::tool_choice_from_json(choice_json(choice_word), given);
+    const text::ToolCallFormat* f = model.tool_call_format();
+    KILN_CHECK(f || c.mode == text::ToolChoice::Mode::kNone, "this model's chat template spells tool calls in "
+               "none of the formats Kiln reads (", text::tool_call_format_list(), ")");
+    if (f) text::tool_call_constraint(*f, given, c, true);  // a schema the grammar cannot honour fails now
+    list = std::move(given);
+    choice = c;
+    format = f;
+  }
+  // The options of a reply that may call them.
+  recipes::CompletionOptions constrain(recipes::CompletionOptions o) const {
+    if (list.is_null() || choice.mode == text::ToolChoice::Mode::kNone) return o;
+    text::ToolConstraint c = text::tool_call_constraint(*format, list, choice, true);
+    o.grammar = std::move(c.grammar);
+    o.grammar_trigger = std::move(c.trigger);
+    o.keep_tool_tokens = true;
+    return o;
+  }
 };
 
 // One reply, streamed to stdout as it is made; Ctrl-C ends it where it is.
@@ -57,32 +109,72 @@ std::string reply(recipes::InferenceModel& model, const std::string& prompt, con
 int run_chat(const ChatOptions& o) {
   recipes::LoadedModel loaded = recipes::load_for_inference(o.model, Device::parse(o.device), o.loading);
   KILN_CHECK(loaded.kind == recipes::ModelKind::language_model, o.model, " is not a language model");
-  std::vector<text::ChatMessage> history;
-  if (!o.system.empty()) history.push_back({"system", o.system});
-  auto opening = history;  // fails now, not at the first reply, if there is no template or it refuses the system turn
-  opening.push_back({"user", "Hello"});
-  loaded.model->render_chat(opening);
+  recipes::InferenceModel& model = *loaded.model;
+  const json opening = o.system.empty() ? json::array() : json::array({{{"role", "system"}, {"content", o.system}}});
+  json history = opening;
+  Tools tools;
+  if (!o.tools_file.empty()) tools.load(o.tools_file, o.tool_choice, model);
+  json hello = history;  // fails now, not at the first reply, if there is no template or it refuses the system turn
+  hello.push_back({{"role", "user"}, {"content", "Hello"}});
+  model.render_chat_json(hello, tools.list);
   const bool terminal = isatty(STDIN_FILENO);
-  if (terminal) std::printf("kiln chat: %s. /reset starts over; Ctrl-C stops a reply; Ctrl-D or Ctrl-C here quits.\n",
-                            o.model.c_str());
+  if (terminal)
+    std::printf("kiln chat: %s. /reset starts over; /tools FILE (or none) sets the tools it may call, /result TEXT "
+                "answers a call; Ctrl-C stops a reply; Ctrl-D or Ctrl-C here quits.\n", o.model.c_str());
   catch_interrupts();
+  // The model's turn: a reply, and the calls in it, which then await /result.
+  auto respond = [&] {
+    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(o.completion));
+    json message = {{"role", "assistant"}, {"content", text}};
+    if (tools.format && tools.choice.mode != text::ToolChoice::Mode::kNone) {
+      const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true);
+      if (!answer.calls.empty()) {
+        json calls = text::tool_calls_json(*tools.format, answer.calls, tools.calls_made);
+        tools.calls_made += answer.calls.size();
+        for (json& call : calls) {  // templates write the arguments as objects
+          json arguments = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+          if (!arguments.is_discarded()) call["function"]["arguments"] = arguments;
+          std::printf("(tool call %s: %s(%s); answer with /result TEXT)\n", call["id"].get<std::string>().c_str(),
+                      call["function"]["name"].get<std::string>().c_str(),
+                      call["function"]["arguments"].dump().c_str());
+        }
+        message = {{"role", "assistant"}, {"content", answer.content}, {"tool_calls", calls}};
+        tools.pending = calls;
+      }
+    }
+    history.push_back(std::move(message));
+  };
   for (std::string line;;) {
     if (terminal) std::printf("> ");
     std::fflush(stdout);
     if (!std::getline(std::cin, line) || g_interrupted) break;
     if (line.empty()) continue;
-    if (line == "/reset") {
-      history.resize(o.system.empty() ? 0 : 1);
-      std::printf("(conversation cleared)\n");
-      continue;
-    }
-    history.push_back({"user", line});
-    std::string prompt;
+    const size_t before = history.size();
+    const json pending = tools.pending;
     try {
-      prompt = loaded.model->render_chat(history);
-      history.push_back({"assistant", reply(*loaded.model, prompt, o.completion)});
-    } catch (const Error& e) {  // a conversation the template refuses, or one past the context
-      history.pop_back();
+      if (line == "/reset") {
+        history = opening;
+        tools.pending = json::array();
+        std::printf("(conversation cleared)\n");
+      } else if (line.rfind("/tools ", 0) == 0) {
+        tools.load(line.substr(7), o.tool_choice, model);
+        std::printf("(%zu tools)\n", tools.list.is_null() ? size_t(0) : tools.list.size());
+      } else if (line.rfind("/result ", 0) == 0) {
+        KILN_CHECK(!tools.pending.empty(), "no tool call awaits a result");
+        const json call = tools.pending[0];
+        tools.pending.erase(tools.pending.begin());
+        history.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"name", call["function"]["name"]},
+                           {"content", line.substr(8)}});
+        if (tools.pending.empty()) respond();  // every call answered: the model goes on
+      } else {
+        KILN_CHECK(tools.pending.empty(), "the model awaits ", tools.pending.size(),
+                   " tool result(s): answer with /result TEXT, or /reset");
+        history.push_back({{"role", "user"}, {"content", line}});
+        respond();
+      }
+    } catch (const Error& e) {  // a conversation the template refuses, one past the context, a bad file
+      history.erase(history.begin() + long(before), history.end());
+      tools.pending = pending;
       std::fprintf(stderr, "kiln chat: %s\n", e.what());
     }
   }
@@ -109,6 +201,9 @@ std::function<int()> add_chat_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->completion.max_tokens, "the longest reply, in tokens (default 512)");
   cmd->add_option("--seed", o->completion.seed, "sampling seed");
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N");
+  cmd->add_option("--tools", o->tools_file, "a JSON file of tools the model may call, as the chat API takes them "
+                                            "(also /tools FILE in the chat)");
+  cmd->add_option("--tool-choice", o->tool_choice, "auto (default), required, none, or a function's name");
   return [=]() -> int { return *cmd ? run_chat(*o) : -1; };
 }
 

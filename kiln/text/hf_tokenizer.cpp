@@ -210,10 +210,11 @@ std::string DecodeStream::step(int32_t id) {
   if (text.size() <= prefix_.size() || text.compare(0, prefix_.size(), prefix_) != 0) return "";
   if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return "";
   std::string fresh = text.substr(prefix_.size());
-  // The last token becomes the prefix: decoders that strip a leading space
-  // (Metaspace, Strip) then see the same context as in a whole decode.
-  prefix_index_ = ids_.size() - 1;
-  prefix_ = tokenizer_.decode({ids_.back()}, skip_special_);
+  // This piece's tokens become the prefix: decoders that strip a leading
+  // space (Metaspace, Strip) then see the same context as in a whole decode.
+  prefix_index_ = read_index_;
+  read_index_ = ids_.size();
+  prefix_ = tokenizer_.decode(std::vector<int32_t>(ids_.begin() + long(prefix_index_), ids_.end()), skip_special_);
   return fresh;
 }
 

@@ -93,7 +93,12 @@ class DecodeStream {
   const HfTokenizer& tokenizer_;
   bool skip_special_;
   std::vector<int32_t> ids_;
-  size_t prefix_index_ = 0;
+  // Decoding starts at the tokens of the last piece handed out (prefix_
+  // is their text), as tokenizers' DecodeStream does: from its last token
+  // alone, a character spelled by several byte tokens would be cut, and a
+  // ByteFallback decoder turns every byte of a broken run into U+FFFD,
+  // the next character's included.
+  size_t prefix_index_ = 0, read_index_ = 0;
   std::string prefix_;
 };
 
