@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <list>
 #include <mutex>
 
 #include "kiln/text/grammar/json_grammar.h"
@@ -274,18 +275,31 @@ class HfLanguageModelInference final : public InferenceModel {
     return tools ? tool_token_bytes_ : token_bytes_;
   }
 
-  // JSON mode's masks are kept across requests; another grammar's for its own request.
-  // (Masks are of one token_bytes: JSON mode's shared cache is for the plain ones.)
+  // Masks are kept by grammar across requests: JSON mode's always, and
+  // those of the last few other grammars (an application sends the same
+  // schema or tools again and again). A cache is of one token_bytes:
+  // requests with tools have their own.
   std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar, bool tools) {
     if (!grammar) return nullptr;
-    return grammar == text::json_object_grammar() && !tools ? json_masks_ : std::make_shared<text::MaskCache>();
+    if (grammar == text::json_object_grammar() && !tools) return json_masks_;
+    const std::string key = (tools ? "tools\n" : "plain\n") + grammar->source;
+    auto it = std::find_if(grammar_masks_.begin(), grammar_masks_.end(), [&](const auto& e) { return e.first == key; });
+    if (it == grammar_masks_.end()) {
+      grammar_masks_.emplace_front(key, std::make_shared<text::MaskCache>());
+      if (grammar_masks_.size() > kGrammarsKept) grammar_masks_.pop_back();
+    } else {
+      grammar_masks_.splice(grammar_masks_.begin(), grammar_masks_, it);
+    }
+    return grammar_masks_.front().second;
   }
+  static constexpr size_t kGrammarsKept = 4;
 
   models::HfCausalLm lm_;
   std::vector<std::string> token_bytes_, tool_token_bytes_;
   const text::ToolCallFormat* tool_format_ = nullptr;
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   std::shared_ptr<text::MaskCache> json_masks_ = std::make_shared<text::MaskCache>();
+  std::list<std::pair<std::string, std::shared_ptr<text::MaskCache>>> grammar_masks_;  // most recent first
   std::optional<text::ChatTemplate> chat_;
   std::string chat_error_;              // why there is no chat template
   std::optional<int32_t> end_of_turn_;  // the template's end of turn, when it is not the end of sequence

@@ -4,6 +4,8 @@
 //   kiln_text_bench template TEMPLATE.jinja TURNS REPEATS   -> {"render_us": mean}
 //   kiln_text_bench tokenize tokenizer.json TEXTS.json REPEATS -> {"texts_per_s", "tokens_per_s"}
 //   kiln_text_bench grammar VOCAB.gguf TEXTS.json REPEATS     -> {"mask_ms": mean per token}
+//   kiln_text_bench compile SCHEMA.json TOOLS.json REPEATS    -> {"schema_ms", "tools_ms"}: a JSON schema's
+//     grammar, and a Hermes forced-call grammar of OpenAI's tools, from JSON to a parsed grammar
 // TEXTS.json: a JSON list of strings. `grammar` walks each text (JSON
 // objects) token by token through the JSON-mode grammar, computing the mask
 // over the whole vocabulary at every step, as constrained decoding does.
@@ -19,7 +21,9 @@
 #include "kiln/text/gguf_vocab.h"
 #include "kiln/text/grammar/json_grammar.h"
 #include "kiln/text/grammar/matcher.h"
+#include "kiln/text/grammar/json_schema.h"
 #include "kiln/text/hf_tokenizer.h"
+#include "kiln/text/tool_calls.h"
 
 namespace {
 
@@ -46,7 +50,7 @@ nlohmann::ordered_json conversation(int turns) {
 int main(int argc, char** argv) {
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s template FILE TURNS REPEATS | tokenize TOKENIZER.json TEXTS.json REPEATS | grammar VOCAB.gguf "
-                 "TEXTS.json REPEATS\n", argv[0]);
+                 "TEXTS.json REPEATS | compile SCHEMA.json TOOLS.json REPEATS\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -61,6 +65,23 @@ int main(int argc, char** argv) {
       for (int r = 0; r < repeats; ++r) bytes += t.render_json(messages, nullptr, true).size();
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / repeats;
       std::printf("{\"engine\": \"kiln\", \"render_us\": %.1f, \"bytes\": %zu}\n", us, bytes / size_t(repeats + 1));
+      return 0;
+    }
+    if (mode == "compile") {
+      const auto schema = nlohmann::ordered_json::parse(read(argv[2]));
+      const auto tools = nlohmann::ordered_json::parse(read(argv[3]));
+      const auto& hermes = kiln::text::tool_call_formats().front();
+      const kiln::text::ToolChoice required{kiln::text::ToolChoice::Mode::kRequired, ""};
+      size_t rules = 0;
+      auto start = Clock::now();
+      for (int r = 0; r < repeats; ++r) rules += kiln::text::json_schema_grammar(schema)->rules.size();
+      const double schema_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / repeats;
+      start = Clock::now();
+      for (int r = 0; r < repeats; ++r)
+        rules += kiln::text::tool_call_constraint(hermes, tools, required, true).grammar->rules.size();
+      const double tools_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / repeats;
+      std::printf("{\"engine\": \"kiln\", \"schema_ms\": %.3f, \"tools_ms\": %.3f, \"rules\": %zu}\n", schema_ms,
+                  tools_ms, rules / size_t(2 * repeats));
       return 0;
     }
     const auto texts = nlohmann::json::parse(read(argv[3])).get<std::vector<std::string>>();

@@ -391,6 +391,10 @@ class Parser {
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text, const std::string& root) { return Parser(text).parse(root); }
+Grammar parse_gbnf(std::string_view text, const std::string& root) {
+  Grammar g = Parser(text).parse(root);
+  g.source = std::string(text) + "\n# root: " + root;
+  return g;
+}
 
 }  // namespace kiln::text

@@ -37,6 +37,7 @@ struct GrammarRule {
 struct Grammar {
   std::vector<GrammarRule> rules;
   int root = -1;
+  std::string source;  // the text it was parsed from, with its root: two grammars of one source are the same
 };
 
 // Parses GBNF text; `root` names the start rule. Throws kiln::Error.
