@@ -7,14 +7,9 @@
 # transformers' apply_chat_template, token for token, and the greedy reply
 # is transformers' generate().
 source "$(dirname "$0")/lib.sh"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai
 PY="$ORACLE_PY"
-VOCABS="${KILN_VOCAB_CORPUS:-$HOME/.cache/kiln-vocabs}"
-MODEL="${KILN_QWEN2_FOLDER:-$HOME/.cache/kiln-hf/qwen2-chat}"
-SRC="$("$ROOT/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
-"$PY" "$ROOT/tests/hf/make_vocab_fixtures.py" "$SRC/models" "$VOCABS" || fail "could not make the vocabularies"
-"$PY" "$ROOT/tests/hf/make_qwen2_folder.py" "$VOCABS" "$MODEL" || fail "could not make the Qwen2 folder"
+qwen2_chat_folder
 
 # The prompt, through the command line: the same text and ids as transformers'.
 python3 -c "import json; json.dump(json.load(open('$MODEL/expected.json'))['messages'], open('$WORK/messages.json', 'w'))"

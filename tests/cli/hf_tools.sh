@@ -15,11 +15,7 @@ source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai jsonschema pydantic
 PY="$ORACLE_PY"
-VOCABS="${KILN_VOCAB_CORPUS:-$HOME/.cache/kiln-vocabs}"
-MODEL="${KILN_QWEN2_FOLDER:-$HOME/.cache/kiln-hf/qwen2-chat}"
-SRC="$("$ROOT/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
-"$PY" "$ROOT/tests/hf/make_vocab_fixtures.py" "$SRC/models" "$VOCABS" || fail "could not make the vocabularies"
-"$PY" "$ROOT/tests/hf/make_qwen2_folder.py" "$VOCABS" "$MODEL" || fail "could not make the Qwen2 folder"
+qwen2_chat_folder
 
 # The same model under other families' real templates.
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"

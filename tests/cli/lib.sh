@@ -66,3 +66,17 @@ print(f"max relative loss difference {worst:.2e}")
 assert worst < float(sys.argv[4]), worst
 PY
 }
+
+# qwen2_chat_folder: sets MODEL to the Qwen2.5-Instruct-style folder
+# (tests/hf/make_qwen2_folder.py: Qwen2's real vocabulary and template,
+# tiny random weights), made once in a cache with the oracle's Python
+# (require_oracle first).
+qwen2_chat_folder() {
+  local root vocabs src
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  vocabs="${KILN_VOCAB_CORPUS:-$HOME/.cache/kiln-vocabs}"
+  MODEL="${KILN_QWEN2_FOLDER:-$HOME/.cache/kiln-hf/qwen2-chat}"
+  src="$("$root/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
+  "$ORACLE_PY" "$root/tests/hf/make_vocab_fixtures.py" "$src/models" "$vocabs" || fail "could not make the vocabularies"
+  "$ORACLE_PY" "$root/tests/hf/make_qwen2_folder.py" "$vocabs" "$MODEL" || fail "could not make the Qwen2 folder"
+}
