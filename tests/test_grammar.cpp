@@ -85,6 +85,11 @@ TEST(Grammar, RefusalsNameTheRuleAndThePlace) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nested rules"), std::string::npos) << e.what();
   }
+  // Grammars that can finish no text: recursion without a way out, or a class no character is in.
+  EXPECT_NE(message("root ::= \"{\" item \"}\"\nitem ::= \"[\" item \"]\"\n").find("rule 'root' matches no text"),
+            std::string::npos);
+  EXPECT_NE(message("root ::= \"a\" [^\\x00-\\U0010FFFF]").find("matches no text"), std::string::npos);
+  EXPECT_NO_THROW(parse_gbnf("root ::= \"{\" item \"}\"\nitem ::= \"[\" item \"]\" | \"x\"\n"));
   // A parse with another start rule.
   EXPECT_NO_THROW(parse_gbnf("start ::= \"a\"", "start"));
 }

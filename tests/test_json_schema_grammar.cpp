@@ -82,6 +82,10 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
       {R"({"enum": []})", "must be a non-empty array"},
       {R"(false)", "allows no document"},
       {R"(42)", "must be an object or a boolean"},
+      // Recursion without a way out: no finite document (a model would write until its token limit).
+      {R"({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}, "required": ["next"]}},
+          "$ref": "#/$defs/node"})", "matches no text"},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})", "left-recursive"},
   };
   for (const auto& [schema, words] : cases) {
     try {

@@ -59,6 +59,7 @@ class Parser {
                "', where matching starts (define `", root, " ::= ...`)");
     g_.root = it->second;
     check_left_recursion();
+    check_matches_something();
     return std::move(g_);
   }
 
@@ -348,6 +349,49 @@ class Parser {
   // As llama.cpp decides it (llama_grammar_detect_left_recursion): through
   // leftmost references, and past a reference only when that rule has an
   // empty alternative of its own; deeper cases meet the matcher's bound.
+  // A grammar whose root can finish no text (every way through it recurses
+  // forever, or meets a class no character is in) would have a model write
+  // until its token limit: refused. A rule can finish once one of its
+  // alternatives' rules all can (worked through from the rules that finish
+  // by characters alone, each reference counted once: linear in the size).
+  void check_matches_something() {
+    const size_t n = g_.rules.size();
+    struct Alternative {
+      size_t rule, waiting = 0;  // references to rules not yet known to finish
+      bool possible = true;      // no class that matches nothing
+    };
+    std::vector<Alternative> alternatives;
+    std::vector<std::vector<size_t>> used_by(n);  // rule -> alternatives that refer to it, once per reference
+    for (size_t r = 0; r < n; ++r)
+      for (const GrammarSequence& seq : g_.rules[r].alternatives) {
+        Alternative a{r};
+        for (const GrammarElement& e : seq) {
+          if (e.is_rule()) {
+            ++a.waiting;
+            used_by[size_t(e.rule)].push_back(alternatives.size());
+          } else if (!e.matches_any_in(0, 0x10FFFF)) {
+            a.possible = false;
+          }
+        }
+        alternatives.push_back(a);
+      }
+    std::vector<bool> finishes(n, false);
+    std::vector<size_t> ready;
+    for (const Alternative& a : alternatives)
+      if (a.possible && a.waiting == 0 && !finishes[a.rule]) finishes[a.rule] = true, ready.push_back(a.rule);
+    while (!ready.empty()) {
+      const size_t r = ready.back();
+      ready.pop_back();
+      for (size_t i : used_by[r]) {
+        Alternative& a = alternatives[i];
+        if (--a.waiting == 0 && a.possible && !finishes[a.rule]) finishes[a.rule] = true, ready.push_back(a.rule);
+      }
+    }
+    KILN_CHECK(finishes[size_t(g_.root)], "grammar: rule '", g_.rules[size_t(g_.root)].name,
+               "' matches no text: every way through it recurses without end (or needs a character no class "
+               "takes); give its recursion a way out");
+  }
+
   void check_left_recursion() {
     const size_t n = g_.rules.size();
     std::vector<bool> nullable(n, false);
