@@ -56,6 +56,13 @@ TEST(JsonSchemaGrammar, MatchesWhatTheSchemaAccepts) {
          "required": ["id"], "additionalProperties": {"type": "boolean"}})",
        {R"({"id": 1})", R"({"id": 1, "x": true, "y": false})"}, {R"({"id": 1, "x": 1})"}},
       {"any object", R"({"type": "object"})", {"{}", R"({"a": [1, {"b": null}]})"}, {"[]", "1"}},
+      {"pattern", R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3,4}(x|y+)?$"})",
+       {R"("AB-123")", R"("ZZ-0000y")", R"("AB-123x")", R"("AB-123yyy")"},
+       {R"("ab-123")", R"("AB-12")", R"("AB-12345")", R"("AB-123z")", R"("AB-123xy")"}},
+      {"pattern with escapes, classes and dots", R"({"type": "string", "pattern": "^\\w+@[^@\\s\"]+\\.(com|org)$"})",
+       {R"("a_1@x.com")", R"("me@dom-ain.org")"}, {R"("@x.com")", R"("a@b@c.com")", R"("a@x.net")", R"("a b@x.com")"}},
+      {"pattern with a quote", R"({"type": "string", "pattern": "^say \"(hi|yo)\"\\.?$"})",
+       {R"("say \"hi\"")", R"("say \"yo\".")"}, {R"("say hi")", R"("say \"hey\"")", R"("say "hi"")"}},
       {"annotations change nothing", R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
          "default": "x", "examples": ["y"]})", {R"("anything")"}, {"1"}},
   };
@@ -69,7 +76,15 @@ TEST(JsonSchemaGrammar, MatchesWhatTheSchemaAccepts) {
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"type": "string", "pattern": "^a+$"})", "'pattern' is not supported"},
+      {R"({"type": "string", "pattern": "a+"})", "must start with ^ and end with $"},
+      {R"({"type": "string", "pattern": "^(a)\\1$"})", "backreference"},
+      {R"({"type": "string", "pattern": "^(?=a)a$"})", "lookaround"},
+      {R"({"type": "string", "pattern": "^\\bx$"})", "word boundary"},
+      {R"({"type": "string", "pattern": "^[a$"})", "unclosed '['"},
+      {R"({"type": "string", "pattern": "^a{2,1}$"})", "maximum is below its minimum"},
+      {R"({"type": "string", "pattern": "^a{5000}$"})", "more than 1000 times"},
+      {R"({"type": "string", "pattern": "^a$", "maxLength": 3})", "put the length in the pattern"},
+      {R"({"pattern": "^a$"})", "need \"type\": \"string\""},
       {R"({"type": "integer", "minimum": 0})", "'minimum' is not supported"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' is not supported"},
       {R"({"allOf": [{"type": "string"}]})", "'allOf' is not supported"},

@@ -61,7 +61,7 @@ expect "grammar: 24 answers"
 expect "json_object: 10 answers"
 cat "$OUT"
 # A suite of schemas (enums, nested objects, optional fields, arrays with
-# bounds, $ref, type lists), several seeds and temperatures each (the
+# bounds, $ref, type lists, patterns), several seeds and temperatures each (the
 # fixture has no chat template: /v1/completions takes response_format too).
 run 0 "$JSONSCHEMA_PY" - "$port" <<'PY'
 import json, sys, urllib.request
@@ -81,6 +81,9 @@ schemas = {
                                 "required": ["x", "y"], "additionalProperties": False}},
             "type": "object", "properties": {"from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}},
             "required": ["from", "to"], "additionalProperties": False},
+    "pattern": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+                "email": {"type": "string", "pattern": "^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$"}},
+                "required": ["code", "email"], "additionalProperties": False},
 }
 answers = valid = 0
 for name, schema in schemas.items():
@@ -98,7 +101,7 @@ for name, schema in schemas.items():
 assert valid >= answers // 2, (valid, answers)
 print(f"json_schema: {answers} answers over {len(schemas)} schemas, {valid} complete, each valid under jsonschema")
 PY
-expect "json_schema: 24 answers"
+expect "json_schema: 30 answers"
 cat "$OUT"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"

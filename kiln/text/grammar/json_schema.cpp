@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/text/grammar/regex_gbnf.h"
 
 namespace kiln::text {
 
@@ -38,7 +39,7 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
                                             "contentEncoding"};
 // Keywords this compiler honours (per type, checked below).
 const std::set<std::string> kHandled = {"type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required",
-                                        "additionalProperties", "items", "minItems", "maxItems", "minLength",
+                                        "additionalProperties", "items", "minItems", "maxItems", "minLength", "pattern",
                                         "maxLength"};
 
 // A GBNF literal spelling `text` exactly.
@@ -146,6 +147,8 @@ class Compiler {
       return add_rule(name, body);
     }
     if (!s.contains("type")) {
+      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+        refuse(where, "a string's keywords (pattern, minLength, maxLength) need \"type\": \"string\" beside them");
       if (s.contains("properties") || s.contains("additionalProperties")) return object(s, name, where, depth);
       if (s.contains("items")) return array(s, name, where, depth);
       return "json-value";
@@ -166,6 +169,16 @@ class Compiler {
     const std::string t = type;
     if (t == "object") return object(s, name, where, depth);
     if (t == "array") return array(s, name, where, depth);
+    if (t == "string" && s.contains("pattern")) {
+      if (s.contains("minLength") || s.contains("maxLength"))
+        refuse(where, "'pattern' with minLength or maxLength is not supported: put the length in the pattern");
+      if (!s["pattern"].is_string()) refuse(where + "/pattern", "must be a string");
+      try {
+        return add_rule(name, json_string_pattern_gbnf(s["pattern"].get<std::string>()));
+      } catch (const Error& e) {
+        refuse(where + "/pattern", e.what());
+      }
+    }
     if (t == "string") {
       const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
       if (min == 0 && max < 0) return "json-string";
