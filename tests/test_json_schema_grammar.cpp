@@ -83,6 +83,7 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
       {R"({"type": "string", "pattern": "^[a$"})", "unclosed '['"},
       {R"({"type": "string", "pattern": "^a{2,1}$"})", "maximum is below its minimum"},
       {R"({"type": "string", "pattern": "^a{5000}$"})", "more than 1000 times"},
+      {R"({"type": "string", "pattern": "^\\u00\u00e9$"})", "without its hex digits"},
       {R"({"type": "string", "pattern": "^a$", "maxLength": 3})", "put the length in the pattern"},
       {R"({"pattern": "^a$"})", "need \"type\": \"string\""},
       {R"({"type": "integer", "minimum": 0})", "'minimum' is not supported"},

@@ -138,7 +138,7 @@ class Cursor {
     return Scan::kPartial;
   }
 
-  // A bare name (a function's: letters, digits and _-.:), up to `stop`.
+  // A bare name (a function's: letters, digits and _-.:).
   Scan name(std::string* out) {
     skip_space();
     const size_t start = pos_;

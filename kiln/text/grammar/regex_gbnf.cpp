@@ -239,7 +239,8 @@ class Translator {
         const size_t digits = c == 'u' ? 4 : 2;
         uint32_t v = 0;
         for (size_t i = 0; i < digits; ++i) {
-          if (!more() || !std::isxdigit(int(peek()))) fail("has a \\x or \\u escape without its hex digits");
+          if (!more() || peek() > 0x7F || !std::isxdigit(int(peek())))
+            fail("has a \\x or \\u escape without its hex digits");
           const uint32_t d = peek();
           v = v * 16 + (d <= '9' ? d - '0' : (d | 0x20) - 'a' + 10);
           ++pos_;
