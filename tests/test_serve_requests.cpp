@@ -245,7 +245,7 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"name": "x"}})"),
        "response_format.json_schema.schema is missing"},
       {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}})"),
-       "response_format.json_schema.schema: JSON schema at #: 'pattern' is not supported"},
+       "response_format.json_schema.schema: JSON schema at #/pattern: pattern a must start with ^ and end with $"},
       {chat_with("json_schema", R"({"type": "integer", "minimum": 1})"), "'minimum' is not supported"},
       {chat_with("response_format", R"({"type": "yaml"})"), "must be \"text\", \"json_object\" or \"json_schema\""},
       {chat_with("response_format", R"("json")"), "must be an object with a string 'type'"},
