@@ -56,7 +56,10 @@ struct Tools {
   // Reads FILE's tools, or "none" to drop them.
   void load(const std::string& file, const std::string& choice_word, const recipes::InferenceModel& model) {
     if (file == "none") {
-      *this = Tools{};
+      list = nullptr;
+      choice.mode = text::ToolChoice::Mode::kNone;
+      format = nullptr;
+      pending = json::array();
       return;
     }
     json given = json::parse(read_text_file(file), nullptr, false);
@@ -67,21 +70,14 @@ struct Tools {
                      t["function"].is_object() && t["function"].contains("name") && t["function"]["name"].is_string(),
                  file, ": each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
     const text::ToolChoice c = text::tool_choice_from_json(choice_json(choice_word), given);
-    const text::ToolCallFormat* f = model.tool_call_format();
-    KILN_CHECK(f || c.mode == text::ToolChoice::Mode::kNone, "this model's chat template spells tool calls in "
-               "none of the formats Kiln reads (", text::tool_call_format_list(), ")");
-    if (f) text::tool_call_constraint(*f, given, c, true);  // a schema the grammar cannot honour fails now
+    recipes::CompletionOptions probe;  // a template or a schema the grammar cannot take fails now, not at a reply
+    format = recipes::constrain_tool_calls(model, given, c, true, probe);
     list = std::move(given);
     choice = c;
-    format = f;
   }
   // The options of a reply that may call them.
-  recipes::CompletionOptions constrain(recipes::CompletionOptions o) const {
-    if (list.is_null() || choice.mode == text::ToolChoice::Mode::kNone) return o;
-    text::ToolConstraint c = text::tool_call_constraint(*format, list, choice, true);
-    o.grammar = std::move(c.grammar);
-    o.grammar_trigger = std::move(c.trigger);
-    o.keep_tool_tokens = true;
+  recipes::CompletionOptions constrain(const recipes::InferenceModel& model, recipes::CompletionOptions o) const {
+    if (!list.is_null()) recipes::constrain_tool_calls(model, list, choice, true, o);
     return o;
   }
 };
@@ -124,7 +120,7 @@ int run_chat(const ChatOptions& o) {
   catch_interrupts();
   // The model's turn: a reply, and the calls in it, which then await /result.
   auto respond = [&] {
-    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(o.completion));
+    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(model, o.completion));
     json message = {{"role", "assistant"}, {"content", text}};
     if (tools.format && tools.choice.mode != text::ToolChoice::Mode::kNone) {
       const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true);

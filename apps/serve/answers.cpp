@@ -316,27 +316,13 @@ std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
 }
 
 // Tool calls: the format the answer's calls are read in (null: none are
-// read, tool_choice none), and the constraint that makes them valid: a
-// call from the start for tool_choice required or a named function; in
-// auto, from the first call's opening on (unless the request constrains
-// the answer itself).
+// read), and the constraint that makes them valid (recipes::constrain_tool_calls).
 const text::ToolCallFormat* tool_calls(const GenerationTarget& t, const ChatRequest& r, recipes::CompletionOptions& co) {
-  if (r.tool_choice.mode == text::ToolChoice::Mode::kNone) return nullptr;
-  const text::ToolCallFormat* format = t.model.tool_call_format();
-  if (!format)
-    throw HttpError(400, "model '" + t.name + "': its chat template spells tool calls in none of the formats Kiln "
-                         "reads (" + text::tool_call_format_list() + "); tool_choice \"none\" shows it the tools "
-                         "without reading calls");
-  co.keep_tool_tokens = true;
-  if (co.grammar) return format;  // auto with the request's own constraint: calls are read as written
   try {
-    text::ToolConstraint c = text::tool_call_constraint(*format, r.tools, r.tool_choice, r.parallel_tool_calls);
-    co.grammar = std::move(c.grammar);
-    co.grammar_trigger = std::move(c.trigger);
+    return recipes::constrain_tool_calls(t.model, r.tools, r.tool_choice, r.parallel_tool_calls, co);
   } catch (const Error& e) {
-    throw HttpError(400, e.what());
+    throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
-  return format;
 }
 }  // namespace
 

@@ -136,22 +136,9 @@ struct Model {
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
     o.chat = true;
-    const text::ToolCallFormat* format = nullptr;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
-    const text::ToolChoice choice = text::tool_choice_from_json(to_json(tool_choice), tool_list);
-    if (choice.mode != text::ToolChoice::Mode::kNone) {
-      format = model().tool_call_format();
-      KILN_CHECK(format, "this model's chat template spells tool calls in none of the formats Kiln reads (",
-                 text::tool_call_format_list(), "); tool_choice='none' shows it the tools without reading calls");
-      KILN_CHECK(!o.grammar || choice.mode == text::ToolChoice::Mode::kAuto,
-                 "tool_choice required or a named function constrains the reply: it cannot take a response_format too");
-      o.keep_tool_tokens = true;
-      if (!o.grammar) {
-        text::ToolConstraint c = text::tool_call_constraint(*format, tool_list, choice, parallel_tool_calls);
-        o.grammar = std::move(c.grammar);
-        o.grammar_trigger = std::move(c.trigger);
-      }
-    }
+    const text::ToolCallFormat* format = recipes::constrain_tool_calls(
+        model(), tool_list, text::tool_choice_from_json(to_json(tool_choice), tool_list), parallel_tool_calls, o);
     recipes::Completion reply;
     {
       py::gil_scoped_release release;
