@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
@@ -63,8 +64,37 @@ TEST(JsonSchemaGrammar, MatchesWhatTheSchemaAccepts) {
        {R"("a_1@x.com")", R"("me@dom-ain.org")"}, {R"("@x.com")", R"("a@b@c.com")", R"("a@x.net")", R"("a b@x.com")"}},
       {"pattern with a quote", R"({"type": "string", "pattern": "^say \"(hi|yo)\"\\.?$"})",
        {R"("say \"hi\"")", R"("say \"yo\".")"}, {R"("say hi")", R"("say \"hey\"")", R"("say "hi"")"}},
-      {"annotations change nothing", R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
+      {"annotations change nothing", R"({"title": "T", "description": "d", "type": "string", "format": "email",
          "default": "x", "examples": ["y"]})", {R"("anything")"}, {"1"}},
+      {"bounded integer and number", R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0,
+         "maximum": 130}, "p": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}}, "required": ["age", "p"]})",
+       {R"({"age": 0, "p": 0})", R"({"age": 130, "p": 0.999})", R"({"age": 42, "p": 0.5})", R"({"age": 7, "p": 0.0})"},
+       {R"({"age": -1, "p": 0.5})", R"({"age": 131, "p": 0.5})", R"({"age": 1, "p": 1})", R"({"age": 1, "p": 1.0})",
+        R"({"age": 1, "p": -0.5})", R"({"age": 1.5, "p": 0.5})", R"({"age": 01, "p": 0.5})"}},
+      {"draft 4 exclusive bounds", R"({"type": "integer", "minimum": 10, "exclusiveMinimum": true})", {"11", "99999"},
+       {"10", "9", "-11"}},
+      {"formats", R"({"type": "array", "prefixItems": [{"type": "string", "format": "date"}, {"type": "string",
+         "format": "date-time"}, {"type": "string", "format": "uuid"}, {"type": "string", "format": "time"}],
+         "items": false, "minItems": 4})",
+       {R"(["2024-02-28", "2024-12-31T23:59:59Z", "123e4567-e89b-12d3-a456-426614174000", "08:30:00+05:30"])",
+        R"(["1999-04-30", "2000-01-01T00:00:00.123456-01:00", "AAAAAAAA-AAAA-AAAA-AAAA-AAAAAAAAAAAA", "00:00:00Z"])"},
+       {R"(["2024-02-30", "2024-12-31T23:59:59Z", "123e4567-e89b-12d3-a456-426614174000", "08:30:00Z"])",
+        R"(["2024-04-31", "2024-12-31T23:59:59Z", "123e4567-e89b-12d3-a456-426614174000", "08:30:00Z"])",
+        R"(["2024-01-01", "2024-12-31T24:00:00Z", "123e4567-e89b-12d3-a456-426614174000", "08:30:00Z"])",
+        R"(["2024-01-01", "2024-12-31T23:59:59Z", "123e4567e89b12d3a456426614174000", "08:30:00Z"])",
+        R"(["2024-01-01", "2024-12-31T23:59:59Z", "123e4567-e89b-12d3-a456-426614174000", "08:30:00"])"}},
+      {"prefixItems, then items", R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+         "items": {"type": "boolean"}, "minItems": 1, "maxItems": 4})",
+       {"[1]", R"([1, "a"])", R"([1, "a", true, false])"},
+       {"[]", R"(["a"])", R"([1, 2])", R"([1, "a", 3])", R"([1, "a", true, true, true])"}},
+      {"prefixItems alone", R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "null"}], "items": false})",
+       {"[]", "[1]", "[1, null]"}, {"[1, null, 1]", "[null]"}},
+      {"prefixItems, then anything", R"({"prefixItems": [{"const": "x"}], "minItems": 2})",
+       {R"(["x", 1])", R"(["x", {}, []])"}, {R"(["x"])", R"(["y", 1])"}},
+      {"allOf of one schema", R"({"$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer"}},
+         "required": ["x"], "additionalProperties": false}}, "type": "object", "properties": {"at": {"allOf":
+         [{"$ref": "#/$defs/p"}], "description": "where"}}, "required": ["at"], "additionalProperties": false})",
+       {R"({"at": {"x": 1}})"}, {R"({"at": {}})", R"({"at": 1})"}},
   };
   for (const SchemaCase& c : cases) {
     std::shared_ptr<const Grammar> g;
@@ -72,6 +102,58 @@ TEST(JsonSchemaGrammar, MatchesWhatTheSchemaAccepts) {
     for (const char* doc : c.valid) EXPECT_TRUE(matches(g, doc)) << c.name << ": " << doc << " is valid";
     for (const char* doc : c.invalid) EXPECT_FALSE(matches(g, doc)) << c.name << ": " << doc << " is not valid";
   }
+}
+
+// Bounds against every value near them: integers, and numbers in quarters
+// spelled as JSON writes them, inclusive and exclusive, one-sided and two.
+TEST(JsonSchemaGrammar, BoundsAdmitExactlyTheNumbersWithinThem) {
+  struct Bound {
+    std::optional<double> value;
+    bool exclusive;
+  };
+  const std::vector<Bound> lowers = {{{}, false}, {-37, false}, {-37, true}, {0, false}, {0, true}, {5, false},
+                                     {100, true}, {2.5, false}};
+  const std::vector<Bound> uppers = {{{}, false}, {-3, false}, {0, true}, {1, false}, {9, true}, {250, false},
+                                     {-0.5, true}};
+  auto spell = [](int quarters) {  // quarters / 4, shortest spelling
+    std::string text = nlohmann::json(quarters / 4.0).dump();
+    return text.size() > 2 && text.substr(text.size() - 2) == ".0" ? text.substr(0, text.size() - 2) : text;
+  };
+  for (const char* type : {"integer", "number"}) {
+    for (const Bound& lo : lowers) {
+      for (const Bound& hi : uppers) {
+        json schema = {{"type", type}};
+        if (lo.value) schema[lo.exclusive ? "exclusiveMinimum" : "minimum"] = *lo.value;
+        if (hi.value) schema[hi.exclusive ? "exclusiveMaximum" : "maximum"] = *hi.value;
+        auto inside = [&](double x) {
+          return (!lo.value || (lo.exclusive ? x > *lo.value : x >= *lo.value)) &&
+                 (!hi.value || (hi.exclusive ? x < *hi.value : x <= *hi.value));
+        };
+        const bool whole = std::string(type) == "integer" || ((!lo.value || *lo.value == int(*lo.value)) &&
+                                                              (!hi.value || *hi.value == int(*hi.value)));
+        std::shared_ptr<const Grammar> g;
+        try {
+          g = json_schema_grammar(schema);
+        } catch (const Error& e) {  // refused only for a fractional bound on a number, or nothing inside
+          bool any = false;
+          for (int q = -2000; q <= 2000 && !any; ++q) any = inside(q / 4.0);
+          EXPECT_TRUE(!whole || !any) << schema.dump() << ": " << e.what();
+          continue;
+        }
+        ASSERT_TRUE(whole) << schema.dump() << " compiled";
+        for (int q = -1200; q <= 1200; ++q) {
+          if (std::string(type) == "integer" && q % 4) continue;
+          EXPECT_EQ(matches(g, spell(q)), inside(q / 4.0)) << schema.dump() << " " << spell(q);
+        }
+        if (lo.value || hi.value) EXPECT_FALSE(matches(g, "1e0")) << schema.dump();  // bounded: no exponents
+      }
+    }
+  }
+  const auto g = json_schema_grammar(json::parse(R"({"type": "integer", "minimum": 1000000})"));
+  EXPECT_FALSE(matches(g, "999999"));
+  EXPECT_TRUE(matches(g, "1000000"));
+  EXPECT_TRUE(matches(g, "9999999999999999"));
+  EXPECT_FALSE(matches(g, "10000000000000000"));  // 17 digits: more than json-integer writes
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
@@ -86,9 +168,21 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
       {R"({"type": "string", "pattern": "^\\u00\u00e9$"})", "without its hex digits"},
       {R"({"type": "string", "pattern": "^a$", "maxLength": 3})", "put the length in the pattern"},
       {R"({"pattern": "^a$"})", "need \"type\": \"string\""},
-      {R"({"type": "integer", "minimum": 0})", "'minimum' is not supported"},
+      {R"({"type": "integer", "multipleOf": 5})", "'multipleOf' is not supported"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' is not supported"},
-      {R"({"allOf": [{"type": "string"}]})", "'allOf' is not supported"},
+      {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "only an allOf of one schema"},
+      {R"({"allOf": [{"type": "string"}], "maxLength": 3})", "move it into the allOf"},
+      {R"({"type": "number", "minimum": 0.5})", "only whole bounds are"},
+      {R"({"type": "integer", "minimum": 5, "maximum": 3})", "no integer with at most 16 digits is >= 5 and <= 3"},
+      {R"({"type": "number", "exclusiveMinimum": 2, "exclusiveMaximum": 2})", "no number"},
+      {R"({"type": "integer", "minimum": 1e17})", "no integer"},
+      {R"({"type": "integer", "minimum": "0"})", "must be a number"},
+      {R"({"maximum": 3})", "needs \"type\": \"integer\" or \"number\""},
+      {R"({"format": "date"})", "need \"type\": \"string\""},
+      {R"({"type": "string", "format": "uuid", "pattern": "^a$"})", "write the format into the pattern"},
+      {R"({"type": "string", "format": "date", "maxLength": 3})", "the format fixes the length"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "write prefixItems"},
+      {R"({"type": "array", "prefixItems": [{}], "items": false, "minItems": 2})", "more items than prefixItems has"},
       {R"({"$ref": "#/$defs/missing"})", "is not a definition"},
       {R"({"$ref": "https://example.com/s.json"})", "is not a definition"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "not among the properties"},

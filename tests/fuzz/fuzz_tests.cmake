@@ -38,7 +38,8 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
             kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h
             kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h kiln/text/grammar/json_grammar.cpp
             kiln/text/grammar/json_grammar.h kiln/text/grammar/json_schema.cpp kiln/text/grammar/json_schema.h
-            kiln/text/grammar/regex_gbnf.cpp kiln/text/grammar/regex_gbnf.h
+            kiln/text/grammar/regex_gbnf.cpp kiln/text/grammar/regex_gbnf.h kiln/text/grammar/json_number_gbnf.cpp
+            kiln/text/grammar/json_number_gbnf.h
             kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
             ${KILN_JINJA_SOURCES} LIBS -lutf8proc)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/text/grammar/json_number_gbnf.h"
 #include "kiln/text/grammar/regex_gbnf.h"
 
 namespace kiln::text {
@@ -34,13 +35,25 @@ json-array ::= "[" ws ( json-value ws ( "," ws json-value ws )* )? "]"
 
 // Keywords that only describe: they change no document's validity.
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
-                                            "$comment", "deprecated", "readOnly", "writeOnly", "format",
+                                            "$comment", "deprecated", "readOnly", "writeOnly",
                                             "$defs", "definitions", "strict", "name", "contentMediaType",
                                             "contentEncoding"};
 // Keywords this compiler honours (per type, checked below).
 const std::set<std::string> kHandled = {"type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required",
-                                        "additionalProperties", "items", "minItems", "maxItems", "minLength", "pattern",
-                                        "maxLength"};
+                                        "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+                                        "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+                                        "exclusiveMinimum", "exclusiveMaximum", "allOf"};
+
+// String formats written exactly (dates valid in every year: February stops
+// at the 28th); any other format is an annotation, as JSON Schema's
+// validators take it by default.
+const std::map<std::string, std::string> kFormats = {
+    {"date", R"([0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | )"
+             R"(( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))"},
+    {"time", R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? )"
+             R"(( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))"},
+    {"uuid", R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})"},
+};
 
 // A GBNF literal spelling `text` exactly.
 std::string literal(const std::string& text) {
@@ -117,6 +130,39 @@ class Compiler {
     return min == 0 ? "( " + all + " )?" : all;
   }
 
+  // The GBNF of a string format's contents, or "" where the format only annotates.
+  static std::string format_gbnf(const json& format) {
+    if (!format.is_string()) return "";
+    if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
+    const auto it = kFormats.find(format.get<std::string>());
+    return it == kFormats.end() ? "" : it->second;
+  }
+
+  // minimum/maximum and their exclusive forms (numbers; booleans beside
+  // minimum/maximum in draft 4), the tighter bound where both are given.
+  static NumberBounds number_bounds(const json& s, const std::string& where) {
+    NumberBounds bounds;
+    auto take = [&](std::optional<NumberBound>& bound, const char* inclusive, const char* exclusive, bool lower) {
+      auto tighter = [&](double value, bool is_exclusive) {
+        if (!bound || (lower ? value > bound->value : value < bound->value) ||
+            (value == bound->value && is_exclusive))
+          bound = NumberBound{value, is_exclusive};
+      };
+      const bool draft4 = s.contains(exclusive) && s[exclusive].is_boolean();
+      if (s.contains(inclusive)) {
+        if (!s[inclusive].is_number()) refuse(where + "/" + inclusive, "must be a number");
+        tighter(s[inclusive].get<double>(), draft4 && s[exclusive].get<bool>());
+      }
+      if (s.contains(exclusive) && !draft4) {
+        if (!s[exclusive].is_number()) refuse(where + "/" + exclusive, "must be a number");
+        tighter(s[exclusive].get<double>(), true);
+      }
+    };
+    take(bounds.lower, "minimum", "exclusiveMinimum", true);
+    take(bounds.upper, "maximum", "exclusiveMaximum", false);
+    return bounds;
+  }
+
   std::string visit(const json& s, const std::string& name, const std::string& where, int depth) {
     if (depth > kMaxDepth) refuse(where, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (s.is_boolean()) {
@@ -128,6 +174,17 @@ class Compiler {
       if (!kAnnotations.count(key) && !kHandled.count(key))
         refuse(where, "'" + key + "' is not supported (Kiln refuses it rather than ignore it)");
     if (s.contains("$ref")) return reference(s["$ref"], where, depth);
+    if (s.contains("allOf")) {
+      // One schema (what Pydantic v1 writes around a $ref); more would need
+      // their intersection.
+      const json& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1)
+        refuse(where + "/allOf", "only an allOf of one schema is supported (Kiln does not intersect schemas)");
+      for (const auto& [key, value] : s.items())
+        if (!kAnnotations.count(key) && key != "allOf")
+          refuse(where, "'" + key + "' beside allOf is not supported: move it into the allOf's schema");
+      return visit(all[0], name, where + "/allOf/0", depth + 1);
+    }
     if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
     if (s.contains("enum")) {
       const json& values = s["enum"];
@@ -147,10 +204,14 @@ class Compiler {
       return add_rule(name, body);
     }
     if (!s.contains("type")) {
-      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
-        refuse(where, "a string's keywords (pattern, minLength, maxLength) need \"type\": \"string\" beside them");
+      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
+          (s.contains("format") && !format_gbnf(s["format"]).empty()))
+        refuse(where, "a string's keywords (pattern, format, minLength, maxLength) need \"type\": \"string\" beside them");
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(key))
+          refuse(where, std::string("'") + key + "' needs \"type\": \"integer\" or \"number\" beside it");
       if (s.contains("properties") || s.contains("additionalProperties")) return object(s, name, where, depth);
-      if (s.contains("items")) return array(s, name, where, depth);
+      if (s.contains("items") || s.contains("prefixItems")) return array(s, name, where, depth);
       return "json-value";
     }
     const json& type = s["type"];
@@ -173,11 +234,18 @@ class Compiler {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'pattern' with minLength or maxLength is not supported: put the length in the pattern");
       if (!s["pattern"].is_string()) refuse(where + "/pattern", "must be a string");
+      if (s.contains("format") && !format_gbnf(s["format"]).empty())
+        refuse(where, "'pattern' with a 'format' is not supported: write the format into the pattern");
       try {
         return add_rule(name, json_string_pattern_gbnf(s["pattern"].get<std::string>()));
       } catch (const Error& e) {
         refuse(where + "/pattern", e.what());
       }
+    }
+    if (t == "string" && s.contains("format") && format_gbnf(s["format"]).size()) {
+      if (s.contains("minLength") || s.contains("maxLength"))
+        refuse(where, "'format' with minLength or maxLength is not supported: the format fixes the length");
+      return add_rule(name, "\"\\\"\" " + format_gbnf(s["format"]) + " \"\\\"\"");
     }
     if (t == "string") {
       const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
@@ -186,8 +254,15 @@ class Compiler {
       return add_rule(name, "\"\\\"\" json-char{" + std::to_string(min) + "," + (max < 0 ? "" : std::to_string(max)) +
                                 "} \"\\\"\"");
     }
-    if (t == "number") return "json-number";
-    if (t == "integer") return "json-integer";
+    if (t == "number" || t == "integer") {
+      const NumberBounds bounds = number_bounds(s, where);
+      if (!bounds.lower && !bounds.upper) return t == "number" ? "json-number" : "json-integer";
+      try {
+        return add_rule(name, t == "number" ? bounded_number_gbnf(bounds) : bounded_integer_gbnf(bounds));
+      } catch (const Error& e) {
+        refuse(where, e.what());
+      }
+    }
     if (t == "boolean") return "json-boolean";
     if (t == "null") return "json-null";
     refuse(where + "/type", "unknown type '" + t + "'");
@@ -251,12 +326,40 @@ class Compiler {
     return add_rule(name, body);
   }
 
+  // Arrays: the prefixItems in order, then `items` (a schema, or false for
+  // none), minItems and maxItems counting both.
   std::string array(const json& s, const std::string& name, const std::string& where, int depth) {
-    const std::string item = s.contains("items") ? visit(s["items"], name + "-item", where + "/items", depth + 1)
-                                                 : std::string("json-value");
-    const int64_t min = count(s, "minItems", 0, where), max = count(s, "maxItems", -1, where);
-    if (max >= 0 && max < min) refuse(where, "maxItems is below minItems");
-    return add_rule(name, "\"[\" ws " + repetition(item, min, max, "ws \",\" ws") + " ws \"]\"");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const json& items = s["prefixItems"];
+      if (!items.is_array()) refuse(where + "/prefixItems", "must be an array of schemas");
+      for (size_t i = 0; i < items.size(); ++i)
+        prefix.push_back(visit(items[i], name + "-" + std::to_string(i), where + "/prefixItems/" +
+                               std::to_string(i), depth + 1));
+    }
+    if (s.contains("items") && s["items"].is_array())
+      refuse(where + "/items", "an array of schemas (draft 2019 tuples) is not supported: write prefixItems");
+    const bool more = !(s.contains("items") && s["items"] == json(false));
+    const std::string item = !more ? "" : s.contains("items") ? visit(s["items"], name + "-item", where + "/items",
+                                                                      depth + 1)
+                                                             : std::string("json-value");
+    const int64_t min = count(s, "minItems", 0, where);
+    int64_t max = count(s, "maxItems", -1, where);
+    if (!more) max = max < 0 ? int64_t(prefix.size()) : std::min<int64_t>(max, int64_t(prefix.size()));
+    if (max >= 0 && max < min) refuse(where, more ? "maxItems is below minItems" : "minItems asks for more items than "
+                                                                                   "prefixItems has, and items is false");
+    if (prefix.empty()) return add_rule(name, "\"[\" ws " + repetition(item, min, max, "ws \",\" ws") + " ws \"]\"");
+    // Item i follows i items: the prefix's own schema, then `items`'s; an
+    // item is optional once minItems are written.
+    std::string rest;
+    const int64_t n = int64_t(prefix.size());
+    if (more && (max < 0 || max > n))
+      rest = repetition("ws \",\" ws " + item, std::max<int64_t>(min - n, 0), max < 0 ? -1 : max - n, "");
+    for (int64_t i = std::min(n, max < 0 ? n : max) - 1; i >= 0; --i) {
+      const std::string here = (i ? "ws \",\" ws " : "") + prefix[size_t(i)] + (rest.empty() ? "" : " " + rest);
+      rest = i < min ? here : "( " + here + " )?";
+    }
+    return add_rule(name, "\"[\" ws " + rest + " ws \"]\"");
   }
 };
 

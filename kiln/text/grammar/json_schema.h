@@ -3,16 +3,20 @@
 // response_format json_schema and llama-server's json_schema ask for.
 //
 // Honoured: type (one or a list), enum, const, anyOf / oneOf (as anyOf: a
-// grammar cannot forbid two branches matching), $ref to #/$defs/... and
-// #/definitions/... (recursion included), objects' properties, required and
-// additionalProperties (false, or a schema for the values of other keys),
-// arrays' items, minItems and maxItems, strings' minLength and maxLength.
-// Properties come in the schema's order (read it as ordered_json), required
-// ones first (as llama.cpp orders them); an object with `properties` takes no other keys unless
-// additionalProperties says so. Annotations (title, description, default,
-// examples, format...) change nothing. Every other keyword that constrains
-// (pattern, minimum, maximum, multipleOf, uniqueItems, prefixItems, allOf,
-// not, if...) is refused by name rather than silently ignored.
+// grammar cannot forbid two branches matching), allOf of one schema, $ref
+// to #/$defs/... and #/definitions/... (recursion included), objects'
+// properties, required and additionalProperties (false, or a schema for
+// the values of other keys), arrays' prefixItems, items (a schema or
+// false), minItems and maxItems, strings' minLength, maxLength, pattern
+// (regex_gbnf.h) and the formats date, time, date-time and uuid, numbers'
+// and integers' minimum, maximum and their exclusive forms
+// (json_number_gbnf.h). Properties come in the schema's order (read it as
+// ordered_json), required ones first (as llama.cpp orders them); an object
+// with `properties` takes no other keys unless additionalProperties says
+// so. Annotations (title, description, default, examples, other formats...)
+// change nothing. Every other keyword that constrains (multipleOf,
+// uniqueItems, minProperties, not, if...) is refused by name rather than
+// silently ignored.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
