@@ -33,7 +33,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 server=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 run 0 "$PY" - "$port" "$MODEL" "$WORK" <<'PY'
-import copy, json, sys, urllib.request
+import copy, datetime, json, sys, urllib.request
 import jsonschema, openai, pydantic
 from transformers import AutoTokenizer
 
@@ -138,6 +138,9 @@ class Forecast(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
     rain: bool
     unit: str = pydantic.Field(json_schema_extra={"enum": ["C", "F"]})
+    low: int = pydantic.Field(ge=-40, le=50)  # minimum/maximum
+    day: datetime.date  # format: date
+    hours: tuple[int, int]  # prefixItems
 
 # (client.beta.chat.completions.parse where the client still has it, as the issue names it.)
 beta = getattr(client, "beta", None)
@@ -146,7 +149,7 @@ done = 0
 for seed in range(6):
     try:
         r = parse(model="qwen", messages=[{"role": "user", "content": "Forecast?"}], response_format=Forecast,
-                  seed=seed, max_tokens=64)
+                  seed=seed, max_tokens=128)
     except openai.LengthFinishReasonError:
         continue
     assert isinstance(r.choices[0].message.parsed, Forecast), r
