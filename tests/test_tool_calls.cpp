@@ -55,8 +55,12 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"NVIDIA-Nemotron-Nano-v2.jinja", "nemotron-v2"},
       {"GigaChat3.1-10B-A1.8B.jinja", "gigachat3.1"},
       {"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"},
-      // Spelled otherwise (XML-like parameters, Python calls): not read yet.
-      {"Qwen3-Coder.jinja", ""},
+      {"Qwen3-Coder.jinja", "qwen3-coder"},
+      {"Qwen3.5-4B.jinja", "qwen3-coder"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3-coder"},
+      {"StepFun3.5-Flash.jinja", "qwen3-coder"},
+      {"ByteDance-Seed-OSS.jinja", "seed-oss"},
+      // Spelled otherwise (arg_key pairs, Python calls): not read yet.
       {"GLM-4.6.jinja", ""},
       {"LFM2.5-8B-A1B.jinja", ""},
       {"google-gemma-2-2b-it.jinja", ""},
@@ -74,7 +78,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
     if (const auto it = expected.find(name); it != expected.end())
       EXPECT_EQ(f ? f->name : "", it->second) << name;
   }
-  EXPECT_GE(found, 19) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 24) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -113,13 +117,32 @@ std::vector<Example> examples() {
       {"functionary-v3.1", "<function=get_weather>{\"city\": \"Paris\"}</function>", "",
        {{"get_weather", R"({"city": "Paris"})"}}},
       {"apriel", "<tool_calls>[{\"name\": \"f\", \"arguments\": {\"a\": \"\\\"]\"}}]</tool_calls>", "", {{"f", R"({"a": "\"]"})"}}},
+      // XML-style parameters: text values exactly (less the line break on each side), others as JSON by their type.
+      {"qwen3-coder", "I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew \"York\"\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=note>\n"
+                      "  <b>x</b> 2 < 3\n\n</parameter>\n<parameter=extra>\n{\"k\": [1]}\n</parameter>\n</function>\n"
+                      "</tool_call>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+       "I'll check.\n",
+       {{"get_weather", R"({"city": "New \"York\"", "days": 3, "metric": true, "note": "  <b>x</b> 2 < 3\n", "extra": {"k": [1]}})"},
+        {"get_time", "{}"}}},
+      {"qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=other>\n42"
+                      "\n</parameter>\n</function>\n</tool_call>",
+       "", {{"get_weather", R"({"days": "three", "other": "42"})"}}},
+      {"seed-oss", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n<parameter=days>2"
+                   "</parameter>\n</function>\n</seed:tool_call>",
+       "", {{"get_weather", R"({"city": "\nParis", "days": 2})"}}},
   };
 }
+
+// The types XML-style values are read by.
+const json kExampleTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+    "metric": {"type": "boolean"}, "note": {"type": "string"}, "extra": {"type": "object"}}}}}])");
 
 TEST(ToolCalls, AnswersReadTheSameWholeAndACharacterAtATime) {
   for (const Example& e : examples()) {
     const ToolCallFormat& f = format_named(e.format);
-    const ToolAnswer whole = read_tool_answer(f, e.text, true);
+    const ToolAnswer whole = read_tool_answer(f, e.text, true, kExampleTools);
     EXPECT_EQ(whole.content, e.content) << e.text;
     ASSERT_EQ(whole.calls.size(), e.calls.size()) << e.text;
     for (size_t i = 0; i < e.calls.size(); ++i) {
@@ -129,7 +152,8 @@ TEST(ToolCalls, AnswersReadTheSameWholeAndACharacterAtATime) {
     // Each longer prefix only extends the reading: what a stream sends adds up to the whole answer's.
     ToolAnswer before;
     for (size_t n = 0; n <= e.text.size(); ++n) {
-      const ToolAnswer now = read_tool_answer(f, std::string_view(e.text).substr(0, n), n == e.text.size());
+      const ToolAnswer now =
+          read_tool_answer(f, std::string_view(e.text).substr(0, n), n == e.text.size(), kExampleTools);
       ASSERT_EQ(now.content.compare(0, before.content.size(), before.content), 0) << e.text << " at " << n;
       ASSERT_GE(now.calls.size(), before.calls.size()) << e.text << " at " << n;
       for (size_t i = 0; i < before.calls.size(); ++i) {
@@ -174,6 +198,15 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Llanfairpwllgwyngyll\"}"},
       {"llama3-json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
        "{\"name\": \"get_time\", \"parameters\": {}}", "{\"name\": \"get_weather\", \"parameters\": {}}"},
+      {"qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nkelvin\n"
+       "</parameter>\n</function>\n</tool_call>"},
+      {"seed-oss", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=unit>celsius"
+                   "</parameter>\n</function>\n</seed:tool_call>",
+       "<seed:tool_call>\n<function=get_time>\n</function>\n</seed:tool_call>",
+       "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Llanfairpwllgwyngyll</parameter>\n</function>\n"
+       "</seed:tool_call>"},
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);
@@ -186,7 +219,7 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
     EXPECT_FALSE(grammar_takes(tool_call_gbnf(f, kTools, "", false), two)) << c.format << ": one call unless parallel";
     EXPECT_FALSE(grammar_takes(tool_call_gbnf(f, kTools, "get_time", false), one)) << c.format << ": the named one only";
     EXPECT_TRUE(grammar_takes(tool_call_gbnf(f, kTools, "get_weather", false), one)) << c.format;
-    const ToolAnswer read = read_tool_answer(f, two, true);
+    const ToolAnswer read = read_tool_answer(f, two, true, kTools);
     ASSERT_EQ(read.calls.size(), 2u) << c.format;
     EXPECT_EQ(read.calls[0].name, "get_weather");
     EXPECT_EQ(read.calls[1].name, "get_time");

@@ -123,7 +123,7 @@ int run_chat(const ChatOptions& o) {
     const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(model, o.completion));
     json message = {{"role", "assistant"}, {"content", text}};
     if (tools.format && tools.choice.mode != text::ToolChoice::Mode::kNone) {
-      const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true);
+      const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true, tools.list);
       if (!answer.calls.empty()) {
         json calls = text::tool_calls_json(*tools.format, answer.calls, tools.calls_made);
         tools.calls_made += answer.calls.size();

@@ -26,6 +26,7 @@ struct Shape {
   bool chat = false;
   bool logprobs = false;  // the request asked for the tokens' log-probabilities
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
+  json tool_list;                                // the request's tools (their parameters' types read XML-style values)
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -66,7 +67,7 @@ struct Shape {
   // calls), message.tool_calls, and finish_reason "tool_calls" for an
   // answer that ended by itself after calling.
   json tool_choice(const recipes::Completion& c, const json& logprobs, const std::string& id) const {
-    const text::ToolAnswer answer = text::read_tool_answer(*tools, c.text, true);
+    const text::ToolAnswer answer = text::read_tool_answer(*tools, c.text, true, tool_list);
     json message = {{"role", "assistant"}};
     message["content"] = answer.calls.empty() || !answer.content.empty() ? json(answer.content) : json();
     if (!answer.calls.empty())
@@ -101,7 +102,7 @@ struct ToolStream {
   // The events for `piece` (`whole`: the answer is over): content, new calls and their arguments.
   std::vector<json> deltas(const Shape& shape, const std::string& piece, bool whole, const std::string& answer_id) {
     text += piece;
-    text::ToolAnswer now = text::read_tool_answer(*shape.tools, text, whole);
+    text::ToolAnswer now = text::read_tool_answer(*shape.tools, text, whole, shape.tool_list);
     std::vector<json> out;
     if (now.content.size() > sent.content.size())
       out.push_back({{"content", now.content.substr(sent.content.size())}});
@@ -336,7 +337,7 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
-  generate(t, prompt, co, r, Shape{true, r.logprobs, format}, res);
+  generate(t, prompt, co, r, Shape{true, r.logprobs, format, r.tools}, res);
 }
 
 }  // namespace kiln::serve

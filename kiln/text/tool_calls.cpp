@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/tool_call_parameters.h"
 
 namespace kiln::text {
 
@@ -13,7 +14,13 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
+// [, param_begin, param_name_end, param_end]
 const std::vector<ToolCallFormat> kFormats = {
+    // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
+    {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
+     "<parameter=", ">\n", "\n</parameter>\n"},
+    {"seed-oss", "", "<seed:tool_call>\n<function=", "", ">\n", "", "</function>\n</seed:tool_call>", "\n", "", 0,
+     "<parameter=", ">", "</parameter>\n"},
     // Hermes 2/3, Qwen2.5, Qwen3, QwQ, Granite 4, MiMo...
     {"hermes", "", "<tool_call>\n", "arguments", "", "", "\n</tool_call>", "\n", "", 0},
     // Mistral Nemo (tokenizer v3): a JSON array after [TOOL_CALLS].
@@ -34,12 +41,17 @@ const std::vector<ToolCallFormat> kFormats = {
 };
 
 bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 0; }
+bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 // The text of one call, as the format spells it (the object's closing brace
 // left off: templates may write more keys after the arguments).
 std::string spell_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& arguments) {
+  if (has_parameters(f)) {  // arguments {"city": "Paris"} as the probe's one parameter
+    return f.call_begin + name + f.name_args_separator + f.param_begin + "city" + f.param_name_end + "Paris" +
+           f.param_end;
+  }
   if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
   return f.call_begin + ("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": " + arguments);
 }
@@ -149,6 +161,22 @@ class Cursor {
     return Scan::kDone;
   }
 
+  // Text up to the first `end` (not included) from here: kPartial, with
+  // all of it, when `end` has not come yet.
+  Scan until(std::string_view end, std::string_view* out) {
+    const size_t at = text_.find(end, pos_);
+    *out = text_.substr(pos_, at == std::string_view::npos ? std::string_view::npos : at - pos_);
+    if (at == std::string_view::npos) return Scan::kPartial;
+    pos_ = at;
+    return Scan::kDone;
+  }
+  // One `c` if it is next.
+  Scan optional(char c) {
+    if (at_end()) return Scan::kPartial;
+    if (peek() == c) ++pos_;
+    return Scan::kDone;
+  }
+
   // Whether the text here starts with `literal` (after whitespace), without moving.
   Scan peek_literal(std::string_view literal) const {
     Cursor copy = *this;
@@ -174,8 +202,72 @@ class Cursor {
   size_t pos_;
 };
 
+// The end of `text` that may begin `marker` (shorter than it), as a length.
+size_t held_back(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  return 0;
+}
+
+// `literal` without the whitespace around it ("\n</parameter>\n" -> "</parameter>").
+std::string_view bare(std::string_view literal) {
+  const size_t first = literal.find_first_not_of(" \n");
+  return first == std::string_view::npos ? "" : literal.substr(first, literal.find_last_not_of(" \n") - first + 1);
+}
+
+// XML-style parameters up to the call's end, read into `call.arguments` as
+// the JSON object they stand for (`parameters`: the function's schema).
+// Reading more text only extends it: a key once its name is whole, a text
+// value as it comes (less what may begin its closing tag), another once it
+// is closed, and the closing brace once no parameter follows.
+Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const json& parameters) {
+  call.arguments = "{";
+  const std::string_view name_end = bare(f.param_name_end), close = bare(f.param_end);
+  const bool breaks_before_value = std::string_view(f.param_name_end).back() == '\n';
+  const bool breaks_after_value = *f.param_end == '\n';
+  for (bool first = true;; first = false) {
+    const Scan next = c.peek_literal(f.param_begin);
+    if (next == Scan::kBad) break;
+    if (next == Scan::kPartial) return next;
+    c.literal(f.param_begin);
+    std::string_view key;
+    if (Scan s = c.until(name_end, &key); s != Scan::kDone) return s;
+    if (key.empty() || key.find_first_of("<\n") != std::string_view::npos) return Scan::kBad;
+    c.literal(name_end);
+    call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": ";
+    if (breaks_before_value)
+      if (Scan s = c.optional('\n'); s != Scan::kDone) return s;
+    const json schema = parameter_schema(parameters, std::string(key));
+    std::string_view value;
+    const Scan s = c.until(close, &value);
+    if (s == Scan::kDone && breaks_after_value && !value.empty() && value.back() == '\n') value.remove_suffix(1);
+    if (s != Scan::kDone) {
+      if (parameter_is_text(schema)) {
+        const std::string marker = (breaks_after_value ? "\n" : "") + std::string(close);
+        call.arguments += "\"" + json_escaped(value.substr(0, value.size() - held_back(value, marker)));
+      }
+      return s;
+    }
+    call.arguments += parameter_value_json(schema, value);
+    c.literal(close);
+  }
+  call.arguments += "}";
+  return Scan::kDone;
+}
+
+// The parameters schema of the function `name` among `tools` (null when it is not there).
+json function_parameters(const json& tools, const std::string& name) {
+  if (!tools.is_array()) return nullptr;
+  for (const json& tool : tools)
+    if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+        tool["function"].value("name", json()) == name)
+      return tool["function"].value("parameters", json());
+  return nullptr;
+}
+
 // Reads one call into `calls` (added once its name is whole).
-Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls, std::string_view text) {
+Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls, std::string_view text,
+               const json& tools) {
   if (Scan s = c.literal(f.call_begin); s != Scan::kDone) return s;
   auto arguments = [&](ToolCall& call) {
     size_t start = std::string_view::npos;  // set where the object opens
@@ -194,9 +286,13 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       std::string id;
       if (Scan s = c.name(&id); s != Scan::kDone) return s;
     }
-    if (Scan s = c.literal(f.name_args_separator); s != Scan::kDone) return s;
+    if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
+        s != Scan::kDone)
+      return s;
     calls.push_back({name, ""});
-    if (Scan s = arguments(calls.back()); s != Scan::kDone) return s;
+    const Scan s = has_parameters(f) ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
+                                     : arguments(calls.back());
+    if (s != Scan::kDone) return s;
   } else {
     if (Scan s = c.literal("{"); s != Scan::kDone) return s;
     bool named = false, argued = false;
@@ -230,12 +326,6 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
   return c.literal(f.call_end);
 }
 
-// The length of the longest end of `text` that begins `trigger` (and is shorter than it).
-size_t held_back(std::string_view text, std::string_view trigger) {
-  for (size_t n = std::min(text.size(), trigger.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == trigger.substr(0, n)) return n;
-  return 0;
-}
 
 }  // namespace
 
@@ -246,7 +336,8 @@ std::string ToolCallFormat::trigger() const {
 
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
-  for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end})
+  for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
+                        param_begin, param_name_end, param_end})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -294,17 +385,20 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     if (!only.empty() && name != only) continue;
     const json parameters = function.value("parameters", json{{"type", "object"}});
     const std::string prefix = "tool" + std::to_string(i) + "-";
-    JsonSchemaRules args;
+    std::string body;  // the call after call_begin
     try {
-      args = json_schema_rules(parameters, prefix);
+      if (has_parameters(f)) {
+        body = gbnf_literal(name + f.name_args_separator) + " " + parameters_gbnf(f, parameters, prefix, rules);
+      } else {
+        const JsonSchemaRules args = json_schema_rules(parameters, prefix);
+        rules += args.rules;
+        body = is_object_call(f) ? gbnf_literal("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": ") +
+                                       " " + args.top + " " + gbnf_literal("}")
+                                 : gbnf_literal(name + f.name_args_separator) + " " + args.top;
+      }
     } catch (const Error& e) {
       KILN_FAIL("tools[", i, "] (", name, ") parameters: ", e.what());
     }
-    rules += args.rules;
-    const std::string body = is_object_call(f)
-                                 ? gbnf_literal("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": ") +
-                                       " " + args.top + " " + gbnf_literal("}")
-                                 : gbnf_literal(name + f.name_args_separator) + " " + args.top;
     rules += prefix + "call ::= " + literal_or_nothing(f.call_begin) + " " + body + " " +
              literal_or_nothing(f.call_end) + "\n";
     calls += (calls.empty() ? "" : " | ") + prefix + "call";
@@ -313,7 +407,7 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
   std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
   if (parallel) root += "( " + literal_or_nothing(f.between) + " call )* ";
   root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
-  return root + json_primitives_gbnf() + rules;
+  return root + json_primitives_gbnf() + (has_parameters(f) ? parameter_text_rules() : "") + rules;
 }
 
 ToolChoice tool_choice_from_json(const json& choice, const json& tools) {
@@ -352,7 +446,7 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
   return out;
 }
 
-ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole) {
+ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
   ToolAnswer answer;
   const std::string trigger = f.trigger();
   const size_t start = text.find(trigger);
@@ -372,7 +466,7 @@ ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool
       }
       c.literal(f.between);
     }
-    s = read_call(f, c, answer.calls, text);
+    s = read_call(f, c, answer.calls, text, tools);
     if (s != Scan::kDone) break;
   }
   // A section that is not the format's before its first call's name: the text is content.

@@ -20,8 +20,14 @@ namespace kiln::text {
 // How a family spells the tool calls of one assistant turn: a section of
 // one or more calls. A call is a JSON object {"name": NAME, args_key:
 // ARGUMENTS} when name_args_separator is empty, else NAME separator
-// ARGUMENTS. Reading, whitespace may come before each literal and a
-// literal's own whitespace matches any run of it; the grammar spells the
+// ARGUMENTS, where ARGUMENTS is a JSON object or, when param_begin is set,
+// XML-style parameters (Qwen3-Coder, Qwen3.5, Nemotron 3, Seed-OSS): per
+// parameter, param_begin KEY param_name_end VALUE param_end, the value raw
+// text for a string parameter and JSON for any other (read back into a
+// JSON object by the parameters' schema: tool_call_parameters.h). Reading,
+// whitespace may come before each literal and a literal's own whitespace
+// matches any run of it (a value's text is taken exactly, less the one
+// line break the format puts on each side); the grammar spells the
 // literals exactly.
 struct ToolCallFormat {
   const char* name;
@@ -34,6 +40,9 @@ struct ToolCallFormat {
   const char* between;  // between two calls
   const char* section_end;
   size_t id_length;  // the ids the template accepts: 0 for OpenAI's "call_...", else that many letters and digits
+  const char* param_begin = "";
+  const char* param_name_end = "";
+  const char* param_end = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -93,12 +102,14 @@ struct ToolAnswer {
   std::vector<ToolCall> calls;
 };
 
-// Reads `text`, an answer so far (`whole`: all of it). Text that may still
-// become a section's start is held back until it is known. A section whose
-// first call is not the format's is content after all (and so is the rest
-// of the answer); what follows the calls, or breaks off a later call, is
-// dropped.
-ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text, bool whole);
+// Reads `text`, an answer so far (`whole`: all of it), a reply to a request
+// that offered `tools` (their parameters' types say how XML-style values
+// read). Text that may still become a section's start is held back until
+// it is known. A section whose first call is not the format's is content
+// after all (and so is the rest of the answer); what follows the calls, or
+// breaks off a later call, is dropped.
+ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text, bool whole,
+                            const nlohmann::ordered_json& tools);
 
 // A call's id, as the template will accept it back: `seed` picks it.
 std::string tool_call_id(const ToolCallFormat& format, uint64_t seed);

@@ -145,7 +145,7 @@ struct Model {
       reply = model().complete(model().render_chat_json(conversation, tool_list), o, nullptr);
     }
     if (!format) return py::str(reply.text);
-    const text::ToolAnswer answer = text::read_tool_answer(*format, reply.text, true);
+    const text::ToolAnswer answer = text::read_tool_answer(*format, reply.text, true, tool_list);
     py::dict d;
     d["content"] = answer.calls.empty() || !answer.content.empty() ? py::object(py::str(answer.content)) : py::none();
     d["tool_calls"] = py::module_::import("json").attr("loads")(text::tool_calls_json(*format, answer.calls, seed).dump());

@@ -2,7 +2,8 @@
 # Tool calling through kiln serve and the official openai client, on the
 # Qwen2.5-style folder of cli.hf_qwen2_chat (tiny random weights: it knows
 # nothing, so only the constraint can make its calls valid), and on copies
-# of it carrying Mistral Nemo's and Llama 3.1's real templates:
+# of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's and Qwen3.5's
+# real templates (the last two: XML-style parameters):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
 # - tool_choice required and a named function give calls to the tools whose
@@ -20,7 +21,8 @@ qwen2_chat_folder
 
 # The same model under other families' real templates.
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
-for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct"; do
+for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
+  "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -29,7 +31,7 @@ done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" --model nemo="hf:$WORK/nemo" --model llama="hf:$WORK/llama" \
-  --port "$port" >"$WORK/serve.log" 2>&1 &
+  --model coder="hf:$WORK/coder" --model qwen35="hf:$WORK/qwen35" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 run 0 "$PY" - "$port" "$MODEL" "$WORK" <<'PY'
@@ -38,7 +40,8 @@ import jsonschema, openai, pydantic
 from transformers import AutoTokenizer
 
 port, qwen_dir, work = sys.argv[1], sys.argv[2], sys.argv[3]
-folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama"}
+folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "coder": f"{work}/coder",
+           "qwen35": f"{work}/qwen35"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -50,7 +53,7 @@ tools = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
                                                           "required": ["zone"], "additionalProperties": False}}}]
 schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-ids = {"qwen": "call_abc", "nemo": "abcDEF123", "llama": "call_abc"}
+ids = {"qwen": "call_abc", "nemo": "abcDEF123", "llama": "call_abc", "coder": "call_abc", "qwen35": "call_abc"}
 
 def post(path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -73,7 +76,7 @@ for model, folder in folders.items():
                                                                       add_generation_prompt=True)
     got = post("/apply-template", {"model": model, "messages": messages, "tools": tools})["prompt"]
     assert got == want, (model, got, want)
-print("round trip: 3 templates render as transformers does")
+print(f"round trip: {len(folders)} templates render as transformers does")
 
 # 2. Forced calls: valid in every format, at several seeds and temperatures.
 calls = 0
@@ -94,7 +97,7 @@ for model in folders:
                 jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
                 assert len(call.id) == (9 if model == "nemo" else 29), call.id
                 calls += 1
-print(f"forced calls: {calls} calls over 3 formats, each valid under its function's parameters")
+print(f"forced calls: {calls} calls over {len(folders)} templates, each valid under its function's parameters")
 
 # 3. Streamed equals unstreamed; the call's id goes back through the template.
 for model in folders:
@@ -158,8 +161,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 3 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 3 formats"
+expect "round trip: 5 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 5 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "parse: [0-9]+ answers parsed"

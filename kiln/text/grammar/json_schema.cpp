@@ -75,6 +75,17 @@ std::string literal(const std::string& text) {
   return out + "\"";
 }
 
+}  // namespace
+
+std::string string_format_gbnf(const nlohmann::ordered_json& format) {
+  if (!format.is_string()) return "";
+  if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
+  const auto it = kFormats.find(format.get<std::string>());
+  return it == kFormats.end() ? "" : it->second;
+}
+
+namespace {
+
 class Compiler {
  public:
   // `prefix` starts every rule's name, so that several schemas' rules can share one grammar.
@@ -128,14 +139,6 @@ class Compiler {
                                      std::to_string(max - 1) + "}";
     const std::string all = item + " " + tail;
     return min == 0 ? "( " + all + " )?" : all;
-  }
-
-  // The GBNF of a string format's contents, or "" where the format only annotates.
-  static std::string format_gbnf(const json& format) {
-    if (!format.is_string()) return "";
-    if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
-    const auto it = kFormats.find(format.get<std::string>());
-    return it == kFormats.end() ? "" : it->second;
   }
 
   // minimum/maximum and their exclusive forms (numbers; booleans beside
@@ -205,7 +208,7 @@ class Compiler {
     }
     if (!s.contains("type")) {
       if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
-          (s.contains("format") && !format_gbnf(s["format"]).empty()))
+          (s.contains("format") && !string_format_gbnf(s["format"]).empty()))
         refuse(where, "a string's keywords (pattern, format, minLength, maxLength) need \"type\": \"string\" beside them");
       for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
         if (s.contains(key))
@@ -234,7 +237,7 @@ class Compiler {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'pattern' with minLength or maxLength is not supported: put the length in the pattern");
       if (!s["pattern"].is_string()) refuse(where + "/pattern", "must be a string");
-      if (s.contains("format") && !format_gbnf(s["format"]).empty())
+      if (s.contains("format") && !string_format_gbnf(s["format"]).empty())
         refuse(where, "'pattern' with a 'format' is not supported: write the format into the pattern");
       try {
         return add_rule(name, json_string_pattern_gbnf(s["pattern"].get<std::string>()));
@@ -242,10 +245,10 @@ class Compiler {
         refuse(where + "/pattern", e.what());
       }
     }
-    if (t == "string" && s.contains("format") && format_gbnf(s["format"]).size()) {
+    if (t == "string" && s.contains("format") && string_format_gbnf(s["format"]).size()) {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'format' with minLength or maxLength is not supported: the format fixes the length");
-      return add_rule(name, "\"\\\"\" " + format_gbnf(s["format"]) + " \"\\\"\"");
+      return add_rule(name, "\"\\\"\" " + string_format_gbnf(s["format"]) + " \"\\\"\"");
     }
     if (t == "string") {
       const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);

@@ -42,6 +42,9 @@ struct JsonSchemaRules {
 };
 JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix);
 const char* json_primitives_gbnf();
+// The GBNF of a string `format`'s characters (date, time, date-time, uuid),
+// or "" for a format that only annotates.
+std::string string_format_gbnf(const nlohmann::ordered_json& format);
 // A GBNF literal that spells `text` exactly.
 std::string gbnf_literal(const std::string& text);
 

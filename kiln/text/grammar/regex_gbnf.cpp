@@ -20,6 +20,16 @@ constexpr int kMaxDepth = 64;
 
 // What a JSON string holds unescaped: no ", no \, no control characters.
 const Ranges kUnescaped = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
+// What an XML-style tool parameter holds: no '<' (it could begin the
+// closing tag), no control characters but tab and line breaks.
+const Ranges kParameterText = {{0x09, 0x0A}, {0x0D, 0x0D}, {0x20, 0x3B}, {0x3D, 0x10FFFF}};
+
+// Where the matched text goes: inside a JSON string's quotes (escaped), or
+// as raw parameter text.
+struct Container {
+  const Ranges& allowed;  // what classes and '.' may take
+  bool json;
+};
 
 Ranges intersect(const Ranges& a, const Ranges& b) {
   Ranges out;
@@ -42,7 +52,7 @@ Ranges complement(const Ranges& a) {  // of a sorted, merged set
 }
 
 std::string class_of(const Ranges& ranges) {
-  if (ranges.empty()) KILN_FAIL("a class matches no character a JSON string holds unescaped");
+  if (ranges.empty()) KILN_FAIL("a class matches no character that can be written here unescaped");
   std::string out = "[";
   char buf[32];
   for (const auto& [lo, hi] : ranges) {
@@ -56,10 +66,22 @@ std::string class_of(const Ranges& ranges) {
   return out + "]";
 }
 
-// A character the pattern asks for literally, as the JSON text spells it.
-std::string literal_of(uint32_t c) {
+// A character the pattern asks for literally, as the container spells it.
+std::string literal_of(uint32_t c, const Container& container) {
   std::string text;
-  if (c == '"' || c == '\\') {
+  if (!container.json) {
+    if (intersect({{c, c}}, container.allowed).empty()) {
+      utf8_append(text, c);
+      KILN_FAIL("pattern asks for '", c < 0x20 ? "\\x" + std::to_string(c) : text,
+                "', which a tool parameter's text cannot hold (it could begin the closing tag)");
+    }
+    char buf[16];
+    if (c < 0x20) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
+      return "\"" + std::string(buf) + "\"";
+    }
+    utf8_append(text, c);
+  } else if (c == '"' || c == '\\') {
     text = {'\\', char(c)};
   } else if (c < 0x20) {
     char buf[8];
@@ -78,7 +100,8 @@ std::string literal_of(uint32_t c) {
 
 class Translator {
  public:
-  explicit Translator(const std::string& pattern) : p_(utf8_code_points(pattern)), text_(pattern) {}
+  Translator(const std::string& pattern, Container container)
+      : p_(utf8_code_points(pattern)), text_(pattern), container_(container) {}
 
   std::string translate() {
     if (p_.size() < 2 || p_.front() != '^' || p_.back() != '$')
@@ -87,12 +110,13 @@ class Translator {
     end_ = p_.size() - 1;
     const std::string body = alternation(0);
     if (pos_ != end_) fail("has an unmatched ')'");
-    return "\"\\\"\" " + body + " \"\\\"\"";
+    return container_.json ? "\"\\\"\" " + body + " \"\\\"\"" : body;
   }
 
  private:
   std::vector<uint32_t> p_;
   const std::string& text_;
+  const Container container_;
   size_t pos_ = 0, end_ = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -192,7 +216,7 @@ class Translator {
       case '[':
         return bracket();
       case '.':
-        return class_of(intersect(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), kUnescaped));
+        return class_of(intersect(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), container_.allowed));
       case '\\':
         return escape();
       case '*': case '+': case '?': case '{':
@@ -202,7 +226,7 @@ class Translator {
         --pos_;
         fail("has an anchor inside it (only ^ at the start and $ at the end are taken)");
       default:
-        return literal_of(c);
+        return literal_of(c, container_);
     }
   }
 
@@ -260,9 +284,9 @@ class Translator {
     Ranges ranges;
     if (more() && class_escape(peek(), ranges)) {
       ++pos_;
-      return class_of(intersect(ranges, kUnescaped));
+      return class_of(intersect(ranges, container_.allowed));
     }
-    return literal_of(escaped_char());
+    return literal_of(escaped_char(), container_);
   }
 
   std::string bracket() {
@@ -300,12 +324,18 @@ class Translator {
     }
     if (!more()) fail("has an unclosed '['");
     ++pos_;
-    return class_of(intersect(negated ? complement(ranges) : ranges, kUnescaped));
+    return class_of(intersect(negated ? complement(ranges) : ranges, container_.allowed));
   }
 };
 
 }  // namespace
 
-std::string json_string_pattern_gbnf(const std::string& pattern) { return Translator(pattern).translate(); }
+std::string json_string_pattern_gbnf(const std::string& pattern) {
+  return Translator(pattern, {kUnescaped, true}).translate();
+}
+
+std::string parameter_text_pattern_gbnf(const std::string& pattern) {
+  return Translator(pattern, {kParameterText, false}).translate();
+}
 
 }  // namespace kiln::text

@@ -17,5 +17,9 @@ namespace kiln::text {
 
 // Throws kiln::Error naming what in the pattern is not taken, and where.
 std::string json_string_pattern_gbnf(const std::string& pattern);
+// The same for raw text (an XML-style tool parameter's value, as Qwen3-Coder
+// writes them): literals unescaped, and no '<' anywhere, so that the value
+// cannot run into its closing tag.
+std::string parameter_text_pattern_gbnf(const std::string& pattern);
 
 }  // namespace kiln::text

@@ -1,0 +1,171 @@
+#include "kiln/text/tool_call_parameters.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "kiln/core/error.h"
+#include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/grammar/regex_gbnf.h"
+
+namespace kiln::text {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Text that cannot run into a closing tag: no '<' before '/' (nor two in a
+// row, which would let the second one start it), and no control
+// characters but tab and line breaks.
+const char* const kTextRules = R"(param-char ::= [^<\x00-\x08\x0B\x0C\x0E-\x1F]
+param-text ::= ( param-char | "<" [^/<\x00-\x08\x0B\x0C\x0E-\x1F] )*
+)";
+
+std::string trimmed(std::string_view text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return "";
+  return std::string(text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1));
+}
+
+std::string lowered(std::string text) {
+  for (char& c : text) c = char(std::tolower(uint8_t(c)));
+  return text;
+}
+
+// A text parameter's value grammar: its enum or const, pattern, format or
+// length, else any text.
+std::string text_value_gbnf(const json& schema) {
+  if (!schema.is_object()) return "param-text";
+  for (const char* key : {"enum", "const"}) {
+    if (!schema.contains(key)) continue;
+    const json values = std::string(key) == "enum" ? schema[key] : json::array({schema[key]});
+    std::string out;
+    for (const json& v : values)
+      if (v.is_string()) out += (out.empty() ? "( " : " | ") + gbnf_literal(v.get<std::string>());
+    KILN_CHECK(!out.empty(), "'", key, "' of a string parameter holds no string");
+    return out + " )";
+  }
+  const bool bounded = schema.contains("minLength") || schema.contains("maxLength");
+  const std::string format = string_format_gbnf(schema.value("format", json()));
+  KILN_CHECK(int(schema.contains("pattern")) + int(!format.empty()) + int(bounded) <= 1,
+             "a string parameter takes one of pattern, format and minLength/maxLength, not several");
+  if (schema.contains("pattern")) {
+    KILN_CHECK(schema["pattern"].is_string(), "'pattern' must be a string");
+    return "( " + parameter_text_pattern_gbnf(schema["pattern"].get<std::string>()) + " )";
+  }
+  if (!format.empty()) return "( " + format + " )";
+  if (!bounded) return "param-text";
+  auto length = [&](const char* key, int64_t fallback) {
+    if (!schema.contains(key)) return fallback;
+    KILN_CHECK(schema[key].is_number_integer() && schema[key].get<int64_t>() >= 0 && schema[key].get<int64_t>() <= 1000,
+               "'", key, "' must be an integer in [0, 1000]");
+    return schema[key].get<int64_t>();
+  };
+  const int64_t min = length("minLength", 0), max = length("maxLength", -1);
+  KILN_CHECK(max < 0 || max >= min, "maxLength is below minLength");
+  return "param-char{" + std::to_string(min) + "," + (max < 0 ? "" : std::to_string(max)) + "}";
+}
+
+// A rule name's part for a parameter key (GBNF names: letters, digits, '-').
+std::string name_part(const std::string& key) {
+  std::string out;
+  for (const char c : key) out += std::isalnum(uint8_t(c)) ? c : '-';
+  return out;
+}
+
+}  // namespace
+
+json parameter_schema(const json& parameters, const std::string& key) {
+  if (!parameters.is_object() || !parameters.contains("properties") || !parameters["properties"].is_object() ||
+      !parameters["properties"].contains(key))
+    return nullptr;
+  json schema = parameters["properties"][key];
+  if (schema.is_object() && schema.contains("$ref") && schema["$ref"].is_string()) {
+    const std::string ref = schema["$ref"];
+    for (const char* container : {"$defs", "definitions"}) {
+      const std::string prefix = std::string("#/") + container + "/";
+      if (ref.rfind(prefix, 0) == 0 && parameters.contains(container) && parameters[container].is_object() &&
+          parameters[container].contains(ref.substr(prefix.size())))
+        schema = parameters[container][ref.substr(prefix.size())];
+    }
+  }
+  for (const char* container : {"$defs", "definitions"})  // deeper $refs resolve against the parameters' own
+    if (schema.is_object() && parameters.contains(container)) schema[container] = parameters[container];
+  return schema;
+}
+
+bool parameter_is_text(const json& schema) {
+  if (!schema.is_object()) return schema.is_null();
+  if (schema.contains("type")) return schema["type"] == "string";
+  auto strings = [](const json& values) {
+    return values.is_array() && !values.empty() &&
+           std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_string(); });
+  };
+  return (schema.contains("enum") && strings(schema["enum"])) ||
+         (schema.contains("const") && schema["const"].is_string());
+}
+
+std::string json_escaped(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (uint8_t(c) < 0x20) {
+          static const char* hex = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[uint8_t(c) >> 4];
+          out += hex[uint8_t(c) & 15];
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string parameter_value_json(const json& schema, std::string_view value) {
+  const std::string quoted = "\"" + json_escaped(value) + "\"";
+  if (parameter_is_text(schema)) return quoted;
+  const std::string text = trimmed(value);
+  if (schema.is_object() && schema.value("type", json()) == "boolean" &&
+      (lowered(text) == "true" || lowered(text) == "false"))
+    return lowered(text);
+  return json::accept(text) ? text : quoted;
+}
+
+std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, const std::string& prefix,
+                            std::string& rules) {
+  if (!parameters.is_object() || !parameters.contains("properties")) return "";
+  KILN_CHECK(parameters["properties"].is_object(), "'properties' must be an object");
+  std::vector<std::string> required;
+  if (parameters.contains("required") && parameters["required"].is_array())
+    for (const json& r : parameters["required"])
+      if (r.is_string()) required.push_back(r);
+  std::string out;
+  for (const auto& [key, unused] : parameters["properties"].items()) {
+    const json schema = parameter_schema(parameters, key);
+    std::string value;
+    if (parameter_is_text(schema)) {
+      value = text_value_gbnf(schema);
+    } else {
+      const JsonSchemaRules json_value = json_schema_rules(schema, prefix + name_part(key) + "-");
+      rules += json_value.rules;
+      value = json_value.top;
+    }
+    const std::string one = gbnf_literal(f.param_begin + key + f.param_name_end) + " " + value + " " +
+                            gbnf_literal(f.param_end);
+    const bool must = std::find(required.begin(), required.end(), key) != required.end();
+    out += (out.empty() ? "" : " ") + (must ? one : "( " + one + " )?");
+  }
+  return out;
+}
+
+const char* parameter_text_rules() { return kTextRules; }
+
+}  // namespace kiln::text
