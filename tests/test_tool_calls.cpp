@@ -237,6 +237,57 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
   }
 }
 
+// XML-style values: raw text that cannot close its tag early, or what the
+// string's schema says (pattern translated for raw text, format, length),
+// and JSON for other types; each accepted call reads back valid.
+TEST(ToolCalls, XmlParameterGrammarsFollowEachParametersSchema) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string",
+      "format": "date"}, "short": {"type": "string", "maxLength": 3}, "note": {"type": "string"},
+      "n": {"type": "integer", "minimum": 1, "maximum": 9}, "tags": {"type": "array", "items": {"type": "string"}}},
+      "required": ["code", "n"]}}}])");
+  const std::string gbnf = tool_call_gbnf(format_named("qwen3-coder"), tools, "", false);
+  auto call = [](const std::string& parameters) {
+    return "<tool_call>\n<function=f>\n" + parameters + "</function>\n</tool_call>";
+  };
+  auto parameter = [](const std::string& key, const std::string& value) {
+    return "<parameter=" + key + ">\n" + value + "\n</parameter>\n";
+  };
+  const std::string code = parameter("code", "AB-123"), n = parameter("n", "7");
+  const std::vector<std::string> valid = {
+      call(code + n),
+      call(code + parameter("day", "2024-02-28") + parameter("short", "a&b") + parameter("note", "x < y\n  <b>z\n") + n +
+           parameter("tags", "[\"a\", \"b\"]")),
+  };
+  const std::vector<std::string> invalid = {
+      call(n),                                                      // code is required
+      call(parameter("code", "ab-123") + n),                        // the pattern
+      call(code + parameter("day", "2024-02-30") + n),              // the format
+      call(code + parameter("short", "abcd") + n),                  // maxLength
+      call(code + parameter("note", "a</parameter>b") + n),         // a value cannot close its tag
+      call(code + parameter("n", "10")),                            // maximum
+      call(code + n + parameter("tags", "[1]")),                    // items
+      call(code + n + parameter("other", "x")),                     // not a parameter
+  };
+  for (const std::string& text : valid) {
+    EXPECT_TRUE(grammar_takes(gbnf, text)) << text;
+    const ToolAnswer read = read_tool_answer(format_named("qwen3-coder"), text, true, tools);
+    ASSERT_EQ(read.calls.size(), 1u) << text;
+    const json arguments = json::parse(read.calls[0].arguments);
+    EXPECT_EQ(arguments["code"], "AB-123");
+    EXPECT_EQ(arguments["n"], 7);
+  }
+  for (const std::string& text : invalid) EXPECT_FALSE(grammar_takes(gbnf, text)) << text;
+  const json angle = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"tag": {"type": "string", "pattern": "^<[a-z]+>$"}}}}}])");
+  try {
+    tool_call_gbnf(format_named("qwen3-coder"), angle, "", false);
+    FAIL() << "a pattern asking for '<' compiled for raw text";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ToolCalls, IdsAreWhatTheTemplateTakesBack) {
   const std::string openai = tool_call_id(format_named("hermes"), 7);
   EXPECT_EQ(openai.rfind("call_", 0), 0u);
