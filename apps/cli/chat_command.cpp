@@ -12,6 +12,7 @@
 #include "apps/recipes/recipe.h"
 #include "kiln/io/text_file.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/json_grammar.h"
 #include "kiln/text/tool_calls.h"
 
 namespace kiln::cli {
@@ -31,7 +32,7 @@ void catch_interrupts() {
 }
 
 struct ChatOptions {
-  std::string model, device = "cpu", system, tools_file, tool_choice = "auto";
+  std::string model, device = "cpu", system, tools_file, tool_choice = "auto", response_format;
   recipes::InferenceOptions loading;
   recipes::CompletionOptions completion;
 };
@@ -82,6 +83,21 @@ struct Tools {
   }
 };
 
+// --response-format and /format: "json" (any JSON object), a FILE holding a
+// JSON Schema or a whole response_format object as the chat API takes it,
+// or "none". The grammar every reply is then constrained by.
+std::shared_ptr<const text::Grammar> response_format(const std::string& word) {
+  if (word.empty() || word == "none") return nullptr;
+  if (word == "json") return text::response_format_grammar({{"type", "json_object"}});
+  json given = json::parse(read_text_file(word), nullptr, false);
+  KILN_CHECK(given.is_object(), word, " must hold a JSON Schema, or a response_format object ({\"type\": "
+             "\"json_schema\", \"json_schema\": {\"schema\": ...}})");
+  const bool whole = given.contains("type") && given["type"].is_string() &&
+                     (given["type"] == "json_schema" || given["type"] == "json_object");
+  return text::response_format_grammar(
+      whole ? given : json{{"type", "json_schema"}, {"json_schema", {{"name", "reply"}, {"schema", given}}}});
+}
+
 // One reply, streamed to stdout as it is made; Ctrl-C ends it where it is.
 std::string reply(recipes::InferenceModel& model, const std::string& prompt, const recipes::CompletionOptions& o) {
   std::string text;
@@ -108,6 +124,8 @@ int run_chat(const ChatOptions& o) {
   recipes::InferenceModel& model = *loaded.model;
   const json opening = o.system.empty() ? json::array() : json::array({{{"role", "system"}, {"content", o.system}}});
   json history = opening;
+  recipes::CompletionOptions options = o.completion;
+  options.grammar = response_format(o.response_format);
   Tools tools;
   if (!o.tools_file.empty()) tools.load(o.tools_file, o.tool_choice, model);
   json hello = history;  // fails now, not at the first reply, if there is no template or it refuses the system turn
@@ -116,11 +134,12 @@ int run_chat(const ChatOptions& o) {
   const bool terminal = isatty(STDIN_FILENO);
   if (terminal)
     std::printf("kiln chat: %s. /reset starts over; /tools FILE (or none) sets the tools it may call, /result TEXT "
-                "answers a call; Ctrl-C stops a reply; Ctrl-D or Ctrl-C here quits.\n", o.model.c_str());
+                "answers a call; /format json|FILE|none constrains replies; Ctrl-C stops a reply; Ctrl-D or Ctrl-C "
+                "here quits.\n", o.model.c_str());
   catch_interrupts();
   // The model's turn: a reply, and the calls in it, which then await /result.
   auto respond = [&] {
-    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(model, o.completion));
+    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(model, options));
     json message = {{"role", "assistant"}, {"content", text}};
     if (tools.format && tools.choice.mode != text::ToolChoice::Mode::kNone) {
       const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true, tools.list);
@@ -155,6 +174,9 @@ int run_chat(const ChatOptions& o) {
       } else if (line.rfind("/tools ", 0) == 0) {
         tools.load(line.substr(7), o.tool_choice, model);
         std::printf("(%zu tools)\n", tools.list.is_null() ? size_t(0) : tools.list.size());
+      } else if (line.rfind("/format ", 0) == 0) {
+        options.grammar = response_format(line.substr(8));
+        std::printf("(%s)\n", options.grammar ? "replies constrained" : "replies unconstrained");
       } else if (line.rfind("/result ", 0) == 0) {
         KILN_CHECK(!tools.pending.empty(), "no tool call awaits a result");
         const json call = tools.pending[0];
@@ -200,6 +222,9 @@ std::function<int()> add_chat_command(CLI::App& app) {
   cmd->add_option("--tools", o->tools_file, "a JSON file of tools the model may call, as the chat API takes them "
                                             "(also /tools FILE in the chat)");
   cmd->add_option("--tool-choice", o->tool_choice, "auto (default), required, none, or a function's name");
+  cmd->add_option("--response-format", o->response_format,
+                  "constrain replies: json (any JSON object), or a FILE holding a JSON Schema or a response_format "
+                  "object (also /format json|FILE|none in the chat)");
   return [=]() -> int { return *cmd ? run_chat(*o) : -1; };
 }
 

@@ -3,7 +3,8 @@
 # (Hermes tool calls). --tool-choice naming a function makes every reply a
 # call to it with arguments its parameters allow; /result answers the call
 # and the model goes on; a message while a call awaits its result, and a
-# tools file that is not a list of tools, are refused with a message.
+# tools file that is not a list of tools, are refused with a message;
+# --response-format constrains every reply to a schema.
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
 mkdir "$WORK/model"
@@ -26,6 +27,28 @@ assert len(calls) == 2, calls
 for c in calls:
     args = json.loads(c)
     assert set(args) == {"city", "unit"} and len(args["city"]) <= 8 and args["unit"] in ("celsius", "fahrenheit"), args
+PY
+# --response-format FILE (a JSON Schema): every reply is a document it
+# validates; /format json then /format none switch the constraint.
+cat >"$WORK/schema.json" <<'JSON'
+{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 1, "maximum": 5}},
+ "required": ["ok", "n"], "additionalProperties": false}
+JSON
+printf 'Hi\nAgain\n/format json\n/format none\n' >"$WORK/input.txt"
+run 0 "$KILN" chat "hf:$WORK/model" --response-format "$WORK/schema.json" --max-tokens 60 --temperature 1 --seed 3 \
+  <"$WORK/input.txt"
+expect "(replies constrained)"
+expect "(replies unconstrained)"
+python3 - "$OUT" <<'PY' || fail "a reply is not a document the schema validates"
+import json, sys
+text = open(sys.argv[1]).read().split("(replies constrained)")[0]
+decoder, at, replies = json.JSONDecoder(), 0, 0
+while text[at:].strip():
+    at += len(text[at:]) - len(text[at:].lstrip())
+    doc, at = decoder.raw_decode(text, at)
+    assert set(doc) == {"ok", "n"} and isinstance(doc["ok"], bool) and doc["n"] in range(1, 6), doc
+    replies += 1
+assert replies == 2, replies
 PY
 echo '{"not": "a list"}' >"$WORK/bad.json"
 printf '/tools %s\n' "$WORK/bad.json" | run 0 "$KILN" chat "hf:$WORK/model" --max-tokens 4
