@@ -60,8 +60,13 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3-coder"},
       {"StepFun3.5-Flash.jinja", "qwen3-coder"},
       {"ByteDance-Seed-OSS.jinja", "seed-oss"},
-      // Spelled otherwise (arg_key pairs, Python calls): not read yet.
-      {"GLM-4.6.jinja", ""},
+      {"GLM-4.6.jinja", "glm-4.6"},
+      {"GLM-4.7-Flash.jinja", "glm-4.7"},
+      {"MiniMax-M2.jinja", "minimax-m2"},
+      // Spelled otherwise (DSML, harmony channels, Python calls, an id before the name): not read yet.
+      {"deepseek-ai-DeepSeek-V3.2.jinja", ""},
+      {"openai-gpt-oss-120b.jinja", ""},
+      {"upstage-Solar-Open-100B.jinja", ""},
       {"LFM2.5-8B-A1B.jinja", ""},
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
@@ -78,7 +83,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
     if (const auto it = expected.find(name); it != expected.end())
       EXPECT_EQ(f ? f->name : "", it->second) << name;
   }
-  EXPECT_GE(found, 24) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 27) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -131,6 +136,15 @@ std::vector<Example> examples() {
       {"seed-oss", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n<parameter=days>2"
                    "</parameter>\n</function>\n</seed:tool_call>",
        "", {{"get_weather", R"({"city": "\nParis", "days": 2})"}}},
+      {"glm-4.6", "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>"
+                  "\n<arg_value>2</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>",
+       "Sure.\n", {{"get_weather", R"({"city": "Paris", "days": 2})"}, {"get_time", "{}"}}},
+      {"glm-4.7", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par<is</arg_value></tool_call>", "",
+       {{"get_weather", R"({"city": "Par<is"})"}}},
+      {"minimax-m2", "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+                     "<parameter name=\"extra\">{\"a\": null}</parameter>\n</invoke>\n<invoke name=\"get_time\">\n</invoke>\n"
+                     "</minimax:tool_call>",
+       "", {{"get_weather", R"({"city": "Paris", "extra": {"a": null}})"}, {"get_time", "{}"}}},
   };
 }
 
@@ -207,6 +221,13 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<seed:tool_call>\n<function=get_time>\n</function>\n</seed:tool_call>",
        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Llanfairpwllgwyngyll</parameter>\n</function>\n"
        "</seed:tool_call>"},
+      {"glm-4.7", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+       "<tool_call>get_time</tool_call>",
+       "<tool_call>get_weather<arg_key>unit</arg_key><arg_value>celsius</arg_value></tool_call>"},
+      {"minimax-m2", "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+                     "</invoke>\n", "<invoke name=\"get_time\">\n</invoke>\n",
+       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter "
+       "name=\"unit\">kelvin</parameter>\n</invoke>\n</minimax:tool_call>"},
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);

@@ -21,6 +21,12 @@ const std::vector<ToolCallFormat> kFormats = {
      "<parameter=", ">\n", "\n</parameter>\n"},
     {"seed-oss", "", "<seed:tool_call>\n<function=", "", ">\n", "", "</function>\n</seed:tool_call>", "\n", "", 0,
      "<parameter=", ">", "</parameter>\n"},
+    {"glm-4.6", "", "<tool_call>", "", "\n", "", "</tool_call>", "\n", "", 0, "<arg_key>", "</arg_key>\n<arg_value>",
+     "</arg_value>\n"},
+    {"glm-4.7", "", "<tool_call>", "", "", "", "</tool_call>", "", "", 0, "<arg_key>", "</arg_key><arg_value>",
+     "</arg_value>"},
+    {"minimax-m2", "<minimax:tool_call>\n", "<invoke name=\"", "", "\">\n", "", "</invoke>\n", "", "</minimax:tool_call>",
+     0, "<parameter name=\"", "\">", "</parameter>\n"},
     // Hermes 2/3, Qwen2.5, Qwen3, QwQ, Granite 4, MiMo...
     {"hermes", "", "<tool_call>\n", "arguments", "", "", "\n</tool_call>", "\n", "", 0},
     // Mistral Nemo (tokenizer v3): a JSON array after [TOOL_CALLS].
@@ -40,8 +46,8 @@ const std::vector<ToolCallFormat> kFormats = {
     {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0},
 };
 
-bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 0; }
 bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
+bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 0 && !has_parameters(f); }
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -222,7 +228,9 @@ std::string_view bare(std::string_view literal) {
 // is closed, and the closing brace once no parameter follows.
 Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const json& parameters) {
   call.arguments = "{";
+  // A key runs to its end literal's first word ("</arg_key>" of "</arg_key>\n<arg_value>").
   const std::string_view name_end = bare(f.param_name_end), close = bare(f.param_end);
+  const std::string_view key_end = name_end.substr(0, name_end.find_first_of(" \n"));
   const bool breaks_before_value = std::string_view(f.param_name_end).back() == '\n';
   const bool breaks_after_value = *f.param_end == '\n';
   for (bool first = true;; first = false) {
@@ -231,9 +239,9 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
     if (next == Scan::kPartial) return next;
     c.literal(f.param_begin);
     std::string_view key;
-    if (Scan s = c.until(name_end, &key); s != Scan::kDone) return s;
-    if (key.empty() || key.find_first_of("<\n") != std::string_view::npos) return Scan::kBad;
-    c.literal(name_end);
+    if (Scan s = c.until(key_end, &key); s != Scan::kDone) return s;
+    if (key.empty() || key.find_first_of("<\n\"") != std::string_view::npos) return Scan::kBad;
+    if (Scan s = c.literal(name_end); s != Scan::kDone) return s;
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": ";
     if (breaks_before_value)
       if (Scan s = c.optional('\n'); s != Scan::kDone) return s;

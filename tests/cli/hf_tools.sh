@@ -2,8 +2,9 @@
 # Tool calling through kiln serve and the official openai client, on the
 # Qwen2.5-style folder of cli.hf_qwen2_chat (tiny random weights: it knows
 # nothing, so only the constraint can make its calls valid), and on copies
-# of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's and Qwen3.5's
-# real templates (the last two: XML-style parameters):
+# of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's, Qwen3.5's,
+# GLM 4.6's and MiniMax M2's real templates (the last four: XML-style
+# parameters):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
 # - tool_choice required and a named function give calls to the tools whose
@@ -22,7 +23,7 @@ qwen2_chat_folder
 # The same model under other families' real templates.
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
-  "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B"; do
+  "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -31,7 +32,8 @@ done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" --model nemo="hf:$WORK/nemo" --model llama="hf:$WORK/llama" \
-  --model coder="hf:$WORK/coder" --model qwen35="hf:$WORK/qwen35" --port "$port" >"$WORK/serve.log" 2>&1 &
+  --model coder="hf:$WORK/coder" --model qwen35="hf:$WORK/qwen35" --model glm="hf:$WORK/glm" \
+  --model minimax="hf:$WORK/minimax" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 run 0 "$PY" - "$port" "$MODEL" "$WORK" <<'PY'
@@ -41,7 +43,7 @@ from transformers import AutoTokenizer
 
 port, qwen_dir, work = sys.argv[1], sys.argv[2], sys.argv[3]
 folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "coder": f"{work}/coder",
-           "qwen35": f"{work}/qwen35"}
+           "qwen35": f"{work}/qwen35", "glm": f"{work}/glm", "minimax": f"{work}/minimax"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -53,7 +55,7 @@ tools = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
                                                           "required": ["zone"], "additionalProperties": False}}}]
 schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-ids = {"qwen": "call_abc", "nemo": "abcDEF123", "llama": "call_abc", "coder": "call_abc", "qwen35": "call_abc"}
+ids = {model: "call_abc" for model in folders} | {"nemo": "abcDEF123"}
 
 def post(path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -161,8 +163,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 5 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 5 templates"
+expect "round trip: 7 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 7 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "parse: [0-9]+ answers parsed"
