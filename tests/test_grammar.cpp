@@ -98,7 +98,7 @@ TEST(Grammar, RefusalsNameTheRuleAndThePlace) {
 // allowed where the grammar can complete it, and nothing else.
 TEST(Grammar, TokenMasksFollowCharactersSplitAcrossTokens) {
   const auto g = grammar_of("root ::= \"\xc3\xa9\" [0-9]+");
-  const std::vector<std::string> vocab = {"\xc3", "\xa9", "\xc3\xa9", "1", "12", "a", "\xc3\xa9" "1", "", "\xe6"};
+  const TokenTrie vocab({"\xc3", "\xa9", "\xc3\xa9", "1", "12", "a", "\xc3\xa9" "1", "", "\xe6"});
   GrammarMatcher m(g);
   std::vector<uint8_t> allowed;
   m.allowed_tokens(vocab, allowed);
@@ -126,15 +126,18 @@ TEST(Grammar, PartialCharactersAgainstNegatedClasses) {
   EXPECT_TRUE(m.can_accept("a"));
 }
 
-// allowed_tokens numbers the states it passes through and steps each (state,
-// character) once: the same mask as testing each token alone, at every point
-// of a JSON text, over a vocabulary of every byte and multi-byte pieces.
+// allowed_tokens walks the vocabulary's trie, numbers the states it passes
+// through and steps each (state, character) once: the same mask as testing
+// each token alone, at every point of a JSON text, over a vocabulary of
+// every byte, multi-byte pieces, tokens that prefix others and duplicates.
 TEST(Grammar, TokenMasksEqualTestingEachTokenAlone) {
   std::vector<std::string> vocab;
   for (int b = 1; b < 256; ++b) vocab.push_back(std::string(1, char(b)));
   for (const char* t : {"{\"", "\": ", "\", \"", "true", "false", "null", "tr", "\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC",
-                        "\\u00", "1.5e", "-0", "00", "}}", "\"}", "  ", "\n  ", "a\"b", "\xF0\x9F", "\x98\x80"})
+                        "\\u00", "1.5e", "-0", "00", "}}", "\"}", "  ", "\n  ", "a\"b", "\xF0\x9F", "\x98\x80", "null",
+                        "", "\xC3", "\xE6\x97", "\xC0\xA2", "\xED\xA0\x80", "{\"a\xC3\xA9\": [1"})
     vocab.push_back(t);
+  const TokenTrie trie(vocab);
   const auto json = std::make_shared<const Grammar>(parse_gbnf(R"(root ::= object
 value ::= object | array | string | number | "true" | "false" | "null"
 object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
@@ -146,7 +149,7 @@ ws ::= [ \t\n]*)"));
   const std::string text = "{\"a\xC3\xA9\": [1.5e3, true, {\"b\": null}], \"c\": \"\\u00e9\xF0\x9F\x98\x80\"}";
   std::vector<uint8_t> masked;
   for (size_t i = 0; i <= text.size(); ++i) {
-    m.allowed_tokens(vocab, masked);
+    m.allowed_tokens(trie, masked);
     for (size_t t = 0; t < vocab.size(); ++t)
       ASSERT_EQ(masked[t] != 0, m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
     if (i < text.size()) ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;

@@ -26,15 +26,15 @@ std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
 class HfCompletion final : public TextCompletion {
  public:
   // `stop_ids`: the tokens that end it (end of sequence, and a chat's end of
-  // turn). `token_bytes`: each token's bytes, for a grammar (empty for
-  // special tokens and ids past the tokenizer, which a grammar never allows).
+  // turn). `vocab`: each token's bytes, for a grammar (none for special
+  // tokens and ids past the tokenizer, which a grammar never allows).
   // `masks`: the grammar's masks by state, shared by the completions of one grammar.
   // `kept`: special tokens whose text stays in the completion's (a tool-call format's).
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
-               std::vector<int32_t> stop_ids, const std::vector<std::string>* token_bytes,
+               std::vector<int32_t> stop_ids, const text::TokenTrie* vocab,
                std::shared_ptr<text::MaskCache> masks, std::vector<int32_t> kept)
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
-        stream_(lm.tokenizer), token_bytes_(token_bytes), masks_(std::move(masks)), kept_(std::move(kept)) {
+        stream_(lm.tokenizer), vocab_(vocab), masks_(std::move(masks)), kept_(std::move(kept)) {
     c_.prompt_tokens = prompt_tokens;
     if (o.grammar && o.grammar_trigger.empty()) matcher_.emplace(o.grammar);
   }
@@ -49,16 +49,15 @@ class HfCompletion final : public TextCompletion {
       // The grammar's mask, before temperature, top-k and top-p: a token
       // only where its bytes keep the text matching, an end only where the
       // text is a whole match.
-      allowed_ = *masks_->allowed(*matcher_, *token_bytes_);
-      allowed_.resize(row.size(), 0);
+      const std::shared_ptr<const std::vector<uint8_t>> mask = masks_->allowed(*matcher_, *vocab_);
       const bool can_end = matcher_->can_end();
-      for (int32_t id : stop_ids_)
-        if (size_t(id) < allowed_.size()) allowed_[size_t(id)] = can_end;
-      bool any = false;
-      for (size_t i = 0; i < row.size(); ++i) {
-        if (!allowed_[i]) row[i] = kNever;
-        any = any || (allowed_[i] && row[i] != kNever);
-      }
+      std::vector<float> stops;  // the ends' values, which the grammar's mask (of bytes) does not decide
+      for (int32_t id : stop_ids_) stops.push_back(size_t(id) < row.size() ? row[size_t(id)] : kNever);
+      for (size_t i = 0; i < row.size(); ++i)
+        if (i >= mask->size() || !(*mask)[i]) row[i] = kNever;
+      for (size_t k = 0; k < stop_ids_.size(); ++k)
+        if (size_t(stop_ids_[k]) < row.size()) row[size_t(stop_ids_[k])] = can_end ? stops[k] : kNever;
+      const bool any = std::any_of(row.begin(), row.end(), [&](float v) { return v != kNever; });
       if (!any) {  // nothing can follow (an end the model may not sample, or a vocabulary without the bytes)
         c_.finish_reason = can_end ? "stop" : "length";
         finished_ = true;
@@ -68,7 +67,7 @@ class HfCompletion final : public TextCompletion {
     }
     const int32_t token = models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_);
     if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
-    if (matcher_ && !ends(token)) matcher_->accept((*token_bytes_)[size_t(token)]);
+    if (matcher_ && !ends(token)) matcher_->accept(vocab_->bytes(size_t(token)));
     accept(token);
     if (!matcher_ && o_.grammar && !finished_) trigger_grammar();
   }
@@ -117,10 +116,9 @@ class HfCompletion final : public TextCompletion {
   models::KvCache cache_;
   Generator gen_;
   text::DecodeStream stream_;
-  const std::vector<std::string>* token_bytes_;
+  const text::TokenTrie* vocab_;
   std::shared_ptr<text::MaskCache> masks_;
   std::optional<text::GrammarMatcher> matcher_;
-  std::vector<uint8_t> allowed_;
   std::vector<int32_t> kept_;
   size_t trigger_search_from_ = 0;
   int64_t sampled_ = 0;
@@ -192,7 +190,7 @@ class HfLanguageModelInference final : public InferenceModel {
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
       started.push_back(std::make_unique<HfCompletion>(
-          lm_, o, int64_t(encoded.size()), std::move(stop_ids), o.grammar ? &token_bytes(o.keep_tool_tokens) : nullptr,
+          lm_, o, int64_t(encoded.size()), std::move(stop_ids), o.grammar ? &vocab(o.keep_tool_tokens) : nullptr,
           masks_for(o.grammar, o.keep_tool_tokens), o.keep_tool_tokens ? tool_tokens_ : std::vector<int32_t>{}));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
@@ -261,23 +259,25 @@ class HfLanguageModelInference final : public InferenceModel {
   }
 
  private:
-  // Every token's bytes, made when a grammar first needs them: special
-  // tokens get none, so a grammar never allows them, except (`tools`) the
-  // tool-call format's, whose text a chat with tools keeps.
-  const std::vector<std::string>& token_bytes(bool tools) {
-    if (token_bytes_.empty()) {
-      token_bytes_.resize(size_t(lm_.tokenizer.vocab_size()));
-      for (int32_t id = 0; id < int32_t(token_bytes_.size()); ++id)
-        if (!lm_.tokenizer.is_special(id)) token_bytes_[size_t(id)] = lm_.tokenizer.token_bytes(id);
-      tool_token_bytes_ = token_bytes_;
-      for (int32_t id : tool_tokens_) tool_token_bytes_[size_t(id)] = lm_.tokenizer.token_bytes(id);
+  // Every token's bytes as a trie, made when a grammar first needs it:
+  // special tokens get none, so a grammar never allows them, except
+  // (`tools`) the tool-call format's, whose text a chat with tools keeps.
+  const text::TokenTrie& vocab(bool tools) {
+    std::optional<text::TokenTrie>& made = tools ? tool_vocab_ : vocab_;
+    if (!made) {
+      std::vector<std::string> bytes(size_t(lm_.tokenizer.vocab_size()));
+      for (int32_t id = 0; id < int32_t(bytes.size()); ++id)
+        if (!lm_.tokenizer.is_special(id)) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
+      if (tools)
+        for (int32_t id : tool_tokens_) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
+      made.emplace(std::move(bytes));
     }
-    return tools ? tool_token_bytes_ : token_bytes_;
+    return *made;
   }
 
   // Masks are kept by grammar across requests: JSON mode's always, and
   // those of the last few other grammars (an application sends the same
-  // schema or tools again and again). A cache is of one token_bytes:
+  // schema or tools again and again). A cache is of one vocabulary trie:
   // requests with tools have their own.
   std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar, bool tools) {
     if (!grammar) return nullptr;
@@ -295,7 +295,7 @@ class HfLanguageModelInference final : public InferenceModel {
   static constexpr size_t kGrammarsKept = 4;
 
   models::HfCausalLm lm_;
-  std::vector<std::string> token_bytes_, tool_token_bytes_;
+  std::optional<text::TokenTrie> vocab_, tool_vocab_;
   const text::ToolCallFormat* tool_format_ = nullptr;
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   std::shared_ptr<text::MaskCache> json_masks_ = std::make_shared<text::MaskCache>();

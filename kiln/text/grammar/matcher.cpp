@@ -1,6 +1,7 @@
 #include "kiln/text/grammar/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 
 #include "kiln/core/error.h"
@@ -167,19 +168,29 @@ bool GrammarMatcher::first_char_possible(std::string_view bytes) const {
                      [&](const Stack& s) { return !s.empty() && top(s).matches(b); });
 }
 
-// Every token from one state: the states reached by whole characters are
-// numbered and each (state, character) step is computed once, so the
-// thousands of tokens that go through the same states (inside a string,
-// each letter leads back to where it started) cost a lookup a character.
-void GrammarMatcher::allowed_tokens(const std::vector<std::string>& token_bytes, std::vector<uint8_t>& allowed) const {
-  allowed.assign(token_bytes.size(), 0);
+// Every token from one state, walking the vocabulary's trie: the states
+// reached by whole characters are numbered and each (state, character)
+// step computed once (a table for ASCII), and a prefix the grammar refuses
+// skips every token that starts with it. Thousands of tokens pass through
+// the same few states (inside a string each letter leads back to where it
+// started), so a mask costs about a table lookup per distinct prefix.
+void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed) const {
+  allowed.assign(vocab.size(), 0);
   if (state_.remaining > 0) {  // inside a character begun by the last token: each token tested alone
-    for (size_t i = 0; i < token_bytes.size(); ++i) allowed[i] = can_accept(token_bytes[i]) ? 1 : 0;
+    for (size_t i = 0; i < vocab.size(); ++i) allowed[i] = can_accept(vocab.bytes(i)) ? 1 : 0;
     return;
   }
   std::vector<std::vector<Stack>> states;
   std::unordered_map<std::string, int> ids;
-  std::unordered_map<uint64_t, int> steps;
+  std::vector<std::array<int, 128>> ascii_steps;  // per state; kUnknown until computed, -1: refused
+  std::unordered_map<uint64_t, int> other_steps;
+  // The next state depends only on which stacks take the character: per
+  // state, by that set (as bits; states of more than 64 stacks step each
+  // character alone), so the thousands of CJK characters a string takes
+  // cost one advance.
+  std::vector<std::unordered_map<uint64_t, int>> steps_by_takers;
+  std::unordered_map<uint64_t, bool> partial_ok;  // (state, character begun): some completion is taken
+  constexpr int kUnknown = -2;
   auto intern = [&](std::vector<Stack>&& stacks) {
     std::string key;
     for (const Stack& st : stacks) {
@@ -187,36 +198,87 @@ void GrammarMatcher::allowed_tokens(const std::vector<std::string>& token_bytes,
       for (const Frame& f : st) key.append(reinterpret_cast<const char*>(&f), sizeof f);
     }
     auto [it, added] = ids.try_emplace(std::move(key), int(states.size()));
-    if (added) states.push_back(std::move(stacks));
+    if (added) {
+      states.push_back(std::move(stacks));
+      ascii_steps.emplace_back().fill(kUnknown);
+      steps_by_takers.emplace_back();
+    }
     return it->second;
   };
-  const int start = intern(std::vector<Stack>(state_.stacks));
-  for (size_t i = 0; i < token_bytes.size(); ++i) {
-    const std::string& bytes = token_bytes[i];
-    if (bytes.empty() || !first_char_possible(bytes)) continue;
-    int id = start;
-    uint32_t partial = 0;
-    int remaining = 0, length = 0;
-    const bool ok = decode_utf8(bytes, partial, remaining, length, [&](uint32_t cp) {
-      const uint64_t key = (uint64_t(uint32_t(id)) << 21) | cp;
-      auto it = steps.find(key);
-      if (it == steps.end()) {
-        State st;
-        st.stacks = states[size_t(id)];
-        const int next = advance(st, cp) ? intern(std::move(st.stacks)) : -1;
-        it = steps.emplace(key, next).first;
+  auto step = [&](int id, uint32_t cp) {
+    if (cp < 128 && ascii_steps[size_t(id)][cp] != kUnknown) return ascii_steps[size_t(id)][cp];
+    const uint64_t key = (uint64_t(uint32_t(id)) << 21) | cp;
+    if (cp >= 128)
+      if (auto it = other_steps.find(key); it != other_steps.end()) return it->second;
+    const std::vector<Stack>& stacks = states[size_t(id)];
+    int next = kUnknown;
+    uint64_t takers = 0;
+    const bool by_takers = stacks.size() <= 64;
+    if (by_takers) {
+      for (size_t k = 0; k < stacks.size(); ++k)
+        if (!stacks[k].empty() && top(stacks[k]).matches(cp)) takers |= uint64_t(1) << k;
+      if (takers == 0) next = -1;
+      else if (auto it = steps_by_takers[size_t(id)].find(takers); it != steps_by_takers[size_t(id)].end())
+        next = it->second;
+    }
+    if (next == kUnknown) {
+      State st;
+      st.stacks = stacks;
+      next = advance(st, cp) ? intern(std::move(st.stacks)) : -1;  // (intern may move the tables)
+      if (by_takers) steps_by_takers[size_t(id)].emplace(takers, next);
+    }
+    if (cp < 128) ascii_steps[size_t(id)][cp] = next;
+    else other_steps.emplace(key, next);
+    return next;
+  };
+  struct Level {
+    int state;
+    uint32_t partial;
+    int remaining, length;
+  };
+  auto completes = [&](const Level& l) {  // some completion of the character begun is taken
+    const uint64_t key = (uint64_t(uint32_t(l.state)) << 32) | (uint64_t(l.remaining) << 24) | l.partial;
+    auto it = partial_ok.find(key);
+    if (it == partial_ok.end()) {
+      std::vector<Stack> stacks = states[size_t(l.state)];
+      it = partial_ok.emplace(key, keep_partial(stacks, l.partial, l.remaining, l.length)).first;
+    }
+    return it->second;
+  };
+  std::vector<Level> at(vocab.max_depth() + 1);
+  at[0] = {intern(std::vector<Stack>(state_.stacks)), 0, 0, 0};
+  const auto& nodes = vocab.nodes();
+  for (size_t i = 0; i < nodes.size();) {
+    const TokenTrie::Node& n = nodes[i];
+    Level l = at[n.depth - 1];
+    const uint8_t b = n.byte;
+    bool ok;
+    if (l.remaining > 0) {  // a continuation byte
+      ok = (b & 0xC0) == 0x80;
+      if (ok) {
+        l.partial = (l.partial << 6) | (b & 0x3F);
+        if (--l.remaining == 0)
+          ok = valid_code_point(l.partial, l.length) && (l.state = step(l.state, l.partial)) >= 0;
+        else
+          ok = completes(l);
       }
-      id = it->second;
-      return id >= 0;
-    });
-    if (!ok) continue;
-    if (remaining == 0) {
-      allowed[i] = 1;
+    } else if (b < 0x80) {
+      ok = (l.state = step(l.state, b)) >= 0;
+    } else {  // a character's first byte
+      l.length = b >= 0xF8 ? 0 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+      l.partial = b & (0x7F >> l.length);
+      l.remaining = l.length - 1;
+      ok = l.length > 0 && completes(l);
+    }
+    if (!ok) {
+      i = n.subtree_end;
       continue;
     }
-    std::vector<Stack> stacks = states[size_t(id)];
-    allowed[i] = keep_partial(stacks, partial, remaining, length) ? 1 : 0;
+    at[n.depth] = l;
+    if (n.token >= 0) allowed[size_t(n.token)] = 1;  // a character begun here can be completed (checked above)
+    ++i;
   }
+  for (const auto& [node, token] : vocab.duplicates()) allowed[size_t(token)] = allowed[size_t(nodes[node].token)];
 }
 
 std::string GrammarMatcher::state_key() const {
@@ -232,15 +294,14 @@ std::string GrammarMatcher::state_key() const {
   return key;
 }
 
-std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m,
-                                                                const std::vector<std::string>& token_bytes) {
+std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m, const TokenTrie& vocab) {
   const std::string key = m.state_key();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = masks_.find(key); it != masks_.end()) return it->second;
   }
   auto mask = std::make_shared<std::vector<uint8_t>>();
-  m.allowed_tokens(token_bytes, *mask);
+  m.allowed_tokens(vocab, *mask);
   std::lock_guard<std::mutex> lock(mutex_);
   if (masks_.size() < max_entries_) masks_.emplace(key, mask);
   return mask;

@@ -10,9 +10,9 @@
 // the character begun, and a token ending with one is allowed where some
 // completion of it could be taken.
 //
-// allowed_tokens() tests each token of a vocabulary from the current state
-// (after a first-character check that rejects most of them at once): the
-// mask a sampler applies before temperature, top-k and top-p.
+// allowed_tokens() gives the tokens of a vocabulary (token_trie.h) the
+// current state takes: the mask a sampler applies before temperature,
+// top-k and top-p.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/grammar/token_trie.h"
 
 namespace kiln::text {
 
@@ -37,8 +38,8 @@ class GrammarMatcher {
   bool can_accept(std::string_view bytes) const;
   // The text so far is a whole match (an end-of-text token may come now).
   bool can_end() const;
-  // allowed[i] = can_accept(token_bytes[i]); empty strings are never allowed.
-  void allowed_tokens(const std::vector<std::string>& token_bytes, std::vector<uint8_t>& allowed) const;
+  // allowed[i] = can_accept(vocab.bytes(i)); empty strings are never allowed.
+  void allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed) const;
   // The state as bytes: two matchers of one grammar with the same key allow
   // the same tokens (what MaskCache keys on).
   std::string state_key() const;
@@ -75,14 +76,14 @@ class GrammarMatcher {
 
 // Masks by matcher state, for one grammar and one vocabulary: generation
 // under a grammar comes back to the same states again and again (inside a
-// string, after a comma), and a mask over a 128K vocabulary takes a quarter
-// of a second to compute. Thread-safe; holds at most `max_entries` masks.
+// string, after a comma), and a mask over a 150K vocabulary takes about as
+// long as a small model's decoding step. Thread-safe; holds at most
+// `max_entries` masks.
 class MaskCache {
  public:
   explicit MaskCache(size_t max_entries = 512) : max_entries_(max_entries) {}
   // The mask for `m`'s state, computed and kept on the first visit.
-  std::shared_ptr<const std::vector<uint8_t>> allowed(const GrammarMatcher& m,
-                                                      const std::vector<std::string>& token_bytes);
+  std::shared_ptr<const std::vector<uint8_t>> allowed(const GrammarMatcher& m, const TokenTrie& vocab);
 
  private:
   size_t max_entries_;
