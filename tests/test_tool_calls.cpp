@@ -80,8 +80,9 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
     chat.now_unix_seconds = 1783168200;
     const ToolCallFormat* f = detect_tool_call_format(chat);
     found += f != nullptr;
-    if (const auto it = expected.find(name); it != expected.end())
+    if (const auto it = expected.find(name); it != expected.end()) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
+    }
   }
   EXPECT_GE(found, 27) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
@@ -136,6 +137,15 @@ std::vector<Example> examples() {
       {"seed-oss", "<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n<parameter=days>2"
                    "</parameter>\n</function>\n</seed:tool_call>",
        "", {{"get_weather", R"({"city": "\nParis", "days": 2})"}}},
+      // Llama 3.1's <|python_tag|>: a JSON call, a built-in tool's NAME.call(...), or code_interpreter's code.
+      {"llama3-json", "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+       {{"get_weather", R"({"city": "Paris"})"}}},
+      {"llama3-json", "Searching.<|python_tag|>brave_search.call(query=\"weather \\ Paris\", n=3)", "Searching.",
+       {{"brave_search", R"({"query": "weather \\ Paris", "n": 3})"}}},
+      {"llama3-json", "<|python_tag|>import math\nprint(math.pi)", "",
+       {{"code_interpreter", R"j({"code": "import math\nprint(math.pi)"})j"}}},
+      {"llama3-json", "<|python_tag|>unknown.call(x=\"1\")", "",  // not an offered tool's call: code
+       {{"code_interpreter", R"j({"code": "unknown.call(x=\"1\")"})j"}}},
       {"glm-4.6", "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>"
                   "\n<arg_value>2</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>",
        "Sure.\n", {{"get_weather", R"({"city": "Paris", "days": 2})"}, {"get_time", "{}"}}},
@@ -151,7 +161,9 @@ std::vector<Example> examples() {
 // The types XML-style values are read by.
 const json kExampleTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-    "metric": {"type": "boolean"}, "note": {"type": "string"}, "extra": {"type": "object"}}}}}])");
+    "metric": {"type": "boolean"}, "note": {"type": "string"}, "extra": {"type": "object"}}}}},
+    {"type": "function", "function": {"name": "brave_search"}},
+    {"type": "function", "function": {"name": "code_interpreter"}}])");
 
 TEST(ToolCalls, AnswersReadTheSameWholeAndACharacterAtATime) {
   for (const Example& e : examples()) {
@@ -307,6 +319,29 @@ TEST(ToolCalls, XmlParameterGrammarsFollowEachParametersSchema) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
   }
+}
+
+// Llama 3.1's built-in tools: named to the template (builtin_tools), and
+// forced calls spelled NAME.call(KEY="VALUE") after <|python_tag|>.
+TEST(ToolCalls, LlamaBuiltInToolsAreCalledAfterThePythonTag) {
+  const ToolCallFormat& llama = format_named("llama3-json");
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "brave_search", "parameters": {
+      "type": "object", "properties": {"query": {"type": "string", "maxLength": 20}}, "required": ["query"]}}},
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  EXPECT_EQ(builtin_tools(llama, tools), json::parse(R"(["brave_search"])"));
+  EXPECT_EQ(builtin_tools(format_named("hermes"), tools), json::array()) << "other formats name none";
+  const std::string gbnf = tool_call_gbnf(llama, tools, "", false);
+  EXPECT_TRUE(grammar_takes(gbnf, "<|python_tag|>brave_search.call(query=\"Paris weather\")"));
+  EXPECT_TRUE(grammar_takes(gbnf, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"));
+  EXPECT_FALSE(grammar_takes(gbnf, "<|python_tag|>brave_search.call(query=\"a query longer than twenty\")"));
+  EXPECT_FALSE(grammar_takes(gbnf, "<|python_tag|>get_weather.call(city=\"Paris\")")) << "not a built-in tool";
+  const ToolAnswer read = read_tool_answer(llama, "<|python_tag|>brave_search.call(query=\"Paris weather\")", true, tools);
+  ASSERT_EQ(read.calls.size(), 1u);
+  EXPECT_EQ(json::parse(read.calls[0].arguments), json::parse(R"({"query": "Paris weather"})"));
+  const json typed = json::parse(R"([{"type": "function", "function": {"name": "wolfram_alpha", "parameters": {
+      "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}])");
+  EXPECT_THROW(tool_call_gbnf(llama, typed, "", false), Error) << "NAME.call(...) holds strings only";
 }
 
 TEST(ToolCalls, IdsAreWhatTheTemplateTakesBack) {

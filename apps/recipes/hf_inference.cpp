@@ -162,7 +162,10 @@ class HfLanguageModelInference final : public InferenceModel {
   const text::ToolCallFormat* tool_call_format() const override { return tool_format_; }
   std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) override {
     if (!chat_) KILN_FAIL(chat_error_);
-    return chat_->render_json(messages, tools, true);
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    if (tool_format_)  // Llama 3.1's built-in tools are named to its template, as llama-server names them
+      if (auto builtin = text::builtin_tools(*tool_format_, tools); !builtin.empty()) extra["builtin_tools"] = builtin;
+    return chat_->render_json(messages, tools, true, extra);
   }
   std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
     if (!chat_) KILN_FAIL(chat_error_);

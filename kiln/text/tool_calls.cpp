@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
@@ -43,7 +44,7 @@ const std::vector<ToolCallFormat> kFormats = {
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
-    {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0},
+    {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "<|python_tag|>"},
 };
 
 bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
@@ -273,6 +274,103 @@ json function_parameters(const json& tools, const std::string& name) {
   return nullptr;
 }
 
+// The tools Llama 3.1's templates name built-in: called as
+// NAME.call(KEY="VALUE", ...) after <|python_tag|>, or (code_interpreter)
+// with Python code after it.
+const char* const kBuiltinTools[] = {"brave_search", "wolfram_alpha", "code_interpreter"};
+
+bool offers(const json& tools, std::string_view name) {
+  return tools.is_array() && std::any_of(tools.begin(), tools.end(), [&](const json& t) {
+           return t.is_object() && t.contains("function") && t["function"].is_object() &&
+                  t["function"].value("name", json()) == name;
+         });
+}
+
+// After builtin_begin: NAME.call(KEY="VALUE", ...) to an offered tool,
+// added once whole, or code_interpreter's code, added at once and growing.
+Scan read_builtin_call(Cursor& c, std::vector<ToolCall>& calls, std::string_view text, const json& tools, bool whole) {
+  const size_t start = c.pos();
+  size_t p = start;
+  auto identifier = [&] {
+    const size_t from = p;
+    while (p < text.size() && (std::isalnum(uint8_t(text[p])) || text[p] == '_')) ++p;
+    return std::string(text.substr(from, p - from));
+  };
+  const std::string name = identifier();
+  const std::string_view open = ".call(", rest = text.substr(p);
+  if (p == text.size() || (rest.size() < open.size() && open.substr(0, rest.size()) == rest)) return Scan::kPartial;
+  if (!name.empty() && rest.substr(0, open.size()) == open && offers(tools, name)) {
+    p += open.size();
+    std::string arguments = "{";
+    for (bool first = true;; first = false) {
+      while (p < text.size() && text[p] == ' ') ++p;
+      if (p == text.size()) return Scan::kPartial;
+      if (text[p] == ')') break;
+      if (!first) {
+        if (text[p++] != ',') return Scan::kBad;
+        while (p < text.size() && text[p] == ' ') ++p;
+      }
+      const std::string key = identifier();
+      if (p == text.size()) return Scan::kPartial;
+      if (key.empty() || text[p++] != '=') return Scan::kBad;
+      if (p == text.size()) return Scan::kPartial;
+      std::string value;
+      if (text[p] == '"') {  // the templates write values between quotes, unescaped
+        const size_t end = text.find('"', p + 1);
+        if (end == std::string_view::npos) return Scan::kPartial;
+        value = "\"" + json_escaped(text.substr(p + 1, end - p - 1)) + "\"";
+        p = end + 1;
+      } else {
+        const size_t end = text.find_first_of(",)", p);
+        if (end == std::string_view::npos) return Scan::kPartial;
+        const std::string bare(text.substr(p, end - p));
+        value = json::accept(bare) ? bare : "\"" + json_escaped(bare) + "\"";
+        p = end;
+      }
+      arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": " + value;
+    }
+    calls.push_back({name, arguments + "}"});
+    return Scan::kDone;
+  }
+  if (!offers(tools, "code_interpreter")) return Scan::kBad;
+  calls.push_back({"code_interpreter", "{\"code\": \"" + json_escaped(text.substr(start)) + (whole ? "\"}" : "")});
+  return whole ? Scan::kDone : Scan::kPartial;
+}
+
+bool is_builtin(const ToolCallFormat& f, const std::string& name) {
+  return *f.builtin_begin && std::any_of(std::begin(kBuiltinTools), std::end(kBuiltinTools),
+                                         [&](const char* b) { return name == b; });
+}
+
+// A built-in tool's call: code_interpreter's code, or NAME.call(KEY="VALUE",
+// ...) with the required parameters in order (strings: the templates write
+// them between quotes, unescaped).
+std::string builtin_call_gbnf(const ToolCallFormat& f, const std::string& name, const json& parameters) {
+  if (name == "code_interpreter") return gbnf_literal(f.builtin_begin) + " [^\\x00]+";
+  std::string out = gbnf_literal(f.builtin_begin + name + ".call(");
+  bool first = true;
+  if (parameters.is_object() && parameters.contains("required") && parameters["required"].is_array())
+    for (const json& key : parameters["required"]) {
+      const json schema = key.is_string() ? parameter_schema(parameters, key.get<std::string>()) : json();
+      KILN_CHECK(schema.is_object() && schema.value("type", json()) == "string" && !schema.contains("pattern") &&
+                     !schema.contains("format") && !schema.contains("enum"),
+                 "built-in tool ", name, ": its parameters must be plain strings (Llama's NAME.call(KEY=\"VALUE\") "
+                 "holds no other)");
+      auto length = [&](const char* k) {
+        if (!schema.contains(k)) return std::string();
+        KILN_CHECK(schema[k].is_number_unsigned() && schema[k].get<uint64_t>() <= 1000, "built-in tool ", name, ": '",
+                   k, "' must be an integer in [0, 1000]");
+        return std::to_string(schema[k].get<uint64_t>());
+      };
+      const std::string min = length("minLength");
+      const std::string bound = "{" + (min.empty() ? "0" : min) + "," + length("maxLength") + "}";
+      out += " " + gbnf_literal((first ? "" : ", ") + key.get<std::string>() + "=\"") + " [^\"\\x00-\\x1f]" + bound +
+             " \"\\\"\"";
+      first = false;
+    }
+  return out + " \")\"";
+}
+
 // Reads one call into `calls` (added once its name is whole).
 Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls, std::string_view text,
                const json& tools) {
@@ -345,7 +443,7 @@ std::string ToolCallFormat::trigger() const {
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
   for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
-                        param_begin, param_name_end, param_end})
+                        param_begin, param_name_end, param_end, builtin_begin})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -395,6 +493,11 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     const std::string prefix = "tool" + std::to_string(i) + "-";
     std::string body;  // the call after call_begin
     try {
+      if (is_builtin(f, name)) {
+        rules += prefix + "call ::= " + builtin_call_gbnf(f, name, parameters) + "\n";
+        calls += (calls.empty() ? "" : " | ") + prefix + "call";
+        continue;
+      }
       if (has_parameters(f)) {
         body = gbnf_literal(name + f.name_args_separator) + " " + parameters_gbnf(f, parameters, prefix, rules);
       } else {
@@ -457,14 +560,34 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
 ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
   ToolAnswer answer;
   const std::string trigger = f.trigger();
-  const size_t start = text.find(trigger);
-  if (start == std::string_view::npos) {
-    answer.content = std::string(text.substr(0, text.size() - (whole ? 0 : held_back(text, trigger))));
+  size_t start = text.find(trigger);
+  const size_t tag = *f.builtin_begin ? text.find(f.builtin_begin) : std::string_view::npos;
+  if (start == std::string_view::npos && tag == std::string_view::npos) {
+    size_t hold = whole ? 0 : held_back(text, trigger);
+    if (!whole && *f.builtin_begin) hold = std::max(hold, held_back(text, f.builtin_begin));
+    answer.content = std::string(text.substr(0, text.size() - hold));
     return answer;
   }
-  answer.content = std::string(text.substr(0, start));
+  Scan s = Scan::kDone;
+  if (tag < start) {  // Llama's <|python_tag|>: a JSON call, a built-in tool's call, or code
+    answer.content = std::string(text.substr(0, tag));
+    Cursor c(text, tag + std::strlen(f.builtin_begin));
+    c.skip_space();
+    if (c.at_end()) {
+      if (whole) answer.content = std::string(text);
+      return answer;
+    }
+    if (c.peek() != '{') {
+      s = read_builtin_call(c, answer.calls, text, tools, whole);
+      if (answer.calls.empty() && (s == Scan::kBad || whole)) answer.content = std::string(text);
+      return answer;
+    }
+    start = c.pos();
+  } else {
+    answer.content = std::string(text.substr(0, start));
+  }
   Cursor c(text, start);
-  Scan s = c.literal(f.section_begin);
+  s = c.literal(f.section_begin);
   for (bool first = true; s == Scan::kDone; first = false) {
     if (!first) {
       const Scan next = c.peek_literal(std::string(f.between) + f.call_begin);
@@ -480,6 +603,14 @@ ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool
   // A section that is not the format's before its first call's name: the text is content.
   if (answer.calls.empty() && (s == Scan::kBad || whole)) answer.content = std::string(text);
   return answer;
+}
+
+json builtin_tools(const ToolCallFormat& f, const json& tools) {
+  json names = json::array();
+  if (*f.builtin_begin)
+    for (const char* name : kBuiltinTools)
+      if (offers(tools, name)) names.push_back(name);
+  return names;
 }
 
 std::string tool_call_id(const ToolCallFormat& f, uint64_t seed) {

@@ -43,6 +43,10 @@ struct ToolCallFormat {
   const char* param_begin = "";
   const char* param_name_end = "";
   const char* param_end = "";
+  // Llama 3.1+: a call may also open with this ("<|python_tag|>"), then be
+  // a JSON call, a built-in tool's NAME.call(KEY="VALUE", ...) (brave_search,
+  // wolfram_alpha) or code_interpreter's Python code.
+  const char* builtin_begin = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -110,6 +114,11 @@ struct ToolAnswer {
 // breaks off a later call, is dropped.
 ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text, bool whole,
                             const nlohmann::ordered_json& tools);
+
+// The offered tools the format's template takes as built-in (its
+// `builtin_tools` variable: Llama 3.1's brave_search, wolfram_alpha and
+// code_interpreter), as llama-server passes them; empty for other formats.
+nlohmann::ordered_json builtin_tools(const ToolCallFormat& format, const nlohmann::ordered_json& tools);
 
 // A call's id, as the template will accept it back: `seed` picks it.
 std::string tool_call_id(const ToolCallFormat& format, uint64_t seed);

@@ -138,6 +138,29 @@ for seed in range(6):
     assert (c.finish_reason == "tool_calls") == bool(c.message.tool_calls) or c.finish_reason == "length", c
 print("auto: answers or valid calls")
 
+# Llama 3.1's built-in tools: named to the template as builtin_tools (as llama-server names them), so
+# a round trip renders <|python_tag|>brave_search.call(...) as transformers does given the same; a
+# forced call to one is spelled so and read back.
+search = {"type": "function", "function": {"name": "brave_search", "description": "Search the web.",
+          "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 24}},
+                         "required": ["query"]}}}
+messages = round_trip("llama", "call_abc", json.dumps({"query": "Paris weather"}))
+messages[1]["tool_calls"][0]["function"]["name"] = "brave_search"
+theirs = copy.deepcopy(messages)
+theirs[1]["tool_calls"][0]["function"]["arguments"] = {"query": "Paris weather"}
+want = AutoTokenizer.from_pretrained(folders["llama"]).apply_chat_template(
+    theirs, tools=tools + [search], builtin_tools=["brave_search"], tokenize=False, add_generation_prompt=True)
+got = post("/apply-template", {"model": "llama", "messages": messages, "tools": tools + [search]})["prompt"]
+assert got == want, (got, want)
+assert '<|python_tag|>brave_search.call(query="Paris weather")<|eom_id|>' in got, got
+for seed in range(3):
+    c = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Search."}],
+                                       tools=tools + [search], seed=seed, max_tokens=64, temperature=1.0,
+                                       tool_choice={"type": "function", "function": {"name": "brave_search"}}).choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.tool_calls[0].function.name == "brave_search", c
+    jsonschema.validate(json.loads(c.message.tool_calls[0].function.arguments), search["function"]["parameters"])
+print("built-in tools: <|python_tag|> calls render as transformers does and read back")
+
 # 5. Structured output through the client's own parse(), with a Pydantic model.
 class Forecast(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
@@ -167,6 +190,7 @@ expect "round trip: 7 templates render as transformers does"
 expect "forced calls: [0-9]+ calls over 7 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
+expect "built-in tools: <|python_tag|> calls render"
 expect "parse: [0-9]+ answers parsed"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
