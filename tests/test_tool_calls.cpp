@@ -63,8 +63,10 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"GLM-4.6.jinja", "glm-4.6"},
       {"GLM-4.7-Flash.jinja", "glm-4.7"},
       {"MiniMax-M2.jinja", "minimax-m2"},
-      // Spelled otherwise (DSML, harmony channels, Python calls, an id before the name): not read yet.
-      {"deepseek-ai-DeepSeek-V3.2.jinja", ""},
+      {"deepseek-ai-DeepSeek-V3.2.jinja", "deepseek-v3.2"},
+      {"deepseek-ai-DeepSeek-V4.jinja", "deepseek-v4"},
+      {"deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "deepseek-v4"},
+      // Spelled otherwise (harmony channels, Python calls, an id before the name): not read yet.
       {"openai-gpt-oss-120b.jinja", ""},
       {"upstage-Solar-Open-100B.jinja", ""},
       {"LFM2.5-8B-A1B.jinja", ""},
@@ -84,7 +86,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 27) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 30) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -151,6 +153,12 @@ std::vector<Example> examples() {
        "Sure.\n", {{"get_weather", R"({"city": "Paris", "days": 2})"}, {"get_time", "{}"}}},
       {"glm-4.7", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par<is</arg_value></tool_call>", "",
        {{"get_weather", R"({"city": "Par<is"})"}}},
+      // DSML: each parameter marked text (string="true") or JSON, whatever the schema says.
+      {"deepseek-v4", "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+                      "string=\"true\">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name=\"days\" string=\"false\">2"
+                      "</｜DSML｜parameter>\n<｜DSML｜parameter name=\"note\" string=\"false\">[1]</｜DSML｜parameter>\n"
+                      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+       "", {{"get_weather", R"({"city": "Paris", "days": 2, "note": [1]})"}}},
       {"minimax-m2", "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
                      "<parameter name=\"extra\">{\"a\": null}</parameter>\n</invoke>\n<invoke name=\"get_time\">\n</invoke>\n"
                      "</minimax:tool_call>",
@@ -236,6 +244,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
       {"glm-4.7", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
        "<tool_call>get_time</tool_call>",
        "<tool_call>get_weather<arg_key>unit</arg_key><arg_value>celsius</arg_value></tool_call>"},
+      {"deepseek-v3.2", "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+                        "string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n",
+       "<｜DSML｜invoke name=\"get_time\">\n</｜DSML｜invoke>\n",
+       "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+       "string=\"false\">\"Paris\"</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>"},
       {"minimax-m2", "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
                      "</invoke>\n", "<invoke name=\"get_time\">\n</invoke>\n",
        "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter "

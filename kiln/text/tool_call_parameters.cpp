@@ -151,15 +151,16 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
   for (const auto& [key, unused] : parameters["properties"].items()) {
     const json schema = parameter_schema(parameters, key);
     std::string value;
-    if (parameter_is_text(schema)) {
+    const bool text = parameter_is_text(schema);
+    if (text) {
       value = text_value_gbnf(schema);
     } else {
       const JsonSchemaRules json_value = json_schema_rules(schema, prefix + name_part(key) + "-");
       rules += json_value.rules;
       value = json_value.top;
     }
-    const std::string one = gbnf_literal(f.param_begin + key + f.param_name_end) + " " + value + " " +
-                            gbnf_literal(f.param_end);
+    const char* name_end = !text && *f.param_name_end_json ? f.param_name_end_json : f.param_name_end;
+    const std::string one = gbnf_literal(f.param_begin + key + name_end) + " " + value + " " + gbnf_literal(f.param_end);
     const bool must = std::find(required.begin(), required.end(), key) != required.end();
     out += (out.empty() ? "" : " ") + (must ? one : "( " + one + " )?");
   }

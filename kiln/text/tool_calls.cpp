@@ -26,6 +26,13 @@ const std::vector<ToolCallFormat> kFormats = {
      "</arg_value>\n"},
     {"glm-4.7", "", "<tool_call>", "", "", "", "</tool_call>", "", "", 0, "<arg_key>", "</arg_key><arg_value>",
      "</arg_value>"},
+    // DeepSeek V3.2 and V4 (DSML): each parameter says whether its value is text or JSON.
+    {"deepseek-v3.2", "<｜DSML｜function_calls>\n", "<｜DSML｜invoke name=\"", "", "\">\n", "", "</｜DSML｜invoke>\n", "",
+     "</｜DSML｜function_calls>", 0, "<｜DSML｜parameter name=\"", "\" string=\"true\">", "</｜DSML｜parameter>\n",
+     "\" string=\"false\">"},
+    {"deepseek-v4", "<｜DSML｜tool_calls>\n", "<｜DSML｜invoke name=\"", "", "\">\n", "", "</｜DSML｜invoke>\n", "",
+     "</｜DSML｜tool_calls>", 0, "<｜DSML｜parameter name=\"", "\" string=\"true\">", "</｜DSML｜parameter>\n",
+     "\" string=\"false\">"},
     {"minimax-m2", "<minimax:tool_call>\n", "<invoke name=\"", "", "\">\n", "", "</invoke>\n", "", "</minimax:tool_call>",
      0, "<parameter name=\"", "\">", "</parameter>\n"},
     // Hermes 2/3, Qwen2.5, Qwen3, QwQ, Granite 4, MiMo...
@@ -44,7 +51,7 @@ const std::vector<ToolCallFormat> kFormats = {
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
-    {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "<|python_tag|>"},
+    {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
 };
 
 bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
@@ -242,11 +249,19 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
     std::string_view key;
     if (Scan s = c.until(key_end, &key); s != Scan::kDone) return s;
     if (key.empty() || key.find_first_of("<\n\"") != std::string_view::npos) return Scan::kBad;
-    if (Scan s = c.literal(name_end); s != Scan::kDone) return s;
+    // Text or JSON: as the format marks it, else by the parameter's schema.
+    json schema = parameter_schema(parameters, std::string(key));
+    if (*f.param_name_end_json && c.peek_literal(name_end) != Scan::kDone) {
+      if (Scan s = c.literal(f.param_name_end_json); s != Scan::kDone) return s;
+      schema = true;  // any JSON
+    } else if (Scan s = c.literal(name_end); s != Scan::kDone) {
+      return s;
+    } else if (*f.param_name_end_json) {
+      schema = json{{"type", "string"}};
+    }
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": ";
     if (breaks_before_value)
       if (Scan s = c.optional('\n'); s != Scan::kDone) return s;
-    const json schema = parameter_schema(parameters, std::string(key));
     std::string_view value;
     const Scan s = c.until(close, &value);
     if (s == Scan::kDone && breaks_after_value && !value.empty() && value.back() == '\n') value.remove_suffix(1);

@@ -43,6 +43,9 @@ struct ToolCallFormat {
   const char* param_begin = "";
   const char* param_name_end = "";
   const char* param_end = "";
+  // DeepSeek V3.2/V4 mark each parameter's kind: param_name_end ends a text
+  // parameter's name, this one a JSON parameter's (string="false").
+  const char* param_name_end_json = "";
   // Llama 3.1+: a call may also open with this ("<|python_tag|>"), then be
   // a JSON call, a built-in tool's NAME.call(KEY="VALUE", ...) (brave_search,
   // wolfram_alpha) or code_interpreter's Python code.
