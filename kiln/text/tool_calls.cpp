@@ -15,7 +15,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end]
+// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin]
 const std::vector<ToolCallFormat> kFormats = {
     // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
     {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
