@@ -109,6 +109,10 @@ TEST(Jinja, PythonSemanticsTemplatesRelyOn) {
             "['a', 'b']['a', 'b']xTrue");
   EXPECT_EQ(render("{{ d.items()|list }} {{ d.get('z', 3) }} {{ d['a'] }} {{ d.a }}", {{"d", {{"a", 1}, {"b", 2}}}}),
             "[('a', 1), ('b', 2)] 3 1 1");
+  // Undefined hashes: a dict looked up by it has no such element (Hermes 3's map[spec.type] of an untyped schema),
+  // and it is iterable (empty).
+  EXPECT_EQ(render("{{ {'a': 1}[x] is defined }}|{% for t in x %}{{ t }}{% endfor %}|{{ x is iterable }}"),
+            "False||True");
   // jinja2's generators: always true, no len(), and tojson refuses them.
   EXPECT_EQ(render("{{ 'yes' if [1]|select('equalto', 5) else 'no' }}"), "yes");
   EXPECT_NE(error_of("{{ [1]|map('string')|length }}").find("has no len()"), std::string::npos);

@@ -418,6 +418,8 @@ Value get_item(const Value& v, const Value& index) {
       Value method = get_attribute(v, index.as_string());  // d['items'] is the method when no key says otherwise
       return method.is_callable() ? method : Value::undefined("'dict object' has no attribute " + to_repr(index));
     }
+    // Jinja's Undefined hashes (to no key any dict holds): map[spec.type] of a schema without a type.
+    if (index.is_undefined()) return Value::undefined("'dict object' has no element Undefined");
     if (const Value* found = v.object_ref().find(object_key(index))) return *found;
     return Value::undefined("'dict object' has no element " + to_repr(index));
   }
