@@ -279,27 +279,27 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
   return Scan::kDone;
 }
 
-// The parameters schema of the function `name` among `tools` (null when it is not there).
-json function_parameters(const json& tools, const std::string& name) {
+// The function `name` among `tools` (null when it is not offered).
+const json* offered_function(const json& tools, std::string_view name) {
   if (!tools.is_array()) return nullptr;
   for (const json& tool : tools)
     if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
         tool["function"].value("name", json()) == name)
-      return tool["function"].value("parameters", json());
+      return &tool["function"];
   return nullptr;
 }
+
+json function_parameters(const json& tools, const std::string& name) {
+  const json* function = offered_function(tools, name);
+  return function ? function->value("parameters", json()) : json();
+}
+
+bool offers(const json& tools, std::string_view name) { return offered_function(tools, name) != nullptr; }
 
 // The tools Llama 3.1's templates name built-in: called as
 // NAME.call(KEY="VALUE", ...) after <|python_tag|>, or (code_interpreter)
 // with Python code after it.
 const char* const kBuiltinTools[] = {"brave_search", "wolfram_alpha", "code_interpreter"};
-
-bool offers(const json& tools, std::string_view name) {
-  return tools.is_array() && std::any_of(tools.begin(), tools.end(), [&](const json& t) {
-           return t.is_object() && t.contains("function") && t["function"].is_object() &&
-                  t["function"].value("name", json()) == name;
-         });
-}
 
 // After builtin_begin: NAME.call(KEY="VALUE", ...) to an offered tool,
 // added once whole, or code_interpreter's code, added at once and growing.
