@@ -54,15 +54,7 @@ std::string text_value_gbnf(const json& schema) {
   }
   if (!format.empty()) return "( " + format + " )";
   if (!bounded) return "param-text";
-  auto length = [&](const char* key, int64_t fallback) {
-    if (!schema.contains(key)) return fallback;
-    KILN_CHECK(schema[key].is_number_integer() && schema[key].get<int64_t>() >= 0 && schema[key].get<int64_t>() <= 1000,
-               "'", key, "' must be an integer in [0, 1000]");
-    return schema[key].get<int64_t>();
-  };
-  const int64_t min = length("minLength", 0), max = length("maxLength", -1);
-  KILN_CHECK(max < 0 || max >= min, "maxLength is below minLength");
-  return "param-char{" + std::to_string(min) + "," + (max < 0 ? "" : std::to_string(max)) + "}";
+  return "param-char" + length_repetition(schema);
 }
 
 // A rule name's part for a parameter key (GBNF names: letters, digits, '-').
@@ -73,6 +65,22 @@ std::string name_part(const std::string& key) {
 }
 
 }  // namespace
+
+std::string length_repetition(const json& schema) {
+  if (!schema.contains("minLength") && !schema.contains("maxLength")) return "";
+  auto length = [&](const char* key, int64_t fallback) {
+    if (!schema.contains(key)) return fallback;
+    KILN_CHECK(schema[key].is_number_integer() && schema[key].get<int64_t>() >= 0 && schema[key].get<int64_t>() <= 1000,
+               "'", key, "' must be an integer in [0, 1000]");
+    return schema[key].get<int64_t>();
+  };
+  const int64_t min = length("minLength", 0), max = length("maxLength", -1);
+  KILN_CHECK(max < 0 || max >= min, "maxLength is below minLength");
+  std::string out(1, '{');  // appended: GCC 12 warns (falsely, -Wrestrict) on "..." + string
+  out += std::to_string(min) + ",";
+  if (max >= 0) out += std::to_string(max);
+  return out += '}';
+}
 
 json parameter_schema(const json& parameters, const std::string& key) {
   if (!parameters.is_object() || !parameters.contains("properties") || !parameters["properties"].is_object() ||
@@ -130,7 +138,8 @@ std::string json_escaped(std::string_view text) {
 }
 
 std::string parameter_value_json(const json& schema, std::string_view value) {
-  const std::string quoted = "\"" + json_escaped(value) + "\"";
+  std::string quoted(1, '"');
+  (quoted += json_escaped(value)) += '"';
   if (parameter_is_text(schema)) return quoted;
   const std::string text = trimmed(value);
   if (schema.is_object() && schema.value("type", json()) == "boolean" &&

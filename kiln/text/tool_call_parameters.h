@@ -40,6 +40,10 @@ std::string json_escaped(std::string_view text);
 std::string parameters_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& parameters,
                             const std::string& prefix, std::string& rules);
 
+// A string schema's minLength/maxLength as a GBNF repetition ("{2,8}"), or
+// "" when it has neither; throws kiln::Error for bad values.
+std::string length_repetition(const nlohmann::ordered_json& schema);
+
 // The rules parameters_gbnf's expressions use, once per grammar.
 const char* parameter_text_rules();
 

@@ -371,15 +371,8 @@ std::string builtin_call_gbnf(const ToolCallFormat& f, const std::string& name, 
                      !schema.contains("format") && !schema.contains("enum"),
                  "built-in tool ", name, ": its parameters must be plain strings (Llama's NAME.call(KEY=\"VALUE\") "
                  "holds no other)");
-      auto length = [&](const char* k) {
-        if (!schema.contains(k)) return std::string();
-        KILN_CHECK(schema[k].is_number_unsigned() && schema[k].get<uint64_t>() <= 1000, "built-in tool ", name, ": '",
-                   k, "' must be an integer in [0, 1000]");
-        return std::to_string(schema[k].get<uint64_t>());
-      };
-      const std::string min = length("minLength");
-      const std::string bound = "{" + (min.empty() ? "0" : min) + "," + length("maxLength") + "}";
-      out += " " + gbnf_literal((first ? "" : ", ") + key.get<std::string>() + "=\"") + " [^\"\\x00-\\x1f]" + bound +
+      const std::string length = length_repetition(schema);
+      out += " " + gbnf_literal((first ? "" : ", ") + key.get<std::string>() + "=\"") + " [^\"\\x00-\\x1f]" + (length.empty() ? "*" : length) +
              " \"\\\"\"";
       first = false;
     }
@@ -584,6 +577,7 @@ ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool
     return answer;
   }
   Scan s = Scan::kDone;
+  bool section = true;  // the format's section of calls follows (else a built-in tool's call was read)
   if (tag < start) {  // Llama's <|python_tag|>: a JSON call, a built-in tool's call, or code
     answer.content = std::string(text.substr(0, tag));
     Cursor c(text, tag + std::strlen(f.builtin_begin));
@@ -592,28 +586,30 @@ ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool
       if (whole) answer.content = std::string(text);
       return answer;
     }
-    if (c.peek() != '{') {
+    if (c.peek() == '{') {
+      start = c.pos();
+    } else {
       s = read_builtin_call(c, answer.calls, text, tools, whole);
-      if (answer.calls.empty() && (s == Scan::kBad || whole)) answer.content = std::string(text);
-      return answer;
+      section = false;
     }
-    start = c.pos();
   } else {
     answer.content = std::string(text.substr(0, start));
   }
-  Cursor c(text, start);
-  s = c.literal(f.section_begin);
-  for (bool first = true; s == Scan::kDone; first = false) {
-    if (!first) {
-      const Scan next = c.peek_literal(std::string(f.between) + f.call_begin);
-      if (next != Scan::kDone || (!*f.between && !*f.call_begin)) {
-        s = next == Scan::kPartial ? Scan::kPartial : Scan::kDone;
-        break;
+  if (section) {
+    Cursor c(text, start);
+    s = c.literal(f.section_begin);
+    for (bool first = true; s == Scan::kDone; first = false) {
+      if (!first) {
+        const Scan next = c.peek_literal(std::string(f.between) + f.call_begin);
+        if (next != Scan::kDone || (!*f.between && !*f.call_begin)) {
+          s = next == Scan::kPartial ? Scan::kPartial : Scan::kDone;
+          break;
+        }
+        c.literal(f.between);
       }
-      c.literal(f.between);
+      s = read_call(f, c, answer.calls, text, tools);
+      if (s != Scan::kDone) break;
     }
-    s = read_call(f, c, answer.calls, text, tools);
-    if (s != Scan::kDone) break;
   }
   // A section that is not the format's before its first call's name: the text is content.
   if (answer.calls.empty() && (s == Scan::kBad || whole)) answer.content = std::string(text);

@@ -177,6 +177,7 @@ class Compiler {
       if (!kAnnotations.count(key) && !kHandled.count(key))
         refuse(where, "'" + key + "' is not supported (Kiln refuses it rather than ignore it)");
     if (s.contains("$ref")) return reference(s["$ref"], where, depth);
+    const std::string format = s.contains("format") ? string_format_gbnf(s["format"]) : "";  // "": annotation
     if (s.contains("allOf")) {
       // One schema (what Pydantic v1 writes around a $ref); more would need
       // their intersection.
@@ -207,8 +208,7 @@ class Compiler {
       return add_rule(name, body);
     }
     if (!s.contains("type")) {
-      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
-          (s.contains("format") && !string_format_gbnf(s["format"]).empty()))
+      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") || !format.empty())
         refuse(where, "a string's keywords (pattern, format, minLength, maxLength) need \"type\": \"string\" beside them");
       for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
         if (s.contains(key))
@@ -237,7 +237,7 @@ class Compiler {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'pattern' with minLength or maxLength is not supported: put the length in the pattern");
       if (!s["pattern"].is_string()) refuse(where + "/pattern", "must be a string");
-      if (s.contains("format") && !string_format_gbnf(s["format"]).empty())
+      if (!format.empty())
         refuse(where, "'pattern' with a 'format' is not supported: write the format into the pattern");
       try {
         return add_rule(name, json_string_pattern_gbnf(s["pattern"].get<std::string>()));
@@ -245,10 +245,10 @@ class Compiler {
         refuse(where + "/pattern", e.what());
       }
     }
-    if (t == "string" && s.contains("format") && string_format_gbnf(s["format"]).size()) {
+    if (t == "string" && !format.empty()) {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'format' with minLength or maxLength is not supported: the format fixes the length");
-      return add_rule(name, "\"\\\"\" " + string_format_gbnf(s["format"]) + " \"\\\"\"");
+      return add_rule(name, "\"\\\"\" " + format + " \"\\\"\"");
     }
     if (t == "string") {
       const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
