@@ -193,6 +193,52 @@ TEST(GgufModels, AQwen3FileIsTheModelOfItsFolder) {
   EXPECT_EQ(models::gguf_folder_files(file.path()).config["architectures"][0], "Qwen3ForCausalLM");
 }
 
+// One file per architecture, each a transformers model converted by llama.cpp's converter to F16
+// (tests/hf/make_gguf_arch_fixtures.py), with transformers' log-probabilities on the same (rounded) weights:
+// Kiln on the file gives them within 1e-4. Llama 3.1's RoPE factors (rope_freqs.weight), Qwen2's biases,
+// Gemma's norms stored as 1 + w, Gemma 2's soft caps, Gemma 3's sliding pattern and per-type RoPE, Phi-3's
+// fused projections and LongRoPE factors, SmolLM3's unrotated layers, Granite's multipliers, OLMo 2's norms,
+// and the experts of Mixtral, Qwen3-MoE and OLMoE, split out of their 3-D tensors.
+TEST(GgufModels, EachArchitectureIsTheModelTransformersRuns) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-archs/";
+  std::ifstream in(dir + "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  ASSERT_EQ(expected.size(), 12u);
+  for (const auto& [name, want] : expected.items()) {
+    SCOPED_TRACE(name);
+    const GgufFile file = GgufFile::open(dir + name + ".gguf");
+    const auto model = models::load_gguf_language_model(file, DType::f32);
+    const std::vector<int32_t> ids = want["ids"].get<std::vector<int32_t>>();
+    const std::vector<float> lp = models::next_token_log_probabilities(*model, ids);
+    const int64_t vocab = model->vocab_size();
+    double worst = 0;
+    for (size_t t = 0; t + 1 < ids.size(); ++t)
+      worst = std::max(worst, std::abs(double(lp[t * size_t(vocab) + size_t(ids[t + 1])]) -
+                                       want["logprobs"][t].get<double>()));
+    EXPECT_LT(worst, 1e-4);
+    // Run as the file's F16 too (norms and routers narrowed, the products in half precision): near on average
+    // (a mixture's router may pick another expert for a token or two).
+    const auto half = models::load_gguf_language_model(file);
+    const std::vector<float> lp16 = models::next_token_log_probabilities(*half, ids);
+    double total = 0;
+    for (size_t t = 0; t + 1 < ids.size(); ++t)
+      total += std::abs(double(lp16[t * size_t(vocab) + size_t(ids[t + 1])]) - want["logprobs"][t].get<double>());
+    EXPECT_LT(total / double(ids.size() - 1), 0.05);
+    EXPECT_EQ(models::gguf_folder_files(file.path()).config["model_type"], models::hf_config_from_gguf(file)["model_type"]);
+  }
+}
+
+// A file's RoPE scaling as transformers' config names it: Llama 3.1's ramp recovered from rope_freqs.weight.
+TEST(GgufModels, Llama3RopeFactorsAreReadAsTheirConfig) {
+  const GgufFile file = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-archs/llama3-rope.gguf");
+  const nlohmann::json rope = models::hf_config_from_gguf(file)["rope_parameters"];
+  EXPECT_EQ(rope["rope_type"], "llama3");
+  EXPECT_DOUBLE_EQ(rope["factor"].get<double>(), 8.0);  // make_fixtures.py's llama-gqa: 8, 1, 4, 16
+  EXPECT_DOUBLE_EQ(rope["low_freq_factor"].get<double>(), 1.0);
+  EXPECT_NEAR(rope["high_freq_factor"].get<double>(), 4.0, 1e-6);
+  EXPECT_EQ(rope["original_max_position_embeddings"], 16);
+}
+
 // Tokenizers from metadata alone (the fuzzer's seeds, tests/hf/make_gguf_fixture.py); real vocabularies are
 // checked against their models' own ids in tests/hf/test_vocab_corpus.cpp.
 TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {

@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <map>
-#include <regex>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/core/error.h"
@@ -10,71 +9,13 @@
 #include "kiln/nn/init.h"
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
+#include "models/hf/gguf_architectures.h"
 
 namespace kiln::models {
 
 using nlohmann::json;
 
 namespace {
-
-// A metadata value that must be there: `arch.key` (llama.block_count, ...).
-const json& required(const json& m, const std::string& key) {
-  KILN_CHECK(m.contains(key), "GGUF: the file lacks '", key, "', which its architecture needs");
-  return m[key];
-}
-
-int64_t positive(const json& m, const std::string& key) {
-  const json& v = required(m, key);
-  KILN_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "GGUF: '", key, "' is ", v.dump(), "; expected a positive integer");
-  return v.get<int64_t>();
-}
-
-// The architectures Kiln reads from GGUF, as llama.cpp names them.
-struct GgufArchitecture {
-  const char* arch;             // general.architecture
-  const char* model_type;       // the family row that builds it
-  const char* hf_architecture;  // config.json's "architectures" for an export
-  bool permuted_qk;             // llama.cpp's converter interleaves q and k's rotary halves (llama's files only)
-};
-constexpr GgufArchitecture kArchitectures[] = {
-    {"llama", "llama", "LlamaForCausalLM", true},
-    {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
-};
-
-const GgufArchitecture& architecture_of(const json& m) {
-  const json* a = m.contains("general.architecture") ? &m["general.architecture"] : nullptr;
-  const std::string arch = a && a->is_string() ? a->get<std::string>() : "";
-  for (const auto& row : kArchitectures)
-    if (arch == row.arch) return row;
-  std::string known;
-  for (const auto& row : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(row.arch);
-  KILN_FAIL("GGUF: architecture '", arch, "' is not one Kiln loads from GGUF yet (it loads ", known, ")");
-}
-
-// GGUF's names -> transformers' (blk.N.* per layer); a name an architecture lacks is never looked up.
-const std::map<std::string, std::string>& gguf_names() {
-  static const std::map<std::string, std::string> names = {
-      {"token_embd.weight", "model.embed_tokens.weight"},   {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},                  {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},         {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},         {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},              {"ffn_down.weight", "mlp.down_proj.weight"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},    {"attn_k_norm.weight", "self_attn.k_norm.weight"}};
-  return names;
-}
-
-std::string hf_name_of(const std::string& gguf_name) {
-  static const std::regex layer(R"(blk\.(\d+)\.(.+))");
-  std::smatch m;
-  const auto& names = gguf_names();
-  if (std::regex_match(gguf_name, m, layer)) {
-    const auto it = names.find(m[2].str());
-    return it == names.end() ? "" : "model.layers." + m[1].str() + "." + it->second;
-  }
-  const auto it = names.find(gguf_name);
-  return it == names.end() ? "" : it->second;
-}
 
 // llama.cpp's converter stores q and k with each head's rows [first half,
 // second half] interleaved (row 2i + j of a head holds the half-j row i):
@@ -125,32 +66,23 @@ Tensor float_tensor(const GgufFile& file, const GgufTensorInfo& t) {
   return out;
 }
 
-}  // namespace
-
-json hf_config_from_gguf(const GgufFile& file) {
-  const json& m = file.metadata();
-  const GgufArchitecture& row = architecture_of(m);
-  const std::string p = std::string(row.arch) + ".";
-  json c = {{"model_type", row.model_type},
-            {"hidden_size", positive(m, p + "embedding_length")},
-            {"num_hidden_layers", positive(m, p + "block_count")},
-            {"intermediate_size", positive(m, p + "feed_forward_length")},
-            {"num_attention_heads", positive(m, p + "attention.head_count")},
-            {"max_position_embeddings", positive(m, p + "context_length")},
-            {"tie_word_embeddings", file.find("output.weight") == nullptr}};
-  c["num_key_value_heads"] = m.contains(p + "attention.head_count_kv") ? positive(m, p + "attention.head_count_kv")
-                                                                       : c["num_attention_heads"].get<int64_t>();
-  if (m.contains(p + "attention.key_length")) c["head_dim"] = positive(m, p + "attention.key_length");
-  if (m.contains(p + "rope.freq_base")) c["rope_theta"] = required(m, p + "rope.freq_base");
-  if (m.contains(p + "attention.layer_norm_rms_epsilon"))
-    c["rms_norm_eps"] = required(m, p + "attention.layer_norm_rms_epsilon");
-  const GgufTensorInfo* embedding = file.find("token_embd.weight");
-  KILN_CHECK(embedding && embedding->dims.size() == 2, "GGUF: the file lacks a 2-D token_embd.weight");
-  c["vocab_size"] = embedding->dims[1];
-  KILN_CHECK(!m.contains(p + "rope.scaling.type") || m[p + "rope.scaling.type"] == "none",
-             "GGUF: rope scaling '", m.value(p + "rope.scaling.type", json()).dump(), "' is not read from GGUF yet");
-  return c;
+// model.layers.N.mlp.experts.gate_proj.weight -> model.layers.N.mlp.experts.E.gate_proj.weight
+std::string expert_name(const std::string& name, int64_t e) {
+  const size_t at = name.find(".experts.") + 9;
+  return name.substr(0, at) + std::to_string(e) + "." + name.substr(at);
 }
+
+// w - offset, in f32 (Gemma's norms, stored by llama.cpp's converter as 1 + w).
+Tensor minus(const Tensor& w, float offset) {
+  const Tensor f = to_dtype(w.contiguous(), DType::f32);
+  Tensor out = Tensor::empty(f.shape(), DType::f32);
+  const float* in = f.data<float>();
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) o[i] = in[i] - offset;
+  return out;
+}
+
+}  // namespace
 
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype) {
   const json config = hf_config_from_gguf(file);
@@ -165,24 +97,35 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     const GgufTensorInfo* embedding = file.find("token_embd.weight");
     dtype = embedding->type == GgufType::F16 ? DType::f16 : embedding->type == GgufType::BF16 ? DType::bf16 : DType::f32;
   }
-  const bool permuted = architecture_of(file.metadata()).permuted_qk;
-  const int64_t heads = permuted ? config["num_attention_heads"].get<int64_t>() : 0;
-  const int64_t kv_heads = permuted ? config["num_key_value_heads"].get<int64_t>() : 0;
+  const GgufArchitecture& arch = gguf_architecture(file.metadata());
+  const int64_t heads = arch.permuted_qk ? config["num_attention_heads"].get<int64_t>() : 0;
+  const int64_t kv_heads = arch.permuted_qk ? config["num_key_value_heads"].get<int64_t>() : 0;
   std::map<std::string, Tensor> weights;
   std::map<std::string, QuantizedMatrix> quantized;
   for (const GgufTensorInfo& t : file.header().tensors) {
-    if (t.name == "rope_freqs.weight") continue;  // llama 3's scaling factors (refused above when they matter)
-    const std::string name = hf_name_of(t.name);
+    if (t.name.starts_with("rope_freqs.") || t.name.starts_with("rope_factors_")) continue;  // read into the config
+    const std::string name = gguf_hf_name(arch, t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a ", config["model_type"].get<std::string>(),
                " model");
     const int64_t permuted_heads = name.ends_with("q_proj.weight") ? heads : name.ends_with("k_proj.weight") ? kv_heads : 0;
-    if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() == 2) {  // kept quantized (kiln/io/gguf_quants.h)
-      QuantizedMatrix q = gguf_to_quantized(t.type, file.tensor(t.name), t.dims[1], t.dims[0], *dtype);
-      quantized.emplace(name, permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
+    // An expert tensor holds every expert of its layer ([experts, rows, cols]); each becomes its own matrix.
+    const bool experts = name.find(".experts.") != std::string::npos;
+    KILN_CHECK(t.dims.size() == (experts ? 3u : t.dims.size()), "GGUF: expert tensor '", t.name, "' is not 3-D");
+    const int64_t count = experts ? t.dims[2] : 1, rows = t.dims.size() > 1 ? t.dims[1] : 1, cols = t.dims[0];
+    auto part_name = [&](int64_t e) { return experts ? expert_name(name, e) : name; };
+    if (gguf_maps_to_kiln_quantized(t.type) && t.dims.size() >= 2) {  // kept quantized (kiln/io/gguf_quants.h)
+      const Tensor blocks = file.tensor(t.name);
+      for (int64_t e = 0; e < count; ++e) {
+        QuantizedMatrix q = gguf_to_quantized(t.type, blocks.slice(0, e * rows, (e + 1) * rows), rows, cols, *dtype);
+        quantized.emplace(part_name(e), permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
+      }
       continue;
     }
-    const Tensor w = float_tensor(file, t);  // a view of the mapping, but for q and k and other quantized types
-    weights.emplace(name, permuted_heads ? unpermute(w, permuted_heads) : w);
+    Tensor w = float_tensor(file, t);  // a view of the mapping, but for q and k and other quantized types
+    if (arch.norm_offset != 0 && name.ends_with("norm.weight")) w = minus(w, arch.norm_offset);
+    for (int64_t e = 0; e < count; ++e)
+      weights.emplace(part_name(e), experts ? w.slice(0, e, e + 1).view({rows, cols})
+                                            : permuted_heads ? unpermute(w, permuted_heads) : w);
   }
   model->for_each_module([&](const std::string& prefix, nn::Module& m) {
     auto* w = dynamic_cast<nn::WeightModule*>(&m);
@@ -216,13 +159,16 @@ HfFolderContents gguf_folder_files(const std::string& path) {
   const GgufFile file = GgufFile::open(path);
   HfFolderContents c;
   c.config = hf_config_from_gguf(file);
-  c.config["architectures"] = {architecture_of(file.metadata()).hf_architecture};
+  c.config["architectures"] = {gguf_architecture(file.metadata()).hf_architecture};
   const text::GgufVocab vocab = text::gguf_vocab(file.metadata());
   const text::GgufChatTemplate chat = text::gguf_chat_template(file.metadata());
   const json& m = file.metadata();
-  for (const char* key : {"bos", "eos", "pad"})
-    if (const std::string k = std::string("tokenizer.ggml.") + key + "_token_id"; m.contains(k))
-      c.config[std::string(key) + "_token_id"] = m[k];
+  // null where the file has none: transformers' defaults per model type (Phi-3's pad of 32000, ...) may lie
+  // outside this vocabulary.
+  for (const auto& [key, gguf_key] : {std::pair{"bos_token_id", "tokenizer.ggml.bos_token_id"},
+                                      {"eos_token_id", "tokenizer.ggml.eos_token_id"},
+                                      {"pad_token_id", "tokenizer.ggml.padding_token_id"}})
+    c.config[key] = m.contains(gguf_key) ? m[gguf_key] : json();
   // Tokens are the file's bytes; any that are not UTF-8 are written as U+FFFD (a tokenizer.json is JSON text).
   c.tokenizer_json = vocab.tokenizer.dump(-1, ' ', false, json::error_handler_t::replace);
   const json& post = vocab.tokenizer["post_processor"]["single"];

@@ -1,16 +1,16 @@
 // A language model from a GGUF file (kiln/io/gguf.h), built by the same
 // family rows as a Hugging Face folder: the file's metadata read as the
-// config.json transformers would write for it (llama.*: sizes, heads, RoPE
-// base, norm epsilon), its tensors mapped to transformers' names by a
-// table (blk.N.attn_q.weight -> model.layers.N.self_attn.q_proj.weight),
-// and the query and key projections un-permuted (llama.cpp's converter
-// interleaves each head's rotary halves so its RoPE rotates adjacent pairs).
+// config.json transformers would write for it, its tensors mapped to
+// transformers' names (both by the architecture's row:
+// models/hf/gguf_architectures.h), each layer's expert tensor split into
+// its experts, and the query and key projections of llama's files
+// un-permuted (llama.cpp's converter interleaves each head's rotary halves
+// so its RoPE rotates adjacent pairs).
 // Its tokenizer and chat template come from its metadata too
-// (kiln/text/gguf_vocab.h). Weights: F32, F16 and BF16 as they are; Q8_0 and
-// Q4_0 matrices as Kiln's int8b and int4 (kiln/io/gguf_quants.h, products
-// in integers); the other quantized types dequantized to f32 at load (their
-// own kernels are to come). Architectures: llama (Llama, Mistral, TinyLlama,
-// SmolLM, ... as llama.cpp converts them) and qwen3.
+// (kiln/text/gguf_vocab.h). Weights (kiln/io/gguf_quants.h): F32, F16 and
+// BF16 as they are; Q8_0, Q4_0 and Q5_0 matrices as Kiln's int8b and int4;
+// Q4_K, Q5_K and Q6_K as the file's blocks, with their own kernels; the
+// other quantized types dequantized to f32 at load.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,14 +19,11 @@
 
 #include "kiln/io/gguf.h"
 #include "models/common/language_model.h"
+#include "models/hf/gguf_architectures.h"
 #include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::models {
-
-// The config.json of the model a GGUF file holds (model_type and the sizes);
-// an architecture Kiln does not read from GGUF is an error naming it.
-nlohmann::json hf_config_from_gguf(const GgufFile& file);
 
 // The model, its weights views of the file's mapping (q and k un-permuted
 // copies), in `dtype`, or else the token embedding's (F32 norms beside F16

@@ -101,7 +101,18 @@ run 0 "$KILN" export "$WORK/gguf-lora" --format hf --merge --out "$WORK/gguf-lor
 run 0 "$KILN" score "hf:$WORK/gguf-lora-hf" --text "$TEXT" --json
 cp "$OUT" "$WORK/gguf-lora-hf.kiln.json"
 
-for folder in gpt-hf llama-hf gguf-hf gguf-lora-hf; do
+# One GGUF file per architecture (tests/hf/make_gguf_arch_fixtures.py): each exports as the folder transformers
+# runs with Kiln's ids and scores (config from the metadata: RoPE scaling, soft caps, sliding layers, experts, ...).
+ARCHS=""
+for file in "$FIX"/gguf-archs/*.gguf; do
+  arch="$(basename "$file" .gguf)"
+  run 0 "$KILN" export "gguf:$file" --format hf --out "$WORK/arch-$arch"
+  run 0 "$KILN" score "hf:$WORK/arch-$arch" --precision fp32 --text "$TEXT" --json
+  cp "$OUT" "$WORK/arch-$arch.kiln.json"
+  ARCHS="$ARCHS arch-$arch"
+done
+
+for folder in gpt-hf llama-hf gguf-hf gguf-lora-hf $ARCHS; do
   run 0 "$ORACLE_PY" - "$WORK/$folder" "$WORK/$folder.kiln.json" "$TEXT" <<'PY'
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer

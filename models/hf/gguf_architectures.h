@@ -1,0 +1,43 @@
+// The architectures Kiln reads from GGUF (general.architecture, as llama.cpp
+// names them), a row each: the family row that builds the model, the names
+// its tensors have in the file, and its metadata read as the config.json
+// transformers would write for it, with llama.cpp's own defaults where the
+// file leaves a value out (Gemma 3's sliding pattern of 6, SmolLM3's
+// unrotated fourth layers, Gemma's attention scale).
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kiln/io/gguf.h"
+
+namespace kiln::models {
+
+struct GgufMeta;  // one architecture's metadata keys (gguf_architectures.cpp)
+
+struct GgufArchitecture {
+  std::string arch;             // general.architecture
+  std::string model_type;       // the family row that builds it
+  std::string hf_architecture;  // config.json's "architectures", for an export
+  bool permuted_qk = false;     // llama.cpp's converter interleaves q and k's rotary halves (its LlamaModel's)
+  bool routed = false;          // a mixture of experts: its files have expert_count (llama's with it are Mixtral's)
+  float norm_offset = 0;        // Gemma's converter stores each norm's weight as 1 + w: subtracted at load
+  // The layer tensors whose transformers names differ from the common table's (blk.N. left off).
+  std::map<std::string, std::string> names = {};
+  // Its keys beyond the common ones, into `config`.
+  void (*read_config)(const GgufFile& file, const GgufMeta& meta, nlohmann::json& config) = nullptr;
+};
+
+// The row of the file's architecture; one Kiln does not read is an error naming those it does.
+const GgufArchitecture& gguf_architecture(const nlohmann::json& metadata);
+
+// The transformers name of a tensor of the file (blk.N.attn_q.weight ->
+// model.layers.N.self_attn.q_proj.weight; an expert tensor's name without
+// its expert: model.layers.N.mlp.experts.gate_proj.weight), or "" for none.
+std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_name);
+
+// The config.json of the model a GGUF file holds; an architecture Kiln does
+// not read from GGUF, or a RoPE it cannot express, is an error naming it.
+nlohmann::json hf_config_from_gguf(const GgufFile& file);
+
+}  // namespace kiln::models
