@@ -8,6 +8,7 @@
 #include "apps/recipes/sft_model.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/text_file.h"
+#include "models/hf/gguf_export.h"
 #include "models/hf/gguf_model.h"
 #include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
@@ -95,15 +96,36 @@ Checkpoint sft_checkpoint(const std::string& run) {
 
 }  // namespace
 
-void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
+namespace {
+
+models::HfFolderContents sft_contents(const std::string& run, bool merge, const std::string& format) {
   const Checkpoint ck = sft_checkpoint(run);
   const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
   KILN_CHECK(!s.lora || merge, run, " trained LoRA adapters: export them with --format peft, or merged into the base "
-             "with --format hf --merge");
+             "with --format ", format, " --merge");
   models::HfCausalLm lm = load_sft_checkpoint(ck, true);
   models::HfFolderContents c = hf_folder_files(s.base);
   take_weights(c, *lm.model, lm.model_type, "", models::is_gguf_file(s.base));
-  models::write_hf_folder(out, c);
+  return c;
+}
+
+}  // namespace
+
+void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
+  models::write_hf_folder(out, sft_contents(run, merge, "hf"));
+}
+
+std::vector<std::string> export_gguf(const std::string& source, const std::string& out, const std::string& type,
+                                     bool merge) {
+  KILN_CHECK(!std::filesystem::exists(out), out, " exists; kiln export writes a new file");
+  if (auto dir = models::hf_folder(source)) {
+    KILN_CHECK(!merge, "--merge merges a LoRA run's adapters; ", source, " is a model");
+    return models::write_gguf_model(out, loaded_folder(*dir, ""), type);
+  }
+  const Checkpoint ck = load_checkpoint(resolve_checkpoint(source));
+  KILN_CHECK(ck.state.value("recipe", std::string()) == "sft", source, " holds a ", ck.state.value("recipe", std::string()),
+             " run; --format gguf exports hf:DIR, gguf:FILE and kiln train sft runs");
+  return models::write_gguf_model(out, sft_contents(source, merge, "gguf"), type);
 }
 
 void export_peft(const std::string& run, const std::string& out) {

@@ -36,7 +36,9 @@ const std::string kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const std::string kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+}  // namespace
 const std::string kGpt2Words = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+namespace {
 const std::string kBloom = " ?[^(\\s|.,!?…。，、।۔،)]+";
 
 const std::vector<PreTokenizerType>& pre_tokenizer_types() {
@@ -266,6 +268,15 @@ const PreTokenizerType& byte_level_stages(const json& m, json& tokenizer) {
 }
 
 }  // namespace
+
+std::string gguf_pre_type_of(const std::vector<std::string>& splits, bool ignore_merges) {
+  for (const auto& t : pre_tokenizer_types()) {
+    // GPT-2's type has no expressions of its own: ByteLevel's (kGpt2Words) split the text.
+    const bool same = t.splits.empty() ? splits == std::vector<std::string>{kGpt2Words} : splits == t.splits;
+    if (same && t.ignore_merges == ignore_merges) return t.names.front();
+  }
+  return "";
+}
 
 GgufVocab gguf_vocab(const json& m) {
   const json* model_key = find(m, "tokenizer.ggml.model");

@@ -35,4 +35,15 @@ struct GgufChatTemplate {
 };
 GgufChatTemplate gguf_chat_template(const nlohmann::json& metadata);
 
+// GPT-2's split expression (ByteLevel's, with use_regex).
+extern const std::string kGpt2Words;
+// The tokenizer.ggml.pre type of a byte-level BPE whose text is split by
+// `splits` in turn (kGpt2Words for ByteLevel's own), or "" for none of llama.cpp's.
+std::string gguf_pre_type_of(const std::vector<std::string>& splits, bool ignore_merges);
+
+// A tokenizer.json as a GGUF file's tokenizer.ggml.* metadata (the inverse of
+// gguf_vocab: byte-level BPE, or SentencePiece-style BPE with byte fallback), `vocab_size` tokens (the embedding's rows:
+// ids no token has are written as llama.cpp's converter writes them, unused).
+nlohmann::json gguf_tokenizer_metadata(const nlohmann::json& tokenizer_json, int64_t vocab_size);
+
 }  // namespace kiln::text

@@ -48,8 +48,9 @@ std::vector<double> values_of(const GgufFile& file, const std::string& name) {
   return {v.begin(), v.end()};
 }
 
-// Llama 3.1's RoPE divisors as llama.cpp's converter computes them (in f32, as torch does there).
-std::vector<double> llama3_divisors(double theta, int64_t dim, double factor, double low, double high, double orig) {
+}  // namespace
+
+std::vector<double> llama3_rope_divisors(double theta, int64_t dim, double factor, double low, double high, double orig) {
   std::vector<double> out;
   for (int64_t i = 0; i < dim; i += 2) {
     const float wavelength = float(2 * M_PI) / (1.0f / std::pow(float(theta), float(i) / float(dim)));
@@ -62,6 +63,8 @@ std::vector<double> llama3_divisors(double theta, int64_t dim, double factor, do
   }
   return out;
 }
+
+namespace {
 
 // rope_freqs.weight (Llama 3.1+): each frequency's divisor. transformers'
 // config names the ramp that made them (factor, low_freq_factor,
@@ -100,7 +103,7 @@ json llama3_rope(const std::vector<double>& divisors, double theta, int64_t head
   }
   for (auto [high, original] : candidates) {
     if (!(high > 1 && original > 0)) continue;
-    const std::vector<double> again = llama3_divisors(theta, head_dim, factor, 1, high, original);
+    const std::vector<double> again = llama3_rope_divisors(theta, head_dim, factor, 1, high, original);
     bool same = true;
     for (size_t i = 0; i < divisors.size(); ++i) same = same && std::abs(again[i] - divisors[i]) <= 1e-5 * divisors[i];
     if (same)
@@ -268,7 +271,8 @@ const std::map<std::string, std::string>& common_names() {
       {"attn_q.weight", "self_attn.q_proj.weight"},         {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},         {"attn_output.weight", "self_attn.o_proj.weight"},
       {"attn_q.bias", "self_attn.q_proj.bias"},             {"attn_k.bias", "self_attn.k_proj.bias"},
-      {"attn_v.bias", "self_attn.v_proj.bias"},             {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},             {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},          {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},          {"attn_q_norm.weight", "self_attn.q_norm.weight"},
       {"attn_k_norm.weight", "self_attn.k_norm.weight"},    {"ffn_gate_inp.weight", "mlp.gate.weight"},
@@ -306,6 +310,26 @@ std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_n
   return in_layer ? "model.layers." + m[1].str() + "." + name : name;
 }
 
+const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type) {
+  for (const auto& row : architectures())
+    if (row.model_type == model_type) return &row;
+  return nullptr;
+}
+
+std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_name) {
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  const bool in_layer = std::regex_match(hf_name, m, layer);
+  const std::string key = in_layer ? m[2].str() : hf_name;
+  std::string name;
+  for (const auto& [gguf, hf] : arch.names)
+    if (hf == key) name = gguf;
+  for (const auto& [gguf, hf] : common_names())
+    if (name.empty() && hf == key && !arch.names.contains(gguf)) name = gguf;
+  if (name.empty()) return "";
+  return in_layer ? "blk." + m[1].str() + "." + name : name;
+}
+
 json hf_config_from_gguf(const GgufFile& file) {
   const json& m = file.metadata();
   const GgufArchitecture& row = gguf_architecture(m);
@@ -320,6 +344,7 @@ json hf_config_from_gguf(const GgufFile& file) {
   c["num_key_value_heads"] = meta.has("attention.head_count_kv") ? meta.positive("attention.head_count_kv")
                                                                  : c["num_attention_heads"].get<int64_t>();
   if (meta.has("attention.key_length")) c["head_dim"] = meta.positive("attention.key_length");
+  if (file.find("blk.0.attn_output.bias")) c["attention_bias"] = true;  // (Qwen2's q, k and v biases are its family's)
   c["rope_theta"] = meta.number("rope.freq_base", 10000);  // llama.cpp's default
   if (meta.has("attention.layer_norm_rms_epsilon")) c["rms_norm_eps"] = meta.number("attention.layer_norm_rms_epsilon", 0);
   const GgufTensorInfo* embedding = file.find("token_embd.weight");

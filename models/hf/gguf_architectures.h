@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kiln/io/gguf.h"
 
@@ -35,6 +36,16 @@ const GgufArchitecture& gguf_architecture(const nlohmann::json& metadata);
 // model.layers.N.self_attn.q_proj.weight; an expert tensor's name without
 // its expert: model.layers.N.mlp.experts.gate_proj.weight), or "" for none.
 std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_name);
+
+// The row whose family is `model_type`, or null.
+const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type);
+// The inverse of gguf_hf_name: a transformers name's name in the file, or "" for none.
+std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_name);
+
+// Llama 3.1's RoPE divisors (rope_freqs.weight) for a head of `dim`, as
+// llama.cpp's converter computes them from transformers' llama3 config.
+std::vector<double> llama3_rope_divisors(double theta, int64_t dim, double factor, double low, double high,
+                                         double original);
 
 // The config.json of the model a GGUF file holds; an architecture Kiln does
 // not read from GGUF, or a RoPE it cannot express, is an error naming it.

@@ -107,7 +107,8 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     const std::string name = gguf_hf_name(arch, t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a ", config["model_type"].get<std::string>(),
                " model");
-    const int64_t permuted_heads = name.ends_with("q_proj.weight") ? heads : name.ends_with("k_proj.weight") ? kv_heads : 0;
+    const bool q = name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias");
+    const int64_t permuted_heads = q ? heads : name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") ? kv_heads : 0;
     // An expert tensor holds every expert of its layer ([experts, rows, cols]); each becomes its own matrix.
     const bool experts = name.find(".experts.") != std::string::npos;
     KILN_CHECK(t.dims.size() == (experts ? 3u : t.dims.size()), "GGUF: expert tensor '", t.name, "' is not 3-D");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kiln export --format hf: a trained fortunes-gpt run, a loaded Llama and a
-# GGUF file come out as Hugging Face folders. Kiln loads each back (hf:DIR) with the same
+# GGUF file come out as Hugging Face folders; --format gguf writes GGUF files. Kiln loads each back (hf:DIR) with the same
 # log-probabilities as the source, and transformers' from_pretrained gives
 # them too (the PyTorch 2 environment, bench/torch2_venv.sh: required).
 source "$(dirname "$0")/lib.sh"
@@ -100,6 +100,50 @@ run 0 "$KILN" sample "$WORK/gguf-lora" --prompt "$TEXT" --max-tokens 4
 run 0 "$KILN" export "$WORK/gguf-lora" --format hf --merge --out "$WORK/gguf-lora-hf"
 run 0 "$KILN" score "hf:$WORK/gguf-lora-hf" --text "$TEXT" --json
 cp "$OUT" "$WORK/gguf-lora-hf.kiln.json"
+
+# kiln export --format gguf: the file llama.cpp's converter would write, with a byte-level (qwen2) and a
+# SentencePiece-style (gguf-tiny) vocabulary: Kiln reads the F32 file back as its source (the same ids, the same
+# log-probabilities), the Q8_0 one near it, and gguf-py (llama.cpp's own reader) reads both.
+for src in qwen2 gguf-tiny; do
+  run 0 "$KILN" export "hf:$FIX/$src" --format gguf --gguf-type f32 --out "$WORK/$src.gguf"
+  expect "wrote $WORK/$src.gguf, f32"
+  run 0 "$KILN" export "hf:$FIX/$src" --format gguf --gguf-type q8_0 --out "$WORK/$src-q8_0.gguf"
+  for file in "$src" "$src-q8_0"; do
+    run 0 "$KILN" score "gguf:$WORK/$file.gguf" --text "$TEXT" --json
+    cp "$OUT" "$WORK/$file.gguf.json"
+  done
+  run 0 "$KILN" score "hf:$FIX/$src" --text "$TEXT" --json
+  python3 - "$OUT" "$WORK/$src.gguf.json" "$WORK/$src-q8_0.gguf.json" <<'PY' || fail "the GGUF export of $src scores differently"
+import json, sys
+src, f32, q8 = (json.load(open(p)) for p in sys.argv[1:4])
+assert src["ids"] == f32["ids"] == q8["ids"], (src["ids"], f32["ids"], q8["ids"])
+diff = lambda a: max(abs(x - y) for x, y in zip(src["logprobs"][1:], a["logprobs"][1:]))
+assert diff(f32) < 1e-5 and diff(q8) < 0.05, (diff(f32), diff(q8))
+PY
+  run 0 "$ORACLE_PY" - "$WORK/$src.gguf" "$WORK/$src-q8_0.gguf" <<'PY'
+import sys, gguf
+for path in sys.argv[1:]:
+    r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"].contents()
+    assert arch in ("llama", "qwen2"), arch
+    assert r.fields["tokenizer.ggml.token_type"].types == [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32]
+    names = {t.name for t in r.tensors}
+    assert {"token_embd.weight", "blk.0.attn_q.weight", "output_norm.weight"} <= names, names
+    types = {t.name: t.tensor_type.name for t in r.tensors}
+    assert types["blk.0.attn_norm.weight"] == "F32", types
+    print(f"gguf-py reads {path}: {arch}, {len(names)} tensors, {set(types.values())}")
+PY
+  expect "gguf-py reads"
+done
+run 1 "$KILN" export "hf:$FIX/qwen2" --format gguf --out "$WORK/qwen2.gguf"
+expect "exists"
+run 1 "$KILN" export "hf:$FIX/gemma" --format gguf --out "$WORK/gemma.gguf"
+expect "llama, mistral, qwen2 and qwen3 models as GGUF so far"
+run 0 "$KILN" export "hf:$FIX/mistral" --format gguf --out "$WORK/mistral.gguf"
+expect "note: the model's sliding window \(8 tokens\)"
+# A LoRA run on a GGUF base, merged, as a GGUF file again.
+run 0 "$KILN" export "$WORK/gguf-lora" --format gguf --merge --gguf-type q8_0 --out "$WORK/gguf-lora.gguf"
+run 0 "$KILN" sample "gguf:$WORK/gguf-lora.gguf" --prompt "$TEXT" --max-tokens 4
 
 # One GGUF file per architecture (tests/hf/make_gguf_arch_fixtures.py): each exports as the folder transformers
 # runs with Kiln's ids and scores (config from the metadata: RoPE scaling, soft caps, sliding layers, experts, ...).

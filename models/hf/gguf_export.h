@@ -1,0 +1,23 @@
+// `kiln export SOURCE --format gguf`: a model Kiln loads (hf:DIR, gguf:FILE,
+// a fine-tuning run merged) written as the GGUF file llama.cpp's
+// convert_hf_to_gguf.py would write for its folder: the architecture's
+// metadata, the tokenizer (byte-level BPE, with its llama.cpp pre-tokenizer
+// type), the chat template, and the tensors under llama.cpp's names (llama's
+// q and k permuted as its converter permutes them), in F32, F16, BF16 or Q8_0
+// (norms and other vectors in F32, as the converter keeps them).
+// Families so far: llama, mistral, qwen2 and qwen3.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/hf/hf_export.h"
+
+namespace kiln::models {
+
+// `type`: f32, f16, bf16 or q8_0. The file appears whole or not at all.
+// Returns what the file cannot hold that the model has (Mistral's sliding
+// window), for the user to read.
+std::vector<std::string> write_gguf_model(const std::string& path, const HfFolderContents& folder,
+                                          const std::string& type);
+
+}  // namespace kiln::models
