@@ -265,6 +265,37 @@ TEST(GgufModels, Llama3RopeFactorsAreReadAsTheirConfig) {
   EXPECT_EQ(rope["original_max_position_embeddings"], 16);
 }
 
+// Llama 3.1's and 3.2's RoPE as their GGUF files hold it (rope_freqs.weight, the converter's divisors for
+// theta 500000, head_dim 128, factor 8 or 32 ramped over wavelengths of 8192 / 4 to 8192): read back as the
+// config.json rope_scaling that made them; divisors no such ramp gives are an error, not ignored.
+TEST(GgufModels, RealLlama3RopeFactorsAreReadAsTheirConfig) {
+  const fs::path path = fs::temp_directory_path() / ("kiln_gguf_rope_" + std::to_string(::getpid()) + ".gguf");
+  auto config_with = [&](const std::vector<double>& divisors) {
+    std::vector<float> f(divisors.begin(), divisors.end());
+    std::vector<uint8_t> bytes(f.size() * 4), embedding(256 * 4 * 4, 0);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    const nlohmann::json m = {{"general.architecture", "llama"}, {"llama.embedding_length", 256},
+                              {"llama.block_count", 1},          {"llama.feed_forward_length", 512},
+                              {"llama.attention.head_count", 2}, {"llama.context_length", 131072},
+                              {"llama.rope.freq_base", 500000.0}};
+    write_gguf(path.string(), m,
+               {{"rope_freqs.weight", {int64_t(f.size())}, GgufType::F32, bytes},
+                {"token_embd.weight", {256, 4}, GgufType::F32, embedding}});
+    return models::hf_config_from_gguf(GgufFile::open(path.string()));
+  };
+  for (double factor : {8.0, 32.0}) {
+    const auto rope = config_with(models::llama3_rope_divisors(500000, 128, factor, 1, 4, 8192))["rope_parameters"];
+    EXPECT_EQ(rope["rope_type"], "llama3");
+    EXPECT_DOUBLE_EQ(rope["factor"].get<double>(), factor);
+    EXPECT_NEAR(rope["high_freq_factor"].get<double>(), 4.0, 1e-6);
+    EXPECT_EQ(rope["original_max_position_embeddings"], 8192);
+  }
+  std::vector<double> odd(64, 1.0);
+  odd[10] = 3, odd[40] = 2;  // not a ramp
+  EXPECT_THROW(config_with(odd), Error);
+  fs::remove(path);
+}
+
 // Tokenizers from metadata alone (the fuzzer's seeds, tests/hf/make_gguf_fixture.py); real vocabularies are
 // checked against their models' own ids in tests/hf/test_vocab_corpus.cpp.
 TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
