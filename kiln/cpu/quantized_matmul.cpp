@@ -10,11 +10,11 @@
 // gives exactly the lanes AVX-512 VNNI's vpdpbusd gives in one instruction,
 // so the f32 work that follows (one fused multiply-add per lane and block,
 // then a fixed tree over the lanes) makes every path, the scalar one
-// included, give the same bits. vpmaddubsw takes an unsigned operand: int4z
-// levels are unsigned already; int8 weights and int4's levels centred on
-// zero go in as |w| with the signs moved onto the activations (vpsignb).
-// Neither saturates: levels stop at +-127, so a pair of products is at most
-// 2 * 127 * 127 < 2^15.
+// included, give the same bits. vpmaddubsw takes an unsigned operand: int4
+// and int4z levels are unsigned (their zero points come off afterwards);
+// int8 weights go in as |w| with the signs moved onto the activations
+// (vpsignb). Neither saturates: levels stop at +-127, so a pair of products
+// is at most 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/quantized_matmul.h"
 
 #include <omp.h>
@@ -34,6 +34,7 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t B = kQuantBlock;
+constexpr int32_t kQ40Zero = 8;  // Q4_0's (int4's) levels u stand for u - 8
 
 // Activations quantized per row and block: levels, scales and level sums
 // (the int4 zero point's correction).
@@ -97,16 +98,17 @@ inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
 }
 
 // How a block's weight bytes enter the integer products: int8 levels
-// (scaled once per row, or per block: int8b); int4 levels centred on Q4_0's
-// zero (u - 8, signed, so no correction is left); or int4z's unsigned
-// levels, whose zero points a per-block correction takes off afterwards.
-enum class Levels { int8, int8_block, int4_centred, int4_offset };
+// (scaled once per row, or per block: int8b), or int4's unsigned levels,
+// whose zero point (Q4_0's 8, or int4z's per block) a per-block correction
+// takes off afterwards: scale * zero * sum(x levels). Unsigned levels go
+// straight into vpmaddubsw, with no sign moved onto the activations.
+enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero };
 constexpr Levels levels_of(QuantFormat f) {
   switch (f) {
     case QuantFormat::int8: return Levels::int8;
     case QuantFormat::int8_block: return Levels::int8_block;
-    case QuantFormat::int4: return Levels::int4_centred;
-    case QuantFormat::int4_zero: return Levels::int4_offset;
+    case QuantFormat::int4: return Levels::int4_fixed_zero;
+    case QuantFormat::int4_zero: return Levels::int4_block_zero;
     default: return Levels::int8;  // the K-quants have kernels of their own (kquant_matmul.cpp)
   }
 }
@@ -140,12 +142,12 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
   const int64_t blocks = a.blocks, stride = byte_levels(L) ? B : B / 2;  // weight bytes per block
   const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
-  const uint8_t* zeros = L == Levels::int4_offset ? w.zeros + n * blocks : nullptr;
+  const uint8_t* zeros = L == Levels::int4_block_zero ? w.zeros + n * blocks : nullptr;  // (int4: kQ40Zero)
   const int8_t* xq[R];
   const float* xs[R];
   const int32_t* sums[R];
   typename Ops::Acc even[R], odd[R];
-  float correction_even[R], correction_odd[R];  // int4z: sums over blocks of scale * zero * sum(x levels)
+  float correction_even[R], correction_odd[R];  // int4, int4z: sums over blocks of scale * zero * sum(x levels)
   for (int r = 0; r < R; ++r) {
     xq[r] = a.levels.data() + (m0 + r) * blocks * B;
     xs[r] = a.scales.data() + (m0 + r) * blocks;
@@ -157,7 +159,10 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
     for (int r = 0; r < R; ++r) {
       const float scale = L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i];
       Ops::add(acc[r], levels, xq[r] + i * B, scale);
-      if constexpr (L == Levels::int4_offset) correction[r] = std::fma(scale, float(zeros[i] * sums[r][i]), correction[r]);
+      if constexpr (!byte_levels(L)) {
+        const int32_t zero = L == Levels::int4_block_zero ? int32_t(zeros[i]) : kQ40Zero;
+        correction[r] = std::fma(scale, float(zero * sums[r][i]), correction[r]);
+      }
     }
   };
   int64_t b = 0;
@@ -192,7 +197,6 @@ struct ScalarOps {
     if constexpr (!byte_levels(L)) unpack_int4(w, unpacked);
     for (int j = 0; j < B; ++j)
       levels.v[j] = byte_levels(L)                         ? int32_t(int8_t(w[j]))
-                    : L == kiln::cpu::Levels::int4_centred ? int32_t(unpacked[j]) - 8
                                                            : int32_t(unpacked[j]);
     return levels;
   }
@@ -215,18 +219,16 @@ template <Levels L>
   if constexpr (byte_levels(L)) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
   const __m128i nibble = _mm_set1_epi8(0x0f);
-  const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
-  if constexpr (L == Levels::int4_offset) return u;
-  return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
 }
 
-// The unsigned and signed operands of the byte products: int4z's levels
-// are unsigned already; signed levels go in as |w| with their signs moved
-// onto the activations.
+// The unsigned and signed operands of the byte products: int4 levels are
+// unsigned already; int8 levels go in as |w| with their signs moved onto
+// the activations.
 template <Levels L>
 [[gnu::always_inline]] inline void operands(__m256i w, const int8_t* x, __m256i& u, __m256i& s) {
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  if constexpr (L == Levels::int4_offset) {
+  if constexpr (!byte_levels(L)) {
     u = w;
     s = xv;
   } else {
@@ -315,8 +317,8 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   switch (levels_of(w.format)) {
     case Levels::int8: return rows_with<Levels::int8>(dot, raw, n0, n1, a, M, out);
     case Levels::int8_block: return rows_with<Levels::int8_block>(dot, raw, n0, n1, a, M, out);
-    case Levels::int4_centred: return rows_with<Levels::int4_centred>(dot, raw, n0, n1, a, M, out);
-    case Levels::int4_offset: return rows_with<Levels::int4_offset>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_fixed_zero: return rows_with<Levels::int4_fixed_zero>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_block_zero: return rows_with<Levels::int4_block_zero>(dot, raw, n0, n1, a, M, out);
   }
 }
 
