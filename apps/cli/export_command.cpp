@@ -18,7 +18,7 @@ std::function<int()> add_export_command(CLI::App& app) {
   cmd->add_option("source", o->source, "run directory, checkpoint, hf:DIR or gguf:FILE")->required();
   cmd->add_option("--format", o->format, "hf: config.json, model.safetensors and tokenizer.json; peft: a LoRA run's "
                   "adapters (adapter_config.json, adapter_model.safetensors); gguf: one file llama.cpp loads "
-                  "(llama, mistral, qwen2 and qwen3 models)")
+                  "(the language model families Kiln reads from GGUF)")
       ->check(CLI::IsMember({"hf", "peft", "gguf"}));
   cmd->add_flag("--merge", o->merge, "with --format hf or gguf: a LoRA run's adapters merged into its base's weights");
   cmd->add_option("--out", o->out, "the folder (hf, peft: must not exist, or be empty) or file (gguf: must not exist) "

@@ -1,6 +1,7 @@
 #include "apps/recipes/export.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "apps/recipes/classify_finetune.h"
 #include "apps/recipes/common.h"
@@ -52,7 +53,8 @@ namespace {
 
 // A loaded folder written back: its files as they are, its weights as the
 // module holds them now.
-models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize) {
+models::HfFolderContents loaded_folder(const std::string& dir, const std::string& quantize,
+                                       std::optional<DType> dtype = std::nullopt) {
   models::HfFolderContents c = hf_folder_files(dir);
   const std::string type = c.config["model_type"].get<std::string>();
   if (models::hf_model_kind(c.config) == "classifier") {
@@ -63,7 +65,7 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
                "the kiln train classify run that made them");
     c.tensors = models::checkpoint_tensors(*classifier, type);
   } else {
-    take_weights(c, *models::load_hf_causal_lm(dir).model, type, quantize, models::is_gguf_file(dir));
+    take_weights(c, *models::load_hf_causal_lm(dir, dtype).model, type, quantize, models::is_gguf_file(dir));
   }
   return c;
 }
@@ -120,7 +122,10 @@ std::vector<std::string> export_gguf(const std::string& source, const std::strin
   KILN_CHECK(!std::filesystem::exists(out), out, " exists; kiln export writes a new file");
   if (auto dir = models::hf_folder(source)) {
     KILN_CHECK(!merge, "--merge merges a LoRA run's adapters; ", source, " is a model");
-    return models::write_gguf_model(out, loaded_folder(*dir, ""), type);
+    // A GGUF file keeps norms and routers in F32 beside F16 matrices; a model runs in one dtype, so it is loaded
+    // in f32 to write them back as they were.
+    const std::optional<DType> dtype = models::is_gguf_file(*dir) ? std::optional(DType::f32) : std::nullopt;
+    return models::write_gguf_model(out, loaded_folder(*dir, "", dtype), type);
   }
   const Checkpoint ck = load_checkpoint(resolve_checkpoint(source));
   KILN_CHECK(ck.state.value("recipe", std::string()) == "sft", source, " holds a ", ck.state.value("recipe", std::string()),

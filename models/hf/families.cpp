@@ -313,6 +313,8 @@ void read_moe(const ConfigReader& r, const std::string& type, LlamaConfig& c) {
   for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers.push_back(!dense[size_t(i)] && (i + 1) % step == 0);
 }
 
+}  // namespace
+
 LlamaConfig read_llama_config(const json& file, const std::string& type) {
   const json j = type == "gemma3_text" ? with_global_rope(file) : file;
   ConfigReader r(j, type);
@@ -369,6 +371,8 @@ LlamaConfig read_llama_config(const json& file, const std::string& type) {
         r.unsupported("layer_types", t.dump(), "every layer must use full attention");
   return c;
 }
+
+namespace {
 
 std::shared_ptr<LanguageModel> build_llama(const json& j, const std::string& type) {
   const LlamaConfig c = read_llama_config(j, type);

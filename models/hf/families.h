@@ -10,6 +10,7 @@
 
 #include "models/bert/bert.h"
 #include "models/common/language_model.h"
+#include "models/llama/llama.h"
 
 namespace kiln::models {
 
@@ -49,6 +50,9 @@ std::string supported_classifier_types();
 // config.json's id2label, in id order (an error naming the problem if it is missing or malformed).
 std::vector<std::string> classifier_labels(const nlohmann::json& config, const std::string& model_type);
 const CausalLmFamily* find_causal_lm_family(const std::string& model_type);
+// A Llama-like family's config.json (llama, mistral, qwen2, gemma, phi3, ...) as the
+// module's LlamaConfig, read as the family reads it (an error names any key it does not implement).
+LlamaConfig read_llama_config(const nlohmann::json& config, const std::string& model_type);
 std::string supported_causal_lm_types();
 
 }  // namespace kiln::models

@@ -310,6 +310,12 @@ std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_n
   return in_layer ? "model.layers." + m[1].str() + "." + name : name;
 }
 
+std::string gguf_exportable_types() {
+  std::string out = "mistral";
+  for (const auto& row : architectures()) out += ", " + row.model_type;
+  return out;
+}
+
 const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type) {
   for (const auto& row : architectures())
     if (row.model_type == model_type) return &row;

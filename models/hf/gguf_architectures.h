@@ -37,6 +37,8 @@ const GgufArchitecture& gguf_architecture(const nlohmann::json& metadata);
 // its expert: model.layers.N.mlp.experts.gate_proj.weight), or "" for none.
 std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_name);
 
+// The families Kiln writes as GGUF (the rows' and mistral), for messages.
+std::string gguf_exportable_types();
 // The row whose family is `model_type`, or null.
 const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type);
 // The inverse of gguf_hf_name: a transformers name's name in the file, or "" for none.

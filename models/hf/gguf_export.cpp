@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "kiln/autograd/ops.h"
@@ -9,6 +10,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/gguf_writer.h"
 #include "kiln/text/gguf_vocab.h"
+#include "models/hf/families.h"
 #include "models/hf/gguf_architectures.h"
 
 namespace kiln::models {
@@ -16,10 +18,6 @@ namespace kiln::models {
 using nlohmann::json;
 
 namespace {
-
-// The families written so far, and the architecture llama.cpp gives each.
-const std::map<std::string, std::string> kExportable = {
-    {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"}};
 
 struct OutType {
   GgufType matrices;
@@ -69,16 +67,102 @@ GgufTensorOut tensor_out(const std::string& name, const Shape& shape, const std:
   return t;
 }
 
-double rope_theta(const json& c) {
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (c.contains(key) && c[key].is_object() && c[key].contains("rope_theta")) return c[key]["rope_theta"].get<double>();
-  return c.value("rope_theta", 10000.0);
+// The checkpoint's names as Kiln's modules name them (Mixtral's files keep
+// the hub's block_sparse_moe and w1/w2/w3: models/hf/families.cpp).
+std::string kiln_name(std::string name) {
+  static const std::pair<const char*, const char*> renames[] = {{".block_sparse_moe.", ".mlp."},
+                                                                {".w1.weight", ".gate_proj.weight"},
+                                                                {".w2.weight", ".down_proj.weight"},
+                                                                {".w3.weight", ".up_proj.weight"}};
+  for (const auto& [from, to] : renames)
+    if (const size_t at = name.find(from); at != std::string::npos && (from[1] != 'w' || name.ends_with(from)))
+      name = name.substr(0, at) + to + name.substr(at + std::strlen(from));
+  return name;
 }
 
-json rope_scaling(const json& c) {
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (c.contains(key) && c[key].is_object()) return c[key];
-  return json::object();
+GgufTensorOut vector_out(const std::string& name, const std::vector<double>& v) {
+  return tensor_out(name, {int64_t(v.size())}, std::vector<float>(v.begin(), v.end()), GgufType::F32);
+}
+
+// RoPE scaling as llama.cpp's files state it: linear as keys, Llama 3.1's as
+// each frequency's divisor (rope_freqs.weight), LongRoPE's two factor sets
+// as tensors (Phi-3).
+void write_rope(const LlamaConfig& L, const std::string& p, json& m, std::vector<GgufTensorOut>& tensors) {
+  const RopeScaling& s = L.rope_scaling;
+  if (s.type == "linear") {
+    m[p + "rope.scaling.type"] = "linear";
+    m[p + "rope.scaling.factor"] = s.factor;
+  } else if (s.type == "llama3") {
+    tensors.push_back(vector_out("rope_freqs.weight", llama3_rope_divisors(L.rope_theta, L.rotated_dims(), s.factor,
+                                                                             s.low_freq_factor, s.high_freq_factor,
+                                                                             double(s.original_max_positions))));
+  } else if (s.type == "longrope") {
+    tensors.push_back(vector_out("rope_factors_short.weight", s.short_factor));
+    tensors.push_back(vector_out("rope_factors_long.weight", s.long_factor));
+    m[p + "rope.scaling.original_context_length"] = s.original_max_positions;
+    // (llama.cpp's converter writes transformers' attention factor, from the context's growth unless given)
+    m[p + "rope.scaling.attn_factor"] =
+        s.attention_factor ? *s.attention_factor
+        : s.factor <= 1    ? 1.0
+                           : std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_positions)));
+  } else {
+    KILN_CHECK(s.type == "default", "GGUF export: RoPE '", s.type, "' is not written to GGUF yet");
+  }
+}
+
+// What llama.cpp reads from an architecture's keys (and what it fixes,
+// which the model must agree with): soft caps, sliding windows, multipliers, experts.
+void write_architecture(const GgufArchitecture& arch, const LlamaConfig& L, const std::string& p, json& m,
+                        std::vector<std::string>& notes) {
+  const std::string& a = arch.arch;
+  if (a == "gemma2" || a == "gemma3") {  // llama.cpp's attention scale: 1/sqrt(head_dim), but for the 27B models
+    const bool big = L.num_layers == (a == "gemma2" ? 46 : 62);
+    const double scalar = big ? double(L.hidden_size / L.num_heads) : double(L.head_dim);
+    KILN_CHECK(std::abs(L.attention_multiplier * std::sqrt(scalar) - 1) < 1e-6, "GGUF export: llama.cpp scales "
+               "Gemma's attention by 1/sqrt(", scalar, "); this model's query_pre_attn_scalar differs");
+  }
+  if (a == "gemma2") {
+    for (int64_t i = 0; i < L.num_layers; ++i)
+      KILN_CHECK(L.slides(i) == (i % 2 == 0), "GGUF export: llama.cpp's Gemma 2 slides every other layer; this model's "
+                 "layer_types differ");
+    m[p + "attn_logit_softcapping"] = L.attention_softcap;
+    m[p + "final_logit_softcapping"] = L.final_softcap;
+    m[p + "attention.sliding_window"] = L.sliding_window;
+  } else if (a == "gemma3") {
+    if (L.final_softcap > 0) m[p + "final_logit_softcapping"] = L.final_softcap;
+    if (L.sliding_window > 0) {
+      m[p + "attention.sliding_window"] = L.sliding_window;
+      json pattern = json::array();
+      for (int64_t i = 0; i < L.num_layers; ++i) pattern.push_back(L.slides(i));
+      m[p + "attention.sliding_window_pattern"] = pattern;
+    }
+    if (L.local_rope_theta > 0) m[p + "rope.freq_base_swa"] = L.local_rope_theta;
+  } else if (a == "phi3") {
+    if (L.sliding_window > 0) m[p + "attention.sliding_window"] = L.sliding_window;
+  } else if (L.sliding_window > 0 && L.sliding_window < L.max_positions) {
+    notes.push_back("the model's sliding window (" + std::to_string(L.sliding_window) + " tokens) has no place in "
+                    "llama.cpp's " + a + " files (its converter drops it too): past that many tokens the file attends to all");
+  }
+  if (a == "granite") {
+    m[p + "embedding_scale"] = L.embedding_multiplier;
+    m[p + "attention.scale"] = L.attention_multiplier;
+    m[p + "residual_scale"] = L.residual_multiplier;
+    m[p + "logit_scale"] = L.logits_scaling;
+  }
+  if (a == "smollm3")
+    for (int64_t i = 0; i < L.num_layers; ++i)
+      KILN_CHECK(L.rope_layers.empty() || L.rope_layers[size_t(i)] == ((i + 1) % 4 != 0), "GGUF export: llama.cpp's "
+                 "SmolLM3 leaves every fourth layer unrotated; this model's no_rope_layers differ");
+  if (arch.routed) {
+    for (int64_t i = 0; i < L.num_layers; ++i)
+      KILN_CHECK(L.is_moe(i), "GGUF export: llama.cpp's ", a, " has experts in every layer; this model's layer ", i,
+                 " is dense");
+    KILN_CHECK(L.normalize_top_k == (a != "olmoe"), "GGUF export: llama.cpp's ", a, (a == "olmoe" ? " does not" : ""),
+               " renormalise the chosen experts' weights; this model's norm_topk_prob differs");
+    m[p + "expert_count"] = L.num_experts;
+    m[p + "expert_used_count"] = L.experts_per_token;
+    if (a == "qwen3moe") m[p + "expert_feed_forward_length"] = L.expert_intermediate_size;
+  }
 }
 
 // A special token's id by its text in tokenizer_config.json (a string, or an object with "content").
@@ -98,46 +182,35 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
                                           const std::string& type) {
   const json& c = folder.config;
   const std::string model_type = c.value("model_type", "");
-  const auto exportable = kExportable.find(model_type);
-  KILN_CHECK(exportable != kExportable.end(), "GGUF export: Kiln writes llama, mistral, qwen2 and qwen3 models as GGUF "
-             "so far, not ", model_type, "; export --format hf and convert it with llama.cpp's convert_hf_to_gguf.py");
+  const GgufArchitecture* row = gguf_architecture_of_type(model_type == "mistral" ? "llama" : model_type);
+  KILN_CHECK(row, "GGUF export: Kiln writes the families it reads from GGUF (", gguf_exportable_types(), "), not ",
+             model_type, "; export --format hf and convert it with llama.cpp's convert_hf_to_gguf.py");
+  const GgufArchitecture& arch = *row;
   KILN_CHECK(!c.contains("quantization_config"), "GGUF export: the model's weights are in Kiln's own quantized format; "
              "export its float source");
   const auto out_type = kOutTypes.find(type);
   KILN_CHECK(out_type != kOutTypes.end(), "GGUF export: --gguf-type takes f32, f16, bf16 or q8_0, not ", type);
-  const GgufArchitecture& arch = *gguf_architecture_of_type(exportable->second);
+  const LlamaConfig L = read_llama_config(c, model_type);
   const std::string p = arch.arch + ".";
-  const int64_t hidden = c.at("hidden_size").get<int64_t>(), heads = c.at("num_attention_heads").get<int64_t>();
-  const int64_t kv_heads = c.value("num_key_value_heads", heads), head_dim = c.value("head_dim", hidden / heads);
   json m = {{"general.architecture", arch.arch},
             {"general.name", c.value("_name_or_path", model_type)},
             {"general.file_type", out_type->second.file_type},
-            {p + "context_length", c.at("max_position_embeddings")},
-            {p + "embedding_length", hidden},
-            {p + "block_count", c.at("num_hidden_layers")},
-            {p + "feed_forward_length", c.at("intermediate_size")},
-            {p + "attention.head_count", heads},
-            {p + "attention.head_count_kv", kv_heads},
-            {p + "attention.key_length", head_dim},
-            {p + "attention.value_length", head_dim},
-            {p + "rope.dimension_count", head_dim},
-            {p + "rope.freq_base", rope_theta(c)},
-            {p + "attention.layer_norm_rms_epsilon", c.value("rms_norm_eps", 1e-6)}};
+            {p + "context_length", L.max_positions},
+            {p + "embedding_length", L.hidden_size},
+            {p + "block_count", L.num_layers},
+            {p + "feed_forward_length", L.intermediate_size},
+            {p + "attention.head_count", L.num_heads},
+            {p + "attention.head_count_kv", L.num_kv_heads},
+            {p + "attention.key_length", L.head_dim},
+            {p + "attention.value_length", L.head_dim},
+            {p + "rope.dimension_count", L.rotated_dims()},
+            {p + "rope.freq_base", L.rope_theta},
+            {p + "attention.layer_norm_rms_epsilon", L.rms_norm_eps}};
   if (out_type->second.matrices == GgufType::Q8_0) m["general.quantization_version"] = 2;
   std::vector<GgufTensorOut> tensors;
-  const json rope = rope_scaling(c);
-  const std::string rope_type = rope.value("rope_type", rope.value("type", "default"));
-  if (rope_type == "linear") {
-    m[p + "rope.scaling.type"] = "linear";
-    m[p + "rope.scaling.factor"] = rope.at("factor");
-  } else if (rope_type == "llama3") {  // llama.cpp's converter writes the divisors as a tensor
-    const std::vector<double> d = llama3_rope_divisors(
-        rope_theta(c), head_dim, rope.at("factor").get<double>(), rope.value("low_freq_factor", 1.0),
-        rope.value("high_freq_factor", 4.0), rope.value("original_max_position_embeddings", 8192.0));
-    tensors.push_back(tensor_out("rope_freqs.weight", {int64_t(d.size())}, {d.begin(), d.end()}, GgufType::F32));
-  } else {
-    KILN_CHECK(rope_type == "default", "GGUF export: RoPE '", rope_type, "' is not written to GGUF yet");
-  }
+  std::vector<std::string> notes;
+  write_rope(L, p, m, tensors);
+  write_architecture(arch, L, p, m, notes);
   const json tokenizer = json::parse(folder.tokenizer_json);
   int64_t vocab_size = -1;
   for (const auto& [name, tensor] : folder.tensors)
@@ -156,23 +229,42 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
     m["tokenizer.ggml.bos_token_id"] = bos;
   if (tc.contains("chat_template") && tc["chat_template"].is_string()) m["tokenizer.chat_template"] = tc["chat_template"];
 
-  const bool tied = c.value("tie_word_embeddings", false);
-  for (const auto& [name, tensor] : folder.tensors) {
-    if (tied && name == "lm_head.weight") continue;
+  // Each layer's experts go into one tensor per projection, [experts, rows, cols] (blk.N.ffn_*_exps).
+  std::map<std::string, std::vector<std::pair<int64_t, Tensor>>> experts;
+  for (const auto& [checkpoint_name, tensor] : folder.tensors) {
+    const std::string name = kiln_name(checkpoint_name);
+    if (L.tie_word_embeddings && name == "lm_head.weight") continue;
+    if (const size_t at = name.find(".experts."); at != std::string::npos) {
+      const size_t end = name.find('.', at + 9);
+      experts[name.substr(0, at + 9) + name.substr(end + 1)].emplace_back(std::stoll(name.substr(at + 9, end - at - 9)),
+                                                                          tensor);
+      continue;
+    }
     const std::string gguf = gguf_name_of(arch, name);
     KILN_CHECK(!gguf.empty(), "GGUF export: tensor '", name, "' has no name in llama.cpp's ", arch.arch, " files");
     const Tensor f = to_dtype(tensor.contiguous(), DType::f32);
     std::vector<float> values = f.to_vector<float>();
     const bool q = name.find(".q_proj.") != std::string::npos, k = name.find(".k_proj.") != std::string::npos;
-    if (arch.permuted_qk && (q || k)) values = permuted(values, f.size(0), q ? heads : kv_heads);
+    if (arch.permuted_qk && (q || k)) values = permuted(values, f.size(0), q ? L.num_heads : L.num_kv_heads);
+    if (arch.norm_offset != 0 && name.ends_with("norm.weight"))
+      for (float& v : values) v += arch.norm_offset;
     tensors.push_back(tensor_out(gguf, f.shape(), values, out_type->second.matrices));
   }
+  for (auto& [name, parts] : experts) {
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    KILN_CHECK(int64_t(parts.size()) == L.num_experts && parts.back().first == L.num_experts - 1,
+               "GGUF export: ", name, " has ", parts.size(), " experts of ", L.num_experts);
+    const std::string gguf = gguf_name_of(arch, name);
+    KILN_CHECK(!gguf.empty(), "GGUF export: tensor '", name, "' has no name in llama.cpp's ", arch.arch, " files");
+    std::vector<float> values;
+    for (const auto& [e, t] : parts) {
+      const std::vector<float> part = to_dtype(t.contiguous(), DType::f32).to_vector<float>();
+      values.insert(values.end(), part.begin(), part.end());
+    }
+    const Shape shape = {L.num_experts, parts[0].second.size(0), parts[0].second.size(1)};
+    tensors.push_back(tensor_out(gguf, shape, values, out_type->second.matrices));
+  }
   write_gguf(path, m, tensors);
-  std::vector<std::string> notes;
-  if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
-      c["sliding_window"].get<int64_t>() < c["max_position_embeddings"].get<int64_t>())
-    notes.push_back("the model's sliding window (" + c["sliding_window"].dump() + " tokens) has no place in llama.cpp's " +
-                    arch.arch + " files (its converter drops it too): past that many tokens the file attends to all");
   return notes;
 }
 

@@ -4,8 +4,12 @@
 // metadata, the tokenizer (byte-level BPE, with its llama.cpp pre-tokenizer
 // type), the chat template, and the tensors under llama.cpp's names (llama's
 // q and k permuted as its converter permutes them), in F32, F16, BF16 or Q8_0
-// (norms and other vectors in F32, as the converter keeps them).
-// Families so far: llama, mistral, qwen2 and qwen3.
+// (norms and other vectors in F32, as the converter keeps them), each
+// layer's experts in one tensor per projection. Families: those Kiln reads
+// from GGUF (models/hf/gguf_architectures.h) and mistral; where llama.cpp
+// fixes what a folder can vary (Gemma's attention scale and sliding
+// layers, SmolLM3's unrotated layers, experts in every layer), a model that
+// differs is refused by name.
 #pragma once
 #include <string>
 #include <vector>
