@@ -117,6 +117,17 @@ void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
   models::write_hf_folder(out, sft_contents(run, merge, "hf"));
 }
 
+namespace {
+
+// A folder's or file's name, for general.name ("runs/sft/" -> "sft", "m.gguf" -> "m").
+std::string name_of(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();  // ("Qwen2.5-0.5B" keeps its dots)
+}
+
+}  // namespace
+
 std::vector<std::string> export_gguf(const std::string& source, const std::string& out, const std::string& type,
                                      bool merge) {
   KILN_CHECK(!std::filesystem::exists(out), out, " exists; kiln export writes a new file");
@@ -125,12 +136,12 @@ std::vector<std::string> export_gguf(const std::string& source, const std::strin
     // A GGUF file keeps norms and routers in F32 beside F16 matrices; a model runs in one dtype, so it is loaded
     // in f32 to write them back as they were.
     const std::optional<DType> dtype = models::is_gguf_file(*dir) ? std::optional(DType::f32) : std::nullopt;
-    return models::write_gguf_model(out, loaded_folder(*dir, "", dtype), type);
+    return models::write_gguf_model(out, loaded_folder(*dir, "", dtype), type, name_of(*dir));
   }
   const Checkpoint ck = load_checkpoint(resolve_checkpoint(source));
   KILN_CHECK(ck.state.value("recipe", std::string()) == "sft", source, " holds a ", ck.state.value("recipe", std::string()),
              " run; --format gguf exports hf:DIR, gguf:FILE and kiln train sft runs");
-  return models::write_gguf_model(out, sft_contents(source, merge, "gguf"), type);
+  return models::write_gguf_model(out, sft_contents(source, merge, "gguf"), type, name_of(source));
 }
 
 void export_peft(const std::string& run, const std::string& out) {

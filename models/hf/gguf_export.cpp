@@ -179,7 +179,7 @@ int64_t special_id(const json& tokenizer_config, const char* key, const json& to
 }  // namespace
 
 std::vector<std::string> write_gguf_model(const std::string& path, const HfFolderContents& folder,
-                                          const std::string& type) {
+                                          const std::string& type, const std::string& name) {
   const json& c = folder.config;
   const std::string model_type = c.value("model_type", "");
   const GgufArchitecture* row = gguf_architecture_of_type(model_type == "mistral" ? "llama" : model_type);
@@ -193,7 +193,7 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   const LlamaConfig L = read_llama_config(c, model_type);
   const std::string p = arch.arch + ".";
   json m = {{"general.architecture", arch.arch},
-            {"general.name", c.value("_name_or_path", model_type)},
+            {"general.name", name},
             {"general.file_type", out_type->second.file_type},
             {p + "context_length", L.max_positions},
             {p + "embedding_length", L.hidden_size},

@@ -18,10 +18,12 @@
 
 namespace kiln::models {
 
-// `type`: f32, f16, bf16 or q8_0. The file appears whole or not at all.
+// `type`: f32, f16, bf16 or q8_0; `name`: general.name (llama.cpp's
+// converter writes the model folder's name, which llama.cpp reads for a few
+// families' token attributes: Phi-3's). The file appears whole or not at all.
 // Returns what the file cannot hold that the model has (Mistral's sliding
 // window), for the user to read.
 std::vector<std::string> write_gguf_model(const std::string& path, const HfFolderContents& folder,
-                                          const std::string& type);
+                                          const std::string& type, const std::string& name);
 
 }  // namespace kiln::models
