@@ -296,6 +296,40 @@ TEST(GgufModels, RealLlama3RopeFactorsAreReadAsTheirConfig) {
   fs::remove(path);
 }
 
+// An architecture's metadata that is missing, of the wrong type or inconsistent is an error naming the key.
+TEST(GgufModels, BadArchitectureMetadataIsAClearError) {
+  const fs::path path = fs::temp_directory_path() / ("kiln_gguf_meta_" + std::to_string(::getpid()) + ".gguf");
+  const nlohmann::json base = {{"llama.embedding_length", 64},   {"llama.block_count", 2},
+                               {"llama.feed_forward_length", 96}, {"llama.attention.head_count", 4},
+                               {"llama.context_length", 128}};
+  auto error_of = [&](const std::string& arch, nlohmann::json changes) {
+    nlohmann::json m = {{"general.architecture", arch}};
+    for (const auto& [k, v] : base.items()) m[arch + k.substr(5)] = v;
+    for (const auto& [k, v] : changes.items()) m[k] = v;
+    write_gguf(path.string(), m, {{"token_embd.weight", {64, 4}, GgufType::F32, std::vector<uint8_t>(64 * 4 * 4)}});
+    try {
+      models::hf_config_from_gguf(GgufFile::open(path.string()));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto expect_says = [](const std::string& error, const std::string& says) {
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  EXPECT_EQ(error_of("llama", {}), "no error");
+  expect_says(error_of("falcon", {}), "architecture 'falcon' is not one Kiln loads");
+  expect_says(error_of("llama", {{"llama.block_count", 0}}), "llama.block_count");
+  expect_says(error_of("llama", {{"llama.attention.head_count", "four"}}), "llama.attention.head_count");
+  expect_says(error_of("qwen3moe", {{"qwen3moe.expert_count", 4}}), "qwen3moe.expert_used_count");
+  expect_says(error_of("gemma3", {{"gemma3.attention.sliding_window", 4}, {"gemma3.attention.sliding_window_pattern",
+                                                                           {true, false, true}}}),
+              "sliding_window_pattern");
+  expect_says(error_of("llama", {{"llama.rope.scaling.type", "su"}}), "rope scaling 'su' is not read");
+  expect_says(error_of("phi3", {{"phi3.rope.dimension_count", "x"}}), "phi3.rope.dimension_count");
+  fs::remove(path);
+}
+
 // Tokenizers from metadata alone (the fuzzer's seeds, tests/hf/make_gguf_fixture.py); real vocabularies are
 // checked against their models' own ids in tests/hf/test_vocab_corpus.cpp.
 TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {

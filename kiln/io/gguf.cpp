@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <string_view>
 #include <system_error>
 
 #include "kiln/core/error.h"
@@ -19,25 +21,36 @@ namespace {
 // The row-major shape of ggml's dims (dims[0] fastest).
 Shape kiln_shape(const std::vector<int64_t>& dims) { return Shape(dims.rbegin(), dims.rend()); }
 
-// The last parsed header, and the file it was parsed from.
+// The last parsed header, and the file it was parsed from: its path, size,
+// inode and modification time, and a hash of the header's bytes (a file
+// rewritten within one tick of the clock keeps its time, and a new inode may
+// reuse the number of the one it replaced).
 struct ParsedHeaderCache {
   std::mutex mutex;
   std::string path;
   off_t size = -1;
+  ino_t inode = 0;
   struct timespec modified = {};
+  size_t header_hash = 0;
   std::shared_ptr<const GgufHeader> header;
 
-  std::shared_ptr<const GgufHeader> find(const std::string& p, const struct stat& st) {
+  static size_t hash_of(const uint8_t* base, const GgufHeader& h) {
+    return std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char*>(base), h.data_start));
+  }
+  std::shared_ptr<const GgufHeader> find(const std::string& p, const struct stat& st, const uint8_t* base) {
     std::lock_guard<std::mutex> lock(mutex);
-    const bool same = header && p == path && st.st_size == size && st.st_mtim.tv_sec == modified.tv_sec &&
-                      st.st_mtim.tv_nsec == modified.tv_nsec;
+    const bool same = header && p == path && st.st_size == size && st.st_ino == inode &&
+                      st.st_mtim.tv_sec == modified.tv_sec && st.st_mtim.tv_nsec == modified.tv_nsec &&
+                      hash_of(base, *header) == header_hash;
     return same ? header : nullptr;
   }
-  void keep(const std::string& p, const struct stat& st, std::shared_ptr<const GgufHeader> h) {
+  void keep(const std::string& p, const struct stat& st, const uint8_t* base, std::shared_ptr<const GgufHeader> h) {
     std::lock_guard<std::mutex> lock(mutex);
     path = p;
     size = st.st_size;
+    inode = st.st_ino;
     modified = st.st_mtim;
+    header_hash = hash_of(base, *h);
     header = std::move(h);
   }
 };
@@ -65,14 +78,14 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.path_ = path;
   f.base_ = static_cast<const uint8_t*>(mapping->base);
-  f.header_ = g_last_header.find(path, st);
+  f.header_ = g_last_header.find(path, st, f.base_);
   if (!f.header_) {
     try {
       f.header_ = std::make_shared<const GgufHeader>(parse_gguf(f.base_, bytes));
     } catch (const Error& e) {
       KILN_FAIL(path, ": ", e.what());
     }
-    g_last_header.keep(path, st, f.header_);
+    g_last_header.keep(path, st, f.base_, f.header_);
   }
   f.mapping_ = mapping;
   return f;

@@ -18,8 +18,8 @@ class GgufFile {
   // the path and what is wrong. Loading a model opens its file several times
   // (config, weights, tokenizer, chat template), and a 128K-token
   // vocabulary's metadata takes 0.1-0.3 s to parse, so the last file's parsed
-  // header is kept and reused while its size and modification time stay the
-  // same (the mapping is made anew each time).
+  // header is kept and reused while its size, inode, modification time and
+  // header bytes (hashed) stay the same (the mapping is made anew each time).
   static GgufFile open(const std::string& path);
   const std::string& path() const { return path_; }
   const GgufHeader& header() const { return *header_; }
