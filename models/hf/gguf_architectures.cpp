@@ -179,6 +179,9 @@ void read_phi3(const GgufFile& file, const Meta& meta, json& c) {
   if (meta.number("attention.sliding_window", 0) > 0) c["sliding_window"] = meta.positive("attention.sliding_window");
 }
 
+// llama.cpp knows Gemma 2's and Gemma 3's 27B models by their layer counts.
+constexpr int64_t kGemma2LayersOf27B = 46, kGemma3LayersOf27B = 62;
+
 // Gemma 2 and 3: transformers' query_pre_attn_scalar as llama.cpp chooses it
 // (the file does not say): hidden / heads for the 27B models (known by their
 // layer count), head_dim otherwise.
@@ -192,7 +195,7 @@ void read_gemma(const GgufFile&, const Meta&, json& c) { c["hidden_act"] = "gelu
 
 void read_gemma2(const GgufFile&, const Meta& meta, json& c) {
   c["hidden_activation"] = "gelu_pytorch_tanh";
-  read_attention_scalar(c, 46);
+  read_attention_scalar(c, kGemma2LayersOf27B);
   for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
     if (meta.has(cap)) c[cap] = meta.number(cap, 0);
   if (meta.has("attention.sliding_window")) c["sliding_window"] = meta.positive("attention.sliding_window");
@@ -203,7 +206,7 @@ void read_gemma2(const GgufFile&, const Meta& meta, json& c) {
 // the sliding layers' own RoPE base, and RoPE scaling on the global ones only.
 void read_gemma3(const GgufFile&, const Meta& meta, json& c) {
   c["hidden_activation"] = "gelu_pytorch_tanh";
-  read_attention_scalar(c, 62);
+  read_attention_scalar(c, kGemma3LayersOf27B);
   if (meta.has("final_logit_softcapping")) c["final_logit_softcapping"] = meta.number("final_logit_softcapping", 0);
   const int64_t layers = c["num_hidden_layers"].get<int64_t>();
   const int64_t window = int64_t(meta.number("attention.sliding_window", 0));
@@ -225,6 +228,71 @@ void read_gemma3(const GgufFile&, const Meta& meta, json& c) {
                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", meta.number("rope.freq_base_swa", 10000)}}}};
 }
 
+// ---- The writers (kiln export --format gguf), each the inverse of its reader above.
+
+void write_experts(const LlamaConfig& L, const std::string& p, json& m, const std::string& arch, bool renormalises) {
+  for (int64_t i = 0; i < L.num_layers; ++i)
+    KILN_CHECK(L.is_moe(i), "GGUF export: llama.cpp's ", arch, " has experts in every layer; this model's layer ", i,
+               " is dense");
+  KILN_CHECK(L.normalize_top_k == renormalises, "GGUF export: llama.cpp's ", arch, renormalises ? "" : " does not",
+             " renormalise the chosen experts' weights; this model's norm_topk_prob differs");
+  m[p + "expert_count"] = L.num_experts;
+  m[p + "expert_used_count"] = L.experts_per_token;
+}
+
+void write_mixtral(const LlamaConfig& L, const std::string& p, json& m) { write_experts(L, p, m, "llama", true); }
+void write_olmoe(const LlamaConfig& L, const std::string& p, json& m) { write_experts(L, p, m, "olmoe", false); }
+void write_qwen3_moe(const LlamaConfig& L, const std::string& p, json& m) {
+  write_experts(L, p, m, "qwen3moe", true);
+  m[p + "expert_feed_forward_length"] = L.expert_intermediate_size;
+}
+
+void write_granite(const LlamaConfig& L, const std::string& p, json& m) {
+  m[p + "embedding_scale"] = L.embedding_multiplier;
+  m[p + "attention.scale"] = L.attention_multiplier;
+  m[p + "residual_scale"] = L.residual_multiplier;
+  m[p + "logit_scale"] = L.logits_scaling;
+}
+
+void write_phi3(const LlamaConfig& L, const std::string& p, json& m) {
+  if (L.sliding_window > 0) m[p + "attention.sliding_window"] = L.sliding_window;
+}
+
+void write_smollm3(const LlamaConfig& L, const std::string&, json&) {
+  for (int64_t i = 0; i < L.num_layers; ++i)
+    KILN_CHECK(L.rope_layers.empty() || L.rope_layers[size_t(i)] == ((i + 1) % 4 != 0), "GGUF export: llama.cpp's "
+               "SmolLM3 leaves every fourth layer unrotated; this model's no_rope_layers differ");
+}
+
+// llama.cpp's Gemma 2/3 attention scale (read_attention_scalar), which the model's must be.
+void check_attention_scale(const LlamaConfig& L, int64_t layers_of_27b) {
+  const double scalar = L.num_layers == layers_of_27b ? double(L.hidden_size / L.num_heads) : double(L.head_dim);
+  KILN_CHECK(std::abs(L.attention_multiplier * std::sqrt(scalar) - 1) < 1e-6, "GGUF export: llama.cpp scales "
+             "Gemma's attention by 1/sqrt(", scalar, "); this model's query_pre_attn_scalar differs");
+}
+
+void write_gemma2(const LlamaConfig& L, const std::string& p, json& m) {
+  check_attention_scale(L, kGemma2LayersOf27B);
+  for (int64_t i = 0; i < L.num_layers; ++i)
+    KILN_CHECK(L.slides(i) == (i % 2 == 0), "GGUF export: llama.cpp's Gemma 2 slides every other layer; this "
+               "model's layer_types differ");
+  m[p + "attn_logit_softcapping"] = L.attention_softcap;
+  m[p + "final_logit_softcapping"] = L.final_softcap;
+  m[p + "attention.sliding_window"] = L.sliding_window;
+}
+
+void write_gemma3(const LlamaConfig& L, const std::string& p, json& m) {
+  check_attention_scale(L, kGemma3LayersOf27B);
+  if (L.final_softcap > 0) m[p + "final_logit_softcapping"] = L.final_softcap;
+  if (L.sliding_window > 0) {
+    m[p + "attention.sliding_window"] = L.sliding_window;
+    json pattern = json::array();
+    for (int64_t i = 0; i < L.num_layers; ++i) pattern.push_back(L.slides(i));
+    m[p + "attention.sliding_window_pattern"] = pattern;
+  }
+  if (L.local_rope_theta > 0) m[p + "rope.freq_base_swa"] = L.local_rope_theta;
+}
+
 const std::map<std::string, std::string> kGemmaNorms = {
     {"post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
@@ -234,30 +302,31 @@ const std::map<std::string, std::string> kGemmaNorms = {
 const std::vector<GgufArchitecture>& architectures() {
   static const std::vector<GgufArchitecture> rows = {
       {.arch = "llama", .model_type = "mixtral", .hf_architecture = "MixtralForCausalLM", .permuted_qk = true,
-       .routed = true, .read_config = read_mixtral},
+       .routed = true, .read_config = read_mixtral, .write_config = write_mixtral},
       {.arch = "llama", .model_type = "llama", .hf_architecture = "LlamaForCausalLM", .permuted_qk = true},
       {.arch = "qwen2", .model_type = "qwen2", .hf_architecture = "Qwen2ForCausalLM"},
       {.arch = "qwen3", .model_type = "qwen3", .hf_architecture = "Qwen3ForCausalLM"},
       {.arch = "qwen3moe", .model_type = "qwen3_moe", .hf_architecture = "Qwen3MoeForCausalLM", .routed = true,
-       .read_config = read_qwen3_moe},
+       .read_config = read_qwen3_moe, .write_config = write_qwen3_moe},
       {.arch = "gemma", .model_type = "gemma", .hf_architecture = "GemmaForCausalLM", .norm_offset = 1,
        .read_config = read_gemma},
       {.arch = "gemma2", .model_type = "gemma2", .hf_architecture = "Gemma2ForCausalLM", .norm_offset = 1,
-       .names = kGemmaNorms, .read_config = read_gemma2},
+       .names = kGemmaNorms, .read_config = read_gemma2, .write_config = write_gemma2},
       {.arch = "gemma3", .model_type = "gemma3_text", .hf_architecture = "Gemma3ForCausalLM", .norm_offset = 1,
-       .names = kGemmaNorms, .read_config = read_gemma3},
+       .names = kGemmaNorms, .read_config = read_gemma3, .write_config = write_gemma3},
       {.arch = "phi3", .model_type = "phi3", .hf_architecture = "Phi3ForCausalLM",
        .names = {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}},
-       .read_config = read_phi3},
+       .read_config = read_phi3, .write_config = write_phi3},
       {.arch = "olmo2", .model_type = "olmo2", .hf_architecture = "Olmo2ForCausalLM",
        .names = {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
                  {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
       {.arch = "olmoe", .model_type = "olmoe", .hf_architecture = "OlmoeForCausalLM", .routed = true,
-       .read_config = read_olmoe},
+       .read_config = read_olmoe, .write_config = write_olmoe},
       {.arch = "granite", .model_type = "granite", .hf_architecture = "GraniteForCausalLM", .permuted_qk = true,
-       .read_config = read_granite},
+       .read_config = read_granite, .write_config = write_granite},
       // llama.cpp leaves every fourth layer unrotated, as transformers' (and Kiln's) default no_rope_layer_interval
-      {.arch = "smollm3", .model_type = "smollm3", .hf_architecture = "SmolLM3ForCausalLM", .permuted_qk = true},
+      {.arch = "smollm3", .model_type = "smollm3", .hf_architecture = "SmolLM3ForCausalLM", .permuted_qk = true,
+       .write_config = write_smollm3},
   };
   return rows;
 }

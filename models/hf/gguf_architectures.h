@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/io/gguf.h"
+#include "models/llama/llama.h"
 
 namespace kiln::models {
 
@@ -27,6 +28,9 @@ struct GgufArchitecture {
   std::map<std::string, std::string> names = {};
   // Its keys beyond the common ones, into `config`.
   void (*read_config)(const GgufFile& file, const GgufMeta& meta, nlohmann::json& config) = nullptr;
+  // The inverse, for an export: a model's keys beyond the common ones into `metadata` (keys named
+  // prefix + key); what llama.cpp fixes and the model does otherwise is an error naming it.
+  void (*write_config)(const LlamaConfig& model, const std::string& prefix, nlohmann::json& metadata) = nullptr;
 };
 
 // The row of the file's architecture; one Kiln does not read is an error naming those it does.

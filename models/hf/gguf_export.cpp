@@ -1,8 +1,8 @@
 #include "models/hf/gguf_export.h"
 
-#include <cstring>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "kiln/autograd/ops.h"
@@ -44,8 +44,9 @@ std::vector<float> permuted(const std::vector<float>& w, int64_t rows, int64_t h
 
 GgufTensorOut tensor_out(const std::string& name, const Shape& shape, const std::vector<float>& values, GgufType type) {
   GgufTensorOut t{name, std::vector<int64_t>(shape.rbegin(), shape.rend()), type, {}};
-  // Vectors (norms, biases) stay F32, and Q8_0 needs whole blocks of 32 in a row (else F16, as the converter does).
-  if (shape.size() < 2) t.type = GgufType::F32;
+  // Vectors (norms, biases) and the experts' routers stay F32, and Q8_0 needs whole blocks of 32 in a row (else
+  // F16), as the converter writes them.
+  if (shape.size() < 2 || name.ends_with("ffn_gate_inp.weight")) t.type = GgufType::F32;
   else if (type == GgufType::Q8_0 && t.dims[0] % 32 != 0) t.type = GgufType::F16;
   const size_t n = values.size();
   switch (t.type) {
@@ -68,16 +69,17 @@ GgufTensorOut tensor_out(const std::string& name, const Shape& shape, const std:
 }
 
 // The checkpoint's names as Kiln's modules name them (Mixtral's files keep
-// the hub's block_sparse_moe and w1/w2/w3: models/hf/families.cpp).
-std::string kiln_name(std::string name) {
-  static const std::pair<const char*, const char*> renames[] = {{".block_sparse_moe.", ".mlp."},
-                                                                {".w1.weight", ".gate_proj.weight"},
-                                                                {".w2.weight", ".down_proj.weight"},
-                                                                {".w3.weight", ".up_proj.weight"}};
-  for (const auto& [from, to] : renames)
-    if (const size_t at = name.find(from); at != std::string::npos && (from[1] != 'w' || name.ends_with(from)))
-      name = name.substr(0, at) + to + name.substr(at + std::strlen(from));
-  return name;
+// the hub's block_sparse_moe, each expert's projections as w1, w2 and w3:
+// models/hf/families.cpp).
+std::string kiln_name(const std::string& name) {
+  const size_t moe = name.find(".block_sparse_moe.");
+  if (moe == std::string::npos) return name;
+  std::string out = name.substr(0, moe) + ".mlp." + name.substr(moe + 18);
+  static const std::pair<std::string, std::string> projections[] = {
+      {".w1.weight", ".gate_proj.weight"}, {".w2.weight", ".down_proj.weight"}, {".w3.weight", ".up_proj.weight"}};
+  for (const auto& [from, to] : projections)
+    if (out.ends_with(from)) return out.substr(0, out.size() - from.size()) + to;
+  return out;
 }
 
 GgufTensorOut vector_out(const std::string& name, const std::vector<double>& v) {
@@ -107,61 +109,6 @@ void write_rope(const LlamaConfig& L, const std::string& p, json& m, std::vector
                            : std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_positions)));
   } else {
     KILN_CHECK(s.type == "default", "GGUF export: RoPE '", s.type, "' is not written to GGUF yet");
-  }
-}
-
-// What llama.cpp reads from an architecture's keys (and what it fixes,
-// which the model must agree with): soft caps, sliding windows, multipliers, experts.
-void write_architecture(const GgufArchitecture& arch, const LlamaConfig& L, const std::string& p, json& m,
-                        std::vector<std::string>& notes) {
-  const std::string& a = arch.arch;
-  if (a == "gemma2" || a == "gemma3") {  // llama.cpp's attention scale: 1/sqrt(head_dim), but for the 27B models
-    const bool big = L.num_layers == (a == "gemma2" ? 46 : 62);
-    const double scalar = big ? double(L.hidden_size / L.num_heads) : double(L.head_dim);
-    KILN_CHECK(std::abs(L.attention_multiplier * std::sqrt(scalar) - 1) < 1e-6, "GGUF export: llama.cpp scales "
-               "Gemma's attention by 1/sqrt(", scalar, "); this model's query_pre_attn_scalar differs");
-  }
-  if (a == "gemma2") {
-    for (int64_t i = 0; i < L.num_layers; ++i)
-      KILN_CHECK(L.slides(i) == (i % 2 == 0), "GGUF export: llama.cpp's Gemma 2 slides every other layer; this model's "
-                 "layer_types differ");
-    m[p + "attn_logit_softcapping"] = L.attention_softcap;
-    m[p + "final_logit_softcapping"] = L.final_softcap;
-    m[p + "attention.sliding_window"] = L.sliding_window;
-  } else if (a == "gemma3") {
-    if (L.final_softcap > 0) m[p + "final_logit_softcapping"] = L.final_softcap;
-    if (L.sliding_window > 0) {
-      m[p + "attention.sliding_window"] = L.sliding_window;
-      json pattern = json::array();
-      for (int64_t i = 0; i < L.num_layers; ++i) pattern.push_back(L.slides(i));
-      m[p + "attention.sliding_window_pattern"] = pattern;
-    }
-    if (L.local_rope_theta > 0) m[p + "rope.freq_base_swa"] = L.local_rope_theta;
-  } else if (a == "phi3") {
-    if (L.sliding_window > 0) m[p + "attention.sliding_window"] = L.sliding_window;
-  } else if (L.sliding_window > 0 && L.sliding_window < L.max_positions) {
-    notes.push_back("the model's sliding window (" + std::to_string(L.sliding_window) + " tokens) has no place in "
-                    "llama.cpp's " + a + " files (its converter drops it too): past that many tokens the file attends to all");
-  }
-  if (a == "granite") {
-    m[p + "embedding_scale"] = L.embedding_multiplier;
-    m[p + "attention.scale"] = L.attention_multiplier;
-    m[p + "residual_scale"] = L.residual_multiplier;
-    m[p + "logit_scale"] = L.logits_scaling;
-  }
-  if (a == "smollm3")
-    for (int64_t i = 0; i < L.num_layers; ++i)
-      KILN_CHECK(L.rope_layers.empty() || L.rope_layers[size_t(i)] == ((i + 1) % 4 != 0), "GGUF export: llama.cpp's "
-                 "SmolLM3 leaves every fourth layer unrotated; this model's no_rope_layers differ");
-  if (arch.routed) {
-    for (int64_t i = 0; i < L.num_layers; ++i)
-      KILN_CHECK(L.is_moe(i), "GGUF export: llama.cpp's ", a, " has experts in every layer; this model's layer ", i,
-                 " is dense");
-    KILN_CHECK(L.normalize_top_k == (a != "olmoe"), "GGUF export: llama.cpp's ", a, (a == "olmoe" ? " does not" : ""),
-               " renormalise the chosen experts' weights; this model's norm_topk_prob differs");
-    m[p + "expert_count"] = L.num_experts;
-    m[p + "expert_used_count"] = L.experts_per_token;
-    if (a == "qwen3moe") m[p + "expert_feed_forward_length"] = L.expert_intermediate_size;
   }
 }
 
@@ -210,7 +157,11 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   std::vector<GgufTensorOut> tensors;
   std::vector<std::string> notes;
   write_rope(L, p, m, tensors);
-  write_architecture(arch, L, p, m, notes);
+  if (arch.write_config) arch.write_config(L, p, m);
+  if (L.sliding_window > 0 && L.sliding_window < L.max_positions && !m.contains(p + "attention.sliding_window"))
+    notes.push_back("the model's sliding window (" + std::to_string(L.sliding_window) + " tokens) has no place in "
+                    "llama.cpp's " + arch.arch + " files (its converter drops it too): past that many tokens the "
+                    "file attends to all");
   const json tokenizer = json::parse(folder.tokenizer_json);
   int64_t vocab_size = -1;
   for (const auto& [name, tensor] : folder.tensors)
