@@ -72,6 +72,19 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
 
 }  // namespace
 
+namespace {
+
+// A fortunes-gpt run as GPT2LMHeadModel's folder.
+models::HfFolderContents gpt_run_contents(const Checkpoint& ck, const std::string& ckdir, const std::string& quantize) {
+  auto gpt = load_gpt(ck, Device::cpu());
+  const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
+  models::HfFolderContents c = models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id());
+  if (!quantize.empty()) take_weights(c, *gpt, "gpt2", quantize);
+  return c;
+}
+
+}  // namespace
+
 void export_hf(const std::string& source, const std::string& out, const std::string& quantize) {
   if (auto dir = models::hf_folder(source)) return models::write_hf_folder(out, loaded_folder(*dir, quantize));
   const std::string ckdir = resolve_checkpoint(source);
@@ -81,11 +94,7 @@ void export_hf(const std::string& source, const std::string& out, const std::str
   if (recipe == "classify") return models::write_hf_folder(out, classifier_as_hf(ck));
   KILN_CHECK(recipe == "fortunes-gpt", source, " holds a ", recipe,
              " run; --format hf exports fortunes-gpt, sft and classify runs, or hf:DIR");
-  auto gpt = load_gpt(ck, Device::cpu());
-  const data::Tokenizer tok = load_run_tokenizer(ckdir, ck);
-  models::HfFolderContents c = models::gpt_as_hf(*gpt, tok.to_tokenizer_json(), tok.end_of_text_id());
-  if (!quantize.empty()) take_weights(c, *gpt, "gpt2", quantize);
-  models::write_hf_folder(out, c);
+  models::write_hf_folder(out, gpt_run_contents(ck, ckdir, quantize));
 }
 
 namespace {
@@ -138,10 +147,14 @@ std::vector<std::string> export_gguf(const std::string& source, const std::strin
     const std::optional<DType> dtype = models::is_gguf_file(*dir) ? std::optional(DType::f32) : std::nullopt;
     return models::write_gguf_model(out, loaded_folder(*dir, "", dtype), type, name_of(*dir));
   }
-  const Checkpoint ck = load_checkpoint(resolve_checkpoint(source));
-  KILN_CHECK(ck.state.value("recipe", std::string()) == "sft", source, " holds a ", ck.state.value("recipe", std::string()),
-             " run; --format gguf exports hf:DIR, gguf:FILE and kiln train sft runs");
-  return models::write_gguf_model(out, sft_contents(source, merge, "gguf"), type, name_of(source));
+  const std::string ckdir = resolve_checkpoint(source);
+  const Checkpoint ck = load_checkpoint(ckdir);
+  const std::string recipe = ck.state.value("recipe", std::string());
+  KILN_CHECK(recipe == "sft" || recipe == "fortunes-gpt", source, " holds a ", recipe, " run; --format gguf exports "
+             "hf:DIR, gguf:FILE, and kiln train sft and fortunes-gpt runs");
+  KILN_CHECK(recipe == "sft" || !merge, "--merge merges a LoRA run's adapters; ", source, " is a fortunes-gpt run");
+  return models::write_gguf_model(out, recipe == "sft" ? sft_contents(source, merge, "gguf") : gpt_run_contents(ck, ckdir, ""),
+                                  type, name_of(source));
 }
 
 void export_peft(const std::string& run, const std::string& out) {

@@ -293,6 +293,21 @@ void write_gemma3(const LlamaConfig& L, const std::string& p, json& m) {
   if (L.local_rope_theta > 0) m[p + "rope.freq_base_swa"] = L.local_rope_theta;
 }
 
+// GPT-2: its own config keys (n_embd, ...), LayerNorms with biases, learned positions, a 4x GELU MLP.
+void read_gpt2(const GgufFile&, const Meta& meta, json& c) {
+  const json gpt2 = {{"model_type", "gpt2"},
+                     {"n_embd", c["hidden_size"]},
+                     {"n_layer", c["num_hidden_layers"]},
+                     {"n_head", c["num_attention_heads"]},
+                     {"n_positions", c["max_position_embeddings"]},
+                     {"n_inner", c["intermediate_size"]},
+                     {"vocab_size", c["vocab_size"]},
+                     {"layer_norm_epsilon", meta.number("attention.layer_norm_epsilon", 1e-5)},
+                     {"activation_function", "gelu_new"},
+                     {"tie_word_embeddings", c["tie_word_embeddings"]}};
+  c = gpt2;
+}
+
 const std::map<std::string, std::string> kGemmaNorms = {
     {"post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
@@ -327,6 +342,17 @@ const std::vector<GgufArchitecture>& architectures() {
       // llama.cpp leaves every fourth layer unrotated, as transformers' (and Kiln's) default no_rope_layer_interval
       {.arch = "smollm3", .model_type = "smollm3", .hf_architecture = "SmolLM3ForCausalLM", .permuted_qk = true,
        .write_config = write_smollm3},
+      {.arch = "gpt2", .model_type = "gpt2", .hf_architecture = "GPT2LMHeadModel",
+       .names = {{"token_embd.weight", "transformer.wte.weight"}, {"position_embd.weight", "transformer.wpe.weight"},
+                 {"output_norm.weight", "transformer.ln_f.weight"}, {"output_norm.bias", "transformer.ln_f.bias"},
+                 {"attn_norm.weight", "ln_1.weight"}, {"attn_norm.bias", "ln_1.bias"},
+                 {"attn_qkv.weight", "attn.c_attn.weight"}, {"attn_qkv.bias", "attn.c_attn.bias"},
+                 {"attn_output.weight", "attn.c_proj.weight"}, {"attn_output.bias", "attn.c_proj.bias"},
+                 {"ffn_norm.weight", "ln_2.weight"}, {"ffn_norm.bias", "ln_2.bias"},
+                 {"ffn_up.weight", "mlp.c_fc.weight"}, {"ffn_up.bias", "mlp.c_fc.bias"},
+                 {"ffn_down.weight", "mlp.c_proj.weight"}, {"ffn_down.bias", "mlp.c_proj.bias"}},
+       .layer_prefix = "transformer.h.",
+       .read_config = read_gpt2},
   };
   return rows;
 }
@@ -376,7 +402,7 @@ std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_n
     if (it == common_names().end()) return "";
     name = it->second;
   }
-  return in_layer ? "model.layers." + m[1].str() + "." + name : name;
+  return in_layer ? arch.layer_prefix + m[1].str() + "." + name : name;
 }
 
 std::string gguf_exportable_types() {
@@ -392,17 +418,21 @@ const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type)
 }
 
 std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_name) {
-  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
-  std::smatch m;
-  const bool in_layer = std::regex_match(hf_name, m, layer);
-  const std::string key = in_layer ? m[2].str() : hf_name;
+  // A layer's name: layer_prefix, its number, a dot, then the key the tables name.
+  std::string layer, key = hf_name;
+  if (hf_name.starts_with(arch.layer_prefix)) {
+    const size_t dot = hf_name.find('.', arch.layer_prefix.size());
+    layer = hf_name.substr(arch.layer_prefix.size(), dot == std::string::npos ? 0 : dot - arch.layer_prefix.size());
+    if (!layer.empty() && layer.find_first_not_of("0123456789") == std::string::npos) key = hf_name.substr(dot + 1);
+    else layer.clear();
+  }
   std::string name;
   for (const auto& [gguf, hf] : arch.names)
     if (hf == key) name = gguf;
   for (const auto& [gguf, hf] : common_names())
     if (name.empty() && hf == key && !arch.names.contains(gguf)) name = gguf;
   if (name.empty()) return "";
-  return in_layer ? "blk." + m[1].str() + "." + name : name;
+  return layer.empty() ? name : "blk." + layer + "." + name;
 }
 
 json hf_config_from_gguf(const GgufFile& file) {

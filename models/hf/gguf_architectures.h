@@ -24,8 +24,9 @@ struct GgufArchitecture {
   bool permuted_qk = false;     // llama.cpp's converter interleaves q and k's rotary halves (its LlamaModel's)
   bool routed = false;          // a mixture of experts: its files have expert_count (llama's with it are Mixtral's)
   float norm_offset = 0;        // Gemma's converter stores each norm's weight as 1 + w: subtracted at load
-  // The layer tensors whose transformers names differ from the common table's (blk.N. left off).
+  // The tensors whose transformers names differ from the common table's (a layer's with blk.N. left off).
   std::map<std::string, std::string> names = {};
+  std::string layer_prefix = "model.layers.";  // transformers' name of layer N is layer_prefix + "N." + ...
   // Its keys beyond the common ones, into `config`.
   void (*read_config)(const GgufFile& file, const GgufMeta& meta, nlohmann::json& config) = nullptr;
   // The inverse, for an export: a model's keys beyond the common ones into `metadata` (keys named

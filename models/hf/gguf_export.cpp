@@ -112,6 +112,19 @@ void write_rope(const LlamaConfig& L, const std::string& p, json& m, std::vector
   }
 }
 
+// GPT-2's config (n_embd, ...) in the fields the writer reads: a 4 x n_embd MLP, LayerNorm's epsilon, tied.
+LlamaConfig gpt2_as_llama(const json& c) {
+  LlamaConfig L;
+  L.hidden_size = c.at("n_embd").get<int64_t>();
+  L.num_layers = c.at("n_layer").get<int64_t>();
+  L.num_heads = L.num_kv_heads = c.at("n_head").get<int64_t>();
+  L.max_positions = c.at("n_positions").get<int64_t>();
+  L.intermediate_size = c.value("n_inner", json()).is_number_integer() ? c["n_inner"].get<int64_t>() : 4 * L.hidden_size;
+  L.rms_norm_eps = c.value("layer_norm_epsilon", 1e-5);
+  L.tie_word_embeddings = c.value("tie_word_embeddings", true);
+  return L;
+}
+
 // A special token's id by its text in tokenizer_config.json (a string, or an object with "content").
 int64_t special_id(const json& tokenizer_config, const char* key, const json& tokenizer) {
   if (!tokenizer_config.contains(key) || tokenizer_config[key].is_null()) return -1;
@@ -137,26 +150,29 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
              "export its float source");
   const auto out_type = kOutTypes.find(type);
   KILN_CHECK(out_type != kOutTypes.end(), "GGUF export: --gguf-type takes f32, f16, bf16 or q8_0, not ", type);
-  const LlamaConfig L = read_llama_config(c, model_type);
   const std::string p = arch.arch + ".";
-  json m = {{"general.architecture", arch.arch},
-            {"general.name", name},
-            {"general.file_type", out_type->second.file_type},
-            {p + "context_length", L.max_positions},
-            {p + "embedding_length", L.hidden_size},
-            {p + "block_count", L.num_layers},
-            {p + "feed_forward_length", L.intermediate_size},
-            {p + "attention.head_count", L.num_heads},
-            {p + "attention.head_count_kv", L.num_kv_heads},
-            {p + "attention.key_length", L.head_dim},
-            {p + "attention.value_length", L.head_dim},
-            {p + "rope.dimension_count", L.rotated_dims()},
-            {p + "rope.freq_base", L.rope_theta},
-            {p + "attention.layer_norm_rms_epsilon", L.rms_norm_eps}};
+  json m = {{"general.architecture", arch.arch}, {"general.name", name}, {"general.file_type", out_type->second.file_type}};
   if (out_type->second.matrices == GgufType::Q8_0) m["general.quantization_version"] = 2;
   std::vector<GgufTensorOut> tensors;
   std::vector<std::string> notes;
-  write_rope(L, p, m, tensors);
+  const bool gpt2 = model_type == "gpt2";  // GPT-2's config has keys of its own; every other family is Llama-like
+  const LlamaConfig L = gpt2 ? gpt2_as_llama(c) : read_llama_config(c, model_type);
+  m.update(json{{p + "context_length", L.max_positions},
+                {p + "embedding_length", L.hidden_size},
+                {p + "block_count", L.num_layers},
+                {p + "feed_forward_length", L.intermediate_size},
+                {p + "attention.head_count", L.num_heads},
+                {p + "attention.head_count_kv", L.num_kv_heads}});
+  if (gpt2) {
+    m[p + "attention.layer_norm_epsilon"] = L.rms_norm_eps;
+  } else {
+    m.update(json{{p + "attention.key_length", L.head_dim},
+                  {p + "attention.value_length", L.head_dim},
+                  {p + "rope.dimension_count", L.rotated_dims()},
+                  {p + "rope.freq_base", L.rope_theta},
+                  {p + "attention.layer_norm_rms_epsilon", L.rms_norm_eps}});
+    write_rope(L, p, m, tensors);
+  }
   if (arch.write_config) arch.write_config(L, p, m);
   if (L.sliding_window > 0 && L.sliding_window < L.max_positions && !m.contains(p + "attention.sliding_window"))
     notes.push_back("the model's sliding window (" + std::to_string(L.sliding_window) + " tokens) has no place in "
@@ -165,8 +181,8 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   const json tokenizer = json::parse(folder.tokenizer_json);
   int64_t vocab_size = -1;
   for (const auto& [name, tensor] : folder.tensors)
-    if (name == "model.embed_tokens.weight") vocab_size = tensor.size(0);
-  KILN_CHECK(vocab_size > 0, "GGUF export: the model has no model.embed_tokens.weight");
+    if (gguf_name_of(arch, name) == "token_embd.weight") vocab_size = tensor.size(0);
+  KILN_CHECK(vocab_size > 0, "GGUF export: the model has no token embedding");
   m.update(text::gguf_tokenizer_metadata(tokenizer, vocab_size));
   const json& tc = folder.tokenizer_config;
   int64_t eos = special_id(tc, "eos_token", tokenizer);
@@ -180,6 +196,7 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
     m["tokenizer.ggml.bos_token_id"] = bos;
   if (tc.contains("chat_template") && tc["chat_template"].is_string()) m["tokenizer.chat_template"] = tc["chat_template"];
 
+  const CausalLmFamily& family = *find_causal_lm_family(model_type);
   // Each layer's experts go into one tensor per projection, [experts, rows, cols] (blk.N.ffn_*_exps).
   std::map<std::string, std::vector<std::pair<int64_t, Tensor>>> experts;
   for (const auto& [checkpoint_name, tensor] : folder.tensors) {
@@ -193,7 +210,9 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
     }
     const std::string gguf = gguf_name_of(arch, name);
     KILN_CHECK(!gguf.empty(), "GGUF export: tensor '", name, "' has no name in llama.cpp's ", arch.arch, " files");
-    const Tensor f = to_dtype(tensor.contiguous(), DType::f32);
+    // GPT-2's checkpoint keeps its Conv1D layers [in, out]; GGUF holds every matrix [out, in].
+    const bool transposed = family.checkpoint_name(name).transposed;
+    const Tensor f = to_dtype((transposed ? tensor.transpose(0, 1) : tensor).contiguous(), DType::f32);
     std::vector<float> values = f.to_vector<float>();
     const bool q = name.find(".q_proj.") != std::string::npos, k = name.find(".k_proj.") != std::string::npos;
     if (arch.permuted_qk && (q || k)) values = permuted(values, f.size(0), q ? L.num_heads : L.num_kv_heads);

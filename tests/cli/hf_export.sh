@@ -30,6 +30,10 @@ PY
   cp "$WORK/source.json" "$WORK/$(basename "$2").kiln.json"
 }
 same_scores "$WORK/gpt" "$WORK/gpt-hf"
+# The same run as a GGUF file (llama.cpp's gpt2 architecture): Kiln reads it back with the run's ids and scores.
+run 0 "$KILN" export "$WORK/gpt" --format gguf --gguf-type f32 --out "$WORK/gpt.gguf"
+run 0 "$KILN" score "gguf:$WORK/gpt.gguf" --text "$TEXT" --json
+cmp -s "$OUT" "$WORK/gpt-hf.kiln.json" || fail "the GGUF export of a fortunes-gpt run scores differently from the run"
 # kiln eval of the export (each validation fortune on its own, with its
 # tokenizer.json) and of the run (the token stream in windows): the same
 # model on the same split, so bits per byte agree closely (measured: 1.6%).
