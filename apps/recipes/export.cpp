@@ -70,10 +70,6 @@ models::HfFolderContents loaded_folder(const std::string& dir, const std::string
   return c;
 }
 
-}  // namespace
-
-namespace {
-
 // A fortunes-gpt run as GPT2LMHeadModel's folder.
 models::HfFolderContents gpt_run_contents(const Checkpoint& ck, const std::string& ckdir, const std::string& quantize) {
   auto gpt = load_gpt(ck, Device::cpu());
@@ -105,10 +101,6 @@ Checkpoint sft_checkpoint(const std::string& run) {
   return ck;
 }
 
-}  // namespace
-
-namespace {
-
 models::HfFolderContents sft_contents(const std::string& run, bool merge, const std::string& format) {
   const Checkpoint ck = sft_checkpoint(run);
   const SftSettings s = SftSettings::from_json(ck.state.at("sft"));
@@ -120,14 +112,6 @@ models::HfFolderContents sft_contents(const std::string& run, bool merge, const 
   return c;
 }
 
-}  // namespace
-
-void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
-  models::write_hf_folder(out, sft_contents(run, merge, "hf"));
-}
-
-namespace {
-
 // A folder's or file's name, for general.name ("runs/sft/" -> "sft", "m.gguf" -> "m").
 std::string name_of(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
@@ -136,6 +120,10 @@ std::string name_of(const std::string& path) {
 }
 
 }  // namespace
+
+void export_sft_hf(const std::string& run, const std::string& out, bool merge) {
+  models::write_hf_folder(out, sft_contents(run, merge, "hf"));
+}
 
 std::vector<std::string> export_gguf(const std::string& source, const std::string& out, const std::string& type,
                                      bool merge) {
