@@ -136,7 +136,19 @@ for path in sys.argv[1:]:
     types = {t.name: t.tensor_type.name for t in r.tensors}
     assert types["blk.0.attn_norm.weight"] == "F32", types
     print(f"gguf-py reads {path}: {arch}, {len(names)} tensors, {set(types.values())}")
+# Kiln's Q8_0 blocks are gguf-py's quantization (ggml's reference quantize_row_q8_0) of the F32 file's values.
+f32 = {t.name: t for t in gguf.GGUFReader(sys.argv[1]).tensors}
+checked = 0
+for t in gguf.GGUFReader(sys.argv[2]).tensors:
+    if t.tensor_type == gguf.GGMLQuantizationType.Q8_0:
+        want = gguf.quants.quantize(f32[t.name].data.reshape(t.data.shape[0], -1), gguf.GGMLQuantizationType.Q8_0)
+        assert want.tobytes() == t.data.tobytes(), t.name
+        checked += 1
+whole_blocks = [t for t in f32.values() if len(t.shape) == 2 and t.shape[0] % 32 == 0]  # (rows of 40 are F16)
+assert (checked > 0) == bool(whole_blocks), (checked, len(whole_blocks))
+print(f"Q8_0 as gguf-py quantizes it: {checked} tensors")
 PY
+  expect "Q8_0 as gguf-py quantizes it"
   expect "gguf-py reads"
 done
 run 1 "$KILN" export "hf:$FIX/qwen2" --format gguf --out "$WORK/qwen2.gguf"
