@@ -405,6 +405,17 @@ std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_n
   return in_layer ? arch.layer_prefix + m[1].str() + "." + name : name;
 }
 
+std::vector<int64_t> gguf_qk_file_rows(int64_t rows, int64_t heads) {
+  const int64_t D = rows / heads;
+  KILN_CHECK(rows % heads == 0 && D % 2 == 0, "GGUF: a projection of ", rows, " rows does not split into ", heads,
+             " heads of even width");
+  std::vector<int64_t> source(static_cast<size_t>(rows));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < D / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j) source[size_t(h * D + j * D / 2 + i)] = h * D + 2 * i + j;
+  return source;
+}
+
 std::string gguf_exportable_types() {
   std::string out = "mistral";
   for (const auto& row : architectures()) out += ", " + row.model_type;

@@ -44,6 +44,12 @@ std::string gguf_hf_name(const GgufArchitecture& arch, const std::string& gguf_n
 
 // The families Kiln writes as GGUF (the rows' and mistral), for messages.
 std::string gguf_exportable_types();
+// llama.cpp's converter stores q and k (permuted_qk) with each head's rows
+// [first half, second half] interleaved (row 2i + j of a head holds the
+// half-j row i): for each row of transformers' order, the file's row that
+// holds it.
+std::vector<int64_t> gguf_qk_file_rows(int64_t rows, int64_t heads);
+
 // The row whose family is `model_type`, or null.
 const GgufArchitecture* gguf_architecture_of_type(const std::string& model_type);
 // The inverse of gguf_hf_name: a transformers name's name in the file, or "" for none.

@@ -28,17 +28,13 @@ const std::map<std::string, OutType> kOutTypes = {{"f32", {GgufType::F32, 0}},
                                                   {"q8_0", {GgufType::Q8_0, 7}},
                                                   {"bf16", {GgufType::BF16, 32}}};
 
-// llama.cpp's converter interleaves each head's rotary halves of q and k (the inverse of gguf_model.cpp's unpermute).
+// q and k as llama.cpp's converter permutes them (gguf_qk_file_rows: transformers' row r goes to the file's).
 std::vector<float> permuted(const std::vector<float>& w, int64_t rows, int64_t heads) {
-  const int64_t D = rows / heads, cols = int64_t(w.size()) / rows;
-  KILN_CHECK(rows % heads == 0 && D % 2 == 0, "GGUF export: ", rows, " rows do not split into ", heads,
-             " heads of even width");
+  const std::vector<int64_t> file_row = gguf_qk_file_rows(rows, heads);
+  const size_t cols = w.size() / size_t(rows);
   std::vector<float> out(w.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < D / 2; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        std::memcpy(&out[size_t((h * D + 2 * i + j) * cols)], &w[size_t((h * D + j * D / 2 + i) * cols)],
-                    size_t(cols) * sizeof(float));
+  for (size_t r = 0; r < file_row.size(); ++r)
+    std::memcpy(&out[size_t(file_row[r]) * cols], &w[r * cols], cols * sizeof(float));
   return out;
 }
 

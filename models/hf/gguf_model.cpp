@@ -17,20 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-// llama.cpp's converter stores q and k with each head's rows [first half,
-// second half] interleaved (row 2i + j of a head holds the half-j row i):
-// for each row of transformers' order, the file's row that holds it.
-std::vector<int64_t> unpermuted_rows(int64_t rows, int64_t heads) {
-  const int64_t D = rows / heads;
-  KILN_CHECK(rows % heads == 0 && D % 2 == 0, "GGUF: a projection of ", rows, " rows does not split into ", heads,
-             " heads of even width");
-  std::vector<int64_t> source(static_cast<size_t>(rows));
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < D / 2; ++i)
-      for (int64_t j = 0; j < 2; ++j) source[size_t(h * D + j * D / 2 + i)] = h * D + 2 * i + j;
-  return source;
-}
-
 // Row r of `to` becomes row source[r] of `from` (both contiguous, of one shape and dtype).
 void reorder_rows(const Tensor& from, Tensor& to, const std::vector<int64_t>& source) {
   const size_t row = size_t(from.numel() / from.size(0)) * dtype_size(from.dtype());
@@ -41,12 +27,12 @@ void reorder_rows(const Tensor& from, Tensor& to, const std::vector<int64_t>& so
 
 Tensor unpermute(const Tensor& w, int64_t heads) {
   Tensor out = Tensor::empty(w.shape(), w.dtype());
-  reorder_rows(w.contiguous(), out, unpermuted_rows(w.size(0), heads));
+  reorder_rows(w.contiguous(), out, gguf_qk_file_rows(w.size(0), heads));
   return out;
 }
 
 QuantizedMatrix unpermute(QuantizedMatrix q, int64_t heads) {
-  const std::vector<int64_t> source = unpermuted_rows(q.rows, heads);
+  const std::vector<int64_t> source = gguf_qk_file_rows(q.rows, heads);
   for (Tensor* t : {&q.data, &q.scales}) {
     if (!t->defined()) continue;  // a K-quant's scales are in its blocks
     Tensor reordered = Tensor::empty(t->shape(), t->dtype());
