@@ -203,6 +203,35 @@ TEST(Jinja, RunawayTemplatesStopWithAnError) {
   EXPECT_THROW(Template{ifs}, TemplateError);
 }
 
+// Python's integers have no bound; Kiln's are 64-bit. Where a result fits,
+// it is Python's (checked with python3); where it does not, a clear error,
+// never a wrapped number (the fuzzer found these as undefined behaviour).
+TEST(Jinja, IntegersAtTheEdgeOf64BitsArePythonsOrAnError) {
+  const std::string min = "(-9223372036854775807 - 1)";
+  EXPECT_EQ(render("{{ " + min + " % -1 }} {{ " + min + " // 2 }} {{ (-9223372036854775807) % 3 }} {{ -7 % 3 }}"),
+            "0 -4611686018427387904 2 2");
+  EXPECT_EQ(render("{{ (-2) ** 63 }} {{ (-1) ** 101 }} {{ 0 ** 1000 }} {{ 3 ** 39 }}"),
+            "-9223372036854775808 -1 0 4052555153018976267");
+  EXPECT_EQ(render("{{ range(0, 9223372036854775807, 4611686018427387904)|list }}"),
+            "[0, 4611686018427387904]");
+  EXPECT_EQ(render("{{ [1, 2, 3][2::9223372036854775807] }} {{ [1, 2, 3][::-9223372036854775807] }}"), "[3] [3]");
+  EXPECT_EQ(render("{{ 10|round(400) }} {{ 10|round }} {{ 15|round(-1) }} {{ 5.5|round(-400) }} {{ 2.5|round }} "
+                   "{{ 7|round(-1, 'ceil') }} {{ 'nan'|float|int }} {{ 2.9|int }}"),
+            "10 10 20 0.0 2.0 10.0 0 2");  // as jinja2 3.1 prints them
+  for (const std::string overflow : std::vector<std::string>{"9223372036854775807 + 1", "-9223372036854775807 - 2", "9223372036854775807 * 2", min + " * -1",
+        min + " // -1", "-" + min, min + "|abs", "2 ** 64", "3 ** 40", "[9223372036854775807, 1]|sum",
+        "1e19|int", "-1e300|int", "'%d'|format(1e19)"})
+    EXPECT_NE(error_of("{{ " + overflow + " }}").find("64"), std::string::npos) << overflow;
+  EXPECT_EQ(error_of("{{ (1e308 * 10)|int }}"), "cannot convert float infinity to integer");
+  EXPECT_NE(error_of("{{ range(-9223372036854775807, 9223372036854775807)|length }}").find("Range too big"),
+            std::string::npos);
+  // Sizes made from huge integers are refused before anything is allocated.
+  for (const std::string huge : {"'ab' * 9223372036854775807", "'abcd' * 4611686018427387904",
+                                 "[1, 2] * 9223372036854775807", "'x'|center(9223372036854775807)",
+                                 "'x'|indent(9223372036854775807)", "('a\\n' * 1000)|indent(100000)"})
+    EXPECT_NE(error_of("{{ " + huge + " }}").find("MiB"), std::string::npos) << huge;
+}
+
 }  // namespace
 }  // namespace kiln
 

@@ -27,7 +27,7 @@ function(kiln_fuzzer name fuzzer)
   set(corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name})
   file(MAKE_DIRECTORY ${corpus})
   add_test(NAME fuzz.${name}
-           COMMAND ${binary} -max_total_time=20 -print_final_stats=1 -rss_limit_mb=1024
+           COMMAND ${binary} -max_total_time=20 -print_final_stats=1 -rss_limit_mb=1024 -verbosity=0 -print_funcs=0
                    ${corpus} ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/corpus/${name})
   set_tests_properties(fuzz.${name} PROPERTIES LABELS "cpu;fuzz" TIMEOUT 120)
 endfunction()

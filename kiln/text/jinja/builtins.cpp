@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "kiln/text/jinja/checked_int.h"
 #include "kiln/text/jinja/interpreter.h"
 #include "kiln/text/utf8.h"
 
@@ -205,7 +206,7 @@ Value f_int(Value v, CallArgs& a, Interpreter&) {
   const Value* fallback = argument(a, 0, "default");
   const Value d = fallback ? *fallback : Value(int64_t(0));
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_double()) ? Value(int64_t(v.as_double())) : d;
+  if (v.is_float()) return std::isnan(v.as_double()) ? d : Value(float_to_int(v.as_double()));  // jinja2: int(nan) falls back
   if (v.is_string()) {
     const std::string s = python_strip(v.as_string(), nullptr, true, true);
     try {
@@ -214,8 +215,8 @@ Value f_int(Value v, CallArgs& a, Interpreter&) {
       const long long n = std::stoll(s, &used, int(base));
       if (used == s.size()) return Value(int64_t(n));
       const double f = std::stod(s, &used);
-      if (used == s.size()) return Value(int64_t(f));
-    } catch (const std::exception&) {
+      if (used == s.size()) return Value(float_to_int(f));
+    } catch (const std::exception&) {  // not a number, or not one that fits: the default, as jinja2's ValueError
     }
   }
   return d;
@@ -243,12 +244,16 @@ Value f_round(Value v, CallArgs& a, Interpreter&) {
   const Value* m = argument(a, 1, "method");
   const std::string method = m ? to_str(*m) : "common";
   const double scale = std::pow(10.0, double(precision)), x = v.as_double() * scale;
+  const bool int_result = method == "common" && !v.is_float();  // Python's round() of an int is an int
+  if (int_result && precision >= 0) return Value(v.as_int());
+  if (!std::isfinite(x)) return Value(v.as_double());  // finer than a double holds (or inf/nan): as Python's round
+  if (scale == 0) return int_result ? Value(int64_t(0)) : Value(0.0);
   double r;
   if (method == "common") r = std::nearbyint(x);  // Python's round(): half to even
   else if (method == "ceil") r = std::ceil(x);
   else if (method == "floor") r = std::floor(x);
   else throw TemplateError("method must be common, ceil or floor");
-  return Value(r / scale);
+  return int_result ? Value(float_to_int(r / scale)) : Value(r / scale);
 }
 
 Value f_sum(Value v, CallArgs& a, Interpreter& in) {
@@ -258,7 +263,7 @@ Value f_sum(Value v, CallArgs& a, Interpreter& in) {
   for (const Value& item : iterate(v)) {
     const Value x = attribute && !attribute->is_none() ? attribute_path(item, *attribute) : item;
     if (!x.is_number() || !total.is_number()) throw TemplateError("unsupported operand type(s) for +: '" + total.type_name() + "' and '" + x.type_name() + "'");
-    total = (total.is_float() || x.is_float()) ? Value(total.as_double() + x.as_double()) : Value(total.as_int() + x.as_int());
+    total = (total.is_float() || x.is_float()) ? Value(total.as_double() + x.as_double()) : Value(checked_add(total.as_int(), x.as_int()));
     in.step();
   }
   return total;
@@ -316,16 +321,17 @@ const std::map<std::string, FilterFn>& filters() {
   static const std::map<std::string, FilterFn> table = {
       {"abs", [](Value v, CallArgs&, Interpreter&) {
          if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
-         return v.is_float() ? Value(std::fabs(v.as_double())) : Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+         return v.is_float() ? Value(std::fabs(v.as_double())) : Value(v.as_int() < 0 ? checked_neg(v.as_int()) : v.as_int());
        }},
       {"attr", [](Value v, CallArgs& a, Interpreter&) { return get_attribute(v, to_str(required(a, 0, "name", "attr"))); }},
       {"batch", f_batch},
       {"capitalize", [](Value v, CallArgs&, Interpreter&) { return Value(python_title(str_of(v), false)); }},
-      {"center", [](Value v, CallArgs& a, Interpreter&) {
+      {"center", [](Value v, CallArgs& a, Interpreter& in) {
          const std::string s = str_of(v);
          const Value* w = argument(a, 0, "width");
          const int64_t width = w ? w->as_int() : 80, len = int64_t(utf8_code_points(s).size());
          if (width <= len) return Value(s);
+         in.check_size(size_t(width));
          const int64_t pad = width - len, left = pad / 2 + (pad & width & 1);
          return Value(std::string(size_t(left), ' ') + s + std::string(size_t(pad - left), ' '));
        }},
@@ -341,10 +347,14 @@ const std::map<std::string, FilterFn>& filters() {
       {"format", [](Value v, CallArgs& a, Interpreter&) {
          return python_percent_format(str_of(v), Value::tuple(a.positional));  // "%s, %s"|format(a, b)
        }},
-      {"indent", [](Value v, CallArgs& a, Interpreter&) {
+      {"indent", [](Value v, CallArgs& a, Interpreter& in) {
          const Value* w = argument(a, 0, "width");
-         const std::string pad = w && w->is_string() ? w->as_string() : std::string(size_t(w ? std::max<int64_t>(0, w->as_int()) : 4), ' ');
-         return Value(indent_text(str_of(v), pad, flag(a, 1, "first"), flag(a, 2, "blank")));
+         const std::string text = str_of(v);
+         const size_t width = w && w->is_string() ? w->as_string().size() : size_t(w ? std::max<int64_t>(0, w->as_int()) : 4);
+         const size_t lines = size_t(std::count(text.begin(), text.end(), '\n')) + 1;
+         in.check_size(saturating_size_add(text.size(), saturating_size_mul(width, lines)));  // before the padding is made
+         const std::string pad = w && w->is_string() ? w->as_string() : std::string(width, ' ');
+         return Value(indent_text(text, pad, flag(a, 1, "first"), flag(a, 2, "blank")));
        }},
       {"int", f_int},
       {"items", f_items},
@@ -363,8 +373,7 @@ const std::map<std::string, FilterFn>& filters() {
          const Value* count = argument(a, 2, "count");
          std::string out = python_replace(str_of(v), str_of(required(a, 0, "old", "replace")),
                                           str_of(required(a, 1, "new", "replace")),
-                                          count && !count->is_none() ? count->as_int() : -1);
-         in.check_size(out.size());
+                                          count && !count->is_none() ? count->as_int() : -1, in);
          return Value(std::move(out));
        }},
       {"reverse", [](Value v, CallArgs&, Interpreter&) {
@@ -416,7 +425,7 @@ const std::map<std::string, TestFn>& tests() {
       {"divisibleby", [](const Value& v, CallArgs& a, Interpreter&) {
          const int64_t n = required(a, 0, "num", "divisibleby").as_int();
          if (n == 0) throw TemplateError("integer modulo by zero");
-         return v.as_int() % n == 0;
+         return n == -1 || v.as_int() % n == 0;  // INT64_MIN % -1 is undefined in C++
        }},
       {"escaped", [](const Value&, CallArgs&, Interpreter&) { return false; }},
       {"even", [](const Value& v, CallArgs&, Interpreter&) { return v.as_int() % 2 == 0; }},

@@ -29,7 +29,8 @@ void add_builtin_globals(Object& globals);
 std::vector<Value> iterate(const Value& v);  // for loops, list(), |list: keys of a dict, characters of a str
 int64_t python_length(const Value& v);       // len(); a TemplateError for what has none
 std::string python_strip(const std::string& s, const std::string* chars, bool left, bool right);
-std::string python_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+std::string python_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                           const Interpreter& in);
 // Python's fmt % args (%s %r %d %i %x %f %e %g %%); args a tuple or one value.
 Value python_percent_format(const std::string& fmt, const Value& args);
 std::string python_title(const std::string& s, bool every_word);

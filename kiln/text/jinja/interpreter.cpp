@@ -8,6 +8,7 @@
 
 #include "kiln/text/jinja/ast.h"
 #include "kiln/text/jinja/builtins.h"
+#include "kiln/text/jinja/checked_int.h"
 #include "kiln/text/utf8.h"
 
 namespace kiln::text::jinja {
@@ -72,20 +73,28 @@ void check_defined(const Value& v) {
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
+  if (b == -1) return checked_result(a == INT64_MIN, a == INT64_MIN ? 0 : -a, "//");  // INT64_MIN // -1 leaves 64 bits
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
+// Python's %: the sign of the divisor, from C's remainder (a - (a // b) * b can leave 64 bits).
+int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
+  const int64_t r = a % b;
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+
 Value repeat(const Value& seq, int64_t times, Interpreter& in) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
-    in.check_size(seq.as_string().size() * size_t(times));
+    in.check_size(saturating_size_mul(seq.as_string().size(), size_t(times)));
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.as_string();
     return Value(std::move(out));
   }
-  in.check_size(seq.items().size() * size_t(times) * sizeof(Value));
+  in.check_size(saturating_size_mul(saturating_size_mul(seq.items().size(), size_t(times)), sizeof(Value)));
   Array out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
   return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::array(std::move(out));
@@ -119,7 +128,7 @@ Value python_percent_format(const std::string& fmt, const Value& args) {
       out += spec.size() == 1 ? text : std::string(buf);
     } else if (c == 'd' || c == 'i' || c == 'x' || c == 'X') {
       if (!v.is_number()) throw TemplateError("%" + std::string(1, c) + " format: a real number is required, not " + v.type_name());
-      std::snprintf(buf, sizeof buf, (spec + "ll" + (c == 'i' ? 'd' : c)).c_str(), (long long)(v.is_float() ? int64_t(v.as_double()) : v.as_int()));
+      std::snprintf(buf, sizeof buf, (spec + "ll" + (c == 'i' ? 'd' : c)).c_str(), (long long)(v.is_float() ? float_to_int(v.as_double()) : v.as_int()));
       out += buf;
     } else if (c == 'f' || c == 'F' || c == 'e' || c == 'g') {
       if (!v.is_number()) throw TemplateError("must be real number, not " + v.type_name());
@@ -141,7 +150,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, Interpre
   const bool numbers = a.is_number() && b.is_number();
   const bool floats = numbers && (a.is_float() || b.is_float());
   if (op == "+") {
-    if (numbers) return floats ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
+    if (numbers) return floats ? Value(a.as_double() + b.as_double()) : Value(checked_add(a.as_int(), b.as_int()));
     if (a.is_string() && b.is_string()) {
       in.check_size(a.as_string().size() + b.as_string().size());
       if (a.is_markup() || b.is_markup())
@@ -160,14 +169,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, Interpre
     unsupported("+", a, b);
   }
   if (op == "*") {
-    if (numbers) return floats ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
+    if (numbers) return floats ? Value(a.as_double() * b.as_double()) : Value(checked_mul(a.as_int(), b.as_int()));
     if ((a.is_string() || a.is_array()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int(), in);
     if ((b.is_string() || b.is_array()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int(), in);
     unsupported("*", a, b);
   }
   if (op == "%" && a.is_string()) return python_percent_format(a.as_string(), b);
   if (!numbers) unsupported(op, a, b);
-  if (op == "-") return floats ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
+  if (op == "-") return floats ? Value(a.as_double() - b.as_double()) : Value(checked_sub(a.as_int(), b.as_int()));
   if (op == "/") {
     if (b.as_double() == 0) throw TemplateError("division by zero");
     return Value(a.as_double() / b.as_double());
@@ -178,13 +187,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, Interpre
       const double q = std::floor(a.as_double() / b.as_double());
       return op == "//" ? Value(q) : Value(a.as_double() - q * b.as_double());
     }
-    const int64_t q = floor_div(a.as_int(), b.as_int());
-    return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
+    return op == "//" ? Value(floor_div(a.as_int(), b.as_int())) : Value(floor_mod(a.as_int(), b.as_int()));
   }
   if (op == "**") {
-    if (!floats && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+    if (!floats && b.as_int() >= 0) {  // by squaring: a base is squared only when a later bit needs it
+      int64_t r = 1, base = a.as_int();
+      for (uint64_t e = uint64_t(b.as_int()); e != 0; e >>= 1) {
+        if (e & 1) r = checked_mul(r, base);
+        if (e > 1) base = checked_mul(base, base);
+      }
       return Value(r);
     }
     return Value(std::pow(a.as_double(), b.as_double()));
@@ -265,7 +276,8 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start_v, const Value&
   const int64_t start = clamp(as_index(start_v), step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(as_index(stop_v), step > 0 ? n : -1);
   std::vector<int64_t> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
+  // 128-bit, so that the step past the last index cannot overflow.
+  for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(int64_t(i));
   return out;
 }
 
@@ -334,7 +346,7 @@ Value Unary::eval(Interpreter& in) const {
   check_defined(v);
   if (!v.is_number()) throw TemplateError("bad operand type for unary " + std::string(op == Op::negate ? "-" : "+") + ": '" + v.type_name() + "'");
   if (op == Op::plus) return v.is_bool() ? Value(v.as_int()) : v;
-  return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
+  return v.is_float() ? Value(-v.as_double()) : Value(checked_neg(v.as_int()));
 }
 
 Value Binary::eval(Interpreter& in) const {

@@ -7,6 +7,7 @@
 #include <utf8proc.h>
 
 #include "kiln/text/jinja/builtins.h"
+#include "kiln/text/jinja/checked_int.h"
 #include "kiln/text/jinja/interpreter.h"
 #include "kiln/text/utf8.h"
 
@@ -196,10 +197,10 @@ Value string_method(const std::string& s, const std::string& name) {
       return Value(starts_or_ends(s, *affix, ends));
     });
   if (name == "replace")
-    return method([s](CallArgs& a) {
+    return Value::function(name, [s](CallArgs& a, Interpreter& in) {
       const std::string &from = string_arg(a, 0, "old", "replace"), &to = string_arg(a, 1, "new", "replace");
       const Value* count = argument(a, 2, "count");
-      return Value(python_replace(s, from, to, count ? count->as_int() : -1));
+      return Value(python_replace(s, from, to, count ? count->as_int() : -1, in));
     });
   if (name == "upper" || name == "lower")
     return method([s, up = name == "upper"](CallArgs&) { return Value(python_case(s, up)); });
@@ -324,13 +325,17 @@ std::string python_strip(const std::string& s, const std::string* chars, bool le
   return out;
 }
 
-std::string python_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+// The output is checked as it grows: 'x' * 10**6 with each 'x' replaced by
+// 10**6 bytes would be a terabyte.
+std::string python_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                           const Interpreter& in) {
   std::string out;
   if (from.empty()) {  // Python puts `to` around every character
     int64_t n = 0;
     for (uint32_t c : utf8_code_points(s)) {
       if (count < 0 || n++ < count) out += to;
       utf8_append(out, c);
+      in.check_size(out.size());
     }
     if (count < 0 || n < count) out += to;
     return out;
@@ -340,6 +345,7 @@ std::string python_replace(const std::string& s, const std::string& from, const 
     const size_t at = s.find(from, pos);
     if (at == std::string::npos) break;
     out += s.substr(pos, at - pos) + to;
+    in.check_size(out.size());
     pos = at + from.size();
   }
   return out + s.substr(pos);
@@ -490,13 +496,14 @@ void add_builtin_globals(Object& g) {
           if (a.positional.size() == 3) step = a.positional[2].as_int();
           if (a.positional.empty() || a.positional.size() > 3) throw TemplateError("range expected 1 to 3 arguments");
           if (step == 0) throw TemplateError("range() arg 3 must not be zero");
-          const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                                     : (start > stop ? (start - stop - step - 1) / -step : 0);
+          // 128-bit: stop - start of two 64-bit integers can leave 64 bits.
+          const __int128 lo = start, hi = stop, by = step;
+          const __int128 n = by > 0 ? (hi > lo ? (hi - lo + by - 1) / by : 0) : (lo > hi ? (lo - hi - by - 1) / -by : 0);
           // jinja2's sandbox caps range() at MAX_RANGE.
           if (n > 100000) throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
           in.check_size(size_t(n) * sizeof(Value));
           Array out;
-          for (int64_t i = 0; i < n; ++i) out.push_back(Value(start + i * step));
+          for (int64_t i = 0; i < int64_t(n); ++i) out.push_back(Value(start + i * step));
           return Value::array(std::move(out));
         }));
   auto make_dict = [](bool is_namespace) {
