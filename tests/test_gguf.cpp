@@ -379,7 +379,7 @@ TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
 }
 
 // Random blocks of every quantized type (tests/hf/make_gguf_quants_fixture.py), dequantized as gguf-py, llama.cpp's
-// own package, dequantizes them; the types Kiln keeps quantized (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) also through
+// own package, dequantizes them; the types Kiln keeps quantized (Q8_0, Q4_0, Q5_0 and the K-quants) also through
 // their Kiln matrices.
 TEST(GgufQuants, EveryTypeDequantizesAsLlamaCppsPackageDoes) {
   const GgufFile f = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-quants.gguf");

@@ -112,20 +112,23 @@ QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32
   for (int64_t i = 0; i < blocks * bytes; ++i) data[i] = uint8_t(gen());
   std::normal_distribution<float> normal(0.0f, 0.002f);
   for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t at : f == QuantFormat::q6_k ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2}) {
+    for (int64_t at : f == QuantFormat::q2_k   ? std::vector<int64_t>{80, 82}
+                      : f == QuantFormat::q3_k ? std::vector<int64_t>{108}
+                      : f == QuantFormat::q6_k ? std::vector<int64_t>{208}
+                                               : std::vector<int64_t>{0, 2}) {
       const uint16_t h = float_to_f16(normal(gen));
       std::memcpy(data + b * bytes + at, &h, 2);
     }
   return q;
 }
 
-// GGUF's K-quants (Q4_K, Q5_K, Q6_K, kept as their blocks): every path gives
+// GGUF's K-quants (Q2_K to Q6_K, kept as their blocks): every path gives
 // the scalar path's bits at any thread count, and the product is the f32
 // product of the dequantized weights with the activations as Q8_K rounds
 // them (which the widened prompt path multiplies), up to the order of sums.
 TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
   const int64_t N = 37, K = 512;
-  for (QuantFormat f : {QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
+  for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
     const QuantizedMatrix q = random_k_quant(f, N, K, 11);
     EXPECT_EQ(q.bytes(), quantized_bytes(f, N, K));
     std::vector<float> deq(size_t(N * K));

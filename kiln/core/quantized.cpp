@@ -15,6 +15,8 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::int4: return "int4";
     case QuantFormat::int4_zero: return "int4z";
     case QuantFormat::int8_block: return "int8b";
+    case QuantFormat::q2_k: return "q2_k";
+    case QuantFormat::q3_k: return "q3_k";
     case QuantFormat::q4_k: return "q4_k";
     case QuantFormat::q5_k: return "q5_k";
     case QuantFormat::q6_k: return "q6_k";
@@ -52,6 +54,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
+    case QuantFormat::q2_k:
+    case QuantFormat::q3_k:
     case QuantFormat::q4_k:
     case QuantFormat::q5_k:
     case QuantFormat::q6_k: return size_t(rows * ((cols + kSuperBlock - 1) / kSuperBlock) * k_block_bytes(format));

@@ -14,7 +14,7 @@
 //        --quantize int4z) where the group's minimum and maximum set it.
 //        A byte holds column j of its group in the low nibble and column
 //        j + 16 in the high one.
-//  q4_k, q5_k, q6_k: ggml's K-quants, read from GGUF files (not made by
+//  q2_k .. q6_k: ggml's K-quants, read from GGUF files (not made by
 //        quantize_matrix): `data` holds the file's blocks of 256 as they are
 //        (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
@@ -28,7 +28,7 @@
 
 namespace kiln {
 
-enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_k, q5_k, q6_k };
+enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
 constexpr int64_t kQuantBlock = 32;
 
 const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b", "q4_k", ...
@@ -50,7 +50,7 @@ struct QuantizedMatrix {
   size_t bytes() const;  // what the three tensors hold
   Device device() const { return data.device(); }
   bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
-  bool k_quant() const { return format == QuantFormat::q4_k || format == QuantFormat::q5_k || format == QuantFormat::q6_k; }
+  bool k_quant() const { return format >= QuantFormat::q2_k; }
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives

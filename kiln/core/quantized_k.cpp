@@ -8,8 +8,33 @@ namespace kiln {
 
 namespace {
 
-// Block layouts (ggml-common.h): Q4_K {d, dmin, scales[12], qs[128]};
+// Block layouts (ggml-common.h): Q2_K {scales[16] (scale | min << 4), qs[64], d, dmin};
+// Q3_K {hmask[32], qs[64], scales[12], d}; Q4_K {d, dmin, scales[12], qs[128]};
 // Q5_K {d, dmin, scales[12], qh[32], qs[128]}; Q6_K {ql[128], qh[64], scales[16], d}.
+// Q2_K and Q3_K: 2-bit levels, value j of each 128 at bit 2 (j / 32 % 4) of
+// byte j % 32 (Q3_K's third bit: bit j / 32 of hmask[j % 32], set meaning +4,
+// the level then minus 4); one scale per 16 values.
+void q2_k(const uint8_t* x, float* y) {
+  const uint8_t* q = x + 16;
+  const float d = half_at(x + 80), dmin = half_at(x + 82);
+  for (int j = 0; j < kSuperBlock; ++j) {
+    const uint8_t sc = x[j / 16];
+    y[j] = d * float(sc & 0xf) * float((q[j / 128 * 32 + j % 32] >> (2 * (j / 32 % 4))) & 3) - dmin * float(sc >> 4);
+  }
+}
+
+void q3_k(const uint8_t* x, float* y) {
+  const uint8_t* hm = x;
+  const uint8_t* q = x + 32;
+  const float d = half_at(x + 108);
+  int8_t scales[16];
+  k3_scales(x + 96, scales);
+  for (int j = 0; j < kSuperBlock; ++j) {
+    const int low = (q[j / 128 * 32 + j % 32] >> (2 * (j / 32 % 4))) & 3, high = (hm[j % 32] >> (j / 32)) & 1;
+    y[j] = d * float(scales[j / 16]) * float(low + 4 * high - 4);
+  }
+}
+
 void q4_k(const uint8_t* x, float* y) {
   const float d = half_at(x), dmin = half_at(x + 2);
   uint8_t sc[8], m[8];
@@ -55,6 +80,8 @@ void q6_k(const uint8_t* x, float* y) {
 
 int64_t k_block_bytes(QuantFormat format) {
   switch (format) {
+    case QuantFormat::q2_k: return 84;
+    case QuantFormat::q3_k: return 110;
     case QuantFormat::q4_k: return 144;
     case QuantFormat::q5_k: return 176;
     case QuantFormat::q6_k: return 210;
@@ -64,6 +91,8 @@ int64_t k_block_bytes(QuantFormat format) {
 
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
   switch (format) {
+    case QuantFormat::q2_k: return q2_k(block, out);
+    case QuantFormat::q3_k: return q3_k(block, out);
     case QuantFormat::q4_k: return q4_k(block, out);
     case QuantFormat::q5_k: return q5_k(block, out);
     case QuantFormat::q6_k: return q6_k(block, out);

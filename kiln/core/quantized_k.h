@@ -1,4 +1,4 @@
-// ggml's K-quants as Kiln holds them (QuantFormat q4_k, q5_k, q6_k): the
+// ggml's K-quants as Kiln holds them (QuantFormat q2_k .. q6_k): the
 // blocks of a GGUF file as they are, 256 values each (a super-block of
 // sub-blocks with 6- or 8-bit scales under one f16 scale), so a Q4_K_M file
 // stays 4.5 bits a weight in memory. Read by the products
@@ -14,7 +14,7 @@ namespace kiln {
 
 constexpr int64_t kSuperBlock = 256;
 
-// Bytes of one super-block: Q4_K 144, Q5_K 176, Q6_K 210.
+// Bytes of one super-block: Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210.
 int64_t k_block_bytes(QuantFormat format);
 // The 256 values of one block.
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out);
@@ -37,5 +37,14 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins + 4, &m47, 4);
 }
 
+// Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32): the
+// low 4 bits from bytes 0-7 (low nibbles, then high ones), the top 2 from bytes 8-11.
+inline void k3_scales(const uint8_t* packed, int8_t* scales) {
+  for (int i = 0; i < 16; ++i) {
+    const int low = i < 8 ? packed[i] & 0xf : packed[i - 8] >> 4;
+    const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+    scales[i] = int8_t((low | (high << 4)) - 32);
+  }
+}
 
 }  // namespace kiln

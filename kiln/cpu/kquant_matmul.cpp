@@ -75,25 +75,56 @@ Q8K quantize_q8k(const float* x, int64_t M, int64_t K) {
   return a;
 }
 
-// One weight block's decoded parts: its scales, and for Q4_K/Q5_K the minimums' term.
+// The formats' shapes: Q2_K, Q3_K and Q6_K scale each 16 values, Q4_K and
+// Q5_K each 32; Q2_K, Q4_K and Q5_K subtract a minimum per sub-block.
+constexpr bool scales_16_values(QuantFormat F) { return F <= QuantFormat::q3_k || F == QuantFormat::q6_k; }
+constexpr bool has_minimums(QuantFormat F) { return F != QuantFormat::q3_k && F != QuantFormat::q6_k; }
+
+// One weight block's decoded parts: its scales, and where there are minimums, their term.
 struct KBlock {
   float d, dmin;
   uint8_t k4_scales[8];        // Q4_K, Q5_K: 8 scales of 32 values
+  int8_t k16_scales[16];       // Q2_K, Q3_K: 16 scales of 16 values (Q3_K's signed)
   const int8_t* q6_scales;     // Q6_K: 16 signed scales of 16 values, in the block
-  int32_t min_term = 0;        // Q4_K, Q5_K: sum over sub-blocks of minimum * sum of the activation levels there
+  int32_t min_term = 0;        // sum over sub-blocks of minimum * sum of the activation levels there
 };
 
 template <QuantFormat F>
 inline int32_t sub_scale(const KBlock& k, int i) {
   if constexpr (F == QuantFormat::q6_k) return k.q6_scales[i];
+  if constexpr (scales_16_values(F)) return k.k16_scales[i];
   return k.k4_scales[i];
 }
 
-// Scales and minimums; `min_term` computes the minimums' integer sum (each path its own way, the same integer).
+// The minimums' integer sum: 8 minimums of 32 values (Q4_K, Q5_K) or 16 of
+// 16 (Q2_K) against Q8_K's sums of 16 activation levels; each path its own
+// way, the same integer.
+struct ScalarMinTerm {
+  static int32_t of8(const uint8_t* mins, const int16_t* act_sums) {
+    int32_t total = 0;
+    for (int i = 0; i < 8; ++i) total += int32_t(mins[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
+    return total;
+  }
+  static int32_t of16(const uint8_t* mins, const int16_t* act_sums) {
+    int32_t total = 0;
+    for (int i = 0; i < 16; ++i) total += int32_t(mins[i]) * int32_t(act_sums[i]);
+    return total;
+  }
+};
+
 template <QuantFormat F, typename MinTerm>
-inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums, MinTerm min_term) {
+inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
   KBlock k{};
-  if constexpr (F == QuantFormat::q6_k) {
+  if constexpr (F == QuantFormat::q2_k) {  // {scales[16] (scale | min << 4), qs[64], d, dmin}
+    k.d = half_at(x + 80);
+    k.dmin = half_at(x + 82);
+    uint8_t mins[16];
+    for (int i = 0; i < 16; ++i) k.k16_scales[i] = int8_t(x[i] & 0xf), mins[i] = x[i] >> 4;
+    k.min_term = MinTerm::of16(mins, act_sums);
+  } else if constexpr (F == QuantFormat::q3_k) {  // {hmask[32], qs[64], scales[12], d}
+    k.d = half_at(x + 108);
+    k3_scales(x + 96, k.k16_scales);
+  } else if constexpr (F == QuantFormat::q6_k) {
     k.d = half_at(x + 208);
     k.q6_scales = reinterpret_cast<const int8_t*>(x + 192);
   } else {
@@ -101,23 +132,23 @@ inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums, MinTerm mi
     k.dmin = half_at(x + 2);
     uint8_t mins[8];
     k4_scales_mins(x + 4, k.k4_scales, mins);
-    k.min_term = min_term(mins, act_sums);
+    k.min_term = MinTerm::of8(mins, act_sums);
   }
   return k;
 }
 
-inline int32_t min_term_scalar(const uint8_t* mins, const int16_t* act_sums) {
-  int32_t total = 0;
-  for (int i = 0; i < 8; ++i) total += int32_t(mins[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
-  return total;
-}
-
 // The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
-// the level the format's zero sits at (Q6_K's 32; the K-quants with
-// minimums have none: their term is min_term).
+// the level the format's zero sits at (Q3_K's 4, Q6_K's 32; the K-quants
+// with minimums have none: their term is min_term).
 template <QuantFormat F>
 inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
-  if constexpr (F == QuantFormat::q4_k) {
+  if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // 2 bits at 2 (c % 4) of byte l of 32 (c / 4)
+    const uint8_t* q = x + (F == QuantFormat::q2_k ? 16 : 32) + (c / 4) * 32;
+    for (int l = 0; l < 32; ++l) {
+      out[l] = uint8_t((q[l] >> (2 * (c % 4))) & 3);
+      if constexpr (F == QuantFormat::q3_k) out[l] |= uint8_t(((x[l] >> c) & 1) << 2);  // hmask's bit c
+    }
+  } else if constexpr (F == QuantFormat::q4_k) {
     const uint8_t* q = x + 16 + (c / 2) * 32;
     for (int l = 0; l < 32; ++l) out[l] = c % 2 ? q[l] >> 4 : q[l] & 0xf;
   } else if constexpr (F == QuantFormat::q5_k) {
@@ -136,11 +167,11 @@ inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
 // Which sub-block scale lane l of chunk c multiplies.
 template <QuantFormat F>
 inline int scale_index(int c, int l) {
-  if constexpr (F == QuantFormat::q6_k) return (c / 4) * 8 + (c % 4) * 2 + l / 4;  // 16 values a scale
-  return c;                                                                         // 32 values a scale
+  if constexpr (scales_16_values(F)) return 2 * c + l / 4;
+  return c;
 }
 
-constexpr int zero_level(QuantFormat F) { return F == QuantFormat::q6_k ? 32 : 0; }
+constexpr int zero_level(QuantFormat F) { return F == QuantFormat::q6_k ? 32 : F == QuantFormat::q3_k ? 4 : 0; }
 
 // The reference: every path gives these bits.
 template <QuantFormat F>
@@ -150,7 +181,7 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_scalar);
+    const KBlock k = decode_block<F, ScalarMinTerm>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
     int32_t lanes[8] = {};
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
@@ -164,29 +195,52 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
     const float scale = a.scales[size_t(m * a.blocks + b)];
     const float d = scale * k.d;
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lanes[l]), acc[l]);
-    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+    if constexpr (has_minimums(F)) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
   }
   return sum_lanes(acc) + minimums;
 }
 
 #ifdef KILN_X86_INTRINSICS
-// The minimums' term with SSE: sums of the activation levels by pairs of 16
-// (vphaddw), times the minimums (vpmaddwd), summed: exact, as the scalar loop.
-[[gnu::always_inline]] inline int32_t min_term_sse(const uint8_t* mins, const int16_t* act_sums) {
-  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
-  const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
-                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
-  __m128i p = _mm_madd_epi16(m, pairs);
-  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-  return _mm_cvtsi128_si32(p);
-}
+// The minimums' term with SSE: the minimums times the sums of the
+// activation levels (vpmaddwd; for 8 minimums of 32 values the sums first
+// added by pairs, vphaddw), summed: exact, as the scalar loops.
+struct SseMinTerm {
+  [[gnu::always_inline]] static int32_t horizontal_sum(__m128i p) {
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+  }
+  [[gnu::always_inline]] static int32_t of8(const uint8_t* mins, const int16_t* act_sums) {
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
+    const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
+    return horizontal_sum(_mm_madd_epi16(m, pairs));
+  }
+  [[gnu::always_inline]] static int32_t of16(const uint8_t* mins, const int16_t* act_sums) {
+    const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mins));
+    const __m128i low = _mm_madd_epi16(_mm_cvtepu8_epi16(m), _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)));
+    const __m128i high = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(m, 8)),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
+    return horizontal_sum(_mm_add_epi32(low, high));
+  }
+};
 
 // Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before Q6_K's zero).
 template <QuantFormat F>
 [[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, int i, __m256i& first, __m256i& second) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
+  if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // chunks 2i, 2i + 1: bits 4 (i % 2) and + 2 of 32 (i / 2)
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (F == QuantFormat::q2_k ? 16 : 32) + (i / 2) * 32));
+    const __m256i two = _mm256_set1_epi8(0x03);
+    first = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * (i % 2)), two);
+    second = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * (i % 2) + 2), two);
+    if constexpr (F == QuantFormat::q3_k) {  // hmask's bits 2i and 2i + 1, as 4
+      const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+      const __m256i one = _mm256_set1_epi8(0x01);
+      first = _mm256_or_si256(first, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 2 * i), one), 2));
+      second = _mm256_or_si256(second, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 2 * i + 1), one), 2));
+    }
+  } else if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (F == QuantFormat::q4_k ? 16 : 48) + i * 32));
     first = _mm256_and_si256(bits, nibble);
     second = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
@@ -225,8 +279,8 @@ template <QuantFormat F>
 // The 16-bit scales of chunk c's eight lanes, each twice (one per 16-bit pair).
 template <QuantFormat F>
 [[gnu::always_inline]] inline __m256i chunk_scales16(const KBlock& k, int c) {
-  if constexpr (F == QuantFormat::q6_k) {
-    const int16_t lo = int16_t(k.q6_scales[scale_index<F>(c, 0)]), hi = int16_t(k.q6_scales[scale_index<F>(c, 4)]);
+  if constexpr (scales_16_values(F)) {
+    const int16_t lo = int16_t(sub_scale<F>(k, scale_index<F>(c, 0))), hi = int16_t(sub_scale<F>(k, scale_index<F>(c, 4)));
     return _mm256_setr_m128i(_mm_set1_epi16(lo), _mm_set1_epi16(hi));
   }
   return _mm256_set1_epi16(int16_t(k.k4_scales[c]));
@@ -278,11 +332,11 @@ inline float dot_simd(const uint8_t* w, const Q8K& a, int64_t m) {
   float minimums = 0;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
-    const KBlock k = decode_block<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), min_term_sse);
+    const KBlock k = decode_block<F, SseMinTerm>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
     const __m256i lanes = Lanes::template block<F>(x, a.levels.data() + (m * a.blocks + b) * S, k);
     const float scale = a.scales[size_t(m * a.blocks + b)];
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
-    if constexpr (F != QuantFormat::q6_k) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+    if constexpr (has_minimums(F)) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
   }
   float lanes[8];
   _mm256_storeu_ps(lanes, acc);
@@ -341,6 +395,8 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   const Q8K a = quantize_q8k(x, M, w.cols);
   for_row_chunks(w.rows, M * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
     switch (w.format) {
+      case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);
+      case QuantFormat::q3_k: return rows<QuantFormat::q3_k>(dot, w, n0, n1, a, M, out);
       case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
       case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
       default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);

@@ -40,40 +40,6 @@ void q8_0(const uint8_t* x, float* y) {
   const float d = half_at(x);
   for (int j = 0; j < 32; ++j) y[j] = float(int8_t(x[2 + j])) * d;
 }
-void q2_k(const uint8_t* x, float* y) {  // scales[16], qs[64], d, dmin
-  const uint8_t* scales = x;
-  const uint8_t* q = x + 16;
-  const float d = half_at(x + 80), dmin = half_at(x + 82);
-  int is = 0;
-  for (int n = 0; n < kSuperBlock; n += 128, q += 32)
-    for (int shift = 0; shift < 8; shift += 2)
-      for (int half = 0; half < 2; ++half) {
-        const uint8_t sc = scales[is++];
-        const float dl = d * float(sc & 0xf), ml = dmin * float(sc >> 4);
-        for (int l = 0; l < 16; ++l) *y++ = dl * float((q[l + 16 * half] >> shift) & 3) - ml;
-      }
-}
-void q3_k(const uint8_t* x, float* y) {  // hmask[32], qs[64], scales[12], d
-  const uint8_t* hm = x;
-  const uint8_t* q = x + 32;
-  const uint8_t* packed = x + 96;
-  const float d = half_at(x + 108);
-  int8_t scales[16];  // 6-bit scales: low 4 bits from bytes 0-7, high 2 from bytes 8-11
-  for (int i = 0; i < 16; ++i) {
-    const int low = i < 8 ? packed[i] & 0xf : packed[i - 8] >> 4;
-    const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
-    scales[i] = int8_t(low | (high << 4));
-  }
-  int is = 0;
-  uint8_t m = 1;
-  for (int n = 0; n < kSuperBlock; n += 128, q += 32)
-    for (int shift = 0; shift < 8; shift += 2, m <<= 1)
-      for (int half = 0; half < 2; ++half) {
-        const float dl = d * float(scales[is++] - 32);
-        for (int l = 0; l < 16; ++l)
-          *y++ = dl * float(((q[l + 16 * half] >> shift) & 3) - ((hm[l + 16 * half] & m) ? 0 : 4));
-      }
-}
 void f32(const uint8_t* x, float* y) { std::memcpy(y, x, 4); }
 void f16(const uint8_t* x, float* y) { *y = half_at(x); }
 void bf16(const uint8_t* x, float* y) {
@@ -93,8 +59,8 @@ BlockDequantizer dequantizer_of(GgufType type) {
     case GgufType::Q5_0: return q5_0;
     case GgufType::Q5_1: return q5_1;
     case GgufType::Q8_0: return q8_0;
-    case GgufType::Q2_K: return q2_k;
-    case GgufType::Q3_K: return q3_k;
+    case GgufType::Q2_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q2_k, x, y); };
+    case GgufType::Q3_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q3_k, x, y); };
     case GgufType::Q4_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q4_k, x, y); };
     case GgufType::Q5_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q5_k, x, y); };
     case GgufType::Q6_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q6_k, x, y); };
@@ -104,11 +70,21 @@ BlockDequantizer dequantizer_of(GgufType type) {
 
 }  // namespace
 
+std::optional<QuantFormat> k_quant_format(GgufType type) {
+  switch (type) {
+    case GgufType::Q2_K: return QuantFormat::q2_k;
+    case GgufType::Q3_K: return QuantFormat::q3_k;
+    case GgufType::Q4_K: return QuantFormat::q4_k;
+    case GgufType::Q5_K: return QuantFormat::q5_k;
+    case GgufType::Q6_K: return QuantFormat::q6_k;
+    default: return std::nullopt;
+  }
+}
+
 bool gguf_maps_to_kiln_quantized(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0:
-    case GgufType::Q4_K: case GgufType::Q5_K: case GgufType::Q6_K: return true;
-    default: return false;
+    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: return true;
+    default: return k_quant_format(type).has_value();
   }
 }
 
@@ -121,8 +97,8 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
   q.rows = rows;
   q.cols = cols;
   q.dtype = dtype;
-  if (type == GgufType::Q4_K || type == GgufType::Q5_K || type == GgufType::Q6_K) {  // the file's blocks, as they are
-    q.format = type == GgufType::Q4_K ? QuantFormat::q4_k : type == GgufType::Q5_K ? QuantFormat::q5_k : QuantFormat::q6_k;
+  if (const auto k = k_quant_format(type)) {  // the file's blocks, as they are
+    q.format = *k;
     q.data = blocks;
     return q;
   }

@@ -2,8 +2,8 @@
 // exactly: Q8_0 and Q4_0 share Kiln's block of 32 and level layout, so they
 // become int8b and int4 matrices (the levels copied out of ggml's blocks,
 // each f16 scale widened to f32); Q5_0's levels (-16..15) become int8b's;
-// Q4_K, Q5_K and Q6_K stay the file's blocks (views of the mapping, no copy).
-// The rest (Q4_1, Q5_1, Q2_K, Q3_K) is dequantized to f32 values, as ggml's
+// the K-quants (Q2_K to Q6_K) stay the file's blocks (views of the mapping,
+// no copy). The rest (Q4_1, Q5_1) is dequantized to f32 values, as ggml's
 // reference dequantize_row_* computes them.
 #pragma once
 #include <cstdint>
@@ -16,6 +16,8 @@ namespace kiln {
 
 // Whether a tensor of `type` becomes a Kiln quantized matrix.
 bool gguf_maps_to_kiln_quantized(GgufType type);
+// The K-quant format a type's blocks are multiplied as; none for the others.
+std::optional<QuantFormat> k_quant_format(GgufType type);
 // `blocks`: a [rows, cols] tensor's bytes, as GgufFile::tensor gives them (u8 [rows, bytes per row]).
 QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t rows, int64_t cols, DType dtype);
 // `count` values (a multiple of the type's block) from their blocks; F32, F16 and BF16 too.
