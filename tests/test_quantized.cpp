@@ -18,6 +18,7 @@
 #include "kiln/core/quantized_k.h"
 #include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/quantized_matmul.h"
+#include "kiln/io/gguf_quants.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/hf_model.h"
 #include "tests/hf_test_util.h"
@@ -187,6 +188,61 @@ TEST(Quantized, ProductIsTheF32ProductOfTheSameWeightsWithinActivationRounding) 
         }
     }
   }
+}
+
+// GGUF's blocks of 32 as Kiln multiplies them (kiln/io/gguf_quants.h): random
+// levels, f16 scales (and Q4_1's and Q5_1's minimums) small and finite.
+QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
+  const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.01f);
+  Tensor blocks = Tensor::empty({rows, cols / 32 * info.block_bytes}, DType::u8);
+  uint8_t* data = blocks.data<uint8_t>();
+  for (int64_t i = 0; i < blocks.numel(); ++i) data[i] = uint8_t(gen());
+  for (int64_t b = 0; b < rows * cols / 32; ++b)
+    for (int at = 0; at < (with_min ? 4 : 2); at += 2) {
+      const uint16_t h = float_to_f16(normal(gen));
+      std::memcpy(data + b * info.block_bytes + at, &h, 2);
+    }
+  return gguf_to_quantized(type, blocks, rows, cols, DType::f32);
+}
+
+// Q4_1 and Q5_1 (levels with a minimum per block), beside Q8_0, Q4_0 and
+// Q5_0, read from GGUF blocks: every path gives the scalar path's bits, the
+// decoding and prompt-sized products are the f32 product of the dequantized
+// weights within activation rounding, and the minimums are not dropped.
+TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
+  const int64_t N = 37, K = 96;
+  for (GgufType type : {GgufType::Q4_1, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_0, GgufType::Q5_0}) {
+    const QuantizedMatrix q = random_gguf_blocks(type, N, K, 21);
+    SCOPED_TRACE(quant_format_name(q.format));
+    EXPECT_EQ(q.bytes(), quantized_bytes(q.format, N, K));
+    std::vector<float> deq(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
+    for (int64_t M : {int64_t(1), int64_t(3), cpu::kWidenedRows + 1}) {
+      const auto x = random_values(size_t(M * K), 22, 1.0f);
+      every_path_gives_scalar_bits(q, x, M);
+      const auto got = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double exact = 0, bound = 1e-5;
+          for (int64_t k = 0; k < K; ++k) {
+            exact += double(x[size_t(m * K + k)]) * deq[size_t(n * K + k)];
+            bound += std::abs(deq[size_t(n * K + k)]) * 5.0 / 254.0;  // |x| < 5 here; half a level is max|x| / 254
+          }
+          ASSERT_NEAR(got[size_t(m * N + n)], exact, bound) << "M=" << M << " (" << m << ", " << n << ")";
+        }
+    }
+  }
+  // A minimum alone (all levels 0) is what the product gives: min * sum(x).
+  QuantizedMatrix q = random_gguf_blocks(GgufType::Q4_1, 1, 32, 23);
+  std::fill_n(q.data.data<uint8_t>(), 16, uint8_t(0));
+  const std::vector<float> ones(32, 1.0f);
+  const auto got = quantized_linear(Tensor::from_vector(ones, {1, 32}), q, Tensor()).to_vector<float>();
+  const double want = 32.0 * q.mins.data<float>()[0];
+  EXPECT_NEAR(got[0], want, 1e-3 * std::abs(want));  // the activations' f16 scale rounds 1/127
+  EXPECT_NE(q.mins.data<float>()[0], 0.0f);
 }
 
 // LoRA on a quantized base: the weights stay frozen, and the input's gradient

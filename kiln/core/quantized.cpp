@@ -15,6 +15,8 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::int4: return "int4";
     case QuantFormat::int4_zero: return "int4z";
     case QuantFormat::int8_block: return "int8b";
+    case QuantFormat::q4_1: return "q4_1";
+    case QuantFormat::q5_1: return "q5_1";
     case QuantFormat::q2_k: return "q2_k";
     case QuantFormat::q3_k: return "q3_k";
     case QuantFormat::q4_k: return "q4_k";
@@ -42,7 +44,7 @@ QuantFormat parse_quant_format(const std::string& name) {
 
 size_t QuantizedMatrix::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&data, &scales, &zeros})
+  for (const Tensor* t : {&data, &scales, &zeros, &mins})
     if (t->defined()) n += size_t(t->numel()) * dtype_size(t->dtype());
   return n;
 }
@@ -54,6 +56,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
+    case QuantFormat::q4_1: return size_t(rows * padded / 2 + rows * blocks * 8);
+    case QuantFormat::q5_1: return size_t(rows * padded + rows * blocks * 8);
     case QuantFormat::q2_k:
     case QuantFormat::q3_k:
     case QuantFormat::q4_k:
@@ -143,21 +147,28 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     const auto* data = q.data.data<uint8_t>() + row * padded;
     const bool per_row = q.format == QuantFormat::int8;
     const float* scales = q.scales.data<float>() + (per_row ? row : row * q.blocks());
-    for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
+    const float* mins = q.mins.defined() ? q.mins.data<float>() + row * q.blocks() : nullptr;
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const float scaled = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
+      out[c] = mins ? scaled + mins[c / kQuantBlock] : scaled;
+    }
     return;
   }
   const int64_t blocks = q.blocks(), half = kQuantBlock / 2;
   const auto* data = q.data.data<uint8_t>() + row * (padded / 2);
   const float* scales = q.scales.data<float>() + row * blocks;
   const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
+  const float* mins = q.mins.defined() ? q.mins.data<float>() + row * blocks : nullptr;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float scale = scales[b], zero = float(zeros ? zeros[b] : 8);
+    const float scale = scales[b], zero = float(zeros ? zeros[b] : mins ? 0 : 8);
     float values[kQuantBlock];
     for (int64_t j = 0; j < half; ++j) {
       const uint8_t byte = data[b * half + j];
       values[j] = scale * (float(byte & 0x0f) - zero);
       values[j + half] = scale * (float(byte >> 4) - zero);
     }
+    if (mins)
+      for (float& v : values) v += mins[b];
     const int64_t n = std::min(kQuantBlock, q.cols - b * kQuantBlock);
     std::copy(values, values + n, out + b * kQuantBlock);
   }

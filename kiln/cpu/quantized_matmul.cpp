@@ -102,28 +102,36 @@ inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
 // whose zero point (Q4_0's 8, or int4z's per block) a per-block correction
 // takes off afterwards: scale * zero * sum(x levels). Unsigned levels go
 // straight into vpmaddubsw, with no sign moved onto the activations.
-enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero };
+// Q4_1 and Q5_1 (unsigned levels, 4 or 5 bits) add a minimum per block the
+// same way: min * x scale * sum(x levels).
+enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero, int4_block_min, int8_block_min };
 constexpr Levels levels_of(QuantFormat f) {
   switch (f) {
     case QuantFormat::int8: return Levels::int8;
     case QuantFormat::int8_block: return Levels::int8_block;
     case QuantFormat::int4: return Levels::int4_fixed_zero;
     case QuantFormat::int4_zero: return Levels::int4_block_zero;
+    case QuantFormat::q4_1: return Levels::int4_block_min;
+    case QuantFormat::q5_1: return Levels::int8_block_min;
     default: return Levels::int8;  // the K-quants have kernels of their own (kquant_matmul.cpp)
   }
 }
-// Levels stored a byte each (int8, int8b), or two to a byte (int4, int4z).
-constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
+// Levels stored a byte each (int8, int8b, q5_1), or two to a byte (int4, int4z, q4_1).
+constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block || L == Levels::int8_block_min; }
+constexpr bool zero_point(Levels L) { return L == Levels::int4_fixed_zero || L == Levels::int4_block_zero; }
+constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int8_block_min; }
 
 // The weights' raw arrays, read once per call rather than once per row.
 struct Weights {
   const uint8_t* data;
   const float* scales;
   const uint8_t* zeros;  // int4z only
+  const float* mins;     // q4_1, q5_1 only
   int64_t rows;
   explicit Weights(const QuantizedMatrix& w)
       : data(w.data.data<uint8_t>()), scales(w.scales.data<float>()),
-        zeros(w.zeros.defined() ? w.zeros.data<uint8_t>() : nullptr), rows(w.rows) {}
+        zeros(w.zeros.defined() ? w.zeros.data<uint8_t>() : nullptr),
+        mins(w.mins.defined() ? w.mins.data<float>() : nullptr), rows(w.rows) {}
 };
 
 // R outputs: row n of w against rows m0 .. m0 + R - 1 of the quantized
@@ -143,11 +151,13 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
   const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const uint8_t* zeros = L == Levels::int4_block_zero ? w.zeros + n * blocks : nullptr;  // (int4: kQ40Zero)
+  const float* mins = block_min(L) ? w.mins + n * blocks : nullptr;
   const int8_t* xq[R];
   const float* xs[R];
   const int32_t* sums[R];
   typename Ops::Acc even[R], odd[R];
-  float correction_even[R], correction_odd[R];  // int4, int4z: sums over blocks of scale * zero * sum(x levels)
+  // int4, int4z: sums over blocks of scale * zero * sum(x levels); q4_1, q5_1: minus min * x scale * sum(x levels)
+  float correction_even[R], correction_odd[R];
   for (int r = 0; r < R; ++r) {
     xq[r] = a.levels.data() + (m0 + r) * blocks * B;
     xs[r] = a.scales.data() + (m0 + r) * blocks;
@@ -159,9 +169,11 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
     for (int r = 0; r < R; ++r) {
       const float scale = L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i];
       Ops::add(acc[r], levels, xq[r] + i * B, scale);
-      if constexpr (!byte_levels(L)) {
+      if constexpr (zero_point(L)) {
         const int32_t zero = L == Levels::int4_block_zero ? int32_t(zeros[i]) : kQ40Zero;
         correction[r] = std::fma(scale, float(zero * sums[r][i]), correction[r]);
+      } else if constexpr (block_min(L)) {
+        correction[r] = std::fma(-xs[r][i] * mins[i], float(sums[r][i]), correction[r]);
       }
     }
   };
@@ -319,6 +331,8 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
     case Levels::int8_block: return rows_with<Levels::int8_block>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_fixed_zero: return rows_with<Levels::int4_fixed_zero>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_block_zero: return rows_with<Levels::int4_block_zero>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_block_min: return rows_with<Levels::int4_block_min>(dot, raw, n0, n1, a, M, out);
+    case Levels::int8_block_min: return rows_with<Levels::int8_block_min>(dot, raw, n0, n1, a, M, out);
   }
 }
 

@@ -83,7 +83,7 @@ std::optional<QuantFormat> k_quant_format(GgufType type) {
 
 bool gguf_maps_to_kiln_quantized(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: return true;
+    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::Q4_1: case GgufType::Q5_1: return true;
     default: return k_quant_format(type).has_value();
   }
 }
@@ -103,28 +103,39 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
     return q;
   }
   MemoryCategoryScope weights(MemoryCategory::weights);
-  const bool four = type == GgufType::Q4_0;  // Q8_0 and Q5_0 (levels -16..15) both become int8b
-  q.format = four ? QuantFormat::int4 : QuantFormat::int8_block;
+  // Q4_0 and Q4_1 keep their nibbles (int4's packing); Q8_0's levels, and Q5_0's (-16..15) and Q5_1's (0..31) made
+  // whole, a byte each. Q4_1 and Q5_1 carry a minimum per block beside the scale.
+  const bool four = type == GgufType::Q4_0 || type == GgufType::Q4_1;
+  const bool five = type == GgufType::Q5_0 || type == GgufType::Q5_1;
+  const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
+  q.format = type == GgufType::Q4_0   ? QuantFormat::int4
+             : type == GgufType::Q4_1 ? QuantFormat::q4_1
+             : type == GgufType::Q5_1 ? QuantFormat::q5_1
+                                      : QuantFormat::int8_block;
   const int64_t per_row = q.blocks(), level_bytes = four ? kQuantBlock / 2 : kQuantBlock;
   q.data = Tensor::empty({rows, per_row * level_bytes}, DType::u8);
   q.scales = Tensor::empty({rows, per_row}, DType::f32);
+  if (with_min) q.mins = Tensor::empty({rows, per_row}, DType::f32);
   uint8_t* data = q.data.data<uint8_t>();
   float* scales = q.scales.data<float>();
   const uint8_t* in = blocks.data<uint8_t>();
-  for (int64_t b = 0; b < rows * per_row; ++b) {  // each block: the f16 scale, then the levels
+  for (int64_t b = 0; b < rows * per_row; ++b) {  // each block: the f16 scale (and minimum), then the levels
     const uint8_t* block = in + b * info.block_bytes;
     uint8_t* levels = data + b * level_bytes;
     scales[b] = half_at(block);
-    if (type != GgufType::Q5_0) {  // Q8_0's and Q4_0's levels are laid out as Kiln's
-      std::memcpy(levels, block + 2, size_t(level_bytes));
+    if (with_min) q.mins.data<float>()[b] = half_at(block + 2);
+    const uint8_t* body = block + (with_min ? 4 : 2);
+    if (!five) {
+      std::memcpy(levels, body, size_t(level_bytes));
       continue;
     }
     uint32_t qh;
-    std::memcpy(&qh, block + 2, 4);
-    const uint8_t* qs = block + 6;
+    std::memcpy(&qh, body, 4);
+    const uint8_t* qs = body + 4;
+    const int offset = type == GgufType::Q5_0 ? 16 : 0;
     for (int j = 0; j < 16; ++j) {
-      levels[j] = uint8_t(int8_t(((qs[j] & 0xf) | int(((qh >> j) << 4) & 0x10)) - 16));
-      levels[j + 16] = uint8_t(int8_t(((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) - 16));
+      levels[j] = uint8_t(int8_t(((qs[j] & 0xf) | int(((qh >> j) << 4) & 0x10)) - offset));
+      levels[j + 16] = uint8_t(int8_t(((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) - offset));
     }
   }
   return q;

@@ -2,9 +2,10 @@
 // exactly: Q8_0 and Q4_0 share Kiln's block of 32 and level layout, so they
 // become int8b and int4 matrices (the levels copied out of ggml's blocks,
 // each f16 scale widened to f32); Q5_0's levels (-16..15) become int8b's;
-// the K-quants (Q2_K to Q6_K) stay the file's blocks (views of the mapping,
-// no copy). The rest (Q4_1, Q5_1) is dequantized to f32 values, as ggml's
-// reference dequantize_row_* computes them.
+// Q4_1 and Q5_1 become q4_1 and q5_1 (int4's and a byte's levels, with the
+// block's minimum); the K-quants (Q2_K to Q6_K) stay the file's blocks
+// (views of the mapping, no copy). Dequantized values are what ggml's
+// reference dequantize_row_* computes.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -33,7 +33,7 @@ Tensor unpermute(const Tensor& w, int64_t heads) {
 
 QuantizedMatrix unpermute(QuantizedMatrix q, int64_t heads) {
   const std::vector<int64_t> source = gguf_qk_file_rows(q.rows, heads);
-  for (Tensor* t : {&q.data, &q.scales}) {
+  for (Tensor* t : {&q.data, &q.scales, &q.mins}) {
     if (!t->defined()) continue;  // a K-quant's scales are in its blocks
     Tensor reordered = Tensor::empty(t->shape(), t->dtype());
     reorder_rows(*t, reordered, source);
