@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <vector>
 
@@ -16,6 +17,7 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::int4_zero: return "int4z";
     case QuantFormat::int8_block: return "int8b";
     case QuantFormat::q4_1: return "q4_1";
+    case QuantFormat::q5_0: return "q5_0";
     case QuantFormat::q5_1: return "q5_1";
     case QuantFormat::q2_k: return "q2_k";
     case QuantFormat::q3_k: return "q3_k";
@@ -57,7 +59,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
     case QuantFormat::q4_1: return size_t(rows * padded / 2 + rows * blocks * 8);
-    case QuantFormat::q5_1: return size_t(rows * padded + rows * blocks * 8);
+    case QuantFormat::q5_0: return size_t(rows * blocks * (20 + 4));
+    case QuantFormat::q5_1: return size_t(rows * blocks * (20 + 8));
     case QuantFormat::q2_k:
     case QuantFormat::q3_k:
     case QuantFormat::q4_k:
@@ -147,25 +150,25 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     const auto* data = q.data.data<uint8_t>() + row * padded;
     const bool per_row = q.format == QuantFormat::int8;
     const float* scales = q.scales.data<float>() + (per_row ? row : row * q.blocks());
-    const float* mins = q.mins.defined() ? q.mins.data<float>() + row * q.blocks() : nullptr;
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const float scaled = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
-      out[c] = mins ? scaled + mins[c / kQuantBlock] : scaled;
-    }
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
     return;
   }
-  const int64_t blocks = q.blocks(), half = kQuantBlock / 2;
-  const auto* data = q.data.data<uint8_t>() + row * (padded / 2);
+  const int64_t blocks = q.blocks(), half = kQuantBlock / 2, block_bytes = q.five_bit() ? 20 : half;
+  const auto* data = q.data.data<uint8_t>() + row * blocks * block_bytes;
   const float* scales = q.scales.data<float>() + row * blocks;
   const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
   const float* mins = q.mins.defined() ? q.mins.data<float>() + row * blocks : nullptr;
+  const float fixed_zero = mins ? 0 : q.five_bit() ? 16 : 8;  // (q4_1, q5_1: none; q5_0's 16, int4's 8)
   for (int64_t b = 0; b < blocks; ++b) {
-    const float scale = scales[b], zero = float(zeros ? zeros[b] : mins ? 0 : 8);
+    const uint8_t* block = data + b * block_bytes;
+    uint32_t fifth = 0;
+    if (q.five_bit()) std::memcpy(&fifth, block + half, 4);
+    const float scale = scales[b], zero = zeros ? float(zeros[b]) : fixed_zero;
     float values[kQuantBlock];
     for (int64_t j = 0; j < half; ++j) {
-      const uint8_t byte = data[b * half + j];
-      values[j] = scale * (float(byte & 0x0f) - zero);
-      values[j + half] = scale * (float(byte >> 4) - zero);
+      const int low = (block[j] & 0x0f) | int(((fifth >> j) & 1) << 4), high = (block[j] >> 4) | int(((fifth >> (j + half)) & 1) << 4);
+      values[j] = scale * (float(low) - zero);
+      values[j + half] = scale * (float(high) - zero);
     }
     if (mins)
       for (float& v : values) v += mins[b];

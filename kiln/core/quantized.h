@@ -14,8 +14,11 @@
 //        --quantize int4z) where the group's minimum and maximum set it.
 //        A byte holds column j of its group in the low nibble and column
 //        j + 16 in the high one.
-//  q4_1, q5_1: ggml's Q4_1 and Q5_1, read from GGUF files: w = scale * u +
-//        min per group of 32, u in [0, 15] (int4's packing) or [0, 31] (a byte each).
+//  q4_1, q5_0, q5_1: ggml's Q4_1, Q5_0 and Q5_1, read from GGUF files: per
+//        group of 32, w = scale * u + min (q4_1, q5_1) or scale * (u - 16)
+//        (q5_0); u in [0, 15] (int4's packing) or [0, 31] (int4's packing of
+//        the low 4 bits, then the 32 fifth bits as a little-endian word,
+//        bit c for column c: 20 bytes a group).
 //  q2_k .. q6_k: ggml's K-quants, read from GGUF files (not made by
 //        quantize_matrix): `data` holds the file's blocks of 256 as they are
 //        (kiln/core/quantized_k.h), the columns a multiple of 256.
@@ -30,7 +33,7 @@
 
 namespace kiln {
 
-enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_1, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
+enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
 constexpr int64_t kQuantBlock = 32;
 
 const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b", "q4_k", ...
@@ -42,9 +45,9 @@ struct QuantizedMatrix {
   QuantFormat format = QuantFormat::int8;
   int64_t rows = 0, cols = 0;  // the float matrix's shape
   DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
-  Tensor data;    // u8: int8, int8b, q5_1 [rows, padded cols] (two's complement); int4, q4_1 [rows, padded cols / 2];
-                  //     K-quants [rows, cols / 256 * block bytes]
-  Tensor scales;  // f32: int8 [rows]; int4, int8b, q4_1, q5_1 [rows, padded cols / 32]; K-quants: undefined (in the blocks)
+  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4, q4_1 [rows, padded cols / 2];
+                  //     q5_0, q5_1 [rows, padded cols / 32 * 20]; K-quants [rows, cols / 256 * block bytes]
+  Tensor scales;  // f32: int8 [rows]; the others of 32 [rows, padded cols / 32]; K-quants: undefined (in the blocks)
   Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
   Tensor mins;    // f32 [rows, padded cols / 32] for q4_1 and q5_1, else undefined
 
@@ -52,8 +55,8 @@ struct QuantizedMatrix {
   int64_t blocks() const { return padded_cols() / kQuantBlock; }
   size_t bytes() const;  // what the tensors hold
   Device device() const { return data.device(); }
-  // Levels a byte each (else two to a byte, or a K-quant's blocks).
-  bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block || format == QuantFormat::q5_1; }
+  bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
+  bool five_bit() const { return format == QuantFormat::q5_0 || format == QuantFormat::q5_1; }
   bool k_quant() const { return format >= QuantFormat::q2_k; }
 };
 

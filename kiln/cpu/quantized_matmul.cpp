@@ -10,8 +10,8 @@
 // gives exactly the lanes AVX-512 VNNI's vpdpbusd gives in one instruction,
 // so the f32 work that follows (one fused multiply-add per lane and block,
 // then a fixed tree over the lanes) makes every path, the scalar one
-// included, give the same bits. vpmaddubsw takes an unsigned operand: int4
-// and int4z levels are unsigned (their zero points come off afterwards);
+// included, give the same bits. vpmaddubsw takes an unsigned operand: the
+// 4- and 5-bit levels are unsigned (zero points and minimums come afterwards);
 // int8 weights go in as |w| with the signs moved onto the activations
 // (vpsignb). Neither saturates: levels stop at +-127, so a pair of products
 // is at most 2 * 127 * 127 < 2^15.
@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kiln/backend/batch_invariant.h"
@@ -102,9 +103,10 @@ inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
 // whose zero point (Q4_0's 8, or int4z's per block) a per-block correction
 // takes off afterwards: scale * zero * sum(x levels). Unsigned levels go
 // straight into vpmaddubsw, with no sign moved onto the activations.
-// Q4_1 and Q5_1 (unsigned levels, 4 or 5 bits) add a minimum per block the
-// same way: min * x scale * sum(x levels).
-enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero, int4_block_min, int8_block_min };
+// Q5_0's levels are 5 bits unsigned with the zero at 16; Q4_1 and Q5_1
+// (unsigned, 4 or 5 bits) add a minimum per block the way a zero point is
+// taken off: min * x scale * sum(x levels).
+enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero, int4_block_min, int5_fixed_zero, int5_block_min };
 constexpr Levels levels_of(QuantFormat f) {
   switch (f) {
     case QuantFormat::int8: return Levels::int8;
@@ -112,14 +114,21 @@ constexpr Levels levels_of(QuantFormat f) {
     case QuantFormat::int4: return Levels::int4_fixed_zero;
     case QuantFormat::int4_zero: return Levels::int4_block_zero;
     case QuantFormat::q4_1: return Levels::int4_block_min;
-    case QuantFormat::q5_1: return Levels::int8_block_min;
+    case QuantFormat::q5_0: return Levels::int5_fixed_zero;
+    case QuantFormat::q5_1: return Levels::int5_block_min;
     default: return Levels::int8;  // the K-quants have kernels of their own (kquant_matmul.cpp)
   }
 }
-// Levels stored a byte each (int8, int8b, q5_1), or two to a byte (int4, int4z, q4_1).
-constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block || L == Levels::int8_block_min; }
-constexpr bool zero_point(Levels L) { return L == Levels::int4_fixed_zero || L == Levels::int4_block_zero; }
-constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int8_block_min; }
+// Levels stored a byte each (int8, int8b), two to a byte (int4, int4z, q4_1),
+// or two to a byte with a word of fifth bits (q5_0, q5_1).
+constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
+constexpr bool five_bits(Levels L) { return L == Levels::int5_fixed_zero || L == Levels::int5_block_min; }
+constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(L) ? B / 2 + 4 : B / 2; }
+constexpr bool zero_point(Levels L) {
+  return L == Levels::int4_fixed_zero || L == Levels::int4_block_zero || L == Levels::int5_fixed_zero;
+}
+constexpr int32_t fixed_zero(Levels L) { return five_bits(L) ? 16 : kQ40Zero; }
+constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int5_block_min; }
 
 // The weights' raw arrays, read once per call rather than once per row.
 struct Weights {
@@ -147,7 +156,7 @@ struct Weights {
 // own instruction set.
 template <Levels L, typename Ops, int R>
 inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
-  const int64_t blocks = a.blocks, stride = byte_levels(L) ? B : B / 2;  // weight bytes per block
+  const int64_t blocks = a.blocks, stride = block_bytes(L);
   const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const uint8_t* zeros = L == Levels::int4_block_zero ? w.zeros + n * blocks : nullptr;  // (int4: kQ40Zero)
@@ -170,7 +179,7 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
       const float scale = L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i];
       Ops::add(acc[r], levels, xq[r] + i * B, scale);
       if constexpr (zero_point(L)) {
-        const int32_t zero = L == Levels::int4_block_zero ? int32_t(zeros[i]) : kQ40Zero;
+        const int32_t zero = L == Levels::int4_block_zero ? int32_t(zeros[i]) : fixed_zero(L);
         correction[r] = std::fma(scale, float(zero * sums[r][i]), correction[r]);
       } else if constexpr (block_min(L)) {
         correction[r] = std::fma(-xs[r][i] * mins[i], float(sums[r][i]), correction[r]);
@@ -207,6 +216,11 @@ struct ScalarOps {
     Levels levels;
     uint8_t unpacked[B];
     if constexpr (!byte_levels(L)) unpack_int4(w, unpacked);
+    if constexpr (five_bits(L)) {
+      uint32_t fifth;
+      std::memcpy(&fifth, w + B / 2, 4);
+      for (int j = 0; j < B; ++j) unpacked[j] |= uint8_t(((fifth >> j) & 1) << 4);
+    }
     for (int j = 0; j < B; ++j)
       levels.v[j] = byte_levels(L)                         ? int32_t(int8_t(w[j]))
                                                            : int32_t(unpacked[j]);
@@ -224,14 +238,25 @@ struct ScalarOps {
 };
 
 #ifdef KILN_X86_INTRINSICS
-// A block's 32 levels in a register: int8 levels, int4's centred (signed),
-// or int4z's (unsigned).
+// A block's 32 levels in a register: int8 levels (signed), or the unsigned
+// levels of 4 bits (int4, int4z, q4_1) or 5 (q5_0, q5_1).
 template <Levels L>
 [[gnu::always_inline]] inline __m256i load_levels(const uint8_t* w) {
   if constexpr (byte_levels(L)) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
   const __m128i nibble = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
+  const __m256i low = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
+  if constexpr (!five_bits(L)) return low;
+  // The fifth bits: byte c of the register takes bit c of the word (its
+  // byte c / 8 broadcast, every bit but c % 8 set, compared with all ones).
+  uint32_t fifth;
+  std::memcpy(&fifth, w + B / 2, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int32_t(fifth)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                        _mm256_set1_epi64x(-1));
+  return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
 // The unsigned and signed operands of the byte products: int4 levels are
@@ -332,7 +357,8 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
     case Levels::int4_fixed_zero: return rows_with<Levels::int4_fixed_zero>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_block_zero: return rows_with<Levels::int4_block_zero>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_block_min: return rows_with<Levels::int4_block_min>(dot, raw, n0, n1, a, M, out);
-    case Levels::int8_block_min: return rows_with<Levels::int8_block_min>(dot, raw, n0, n1, a, M, out);
+    case Levels::int5_fixed_zero: return rows_with<Levels::int5_fixed_zero>(dot, raw, n0, n1, a, M, out);
+    case Levels::int5_block_min: return rows_with<Levels::int5_block_min>(dot, raw, n0, n1, a, M, out);
   }
 }
 

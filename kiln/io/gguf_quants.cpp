@@ -103,16 +103,16 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
     return q;
   }
   MemoryCategoryScope weights(MemoryCategory::weights);
-  // Q4_0 and Q4_1 keep their nibbles (int4's packing); Q8_0's levels, and Q5_0's (-16..15) and Q5_1's (0..31) made
-  // whole, a byte each. Q4_1 and Q5_1 carry a minimum per block beside the scale.
-  const bool four = type == GgufType::Q4_0 || type == GgufType::Q4_1;
-  const bool five = type == GgufType::Q5_0 || type == GgufType::Q5_1;
+  // The levels as ggml lays them out (Q8_0's bytes; Q4_0's and Q4_1's nibbles; Q5_0's and Q5_1's nibbles, then
+  // their fifth bits), the f16 scale (and Q4_1's and Q5_1's minimum) beside them in f32.
   const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
   q.format = type == GgufType::Q4_0   ? QuantFormat::int4
              : type == GgufType::Q4_1 ? QuantFormat::q4_1
+             : type == GgufType::Q5_0 ? QuantFormat::q5_0
              : type == GgufType::Q5_1 ? QuantFormat::q5_1
                                       : QuantFormat::int8_block;
-  const int64_t per_row = q.blocks(), level_bytes = four ? kQuantBlock / 2 : kQuantBlock;
+  const int64_t per_row = q.blocks();
+  const int64_t level_bytes = q.five_bit() ? 20 : q.format == QuantFormat::int8_block ? kQuantBlock : kQuantBlock / 2;
   q.data = Tensor::empty({rows, per_row * level_bytes}, DType::u8);
   q.scales = Tensor::empty({rows, per_row}, DType::f32);
   if (with_min) q.mins = Tensor::empty({rows, per_row}, DType::f32);
@@ -125,17 +125,11 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
     scales[b] = half_at(block);
     if (with_min) q.mins.data<float>()[b] = half_at(block + 2);
     const uint8_t* body = block + (with_min ? 4 : 2);
-    if (!five) {
+    if (q.five_bit()) {  // ggml: qh[4] then qs[16]; Kiln: the nibbles first, as int4's
+      std::memcpy(levels, body + 4, 16);
+      std::memcpy(levels + 16, body, 4);
+    } else {
       std::memcpy(levels, body, size_t(level_bytes));
-      continue;
-    }
-    uint32_t qh;
-    std::memcpy(&qh, body, 4);
-    const uint8_t* qs = body + 4;
-    const int offset = type == GgufType::Q5_0 ? 16 : 0;
-    for (int j = 0; j < 16; ++j) {
-      levels[j] = uint8_t(int8_t(((qs[j] & 0xf) | int(((qh >> j) << 4) & 0x10)) - offset));
-      levels[j + 16] = uint8_t(int8_t(((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) - offset));
     }
   }
   return q;
