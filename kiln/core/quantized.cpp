@@ -59,8 +59,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
     case QuantFormat::q4_1: return size_t(rows * padded / 2 + rows * blocks * 8);
-    case QuantFormat::q5_0: return size_t(rows * blocks * (20 + 4));
-    case QuantFormat::q5_1: return size_t(rows * blocks * (20 + 8));
+    case QuantFormat::q5_0: return size_t(rows * blocks * (kFiveBitBlockBytes + 4));
+    case QuantFormat::q5_1: return size_t(rows * blocks * (kFiveBitBlockBytes + 8));
     case QuantFormat::q2_k:
     case QuantFormat::q3_k:
     case QuantFormat::q4_k:
@@ -153,7 +153,7 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
     return;
   }
-  const int64_t blocks = q.blocks(), half = kQuantBlock / 2, block_bytes = q.five_bit() ? 20 : half;
+  const int64_t blocks = q.blocks(), half = kQuantBlock / 2, block_bytes = q.five_bit() ? kFiveBitBlockBytes : half;
   const auto* data = q.data.data<uint8_t>() + row * blocks * block_bytes;
   const float* scales = q.scales.data<float>() + row * blocks;
   const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
@@ -166,7 +166,8 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     const float scale = scales[b], zero = zeros ? float(zeros[b]) : fixed_zero;
     float values[kQuantBlock];
     for (int64_t j = 0; j < half; ++j) {
-      const int low = (block[j] & 0x0f) | int(((fifth >> j) & 1) << 4), high = (block[j] >> 4) | int(((fifth >> (j + half)) & 1) << 4);
+      const int low = (block[j] & 0x0f) | int(((fifth >> j) & 1) << 4);
+      const int high = (block[j] >> 4) | int(((fifth >> (j + half)) & 1) << 4);
       values[j] = scale * (float(low) - zero);
       values[j + half] = scale * (float(high) - zero);
     }

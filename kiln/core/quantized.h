@@ -35,6 +35,7 @@ namespace kiln {
 
 enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
 constexpr int64_t kQuantBlock = 32;
+constexpr int64_t kFiveBitBlockBytes = kQuantBlock / 2 + 4;  // q5_0, q5_1: the nibbles, then the fifth bits
 
 const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b", "q4_k", ...
 std::vector<std::string> quant_format_names();  // the four Kiln quantizes to: int8, int4, int4z, int8b

@@ -123,7 +123,7 @@ constexpr Levels levels_of(QuantFormat f) {
 // or two to a byte with a word of fifth bits (q5_0, q5_1).
 constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
 constexpr bool five_bits(Levels L) { return L == Levels::int5_fixed_zero || L == Levels::int5_block_min; }
-constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(L) ? B / 2 + 4 : B / 2; }
+constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(L) ? kFiveBitBlockBytes : B / 2; }
 constexpr bool zero_point(Levels L) {
   return L == Levels::int4_fixed_zero || L == Levels::int4_block_zero || L == Levels::int5_fixed_zero;
 }

@@ -112,7 +112,8 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
              : type == GgufType::Q5_1 ? QuantFormat::q5_1
                                       : QuantFormat::int8_block;
   const int64_t per_row = q.blocks();
-  const int64_t level_bytes = q.five_bit() ? 20 : q.format == QuantFormat::int8_block ? kQuantBlock : kQuantBlock / 2;
+  const int64_t level_bytes =
+      q.five_bit() ? kFiveBitBlockBytes : q.format == QuantFormat::int8_block ? kQuantBlock : kQuantBlock / 2;
   q.data = Tensor::empty({rows, per_row * level_bytes}, DType::u8);
   q.scales = Tensor::empty({rows, per_row}, DType::f32);
   if (with_min) q.mins = Tensor::empty({rows, per_row}, DType::f32);
