@@ -425,7 +425,7 @@ const std::map<std::string, TestFn>& tests() {
       {"divisibleby", [](const Value& v, CallArgs& a, Interpreter&) {
          const int64_t n = required(a, 0, "num", "divisibleby").as_int();
          if (n == 0) throw TemplateError("integer modulo by zero");
-         return n == -1 || v.as_int() % n == 0;  // INT64_MIN % -1 is undefined in C++
+         return floor_mod(v.as_int(), n) == 0;
        }},
       {"escaped", [](const Value&, CallArgs&, Interpreter&) { return false; }},
       {"even", [](const Value& v, CallArgs&, Interpreter&) { return v.as_int() % 2 == 0; }},

@@ -51,6 +51,13 @@ inline int64_t float_to_int(double x) {
   return int64_t(t);
 }
 
+// Python's % (b != 0): the sign of the divisor, from C's remainder (a - (a // b) * b can leave 64 bits).
+inline int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
+  const int64_t r = a % b;
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+
 inline size_t saturating_size_mul(size_t a, size_t b) {
   size_t r;
   return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;

@@ -79,13 +79,6 @@ int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
-// Python's %: the sign of the divisor, from C's remainder (a - (a // b) * b can leave 64 bits).
-int64_t floor_mod(int64_t a, int64_t b) {
-  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
-  const int64_t r = a % b;
-  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
-}
-
 Value repeat(const Value& seq, int64_t times, Interpreter& in) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
