@@ -111,6 +111,28 @@ TEST(CpuNnOpsCrossEntropy, LossAndGradientMatchReference) {
   }
 }
 
+// Autocast's head: f32 logits, the gradient written in bf16 or f16 is the
+// f32 gradient rounded (to nearest even); other pairs are refused.
+TEST(CpuNnOpsCrossEntropy, NarrowGradientIsTheF32GradientRounded) {
+  const int64_t N = 5, C = 11;
+  Tensor logits = make<float>(random_values(N * C, 8, -4, 4), {N, C});
+  Tensor t = Tensor::from_vector<int64_t>({2, 10, 0, -100, 7}, {N});
+  Tensor losses = poisoned({N}), wide = poisoned({N, C});
+  cpu().cross_entropy(logits, t, losses, wide, 0.25f, -100);
+  for (DType narrow : {DType::bf16, DType::f16}) {
+    Tensor d = Tensor::empty({N, C}, narrow), narrow_losses = poisoned({N});
+    cpu().cross_entropy(logits, t, narrow_losses, d, 0.25f, -100);
+    EXPECT_EQ(read<float>(narrow_losses), read<float>(losses)) << dtype_name(narrow);
+    Tensor rounded = wide.to(narrow);
+    EXPECT_EQ(std::memcmp(d.data_ptr(), rounded.data_ptr(), size_t(N * C) * dtype_size(narrow)), 0)
+        << dtype_name(narrow) << " dlogits are not the f32 gradient rounded";
+  }
+  Tensor f64_grad = Tensor::empty({N, C}, DType::f64);
+  EXPECT_THROW(cpu().cross_entropy(logits, t, losses, f64_grad, 1.0f, -100), Error);
+  Tensor bf16_logits = logits.to(DType::bf16), f32_grad = poisoned({N, C});
+  EXPECT_THROW(cpu().cross_entropy(bf16_logits, t, losses, f32_grad, 1.0f, -100), Error);
+}
+
 TEST(CpuNnOpsCrossEntropy, F64GradientMatchesFiniteDifferences) {
   const int64_t N = 4, C = 5;
   Tensor logits = make<double>(random_values(N * C, 5, -2, 2), {N, C});

@@ -114,10 +114,12 @@ Tensor linear_cross_entropy_in(const Tensor& x_in, const Tensor& weight_in, cons
       Tensor logits = new_tensor({last - first, V}, x.dtype(), x.device());
       backend.matmul(xc, wt, logits, {});
       Tensor chunk_losses = losses.slice(0, first, last);
-      Tensor dlogits = need_x || need_w ? logits : Tensor();  // in place: the backend reads a row before writing it
+      // In place (the backend reads a row before writing it), or written
+      // straight in the products' narrower dtype: no second pass to cast it.
+      Tensor dlogits;
+      if (need_x || need_w) dlogits = narrow ? new_tensor(logits.shape(), products, x.device()) : logits;
       backend.cross_entropy(logits, targets.slice(0, first, last), chunk_losses, dlogits, float(1.0 / double(valid)),
                             ignore_index);
-      if (narrow && dlogits.defined()) dlogits = to_dtype(dlogits, products);
       if (need_x) {
         Tensor dxc = dx.slice(0, first, last);
         backend.matmul(dlogits, wp, dxc, {});

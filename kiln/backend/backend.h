@@ -133,7 +133,8 @@ class Backend {
   // Fused cross-entropy over logits [N, C] and targets [N] (i32/i64; targets
   // equal to ignore_index contribute nothing). Writes the per-row loss [N]
   // (f32 or the logits' dtype) and, when dlogits is defined, the gradient
-  // (softmax - onehot) * dlogits_scale. dlogits may alias logits.
+  // (softmax - onehot) * dlogits_scale. dlogits is in the logits' dtype and
+  // may alias them, or is bf16/f16 beside f32 logits (rounded as written).
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& dlogits,
                              float dlogits_scale, int64_t ignore_index) = 0;
   // x [N, C]; mean and rstd [N] in f32 (f64 for f64 inputs).

@@ -71,6 +71,10 @@ void cross_entropy_rows(const T* logits, const Tensor& targets, L* losses, T* dl
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& dlogits,
                                float dlogits_scale, int64_t ignore_index) {
+  KILN_CHECK(!dlogits.defined() || dlogits.dtype() == logits.dtype() ||
+                 (logits.dtype() == DType::f32 && (dlogits.dtype() == DType::bf16 || dlogits.dtype() == DType::f16)),
+             "cross_entropy: dlogits must be ", dtype_name(logits.dtype()),
+             logits.dtype() == DType::f32 ? ", bf16 or f16" : "", ", got ", dtype_name(dlogits.dtype()));
   // bf16/f16: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&logits, &losses, &dlogits}))
     return in_f32([&](F32Staging& s) {

@@ -119,6 +119,23 @@ __device__ __forceinline__ A gelu_grad(A x) {
   A sech2 = A(1) - th * th;
   return A(0.5) * (A(1) + th) + A(0.5) * x * sech2 * c * (A(1) + A(3) * A(0.044715) * x * x);
 }
+// f32: through s = sigmoid(2u) = 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x +
+// 0.044715 x^3), as the CPU computes it (kiln/cpu/dispatch.h): one fast exp
+// and one reciprocal instead of tanh_accurate's expm1f (the MLP's GELU and
+// its backward were bound by it, not by memory). 1 - s is formed as e * s,
+// so it keeps its digits where s is near 1; exp overflowing (x far below
+// 0) gives s = 0 and 1 - s = 1.
+template <>
+__device__ __forceinline__ float gelu(float x) {
+  const float e = __expf(-1.5957691216057308f * (x + 0.044715f * x * x * x));
+  return x / (1.0f + e);
+}
+template <>
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float e = __expf(-1.5957691216057308f * (x + 0.044715f * x * x * x));
+  const float s = 1.0f / (1.0f + e), one_minus_s = fminf(e * s, 1.0f);
+  return s + 1.5957691216057308f * x * s * one_minus_s * (1.0f + 0.134145f * x * x);
+}
 
 // The exact GELU, x * Phi(x), and its derivative (kiln/cpu/dispatch.h).
 template <typename A>

@@ -11,7 +11,9 @@
 // dw/db: a 32x8 block sums 32 columns over a chunk of rows into f32 partials;
 // layernorm_param_finalize adds the chunks in a fixed order (deterministic,
 // no atomics). An undefined weight/bias acts as 1/0; undefined dweight/dbias
-// are skipped.
+// are skipped; dx may be written over dy. The backward of f32/bf16/f16 rows
+// of up to 1,024 elements in 16-byte pieces (GPT-2's 768) is one pass:
+// layernorm_backward_rows_kernel, below.
 #include <algorithm>
 
 #include "kiln/cuda/cuda_backend.h"
@@ -120,6 +122,127 @@ __global__ void layernorm_param_finalize_kernel(const Acc<T>* partial, T* dweigh
   }
 }
 
+// The fast backward for rows of at most 32 * VEC * CHUNKS elements, C a
+// multiple of VEC (16 bytes of T), T f32/bf16/f16: a warp per row holds its
+// row in registers (one read of dy and x), writes dx 16 bytes a lane, and
+// keeps its columns' dweight/dbias sums in registers across the rows it
+// takes (rows warp, warp + all warps, ...). The block's warps then add their
+// sums in warp order into shared memory, and the block writes one partial
+// per column; layernorm_param_finalize_columns adds the blocks' partials in
+// a fixed order: the same bits on every run, no atomics.
+template <typename T>
+struct Vec16 {
+  static constexpr int n = 16 / sizeof(T);
+  T v[n];
+};
+
+template <typename T, int CHUNKS>
+__global__ void __launch_bounds__(256)
+    layernorm_backward_rows_kernel(const T* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,
+                                   float* partial, int64_t rows, int64_t C) {
+  constexpr int VEC = Vec16<T>::n;
+  __shared__ float s_dw[32 * VEC * CHUNKS], s_db[32 * VEC * CHUNKS];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float dw_sum[CHUNKS][VEC], db_sum[CHUNKS][VEC];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dw_sum[k][e] = db_sum[k][e] = 0.0f;
+  const int64_t warps = int64_t(gridDim.x) * 8;
+  for (int64_t row = blockIdx.x * int64_t(8) + warp; row < rows; row += warps) {
+    const int64_t base = row * C;
+    const float mu = mean[row], r = rstd[row];
+    float xhat[CHUNKS][VEC], dyv[CHUNKS][VEC];  // w * dy is formed again below: fewer registers
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CHUNKS; ++k) {
+      const int64_t c = (int64_t(k) * 32 + lane) * VEC;
+      if (c < C) {
+        const Vec16<T> d = *reinterpret_cast<const Vec16<T>*>(dy + base + c);
+        const Vec16<T> xv = *reinterpret_cast<const Vec16<T>*>(x + base + c);
+        Vec16<T> wv;
+        if (w) wv = *reinterpret_cast<const Vec16<T>*>(w + c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          dyv[k][e] = to_acc(d.v[e]);
+          xhat[k][e] = (to_acc(xv.v[e]) - mu) * r;
+          const float g = dyv[k][e] * (w ? to_acc(wv.v[e]) : 1.0f);
+          sum_g += g;
+          sum_gx += g * xhat[k][e];
+        }
+      }
+    }
+    const float mean_g = warp_sum(sum_g) / float(C), mean_gx = warp_sum(sum_gx) / float(C);
+#pragma unroll
+    for (int k = 0; k < CHUNKS; ++k) {
+      const int64_t c = (int64_t(k) * 32 + lane) * VEC;
+      if (c < C) {
+        Vec16<T> out, wv;
+        if (w) wv = *reinterpret_cast<const Vec16<T>*>(w + c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float g = dyv[k][e] * (w ? to_acc(wv.v[e]) : 1.0f);
+          out.v[e] = from_acc<T>(r * (g - mean_g - xhat[k][e] * mean_gx));
+          dw_sum[k][e] += dyv[k][e] * xhat[k][e];
+          db_sum[k][e] += dyv[k][e];
+        }
+        if (dx) *reinterpret_cast<Vec16<T>*>(dx + base + c) = out;
+      }
+    }
+  }
+  if (!partial) return;
+  // Warp 0 writes its sums, then warps 1..7 add theirs in turn.
+  for (int turn = 0; turn < 8; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int k = 0; k < CHUNKS; ++k) {
+        const int64_t c = (int64_t(k) * 32 + lane) * VEC;
+        if (c < C)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            s_dw[c + e] = turn == 0 ? dw_sum[k][e] : s_dw[c + e] + dw_sum[k][e];
+            s_db[c + e] = turn == 0 ? db_sum[k][e] : s_db[c + e] + db_sum[k][e];
+          }
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
+    partial[(int64_t(gridDim.x) + blockIdx.x) * C + c] = s_db[c];
+  }
+}
+
+// blockDim (32, 8): adds layernorm_backward_rows_kernel's per-block partials
+// ([2][blocks][C], one per block of the GPU, a few hundred) for 32 columns,
+// each of 8 threads over every 8th block, then the 8 in order: the sums of a
+// column are spread over 8 threads rather than a chain of a few hundred
+// dependent loads in one.
+template <typename T>
+__global__ void layernorm_param_finalize_columns_kernel(const float* partial, T* dweight, T* dbias, int64_t C,
+                                                        int blocks) {
+  __shared__ float s_dw[8][33], s_db[8][33];
+  const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
+  float dw = 0.0f, db = 0.0f;
+  if (c < C) {
+#pragma unroll 4
+    for (int b = threadIdx.y; b < blocks; b += 8) {
+      dw += partial[int64_t(b) * C + c];
+      db += partial[(int64_t(blocks) + b) * C + c];
+    }
+  }
+  s_dw[threadIdx.y][threadIdx.x] = dw;
+  s_db[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int k = 1; k < 8; ++k) {
+    dw += s_dw[k][threadIdx.x];
+    db += s_db[k][threadIdx.x];
+  }
+  if (dweight) dweight[c] = from_acc<T>(dw);
+  if (dbias) dbias[c] = from_acc<T>(db);
+}
+
 DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_param(const Tensor& p, const Tensor& x, int64_t C, const char* op, const char* what) {
@@ -137,6 +260,67 @@ void check_stats(const Tensor& t, const Tensor& x, int64_t N, const char* op, co
   check_contiguous(t, op, what);
   check_shape(t, {N}, op, what);
   check_dtype(t, stats_dtype(x.dtype()), op, what);
+}
+
+
+// Runs layernorm_backward_rows_kernel where it applies (see there); false
+// where the general kernels must run.
+bool layernorm_backward_by_rows(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const DType t = x.dtype();
+  if (t != DType::f32 && t != DType::bf16 && t != DType::f16) return false;
+  const int64_t N = x.size(0), C = x.size(1), vec = 16 / int64_t(dtype_size(t));
+  const int64_t needed = ceil_div(C, 32 * vec);  // 16-byte pieces a lane: 8 f32 or 4 bf16/f16 at most (registers)
+  if (C % vec != 0 || needed > (vec == 4 ? 8 : 4)) return false;
+  for (const Tensor* p : std::initializer_list<const Tensor*>{&dy, &x, &weight, &dx})
+    if (p->defined() && reinterpret_cast<uintptr_t>(p->data_ptr()) % 16 != 0) return false;
+  const int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_for(dev);
+  const bool params = dweight.defined() || dbias.defined();
+  int blocks = 0;
+  Tensor partial;
+  dispatch_floating(t, "layernorm_backward", [&]<typename T>() {
+    if constexpr (sizeof(T) == 8) {
+      return;  // not reached: f64 takes the general kernels
+    } else {
+      auto launch = [&]<int CHUNKS>() {
+        // As many blocks as fit on the GPU at once: each warp then takes
+        // several rows, and the partials stay few.
+        int per_sm = 0;
+        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, layernorm_backward_rows_kernel<T, CHUNKS>, 256, 0));
+        blocks = int(std::min<int64_t>(ceil_div(N, 8), int64_t(device_state(dev).sm_count) * std::max(per_sm, 1)));
+        if (params) partial = empty_workspace({2 * int64_t(blocks) * C}, DType::f32, x.device());
+        layernorm_backward_rows_kernel<T, CHUNKS><<<unsigned(blocks), 256, 0, stream>>>(
+            ptr<const T>(dy), ptr<const T>(x), weight.defined() ? ptr<const T>(weight) : nullptr,
+            ptr<const float>(mean), ptr<const float>(rstd), dx.defined() ? ptr<T>(dx) : nullptr,
+            params ? ptr<float>(partial) : nullptr, N, C);
+      };
+      if (needed <= 1)
+        launch.template operator()<1>();
+      else if (needed <= 2)
+        launch.template operator()<2>();
+      else if (needed <= 3)
+        launch.template operator()<3>();
+      else if (needed <= 4 || sizeof(T) == 2)
+        launch.template operator()<4>();
+      else if constexpr (sizeof(T) == 4) {
+        if (needed <= 6)
+          launch.template operator()<6>();
+        else
+          launch.template operator()<8>();
+      }
+      KILN_CUDA_CHECK_LAUNCH();
+      if (params) {
+        layernorm_param_finalize_columns_kernel<T><<<unsigned(ceil_div(C, 32)), dim3(32, 8), 0, stream>>>(
+            ptr<const float>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
+            dbias.defined() ? ptr<T>(dbias) : nullptr, C, blocks);
+        KILN_CUDA_CHECK_LAUNCH();
+      }
+    }
+  });
+  return true;
 }
 
 }  // namespace
@@ -201,9 +385,27 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   const int dev = x.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
+  if (N > 0 && layernorm_backward_by_rows(dy, x, weight, mean, rstd, dx, dweight, dbias)) return;
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using A = Acc<T>;
     const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
+    // The column sums first, then dx: dx may be written over dy.
+    if (dweight.defined() || dbias.defined()) {
+      const int64_t col_blocks = ceil_div(C, 32);
+      const int64_t want = ceil_div(int64_t(device_state(dev).sm_count) * 4, col_blocks);
+      const int64_t splits0 = std::clamp<int64_t>(std::min(want, ceil_div(std::max<int64_t>(N, 1), 64)), 1, 1024);
+      const int64_t chunk = ceil_div(std::max<int64_t>(N, 1), splits0);
+      const int splits = int(ceil_div(std::max<int64_t>(N, 1), chunk));
+      Tensor partial = empty_workspace({2 * splits * C}, stats_dtype(x.dtype()), x.device());
+      layernorm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(splits)), dim3(32, 8), 0, stream>>>(
+          ptr<const T>(dy), ptr<const T>(x), ptr<const A>(mean), ptr<const A>(rstd), ptr<A>(partial), N, C, chunk,
+          splits);
+      KILN_CUDA_CHECK_LAUNCH();
+      layernorm_param_finalize_kernel<T><<<grid_for(C, 256, dev), 256, 0, stream>>>(
+          ptr<const A>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
+          dbias.defined() ? ptr<T>(dbias) : nullptr, C, splits);
+      KILN_CUDA_CHECK_LAUNCH();
+    }
     if (dx.defined() && N > 0) {
       if (C <= 1024)
         layernorm_dx_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(
@@ -213,21 +415,6 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
             ptr<const T>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
       KILN_CUDA_CHECK_LAUNCH();
     }
-    if (!dweight.defined() && !dbias.defined()) return;
-    const int64_t col_blocks = ceil_div(C, 32);
-    const int64_t want = ceil_div(int64_t(device_state(dev).sm_count) * 4, col_blocks);
-    const int64_t splits0 = std::clamp<int64_t>(std::min(want, ceil_div(std::max<int64_t>(N, 1), 64)), 1, 1024);
-    const int64_t chunk = ceil_div(std::max<int64_t>(N, 1), splits0);
-    const int splits = int(ceil_div(std::max<int64_t>(N, 1), chunk));
-    Tensor partial = empty_workspace({2 * splits * C}, stats_dtype(x.dtype()), x.device());
-    layernorm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(splits)), dim3(32, 8), 0, stream>>>(
-        ptr<const T>(dy), ptr<const T>(x), ptr<const A>(mean), ptr<const A>(rstd), ptr<A>(partial), N, C, chunk,
-        splits);
-    KILN_CUDA_CHECK_LAUNCH();
-    layernorm_param_finalize_kernel<T><<<grid_for(C, 256, dev), 256, 0, stream>>>(
-        ptr<const A>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr, dbias.defined() ? ptr<T>(dbias) : nullptr,
-        C, splits);
-    KILN_CUDA_CHECK_LAUNCH();
   });
 }
 

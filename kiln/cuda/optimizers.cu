@@ -34,6 +34,7 @@ struct TensorSlot {
   void* v;
   int64_t numel;
   uint8_t param_t, grad_t, m_t, v_t;
+  bool f32x4;  // all four f32 and 16-byte aligned: AdamW reads them 16 bytes a lane
 };
 
 struct ChunkRef {
@@ -86,8 +87,45 @@ __device__ __forceinline__ void store(void* p, uint8_t t, int64_t i, A v) {
   }
 }
 
+// One AdamW update in f32, the arithmetic of update_chunk's.
+__device__ __forceinline__ void adamw_f32(float& p, float g, float& m, float& v, const StepArgs& a) {
+  g *= a.grad_scale;
+  p *= 1.0f - float(a.lr) * float(a.weight_decay);
+  m = float(a.beta1) * m + (1.0f - float(a.beta1)) * g;
+  v = float(a.beta2) * v + (1.0f - float(a.beta2)) * g * g;
+  const float denom = sqrt_acc(v) / float(a.bias_correction2_sqrt) + float(a.eps);
+  p -= (float(a.lr) / float(a.bias_correction1)) * m / denom;
+}
+
+// AdamW over f32 tensors, four elements a load; start is a multiple of 4
+// (chunks are), the tensor's last few elements one at a time.
+__device__ void adamw_chunk_f32x4(const TensorSlot& s, int64_t start, int64_t end, const StepArgs& a) {
+  float4* p4 = static_cast<float4*>(s.param);
+  const float4* g4 = static_cast<const float4*>(s.grad);
+  float4 *m4 = static_cast<float4*>(s.m), *v4 = static_cast<float4*>(s.v);
+  for (int64_t i = start / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
+    float4 p = p4[i], m = m4[i], v = v4[i];
+    const float4 g = g4[i];
+    adamw_f32(p.x, g.x, m.x, v.x, a);
+    adamw_f32(p.y, g.y, m.y, v.y, a);
+    adamw_f32(p.z, g.z, m.z, v.z, a);
+    adamw_f32(p.w, g.w, m.w, v.w, a);
+    p4[i] = p;
+    m4[i] = m;
+    v4[i] = v;
+  }
+  for (int64_t i = end / 4 * 4 + threadIdx.x; i < end; i += blockDim.x) {
+    float* p = static_cast<float*>(s.param);
+    float *m = static_cast<float*>(s.m), *v = static_cast<float*>(s.v);
+    adamw_f32(p[i], static_cast<const float*>(s.grad)[i], m[i], v[i], a);
+  }
+}
+
 template <typename A>
 __device__ void update_chunk(const TensorSlot& s, int64_t start, int64_t end, const StepArgs& a) {
+  if constexpr (sizeof(A) == 4) {
+    if (a.adamw && s.f32x4) return adamw_chunk_f32x4(s, start, end, a);
+  }
   for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
     A p = load<A>(s.param, s.param_t, i);
     A g = load<A>(s.grad, s.grad_t, i) * A(a.grad_scale);
@@ -164,7 +202,13 @@ void run_step(std::vector<ParamSlots>& params, StepArgs a, bool needs_m, bool ne
                  uint8_t(p.param.dtype()),
                  uint8_t(p.grad.dtype()),
                  uint8_t(needs_m ? p.m.dtype() : DType::f32),
-                 uint8_t(needs_v ? p.v.dtype() : DType::f32)};
+                 uint8_t(needs_v ? p.v.dtype() : DType::f32),
+                 false};
+    auto f32_aligned = [](const Tensor& t) {
+      return t.dtype() == DType::f32 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+    };
+    s.f32x4 = needs_m && needs_v && f32_aligned(p.param) && f32_aligned(p.grad) && f32_aligned(p.m) &&
+              f32_aligned(p.v);
     for (int64_t start = 0; start < n; start += kChunk) chunks.push_back({int64_t(slots.size()), start});
     slots.push_back(s);
   }

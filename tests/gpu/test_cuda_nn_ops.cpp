@@ -1,5 +1,7 @@
 // CUDA vs CPU: softmax, cross-entropy, layernorm, embedding, dropout and the
 // optimizer steps, forward and backward.
+#include <limits>
+
 #include "kiln/core/philox.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -38,13 +40,19 @@ TEST(CudaBackendSoftmax, ForwardAndBackwardMatchTheCpu) {
 TEST(CudaBackendCrossEntropy, LossAndGradientWithIgnoredRows) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   const int64_t ignore = -100;
-  for (int64_t C : {int64_t(37), int64_t(5000)}) {
+  // A warp per row up to C = 1024, a block beyond; f32 rows of a multiple of
+  // 4 are read 16 bytes a lane; 50,304 is GPT-2's padded vocabulary.
+  for (int64_t C : {int64_t(37), int64_t(1024), int64_t(1026), int64_t(5000), int64_t(50304)}) {
     for (DType t : kFloatDtypes) {
       for (DType tt : {DType::i32, DType::i64}) {
         const DType rt = ref_dtype(t);
         const int64_t N = 13;
-        Tensor logits = host_random({N, C}, t, 20, -3, 3);
+        Tensor logits = host_random({N, C}, t, 20 + uint64_t(C), -3, 3);
+        // Masked classes (-inf), first in a row, inside it, and last.
+        for (int64_t at : {int64_t(1) * C, 1 * C + 3, 2 * C + C - 1, 5 * C + C / 2})
+          write_element(logits.data_ptr(), t, at, -std::numeric_limits<double>::infinity());
         Tensor targets = host_random_ints({N}, tt, 21, 0, C);
+        for (int64_t row : {1, 2, 5}) write_element(targets.data_ptr(), tt, row, 1.0);  // not a masked class
         write_element(targets.data_ptr(), tt, 4, double(ignore));
         write_element(targets.data_ptr(), tt, 9, double(ignore));
         const std::string what =
@@ -61,6 +69,14 @@ TEST(CudaBackendCrossEntropy, LossAndGradientWithIgnoredRows) {
         gpu().cross_entropy(inplace, to_gpu(targets), loss_t, inplace, 1.0f / 11, ignore);
         expect_close(loss_t, want_loss, tol_for(t == DType::f64 ? DType::f32 : t), what + " loss (logits dtype)");
         expect_close(inplace, want_d, tol_for(t), what + " dlogits in place");
+        // The gradient rounded to bf16/f16 as it is written, beside f32 logits (autocast's head).
+        for (DType narrow : {DType::bf16, DType::f16}) {
+          if (t != DType::f32) break;
+          Tensor loss_n = gpu_poisoned({N}, DType::f32), d_n = gpu_poisoned({N, C}, narrow);
+          gpu().cross_entropy(to_gpu(logits), to_gpu(targets), loss_n, d_n, 1.0f / 11, ignore);
+          expect_close(loss_n, want_loss, tol_for(t), what + " loss beside " + dtype_name(narrow) + " dlogits");
+          expect_close(d_n, want_d, tol_for(narrow), what + " dlogits in " + dtype_name(narrow));
+        }
         // No gradient wanted.
         Tensor none, loss_only = gpu_poisoned({N}, DType::f32);
         gpu().cross_entropy(to_gpu(logits), to_gpu(targets), loss_only, none, 1.0f, ignore);
@@ -99,7 +115,11 @@ TEST(CudaBackendCrossEntropy, OutOfRangeTargetThrowsAtTheNextSync) {
 
 TEST(CudaBackendLayerNorm, ForwardAndBackwardMatchTheCpu) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
-  for (const Shape& shape : {Shape{13, 37}, Shape{4, 768}, Shape{3, 2000}, Shape{257, 64}}) {
+  // Rows of a multiple of 16 bytes up to 1,024 f32 or bf16/f16 take the
+  // register-row backward, each warp over several rows when N is large;
+  // the rest (37, 2000, f64) the general kernels.
+  for (const Shape& shape : {Shape{13, 37}, Shape{4, 768}, Shape{3, 2000}, Shape{257, 64}, Shape{2051, 768},
+                             Shape{3001, 1024}, Shape{9, 520}}) {
     for (DType t : kFloatDtypes) {
       const DType rt = ref_dtype(t), st = t == DType::f64 ? DType::f64 : DType::f32;
       const int64_t N = shape[0], C = shape[1];
@@ -127,6 +147,16 @@ TEST(CudaBackendLayerNorm, ForwardAndBackwardMatchTheCpu) {
       expect_close(dx, dx_ref, tol, what + " dx");
       expect_close(dw, dw_ref, sums, what + " dweight");
       expect_close(db, db_ref, sums, what + " dbias");
+
+      // No weight, dx written over dy, and only one of the parameter sums.
+      Tensor none, dx2_ref = cpu_empty(shape, rt), dw2_ref = cpu_empty({C}, rt), db2_ref = cpu_empty({C}, rt);
+      Tensor ones = host_from_values(std::vector<double>(size_t(C), 1.0), {C}, rt);  // the CPU wants every tensor
+      cpu().layernorm_backward(host_cast(dy, rt), host_cast(x, rt), ones, mean_ref, rstd_ref, dx2_ref, dw2_ref,
+                               db2_ref);
+      Tensor dy_then_dx = to_gpu(dy), db2 = gpu_poisoned({C}, t);
+      gpu().layernorm_backward(dy_then_dx, xd, none, mean, rstd, dy_then_dx, none, db2);
+      expect_close(dy_then_dx, dx2_ref, tol, what + " dx over dy, no weight");
+      expect_close(db2, db2_ref, sums, what + " dbias alone");
     }
   }
 }
