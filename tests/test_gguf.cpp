@@ -19,6 +19,7 @@
 #include "kiln/io/gguf_writer.h"
 #include "kiln/text/gguf_vocab.h"
 #include "kiln/text/hf_tokenizer.h"
+#include "models/hf/gguf_architectures.h"
 #include "models/hf/gguf_model.h"
 #include "models/hf/hf_model.h"
 
@@ -251,6 +252,37 @@ TEST(GgufModels, EachArchitectureIsTheModelTransformersRuns) {
       total += std::abs(double(lp16[t * size_t(vocab) + size_t(ids[t + 1])]) - want["logprobs"][t].get<double>());
     EXPECT_LT(total / double(ids.size() - 1), 0.05);
     EXPECT_EQ(models::gguf_folder_files(file.path()).config["model_type"], models::hf_config_from_gguf(file)["model_type"]);
+  }
+}
+
+// The GGUF fuzzer's architecture seeds (tests/fuzz/make_gguf_seeds.py: the
+// fixtures' keys and the tensors a config reads, the vocabulary cut to 8)
+// read as the configs of the files they came from, through the parsed bytes
+// the fuzzer hands over as they are through a file.
+TEST(GgufModels, TheFuzzerSeedsReadAsTheirArchitecturesConfigs) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-archs/";
+  std::ifstream in(dir + "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  for (const auto& [name, want] : expected.items()) {
+    SCOPED_TRACE(name);
+    const std::string seed = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/arch-" + name + ".gguf";
+    nlohmann::json from_seed = models::hf_config_from_gguf(GgufFile::open(seed));
+    EXPECT_EQ(from_seed["vocab_size"], 8);
+    from_seed.erase("vocab_size");
+    nlohmann::json from_fixture = models::hf_config_from_gguf(GgufFile::open(dir + name + ".gguf"));
+    from_fixture.erase("vocab_size");
+    EXPECT_EQ(from_seed, from_fixture);
+    std::ifstream bytes_in(seed, std::ios::binary);
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(bytes_in), std::istreambuf_iterator<char>()};
+    const GgufHeader header = parse_gguf(bytes.data(), bytes.size());
+    const models::GgufContents contents{header, [&](const GgufTensorInfo& t) {
+      std::vector<float> v(t.bytes / 4);
+      std::memcpy(v.data(), bytes.data() + header.data_start + t.offset, t.bytes);
+      return v;
+    }};
+    nlohmann::json from_bytes = models::hf_config_from_gguf(contents);
+    from_bytes.erase("vocab_size");
+    EXPECT_EQ(from_bytes, from_seed);
   }
 }
 

@@ -41,10 +41,10 @@ namespace {
 using Meta = GgufMeta;
 
 // A small F32 tensor's values (RoPE factors).
-std::vector<double> values_of(const GgufFile& file, const std::string& name) {
+std::vector<double> values_of(const GgufContents& file, const std::string& name) {
   const GgufTensorInfo* t = file.find(name);
   KILN_CHECK(t && t->dims.size() == 1 && t->type == GgufType::F32, "GGUF: '", name, "' is not an F32 vector");
-  const std::vector<float> v = file.tensor(name).to_vector<float>();
+  const std::vector<float> v = file.f32_values(*t);
   return {v.begin(), v.end()};
 }
 
@@ -115,7 +115,7 @@ json llama3_rope(const std::vector<double>& divisors, double theta, int64_t head
 }
 
 // The RoPE scaling a file states (rope.scaling.*, rope_freqs.weight), as transformers' rope_parameters.
-json rope_parameters(const GgufFile& file, const Meta& meta, double theta, int64_t head_dim) {
+json rope_parameters(const GgufContents& file, const Meta& meta, double theta, int64_t head_dim) {
   const std::string type = meta.text("rope.scaling.type", "none");
   const double factor = meta.number("rope.scaling.factor", meta.number("rope.scale_linear", 0));
   if (type == "linear" && factor > 0 && factor != 1)
@@ -139,20 +139,20 @@ void read_experts(const Meta& meta, json& c) {
   c["num_experts_per_tok"] = meta.positive("expert_used_count");
 }
 
-void read_qwen3_moe(const GgufFile&, const Meta& meta, json& c) {
+void read_qwen3_moe(const GgufContents&, const Meta& meta, json& c) {
   read_experts(meta, c);
   c["moe_intermediate_size"] = meta.positive("expert_feed_forward_length");
   c["norm_topk_prob"] = true;  // llama.cpp's qwen3moe always renormalises the chosen experts
 }
 
-void read_olmoe(const GgufFile&, const Meta& meta, json& c) {
+void read_olmoe(const GgufContents&, const Meta& meta, json& c) {
   read_experts(meta, c);
   c["norm_topk_prob"] = false;
 }
 
-void read_mixtral(const GgufFile&, const Meta& meta, json& c) { read_experts(meta, c); }
+void read_mixtral(const GgufContents&, const Meta& meta, json& c) { read_experts(meta, c); }
 
-void read_granite(const GgufFile&, const Meta& meta, json& c) {
+void read_granite(const GgufContents&, const Meta& meta, json& c) {
   c["embedding_multiplier"] = meta.number("embedding_scale", 1);
   c["attention_multiplier"] = meta.number("attention.scale", 1);
   c["residual_multiplier"] = meta.number("residual_scale", 1);
@@ -162,7 +162,7 @@ void read_granite(const GgufFile&, const Meta& meta, json& c) {
 // Phi-3: the rotated share of each head (rope.dimension_count), LongRoPE's two
 // factor sets (rope_factors_short/long.weight) and the sliding window
 // (which llama.cpp leaves off for Phi-3; transformers, and Kiln, apply it).
-void read_phi3(const GgufFile& file, const Meta& meta, json& c) {
+void read_phi3(const GgufContents& file, const Meta& meta, json& c) {
   const int64_t head_dim = c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
   if (meta.has("rope.dimension_count") && meta.positive("rope.dimension_count") != head_dim)
     c["partial_rotary_factor"] = double(meta.positive("rope.dimension_count")) / double(head_dim);
@@ -191,9 +191,9 @@ void read_attention_scalar(json& c, int64_t layers_of_27b) {
                                                                         : c.value("head_dim", hidden / heads);
 }
 
-void read_gemma(const GgufFile&, const Meta&, json& c) { c["hidden_act"] = "gelu_pytorch_tanh"; }
+void read_gemma(const GgufContents&, const Meta&, json& c) { c["hidden_act"] = "gelu_pytorch_tanh"; }
 
-void read_gemma2(const GgufFile&, const Meta& meta, json& c) {
+void read_gemma2(const GgufContents&, const Meta& meta, json& c) {
   c["hidden_activation"] = "gelu_pytorch_tanh";
   read_attention_scalar(c, kGemma2LayersOf27B);
   for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
@@ -204,7 +204,7 @@ void read_gemma2(const GgufFile&, const Meta& meta, json& c) {
 // Gemma 3: sliding layers by attention.sliding_window_pattern (a period, or a
 // flag per layer; llama.cpp's default period is 6: five sliding, one global),
 // the sliding layers' own RoPE base, and RoPE scaling on the global ones only.
-void read_gemma3(const GgufFile&, const Meta& meta, json& c) {
+void read_gemma3(const GgufContents&, const Meta& meta, json& c) {
   c["hidden_activation"] = "gelu_pytorch_tanh";
   read_attention_scalar(c, kGemma3LayersOf27B);
   if (meta.has("final_logit_softcapping")) c["final_logit_softcapping"] = meta.number("final_logit_softcapping", 0);
@@ -294,7 +294,7 @@ void write_gemma3(const LlamaConfig& L, const std::string& p, json& m) {
 }
 
 // GPT-2: its own config keys (n_embd, ...), LayerNorms with biases, learned positions, a 4x GELU MLP.
-void read_gpt2(const GgufFile&, const Meta& meta, json& c) {
+void read_gpt2(const GgufContents&, const Meta& meta, json& c) {
   const json gpt2 = {{"model_type", "gpt2"},
                      {"n_embd", c["hidden_size"]},
                      {"n_layer", c["num_hidden_layers"]},
@@ -446,8 +446,8 @@ std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_nam
   return layer.empty() ? name : "blk." + layer + "." + name;
 }
 
-json hf_config_from_gguf(const GgufFile& file) {
-  const json& m = file.metadata();
+json hf_config_from_gguf(const GgufContents& file) {
+  const json& m = file.header.metadata;
   const GgufArchitecture& row = gguf_architecture(m);
   const Meta meta{m, row.arch + "."};
   json c = {{"model_type", row.model_type},

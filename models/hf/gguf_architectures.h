@@ -5,6 +5,7 @@
 // file leaves a value out (Gemma 3's sliding pattern of 6, SmolLM3's
 // unrotated fourth layers, Gemma's attention scale).
 #pragma once
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,20 @@ namespace kiln::models {
 
 struct GgufMeta;  // one architecture's metadata keys (gguf_architectures.cpp)
 
+// What reading a file's config takes from it: the parsed header, and a small
+// F32 vector's values (RoPE factors). A GgufFile gives both (below); the
+// GGUF fuzzer gives bytes it parsed, so the config reading is fuzzed without
+// a file or a tensor library.
+struct GgufContents {
+  const GgufHeader& header;
+  std::function<std::vector<float>(const GgufTensorInfo&)> f32_values;
+  const GgufTensorInfo* find(const std::string& name) const {
+    for (const GgufTensorInfo& t : header.tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
 struct GgufArchitecture {
   std::string arch;             // general.architecture
   std::string model_type;       // the family row that builds it
@@ -28,7 +43,7 @@ struct GgufArchitecture {
   std::map<std::string, std::string> names = {};
   std::string layer_prefix = "model.layers.";  // transformers' name of layer N is layer_prefix + "N." + ...
   // Its keys beyond the common ones, into `config`.
-  void (*read_config)(const GgufFile& file, const GgufMeta& meta, nlohmann::json& config) = nullptr;
+  void (*read_config)(const GgufContents& file, const GgufMeta& meta, nlohmann::json& config) = nullptr;
   // The inverse, for an export: a model's keys beyond the common ones into `metadata` (keys named
   // prefix + key); what llama.cpp fixes and the model does otherwise is an error naming it.
   void (*write_config)(const LlamaConfig& model, const std::string& prefix, nlohmann::json& metadata) = nullptr;
@@ -62,6 +77,10 @@ std::vector<double> llama3_rope_divisors(double theta, int64_t dim, double facto
 
 // The config.json of the model a GGUF file holds; an architecture Kiln does
 // not read from GGUF, or a RoPE it cannot express, is an error naming it.
-nlohmann::json hf_config_from_gguf(const GgufFile& file);
+nlohmann::json hf_config_from_gguf(const GgufContents& file);
+inline nlohmann::json hf_config_from_gguf(const GgufFile& file) {
+  return hf_config_from_gguf(
+      GgufContents{file.header(), [&file](const GgufTensorInfo& t) { return file.tensor(t.name).to_vector<float>(); }});
+}
 
 }  // namespace kiln::models

@@ -1,8 +1,9 @@
 # The parsers' fuzzers (libFuzzer needs clang; Debian's clang-14 and
 # libclang-rt-14-dev): what kiln serve reads from a request, what the
 # rendezvous store reads from the wire, a model folder's tokenizer.json and
-# chat template, fine-tuning data (JSON Lines), GGUF files and GBNF grammars. Built beside the project, each run
-# for a bounded time from its seed corpus.
+# chat template, fine-tuning data (JSON Lines), GGUF files (header, config,
+# tokenizer) and GBNF grammars. Built beside the project, each run for a
+# bounded time from its seed corpus.
 find_program(KILN_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT KILN_FUZZ_CXX)
   message(STATUS "clang++ not found: the fuzzers are not built")
@@ -51,7 +52,8 @@ kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS 
 kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
             kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}
             LIBS -lpcre2-8 -lutf8proc -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
-kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h ${KILN_TEXT_SOURCES}
+kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h
+            models/hf/gguf_architectures.cpp models/hf/gguf_architectures.h ${KILN_TEXT_SOURCES}
             LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(grammar tests/fuzz/grammar_fuzzer.cpp kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h
             kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h)

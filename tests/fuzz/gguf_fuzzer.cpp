@@ -1,16 +1,44 @@
 // libFuzzer target: arbitrary bytes as a GGUF file's (kiln/io/gguf_parse.h),
-// then its metadata as a tokenizer and a chat template (kiln/text/gguf_vocab.h),
-// the tokenizer run on a short text both ways. The contract: a header that
-// parses, with every tensor inside the bytes, and a tokenizer that works, or
-// a kiln::Error; any other exception, a crash, a sanitizer report or an
-// allocation past the RSS limit is a bug.
+// then its metadata and tensors as a model's config.json
+// (models/hf/gguf_architectures.h: the architecture's row, its keys, RoPE
+// scaling from rope_freqs/rope_factors vectors, each tensor's transformers
+// name) and as a tokenizer and a chat template (kiln/text/gguf_vocab.h), the
+// tokenizer run on a short text both ways. The contract: a header that
+// parses, with every tensor inside the bytes, a config, and a tokenizer that
+// works, or a kiln::Error; any other exception, a crash, a sanitizer report
+// or an allocation past the RSS limit is a bug.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/io/gguf_parse.h"
 #include "kiln/text/gguf_vocab.h"
 #include "kiln/text/hf_tokenizer.h"
+#include "models/hf/gguf_architectures.h"
+
+namespace {
+
+// What a config reads of the file: small F32 vectors, straight from the bytes
+// (parse_gguf has checked that each tensor lies inside them).
+void read_config(const kiln::GgufHeader& h, const uint8_t* data) {
+  const kiln::models::GgufContents contents{h, [&](const kiln::GgufTensorInfo& t) {
+    std::vector<float> values(t.bytes / sizeof(float));
+    if (!values.empty()) std::memcpy(values.data(), data + h.data_start + t.offset, values.size() * sizeof(float));
+    return values;
+  }};
+  try {
+    kiln::models::hf_config_from_gguf(contents);
+  } catch (const kiln::Error&) {
+  }
+  try {
+    const kiln::models::GgufArchitecture& arch = kiln::models::gguf_architecture(h.metadata);
+    for (const auto& t : h.tensors) kiln::models::gguf_hf_name(arch, t.name);
+  } catch (const kiln::Error&) {
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::GgufHeader h;
@@ -21,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const kiln::Error&) {
     return 0;
   }
+  read_config(h, data);
   try {
     kiln::text::gguf_chat_template(h.metadata);
     const auto tokenizer = kiln::text::HfTokenizer::from_json(kiln::text::gguf_vocab(h.metadata).tokenizer, "fuzz");
