@@ -37,7 +37,7 @@ done
 echo
 echo "| folder (vocabulary) | tokens of $(basename "$CORPUS") | F32: Kiln / llama.cpp | Q8_0: Kiln / llama.cpp |"
 echo "|---|---|---|---|"
-for src in qwen2 qwen3 llama-gqa gguf-tiny llama-mqa-tied; do
+for src in qwen2 qwen3 llama-gqa gguf-tiny llama-mqa-tied rope-yarn; do
   for type in f32 q8_0; do
     "$KILN" export "hf:$FIX/$src" --format gguf --gguf-type "$type" --out "$WORK/$src-$type.gguf" >/dev/null
   done

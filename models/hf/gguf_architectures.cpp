@@ -127,6 +127,11 @@ json rope_parameters(const GgufContents& file, const Meta& meta, double theta, i
               {"original_max_position_embeddings", meta.positive("rope.scaling.original_context_length")}};
     if (meta.has("rope.scaling.yarn_beta_fast")) r["beta_fast"] = meta.number("rope.scaling.yarn_beta_fast", 32);
     if (meta.has("rope.scaling.yarn_beta_slow")) r["beta_slow"] = meta.number("rope.scaling.yarn_beta_slow", 1);
+    // llama.cpp scales cos and sin by the default's 0.1 ln(factor) + 1 times
+    // rope.scaling.attn_factor (it overrides rope.scaling.yarn_attn_factor
+    // with its own value, so that key changes nothing and is not read).
+    if (meta.has("rope.scaling.attn_factor"))
+      r["attention_factor"] = meta.number("rope.scaling.attn_factor", 1) * yarn_mscale(factor, 1);
     return r;
   }
   KILN_CHECK(type == "none" || type == "linear", "GGUF: rope scaling '", type, "' is not read from GGUF yet");

@@ -82,9 +82,9 @@ GgufTensorOut vector_out(const std::string& name, const std::vector<double>& v) 
   return tensor_out(name, {int64_t(v.size())}, std::vector<float>(v.begin(), v.end()), GgufType::F32);
 }
 
-// RoPE scaling as llama.cpp's files state it: linear as keys, Llama 3.1's as
-// each frequency's divisor (rope_freqs.weight), LongRoPE's two factor sets
-// as tensors (Phi-3).
+// RoPE scaling as llama.cpp's files state it: linear and YaRN as keys, Llama
+// 3.1's as each frequency's divisor (rope_freqs.weight), LongRoPE's two
+// factor sets as tensors (Phi-3).
 void write_rope(const LlamaConfig& L, const std::string& p, json& m, std::vector<GgufTensorOut>& tensors) {
   const RopeScaling& s = L.rope_scaling;
   if (s.type == "linear") {
@@ -103,6 +103,19 @@ void write_rope(const LlamaConfig& L, const std::string& p, json& m, std::vector
         s.attention_factor ? *s.attention_factor
         : s.factor <= 1    ? 1.0
                            : std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_positions)));
+  } else if (s.type == "yarn") {
+    // llama.cpp's YaRN truncates the ramp's ends and scales cos and sin by
+    // 0.1 ln(factor) + 1 (transformers' default) times rope.scaling.attn_factor.
+    KILN_CHECK(s.truncate, "GGUF export: YaRN with truncate: false (gpt-oss's) cannot be written; llama.cpp always "
+               "rounds the ramp's ends");
+    KILN_CHECK(s.mscale == 0 && s.mscale_all_dim == 0, "GGUF export: YaRN with mscale/mscale_all_dim (DeepSeek's) "
+               "is not written to GGUF yet");
+    m[p + "rope.scaling.type"] = "yarn";
+    m[p + "rope.scaling.factor"] = s.factor;
+    m[p + "rope.scaling.original_context_length"] = s.original_max_positions;
+    m[p + "rope.scaling.yarn_beta_fast"] = s.beta_fast;
+    m[p + "rope.scaling.yarn_beta_slow"] = s.beta_slow;
+    if (s.attention_factor) m[p + "rope.scaling.attn_factor"] = *s.attention_factor / yarn_mscale(s.factor, 1);
   } else {
     KILN_CHECK(s.type == "default", "GGUF export: RoPE '", s.type, "' is not written to GGUF yet");
   }

@@ -4,6 +4,9 @@
 #include <cmath>
 
 namespace kiln::models {
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
 namespace {
 
 // base ** (2i / dim) for i < dim / 2, in f32 as torch computes it.
@@ -28,8 +31,6 @@ void scale_llama3(const RopeScaling& s, std::vector<float>& inv) {
     }
   }
 }
-
-double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 // YaRN (_compute_yarn_parameters): each frequency between its interpolated
 // (divided by factor) and extrapolated value, by a linear ramp over the

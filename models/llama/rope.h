@@ -21,6 +21,11 @@ struct RopeScaling {
   std::vector<double> short_factor, long_factor;      // longrope, one per frequency
 };
 
+// YaRN's scale of cos and sin (transformers' get_mscale): 0.1 mscale
+// ln(scale) + 1, or 1 for scale <= 1. With mscale 1 it is the default that
+// transformers and llama.cpp apply when the config names no attention factor.
+double yarn_mscale(double scale, double mscale);
+
 struct RopeFrequencies {
   std::vector<float> inverse;     // head_dim / 2 frequencies
   double attention_scaling = 1;   // cos and sin are multiplied by it
