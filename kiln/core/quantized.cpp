@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iterator>
 #include <vector>
 
@@ -153,24 +152,18 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
     return;
   }
-  const int64_t blocks = q.blocks(), half = kQuantBlock / 2, block_bytes = q.five_bit() ? kFiveBitBlockBytes : half;
+  const int64_t blocks = q.blocks(), block_bytes = q.five_bit() ? kFiveBitBlockBytes : kQuantBlock / 2;
   const auto* data = q.data.data<uint8_t>() + row * blocks * block_bytes;
   const float* scales = q.scales.data<float>() + row * blocks;
   const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
   const float* mins = q.mins.defined() ? q.mins.data<float>() + row * blocks : nullptr;
   const float fixed_zero = mins ? 0 : q.five_bit() ? 16 : 8;  // (q4_1, q5_1: none; q5_0's 16, int4's 8)
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* block = data + b * block_bytes;
-    uint32_t fifth = 0;
-    if (q.five_bit()) std::memcpy(&fifth, block + half, 4);
+    uint8_t levels[kQuantBlock];
+    unpack_levels(data + b * block_bytes, q.five_bit(), levels);
     const float scale = scales[b], zero = zeros ? float(zeros[b]) : fixed_zero;
     float values[kQuantBlock];
-    for (int64_t j = 0; j < half; ++j) {
-      const int low = (block[j] & 0x0f) | int(((fifth >> j) & 1) << 4);
-      const int high = (block[j] >> 4) | int(((fifth >> (j + half)) & 1) << 4);
-      values[j] = scale * (float(low) - zero);
-      values[j + half] = scale * (float(high) - zero);
-    }
+    for (int64_t j = 0; j < kQuantBlock; ++j) values[j] = scale * (float(levels[j]) - zero);
     if (mins)
       for (float& v : values) v += mins[b];
     const int64_t n = std::min(kQuantBlock, q.cols - b * kQuantBlock);

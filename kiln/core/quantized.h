@@ -25,6 +25,7 @@
 // Columns are padded with zeros to a multiple of 32.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,20 @@ namespace kiln {
 enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
 constexpr int64_t kQuantBlock = 32;
 constexpr int64_t kFiveBitBlockBytes = kQuantBlock / 2 + 4;  // q5_0, q5_1: the nibbles, then the fifth bits
+
+// A block of 32 levels of 4 bits (int4, int4z, q4_1: 16 bytes, column j in
+// byte j's low nibble, column j + 16 in its high one) or of 5 (q5_0, q5_1:
+// the same nibbles, then the fifth bits as a little-endian word, bit c for
+// column c), unpacked to a level a byte in column order.
+inline void unpack_levels(const uint8_t* block, bool five_bit, uint8_t* levels) {
+  constexpr int64_t half = kQuantBlock / 2;
+  uint32_t fifth = 0;
+  if (five_bit) std::memcpy(&fifth, block + half, 4);
+  for (int64_t j = 0; j < half; ++j) {
+    levels[j] = uint8_t((block[j] & 0x0f) | ((fifth >> j) & 1) << 4);
+    levels[j + half] = uint8_t((block[j] >> 4) | ((fifth >> (j + half)) & 1) << 4);
+  }
+}
 
 const char* quant_format_name(QuantFormat f);  // "int8", "int4", "int4z", "int8b", "q4_k", ...
 std::vector<std::string> quant_format_names();  // the four Kiln quantizes to: int8, int4, int4z, int8b

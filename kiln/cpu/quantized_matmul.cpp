@@ -90,14 +90,6 @@ void round_to_levels(const float* x, int64_t M, int64_t K, float* out) {
     }
 }
 
-// The 32 weight bytes of block b of an int4 row, unpacked to levels in column order.
-inline void unpack_int4(const uint8_t* packed, uint8_t* levels) {
-  for (int j = 0; j < B / 2; ++j) {
-    levels[j] = packed[j] & 0x0f;
-    levels[j + B / 2] = packed[j] >> 4;
-  }
-}
-
 // How a block's weight bytes enter the integer products: int8 levels
 // (scaled once per row, or per block: int8b), or int4's unsigned levels,
 // whose zero point (Q4_0's 8, or int4z's per block) a per-block correction
@@ -215,12 +207,7 @@ struct ScalarOps {
   static Levels load(const uint8_t* w) {
     Levels levels;
     uint8_t unpacked[B];
-    if constexpr (!byte_levels(L)) unpack_int4(w, unpacked);
-    if constexpr (five_bits(L)) {
-      uint32_t fifth;
-      std::memcpy(&fifth, w + B / 2, 4);
-      for (int j = 0; j < B; ++j) unpacked[j] |= uint8_t(((fifth >> j) & 1) << 4);
-    }
+    if constexpr (!byte_levels(L)) unpack_levels(w, five_bits(L), unpacked);
     for (int j = 0; j < B; ++j)
       levels.v[j] = byte_levels(L)                         ? int32_t(int8_t(w[j]))
                                                            : int32_t(unpacked[j]);

@@ -544,7 +544,7 @@ bool tensor_core_attention_applies(const Tensor& q, std::initializer_list<const 
   // 16-byte row loads and stores: unit stride along D, every other stride a
   // multiple of 8 elements, and the start 16-byte aligned.
   for (const Tensor* t : tensors) {
-    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 != 0 || t->stride(3) != 1) return false;
+    if (!aligned_to(*t, 16) || t->stride(3) != 1) return false;
     for (int d = 0; d < 3; ++d)
       if (t->stride(d) % 8 != 0) return false;
   }

@@ -200,9 +200,8 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Ten
     return ::kiln::detail::concat("cross_entropy: targets[", row, "] is outside [0, ", C,
                                   ") and is not ignore_index (", ignore_index, ")");
   });
-  auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  const bool vec4 = logits.dtype() == DType::f32 && C % 4 == 0 && aligned(logits.data_ptr(), 16) &&
-                    (!dlogits.defined() || aligned(dlogits.data_ptr(), 4 * dtype_size(dlogits.dtype())));
+  const bool vec4 = logits.dtype() == DType::f32 && C % 4 == 0 && aligned_to(logits, 16) &&
+                    (!dlogits.defined() || aligned_to(dlogits, 4 * dtype_size(dlogits.dtype())));
   auto launch = [&]<typename T, typename D>() {
     D* dl = dlogits.defined() ? ptr<D>(dlogits) : nullptr;
     const bool i64 = tgt.dtype() == DType::i64, f32 = loss_out.dtype() == DType::f32;

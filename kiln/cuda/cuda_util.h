@@ -103,6 +103,8 @@ void upload_async(const void* host, void* device_ptr, size_t bytes, int device);
 
 // ---- launch geometry
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Whether t's first element starts on a multiple of `bytes` (vector loads and stores).
+inline bool aligned_to(const Tensor& t, size_t bytes) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0; }
 // Blocks for a grid-stride loop over n items: enough to fill the GPU, no more.
 int grid_for(int64_t n, int block, int device);
 

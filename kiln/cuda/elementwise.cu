@@ -158,8 +158,6 @@ __global__ void binary_strided_kernel(T* out, const T* a, const T* b, StridedLay
   }
 }
 
-bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 }  // namespace
 
 void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
@@ -177,7 +175,7 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar)
   dispatch_floating(x.dtype(), "unary", [&]<typename T>() {
     const Acc<T> s = Acc<T>(scalar);
     if (layout.contiguous()) {
-      const bool vec = aligned16(x) && aligned16(out);
+      const bool vec = aligned_to(x, 16) && aligned_to(out, 16);
       const int grid = grid_for(vec ? ceil_div(n, Pack<T>::n) : n, kBlock, dev);
       unary_contiguous_kernel<T><<<grid, kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(x), n, op, s, vec);
     } else {
@@ -206,7 +204,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
   StridedLayout<3> layout = make_layout<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()});
   dispatch_floating(out.dtype(), "binary", [&]<typename T>() {
     if (layout.contiguous()) {
-      const bool vec = aligned16(a) && aligned16(b) && aligned16(out);
+      const bool vec = aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(out, 16);
       const int grid = grid_for(vec ? ceil_div(n, Pack<T>::n) : n, kBlock, dev);
       binary_contiguous_kernel<T>
           <<<grid, kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(a), ptr<const T>(b), n, op, vec);

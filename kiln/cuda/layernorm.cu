@@ -273,7 +273,7 @@ bool layernorm_backward_by_rows(const Tensor& dy, const Tensor& x, const Tensor&
   const int64_t needed = ceil_div(C, 32 * vec);  // 16-byte pieces a lane: 8 f32 or 4 bf16/f16 at most (registers)
   if (C % vec != 0 || needed > (vec == 4 ? 8 : 4)) return false;
   for (const Tensor* p : std::initializer_list<const Tensor*>{&dy, &x, &weight, &dx})
-    if (p->defined() && reinterpret_cast<uintptr_t>(p->data_ptr()) % 16 != 0) return false;
+    if (p->defined() && !aligned_to(*p, 16)) return false;
   const int dev = x.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);

@@ -204,9 +204,7 @@ void run_step(std::vector<ParamSlots>& params, StepArgs a, bool needs_m, bool ne
                  uint8_t(needs_m ? p.m.dtype() : DType::f32),
                  uint8_t(needs_v ? p.v.dtype() : DType::f32),
                  false};
-    auto f32_aligned = [](const Tensor& t) {
-      return t.dtype() == DType::f32 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-    };
+    auto f32_aligned = [](const Tensor& t) { return t.dtype() == DType::f32 && aligned_to(t, 16); };
     s.f32x4 = needs_m && needs_v && f32_aligned(p.param) && f32_aligned(p.grad) && f32_aligned(p.m) &&
               f32_aligned(p.v);
     for (int64_t start = 0; start < n; start += kChunk) chunks.push_back({int64_t(slots.size()), start});

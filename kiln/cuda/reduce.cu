@@ -241,8 +241,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
   // Dense [R, M] -> dense [1, M] with 16-byte rows: 16 bytes per lane.
   const int64_t vec = 16 / int64_t(x.element_size());
   const bool dense_columns = columns && g.kept.rank == 1 && g.reduced.rank == 1 && g.kept.strides[1][0] == 1 &&
-                             g.reduced.strides[0][0] == g.m_total && g.m_total % vec == 0 &&
-                             reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+                             g.reduced.strides[0][0] == g.m_total && g.m_total % vec == 0 && aligned_to(x, 16);
   const int64_t units = dense_columns ? ceil_div(g.m_total, 32 * vec) : columns ? ceil_div(g.m_total, 32) : g.m_total;
   const int64_t min_chunk = dense_columns ? 256 : columns ? 64 : 1024;  // rows (elements) per split
   int64_t splits = 1;

@@ -91,11 +91,7 @@ GgufFile GgufFile::open(const std::string& path) {
   return f;
 }
 
-const GgufTensorInfo* GgufFile::find(const std::string& name) const {
-  for (const GgufTensorInfo& t : header_->tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
+const GgufTensorInfo* GgufFile::find(const std::string& name) const { return header_->find(name); }
 
 Tensor GgufFile::tensor(const std::string& name) const {
   const GgufTensorInfo* t = find(name);

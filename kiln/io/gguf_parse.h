@@ -51,6 +51,12 @@ struct GgufHeader {
   std::vector<GgufTensorInfo> tensors;
   uint64_t alignment = 32;
   uint64_t data_start = 0;  // where the data section begins, from the start of the file
+
+  const GgufTensorInfo* find(const std::string& name) const {  // null when the file holds none
+    for (const GgufTensorInfo& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
 };
 
 // Parses a whole file's bytes (`size` of them, the data section included, so

@@ -5,6 +5,7 @@
 // file leaves a value out (Gemma 3's sliding pattern of 6, SmolLM3's
 // unrotated fourth layers, Gemma's attention scale).
 #pragma once
+#include <cstring>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,10 +26,17 @@ struct GgufMeta;  // one architecture's metadata keys (gguf_architectures.cpp)
 struct GgufContents {
   const GgufHeader& header;
   std::function<std::vector<float>(const GgufTensorInfo&)> f32_values;
-  const GgufTensorInfo* find(const std::string& name) const {
-    for (const GgufTensorInfo& t : header.tensors)
-      if (t.name == name) return &t;
-    return nullptr;
+  const GgufTensorInfo* find(const std::string& name) const { return header.find(name); }
+
+  // A whole file's bytes, parsed into `header` (which checked that each
+  // tensor lies inside them): read where they are, as the GGUF fuzzer does.
+  static GgufContents of_bytes(const GgufHeader& header, const uint8_t* bytes) {
+    return {header, [&header, bytes](const GgufTensorInfo& t) {
+              std::vector<float> values(t.bytes / sizeof(float));
+              if (!values.empty())
+                std::memcpy(values.data(), bytes + header.data_start + t.offset, values.size() * sizeof(float));
+              return values;
+            }};
   }
 };
 

@@ -9,7 +9,6 @@
 // or an allocation past the RSS limit is a bug.
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/io/gguf_parse.h"
@@ -19,16 +18,10 @@
 
 namespace {
 
-// What a config reads of the file: small F32 vectors, straight from the bytes
-// (parse_gguf has checked that each tensor lies inside them).
+// The config the file's keys and RoPE vectors make, and each tensor's transformers name.
 void read_config(const kiln::GgufHeader& h, const uint8_t* data) {
-  const kiln::models::GgufContents contents{h, [&](const kiln::GgufTensorInfo& t) {
-    std::vector<float> values(t.bytes / sizeof(float));
-    if (!values.empty()) std::memcpy(values.data(), data + h.data_start + t.offset, values.size() * sizeof(float));
-    return values;
-  }};
   try {
-    kiln::models::hf_config_from_gguf(contents);
+    kiln::models::hf_config_from_gguf(kiln::models::GgufContents::of_bytes(h, data));
   } catch (const kiln::Error&) {
   }
   try {
