@@ -126,6 +126,15 @@ json usage(int64_t prompt, int64_t completion) {
 // or streamed as server-sent events.
 void generate(const GenerationTarget& t, const std::string& prompt, const recipes::CompletionOptions& options,
               const GenerationFields& fields, const Shape& shape, httplib::Response& res) {
+  // A stream counts as open from its arrival, not its first token: cpp-httplib
+  // ends chunked answers once stopped, so a stopping server must wait for
+  // streams that are still queued too.
+  struct OpenStream {
+    std::atomic<int>& count;
+    explicit OpenStream(std::atomic<int>& c) : count(c) { ++count; }
+    ~OpenStream() { --count; }
+  };
+  auto open_stream = fields.stream ? std::make_shared<OpenStream>(t.open_streams) : nullptr;
   auto job = std::make_shared<GenerationJob>();
   job->prompt = prompt;
   job->options = options;
@@ -169,7 +178,6 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   // role), then the finish reason, then the usage if asked, then [DONE].
   auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
   auto tool_stream = std::make_shared<ToolStream>();
-  ++t.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, shape, envelope, timeout, state, tool_stream, id,
@@ -246,9 +254,8 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           return true;
         }
       },
-      [job, &open = t.open_streams](bool success) {
+      [job, open_stream](bool success) {
         if (!success) job->cancelled = true;
-        --open;
       });
 }
 
@@ -303,7 +310,7 @@ void answer_completion(const GenerationTarget& t, const CompletionRequest& r, ht
   if (r.echo && r.max_tokens == 0) return score(t, r, res);
   recipes::CompletionOptions co = options_of(r);
   co.logprobs = r.logprobs.value_or(-1);
-  generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value()}, res);
+  generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res);
 }
 
 namespace {

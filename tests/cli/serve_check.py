@@ -3,7 +3,7 @@
 with two trained run directories). Every endpoint, every error code, a burst
 of 200 concurrent requests that the server must batch, streamed and plain
 completions that agree, and SIGTERM with requests in flight."""
-import gzip, json, os, signal, socket, struct, subprocess, sys, threading, time, urllib.error, urllib.request
+import gzip, http.client, json, os, signal, socket, struct, subprocess, sys, threading, time, urllib.error, urllib.request
 
 KILN, MLP, GPT, CLS = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 DATA = os.environ.get("KILN_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
@@ -422,5 +422,30 @@ try:
     check(False, "after exit, new connections are refused")
 except OSError:
     check(True, "after exit, new connections are refused")
+
+# --- SIGTERM while a stream still waits for its first token, queued behind a running completion
+# (--max-batch 1): a stream counted as open only once started, so the stopping server cut it off
+reference = json.loads(plain_done[1])["choices"][0]["text"]  # the same 300 tokens, whole
+proc, base = start("--max-batch", "1")
+def gpt_metric(name):
+    return next((float(l.split()[-1]) for l in call("GET", base + "/metrics")[1].splitlines()
+                 if l.startswith(name + '{model="gpt"}')), 0.0)
+def terminate_once_the_stream_waits():
+    deadline = time.time() + 30
+    while time.time() < deadline and not (gpt_metric("kiln_tokens_generated_total") > 0 and
+                                          gpt_metric("kiln_queue_depth") >= 1):
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+def stream():
+    time.sleep(0.05)  # after the plain completion has the one place
+    try:
+        return complete(base, dict(long_req, max_tokens=300, stream=True))
+    except http.client.HTTPException as e:
+        return f"cut off: {e!r}"
+threading.Thread(target=terminate_once_the_stream_waits).start()
+plain_done, streamed_done = in_parallel([
+    lambda: call("POST", base + "/v1/completions", dict(long_req, max_tokens=1000)), stream])
+check(plain_done[0] == 200 and streamed_done == reference and proc.wait(timeout=10) == 0,
+      f"a stream still queued at SIGTERM runs to its end ({streamed_done[:40]!r})")
 
 sys.exit(1 if failures else 0)
