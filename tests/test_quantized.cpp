@@ -213,10 +213,12 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
 // decoding and prompt-sized products are the f32 product of the dequantized
 // weights within activation rounding, and the minimums are not dropped.
 TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
-  const int64_t N = 37, K = 96;
+  const int64_t N = 37;
+  // 3 blocks: a pair and a lone block; 8: pairs only; 7: all three steps of the paired kernel.
+  for (int64_t K : {96, 256, 224})
   for (GgufType type : {GgufType::Q4_1, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_0, GgufType::Q5_0}) {
     const QuantizedMatrix q = random_gguf_blocks(type, N, K, 21);
-    SCOPED_TRACE(quant_format_name(q.format));
+    SCOPED_TRACE(std::string(quant_format_name(q.format)) + " K=" + std::to_string(K));
     EXPECT_EQ(q.bytes(), quantized_bytes(q.format, N, K));
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);

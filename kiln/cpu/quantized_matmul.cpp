@@ -35,15 +35,22 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t B = kQuantBlock;
-constexpr int32_t kQ40Zero = 8;  // Q4_0's (int4's) levels u stand for u - 8
+constexpr int32_t kQ40Zero = 8;   // Q4_0's (int4's) levels u stand for u - 8
+constexpr int32_t kQ50Zero = 16;  // Q5_0's for u - 16
 
 // Activations quantized per row and block: levels, scales and level sums
-// (the int4 zero point's correction).
+// (the int4 zero point's correction). For the 4-bit formats the levels of
+// each pair of blocks are stored in the order the paired kernel loads them
+// (see dot_rows_paired), the row padded with a zero block to a whole pair,
+// with the format's fixed zero point (Q4_0's, Q5_0's) multiplied out per
+// integer lane.
 struct QuantizedActivations {
   int64_t blocks;
+  int64_t stored_blocks;  // blocks, or rounded up to a pair
   std::vector<int8_t> levels;
   std::vector<float> scales;
   std::vector<int32_t> sums;
+  std::vector<int32_t> zero_lanes;  // paired: per block 4 lanes of -zero * (sum of the lane's 8 levels)
 };
 
 // One block of an activation row to int8 levels (scale max|x| / 127):
@@ -65,13 +72,37 @@ inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& s
   return sum;
 }
 
-QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks) {
-  QuantizedActivations a{blocks, std::vector<int8_t>(size_t(M * blocks * B)), std::vector<float>(size_t(M * blocks)),
-                         std::vector<int32_t>(size_t(M * blocks))};
+// Where level j of block b (within its pair: b % 2) goes in the paired
+// order: the pair's first halves, then its second halves.
+constexpr int64_t paired_index(int64_t b, int64_t j) { return (b % 2) * (B / 2) + (j % (B / 2)) + (j / (B / 2)) * B; }
+
+QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, bool paired,
+                                          int32_t zero) {
+  const int64_t stored = paired ? (blocks + 1) / 2 * 2 : blocks;
+  QuantizedActivations a{blocks,
+                         stored,
+                         std::vector<int8_t>(size_t(M * stored * B)),
+                         std::vector<float>(size_t(M * blocks)),
+                         std::vector<int32_t>(size_t(M * blocks)),
+                         std::vector<int32_t>(paired ? size_t(M * stored * 4) : 0)};
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t at = size_t(m * blocks + b);
-      a.sums[at] = quantize_block(x + m * K + b * B, std::min(B, K - b * B), a.levels.data() + at * B, a.scales[at]);
+      int8_t q[B];
+      a.sums[at] = quantize_block(x + m * K + b * B, std::min(B, K - b * B), q, a.scales[at]);
+      int8_t* stored_levels = a.levels.data() + (m * stored + b) * B;
+      if (!paired) {
+        std::copy(q, q + B, stored_levels);
+        continue;
+      }
+      int8_t* pair = stored_levels - (b % 2) * B;
+      for (int64_t j = 0; j < B; ++j) pair[paired_index(b, j)] = q[j];
+      // Integer lane l of the block takes levels 4l .. 4l + 3 and 16 + 4l .. 16 + 4l + 3.
+      for (int64_t l = 0; l < 4; ++l) {
+        int32_t lane = 0;
+        for (int64_t t = 0; t < 4; ++t) lane += q[4 * l + t] + q[B / 2 + 4 * l + t];
+        a.zero_lanes[size_t((m * stored + b) * 4 + l)] = -zero * lane;
+      }
     }
   return a;
 }
@@ -91,13 +122,12 @@ void round_to_levels(const float* x, int64_t M, int64_t K, float* out) {
 }
 
 // How a block's weight bytes enter the integer products: int8 levels
-// (scaled once per row, or per block: int8b), or int4's unsigned levels,
-// whose zero point (Q4_0's 8, or int4z's per block) a per-block correction
-// takes off afterwards: scale * zero * sum(x levels). Unsigned levels go
-// straight into vpmaddubsw, with no sign moved onto the activations.
-// Q5_0's levels are 5 bits unsigned with the zero at 16; Q4_1 and Q5_1
-// (unsigned, 4 or 5 bits) add a minimum per block the way a zero point is
-// taken off: min * x scale * sum(x levels).
+// (scaled once per row, or per block: int8b), in as |w| with their signs
+// moved onto the activations; or unsigned levels of 4 or 5 bits, straight
+// into vpmaddubsw, two blocks at a time (dot_rows_paired). Q4_0's zero point
+// (8) and Q5_0's (16) come off in integers; int4z's, which each block sets,
+// as an f32 correction per block, scale * zero * sum(x levels); Q4_1 and
+// Q5_1 add a minimum per block the same way: min * x scale * sum(x levels).
 enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero, int4_block_min, int5_fixed_zero, int5_block_min };
 constexpr Levels levels_of(QuantFormat f) {
   switch (f) {
@@ -116,11 +146,10 @@ constexpr Levels levels_of(QuantFormat f) {
 constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
 constexpr bool five_bits(Levels L) { return L == Levels::int5_fixed_zero || L == Levels::int5_block_min; }
 constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(L) ? kFiveBitBlockBytes : B / 2; }
-constexpr bool zero_point(Levels L) {
-  return L == Levels::int4_fixed_zero || L == Levels::int4_block_zero || L == Levels::int5_fixed_zero;
-}
-constexpr int32_t fixed_zero(Levels L) { return five_bits(L) ? 16 : kQ40Zero; }
 constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int5_block_min; }
+constexpr int32_t fixed_zero(Levels L) {
+  return L == Levels::int4_fixed_zero ? kQ40Zero : L == Levels::int5_fixed_zero ? kQ50Zero : 0;
+}
 
 // The weights' raw arrays, read once per call rather than once per row.
 struct Weights {
@@ -135,63 +164,110 @@ struct Weights {
         mins(w.mins.defined() ? w.mins.data<float>() : nullptr), rows(w.rows) {}
 };
 
-// R outputs: row n of w against rows m0 .. m0 + R - 1 of the quantized
-// activations, each weight block loaded (and unpacked) once for the R of
+// R outputs, for int8 and int8b: row n of w against rows m0 .. m0 + R - 1
+// of the quantized activations, each weight block loaded once for the R of
 // them. `Ops` is an instruction path: load(w_block) gives the block's
 // levels, and add(acc, levels, x_block, scale) adds its 8 integer lanes
-// times scale into acc's 8 f32 lanes. Even blocks accumulate into one Acc
-// (and correction), odd ones into another, so consecutive blocks'
-// multiply-adds do not wait on each other's latency; the two meet lane by
-// lane at the end. Each output's arithmetic is the same whatever R, so
-// results do not depend on how rows are grouped, nor on the path. The
-// rows_* loops below are flattened, so all of it inlines into each path's
-// own instruction set.
+// times scale into acc's 8 f32 lanes. Even blocks accumulate into one Acc,
+// odd ones into another, so consecutive blocks' multiply-adds do not wait
+// on each other's latency; the two meet lane by lane at the end. Each
+// output's arithmetic is the same whatever R, so results do not depend on
+// how rows are grouped, nor on the path. The rows_* loops below are
+// flattened, so all of it inlines into each path's own instruction set.
 template <Levels L, typename Ops, int R>
 inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
-  const int64_t blocks = a.blocks, stride = block_bytes(L);
-  const uint8_t* row = w.data + n * blocks * stride;
+  static_assert(byte_levels(L));
+  const int64_t blocks = a.blocks;
+  const uint8_t* row = w.data + n * blocks * B;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
-  const uint8_t* zeros = L == Levels::int4_block_zero ? w.zeros + n * blocks : nullptr;  // (int4: kQ40Zero)
-  const float* mins = block_min(L) ? w.mins + n * blocks : nullptr;
   const int8_t* xq[R];
   const float* xs[R];
-  const int32_t* sums[R];
   typename Ops::Acc even[R], odd[R];
-  // int4, int4z: sums over blocks of scale * zero * sum(x levels); q4_1, q5_1: minus min * x scale * sum(x levels)
-  float correction_even[R], correction_odd[R];
   for (int r = 0; r < R; ++r) {
     xq[r] = a.levels.data() + (m0 + r) * blocks * B;
     xs[r] = a.scales.data() + (m0 + r) * blocks;
-    sums[r] = a.sums.data() + (m0 + r) * blocks;
     even[r] = odd[r] = Ops::zero();
-    correction_even[r] = correction_odd[r] = 0;
   }
-  auto block = [&](int64_t i, const typename Ops::Levels& levels, typename Ops::Acc* acc, float* correction) {
-    for (int r = 0; r < R; ++r) {
-      const float scale = L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i];
-      Ops::add(acc[r], levels, xq[r] + i * B, scale);
-      if constexpr (zero_point(L)) {
-        const int32_t zero = L == Levels::int4_block_zero ? int32_t(zeros[i]) : fixed_zero(L);
-        correction[r] = std::fma(scale, float(zero * sums[r][i]), correction[r]);
-      } else if constexpr (block_min(L)) {
-        correction[r] = std::fma(-xs[r][i] * mins[i], float(sums[r][i]), correction[r]);
-      }
-    }
+  auto block = [&](int64_t i, const typename Ops::Levels& levels, typename Ops::Acc* acc) {
+    for (int r = 0; r < R; ++r) Ops::add(acc[r], levels, xq[r] + i * B, L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i]);
   };
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    block(b, Ops::load(row + b * stride), even, correction_even);
-    block(b + 1, Ops::load(row + (b + 1) * stride), odd, correction_odd);
+    block(b, Ops::load(row + b * B), even);
+    block(b + 1, Ops::load(row + (b + 1) * B), odd);
   }
-  if (b < blocks) block(b, Ops::load(row + b * stride), even, correction_even);
+  if (b < blocks) block(b, Ops::load(row + b * B), even);
   for (int r = 0; r < R; ++r) {
     float e[8], o[8], merged[8];
     Ops::store(even[r], e);
     Ops::store(odd[r], o);
     for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
     const float total = sum_lanes(merged);
-    out[(m0 + r) * w.rows + n] =
-        L == Levels::int8 ? total * w.scales[n] : total - (correction_even[r] + correction_odd[r]);
+    out[(m0 + r) * w.rows + n] = L == Levels::int8 ? total * w.scales[n] : total;
+  }
+}
+
+// The 4- and 5-bit formats two blocks at a time: the two blocks' low
+// nibbles (levels 0-15 of each) fill one register and their high nibbles
+// (16-31) another, so a pair is unpacked with one or two loads and two
+// masks (the fifth bits or-ed in after), and the activations are stored in
+// that order (quantize_activations). Integer lane l of the eight takes, for
+// block l / 4 of the pair, levels 4l' .. 4l' + 3 and 16 + 4l' .. 16 + 4l' + 3
+// (l' = l % 4); a fixed zero point comes off in integers, lane by lane (the
+// activations' zero_lanes). Each lane then adds its block's scale times the
+// lane into an f32 lane; even and odd pairs use different accumulators, as
+// dot_rows does for blocks. Every path and every R gives the same bits.
+template <Levels L, typename Ops, int R>
+inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
+  static_assert(!byte_levels(L));
+  const int64_t blocks = a.blocks, stored = a.stored_blocks, stride = block_bytes(L);
+  const uint8_t* row = w.data + n * blocks * stride;
+  const float* ws = w.scales + n * blocks;
+  const uint8_t* zeros = L == Levels::int4_block_zero ? w.zeros + n * blocks : nullptr;
+  const float* mins = block_min(L) ? w.mins + n * blocks : nullptr;
+  const int8_t* xq[R];
+  const float* xs[R];
+  const int32_t* sums[R];
+  const int32_t* zero_lanes[R];
+  typename Ops::Acc even[R], odd[R];
+  float correction_even[R], correction_odd[R];  // int4z: scale * zero * sum(x levels); q4_1, q5_1: -min * x scale * sum
+  for (int r = 0; r < R; ++r) {
+    xq[r] = a.levels.data() + (m0 + r) * stored * B;
+    xs[r] = a.scales.data() + (m0 + r) * blocks;
+    sums[r] = a.sums.data() + (m0 + r) * blocks;
+    zero_lanes[r] = a.zero_lanes.data() + (m0 + r) * stored * 4;
+    even[r] = odd[r] = Ops::zero();
+    correction_even[r] = correction_odd[r] = 0;
+  }
+  auto pair = [&](int64_t b, bool both, typename Ops::Acc* acc, float* correction) {
+    const typename Ops::PairLevels levels = Ops::load_pair(row + b * stride, both);
+    for (int r = 0; r < R; ++r) {
+      const float scale[2] = {xs[r][b] * ws[b], both ? xs[r][b + 1] * ws[b + 1] : 0.0f};
+      Ops::template add_pair<fixed_zero(L) != 0>(acc[r], levels, xq[r] + b * B, zero_lanes[r] + b * 4, scale);
+      for (int64_t i = b; i < b + (both ? 2 : 1); ++i) {
+        if constexpr (L == Levels::int4_block_zero)
+          correction[r] = std::fma(scale[i - b], float(int32_t(zeros[i]) * sums[r][i]), correction[r]);
+        else if constexpr (block_min(L))
+          correction[r] = std::fma(-xs[r][i] * mins[i], float(sums[r][i]), correction[r]);
+      }
+    }
+  };
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) {
+    pair(b, true, even, correction_even);
+    pair(b + 2, true, odd, correction_odd);
+  }
+  if (b + 2 <= blocks) {
+    pair(b, true, even, correction_even);
+    b += 2;
+  }
+  if (b < blocks) pair(b, false, odd, correction_odd);
+  for (int r = 0; r < R; ++r) {
+    float e[8], o[8], merged[8];
+    Ops::store(even[r], e);
+    Ops::store(odd[r], o);
+    for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
+    out[(m0 + r) * w.rows + n] = sum_lanes(merged) - (correction_even[r] + correction_odd[r]);
   }
 }
 
@@ -206,11 +282,7 @@ struct ScalarOps {
   static Acc zero() { return {}; }
   static Levels load(const uint8_t* w) {
     Levels levels;
-    uint8_t unpacked[B];
-    if constexpr (!byte_levels(L)) unpack_levels(w, five_bits(L), unpacked);
-    for (int j = 0; j < B; ++j)
-      levels.v[j] = byte_levels(L)                         ? int32_t(int8_t(w[j]))
-                                                           : int32_t(unpacked[j]);
+    for (int j = 0; j < B; ++j) levels.v[j] = int8_t(w[j]);
     return levels;
   }
   // Lane l: the sum of products 4l .. 4l + 3.
@@ -222,43 +294,82 @@ struct ScalarOps {
     }
   }
   static void store(const Acc& acc, float* out) { std::copy(acc.v, acc.v + 8, out); }
+
+  struct PairLevels {
+    int32_t v[2 * B];  // in the activations' paired order
+  };
+  static PairLevels load_pair(const uint8_t* w, bool both) {
+    PairLevels levels{};
+    for (int64_t k = 0; k < (both ? 2 : 1); ++k) {
+      uint8_t unpacked[B];
+      unpack_levels(w + k * block_bytes(L), five_bits(L), unpacked);
+      for (int64_t j = 0; j < B; ++j) levels.v[paired_index(k, j)] = unpacked[j];
+    }
+    return levels;
+  }
+  template <bool kZeroLanes>
+  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes, const float* scale) {
+    for (int l = 0; l < 8; ++l) {
+      int32_t lane = kZeroLanes ? zero_lanes[l] : 0;
+      for (int t = 0; t < 4; ++t)
+        lane += w.v[4 * l + t] * int32_t(x[4 * l + t]) + w.v[B + 4 * l + t] * int32_t(x[B + 4 * l + t]);
+      acc.v[l] = std::fma(float(lane), scale[l / 4], acc.v[l]);
+    }
+  }
 };
 
 #ifdef KILN_X86_INTRINSICS
-// A block's 32 levels in a register: int8 levels (signed), or the unsigned
-// levels of 4 bits (int4, int4z, q4_1) or 5 (q5_0, q5_1).
-template <Levels L>
-[[gnu::always_inline]] inline __m256i load_levels(const uint8_t* w) {
-  if constexpr (byte_levels(L)) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-  const __m128i nibble = _mm_set1_epi8(0x0f);
-  const __m256i low = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
-  if constexpr (!five_bits(L)) return low;
-  // The fifth bits: byte c of the register takes bit c of the word (its
-  // byte c / 8 broadcast, every bit but c % 8 set, compared with all ones).
-  uint32_t fifth;
-  std::memcpy(&fifth, w + B / 2, 4);
+// The operands of an int8 block's byte products: |w|, and the activations
+// with w's signs.
+[[gnu::always_inline]] inline void signed_operands(__m256i w, const int8_t* x, __m256i& u, __m256i& s) {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  u = _mm256_sign_epi8(w, w);
+  s = _mm256_sign_epi8(xv, w);
+}
+
+// 0x10 in byte c of the register where bit c of `bits` is set (byte c / 8
+// of the word broadcast, every bit but c % 8 set, compared with all ones).
+[[gnu::always_inline]] inline __m256i fifth_bits(uint32_t bits) {
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int32_t(fifth)),
+      _mm256_set1_epi32(int32_t(bits)),
       _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
                                         _mm256_set1_epi64x(-1));
-  return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// The unsigned and signed operands of the byte products: int4 levels are
-// unsigned already; int8 levels go in as |w| with their signs moved onto
-// the activations.
+// Two blocks' unsigned levels (the second's zero when !both) in the paired
+// order: levels 0-15 of both, then 16-31 of both.
+struct LevelPair {
+  __m256i low, high;
+};
 template <Levels L>
-[[gnu::always_inline]] inline void operands(__m256i w, const int8_t* x, __m256i& u, __m256i& s) {
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  if constexpr (!byte_levels(L)) {
-    u = w;
-    s = xv;
+[[gnu::always_inline]] inline LevelPair load_level_pair(const uint8_t* w, bool both) {
+  constexpr int64_t stride = block_bytes(L);
+  __m256i packed;
+  if (five_bits(L) || !both) {
+    const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    packed = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(first),
+        both ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + stride)) : _mm_setzero_si128(), 1);
   } else {
-    u = _mm256_sign_epi8(w, w);
-    s = _mm256_sign_epi8(xv, w);
+    packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   }
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  LevelPair pair{_mm256_and_si256(packed, nibble), _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble)};
+  if constexpr (five_bits(L)) {  // each block's word: bits 0-15 for its low nibbles, 16-31 for its high ones
+    uint32_t first, second = 0;
+    std::memcpy(&first, w + B / 2, 4);
+    if (both) std::memcpy(&second, w + stride + B / 2, 4);
+    pair.low = _mm256_or_si256(pair.low, fifth_bits((first & 0xffff) | (second << 16)));
+    pair.high = _mm256_or_si256(pair.high, fifth_bits((first >> 16) | (second & 0xffff0000)));
+  }
+  return pair;
+}
+
+// The pair's two scales, each over its block's four lanes.
+[[gnu::always_inline]] inline __m256 pair_scales(const float* scale) {
+  return _mm256_set_m128(_mm_set1_ps(scale[1]), _mm_set1_ps(scale[0]));
 }
 
 template <Levels L>
@@ -266,33 +377,56 @@ struct Avx2Ops {
   using Acc = __m256;
   using Levels = __m256i;
   static Acc zero() { return _mm256_setzero_ps(); }
-  static Levels load(const uint8_t* w) { return load_levels<L>(w); }
+  static Levels load(const uint8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
   static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
     __m256i u, s;
-    operands<L>(w, x, u, s);
+    signed_operands(w, x, u, s);
     const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
   }
   static void store(const Acc& acc, float* out) { _mm256_storeu_ps(out, acc); }
+
+  // Two products of at most 31 * 127 a pair of bytes add in 16 bits unsaturated.
+  using PairLevels = LevelPair;
+  static PairLevels load_pair(const uint8_t* w, bool both) { return load_level_pair<L>(w, both); }
+  template <bool kZeroLanes>
+  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes, const float* scale) {
+    const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + B));
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w.low, x_low), _mm256_maddubs_epi16(w.high, x_high));
+    __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    if constexpr (kZeroLanes)
+      lanes = _mm256_add_epi32(lanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zero_lanes)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), pair_scales(scale), acc);
+  }
 };
 
+#define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
 template <Levels L>
 struct VnniOps {
   using Acc = __m256;
   using Levels = __m256i;
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static Acc zero() { return _mm256_setzero_ps(); }
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static Levels load(const uint8_t* w) {
-    return load_levels<L>(w);
-  }
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void add(Acc& acc, const Levels& w, const int8_t* x,
-                                                                          float scale) {
+  KILN_VNNI static Acc zero() { return _mm256_setzero_ps(); }
+  KILN_VNNI static Levels load(const uint8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  KILN_VNNI static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
     __m256i u, s;
-    operands<L>(w, x, u, s);
+    signed_operands(w, x, u, s);
     const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
   }
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static void store(const Acc& acc, float* out) {
-    _mm256_storeu_ps(out, acc);
+  KILN_VNNI static void store(const Acc& acc, float* out) { _mm256_storeu_ps(out, acc); }
+
+  using PairLevels = LevelPair;
+  KILN_VNNI static PairLevels load_pair(const uint8_t* w, bool both) { return load_level_pair<L>(w, both); }
+  template <bool kZeroLanes>
+  KILN_VNNI static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes,
+                                 const float* scale) {
+    const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + B));
+    const __m256i start =
+        kZeroLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zero_lanes)) : _mm256_setzero_si256();
+    const __m256i lanes = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, w.low, x_low), w.high, x_high);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), pair_scales(scale), acc);
   }
 };
 #endif
@@ -300,13 +434,17 @@ struct VnniOps {
 // Rows n0 .. n1 of w against all M rows, four activation rows at a time.
 template <Levels L, typename Ops>
 inline void rows_of(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M, float* out) {
+  auto dot = [&]<int R>(int64_t n, int64_t m) {
+    if constexpr (byte_levels(L)) dot_rows<L, Ops, R>(w, n, a, m, out);
+    else dot_rows_paired<L, Ops, R>(w, n, a, m, out);
+  };
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-    for (; m + 4 <= M; m += 4) dot_rows<L, Ops, 4>(w, n, a, m, out);
+    for (; m + 4 <= M; m += 4) dot.template operator()<4>(n, m);
     switch (M - m) {
-      case 3: dot_rows<L, Ops, 3>(w, n, a, m, out); break;
-      case 2: dot_rows<L, Ops, 2>(w, n, a, m, out); break;
-      case 1: dot_rows<L, Ops, 1>(w, n, a, m, out); break;
+      case 3: dot.template operator()<3>(n, m); break;
+      case 2: dot.template operator()<2>(n, m); break;
+      case 1: dot.template operator()<1>(n, m); break;
       default: break;
     }
   }
@@ -372,7 +510,8 @@ const char* quant_dot_name(QuantDot dot) {
 
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
   if (w.k_quant()) return kquant_matmul_rows(x, M, w, out, dot);
-  const QuantizedActivations a = quantize_activations(x, M, w.cols, w.blocks());
+  const Levels levels = levels_of(w.format);
+  const QuantizedActivations a = quantize_activations(x, M, w.cols, w.blocks(), !byte_levels(levels), fixed_zero(levels));
   for_row_chunks(w.rows, M * w.rows * w.padded_cols(), [&](int64_t n0, int64_t n1) { rows(dot, w, n0, n1, a, M, out); });
 }
 
