@@ -39,11 +39,11 @@ constexpr int32_t kQ40Zero = 8;   // Q4_0's (int4's) levels u stand for u - 8
 constexpr int32_t kQ50Zero = 16;  // Q5_0's for u - 16
 
 // Activations quantized per row and block: levels, scales and level sums
-// (the int4 zero point's correction). For the 4-bit formats the levels of
-// each pair of blocks are stored in the order the paired kernel loads them
-// (see dot_rows_paired), the row padded with a zero block to a whole pair,
-// with the format's fixed zero point (Q4_0's, Q5_0's) multiplied out per
-// integer lane.
+// (for int4z's zero points and Q4_1's and Q5_1's minimums). For the 4- and
+// 5-bit formats the levels of each pair of blocks are stored in the order
+// the paired kernel loads them (see dot_rows_paired), the row padded with a
+// zero block to a whole pair, and with the format's fixed zero point
+// (Q4_0's, Q5_0's; else 0) multiplied out per integer lane.
 struct QuantizedActivations {
   int64_t blocks;
   int64_t stored_blocks;  // blocks, or rounded up to a pair
@@ -55,7 +55,7 @@ struct QuantizedActivations {
 
 // One block of an activation row to int8 levels (scale max|x| / 127):
 // `count` values of x, zeros after them up to the block's 32. Returns the
-// levels' sum (the int4 zero point's correction). The scale is then kept
+// levels' sum. The scale is then kept
 // in f16, as llama.cpp's Q8_0 activations keep it (levels from the exact
 // scale, products with the rounded one): a GGUF file's greedy tokens are
 // llama.cpp's.
@@ -327,22 +327,30 @@ struct ScalarOps {
   s = _mm256_sign_epi8(xv, w);
 }
 
-// 0x10 in byte c of the register where bit c of `bits` is set (byte c / 8
-// of the word broadcast, every bit but c % 8 set, compared with all ones).
-[[gnu::always_inline]] inline __m256i fifth_bits(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int32_t(bits)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
-                                        _mm256_set1_epi64x(-1));
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+// A pair's fifth bits, 0x10 in the bytes of `pair` whose bit is set: of the
+// two blocks' words (one 64-bit value in every lane), byte c of the low
+// register takes bit c % 8 of word byte c / 8 (the first block, c < 16) or
+// 4 + (c - 16) / 8 (the second); the high register bytes 2, 3, 6 and 7. Each
+// byte is picked out with the other seven bits set, then compared with all ones.
+struct LevelPair {
+  __m256i low, high;
+};
+[[gnu::always_inline]] inline void add_fifth_bits(uint32_t first, uint32_t second, LevelPair& pair) {
+  const __m256i words = _mm256_set1_epi64x(int64_t(uint64_t(first) | uint64_t(second) << 32));
+  const __m256i other_bits = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  auto spread = [&](__m256i bytes) {
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(words, bytes), other_bits),
+                                          _mm256_set1_epi64x(-1));
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  };
+  pair.low = _mm256_or_si256(pair.low, spread(_mm256_set_epi64x(0x0505050505050505, 0x0404040404040404,
+                                                                0x0101010101010101, 0x0000000000000000)));
+  pair.high = _mm256_or_si256(pair.high, spread(_mm256_set_epi64x(0x0707070707070707, 0x0606060606060606,
+                                                                  0x0303030303030303, 0x0202020202020202)));
 }
 
 // Two blocks' unsigned levels (the second's zero when !both) in the paired
 // order: levels 0-15 of both, then 16-31 of both.
-struct LevelPair {
-  __m256i low, high;
-};
 template <Levels L>
 [[gnu::always_inline]] inline LevelPair load_level_pair(const uint8_t* w, bool both) {
   constexpr int64_t stride = block_bytes(L);
@@ -357,12 +365,11 @@ template <Levels L>
   }
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   LevelPair pair{_mm256_and_si256(packed, nibble), _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble)};
-  if constexpr (five_bits(L)) {  // each block's word: bits 0-15 for its low nibbles, 16-31 for its high ones
+  if constexpr (five_bits(L)) {
     uint32_t first, second = 0;
     std::memcpy(&first, w + B / 2, 4);
     if (both) std::memcpy(&second, w + stride + B / 2, 4);
-    pair.low = _mm256_or_si256(pair.low, fifth_bits((first & 0xffff) | (second << 16)));
-    pair.high = _mm256_or_si256(pair.high, fifth_bits((first >> 16) | (second & 0xffff0000)));
+    add_fifth_bits(first, second, pair);
   }
   return pair;
 }
