@@ -242,11 +242,11 @@ inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivati
   auto pair = [&](int64_t b, bool both, typename Ops::Acc* acc, float* correction) {
     const typename Ops::PairLevels levels = Ops::load_pair(row + b * stride, both);
     for (int r = 0; r < R; ++r) {
-      const float scale[2] = {xs[r][b] * ws[b], both ? xs[r][b + 1] * ws[b + 1] : 0.0f};
-      Ops::template add_pair<fixed_zero(L) != 0>(acc[r], levels, xq[r] + b * B, zero_lanes[r] + b * 4, scale);
+      Ops::template add_pair<fixed_zero(L) != 0>(acc[r], levels, xq[r] + b * B, zero_lanes[r] + b * 4,
+                                                 Ops::pair_scales(xs[r] + b, ws + b, both));
       for (int64_t i = b; i < b + (both ? 2 : 1); ++i) {
         if constexpr (L == Levels::int4_block_zero)
-          correction[r] = std::fma(scale[i - b], float(int32_t(zeros[i]) * sums[r][i]), correction[r]);
+          correction[r] = std::fma(xs[r][i] * ws[i], float(int32_t(zeros[i]) * sums[r][i]), correction[r]);
         else if constexpr (block_min(L))
           correction[r] = std::fma(-xs[r][i] * mins[i], float(sums[r][i]), correction[r]);
       }
@@ -307,13 +307,21 @@ struct ScalarOps {
     }
     return levels;
   }
+  // The two blocks' scales: the activations' times the weights' (the lone block's partner: 0).
+  struct PairScales {
+    float v[2];
+  };
+  static PairScales pair_scales(const float* xs, const float* ws, bool both) {
+    return {{xs[0] * ws[0], both ? xs[1] * ws[1] : 0.0f}};
+  }
   template <bool kZeroLanes>
-  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes, const float* scale) {
+  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes,
+                       const PairScales& scale) {
     for (int l = 0; l < 8; ++l) {
       int32_t lane = kZeroLanes ? zero_lanes[l] : 0;
       for (int t = 0; t < 4; ++t)
         lane += w.v[4 * l + t] * int32_t(x[4 * l + t]) + w.v[B + 4 * l + t] * int32_t(x[B + 4 * l + t]);
-      acc.v[l] = std::fma(float(lane), scale[l / 4], acc.v[l]);
+      acc.v[l] = std::fma(float(lane), scale.v[l / 4], acc.v[l]);
     }
   }
 };
@@ -374,9 +382,11 @@ template <Levels L>
   return pair;
 }
 
-// The pair's two scales, each over its block's four lanes.
-[[gnu::always_inline]] inline __m256 pair_scales(const float* scale) {
-  return _mm256_set_m128(_mm_set1_ps(scale[1]), _mm_set1_ps(scale[0]));
+// The pair's two scales (as ScalarOps computes them), each over its block's four lanes.
+[[gnu::always_inline]] inline __m256 pair_scales_of(const float* xs, const float* ws, bool both) {
+  const __m128 x = both ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xs))) : _mm_load_ss(xs);
+  const __m128 w = both ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ws))) : _mm_load_ss(ws);
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(x, w)), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
 }
 
 template <Levels L>
@@ -396,15 +406,18 @@ struct Avx2Ops {
   // Two products of at most 31 * 127 a pair of bytes add in 16 bits unsaturated.
   using PairLevels = LevelPair;
   static PairLevels load_pair(const uint8_t* w, bool both) { return load_level_pair<L>(w, both); }
+  using PairScales = __m256;
+  static PairScales pair_scales(const float* xs, const float* ws, bool both) { return pair_scales_of(xs, ws, both); }
   template <bool kZeroLanes>
-  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes, const float* scale) {
+  static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes,
+                       const PairScales& scale) {
     const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
     const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + B));
     const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w.low, x_low), _mm256_maddubs_epi16(w.high, x_high));
     __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
     if constexpr (kZeroLanes)
       lanes = _mm256_add_epi32(lanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zero_lanes)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), pair_scales(scale), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, acc);
   }
 };
 
@@ -425,15 +438,19 @@ struct VnniOps {
 
   using PairLevels = LevelPair;
   KILN_VNNI static PairLevels load_pair(const uint8_t* w, bool both) { return load_level_pair<L>(w, both); }
+  using PairScales = __m256;
+  KILN_VNNI static PairScales pair_scales(const float* xs, const float* ws, bool both) {
+    return pair_scales_of(xs, ws, both);
+  }
   template <bool kZeroLanes>
   KILN_VNNI static void add_pair(Acc& acc, const PairLevels& w, const int8_t* x, const int32_t* zero_lanes,
-                                 const float* scale) {
+                                 const PairScales& scale) {
     const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
     const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + B));
     const __m256i start =
         kZeroLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zero_lanes)) : _mm256_setzero_si256();
     const __m256i lanes = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, w.low, x_low), w.high, x_high);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), pair_scales(scale), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, acc);
   }
 };
 #endif
