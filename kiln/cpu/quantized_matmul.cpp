@@ -55,10 +55,9 @@ struct QuantizedActivations {
 
 // One block of an activation row to int8 levels (scale max|x| / 127):
 // `count` values of x, zeros after them up to the block's 32. Returns the
-// levels' sum. The scale is then kept
-// in f16, as llama.cpp's Q8_0 activations keep it (levels from the exact
-// scale, products with the rounded one): a GGUF file's greedy tokens are
-// llama.cpp's.
+// levels' sum. The scale is then kept in f16, as llama.cpp's Q8_0
+// activations keep it (levels from the exact scale, products with the
+// rounded one): a GGUF file's greedy tokens are llama.cpp's.
 inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& scale) {
   float v[B];
   for (int64_t j = 0; j < B; ++j) v[j] = j < count ? x[j] : 0.0f;

@@ -1,0 +1,61 @@
+// One decoding step's quantized product (kiln/cpu/quantized_matmul.cpp at
+// M = 1) per weight format, on one thread, with the matrix in cache: the
+// kernel's own cost, apart from memory and the rest of the step. Random
+// GGUF blocks (f16 scales, and minimums, small and finite) and Kiln's int4z,
+// SmolLM-135M's MLP shape (1,536 x 576). Prints the best time of REPEATS.
+//   kiln_quant_bench [repeats=40]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kiln/core/half.h"
+#include "kiln/cpu/quantized_matmul.h"
+#include "kiln/io/gguf.h"
+#include "kiln/io/gguf_quants.h"
+
+using namespace kiln;
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 40;
+  const int64_t N = 1536, K = 576;
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto gguf = [&](GgufType type) {
+    const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
+    Tensor blocks = Tensor::empty({N, K / 32 * info.block_bytes}, DType::u8);
+    uint8_t* data = blocks.data<uint8_t>();
+    for (int64_t i = 0; i < blocks.numel(); ++i) data[i] = uint8_t(gen());
+    for (int64_t b = 0; b < N * K / 32; ++b)
+      for (int at = 0; at < 4; at += 2) {  // the scale, and Q4_1's and Q5_1's minimum
+        const uint16_t h = float_to_f16(0.005f * normal(gen));
+        std::memcpy(data + b * info.block_bytes + at, &h, 2);
+      }
+    return gguf_to_quantized(type, blocks, N, K, DType::f32);
+  };
+  std::vector<float> w(static_cast<size_t>(N * K)), x(static_cast<size_t>(K)), out(static_cast<size_t>(N));
+  for (float& v : w) v = 0.05f * normal(gen);
+  for (float& v : x) v = normal(gen);
+  const std::pair<const char*, QuantizedMatrix> formats[] = {
+      {"q8_0", gguf(GgufType::Q8_0)}, {"q4_0", gguf(GgufType::Q4_0)}, {"q4_1", gguf(GgufType::Q4_1)},
+      {"q5_0", gguf(GgufType::Q5_0)}, {"q5_1", gguf(GgufType::Q5_1)},
+      {"int4z", quantize_matrix(w.data(), N, K, QuantFormat::int4_zero, DType::f32)}};
+  set_num_threads(1);
+  std::printf("%s path, %lld x %lld, best of %d:\n", cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N,
+              (long long)K, repeats);
+  for (const auto& [name, q] : formats) {
+    constexpr int kCalls = 200;
+    double best = 1e9;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls; ++i)
+        cpu::quantized_matmul_rows(x.data(), 1, q, out.data(), cpu::quant_dot_in_use());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kCalls);
+    }
+    std::printf("%-6s %7.1f us  %5.1f GB/s  %.2f ns a block of 32\n", name, best * 1e6, double(q.bytes()) / best / 1e9,
+                best * 1e9 / double(N * K / 32));
+  }
+}
