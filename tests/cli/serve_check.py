@@ -424,7 +424,7 @@ except OSError:
     check(True, "after exit, new connections are refused")
 
 # --- SIGTERM while a stream still waits for its first token, queued behind a running completion
-# (--max-batch 1): a stream counted as open only once started, so the stopping server cut it off
+# (--max-batch 1): a stopping server must wait for streams from their arrival, not their first token
 reference = json.loads(plain_done[1])["choices"][0]["text"]  # the same 300 tokens, whole
 proc, base = start("--max-batch", "1")
 def gpt_metric(name):
