@@ -50,7 +50,7 @@ struct QuantizedActivations {
   std::vector<int8_t> levels;
   std::vector<float> scales;
   std::vector<int32_t> sums;
-  std::vector<int32_t> zero_lanes;  // paired: per block 4 lanes of -zero * (sum of the lane's 8 levels)
+  std::vector<int32_t> zero_lanes;  // paired: per block 4 lanes of -zero * (sum of the lane's 8 levels), or zeros
 };
 
 // One block of an activation row to int8 levels (scale max|x| / 127):
@@ -97,7 +97,7 @@ QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, 
       int8_t* pair = stored_levels - (b % 2) * B;
       for (int64_t j = 0; j < B; ++j) pair[paired_index(b, j)] = q[j];
       // Integer lane l of the block takes levels 4l .. 4l + 3 and 16 + 4l .. 16 + 4l + 3.
-      for (int64_t l = 0; l < 4; ++l) {
+      for (int64_t l = 0; l < 4 && zero != 0; ++l) {
         int32_t lane = 0;
         for (int64_t t = 0; t < 4; ++t) lane += q[4 * l + t] + q[B / 2 + 4 * l + t];
         a.zero_lanes[size_t((m * stored + b) * 4 + l)] = -zero * lane;
@@ -163,6 +163,16 @@ struct Weights {
         mins(w.mins.defined() ? w.mins.data<float>() : nullptr), rows(w.rows) {}
 };
 
+// The even and odd accumulators met lane by lane, then the lanes summed in sum_lanes' order.
+template <typename Ops>
+inline float merged_total(const typename Ops::Acc& even, const typename Ops::Acc& odd) {
+  float e[8], o[8], merged[8];
+  Ops::store(even, e);
+  Ops::store(odd, o);
+  for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
+  return sum_lanes(merged);
+}
+
 // R outputs, for int8 and int8b: row n of w against rows m0 .. m0 + R - 1
 // of the quantized activations, each weight block loaded once for the R of
 // them. `Ops` is an instruction path: load(w_block) gives the block's
@@ -197,11 +207,7 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
   }
   if (b < blocks) block(b, Ops::load(row + b * B), even);
   for (int r = 0; r < R; ++r) {
-    float e[8], o[8], merged[8];
-    Ops::store(even[r], e);
-    Ops::store(odd[r], o);
-    for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
-    const float total = sum_lanes(merged);
+    const float total = merged_total<Ops>(even[r], odd[r]);
     out[(m0 + r) * w.rows + n] = L == Levels::int8 ? total * w.scales[n] : total;
   }
 }
@@ -261,13 +267,8 @@ inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivati
     b += 2;
   }
   if (b < blocks) pair(b, false, odd, correction_odd);
-  for (int r = 0; r < R; ++r) {
-    float e[8], o[8], merged[8];
-    Ops::store(even[r], e);
-    Ops::store(odd[r], o);
-    for (int l = 0; l < 8; ++l) merged[l] = e[l] + o[l];
-    out[(m0 + r) * w.rows + n] = sum_lanes(merged) - (correction_even[r] + correction_odd[r]);
-  }
+  for (int r = 0; r < R; ++r)
+    out[(m0 + r) * w.rows + n] = merged_total<Ops>(even[r], odd[r]) - (correction_even[r] + correction_odd[r]);
 }
 
 template <Levels L>
