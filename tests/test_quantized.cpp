@@ -17,6 +17,7 @@
 #include "kiln/core/quantized.h"
 #include "kiln/core/quantized_k.h"
 #include "kiln/cpu/kquant_matmul.h"
+#include "kiln/cpu/quantized_gemm.h"
 #include "kiln/cpu/quantized_matmul.h"
 #include "kiln/io/gguf_quants.h"
 #include "kiln/nn/layers.h"
@@ -123,10 +124,52 @@ QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32
   return q;
 }
 
+// x's rows as the integer kernels of blocks of 32 and the prompt GEMM see
+// them: each block's levels times its scale.
+std::vector<float> rounded_per_block(const std::vector<float>& x, int64_t M, int64_t K) {
+  std::vector<float> out(x.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k0 = 0; k0 < K; k0 += kQuantBlock) {
+      const int64_t count = std::min(kQuantBlock, K - k0);
+      int8_t q[kQuantBlock];
+      float scale;
+      cpu::quantize_activation_block(x.data() + m * K + k0, count, q, scale);
+      for (int64_t j = 0; j < count; ++j) out[size_t(m * K + k0 + j)] = scale * float(q[j]);
+    }
+  return out;
+}
+
+// A block of activations to levels, whole (the AVX2 path) or partial (the
+// scalar one), against llama.cpp's quantize_row_q8_0 written plainly: ties
+// (values on half levels) round to even, zeros stay zero.
+TEST(Quantized, ActivationBlocksRoundAsQ8_0) {
+  std::vector<float> x = random_values(32 * 200, 41, 3.0f);
+  for (int j = 0; j < 31; ++j) x[size_t(32 + j)] = float(j) - 15.5f;  // with 127 beside them (a scale of 1): ties
+  x[63] = 127.0f;
+  std::fill_n(x.begin() + 64, 32, 0.0f);
+  for (int64_t count : {int64_t(32), int64_t(17)})
+    for (size_t at = 0; at < x.size(); at += 32) {
+      float amax = 0;
+      for (int64_t j = 0; j < count; ++j) amax = std::max(amax, std::abs(x[at + size_t(j)]));
+      const float exact = amax / 127.0f, inverse = exact > 0 ? 1.0f / exact : 0.0f;
+      int8_t q[kQuantBlock];
+      float scale;
+      const int32_t sum = cpu::quantize_activation_block(x.data() + at, count, q, scale);
+      int32_t want_sum = 0;
+      for (int64_t j = 0; j < kQuantBlock; ++j) {
+        const int want = j < count ? int(std::nearbyint(x[at + size_t(j)] * inverse)) : 0;
+        want_sum += want;
+        ASSERT_EQ(q[j], want) << "block " << at / 32 << " level " << j << " of " << count;
+      }
+      EXPECT_EQ(sum, want_sum);
+      EXPECT_EQ(scale, f16_to_float(float_to_f16(exact)));
+    }
+}
+
 // GGUF's K-quants (Q2_K to Q6_K, kept as their blocks): every path gives
 // the scalar path's bits at any thread count, and the product is the f32
 // product of the dequantized weights with the activations as Q8_K rounds
-// them (which the widened prompt path multiplies), up to the order of sums.
+// them (a prompt's GEMM: as blocks of 32 round them), up to the order of sums.
 TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
   const int64_t N = 37, K = 512;
   for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
@@ -134,11 +177,12 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
     EXPECT_EQ(q.bytes(), quantized_bytes(f, N, K));
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(3), cpu::kWidenedRows + 1}) {
+    for (int64_t M : {int64_t(1), int64_t(3), cpu::kGemmRows + 1}) {
       const auto x = random_values(size_t(M * K), 12, 2.0f);
       const std::vector<float> want = every_path_gives_scalar_bits(q, x, M);
       std::vector<float> rounded(x.size());
       cpu::round_to_q8k_levels(x.data(), M, K, rounded.data());
+      if (M >= cpu::kGemmRows) rounded = rounded_per_block(x, M, K);  // (the prompt GEMM's rounding)
       const auto op = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
       double total = 0;
       for (float v : want) total += std::abs(v);
@@ -150,7 +194,8 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
             exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
             magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
           }
-          ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
+          if (M < cpu::kGemmRows)
+            ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
           ASSERT_NEAR(op[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " op, M=" << M;
         }
     }
@@ -171,7 +216,7 @@ TEST(Quantized, ProductIsTheF32ProductOfTheSameWeightsWithinActivationRounding) 
     const QuantizedMatrix q = quantize_matrix(w.data(), N, K, f, DType::f32);
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(4), cpu::kWidenedRows + 3}) {
+    for (int64_t M : {int64_t(1), int64_t(4), cpu::kGemmRows + 3}) {
       const auto x = random_values(size_t(M * K), 6);
       const Tensor y = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor::from_vector(bias, {N}));
       ASSERT_EQ(y.shape(), (Shape{M, N}));
@@ -222,7 +267,7 @@ TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
     EXPECT_EQ(q.bytes(), quantized_bytes(q.format, N, K));
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(3), cpu::kWidenedRows + 1}) {
+    for (int64_t M : {int64_t(1), int64_t(3), cpu::kGemmRows + 1}) {
       const auto x = random_values(size_t(M * K), 22, 1.0f);
       every_path_gives_scalar_bits(q, x, M);
       const auto got = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
@@ -245,6 +290,58 @@ TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
   const double want = 32.0 * q.mins.data<float>()[0];
   EXPECT_NEAR(got[0], want, 1e-3 * std::abs(want));  // the activations' f16 scale rounds 1/127
   EXPECT_NE(q.mins.data<float>()[0], 0.0f);
+}
+
+// A prompt's product (the integer GEMM over groups of eight weight rows),
+// every format: every path gives the scalar path's bits at 1 and 2
+// threads, and the product is the f32 product of the dequantized weights
+// with the activations rounded per block of 32, up to the order of sums.
+// N = 19 leaves a partial group; M covers every tail of both paths' tiles.
+TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
+  const int64_t N = 19;
+  std::vector<QuantizedMatrix> matrices;
+  const auto w = random_values(size_t(N * 100), 31, 0.1f);
+  for (QuantFormat f : kFormats) matrices.push_back(quantize_matrix(w.data(), N, 100, f, DType::f32));  // a partial block
+  for (GgufType type : {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1})
+    matrices.push_back(random_gguf_blocks(type, N, 96, 32));
+  for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k})
+    matrices.push_back(random_k_quant(f, N, 512, 33));
+  std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
+  if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
+  for (const QuantizedMatrix& q : matrices) {
+    const int64_t K = q.cols;
+    SCOPED_TRACE(quant_format_name(q.format));
+    std::vector<float> deq(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
+    for (int64_t M : {1, 5, 7, 13}) {
+      const auto x = random_values(size_t(M * K), 34, 2.0f);
+      std::vector<float> want(size_t(M * N));
+      cpu::quantized_gemm(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
+      for (cpu::QuantDot dot : paths)
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          std::vector<float> got(want.size());
+          cpu::quantized_gemm(x.data(), M, q, got.data(), dot);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                << cpu::quant_dot_name(dot) << " threads " << threads << " M=" << M << " at " << i;
+        }
+      set_num_threads(2);
+      const auto rounded = rounded_per_block(x, M, K);
+      double total = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double exact = 0, magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
+            magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
+          }
+          total += std::abs(exact);
+          ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude + 1e-6) << "M=" << M << " (" << m << ", " << n << ")";
+        }
+      EXPECT_GT(total, 1e-3 * double(M * N));  // products of substance
+    }
+  }
 }
 
 // LoRA on a quantized base: the weights stay frozen, and the input's gradient

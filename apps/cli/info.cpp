@@ -58,9 +58,9 @@ int run_info() {
   std::printf("bf16:    %s\n", cpu::bf16_gemm_available()
                                   ? "matrix products through oneDNN's bf16 kernels (faster than f32 on this CPU)"
                                   : "matrix products in f32 on the rounded operands (no faster bf16 kernel here)");
-  std::printf("int8/4:  quantized weights (--quantize) multiply as %s integer dot products; from %lld rows "
-              "(a prompt) the weights are widened to f32 for one product\n",
-              cpu::quant_dot_name(cpu::quant_dot_in_use()), static_cast<long long>(cpu::kWidenedRows));
+  std::printf("int8/4:  quantized weights (--quantize, GGUF) multiply as %s integer dot products; from %lld rows "
+              "(a prompt) as an integer GEMM\n",
+              cpu::quant_dot_name(cpu::quant_dot_in_use()), static_cast<long long>(cpu::kGemmRows));
   std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
   if (gpus.empty()) {
     std::printf("GPUs:    none (%s)\n", cuda_unavailable_reason().c_str());

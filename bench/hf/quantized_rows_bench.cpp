@@ -1,9 +1,11 @@
 // One decoding step's quantized product (kiln/cpu/quantized_matmul.cpp at
-// M = 1) per weight format, on one thread, with the matrix in cache: the
-// kernel's own cost, apart from memory and the rest of the step. Random
-// GGUF blocks (f16 scales, and minimums, small and finite) and Kiln's int4z,
-// SmolLM-135M's MLP shape (1,536 x 576). Prints the best time of REPEATS.
-//   kiln_quant_bench [repeats=40]
+// M = 1), or ROWS rows' through both the decoding kernel and a prompt's GEMM
+// (quantized_gemm.cpp: the speed-up is the GEMM's), per weight format, on one thread, with the matrix
+// in cache: the kernel's own cost, apart from memory and the rest of the
+// step. Random GGUF blocks (f16 scales, and minimums, small and finite) and
+// Kiln's int4z, SmolLM-135M's MLP shape (1,536 x 576). Prints the best time
+// of REPEATS.
+//   kiln_quant_bench [repeats=40] [rows=1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/half.h"
+#include "kiln/cpu/quantized_gemm.h"
 #include "kiln/cpu/quantized_matmul.h"
 #include "kiln/io/gguf.h"
 #include "kiln/io/gguf_quants.h"
@@ -21,7 +24,7 @@ using namespace kiln;
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 40;
-  const int64_t N = 1536, K = 576;
+  const int64_t M = argc > 2 ? std::max(1, std::atoi(argv[2])) : 1, N = 1536, K = 576;
   std::mt19937 gen(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto gguf = [&](GgufType type) {
@@ -36,7 +39,8 @@ int main(int argc, char** argv) {
       }
     return gguf_to_quantized(type, blocks, N, K, DType::f32);
   };
-  std::vector<float> w(static_cast<size_t>(N * K)), x(static_cast<size_t>(K)), out(static_cast<size_t>(N));
+  std::vector<float> w(static_cast<size_t>(N * K)), x(static_cast<size_t>(M * K)),
+      out(static_cast<size_t>(M * N));
   for (float& v : w) v = 0.05f * normal(gen);
   for (float& v : x) v = normal(gen);
   const std::pair<const char*, QuantizedMatrix> formats[] = {
@@ -44,18 +48,27 @@ int main(int argc, char** argv) {
       {"q5_0", gguf(GgufType::Q5_0)}, {"q5_1", gguf(GgufType::Q5_1)},
       {"int4z", quantize_matrix(w.data(), N, K, QuantFormat::int4_zero, DType::f32)}};
   set_num_threads(1);
-  std::printf("%s path, %lld x %lld, best of %d:\n", cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N,
-              (long long)K, repeats);
-  for (const auto& [name, q] : formats) {
-    constexpr int kCalls = 200;
+  std::printf("%s path, %lld x %lld, %lld rows, best of %d:\n", cpu::quant_dot_name(cpu::quant_dot_in_use()),
+              (long long)N, (long long)K, (long long)M, repeats);
+  auto best_of = [&](auto&& product) {
+    const int calls = int(std::max<int64_t>(1, 200 / M));
     double best = 1e9;
     for (int r = 0; r < repeats; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < kCalls; ++i)
-        cpu::quantized_matmul_rows(x.data(), 1, q, out.data(), cpu::quant_dot_in_use());
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kCalls);
+      for (int i = 0; i < calls; ++i) product();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls);
     }
-    std::printf("%-6s %7.1f us  %5.1f GB/s  %.2f ns a block of 32\n", name, best * 1e6, double(q.bytes()) / best / 1e9,
-                best * 1e9 / double(N * K / 32));
+    return best;
+  };
+  for (const auto& [name, q] : formats) {
+    const double rows = best_of([&] { cpu::quantized_matmul_rows(x.data(), M, q, out.data(), cpu::quant_dot_in_use()); });
+    std::printf("%-6s row kernel %8.1f us  %5.1f GB/s  %6.1f GMAC/s  %.2f ns a block of 32 and row\n", name,
+                rows * 1e6, double(q.bytes()) / rows / 1e9, double(M * N * K) / rows / 1e9,
+                rows * 1e9 / double(M * N * K / 32));
+    if (M == 1) continue;
+    const double gemm = best_of([&] { cpu::quantized_gemm(x.data(), M, q, out.data(), cpu::quant_dot_in_use()); });
+    std::printf("%-6s GEMM       %8.1f us  %5.1f GB/s  %6.1f GMAC/s  %.2f ns a block of 32 and row (%.2fx)\n", name,
+                gemm * 1e6, double(q.bytes()) / gemm / 1e9, double(M * N * K) / gemm / 1e9,
+                gemm * 1e9 / double(M * N * K / 32), rows / gemm);
   }
 }

@@ -7,8 +7,8 @@
 //  * the CPU's f32 matrix products run kiln/cpu/invariant_gemm.h, whose
 //    every output element is one dot product in one fixed order (bf16
 //    operands are widened to f32 first);
-//  * quantized products always run the integer kernel, which is already
-//    row by row;
+//  * quantized products always run the decoding kernel (never a prompt's
+//    GEMM), which is already row by row;
 //  * attention runs paged_attention (backend.h), one fixed order per query
 //    row, for prompts as well as decoding, and for encoders' padded batches;
 //  * norms and softmax are per row already.

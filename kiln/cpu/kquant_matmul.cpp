@@ -404,6 +404,47 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   });
 }
 
+namespace {
+template <QuantFormat F>
+void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scales, float* mins) {
+  constexpr int64_t per_block = S / sub_block_values(F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* x = row + b * k_block_bytes(F);
+    static constexpr int16_t kNoSums[16] = {};  // (the minimums' term with activations: unused here)
+    const KBlock k = decode_block<F, ScalarMinTerm>(x, kNoSums);
+    uint8_t block_mins[16] = {};
+    if constexpr (F == QuantFormat::q2_k)
+      for (int i = 0; i < 16; ++i) block_mins[i] = x[i] >> 4;
+    else if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
+      uint8_t unused[8];
+      k4_scales_mins(x + 4, unused, block_mins);
+    }
+    for (int c = 0; c < 8; ++c) {
+      uint8_t u[32];
+      chunk_levels<F>(x, c, u);
+      for (int j = 0; j < 32; ++j) levels[b * S + c * 32 + j] = int8_t(int(u[j]) - zero_level(F));
+    }
+    for (int64_t i = 0; i < per_block; ++i) {
+      scales[b * per_block + i] = k.d * float(sub_scale<F>(k, int(i)));
+      if constexpr (has_minimums(F)) mins[b * per_block + i] = -k.dmin * float(block_mins[i]);
+    }
+  }
+}
+}  // namespace
+
+void kquant_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
+  const int64_t blocks = w.cols / S;
+  const uint8_t* row = w.data.data<uint8_t>() + n * blocks * k_block_bytes(w.format);
+  switch (w.format) {
+    case QuantFormat::q2_k: return row_levels<QuantFormat::q2_k>(row, blocks, levels, scales, mins);
+    case QuantFormat::q3_k: return row_levels<QuantFormat::q3_k>(row, blocks, levels, scales, mins);
+    case QuantFormat::q4_k: return row_levels<QuantFormat::q4_k>(row, blocks, levels, scales, mins);
+    case QuantFormat::q5_k: return row_levels<QuantFormat::q5_k>(row, blocks, levels, scales, mins);
+    case QuantFormat::q6_k: return row_levels<QuantFormat::q6_k>(row, blocks, levels, scales, mins);
+    default: KILN_CHECK(false, "kquant_row_levels: ", quant_format_name(w.format), " is not a K-quant");
+  }
+}
+
 void round_to_q8k_levels(const float* x, int64_t M, int64_t K, float* out) {
   KILN_CHECK(K % S == 0, "round_to_q8k_levels: ", K, " values are not whole blocks of 256");
 #pragma omp parallel for schedule(static) if (M * K >= (int64_t(1) << 16))

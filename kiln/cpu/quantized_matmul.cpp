@@ -29,6 +29,7 @@
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/kquant_matmul.h"
+#include "kiln/cpu/quantized_gemm.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -53,12 +54,47 @@ struct QuantizedActivations {
   std::vector<int32_t> zero_lanes;  // paired: per block 4 lanes of -zero * (sum of the lane's 8 levels), or zeros
 };
 
-// One block of an activation row to int8 levels (scale max|x| / 127):
-// `count` values of x, zeros after them up to the block's 32. Returns the
-// levels' sum. The scale is then kept in f16, as llama.cpp's Q8_0
-// activations keep it (levels from the exact scale, products with the
-// rounded one): a GGUF file's greedy tokens are llama.cpp's.
-inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& scale) {
+}  // namespace
+
+// The scale is kept in f16, as llama.cpp's Q8_0 activations keep it (levels
+// from the exact scale, products with the rounded one): a GGUF file's
+// greedy tokens are llama.cpp's.
+// A whole block with AVX2, the same bits: the largest magnitude does not
+// depend on the order, and vcvtps2dq rounds to nearest even as nearbyint does.
+#ifdef KILN_X86_INTRINSICS
+inline int32_t quantize_whole_block(const float* x, int8_t* q, float& scale) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4], amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(_mm256_and_ps(v[i], magnitude), amax);
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float exact = _mm_cvtss_f32(m) / 127.0f;
+  const float inverse = exact > 0 ? 1.0f / exact : 0.0f;
+  scale = round_to_half(exact);
+  __m256i levels[4], sums = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    levels[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inverse)));
+    sums = _mm256_add_epi32(sums, levels[i]);
+  }
+  // packs interleave the 128-bit halves: bytes come out as dwords 0, 2, 4, 6, 1, 3, 5, 7.
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(levels[0], levels[1]), _mm256_packs_epi32(levels[2], levels[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif
+
+int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, float& scale) {
+#ifdef KILN_X86_INTRINSICS
+  if (count == B) return quantize_whole_block(x, q, scale);
+#endif
   float v[B];
   for (int64_t j = 0; j < B; ++j) v[j] = j < count ? x[j] : 0.0f;
   float amax = 0;
@@ -70,6 +106,8 @@ inline int32_t quantize_block(const float* x, int64_t count, int8_t* q, float& s
   for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));
   return sum;
 }
+
+namespace {
 
 // Where level j of block b (within its pair: b % 2) goes in the paired
 // order: the pair's first halves, then its second halves.
@@ -88,7 +126,7 @@ QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, 
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t at = size_t(m * blocks + b);
       int8_t q[B];
-      a.sums[at] = quantize_block(x + m * K + b * B, std::min(B, K - b * B), q, a.scales[at]);
+      a.sums[at] = quantize_activation_block(x + m * K + b * B, std::min(B, K - b * B), q, a.scales[at]);
       int8_t* stored_levels = a.levels.data() + (m * stored + b) * B;
       if (!paired) {
         std::copy(q, q + B, stored_levels);
@@ -104,20 +142,6 @@ QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, 
       }
     }
   return a;
-}
-
-// x's rows as the integer kernel sees them: each block's levels times its
-// scale, over the pool (a prompt's activations: M x K values).
-void round_to_levels(const float* x, int64_t M, int64_t K, float* out) {
-#pragma omp parallel for schedule(static) if (M * K >= (int64_t(1) << 16))
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k0 = 0; k0 < K; k0 += B) {
-      const int64_t count = std::min(B, K - k0);
-      int8_t q[B];
-      float scale;
-      quantize_block(x + m * K + k0, count, q, scale);
-      for (int64_t j = 0; j < count; ++j) out[m * K + k0 + j] = scale * float(q[j]);
-    }
 }
 
 // How a block's weight bytes enter the integer products: int8 levels
@@ -543,20 +567,9 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   KILN_CHECK(x.dtype() == DType::f32 && out.dtype() == DType::f32 && x.is_contiguous() && out.is_contiguous(),
              "quantized_matmul (cpu): x and out must be contiguous f32");
   const int64_t M = x.size(0);
-  if (M < kWidenedRows || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+  if (M < kGemmRows || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
     return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
-  // A prompt: widen the weights once and run one SGEMM, on the activations
-  // as the integer kernel sees them (rounded to their int8 levels), so a
-  // prompt's logits are a decoding step's up to the order of the sums.
-  MemoryCategoryScope workspace(MemoryCategory::workspace);
-  Tensor widened = Tensor::empty({w.rows, w.cols}, DType::f32), rounded = Tensor::empty({M, w.cols}, DType::f32);
-  float* values = widened.data<float>();
-#pragma omp parallel for
-  for (int64_t n = 0; n < w.rows; ++n) dequantize_row(w, n, values + n * w.cols);
-  if (w.k_quant()) round_to_q8k_levels(x.data<float>(), M, w.cols, rounded.data<float>());
-  else round_to_levels(x.data<float>(), M, w.cols, rounded.data<float>());
-  Tensor transposed = widened.as_strided({w.cols, w.rows}, {1, w.cols}, 0);
-  matmul(rounded, transposed, out, MatmulArgs{});
+  quantized_gemm(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
 }
 
 void CpuBackend::quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out) {

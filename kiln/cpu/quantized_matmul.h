@@ -23,6 +23,11 @@ const char* quant_dot_name(QuantDot dot);
 // count or the path).
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot);
 
+// One block of an activation row to int8 levels (scale max|x| / 127):
+// `count` values of x, zeros after them up to the block's 32. Returns the
+// levels' sum.
+int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, float& scale);
+
 // Below this many rows the integer kernel runs; from it on, the weights are
 // widened to f32 once per call and the product is one SGEMM (prompts), on
 // the activations rounded as the integer kernel rounds them. The crossover,
@@ -30,7 +35,7 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
 // taking four activation rows per weight block: at 32 rows the integer
 // kernel takes 317 us (int8) and 438 us (int4) against widening's 477 and
 // 764; at 64, 650 and 882 against 796 and 945; at 128 widening wins int4.
-constexpr int64_t kWidenedRows = 64;
+constexpr int64_t kGemmRows = 64;
 
 // The fixed order of the sum of a product's eight f32 lanes, on every path:
 // lanes i and i + 4, then i and i + 2, then the two.

@@ -8,7 +8,6 @@
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/low_precision.h"
 #include "kiln/backend/batch_invariant.h"
-#include "kiln/cpu/quantized_matmul.h"
 
 namespace kiln::meta {
 
@@ -85,12 +84,6 @@ void MetaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
 }
 void MetaBackend::embedding(const Tensor& weight, const Tensor&, Tensor& out) {
   CpuStaging staged({&weight, &out}, !cpu::embedding_gathers_stored_rows(weight, out));
-}
-void MetaBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor&) {
-  if (x.size(0) < cpu::kWidenedRows || batch_invariant()) return;
-  MemoryCategoryScope workspace(MemoryCategory::workspace);
-  Tensor widened = Tensor::empty({w.rows, w.cols}, DType::f32, x.device());
-  Tensor rounded = Tensor::empty({x.size(0), w.cols}, DType::f32, x.device());
 }
 void MetaBackend::embedding_backward(const Tensor& dout, const Tensor&, Tensor& dweight) {
   CpuStaging staged({&dout, &dweight});

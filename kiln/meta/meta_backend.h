@@ -57,8 +57,8 @@ class MetaBackend final : public Backend {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
-  // The CPU's: a prompt's product widens the weights to f32 (workspace).
-  void quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) override;
+  // The CPU's work on per-thread scratch outside the allocator.
+  void quantized_matmul(const Tensor&, const QuantizedMatrix&, Tensor&) override {}
   void quantized_embedding(const QuantizedMatrix&, const Tensor&, Tensor&) override {}
   void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const Conv2dArgs& args) override;

@@ -1,0 +1,346 @@
+// A prompt's product with quantized weights as an integer GEMM, as
+// llama.cpp's repacked Q4_0 kernels run it: eight weight rows are
+// interleaved four levels at a time, so one 256-bit register holds four
+// levels of each of the eight rows, and a product with four activation
+// levels broadcast to every lane (vpdpbusd, or vpmaddubsw + vpmaddwd) adds
+// to eight outputs at once. A sub-block's integer sums are then exact
+// block dots, and its f32 work (one conversion, one multiply and one fused
+// multiply-add) is shared by the eight rows, where the decoding kernel
+// (quantized_matmul.cpp) spends it per output. Weights are read as signed
+// levels with an f32 scale, and where the format has one a minimum, per
+// sub-block of 32 values (16 for Q2_K, Q3_K and Q6_K): every format is the
+// same loop. Each group of eight rows is unpacked once per call into a
+// buffer that stays in L1 while every activation row passes over it.
+#include "kiln/cpu/quantized_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/cpu/kquant_matmul.h"
+#include "kiln/cpu/x86_intrinsics.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int64_t B = kQuantBlock;
+constexpr int64_t kGroup = 8;  // the weight rows one register's lanes hold
+
+// x's rows quantized per block of 32, as the decoding kernel quantizes
+// them: levels (plus 128 where the path takes them unsigned), scales, and,
+// where the weights have minimums, each sub-block's scale times its level sum.
+struct Activations {
+  int64_t K = 0;  // whole blocks of 32
+  std::vector<uint8_t> levels;
+  std::vector<float> scales;
+  std::vector<float> min_sums;
+};
+
+// A group of eight weight rows as the kernel reads them: levels as
+// [K / 4][8 rows][4], and per sub-block [8 rows] of scales, minimums, and
+// -128 times the levels' sum (what vpdpbusd's unsigned activations add).
+struct Group {
+  std::vector<int8_t> levels;
+  std::vector<float> scales, mins;
+  std::vector<int32_t> offsets;
+};
+
+// The scalar path, the reference: each lane's integer sum, then the same
+// f32 steps as the vector paths, so every path gives the same bits.
+struct ScalarPath {
+  static constexpr int kRows = 4;
+  struct Int {
+    int32_t v[kGroup];
+  };
+  struct Flt {
+    float v[kGroup];
+  };
+  using W = const int8_t*;
+  static W load(const int8_t* w) { return w; }
+  static Int start(const int32_t*) { return {}; }
+  static void dot4(Int& acc, W w, const uint8_t* x) {
+    for (int l = 0; l < kGroup; ++l)
+      for (int t = 0; t < 4; ++t) acc.v[l] += int32_t(w[4 * l + t]) * int32_t(int8_t(x[t]));
+  }
+  static Flt zero() { return {}; }
+  static void scale_add(Flt& total, const Int& acc, const float* ws, float xs) {
+    for (int l = 0; l < kGroup; ++l) total.v[l] = std::fma(float(acc.v[l]), ws[l] * xs, total.v[l]);
+  }
+  static void min_add(Flt& total, const float* mins, float min_sum) {
+    for (int l = 0; l < kGroup; ++l) total.v[l] = std::fma(mins[l], min_sum, total.v[l]);
+  }
+  static void store(const Flt& total, float* out) { std::copy(total.v, total.v + kGroup, out); }
+};
+
+#ifdef KILN_X86_INTRINSICS
+inline int32_t four_levels(const uint8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+
+// The f32 steps both vector paths share.
+struct VectorFloats {
+  using Flt = __m256;
+  static Flt zero() { return _mm256_setzero_ps(); }
+  static void scale_add(Flt& total, __m256i acc, const float* ws, float xs) {
+    const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(ws), _mm256_set1_ps(xs));
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), scale, total);
+  }
+  static void min_add(Flt& total, const float* mins, float min_sum) {
+    total = _mm256_fmadd_ps(_mm256_loadu_ps(mins), _mm256_set1_ps(min_sum), total);
+  }
+  static void store(const Flt& total, float* out) { _mm256_storeu_ps(out, total); }
+};
+
+// AVX2: vpmaddubsw takes an unsigned operand, so the weights go in as |w|
+// and their signs move onto the broadcast activations; pairs of products
+// stay under 2^15 (2 * 128 * 127).
+struct Avx2Path : VectorFloats {
+  static constexpr int kRows = 4;
+  using Int = __m256i;
+  struct W {
+    __m256i signs, magnitudes;
+  };
+  static W load(const int8_t* w) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    return {v, _mm256_sign_epi8(v, v)};
+  }
+  static Int start(const int32_t*) { return _mm256_setzero_si256(); }
+  static void dot4(Int& acc, const W& w, const uint8_t* x) {
+    const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four_levels(x)), w.signs);
+    const __m256i pairs = _mm256_maddubs_epi16(w.magnitudes, signed_x);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+// AVX-512 VNNI: vpdpbusd adds four u8 x s8 products a lane in one
+// instruction. The activations go in unsigned (level + 128); the 128 times
+// each weight sub-block's level sum is taken off before it starts.
+#define KILN_VNNI_TARGET gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")
+struct VnniPath : VectorFloats {
+  static constexpr int kRows = 6;
+  using Int = __m256i;
+  using W = __m256i;
+  [[KILN_VNNI_TARGET]] static W load(const int8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  [[KILN_VNNI_TARGET]] static Int start(const int32_t* offsets) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets));
+  }
+  [[KILN_VNNI_TARGET]] static void dot4(Int& acc, W w, const uint8_t* x) {
+    acc = _mm256_dpbusd_epi32(acc, _mm256_set1_epi32(four_levels(x)), w);
+  }
+};
+#endif
+
+// R activation rows from m0 against a group's eight weight rows: outputs
+// (m0 + r, n0 + l) for l < valid.
+template <typename P, int S, bool kMins, int R>
+[[gnu::always_inline]] inline void tile(const Group& g, int64_t sub_blocks, const Activations& a, int64_t m0, int64_t N,
+                                        int64_t n0, int64_t valid, float* out) {
+  const int64_t blocks = a.K / B;
+  typename P::Flt total[R];
+  for (int r = 0; r < R; ++r) total[r] = P::zero();
+  for (int64_t i = 0; i < sub_blocks; ++i) {
+    typename P::Int acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = P::start(g.offsets.data() + i * kGroup);
+    const int8_t* w = g.levels.data() + i * S * kGroup;
+    const uint8_t* x = a.levels.data() + m0 * a.K + i * S;
+    for (int j = 0; j < S / 4; ++j) {
+      const auto levels = P::load(w + j * 4 * kGroup);
+      for (int r = 0; r < R; ++r) P::dot4(acc[r], levels, x + r * a.K + 4 * j);
+    }
+    for (int r = 0; r < R; ++r)
+      P::scale_add(total[r], acc[r], g.scales.data() + i * kGroup, a.scales[(m0 + r) * blocks + i * S / B]);
+    if constexpr (kMins)
+      for (int r = 0; r < R; ++r) P::min_add(total[r], g.mins.data() + i * kGroup, a.min_sums[(m0 + r) * sub_blocks + i]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float* row = out + (m0 + r) * N + n0;
+    if (valid == kGroup) {
+      P::store(total[r], row);
+    } else {
+      float lanes[kGroup];
+      P::store(total[r], lanes);
+      std::copy(lanes, lanes + valid, row);
+    }
+  }
+}
+
+// The last M % kRows rows, one tile of that many.
+template <typename P, int S, bool kMins, int R>
+[[gnu::always_inline]] inline void last_tile(int64_t rows, const Group& g, int64_t sub_blocks, const Activations& a,
+                                             int64_t m0, int64_t N, int64_t n0, int64_t valid, float* out) {
+  if constexpr (R > 0) {
+    if (rows == R) return tile<P, S, kMins, R>(g, sub_blocks, a, m0, N, n0, valid, out);
+    last_tile<P, S, kMins, R - 1>(rows, g, sub_blocks, a, m0, N, n0, valid, out);
+  }
+}
+
+template <typename P, int S, bool kMins>
+[[gnu::always_inline]] inline void group_rows(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0,
+                                              float* out) {
+  const int64_t sub_blocks = a.K / S, valid = std::min(kGroup, N - n0);
+  int64_t m = 0;
+  for (; m + P::kRows <= M; m += P::kRows) tile<P, S, kMins, P::kRows>(g, sub_blocks, a, m, N, n0, valid, out);
+  last_tile<P, S, kMins, P::kRows - 1>(M - m, g, sub_blocks, a, m, N, n0, valid, out);
+}
+
+// Each path's loops flattened, so everything inlines into its instruction set.
+template <int S, bool kMins>
+void group_scalar(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0, float* out) {
+  group_rows<ScalarPath, S, kMins>(g, a, M, N, n0, out);
+}
+#ifdef KILN_X86_INTRINSICS
+template <int S, bool kMins>
+[[gnu::flatten]] void group_avx2(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0, float* out) {
+  group_rows<Avx2Path, S, kMins>(g, a, M, N, n0, out);
+}
+template <int S, bool kMins>
+[[gnu::flatten, KILN_VNNI_TARGET]] void group_vnni(const Group& g, const Activations& a, int64_t M, int64_t N,
+                                                   int64_t n0, float* out) {
+  group_rows<VnniPath, S, kMins>(g, a, M, N, n0, out);
+}
+#endif
+
+using GroupKernel = void (*)(const Group&, const Activations&, int64_t, int64_t, int64_t, float*);
+
+template <int S, bool kMins>
+GroupKernel kernel_for(QuantDot dot) {
+#ifdef KILN_X86_INTRINSICS
+  if (dot == QuantDot::avx512_vnni) return group_vnni<S, kMins>;
+  if (dot == QuantDot::avx2) return group_avx2<S, kMins>;
+#endif
+  (void)dot;
+  return group_scalar<S, kMins>;
+}
+
+constexpr bool has_minimums(QuantFormat f) {
+  return f == QuantFormat::q4_1 || f == QuantFormat::q5_1 || f == QuantFormat::q2_k || f == QuantFormat::q4_k ||
+         f == QuantFormat::q5_k;
+}
+
+// A block of 4- or 5-bit levels (unpack_levels' layout) as signed levels, zero taken off.
+inline void signed_block_levels(const uint8_t* block, bool five_bit, int8_t zero, int8_t* out) {
+#ifdef KILN_X86_INTRINSICS
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  __m256i levels = _mm256_setr_m128i(_mm_and_si128(packed, nibble), _mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+  if (five_bit) {  // bit c of the word, as 16 in byte c: byte c / 8 of the word picked into byte c, then bit c % 8 tested
+    uint32_t fifth;
+    std::memcpy(&fifth, block + B / 2, 4);
+    const __m256i bytes = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int32_t(fifth)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    levels = _mm256_or_si256(levels, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_sub_epi8(levels, _mm256_set1_epi8(zero)));
+#else
+  uint8_t unsigned_levels[B];
+  unpack_levels(block, five_bit, unsigned_levels);
+  for (int64_t j = 0; j < B; ++j) out[j] = int8_t(int32_t(unsigned_levels[j]) - zero);
+#endif
+}
+
+// Row n of a matrix in blocks of 32 as signed levels, a scale and (q4_1,
+// q5_1) a minimum per block: value = scale * level + minimum.
+void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
+  const int64_t blocks = w.blocks();
+  const float* row_scales = w.scales.data<float>() + (w.format == QuantFormat::int8 ? n : n * blocks);
+  if (w.eight_bit()) {
+    std::memcpy(levels, w.data.data<uint8_t>() + n * blocks * B, size_t(blocks * B));
+    for (int64_t b = 0; b < blocks; ++b) scales[b] = row_scales[w.format == QuantFormat::int8 ? 0 : b];
+    return;
+  }
+  const int64_t stride = w.five_bit() ? kFiveBitBlockBytes : B / 2;
+  const uint8_t* data = w.data.data<uint8_t>() + n * blocks * stride;
+  const uint8_t* zeros = w.zeros.defined() ? w.zeros.data<uint8_t>() + n * blocks : nullptr;
+  const float* row_mins = w.mins.defined() ? w.mins.data<float>() + n * blocks : nullptr;
+  const int32_t fixed_zero = row_mins ? 0 : w.five_bit() ? 16 : 8;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int32_t zero = zeros ? int32_t(zeros[b]) : fixed_zero;
+    signed_block_levels(data + b * stride, w.five_bit(), int8_t(zero), levels + b * B);
+    scales[b] = row_scales[b];
+    if (row_mins) mins[b] = row_mins[b];
+  }
+}
+
+// Rows n0 .. n0 + 7 (zeros past the matrix's last row) into g.
+void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, std::vector<int8_t>& row, Group& g) {
+  const int64_t sub_blocks = K / S;
+  g.levels.resize(size_t(K * kGroup));
+  g.scales.assign(size_t(sub_blocks * kGroup), 0.0f);
+  g.mins.assign(has_minimums(w.format) ? size_t(sub_blocks * kGroup) : 0, 0.0f);
+  g.offsets.resize(size_t(sub_blocks * kGroup));
+  std::vector<float> scales(size_t(sub_blocks), 0.0f), mins(has_minimums(w.format) ? size_t(sub_blocks) : 0, 0.0f);
+  row.resize(size_t(K));
+  for (int64_t l = 0; l < kGroup; ++l) {
+    const int64_t n = n0 + l;
+    if (n < w.rows) {
+      if (w.k_quant()) kquant_row_levels(w, n, row.data(), scales.data(), mins.data());
+      else block_row_levels(w, n, row.data(), scales.data(), mins.data());
+    } else {
+      std::fill(row.begin(), row.end(), int8_t(0));
+      std::fill(scales.begin(), scales.end(), 0.0f);
+      std::fill(mins.begin(), mins.end(), 0.0f);
+    }
+    for (int64_t i = 0; i < sub_blocks; ++i) {
+      int32_t sum = 0;
+      for (int64_t j = 0; j < S; ++j) sum += row[size_t(i * S + j)];
+      g.offsets[size_t(i * kGroup + l)] = -128 * sum;
+      g.scales[size_t(i * kGroup + l)] = scales[size_t(i)];
+      if (!mins.empty()) g.mins[size_t(i * kGroup + l)] = mins[size_t(i)];
+    }
+    for (int64_t k = 0; k < K; k += 4) std::memcpy(g.levels.data() + k * kGroup + l * 4, row.data() + k, 4);
+  }
+}
+
+// Activation row m into a (levels, scales, and minimums' sums of sub-blocks of S).
+void quantize_row(const float* x, int64_t cols, int64_t m, int64_t S, bool unsigned_levels, bool mins,
+                  Activations& a) {
+  const int64_t blocks = a.K / B;
+  for (int64_t b = 0; b < blocks; ++b) {
+    int8_t q[B];
+    float& scale = a.scales[size_t(m * blocks + b)];
+    quantize_activation_block(x + m * cols + b * B, std::min(B, cols - b * B), q, scale);
+    uint8_t* levels = a.levels.data() + m * a.K + b * B;
+    for (int64_t j = 0; j < B; ++j) levels[j] = uint8_t(q[j]) ^ (unsigned_levels ? 0x80 : 0);
+    for (int64_t i = 0; mins && i < B / S; ++i) {
+      int32_t sum = 0;
+      for (int64_t j = i * S; j < (i + 1) * S; ++j) sum += q[j];
+      a.min_sums[size_t(m * (a.K / S) + b * (B / S) + i)] = scale * float(sum);
+    }
+  }
+}
+
+}  // namespace
+
+void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
+  const int64_t K = w.k_quant() ? w.cols : w.padded_cols(), N = w.rows;
+  const int64_t S = sub_block_values(w.format);
+  const bool mins = has_minimums(w.format);
+  GroupKernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot) : kernel_for<16, false>(dot))
+                               : (mins ? kernel_for<32, true>(dot) : kernel_for<32, false>(dot));
+  const bool unsigned_levels = dot == QuantDot::avx512_vnni;  // (VnniPath's activations)
+  Activations a{K, std::vector<uint8_t>(size_t(M * K)), std::vector<float>(size_t(M * (K / B))),
+                std::vector<float>(mins ? size_t(M * (K / S)) : 0)};
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) quantize_row(x, w.cols, m, S, unsigned_levels, mins, a);
+    Group g;
+    std::vector<int8_t> row;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t n0 = 0; n0 < N; n0 += kGroup) {
+      pack_group(w, n0, K, S, row, g);
+      kernel(g, a, M, N, n0, out);
+    }
+  }
+}
+
+}  // namespace kiln::cpu
