@@ -194,8 +194,9 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
             exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
             magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
           }
-          if (M < cpu::kGemmRows)
+          if (M < cpu::kGemmRows) {
             ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
+          }
           ASSERT_NEAR(op[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " op, M=" << M;
         }
     }

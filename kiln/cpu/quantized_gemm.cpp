@@ -118,6 +118,21 @@ struct Avx2Path : VectorFloats {
   }
 };
 
+// AVX2 where every level is within +-64 (all but the 8-bit formats): the
+// activations go in unsigned (level + 128) as on VNNI, and a pair of
+// products stays under 2^15 (2 * 255 * 64): one instruction fewer a product.
+struct Avx2SmallLevelsPath : VectorFloats {
+  static constexpr int kRows = 4;
+  using Int = __m256i;
+  using W = __m256i;
+  static W load(const int8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  static Int start(const int32_t* offsets) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)); }
+  static void dot4(Int& acc, W w, const uint8_t* x) {
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(four_levels(x)), w);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
 // AVX-512 VNNI: vpdpbusd adds four u8 x s8 products a lane in one
 // instruction. The activations go in unsigned (level + 128); the 128 times
 // each weight sub-block's level sum is taken off before it starts.
@@ -200,6 +215,11 @@ template <int S, bool kMins>
   group_rows<Avx2Path, S, kMins>(g, a, M, N, n0, out);
 }
 template <int S, bool kMins>
+[[gnu::flatten]] void group_avx2_small(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0,
+                                       float* out) {
+  group_rows<Avx2SmallLevelsPath, S, kMins>(g, a, M, N, n0, out);
+}
+template <int S, bool kMins>
 [[gnu::flatten, KILN_VNNI_TARGET]] void group_vnni(const Group& g, const Activations& a, int64_t M, int64_t N,
                                                    int64_t n0, float* out) {
   group_rows<VnniPath, S, kMins>(g, a, M, N, n0, out);
@@ -208,19 +228,25 @@ template <int S, bool kMins>
 
 using GroupKernel = void (*)(const Group&, const Activations&, int64_t, int64_t, int64_t, float*);
 
-template <int S, bool kMins>
-GroupKernel kernel_for(QuantDot dot) {
-#ifdef KILN_X86_INTRINSICS
-  if (dot == QuantDot::avx512_vnni) return group_vnni<S, kMins>;
-  if (dot == QuantDot::avx2) return group_avx2<S, kMins>;
-#endif
-  (void)dot;
-  return group_scalar<S, kMins>;
-}
-
 constexpr bool has_minimums(QuantFormat f) {
   return f == QuantFormat::q4_1 || f == QuantFormat::q5_1 || f == QuantFormat::q2_k || f == QuantFormat::q4_k ||
          f == QuantFormat::q5_k;
+}
+// Levels within +-64: every format but the 8-bit ones (Q6_K's reach 32).
+constexpr bool small_levels(QuantFormat f) { return f != QuantFormat::int8 && f != QuantFormat::int8_block; }
+// Whether the path takes the activations unsigned (level + 128).
+bool unsigned_activations(QuantDot dot, QuantFormat f) {
+  return dot == QuantDot::avx512_vnni || (dot == QuantDot::avx2 && small_levels(f));
+}
+
+template <int S, bool kMins>
+GroupKernel kernel_for(QuantDot dot, QuantFormat f) {
+#ifdef KILN_X86_INTRINSICS
+  if (dot == QuantDot::avx512_vnni) return group_vnni<S, kMins>;
+  if (dot == QuantDot::avx2) return small_levels(f) ? group_avx2_small<S, kMins> : group_avx2<S, kMins>;
+#endif
+  (void)dot, (void)f;
+  return group_scalar<S, kMins>;
 }
 
 // A block of 4- or 5-bit levels (unpack_levels' layout) as signed levels, zero taken off.
@@ -270,33 +296,84 @@ void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float
   }
 }
 
+// Eight rows' levels, side by side ([8][K]), as the kernel reads them: each
+// block of 32 columns an 8 x 8 transpose of 4-byte words.
+void interleave(const int8_t* rows, int64_t K, int8_t* out) {
+  for (int64_t k = 0; k < K; k += B) {
+#ifdef KILN_X86_INTRINSICS
+    __m256i r[kGroup];
+    for (int64_t l = 0; l < kGroup; ++l) r[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + l * K + k));
+    __m256i t[kGroup];
+    for (int l = 0; l < kGroup; l += 2) {  // words of rows l, l + 1 paired
+      t[l] = _mm256_unpacklo_epi32(r[l], r[l + 1]);
+      t[l + 1] = _mm256_unpackhi_epi32(r[l], r[l + 1]);
+    }
+    for (int l = 0; l < kGroup; l += 4)  // then of rows l .. l + 3, a 128-bit lane's four
+      for (int h = 0; h < 2; ++h) {
+        r[l + h] = _mm256_unpacklo_epi64(t[l + h], t[l + 2 + h]);
+        r[l + 2 + h] = _mm256_unpackhi_epi64(t[l + h], t[l + 2 + h]);
+      }
+    // r[0..3]: words 0, 2, 1, 3 (and 4, 6, 5, 7 in the high lanes) of rows 0-3; r[4..7] of rows 4-7.
+    constexpr int word_in_lane[4] = {0, 2, 1, 3};
+    for (int q = 0; q < 4; ++q) {
+      const int word = word_in_lane[q];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * word) * kGroup),
+                          _mm256_permute2x128_si256(r[q], r[4 + q], 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * (word + 4)) * kGroup),
+                          _mm256_permute2x128_si256(r[q], r[4 + q], 0x31));
+    }
+#else
+    for (int64_t l = 0; l < kGroup; ++l)
+      for (int64_t c = k; c < k + B; c += 4) std::memcpy(out + c * kGroup + l * 4, rows + l * K + c, 4);
+#endif
+  }
+}
+
+// Per-thread space for unpacking eight rows.
+struct Scratch {
+  std::vector<int8_t> rows;
+  std::vector<float> scales, mins;
+};
+
 // Rows n0 .. n0 + 7 (zeros past the matrix's last row) into g.
-void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, std::vector<int8_t>& row, Group& g) {
+void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, Scratch& scratch, Group& g) {
   const int64_t sub_blocks = K / S;
+  const bool mins = has_minimums(w.format);
+  scratch.rows.assign(size_t(K * kGroup), 0);
+  scratch.scales.assign(size_t(sub_blocks * kGroup), 0.0f);
+  scratch.mins.assign(mins ? size_t(sub_blocks * kGroup) : 0, 0.0f);
+  for (int64_t l = 0; l < kGroup && n0 + l < w.rows; ++l) {
+    int8_t* levels = scratch.rows.data() + l * K;
+    float* scales = scratch.scales.data() + l * sub_blocks;
+    float* row_mins = mins ? scratch.mins.data() + l * sub_blocks : nullptr;
+    if (w.k_quant()) kquant_row_levels(w, n0 + l, levels, scales, row_mins);
+    else block_row_levels(w, n0 + l, levels, scales, row_mins);
+  }
   g.levels.resize(size_t(K * kGroup));
-  g.scales.assign(size_t(sub_blocks * kGroup), 0.0f);
-  g.mins.assign(has_minimums(w.format) ? size_t(sub_blocks * kGroup) : 0, 0.0f);
-  g.offsets.resize(size_t(sub_blocks * kGroup));
-  std::vector<float> scales(size_t(sub_blocks), 0.0f), mins(has_minimums(w.format) ? size_t(sub_blocks) : 0, 0.0f);
-  row.resize(size_t(K));
-  for (int64_t l = 0; l < kGroup; ++l) {
-    const int64_t n = n0 + l;
-    if (n < w.rows) {
-      if (w.k_quant()) kquant_row_levels(w, n, row.data(), scales.data(), mins.data());
-      else block_row_levels(w, n, row.data(), scales.data(), mins.data());
-    } else {
-      std::fill(row.begin(), row.end(), int8_t(0));
-      std::fill(scales.begin(), scales.end(), 0.0f);
-      std::fill(mins.begin(), mins.end(), 0.0f);
+  interleave(scratch.rows.data(), K, g.levels.data());
+  g.scales.resize(size_t(sub_blocks * kGroup));
+  g.mins.resize(scratch.mins.size());
+  g.offsets.assign(size_t(sub_blocks * kGroup), 0);
+  for (int64_t i = 0; i < sub_blocks; ++i)
+    for (int64_t l = 0; l < kGroup; ++l) {
+      g.scales[size_t(i * kGroup + l)] = scratch.scales[size_t(l * sub_blocks + i)];
+      if (mins) g.mins[size_t(i * kGroup + l)] = scratch.mins[size_t(l * sub_blocks + i)];
     }
-    for (int64_t i = 0; i < sub_blocks; ++i) {
-      int32_t sum = 0;
-      for (int64_t j = 0; j < S; ++j) sum += row[size_t(i * S + j)];
-      g.offsets[size_t(i * kGroup + l)] = -128 * sum;
-      g.scales[size_t(i * kGroup + l)] = scales[size_t(i)];
-      if (!mins.empty()) g.mins[size_t(i * kGroup + l)] = mins[size_t(i)];
-    }
-    for (int64_t k = 0; k < K; k += 4) std::memcpy(g.levels.data() + k * kGroup + l * 4, row.data() + k, 4);
+  // Each row's level sum per sub-block, from the interleaved words: lane l of word k / 4 holds row l's levels k .. k + 3.
+  for (int64_t i = 0; i < sub_blocks; ++i) {
+    const int8_t* words = g.levels.data() + i * S * kGroup;
+    int32_t* offsets = g.offsets.data() + i * kGroup;
+#ifdef KILN_X86_INTRINSICS
+    __m256i sums = _mm256_setzero_si256();
+    for (int64_t k = 0; k < S; k += 4)
+      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256(
+                                                                               reinterpret_cast<const __m256i*>(words + k * kGroup))),
+                                                      _mm256_set1_epi16(-128)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(offsets), sums);
+#else
+    for (int64_t k = 0; k < S; ++k)
+      for (int64_t l = 0; l < kGroup; ++l) offsets[l] += -128 * int32_t(words[(k / 4) * 4 * kGroup + l * 4 + k % 4]);
+#endif
   }
 }
 
@@ -324,9 +401,10 @@ void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* 
   const int64_t K = w.k_quant() ? w.cols : w.padded_cols(), N = w.rows;
   const int64_t S = sub_block_values(w.format);
   const bool mins = has_minimums(w.format);
-  GroupKernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot) : kernel_for<16, false>(dot))
-                               : (mins ? kernel_for<32, true>(dot) : kernel_for<32, false>(dot));
-  const bool unsigned_levels = dot == QuantDot::avx512_vnni;  // (VnniPath's activations)
+  const QuantFormat f = w.format;
+  GroupKernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot, f) : kernel_for<16, false>(dot, f))
+                               : (mins ? kernel_for<32, true>(dot, f) : kernel_for<32, false>(dot, f));
+  const bool unsigned_levels = unsigned_activations(dot, f);
   Activations a{K, std::vector<uint8_t>(size_t(M * K)), std::vector<float>(size_t(M * (K / B))),
                 std::vector<float>(mins ? size_t(M * (K / S)) : 0)};
 #pragma omp parallel
@@ -334,10 +412,10 @@ void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* 
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) quantize_row(x, w.cols, m, S, unsigned_levels, mins, a);
     Group g;
-    std::vector<int8_t> row;
+    Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t n0 = 0; n0 < N; n0 += kGroup) {
-      pack_group(w, n0, K, S, row, g);
+      pack_group(w, n0, K, S, scratch, g);
       kernel(g, a, M, N, n0, out);
     }
   }

@@ -28,14 +28,13 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
 // levels' sum.
 int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, float& scale);
 
-// Below this many rows the integer kernel runs; from it on, the weights are
-// widened to f32 once per call and the product is one SGEMM (prompts), on
-// the activations rounded as the integer kernel rounds them. The crossover,
-// measured on Zen 4 at 2 threads for a 1,536 x 576 matrix, with the kernel
-// taking four activation rows per weight block: at 32 rows the integer
-// kernel takes 317 us (int8) and 438 us (int4) against widening's 477 and
-// 764; at 64, 650 and 882 against 796 and 945; at 128 widening wins int4.
-constexpr int64_t kGemmRows = 64;
+// Below this many rows (decoding, a few streams) the kernel above runs;
+// from it on, a prompt's GEMM (quantized_gemm.h), which unpacks each group
+// of eight weight rows once per call. The crossover (`kiln_quant_bench 20
+// ROWS`, 1,536 x 576, one thread, Emerald Rapids): the GEMM is 0.7-1.2x the
+// row kernel at 4 rows, 0.8-1.9x at 8, 1.3-2.4x at 12 with VNNI; with AVX2
+// 0.9-1.3x at 8 and 1.1-2.2x at 16.
+constexpr int64_t kGemmRows = 16;
 
 // The fixed order of the sum of a product's eight f32 lanes, on every path:
 // lanes i and i + 4, then i and i + 2, then the two.
