@@ -27,6 +27,9 @@
 namespace kiln {
 namespace {
 
+// Rows enough for a prompt's GEMM on every path.
+constexpr int64_t kPromptRows = cpu::gemm_rows(cpu::QuantDot::avx2);
+
 const QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero, QuantFormat::int8_block};
 
 std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -177,12 +180,12 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
     EXPECT_EQ(q.bytes(), quantized_bytes(f, N, K));
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(3), cpu::kGemmRows + 1}) {
+    for (int64_t M : {int64_t(1), int64_t(3), kPromptRows + 1}) {
       const auto x = random_values(size_t(M * K), 12, 2.0f);
       const std::vector<float> want = every_path_gives_scalar_bits(q, x, M);
       std::vector<float> rounded(x.size());
       cpu::round_to_q8k_levels(x.data(), M, K, rounded.data());
-      if (M >= cpu::kGemmRows) rounded = rounded_per_block(x, M, K);  // (the prompt GEMM's rounding)
+      if (M >= cpu::gemm_rows(cpu::quant_dot_in_use())) rounded = rounded_per_block(x, M, K);  // (the prompt GEMM's rounding)
       const auto op = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
       double total = 0;
       for (float v : want) total += std::abs(v);
@@ -194,7 +197,7 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
             exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
             magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
           }
-          if (M < cpu::kGemmRows) {
+          if (M < cpu::gemm_rows(cpu::quant_dot_in_use())) {
             ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
           }
           ASSERT_NEAR(op[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " op, M=" << M;
@@ -217,7 +220,7 @@ TEST(Quantized, ProductIsTheF32ProductOfTheSameWeightsWithinActivationRounding) 
     const QuantizedMatrix q = quantize_matrix(w.data(), N, K, f, DType::f32);
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(4), cpu::kGemmRows + 3}) {
+    for (int64_t M : {int64_t(1), int64_t(4), kPromptRows + 3}) {
       const auto x = random_values(size_t(M * K), 6);
       const Tensor y = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor::from_vector(bias, {N}));
       ASSERT_EQ(y.shape(), (Shape{M, N}));
@@ -268,7 +271,7 @@ TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
     EXPECT_EQ(q.bytes(), quantized_bytes(q.format, N, K));
     std::vector<float> deq(size_t(N * K));
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
-    for (int64_t M : {int64_t(1), int64_t(3), cpu::kGemmRows + 1}) {
+    for (int64_t M : {int64_t(1), int64_t(3), kPromptRows + 1}) {
       const auto x = random_values(size_t(M * K), 22, 1.0f);
       every_path_gives_scalar_bits(q, x, M);
       const auto got = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();

@@ -60,7 +60,7 @@ int run_info() {
                                   : "matrix products in f32 on the rounded operands (no faster bf16 kernel here)");
   std::printf("int8/4:  quantized weights (--quantize, GGUF) multiply as %s integer dot products; from %lld rows "
               "(a prompt) as an integer GEMM\n",
-              cpu::quant_dot_name(cpu::quant_dot_in_use()), static_cast<long long>(cpu::kGemmRows));
+              cpu::quant_dot_name(cpu::quant_dot_in_use()), static_cast<long long>(cpu::gemm_rows(cpu::quant_dot_in_use())));
   std::vector<GpuInfo> gpus = query_gpus(/*measure_bandwidth=*/true);
   if (gpus.empty()) {
     std::printf("GPUs:    none (%s)\n", cuda_unavailable_reason().c_str());

@@ -1,16 +1,17 @@
 // A prompt's product with quantized weights as an integer GEMM, as
-// llama.cpp's repacked Q4_0 kernels run it: eight weight rows are
-// interleaved four levels at a time, so one 256-bit register holds four
-// levels of each of the eight rows, and a product with four activation
-// levels broadcast to every lane (vpdpbusd, or vpmaddubsw + vpmaddwd) adds
-// to eight outputs at once. A sub-block's integer sums are then exact
-// block dots, and its f32 work (one conversion, one multiply and one fused
-// multiply-add) is shared by the eight rows, where the decoding kernel
-// (quantized_matmul.cpp) spends it per output. Weights are read as signed
-// levels with an f32 scale, and where the format has one a minimum, per
-// sub-block of 32 values (16 for Q2_K, Q3_K and Q6_K): every format is the
-// same loop. Each group of eight rows is unpacked once per call into a
-// buffer that stays in L1 while every activation row passes over it.
+// llama.cpp's repacked Q4_0 kernels run it: weight rows are interleaved
+// four levels at a time, so one register holds four levels of each of eight
+// rows (AVX2, 256 bits) or sixteen (AVX-512), and a product with four
+// activation levels broadcast to every lane (vpdpbusd, or vpmaddubsw +
+// vpmaddwd) adds to eight or sixteen outputs at once. A sub-block's integer
+// sums are then exact block dots, and its f32 work (one conversion, one
+// multiply and one fused multiply-add) is shared by the group's rows, where
+// the decoding kernel (quantized_matmul.cpp) spends it per output. Weights
+// are read as signed levels with an f32 scale, and where the format has
+// one a minimum, per sub-block of 32 values (16 for Q2_K, Q3_K and Q6_K):
+// every format is the same loop. Each group of rows is unpacked once per
+// call into a buffer that stays in L1 while every activation row passes
+// over it.
 #include "kiln/cpu/quantized_gemm.h"
 
 #include <omp.h>
@@ -24,11 +25,16 @@
 #include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
+// VnniPath's 512-bit values pass between functions only inside its
+// flattened, AVX-512-targeted group_vnni, never through a call: GCC's
+// warning that such a return would change the ABI does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace kiln::cpu {
 namespace {
 
 constexpr int64_t B = kQuantBlock;
-constexpr int64_t kGroup = 8;  // the weight rows one register's lanes hold
+constexpr int64_t kGroup = 8;  // the weight rows a 256-bit register's lanes hold
 
 // x's rows quantized per block of 32, as the decoding kernel quantizes
 // them: levels (plus 128 where the path takes them unsigned), scales, and,
@@ -53,27 +59,28 @@ struct Group {
 // f32 steps as the vector paths, so every path gives the same bits.
 struct ScalarPath {
   static constexpr int kRows = 4;
+  static constexpr int kLanes = kGroup;
   struct Int {
-    int32_t v[kGroup];
+    int32_t v[kLanes];
   };
   struct Flt {
-    float v[kGroup];
+    float v[kLanes];
   };
   using W = const int8_t*;
   static W load(const int8_t* w) { return w; }
   static Int start(const int32_t*) { return {}; }
   static void dot4(Int& acc, W w, const uint8_t* x) {
-    for (int l = 0; l < kGroup; ++l)
+    for (int l = 0; l < kLanes; ++l)
       for (int t = 0; t < 4; ++t) acc.v[l] += int32_t(w[4 * l + t]) * int32_t(int8_t(x[t]));
   }
   static Flt zero() { return {}; }
   static void scale_add(Flt& total, const Int& acc, const float* ws, float xs) {
-    for (int l = 0; l < kGroup; ++l) total.v[l] = std::fma(float(acc.v[l]), ws[l] * xs, total.v[l]);
+    for (int l = 0; l < kLanes; ++l) total.v[l] = std::fma(float(acc.v[l]), ws[l] * xs, total.v[l]);
   }
   static void min_add(Flt& total, const float* mins, float min_sum) {
-    for (int l = 0; l < kGroup; ++l) total.v[l] = std::fma(mins[l], min_sum, total.v[l]);
+    for (int l = 0; l < kLanes; ++l) total.v[l] = std::fma(mins[l], min_sum, total.v[l]);
   }
-  static void store(const Flt& total, float* out) { std::copy(total.v, total.v + kGroup, out); }
+  static void store(const Flt& total, float* out) { std::copy(total.v, total.v + kLanes, out); }
 };
 
 #ifdef KILN_X86_INTRINSICS
@@ -85,6 +92,7 @@ inline int32_t four_levels(const uint8_t* x) {
 
 // The f32 steps both vector paths share.
 struct VectorFloats {
+  static constexpr int kLanes = kGroup;
   using Flt = __m256;
   static Flt zero() { return _mm256_setzero_ps(); }
   static void scale_add(Flt& total, __m256i acc, const float* ws, float xs) {
@@ -134,20 +142,30 @@ struct Avx2SmallLevelsPath : VectorFloats {
 };
 
 // AVX-512 VNNI: vpdpbusd adds four u8 x s8 products a lane in one
-// instruction. The activations go in unsigned (level + 128); the 128 times
-// each weight sub-block's level sum is taken off before it starts.
+// instruction, on sixteen weight rows a 512-bit register. The activations go
+// in unsigned (level + 128); the 128 times each weight sub-block's level sum
+// is taken off before it starts.
 #define KILN_VNNI_TARGET gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")
-struct VnniPath : VectorFloats {
-  static constexpr int kRows = 6;
-  using Int = __m256i;
-  using W = __m256i;
-  [[KILN_VNNI_TARGET]] static W load(const int8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
-  [[KILN_VNNI_TARGET]] static Int start(const int32_t* offsets) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets));
-  }
+struct VnniPath {
+  static constexpr int kRows = 8;
+  static constexpr int kLanes = 2 * kGroup;
+  using Int = __m512i;
+  using W = __m512i;
+  using Flt = __m512;
+  [[KILN_VNNI_TARGET]] static W load(const int8_t* w) { return _mm512_loadu_si512(w); }
+  [[KILN_VNNI_TARGET]] static Int start(const int32_t* offsets) { return _mm512_loadu_si512(offsets); }
   [[KILN_VNNI_TARGET]] static void dot4(Int& acc, W w, const uint8_t* x) {
-    acc = _mm256_dpbusd_epi32(acc, _mm256_set1_epi32(four_levels(x)), w);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(four_levels(x)), w);
   }
+  [[KILN_VNNI_TARGET]] static Flt zero() { return _mm512_setzero_ps(); }
+  [[KILN_VNNI_TARGET]] static void scale_add(Flt& total, Int acc, const float* ws, float xs) {
+    const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(ws), _mm512_set1_ps(xs));
+    total = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scale, total);
+  }
+  [[KILN_VNNI_TARGET]] static void min_add(Flt& total, const float* mins, float min_sum) {
+    total = _mm512_fmadd_ps(_mm512_loadu_ps(mins), _mm512_set1_ps(min_sum), total);
+  }
+  [[KILN_VNNI_TARGET]] static void store(const Flt& total, float* out) { _mm512_storeu_ps(out, total); }
 };
 #endif
 
@@ -161,24 +179,24 @@ template <typename P, int S, bool kMins, int R>
   for (int r = 0; r < R; ++r) total[r] = P::zero();
   for (int64_t i = 0; i < sub_blocks; ++i) {
     typename P::Int acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = P::start(g.offsets.data() + i * kGroup);
-    const int8_t* w = g.levels.data() + i * S * kGroup;
+    for (int r = 0; r < R; ++r) acc[r] = P::start(g.offsets.data() + i * P::kLanes);
+    const int8_t* w = g.levels.data() + i * S * P::kLanes;
     const uint8_t* x = a.levels.data() + m0 * a.K + i * S;
     for (int j = 0; j < S / 4; ++j) {
-      const auto levels = P::load(w + j * 4 * kGroup);
+      const auto levels = P::load(w + j * 4 * P::kLanes);
       for (int r = 0; r < R; ++r) P::dot4(acc[r], levels, x + r * a.K + 4 * j);
     }
     for (int r = 0; r < R; ++r)
-      P::scale_add(total[r], acc[r], g.scales.data() + i * kGroup, a.scales[(m0 + r) * blocks + i * S / B]);
+      P::scale_add(total[r], acc[r], g.scales.data() + i * P::kLanes, a.scales[(m0 + r) * blocks + i * S / B]);
     if constexpr (kMins)
-      for (int r = 0; r < R; ++r) P::min_add(total[r], g.mins.data() + i * kGroup, a.min_sums[(m0 + r) * sub_blocks + i]);
+      for (int r = 0; r < R; ++r) P::min_add(total[r], g.mins.data() + i * P::kLanes, a.min_sums[(m0 + r) * sub_blocks + i]);
   }
   for (int r = 0; r < R; ++r) {
     float* row = out + (m0 + r) * N + n0;
-    if (valid == kGroup) {
+    if (valid == P::kLanes) {
       P::store(total[r], row);
     } else {
-      float lanes[kGroup];
+      float lanes[P::kLanes];
       P::store(total[r], lanes);
       std::copy(lanes, lanes + valid, row);
     }
@@ -198,7 +216,7 @@ template <typename P, int S, bool kMins, int R>
 template <typename P, int S, bool kMins>
 [[gnu::always_inline]] inline void group_rows(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0,
                                               float* out) {
-  const int64_t sub_blocks = a.K / S, valid = std::min(kGroup, N - n0);
+  const int64_t sub_blocks = a.K / S, valid = std::min<int64_t>(P::kLanes, N - n0);
   int64_t m = 0;
   for (; m + P::kRows <= M; m += P::kRows) tile<P, S, kMins, P::kRows>(g, sub_blocks, a, m, N, n0, valid, out);
   last_tile<P, S, kMins, P::kRows - 1>(M - m, g, sub_blocks, a, m, N, n0, valid, out);
@@ -296,85 +314,92 @@ void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float
   }
 }
 
-// Eight rows' levels, side by side ([8][K]), as the kernel reads them: each
-// block of 32 columns an 8 x 8 transpose of 4-byte words.
-void interleave(const int8_t* rows, int64_t K, int8_t* out) {
-  for (int64_t k = 0; k < K; k += B) {
+// `lanes` rows' levels, side by side ([lanes][K]), as the kernel reads them:
+// word k / 4 of the group is the rows' levels k .. k + 3, each eight rows'
+// an 8 x 8 transpose of 4-byte words per block of 32 columns.
+void interleave(const int8_t* rows, int64_t K, int64_t lanes, int8_t* out) {
+  for (int64_t h = 0; h < lanes / kGroup; ++h, rows += kGroup * K, out += kGroup * 4)
+    for (int64_t k = 0; k < K; k += B) {
 #ifdef KILN_X86_INTRINSICS
-    __m256i r[kGroup];
-    for (int64_t l = 0; l < kGroup; ++l) r[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + l * K + k));
-    __m256i t[kGroup];
-    for (int l = 0; l < kGroup; l += 2) {  // words of rows l, l + 1 paired
-      t[l] = _mm256_unpacklo_epi32(r[l], r[l + 1]);
-      t[l + 1] = _mm256_unpackhi_epi32(r[l], r[l + 1]);
-    }
-    for (int l = 0; l < kGroup; l += 4)  // then of rows l .. l + 3, a 128-bit lane's four
-      for (int h = 0; h < 2; ++h) {
-        r[l + h] = _mm256_unpacklo_epi64(t[l + h], t[l + 2 + h]);
-        r[l + 2 + h] = _mm256_unpackhi_epi64(t[l + h], t[l + 2 + h]);
+      __m256i r[kGroup];
+      for (int64_t l = 0; l < kGroup; ++l) r[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + l * K + k));
+      __m256i t[kGroup];
+      for (int l = 0; l < kGroup; l += 2) {  // words of rows l, l + 1 paired
+        t[l] = _mm256_unpacklo_epi32(r[l], r[l + 1]);
+        t[l + 1] = _mm256_unpackhi_epi32(r[l], r[l + 1]);
       }
-    // r[0..3]: words 0, 2, 1, 3 (and 4, 6, 5, 7 in the high lanes) of rows 0-3; r[4..7] of rows 4-7.
-    constexpr int word_in_lane[4] = {0, 2, 1, 3};
-    for (int q = 0; q < 4; ++q) {
-      const int word = word_in_lane[q];
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * word) * kGroup),
-                          _mm256_permute2x128_si256(r[q], r[4 + q], 0x20));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * (word + 4)) * kGroup),
-                          _mm256_permute2x128_si256(r[q], r[4 + q], 0x31));
-    }
+      for (int l = 0; l < kGroup; l += 4)  // then of rows l .. l + 3, a 128-bit lane's four
+        for (int q = 0; q < 2; ++q) {
+          r[l + q] = _mm256_unpacklo_epi64(t[l + q], t[l + 2 + q]);
+          r[l + 2 + q] = _mm256_unpackhi_epi64(t[l + q], t[l + 2 + q]);
+        }
+      // r[0..3]: words 0, 2, 1, 3 (and 4, 6, 5, 7 in the high lanes) of rows 0-3; r[4..7] of rows 4-7.
+      constexpr int word_in_lane[4] = {0, 2, 1, 3};
+      for (int q = 0; q < 4; ++q) {
+        const int word = word_in_lane[q];
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * word) * lanes),
+                            _mm256_permute2x128_si256(r[q], r[4 + q], 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 4 * (word + 4)) * lanes),
+                            _mm256_permute2x128_si256(r[q], r[4 + q], 0x31));
+      }
 #else
-    for (int64_t l = 0; l < kGroup; ++l)
-      for (int64_t c = k; c < k + B; c += 4) std::memcpy(out + c * kGroup + l * 4, rows + l * K + c, 4);
+      for (int64_t l = 0; l < kGroup; ++l)
+        for (int64_t c = k; c < k + B; c += 4) std::memcpy(out + c * lanes + l * 4, rows + l * K + c, 4);
 #endif
-  }
+    }
 }
 
-// Per-thread space for unpacking eight rows.
+// Per-thread space for unpacking a group's rows.
 struct Scratch {
   std::vector<int8_t> rows;
   std::vector<float> scales, mins;
 };
 
-// Rows n0 .. n0 + 7 (zeros past the matrix's last row) into g.
-void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, Scratch& scratch, Group& g) {
+// Rows n0 .. n0 + lanes - 1 (zeros past the matrix's last row) into g.
+void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, int64_t lanes, Scratch& scratch, Group& g) {
   const int64_t sub_blocks = K / S;
   const bool mins = has_minimums(w.format);
-  scratch.rows.assign(size_t(K * kGroup), 0);
-  scratch.scales.assign(size_t(sub_blocks * kGroup), 0.0f);
-  scratch.mins.assign(mins ? size_t(sub_blocks * kGroup) : 0, 0.0f);
-  for (int64_t l = 0; l < kGroup && n0 + l < w.rows; ++l) {
+  scratch.rows.assign(size_t(K * lanes), 0);
+  scratch.scales.assign(size_t(sub_blocks * lanes), 0.0f);
+  scratch.mins.assign(mins ? size_t(sub_blocks * lanes) : 0, 0.0f);
+  for (int64_t l = 0; l < lanes && n0 + l < w.rows; ++l) {
     int8_t* levels = scratch.rows.data() + l * K;
     float* scales = scratch.scales.data() + l * sub_blocks;
     float* row_mins = mins ? scratch.mins.data() + l * sub_blocks : nullptr;
     if (w.k_quant()) kquant_row_levels(w, n0 + l, levels, scales, row_mins);
     else block_row_levels(w, n0 + l, levels, scales, row_mins);
   }
-  g.levels.resize(size_t(K * kGroup));
-  interleave(scratch.rows.data(), K, g.levels.data());
-  g.scales.resize(size_t(sub_blocks * kGroup));
+  g.levels.resize(size_t(K * lanes));
+  interleave(scratch.rows.data(), K, lanes, g.levels.data());
+  g.scales.resize(size_t(sub_blocks * lanes));
   g.mins.resize(scratch.mins.size());
-  g.offsets.assign(size_t(sub_blocks * kGroup), 0);
+  g.offsets.resize(size_t(sub_blocks * lanes));
   for (int64_t i = 0; i < sub_blocks; ++i)
-    for (int64_t l = 0; l < kGroup; ++l) {
-      g.scales[size_t(i * kGroup + l)] = scratch.scales[size_t(l * sub_blocks + i)];
-      if (mins) g.mins[size_t(i * kGroup + l)] = scratch.mins[size_t(l * sub_blocks + i)];
+    for (int64_t l = 0; l < lanes; ++l) {
+      g.scales[size_t(i * lanes + l)] = scratch.scales[size_t(l * sub_blocks + i)];
+      if (mins) g.mins[size_t(i * lanes + l)] = scratch.mins[size_t(l * sub_blocks + i)];
     }
-  // Each row's level sum per sub-block, from the interleaved words: lane l of word k / 4 holds row l's levels k .. k + 3.
-  for (int64_t i = 0; i < sub_blocks; ++i) {
-    const int8_t* words = g.levels.data() + i * S * kGroup;
-    int32_t* offsets = g.offsets.data() + i * kGroup;
+  // Each row's level sum per sub-block, from the interleaved words: lane l
+  // of word k / 4 holds row l's levels k .. k + 3.
+  for (int64_t i = 0; i < sub_blocks; ++i)
+    for (int64_t h = 0; h < lanes / kGroup; ++h) {
+      const int8_t* words = g.levels.data() + i * S * lanes + h * kGroup * 4;
+      int32_t* offsets = g.offsets.data() + i * lanes + h * kGroup;
 #ifdef KILN_X86_INTRINSICS
-    __m256i sums = _mm256_setzero_si256();
-    for (int64_t k = 0; k < S; k += 4)
-      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256(
-                                                                               reinterpret_cast<const __m256i*>(words + k * kGroup))),
-                                                      _mm256_set1_epi16(-128)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(offsets), sums);
+      __m256i sums = _mm256_setzero_si256();
+      for (int64_t k = 0; k < S; k += 4) {
+        const __m256i word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + k * lanes));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), word),
+                                                        _mm256_set1_epi16(-128)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(offsets), sums);
 #else
-    for (int64_t k = 0; k < S; ++k)
-      for (int64_t l = 0; l < kGroup; ++l) offsets[l] += -128 * int32_t(words[(k / 4) * 4 * kGroup + l * 4 + k % 4]);
+      for (int64_t l = 0; l < kGroup; ++l) {
+        offsets[l] = 0;
+        for (int64_t k = 0; k < S; ++k) offsets[l] += -128 * int32_t(words[(k / 4) * 4 * lanes + l * 4 + k % 4]);
+      }
 #endif
-  }
+    }
 }
 
 // Activation row m into a (levels, scales, and minimums' sums of sub-blocks of S).
@@ -405,6 +430,7 @@ void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* 
   GroupKernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot, f) : kernel_for<16, false>(dot, f))
                                : (mins ? kernel_for<32, true>(dot, f) : kernel_for<32, false>(dot, f));
   const bool unsigned_levels = unsigned_activations(dot, f);
+  const int64_t lanes = dot == QuantDot::avx512_vnni ? 2 * kGroup : kGroup;  // (VnniPath's kLanes)
   Activations a{K, std::vector<uint8_t>(size_t(M * K)), std::vector<float>(size_t(M * (K / B))),
                 std::vector<float>(mins ? size_t(M * (K / S)) : 0)};
 #pragma omp parallel
@@ -414,8 +440,8 @@ void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* 
     Group g;
     Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t n0 = 0; n0 < N; n0 += kGroup) {
-      pack_group(w, n0, K, S, scratch, g);
+    for (int64_t n0 = 0; n0 < N; n0 += lanes) {
+      pack_group(w, n0, K, S, lanes, scratch, g);
       kernel(g, a, M, N, n0, out);
     }
   }

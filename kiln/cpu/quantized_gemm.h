@@ -1,6 +1,6 @@
 // A prompt's product with quantized weights on the CPU: an integer GEMM
-// over groups of eight interleaved weight rows (quantized_gemm.cpp), for
-// every format, where decoding's few rows take quantized_matmul_rows.
+// over groups of interleaved weight rows (quantized_gemm.cpp), for every
+// format, where decoding's few rows take quantized_matmul_rows.
 #pragma once
 #include "kiln/core/quantized.h"
 #include "kiln/cpu/quantized_matmul.h"

@@ -567,9 +567,10 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   KILN_CHECK(x.dtype() == DType::f32 && out.dtype() == DType::f32 && x.is_contiguous() && out.is_contiguous(),
              "quantized_matmul (cpu): x and out must be contiguous f32");
   const int64_t M = x.size(0);
-  if (M < kGemmRows || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
-    return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
-  quantized_gemm(x.data<float>(), M, w, out.data<float>(), quant_dot_in_use());
+  const QuantDot dot = quant_dot_in_use();
+  if (M < gemm_rows(dot) || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+    return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), dot);
+  quantized_gemm(x.data<float>(), M, w, out.data<float>(), dot);
 }
 
 void CpuBackend::quantized_embedding(const QuantizedMatrix& w, const Tensor& ids, Tensor& out) {

@@ -30,11 +30,11 @@ int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, floa
 
 // Below this many rows (decoding, a few streams) the kernel above runs;
 // from it on, a prompt's GEMM (quantized_gemm.h), which unpacks each group
-// of eight weight rows once per call. The crossover (`kiln_quant_bench 20
-// ROWS`, 1,536 x 576, one thread, Emerald Rapids): the GEMM is 0.7-1.2x the
-// row kernel at 4 rows, 0.8-1.9x at 8, 1.3-2.4x at 12 with VNNI; with AVX2
+// of weight rows once per call. The crossover (`kiln_quant_bench 20 ROWS`,
+// 1,536 x 576, one thread, Emerald Rapids): with VNNI the GEMM is 0.8-1.3x
+// the row kernel at 4 rows, 1.2-1.8x at 6, 1.4-2.2x at 8; with AVX2
 // 0.9-1.3x at 8 and 1.1-2.2x at 16.
-constexpr int64_t kGemmRows = 16;
+constexpr int64_t gemm_rows(QuantDot dot) { return dot == QuantDot::avx512_vnni ? 6 : 16; }
 
 // The fixed order of the sum of a product's eight f32 lanes, on every path:
 // lanes i and i + 4, then i and i + 2, then the two.
