@@ -8,7 +8,7 @@ FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
 
 # kiln info names the integer kernel this CPU (under KILN_MAX_ISA) multiplies quantized weights with.
 run 0 "$KILN" info
-expect "int8/4: +quantized weights \(--quantize\) multiply as (avx512_vnni|avx2) integer dot products"
+expect "int8/4: +quantized weights \(--quantize, GGUF\) multiply as (avx512_vnni|avx2) integer dot products; from [0-9]+ rows \(a prompt\) as an integer GEMM"
 
 run 0 "$KILN" train fortunes-gpt --steps 300 --n-layer 2 --n-embd 96 --n-head 4 --block-size 64 --no-progress \
   --out "$WORK/gpt"
