@@ -7,8 +7,8 @@
 // weights as they are ("gguf": Q8_0, Q4_0, the K-quants kept quantized). Prints one JSON line,
 // with the bytes of weights and of keys and values a decoding step reads,
 // and the memory read bandwidth measured at the same thread count.
-// KILN_HF_BENCH_PROFILE=1 also prints to stderr where the last run's decoding
-// steps spent their time, by backend op (kiln/backend/profiler.h); =shapes
+// KILN_HF_BENCH_PROFILE=1 also prints to stderr where the last run's prompt
+// pass and decoding steps spent their time, by backend op (kiln/backend/profiler.h); =shapes
 // splits each op by its operands' shapes and dtypes.
 #include <algorithm>
 #include <optional>
@@ -99,15 +99,23 @@ int main(int argc, char** argv) {
     // A prompt of its own each time: an earlier one's pages would be taken from the prefix cache.
     prompt[0] = 3 + r;
     auto cache = lm.model->new_cache();
+    const bool profiled = profile && r == R - 1;
+    auto profile_from = [&] {
+      kiln::Profiler::reset();
+      kiln::Profiler::enable(true, std::string(profile_env) == "shapes");
+    };
+    auto profile_to = [&](const char* what, double seconds) {
+      kiln::Profiler::enable(false);
+      std::fprintf(stderr, "%s:\n%s", what, kiln::Profiler::report(seconds).c_str());
+    };
+    if (profiled) profile_from();
     auto t = Clock::now();
     kiln::Tensor logits = lm.model->forward_cached(kiln::Tensor::from_vector(prompt, {1, P}), cache);
     const double prefill = seconds_since(t);
+    if (profiled) profile_to("prompt", prefill);
     auto first = logits.to_vector<float>();
     int32_t next = int32_t(std::max_element(first.begin(), first.end()) - first.begin());
-    if (profile && r == R - 1) {
-      kiln::Profiler::reset();
-      kiln::Profiler::enable(true, std::string(profile_env) == "shapes");
-    }
+    if (profiled) profile_from();
     t = Clock::now();
     for (int64_t i = 0; i < N; ++i) {
       logits = lm.model->forward_cached(kiln::Tensor::from_vector(std::vector<int64_t>{next}, {1, 1}), cache);
@@ -115,10 +123,7 @@ int main(int argc, char** argv) {
       next = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
     }
     const double decode = seconds_since(t);
-    if (profile && r == R - 1) {
-      kiln::Profiler::enable(false);
-      std::fprintf(stderr, "%s", kiln::Profiler::report(decode).c_str());
-    }
+    if (profiled) profile_to("decoding", decode);
     best_prefill = std::min(best_prefill, prefill);
     best_decode = std::min(best_decode, decode);
   }

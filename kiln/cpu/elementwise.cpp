@@ -32,7 +32,7 @@ T apply_unary(UnaryOp op, T x, T s) {
     case UnaryOp::sqrt: return std::sqrt(x);
     case UnaryOp::rsqrt: return T(1) / std::sqrt(x);
     case UnaryOp::tanh: return std::tanh(x);
-    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::sigmoid: return T(1) / (T(1) + fast_exp(-x));  // (SiLU's: libm's scalar expf was 15% of a prompt)
     case UnaryOp::relu: return x < T(0) ? T(0) : x;  // NaN stays NaN, as torch.relu
     case UnaryOp::gelu: return gelu(x);
     case UnaryOp::gelu_erf: return gelu_erf(x);
