@@ -75,20 +75,24 @@ TEST(Quantized, FormatsRoundTripWithinHalfALevelOrQ40sClamp) {
 }
 
 // The product on every SIMD path this machine has, at 1 and 2 threads, in
-// the scalar path's bits (which it returns).
-std::vector<float> every_path_gives_scalar_bits(const QuantizedMatrix& q, const std::vector<float>& x, int64_t M) {
+// the scalar path's bits (which it returns): the decoding kernel's, or
+// `product`'s (the prompt GEMM's).
+using Product = void (*)(const float*, int64_t, const QuantizedMatrix&, float*, cpu::QuantDot);
+std::vector<float> every_path_gives_scalar_bits(const QuantizedMatrix& q, const std::vector<float>& x, int64_t M,
+                                                Product product = cpu::quantized_matmul_rows) {
   std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
   if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
   std::vector<float> want(size_t(M * q.rows));
-  cpu::quantized_matmul_rows(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
+  product(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
   for (cpu::QuantDot dot : paths)
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       std::vector<float> got(want.size());
-      cpu::quantized_matmul_rows(x.data(), M, q, got.data(), dot);
+      product(x.data(), M, q, got.data(), dot);
       for (size_t i = 0; i < got.size(); ++i)
         EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-            << quant_format_name(q.format) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " at " << i;
+            << quant_format_name(q.format) << " " << cpu::quant_dot_name(dot) << " threads " << threads << " M=" << M
+            << " at " << i;
     }
   set_num_threads(2);
   return want;
@@ -310,8 +314,6 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
     matrices.push_back(random_gguf_blocks(type, N, 96, 32));
   for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k})
     matrices.push_back(random_k_quant(f, N, 512, 33));
-  std::vector<cpu::QuantDot> paths = {cpu::QuantDot::avx2};
-  if (__builtin_cpu_supports("avx512vnni")) paths.push_back(cpu::QuantDot::avx512_vnni);
   for (const QuantizedMatrix& q : matrices) {
     const int64_t K = q.cols;
     SCOPED_TRACE(quant_format_name(q.format));
@@ -319,18 +321,7 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
     for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
     for (int64_t M : {1, 5, 7, 13}) {
       const auto x = random_values(size_t(M * K), 34, 2.0f);
-      std::vector<float> want(size_t(M * N));
-      cpu::quantized_gemm(x.data(), M, q, want.data(), cpu::QuantDot::scalar);
-      for (cpu::QuantDot dot : paths)
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          std::vector<float> got(want.size());
-          cpu::quantized_gemm(x.data(), M, q, got.data(), dot);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-                << cpu::quant_dot_name(dot) << " threads " << threads << " M=" << M << " at " << i;
-        }
-      set_num_threads(2);
+      const std::vector<float> want = every_path_gives_scalar_bits(q, x, M, cpu::quantized_gemm);
       const auto rounded = rounded_per_block(x, M, K);
       double total = 0;
       for (int64_t m = 0; m < M; ++m)

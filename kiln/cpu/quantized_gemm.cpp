@@ -169,8 +169,8 @@ struct VnniPath {
 };
 #endif
 
-// R activation rows from m0 against a group's eight weight rows: outputs
-// (m0 + r, n0 + l) for l < valid.
+// R activation rows from m0 against a group's P::kLanes weight rows:
+// outputs (m0 + r, n0 + l) for l < valid.
 template <typename P, int S, bool kMins, int R>
 [[gnu::always_inline]] inline void tile(const Group& g, int64_t sub_blocks, const Activations& a, int64_t m0, int64_t N,
                                         int64_t n0, int64_t valid, float* out) {
@@ -252,19 +252,22 @@ constexpr bool has_minimums(QuantFormat f) {
 }
 // Levels within +-64: every format but the 8-bit ones (Q6_K's reach 32).
 constexpr bool small_levels(QuantFormat f) { return f != QuantFormat::int8 && f != QuantFormat::int8_block; }
-// Whether the path takes the activations unsigned (level + 128).
-bool unsigned_activations(QuantDot dot, QuantFormat f) {
-  return dot == QuantDot::avx512_vnni || (dot == QuantDot::avx2 && small_levels(f));
-}
-
+// A path's kernel, the weight rows of its groups, and whether it takes the
+// activations unsigned (level + 128).
+struct Kernel {
+  GroupKernel run;
+  int64_t lanes;
+  bool unsigned_activations;
+};
 template <int S, bool kMins>
-GroupKernel kernel_for(QuantDot dot, QuantFormat f) {
+Kernel kernel_for(QuantDot dot, QuantFormat f) {
 #ifdef KILN_X86_INTRINSICS
-  if (dot == QuantDot::avx512_vnni) return group_vnni<S, kMins>;
-  if (dot == QuantDot::avx2) return small_levels(f) ? group_avx2_small<S, kMins> : group_avx2<S, kMins>;
+  if (dot == QuantDot::avx512_vnni) return {group_vnni<S, kMins>, VnniPath::kLanes, true};
+  if (dot == QuantDot::avx2 && small_levels(f)) return {group_avx2_small<S, kMins>, Avx2SmallLevelsPath::kLanes, true};
+  if (dot == QuantDot::avx2) return {group_avx2<S, kMins>, Avx2Path::kLanes, false};
 #endif
   (void)dot, (void)f;
-  return group_scalar<S, kMins>;
+  return {group_scalar<S, kMins>, ScalarPath::kLanes, false};
 }
 
 // A block of 4- or 5-bit levels (unpack_levels' layout) as signed levels, zero taken off.
@@ -427,22 +430,20 @@ void quantized_gemm(const float* x, int64_t M, const QuantizedMatrix& w, float* 
   const int64_t S = sub_block_values(w.format);
   const bool mins = has_minimums(w.format);
   const QuantFormat f = w.format;
-  GroupKernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot, f) : kernel_for<16, false>(dot, f))
-                               : (mins ? kernel_for<32, true>(dot, f) : kernel_for<32, false>(dot, f));
-  const bool unsigned_levels = unsigned_activations(dot, f);
-  const int64_t lanes = dot == QuantDot::avx512_vnni ? 2 * kGroup : kGroup;  // (VnniPath's kLanes)
+  const Kernel kernel = S == 16 ? (mins ? kernel_for<16, true>(dot, f) : kernel_for<16, false>(dot, f))
+                                : (mins ? kernel_for<32, true>(dot, f) : kernel_for<32, false>(dot, f));
   Activations a{K, std::vector<uint8_t>(size_t(M * K)), std::vector<float>(size_t(M * (K / B))),
                 std::vector<float>(mins ? size_t(M * (K / S)) : 0)};
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) quantize_row(x, w.cols, m, S, unsigned_levels, mins, a);
+    for (int64_t m = 0; m < M; ++m) quantize_row(x, w.cols, m, S, kernel.unsigned_activations, mins, a);
     Group g;
     Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t n0 = 0; n0 < N; n0 += lanes) {
-      pack_group(w, n0, K, S, lanes, scratch, g);
-      kernel(g, a, M, N, n0, out);
+    for (int64_t n0 = 0; n0 < N; n0 += kernel.lanes) {
+      pack_group(w, n0, K, S, kernel.lanes, scratch, g);
+      kernel.run(g, a, M, N, n0, out);
     }
   }
 }
