@@ -56,9 +56,6 @@ struct QuantizedActivations {
 
 }  // namespace
 
-// The scale is kept in f16, as llama.cpp's Q8_0 activations keep it (levels
-// from the exact scale, products with the rounded one): a GGUF file's
-// greedy tokens are llama.cpp's.
 // A whole block with AVX2, the same bits: the largest magnitude does not
 // depend on the order, and vcvtps2dq rounds to nearest even as nearbyint does.
 #ifdef KILN_X86_INTRINSICS
@@ -91,6 +88,9 @@ inline int32_t quantize_whole_block(const float* x, int8_t* q, float& scale) {
 }
 #endif
 
+// The scale is kept in f16, as llama.cpp's Q8_0 activations keep it (levels
+// from the exact scale, products with the rounded one): a GGUF file's
+// greedy tokens are llama.cpp's.
 int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, float& scale) {
 #ifdef KILN_X86_INTRINSICS
   if (count == B) return quantize_whole_block(x, q, scale);
