@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/backend.h"
@@ -173,6 +174,19 @@ TEST(Quantized, ActivationBlocksRoundAsQ8_0) {
     }
 }
 
+// Row m of the rounded activations against dequantized row n, in f64: the
+// product and the sum of its terms' magnitudes (what f32 rounding scales with).
+std::pair<double, double> reference_dot(const std::vector<float>& rounded, const std::vector<float>& deq, int64_t m,
+                                        int64_t n, int64_t K) {
+  double exact = 0, magnitude = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double term = double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
+    exact += term;
+    magnitude += std::abs(term);
+  }
+  return {exact, magnitude};
+}
+
 // GGUF's K-quants (Q2_K to Q6_K, kept as their blocks): every path gives
 // the scalar path's bits at any thread count, and the product is the f32
 // product of the dequantized weights with the activations as Q8_K rounds
@@ -189,19 +203,16 @@ TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
       const std::vector<float> want = every_path_gives_scalar_bits(q, x, M);
       std::vector<float> rounded(x.size());
       cpu::round_to_q8k_levels(x.data(), M, K, rounded.data());
-      if (M >= cpu::gemm_rows(cpu::quant_dot_in_use())) rounded = rounded_per_block(x, M, K);  // (the prompt GEMM's rounding)
+      const bool prompt = M >= cpu::gemm_rows(cpu::quant_dot_in_use());
+      if (prompt) rounded = rounded_per_block(x, M, K);  // (the prompt GEMM's rounding)
       const auto op = quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
       double total = 0;
       for (float v : want) total += std::abs(v);
       EXPECT_GT(total, 1e-3 * double(want.size()));  // random blocks give products of substance
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
-          double exact = 0, magnitude = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
-            magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
-          }
-          if (M < cpu::gemm_rows(cpu::quant_dot_in_use())) {
+          const auto [exact, magnitude] = reference_dot(rounded, deq, m, n, K);
+          if (!prompt) {
             ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " M=" << M;
           }
           ASSERT_NEAR(op[size_t(m * N + n)], exact, 1e-5 * magnitude) << quant_format_name(f) << " op, M=" << M;
@@ -326,11 +337,7 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
       double total = 0;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
-          double exact = 0, magnitude = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            exact += double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)];
-            magnitude += std::abs(double(rounded[size_t(m * K + k)]) * deq[size_t(n * K + k)]);
-          }
+          const auto [exact, magnitude] = reference_dot(rounded, deq, m, n, K);
           total += std::abs(exact);
           ASSERT_NEAR(want[size_t(m * N + n)], exact, 1e-5 * magnitude + 1e-6) << "M=" << M << " (" << m << ", " << n << ")";
         }

@@ -362,16 +362,20 @@ struct Scratch {
 void pack_group(const QuantizedMatrix& w, int64_t n0, int64_t K, int64_t S, int64_t lanes, Scratch& scratch, Group& g) {
   const int64_t sub_blocks = K / S;
   const bool mins = has_minimums(w.format);
-  scratch.rows.assign(size_t(K * lanes), 0);
-  scratch.scales.assign(size_t(sub_blocks * lanes), 0.0f);
-  scratch.mins.assign(mins ? size_t(sub_blocks * lanes) : 0, 0.0f);
-  for (int64_t l = 0; l < lanes && n0 + l < w.rows; ++l) {
+  scratch.rows.resize(size_t(K * lanes));
+  scratch.scales.resize(size_t(sub_blocks * lanes));
+  scratch.mins.resize(mins ? size_t(sub_blocks * lanes) : 0);
+  const int64_t valid = std::min(lanes, w.rows - n0);
+  for (int64_t l = 0; l < valid; ++l) {
     int8_t* levels = scratch.rows.data() + l * K;
     float* scales = scratch.scales.data() + l * sub_blocks;
     float* row_mins = mins ? scratch.mins.data() + l * sub_blocks : nullptr;
     if (w.k_quant()) kquant_row_levels(w, n0 + l, levels, scales, row_mins);
     else block_row_levels(w, n0 + l, levels, scales, row_mins);
   }
+  std::fill(scratch.rows.begin() + valid * K, scratch.rows.end(), int8_t(0));
+  std::fill(scratch.scales.begin() + valid * sub_blocks, scratch.scales.end(), 0.0f);
+  if (mins) std::fill(scratch.mins.begin() + valid * sub_blocks, scratch.mins.end(), 0.0f);
   g.levels.resize(size_t(K * lanes));
   interleave(scratch.rows.data(), K, lanes, g.levels.data());
   g.scales.resize(size_t(sub_blocks * lanes));
