@@ -1,4 +1,4 @@
-// Decoding's bf16 products (kiln/cpu/few_rows_product.h): every output is
+// Decoding's bf16 and f32 products (kiln/cpu/few_rows_product.h): every output is
 // its plain C++ statement's bits, whatever the rows around it and the
 // thread count; through matmul and linear, bf16 products of a few rows
 // agree with the widened f32 product as closely as the staged path does.
@@ -31,9 +31,12 @@ std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
 
 // The header's statement: 32 lanes, lane t summing k = t mod 32 in k order
 // with fused multiply-adds, then lanes t and t + 16, t + 8, t + 4, t + 2, t + 1.
-float lane_order_dot(const float* a, const uint16_t* w, int64_t K) {
+float weight(uint16_t w) { return bf16_to_float(w); }
+float weight(float w) { return w; }
+template <typename W>
+float lane_order_dot(const float* a, const W* w, int64_t K) {
   float lanes[32] = {};
-  for (int64_t k = 0; k < K; ++k) lanes[k % 32] = std::fma(a[k], bf16_to_float(w[k]), lanes[k % 32]);
+  for (int64_t k = 0; k < K; ++k) lanes[k % 32] = std::fma(a[k], weight(w[k]), lanes[k % 32]);
   for (int width = 16; width >= 1; width /= 2)
     for (int t = 0; t < width; ++t) lanes[t] += lanes[t + width];
   return lanes[0];
@@ -56,6 +59,35 @@ TEST(CpuNnOpsFewRows, EveryOutputIsTheLaneOrderDotForEveryShapeAndTail) {
                                                         << "," << n;
           }
       }
+    }
+}
+
+// f32 weights (one or two decoding rows of an f32 model): the same order,
+// directly and through matmul with a weight's transpose (three rows take
+// the GEMM: within f32 rounding).
+TEST(CpuNnOpsFewRows, F32WeightsTakeTheSameLaneOrderDirectlyAndThroughMatmul) {
+  for (int64_t K : {1, 31, 33, 576})
+    for (int64_t M : {1, 2, 3}) {
+      const int64_t N = 300, lda = K + 1, ldw = K + 3;
+      const auto a = random_floats(size_t(M * lda), 11 + K), w = random_floats(size_t(N * ldw), 12 + K);
+      std::vector<float> c(size_t(M * N));
+      cpu::few_rows_times_f32(M, N, K, 1.0f, a.data(), lda, w.data(), ldw, 0.0f, c.data(), N);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(c[size_t(m * N + n)], lane_order_dot(a.data() + m * lda, w.data() + n * ldw, K))
+              << "K " << K << " M " << M << " at " << m << "," << n;
+      const Tensor x = testing::random_tensor({M, K}, 13 + K, DType::f32);
+      const Tensor weights = testing::random_tensor({N, K}, 14 + K, DType::f32);
+      const std::vector<float> xs = x.to_vector<float>(), ws = weights.to_vector<float>();
+      const std::vector<float> got = matmul(x, transpose(weights, 0, 1)).to_vector<float>();
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const float dot = lane_order_dot(xs.data() + m * K, ws.data() + n * K, K);
+          if (M <= cpu::kFewRowsF32)
+            ASSERT_EQ(got[size_t(m * N + n)], dot) << "K " << K << " M " << M;
+          else
+            ASSERT_NEAR(got[size_t(m * N + n)], dot, 1e-4 * std::sqrt(double(K))) << "K " << K << " M " << M;
+        }
     }
 }
 

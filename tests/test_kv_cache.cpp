@@ -116,6 +116,37 @@ TEST(PagedAttention, FullPagesMatchAttentionWrittenOutForEveryGroupAndHeadSize) 
     }
 }
 
+// Decoding one stream has fewer key/value heads than two per thread, so
+// each head group is split across the threads: the same bits at 1, 2, 3
+// and 4 threads, and the plain ops' answer.
+TEST(PagedAttention, OneRowSplitAcrossThreadsGivesTheSameBits) {
+  NoGradGuard ng;
+  const int saved = get_num_threads();
+  for (int64_t group : {3, 4, 5}) {
+    const int64_t Hkv = 3, H = Hkv * group, D = 128, n = 60;  // past the 32K work units that take threads
+    Filled f = fill({n}, Hkv, D, DType::f32, 23 + group, 16);
+    const Tensor table = Tensor::from_vector(f.caches[0].pages(), {1, int64_t(f.caches[0].pages().size())});
+    const Tensor spans = Tensor::from_vector(std::vector<int32_t>{0, 0, int32_t(n)}, {1, 3});
+    const Tensor q = testing::random_tensor({1, H, D}, 29 + group, DType::f32);
+    const double scale = 1.0 / std::sqrt(double(D));
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 4}) {
+      set_num_threads(threads);
+      const Tensor got = paged_attention(q, f.pool->keys(0), f.pool->values(0), table, spans, scale);
+      if (threads == 1) {
+        first = got.to_vector<float>();
+        EXPECT_LT(testing::max_abs_diff(reshape(got, {H, D}), reference_row(reshape(q, {H, D}), f.keys[0],
+                                                                            f.values[0], 0, n, scale)),
+                  1e-5)
+            << "group " << group;
+      } else {
+        EXPECT_EQ(got.to_vector<float>(), first) << "group " << group << ", " << threads << " threads";
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST(PagedAttention, Bf16PagesStayNearTheF32Answer) {
   NoGradGuard ng;
   Filled wide = fill({21}, 1, 16, DType::f32, 3), low = fill({21}, 1, 16, DType::bf16, 3);

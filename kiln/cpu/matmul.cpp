@@ -3,7 +3,8 @@
 // transpose flag rather than copied; any other layout is made contiguous
 // first. Bias and GELU are applied after the GEMM. bf16 operands are
 // multiplied as they are where the CPU has bf16 instructions, and a few rows
-// against a weight-shaped operand on every CPU (few_rows_product.h). In
+// against a weight-shaped operand on every CPU (few_rows_product.h), as are
+// one or two f32 rows against an f32 weight (decoding). In
 // batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
 #include <type_traits>
@@ -121,6 +122,8 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
   const uint16_t* a16 = bits16(a);
   const uint16_t* b16 = bits16(b);
   const bool few_rows = bf16_operands && few_rows_apply(M, mb);
+  const bool few_rows_f32 = a.dtype() == DType::f32 && M <= kFewRowsF32 && mb.transposed && !ma.transposed &&
+                            !batch_invariant();
   if (bf16_out) {  // the bias goes into the product, before its one rounding
     const float* bias = args.bias.defined() ? args.bias.data<float>() : nullptr;
     uint16_t* c16 = bits16(out);
@@ -143,6 +146,9 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
                            args.beta, cp + i * M * N, N);
       }
       if constexpr (std::is_same_v<T, float>) {
+        if (few_rows_f32)
+          return few_rows_times_f32(M, N, K, args.alpha, a.data<float>() + oa, ma.ld, b.data<float>() + ob, mb.ld,
+                                    args.beta, cp + i * M * N, N);
         if (batch_invariant())
           return invariant_gemm(ma.transposed, mb.transposed, M, N, K, args.alpha, a.data<float>() + oa, ma.ld,
                                 b.data<float>() + ob, mb.ld, args.beta, cp + i * M * N, N);

@@ -21,6 +21,7 @@
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/spin_pool.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -189,22 +190,25 @@ inline float max_of(const float* x, int64_t n) {
   return m;
 }
 
-// Row r, key/value head g: the `group` query heads g * group ... into out.
+// Row r, key/value head g: its query heads g * group + j for j in [j0, j1)
+// into out (each head's output is its own: a part of a group gives the
+// same bits as the whole).
 // A page's keys are [D, P] (positions innermost), so a page's scores fill
 // vector lanes with no horizontal sums; its values are [P, D]. Every score
 // is a sum over d in order, every output element a sum over the span's
 // positions in order.
 template <typename Codec, typename T = typename Codec::T>
 void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32_t* tables, const int32_t* spans,
-            T* out, float scale, float softcap, int64_t r, int64_t g, std::vector<float>& scratch) {
-  const int64_t group = s.heads / s.kv_heads, D = s.dim, P = s.page_size;
+            T* out, float scale, float softcap, int64_t r, int64_t g, int64_t j0, int64_t j1,
+            std::vector<float>& scratch) {
+  const int64_t group = j1 - j0, first_head = g * (s.heads / s.kv_heads) + j0, D = s.dim, P = s.page_size;
   const int64_t seq = spans[3 * r], lo = spans[3 * r + 1], hi = spans[3 * r + 2], n = hi - lo;
   scratch.resize(size_t(group * (n + 2 * D)));
   float* scores = scratch.data();    // [group, n]
   float* query = scores + group * n;  // [group, D]
   float* acc = query + group * D;     // [group, D]
   for (int64_t j = 0; j < group; ++j) {
-    const T* qh = q + (r * s.heads + g * group + j) * D;
+    const T* qh = q + (r * s.heads + first_head + j) * D;
     for (int64_t d = 0; d < D; ++d) query[j * D + d] = Codec::widen(qh[d]);
   }
   const int32_t* table = tables + seq * s.max_pages;
@@ -255,7 +259,7 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
     for (int64_t j = 0; j < group; ++j) accumulate_values<Codec>(scores + j * n + at, values, count, D, acc + j * D);
   });
   for (int64_t j = 0; j < group; ++j) {
-    T* oh = out + (r * s.heads + g * group + j) * D;
+    T* oh = out + (r * s.heads + first_head + j) * D;
     for (int64_t d = 0; d < D; ++d) oh[d] = Codec::narrow(acc[j * D + d]);
   }
 }
@@ -269,18 +273,20 @@ void paged(const PagedShape& s, const Tensor& q, const Tensor& k, const Tensor& 
   T* op = static_cast<T*>(out.data_ptr());
   const int32_t* tp = tables.data<int32_t>();
   const int32_t* sp = spans.data<int32_t>();
-  const int64_t items = s.rows * s.kv_heads;
   int64_t work = 0;
   for (int64_t r = 0; r < s.rows; ++r) work += (sp[3 * r + 2] - sp[3 * r + 1]) * s.heads * s.dim;
-#pragma omp parallel if (items > 1 && work > 32768)
-  {
-    std::vector<float> scratch;
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t row = item / s.kv_heads, head = item % s.kv_heads;
-      simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, softcap, row, head, scratch); });
-    }
-  }
+  // Decoding one stream has as few items as key/value heads (3 in SmolLM,
+  // 2 threads: one thread would do twice the other's work); below two items
+  // a thread, each head group is split.
+  const int64_t group = s.heads / s.kv_heads, threads = work > 32768 ? get_num_threads() : 1;
+  const int64_t per_part = group / std::min(group, (2 * threads + s.rows * s.kv_heads - 1) / (s.rows * s.kv_heads));
+  const int64_t parts = (group + per_part - 1) / per_part, items = s.rows * s.kv_heads * parts;
+  spin_parallel_for(items, int(threads), [&](int64_t item) {
+    thread_local std::vector<float> scratch;
+    const int64_t row = item / (s.kv_heads * parts), head = item / parts % s.kv_heads;
+    const int64_t j0 = item % parts * per_part, j1 = std::min(group, j0 + per_part);
+    simd_kernel([&] { attend<Codec>(s, qp, kp, vp, tp, sp, op, scale, softcap, row, head, j0, j1, scratch); });
+  });
 }
 
 }  // namespace

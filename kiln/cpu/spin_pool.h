@@ -1,0 +1,31 @@
+// Decoding's parallel loops on threads that stay awake between them.
+//
+// A decoding step is some two hundred short parallel loops (a product of a
+// few hundred rows takes 10-50 us) with host code between them. OpenMP's
+// idle threads spin ~30 us (Kiln's GOMP_SPINCOUNT, kiln/cpu/runtime_defaults)
+// and then sleep, and a sleeping thread takes 30-70 us to wake on a virtual
+// machine: a step pays that many times. Spinning longer in OpenMP (its
+// setting is process-wide, read once) made decoding 1.2-1.3x faster on an
+// idle machine but 2.3x slower beside one busy core, because every OpenMP
+// loop ends in a barrier that waits for every thread of the team, including
+// one the kernel has descheduled.
+//
+// This pool's threads spin for 200 us after their last chunk, then sleep;
+// and a loop waits only for the chunks some thread has taken: a worker that
+// has not started by the time the caller has taken the last chunk is not
+// waited for (it finds nothing left). Chunks are taken one at a time, so
+// each is computed by exactly one thread, whichever. SmolLM-135M's shape,
+// Q4_0, 2 threads, against OpenMP: 1.07x the decoding tokens/s idle, 1.57x
+// beside one busy core (docs/PERFORMANCE.md).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace kiln::cpu {
+
+// Calls chunk(i) once for each i in [0, chunks), on up to `threads` threads
+// (the caller among them). From inside another parallel loop, or while
+// another thread is using the pool, the caller runs them all.
+void spin_parallel_for(int64_t chunks, int threads, const std::function<void(int64_t)>& chunk);
+
+}  // namespace kiln::cpu
