@@ -156,6 +156,42 @@ TEST(JsonSchemaGrammar, BoundsAdmitExactlyTheNumbersWithinThem) {
   EXPECT_FALSE(matches(g, "10000000000000000"));  // 17 digits: more than json-integer writes
 }
 
+// multipleOf: every integer in [-300, 300] and every hundredth and eighth
+// in [-30, 30] is matched exactly when it is a multiple (decided in whole
+// thousandths), for whole and decimal multiples, and 16-digit integers;
+// longer fractions and exponents are not written.
+TEST(JsonSchemaGrammar, MultipleOfAdmitsExactlyTheMultiples) {
+  // (multipleOf's text, in thousandths)
+  const std::pair<const char*, int64_t> multiples[] = {{"1", 1000}, {"3", 3000}, {"7", 7000}, {"10", 10000},
+                                                       {"200", 200000}, {"0.5", 500}, {"0.25", 250}, {"0.01", 10},
+                                                       {"2.5", 2500}, {"0.125", 125}, {"1.5e-1", 150}};
+  auto spell = [](int64_t thousandths) {
+    std::string text = std::to_string(std::abs(thousandths) / 1000);
+    if (const int64_t f = std::abs(thousandths) % 1000; f) {
+      std::string digits = std::to_string(1000 + f).substr(1);
+      text += "." + digits.substr(0, digits.find_last_not_of('0') + 1);
+    }
+    if (thousandths < 0) text.insert(text.begin(), '-');
+    return text;
+  };
+  for (const auto& [multiple, unit] : multiples)
+    for (const char* type : {"integer", "number"}) {
+      const json schema = json::parse(std::string(R"({"type": ")") + type + R"(", "multipleOf": )" + multiple + "}");
+      const auto g = json_schema_grammar(schema);
+      const bool integer = std::string(type) == "integer";
+      for (int64_t x = integer ? -300000 : -30000; x <= (integer ? 300000 : 30000); x += integer ? 1000 : 5) {
+        if (!integer && x % 125 && x % 10) continue;  // thousandths that are eighths or hundredths
+        EXPECT_EQ(matches(g, spell(x)), x % unit == 0) << schema.dump() << " " << spell(x);
+      }
+      for (const int64_t big : {int64_t(9999999999999000), int64_t(9999999999999993)}) {  // 16 digits
+        EXPECT_EQ(matches(g, std::to_string(big)), __int128(big) * 1000 % unit == 0) << schema.dump() << " " << big;
+      }
+      EXPECT_FALSE(matches(g, "10000000000000000")) << schema.dump();  // 17: more than json-integer writes
+      EXPECT_FALSE(matches(g, "1e3")) << schema.dump();
+      EXPECT_FALSE(matches(g, "5.")) << schema.dump();
+    }
+}
+
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type": "string", "pattern": "a+"})", "must start with ^ and end with $"},
@@ -168,7 +204,11 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonourByName) {
       {R"({"type": "string", "pattern": "^\\u00\u00e9$"})", "without its hex digits"},
       {R"({"type": "string", "pattern": "^a$", "maxLength": 3})", "put the length in the pattern"},
       {R"({"pattern": "^a$"})", "need \"type\": \"string\""},
-      {R"({"type": "integer", "multipleOf": 5})", "'multipleOf' is not supported"},
+      {R"({"type": "integer", "multipleOf": 5, "minimum": 0})", "'multipleOf' with minimum or maximum"},
+      {R"({"type": "number", "multipleOf": 0})", "must be a number above 0"},
+      {R"({"type": "number", "multipleOf": 1e-7})", "more than 6 decimal places"},
+      {R"({"type": "integer", "multipleOf": 1000})", "at most 200"},
+      {R"({"multipleOf": 3})", "needs \"type\": \"integer\" or \"number\""},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems' is not supported"},
       {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "only an allOf of one schema"},
       {R"({"allOf": [{"type": "string"}], "maxLength": 3})", "move it into the allOf"},

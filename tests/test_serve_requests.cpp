@@ -246,7 +246,7 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
        "response_format.json_schema.schema is missing"},
       {chat_with("response_format", R"({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}})"),
        "response_format.json_schema.schema: JSON schema at #/pattern: pattern a must start with ^ and end with $"},
-      {chat_with("json_schema", R"({"type": "integer", "multipleOf": 2})"), "'multipleOf' is not supported"},
+      {chat_with("json_schema", R"({"type": "array", "uniqueItems": true})"), "'uniqueItems' is not supported"},
       {chat_with("response_format", R"({"type": "yaml"})"), "must be \"text\", \"json_object\" or \"json_schema\""},
       {chat_with("response_format", R"("json")"), "must be an object with a string 'type'"},
       {chat_with("grammar", R"("root ::= undefined")"), "field 'grammar': grammar: rule 'undefined' is used"},

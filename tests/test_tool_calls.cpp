@@ -274,12 +274,12 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
   }
   EXPECT_THROW(tool_call_gbnf(format_named("hermes"), kTools, "nope", false), Error);
   const json bad = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
-      "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}])");
+      "properties": {"n": {"type": "array", "uniqueItems": true}}}}}])");
   try {
     tool_call_gbnf(format_named("hermes"), bad, "", true);
-    FAIL() << "multipleOf cannot be honoured";
+    FAIL() << "uniqueItems cannot be honoured";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("multipleOf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("uniqueItems"), std::string::npos) << e.what();
   }
 }
 

@@ -61,7 +61,7 @@ expect "grammar: 24 answers"
 expect "json_object: 10 answers"
 cat "$OUT"
 # A suite of schemas (enums, nested objects, optional fields, arrays with
-# bounds, $ref, type lists, patterns, numeric bounds, tuples, formats), several seeds and temperatures each (the
+# bounds, $ref, type lists, patterns, numeric bounds, multiples, tuples, formats), several seeds and temperatures each (the
 # fixture has no chat template: /v1/completions takes response_format too).
 run 0 "$JSONSCHEMA_PY" - "$port" <<'PY'
 import json, sys, urllib.request
@@ -90,6 +90,9 @@ schemas = {
                "required": ["age", "p", "t", "n"], "additionalProperties": False},
     "tuple": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 4}, {"type": "integer", "minimum": 0},
               {"type": "boolean"}], "items": False, "minItems": 2},
+    "multiples": {"type": "object", "properties": {"qty": {"type": "integer", "multipleOf": 5},
+                  "step": {"type": "number", "multipleOf": 0.25}, "n": {"type": "integer", "multipleOf": 0.5}},
+                  "required": ["qty", "step", "n"], "additionalProperties": False},
     "formats": {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
                 "at": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"},
                 "alarm": {"type": "string", "format": "time"}},
@@ -121,7 +124,7 @@ for name, schema in schemas.items():
 assert valid >= answers // 2, (valid, answers)
 print(f"json_schema: {answers} answers over {len(schemas)} schemas, {valid} complete, each valid under jsonschema")
 PY
-expect "json_schema: 48 answers"
+expect "json_schema: 54 answers"
 cat "$OUT"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"

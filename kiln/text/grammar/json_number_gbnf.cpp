@@ -1,6 +1,7 @@
 #include "kiln/text/grammar/json_number_gbnf.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -145,6 +146,115 @@ std::string bounded_number_gbnf(const NumberBounds& bounds) {
                      {"\"-\" ", std::max<int64_t>(-hi + hi_excl, 1), -lo - lo_excl, zero},
                      {"\"-\" ", -hi, -lo - 1, nonzero}},
                     "number", bounds);
+}
+
+namespace {
+
+constexpr int64_t kMaxMultipleUnits = 200;
+constexpr int kMaxMultiplePlaces = 6;
+
+// "0.25" -> {25, 2}; "5" -> {5, 0}; "1e-05" -> {1, 5}; "2.5E1" -> {25, 0}.
+std::pair<int64_t, int> decimal_units(const std::string& text) {
+  std::string digits;
+  int places = 0;
+  size_t i = 0;
+  for (bool fraction = false; i < text.size() && (std::isdigit(uint8_t(text[i])) || text[i] == '.'); ++i) {
+    if (text[i] == '.') fraction = true;
+    else digits += text[i], places += fraction;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) places -= std::stoi(text.substr(i + 1));
+  else KILN_CHECK(i == text.size(), "'", text, "' is not a positive number");
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  for (; places > 0 && !digits.empty() && digits.back() == '0'; --places) digits.pop_back();
+  for (; places < 0; ++places) digits += '0';
+  KILN_CHECK(!digits.empty(), "multipleOf must be above 0");
+  KILN_CHECK(places <= kMaxMultiplePlaces, "multipleOf ", text, " has more than ", kMaxMultiplePlaces,
+             " decimal places; Kiln does not support it");
+  KILN_CHECK(digits.size() <= 3 && std::stoll(digits) <= kMaxMultipleUnits, "multipleOf ", text, " is ", digits,
+             " units of its last decimal place; Kiln supports at most ", kMaxMultipleUnits);
+  return {std::stoll(digits), places};
+}
+
+}  // namespace
+
+MultipleOfRules multiple_of_gbnf(const std::string& multiple, bool integer) {
+  const std::pair<int64_t, int> units = decimal_units(multiple);
+  const int64_t p = units.first;
+  const int d = units.second;
+  const int fraction_digits = integer ? 0 : d;
+  // A state: remainder r of the digits so far; `integer_digits` of the
+  // integer part (1-16) and then, after the point, `fraction` digits (0-d).
+  struct State {
+    int64_t r;
+    int integer_digits, fraction;  // fraction -1: still in the integer part
+  };
+  std::vector<State> states;
+  auto index = [&](int64_t r, int integer_digits, int fraction) {
+    return fraction < 0 ? size_t(1 + (integer_digits - 1) * p + r)
+                        : size_t(1 + kMaxDigits * p + fraction * p + r);
+  };
+  states.resize(1 + size_t(kMaxDigits + fraction_digits + 1) * size_t(p));
+  for (int n = 1; n <= kMaxDigits; ++n)
+    for (int64_t r = 0; r < p; ++r) states[index(r, n, -1)] = {r, n, -1};
+  for (int j = 0; j <= fraction_digits; ++j)
+    for (int64_t r = 0; r < p; ++r) states[index(r, 0, j)] = {r, 0, j};
+  int64_t pow10[kMaxMultiplePlaces + 1] = {1};
+  for (int i = 1; i <= kMaxMultiplePlaces; ++i) pow10[i] = pow10[i - 1] * 10 % p;
+  // The number may end here: its digits, padded to d fraction digits, are a multiple of p.
+  auto accepts = [&](const State& s) {
+    if (s.fraction == 0) return false;  // a point needs a digit after it
+    return s.r * pow10[d - std::max(s.fraction, 0)] % p == 0;
+  };
+  // (digit class, next state) moves; "." to the fraction's first state.
+  auto moves = [&](const State& s) {
+    std::vector<std::pair<std::string, size_t>> out;
+    const bool more = s.fraction < 0 ? s.integer_digits < kMaxDigits : s.fraction < fraction_digits;
+    std::vector<std::string> by_target(static_cast<size_t>(p));
+    if (more)
+      for (int c = 0; c <= 9; ++c) by_target[size_t((10 * s.r + c) % p)] += char('0' + c);
+    for (int64_t t = 0; t < p; ++t)
+      if (!by_target[size_t(t)].empty())
+        out.emplace_back("[" + by_target[size_t(t)] + "]",
+                         s.fraction < 0 ? index(t, s.integer_digits + 1, -1) : index(t, 0, s.fraction + 1));
+    if (s.fraction < 0 && fraction_digits > 0) out.emplace_back("\".\"", index(s.r, 0, 0));
+    return out;
+  };
+  // Live: the number can still end from here. Every move goes to a later
+  // state in this order (more digits), so one backward pass decides it.
+  std::vector<char> live(states.size(), 0), terminal(states.size(), 0);
+  for (size_t i = states.size(); i-- > 1;) {
+    bool any = false;
+    for (const auto& [cls, next] : moves(states[i])) any = any || live[next];
+    live[i] = accepts(states[i]) || any;
+    terminal[i] = !any;
+  }
+  MultipleOfRules out;
+  std::vector<std::string> rule_of(states.size());  // "@k@", or "" for a state that can only end
+  auto body = [&](const State& s) {
+    std::vector<std::string> alternatives;
+    for (const auto& [cls, next] : moves(s))
+      if (live[next]) alternatives.push_back(then(cls, rule_of[next]));
+    std::string text = join(alternatives);
+    if (alternatives.size() == 1 && text.find(' ') != std::string::npos) text = "( " + text + " )";
+    return accepts(s) ? text + "?" : text;
+  };
+  out.bodies.emplace_back();
+  for (size_t i = 1; i < states.size(); ++i)
+    if (live[i] && !terminal[i]) {
+      (rule_of[i] = std::to_string(out.bodies.size())).insert(0, 1, '@') += '@';
+      out.bodies.emplace_back();
+    }
+  for (size_t i = 1, k = 1; i < states.size(); ++i)
+    if (live[i] && !terminal[i]) out.bodies[k++] = body(states[i]);
+  // The number: a sign, then "0" (a multiple of everything) or a first digit 1-9.
+  std::vector<std::string> first{then("\"0\"", fraction_digits > 0 ? "( \".\" " + rule_of[index(0, 0, 0)] + " )?" : "")};
+  std::vector<std::string> by_target(static_cast<size_t>(p));
+  for (int c = 1; c <= 9; ++c) by_target[size_t(c % p)] += char('0' + c);
+  for (int64_t t = 0; t < p; ++t)
+    if (!by_target[size_t(t)].empty() && live[index(t, 1, -1)])
+      first.push_back(then("[" + by_target[size_t(t)] + "]", rule_of[index(t, 1, -1)]));
+  out.bodies[0] = "\"-\"? " + join(first);
+  return out;
 }
 
 }  // namespace kiln::text

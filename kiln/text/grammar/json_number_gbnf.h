@@ -13,6 +13,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::text {
 
@@ -29,5 +30,19 @@ struct NumberBounds {
 // (numbers) a bound is not whole.
 std::string bounded_integer_gbnf(const NumberBounds& bounds);
 std::string bounded_number_gbnf(const NumberBounds& bounds);
+
+// multipleOf: the numbers (integers when `integer`) that are whole multiples
+// of `multiple` (its JSON text, m = p x 10^-d), as a finite automaton over
+// the digits: a state is the remainder modulo p of the digits so far read as
+// one whole number, with how many integer digits (at most 16, as
+// json-integer) or fraction digits (at most d: a multiple has no other
+// nonzero ones) it has read. Written without an exponent, with at most d
+// fraction digits: fewer spellings, the same values. Rule i's body names
+// rule k as "@k@"; rule 0 is the number. Throws kiln::Error for m <= 0, more
+// than 6 decimal places, or p above 200 (the grammar grows with p).
+struct MultipleOfRules {
+  std::vector<std::string> bodies;
+};
+MultipleOfRules multiple_of_gbnf(const std::string& multiple, bool integer);
 
 }  // namespace kiln::text

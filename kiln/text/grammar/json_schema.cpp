@@ -42,7 +42,7 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
 const std::set<std::string> kHandled = {"type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required",
                                         "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
                                         "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-                                        "exclusiveMinimum", "exclusiveMaximum", "allOf"};
+                                        "exclusiveMinimum", "exclusiveMaximum", "allOf", "multipleOf"};
 
 // String formats written exactly (dates valid in every year: February stops
 // at the 28th); any other format is an annotation, as JSON Schema's
@@ -141,6 +141,31 @@ class Compiler {
     return min == 0 ? "( " + all + " )?" : all;
   }
 
+  // A number that is a multiple of s["multipleOf"]: its automaton's rules
+  // (json_number_gbnf.h), each under a name of its own.
+  std::string multiple_of(const json& s, bool integer, const NumberBounds& bounds, const std::string& name,
+                          const std::string& where) {
+    if (bounds.lower || bounds.upper) refuse(where, "'multipleOf' with minimum or maximum is not supported");
+    if (!s["multipleOf"].is_number() || !(s["multipleOf"].get<double>() > 0))
+      refuse(where + "/multipleOf", "must be a number above 0");
+    MultipleOfRules rules;
+    try {
+      rules = multiple_of_gbnf(s["multipleOf"].dump(), integer);
+    } catch (const Error& e) {
+      refuse(where + "/multipleOf", e.what());
+    }
+    std::vector<std::string> names;
+    for (size_t i = 0; i < rules.bodies.size(); ++i) names.push_back(add_rule(name + "-m" + std::to_string(i), ""));
+    for (size_t i = 0; i < rules.bodies.size(); ++i) {
+      std::string& body = rules_[names[i]] = rules.bodies[i];
+      for (size_t at; (at = body.find('@')) != std::string::npos;) {
+        const size_t end = body.find('@', at + 1);
+        body.replace(at, end - at + 1, names[std::stoul(body.substr(at + 1, end - at - 1))]);
+      }
+    }
+    return names[0];
+  }
+
   // minimum/maximum and their exclusive forms (numbers; booleans beside
   // minimum/maximum in draft 4), the tighter bound where both are given.
   static NumberBounds number_bounds(const json& s, const std::string& where) {
@@ -210,7 +235,7 @@ class Compiler {
     if (!s.contains("type")) {
       if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") || !format.empty())
         refuse(where, "a string's keywords (pattern, format, minLength, maxLength) need \"type\": \"string\" beside them");
-      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
         if (s.contains(key))
           refuse(where, std::string("'") + key + "' needs \"type\": \"integer\" or \"number\" beside it");
       if (s.contains("properties") || s.contains("additionalProperties")) return object(s, name, where, depth);
@@ -259,6 +284,7 @@ class Compiler {
     }
     if (t == "number" || t == "integer") {
       const NumberBounds bounds = number_bounds(s, where);
+      if (s.contains("multipleOf")) return multiple_of(s, t == "integer", bounds, name, where);
       if (!bounds.lower && !bounds.upper) return t == "number" ? "json-number" : "json-integer";
       try {
         return add_rule(name, t == "number" ? bounded_number_gbnf(bounds) : bounded_integer_gbnf(bounds));

@@ -9,14 +9,14 @@
 // the values of other keys), arrays' prefixItems, items (a schema or
 // false), minItems and maxItems, strings' minLength, maxLength, pattern
 // (regex_gbnf.h) and the formats date, time, date-time and uuid, numbers'
-// and integers' minimum, maximum and their exclusive forms
-// (json_number_gbnf.h). Properties come in the schema's order (read it as
+// and integers' minimum, maximum and their exclusive forms, and multipleOf
+// without them (json_number_gbnf.h). Properties come in the schema's order (read it as
 // ordered_json), required ones first (as llama.cpp orders them); an object
 // with `properties` takes no other keys unless additionalProperties says
 // so. Annotations (title, description, default, examples, other formats...)
-// change nothing. Every other keyword that constrains (multipleOf,
-// uniqueItems, minProperties, not, if...) is refused by name rather than
-// silently ignored.
+// change nothing. Every other keyword that constrains (uniqueItems,
+// minProperties, not, if...) is refused by name rather than silently
+// ignored.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
