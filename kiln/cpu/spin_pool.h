@@ -10,7 +10,7 @@
 // loop ends in a barrier that waits for every thread of the team, including
 // one the kernel has descheduled.
 //
-// This pool's threads spin for 200 us after their last chunk, then sleep;
+// This pool's threads spin for 50 us after their last chunk, then sleep;
 // and a loop waits only for the chunks some thread has taken: a worker that
 // has not started by the time the caller has taken the last chunk is not
 // waited for (it finds nothing left). Chunks are taken one at a time, so
