@@ -1,7 +1,5 @@
 #include "kiln/cpu/few_rows_product.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -125,14 +123,7 @@ template <typename W>
 void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const W* w, int64_t ldw,
               float beta, float* c, int64_t ldc) {
   const Operands<W> p{M, K, alpha, a, lda, w, ldw, beta, c, ldc};
-  // Only a tiny matrix stays on one thread: decoding's small products run
-  // on one would leave the others idle long enough to fall asleep, and the
-  // next product would pay their wake-up (quantized_matmul.h).
-  const int threads = omp_in_parallel() || N * K < (int64_t(1) << 15) ? 1 : get_num_threads();
-  const int64_t chunk = std::max<int64_t>(16, (N + threads * 4 - 1) / (threads * 4));
-  if (threads == 1) return weight_rows(p, 0, N);
-  spin_parallel_for((N + chunk - 1) / chunk, threads,
-                    [&](int64_t i) { weight_rows(p, i * chunk, std::min(N, (i + 1) * chunk)); });
+  for_row_chunks(N, M * N * K, [&](int64_t n0, int64_t n1) { weight_rows(p, n0, n1); });
 }
 
 }  // namespace

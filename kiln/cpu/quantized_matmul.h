@@ -6,7 +6,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/core/quantized.h"
-#include "kiln/cpu/spin_pool.h"
+#include "kiln/cpu/spin_pool.h"  // for_row_chunks
 
 namespace kiln::cpu {
 
@@ -44,18 +44,5 @@ inline float sum_lanes(const float* a) {
   return (s0 + s2) + (s1 + s3);
 }
 
-// The weight rows [0, N) of a product in chunks over the threads (one thread
-// when `work`, M x N x K, is tiny): rows(n0, n1) for each chunk, so each
-// output is one thread's alone. Decoding's small products (a 192 x 576 key
-// projection) take the threads too: run on one, they leave the others idle
-// long enough to fall asleep, and the next product pays their wake-up
-// (SmolLM-135M's shape, Q4_0, 2 threads: 1.2x the tokens/s of a 256K-unit
-// threshold).
-template <typename Rows>
-void for_row_chunks(int64_t N, int64_t work, const Rows& rows) {
-  const int threads = work < (int64_t(1) << 15) ? 1 : get_num_threads();
-  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
-  spin_parallel_for((N + chunk - 1) / chunk, threads, [&](int64_t i) { rows(i * chunk, std::min(N, (i + 1) * chunk)); });
-}
 
 }  // namespace kiln::cpu
