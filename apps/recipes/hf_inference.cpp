@@ -4,6 +4,7 @@
 #include <limits>
 #include <list>
 #include <mutex>
+#include <span>
 
 #include "kiln/text/grammar/json_grammar.h"
 #include "kiln/text/grammar/matcher.h"
@@ -39,10 +40,14 @@ class HfCompletion final : public TextCompletion {
     if (o.grammar && o.grammar_trigger.empty()) matcher_.emplace(o.grammar);
   }
 
-  // Samples the next token from its logits.
-  void take(const std::vector<float>& logits) {
+  // Samples the next token from its logits (copied into buffers the
+  // completion keeps, so a step allocates nothing for them).
+  void take(std::span<const float> step_logits) {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
-    std::vector<float> row = logits;
+    logits_.assign(step_logits.begin(), step_logits.end());
+    const std::vector<float>& logits = logits_;
+    row_ = logits_;
+    std::vector<float>& row = row_;
     if (o_.ignore_eos)
       for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = kNever;
     if (matcher_) {
@@ -120,6 +125,7 @@ class HfCompletion final : public TextCompletion {
   std::shared_ptr<text::MaskCache> masks_;
   std::optional<text::GrammarMatcher> matcher_;
   std::vector<int32_t> kept_;
+  std::vector<float> logits_, row_;  // this step's logits, and those the sampler sees (masked)
   size_t trigger_search_from_ = 0;
   int64_t sampled_ = 0;
   int32_t last_ = -1;
@@ -202,7 +208,7 @@ class HfLanguageModelInference final : public InferenceModel {
     const size_t V = all.size() / started.size();
     std::vector<std::unique_ptr<PendingCompletion>> out;
     for (size_t b = 0; b < started.size(); ++b) {
-      started[b]->take(std::vector<float>(all.begin() + long(b * V), all.begin() + long((b + 1) * V)));
+      started[b]->take(std::span(all).subspan(b * V, V));
       out.push_back(std::move(started[b]));
     }
     return out;
@@ -224,7 +230,7 @@ class HfLanguageModelInference final : public InferenceModel {
     const std::vector<float> all = lm_.model->forward_decode(tokens, caches).to_vector<float>();
     const size_t V = all.size() / running.size();
     for (size_t b = 0; b < running.size(); ++b)
-      running[b]->take(std::vector<float>(all.begin() + long(b * V), all.begin() + long((b + 1) * V)));
+      running[b]->take(std::span(all).subspan(b * V, V));
   }
 
   PromptScores score_prompt(const std::string& prompt, const std::optional<std::vector<int32_t>>& given,

@@ -138,6 +138,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   auto job = std::make_shared<GenerationJob>();
   job->prompt = prompt;
   job->options = options;
+  job->streamed = fields.stream;
   if (!t.scheduler.submit(job))
     throw HttpError(503, "model '" + t.name + "' is at its queue limit (--max-queue); retry shortly");
   const std::string id = (shape.chat ? "chatcmpl-" : "cmpl-") + std::to_string(t.next_id++);

@@ -46,10 +46,11 @@ void GenerationScheduler::deliver(Running& r) {
   metrics_.tokens(model_, made - r.tokens_counted);
   r.tokens_counted = made;
   const auto& logprobs = r.completion->result().logprobs;
+  const bool streamed = r.job->streamed;
   {
     std::lock_guard<std::mutex> lock(r.job->mutex);
-    if (!piece.empty()) r.job->pieces.push_back(std::move(piece));
-    for (; r.logprobs_delivered < logprobs.size(); ++r.logprobs_delivered)
+    if (streamed && !piece.empty()) r.job->pieces.push_back(std::move(piece));
+    for (; streamed && r.logprobs_delivered < logprobs.size(); ++r.logprobs_delivered)
       r.job->token_logprobs.push_back(logprobs[r.logprobs_delivered]);
     r.job->started = true;
     if (finished) {
@@ -57,7 +58,7 @@ void GenerationScheduler::deliver(Running& r) {
       r.job->finished = true;
     }
   }
-  r.job->changed.notify_all();
+  if (streamed || finished) r.job->changed.notify_all();
 }
 
 namespace {

@@ -27,11 +27,16 @@ struct GenerationJob {
   recipes::CompletionOptions options;
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
   std::atomic<bool> cancelled{false};  // the client is gone or timed out: the scheduler drops it
+  // A stream takes each step's text as it comes; a plain answer only the
+  // result, so its handler is woken once, at the end, and not every step
+  // (on a machine with as many cores as decoding threads, a wake per token
+  // takes a core from the step).
+  bool streamed = false;
 
   std::mutex mutex;
   std::condition_variable changed;
   // Guarded by mutex:
-  std::deque<std::string> pieces;  // text made and not yet taken by the handler, a piece per step
+  std::deque<std::string> pieces;  // streamed: text made and not yet taken by the handler, a piece per step
   std::deque<recipes::TokenLogprob> token_logprobs;  // likewise, when the options ask for them
   bool started = false, finished = false;
   recipes::Completion result;  // once finished

@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/core/fast_exp.h"
 #include "kiln/core/tensor.h"
 #include "kiln/cpu/isa.h"
 
@@ -137,29 +138,6 @@ inline void check_cpu(const Tensor& t, const char* op) {
   KILN_CHECK(t.device().is_cpu(), op, ": expected a cpu tensor, got one on ", t.device().str());
 }
 
-// exp for f32 in plain arithmetic (Cephes' polynomial, ~1 ulp), so loops
-// that call it vectorise; libm's scalar expf/tanhf took a third of a GPT
-// training step. f64 (the gradient-check reference) keeps std::exp.
-// The clamp keeps 2^n representable; the selects after it (branch-free, so
-// the loop still vectorises) give NaN for NaN, 0 below the normal range
-// (and for -inf), and inf for +inf, as expf does: a clamp alone would turn
-// NaN and -inf into 1.17e-38 and hide a blow-up.
-inline float fast_exp(float x) {
-  float c = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
-  float n = std::floor(c * 1.44269504088896341f + 0.5f);
-  float g = c - n * 0.693359375f + n * 2.12194440e-4f;
-  float y = ((((1.9875691500E-4f * g + 1.3981999507E-3f) * g + 8.3334519073E-3f) * g + 4.1665795894E-2f) * g +
-             1.6666665459E-1f) * g + 5.0000001201E-1f;
-  y = y * g * g + g + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;  // 2^n
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  float r = y * scale;
-  r = x < -87.3365447504f ? 0.0f : r;
-  r = x == std::numeric_limits<float>::infinity() ? x : r;
-  return x != x ? x : r;
-}
-
 // max/min that return NaN when either operand is NaN (std::max returns its
 // first operand), as torch.maximum/amax do: a NaN must reach the loss.
 template <typename T>
@@ -170,7 +148,6 @@ template <typename T>
 inline T min_nan(T a, T b) {
   return (a != a || b != b) ? a + b : (a < b ? a : b);
 }
-inline double fast_exp(double x) { return std::exp(x); }
 
 // GPT-2's tanh approximation of GELU, 0.5 x (1 + tanh(u)) with
 // u = sqrt(2/pi) (x + 0.044715 x^3), and its derivative, written through

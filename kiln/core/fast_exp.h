@@ -1,0 +1,37 @@
+#pragma once
+// exp in plain arithmetic, for loops that must vectorise (kiln/cpu's
+// kernels, and sampling over a vocabulary).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace kiln {
+
+// exp for f32 in plain arithmetic (Cephes' polynomial, ~1 ulp), so loops
+// that call it vectorise; libm's scalar expf/tanhf took a third of a GPT
+// training step. f64 (the gradient-check reference) keeps std::exp.
+// The clamp keeps 2^n representable; the selects after it (branch-free, so
+// the loop still vectorises) give NaN for NaN, 0 below the normal range
+// (and for -inf), and inf for +inf, as expf does: a clamp alone would turn
+// NaN and -inf into 1.17e-38 and hide a blow-up.
+inline float fast_exp(float x) {
+  float c = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
+  float n = std::floor(c * 1.44269504088896341f + 0.5f);
+  float g = c - n * 0.693359375f + n * 2.12194440e-4f;
+  float y = ((((1.9875691500E-4f * g + 1.3981999507E-3f) * g + 8.3334519073E-3f) * g + 4.1665795894E-2f) * g +
+             1.6666665459E-1f) * g + 5.0000001201E-1f;
+  y = y * g * g + g + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;  // 2^n
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  float r = y * scale;
+  r = x < -87.3365447504f ? 0.0f : r;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  return x != x ? x : r;
+}
+
+inline double fast_exp(double x) { return std::exp(x); }
+
+}  // namespace kiln
