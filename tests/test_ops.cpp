@@ -66,12 +66,32 @@ std::vector<OpCase> reduction_and_shape_cases() {
   };
 }
 
+// A fixed cos- or sin-like table [T, R] (each of R / 2 values twice, as
+// cat(freqs, freqs)) in x's dtype on x's device, taking no gradient.
+Tensor rope_table(int64_t T, int64_t R, double phase, const Tensor& like) {
+  std::vector<double> v;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < R; ++i) v.push_back(std::cos(phase + 0.7 * double(t + 1) * double(i % (R / 2) + 1)));
+  return to_dtype(Tensor::from_vector(v, {T, R}), like.dtype()).to(like.device());
+}
+
 std::vector<OpCase> nn_cases() {
   return {
       {"softmax_last", [](auto& x) { return softmax(x[0], -1); }, {{3, 7}}},
       {"softmax_dim0", [](auto& x) { return softmax(x[0], 0); }, {{4, 3}}},
       {"log_softmax", [](auto& x) { return log_softmax(x[0], -1); }, {{3, 7}}},
       {"layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); }, {{2, 3, 6}, {6}, {6}}},
+      {"rms_norm", [](auto& x) { return rms_norm(x[0], x[1], 1e-5); }, {{2, 3, 6}, {6}}},
+      {"rms_norm_plus_one", [](auto& x) { return rms_norm(x[0], x[1], 1e-6, true); }, {{4, 5}, {5}}},
+      // Tables as Llama passes them: [T, R] shared by every head, and a row's own [B, 1, 1, R]; R < D rotates part.
+      {"rotary", [](auto& x) { return rotary(x[0], rope_table(3, 4, 0.0, x[0]), rope_table(3, 4, 1.0, x[0])); },
+       {{2, 2, 3, 6}}},
+      {"rotary_per_row",
+       [](auto& x) {
+         return rotary(x[0], reshape(rope_table(2, 4, 0.5, x[0]), {2, 1, 1, 4}),
+                       reshape(rope_table(2, 4, 1.5, x[0]), {2, 1, 1, 4}));
+       },
+       {{2, 3, 1, 4}}},
       {"conv2d", [](auto& x) { return conv2d(x[0], x[1], x[2], 1, 1); }, {{2, 2, 5, 5}, {3, 2, 3, 3}, {3}}},
       {"conv2d_stride2", [](auto& x) { return conv2d(x[0], x[1], Tensor(), 2, 0); }, {{1, 3, 7, 6}, {2, 3, 3, 2}}},
       {"max_pool2d", [](auto& x) { return max_pool2d(x[0], 2); }, {{2, 2, 4, 6}}},

@@ -107,6 +107,16 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 // The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
 int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// RMSNorm over the last dim (Llama's; plus_one: Gemma's, scaling by 1 +
+// weight), computed as transformers computes it (backend.h): x and weight of
+// one dtype; a model whose activations and norm weights differ in dtype
+// (autocast) composes the norm of elementwise ops instead.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, bool plus_one = false);
+// Rotary position embedding, x * cos + rotate_half(x) * sin over the first
+// cos.size(-1) dims of x [..., D] (the rest pass through), in one pass:
+// cos and sin broadcast against x's leading dims and take no gradient; mixed
+// float dtypes promote to the wider one.
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // padding_idx (PyTorch's nn.Embedding's): that row's gradient stays zero.
 Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t> padding_idx = std::nullopt);
 // Quantized weights (kiln/core/quantized.h, ops_quantized.cpp): x [..., K]

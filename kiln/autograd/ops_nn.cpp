@@ -135,6 +135,63 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   return out;
 }
 
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps, bool plus_one) {
+  const int64_t C = x_in.dim() > 0 ? x_in.size(-1) : 0, N = x_in.numel() / std::max<int64_t>(C, 1);
+  KILN_CHECK(weight.numel() == C, "rms_norm: weight must have ", C, " elements, got ", weight.numel());
+  detail::check_same_device(x_in, weight, "rms_norm");
+  detail::check_same_dtype(x_in, weight, "rms_norm");
+  Tensor x = reshape(contiguous(x_in), {N, C}).detach();
+  Tensor y = new_tensor({N, C}, x.dtype(), x.device());
+  Tensor rstd = new_tensor({N}, stats_dtype(x), x.device());
+  backend_of(x).rms_norm(x, contiguous(weight).detach(), float(eps), plus_one, y, rstd);
+  Tensor out = y.as_strided(x_in.shape(), contiguous_strides(x_in.shape()), 0);
+  record(out, "RmsNormBackward", {&x_in, &weight},
+         [x, w = saved(weight), rstd, plus_one, shape = x_in.shape()](const Tensor& g) {
+           // In the compute dtype, from the saved rstd: normed = x * rstd,
+           // gn = g * weight (1 + weight), dx = rstd * (gn - normed * mean(gn * normed)),
+           // dweight = the rows' sum of g * normed.
+           const DType compute = rstd.dtype();
+           const Tensor r = unsqueeze(rstd, -1), normed = to_dtype(x, compute) * r;
+           const Tensor g_rows = to_dtype(reshape(g, x.shape()), compute), w_compute = to_dtype(w, compute);
+           const Tensor gn = g_rows * (plus_one ? add_scalar(w_compute, 1) : w_compute);
+           const Tensor dx = r * (gn - normed * mean(gn * normed, {-1}, true));
+           return std::vector<Tensor>{reshape(to_dtype(dx, x.dtype()), shape),
+                                      to_dtype(sum(g_rows * normed, {0}), w.dtype())};
+         });
+  return out;
+}
+
+Tensor rotary(const Tensor& x_in, const Tensor& cos, const Tensor& sin) {
+  KILN_CHECK(x_in.dim() >= 1 && cos.dim() >= 1 && cos.dim() <= x_in.dim() && sin.shape() == cos.shape(),
+             "rotary: cos ", shape_str(cos.shape()), " and sin ", shape_str(sin.shape()),
+             " must be one shape, broadcasting against x ", shape_str(x_in.shape()));
+  KILN_CHECK(!cos.requires_grad() && !sin.requires_grad(), "rotary: cos and sin take no gradient; detach them");
+  // Mixed float dtypes promote to the wider one, as the unfused products do (autocast's bf16 q against f32 tables).
+  if (amp::needs_promotion(x_in, cos) || amp::needs_promotion(x_in, sin))
+    return rotary(amp::promote(amp::promote(x_in, cos), sin), amp::promote(amp::promote(cos, x_in), sin),
+                  amp::promote(amp::promote(sin, x_in), cos));
+  detail::check_same_device(x_in, cos, "rotary");
+  detail::check_same_dtype(x_in, cos, "rotary");
+  detail::check_same_dtype(x_in, sin, "rotary");
+  Shape tables = x_in.shape();
+  tables.back() = cos.size(-1);
+  const Tensor c = detail::broadcast_view(cos.detach(), tables), s = detail::broadcast_view(sin.detach(), tables);
+  Tensor x = contiguous(x_in).detach();
+  Tensor y = new_tensor(x.shape(), x.dtype(), x.device());
+  backend_of(x).rotary(x, c, s, y);
+  record(y, "RotaryBackward", {&x_in}, [c, s](const Tensor& g) {
+    // y is linear in x; its transpose rotates by cos and by sin with its
+    // halves swapped and negated.
+    const int64_t R = s.size(-1);
+    const Tensor back_sin = cat({neg(slice(s, -1, R / 2, R)), neg(slice(s, -1, 0, R / 2))}, -1);
+    const Tensor gc = contiguous(g);
+    Tensor dx = new_tensor(gc.shape(), gc.dtype(), gc.device());
+    backend_of(gc).rotary(gc, c, back_sin, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& ids_in, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be [vocab, dim], got ", shape_str(weight.shape()));
   detail::check_same_device(weight, ids_in, "embedding");

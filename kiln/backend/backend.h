@@ -143,6 +143,21 @@ class Backend {
   // Writes (does not accumulate) dx, dweight, dbias.
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) = 0;
+  // RMSNorm (Llama's, Gemma's): x [N, C] and weight [C] of one dtype, y
+  // like x; rstd [N] f32 (f64 for f64) = 1 / sqrt(mean(x^2) + eps), summed
+  // in f32 or wider. y = round(round(x * rstd) * weight), rounded to x's
+  // dtype where transformers' Llama rounds (the normed row cast to the
+  // weight's dtype, then the product); plus_one (Gemma, whose weight
+  // starts at 0): y = round(x * rstd * (1 + weight)).
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) = 0;
+  // Rotary position embedding (transformers' x * cos + rotate_half(x) * sin)
+  // of the first R = cos.size(-1) dims of each row of x [..., D], R even:
+  // y[j] = x[j] cos[j] - x[j + R/2] sin[j] for j < R/2,
+  // y[j] = x[j] cos[j] + x[j - R/2] sin[j] for R/2 <= j < R, y[j] = x[j]
+  // past R. x and y contiguous; cos and sin of x's leading shape and width
+  // R, rows contiguous, any strides before (0 where a table is shared);
+  // one dtype, each product and the sum rounded to it as the unfused ops round.
+  virtual void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
 
   // ---- nn
   // weight [V, C], ids [...] -> out [..., C]. Out-of-range ids throw.

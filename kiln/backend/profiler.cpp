@@ -93,6 +93,12 @@ class ProfilingBackend final : public Backend {
                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override {
     timed("layernorm_backward", {&x}, [&] { inner_.layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias); });
   }
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) override {
+    timed("rms_norm", {&x}, [&] { inner_.rms_norm(x, weight, eps, plus_one, y, rstd); });
+  }
+  void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
+    timed("rotary", {&x}, [&] { inner_.rotary(x, cos, sin, y); });
+  }
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override {
     timed("embedding", {&weight, &ids}, [&] { inner_.embedding(weight, ids, out); });
   }

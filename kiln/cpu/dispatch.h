@@ -122,6 +122,29 @@ void dispatch_float(DType t, const char* op, F&& f) {
   KILN_FAIL(op, " on cpu supports f32 and f64, got ", dtype_name(t), "; cast with .to(DType::f32) first");
 }
 
+// Kernels that take bf16/f16 storage directly (not staged in f32) compute
+// in ComputeOf<T> (f32, f64 for f64) and round with rounded<T> where the
+// unfused ops they replace round each result to T.
+template <typename T>
+using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+inline ComputeOf<T> rounded(ComputeOf<T> v) {
+  return ComputeOf<T>(to_double(from_double<T>(double(v))));
+}
+// A tensor's elements as T, the storage types included (Tensor::data<T>
+// knows the C++ types of dtypes alone).
+template <typename T>
+inline T* stored(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+template <typename F>
+void dispatch_compute(DType t, const char* op, F&& f) {
+  if (t == DType::bf16) return f.template operator()<bf16_t>();
+  if (t == DType::f16) return f.template operator()<f16_t>();
+  if (t == DType::f32 || t == DType::f64) return dispatch_float(t, op, f);
+  KILN_FAIL(op, " takes f32, f64, bf16 or f16, got ", dtype_name(t));
+}
+
 // Reads integer indices (i32 or i64) as int64.
 inline int64_t load_index(const Tensor& ids, int64_t i) {
   if (ids.dtype() == DType::i32) return static_cast<const int32_t*>(ids.data_ptr())[i];

@@ -1,4 +1,5 @@
-// LayerNorm over the last dim of x [N, C], forward and fused backward.
+// LayerNorm over the last dim of x [N, C], forward and fused backward; and
+// RMSNorm's forward (its backward is composed of ops, kiln/autograd/ops_nn.cpp).
 //
 // Forward saves mean and rstd = 1/sqrt(var + eps) (biased variance, as
 // PyTorch) so backward need not recompute the statistics. Statistics use two
@@ -114,7 +115,49 @@ void layernorm_input_grad(const T* g, const T* xp, const T* w, const T* mp, cons
   });
 }
 
+// RMSNorm's rows in T's compute type A (f32, f64 for f64), rounded to T
+// where transformers rounds (backend.h).
+template <typename T>
+void rms_norm_rows(const T* x, const T* w, T* y, ComputeOf<T>* rstd, double eps, bool plus_one, int64_t N, int64_t C) {
+  using A = ComputeOf<T>;
+  for_chunks_if(N, N > 1 && N * C > kParallelElements, [&](int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const T* xr = x + n * C;
+      double squares = 0.0;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t c = 0; c < C; ++c) squares += to_double(xr[c]) * to_double(xr[c]);
+      const A r = A(1.0 / std::sqrt(squares / double(C) + eps));
+      rstd[n] = r;
+      T* yr = y + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const A normed = A(to_double(xr[c])) * r, weight = A(to_double(w[c]));
+        yr[c] = plus_one ? from_double<T>(normed * (1 + weight)) : from_double<T>(rounded<T>(normed) * weight);
+      }
+    }
+  });
+}
+
 }  // namespace
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) {
+  const char* op = "rms_norm";
+  check_cpu(x, op);
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, op, ": x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  KILN_CHECK(C > 0 || N == 0, op, ": x ", shape_str(x.shape()), " has no columns to normalise");
+  check_param(op, weight, "weight", x, {C});
+  check_param(op, y, "y", x, x.shape());
+  check_cpu(rstd, op);
+  check_contiguous(rstd, op, "rstd");
+  const DType stats = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  KILN_CHECK(rstd.shape() == Shape{N} && rstd.dtype() == stats, op, ": rstd must be ", dtype_name(stats), " [", N,
+             "], got ", dtype_name(rstd.dtype()), " ", shape_str(rstd.shape()));
+  dispatch_compute(x.dtype(), op, [&]<typename T>() {
+    rms_norm_rows(stored<const T>(x), stored<const T>(weight), stored<T>(y), rstd.data<ComputeOf<T>>(), double(eps),
+                  plus_one, N, C);
+  });
+}
 
 void CpuBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                            Tensor& mean, Tensor& rstd) {

@@ -1,4 +1,5 @@
-// LayerNorm over the last dim, forward and backward (x [N, C] contiguous).
+// LayerNorm over the last dim, forward and backward (x [N, C] contiguous);
+// RMSNorm's forward (its backward is composed of ops: kiln/autograd/ops_nn.cpp).
 //
 //  forward   mean = sum(x)/C, var = sum((x-mean)^2)/C (biased, two-pass),
 //            rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b;
@@ -51,6 +52,26 @@ __global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, Acc<T
     mean[slot.row] = mu;
     rstd[slot.row] = r;
   }
+}
+
+// RMSNorm (backend.h): a row's sum of squares, then y rounded as transformers rounds.
+template <typename T, int GROUP>
+__global__ void rms_norm_kernel(const T* x, const T* w, T* y, Acc<T>* rstd, int64_t rows, int64_t C, float eps,
+                                bool plus_one) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  RowSlot<GROUP> slot;
+  if (slot.row >= rows) return;
+  const T* xr = x + slot.row * C;
+  A squares = 0;
+  for (int64_t j = slot.lane; j < C; j += GROUP) squares += to_acc(xr[j]) * to_acc(xr[j]);
+  const A r = A(1) / sqrt_acc(group_sum<GROUP>(squares, scratch) / A(C) + A(eps));
+  T* yr = y + slot.row * C;
+  for (int64_t j = slot.lane; j < C; j += GROUP) {
+    const A normed = to_acc(xr[j]) * r, weight = to_acc(w[j]);
+    yr[j] = plus_one ? from_acc<T>(normed * (A(1) + weight)) : from_acc<T>(to_acc(from_acc<T>(normed)) * weight);
+  }
+  if (slot.lane == 0) rstd[slot.row] = r;
 }
 
 template <typename T, int GROUP>
@@ -355,6 +376,36 @@ void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor&
     else
       layernorm_kernel<T, 256>
           <<<unsigned(N), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<T>(y), ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+  });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) {
+  const char* op = "rms_norm";
+  check_cuda(x, op, "x");
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, "rms_norm: x must be [N, C], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  KILN_CHECK(weight.defined(), "rms_norm: a weight is needed");
+  check_param(weight, x, C, op, "weight");
+  check_cuda(y, op, "y");
+  check_contiguous(y, op, "y");
+  check_shape(y, x.shape(), op, "y");
+  check_dtype(y, x.dtype(), op, "y");
+  check_stats(rstd, x, N, op, "rstd");
+  if (N == 0) return;
+  KILN_CHECK(C > 0, "rms_norm: rows are empty (C = 0)");
+  const int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_for(dev);
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using A = Acc<T>;
+    if (C <= 1024)
+      rms_norm_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(
+          ptr<const T>(x), ptr<const T>(weight), ptr<T>(y), ptr<A>(rstd), N, C, eps, plus_one);
+    else
+      rms_norm_kernel<T, 256><<<unsigned(N), 256, 0, stream>>>(ptr<const T>(x), ptr<const T>(weight), ptr<T>(y),
+                                                               ptr<A>(rstd), N, C, eps, plus_one);
   });
   KILN_CUDA_CHECK_LAUNCH();
 }

@@ -10,12 +10,6 @@ using namespace kiln::nn;
 
 namespace {
 
-// [..., D] -> [..., D]: the halves swapped, the second negated (transformers' rotate_half).
-Tensor rotate_half(const Tensor& x) {
-  const int64_t D = x.size(-1);
-  return cat({neg(slice(x, -1, D / 2, D)), slice(x, -1, 0, D / 2)}, -1);
-}
-
 // cos and sin [T, D] of positions [0, T) at base `theta` (each frequency twice, as cat(freqs, freqs)).
 std::pair<Tensor, Tensor> rotation(int64_t T, int64_t D, double theta, Device device) {
   std::vector<float> inverse(size_t(D / 2)), cos_v(size_t(T * D)), sin_v(cos_v.size());
@@ -56,7 +50,7 @@ class ModernBertLayer : public Module {
     };
     const Tensor q = heads(0), k = heads(1), v = heads(2);
     const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
-    const Tensor q_r = q * cos_x + rotate_half(q) * sin_x, k_r = k * cos_x + rotate_half(k) * sin_x;
+    const Tensor q_r = rotary(q, cos_x, sin_x), k_r = rotary(k, cos_x, sin_x);
     const Tensor a = attention_written_out(q_r, k_r, v, bias, probs_dropout.get());
     const Tensor h = x + out_dropout->forward(attn_Wo->forward(reshape(transpose(a, 1, 2), {B, T, C})));
     const Tensor in_gate = Wi->forward(mlp_norm->forward(h));

@@ -1,7 +1,8 @@
-// CUDA vs CPU: softmax, cross-entropy, layernorm, embedding, dropout and the
-// optimizer steps, forward and backward.
+// CUDA vs CPU: softmax, cross-entropy, layernorm, rms_norm, rotary,
+// embedding, dropout and the optimizer steps, forward and backward.
 #include <limits>
 
+#include "kiln/autograd/ops.h"
 #include "kiln/core/philox.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -157,6 +158,52 @@ TEST(CudaBackendLayerNorm, ForwardAndBackwardMatchTheCpu) {
       gpu().layernorm_backward(dy_then_dx, xd, none, mean, rstd, dy_then_dx, none, db2);
       expect_close(dy_then_dx, dx2_ref, tol, what + " dx over dy, no weight");
       expect_close(db2, db2_ref, sums, what + " dbias alone");
+    }
+  }
+}
+
+TEST(CudaBackendRmsNorm, MatchesTheCpuInEveryDtype) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  // The CPU computes bf16/f16 rows directly, rounding where the GPU rounds.
+  for (const Shape& shape : {Shape{13, 37}, Shape{1, 576}, Shape{9, 2048}, Shape{1000, 64}}) {
+    for (DType t : kFloatDtypes) {
+      for (bool plus_one : {false, true}) {
+        const DType st = t == DType::f64 ? DType::f64 : DType::f32;
+        const int64_t N = shape[0], C = shape[1];
+        Tensor x = host_random(shape, t, 50, -2, 3), w = host_random({C}, t, 51, 0.5, 1.5);
+        const std::string what = std::string("rms_norm ") + dtype_name(t) + " " + shape_str(shape) +
+                                 (plus_one ? " plus one" : "");
+        Tensor y_ref = cpu_empty(shape, t), rstd_ref = cpu_empty({N}, st);
+        cpu().rms_norm(x, w, 1e-6f, plus_one, y_ref, rstd_ref);
+        Tensor y = gpu_poisoned(shape, t), rstd = gpu_poisoned({N}, st);
+        gpu().rms_norm(to_gpu(x), to_gpu(w), 1e-6f, plus_one, y, rstd);
+        Tol tol = tol_for(t);
+        if (t == DType::f32) tol = {1e-5, 1e-5};  // f32 sums on the GPU, f64 on the CPU
+        expect_close(y, y_ref, tol, what + " y");
+        expect_close(rstd, rstd_ref, t == DType::f64 ? tol : Tol{1e-5, 1e-5}, what + " rstd");
+      }
+    }
+  }
+}
+
+TEST(CudaBackendRotary, GivesTheCpusBitsWithSharedAndPerRowTables) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const int64_t B = 2, H = 3, T = 5, D = 10;
+  for (DType t : kFloatDtypes) {
+    for (int64_t R : {D, int64_t(6)}) {
+      Tensor x = host_random({B, H, T, D}, t, 60, -3, 3);
+      // [T, R] shared by every head and row (strides 0), and [B, 1, T, R] per row.
+      for (const Shape& table : {Shape{1, 1, T, R}, Shape{B, 1, T, R}}) {
+        Tensor c = host_random(table, t, 61), s = host_random(table, t, 62);
+        const std::string what = std::string("rotary ") + dtype_name(t) + " R " + std::to_string(R) + " table " +
+                                 shape_str(table);
+        const Shape wide{B, H, T, R};
+        Tensor y_ref = cpu_empty(x.shape(), t);
+        cpu().rotary(x, kiln::expand(c, wide), kiln::expand(s, wide), y_ref);
+        Tensor y = gpu_poisoned(x.shape(), t);
+        gpu().rotary(to_gpu(x), kiln::expand(to_gpu(c), wide), kiln::expand(to_gpu(s), wide), y);
+        expect_equal(y, y_ref, what);  // each product and the sum rounded once, on both
+      }
     }
   }
 }
