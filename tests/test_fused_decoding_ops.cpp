@@ -1,6 +1,6 @@
-// The fused ops of a Llama layer's decoding step: rotary (RoPE) and
-// rms_norm, each against the unfused steps transformers writes, in every
-// float dtype. Their gradients are checked with the other ops (test_ops.cpp).
+// The fused ops of a Llama layer's decoding step: rotary (RoPE), rms_norm
+// and silu_mul (SwiGLU), each against the unfused steps transformers
+// writes, in every float dtype. Their gradients are checked with the other ops (test_ops.cpp).
 #include <cmath>
 
 #include "op_test_util.h"
@@ -62,6 +62,23 @@ TEST(FusedDecodingOps, RotaryRefusesTablesThatDoNotFit) {
   EXPECT_THROW(rotary(x, random_tensor({3, 6}, 11, DType::f32), random_tensor({3, 6}, 12, DType::f32)), Error);  // wide
   EXPECT_THROW(rotary(x, random_tensor({4, 4}, 11, DType::f32), random_tensor({4, 4}, 12, DType::f32)), Error);  // T
   EXPECT_THROW(rotary(x, random_tensor({3, 4}, 11, DType::f32), random_tensor({3, 2}, 12, DType::f32)), Error);
+}
+
+TEST(FusedDecodingOps, SiluMulGivesTheUnfusedOpsBitsInEveryDtype) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // A fused gate_up projection's halves (Phi-3): strided views, as the MLP slices them.
+    const Tensor gate_up = to_dtype(random_tensor({3, 7, 2 * 96}, 20, DType::f32, -6, 6), dtype);
+    const Tensor gate = slice(gate_up, -1, 0, 96), up = slice(gate_up, -1, 96, 192);
+    EXPECT_EQ(values(silu_mul(gate, up)), values(gate * sigmoid(gate) * up));
+  }
+  // Mixed dtypes: SiLU in the gate's dtype, then the promoting product.
+  const Tensor gate = to_dtype(random_tensor({4, 8}, 21, DType::f32, -3, 3), DType::bf16);
+  const Tensor up = random_tensor({4, 8}, 22, DType::f32);
+  const Tensor fused = silu_mul(gate, up);
+  EXPECT_EQ(fused.dtype(), DType::f32);
+  EXPECT_EQ(values(fused), values(to_dtype(gate * sigmoid(gate), DType::f32) * up));
+  EXPECT_THROW(silu_mul(up, random_tensor({4, 7}, 23, DType::f32)), Error);
 }
 
 // transformers' LlamaRMSNorm (plus_one: GemmaRMSNorm) step by step: in f32,

@@ -81,6 +81,7 @@ std::vector<OpCase> nn_cases() {
       {"softmax_dim0", [](auto& x) { return softmax(x[0], 0); }, {{4, 3}}},
       {"log_softmax", [](auto& x) { return log_softmax(x[0], -1); }, {{3, 7}}},
       {"layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); }, {{2, 3, 6}, {6}, {6}}},
+      {"silu_mul", [](auto& x) { return silu_mul(x[0], x[1]); }, {{3, 5}, {3, 5}}, -3.0, 3.0},
       {"rms_norm", [](auto& x) { return rms_norm(x[0], x[1], 1e-5); }, {{2, 3, 6}, {6}}},
       {"rms_norm_plus_one", [](auto& x) { return rms_norm(x[0], x[1], 1e-6, true); }, {{4, 5}, {5}}},
       // Tables as Llama passes them: [T, R] shared by every head, and a row's own [B, 1, 1, R]; R < D rotates part.

@@ -117,6 +117,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, bool plus_one
 // cos and sin broadcast against x's leading dims and take no gradient; mixed
 // float dtypes promote to the wider one.
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// SwiGLU's product silu(gate) * up = gate * sigmoid(gate) * up in one pass,
+// with the bits of the three ops it replaces (mixed dtypes run those ops).
+Tensor silu_mul(const Tensor& gate, const Tensor& up);
 // padding_idx (PyTorch's nn.Embedding's): that row's gradient stays zero.
 Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t> padding_idx = std::nullopt);
 // Quantized weights (kiln/core/quantized.h, ops_quantized.cpp): x [..., K]

@@ -192,6 +192,24 @@ Tensor rotary(const Tensor& x_in, const Tensor& cos, const Tensor& sin) {
   return y;
 }
 
+Tensor silu_mul(const Tensor& gate_in, const Tensor& up_in) {
+  // Mixed dtypes: SiLU in the gate's dtype, then the promoting product, as the unfused ops go.
+  if (gate_in.dtype() != up_in.dtype()) return gate_in * sigmoid(gate_in) * up_in;
+  KILN_CHECK(gate_in.shape() == up_in.shape(), "silu_mul: gate ", shape_str(gate_in.shape()), " and up ",
+             shape_str(up_in.shape()), " must be one shape");
+  detail::check_same_device(gate_in, up_in, "silu_mul");
+  const Tensor gate = contiguous(gate_in).detach(), up = contiguous(up_in).detach();
+  Tensor out = new_tensor(gate.shape(), gate.dtype(), gate.device());
+  backend_of(gate).silu_mul(gate, up, out);
+  record(out, "SiluMulBackward", {&gate_in, &up_in}, [gate, up](const Tensor& g) {
+    // d up = g silu(gate); d gate = g up silu'(gate), silu' = s + silu (1 - s).
+    const Tensor s = sigmoid(gate), silu = gate * s;
+    const Tensor slope = s + silu * add_scalar(neg(s), 1);
+    return std::vector<Tensor>{g * up * slope, g * silu};
+  });
+  return out;
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& ids_in, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be [vocab, dim], got ", shape_str(weight.shape()));
   detail::check_same_device(weight, ids_in, "embedding");

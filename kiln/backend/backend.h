@@ -158,6 +158,11 @@ class Backend {
   // R, rows contiguous, any strides before (0 where a table is shared);
   // one dtype, each product and the sum rounded to it as the unfused ops round.
   virtual void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
+  // SwiGLU's product silu(gate) * up = gate * sigmoid(gate) * up: gate, up
+  // and out contiguous, of one shape and dtype; the sigmoid, its product
+  // with gate and the product with up each rounded to the dtype, as the
+  // unfused ops round them.
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
 
   // ---- nn
   // weight [V, C], ids [...] -> out [..., C]. Out-of-range ids throw.

@@ -99,6 +99,9 @@ class ProfilingBackend final : public Backend {
   void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
     timed("rotary", {&x}, [&] { inner_.rotary(x, cos, sin, y); });
   }
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    timed("silu_mul", {&gate}, [&] { inner_.silu_mul(gate, up, out); });
+  }
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override {
     timed("embedding", {&weight, &ids}, [&] { inner_.embedding(weight, ids, out); });
   }

@@ -4,7 +4,7 @@
 // order per output element, so results do not depend on the thread count.
 //
 // One op family per file: elementwise.cpp, reduce.cpp, matmul.cpp,
-// softmax.cpp, cross_entropy.cpp, layernorm.cpp (and RMSNorm), rotary.cpp, embedding.cpp, conv2d.cpp,
+// softmax.cpp, cross_entropy.cpp, layernorm.cpp (and RMSNorm), rotary.cpp, silu_mul.cpp, embedding.cpp, conv2d.cpp,
 // maxpool2d.cpp, dropout.cpp, attention.cpp, optimizers.cpp, quantized_matmul.cpp.
 #pragma once
 #include "kiln/backend/backend.h"
@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) override;
   void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,

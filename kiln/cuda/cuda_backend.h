@@ -1,7 +1,7 @@
 // The CUDA backend. One op family per file, each with its kernels and the
 // member function that launches them: copy.cu, elementwise.cu, reduce.cu,
 // matmul.cpp (+ matmul_epilogue.cu), softmax.cu, cross_entropy.cu,
-// layernorm.cu (and RMSNorm), rotary.cu, embedding.cu, conv2d.cpp (+ im2col.cu), maxpool2d.cu,
+// layernorm.cu (and RMSNorm), rotary.cu, silu_mul.cu, embedding.cu, conv2d.cpp (+ im2col.cu), maxpool2d.cu,
 // dropout.cu, attention.cu, attention_backward.cu, optimizers.cu.
 // Device state, streams and the allocator: cuda_backend.cpp, allocator.cpp.
 //
@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) override;
   void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override;
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const Conv2dArgs& args) override;

@@ -56,9 +56,10 @@ class MetaBackend final : public Backend {
                  Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
-  // Written in place, with no staging (kiln/cpu/rms_norm.cpp, rotary.cpp).
+  // Written in place, with no staging (kiln/cpu/layernorm.cpp, rotary.cpp, silu_mul.cpp).
   void rms_norm(const Tensor&, const Tensor&, float, bool, Tensor&, Tensor&) override {}
   void rotary(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {}
+  void silu_mul(const Tensor&, const Tensor&, Tensor&) override {}
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   // The CPU's work on per-thread scratch outside the allocator.
   void quantized_matmul(const Tensor&, const QuantizedMatrix&, Tensor&) override {}

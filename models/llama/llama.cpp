@@ -136,11 +136,17 @@ class LlamaLayer : public Module {
  private:
   Tensor mlp(const Tensor& n) const {
     if (moe) return moe->forward(n);
-    auto act = [&](const Tensor& gate) { return c_.activation == LlamaConfig::Activation::silu ? silu(gate) : gelu(gate); };
-    if (!c_.fused_projections) return down_proj->forward(act(gate_proj->forward(n)) * up_proj->forward(n));
-    const Tensor gate_up = gate_up_proj->forward(n);
-    const int64_t I = c_.intermediate_size;
-    return down_proj->forward(act(slice(gate_up, -1, 0, I)) * slice(gate_up, -1, I, 2 * I));
+    Tensor gate, up;
+    if (c_.fused_projections) {
+      const Tensor gate_up = gate_up_proj->forward(n);
+      const int64_t I = c_.intermediate_size;
+      gate = slice(gate_up, -1, 0, I), up = slice(gate_up, -1, I, 2 * I);
+    } else {
+      gate = gate_proj->forward(n), up = up_proj->forward(n);
+    }
+    // SwiGLU in one pass (three ops, the bits the same); Gemma's GeGLU op by op.
+    if (c_.activation == LlamaConfig::Activation::silu) return down_proj->forward(silu_mul(gate, up));
+    return down_proj->forward(gelu(gate) * up);
   }
   // A sub-layer's output as its residual add takes it (Granite scales it, Phi-3 drops some of it).
   Tensor residual(const Tensor& t) const {

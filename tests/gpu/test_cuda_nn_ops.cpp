@@ -1,4 +1,4 @@
-// CUDA vs CPU: softmax, cross-entropy, layernorm, rms_norm, rotary,
+// CUDA vs CPU: softmax, cross-entropy, layernorm, rms_norm, rotary, silu_mul,
 // embedding, dropout and the optimizer steps, forward and backward.
 #include <limits>
 
@@ -204,6 +204,21 @@ TEST(CudaBackendRotary, GivesTheCpusBitsWithSharedAndPerRowTables) {
         gpu().rotary(to_gpu(x), kiln::expand(to_gpu(c), wide), kiln::expand(to_gpu(s), wide), y);
         expect_equal(y, y_ref, what);  // each product and the sum rounded once, on both
       }
+    }
+  }
+}
+
+TEST(CudaBackendSiluMul, MatchesTheCpuInEveryDtype) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  for (const Shape& shape : {Shape{1, 1536}, Shape{37, 129}}) {
+    for (DType t : kFloatDtypes) {
+      Tensor gate = host_random(shape, t, 70, -8, 8), up = host_random(shape, t, 71, -2, 2);
+      const std::string what = std::string("silu_mul ") + dtype_name(t) + " " + shape_str(shape);
+      Tensor out_ref = cpu_empty(shape, t);
+      cpu().silu_mul(gate, up, out_ref);
+      Tensor out = gpu_poisoned(shape, t);
+      gpu().silu_mul(to_gpu(gate), to_gpu(up), out);
+      expect_close(out, out_ref, tol_for(t), what);  // (the sigmoid's exp: fast_exp on the CPU, expf here)
     }
   }
 }
