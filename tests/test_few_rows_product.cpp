@@ -132,6 +132,29 @@ TEST(CpuNnOpsFewRows, DecodingProductsAgreeWithTheWidenedProduct) {
   }
 }
 
+// Beyond a few rows, on a CPU without fast bf16 products, a bf16 weight is
+// widened a panel of columns at a time (kiln/cpu/matmul.cpp): several
+// panels and a short last one, the weight transposed (a Linear's) or not,
+// with a bias, agree with the product of the widened operands.
+TEST(CpuNnOpsFewRows, ManyRowsAgreeWithTheWidenedProductPanelByPanel) {
+  const int64_t M = 40, K = 600, N = 2100;  // panels of 873 columns: 873, 873, 354
+  const Tensor x = testing::random_tensor({M, K}, 30, DType::bf16);
+  const Tensor w = testing::random_tensor({N, K}, 31, DType::bf16), bias = testing::random_tensor({N}, 32, DType::bf16);
+  const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
+  const Tensor reference = matmul(x32, transpose(w32, 0, 1));
+  // Rounded once to bf16 (8 significant bits): within half a step, at most 2^-8 of each value.
+  auto within_rounding = [](const Tensor& got, const Tensor& want) {
+    const std::vector<float> g = to_dtype(got, DType::f32).to_vector<float>(), w = want.to_vector<float>();
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(double(g[i]) - w[i]) / std::max(1.0, std::abs(double(w[i]))));
+    return worst;
+  };
+  EXPECT_LT(within_rounding(matmul(x, transpose(w, 0, 1)), reference), 1.0 / 256 + 1e-6);
+  EXPECT_LT(within_rounding(linear(x, w, bias), reference + to_dtype(bias, DType::f32)), 1.0 / 256 + 1e-6);
+  const Tensor w_columns = contiguous(transpose(w, 0, 1));  // [K, N], rows contiguous
+  EXPECT_LT(within_rounding(matmul(x, w_columns), reference), 1.0 / 256 + 1e-6);
+}
+
 // A bf16 table gathers its rows as they are (no f32 copy of the table).
 TEST(CpuNnOpsFewRows, Bf16EmbeddingGathersTheStoredRows) {
   const Tensor table = testing::random_tensor({50, 24}, 9, DType::bf16);

@@ -4,7 +4,8 @@
 // first. Bias and GELU are applied after the GEMM. bf16 operands are
 // multiplied as they are where the CPU has bf16 instructions, and a few rows
 // against a weight-shaped operand on every CPU (few_rows_product.h), as are
-// one or two f32 rows against an f32 weight (decoding). In
+// one or two f32 rows against an f32 weight (decoding); elsewhere bf16
+// operands are widened for the f32 GEMM, a 2-D b a panel at a time. In
 // batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
 #include <type_traits>
@@ -68,6 +69,32 @@ void few_rows_into_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint
   few_rows_into_f32(M, N, K, alpha, a, ma, b, mb, beta, sums.data());
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) c[m * N + n] = float_to_bf16(sums[size_t(m * N + n)] + (bias ? bias[n] : 0.0f));
+}
+
+// After the GEMM, one parallel pass over the output rows: + bias, then GELU
+// (keeping its input in args.pre_gelu for backward when asked).
+template <typename T>
+void epilogue(T* cp, int64_t rows, int64_t N, const T* bias, const Tensor& out, const MatmulArgs& args) {
+  if (!bias && !args.gelu) return;
+  T* pre = nullptr;
+  if (args.gelu && args.pre_gelu.defined()) {
+    KILN_CHECK(args.pre_gelu.shape() == out.shape() && args.pre_gelu.is_contiguous(),
+               "matmul: pre_gelu must be contiguous and shaped like out");
+    pre = static_cast<T*>(args.pre_gelu.data_ptr());
+  }
+  const bool gelu_on = args.gelu;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * N > 32768)
+  for (int64_t row = 0; row < rows; ++row) {
+    T* c = cp + row * N;
+    if (bias) {
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) c[n] += bias[n];
+    }
+    if (!gelu_on) continue;
+    if (pre) std::copy(c, c + N, pre + row * N);
+#pragma omp simd
+    for (int64_t n = 0; n < N; ++n) c[n] = gelu(c[n]);
+  }
 }
 
 // The product proper. a and b share a dtype; out (and bias, pre_gelu) have
@@ -156,30 +183,51 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
       gemm(ma.transposed, mb.transposed, M, N, K, T(args.alpha), static_cast<const T*>(a.data_ptr()) + oa, ma.ld,
            static_cast<const T*>(b.data_ptr()) + ob, mb.ld, T(args.beta), cp + i * M * N, N);
     });
-    if (!bias && !args.gelu) return;
-    T* pre = nullptr;
-    if (args.gelu && args.pre_gelu.defined()) {
-      KILN_CHECK(args.pre_gelu.shape() == out.shape() && args.pre_gelu.is_contiguous(),
-                 "matmul: pre_gelu must be contiguous and shaped like out");
-      pre = static_cast<T*>(args.pre_gelu.data_ptr());
-    }
-    // The epilogue, one parallel pass over the output rows: + bias, then GELU
-    // (keeping its input for backward when asked).
-    const int64_t rows = batch * M;
-    const bool gelu_on = args.gelu;
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * N > 32768)
-    for (int64_t row = 0; row < rows; ++row) {
-      T* c = cp + row * N;
-      if (bias) {
-#pragma omp simd
-        for (int64_t n = 0; n < N; ++n) c[n] += bias[n];
-      }
-      if (!gelu_on) continue;
-      if (pre) std::copy(c, c + N, pre + row * N);
-#pragma omp simd
-      for (int64_t n = 0; n < N; ++n) c[n] = gelu(c[n]);
-    }
+    epilogue(cp, batch * M, N, bias, out, args);
   });
+}
+
+// bf16 operands widened for the f32 GEMM, a beyond few rows on a CPU without
+// fast bf16 products: a (activations) whole, b (a weight) a panel of
+// columns at a time into a buffer each thread keeps. Staging b whole wrote
+// twice its bytes to fresh memory every call: a 512-token bf16 prompt of
+// TinyLlama's shape spent 38% of its time in those copies. Two-dim only.
+bool widens_in_panels(const Tensor& a, const Tensor& b) {
+  BlasMatrix mb;
+  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && a.dim() == 2 && b.dim() == 2 &&
+         !batch_invariant() && as_blas_matrix(b, mb);
+}
+
+void product_widening_panels(const Tensor& a32, const Tensor& b16, Tensor& out, const MatmulArgs& args) {
+  KILN_CHECK(a32.dtype() == DType::f32 && out.dtype() == DType::f32 && a32.is_contiguous() && out.is_contiguous(),
+             "matmul: a widened panel product takes a contiguous f32 a and out");
+  const int64_t M = a32.size(0), K = a32.size(1), N = b16.size(1);
+  KILN_CHECK(b16.size(0) == K && out.size(0) == M && out.size(1) == N, "matmul: ", shape_str(a32.shape()), " @ ",
+             shape_str(b16.shape()), " into ", shape_str(out.shape()));
+  BlasMatrix mb;
+  as_blas_matrix(b16, mb);
+  const uint16_t* b = bits16(b16);
+  float* c = out.data<float>();
+  // Panels of about 2 MB of f32 (in L2 or L3 while the GEMM reads them).
+  const int64_t width = std::clamp<int64_t>((int64_t(1) << 19) / std::max<int64_t>(K, 1), 16, 1024);
+  thread_local std::vector<float> kept;
+  kept.resize(size_t(width * K));
+  float* panel = kept.data();  // (the calling thread's: the pool's threads below have their own thread_locals)
+  for (int64_t n0 = 0; n0 < N; n0 += width) {
+    const int64_t nb = std::min(width, N - n0);
+    // The panel as GEMM's b: a weight's rows n0.. (b transposed) or columns n0.. of a [K, N] matrix.
+    if (mb.transposed) {
+#pragma omp parallel for schedule(static) if (nb * K > 32768)
+      for (int64_t n = 0; n < nb; ++n) bf16_to_f32(b + (n0 + n) * mb.ld, panel + n * K, K);
+    } else {
+#pragma omp parallel for schedule(static) if (nb * K > 32768)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < nb; ++n) panel[k * nb + n] = bf16_to_float(b[k * mb.ld + n0 + n]);
+    }
+    gemm(false, mb.transposed, M, nb, K, args.alpha, a32.data<float>(), K, panel, mb.transposed ? K : nb,
+         args.beta, c + n0, N);
+  }
+  epilogue(c, M, N, args.bias.defined() ? args.bias.data<float>() : nullptr, out, args);
 }
 
 }  // namespace
@@ -206,7 +254,8 @@ std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor&
   std::vector<const Tensor*> staged{&args.bias};
   if (straight_into_bf16(a, b, out, args)) return staged;
   staged.insert(staged.end(), {&args.pre_gelu, &out});
-  if (!multiplies_natively(a, b)) staged.insert(staged.end(), {&a, &b});
+  if (!multiplies_natively(a, b)) staged.push_back(&a);
+  if (!multiplies_natively(a, b) && !widens_in_panels(a, b)) staged.push_back(&b);  // (a panel: thread-local scratch)
   return staged;
 }
 
@@ -225,6 +274,8 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
     Tensor& f32_out = s.out(out, /*accumulate=*/args.beta != 0.0f);
     if (native)
       product(a_in, b_in, f32_out, f32_args);
+    else if (widens_in_panels(a_in, b_in))
+      product_widening_panels(s.in(a_in), b_in, f32_out, f32_args);
     else
       product(s.in(a_in), s.in(b_in), f32_out, f32_args);
   });
