@@ -275,6 +275,17 @@ void check_param(const Tensor& p, const Tensor& x, int64_t C, const char* op, co
   check_dtype(p, x.dtype(), op, what);
 }
 
+// x [N, C] and y like it, contiguous on the GPU: the rows a norm's forward reads and writes.
+void check_norm_rows(const Tensor& x, const Tensor& y, const char* op) {
+  check_cuda(x, op, "x");
+  check_contiguous(x, op, "x");
+  KILN_CHECK(x.dim() == 2, op, ": x must be [N, C], got ", shape_str(x.shape()));
+  check_cuda(y, op, "y");
+  check_contiguous(y, op, "y");
+  check_shape(y, x.shape(), op, "y");
+  check_dtype(y, x.dtype(), op, "y");
+}
+
 void check_stats(const Tensor& t, const Tensor& x, int64_t N, const char* op, const char* what) {
   check_cuda(t, op, what);
   check_same_device(t, x, op);
@@ -349,16 +360,10 @@ bool layernorm_backward_by_rows(const Tensor& dy, const Tensor& x, const Tensor&
 void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                             Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm";
-  check_cuda(x, op, "x");
-  check_contiguous(x, op, "x");
-  KILN_CHECK(x.dim() == 2, "layernorm: x must be [N, C], got ", shape_str(x.shape()));
+  check_norm_rows(x, y, op);
   const int64_t N = x.size(0), C = x.size(1);
   check_param(weight, x, C, op, "weight");
   check_param(bias, x, C, op, "bias");
-  check_cuda(y, op, "y");
-  check_contiguous(y, op, "y");
-  check_shape(y, x.shape(), op, "y");
-  check_dtype(y, x.dtype(), op, "y");
   check_stats(mean, x, N, op, "mean");
   check_stats(rstd, x, N, op, "rstd");
   if (N == 0) return;
@@ -382,16 +387,10 @@ void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor&
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, bool plus_one, Tensor& y, Tensor& rstd) {
   const char* op = "rms_norm";
-  check_cuda(x, op, "x");
-  check_contiguous(x, op, "x");
-  KILN_CHECK(x.dim() == 2, "rms_norm: x must be [N, C], got ", shape_str(x.shape()));
+  check_norm_rows(x, y, op);
   const int64_t N = x.size(0), C = x.size(1);
   KILN_CHECK(weight.defined(), "rms_norm: a weight is needed");
   check_param(weight, x, C, op, "weight");
-  check_cuda(y, op, "y");
-  check_contiguous(y, op, "y");
-  check_shape(y, x.shape(), op, "y");
-  check_dtype(y, x.dtype(), op, "y");
   check_stats(rstd, x, N, op, "rstd");
   if (N == 0) return;
   KILN_CHECK(C > 0, "rms_norm: rows are empty (C = 0)");

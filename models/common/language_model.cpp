@@ -6,7 +6,6 @@
 
 #include "kiln/core/fast_exp.h"
 
-
 namespace kiln::models {
 
 namespace {
