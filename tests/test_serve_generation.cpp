@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "apps/recipes/hf_inference.h"
@@ -14,22 +16,58 @@
 namespace kiln {
 namespace {
 
-// A model whose decoding steps take a while, so that a hang-up always comes mid-reply.
-class SlowModel final : public recipes::InferenceModel {
+// A model whose decoding steps wait for the test's leave, so that what the
+// scheduler has done at each check is fixed (a model that merely slept
+// raced the test's polling on a loaded machine: CI failed stop 59 on it).
+class GatedModel final : public recipes::InferenceModel {
  public:
-  explicit SlowModel(recipes::InferenceModel& inner) : inner_(inner) {}
+  explicit GatedModel(recipes::InferenceModel& inner) : inner_(inner) {}
   std::vector<std::unique_ptr<recipes::PendingCompletion>> start_completions(
       const std::vector<std::string>& prompts, const std::vector<recipes::CompletionOptions>& options) override {
     return inner_.start_completions(prompts, options);
   }
   void advance_completions(const std::vector<recipes::PendingCompletion*>& batch) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      waiting_ = true;
+      allowed_.wait(lock, [&] { return open_ || steps_left_ > 0; });
+      waiting_ = false;
+      if (!open_) --steps_left_;
+    }
     inner_.advance_completions(batch);
   }
   const nn::KvPool* kv_pool() const override { return inner_.kv_pool(); }
 
+  void allow_steps(int steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_left_ += steps;
+    allowed_.notify_all();
+  }
+  // Lets a step through if one waits (and none is let through yet).
+  void step_if_waiting() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (waiting_ && steps_left_ == 0) ++steps_left_;
+    allowed_.notify_all();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    allowed_.notify_all();
+  }
+
  private:
   recipes::InferenceModel& inner_;
+  std::mutex mutex_;
+  std::condition_variable allowed_;
+  int steps_left_ = 0;
+  bool waiting_ = false, open_ = false;
+};
+
+// Opens the gate when the test leaves early, before the scheduler (declared
+// earlier, so destroyed later) waits for its loop to end.
+struct OpenOnExit {
+  GatedModel& model;
+  ~OpenOnExit() { model.open(); }
 };
 
 std::shared_ptr<serve::GenerationJob> job_for(const std::string& prompt) {
@@ -41,45 +79,53 @@ std::shared_ptr<serve::GenerationJob> job_for(const std::string& prompt) {
   return job;
 }
 
+// Polls for up to 20 s: long enough for a loaded machine, and it returns as soon as `done` holds.
 bool wait_until(const std::function<bool()>& done) {
-  for (int i = 0; i < 400 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 4000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return done();
 }
 
 TEST(ServeGeneration, AHungUpCompletionGivesItsPagesBackWhileTheOthersGoOn) {
   auto loaded = recipes::load_hf_for_inference(hf_test::fixture("llama-gqa"), Device::cpu());
-  SlowModel slow(*loaded.model);
+  GatedModel gated(*loaded.model);
   serve::Metrics metrics;
-  serve::GenerationScheduler scheduler("m", slow, serve::BatchOptions{}, metrics);
+  serve::GenerationScheduler scheduler("m", gated, serve::BatchOptions{}, metrics);
+  OpenOnExit open_on_exit{gated};
   auto leaving = job_for("The best way to learn is"), staying = job_for("A fortune: you will");
   ASSERT_TRUE(scheduler.submit(leaving));
   ASSERT_TRUE(scheduler.submit(staying));
-  auto started = [](const std::shared_ptr<serve::GenerationJob>& j) {
+  auto holds = [](const std::shared_ptr<serve::GenerationJob>& j, bool serve::GenerationJob::*flag) {
     std::lock_guard<std::mutex> lock(j->mutex);
-    return j->started;
+    return (*j).*flag;
   };
-  ASSERT_TRUE(wait_until([&] { return started(leaving) && started(staying); }));
+  // Both prompts are in the cache. Should the scheduler have started the
+  // first alone, its steps wait at the gate until the second joins: a few
+  // tokens at most.
+  ASSERT_TRUE(wait_until([&] {
+    if (holds(leaving, &serve::GenerationJob::started) && holds(staying, &serve::GenerationJob::started)) return true;
+    gated.step_if_waiting();
+    return false;
+  }));
   const nn::KvPool* pool = loaded.model->kv_pool();
   ASSERT_NE(pool, nullptr);
   const int64_t both = pool->pages_held();
-  EXPECT_GE(both, 2);  // a page each at least
+  EXPECT_EQ(both, 2);  // each short prompt and its first tokens fit a page of 16 positions
   leaving->cancelled = true;  // what the server does when the client hangs up
-  ASSERT_TRUE(wait_until([&] { return pool->pages_held() < both; }));
-  {
-    std::lock_guard<std::mutex> lock(staying->mutex);
-    EXPECT_FALSE(staying->finished);  // 100 tokens at 5 ms a step: still decoding
-  }
-  ASSERT_TRUE(wait_until([&] {
-    std::lock_guard<std::mutex> lock(staying->mutex);
-    return staying->finished;
-  }));
+  gated.allow_steps(1);       // staying's next token stays on its page
+  ASSERT_TRUE(wait_until([&] { return pool->pages_held() == 1; }));
+  EXPECT_FALSE(holds(staying, &serve::GenerationJob::finished));  // one step of 100 taken
+  gated.open();
+  ASSERT_TRUE(wait_until([&] { return holds(staying, &serve::GenerationJob::finished); }));
   EXPECT_TRUE(wait_until([&] { return pool->pages_held() == 0; }));
+  EXPECT_FALSE(holds(leaving, &serve::GenerationJob::finished));
   {
     std::lock_guard<std::mutex> lock(leaving->mutex);
-    EXPECT_FALSE(leaving->finished);
     EXPECT_FALSE(leaving->error);
   }
-  EXPECT_NE(metrics.prometheus().find("kiln_kv_cache_pages_in_use{model=\"m\"} 0"), std::string::npos);
+  // The scheduler reports the pool after it drops a completion: wait for that report too.
+  EXPECT_TRUE(wait_until([&] {
+    return metrics.prometheus().find("kiln_kv_cache_pages_in_use{model=\"m\"} 0") != std::string::npos;
+  }));
 }
 
 }  // namespace
