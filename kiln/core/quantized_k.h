@@ -18,23 +18,26 @@ constexpr int64_t kSuperBlock = 256;
 int64_t k_block_bytes(QuantFormat format);
 // The 256 values of one block.
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out);
-// Q4_K's and Q5_K's eight sub-block scales and minimums (6 bits each, packed in 12 bytes);
-// inline: the products call it once per block.
-inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
-  // Scales 0-3 and minimums 0-3 are the low 6 bits of bytes 0-3 and 4-7;
-  // 4-7 take their low 4 bits from bytes 8-11 and their top 2 from the top
-  // bits of bytes 0-3 (scales) and 4-7 (minimums). As 32-bit words (ggml's
-  // trick): four word operations instead of sixteen byte ones.
+// Q4_K's and Q5_K's eight sub-block scales and minimums (6 bits each, packed
+// in 12 bytes), a byte each in two 32-bit words apiece (scales 0-3, 4-7).
+// Scales 0-3 and minimums 0-3 are the low 6 bits of bytes 0-3 and 4-7; 4-7
+// take their low 4 bits from bytes 8-11 and their top 2 from the top bits of
+// bytes 0-3 (scales) and 4-7 (minimums). As words (ggml's trick): four word
+// operations instead of sixteen byte ones. Inline: the products call it once per block.
+struct K4ScaleWords {
+  uint32_t scales[2], mins[2];
+};
+inline K4ScaleWords k4_scale_words(const uint8_t* q) {
   uint32_t w[3];
   std::memcpy(w, q, 12);
   constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  const uint32_t s03 = w[0] & low6, m03 = w[1] & low6;
-  const uint32_t s47 = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);
-  const uint32_t m47 = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);
-  std::memcpy(scales, &s03, 4);
-  std::memcpy(scales + 4, &s47, 4);
-  std::memcpy(mins, &m03, 4);
-  std::memcpy(mins + 4, &m47, 4);
+  return {{w[0] & low6, (w[2] & low4) | (((w[0] >> 6) & low2) << 4)},
+          {w[1] & low6, ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)}};
+}
+inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
+  const K4ScaleWords words = k4_scale_words(q);
+  std::memcpy(scales, words.scales, 8);
+  std::memcpy(mins, words.mins, 8);
 }
 
 // Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32): the

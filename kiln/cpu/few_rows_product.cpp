@@ -12,10 +12,6 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int kLanes = 32;
-// Each weight row is a short stream (2.3 KB at 576 wide) and one core
-// alone does not keep enough reads in flight: asking 4 KB ahead took one
-// thread's f32 decoding from 0.87x to 1.0x of oneDNN's SGEMM.
-constexpr int64_t kPrefetchBytes = 4096;
 
 // Lanes t and t + 16, then t and t + 8, t + 4, t + 2, t + 1: one order, always.
 inline float sum_lanes(float* lanes) {
@@ -59,7 +55,7 @@ inline void dot_rows(const float* const* a, const W* w, int64_t K, float* sums) 
     for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_setzero_ps();
   for (; k + kLanes <= K; k += kLanes) {
     for (int64_t b = 0; b < int64_t(kLanes * sizeof(W)); b += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes + b, _MM_HINT_T0);
+      prefetch_ahead(reinterpret_cast<const char*>(w + k) + b);
     __m256 wide[4];
     for (int j = 0; j < 4; ++j) wide[j] = weight_values(w + k + 8 * j);
     for (int r = 0; r < R; ++r)

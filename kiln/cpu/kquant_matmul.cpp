@@ -29,6 +29,10 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t S = kSuperBlock;
+#ifndef KP
+#define KP 4096
+#endif
+constexpr int64_t kPrefetchBytes = KP;
 
 // ggml's nearest_int: round half to even by the 1.5 * 2^23 trick, as Q8_K's levels are rounded.
 inline int nearest_int(float v) {
@@ -211,7 +215,9 @@ struct SseMinTerm {
     return _mm_cvtsi128_si32(p);
   }
   [[gnu::always_inline]] static int32_t of8(const uint8_t* mins, const int16_t* act_sums) {
-    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
+    return of8(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins))), act_sums);
+  }
+  [[gnu::always_inline]] static int32_t of8(__m128i m, const int16_t* act_sums) {  // m: 16-bit minimums
     const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
     return horizontal_sum(_mm_madd_epi16(m, pairs));
@@ -276,14 +282,43 @@ template <QuantFormat F>
   return _mm256_madd_epi16(pairs, scales16);
 }
 
-// The 16-bit scales of chunk c's eight lanes, each twice (one per 16-bit pair).
+// A block's parts on the SIMD paths: its sub-block scales as 16-bit
+// integers (Q4_K's and Q5_K's eight in elements 0-7, the others' sixteen),
+// so that a chunk's scales are one shuffle away instead of a byte each
+// taken out and broadcast.
+struct SimdBlock {
+  float d, dmin;
+  __m256i scales;
+  int32_t min_term;
+};
+
 template <QuantFormat F>
-[[gnu::always_inline]] inline __m256i chunk_scales16(const KBlock& k, int c) {
-  if constexpr (scales_16_values(F)) {
-    const int16_t lo = int16_t(sub_scale<F>(k, scale_index<F>(c, 0))), hi = int16_t(sub_scale<F>(k, scale_index<F>(c, 4)));
-    return _mm256_setr_m128i(_mm_set1_epi16(lo), _mm_set1_epi16(hi));
+[[gnu::always_inline]] inline SimdBlock decode_simd(const uint8_t* x, const int16_t* act_sums) {
+  if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
+    const K4ScaleWords w = k4_scale_words(x + 4);
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.mins[1]), int(w.mins[0])));
+    const __m128i scales = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.scales[1]), int(w.scales[0])));
+    return {half_at(x), half_at(x + 2), _mm256_zextsi128_si256(scales), SseMinTerm::of8(mins, act_sums)};
+  } else {
+    const KBlock k = decode_block<F, SseMinTerm>(x, act_sums);
+    const int8_t* scales = F == QuantFormat::q6_k ? k.q6_scales : k.k16_scales;
+    return {k.d, k.dmin, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), k.min_term};
   }
-  return _mm256_set1_epi16(int16_t(k.k4_scales[c]));
+}
+
+// The 16-bit scales of chunk c's eight lanes, each twice (one per 16-bit
+// pair): the 32-bit word that holds them, then its halves.
+template <QuantFormat F>
+[[gnu::always_inline]] inline __m256i chunk_scales16(__m256i scales, int c) {
+  if constexpr (scales_16_values(F)) {  // scale 2c for lanes 0-3 (the low 128 bits), 2c + 1 for 4-7: word c
+    const __m256i word = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c));
+    return _mm256_shuffle_epi8(word, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+  } else {  // scale c: half c % 2 of word c / 2
+    const __m256i word = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c / 2));
+    const int byte = 2 * (c % 2);
+    return _mm256_shuffle_epi8(word, _mm256_set1_epi16(int16_t(byte | (byte + 1) << 8)));
+  }
 }
 
 // A block's eight int32 lanes on each instruction path. AVX2: chunk by
@@ -291,22 +326,30 @@ template <QuantFormat F>
 // on 64 values), the halves added.
 struct Avx2Lanes {
   template <QuantFormat F>
-  static __m256i block(const uint8_t* x, const int8_t* q8, const KBlock& k) {
+  static __m256i block(const uint8_t* x, const int8_t* q8, __m256i scales) {
     __m256i lanes = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
       chunk_pair<F>(x, i, first, second);
-      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(first, q8 + 64 * i, chunk_scales16<F>(k, 2 * i)));
-      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(second, q8 + 64 * i + 32, chunk_scales16<F>(k, 2 * i + 1)));
+      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(first, q8 + 64 * i, chunk_scales16<F>(scales, 2 * i)));
+      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(second, q8 + 64 * i + 32, chunk_scales16<F>(scales, 2 * i + 1)));
     }
     return lanes;
   }
 };
 
 struct Avx512Lanes {
+  // Which 16-bit scale each element of a pair of chunks takes (vpermw's
+  // indices for pair 0; pair i adds 2i, or 4i with sixteen scales).
+  static constexpr int16_t kPairScale8[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                               1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  static constexpr int16_t kPairScale16[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
   template <QuantFormat F>
   [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static __m256i block(const uint8_t* x, const int8_t* q8,
-                                                                                const KBlock& k) {
+                                                                                __m256i scales) {
+    const __m512i pair0 = _mm512_loadu_si512(scales_16_values(F) ? kPairScale16 : kPairScale8);
+    const __m512i all_scales = _mm512_castsi256_si512(scales);
     __m512i lanes = _mm512_setzero_si512();
     for (int i = 0; i < 4; ++i) {
       __m256i first, second;
@@ -316,8 +359,8 @@ struct Avx512Lanes {
       __m512i pairs = _mm512_maddubs_epi16(u, s);
       if constexpr (zero_level(F) != 0)
         pairs = _mm512_sub_epi16(pairs, _mm512_maddubs_epi16(_mm512_set1_epi8(zero_level(F)), s));
-      const __m512i scales16 =
-          _mm512_inserti64x4(_mm512_castsi256_si512(chunk_scales16<F>(k, 2 * i)), chunk_scales16<F>(k, 2 * i + 1), 1);
+      const __m512i index = _mm512_add_epi16(pair0, _mm512_set1_epi16(int16_t(i * (scales_16_values(F) ? 4 : 2))));
+      const __m512i scales16 = _mm512_permutexvar_epi16(index, all_scales);
       lanes = _mm512_add_epi32(lanes, _mm512_madd_epi16(pairs, scales16));
     }
     return _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
@@ -332,8 +375,9 @@ inline float dot_simd(const uint8_t* w, const Q8K& a, int64_t m) {
   float minimums = 0;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
-    const KBlock k = decode_block<F, SseMinTerm>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
-    const __m256i lanes = Lanes::template block<F>(x, a.levels.data() + (m * a.blocks + b) * S, k);
+    for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
+    const SimdBlock k = decode_simd<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    const __m256i lanes = Lanes::template block<F>(x, a.levels.data() + (m * a.blocks + b) * S, k.scales);
     const float scale = a.scales[size_t(m * a.blocks + b)];
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
     if constexpr (has_minimums(F)) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);

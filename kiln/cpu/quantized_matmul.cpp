@@ -226,6 +226,7 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
   };
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
+    prefetch_ahead(row + b * B);  // two blocks: a line
     block(b, Ops::load(row + b * B), even);
     block(b + 1, Ops::load(row + (b + 1) * B), odd);
   }
@@ -283,6 +284,7 @@ inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivati
   };
   int64_t b = 0;
   for (; b + 4 <= blocks; b += 4) {
+    for (int64_t line = 0; line < 4 * stride; line += 64) prefetch_ahead(row + b * stride + line);
     pair(b, true, even, correction_even);
     pair(b + 2, true, odd, correction_odd);
   }
