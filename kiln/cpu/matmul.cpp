@@ -254,8 +254,9 @@ std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor&
   std::vector<const Tensor*> staged{&args.bias};
   if (straight_into_bf16(a, b, out, args)) return staged;
   staged.insert(staged.end(), {&args.pre_gelu, &out});
-  if (!multiplies_natively(a, b)) staged.push_back(&a);
-  if (!multiplies_natively(a, b) && !widens_in_panels(a, b)) staged.push_back(&b);  // (a panel: thread-local scratch)
+  if (multiplies_natively(a, b)) return staged;
+  staged.push_back(&a);
+  if (!widens_in_panels(a, b)) staged.push_back(&b);  // (a panel: thread-local scratch)
   return staged;
 }
 

@@ -63,6 +63,11 @@ template <>
 __device__ __forceinline__ double from_acc<double>(double x) {
   return x;
 }
+// v rounded to T and back: where an unfused op would have stored a T.
+template <typename T>
+__device__ __forceinline__ Acc<T> rounded(Acc<T> v) {
+  return to_acc(from_acc<T>(v));
+}
 
 // Runs f.template operator()<T>() for the floating dtypes kernels compute in.
 template <typename F>

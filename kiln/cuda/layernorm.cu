@@ -69,7 +69,7 @@ __global__ void rms_norm_kernel(const T* x, const T* w, T* y, Acc<T>* rstd, int6
   T* yr = y + slot.row * C;
   for (int64_t j = slot.lane; j < C; j += GROUP) {
     const A normed = to_acc(xr[j]) * r, weight = to_acc(w[j]);
-    yr[j] = plus_one ? from_acc<T>(normed * (A(1) + weight)) : from_acc<T>(to_acc(from_acc<T>(normed)) * weight);
+    yr[j] = plus_one ? from_acc<T>(normed * (A(1) + weight)) : from_acc<T>(rounded<T>(normed) * weight);
   }
   if (slot.lane == 0) rstd[slot.row] = r;
 }

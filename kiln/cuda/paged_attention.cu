@@ -20,17 +20,11 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// Rounds to the cache's dtype where PyTorch's eager attention rounds (as the CPU does).
-template <typename T>
-__device__ __forceinline__ float round_to(float x) {
-  return to_acc(from_acc<T>(x));
-}
-
 template <typename T>
 __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const int32_t* tables, const int32_t* spans,
                                        T* out, float scale, float softcap, int64_t heads, int64_t kv_heads, int64_t D, int64_t pages,
                                        int64_t page_size, int64_t sequences, int64_t max_pages, int* error_flag) {
-  extern __shared__ float scores[];
+  extern __shared__ float scores[];  // rounded to T where PyTorch's eager attention rounds (as the CPU does)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / heads, h = blockIdx.x % heads, g = h / (heads / kv_heads);
   const int64_t seq = spans[3 * r], lo = spans[3 * r + 1], hi = spans[3 * r + 2], n = hi - lo;
@@ -60,8 +54,8 @@ __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     float dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += to_acc(qh[d]) * to_acc(key_at(lo + i, d));
-    scores[i] = round_to<T>(round_to<T>(dot) * scale);
-    if (softcap > 0) scores[i] = round_to<T>(round_to<T>(tanhf(round_to<T>(scores[i] / softcap))) * softcap);
+    scores[i] = rounded<T>(rounded<T>(dot) * scale);
+    if (softcap > 0) scores[i] = rounded<T>(rounded<T>(tanhf(rounded<T>(scores[i] / softcap))) * softcap);
     m = fmaxf(m, scores[i]);
   }
   m = block_max(m, scratch);
@@ -69,7 +63,7 @@ __global__ void paged_attention_kernel(const T* q, const T* k, const T* v, const
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) total += scores[i] = expf(scores[i] - m);
   total = block_sum(total, scratch);  // also orders the score writes before the reads below
   const float inverse = 1.0f / total;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) scores[i] = round_to<T>(scores[i] * inverse);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) scores[i] = rounded<T>(scores[i] * inverse);
   __syncthreads();
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;

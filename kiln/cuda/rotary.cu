@@ -19,7 +19,7 @@ __device__ __forceinline__ float product_rn(float a, float b) { return __fmul_rn
 __device__ __forceinline__ double product_rn(double a, double b) { return __dmul_rn(a, b); }
 template <typename T>
 __device__ __forceinline__ Acc<T> rounded_product(Acc<T> a, Acc<T> b) {
-  return to_acc(from_acc<T>(product_rn(a, b)));
+  return rounded<T>(product_rn(a, b));
 }
 
 template <typename T>

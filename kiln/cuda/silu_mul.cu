@@ -11,11 +11,6 @@ namespace kiln::cuda {
 namespace {
 
 template <typename T>
-__device__ __forceinline__ Acc<T> rounded(Acc<T> v) {
-  return to_acc(from_acc<T>(v));
-}
-
-template <typename T>
 __global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
   using A = Acc<T>;
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
