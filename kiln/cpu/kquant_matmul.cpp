@@ -44,7 +44,7 @@ inline int nearest_int(float v) {
 
 // Activation rows as Q8_K: per row and block, the scale, 256 levels and the 16 sums of 16 levels.
 struct Q8K {
-  int64_t blocks;
+  int64_t blocks = 0;
   std::vector<float> scales;
   std::vector<int8_t> levels;
   std::vector<int16_t> sums;
@@ -71,12 +71,14 @@ void quantize_block_q8k(const float* x, float& scale, int8_t* q, int16_t* sums) 
   scale = 1 / inverse;
 }
 
-Q8K quantize_q8k(const float* x, int64_t M, int64_t K) {
-  Q8K a{K / S, std::vector<float>(size_t(M * (K / S))), std::vector<int8_t>(size_t(M * K)),
-        std::vector<int16_t>(size_t(M * K / 16))};
+// Into `a`, whose arrays keep their memory from call to call.
+void quantize_q8k(const float* x, int64_t M, int64_t K, Q8K& a) {
+  a.blocks = K / S;
+  a.scales.resize(size_t(M * a.blocks));
+  a.levels.resize(size_t(M * K));
+  a.sums.resize(size_t(M * K / 16));
   for (int64_t b = 0; b < M * a.blocks; ++b)
     quantize_block_q8k(x + b * S, a.scales[size_t(b)], a.levels.data() + b * S, a.sums.data() + b * (S / 16));
-  return a;
 }
 
 // The formats' shapes: Q2_K, Q3_K and Q6_K scale each 16 values, Q4_K and
@@ -436,7 +438,9 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
 void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
   KILN_CHECK(w.k_quant() && w.cols % S == 0, "kquant_matmul: ", quant_format_name(w.format), " weights of ", w.cols,
              " columns are not K-quant blocks");
-  const Q8K a = quantize_q8k(x, M, w.cols);
+  thread_local Q8K kept;
+  Q8K& a = kept;  // (named in the loop below, kept would be each worker thread's own)
+  quantize_q8k(x, M, w.cols, a);
   for_row_chunks(w.rows, M * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
     switch (w.format) {
       case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);

@@ -46,8 +46,8 @@ constexpr int32_t kQ50Zero = 16;  // Q5_0's for u - 16
 // zero block to a whole pair, and with the format's fixed zero point
 // (Q4_0's, Q5_0's; else 0) multiplied out per integer lane.
 struct QuantizedActivations {
-  int64_t blocks;
-  int64_t stored_blocks;  // blocks, or rounded up to a pair
+  int64_t blocks = 0;
+  int64_t stored_blocks = 0;  // blocks, or rounded up to a pair
   std::vector<int8_t> levels;
   std::vector<float> scales;
   std::vector<int32_t> sums;
@@ -113,15 +113,17 @@ namespace {
 // order: the pair's first halves, then its second halves.
 constexpr int64_t paired_index(int64_t b, int64_t j) { return (b % 2) * (B / 2) + (j % (B / 2)) + (j / (B / 2)) * B; }
 
-QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, bool paired,
-                                          int32_t zero) {
+// Into `a`, whose arrays keep their memory from call to call (a decoding
+// step allocates nothing here once the first has run).
+void quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, bool paired, int32_t zero,
+                          QuantizedActivations& a) {
   const int64_t stored = paired ? (blocks + 1) / 2 * 2 : blocks;
-  QuantizedActivations a{blocks,
-                         stored,
-                         std::vector<int8_t>(size_t(M * stored * B)),
-                         std::vector<float>(size_t(M * blocks)),
-                         std::vector<int32_t>(size_t(M * blocks)),
-                         std::vector<int32_t>(paired ? size_t(M * stored * 4) : 0)};
+  a.blocks = blocks;
+  a.stored_blocks = stored;
+  a.levels.assign(size_t(M * stored * B), 0);
+  a.scales.assign(size_t(M * blocks), 0);
+  a.sums.assign(size_t(M * blocks), 0);
+  a.zero_lanes.assign(paired ? size_t(M * stored * 4) : 0, 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t at = size_t(m * blocks + b);
@@ -141,7 +143,6 @@ QuantizedActivations quantize_activations(const float* x, int64_t M, int64_t K, 
         a.zero_lanes[size_t((m * stored + b) * 4 + l)] = -zero * lane;
       }
     }
-  return a;
 }
 
 // How a block's weight bytes enter the integer products: int8 levels
@@ -561,7 +562,9 @@ const char* quant_dot_name(QuantDot dot) {
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
   if (w.k_quant()) return kquant_matmul_rows(x, M, w, out, dot);
   const Levels levels = levels_of(w.format);
-  const QuantizedActivations a = quantize_activations(x, M, w.cols, w.blocks(), !byte_levels(levels), fixed_zero(levels));
+  thread_local QuantizedActivations kept;
+  QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
+  quantize_activations(x, M, w.cols, w.blocks(), !byte_levels(levels), fixed_zero(levels), a);
   for_row_chunks(w.rows, M * w.rows * w.padded_cols(), [&](int64_t n0, int64_t n1) { rows(dot, w, n0, n1, a, M, out); });
 }
 
