@@ -66,6 +66,10 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"deepseek-ai-DeepSeek-V3.2.jinja", "deepseek-v3.2"},
       {"deepseek-ai-DeepSeek-V4.jinja", "deepseek-v4"},
       {"deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "deepseek-v4"},
+      {"moonshotai-Kimi-K2.jinja", "kimi-k2"},
+      // A call's id appended to a list: transformers' sandbox refuses it (SecurityError), and so does Kiln's.
+      {"Kimi-K2-Instruct.jinja", ""},
+      {"Kimi-K2-Thinking.jinja", ""},
       // Spelled otherwise (harmony channels, Python calls, an id before the name): not read yet.
       {"openai-gpt-oss-120b.jinja", ""},
       {"upstage-Solar-Open-100B.jinja", ""},
@@ -163,6 +167,11 @@ std::vector<Example> examples() {
                      "<parameter name=\"extra\">{\"a\": null}</parameter>\n</invoke>\n<invoke name=\"get_time\">\n</invoke>\n"
                      "</minimax:tool_call>",
        "", {{"get_weather", R"({"city": "Paris", "extra": {"a": null}})"}, {"get_time", "{}"}}},
+      // Kimi K2: each call's index after its name (the conversation's count, 11 and 12 here).
+      {"kimi-k2", "I'll check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:11"
+                  "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
+                  "functions.get_time:12<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+       "I'll check.", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
   };
 }
 
@@ -196,7 +205,9 @@ TEST(ToolCalls, AnswersReadTheSameWholeAndACharacterAtATime) {
             << e.text << " at " << n;
       }
       // Text that may still open a section is held back, never sent as content.
-      if (n < e.text.size() && !e.calls.empty()) EXPECT_LE(now.content.size(), e.content.size()) << e.text;
+      if (n < e.text.size() && !e.calls.empty()) {
+        EXPECT_LE(now.content.size(), e.content.size()) << e.text;
+      }
       before = now;
     }
   }
@@ -253,6 +264,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
                      "</invoke>\n", "<invoke name=\"get_time\">\n</invoke>\n",
        "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter "
        "name=\"unit\">kelvin</parameter>\n</invoke>\n</minimax:tool_call>"},
+      {"kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+                  "{\"city\": \"Paris\"}<|tool_call_end|>",
+       "<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|>",
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather<|tool_call_argument_begin|>"
+       "{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>"},  // (no index)
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);
@@ -358,12 +374,22 @@ TEST(ToolCalls, LlamaBuiltInToolsAreCalledAfterThePythonTag) {
 }
 
 TEST(ToolCalls, IdsAreWhatTheTemplateTakesBack) {
-  const std::string openai = tool_call_id(format_named("hermes"), 7);
+  const std::string openai = tool_call_id(format_named("hermes"), {}, 7);
   EXPECT_EQ(openai.rfind("call_", 0), 0u);
   EXPECT_EQ(openai.size(), 29u);
-  const std::string mistral = tool_call_id(format_named("mistral"), 7);
+  const std::string mistral = tool_call_id(format_named("mistral"), {}, 7);
   EXPECT_EQ(mistral.size(), 9u) << "Mistral's templates refuse other lengths";
-  EXPECT_NE(tool_call_id(format_named("mistral"), 8), mistral);
+  EXPECT_NE(tool_call_id(format_named("mistral"), {}, 8), mistral);
+  // Kimi K2: the id the model wrote, which its template writes for the call and its result.
+  const ToolAnswer kimi = read_tool_answer(format_named("kimi-k2"),
+                                           "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:3"
+                                           "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+                                           true, json::array());
+  ASSERT_EQ(kimi.calls.size(), 1u);
+  EXPECT_EQ(tool_call_id(format_named("kimi-k2"), kimi.calls[0], 7), "functions.get_time:3");
+  EXPECT_EQ(tool_calls_json(format_named("kimi-k2"), kimi.calls, 7)[0]["id"], "functions.get_time:3");
+  EXPECT_EQ(read_tool_answer(format_named("mistral-v11"), "[TOOL_CALLS]get_time[CALL_ID]abcDEF123[ARGS]{}", true,
+                             json::array()).calls.at(0).id, "") << "Mistral's ids are the server's to pick";
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ struct Shape {
   json tool_call(const text::ToolCall& call, size_t index, const std::string& answer_id, bool opening) const {
     json out = {{"index", index}};
     if (opening) {
-      out["id"] = text::tool_call_id(*tools, call_seed(answer_id) + index);
+      out["id"] = text::tool_call_id(*tools, call, call_seed(answer_id) + index);
       out["type"] = "function";
       out["function"] = {{"name", call.name}, {"arguments", call.arguments}};
     } else {

@@ -15,7 +15,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin]
+// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index]
 const std::vector<ToolCallFormat> kFormats = {
     // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
     {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
@@ -50,6 +50,9 @@ const std::vector<ToolCallFormat> kFormats = {
     {"nemotron-v2", "<TOOLCALL>[", "", "arguments", "", "", "", ", ", "]</TOOLCALL>", 0},
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
+    // Kimi K2 (Instruct, Thinking): functions.NAME:INDEX, then the JSON arguments.
+    {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", "", "<|tool_call_argument_begin|>",
+     ":", "<|tool_call_end|>", "", "<|tool_calls_section_end|>", 0, "", "", "", "", "", true},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
     {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
 };
@@ -165,10 +168,11 @@ class Cursor {
   }
 
   // A bare name (a function's: letters, digits and _-.:).
-  Scan name(std::string* out) {
+  // A name: letters, digits and `punctuation`.
+  Scan name(std::string* out, std::string_view punctuation = "_-.:") {
     skip_space();
     const size_t start = pos_;
-    while (!at_end() && (std::isalnum(uint8_t(peek())) || std::string_view("_-.:").find(peek()) != std::string_view::npos)) ++pos_;
+    while (!at_end() && (std::isalnum(uint8_t(peek())) || punctuation.find(peek()) != std::string_view::npos)) ++pos_;
     if (at_end()) return Scan::kPartial;
     if (pos_ == start) return Scan::kBad;
     *out = std::string(text_.substr(start, pos_ - start));
@@ -379,6 +383,13 @@ std::string builtin_call_gbnf(const ToolCallFormat& f, const std::string& name, 
   return out + " \")\"";
 }
 
+// Kimi's id for a call, as its template writes it: the text that call_begin
+// ends with after its special token ("functions."), the name, the marker and the index.
+std::string indexed_call_id(const ToolCallFormat& f, const std::string& name, const std::string& index) {
+  const std::string_view begin = f.call_begin;
+  return std::string(begin.substr(begin.rfind('>') + 1)) + name + f.id_marker + index;
+}
+
 // Reads one call into `calls` (added once its name is whole).
 Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls, std::string_view text,
                const json& tools) {
@@ -392,18 +403,20 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
   };
   if (!is_object_call(f)) {
     std::string name;
-    if (Scan s = c.name(&name); s != Scan::kDone) return s;
-    if (const Scan id = *f.id_marker ? c.peek_literal(f.id_marker) : Scan::kBad; id == Scan::kPartial) {
-      return id;
-    } else if (id == Scan::kDone) {  // an id the model wrote: not kept
+    // (Kimi's functions.NAME:INDEX: the name ends at the colon.)
+    if (Scan s = c.name(&name, f.id_is_index ? "_-." : "_-.:"); s != Scan::kDone) return s;
+    const Scan id_scan = *f.id_marker ? c.peek_literal(f.id_marker) : Scan::kBad;
+    if (id_scan == Scan::kPartial) return id_scan;
+    std::string id;
+    if (id_scan == Scan::kDone) {  // an id the model wrote: kept where the template takes it back
       c.literal(f.id_marker);
-      std::string id;
       if (Scan s = c.name(&id); s != Scan::kDone) return s;
+      id = f.id_is_index ? indexed_call_id(f, name, id) : "";
     }
     if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
         s != Scan::kDone)
       return s;
-    calls.push_back({name, ""});
+    calls.push_back({name, "", id});
     const Scan s = has_parameters(f) ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
                                      : arguments(calls.back());
     if (s != Scan::kDone) return s;
@@ -480,9 +493,9 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
   }
   for (const auto& f : kFormats) {
     const std::string call = spell_call_opening(f, "get_weather", "{\"city\": \"Paris\"}");
-    const std::string with_id =  // Mistral's templates write the call's id before its arguments
-        *f.id_marker ? f.call_begin + std::string("get_weather") + f.id_marker + "call00001" + f.name_args_separator +
-                           "{\"city\": \"Paris\"}"
+    const std::string with_id =  // Mistral's templates write the call's id before its arguments, Kimi's its index
+        *f.id_marker ? f.call_begin + std::string("get_weather") + f.id_marker + (f.id_is_index ? "0" : "call00001") +
+                           f.name_args_separator + "{\"city\": \"Paris\"}"
                      : call;
     for (const std::string& spelled : {call, with_id})
       if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
@@ -511,9 +524,12 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
       } else {
         const JsonSchemaRules args = json_schema_rules(parameters, prefix);
         rules += args.rules;
+        const std::string named = f.id_is_index ? gbnf_literal(name + f.id_marker) + " [0-9]+ " +
+                                                      gbnf_literal(f.name_args_separator)
+                                                : gbnf_literal(name + f.name_args_separator);
         body = is_object_call(f) ? gbnf_literal("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": ") +
                                        " " + args.top + " " + gbnf_literal("}")
-                                 : gbnf_literal(name + f.name_args_separator) + " " + args.top;
+                                 : named + " " + args.top;
       }
     } catch (const Error& e) {
       KILN_FAIL("tools[", i, "] (", name, ") parameters: ", e.what());
@@ -624,7 +640,8 @@ json builtin_tools(const ToolCallFormat& f, const json& tools) {
   return names;
 }
 
-std::string tool_call_id(const ToolCallFormat& f, uint64_t seed) {
+std::string tool_call_id(const ToolCallFormat& f, const ToolCall& call, uint64_t seed) {
+  if (!call.id.empty()) return call.id;
   static const char* const digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   const size_t length = f.id_length ? f.id_length : 24;
   std::string id = f.id_length ? "" : "call_";
@@ -642,7 +659,7 @@ std::string tool_call_id(const ToolCallFormat& f, uint64_t seed) {
 json tool_calls_json(const ToolCallFormat& f, const std::vector<ToolCall>& calls, uint64_t seed) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i)
-    out.push_back({{"id", tool_call_id(f, seed + i)},
+    out.push_back({{"id", tool_call_id(f, calls[i], seed + i)},
                    {"type", "function"},
                    {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
   return out;

@@ -50,6 +50,10 @@ struct ToolCallFormat {
   // a JSON call, a built-in tool's NAME.call(KEY="VALUE", ...) (brave_search,
   // wolfram_alpha) or code_interpreter's Python code.
   const char* builtin_begin = "";
+  // Kimi K2: the id after id_marker is the call's index in the
+  // conversation (functions.NAME:0, functions.NAME:1...), which the template
+  // and the model write themselves; the grammar asks for digits there.
+  bool id_is_index = false;
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -98,6 +102,7 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& format, const nlohmann
 struct ToolCall {
   std::string name;
   std::string arguments;  // the model's JSON text, as written (all of it so far, while the call is open)
+  std::string id{};       // the id the model wrote, where the format's template takes that one back (Kimi's)
 };
 
 // An answer read so far: the content before the calls, and the calls whose
@@ -123,8 +128,9 @@ ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text,
 // code_interpreter), as llama-server passes them; empty for other formats.
 nlohmann::ordered_json builtin_tools(const ToolCallFormat& format, const nlohmann::ordered_json& tools);
 
-// A call's id, as the template will accept it back: `seed` picks it.
-std::string tool_call_id(const ToolCallFormat& format, uint64_t seed);
+// A call's id, as the template will accept it back: the one the model
+// wrote (Kimi's functions.NAME:INDEX), else one `seed` picks.
+std::string tool_call_id(const ToolCallFormat& format, const ToolCall& call, uint64_t seed);
 // OpenAI's message.tool_calls for `calls`, ids picked from `seed`.
 nlohmann::ordered_json tool_calls_json(const ToolCallFormat& format, const std::vector<ToolCall>& calls, uint64_t seed);
 
