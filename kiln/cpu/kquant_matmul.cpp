@@ -29,10 +29,6 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t S = kSuperBlock;
-#ifndef KP
-#define KP 4096
-#endif
-constexpr int64_t kPrefetchBytes = KP;
 
 // ggml's nearest_int: round half to even by the 1.5 * 2^23 trick, as Q8_K's levels are rounded.
 inline int nearest_int(float v) {
