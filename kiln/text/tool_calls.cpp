@@ -50,7 +50,8 @@ const std::vector<ToolCallFormat> kFormats = {
     {"nemotron-v2", "<TOOLCALL>[", "", "arguments", "", "", "", ", ", "]</TOOLCALL>", 0},
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
-    // Kimi K2 (Instruct, Thinking): functions.NAME:INDEX, then the JSON arguments.
+    // Kimi K2 (read in moonshotai's template; Instruct and Thinking answer the same way): functions.NAME:INDEX,
+    // then the JSON arguments.
     {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", "", "<|tool_call_argument_begin|>",
      ":", "<|tool_call_end|>", "", "<|tool_calls_section_end|>", 0, "", "", "", "", "", true},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
@@ -167,8 +168,7 @@ class Cursor {
     return Scan::kPartial;
   }
 
-  // A bare name (a function's: letters, digits and _-.:).
-  // A name: letters, digits and `punctuation`.
+  // A bare name (a function's, or an id): letters, digits and `punctuation`.
   Scan name(std::string* out, std::string_view punctuation = "_-.:") {
     skip_space();
     const size_t start = pos_;
