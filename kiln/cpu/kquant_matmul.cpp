@@ -212,10 +212,8 @@ struct SseMinTerm {
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
     return _mm_cvtsi128_si32(p);
   }
-  [[gnu::always_inline]] static int32_t of8(const uint8_t* mins, const int16_t* act_sums) {
-    return of8(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins))), act_sums);
-  }
-  [[gnu::always_inline]] static int32_t of8(__m128i m, const int16_t* act_sums) {  // m: 16-bit minimums
+  // m: Q4_K's or Q5_K's minimums as 16-bit integers (decode_simd's).
+  [[gnu::always_inline]] static int32_t of8(__m128i m, const int16_t* act_sums) {
     const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
     return horizontal_sum(_mm_madd_epi16(m, pairs));
