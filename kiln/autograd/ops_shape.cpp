@@ -64,7 +64,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   KILN_CHECK(int(dims.size()) == x.dim(), "permute: ", dims.size(), " dims given for a tensor of rank ", x.dim());
   Shape s(x.dim());
   Strides st(x.dim());
-  std::vector<int64_t> inverse(x.dim(), -1);
+  Shape inverse(x.dim(), -1);  // (a list of dims: kept inline, as a shape is)
   for (int i = 0; i < x.dim(); ++i) {
     int d = normalize_dim(dims[i], x.dim());
     KILN_CHECK(inverse[d] < 0, "permute: dim ", d, " repeated");
@@ -78,10 +78,14 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
-  std::vector<int64_t> dims(x.dim());
-  std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[normalize_dim(d0, x.dim())], dims[normalize_dim(d1, x.dim())]);
-  return permute(x, dims);
+  const int a = normalize_dim(d0, x.dim()), b = normalize_dim(d1, x.dim());
+  Shape s = x.shape();
+  Strides st = x.strides();
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  Tensor y = x.as_strided(s, st, x.offset());
+  record(y, "TransposeBackward", {&x}, [a, b](const Tensor& g) { return std::vector<Tensor>{transpose(g, a, b)}; });
+  return y;
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {

@@ -20,10 +20,13 @@ struct LambdaNode final : GradNode {
   void release() override { fn = nullptr; }
 };
 
-// Attaches `fn` as out's backward if grad mode is on and an input needs grad.
-inline void record(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
+// Attaches `fn` as out's backward if grad mode is on and an input needs
+// grad. The rule becomes a BackwardFn only then: inference (decoding, where
+// no input needs grad) pays for no std::function or node.
+template <typename Rule>
+inline void record(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs, Rule&& fn) {
   if (!any_requires_grad(inputs)) return;
-  attach_node(out, std::make_shared<LambdaNode>(name, std::move(fn)), inputs);
+  attach_node(out, std::make_shared<LambdaNode>(name, BackwardFn(std::forward<Rule>(fn))), inputs);
 }
 
 namespace detail {

@@ -4,6 +4,7 @@
 
 #include "kiln/autograd/node.h"
 #include "kiln/autograd/ops.h"
+#include "kiln/core/pooled.h"
 
 namespace kiln {
 
@@ -26,7 +27,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::detach() const {
-  auto v = std::make_shared<TensorImpl>();
+  auto v = std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>());
   v->storage = impl().storage;
   v->offset = impl().offset;
   v->shape = impl().shape;

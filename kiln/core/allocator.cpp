@@ -95,11 +95,12 @@ void Allocator::reset_peak() {
 
 namespace {
 
-// 64-byte aligned so SIMD loops and BLAS see aligned rows. Freed blocks of
-// 64 KiB and more are kept for reuse (up to 1 GiB): a training step frees and
-// reallocates the same sizes every step, and fresh large blocks come from
-// mmap, so every page would fault again. That was most of the gap between
-// kiln::matmul and a raw GEMM on large outputs.
+// 64-byte aligned so SIMD loops and BLAS see aligned rows. Freed blocks are
+// kept for reuse (up to 1 GiB): a training step frees and reallocates the
+// same sizes every step, and fresh large blocks come from mmap, so every page
+// would fault again (that was most of the gap between kiln::matmul and a raw
+// GEMM on large outputs); a decoding step makes the same small outputs every
+// token, which then cost no call to the system's allocator.
 class CpuAllocator final : public Allocator {
  public:
   explicit CpuAllocator(int index) : index_(index) {}
@@ -111,7 +112,7 @@ class CpuAllocator final : public Allocator {
  protected:
   void* raw_allocate(size_t bytes) override {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    if (rounded >= kMinCached) {
+    {
       std::lock_guard<std::mutex> lock(cache_mutex_);
       auto it = cache_.find(rounded);
       if (it != cache_.end() && !it->second.empty()) {
@@ -132,12 +133,10 @@ class CpuAllocator final : public Allocator {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
     std::lock_guard<std::mutex> lock(cache_mutex_);
     live_bytes_ -= rounded;
-    if (rounded >= kMinCached) {
-      if (cached_bytes_ + rounded <= kMaxCached) {
-        cache_[rounded].push_back(ptr);
-        cached_bytes_ += rounded;
-        return;
-      }
+    if (cached_bytes_ + rounded <= kMaxCached) {
+      cache_[rounded].push_back(ptr);
+      cached_bytes_ += rounded;
+      return;
     }
     std::free(ptr);
   }
@@ -147,7 +146,7 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
-  static constexpr size_t kMinCached = 64 << 10, kMaxCached = size_t(1) << 30;
+  static constexpr size_t kMaxCached = size_t(1) << 30;
   int index_;
   mutable std::mutex cache_mutex_;
   std::map<size_t, std::vector<void*>> cache_;

@@ -4,6 +4,43 @@
 
 namespace kiln {
 
+int64_t& Shape::at(size_t i) {
+  KILN_CHECK(i < size_, "dimension ", i, " of a shape of rank ", size_);
+  return data()[i];
+}
+int64_t Shape::at(size_t i) const {
+  KILN_CHECK(i < size_, "dimension ", i, " of a shape of rank ", size_);
+  return data()[i];
+}
+
+void Shape::reserve(size_t n) {
+  if (n <= capacity()) return;
+  auto grown = std::make_unique<int64_t[]>(n);
+  std::copy(begin(), end(), grown.get());
+  heap_ = std::move(grown);
+  heap_capacity_ = n;
+}
+
+void Shape::resize(size_t n, int64_t value) {
+  reserve(n);
+  if (n > size_) std::fill(data() + size_, data() + n, value);
+  size_ = n;
+}
+
+Shape::iterator Shape::insert(const_iterator at, int64_t d) {
+  const size_t index = size_t(at - begin());
+  push_back(d);
+  std::rotate(begin() + index, end() - 1, end());
+  return begin() + index;
+}
+
+Shape::iterator Shape::erase(const_iterator first, const_iterator last) {
+  const size_t from = size_t(first - begin()), to = size_t(last - begin());
+  std::copy(begin() + to, end(), begin() + from);
+  size_ -= to - from;
+  return begin() + from;
+}
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

@@ -1,5 +1,7 @@
 #include "kiln/core/tensor.h"
 
+#include "kiln/core/pooled.h"
+
 namespace kiln {
 
 Storage::Storage(size_t n, Device d) : bytes(n), device(d), category(MemoryCategoryScope::current()) {
@@ -14,8 +16,8 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), std::move(owner));
+  auto impl = std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>());
+  impl->storage = std::allocate_shared<Storage>(PoolAllocator<Storage>(), data, size_t(shape_numel(shape)) * dtype_size(dtype), std::move(owner));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -24,8 +26,8 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) KILN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  auto impl = std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>());
+  impl->storage = std::allocate_shared<Storage>(PoolAllocator<Storage>(), size_t(shape_numel(shape)) * dtype_size(dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -51,7 +53,7 @@ std::string Tensor::str() const {
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
   KILN_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape_str(shape), " and strides ",
              shape_str(strides), " differ in rank");
-  auto v = std::make_shared<TensorImpl>();
+  auto v = std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>());
   v->storage = impl().storage;
   v->offset = offset;
   v->shape = shape;

@@ -92,19 +92,21 @@ Tensor F32Staging::in(const Tensor& t) const {
 }
 
 Tensor& F32Staging::out(const Tensor& t, bool accumulate) {
-  if (!t.defined() || !is_low_precision(t.dtype())) {
-    outputs_.push_back({Tensor(), t});  // nothing to write back
-    return outputs_.back().staged;
-  }
-  Tensor staged = accumulate ? f32_copy(t) : f32_buffer(t);
-  outputs_.push_back({t, staged});
-  return outputs_.back().staged;
+  KILN_CHECK(staged_ < kMaxOutputs, "F32Staging: more than ", kMaxOutputs, " outputs in one op");
+  Staged& s = outputs_[staged_++];
+  const bool stages = t.defined() && is_low_precision(t.dtype());
+  s.original = stages ? t : Tensor();  // undefined: nothing to write back
+  s.staged = !stages ? t : accumulate ? f32_copy(t) : f32_buffer(t);
+  return s.staged;
 }
 
 void F32Staging::finish() {
-  for (Staged& s : outputs_)
+  for (size_t i = 0; i < staged_; ++i) {
+    Staged& s = outputs_[i];
     if (s.original.defined()) backend_for(s.original.device()).copy(s.staged, s.original);
-  outputs_.clear();
+    s = Staged();
+  }
+  staged_ = 0;
 }
 
 }  // namespace kiln::cpu

@@ -13,8 +13,8 @@
 // ordinary checks and kernel. Staged copies are contiguous, which costs a
 // copy per operand: fine for a reference backend, not meant to be fast.
 #pragma once
+#include <array>
 #include <cstdint>
-#include <deque>
 #include <initializer_list>
 
 #include "kiln/core/tensor.h"
@@ -41,7 +41,11 @@ class F32Staging {
   struct Staged {
     Tensor original, staged;
   };
-  std::deque<Staged> outputs_;  // a deque: references to elements survive push_back
+  // In place, not a deque (which allocates even empty: a decoding step
+  // stages hundreds): references to elements survive the next out().
+  static constexpr size_t kMaxOutputs = 8;
+  std::array<Staged, kMaxOutputs> outputs_;
+  size_t staged_ = 0;
 };
 
 // Contiguous bf16 <-> f32 (vectorised; round to nearest even), for kernels

@@ -55,7 +55,8 @@ bool few_rows_apply(int64_t M, const BlasMatrix& mb) {
 // c (f32 [M, N]) = alpha * a · b + beta * c, a's M x K block widened to f32 rows.
 void few_rows_into_f32(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
                        const uint16_t* b, const BlasMatrix& mb, float beta, float* c) {
-  std::vector<float> rows(size_t(M * K));
+  thread_local std::vector<float> rows;  // kept: decoding calls this hundreds of times a token
+  rows.resize(size_t(M * K));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) rows[size_t(m * K + k)] = bf16_to_float(ma.transposed ? a[k * ma.ld + m] : a[m * ma.ld + k]);
   few_rows_times_bf16(M, N, K, alpha, rows.data(), K, b, mb.ld, beta, c, N);
@@ -64,7 +65,8 @@ void few_rows_into_f32(int64_t M, int64_t N, int64_t K, float alpha, const uint1
 // The same into a bf16 c, rounded once after the optional f32 bias, as gemm_bf16 does.
 void few_rows_into_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
                         const uint16_t* b, const BlasMatrix& mb, float beta, uint16_t* c, const float* bias) {
-  std::vector<float> sums(size_t(M * N));
+  thread_local std::vector<float> sums;
+  sums.resize(size_t(M * N));
   if (beta != 0.0f) bf16_to_f32(c, sums.data(), M * N);
   few_rows_into_f32(M, N, K, alpha, a, ma, b, mb, beta, sums.data());
   for (int64_t m = 0; m < M; ++m)

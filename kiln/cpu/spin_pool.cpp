@@ -38,7 +38,7 @@ constexpr uint64_t kDescribing = 0xFFFFFFFFu;
 
 class SpinPool {
  public:
-  bool try_run(int64_t chunks, int threads, const std::function<void(int64_t)>& chunk) {
+  bool try_run(int64_t chunks, int threads, const ChunkFn& chunk) {
     std::unique_lock<std::mutex> lock(in_use_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     while (int(workers_.size()) < threads - 1) {
@@ -69,7 +69,7 @@ class SpinPool {
 
  private:
   // Takes and runs this generation's chunks until none is left.
-  void take_chunks(uint64_t generation, const std::function<void(int64_t)>& chunk, int64_t chunks) {
+  void take_chunks(uint64_t generation, const ChunkFn& chunk, int64_t chunks) {
     t_in_pool_loop = true;
     for (uint64_t t = ticket_.load(); t >> 32 == generation && int64_t(t & kDescribing) < chunks;) {
       if (!ticket_.compare_exchange_weak(t, t + 1)) continue;
@@ -92,7 +92,7 @@ class SpinPool {
       const uint64_t t = ticket_.load();
       const uint64_t generation = t >> 32;
       if (generation != seen && (t & kDescribing) != kDescribing) {
-        const std::function<void(int64_t)>* chunk = job_.load();
+        const ChunkFn* chunk = job_.load();
         const int64_t chunks = job_chunks_.load();
         const int threads = job_threads_.load();
         if (ticket_.load() >> 32 != generation) continue;  // described again while read
@@ -117,7 +117,7 @@ class SpinPool {
   std::mutex in_use_;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> ticket_{0};
-  std::atomic<const std::function<void(int64_t)>*> job_{nullptr};
+  std::atomic<const ChunkFn*> job_{nullptr};
   std::atomic<int64_t> job_chunks_{0};
   std::atomic<int> job_threads_{0};
   std::atomic<int64_t> done_{0};
@@ -129,7 +129,7 @@ class SpinPool {
 
 }  // namespace
 
-void spin_parallel_for(int64_t chunks, int threads, const std::function<void(int64_t)>& chunk) {
+void spin_parallel_for(int64_t chunks, int threads, const ChunkFn& chunk) {
   // Never destroyed: its threads are detached and may outlive main().
   static SpinPool* pool = new SpinPool;
   if (threads > 1 && chunks > 1 && chunks < int64_t(kDescribing) && !t_in_pool_loop && !omp_in_parallel() && pool->try_run(chunks, threads, chunk))

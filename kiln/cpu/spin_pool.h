@@ -20,16 +20,32 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 #include "kiln/backend/backend.h"
 
 namespace kiln::cpu {
 
+// A loop's body, by reference to the caller's lambda: a std::function would
+// copy a lambda of more than two captures to the heap, and a decoding step
+// runs hundreds of loops. The lambda outlives the loop (the call is synchronous).
+class ChunkFn {
+ public:
+  template <typename Body>
+    requires(!std::is_same_v<Body, ChunkFn>)
+  ChunkFn(const Body& body)  // NOLINT: made from the lambda at the call
+      : body_(&body), call_([](const void* b, int64_t i) { (*static_cast<const Body*>(b))(i); }) {}
+  void operator()(int64_t i) const { call_(body_, i); }
+
+ private:
+  const void* body_;
+  void (*call_)(const void*, int64_t);
+};
+
 // Calls chunk(i) once for each i in [0, chunks), on up to `threads` threads
 // (the caller among them). From inside another parallel loop, or while
 // another thread is using the pool, the caller runs them all.
-void spin_parallel_for(int64_t chunks, int threads, const std::function<void(int64_t)>& chunk);
+void spin_parallel_for(int64_t chunks, int threads, const ChunkFn& chunk);
 
 // The weight rows [0, N) of a product in chunks over the threads (one thread
 // when `work`, M x N x K, is tiny): rows(n0, n1) for each chunk, so each

@@ -7,6 +7,13 @@
 #include "kiln/core/random.h"
 #include "kiln/core/tensor.h"
 
+// Shapes go to and from Python as lists (and take any sequence), as the
+// std::vector<int64_t> they once were did.
+namespace pybind11::detail {
+template <>
+struct type_caster<kiln::Shape> : list_caster<kiln::Shape, int64_t> {};
+}  // namespace pybind11::detail
+
 namespace kiln::python {
 
 namespace py = pybind11;

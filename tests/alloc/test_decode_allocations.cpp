@@ -1,0 +1,120 @@
+// A decoding step, once warm, takes nothing from the heap per layer or per
+// op: tensor heads and storage records come from per-thread free lists
+// (kiln/core/pooled.h), shapes and strides live inline (kiln/core/shape.h),
+// op outputs and staged copies from the CPU allocator's cache, parallel
+// loops take their bodies by reference, and inference records no backward
+// rule. What is left is the step's own bookkeeping (positions, page tables,
+// rotary rows: a few dozen small vectors a step, whatever the depth), so a
+// 1-layer and an 8-layer model make the same count. Counted over every
+// format a step multiplies in (f32, bf16, Kiln's int8 and int4, GGUF's Q8_0,
+// Q4_0 and K-quants), for one sequence (forward_cached, as kiln sample and
+// kiln_hf_bench decode) and for a batch (forward_decode, as kiln serve's
+// scheduler does).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kiln/core/quantized.h"
+#include "kiln/nn/layers.h"
+#include "models/hf/hf_model.h"
+#include "models/llama/llama.h"
+#include "tests/alloc/counting.h"
+
+namespace kiln {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/" + name; }
+
+struct Model {
+  const char* name;
+  std::string path;
+  std::optional<DType> dtype;
+  const char* quantize = nullptr;  // Kiln's own quantized formats
+};
+
+std::vector<Model> models_to_decode() {
+  return {
+      {"f32", fixture("llama-gqa"), DType::f32},
+      {"bf16", fixture("llama-gqa"), DType::bf16},
+      {"int8", fixture("llama-gqa"), DType::f32, "int8"},
+      {"int4", fixture("llama-gqa"), DType::f32, "int4"},
+      {"gguf Q8_0", fixture("gguf-tiny/model-q8_0.gguf"), std::nullopt},
+      {"gguf Q4_0", fixture("gguf-tiny/model-q4_0.gguf"), std::nullopt},
+      {"gguf Q4_K_M", fixture("gguf-tiny/model-q4_k_m.gguf"), std::nullopt},
+  };
+}
+
+// The largest logit of `row` (f32 or bf16, read in place: the test's own code allocates nothing).
+int32_t greedy(const Tensor& logits, int64_t row) {
+  const int64_t V = logits.size(-1);
+  auto value = [&](int64_t i) {
+    if (logits.dtype() == DType::f32) return logits.data<float>()[row * V + i];
+    const uint32_t bits = uint32_t(static_cast<const uint16_t*>(logits.data_ptr())[row * V + i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  int64_t best = 0;
+  for (int64_t i = 1; i < V; ++i)
+    if (value(i) > value(best)) best = i;
+  return int32_t(best);
+}
+
+// The heap allocations of each of 6 warm steps, one sequence (forward_cached) then two (forward_decode).
+std::pair<int64_t, int64_t> allocations_per_step(models::LanguageModel& model) {
+  NoGradGuard no_grad;
+  models::KvCache cache = model.new_cache();
+  Tensor logits = model.forward_cached(Tensor::from_vector(std::vector<int64_t>{1, 17, 250, 3, 99}, {1, 5}), cache);
+  Tensor ids = Tensor::empty({1, 1}, DType::i64);
+  auto step = [&] {
+    ids.data<int64_t>()[0] = greedy(logits, 0);
+    logits = model.forward_cached(ids, cache);
+  };
+  for (int i = 0; i < 3; ++i) step();  // warm: the free lists and the allocator's cache fill
+  const int64_t alone = kiln_test::allocations_during([&] {
+    for (int i = 0; i < 6; ++i) step();
+  });
+  models::KvCache a = model.new_cache(), b = model.new_cache();
+  const std::vector<models::KvCache*> caches = {&a, &b};
+  logits = model.forward_prompts({{1, 17, 250}, {3, 99, 5, 8}}, caches);
+  std::vector<int32_t> tokens(2);
+  auto batch_step = [&] {
+    for (int64_t r = 0; r < 2; ++r) tokens[size_t(r)] = greedy(logits, r);
+    logits = model.forward_decode(tokens, caches);
+  };
+  for (int i = 0; i < 3; ++i) batch_step();
+  const int64_t batched = kiln_test::allocations_during([&] {
+    for (int i = 0; i < 6; ++i) batch_step();
+  });
+  return {alone / 6, batched / 6};
+}
+
+// The step's bookkeeping (not its layers): the most a warm step may take.
+constexpr int64_t kBookkeepingPerStep = 40;
+
+TEST(DecodeAllocations, AWarmStepTakesNoHeapMemoryForItsLayersInAnyFormat) {
+  for (const Model& m : models_to_decode()) {
+    SCOPED_TRACE(m.name);
+    auto lm = models::load_hf_causal_lm(m.path, m.dtype);
+    if (m.quantize) nn::quantize_weights(*lm.model, parse_quant_format(m.quantize));
+    const auto [alone, batched] = allocations_per_step(*lm.model);
+    EXPECT_LE(alone, kBookkeepingPerStep);
+    EXPECT_LE(batched, kBookkeepingPerStep);
+  }
+}
+
+TEST(DecodeAllocations, ADeeperModelTakesNoMoreHeapMemoryAStep) {
+  auto llama = [](int64_t layers) {
+    models::LlamaConfig c;
+    c.vocab_size = 300, c.hidden_size = 32, c.intermediate_size = 64, c.num_layers = layers;
+    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8, c.max_positions = 64;
+    Generator init(1);
+    return std::make_shared<models::Llama>(c, init);
+  };
+  const auto one = allocations_per_step(*llama(1)), eight = allocations_per_step(*llama(8));
+  EXPECT_EQ(one, eight) << "allocations a step: 1 layer " << one.first << " and " << one.second << " (batched), 8 layers "
+                        << eight.first << " and " << eight.second;
+}
+
+}  // namespace
+}  // namespace kiln
