@@ -75,8 +75,13 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
   const char* w = static_cast<const char*>(weight.data_ptr());
   char* o = static_cast<char*>(out.data_ptr());
   // A gather is a copy, so it works for every dtype, not only f32/f64.
-#pragma omp parallel for schedule(static) if (n > 1 && n * C > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * row_bytes, w + load_index(ids, i) * row_bytes, row_bytes);
+  auto gather = [&](int64_t i) { std::memcpy(o + i * row_bytes, w + load_index(ids, i) * row_bytes, row_bytes); };
+  if (n > 1 && n * C > kParallelElements) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) gather(i);
+  } else {  // (not through an OpenMP region with a false `if`: libgomp allocates a team for it every time)
+    for (int64_t i = 0; i < n; ++i) gather(i);
+  }
 }
 
 void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) {

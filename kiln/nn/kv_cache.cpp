@@ -137,16 +137,18 @@ int64_t KvCache::adopt_prefix(std::span<const int32_t> ids) {
   return length_;
 }
 
-std::vector<int32_t> KvCache::reserve(int64_t n) {
+void KvCache::reserve(int64_t n) {
   KILN_CHECK(pool_, "kv cache: this cache has no pool (make it with the model's new_cache())");
   KILN_CHECK(length_ + n <= capacity_, "the generation cache holds ", capacity_, " positions; ", length_ + n,
              " do not fit");
   const KvLayout& layout = pool_->layout();
   while (int64_t(pages_.size()) < layout.pages_for(length_ + n)) pages_.push_back(pool_->take_page());
-  std::vector<int32_t> slots;
-  for (int64_t pos = length_; pos < length_ + n; ++pos)
-    slots.push_back(int32_t(pages_[size_t(pos / layout.page_size)] * layout.page_size + pos % layout.page_size));
-  return slots;
+  tokens_.reserve(pages_.size() * size_t(layout.page_size));
+}
+
+int32_t KvCache::slot(int64_t pos) const {
+  const int64_t P = pool_->layout().page_size;
+  return int32_t(pages_[size_t(pos / P)] * P + pos % P);
 }
 
 void KvCache::commit(std::span<const int32_t> tokens) {
@@ -161,40 +163,55 @@ void KvCache::commit(std::span<const int32_t> tokens) {
   }
 }
 
-PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
+// The step's index tensors are written in place (sized first): a decoding
+// step's bookkeeping takes nothing from the heap but their storage, which
+// the CPU allocator keeps.
+PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> new_positions, int64_t window,
                     Device device, int64_t local_window) {
   KILN_CHECK(!caches.empty() && caches.size() == new_positions.size(), "paged step: ", caches.size(), " caches for ",
              new_positions.size(), " position counts");
-  PagedStep step;
-  std::vector<int64_t> key_offsets, value_offsets;
-  std::vector<int32_t> spans, local_spans;
+  const KvLayout& L = caches.front()->pool().layout();
+  int64_t rows = 0;
   size_t widest = 0;
+  for (size_t s = 0; s < caches.size(); ++s) {
+    KILN_CHECK(&caches[s]->pool() == &caches.front()->pool(), "paged step: the caches come from different pools");
+    caches[s]->reserve(new_positions[s]);
+    rows += new_positions[s];
+    widest = std::max(widest, caches[s]->pages().size());
+  }
+  Tensor key_offsets = Tensor::empty({rows * L.kv_heads}, DType::i64);
+  Tensor value_offsets = Tensor::empty({rows * L.kv_heads}, DType::i64);
+  Tensor spans = Tensor::empty({rows, 3}, DType::i32), local_spans;
+  if (local_window > 0) local_spans = Tensor::empty({rows, 3}, DType::i32);
+  Tensor tables = Tensor::empty({int64_t(caches.size()), int64_t(widest)}, DType::i32);
+  int64_t* keys = key_offsets.data<int64_t>();
+  int64_t* values = value_offsets.data<int64_t>();
+  int32_t* span = spans.data<int32_t>();
+  int32_t* local = local_window > 0 ? local_spans.data<int32_t>() : nullptr;
+  int32_t* table = tables.data<int32_t>();
   auto first_seen = [](int64_t pos, int64_t w) { return int32_t(w > 0 ? std::max<int64_t>(0, pos + 1 - w) : 0); };
   for (size_t s = 0; s < caches.size(); ++s) {
-    KvCache& cache = *caches[s];
-    KILN_CHECK(&cache.pool() == &caches.front()->pool(), "paged step: the caches come from different pools");
-    const KvLayout& L = cache.pool().layout();
-    for (int32_t slot : cache.reserve(new_positions[s]))  // page * page_size + offset
+    const KvCache& cache = *caches[s];
+    for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos) {
+      const int32_t slot = cache.slot(pos);
       for (int64_t g = 0; g < L.kv_heads; ++g) {
         const int64_t head = int64_t(slot / L.page_size) * L.kv_heads + g, offset = slot % L.page_size;
-        key_offsets.push_back(head * L.head_dim * L.page_size + offset);
-        value_offsets.push_back((head * L.page_size + offset) * L.head_dim);
+        *keys++ = head * L.head_dim * L.page_size + offset;
+        *values++ = (head * L.page_size + offset) * L.head_dim;
       }
-    for (int64_t pos = cache.length(); pos < cache.length() + new_positions[s]; ++pos) {
-      spans.insert(spans.end(), {int32_t(s), first_seen(pos, window), int32_t(pos + 1)});
-      if (local_window > 0) local_spans.insert(local_spans.end(), {int32_t(s), first_seen(pos, local_window), int32_t(pos + 1)});
+      *span++ = int32_t(s), *span++ = first_seen(pos, window), *span++ = int32_t(pos + 1);
+      if (local) *local++ = int32_t(s), *local++ = first_seen(pos, local_window), *local++ = int32_t(pos + 1);
     }
-    widest = std::max(widest, cache.pages().size());
+    const std::vector<int32_t>& pages = cache.pages();
+    std::copy(pages.begin(), pages.end(), table + s * widest);
+    std::fill(table + s * widest + pages.size(), table + (s + 1) * widest, 0);
   }
-  std::vector<int32_t> tables(caches.size() * widest, 0);
-  for (size_t s = 0; s < caches.size(); ++s)
-    std::copy(caches[s]->pages().begin(), caches[s]->pages().end(), tables.begin() + long(s * widest));
-  const int64_t rows = int64_t(spans.size() / 3);
-  step.key_offsets = Tensor::from_vector(key_offsets, {int64_t(key_offsets.size())}).to(device);
-  step.value_offsets = Tensor::from_vector(value_offsets, {int64_t(value_offsets.size())}).to(device);
-  step.tables = Tensor::from_vector(tables, {int64_t(caches.size()), int64_t(widest)}).to(device);
-  step.spans = Tensor::from_vector(spans, {rows, 3}).to(device);
-  if (local_window > 0) step.local_spans = Tensor::from_vector(local_spans, {rows, 3}).to(device);
+  PagedStep step;
+  step.key_offsets = key_offsets.to(device);
+  step.value_offsets = value_offsets.to(device);
+  step.tables = tables.to(device);
+  step.spans = spans.to(device);
+  if (local_window > 0) step.local_spans = local_spans.to(device);
   step.pool = &caches.front()->pool();
   return step;
 }

@@ -104,9 +104,11 @@ class KvCache {
   // pages, leaving at least the last id to compute (its logits are wanted).
   // Returns the positions taken; the caller runs the rest from there.
   int64_t adopt_prefix(std::span<const int32_t> ids);
-  // Pages for positions [length, length + n), taken from the pool as
-  // needed; returns each position's slot (page * page_size + offset).
-  std::vector<int32_t> reserve(int64_t n);
+  // Pages for positions [length, length + n), taken from the pool as needed
+  // (and room for their tokens: a step that stays in its page allocates nothing).
+  void reserve(int64_t n);
+  // Where reserved position `pos` lives in the pool: page * page_size + offset.
+  int32_t slot(int64_t pos) const;
   // The reserved positions [length, length + tokens.size()) now hold the
   // keys and values of `tokens`: the length grows and filled pages are published.
   void commit(std::span<const int32_t> tokens);
@@ -148,7 +150,7 @@ struct PagedStep {
 // window > 0). Reserves the pages; the caller commits the tokens after the
 // pass. All caches must share one pool. local_window > 0 adds local_spans,
 // for models whose sliding-window layers sit between global ones (Gemma).
-PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions, int64_t window,
+PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> new_positions, int64_t window,
                     Device device, int64_t local_window = 0);
 // The real rows of a padded batch [B, T, ...] seen as [B * T, ...]: row
 // b * T + t for t < lengths[b], in plan_step's order.

@@ -378,6 +378,15 @@ void Llama::set_activation_checkpointing(ActivationCheckpointing mode) {
 Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) {
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1 && ids.size(1) >= 1, "llama: a cached forward takes ids [1, n], got ",
              shape_str(ids.shape()));
+  // One more token: a decoding step, without a prompt batch's padding and bookkeeping.
+  if (ids.size(1) == 1 && cache.length() > 0 && ids.device() == Device::cpu() && ids.dtype() == DType::i64) {
+    const int64_t id = ids.data<int64_t>()[0];
+    if (id >= 0 && id < config_.vocab_size) {
+      const int32_t token = int32_t(id);
+      KvCache* const one = &cache;
+      return decode_step(std::span(&token, 1), std::span(&one, 1));
+    }
+  }
   return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
 
@@ -387,6 +396,52 @@ bool Llama::crosses_rope_switch(int64_t past, int64_t more) const {
 }
 
 Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
+  return decode_step(tokens, caches);
+}
+
+Llama::Rotation Llama::next_rotation(std::span<KvCache* const> caches) {
+  const int64_t B = int64_t(caches.size()), D = config_.rotated_dims();
+  const Device device = anchor().device();
+  // The tables' variant each row would take alone (longrope's depends on its length): usually one for all.
+  Tensor where = Tensor::empty({B}, DType::i64);
+  int64_t furthest = 0;
+  int variant = -1;
+  bool one_variant = true;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t position = caches[size_t(b)]->length();
+    KILN_CHECK(position < config_.max_positions, "the text holds ", position + 1, " tokens, more than the model's ",
+               config_.max_positions, " positions (max_position_embeddings); shorten it");
+    const int v = ensure_rope(position + 1, device, position + 1);
+    one_variant = one_variant && (variant < 0 || v == variant);
+    variant = v;
+    where.data<int64_t>()[b] = position;
+    furthest = std::max(furthest, position + 1);
+  }
+  if (!one_variant) {  // rare: each row's own rows, stacked
+    std::vector<Rotation> each;
+    for (KvCache* c : caches) each.push_back(rope_rows(c->length(), 1, c->length() + 1));
+    auto stacked = [&](Tensor Rotation::*part) {
+      if (!(each[0].*part).defined()) return Tensor();
+      std::vector<Tensor> rows;
+      for (const Rotation& r : each) rows.push_back(r.*part);
+      return reshape(cat(rows, 0), {B, 1, 1, D});
+    };
+    return {stacked(&Rotation::cos), stacked(&Rotation::sin), stacked(&Rotation::local_cos),
+            stacked(&Rotation::local_sin)};
+  }
+  const Tensor positions = where.to(device);
+  auto gathered = [&](const Tensor& table) { return reshape(embedding(table, positions), {B, 1, 1, D}); };
+  Rotation r{gathered(rope_cos_[variant]), gathered(rope_sin_[variant]), {}, {}};
+  if (config_.local_rope_theta > 0) {
+    const int local = ensure_rope(furthest, device, furthest, /*local=*/true);
+    r.local_cos = gathered(rope_cos_[local]), r.local_sin = gathered(rope_sin_[local]);
+  }
+  return r;
+}
+
+// Written to allocate nothing but tensors (which the allocator keeps): a
+// step's host work runs once a token.
+Tensor Llama::decode_step(std::span<const int32_t> tokens, std::span<KvCache* const> caches) {
   NoGradGuard ng;
   const int64_t B = int64_t(tokens.size());
   KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "llama decode: ", tokens.size(), " tokens for ", caches.size(),
@@ -397,22 +452,14 @@ Tensor Llama::forward_decode(const std::vector<int32_t>& tokens, const std::vect
       for (int64_t b = 0; b < B; ++b) rows.push_back(forward_prompts({{tokens[size_t(b)]}}, {caches[size_t(b)]}));
       return cat(rows, 0);
     }
-  std::vector<Rotation> each;
-  for (const KvCache* c : caches) each.push_back(rope_rows(c->length(), 1, c->length() + 1));  // as it would alone
-  const int64_t D = config_.rotated_dims();
-  auto stacked = [&](Tensor Rotation::*part) {
-    if (!(each[0].*part).defined()) return Tensor();
-    std::vector<Tensor> rows;
-    for (const Rotation& r : each) rows.push_back(r.*part);
-    return reshape(cat(rows, 0), {B, 1, 1, D});
-  };
-  const Rotation rotation{stacked(&Rotation::cos), stacked(&Rotation::sin), stacked(&Rotation::local_cos),
-                          stacked(&Rotation::local_sin)};
-  const Device device = anchor().device();
-  const nn::PagedStep step = plan_step(caches, std::vector<int64_t>(size_t(B), 1));
-  std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  Tensor x = hidden(Tensor::from_vector(ids, {B, 1}).to(device), rotation, &step, true);
-  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(std::span(&tokens[size_t(b)], 1));
+  const Rotation rotation = next_rotation(caches);
+  thread_local std::vector<int64_t> one_each;  // one new position per cache
+  one_each.assign(size_t(B), 1);
+  const nn::PagedStep step = plan_step(caches, one_each);
+  Tensor ids = Tensor::empty({B, 1}, DType::i64);
+  std::copy(tokens.begin(), tokens.end(), ids.data<int64_t>());
+  Tensor x = hidden(ids.to(anchor().device()), rotation, &step, true);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(tokens.subspan(size_t(b), 1));
   return reshape(head(x), {B, config_.vocab_size});
 }
 
@@ -467,7 +514,7 @@ Tensor Llama::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, 
 }
 
 // Every layer's window, or none for the global layers and local spans for the sliding ones.
-nn::PagedStep Llama::plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions) const {
+nn::PagedStep Llama::plan_step(std::span<KvCache* const> caches, std::span<const int64_t> new_positions) const {
   const bool mixed = !config_.sliding_layers.empty();
   return nn::plan_step(caches, new_positions, mixed ? 0 : config_.sliding_window, anchor().device(),
                        mixed ? config_.sliding_window : 0);

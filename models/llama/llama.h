@@ -132,7 +132,11 @@ class Llama : public LanguageModel {
   // The rotation [T, D] of positions [first, first + T), in a pass whose
   // furthest position is seq_len - 1 (longrope's factors depend on it).
   Rotation rope_rows(int64_t first, int64_t T, int64_t seq_len);
-  nn::PagedStep plan_step(const std::vector<KvCache*>& caches, const std::vector<int64_t>& new_positions) const;
+  nn::PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> new_positions) const;
+  // One new token for each of the caches (forward_decode, and forward_cached's one more token).
+  Tensor decode_step(std::span<const int32_t> tokens, std::span<KvCache* const> caches);
+  // The rotation [B, 1, 1, D] of each cache's next position, as each would have it alone.
+  Rotation next_rotation(std::span<KvCache* const> caches);
   // Logits capped as Gemma 2 caps them (final_softcap).
   Tensor capped(const Tensor& logits) const;
   Tensor head_weight() const;

@@ -1,15 +1,15 @@
-// A decoding step, once warm, takes nothing from the heap per layer or per
-// op: tensor heads and storage records come from per-thread free lists
-// (kiln/core/pooled.h), shapes and strides live inline (kiln/core/shape.h),
-// op outputs and staged copies from the CPU allocator's cache, parallel
-// loops take their bodies by reference, and inference records no backward
-// rule. What is left is the step's own bookkeeping (positions, page tables,
-// rotary rows: a few dozen small vectors a step, whatever the depth), so a
-// 1-layer and an 8-layer model make the same count. Counted over every
-// format a step multiplies in (f32, bf16, Kiln's int8 and int4, GGUF's Q8_0,
-// Q4_0 and K-quants), for one sequence (forward_cached, as kiln sample and
-// kiln_hf_bench decode) and for a batch (forward_decode, as kiln serve's
-// scheduler does).
+// A decoding step, once warm, takes nothing from the heap: tensor heads and
+// storage records come from per-thread free lists (kiln/core/pooled.h),
+// shapes and strides live inline (kiln/core/shape.h), op outputs and staged
+// copies from the CPU allocator's cache, parallel loops take their bodies by
+// reference, inference records no backward rule, and the step's bookkeeping
+// (positions, page tables, rotary rows) is written into tensors. Counted
+// over every format a step multiplies in (f32, bf16, Kiln's int8 and int4,
+// GGUF's Q8_0, Q4_0 and K-quants), for one sequence (forward_cached, as kiln
+// sample and kiln_hf_bench decode) and for a batch (forward_decode, as kiln
+// serve's scheduler does), and for a model built from a config at two
+// depths. (A step that fills a page publishes it for prefix sharing: one
+// index entry each page_size tokens. The steps counted here stay in a page.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -60,7 +60,7 @@ int32_t greedy(const Tensor& logits, int64_t row) {
   return int32_t(best);
 }
 
-// The heap allocations of each of 6 warm steps, one sequence (forward_cached) then two (forward_decode).
+// The heap allocations of 6 warm steps, one sequence (forward_cached), then of 6 for two (forward_decode).
 std::pair<int64_t, int64_t> allocations_per_step(models::LanguageModel& model) {
   NoGradGuard no_grad;
   models::KvCache cache = model.new_cache();
@@ -86,34 +86,27 @@ std::pair<int64_t, int64_t> allocations_per_step(models::LanguageModel& model) {
   const int64_t batched = kiln_test::allocations_during([&] {
     for (int i = 0; i < 6; ++i) batch_step();
   });
-  return {alone / 6, batched / 6};
+  return {alone, batched};
 }
 
-// The step's bookkeeping (not its layers): the most a warm step may take.
-constexpr int64_t kBookkeepingPerStep = 40;
-
-TEST(DecodeAllocations, AWarmStepTakesNoHeapMemoryForItsLayersInAnyFormat) {
+TEST(DecodeAllocations, AWarmStepTakesNothingFromTheHeapInAnyFormat) {
   for (const Model& m : models_to_decode()) {
     SCOPED_TRACE(m.name);
     auto lm = models::load_hf_causal_lm(m.path, m.dtype);
     if (m.quantize) nn::quantize_weights(*lm.model, parse_quant_format(m.quantize));
-    const auto [alone, batched] = allocations_per_step(*lm.model);
-    EXPECT_LE(alone, kBookkeepingPerStep);
-    EXPECT_LE(batched, kBookkeepingPerStep);
+    EXPECT_EQ(allocations_per_step(*lm.model), std::make_pair(int64_t(0), int64_t(0)));
   }
 }
 
-TEST(DecodeAllocations, ADeeperModelTakesNoMoreHeapMemoryAStep) {
-  auto llama = [](int64_t layers) {
+TEST(DecodeAllocations, NoStepTakesFromTheHeapWhateverTheDepth) {
+  for (int64_t layers : {1, 8}) {
     models::LlamaConfig c;
     c.vocab_size = 300, c.hidden_size = 32, c.intermediate_size = 64, c.num_layers = layers;
     c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8, c.max_positions = 64;
     Generator init(1);
-    return std::make_shared<models::Llama>(c, init);
-  };
-  const auto one = allocations_per_step(*llama(1)), eight = allocations_per_step(*llama(8));
-  EXPECT_EQ(one, eight) << "allocations a step: 1 layer " << one.first << " and " << one.second << " (batched), 8 layers "
-                        << eight.first << " and " << eight.second;
+    models::Llama model(c, init);
+    EXPECT_EQ(allocations_per_step(model), std::make_pair(int64_t(0), int64_t(0))) << layers << " layers";
+  }
 }
 
 }  // namespace
