@@ -15,6 +15,7 @@
 // (kiln/backend/batch_invariant.h) and prefix sharing give a sequence the
 // same bits however it was batched. The products keep their sums in
 // registers (AVX2), the exponentials are vectorised.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -203,7 +204,12 @@ void attend(const PagedShape& s, const T* q, const T* k, const T* v, const int32
             std::vector<float>& scratch) {
   const int64_t group = j1 - j0, first_head = g * (s.heads / s.kv_heads) + j0, D = s.dim, P = s.page_size;
   const int64_t seq = spans[3 * r], lo = spans[3 * r + 1], hi = spans[3 * r + 2], n = hi - lo;
-  scratch.resize(size_t(group * (n + 2 * D)));
+  // Room for 4K positions of a group from the start, and twice the need past
+  // it: each thread's scratch then grows a handful of times in a long
+  // generation, not every few tokens (whichever thread takes the widest item).
+  const size_t need = size_t(group * (n + 2 * D));
+  if (scratch.capacity() < need) scratch.reserve(std::max(need * 2, size_t(group * (4096 + 2 * D))));
+  scratch.resize(need);
   float* scores = scratch.data();    // [group, n]
   float* query = scores + group * n;  // [group, D]
   float* acc = query + group * D;     // [group, D]
