@@ -79,7 +79,8 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
   if (n > 1 && n * C > kParallelElements) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) gather(i);
-  } else {  // (not through an OpenMP region with a false `if`: libgomp allocates a team for it every time)
+  } else {  // (not through an OpenMP region with a false `if`: in Kiln's process libgomp
+            // allocated for one on every call, kiln_alloc_tests saw)
     for (int64_t i = 0; i < n; ++i) gather(i);
   }
 }
