@@ -85,17 +85,22 @@ void epilogue(T* cp, int64_t rows, int64_t N, const T* bias, const Tensor& out, 
     pre = static_cast<T*>(args.pre_gelu.data_ptr());
   }
   const bool gelu_on = args.gelu;
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * N > 32768)
-  for (int64_t row = 0; row < rows; ++row) {
+  auto finish_row = [&](int64_t row) {
     T* c = cp + row * N;
     if (bias) {
 #pragma omp simd
       for (int64_t n = 0; n < N; ++n) c[n] += bias[n];
     }
-    if (!gelu_on) continue;
+    if (!gelu_on) return;
     if (pre) std::copy(c, c + N, pre + row * N);
 #pragma omp simd
     for (int64_t n = 0; n < N; ++n) c[n] = gelu(c[n]);
+  };
+  if (rows > 1 && rows * N > 32768) {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) finish_row(row);
+  } else {  // (no OpenMP region with a false if(): libgomp allocated for one on every call, in Kiln's process)
+    for (int64_t row = 0; row < rows; ++row) finish_row(row);
   }
 }
 

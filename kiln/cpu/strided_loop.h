@@ -3,7 +3,6 @@
 // for the row start, the row length and each operand's stride within the row.
 #pragma once
 #include <array>
-#include <vector>
 
 #include "kiln/core/shape.h"
 #include "kiln/cpu/dispatch.h"
@@ -30,7 +29,7 @@ void strided_loop(const Shape& shape, const std::array<const Strides*, N>& strid
   // was most of the time of copies with short rows, such as merging
   // attention heads: 32 elements a row).
   auto rows = [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> index(size_t(rank - 1));
+    Shape index(size_t(rank - 1));  // (inline: no allocation a call)
     std::array<int64_t, N> offsets{};
     for (int64_t d = rank - 2, rem = begin; d >= 0; --d) {
       index[size_t(d)] = rem % shape[d];

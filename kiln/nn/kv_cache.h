@@ -156,6 +156,7 @@ PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> n
 // b * T + t for t < lengths[b], in plan_step's order.
 class RealRows {
  public:
+  RealRows() = default;  // no padding: every row real (a decoding step's)
   RealRows(const std::vector<int64_t>& lengths, int64_t T, Device device);
   bool padded() const { return int64_t(rows_.size()) < all_; }
   // x [B * T, ...] -> its real rows [rows, ...] (x itself when none is padding).
@@ -164,7 +165,7 @@ class RealRows {
   Tensor put(const Tensor& x) const;
 
  private:
-  int64_t all_;
+  int64_t all_ = 0;
   std::vector<int64_t> rows_;
   Tensor index_;  // i64 [rows] on the device
 };

@@ -185,6 +185,15 @@ KvCache Gpt::new_cache() const {
 Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "gpt: a cached forward takes ids [1, n], got ",
              shape_str(ids.shape()));
+  // One more token: a decoding step, without a prompt batch's padding and bookkeeping.
+  if (ids.size(1) == 1 && cache.length() > 0 && ids.device() == Device::cpu() && ids.dtype() == DType::i64) {
+    const int64_t id = ids.data<int64_t>()[0];
+    if (id >= 0 && id < config_.vocab_size) {
+      const int32_t token = int32_t(id);
+      KvCache* const one = &cache;
+      return decode_step(std::span(&token, 1), std::span(&one, 1));
+    }
+  }
   return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
 
@@ -207,9 +216,31 @@ Tensor Gpt::forward_prompts(const std::vector<std::vector<int64_t>>& prompts, co
 }
 
 Tensor Gpt::forward_decode(const std::vector<int32_t>& tokens, const std::vector<KvCache*>& caches) {
-  std::vector<std::vector<int64_t>> each;
-  for (int32_t t : tokens) each.push_back({t});
-  return forward_prompts(each, caches);
+  return decode_step(tokens, caches);
+}
+
+// forward_prompts for one token a cache, written to allocate nothing but
+// tensors (which the allocator keeps): the ids and positions go straight
+// into tensors, and no row is padding.
+Tensor Gpt::decode_step(std::span<const int32_t> tokens, std::span<KvCache* const> caches) {
+  NoGradGuard ng;
+  const int64_t B = int64_t(tokens.size());
+  KILN_CHECK(B >= 1 && caches.size() == tokens.size(), "gpt decode: ", tokens.size(), " tokens for ", caches.size(),
+             " caches");
+  Tensor ids = Tensor::empty({B, 1}, DType::i64), positions = Tensor::empty({B, 1}, DType::i64);
+  for (int64_t b = 0; b < B; ++b) {
+    ids.data<int64_t>()[b] = tokens[size_t(b)];
+    positions.data<int64_t>()[b] = caches[size_t(b)]->length();
+  }
+  const Device device = ln_f_->weight.device();
+  thread_local std::vector<int64_t> one_each;  // one new position per cache
+  one_each.assign(size_t(B), 1);
+  const nn::PagedStep step = nn::plan_step(caches, one_each, 0, device);  // (a full cache is an error here)
+  Tensor x = add(wte_->forward(ids.to(device)), wpe_->forward(positions.to(device)));
+  const nn::RealRows no_padding;
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_paged(x, step, int64_t(i), no_padding, true);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)]->commit(tokens.subspan(size_t(b), 1));
+  return head(reshape(ln_f_->forward(x), {B, config_.n_embd}));
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) {

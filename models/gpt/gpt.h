@@ -98,6 +98,8 @@ class Gpt : public LanguageModel {
   Tensor run_blocks(Tensor x, int64_t first, int64_t last);          // the residual stream through blocks [first, last)
   Tensor final_stream(const Tensor& ids) { return run_blocks(embed(ids), 0, config_.n_layer); }
   Tensor head(const Tensor& x) const;                                 // logits from the tied embedding
+  // One new token for each of the caches (forward_decode, and forward_cached's one more token).
+  Tensor decode_step(std::span<const int32_t> tokens, std::span<KvCache* const> caches);
   GptConfig config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Sequential> h_;

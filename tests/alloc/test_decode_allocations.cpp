@@ -7,8 +7,8 @@
 // over every format a step multiplies in (f32, bf16, Kiln's int8 and int4,
 // GGUF's Q8_0, Q4_0 and K-quants), for one sequence (forward_cached, as kiln
 // sample and kiln_hf_bench decode) and for a batch (forward_decode, as kiln
-// serve's scheduler does), and for a model built from a config at two
-// depths. (A step that fills a page publishes it for prefix sharing: one
+// serve's scheduler does), and for a Llama and a GPT built from configs at
+// two depths. (A step that fills a page publishes it for prefix sharing: one
 // index entry each page_size tokens. The steps counted here stay in a page.)
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "kiln/core/quantized.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/hf_model.h"
+#include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
 #include "tests/alloc/counting.h"
 
@@ -41,8 +42,10 @@ std::vector<Model> models_to_decode() {
       {"gguf Q8_0", fixture("gguf-tiny/model-q8_0.gguf"), std::nullopt},
       {"gguf Q4_0", fixture("gguf-tiny/model-q4_0.gguf"), std::nullopt},
       {"gguf Q4_K_M", fixture("gguf-tiny/model-q4_k_m.gguf"), std::nullopt},
-      // Families with more in a step: q/k norms, soft caps and sliding layers, local rotary tables, LongRoPE.
+      // Families with more in a step: biases, q/k norms, soft caps and sliding layers, local rotary tables,
+      // LongRoPE.
       // (Not yet the mixtures of experts: their routing makes its lists a layer.)
+      {"qwen2 (biases)", fixture("qwen2"), DType::f32},
       {"qwen3", fixture("qwen3"), DType::f32},
       {"gemma2", fixture("gemma2"), DType::f32},
       {"gemma3", fixture("gemma3"), DType::f32},
@@ -112,6 +115,11 @@ TEST(DecodeAllocations, NoStepTakesFromTheHeapWhateverTheDepth) {
     Generator init(1);
     models::Llama model(c, init);
     EXPECT_EQ(allocations_per_step(model), std::make_pair(int64_t(0), int64_t(0))) << layers << " layers";
+    // Kiln's own GPT (kiln train fortunes-gpt, then kiln sample) too.
+    models::GptConfig g;
+    g.vocab_size = 300, g.block_size = 64, g.n_layer = layers, g.n_head = 4, g.n_embd = 32;
+    models::Gpt gpt(g, init, nullptr);
+    EXPECT_EQ(allocations_per_step(gpt), std::make_pair(int64_t(0), int64_t(0))) << layers << " GPT layers";
   }
 }
 
