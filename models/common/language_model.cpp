@@ -135,6 +135,14 @@ std::shared_ptr<nn::KvPool> LanguageModel::pool_for(const nn::KvLayout& layout) 
   return kv_pool_;
 }
 
+std::optional<int32_t> one_more_token(const Tensor& ids, const KvCache& cache, int64_t vocab_size) {
+  if (ids.numel() != 1 || cache.length() == 0 || ids.device() != Device::cpu() || ids.dtype() != DType::i64)
+    return std::nullopt;
+  const int64_t id = ids.data<int64_t>()[0];
+  if (id < 0 || id >= vocab_size) return std::nullopt;  // the prompt path says what is wrong
+  return int32_t(id);
+}
+
 PromptBatch batch_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches,
                           int64_t context) {
   const int64_t B = int64_t(prompts.size());

@@ -3,6 +3,7 @@
 // new tokens that continue a cache of keys and values.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "kiln/nn/kv_cache.h"
@@ -85,6 +86,10 @@ struct PromptBatch {
   std::vector<int64_t> ids, positions;      // [B * T]: padded with token 0 at positions in range
   std::vector<int64_t> last_rows;           // each row's last real row of [B * T]
 };
+// The token of ids [1, 1] (i64, on the host, in [0, vocab_size)) that
+// continues a cache holding positions already: forward_cached's decoding
+// step, run without a prompt batch's bookkeeping. nullopt for anything else.
+std::optional<int32_t> one_more_token(const Tensor& ids, const KvCache& cache, int64_t vocab_size);
 // Refuses an empty prompt, and one that takes its cache past `context` positions.
 PromptBatch batch_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches,
                           int64_t context);

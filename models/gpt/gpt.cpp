@@ -185,14 +185,9 @@ KvCache Gpt::new_cache() const {
 Tensor Gpt::forward_cached(const Tensor& ids, KvCache& cache) {
   KILN_CHECK(ids.dim() == 2 && ids.size(0) == 1, "gpt: a cached forward takes ids [1, n], got ",
              shape_str(ids.shape()));
-  // One more token: a decoding step, without a prompt batch's padding and bookkeeping.
-  if (ids.size(1) == 1 && cache.length() > 0 && ids.device() == Device::cpu() && ids.dtype() == DType::i64) {
-    const int64_t id = ids.data<int64_t>()[0];
-    if (id >= 0 && id < config_.vocab_size) {
-      const int32_t token = int32_t(id);
-      KvCache* const one = &cache;
-      return decode_step(std::span(&token, 1), std::span(&one, 1));
-    }
+  if (const std::optional<int32_t> token = one_more_token(ids, cache, config_.vocab_size)) {
+    KvCache* const one = &cache;
+    return decode_step(std::span(&*token, 1), std::span(&one, 1));
   }
   return forward_prompts({ids.to(Device::cpu()).to_vector<int64_t>()}, {&cache});
 }
