@@ -74,7 +74,21 @@ inline void for_chunks_if(int64_t n, bool parallel, Fn&& fn) {
     if (begin < end) simd_kernel([&] { fn(begin, end); });
   }
 }
-// The same, in parallel when n > parallel_min.
+// body(i) for each i in [0, n): over OpenMP's threads (static schedule) when
+// `parallel`, else on the caller without entering an OpenMP region. (A
+// region whose if() is false made libgomp allocate on every call in Kiln's
+// process: kiln_alloc_tests saw it in a decoding step.) Unlike
+// for_chunks_if, the body runs as compiled here, not through simd_kernel.
+template <typename Body>
+inline void for_each_if(int64_t n, bool parallel, const Body& body) {
+  if (!parallel) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+// for_chunks_if, in parallel when n > parallel_min.
 template <typename Fn>
 inline void for_chunks(int64_t n, int64_t parallel_min, Fn&& fn) {
   for_chunks_if(n, n > parallel_min, fn);

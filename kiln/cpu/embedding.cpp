@@ -75,14 +75,8 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
   const char* w = static_cast<const char*>(weight.data_ptr());
   char* o = static_cast<char*>(out.data_ptr());
   // A gather is a copy, so it works for every dtype, not only f32/f64.
-  auto gather = [&](int64_t i) { std::memcpy(o + i * row_bytes, w + load_index(ids, i) * row_bytes, row_bytes); };
-  if (n > 1 && n * C > kParallelElements) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) gather(i);
-  } else {  // (not through an OpenMP region with a false `if`: in Kiln's process libgomp
-            // allocated for one on every call, kiln_alloc_tests saw)
-    for (int64_t i = 0; i < n; ++i) gather(i);
-  }
+  for_each_if(n, n > 1 && n * C > kParallelElements,
+              [&](int64_t i) { std::memcpy(o + i * row_bytes, w + load_index(ids, i) * row_bytes, row_bytes); });
 }
 
 void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) {

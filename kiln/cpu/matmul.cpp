@@ -96,12 +96,7 @@ void epilogue(T* cp, int64_t rows, int64_t N, const T* bias, const Tensor& out, 
 #pragma omp simd
     for (int64_t n = 0; n < N; ++n) c[n] = gelu(c[n]);
   };
-  if (rows > 1 && rows * N > 32768) {
-#pragma omp parallel for schedule(static)
-    for (int64_t row = 0; row < rows; ++row) finish_row(row);
-  } else {  // (no OpenMP region with a false if(): libgomp allocated for one on every call, in Kiln's process)
-    for (int64_t row = 0; row < rows; ++row) finish_row(row);
-  }
+  for_each_if(rows, rows > 1 && rows * N > 32768, finish_row);
 }
 
 // The product proper. a and b share a dtype; out (and bias, pre_gelu) have

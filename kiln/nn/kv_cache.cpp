@@ -216,6 +216,12 @@ PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> n
   return step;
 }
 
+std::span<const int64_t> one_position_each(size_t caches) {
+  thread_local std::vector<int64_t> ones;
+  ones.assign(caches, 1);
+  return ones;
+}
+
 RealRows::RealRows(const std::vector<int64_t>& lengths, int64_t T, Device device)
     : all_(int64_t(lengths.size()) * T) {
   for (size_t b = 0; b < lengths.size(); ++b) {

@@ -152,6 +152,9 @@ struct PagedStep {
 // for models whose sliding-window layers sit between global ones (Gemma).
 PagedStep plan_step(std::span<KvCache* const> caches, std::span<const int64_t> new_positions, int64_t window,
                     Device device, int64_t local_window = 0);
+// plan_step's new_positions for a decoding step: 1 for each of `caches`
+// caches (kept per thread, so a step allocates nothing; valid until the next call).
+std::span<const int64_t> one_position_each(size_t caches);
 // The real rows of a padded batch [B, T, ...] seen as [B * T, ...]: row
 // b * T + t for t < lengths[b], in plan_step's order.
 class RealRows {

@@ -228,9 +228,7 @@ Tensor Gpt::decode_step(std::span<const int32_t> tokens, std::span<KvCache* cons
     positions.data<int64_t>()[b] = caches[size_t(b)]->length();
   }
   const Device device = ln_f_->weight.device();
-  thread_local std::vector<int64_t> one_each;  // one new position per cache
-  one_each.assign(size_t(B), 1);
-  const nn::PagedStep step = nn::plan_step(caches, one_each, 0, device);  // (a full cache is an error here)
+  const nn::PagedStep step = nn::plan_step(caches, nn::one_position_each(caches.size()), 0, device);  // (a full cache is an error here)
   Tensor x = add(wte_->forward(ids.to(device)), wpe_->forward(positions.to(device)));
   const nn::RealRows no_padding;
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_paged(x, step, int64_t(i), no_padding, true);

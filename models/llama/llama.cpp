@@ -448,9 +448,7 @@ Tensor Llama::decode_step(std::span<const int32_t> tokens, std::span<KvCache* co
       return cat(rows, 0);
     }
   const Rotation rotation = next_rotation(caches);
-  thread_local std::vector<int64_t> one_each;  // one new position per cache
-  one_each.assign(size_t(B), 1);
-  const nn::PagedStep step = plan_step(caches, one_each);
+  const nn::PagedStep step = plan_step(caches, nn::one_position_each(caches.size()));
   Tensor ids = Tensor::empty({B, 1}, DType::i64);
   std::copy(tokens.begin(), tokens.end(), ids.data<int64_t>());
   Tensor x = hidden(ids.to(anchor().device()), rotation, &step, true);
