@@ -48,9 +48,9 @@ inline Tensor operator/(const Tensor& x, double s) { return mul_scalar(x, 1.0 / 
 inline Tensor operator*(double s, const Tensor& x) { return mul_scalar(x, s); }
 
 // ---- reductions (dims may be negative; empty dims = all)
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
-Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim);  // i64, no gradient
 // Sums a broadcast gradient back down to `shape`.
 Tensor sum_to(const Tensor& x, const Shape& shape);

@@ -8,9 +8,10 @@ namespace kiln {
 
 namespace {
 
-// Normalised, sorted, unique dims; empty means all.
-std::vector<int> reduce_dims(const Tensor& x, const std::vector<int64_t>& dims) {
-  std::vector<int> out;
+// Normalised, sorted, unique dims; empty means all. (Dims lists are Shapes:
+// inline, so a decoding step's sums allocate nothing.)
+Shape reduce_dims(const Tensor& x, const Shape& dims) {
+  Shape out;
   if (dims.empty()) {
     for (int d = 0; d < x.dim(); ++d) out.push_back(d);
     return out;
@@ -21,20 +22,20 @@ std::vector<int> reduce_dims(const Tensor& x, const std::vector<int64_t>& dims) 
   return out;
 }
 
-Shape keepdim_shape(const Tensor& x, const std::vector<int>& dims) {
+Shape keepdim_shape(const Tensor& x, const Shape& dims) {
   Shape s = x.shape();
-  for (int d : dims) s[d] = 1;
+  for (int64_t d : dims) s[d] = 1;
   return s;
 }
 
-Shape dropped_shape(const Tensor& x, const std::vector<int>& dims) {
+Shape dropped_shape(const Tensor& x, const Shape& dims) {
   Shape s;
   for (int d = 0; d < x.dim(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) s.push_back(x.shape()[d]);
   return s;
 }
 
-Tensor reduce_raw(ReduceOp op, const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+Tensor reduce_raw(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
   Shape keep = keepdim_shape(x, dims);
   Tensor out = detail::new_tensor(keep, x.dtype(), x.device());
   detail::backend_of(x).reduce(op, x, out);
@@ -43,8 +44,8 @@ Tensor reduce_raw(ReduceOp op, const Tensor& x, const std::vector<int>& dims, bo
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
-  std::vector<int> dims = reduce_dims(x, dims_in);
+Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
+  const Shape dims = reduce_dims(x, dims_in);
   Tensor y = reduce_raw(ReduceOp::sum, x, dims, keepdim);
   record(y, "SumBackward", {&x}, [xs = x.shape(), keep = keepdim_shape(x, dims)](const Tensor& g) {
     return std::vector<Tensor>{expand(reshape(g, keep), xs)};
@@ -52,8 +53,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   return y;
 }
 
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
-  std::vector<int> dims = reduce_dims(x, dims_in);
+Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
+  const Shape dims = reduce_dims(x, dims_in);
   Tensor y = reduce_raw(ReduceOp::mean, x, dims, keepdim);
   int64_t count = std::max<int64_t>(1, x.numel() / std::max<int64_t>(1, y.numel()));
   record(y, "MeanBackward", {&x}, [xs = x.shape(), keep = keepdim_shape(x, dims), count](const Tensor& g) {
@@ -62,8 +63,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) 
   return y;
 }
 
-Tensor amax(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
-  std::vector<int> dims = reduce_dims(x, dims_in);
+Tensor amax(const Tensor& x, const Shape& dims_in, bool keepdim) {
+  const Shape dims = reduce_dims(x, dims_in);
   Tensor y = reduce_raw(ReduceOp::max, x, dims, true);
   Tensor result = keepdim ? y : reshape(y, dropped_shape(x, dims));
   // Ties share the gradient equally, as in PyTorch's amax.

@@ -165,16 +165,16 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     s[d] += t.shape()[d];
   }
   Tensor y = detail::new_tensor(s, xs[0].dtype(), xs[0].device());
-  std::vector<int64_t> sizes;
   int64_t at = 0;
   for (const Tensor& t : xs) {
     Tensor window = y.as_strided(t.shape(), y.strides(), at * y.strides()[d]);
     copy_into(t, window);
-    sizes.push_back(t.shape()[d]);
     at += t.shape()[d];
   }
   bool needs_grad = grad_enabled() && std::any_of(xs.begin(), xs.end(), [](const Tensor& t) { return t.requires_grad(); });
   if (needs_grad) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& t : xs) sizes.push_back(t.shape()[d]);
     auto node = std::make_shared<LambdaNode>("CatBackward", [d, sizes](const Tensor& g) {
       std::vector<Tensor> grads;
       int64_t begin = 0;

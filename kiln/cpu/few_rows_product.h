@@ -29,11 +29,13 @@ constexpr int64_t kFewRowsF32 = 2;
 // Up to this many rows, bf16 products with a transposed (weight-shaped)
 // second operand take few_rows_times_bf16: measured on Zen 3 (AVX2), one
 // row reads the weights at memory's speed and 8 rows still beat staging them
-// for SGEMM, while 16 do not. Where the CPU multiplies bf16 natively
-// (bf16_gemm_available()), only a single row does: nothing can read the
-// weights faster than once at 2 bytes, but from two rows on oneDNN's bf16
-// kernels may well win there (not measured: no such CPU was at hand).
+// for SGEMM, while 16 do not. Where oneDNN multiplies bf16 natively
+// (bf16_gemm_available(): AMX), up to 4: on Emerald Rapids (2 threads,
+// 2026-11-28) few rows took 0.4-0.5x oneDNN's time on TinyLlama's MLP
+// matrices at 2 rows, 0.9-1.3x at 4 and 1.9-2.8x at 8 (on SmolLM's, oneDNN
+// took 7.7 ms a product from 2 rows on, few rows 0.1-0.6 ms); oneDNN also
+// allocates on every call, which a batched decoding step then would.
 constexpr int64_t kFewRowsBf16 = 8;
-constexpr int64_t kFewRowsBf16Native = 1;
+constexpr int64_t kFewRowsBf16Native = 4;
 
 }  // namespace kiln::cpu

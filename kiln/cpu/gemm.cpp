@@ -79,6 +79,11 @@ struct Bf16Product {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul primitive;
   std::unordered_map<int, dnnl::memory> args;
+  // The same arguments as the C API takes them, and the scratchpad's size:
+  // the C++ API's execute() and scratchpad_desc() allocate on every call
+  // (an array, a list of queries), which a decoding step would then do.
+  std::vector<dnnl_exec_arg_t> exec_args;
+  size_t scratchpad_bytes;
 };
 
 Bf16Product make_bf16_matmul(const Bf16Key& key, const dnnl::engine& engine) {
@@ -110,7 +115,9 @@ Bf16Product make_bf16_matmul(const Bf16Key& key, const dnnl::engine& engine) {
   args.emplace(DNNL_ARG_DST, unbound(pd.dst_desc()));
   if (has_bias) args.emplace(DNNL_ARG_BIAS, unbound(pd.bias_desc()));
   if (pd.scratchpad_desc().get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, unbound(pd.scratchpad_desc()));
-  return {pd, dnnl::matmul(pd), std::move(args)};
+  std::vector<dnnl_exec_arg_t> exec_args;
+  for (const auto& [arg, memory] : args) exec_args.push_back({arg, memory.get()});
+  return {pd, dnnl::matmul(pd), std::move(args), std::move(exec_args), pd.scratchpad_desc().get_size()};
 }
 
 constexpr size_t kMaxCachedBf16Products = 1024;  // per thread
@@ -245,9 +252,11 @@ void bf16_call(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   product.args.at(DNNL_ARG_DST).set_data_handle(c);
   if (bias) product.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
   if (auto pad = product.args.find(DNNL_ARG_SCRATCHPAD); pad != product.args.end())
-    pad->second.set_data_handle(bf16_scratchpad(product.pd.scratchpad_desc().get_size()));
+    pad->second.set_data_handle(bf16_scratchpad(product.scratchpad_bytes));
   dnnl::stream& stream = dnnl_stream();
-  product.primitive.execute(stream, product.args);
+  KILN_CHECK(dnnl_primitive_execute(product.primitive.get(), stream.get(), int(product.exec_args.size()),
+                                     product.exec_args.data()) == dnnl_success,
+             "gemm_bf16: oneDNN could not run a ", m, "x", n, "x", k, " product");
   stream.wait();
 #else
   (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,

@@ -108,7 +108,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
   check_cpu(x, "reduce");
   KILN_CHECK(x.dim() == out.dim(), "reduce: output rank ", out.dim(), " differs from input rank ", x.dim());
   KILN_CHECK(out.is_contiguous(), "reduce: output must be contiguous");
-  std::vector<int> reduced, kept;
+  Shape reduced, kept;  // dims (inline: a decoding step's sums allocate nothing)
   int64_t n_reduced = 1;
   for (int d = 0; d < x.dim(); ++d) {
     if (out.shape()[d] == x.shape()[d]) {
@@ -157,15 +157,14 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
     // General case: for each output element walk the reduced sub-space.
     Shape red_shape;
     Strides red_strides;
-    for (int d : reduced) {
+    for (int64_t d : reduced) {
       red_shape.push_back(x.shape()[d]);
       red_strides.push_back(x.strides()[d]);
     }
-#pragma omp parallel for schedule(static) if (n_out > 1 && n_out * n_reduced > 32768)
-    for (int64_t o = 0; o < n_out; ++o) {
+    for_each_if(n_out, n_out > 1 && n_out * n_reduced > 32768, [&](int64_t o) {
       int64_t base = 0, rem = o;
       for (int k = int(kept.size()) - 1; k >= 0; --k) {
-        int d = kept[k];
+        const int64_t d = kept[k];
         base += (rem % x.shape()[d]) * x.strides()[d];
         rem /= x.shape()[d];
       }
@@ -186,7 +185,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
         }
       }
       yp[o] = finish(acc.value);
-    }
+    });
   });
 }
 
@@ -211,8 +210,7 @@ void CpuBackend::argmax(const Tensor& x, int dim, Tensor& out) {
     const T* xp = static_cast<const T*>(x.data_ptr());
     int64_t* yp = out.data<int64_t>();
     const int64_t n_out = out.numel();
-#pragma omp parallel for schedule(static) if (n_out * n > 32768)
-    for (int64_t o = 0; o < n_out; ++o) {
+    for_each_if(n_out, n_out * n > 32768, [&](int64_t o) {
       int64_t base = 0, rem = o;
       for (int k = int(outer_shape.size()) - 1; k >= 0; --k) {
         base += (rem % outer_shape[k]) * outer_strides[k];
@@ -228,7 +226,7 @@ void CpuBackend::argmax(const Tensor& x, int dim, Tensor& out) {
         }
       }
       yp[o] = best;
-    }
+    });
   });
 }
 

@@ -40,8 +40,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
   dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * C > kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
+    for_each_if(rows, rows > 1 && rows * C > kParallelElements, [&](int64_t r) {
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
       T mx = xr[0];
@@ -61,7 +60,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
         const T inv = T(1.0 / sum);
         for (int64_t j = 0; j < C; ++j) yr[j] *= inv;
       }
-    }
+    });
   });
 }
 
@@ -79,8 +78,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
     const T* yp = y.data<T>();
     const T* gp = dy.data<T>();
     T* dp = dx.data<T>();
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * C > kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
+    for_each_if(rows, rows > 1 && rows * C > kParallelElements, [&](int64_t r) {
       const T* yr = yp + r * C;
       const T* gr = gp + r * C;
       T* dr = dp + r * C;
@@ -94,7 +92,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
         const T s = T(acc);
         for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - s);
       }
-    }
+    });
   });
 }
 

@@ -18,18 +18,27 @@ Tensor gather_rows(const Tensor& table, const std::vector<int64_t>& rows) {
   return embedding(table, Tensor::from_vector(rows, {int64_t(rows.size())}).to(table.device()));
 }
 
-// probs [N, E] on the host -> each row's top k expert ids, best first (ties: the lower id, as torch.topk).
-std::vector<int64_t> top_k_of(const std::vector<float>& probs, int64_t N, int64_t E, int64_t k) {
-  std::vector<int64_t> out(static_cast<size_t>(N * k)), order(static_cast<size_t>(E));
+// probs [N, E] on the host -> each row's top k expert ids, best first (ties: the lower id, as torch.topk), into out.
+void top_k_of(const float* probs, int64_t N, int64_t E, int64_t k, std::vector<int64_t>& out) {
+  thread_local std::vector<int64_t> order;
+  out.resize(size_t(N * k));
+  order.resize(size_t(E));
   for (int64_t n = 0; n < N; ++n) {
-    const float* p = probs.data() + n * E;
+    const float* p = probs + n * E;
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     std::copy(order.begin(), order.begin() + k, out.begin() + n * k);
   }
-  return out;
 }
+
+// A forward's routing lists, kept per thread: a decoding step reuses their
+// capacity and takes nothing from the heap once warm.
+struct Routing {
+  std::vector<int64_t> chosen, at, position;
+  std::vector<std::vector<int64_t>> tokens, slots;  // per expert: its tokens, and their slots (token * k + j)
+  std::vector<Tensor> outputs;
+};
 
 }  // namespace
 
@@ -47,12 +56,14 @@ MixtureOfExperts::MixtureOfExperts(const MoeShape& s, Generator& init, std::func
   }
 }
 
-std::vector<int64_t> MixtureOfExperts::route(const Tensor& probs) const {
+void MixtureOfExperts::route(const Tensor& probs, std::vector<int64_t>& chosen) const {
   const int64_t N = probs.size(0), E = shape_.experts, k = shape_.top_k;
-  if (!on_meta(probs)) return top_k_of(probs.to(Device::cpu()).to_vector<float>(), N, E, k);
-  std::vector<int64_t> spread(size_t(N * k));  // the planner's: the same rows per pass, any experts
-  for (int64_t i = 0; i < N * k; ++i) spread[size_t(i)] = i % E;
-  return spread;
+  if (!on_meta(probs)) {
+    const Tensor host = probs.to(Device::cpu()).contiguous();
+    return top_k_of(host.data<float>(), N, E, k, chosen);
+  }
+  chosen.resize(size_t(N * k));  // the planner's: the same rows per pass, any experts
+  for (int64_t i = 0; i < N * k; ++i) chosen[size_t(i)] = i % E;
 }
 
 Tensor MixtureOfExperts::forward(const Tensor& x) {
@@ -62,30 +73,39 @@ Tensor MixtureOfExperts::forward(const Tensor& x) {
   const Tensor logits = gate->forward(rows);  // [N, E]
   if (keep_router_logits) router_logits_ = logits;
   const Tensor probs = softmax(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32), -1);
-  const std::vector<int64_t> chosen = route(probs);
+  thread_local Routing r;
+  route(probs, r.chosen);
   // The chosen probabilities [N, k], gathered from probs seen as a column [N * E, 1].
-  std::vector<int64_t> at(chosen.size());
-  for (int64_t i = 0; i < N * k; ++i) at[size_t(i)] = (i / k) * E + chosen[size_t(i)];
-  Tensor weights = reshape(gather_rows(reshape(probs, {N * E, 1}), at), {N, k});
+  r.at.resize(r.chosen.size());
+  for (int64_t i = 0; i < N * k; ++i) r.at[size_t(i)] = (i / k) * E + r.chosen[size_t(i)];
+  Tensor weights = reshape(gather_rows(reshape(probs, {N * E, 1}), r.at), {N, k});
   if (shape_.normalize_top_k) weights = weights / sum(weights, {-1}, true);
   if (weights.dtype() != x.dtype()) weights = to_dtype(weights, x.dtype());
   // Each expert once, on its tokens (slots in expert order), then every slot back in token order.
-  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(E)), slots(static_cast<size_t>(E));
-  for (int64_t i = 0; i < N * k; ++i) {
-    tokens[size_t(chosen[size_t(i)])].push_back(i / k);
-    slots[size_t(chosen[size_t(i)])].push_back(i);
+  r.tokens.resize(size_t(E));
+  r.slots.resize(size_t(E));
+  for (int64_t e = 0; e < E; ++e) {  // room for every token at once: routing differs step to step
+    r.tokens[size_t(e)].clear(), r.tokens[size_t(e)].reserve(size_t(N));
+    r.slots[size_t(e)].clear(), r.slots[size_t(e)].reserve(size_t(N));
   }
-  std::vector<Tensor> outputs;
-  std::vector<int64_t> position(size_t(N * k));
+  for (int64_t i = 0; i < N * k; ++i) {
+    r.tokens[size_t(r.chosen[size_t(i)])].push_back(i / k);
+    r.slots[size_t(r.chosen[size_t(i)])].push_back(i);
+  }
+  r.position.resize(size_t(N * k));
+  r.outputs.clear();  // (a forward that threw may have left some)
+  r.outputs.reserve(size_t(E));
   int64_t done = 0;
   for (int64_t e = 0; e < E; ++e) {
-    if (tokens[size_t(e)].empty()) continue;
+    if (r.tokens[size_t(e)].empty()) continue;
     const Expert& ex = experts_[size_t(e)];
-    const Tensor in = gather_rows(rows, tokens[size_t(e)]);
-    outputs.push_back(ex.down_proj->forward(activation_(ex.gate_proj->forward(in)) * ex.up_proj->forward(in)));
-    for (int64_t slot : slots[size_t(e)]) position[size_t(slot)] = done++;
+    const Tensor in = gather_rows(rows, r.tokens[size_t(e)]);
+    r.outputs.push_back(ex.down_proj->forward(activation_(ex.gate_proj->forward(in)) * ex.up_proj->forward(in)));
+    for (int64_t slot : r.slots[size_t(e)]) r.position[size_t(slot)] = done++;
   }
-  const Tensor per_slot = reshape(gather_rows(cat(outputs, 0), position), {N, k, C});
+  const Tensor expert_rows = cat(r.outputs, 0);
+  r.outputs.clear();  // keeps the capacity, not the tensors
+  const Tensor per_slot = reshape(gather_rows(expert_rows, r.position), {N, k, C});
   Shape shape = x.shape();
   return reshape(sum(per_slot * reshape(weights, {N, k, 1}), {1}), shape);
 }
@@ -104,9 +124,11 @@ Tensor load_balancing_loss(const std::vector<Tensor>& router_logits, int64_t exp
   for (const Tensor& logits : router_logits) {
     const Tensor probs = softmax(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32), -1);
     const int64_t N = probs.size(0);
-    if (!on_meta(probs))
-      for (int64_t e : top_k_of(probs.detach().to(Device::cpu()).to_vector<float>(), N, experts, top_k))
-        picks[size_t(e)] += 1;
+    if (!on_meta(probs)) {
+      std::vector<int64_t> chosen;
+      top_k_of(probs.detach().to(Device::cpu()).contiguous().data<float>(), N, experts, top_k, chosen);
+      for (int64_t e : chosen) picks[size_t(e)] += 1;
+    }
     const Tensor layer_sum = sum(probs, {0});
     prob_sum = prob_sum.defined() ? prob_sum + layer_sum : layer_sum;
     rows += N;

@@ -34,9 +34,9 @@ class MixtureOfExperts : public nn::Module {
   struct Expert {
     std::shared_ptr<nn::Linear> gate_proj, up_proj, down_proj;
   };
-  // Each token's top_k experts, best first: [tokens * top_k] (on the meta
-  // device, where no value exists, a fixed spread of the same count).
-  std::vector<int64_t> route(const Tensor& probs) const;
+  // Each token's top_k experts, best first, into chosen: [tokens * top_k]
+  // (on the meta device, where no value exists, a fixed spread of the same count).
+  void route(const Tensor& probs, std::vector<int64_t>& chosen) const;
   MoeShape shape_;
   std::vector<Expert> experts_;
   std::function<Tensor(const Tensor&)> activation_;

@@ -43,13 +43,15 @@ std::vector<Model> models_to_decode() {
       {"gguf Q4_0", fixture("gguf-tiny/model-q4_0.gguf"), std::nullopt},
       {"gguf Q4_K_M", fixture("gguf-tiny/model-q4_k_m.gguf"), std::nullopt},
       // Families with more in a step: biases, q/k norms, soft caps and sliding layers, local rotary tables,
-      // LongRoPE.
-      // (Not yet the mixtures of experts: their routing makes its lists a layer.)
+      // LongRoPE, and mixtures of experts (routing lists a layer; renormalised top k or not).
       {"qwen2 (biases)", fixture("qwen2"), DType::f32},
       {"qwen3", fixture("qwen3"), DType::f32},
       {"gemma2", fixture("gemma2"), DType::f32},
       {"gemma3", fixture("gemma3"), DType::f32},
       {"phi3 (longrope)", fixture("rope-longrope"), DType::f32},
+      {"mixtral", fixture("mixtral"), DType::f32},
+      {"qwen3-moe", fixture("qwen3-moe"), DType::f32},
+      {"olmoe", fixture("olmoe"), DType::f32},
   };
 }
 
