@@ -128,14 +128,17 @@ TEST(Grammar, PartialCharactersAgainstNegatedClasses) {
 
 // allowed_tokens walks the vocabulary's trie, numbers the states it passes
 // through and steps each (state, character) once: the same mask as testing
-// each token alone, at every point of a JSON text, over a vocabulary of
-// every byte, multi-byte pieces, tokens that prefix others and duplicates.
+// each token alone, at every point of a JSON text nested deeper than the
+// frames a stack mask is keyed on, over a vocabulary of every byte,
+// multi-byte pieces, tokens that prefix others and duplicates; and the
+// union of stack masks (MaskCache) is the same mask.
 TEST(Grammar, TokenMasksEqualTestingEachTokenAlone) {
   std::vector<std::string> vocab;
   for (int b = 1; b < 256; ++b) vocab.push_back(std::string(1, char(b)));
   for (const char* t : {"{\"", "\": ", "\", \"", "true", "false", "null", "tr", "\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC",
                         "\\u00", "1.5e", "-0", "00", "}}", "\"}", "  ", "\n  ", "a\"b", "\xF0\x9F", "\x98\x80", "null",
-                        "", "\xC3", "\xE6\x97", "\xC0\xA2", "\xED\xA0\x80", "{\"a\xC3\xA9\": [1"})
+                        "", "\xC3", "\xE6\x97", "\xC0\xA2", "\xED\xA0\x80", "{\"a\xC3\xA9\": [1",
+                        "f\"}]]", "\"}]", "]]", "\", \"", "e\": \"", "\xC3\xA9\"", "\"\xC3"})
     vocab.push_back(t);
   const TokenTrie trie(vocab);
   const auto json = std::make_shared<const Grammar>(parse_gbnf(R"(root ::= object
@@ -146,12 +149,17 @@ string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )*
 number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 ws ::= [ \t\n]*)"));
   GrammarMatcher m(json);
-  const std::string text = "{\"a\xC3\xA9\": [1.5e3, true, {\"b\": null}], \"c\": \"\\u00e9\xF0\x9F\x98\x80\"}";
-  std::vector<uint8_t> masked;
+  const std::string text = "{\"a\xC3\xA9\": [1.5e3, true, {\"b\": null}], \"c\": \"\\u00e9\xF0\x9F\x98\x80\","
+                           " \"d\": [[[{\"e\": \"f\"}]], \"g\"]}";
+  std::vector<uint8_t> masked, by_stacks;
+  MaskCache stack_masks;  // each stack's top frames' masks, kept across the text (as a served grammar keeps them)
   for (size_t i = 0; i <= text.size(); ++i) {
     m.allowed_tokens(trie, masked);
-    for (size_t t = 0; t < vocab.size(); ++t)
+    m.allowed_tokens(trie, by_stacks, &stack_masks);
+    for (size_t t = 0; t < vocab.size(); ++t) {
       ASSERT_EQ(masked[t] != 0, m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
+      ASSERT_EQ(by_stacks[t], masked[t]) << "by stacks: token " << t << " after " << i << " bytes";
+    }
     if (i < text.size()) ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
   }
   EXPECT_TRUE(m.can_end());

@@ -41,7 +41,8 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
             kiln/text/grammar/json_grammar.h kiln/text/grammar/json_schema.cpp kiln/text/grammar/json_schema.h
             kiln/text/grammar/regex_gbnf.cpp kiln/text/grammar/regex_gbnf.h kiln/text/grammar/json_number_gbnf.cpp
             kiln/text/grammar/json_number_gbnf.h
-            kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
+            kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/grammar/token_trie.cpp
+            kiln/text/grammar/token_trie.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
             kiln/text/tool_call_parameters.cpp kiln/text/tool_call_parameters.h ${KILN_JINJA_SOURCES} LIBS -lutf8proc)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
 kiln_fuzzer(template tests/fuzz/template_fuzzer.cpp ${KILN_JINJA_SOURCES} kiln/text/utf8.cpp kiln/text/utf8.h
@@ -57,4 +58,5 @@ kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_
             ${KILN_TEXT_SOURCES}
             LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(grammar tests/fuzz/grammar_fuzzer.cpp kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h
-            kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h)
+            kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/grammar/token_trie.cpp
+            kiln/text/grammar/token_trie.h)

@@ -174,13 +174,10 @@ bool GrammarMatcher::first_char_possible(std::string_view bytes) const {
 // skips every token that starts with it. Thousands of tokens pass through
 // the same few states (inside a string each letter leads back to where it
 // started), so a mask costs about a table lookup per distinct prefix.
-void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed) const {
-  allowed.assign(vocab.size(), 0);
-  if (state_.remaining > 0) {  // inside a character begun by the last token: each token tested alone
-    for (size_t i = 0; i < vocab.size(); ++i) allowed[i] = can_accept(vocab.bytes(i)) ? 1 : 0;
-    return;
-  }
+template <typename OnToken, typename OnContext>
+void GrammarMatcher::walk(const TokenTrie& trie, State start, OnToken&& on_token, OnContext&& on_context) const {
   std::vector<std::vector<Stack>> states;
+  std::vector<uint8_t> has_empty;  // per state: some stack is used up
   std::unordered_map<std::string, int> ids;
   std::vector<std::array<int, 128>> ascii_steps;  // per state; kUnknown until computed, -1: refused
   std::unordered_map<uint64_t, int> other_steps;
@@ -199,6 +196,7 @@ void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>
     }
     auto [it, added] = ids.try_emplace(std::move(key), int(states.size()));
     if (added) {
+      has_empty.push_back(std::any_of(stacks.begin(), stacks.end(), [](const Stack& s) { return s.empty(); }));
       states.push_back(std::move(stacks));
       ascii_steps.emplace_back().fill(kUnknown);
       steps_by_takers.emplace_back();
@@ -245,9 +243,10 @@ void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>
     }
     return it->second;
   };
-  std::vector<Level> at(vocab.max_depth() + 1);
-  at[0] = {intern(std::vector<Stack>(state_.stacks)), 0, 0, 0};
-  const auto& nodes = vocab.nodes();
+  std::vector<Level> at(trie.max_depth() + 1);
+  at[0] = {intern(std::move(start.stacks)), start.partial, start.remaining, start.length};
+  const auto& nodes = trie.nodes();
+  std::vector<uint8_t> taken(trie.size(), 0);  // (for the duplicates)
   for (size_t i = 0; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
     Level l = at[n.depth - 1];
@@ -275,10 +274,79 @@ void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>
       continue;
     }
     at[n.depth] = l;
-    if (n.token >= 0) allowed[size_t(n.token)] = 1;  // a character begun here can be completed (checked above)
+    if (n.token >= 0) {  // a character begun here can be completed (checked above)
+      taken[size_t(n.token)] = 1;
+      on_token(n.token);
+    }
+    if (l.remaining == 0 && has_empty[size_t(l.state)] && n.subtree_end > i + 1)
+      on_context(uint32_t(i + 1), n.subtree_end);
     ++i;
   }
-  for (const auto& [node, token] : vocab.duplicates()) allowed[size_t(token)] = allowed[size_t(nodes[node].token)];
+  for (const auto& [node, token] : trie.duplicates())
+    if (taken[size_t(nodes[node].token)]) on_token(token);
+}
+
+// Inside a character begun by the last token, the whole walk: only tokens
+// that start with its continuation bytes go past their first byte.
+void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache* cache) const {
+  if (cache && state_.remaining == 0) return allowed_by_stacks(vocab, allowed, *cache);
+  allowed.assign(vocab.size(), 0);
+  walk(vocab, state_, [&](int32_t token) { allowed[size_t(token)] = 1; }, [](uint32_t, uint32_t) {});
+}
+
+namespace {
+// The frames a StackMask is keyed on: deep enough that a string's tokens
+// stay inside them (a string's own rule, its repetition and its character
+// are three), shallow enough that every string of a schema shares them.
+constexpr size_t kDecidingFrames = 3;
+}  // namespace
+
+// The union over the state's stacks of what each takes: what its top
+// kDecidingFrames frames take alone (a StackMask, kept by the cache), and
+// of the tokens that run past them, those the whole stack takes (walked on
+// a trie of just those tokens).
+void GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache& cache) const {
+  std::vector<uint64_t> bits((vocab.size() + 63) / 64, 0);
+  std::vector<std::pair<const Stack*, std::shared_ptr<const StackMask>>> deeper;
+  for (const Stack& s : state_.stacks) {
+    if (s.empty()) continue;
+    const size_t first = s.size() - std::min(s.size(), kDecidingFrames);
+    std::string key;
+    for (size_t f = first; f < s.size(); ++f) key.append(reinterpret_cast<const char*>(&s[f]), sizeof(Frame));
+    auto mask = cache.stack_mask(key, [&] {
+      auto m = std::make_shared<StackMask>(StackMask{std::vector<uint64_t>(bits.size(), 0), {}, TokenTrie({})});
+      std::vector<std::pair<uint32_t, uint32_t>> past;  // node ranges, disjoint
+      walk(vocab, State{{Stack(s.begin() + std::ptrdiff_t(first), s.end())}},
+           [&](int32_t t) { m->accepted[size_t(t) / 64] |= uint64_t(1) << (t % 64); },
+           [&](uint32_t begin, uint32_t end) {
+             if (past.empty() || begin >= past.back().second) past.emplace_back(begin, end);
+           });
+      auto taken = [&](int32_t t) { return (m->accepted[size_t(t) / 64] >> (t % 64)) & 1; };
+      const auto& nodes = vocab.nodes();
+      auto inside = [&](uint32_t node) {
+        auto it = std::upper_bound(past.begin(), past.end(), node, [](uint32_t n, const auto& r) { return n < r.first; });
+        return it != past.begin() && node < std::prev(it)->second;
+      };
+      for (const auto& [begin, end] : past)
+        for (uint32_t n = begin; n < end; ++n)
+          if (nodes[n].token >= 0 && !taken(nodes[n].token)) m->undecided.push_back(nodes[n].token);
+      for (const auto& [node, token] : vocab.duplicates())
+        if (inside(node) && !taken(token)) m->undecided.push_back(token);
+      std::vector<std::string> bytes;
+      for (int32_t t : m->undecided) bytes.push_back(vocab.bytes(size_t(t)));
+      m->undecided_trie = TokenTrie(std::move(bytes));
+      return std::shared_ptr<const StackMask>(std::move(m));
+    });
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= mask->accepted[w];
+    if (first > 0 && !mask->undecided.empty()) deeper.emplace_back(&s, std::move(mask));
+  }
+  allowed.resize(vocab.size());
+  for (size_t t = 0; t < allowed.size(); ++t) allowed[t] = uint8_t((bits[t / 64] >> (t % 64)) & 1);
+  for (const auto& stack_and_mask : deeper) {
+    const StackMask& mask = *stack_and_mask.second;
+    walk(mask.undecided_trie, State{{*stack_and_mask.first}},
+         [&](int32_t t) { allowed[size_t(mask.undecided[size_t(t)])] = 1; }, [](uint32_t, uint32_t) {});
+  }
 }
 
 std::string GrammarMatcher::state_key() const {
@@ -301,9 +369,21 @@ std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatc
     if (auto it = masks_.find(key); it != masks_.end()) return it->second;
   }
   auto mask = std::make_shared<std::vector<uint8_t>>();
-  m.allowed_tokens(vocab, *mask);
+  m.allowed_tokens(vocab, *mask, this);
   std::lock_guard<std::mutex> lock(mutex_);
   if (masks_.size() < max_entries_) masks_.emplace(key, mask);
+  return mask;
+}
+
+std::shared_ptr<const StackMask> MaskCache::stack_mask(const std::string& key,
+                                                       const std::function<std::shared_ptr<const StackMask>()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = stack_masks_.find(key); it != stack_masks_.end()) return it->second;
+  }
+  auto mask = make();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stack_masks_.size() < max_entries_) stack_masks_.emplace(key, mask);
   return mask;
 }
 

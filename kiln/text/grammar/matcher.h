@@ -15,6 +15,7 @@
 // top-k and top-p.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,8 @@
 #include "kiln/text/grammar/token_trie.h"
 
 namespace kiln::text {
+
+class MaskCache;
 
 class GrammarMatcher {
  public:
@@ -39,7 +42,9 @@ class GrammarMatcher {
   // The text so far is a whole match (an end-of-text token may come now).
   bool can_end() const;
   // allowed[i] = can_accept(vocab.bytes(i)); empty strings are never allowed.
-  void allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed) const;
+  // With `cache`, the mask is the union of each stack's, and what a stack's
+  // top frames decide alone is kept there (MaskCache::stack_mask).
+  void allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache* cache = nullptr) const;
   // The state as bytes: two matchers of one grammar with the same key allow
   // the same tokens (what MaskCache keys on).
   std::string state_key() const;
@@ -69,26 +74,50 @@ class GrammarMatcher {
   bool feed(State& st, std::string_view bytes) const;
   bool keep_partial(std::vector<Stack>& stacks, uint32_t partial, int remaining, int length) const;
   bool first_char_possible(std::string_view bytes) const;
+  // Walks `trie` from state `start`: on_token(id) for each
+  // token it takes, on_context(begin, end) for each range of trie nodes
+  // below a prefix after which some stack was empty (a truncated stack's
+  // frames are used up: what follows depends on the frames below).
+  template <typename OnToken, typename OnContext>
+  void walk(const TokenTrie& trie, State start, OnToken&& on_token, OnContext&& on_context) const;
+  void allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache& cache) const;
 
   std::shared_ptr<const Grammar> g_;
   State state_;
 };
 
+// What a stack's top frames decide alone, whatever lies below them
+// (xgrammar's split of a grammar position's tokens): the tokens they take,
+// and the few that run past them into the frames below (a string's token
+// that closes it and goes on, `",`), checked against the whole stack.
+struct StackMask {
+  std::vector<uint64_t> accepted;  // a bit per token of the vocabulary
+  std::vector<int32_t> undecided;  // token ids
+  TokenTrie undecided_trie;        // their bytes; its ids index `undecided`
+};
+
 // Masks by matcher state, for one grammar and one vocabulary: generation
 // under a grammar comes back to the same states again and again (inside a
 // string, after a comma), and a mask over a 150K vocabulary takes about as
-// long as a small model's decoding step. Thread-safe; holds at most
-// `max_entries` masks.
+// long as a small model's decoding step. A state met for the first time is
+// the union of its stacks' masks, and a stack's is mostly what its top
+// frames decide (StackMask), kept here too: every string of a schema shares
+// one, whatever object it sits in. Thread-safe; holds at most `max_entries`
+// masks of each kind.
 class MaskCache {
  public:
   explicit MaskCache(size_t max_entries = 512) : max_entries_(max_entries) {}
   // The mask for `m`'s state, computed and kept on the first visit.
   std::shared_ptr<const std::vector<uint8_t>> allowed(const GrammarMatcher& m, const TokenTrie& vocab);
+  // The StackMask kept under `key`, made by `make` the first time.
+  std::shared_ptr<const StackMask> stack_mask(const std::string& key,
+                                              const std::function<std::shared_ptr<const StackMask>()>& make);
 
  private:
   size_t max_entries_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
+  std::unordered_map<std::string, std::shared_ptr<const StackMask>> stack_masks_;
 };
 
 }  // namespace kiln::text
