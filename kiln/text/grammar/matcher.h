@@ -74,10 +74,10 @@ class GrammarMatcher {
   bool feed(State& st, std::string_view bytes) const;
   bool keep_partial(std::vector<Stack>& stacks, uint32_t partial, int remaining, int length) const;
   bool first_char_possible(std::string_view bytes) const;
-  // Walks `trie` from state `start`: on_token(id) for each
-  // token it takes, on_context(begin, end) for each range of trie nodes
-  // below a prefix after which some stack was empty (a truncated stack's
-  // frames are used up: what follows depends on the frames below).
+  // Walks `trie` from state `start`: on_token(id) for each token it takes,
+  // on_context(begin, end) for each range of trie nodes below a prefix
+  // after which some stack was empty (a truncated stack's frames are used
+  // up: what follows depends on the frames below).
   template <typename OnToken, typename OnContext>
   void walk(const TokenTrie& trie, State start, OnToken&& on_token, OnContext&& on_context) const;
   void allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache& cache) const;
