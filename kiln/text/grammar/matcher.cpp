@@ -362,29 +362,34 @@ std::string GrammarMatcher::state_key() const {
   return key;
 }
 
-std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m, const TokenTrie& vocab) {
-  const std::string key = m.state_key();
+namespace {
+// The value `map` keeps under `key`, made by `make` (outside the lock) the
+// first time and kept while the map has room.
+template <typename Map, typename Make>
+typename Map::mapped_type kept_or_made(std::mutex& mutex, Map& map, size_t max_entries, const std::string& key,
+                                       Make&& make) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = masks_.find(key); it != masks_.end()) return it->second;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = map.find(key); it != map.end()) return it->second;
   }
-  auto mask = std::make_shared<std::vector<uint8_t>>();
-  m.allowed_tokens(vocab, *mask, this);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (masks_.size() < max_entries_) masks_.emplace(key, mask);
-  return mask;
+  typename Map::mapped_type value = make();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (map.size() < max_entries) map.emplace(key, value);
+  return value;
+}
+}  // namespace
+
+std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m, const TokenTrie& vocab) {
+  return kept_or_made(mutex_, masks_, max_entries_, m.state_key(), [&] {
+    auto mask = std::make_shared<std::vector<uint8_t>>();
+    m.allowed_tokens(vocab, *mask, this);
+    return std::shared_ptr<const std::vector<uint8_t>>(std::move(mask));
+  });
 }
 
 std::shared_ptr<const StackMask> MaskCache::stack_mask(const std::string& key,
                                                        const std::function<std::shared_ptr<const StackMask>()>& make) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = stack_masks_.find(key); it != stack_masks_.end()) return it->second;
-  }
-  auto mask = make();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stack_masks_.size() < max_entries_) stack_masks_.emplace(key, mask);
-  return mask;
+  return kept_or_made(mutex_, stack_masks_, max_entries_, key, make);
 }
 
 }  // namespace kiln::text
