@@ -100,18 +100,21 @@ TEST(Grammar, TokenMasksFollowCharactersSplitAcrossTokens) {
   const auto g = grammar_of("root ::= \"\xc3\xa9\" [0-9]+");
   const TokenTrie vocab({"\xc3", "\xa9", "\xc3\xa9", "1", "12", "a", "\xc3\xa9" "1", "", "\xe6"});
   GrammarMatcher m(g);
-  std::vector<uint8_t> allowed;
-  m.allowed_tokens(vocab, allowed);
-  EXPECT_EQ(allowed, (std::vector<uint8_t>{1, 0, 1, 0, 0, 0, 1, 0, 0}));
+  auto allowed = [&] {
+    std::vector<int> ids;
+    const TokenSet set = m.allowed_tokens(vocab);
+    for (size_t t = 0; t < vocab.size(); ++t)
+      if (set.contains(t)) ids.push_back(int(t));
+    return ids;
+  };
+  EXPECT_EQ(allowed(), (std::vector<int>{0, 2, 6}));
   EXPECT_FALSE(m.can_end());
   ASSERT_TRUE(m.accept("\xc3"));
   EXPECT_FALSE(m.can_end()) << "half a character is not the end";
-  m.allowed_tokens(vocab, allowed);
-  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 1, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(allowed(), (std::vector<int>{1}));
   EXPECT_FALSE(m.accept("1")) << "a refused token leaves the state as it was";
   ASSERT_TRUE(m.accept("\xa9"));
-  m.allowed_tokens(vocab, allowed);
-  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(allowed(), (std::vector<int>{3, 4}));
   ASSERT_TRUE(m.accept("12"));
   EXPECT_TRUE(m.can_end());
 }
@@ -151,14 +154,12 @@ ws ::= [ \t\n]*)"));
   GrammarMatcher m(json);
   const std::string text = "{\"a\xC3\xA9\": [1.5e3, true, {\"b\": null}], \"c\": \"\\u00e9\xF0\x9F\x98\x80\","
                            " \"d\": [[[{\"e\": \"f\"}]], \"g\"]}";
-  std::vector<uint8_t> masked, by_stacks;
   MaskCache stack_masks;  // each stack's top frames' masks, kept across the text (as a served grammar keeps them)
   for (size_t i = 0; i <= text.size(); ++i) {
-    m.allowed_tokens(trie, masked);
-    m.allowed_tokens(trie, by_stacks, &stack_masks);
+    const TokenSet masked = m.allowed_tokens(trie), by_stacks = m.allowed_tokens(trie, &stack_masks);
     for (size_t t = 0; t < vocab.size(); ++t) {
-      ASSERT_EQ(masked[t] != 0, m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
-      ASSERT_EQ(by_stacks[t], masked[t]) << "by stacks: token " << t << " after " << i << " bytes";
+      ASSERT_EQ(masked.contains(t), m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
+      ASSERT_EQ(by_stacks.contains(t), masked.contains(t)) << "by stacks: token " << t << " after " << i << " bytes";
     }
     if (i < text.size()) ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
   }

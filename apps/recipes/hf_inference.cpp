@@ -54,15 +54,11 @@ class HfCompletion final : public TextCompletion {
       // The grammar's mask, before temperature, top-k and top-p: a token
       // only where its bytes keep the text matching, an end only where the
       // text is a whole match.
-      const std::shared_ptr<const std::vector<uint8_t>> mask = masks_->allowed(*matcher_, *vocab_);
+      const std::shared_ptr<const text::TokenSet> mask = masks_->allowed(*matcher_, *vocab_);
       const bool can_end = matcher_->can_end();
-      std::vector<float> stops;  // the ends' values, which the grammar's mask (of bytes) does not decide
-      for (int32_t id : stop_ids_) stops.push_back(size_t(id) < row.size() ? row[size_t(id)] : kNever);
-      for (size_t i = 0; i < row.size(); ++i)
-        if (i >= mask->size() || !(*mask)[i]) row[i] = kNever;
-      for (size_t k = 0; k < stop_ids_.size(); ++k)
-        if (size_t(stop_ids_[k]) < row.size()) row[size_t(stop_ids_[k])] = can_end ? stops[k] : kNever;
-      const bool any = std::any_of(row.begin(), row.end(), [&](float v) { return v != kNever; });
+      stops_.clear();  // the ends' values, which the grammar's mask (of bytes) does not decide
+      for (int32_t id : stop_ids_) stops_.push_back(size_t(id) < row.size() ? row[size_t(id)] : kNever);
+      const bool any = ptrdiff_t(keep_only(*mask, row)) + end_where(can_end, row) > 0;
       if (!any) {  // nothing can follow (an end the model may not sample, or a vocabulary without the bytes)
         c_.finish_reason = can_end ? "stop" : "length";
         finished_ = true;
@@ -81,6 +77,43 @@ class HfCompletion final : public TextCompletion {
   bool context_full() const { return cache_.length() >= lm_.model->context_length(); }
 
  private:
+  // Sets the logits of tokens outside `mask` to -inf (ids past it, a padded
+  // vocabulary's, have no bytes): 32 tokens a word, branch-free so that it
+  // vectorises. Returns how many are left to sample.
+  static size_t keep_only(const text::TokenSet& mask, std::vector<float>& row) {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    const size_t covered = std::min(mask.size(), row.size()) / 32 * 32;
+    const auto* words = reinterpret_cast<const uint32_t*>(mask.words().data());  // little-endian halves of the 64-bit words
+    size_t open = 0;
+    for (size_t w = 0; w < covered / 32; ++w) {
+      const uint32_t bits = words[w];
+      float* r = row.data() + w * 32;
+#pragma omp simd reduction(+ : open)
+      for (uint32_t j = 0; j < 32; ++j) {
+        r[j] = (bits >> j) & 1 ? r[j] : kNever;
+        open += size_t(r[j] != kNever);
+      }
+    }
+    for (size_t i = covered; i < row.size(); ++i) {
+      if (!mask.contains(i)) row[i] = kNever;
+      open += size_t(row[i] != kNever);
+    }
+    return open;
+  }
+  // The ends (stop_ids_, their logits kept in stops_) only where the text is
+  // a whole match. Returns the change in how many are left to sample.
+  ptrdiff_t end_where(bool can_end, std::vector<float>& row) const {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    ptrdiff_t change = 0;
+    for (size_t k = 0; k < stop_ids_.size(); ++k) {
+      if (size_t(stop_ids_[k]) >= row.size()) continue;
+      float& stop = row[size_t(stop_ids_[k])];
+      change -= stop != kNever;
+      stop = can_end ? stops_[k] : kNever;
+      change += stop != kNever;
+    }
+    return change;
+  }
   bool ends(int32_t token) const { return std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end(); }
   void accept(int32_t token) {
     last_ = token;
@@ -126,6 +159,7 @@ class HfCompletion final : public TextCompletion {
   std::optional<text::GrammarMatcher> matcher_;
   std::vector<int32_t> kept_;
   std::vector<float> logits_, row_;  // this step's logits, and those the sampler sees (masked)
+  std::vector<float> stops_;         // the ends' logits this step
   size_t trigger_search_from_ = 0;
   int64_t sampled_ = 0;
   int32_t last_ = -1;

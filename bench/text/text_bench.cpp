@@ -9,6 +9,7 @@
 // TEXTS.json: a JSON list of strings. `grammar` walks each text (JSON
 // objects) token by token through the JSON-mode grammar, computing the mask
 // over the whole vocabulary at every step, as constrained decoding does.
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -95,15 +96,13 @@ int main(int argc, char** argv) {
       const auto trie_start = Clock::now();
       const kiln::text::TokenTrie vocab(bytes);
       const double trie_ms = std::chrono::duration<double, std::milli>(Clock::now() - trie_start).count();
-      std::vector<uint8_t> allowed;
       size_t steps = 0, allowed_total = 0;
       const auto start = Clock::now();
       for (int r = 0; r < repeats; ++r)
         for (const auto& text : texts) {
           kiln::text::GrammarMatcher m(kiln::text::json_object_grammar());
           for (int32_t id : tok.encode(text, false)) {
-            m.allowed_tokens(vocab, allowed);
-            for (uint8_t a : allowed) allowed_total += a;
+            for (uint64_t word : m.allowed_tokens(vocab).words()) allowed_total += size_t(std::popcount(word));
             ++steps;
             if (!m.accept(bytes[size_t(id)])) throw std::runtime_error("the grammar refused a token of " + text);
           }
@@ -115,17 +114,17 @@ int main(int argc, char** argv) {
         const auto cached_start = Clock::now();
         for (int r = 0; r < repeats; ++r) {
           kiln::text::MaskCache cache;
-          std::unordered_map<std::string, std::vector<uint8_t>> by_state;
+          std::unordered_map<std::string, kiln::text::TokenSet> by_state;
           for (const auto& text : texts) {
             kiln::text::GrammarMatcher m(kiln::text::json_object_grammar());
             for (int32_t id : tok.encode(text, false)) {
               bool ok;
               if (by_stacks) {
-                ok = (*cache.allowed(m, vocab))[size_t(id)];
+                ok = cache.allowed(m, vocab)->contains(size_t(id));
               } else {
                 auto [it, added] = by_state.try_emplace(m.state_key());
-                if (added) m.allowed_tokens(vocab, it->second);
-                ok = it->second[size_t(id)];
+                if (added) it->second = m.allowed_tokens(vocab);
+                ok = it->second.contains(size_t(id));
               }
               if (!ok || !m.accept(bytes[size_t(id)])) throw std::runtime_error("a mask refused a token of " + text);
             }

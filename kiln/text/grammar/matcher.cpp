@@ -288,10 +288,11 @@ void GrammarMatcher::walk(const TokenTrie& trie, State start, OnToken&& on_token
 
 // Inside a character begun by the last token, the whole walk: only tokens
 // that start with its continuation bytes go past their first byte.
-void GrammarMatcher::allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache* cache) const {
-  if (cache && state_.remaining == 0) return allowed_by_stacks(vocab, allowed, *cache);
-  allowed.assign(vocab.size(), 0);
-  walk(vocab, state_, [&](int32_t token) { allowed[size_t(token)] = 1; }, [](uint32_t, uint32_t) {});
+TokenSet GrammarMatcher::allowed_tokens(const TokenTrie& vocab, MaskCache* cache) const {
+  if (cache && state_.remaining == 0) return allowed_by_stacks(vocab, *cache);
+  TokenSet allowed(vocab.size());
+  walk(vocab, state_, [&](int32_t token) { allowed.insert(size_t(token)); }, [](uint32_t, uint32_t) {});
+  return allowed;
 }
 
 namespace {
@@ -305,8 +306,8 @@ constexpr size_t kDecidingFrames = 3;
 // kDecidingFrames frames take alone (a StackMask, kept by the cache), and
 // of the tokens that run past them, those the whole stack takes (walked on
 // a trie of just those tokens).
-void GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache& cache) const {
-  std::vector<uint64_t> bits((vocab.size() + 63) / 64, 0);
+TokenSet GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, MaskCache& cache) const {
+  TokenSet allowed(vocab.size());
   std::vector<std::pair<const Stack*, std::shared_ptr<const StackMask>>> deeper;
   for (const Stack& s : state_.stacks) {
     if (s.empty()) continue;
@@ -314,14 +315,14 @@ void GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8
     std::string key;
     for (size_t f = first; f < s.size(); ++f) key.append(reinterpret_cast<const char*>(&s[f]), sizeof(Frame));
     auto mask = cache.stack_mask(key, [&] {
-      auto m = std::make_shared<StackMask>(StackMask{std::vector<uint64_t>(bits.size(), 0), {}, TokenTrie({})});
+      auto m = std::make_shared<StackMask>(StackMask{TokenSet(vocab.size()), {}, TokenTrie({})});
       std::vector<std::pair<uint32_t, uint32_t>> past;  // node ranges, disjoint
       walk(vocab, State{{Stack(s.begin() + std::ptrdiff_t(first), s.end())}},
-           [&](int32_t t) { m->accepted[size_t(t) / 64] |= uint64_t(1) << (t % 64); },
+           [&](int32_t t) { m->accepted.insert(size_t(t)); },
            [&](uint32_t begin, uint32_t end) {
              if (past.empty() || begin >= past.back().second) past.emplace_back(begin, end);
            });
-      auto taken = [&](int32_t t) { return (m->accepted[size_t(t) / 64] >> (t % 64)) & 1; };
+      auto taken = [&](int32_t t) { return m->accepted.contains(size_t(t)); };
       const auto& nodes = vocab.nodes();
       auto inside = [&](uint32_t node) {
         auto it = std::upper_bound(past.begin(), past.end(), node, [](uint32_t n, const auto& r) { return n < r.first; });
@@ -337,16 +338,15 @@ void GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8
       m->undecided_trie = TokenTrie(std::move(bytes));
       return std::shared_ptr<const StackMask>(std::move(m));
     });
-    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= mask->accepted[w];
+    allowed |= mask->accepted;
     if (first > 0 && !mask->undecided.empty()) deeper.emplace_back(&s, std::move(mask));
   }
-  allowed.resize(vocab.size());
-  for (size_t t = 0; t < allowed.size(); ++t) allowed[t] = uint8_t((bits[t / 64] >> (t % 64)) & 1);
   for (const auto& stack_and_mask : deeper) {
     const StackMask& mask = *stack_and_mask.second;
     walk(mask.undecided_trie, State{{*stack_and_mask.first}},
-         [&](int32_t t) { allowed[size_t(mask.undecided[size_t(t)])] = 1; }, [](uint32_t, uint32_t) {});
+         [&](int32_t t) { allowed.insert(size_t(mask.undecided[size_t(t)])); }, [](uint32_t, uint32_t) {});
   }
+  return allowed;
 }
 
 std::string GrammarMatcher::state_key() const {
@@ -363,33 +363,37 @@ std::string GrammarMatcher::state_key() const {
 }
 
 namespace {
+// What a kept mask holds in memory, about (a trie node is ~12 bytes).
+size_t footprint(const TokenSet& mask) { return mask.bytes(); }
+size_t footprint(const StackMask& mask) {
+  return mask.accepted.bytes() + mask.undecided.size() * (sizeof(int32_t) + 32);
+}
+
 // The value `map` keeps under `key`, made by `make` (outside the lock) the
-// first time and kept while the map has room.
+// first time and kept while the map's values take at most `max_bytes`.
 template <typename Map, typename Make>
-typename Map::mapped_type kept_or_made(std::mutex& mutex, Map& map, size_t max_entries, const std::string& key,
-                                       Make&& make) {
+typename Map::mapped_type kept_or_made(std::mutex& mutex, Map& map, size_t& bytes, size_t max_bytes,
+                                       const std::string& key, Make&& make) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = map.find(key); it != map.end()) return it->second;
   }
   typename Map::mapped_type value = make();
+  const size_t size = footprint(*value) + key.size();
   std::lock_guard<std::mutex> lock(mutex);
-  if (map.size() < max_entries) map.emplace(key, value);
+  if (bytes + size <= max_bytes && map.emplace(key, value).second) bytes += size;
   return value;
 }
 }  // namespace
 
-std::shared_ptr<const std::vector<uint8_t>> MaskCache::allowed(const GrammarMatcher& m, const TokenTrie& vocab) {
-  return kept_or_made(mutex_, masks_, max_entries_, m.state_key(), [&] {
-    auto mask = std::make_shared<std::vector<uint8_t>>();
-    m.allowed_tokens(vocab, *mask, this);
-    return std::shared_ptr<const std::vector<uint8_t>>(std::move(mask));
-  });
+std::shared_ptr<const TokenSet> MaskCache::allowed(const GrammarMatcher& m, const TokenTrie& vocab) {
+  return kept_or_made(mutex_, masks_, mask_bytes_, max_bytes_, m.state_key(),
+                      [&] { return std::make_shared<const TokenSet>(m.allowed_tokens(vocab, this)); });
 }
 
 std::shared_ptr<const StackMask> MaskCache::stack_mask(const std::string& key,
                                                        const std::function<std::shared_ptr<const StackMask>()>& make) {
-  return kept_or_made(mutex_, stack_masks_, max_entries_, key, make);
+  return kept_or_made(mutex_, stack_masks_, stack_mask_bytes_, max_bytes_, key, make);
 }
 
 }  // namespace kiln::text

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/grammar/token_set.h"
 #include "kiln/text/grammar/token_trie.h"
 
 namespace kiln::text {
@@ -41,10 +42,10 @@ class GrammarMatcher {
   bool can_accept(std::string_view bytes) const;
   // The text so far is a whole match (an end-of-text token may come now).
   bool can_end() const;
-  // allowed[i] = can_accept(vocab.bytes(i)); empty strings are never allowed.
-  // With `cache`, the mask is the union of each stack's, and what a stack's
-  // top frames decide alone is kept there (MaskCache::stack_mask).
-  void allowed_tokens(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache* cache = nullptr) const;
+  // The tokens i with can_accept(vocab.bytes(i)); empty strings are never
+  // allowed. With `cache`, the mask is the union of each stack's, and what a
+  // stack's top frames decide alone is kept there (MaskCache::stack_mask).
+  TokenSet allowed_tokens(const TokenTrie& vocab, MaskCache* cache = nullptr) const;
   // The state as bytes: two matchers of one grammar with the same key allow
   // the same tokens (what MaskCache keys on).
   std::string state_key() const;
@@ -80,7 +81,7 @@ class GrammarMatcher {
   // up: what follows depends on the frames below).
   template <typename OnToken, typename OnContext>
   void walk(const TokenTrie& trie, State start, OnToken&& on_token, OnContext&& on_context) const;
-  void allowed_by_stacks(const TokenTrie& vocab, std::vector<uint8_t>& allowed, MaskCache& cache) const;
+  TokenSet allowed_by_stacks(const TokenTrie& vocab, MaskCache& cache) const;
 
   std::shared_ptr<const Grammar> g_;
   State state_;
@@ -91,7 +92,7 @@ class GrammarMatcher {
 // and the few that run past them into the frames below (a string's token
 // that closes it and goes on, `",`), checked against the whole stack.
 struct StackMask {
-  std::vector<uint64_t> accepted;  // a bit per token of the vocabulary
+  TokenSet accepted;
   std::vector<int32_t> undecided;  // token ids
   TokenTrie undecided_trie;        // their bytes; its ids index `undecided`
 };
@@ -102,21 +103,23 @@ struct StackMask {
 // long as a small model's decoding step. A state met for the first time is
 // the union of its stacks' masks, and a stack's is mostly what its top
 // frames decide (StackMask), kept here too: every string of a schema shares
-// one, whatever object it sits in. Thread-safe; holds at most `max_entries`
-// masks of each kind.
+// one, whatever object it sits in. Thread-safe; keeps each kind while it
+// takes at most `max_bytes` (a 152K vocabulary's mask is 19 KB: the default
+// holds ~1,700 states; past it a new state's mask is made each time, from
+// its stacks' kept masks).
 class MaskCache {
  public:
-  explicit MaskCache(size_t max_entries = 512) : max_entries_(max_entries) {}
+  explicit MaskCache(size_t max_bytes = size_t(32) << 20) : max_bytes_(max_bytes) {}
   // The mask for `m`'s state, computed and kept on the first visit.
-  std::shared_ptr<const std::vector<uint8_t>> allowed(const GrammarMatcher& m, const TokenTrie& vocab);
+  std::shared_ptr<const TokenSet> allowed(const GrammarMatcher& m, const TokenTrie& vocab);
   // The StackMask kept under `key`, made by `make` the first time.
   std::shared_ptr<const StackMask> stack_mask(const std::string& key,
                                               const std::function<std::shared_ptr<const StackMask>()>& make);
 
  private:
-  size_t max_entries_;
+  size_t max_bytes_, mask_bytes_ = 0, stack_mask_bytes_ = 0;
   std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
+  std::unordered_map<std::string, std::shared_ptr<const TokenSet>> masks_;
   std::unordered_map<std::string, std::shared_ptr<const StackMask>> stack_masks_;
 };
 
