@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "apps/serve/requests.h"
 #include "kiln/core/random.h"
@@ -214,6 +215,23 @@ TEST(ChatFields, GrammarAndJsonModeReachTheRequest) {
                          R"(, "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})")
                 .find("constraints: send one"),
             std::string::npos);
+}
+
+// chat_template_kwargs reach the template; reasoning_format says whether to split; both are checked.
+TEST(ChatFields, TemplateVariablesAndReasoningFormatReachTheRequest) {
+  const ChatRequest plain = parse_chat(chat_with("user", "\"x\""));
+  EXPECT_TRUE(plain.template_kwargs.empty());
+  EXPECT_TRUE(plain.split_reasoning) << "llama-server's default: auto";
+  const ChatRequest r = parse_chat(chat_with("chat_template_kwargs", R"({"enable_thinking": false, "x": [1]})"));
+  EXPECT_EQ(r.template_kwargs.dump(), R"({"enable_thinking":false,"x":[1]})");
+  EXPECT_FALSE(parse_chat(chat_with("reasoning_format", R"("none")")).split_reasoning);
+  EXPECT_TRUE(parse_chat(chat_with("reasoning_format", R"("deepseek")")).split_reasoning);
+  for (const auto& [field, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"reasoning_format", R"("hidden")", "reasoning_format is 'hidden'"},
+           {"reasoning_format", "1", "reasoning_format"},
+           {"chat_template_kwargs", R"("enable_thinking")", "must be an object"},
+           {"chat_template_kwargs", R"({"add_generation_prompt": false})", "set by the request itself"}})
+    EXPECT_NE(chat_refusal(chat_with(field, value)).find(says), std::string::npos) << field << " " << value;
 }
 
 TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {

@@ -193,16 +193,30 @@ class HfLanguageModelInference final : public InferenceModel {
       chat_error_ = e.what();
     }
     if (chat_) tool_format_ = text::detect_tool_call_format(*chat_);
-    if (tool_format_)  // the special tokens its literals hold ([TOOL_CALLS], <|python_tag|>...)
-      for (const std::string& literal : tool_format_->literals())
-        for (int32_t id : lm_.tokenizer.encode(literal, false))
-          if (lm_.tokenizer.is_special(id) && std::find(tool_tokens_.begin(), tool_tokens_.end(), id) == tool_tokens_.end())
-            tool_tokens_.push_back(id);
+    if (chat_) reasoning_format_ = text::detect_reasoning_format(*chat_);
+    // The special tokens the formats' literals hold ([TOOL_CALLS], <|python_tag|>, <|START_THINKING|>...).
+    if (tool_format_) tool_tokens_ = special_tokens_in(tool_format_->literals());
+    if (reasoning_format_) reasoning_tokens_ = special_tokens_in({reasoning_format_->begin, reasoning_format_->end});
+  }
+  // The special tokens whose text stays in a completion's: its tool-call format's, and a chat's reasoning marks.
+  std::vector<int32_t> kept_tokens(const CompletionOptions& o) const {
+    std::vector<int32_t> kept = o.keep_tool_tokens ? tool_tokens_ : std::vector<int32_t>{};
+    if (o.chat) kept.insert(kept.end(), reasoning_tokens_.begin(), reasoning_tokens_.end());
+    return kept;
+  }
+  std::vector<int32_t> special_tokens_in(const std::vector<std::string>& literals) const {
+    std::vector<int32_t> ids;
+    for (const std::string& literal : literals)
+      for (int32_t id : lm_.tokenizer.encode(literal, false))
+        if (lm_.tokenizer.is_special(id) && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    return ids;
   }
   const text::ToolCallFormat* tool_call_format() const override { return tool_format_; }
-  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) override {
+  const text::ReasoningFormat* reasoning_format() const override { return reasoning_format_; }
+  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& kwargs) override {
     if (!chat_) KILN_FAIL(chat_error_);
-    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    nlohmann::ordered_json extra = kwargs;
     if (tool_format_)  // Llama 3.1's built-in tools are named to its template, as llama-server names them
       if (auto builtin = text::builtin_tools(*tool_format_, tools); !builtin.empty()) extra["builtin_tools"] = builtin;
     return chat_->render_json(messages, tools, true, extra);
@@ -234,7 +248,7 @@ class HfLanguageModelInference final : public InferenceModel {
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
       started.push_back(std::make_unique<HfCompletion>(
           lm_, o, int64_t(encoded.size()), std::move(stop_ids), o.grammar ? &vocab(o.keep_tool_tokens) : nullptr,
-          masks_for(o.grammar, o.keep_tool_tokens), o.keep_tool_tokens ? tool_tokens_ : std::vector<int32_t>{}));
+          masks_for(o.grammar, o.keep_tool_tokens), kept_tokens(o)));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }
@@ -341,6 +355,8 @@ class HfLanguageModelInference final : public InferenceModel {
   std::optional<text::TokenTrie> vocab_, tool_vocab_;
   const text::ToolCallFormat* tool_format_ = nullptr;
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
+  const text::ReasoningFormat* reasoning_format_ = nullptr;
+  std::vector<int32_t> reasoning_tokens_;  // the special tokens of its marks
   std::shared_ptr<text::MaskCache> json_masks_ = std::make_shared<text::MaskCache>();
   std::list<std::pair<std::string, std::shared_ptr<text::MaskCache>>> grammar_masks_;  // most recent first
   std::optional<text::ChatTemplate> chat_;

@@ -11,6 +11,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/reasoning.h"
 #include "kiln/text/tool_calls.h"
 
 namespace kiln::nn {
@@ -44,6 +45,7 @@ struct CompletionOptions {
   std::string grammar_trigger;
   // A chat with tools: the special tokens of the model's tool-call format
   // ([TOOL_CALLS], [ARGS]...) stay in the text, and a grammar may write them.
+  // (A chat's reasoning marks stay in its text always: its reader splits them off.)
   bool keep_tool_tokens = false;
 };
 
@@ -173,11 +175,18 @@ class InferenceModel {
   // or a conversation its template refuses, is a kiln::Error saying why.
   virtual std::string render_chat(const std::vector<text::ChatMessage>& messages);
   // The same for messages as the chat API carries them (tool calls, tool
-  // results), with the request's tools (null: none). By default, plain
-  // messages through render_chat, and no tools.
-  virtual std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools);
+  // results), with the request's tools (null: none) and more template
+  // variables (`kwargs`: chat_template_kwargs, Qwen3's enable_thinking). By
+  // default, plain messages through render_chat, and no tools or variables.
+  virtual std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                       const nlohmann::ordered_json& kwargs);
+  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
+    return render_chat_json(messages, tools, nlohmann::ordered_json::object());
+  }
   // Chat models: how their template spells tool calls (null: in no format Kiln reads).
   virtual const text::ToolCallFormat* tool_call_format() const { return nullptr; }
+  // Chat models: the marks their template puts around reasoning (null: none).
+  virtual const text::ReasoningFormat* reasoning_format() const { return nullptr; }
   // Language models: the pool of pages their completions' caches share
   // (null before the first), whose counters /metrics shows.
   virtual const nn::KvPool* kv_pool() const { return nullptr; }

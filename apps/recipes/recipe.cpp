@@ -220,9 +220,10 @@ std::string InferenceModel::render_chat(const std::vector<text::ChatMessage>&) {
             "use /v1/completions)");
 }
 
-std::string InferenceModel::render_chat_json(const nlohmann::ordered_json& messages,
-                                             const nlohmann::ordered_json& tools) {
+std::string InferenceModel::render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                             const nlohmann::ordered_json& kwargs) {
   KILN_CHECK(tools.is_null(), "this model's chat takes no tools (a Hugging Face model's own Jinja template does)");
+  KILN_CHECK(kwargs.empty(), "this model's chat template takes no variables (a Hugging Face model's own Jinja template does)");
   std::vector<text::ChatMessage> plain;
   for (const auto& m : messages) {
     KILN_CHECK(m.contains("content") && m["content"].is_string() && !m.contains("tool_calls") && m["role"] != "tool",

@@ -27,6 +27,8 @@ struct Shape {
   bool logprobs = false;  // the request asked for the tokens' log-probabilities
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
   json tool_list;                                // the request's tools (their parameters' types read XML-style values)
+  const text::ReasoningFormat* reasoning = nullptr;  // a chat whose reasoning is split off, in these marks
+  bool reasoning_open = false;                       // the prompt opened them: the answer starts inside
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -63,16 +65,37 @@ struct Shape {
     if (whole || first || !text.empty()) message["content"] = text;
     return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
   }
-  // A whole chat answer whose tool calls are read: content (null when only
-  // calls), message.tool_calls, and finish_reason "tool_calls" for an
-  // answer that ended by itself after calling.
-  json tool_choice(const recipes::Completion& c, const json& logprobs, const std::string& id) const {
-    const text::ToolAnswer answer = text::read_tool_answer(*tools, c.text, true, tool_list);
+  // A chat answer read so far: its reasoning, then its content and tool calls.
+  struct Reading {
+    std::string reasoning;
+    text::ToolAnswer answer;
+  };
+  bool reads() const { return tools || reasoning; }
+  Reading read(const std::string& text, bool whole) const {
+    Reading r;
+    std::string content = text;
+    if (reasoning) {
+      text::ReasonedAnswer split = text::read_reasoning(*reasoning, reasoning_open, text, whole);
+      r.reasoning = std::move(split.reasoning);
+      content = std::move(split.content);
+    }
+    if (tools)
+      r.answer = text::read_tool_answer(*tools, content, whole, tool_list);
+    else
+      r.answer.content = std::move(content);
+    return r;
+  }
+  // A whole chat answer that is read: reasoning_content where it reasoned,
+  // content (null when only calls), message.tool_calls, and finish_reason
+  // "tool_calls" for an answer that ended by itself after calling.
+  json read_choice(const recipes::Completion& c, const json& logprobs, const std::string& id) const {
+    const Reading r = read(c.text, true);
     json message = {{"role", "assistant"}};
-    message["content"] = answer.calls.empty() || !answer.content.empty() ? json(answer.content) : json();
-    if (!answer.calls.empty())
-      message["tool_calls"] = json::parse(text::tool_calls_json(*tools, answer.calls, call_seed(id)).dump());
-    return {{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason(c, answer)}};
+    message["content"] = r.answer.calls.empty() || !r.answer.content.empty() ? json(r.answer.content) : json();
+    if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
+    if (!r.answer.calls.empty())
+      message["tool_calls"] = json::parse(text::tool_calls_json(*tools, r.answer.calls, call_seed(id)).dump());
+    return {{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason(c, r.answer)}};
   }
   static uint64_t call_seed(const std::string& answer_id) { return std::hash<std::string>()(answer_id); }
   static std::string finish_reason(const recipes::Completion& c, const text::ToolAnswer& answer) {
@@ -92,25 +115,28 @@ struct Shape {
   }
 };
 
-// What a stream has sent of an answer whose tool calls are read: each
-// event sends what reading the longer text adds (read_tool_answer only
-// extends), so the events add up to the whole answer's reading.
-struct ToolStream {
-  std::string text;        // the answer so far
-  text::ToolAnswer sent;   // what the events have carried
+// What a stream has sent of an answer that is read (reasoning, tool
+// calls): each event sends what reading the longer text adds (the readers
+// only extend), so the events add up to the whole answer's reading.
+struct ReadStream {
+  std::string text;     // the answer so far
+  Shape::Reading sent;  // what the events have carried
 
-  // The events for `piece` (`whole`: the answer is over): content, new calls and their arguments.
+  // The events for `piece` (`whole`: the answer is over): reasoning, content, new calls and their arguments.
   std::vector<json> deltas(const Shape& shape, const std::string& piece, bool whole, const std::string& answer_id) {
     text += piece;
-    text::ToolAnswer now = text::read_tool_answer(*shape.tools, text, whole, shape.tool_list);
+    Shape::Reading now = shape.read(text, whole);
     std::vector<json> out;
-    if (now.content.size() > sent.content.size())
-      out.push_back({{"content", now.content.substr(sent.content.size())}});
-    for (size_t i = 0; i < now.calls.size(); ++i) {
-      const bool opening = i >= sent.calls.size();
-      const size_t had = opening ? 0 : sent.calls[i].arguments.size();
-      if (!opening && now.calls[i].arguments.size() == had) continue;
-      text::ToolCall fragment{now.calls[i].name, now.calls[i].arguments.substr(had)};
+    if (now.reasoning.size() > sent.reasoning.size())
+      out.push_back({{"reasoning_content", now.reasoning.substr(sent.reasoning.size())}});
+    if (now.answer.content.size() > sent.answer.content.size())
+      out.push_back({{"content", now.answer.content.substr(sent.answer.content.size())}});
+    const auto& calls = now.answer.calls;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const bool opening = i >= sent.answer.calls.size();
+      const size_t had = opening ? 0 : sent.answer.calls[i].arguments.size();
+      if (!opening && calls[i].arguments.size() == had) continue;
+      text::ToolCall fragment{calls[i].name, calls[i].arguments.substr(had)};
       out.push_back({{"tool_calls", json::array({shape.tool_call(fragment, i, answer_id, opening)})}});
     }
     sent = std::move(now);
@@ -168,7 +194,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   if (!fields.stream) {
     const recipes::Completion& c = job->result;
     const json logprobs = shape.logprobs_of(c.logprobs, 0);
-    json out = envelope(shape.object(), json::array({shape.tools ? shape.tool_choice(c, logprobs, id)
+    json out = envelope(shape.object(), json::array({shape.reads() ? shape.read_choice(c, logprobs, id)
                                                                  : shape.choice(c.text, c.finish_reason, logprobs,
                                                                                 /*whole=*/true, false)}));
     out["usage"] = usage(c.prompt_tokens, c.completion_tokens);
@@ -178,10 +204,10 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   // Server-sent events: a chunk per piece of text (a chat's first names the
   // role), then the finish reason, then the usage if asked, then [DONE].
   auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
-  auto tool_stream = std::make_shared<ToolStream>();
+  auto read_stream = std::make_shared<ReadStream>();
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, shape, envelope, timeout, state, tool_stream, id,
+      [job, shape, envelope, timeout, state, read_stream, id,
        include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
@@ -193,9 +219,9 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           state->second += int64_t(text.size());
           return send(envelope(shape.chunk_object(), json::array({choice})));
         };
-        // A chat whose tool calls are read: what reading the longer text adds.
-        auto tool_events = [&](const std::string& piece, bool whole, const std::vector<recipes::TokenLogprob>& lps) {
-          std::vector<json> deltas = tool_stream->deltas(shape, piece, whole, id);
+        // A chat that is read: what reading the longer text adds.
+        auto read_events = [&](const std::string& piece, bool whole, const std::vector<recipes::TokenLogprob>& lps) {
+          std::vector<json> deltas = read_stream->deltas(shape, piece, whole, id);
           if (deltas.empty() && !lps.empty()) deltas.push_back(json::object());
           for (size_t i = 0; i < deltas.size(); ++i) {
             const json choice = {{"index", 0}, {"delta", deltas[i]},
@@ -224,7 +250,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           // OpenAI's chat streams open with the role alone.
           const bool opened = !(shape.chat && state->first) || event("", nullptr, {});
           const bool last = moved && !error && finished && !more;
-          const bool sent = shape.tools ? tool_events(piece, last, lps)
+          const bool sent = shape.reads() ? read_events(piece, last, lps)
                                         : (piece.empty() && lps.empty()) || event(piece, nullptr, lps);
           if (!opened || !sent) {
             job->cancelled = true;  // the client is gone
@@ -242,7 +268,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           } else if (!finished || more) {
             continue;
           } else {
-            event("", shape.tools ? Shape::finish_reason(result, tool_stream->sent) : result.finish_reason, {});
+            event("", shape.reads() ? Shape::finish_reason(result, read_stream->sent.answer) : result.finish_reason, {});
             if (include_usage) {
               json last = envelope(shape.chunk_object(), json::array());
               last["usage"] = usage(result.prompt_tokens, result.completion_tokens);
@@ -318,7 +344,7 @@ namespace {
 // The conversation as the model's chat template renders it; what the template raises is a 400.
 std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
   try {
-    return t.model.render_chat_json(r.messages, r.tools);
+    return t.model.render_chat_json(r.messages, r.tools, r.template_kwargs);
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
@@ -345,7 +371,13 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
-  generate(t, prompt, co, r, Shape{true, r.logprobs, format, r.tools}, res);
+  Shape shape{true, r.logprobs, format, r.tools};
+  // A grammar from the first token (response_format, a forced call) makes
+  // the whole answer its text: there is no reasoning to split off.
+  const bool constrained_throughout = co.grammar && co.grammar_trigger.empty();
+  if (r.split_reasoning && !constrained_throughout) shape.reasoning = t.model.reasoning_format();
+  if (shape.reasoning) shape.reasoning_open = text::starts_in_reasoning(*shape.reasoning, prompt);
+  generate(t, prompt, co, r, shape, res);
 }
 
 }  // namespace kiln::serve

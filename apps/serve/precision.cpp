@@ -48,10 +48,12 @@ class AutocastModel final : public recipes::InferenceModel {
   std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
     return inner_->render_chat(messages);
   }
-  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) override {
-    return inner_->render_chat_json(messages, tools);
+  std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& kwargs) override {
+    return inner_->render_chat_json(messages, tools, kwargs);
   }
   const text::ToolCallFormat* tool_call_format() const override { return inner_->tool_call_format(); }
+  const text::ReasoningFormat* reasoning_format() const override { return inner_->reasoning_format(); }
 
  private:
   // Autocast on the calling thread, with this model's weight casts: the

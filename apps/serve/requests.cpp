@@ -253,7 +253,8 @@ const char* const kChatFields[] = {"model",      "messages",     "max_tokens",  
                                    "stop",       "stream",       "user",           "ignore_eos",
                                    "logprobs",   "top_logprobs", "stream_options", "grammar",
                                    "json_schema", "response_format", "tools",
-                                   "tool_choice", "parallel_tool_calls"};
+                                   "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+                                   "reasoning_format"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -477,6 +478,25 @@ void parse_tools(const json& body, ChatRequest& r) {
                              "' constrains the answer to a tool call: it cannot take a grammar or response_format too");
 }
 
+// chat_template_kwargs and reasoning_format.
+void parse_reasoning(const json& body, ChatRequest& r) {
+  if (body.contains("chat_template_kwargs")) {
+    if (!body["chat_template_kwargs"].is_object())
+      throw HttpError(400, "'chat_template_kwargs' must be an object of template variables, e.g. {\"enable_thinking\": false}");
+    for (const auto& [key, value] : body["chat_template_kwargs"].items()) {
+      for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "documents"})
+        if (key == reserved)
+          throw HttpError(400, "chat_template_kwargs: '" + key + "' is set by the request itself, not a template variable");
+      r.template_kwargs[key] = value;
+    }
+  }
+  const std::string format = field<std::string>(body, "reasoning_format", "\"auto\", \"deepseek\" or \"none\"", "auto");
+  if (format != "auto" && format != "deepseek" && format != "none")
+    throw HttpError(400, "reasoning_format is '" + format + "': Kiln takes auto, deepseek (both: thinking in "
+                         "reasoning_content) or none (thinking left in content)");
+  r.split_reasoning = format != "none";
+}
+
 }  // namespace
 
 CompletionRequest parse_completion(const std::string& text) {
@@ -524,6 +544,7 @@ ChatRequest parse_chat(const std::string& text) {
   if (r.max_tokens < 1 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [1, 4096]");
   if (r.top_logprobs < 0 || r.top_logprobs > 20) throw HttpError(400, "top_logprobs must be in [0, 20]");
   if (r.top_logprobs > 0 && !r.logprobs) throw HttpError(400, "top_logprobs needs logprobs: true");
+  parse_reasoning(body, r);
   return r;
 }
 

@@ -107,6 +107,12 @@ struct ChatRequest : GenerationFields {
   bool parallel_tool_calls = true;
   bool logprobs = false;
   int64_t top_logprobs = 0;
+  // chat_template_kwargs (vLLM's and llama-server's): more variables for the
+  // template, such as Qwen3's enable_thinking.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // llama-server's reasoning_format: "auto" or "deepseek" (the default) split
+  // a reasoning model's thinking off into reasoning_content; "none" leaves it in content.
+  bool split_reasoning = true;
 };
 ChatRequest parse_chat(const std::string& body);
 

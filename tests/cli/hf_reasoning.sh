@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Reasoning through kiln serve and the official openai client, on copies of
+# cli.hf_qwen2_chat's folder (tiny random weights) carrying Qwen3's and
+# DeepSeek R1's real templates:
+# - an answer that starts inside the reasoning (R1's prompt opens <think>)
+#   is message.reasoning_content, trimmed, and the same request with
+#   reasoning_format "none" gives the raw text as content;
+# - streamed delta.reasoning_content adds up to the unstreamed answer's;
+# - chat_template_kwargs reach the template (R1 distill's enable_thinking
+#   closes the marks in the prompt: the answer is content), and the prompt
+#   with them and with an assistant's reasoning_content is transformers';
+# - a model that never opens the marks (Qwen3 under it) answers in content;
+# - bad reasoning_format and chat_template_kwargs are 400s that say why.
+source "$(dirname "$0")/lib.sh"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+require_oracle transformers tokenizers openai
+PY="$ORACLE_PY"
+qwen2_chat_folder
+
+TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
+for pair in "qwen3:Qwen-Qwen3-0.6B" "r1:llama-cpp-deepseek-r1" "distill:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"; do
+  mkdir -p "$WORK/${pair%%:*}"
+  for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
+  rm "$WORK/${pair%%:*}/chat_template.jinja"
+  cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
+done
+
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model qwen3="hf:$WORK/qwen3" --model r1="hf:$WORK/r1" --model distill="hf:$WORK/distill" \
+  --port "$port" >"$WORK/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+run 0 "$PY" - "$port" "$WORK" <<'PY'
+import json, sys, urllib.error, urllib.request
+import openai
+from transformers import AutoTokenizer
+
+port, work = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+ask = [{"role": "user", "content": "What is two and two?"}]
+
+def answer(model, seed, **extra):
+    return client.chat.completions.create(model=model, messages=ask, max_tokens=24, temperature=1.0, seed=seed,
+                                          extra_body=extra).choices[0].message
+
+def streamed(model, seed, **extra):
+    reasoning, content = "", ""
+    for chunk in client.chat.completions.create(model=model, messages=ask, max_tokens=24, temperature=1.0, seed=seed,
+                                                stream=True, extra_body=extra):
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta is not None:
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            content += delta.content or ""
+    return reasoning, content
+
+for seed in (1, 2, 3):
+    raw = answer("r1", seed, reasoning_format="none")
+    assert getattr(raw, "reasoning_content", None) is None, raw
+    split = answer("r1", seed)
+    assert "</think>" not in raw.content, raw.content  # (a random model closing it by chance would need the tokens)
+    assert split.reasoning_content == raw.content.strip(" \n\t\r"), (split, raw)
+    assert split.content == "", split
+    assert streamed("r1", seed) == (split.reasoning_content, ""), seed
+
+    closed = answer("distill", seed)  # the prompt closes the marks without enable_thinking
+    assert getattr(closed, "reasoning_content", None) is None and closed.content, closed
+    opened = answer("distill", seed, chat_template_kwargs={"enable_thinking": True})
+    assert opened.reasoning_content and opened.content == "", opened
+
+    plain = answer("qwen3", seed)
+    assert getattr(plain, "reasoning_content", None) is None and plain.content == answer("qwen3", seed, reasoning_format="none").content
+print("split, streamed and raw answers agree")
+
+# The prompt with template variables and a past answer's reasoning is transformers'.
+conversation = [{"role": "user", "content": "Hi"},
+                {"role": "assistant", "reasoning_content": "A greeting.", "content": "Hello."},
+                {"role": "user", "content": "What is two and two?"}]
+for model in ("qwen3", "distill"):
+    tok = AutoTokenizer.from_pretrained(f"{work}/{model}")
+    for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+        want = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **kwargs)
+        body = json.dumps({"model": model, "messages": conversation, "chat_template_kwargs": kwargs}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", data=body,
+                                     headers={"Content-Type": "application/json"})
+        got = json.load(urllib.request.urlopen(req))["prompt"]
+        assert got == want, (model, kwargs, got, want)
+print("prompts with chat_template_kwargs match transformers")
+
+def refused(fields, says):
+    body = json.dumps({"model": "qwen3", "messages": ask, **fields}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req)
+    except urllib.error.HTTPError as e:
+        text = e.read().decode()
+        assert e.code == 400 and says in text, (fields, e.code, text)
+        return
+    raise AssertionError(f"{fields} was accepted")
+
+refused({"reasoning_format": "sometimes"}, "reasoning_format")
+refused({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs")
+refused({"chat_template_kwargs": {"messages": []}}, "set by the request")
+print("bad fields refused")
+PY
+expect "split, streamed and raw answers agree"
+expect "prompts with chat_template_kwargs match transformers"
+expect "bad fields refused"
+kill "$server"
+wait "$server" 2>/dev/null
+echo "PASS"

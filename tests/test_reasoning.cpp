@@ -1,0 +1,127 @@
+// Reasoning (kiln/text/reasoning): the marks found by rendering reasoning
+// through each real template of the corpus, whether a prompt leaves the
+// answer inside them, and answers split the same whole and a character at
+// a time.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kiln/text/reasoning.h"
+#include "tests/hf_test_util.h"
+
+namespace kiln::text {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+ChatTemplate corpus_template(const std::string& name) {
+  std::stringstream ss;
+  ss << std::ifstream(fs::path(hf_test::fixture("chat_templates")) / "templates" / name, std::ios::binary).rdbuf();
+  ChatTemplate chat = ChatTemplate::from_jinja(ss.str());
+  chat.tokens = {"<s>", "</s>"};
+  chat.now_unix_seconds = 1783168200;
+  return chat;
+}
+
+const ReasoningFormat& format_named(const std::string& name) {
+  for (const auto& f : reasoning_formats())
+    if (name == f.name) return f;
+  throw std::runtime_error("no reasoning format " + name);
+}
+
+// Each real template's marks: those it writes a past answer's reasoning
+// in, or (DeepSeek R1's, which drops past reasoning) opens its prompt with.
+TEST(Reasoning, MarksAreFoundByRenderingReasoningThroughTheTemplate) {
+  const std::map<std::string, std::string> expected = {
+      {"Qwen-Qwen3-0.6B.jinja", "think"},
+      {"Qwen3.5-4B.jinja", "think"},
+      {"Qwen-QwQ-32B.jinja", "think"},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "think"},
+      {"llama-cpp-deepseek-r1.jinja", "think"},
+      {"deepseek-ai-DeepSeek-V3.1.jinja", "think"},
+      {"GLM-4.6.jinja", "think"},
+      {"GLM-4.7-Flash.jinja", "think"},
+      {"MiniMax-M2.jinja", "think"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "think"},
+      {"StepFun3.5-Flash.jinja", "think"},
+      {"ByteDance-Seed-OSS.jinja", "seed-oss"},
+      {"MiniMax-M3.jinja", "minimax-m3"},
+      {"tencent-Hy3.jinja", "hunyuan"},
+      {"Cohere2MoE.jinja", "command-r"},
+      {"Kimi-K3.jinja", "kimi-k3"},
+      {"google-gemma-4-31B-it.jinja", "gemma-4"},
+      // No reasoning in these templates.
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", ""},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ""},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ""},
+      {"google-gemma-2-2b-it.jinja", ""},
+  };
+  for (const auto& [name, format] : expected) {
+    const ReasoningFormat* f = detect_reasoning_format(corpus_template(name));
+    EXPECT_EQ(f ? f->name : "", format) << name;
+  }
+  EXPECT_EQ(detect_reasoning_format(chat_template_named("chatml")), nullptr) << "a built-in renderer writes none";
+}
+
+// DeepSeek R1's generation prompt opens the marks (llama.cpp's R1 distill
+// template closes them again without enable_thinking); Qwen3's closes them when
+// enable_thinking is false; a past turn's closed reasoning leaves the next
+// answer outside.
+TEST(Reasoning, PromptsThatOpenTheMarksStartTheAnswerInside) {
+  const json messages = json::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "reasoning_content": "A greeting.", "content": "Hello."},
+      {"role": "user", "content": "And again?"}])");
+  const ReasoningFormat& think = format_named("think");
+  auto inside = [&](const std::string& name, const json& kwargs) {
+    return starts_in_reasoning(think, corpus_template(name).render_json(messages, json(), true, kwargs));
+  };
+  EXPECT_TRUE(inside("llama-cpp-deepseek-r1.jinja", json::object()));
+  EXPECT_TRUE(inside("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {{"enable_thinking", true}}));
+  EXPECT_FALSE(inside("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {{"enable_thinking", false}}));
+  EXPECT_FALSE(inside("Qwen-Qwen3-0.6B.jinja", json::object())) << "Qwen3 may open <think> itself";
+  EXPECT_FALSE(inside("Qwen-Qwen3-0.6B.jinja", {{"enable_thinking", false}})) << "closed: <think>\\n\\n</think>";
+  EXPECT_TRUE(inside("GLM-4.7-Flash.jinja", json::object()));
+}
+
+struct Example {
+  const char* format;
+  bool inside;
+  std::string text, reasoning, content;
+};
+
+TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
+  const std::vector<Example> examples = {
+      {"think", false, "<think>\nTwo and two.\n</think>\n\nFour.", "Two and two.", "Four."},
+      {"think", false, "\n<think>Hm</think>Four.\n", "Hm", "Four.\n"},
+      {"think", false, "Four, without thinking.", "", "Four, without thinking."},
+      {"think", false, "<thinking is not the mark", "", "<thinking is not the mark"},
+      {"think", false, "", "", ""},
+      {"think", true, "Two and two.\n</think>\n\nFour.", "Two and two.", "Four."},
+      {"think", true, "Cut off while thinking </thi", "Cut off while thinking </thi", ""},
+      {"think", false, "<think>\nA </ b\n</think>\n<tool_call>\n{}", "A </ b", "<tool_call>\n{}"},
+      {"seed-oss", false, "<seed:think>Sum.</seed:think>4", "Sum.", "4"},
+      {"kimi-k3", true, "Sum.<|close|>think<|sep|>4", "Sum.", "4"},
+  };
+  for (const Example& e : examples) {
+    const ReasoningFormat& f = format_named(e.format);
+    const ReasonedAnswer whole = read_reasoning(f, e.inside, e.text, true);
+    EXPECT_EQ(whole.reasoning, e.reasoning) << e.text;
+    EXPECT_EQ(whole.content, e.content) << e.text;
+    // Each longer prefix only extends both parts: what a stream sends adds up to the whole answer's.
+    ReasonedAnswer before;
+    for (size_t n = 0; n <= e.text.size(); ++n) {
+      const ReasonedAnswer now = read_reasoning(f, e.inside, std::string_view(e.text).substr(0, n), n == e.text.size());
+      ASSERT_TRUE(now.reasoning.starts_with(before.reasoning)) << e.text << " at " << n;
+      ASSERT_TRUE(now.content.starts_with(before.content)) << e.text << " at " << n;
+      ASSERT_TRUE(e.content.starts_with(now.content)) << e.text << " at " << n << ": content before it is known";
+      before = now;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::text
