@@ -83,10 +83,10 @@ class HfCompletion final : public TextCompletion {
   static size_t keep_only(const text::TokenSet& mask, std::vector<float>& row) {
     constexpr float kNever = -std::numeric_limits<float>::infinity();
     const size_t covered = std::min(mask.size(), row.size()) / 32 * 32;
-    const auto* words = reinterpret_cast<const uint32_t*>(mask.words().data());  // little-endian halves of the 64-bit words
+    const std::vector<uint64_t>& words = mask.words();
     size_t open = 0;
     for (size_t w = 0; w < covered / 32; ++w) {
-      const uint32_t bits = words[w];
+      const uint32_t bits = uint32_t(words[w / 2] >> (32 * (w % 2)));
       float* r = row.data() + w * 32;
 #pragma omp simd reduction(+ : open)
       for (uint32_t j = 0; j < 32; ++j) {
