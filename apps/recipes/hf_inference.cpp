@@ -16,6 +16,9 @@
 namespace kiln::recipes {
 namespace {
 
+// A logit no draw can land on: masked out, or an end the text may not take.
+constexpr float kNever = -std::numeric_limits<float>::infinity();
+
 // A token's text, as a client sees it. A model's vocabulary may be padded
 // past its tokenizer's: such ids have no text.
 std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
@@ -43,7 +46,6 @@ class HfCompletion final : public TextCompletion {
   // Samples the next token from its logits (copied into buffers the
   // completion keeps, so a step allocates nothing for them).
   void take(std::span<const float> step_logits) {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
     logits_.assign(step_logits.begin(), step_logits.end());
     const std::vector<float>& logits = logits_;
     row_ = logits_;
@@ -81,7 +83,6 @@ class HfCompletion final : public TextCompletion {
   // vocabulary's, have no bytes): 32 tokens a word, branch-free so that it
   // vectorises. Returns how many are left to sample.
   static size_t keep_only(const text::TokenSet& mask, std::vector<float>& row) {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
     const size_t covered = std::min(mask.size(), row.size()) / 32 * 32;
     const std::vector<uint64_t>& words = mask.words();
     size_t open = 0;
@@ -103,7 +104,6 @@ class HfCompletion final : public TextCompletion {
   // The ends (stop_ids_, their logits kept in stops_) only where the text is
   // a whole match. Returns the change in how many are left to sample.
   ptrdiff_t end_where(bool can_end, std::vector<float>& row) const {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
     ptrdiff_t change = 0;
     for (size_t k = 0; k < stop_ids_.size(); ++k) {
       if (size_t(stop_ids_[k]) >= row.size()) continue;

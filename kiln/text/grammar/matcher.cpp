@@ -302,6 +302,33 @@ namespace {
 constexpr size_t kDecidingFrames = 3;
 }  // namespace
 
+// What the frames `top` take alone (a stack's top kDecidingFrames): their
+// tokens as bits, and the tokens that run past them (below a prefix after
+// which the frames are used up), with a trie of their own.
+std::shared_ptr<const StackMask> GrammarMatcher::stack_mask(const TokenTrie& vocab, Stack top) const {
+  auto m = std::make_shared<StackMask>(StackMask{TokenSet(vocab.size()), {}, TokenTrie({})});
+  std::vector<std::pair<uint32_t, uint32_t>> past;  // node ranges, disjoint
+  walk(vocab, State{{std::move(top)}}, [&](int32_t t) { m->accepted.insert(size_t(t)); },
+       [&](uint32_t begin, uint32_t end) {
+         if (past.empty() || begin >= past.back().second) past.emplace_back(begin, end);
+       });
+  auto taken = [&](int32_t t) { return m->accepted.contains(size_t(t)); };
+  const auto& nodes = vocab.nodes();
+  auto inside = [&](uint32_t node) {
+    auto it = std::upper_bound(past.begin(), past.end(), node, [](uint32_t n, const auto& r) { return n < r.first; });
+    return it != past.begin() && node < std::prev(it)->second;
+  };
+  for (const auto& [begin, end] : past)
+    for (uint32_t n = begin; n < end; ++n)
+      if (nodes[n].token >= 0 && !taken(nodes[n].token)) m->undecided.push_back(nodes[n].token);
+  for (const auto& [node, token] : vocab.duplicates())
+    if (inside(node) && !taken(token)) m->undecided.push_back(token);
+  std::vector<std::string> bytes;
+  for (int32_t t : m->undecided) bytes.push_back(vocab.bytes(size_t(t)));
+  m->undecided_trie = TokenTrie(std::move(bytes));
+  return m;
+}
+
 // The union over the state's stacks of what each takes: what its top
 // kDecidingFrames frames take alone (a StackMask, kept by the cache), and
 // of the tokens that run past them, those the whole stack takes (walked on
@@ -314,30 +341,7 @@ TokenSet GrammarMatcher::allowed_by_stacks(const TokenTrie& vocab, MaskCache& ca
     const size_t first = s.size() - std::min(s.size(), kDecidingFrames);
     std::string key;
     for (size_t f = first; f < s.size(); ++f) key.append(reinterpret_cast<const char*>(&s[f]), sizeof(Frame));
-    auto mask = cache.stack_mask(key, [&] {
-      auto m = std::make_shared<StackMask>(StackMask{TokenSet(vocab.size()), {}, TokenTrie({})});
-      std::vector<std::pair<uint32_t, uint32_t>> past;  // node ranges, disjoint
-      walk(vocab, State{{Stack(s.begin() + std::ptrdiff_t(first), s.end())}},
-           [&](int32_t t) { m->accepted.insert(size_t(t)); },
-           [&](uint32_t begin, uint32_t end) {
-             if (past.empty() || begin >= past.back().second) past.emplace_back(begin, end);
-           });
-      auto taken = [&](int32_t t) { return m->accepted.contains(size_t(t)); };
-      const auto& nodes = vocab.nodes();
-      auto inside = [&](uint32_t node) {
-        auto it = std::upper_bound(past.begin(), past.end(), node, [](uint32_t n, const auto& r) { return n < r.first; });
-        return it != past.begin() && node < std::prev(it)->second;
-      };
-      for (const auto& [begin, end] : past)
-        for (uint32_t n = begin; n < end; ++n)
-          if (nodes[n].token >= 0 && !taken(nodes[n].token)) m->undecided.push_back(nodes[n].token);
-      for (const auto& [node, token] : vocab.duplicates())
-        if (inside(node) && !taken(token)) m->undecided.push_back(token);
-      std::vector<std::string> bytes;
-      for (int32_t t : m->undecided) bytes.push_back(vocab.bytes(size_t(t)));
-      m->undecided_trie = TokenTrie(std::move(bytes));
-      return std::shared_ptr<const StackMask>(std::move(m));
-    });
+    auto mask = cache.stack_mask(key, [&] { return stack_mask(vocab, Stack(s.begin() + std::ptrdiff_t(first), s.end())); });
     allowed |= mask->accepted;
     if (first > 0 && !mask->undecided.empty()) deeper.emplace_back(&s, std::move(mask));
   }

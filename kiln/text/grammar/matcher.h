@@ -30,6 +30,7 @@
 namespace kiln::text {
 
 class MaskCache;
+struct StackMask;
 
 class GrammarMatcher {
  public:
@@ -82,6 +83,7 @@ class GrammarMatcher {
   template <typename OnToken, typename OnContext>
   void walk(const TokenTrie& trie, State start, OnToken&& on_token, OnContext&& on_context) const;
   TokenSet allowed_by_stacks(const TokenTrie& vocab, MaskCache& cache) const;
+  std::shared_ptr<const StackMask> stack_mask(const TokenTrie& vocab, Stack top) const;
 
   std::shared_ptr<const Grammar> g_;
   State state_;
