@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
+# cuDNN's fused attention is compiled in where its frontend's headers are
+# (PyPI, cached once outside the repository); without them it is left out and
+# attention runs on Kiln's own kernels.
+if command -v nvcc >/dev/null; then
+  scripts/cudnn_frontend.sh >/dev/null || echo "build: no cuDNN frontend headers; attention will run on Kiln's own kernels" >&2
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} >/dev/null
 if [ $# -gt 0 ]; then
   cmake --build build -j "$(nproc)" --target "$@"

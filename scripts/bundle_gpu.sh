@@ -34,6 +34,10 @@ command -v patchelf >/dev/null || { echo "bundle_gpu.sh: patchelf not found; ins
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "bundle_gpu.sh: nvcc not found; the CUDA toolkit is needed to build the CUDA backend" >&2; exit 1; }
 export PATH="$PATH:/usr/local/cuda/bin"
 
+# cuDNN's fused attention needs its frontend's headers (PyPI, cached once);
+# without them the bundle runs attention on Kiln's own kernels.
+"$ROOT/scripts/cudnn_frontend.sh" >/dev/null || echo "bundle_gpu.sh: no cuDNN frontend headers; attention runs on Kiln's kernels" >&2
+
 echo "== configure $BUILD (CUDA arch $ARCH)"
 # -DKILN_DNNL=OFF: oneDNN (40 MB) speeds up CPU kernels only; the bundle is for the GPU.
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_DNNL=OFF \

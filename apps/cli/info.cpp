@@ -73,6 +73,7 @@ int run_info() {
     std::printf("         memory bandwidth: %.0f GB/s theoretical, %.0f GB/s measured (device-to-device copy)\n",
                 g.theoretical_bandwidth_gbs, g.measured_bandwidth_gbs);
     std::printf("         tensor cores: %s\n", g.tensor_core_generation.c_str());
+    std::printf("         attention: %s\n", g.attention_kernels.c_str());
     if (!g.nvml_error.empty()) {
       std::printf("         power, clocks, temperature: unknown (%s)\n", g.nvml_error.c_str());
       continue;

@@ -24,6 +24,9 @@ for _ in $(seq "$ROUNDS"); do
     for D in 64 128; do
       run "$DIST/bench_gpu" attention --T $T --D $D --dtype bf16 --iters 10
       run python3 "$HERE/torch_gpu_bench.py" attention --block $T --width $D --dtype bf16 --iters 10
+      # Kiln's own mma.sync kernels, with cuDNN's fused attention switched off.
+      KILN_CUDNN=0 "$DIST/bench_gpu" attention --T $T --D $D --dtype bf16 --iters 10 2>>"$OUT/errors.log" |
+        sed 's/"impl":"kiln"/"impl":"kiln-own"/' | tee -a "$J"
     done
   done
   run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
@@ -59,8 +62,9 @@ for T, D in [(1024, 64), (1024, 128), (4096, 64), (4096, 128)]:
         v = sorted(r["tflops"] for r in rows if r["bench"] == "attention" and r.get("impl") == impl
                    and r["T"] == T and r["D"] == D)
         return v[len(v) // 2] if v else float("nan")
-    k, t = att("kiln"), att("torch")
+    k, t, own = att("kiln"), att("torch"), att("kiln-own")
     print(f"| causal attention fwd+bwd bf16, T={T}, D={D}, TFLOP/s | {k:.1f} | {t:.1f} | {k / t:.3f} |")
+    print(f"| ... Kiln's own kernels (KILN_CUDNN=0), TFLOP/s | {own:.1f} | {t:.1f} | {own / t:.3f} |")
     def fwd(impl):
         v = sorted(r.get("forward_ms", float("nan")) for r in rows if r["bench"] == "attention"
                    and r.get("impl") == impl and r["T"] == T and r["D"] == D)

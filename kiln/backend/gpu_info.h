@@ -16,6 +16,7 @@ struct GpuInfo {
   double theoretical_bandwidth_gbs = 0;  // from memory clock and bus width
   double measured_bandwidth_gbs = 0;     // device-to-device copy, 0 if not measured
   std::string tensor_core_generation;    // e.g. "4th gen (Hopper)"
+  std::string attention_kernels;         // whether cuDNN's fused attention runs, or why not
 
   // Through NVML (libnvidia-ml, which ships with the driver); when it cannot
   // be read, nvml_error says why and the numbers below stay 0.

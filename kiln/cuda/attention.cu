@@ -11,6 +11,7 @@
 // See attention_common.cuh for the layout. bf16/f16 with head dim 64 or 128
 // run on tensor cores instead (attention_tc.cu).
 #include "kiln/cuda/attention_common.cuh"
+#include "kiln/cuda/attention_cudnn.h"
 #include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
@@ -143,8 +144,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, T
   KILN_CHECK(D > 0, "attention: head dim is 0");
   const int dev = q.device().index;
   DeviceGuard guard(dev);
-  if (tensor_core_attention_applies(q, {&q, &k, &v, &out}))
+  if (tensor_core_attention_applies(q, {&q, &k, &v, &out})) {
+    if (cudnn_attention(q, k, v, out, lse, scale, causal)) return;
     return tensor_core_attention(q, k, v, out, lse, scale, causal);
+  }
   // The CUDA-core kernels read contiguous heads; other views are copied in,
   // and the output out.
   if (!all_contiguous({&q, &k, &v, &out})) {

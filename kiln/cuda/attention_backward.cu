@@ -16,6 +16,7 @@
 // Layout and limits as in attention.cu (D <= 128, [B, H, T, D] contiguous).
 // bf16/f16 with head dim 64 or 128 run attention_tc.cu instead (Dd included).
 #include "kiln/cuda/attention_common.cuh"
+#include "kiln/cuda/attention_cudnn.h"
 #include "kiln/cuda/attention_tc.h"
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
@@ -214,6 +215,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
   const int dev = q.device().index;
   DeviceGuard guard(dev);
   if (tensor_core_attention_applies(q, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
+    if (cudnn_attention_backward(dout, q, k, v, out, lse, dq, dk, dv, scale, causal)) return;
     Tensor dd = empty_workspace({BH * len}, DType::f32, q.device());
     return tensor_core_attention_backward(dout, q, k, v, out, lse, dd, dq, dk, dv, scale, causal);
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "kiln/cuda/attention_cudnn.h"
 #include "kiln/cuda/nvml.h"
 
 namespace kiln {
@@ -101,6 +102,7 @@ std::vector<GpuInfo> query_gpus(bool measure_bandwidth) {
     // Double data rate: two transfers per clock of a bus `bus_bits` wide.
     g.theoretical_bandwidth_gbs = 2.0 * double(clock_khz) * 1e3 * (bus_bits / 8.0) / 1e9;
     g.tensor_core_generation = tensor_core_generation(p.major, p.minor);
+    g.attention_kernels = cuda::cudnn_attention_status();
     if (measure_bandwidth) g.measured_bandwidth_gbs = measure_copy_bandwidth(i, p.totalGlobalMem);
     char bus_id[32] = {};
     if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, i) == cudaSuccess)

@@ -13,3 +13,14 @@ Backend* cuda_backend_instance(std::string* why_not) {
 namespace kiln {
 std::vector<GpuInfo> query_gpus(bool) { return {}; }
 }  // namespace kiln
+
+#include "kiln/cuda/attention_cudnn.h"
+namespace kiln::cuda {
+bool cudnn_attention(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, float, bool) { return false; }
+bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              Tensor&, Tensor&, Tensor&, float, bool) {
+  return false;
+}
+std::string cudnn_attention_status() { return "no CUDA backend in this build"; }
+void set_cudnn_attention_enabled(bool) {}
+}  // namespace kiln::cuda

@@ -1,4 +1,5 @@
 // CUDA vs CPU: conv2d, maxpool2d and fused attention, forward and backward.
+#include "kiln/cuda/attention_cudnn.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace kiln::cuda_test {
@@ -131,6 +132,7 @@ TEST(CudaBackendAttention, ForwardAndBackwardMatchTheCpu) {
 // not 16-byte aligned runs the CUDA-core kernel with the same answer.
 TEST(CudaBackendAttention, TensorCorePathNaNAndMisalignedViews) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  kiln::cuda::set_cudnn_attention_enabled(false);  // Kiln's own kernels (cuDNN's: test_cuda_attention_cudnn.cpp)
   const int64_t T = 100, D = 64;
   const Shape shape = {1, 1, T, D};
   Tensor q = host_random(shape, DType::bf16, 1), v = host_random(shape, DType::bf16, 2);
@@ -153,23 +155,29 @@ TEST(CudaBackendAttention, TensorCorePathNaNAndMisalignedViews) {
   gpu().attention(shifted, shifted, shifted, o1, l1, 0.125f, false);
   gpu().attention(aligned, aligned, aligned, o2, l2, 0.125f, false);
   expect_close(o1, to_host(o2), tol_for(DType::bf16), "misaligned view against its aligned copy");
+  kiln::cuda::set_cudnn_attention_enabled(true);
 }
 
 // The heads of a packed [B, T, 3, H, D] projection (the GPT's q|k|v), an
 // output written in [B, T, H, D] order and gradients written into one packed
 // buffer are read and written in place by the tensor-core kernels, with the
 // CPU's answers; every element of the poisoned packed gradient is written.
+// Both by Kiln's kernels and by cuDNN's (where libcudnn loads).
 TEST(CudaBackendAttention, TensorCorePathReadsPackedHeadsInPlace) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   struct Case {
     int64_t B, H, T, D;
     DType t;
     bool causal;
+    bool cudnn;
   };
-  for (const Case& c : {Case{2, 3, 100, 64, DType::bf16, true}, Case{1, 2, 70, 128, DType::f16, false}}) {
+  for (const Case& c : {Case{2, 3, 100, 64, DType::bf16, true, false}, Case{1, 2, 70, 128, DType::f16, false, false},
+                        Case{2, 3, 100, 64, DType::bf16, true, true}, Case{1, 2, 70, 128, DType::f16, false, true}}) {
+    kiln::cuda::set_cudnn_attention_enabled(c.cudnn);
     const int64_t C = c.H * c.D;
     const Shape shape = {c.B, c.H, c.T, c.D};
-    const std::string what = std::string("packed attention ") + dtype_name(c.t) + " " + shape_str(shape);
+    const std::string what = std::string("packed attention ") + dtype_name(c.t) + " " + shape_str(shape) +
+                             (c.cudnn ? " (cuDNN where loaded)" : " (Kiln's kernels)");
     auto heads = [&](const Tensor& packed, int64_t part) {
       return packed.as_strided(shape, {c.T * 3 * C, c.D, 3 * C, 1}, packed.offset() + part * C);
     };
@@ -199,6 +207,7 @@ TEST(CudaBackendAttention, TensorCorePathReadsPackedHeadsInPlace) {
     expect_close(dk, dk_ref, tol_for(c.t), what + " dk");
     expect_close(dv, dv_ref, tol_for(c.t), what + " dv");
   }
+  kiln::cuda::set_cudnn_attention_enabled(true);
 }
 
 TEST(CudaBackendAttention, RejectsHeadDimAbove128) {
