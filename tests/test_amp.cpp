@@ -174,6 +174,60 @@ TEST(Amp, AutocastLowersMatrixProductsAndKeepsSensitiveOpsInF32) {
   EXPECT_THROW(AutocastGuard{DType::i32}, Error);
 }
 
+// f32 plus bf16/f16 (a residual stream plus a projection's output) adds the
+// narrow operand as it is: the bits of promoting it first, forward and
+// backward, in either order and broadcast.
+TEST(Amp, AddOfF32AndANarrowOperandIsThePromotedAdd) {
+  const Tensor wide0 = random_tensor({3, 5}, 21, DType::f32);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const Tensor& narrow0 : {to_dtype(random_tensor({3, 5}, 22, DType::f32), dt),
+                                  to_dtype(random_tensor({5}, 23, DType::f32), dt)}) {
+      for (bool wide_first : {true, false}) {
+        auto run = [&](bool promote_first) {
+          Tensor w = wide0.detach().set_requires_grad(), n = narrow0.detach().set_requires_grad();
+          Tensor rhs = promote_first ? to_dtype(n, DType::f32) : n;
+          Tensor y = wide_first ? add(w, rhs) : add(rhs, w);
+          sum(mul(y, y)).backward();
+          return std::vector<Tensor>{y, w.grad(), n.grad()};
+        };
+        const std::vector<Tensor> got = run(false), want = run(true);
+        EXPECT_EQ(got[0].dtype(), DType::f32);
+        EXPECT_EQ(got[2].dtype(), dt);
+        for (size_t i = 0; i < got.size(); ++i)
+          EXPECT_EQ(got[i].to_vector<double>(), want[i].to_vector<double>())
+              << dtype_name(dt) << " " << shape_str(narrow0.shape()) << " tensor " << i;
+      }
+    }
+  }
+}
+
+// layer_norm_for_matmul (GPT blocks' layernorms): under autocast its output
+// is layer_norm's output as the product reading it casts it, bit for bit, and
+// the gradients that come back through the product are the same bits too.
+// Without autocast it is layer_norm.
+TEST(Amp, LayerNormForMatmulIsLayerNormThenTheProductsCast) {
+  const Tensor x0 = random_tensor({5, 24}, 11, DType::f32), w0 = random_tensor({24}, 12, DType::f32);
+  const Tensor b0 = random_tensor({24}, 13, DType::f32), proj = random_tensor({7, 24}, 14, DType::f32);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    AutocastGuard autocast(dt);
+    auto run = [&](bool for_matmul) {
+      Tensor x = x0.detach().set_requires_grad(), w = w0.detach().set_requires_grad();
+      Tensor b = b0.detach().set_requires_grad();
+      Tensor y = for_matmul ? layer_norm_for_matmul(x, w, b) : layer_norm(x, w, b);
+      EXPECT_EQ(y.dtype(), for_matmul ? dt : DType::f32);
+      Tensor out = linear(y, proj, Tensor());
+      sum(mul(out, out)).backward();
+      return std::vector<Tensor>{out, x.grad(), w.grad(), b.grad()};
+    };
+    const std::vector<Tensor> fused = run(true), plain = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_EQ(fused[i].dtype(), plain[i].dtype()) << i;
+      EXPECT_EQ(fused[i].to_vector<double>(), plain[i].to_vector<double>()) << dtype_name(dt) << " tensor " << i;
+    }
+  }
+  EXPECT_EQ(layer_norm_for_matmul(x0, w0, b0).to_vector<float>(), layer_norm(x0, w0, b0).to_vector<float>());
+}
+
 TEST(Amp, AutocastLinearMatchesRoundedInputsInF64) {
   Tensor x = random_tensor({5, 7}, 11, DType::f32), w = random_tensor({3, 7}, 12, DType::f32);
   Tensor y;

@@ -107,6 +107,11 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 // The targets a cross-entropy counts (its mean's divisor): those that are not ignore_index.
 int64_t count_valid_targets(const Tensor& targets, int64_t ignore_index = -100);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// layer_norm for an output that only matrix products read: under autocast
+// it is written in the autocast dtype, as such a product would cast it. The
+// same values as layer_norm then the cast, forward and backward, without
+// the f32 output and the two casts.
+Tensor layer_norm_for_matmul(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // RMSNorm over the last dim (Llama's; plus_one: Gemma's, scaling by 1 +
 // weight), computed as transformers computes it (backend.h): x and weight of
 // one dtype; a model whose activations and norm weights differ in dtype

@@ -39,11 +39,35 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double s = 0.0) {
   return out;
 }
 
+// f32 plus bf16/f16 (autocast's residual stream plus a projection's output):
+// the backend reads the narrow operand as it is (Backend::binary), the same
+// sum as promoting it first without its f32 copy; its gradient is cast back.
+Tensor add_narrow(const Tensor& wide, const Tensor& narrow) {
+  detail::check_same_device(wide, narrow, "add");
+  Shape shape = broadcast_shapes(wide.shape(), narrow.shape());
+  Tensor y = detail::new_tensor(shape, wide.dtype(), wide.device());
+  backend_of(wide).binary(BinaryOp::add, detail::broadcast_view(wide, shape), detail::broadcast_view(narrow, shape),
+                          y);
+  record(y, "AddBackward", {&wide, &narrow},
+         [sw = wide.shape(), sn = narrow.shape(), dn = narrow.dtype()](const Tensor& g) {
+           return std::vector<Tensor>{sum_to(g, sw), to_dtype(sum_to(g, sn), dn)};
+         });
+  return y;
+}
+
+bool is_narrow_beside_f32(const Tensor& narrow, const Tensor& wide) {
+  return wide.dtype() == DType::f32 && (narrow.dtype() == DType::bf16 || narrow.dtype() == DType::f16);
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  // Mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
-  if (amp::needs_promotion(a, b)) return add(amp::promote(a, b), amp::promote(b, a));
+  if (amp::needs_promotion(a, b)) {
+    if (is_narrow_beside_f32(b, a)) return add_narrow(a, b);
+    if (is_narrow_beside_f32(a, b)) return add_narrow(b, a);  // f32 addition commutes bit for bit
+    // Other mixed float dtypes promote to the wider one, as in PyTorch (kiln/amp/autocast.h).
+    return add(amp::promote(a, b), amp::promote(b, a));
+  }
   Tensor y = binary_raw(BinaryOp::add, a, b, "add");
   record(y, "AddBackward", {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};

@@ -110,21 +110,22 @@ Tensor cross_entropy_overwriting_logits(const Tensor& logits, const Tensor& targ
   return cross_entropy_impl(logits, targets, ignore_index, true);
 }
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
-  // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
-  if (amp::autocast_should_upcast({&x_in, &weight, &bias}))
-    return layer_norm(amp::autocast_upcast(x_in), amp::autocast_upcast(weight), amp::autocast_upcast(bias), eps);
+namespace {
+
+// y in `out_dtype`: x's own, or (lowered) the autocast dtype beside f32 x.
+Tensor layer_norm_into(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps, DType out_dtype) {
   const int64_t C = x_in.size(-1), N = x_in.numel() / std::max<int64_t>(C, 1);
   KILN_CHECK(weight.numel() == C && bias.numel() == C, "layer_norm: weight and bias must have ", C,
              " elements, got ", weight.numel(), " and ", bias.numel());
   Tensor x = reshape(contiguous(x_in), {N, C}).detach();
-  Tensor y = new_tensor({N, C}, x.dtype(), x.device());
+  Tensor y = new_tensor({N, C}, out_dtype, x.device());
   Tensor mean = new_tensor({N}, stats_dtype(x), x.device());
   Tensor rstd = new_tensor({N}, stats_dtype(x), x.device());
   backend_of(x).layernorm(x, contiguous(weight).detach(), contiguous(bias).detach(), float(eps), y, mean, rstd);
   Tensor out = y.as_strided(x_in.shape(), contiguous_strides(x_in.shape()), 0);
   record(out, "LayerNormBackward", {&x_in, &weight, &bias},
          [x, w = saved(weight), mean, rstd, shape = x_in.shape()](const Tensor& g) {
+           // g is in y's dtype; the backend reads it beside f32 rows as it is.
            Tensor dx = new_tensor(x.shape(), x.dtype(), x.device());
            Tensor dw = new_tensor(w.shape(), w.dtype(), w.device());
            Tensor db = new_tensor(w.shape(), w.dtype(), w.device());
@@ -133,6 +134,24 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
            return std::vector<Tensor>{reshape(dx, shape), dw, db};
          });
   return out;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  // Autocast: compute in f32 on casts of bf16/f16 inputs (kiln/amp/autocast.h).
+  if (amp::autocast_should_upcast({&x_in, &weight, &bias}))
+    return layer_norm(amp::autocast_upcast(x_in), amp::autocast_upcast(weight), amp::autocast_upcast(bias), eps);
+  return layer_norm_into(x_in, weight, bias, eps, x_in.dtype());
+}
+
+Tensor layer_norm_for_matmul(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  if (amp::autocast_should_upcast({&x_in, &weight, &bias}))
+    return layer_norm_for_matmul(amp::autocast_upcast(x_in), amp::autocast_upcast(weight),
+                                 amp::autocast_upcast(bias), eps);
+  const std::optional<DType> lowered = amp::autocast_dtype();
+  const bool lower = lowered && x_in.dtype() == DType::f32 && weight.dtype() == DType::f32;
+  return layer_norm_into(x_in, weight, bias, eps, lower ? *lowered : x_in.dtype());
 }
 
 Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps, bool plus_one) {

@@ -108,6 +108,8 @@ class Backend {
 
   // ---- elementwise (out has the broadcast shape; a/b are already expanded to it)
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar = 0.0) = 0;
+  // a, b and out of one dtype; for BinaryOp::add, b may also be bf16/f16
+  // beside f32 a and out, read as it is (autocast's residual adds).
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
 
   // ---- reductions: out has x's rank; every dim where out is 1 and x is not
@@ -137,7 +139,8 @@ class Backend {
   // may alias them, or is bf16/f16 beside f32 logits (rounded as written).
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& dlogits,
                              float dlogits_scale, int64_t ignore_index) = 0;
-  // x [N, C]; mean and rstd [N] in f32 (f64 for f64 inputs).
+  // x [N, C]; mean and rstd [N] in f32 (f64 for f64 inputs). Beside f32 x,
+  // y and (backward) dy may be bf16/f16 (autograd's layer_norm_for_matmul).
   virtual void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                          Tensor& mean, Tensor& rstd) = 0;
   // Writes (does not accumulate) dx, dweight, dbias.

@@ -69,6 +69,13 @@ __device__ __forceinline__ Acc<T> rounded(Acc<T> v) {
   return to_acc(from_acc<T>(v));
 }
 
+// N elements of T read or written in one access (a 16-byte piece of f32
+// rows beside its bf16/f16 counterpart, 8 bytes).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) VecOf {
+  T v[N];
+};
+
 // Runs f.template operator()<T>() for the floating dtypes kernels compute in.
 template <typename F>
 void dispatch_floating(DType t, const char* op, F&& f) {

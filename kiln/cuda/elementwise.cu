@@ -131,15 +131,17 @@ __global__ void unary_strided_kernel(T* out, const T* x, StridedLayout<2> layout
   }
 }
 
-template <typename T>
-__global__ void binary_contiguous_kernel(T* out, const T* a, const T* b, int64_t n, BinaryOp op, bool vectorized) {
+// B: b's element type, T's own or bf16/f16 beside f32 (Backend::binary).
+template <typename T, typename B>
+__global__ void binary_contiguous_kernel(T* out, const T* a, const B* b, int64_t n, BinaryOp op, bool vectorized) {
   const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
   int64_t done = 0;
   if (vectorized) {
     constexpr int V = Pack<T>::n;
     const int64_t packs = n / V;
     for (int64_t p = tid; p < packs; p += step) {
-      Pack<T> pa = reinterpret_cast<const Pack<T>*>(a)[p], pb = reinterpret_cast<const Pack<T>*>(b)[p], res;
+      Pack<T> pa = reinterpret_cast<const Pack<T>*>(a)[p], res;
+      VecOf<B, V> pb = reinterpret_cast<const VecOf<B, V>*>(b)[p];
 #pragma unroll
       for (int j = 0; j < V; ++j) res.v[j] = from_acc<T>(binary_apply(op, to_acc(pa.v[j]), to_acc(pb.v[j])));
       reinterpret_cast<Pack<T>*>(out)[p] = res;
@@ -149,8 +151,8 @@ __global__ void binary_contiguous_kernel(T* out, const T* a, const T* b, int64_t
   for (int64_t i = done + tid; i < n; i += step) out[i] = from_acc<T>(binary_apply(op, to_acc(a[i]), to_acc(b[i])));
 }
 
-template <typename T>
-__global__ void binary_strided_kernel(T* out, const T* a, const T* b, StridedLayout<3> layout, int64_t n, BinaryOp op) {
+template <typename T, typename B>
+__global__ void binary_strided_kernel(T* out, const T* a, const B* b, StridedLayout<3> layout, int64_t n, BinaryOp op) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[3];
     layout.offsets(i, off);
@@ -195,24 +197,32 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
   check_shape(a, out.shape(), "binary", "a (expand it to the output shape first)");
   check_shape(b, out.shape(), "binary", "b (expand it to the output shape first)");
   check_dtype(a, out.dtype(), "binary", "a");
-  check_dtype(b, out.dtype(), "binary", "b");
+  const bool narrow_b = op == BinaryOp::add && out.dtype() == DType::f32 &&
+                        (b.dtype() == DType::bf16 || b.dtype() == DType::f16);
+  if (!narrow_b) check_dtype(b, out.dtype(), "binary", "b");
   const int64_t n = out.numel();
   if (n == 0) return;
   const int dev = out.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
   StridedLayout<3> layout = make_layout<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()});
-  dispatch_floating(out.dtype(), "binary", [&]<typename T>() {
+  auto launch = [&]<typename T, typename B>() {
     if (layout.contiguous()) {
-      const bool vec = aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(out, 16);
+      const bool vec = aligned_to(a, 16) && aligned_to(b, sizeof(B) * Pack<T>::n) && aligned_to(out, 16);
       const int grid = grid_for(vec ? ceil_div(n, Pack<T>::n) : n, kBlock, dev);
-      binary_contiguous_kernel<T>
-          <<<grid, kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(a), ptr<const T>(b), n, op, vec);
+      binary_contiguous_kernel<T, B>
+          <<<grid, kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(a), ptr<const B>(b), n, op, vec);
     } else {
-      binary_strided_kernel<T><<<grid_for(n, kBlock, dev), kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(a),
-                                                                                ptr<const T>(b), layout, n, op);
+      binary_strided_kernel<T, B><<<grid_for(n, kBlock, dev), kBlock, 0, stream>>>(ptr<T>(out), ptr<const T>(a),
+                                                                                   ptr<const B>(b), layout, n, op);
     }
-  });
+  };
+  if (narrow_b && b.dtype() == DType::bf16)
+    launch.template operator()<float, bf16>();
+  else if (narrow_b)
+    launch.template operator()<float, f16>();
+  else
+    dispatch_floating(out.dtype(), "binary", [&]<typename T>() { launch.template operator()<T, T>(); });
   KILN_CUDA_CHECK_LAUNCH();
 }
 

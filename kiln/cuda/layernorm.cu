@@ -8,6 +8,11 @@
 //            dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 //            dw = sum_rows(dy * xhat), db = sum_rows(dy)  (written, not accumulated)
 //
+// Under autocast, f32 rows may have their output y, and so the gradient dy,
+// in bf16/f16 (the dtype of the matrix product that reads y): the same
+// values as y in f32 then cast, without the f32 copy and its cast (G below
+// is dy's type, T the rows').
+//
 // Row kernels: a warp per row for C <= 1024, a 256-thread block otherwise.
 // dw/db: a 32x8 block sums 32 columns over a chunk of rows into f32 partials;
 // layernorm_param_finalize adds the chunks in a fixed order (deterministic,
@@ -16,6 +21,7 @@
 // of up to 1,024 elements in 16-byte pieces (GPT-2's 768) is one pass:
 // layernorm_backward_rows_kernel, below.
 #include <algorithm>
+#include <type_traits>
 
 #include "kiln/cuda/cuda_backend.h"
 #include "kiln/cuda/cuda_util.h"
@@ -24,8 +30,8 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T, int GROUP>
-__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd, int64_t rows,
+template <typename T, typename O, int GROUP>
+__global__ void layernorm_kernel(const T* x, const T* w, const T* b, O* y, Acc<T>* mean, Acc<T>* rstd, int64_t rows,
                                  int64_t C, float eps) {
   using A = Acc<T>;
   __shared__ A scratch[32];
@@ -41,12 +47,12 @@ __global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, Acc<T
     v += d * d;
   }
   const A r = A(1) / sqrt_acc(group_sum<GROUP>(v, scratch) / A(C) + A(eps));
-  T* yr = y + slot.row * C;
+  O* yr = y + slot.row * C;
   for (int64_t j = slot.lane; j < C; j += GROUP) {
     A out = (to_acc(xr[j]) - mu) * r;
     if (w) out *= to_acc(w[j]);
     if (b) out += to_acc(b[j]);
-    yr[j] = from_acc<T>(out);
+    yr[j] = from_acc<O>(out);
   }
   if (slot.lane == 0) {
     mean[slot.row] = mu;
@@ -74,8 +80,8 @@ __global__ void rms_norm_kernel(const T* x, const T* w, T* y, Acc<T>* rstd, int6
   if (slot.lane == 0) rstd[slot.row] = r;
 }
 
-template <typename T, int GROUP>
-__global__ void layernorm_dx_kernel(const T* dy, const T* x, const T* w, const Acc<T>* mean, const Acc<T>* rstd, T* dx,
+template <typename T, typename G, int GROUP>
+__global__ void layernorm_dx_kernel(const G* dy, const T* x, const T* w, const Acc<T>* mean, const Acc<T>* rstd, T* dx,
                                     int64_t rows, int64_t C) {
   using A = Acc<T>;
   __shared__ A scratch[32];
@@ -100,8 +106,8 @@ __global__ void layernorm_dx_kernel(const T* dy, const T* x, const T* w, const A
 
 // blockDim (32, 8); blockIdx.x: 32 columns, blockIdx.y: a chunk of rows.
 // partial: [2][splits][C] -> (dy * xhat, dy) sums.
-template <typename T>
-__global__ void layernorm_param_partial_kernel(const T* dy, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+template <typename T, typename G>
+__global__ void layernorm_param_partial_kernel(const G* dy, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                                                Acc<T>* partial, int64_t rows, int64_t C, int64_t chunk, int splits) {
   using A = Acc<T>;
   __shared__ A s_dw[8][33], s_db[8][33];
@@ -157,9 +163,9 @@ struct Vec16 {
   T v[n];
 };
 
-template <typename T, int CHUNKS>
+template <typename T, typename G, int CHUNKS>
 __global__ void __launch_bounds__(256)
-    layernorm_backward_rows_kernel(const T* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,
+    layernorm_backward_rows_kernel(const G* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,
                                    float* partial, int64_t rows, int64_t C) {
   constexpr int VEC = Vec16<T>::n;
   __shared__ float s_dw[32 * VEC * CHUNKS], s_db[32 * VEC * CHUNKS];
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < CHUNKS; ++k) {
       const int64_t c = (int64_t(k) * 32 + lane) * VEC;
       if (c < C) {
-        const Vec16<T> d = *reinterpret_cast<const Vec16<T>*>(dy + base + c);
+        const VecOf<G, VEC> d = *reinterpret_cast<const VecOf<G, VEC>*>(dy + base + c);
         const Vec16<T> xv = *reinterpret_cast<const Vec16<T>*>(x + base + c);
         Vec16<T> wv;
         if (w) wv = *reinterpret_cast<const Vec16<T>*>(w + c);
@@ -275,15 +281,37 @@ void check_param(const Tensor& p, const Tensor& x, int64_t C, const char* op, co
   check_dtype(p, x.dtype(), op, what);
 }
 
-// x [N, C] and y like it, contiguous on the GPU: the rows a norm's forward reads and writes.
-void check_norm_rows(const Tensor& x, const Tensor& y, const char* op) {
+// The dtype of y or dy beside rows x: x's own, or bf16/f16 beside f32 rows.
+void check_side_dtype(const Tensor& t, const Tensor& x, const char* op, const char* what) {
+  const bool lowered = x.dtype() == DType::f32 && (t.dtype() == DType::bf16 || t.dtype() == DType::f16);
+  KILN_CHECK(t.dtype() == x.dtype() || lowered, op, ": ", what, " must be ", dtype_name(x.dtype()),
+             x.dtype() == DType::f32 ? " (or bf16/f16)" : "", ", got ", dtype_name(t.dtype()));
+}
+
+// Runs f.template operator()<G>() with G the element type of `side`: T
+// itself, or bf16/f16 beside f32 rows (check_side_dtype allowed no other).
+template <typename T, typename F>
+void dispatch_side(DType side, DType rows, F&& f) {
+  if (side == rows) return f.template operator()<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (side == DType::bf16) return f.template operator()<bf16>();
+    return f.template operator()<f16>();
+  }
+}
+
+// x [N, C] and y like it (y may be lowered where `lowered_y`), contiguous on
+// the GPU: the rows a norm's forward reads and writes.
+void check_norm_rows(const Tensor& x, const Tensor& y, const char* op, bool lowered_y = false) {
   check_cuda(x, op, "x");
   check_contiguous(x, op, "x");
   KILN_CHECK(x.dim() == 2, op, ": x must be [N, C], got ", shape_str(x.shape()));
   check_cuda(y, op, "y");
   check_contiguous(y, op, "y");
   check_shape(y, x.shape(), op, "y");
-  check_dtype(y, x.dtype(), op, "y");
+  if (lowered_y)
+    check_side_dtype(y, x, op, "y");
+  else
+    check_dtype(y, x.dtype(), op, "y");
 }
 
 void check_stats(const Tensor& t, const Tensor& x, int64_t N, const char* op, const char* what) {
@@ -293,7 +321,6 @@ void check_stats(const Tensor& t, const Tensor& x, int64_t N, const char* op, co
   check_shape(t, {N}, op, what);
   check_dtype(t, stats_dtype(x.dtype()), op, what);
 }
-
 
 // Runs layernorm_backward_rows_kernel where it applies (see there); false
 // where the general kernels must run.
@@ -316,40 +343,42 @@ bool layernorm_backward_by_rows(const Tensor& dy, const Tensor& x, const Tensor&
     if constexpr (sizeof(T) == 8) {
       return;  // not reached: f64 takes the general kernels
     } else {
-      auto launch = [&]<int CHUNKS>() {
-        // As many blocks as fit on the GPU at once: each warp then takes
-        // several rows, and the partials stay few.
-        int per_sm = 0;
-        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, layernorm_backward_rows_kernel<T, CHUNKS>, 256, 0));
-        blocks = int(std::min<int64_t>(ceil_div(N, 8), int64_t(device_state(dev).sm_count) * std::max(per_sm, 1)));
-        if (params) partial = empty_workspace({2 * int64_t(blocks) * C}, DType::f32, x.device());
-        layernorm_backward_rows_kernel<T, CHUNKS><<<unsigned(blocks), 256, 0, stream>>>(
-            ptr<const T>(dy), ptr<const T>(x), weight.defined() ? ptr<const T>(weight) : nullptr,
-            ptr<const float>(mean), ptr<const float>(rstd), dx.defined() ? ptr<T>(dx) : nullptr,
-            params ? ptr<float>(partial) : nullptr, N, C);
-      };
-      if (needed <= 1)
-        launch.template operator()<1>();
-      else if (needed <= 2)
-        launch.template operator()<2>();
-      else if (needed <= 3)
-        launch.template operator()<3>();
-      else if (needed <= 4 || sizeof(T) == 2)
-        launch.template operator()<4>();
-      else if constexpr (sizeof(T) == 4) {
-        if (needed <= 6)
-          launch.template operator()<6>();
-        else
-          launch.template operator()<8>();
-      }
-      KILN_CUDA_CHECK_LAUNCH();
-      if (params) {
-        layernorm_param_finalize_columns_kernel<T><<<unsigned(ceil_div(C, 32)), dim3(32, 8), 0, stream>>>(
-            ptr<const float>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
-            dbias.defined() ? ptr<T>(dbias) : nullptr, C, blocks);
+      dispatch_side<T>(dy.dtype(), t, [&]<typename G>() {
+        auto launch = [&]<int CHUNKS>() {
+          // As many blocks as fit on the GPU at once: each warp then takes
+          // several rows, and the partials stay few.
+          int per_sm = 0;
+          KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &per_sm, layernorm_backward_rows_kernel<T, G, CHUNKS>, 256, 0));
+          blocks = int(std::min<int64_t>(ceil_div(N, 8), int64_t(device_state(dev).sm_count) * std::max(per_sm, 1)));
+          if (params) partial = empty_workspace({2 * int64_t(blocks) * C}, DType::f32, x.device());
+          layernorm_backward_rows_kernel<T, G, CHUNKS><<<unsigned(blocks), 256, 0, stream>>>(
+              ptr<const G>(dy), ptr<const T>(x), weight.defined() ? ptr<const T>(weight) : nullptr,
+              ptr<const float>(mean), ptr<const float>(rstd), dx.defined() ? ptr<T>(dx) : nullptr,
+              params ? ptr<float>(partial) : nullptr, N, C);
+        };
+        if (needed <= 1)
+          launch.template operator()<1>();
+        else if (needed <= 2)
+          launch.template operator()<2>();
+        else if (needed <= 3)
+          launch.template operator()<3>();
+        else if (needed <= 4 || sizeof(T) == 2)
+          launch.template operator()<4>();
+        else if constexpr (sizeof(T) == 4) {
+          if (needed <= 6)
+            launch.template operator()<6>();
+          else
+            launch.template operator()<8>();
+        }
         KILN_CUDA_CHECK_LAUNCH();
-      }
+        if (params) {
+          layernorm_param_finalize_columns_kernel<T><<<unsigned(ceil_div(C, 32)), dim3(32, 8), 0, stream>>>(
+              ptr<const float>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
+              dbias.defined() ? ptr<T>(dbias) : nullptr, C, blocks);
+          KILN_CUDA_CHECK_LAUNCH();
+        }
+      });
     }
   });
   return true;
@@ -360,7 +389,7 @@ bool layernorm_backward_by_rows(const Tensor& dy, const Tensor& x, const Tensor&
 void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                             Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm";
-  check_norm_rows(x, y, op);
+  check_norm_rows(x, y, op, /*lowered_y=*/true);
   const int64_t N = x.size(0), C = x.size(1);
   check_param(weight, x, C, op, "weight");
   check_param(bias, x, C, op, "bias");
@@ -372,15 +401,17 @@ void CudaBackend::layernorm(const Tensor& x, const Tensor& weight, const Tensor&
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_for(dev);
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
-    using A = Acc<T>;
-    const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
-    const T* b = bias.defined() ? ptr<const T>(bias) : nullptr;
-    if (C <= 1024)
-      layernorm_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<T>(y),
-                                                                            ptr<A>(mean), ptr<A>(rstd), N, C, eps);
-    else
-      layernorm_kernel<T, 256>
-          <<<unsigned(N), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<T>(y), ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+    dispatch_side<T>(y.dtype(), x.dtype(), [&]<typename O>() {
+      using A = Acc<T>;
+      const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
+      const T* b = bias.defined() ? ptr<const T>(bias) : nullptr;
+      if (C <= 1024)
+        layernorm_kernel<T, O, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<O>(y),
+                                                                                 ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+      else
+        layernorm_kernel<T, O, 256>
+            <<<unsigned(N), 256, 0, stream>>>(ptr<const T>(x), w, b, ptr<O>(y), ptr<A>(mean), ptr<A>(rstd), N, C, eps);
+    });
   });
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -419,7 +450,7 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   check_cuda(dy, op, "dy");
   check_contiguous(dy, op, "dy");
   check_shape(dy, x.shape(), op, "dy");
-  check_dtype(dy, x.dtype(), op, "dy");
+  check_side_dtype(dy, x, op, "dy");
   check_param(weight, x, C, op, "weight");
   check_stats(mean, x, N, op, "mean");
   check_stats(rstd, x, N, op, "rstd");
@@ -437,34 +468,36 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   cudaStream_t stream = stream_for(dev);
   if (N > 0 && layernorm_backward_by_rows(dy, x, weight, mean, rstd, dx, dweight, dbias)) return;
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
-    using A = Acc<T>;
-    const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
-    // The column sums first, then dx: dx may be written over dy.
-    if (dweight.defined() || dbias.defined()) {
-      const int64_t col_blocks = ceil_div(C, 32);
-      const int64_t want = ceil_div(int64_t(device_state(dev).sm_count) * 4, col_blocks);
-      const int64_t splits0 = std::clamp<int64_t>(std::min(want, ceil_div(std::max<int64_t>(N, 1), 64)), 1, 1024);
-      const int64_t chunk = ceil_div(std::max<int64_t>(N, 1), splits0);
-      const int splits = int(ceil_div(std::max<int64_t>(N, 1), chunk));
-      Tensor partial = empty_workspace({2 * splits * C}, stats_dtype(x.dtype()), x.device());
-      layernorm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(splits)), dim3(32, 8), 0, stream>>>(
-          ptr<const T>(dy), ptr<const T>(x), ptr<const A>(mean), ptr<const A>(rstd), ptr<A>(partial), N, C, chunk,
-          splits);
-      KILN_CUDA_CHECK_LAUNCH();
-      layernorm_param_finalize_kernel<T><<<grid_for(C, 256, dev), 256, 0, stream>>>(
-          ptr<const A>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
-          dbias.defined() ? ptr<T>(dbias) : nullptr, C, splits);
-      KILN_CUDA_CHECK_LAUNCH();
-    }
-    if (dx.defined() && N > 0) {
-      if (C <= 1024)
-        layernorm_dx_kernel<T, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(
-            ptr<const T>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
-      else
-        layernorm_dx_kernel<T, 256><<<unsigned(N), 256, 0, stream>>>(
-            ptr<const T>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
-      KILN_CUDA_CHECK_LAUNCH();
-    }
+    dispatch_side<T>(dy.dtype(), x.dtype(), [&]<typename G>() {
+      using A = Acc<T>;
+      const T* w = weight.defined() ? ptr<const T>(weight) : nullptr;
+      // The column sums first, then dx: dx may be written over dy.
+      if (dweight.defined() || dbias.defined()) {
+        const int64_t col_blocks = ceil_div(C, 32);
+        const int64_t want = ceil_div(int64_t(device_state(dev).sm_count) * 4, col_blocks);
+        const int64_t splits0 = std::clamp<int64_t>(std::min(want, ceil_div(std::max<int64_t>(N, 1), 64)), 1, 1024);
+        const int64_t chunk = ceil_div(std::max<int64_t>(N, 1), splits0);
+        const int splits = int(ceil_div(std::max<int64_t>(N, 1), chunk));
+        Tensor partial = empty_workspace({2 * splits * C}, stats_dtype(x.dtype()), x.device());
+        layernorm_param_partial_kernel<T, G><<<dim3(unsigned(col_blocks), unsigned(splits)), dim3(32, 8), 0, stream>>>(
+            ptr<const G>(dy), ptr<const T>(x), ptr<const A>(mean), ptr<const A>(rstd), ptr<A>(partial), N, C, chunk,
+            splits);
+        KILN_CUDA_CHECK_LAUNCH();
+        layernorm_param_finalize_kernel<T><<<grid_for(C, 256, dev), 256, 0, stream>>>(
+            ptr<const A>(partial), dweight.defined() ? ptr<T>(dweight) : nullptr,
+            dbias.defined() ? ptr<T>(dbias) : nullptr, C, splits);
+        KILN_CUDA_CHECK_LAUNCH();
+      }
+      if (dx.defined() && N > 0) {
+        if (C <= 1024)
+          layernorm_dx_kernel<T, G, 32><<<unsigned(ceil_div(N, 8)), 256, 0, stream>>>(
+              ptr<const G>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
+        else
+          layernorm_dx_kernel<T, G, 256><<<unsigned(N), 256, 0, stream>>>(
+              ptr<const G>(dy), ptr<const T>(x), w, ptr<const A>(mean), ptr<const A>(rstd), ptr<T>(dx), N, C);
+        KILN_CUDA_CHECK_LAUNCH();
+      }
+    });
   });
 }
 

@@ -66,6 +66,12 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x) override {
     return layer_norm(x, weight, bias.defined() ? bias : zeros(weight.shape(), weight.dtype(), weight.device()), eps_);
   }
+  // For an output only matrix products read: in the autocast dtype under
+  // autocast (layer_norm_for_matmul), else as forward.
+  Tensor forward_for_matmul(const Tensor& x) {
+    return layer_norm_for_matmul(
+        x, weight, bias.defined() ? bias : zeros(weight.shape(), weight.dtype(), weight.device()), eps_);
+  }
   Tensor weight, bias;
 
  private:

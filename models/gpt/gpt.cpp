@@ -92,17 +92,19 @@ Tensor GptBlock::forward_paged(const Tensor& x, const nn::PagedStep& step, int64
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
+// The layernorms' outputs feed only the q|k|v and MLP projections, so under
+// autocast they are written in its dtype (LayerNorm::forward_for_matmul).
 Tensor GptBlock::forward(const Tensor& x) {
   if (!selective) {
-    Tensor h = add(x, attn->forward(ln_1->forward(x)));
-    return add(h, mlp->forward(ln_2->forward(h)));
+    Tensor h = add(x, attn->forward(ln_1->forward_for_matmul(x)));
+    return add(h, mlp->forward(ln_2->forward_for_matmul(h)));
   }
   // Layernorm outputs are recomputed from the block's input and from h,
   // which their own nodes keep anyway.
-  auto ln1_again = [ln = ln_1, x = x.detach()] { return ln->forward(x); };
-  Tensor h = add(x, attn->forward(ln_1->forward(x), ln1_again));
-  auto ln2_again = [ln = ln_2, h = h.detach()] { return ln->forward(h); };
-  return add(h, static_cast<Mlp&>(*mlp).forward(ln_2->forward(h), ln2_again));
+  auto ln1_again = [ln = ln_1, x = x.detach()] { return ln->forward_for_matmul(x); };
+  Tensor h = add(x, attn->forward(ln_1->forward_for_matmul(x), ln1_again));
+  auto ln2_again = [ln = ln_2, h = h.detach()] { return ln->forward_for_matmul(h); };
+  return add(h, static_cast<Mlp&>(*mlp).forward(ln_2->forward_for_matmul(h), ln2_again));
 }
 
 Gpt::Gpt(const GptConfig& c, Generator& init, std::shared_ptr<Generator> dropout_gen) : config_(c) {

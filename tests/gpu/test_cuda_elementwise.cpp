@@ -129,10 +129,45 @@ TEST(CudaBackendBinary, EveryOpMatchesTheCpuWithBroadcastAndStrides) {
   }
 }
 
+// A bf16/f16 b beside f32 a and out is read as it is by add (autocast's
+// residual adds): the bits of adding its f32 copy, on the vectorised path,
+// misaligned, and broadcast through strides.
+TEST(CudaBackendBinary, AddReadsANarrowOperandAsIs) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  const std::vector<BinaryCase> cases = {{{4099}, Layout::contiguous, Layout::contiguous},
+                                         {{16, 768}, Layout::contiguous, Layout::contiguous},
+                                         {{13, 40}, Layout::contiguous, Layout::expanded},
+                                         {{13, 40}, Layout::transposed, Layout::sliced}};
+  for (DType narrow : {DType::bf16, DType::f16}) {
+    for (const BinaryCase& c : cases) {
+      for (int64_t shift : {0, 1}) {
+        const std::string what = std::string("add f32 + ") + dtype_name(narrow) + " " + shape_str(c.shape) + " a " +
+                                 layout_name(c.a) + " b " + layout_name(c.b) + (shift ? " misaligned" : "");
+        Pair a = random_view(c.shape, DType::f32, c.a, 400, -2, 2), b = random_view(c.shape, narrow, c.b, 401, -2, 2);
+        Tensor bd = b.dev;
+        if (shift) {  // the same values one element further into a fresh buffer
+          if (!bd.is_contiguous()) continue;
+          Tensor big = gpu_poisoned({bd.numel() + 1}, narrow);
+          Tensor moved = big.slice(0, 1, bd.numel() + 1).view(c.shape);
+          gpu().copy(bd, moved);
+          bd = moved;
+        }
+        Tensor b32 = gpu_poisoned(c.shape, DType::f32), want = gpu_poisoned(c.shape, DType::f32);
+        gpu().copy(bd, b32);
+        gpu().binary(BinaryOp::add, a.dev, b32, want);
+        Tensor got = gpu_poisoned(c.shape, DType::f32);
+        gpu().binary(BinaryOp::add, a.dev, bd, got);
+        expect_equal(got, to_host(want), what);
+      }
+    }
+  }
+}
+
 TEST(CudaBackendBinary, RejectsMismatchedDtypes) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   Tensor a = gpu_poisoned({4}, DType::f32), b = gpu_poisoned({4}, DType::bf16), out = gpu_poisoned({4}, DType::f32);
-  EXPECT_THROW(gpu().binary(BinaryOp::add, a, b, out), kiln::Error);
+  EXPECT_THROW(gpu().binary(BinaryOp::mul, a, b, out), kiln::Error);  // only add reads a narrow b
+  EXPECT_THROW(gpu().binary(BinaryOp::add, b, a, out), kiln::Error);  // and only as b
   Tensor i = gpu_poisoned({4}, DType::i32);
   EXPECT_THROW(gpu().unary(UnaryOp::exp, i, i, 0.0), kiln::Error);
 }

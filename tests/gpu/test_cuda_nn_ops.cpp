@@ -162,6 +162,44 @@ TEST(CudaBackendLayerNorm, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
+// Autocast's lowered side (layer_norm_for_matmul): f32 rows with y and dy in
+// bf16/f16. The same bits as the f32 output cast, and the f32 backward of
+// dy's values, on both the register-row and the general backward.
+TEST(CudaBackendLayerNorm, LoweredOutputAndGradientAreTheCastsBitForBit) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  for (const Shape& shape : {Shape{13, 37}, Shape{2051, 768}, Shape{9, 520}, Shape{3, 2000}}) {
+    for (DType low : {DType::bf16, DType::f16}) {
+      const int64_t N = shape[0], C = shape[1];
+      const std::string what = std::string("layernorm f32 rows, ") + dtype_name(low) + " y/dy " + shape_str(shape);
+      Tensor xd = to_gpu(host_random(shape, DType::f32, 40, -2, 3)), wd = to_gpu(host_random({C}, DType::f32, 41));
+      Tensor bd = to_gpu(host_random({C}, DType::f32, 42));
+      Tensor y32 = gpu_poisoned(shape, DType::f32), mean = gpu_poisoned({N}, DType::f32);
+      Tensor rstd = gpu_poisoned({N}, DType::f32);
+      gpu().layernorm(xd, wd, bd, 1e-5f, y32, mean, rstd);
+      Tensor y = gpu_poisoned(shape, low), mean2 = gpu_poisoned({N}, DType::f32), rstd2 = gpu_poisoned({N}, DType::f32);
+      gpu().layernorm(xd, wd, bd, 1e-5f, y, mean2, rstd2);
+      Tensor y32_cast = gpu_poisoned(shape, low);
+      gpu().copy(y32, y32_cast);
+      expect_equal(y, to_host(y32_cast), what + " y");
+
+      Tensor dy = to_gpu(host_random(shape, low, 43)), dy32 = gpu_poisoned(shape, DType::f32);
+      gpu().copy(dy, dy32);
+      Tensor dx = gpu_poisoned(shape, DType::f32), dw = gpu_poisoned({C}, DType::f32), db = gpu_poisoned({C}, DType::f32);
+      gpu().layernorm_backward(dy, xd, wd, mean, rstd, dx, dw, db);
+      Tensor dx32 = gpu_poisoned(shape, DType::f32), dw32 = gpu_poisoned({C}, DType::f32);
+      Tensor db32 = gpu_poisoned({C}, DType::f32);
+      gpu().layernorm_backward(dy32, xd, wd, mean, rstd, dx32, dw32, db32);
+      expect_equal(dx, to_host(dx32), what + " dx");
+      expect_equal(dw, to_host(dw32), what + " dweight");
+      expect_equal(db, to_host(db32), what + " dbias");
+    }
+  }
+  // Lowered only beside f32 rows.
+  Tensor x16 = to_gpu(host_random({4, 64}, DType::f16, 44)), y = gpu_poisoned({4, 64}, DType::bf16);
+  Tensor m = gpu_poisoned({4}, DType::f32), r = gpu_poisoned({4}, DType::f32), none;
+  EXPECT_THROW(gpu().layernorm(x16, none, none, 1e-5f, y, m, r), kiln::Error);
+}
+
 TEST(CudaBackendRmsNorm, MatchesTheCpuInEveryDtype) {
   if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
   // The CPU computes bf16/f16 rows directly, rounding where the GPU rounds.
