@@ -70,9 +70,9 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       // A call's id appended to a list: transformers' sandbox refuses it (SecurityError), and so does Kiln's.
       {"Kimi-K2-Instruct.jinja", ""},
       {"Kimi-K2-Thinking.jinja", ""},
-      // Spelled otherwise (harmony channels, Python calls, an id before the name): not read yet.
+      {"upstage-Solar-Open-100B.jinja", "solar-open"},
+      // Spelled otherwise (harmony channels, Python calls): not read yet.
       {"openai-gpt-oss-120b.jinja", ""},
-      {"upstage-Solar-Open-100B.jinja", ""},
       {"LFM2.5-8B-A1B.jinja", ""},
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
@@ -167,6 +167,11 @@ std::vector<Example> examples() {
                      "<parameter name=\"extra\">{\"a\": null}</parameter>\n</invoke>\n<invoke name=\"get_time\">\n</invoke>\n"
                      "</minimax:tool_call>",
        "", {{"get_weather", R"({"city": "Paris", "extra": {"a": null}})"}, {"get_time", "{}"}}},
+      // Solar Open: each call's id before its name.
+      {"solar-open", "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>"
+                     "{\"city\": \"Paris\"}<|tool_call:end|><|tool_call:begin|>0123456789<|tool_call:name|>get_time"
+                     "<|tool_call:args|>{}<|tool_call:end|><|calls|>",
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
       // Kimi K2: each call's index after its name (the conversation's count, 11 and 12 here).
       {"kimi-k2", "I'll check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:11"
                   "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
@@ -269,6 +274,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|>",
        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather<|tool_call_argument_begin|>"
        "{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>"},  // (no index)
+      {"solar-open", "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>"
+                     "{\"city\": \"Paris\"}<|tool_call:end|>",
+       "<|tool_call:begin|>zz99yy88xx<|tool_call:name|>get_time<|tool_call:args|>{}<|tool_call:end|>",
+       "<|tool_calls|><|tool_call:begin|>ABC<|tool_call:name|>get_weather<|tool_call:args|>{\"city\": \"Paris\"}"
+       "<|tool_call:end|><|calls|>"},  // (an id Solar's template does not ask for)
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);
@@ -390,6 +400,16 @@ TEST(ToolCalls, IdsAreWhatTheTemplateTakesBack) {
   EXPECT_EQ(tool_calls_json(format_named("kimi-k2"), kimi.calls, 7)[0]["id"], "functions.get_time:3");
   EXPECT_EQ(read_tool_answer(format_named("mistral-v11"), "[TOOL_CALLS]get_time[CALL_ID]abcDEF123[ARGS]{}", true,
                              json::array()).calls.at(0).id, "") << "Mistral's ids are the server's to pick";
+  // Solar Open: the id the model wrote before the name, which its template writes for the call's result.
+  const ToolAnswer solar = read_tool_answer(format_named("solar-open"),
+                                            "<|tool_calls|><|tool_call:begin|>k3j9x0a2b7<|tool_call:name|>get_time"
+                                            "<|tool_call:args|>{}<|tool_call:end|><|calls|>",
+                                            true, json::array());
+  ASSERT_EQ(solar.calls.size(), 1u);
+  EXPECT_EQ(tool_calls_json(format_named("solar-open"), solar.calls, 7)[0]["id"], "k3j9x0a2b7");
+  const std::string picked = tool_call_id(format_named("solar-open"), {}, 7);
+  EXPECT_EQ(picked.size(), 10u);
+  EXPECT_EQ(picked.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789"), std::string::npos) << picked;
 }
 
 }  // namespace

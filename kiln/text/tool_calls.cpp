@@ -15,7 +15,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index]
+// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker]
 const std::vector<ToolCallFormat> kFormats = {
     // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
     {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
@@ -54,6 +54,9 @@ const std::vector<ToolCallFormat> kFormats = {
     // then the JSON arguments.
     {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", "", "<|tool_call_argument_begin|>",
      ":", "<|tool_call_end|>", "", "<|tool_calls_section_end|>", 0, "", "", "", "", "", true},
+    // Solar Open: <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|> per call.
+    {"solar-open", "<|tool_calls|>", "<|tool_call:begin|>", "", "<|tool_call:args|>", "", "<|tool_call:end|>", "",
+     "<|calls|>", 10, "", "", "", "", "", false, "<|tool_call:name|>"},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
     {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
 };
@@ -401,6 +404,11 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     call.arguments = std::string(text.substr(start, (s == Scan::kDone ? c.pos() : text.size()) - start));
     return s;
   };
+  std::string id_first;  // Solar Open's: the id, then the name
+  if (*f.name_marker) {
+    if (Scan s = c.name(&id_first, ""); s != Scan::kDone) return s;
+    if (Scan s = c.literal(f.name_marker); s != Scan::kDone) return s;
+  }
   if (!is_object_call(f)) {
     std::string name;
     // (Kimi's functions.NAME:INDEX: the name ends at the colon.)
@@ -416,7 +424,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
         s != Scan::kDone)
       return s;
-    calls.push_back({name, "", id});
+    calls.push_back({name, "", id_first.empty() ? id : id_first});
     const Scan s = has_parameters(f) ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
                                      : arguments(calls.back());
     if (s != Scan::kDone) return s;
@@ -464,7 +472,7 @@ std::string ToolCallFormat::trigger() const {
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
   for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
-                        param_begin, param_name_end, param_end, builtin_begin})
+                        param_begin, param_name_end, param_end, builtin_begin, name_marker})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -493,10 +501,14 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
   }
   for (const auto& f : kFormats) {
     const std::string call = spell_call_opening(f, "get_weather", "{\"city\": \"Paris\"}");
-    const std::string with_id =  // Mistral's templates write the call's id before its arguments, Kimi's its index
-        *f.id_marker ? f.call_begin + std::string("get_weather") + f.id_marker + (f.id_is_index ? "0" : "call00001") +
-                           f.name_args_separator + "{\"city\": \"Paris\"}"
-                     : call;
+    // Mistral's templates write the call's id before its arguments, Kimi's its index, Solar's the id before the name.
+    std::string with_id = call;
+    if (*f.id_marker)
+      with_id = f.call_begin + std::string("get_weather") + f.id_marker + (f.id_is_index ? "0" : "call00001") +
+                f.name_args_separator + "{\"city\": \"Paris\"}";
+    else if (*f.name_marker)
+      with_id = f.call_begin + std::string("call00001") + f.name_marker + "get_weather" + f.name_args_separator +
+                "{\"city\": \"Paris\"}";
     for (const std::string& spelled : {call, with_id})
       if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
   }
@@ -524,9 +536,11 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
       } else {
         const JsonSchemaRules args = json_schema_rules(parameters, prefix);
         rules += args.rules;
-        const std::string named = f.id_is_index ? gbnf_literal(name + f.id_marker) + " [0-9]+ " +
-                                                      gbnf_literal(f.name_args_separator)
-                                                : gbnf_literal(name + f.name_args_separator);
+        std::string named = f.id_is_index ? gbnf_literal(name + f.id_marker) + " [0-9]+ " +
+                                                gbnf_literal(f.name_args_separator)
+                                          : gbnf_literal(name + f.name_args_separator);
+        if (*f.name_marker)
+          named = "[a-z0-9]{" + std::to_string(f.id_length) + "} " + gbnf_literal(f.name_marker) + " " + named;
         body = is_object_call(f) ? gbnf_literal("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": ") +
                                        " " + args.top + " " + gbnf_literal("}")
                                  : named + " " + args.top;
@@ -642,7 +656,9 @@ json builtin_tools(const ToolCallFormat& f, const json& tools) {
 
 std::string tool_call_id(const ToolCallFormat& f, const ToolCall& call, uint64_t seed) {
   if (!call.id.empty()) return call.id;
-  static const char* const digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  // Solar's ids are lowercase (its template asks for them so).
+  const std::string_view digits = *f.name_marker ? "abcdefghijklmnopqrstuvwxyz0123456789"
+                                                 : "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   const size_t length = f.id_length ? f.id_length : 24;
   std::string id = f.id_length ? "" : "call_";
   uint64_t x = seed;
@@ -651,7 +667,7 @@ std::string tool_call_id(const ToolCallFormat& f, const ToolCall& call, uint64_t
     uint64_t z = x;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    id += digits[(z ^ (z >> 31)) % 62];
+    id += digits[(z ^ (z >> 31)) % digits.size()];
   }
   return id;
 }

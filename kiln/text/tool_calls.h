@@ -54,6 +54,10 @@ struct ToolCallFormat {
   // conversation (functions.NAME:0, functions.NAME:1...), which the template
   // and the model write themselves; the grammar asks for digits there.
   bool id_is_index = false;
+  // Solar Open: call_begin ID name_marker NAME: the model writes the call's
+  // id (id_length lowercase letters and digits) before its name, and the
+  // template takes that id back for the call's result.
+  const char* name_marker = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -129,7 +133,7 @@ ToolAnswer read_tool_answer(const ToolCallFormat& format, std::string_view text,
 nlohmann::ordered_json builtin_tools(const ToolCallFormat& format, const nlohmann::ordered_json& tools);
 
 // A call's id, as the template will accept it back: the one the model
-// wrote (Kimi's functions.NAME:INDEX), else one `seed` picks.
+// wrote (Kimi's functions.NAME:INDEX, Solar's), else one `seed` picks.
 std::string tool_call_id(const ToolCallFormat& format, const ToolCall& call, uint64_t seed);
 // OpenAI's message.tool_calls for `calls`, ids picked from `seed`.
 nlohmann::ordered_json tool_calls_json(const ToolCallFormat& format, const std::vector<ToolCall>& calls, uint64_t seed);
