@@ -143,8 +143,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$DIST/kiln_gpu_tests" \
     --gtest_filter="${MEMCHECK_FILTER:--CudaBackendAllocator.OutOfMemory*:Nccl*}"
   # racecheck checks Kiln's own kernels (KILN_CUDNN=0): on cuDNN's Hopper
-  # attention kernels, which order shared memory through mbarriers and the
-  # async proxy, it reports hazards inside NVIDIA's code (docs/CUDA.md).
+  # attention kernel it reports hazards inside NVIDIA's code (docs/CUDA.md).
   STEP_TIMEOUT=${SANITIZE_TIMEOUT:-240} step "racecheck" "$OUT/sanitize_racecheck.log" \
     env KILN_CUDNN=0 compute-sanitizer --tool racecheck --error-exitcode 9 "$DIST/kiln_gpu_tests" \
     --gtest_filter="${RACECHECK_FILTER:-*Attention*:*Reduce*:*Softmax*:*LayerNorm*:*CrossEntropy*}"

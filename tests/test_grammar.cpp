@@ -161,7 +161,9 @@ ws ::= [ \t\n]*)"));
       ASSERT_EQ(masked.contains(t), m.can_accept(vocab[t])) << "token " << t << " after " << i << " bytes";
       ASSERT_EQ(by_stacks.contains(t), masked.contains(t)) << "by stacks: token " << t << " after " << i << " bytes";
     }
-    if (i < text.size()) ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
+    if (i < text.size()) {
+      ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
+    }
   }
   EXPECT_TRUE(m.can_end());
 }
