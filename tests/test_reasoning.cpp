@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/grammar/matcher.h"
 #include "kiln/text/reasoning.h"
 #include "tests/hf_test_util.h"
 
@@ -121,6 +123,89 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       before = now;
     }
   }
+}
+
+// A prompt that ends with the end mark leaves no reasoning to the answer.
+TEST(Reasoning, PromptsThatCloseTheMarksLeaveNoReasoning) {
+  const ReasoningFormat& think = format_named("think");
+  EXPECT_TRUE(closes_reasoning(think, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_TRUE(closes_reasoning(think, "<｜Assistant｜></think>"));
+  EXPECT_FALSE(closes_reasoning(think, "<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(closes_reasoning(think, "<think>a</think>b<|im_end|>\n<|im_start|>assistant\n"));
+}
+
+// Where a tool call's trigger may be looked for: after the reasoning only.
+TEST(Reasoning, TheAnswerStartsAfterTheReasoning) {
+  const ReasoningFormat& think = format_named("think");
+  constexpr size_t kNotYet = std::string_view::npos;
+  EXPECT_EQ(answer_start(think, false, "Hello <tool_call>"), 0u);
+  EXPECT_EQ(answer_start(think, false, "\n"), kNotYet);
+  EXPECT_EQ(answer_start(think, false, " <thi"), kNotYet);
+  EXPECT_EQ(answer_start(think, false, "<think>x <tool_call>"), kNotYet);
+  EXPECT_EQ(answer_start(think, false, "<think>x</think>\n<tool_call>"), 16u);
+  EXPECT_EQ(answer_start(think, true, "x</think>y"), 9u);
+  EXPECT_EQ(answer_start(think, true, "<tool_call>"), kNotYet);
+}
+
+// Whether `g` matches `text` whole.
+bool matches(const Grammar& g, const std::string& text) {
+  GrammarMatcher m(std::make_shared<const Grammar>(g));
+  return m.accept(text) && m.can_end();
+}
+
+// A constrained answer after the reasoning: free text that does not close
+// the marks, the end mark, then the answer's grammar; before any mark only
+// the answer, where the prompt left the marks closed.
+TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
+  const Grammar answer = *json_schema_grammar(json::parse(R"({"type": "object", "properties": {"n":
+      {"type": "integer"}}, "required": ["n"], "additionalProperties": false})"));
+  const ReasoningFormat& think = format_named("think");
+  const Grammar open = grammar_after_reasoning(think, false, answer);
+  EXPECT_TRUE(matches(open, R"({"n": 4})"));
+  EXPECT_TRUE(matches(open, "<think>\nTwo and two: < </ </think </thinking> 4.\n</think>\n\n{\"n\": 4}"));
+  EXPECT_TRUE(matches(open, "<think></think>{\"n\": 4}"));
+  EXPECT_FALSE(matches(open, "<think>a</think> b</think>{\"n\": 4}")) << "the first end mark closes the reasoning";
+  EXPECT_FALSE(matches(open, "<think>a</think>{\"n\": \"four\"}"));
+  EXPECT_FALSE(matches(open, "Well, {\"n\": 4}"));
+  EXPECT_FALSE(matches(open, "<think>unclosed {\"n\": 4}"));
+
+  const Grammar inside = grammar_after_reasoning(think, true, answer);  // DeepSeek R1's prompt opened <think>
+  EXPECT_TRUE(matches(inside, "Two and two.</think>\n\n{\"n\": 4}"));
+  EXPECT_TRUE(matches(inside, "</think>{\"n\": 4}"));
+  EXPECT_FALSE(matches(inside, "{\"n\": 4}")) << "the prompt opened the marks: the answer closes them first";
+
+  // Marks of several tokens and special characters (Kimi K3's).
+  const Grammar kimi = grammar_after_reasoning(format_named("kimi-k3"), false, answer);
+  EXPECT_TRUE(matches(kimi, "<|open|>think<|sep|>a <|close|>thin<|sep|><|close|>think<|sep|>{\"n\": 1}"));
+  EXPECT_FALSE(matches(kimi, "<|open|>think<|sep|>a<|close|>think<|sep|>b<|close|>think<|sep|>{\"n\": 1}"));
+}
+
+// The text before the end mark is exactly the text in which it does not
+// occur, also for a mark that overlaps itself (KMP's failure links): every
+// string of a's and b's up to 9 long, against the mark "abab".
+TEST(Reasoning, ReasoningTextIsAnyTextInWhichTheEndMarkFirstOccursAtItsEnd) {
+  const ReasoningFormat overlapping{"test", "<t>", "abab"};
+  const Grammar g = grammar_after_reasoning(overlapping, true, parse_gbnf("root ::= \"X\""));
+  int accepted = 0;
+  for (int n = 0; n <= 9; ++n)
+    for (int bits = 0; bits < (1 << n); ++bits) {
+      std::string s;
+      for (int i = 0; i < n; ++i) s += (bits >> i) & 1 ? 'b' : 'a';
+      const bool closes_at_end = s.size() >= 4 && s.find("abab") == s.size() - 4;
+      EXPECT_EQ(matches(g, s + "X"), closes_at_end) << s;
+      accepted += closes_at_end;
+    }
+  EXPECT_GT(accepted, 20);
+}
+
+// A user's grammar may name its rules anything: the reasoning's rules take names it does not use.
+TEST(Reasoning, ReasoningRulesDoNotCollideWithTheAnswers) {
+  const Grammar answer = parse_gbnf("root ::= reasoning-answer\nreasoning-answer ::= \"yes\" | reasoning-text-0\n"
+                                    "reasoning-text-0 ::= \"no\"");
+  const Grammar g = grammar_after_reasoning(format_named("think"), false, answer);
+  EXPECT_TRUE(matches(g, "<think>hm</think> no"));
+  EXPECT_TRUE(matches(g, "yes"));
+  EXPECT_FALSE(matches(g, "maybe"));
 }
 
 }  // namespace

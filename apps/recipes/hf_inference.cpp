@@ -136,7 +136,13 @@ class HfCompletion final : public TextCompletion {
   void trigger_grammar() {
     const std::string& trigger = o_.grammar_trigger;
     if (trigger_search_from_ == std::string::npos) return;
-    const size_t at = text_.find(trigger, trigger_search_from_);
+    size_t from = trigger_search_from_;
+    if (o_.reasoning) {
+      const size_t answer = text::answer_start(*o_.reasoning, o_.reasoning_open, text_);
+      if (answer == std::string::npos) return;
+      from = std::max(from, answer);
+    }
+    const size_t at = text_.find(trigger, from);
     if (at == std::string::npos) {
       trigger_search_from_ = text_.size() >= trigger.size() ? text_.size() - trigger.size() + 1 : 0;
       return;
@@ -246,9 +252,10 @@ class HfLanguageModelInference final : public InferenceModel {
                  " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
-      started.push_back(std::make_unique<HfCompletion>(
-          lm_, o, int64_t(encoded.size()), std::move(stop_ids), o.grammar ? &vocab(o.keep_tool_tokens) : nullptr,
-          masks_for(o.grammar, o.keep_tool_tokens), kept_tokens(o)));
+      std::vector<int32_t> kept = kept_tokens(o);
+      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids),
+                                                       o.grammar ? &vocab(kept) : nullptr, masks_for(o.grammar, kept),
+                                                       kept));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }
@@ -317,29 +324,30 @@ class HfLanguageModelInference final : public InferenceModel {
 
  private:
   // Every token's bytes as a trie, made when a grammar first needs it:
-  // special tokens get none, so a grammar never allows them, except
-  // (`tools`) the tool-call format's, whose text a chat with tools keeps.
-  const text::TokenTrie& vocab(bool tools) {
-    std::optional<text::TokenTrie>& made = tools ? tool_vocab_ : vocab_;
-    if (!made) {
-      std::vector<std::string> bytes(size_t(lm_.tokenizer.vocab_size()));
-      for (int32_t id = 0; id < int32_t(bytes.size()); ++id)
-        if (!lm_.tokenizer.is_special(id)) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
-      if (tools)
-        for (int32_t id : tool_tokens_) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
-      made.emplace(std::move(bytes));
-    }
-    return *made;
+  // special tokens get none, so a grammar never allows them, except those
+  // whose text a completion keeps (`kept`: a tool-call format's, a chat's
+  // reasoning marks), which its grammar may write.
+  const text::TokenTrie& vocab(const std::vector<int32_t>& kept) {
+    for (const auto& [ids, trie] : tries_)
+      if (ids == kept) return trie;
+    std::vector<std::string> bytes(size_t(lm_.tokenizer.vocab_size()));
+    for (int32_t id = 0; id < int32_t(bytes.size()); ++id)
+      if (!lm_.tokenizer.is_special(id)) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
+    for (int32_t id : kept) bytes[size_t(id)] = lm_.tokenizer.token_bytes(id);
+    return tries_.emplace_back(kept, text::TokenTrie(std::move(bytes))).second;
   }
 
   // Masks are kept by grammar across requests: JSON mode's always, and
   // those of the last few other grammars (an application sends the same
   // schema or tools again and again). A cache is of one vocabulary trie:
-  // requests with tools have their own.
-  std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar, bool tools) {
+  // requests that keep special tokens have their own.
+  std::shared_ptr<text::MaskCache> masks_for(const std::shared_ptr<const text::Grammar>& grammar,
+                                             const std::vector<int32_t>& kept) {
     if (!grammar) return nullptr;
-    if (grammar == text::json_object_grammar() && !tools) return json_masks_;
-    const std::string key = (tools ? "tools\n" : "plain\n") + grammar->source;
+    if (grammar == text::json_object_grammar() && kept.empty()) return json_masks_;
+    std::string key;
+    for (int32_t id : kept) key += std::to_string(id) + " ";
+    key += "\n" + grammar->source;
     auto it = std::find_if(grammar_masks_.begin(), grammar_masks_.end(), [&](const auto& e) { return e.first == key; });
     if (it == grammar_masks_.end()) {
       grammar_masks_.emplace_front(key, std::make_shared<text::MaskCache>());
@@ -352,7 +360,7 @@ class HfLanguageModelInference final : public InferenceModel {
   static constexpr size_t kGrammarsKept = 4;
 
   models::HfCausalLm lm_;
-  std::optional<text::TokenTrie> vocab_, tool_vocab_;
+  std::list<std::pair<std::vector<int32_t>, text::TokenTrie>> tries_;  // by the special tokens they hold
   const text::ToolCallFormat* tool_format_ = nullptr;
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   const text::ReasoningFormat* reasoning_format_ = nullptr;

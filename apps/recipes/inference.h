@@ -43,6 +43,11 @@ struct CompletionOptions {
   // this (a tool call's opening, in tool_choice auto: the model chooses
   // whether to call, and a call it makes is valid).
   std::string grammar_trigger;
+  // A chat whose answer may reason first, in these marks (`reasoning_open`:
+  // the prompt opened them): the trigger is looked for after the reasoning
+  // only, so that thinking about a call does not start one.
+  const text::ReasoningFormat* reasoning = nullptr;
+  bool reasoning_open = false;
   // A chat with tools: the special tokens of the model's tool-call format
   // ([TOOL_CALLS], [ARGS]...) stay in the text, and a grammar may write them.
   // (A chat's reasoning marks stay in its text always: its reader splits them off.)

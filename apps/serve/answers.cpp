@@ -372,11 +372,16 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
   Shape shape{true, r.logprobs, format, r.tools};
-  // A grammar from the first token (response_format, a forced call) makes
-  // the whole answer its text: there is no reasoning to split off.
-  const bool constrained_throughout = co.grammar && co.grammar_trigger.empty();
-  if (r.split_reasoning && !constrained_throughout) shape.reasoning = t.model.reasoning_format();
-  if (shape.reasoning) shape.reasoning_open = text::starts_in_reasoning(*shape.reasoning, prompt);
+  if (r.split_reasoning) shape.reasoning = t.model.reasoning_format();
+  if (shape.reasoning) {
+    shape.reasoning_open = text::starts_in_reasoning(*shape.reasoning, prompt);
+    co.reasoning = shape.reasoning;
+    co.reasoning_open = shape.reasoning_open;
+    // A grammar from the first token (response_format, a forced call) takes the answer after the thinking.
+    if (co.grammar && co.grammar_trigger.empty() && !text::closes_reasoning(*shape.reasoning, prompt))
+      co.grammar = std::make_shared<const text::Grammar>(
+          text::grammar_after_reasoning(*shape.reasoning, shape.reasoning_open, *co.grammar));
+  }
   generate(t, prompt, co, r, shape, res);
 }
 

@@ -1,8 +1,11 @@
 #include "kiln/text/reasoning.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "kiln/core/error.h"
+#include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/utf8.h"
 
 namespace kiln::text {
 
@@ -35,6 +38,46 @@ size_t partial_mark(std::string_view s, std::string_view mark) {
   for (size_t k = std::min(s.size(), mark.size() - 1); k > 0; --k)
     if (s.substr(s.size() - k) == mark.substr(0, k)) return k;
   return 0;
+}
+
+// Rules `name`-0 ... : any text in which `mark` does not occur, then
+// `mark`. KMP's automaton over the mark's code points: rule q is the state
+// after text that ends with q of them, and the text may end (with the whole
+// mark) where writing it there does not complete it early.
+std::string text_then_mark_gbnf(const std::string& name, std::string_view mark) {
+  const std::vector<uint32_t> m = utf8_code_points(mark);
+  std::vector<size_t> fail(m.size() + 1, 0);
+  for (size_t i = 1, k = 0; i < m.size(); ++i) {
+    while (k > 0 && m[i] != m[k]) k = fail[k];
+    if (m[i] == m[k]) ++k;
+    fail[i + 1] = k;
+  }
+  auto next = [&](size_t q, uint32_t c) {
+    while (q > 0 && m[q] != c) q = fail[q];
+    return m[q] == c ? q + 1 : 0;
+  };
+  std::vector<uint32_t> distinct = m;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  auto escaped = [](uint32_t c) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\\U%08X", c);
+    return std::string(buf);
+  };
+  std::string others = "[^", rules;
+  for (uint32_t c : distinct) others += escaped(c);
+  others += "]";
+  auto state = [&](size_t q) { return name + "-" + std::to_string(q); };
+  for (size_t q = 0; q < m.size(); ++q) {
+    std::string body = others + " " + state(0);
+    for (uint32_t c : distinct)
+      if (const size_t n = next(q, c); n < m.size()) body += " | [" + escaped(c) + "] " + state(n);
+    size_t s = q, i = 0;
+    while (i < m.size() && (s = next(s, m[i])) < m.size()) ++i;
+    if (i + 1 == m.size()) body += " | " + gbnf_literal(std::string(mark));
+    rules += state(q) + " ::= " + body + "\n";
+  }
+  return rules;
 }
 
 }  // namespace
@@ -73,6 +116,10 @@ bool starts_in_reasoning(const ReasoningFormat& format, std::string_view prompt)
   return begin != std::string_view::npos && (end == std::string_view::npos || end < begin);
 }
 
+bool closes_reasoning(const ReasoningFormat& format, std::string_view prompt) {
+  return trimmed(prompt).ends_with(format.end);
+}
+
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole) {
   ReasonedAnswer out;
   const std::string_view begin = format.begin, end = format.end;
@@ -99,6 +146,33 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
   while (!after.empty() && is_space(after.front())) after.remove_prefix(1);
   out.content = after;
   return out;
+}
+
+size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view text) {
+  const std::string_view begin = format.begin, end = format.end;
+  size_t from = 0;
+  if (!inside) {
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) return std::string_view::npos;
+    const std::string_view opening = text.substr(first);
+    if (!opening.starts_with(begin)) return begin.starts_with(opening) ? std::string_view::npos : 0;
+    from = first + begin.size();
+  }
+  const size_t closed = text.find(end, from);
+  return closed == std::string_view::npos ? closed : closed + end.size();
+}
+
+Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer) {
+  // A name no rule of `answer` starts with (a user's GBNF names its rules freely).
+  std::string name = "reasoning";
+  while (std::any_of(answer.rules.begin(), answer.rules.end(),
+                     [&](const GrammarRule& r) { return r.name.starts_with(name); }))
+    name += "x";
+  const std::string thinking = name + "-text-0 " + name + "-space";
+  const std::string before = inside ? thinking : "( " + gbnf_literal(format.begin) + " " + thinking + " )?";
+  const std::string rules = name + "-answer ::= " + before + " " + answer.rules[size_t(answer.root)].name + "\n" +
+                            name + "-space ::= [ \\t\\r\\n]{0,4}\n" + text_then_mark_gbnf(name + "-text", format.end);
+  return parse_gbnf(answer.source + "\n" + rules, name + "-answer");
 }
 
 }  // namespace kiln::text

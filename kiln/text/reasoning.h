@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/text/chat_template.h"
+#include "kiln/text/grammar/gbnf.h"
 
 namespace kiln::text {
 
@@ -32,6 +33,11 @@ const ReasoningFormat* detect_reasoning_format(const ChatTemplate& chat);
 // ends with "<think>\n"; Qwen3's with enable_thinking false closes them).
 bool starts_in_reasoning(const ReasoningFormat& format, std::string_view prompt);
 
+// Whether `prompt` closes the marks for the answer itself: it ends with the
+// end mark (Qwen3's with enable_thinking false, DeepSeek V4's chat mode), so
+// the answer reasons no further.
+bool closes_reasoning(const ReasoningFormat& format, std::string_view prompt);
+
 // An answer read so far: its reasoning and the content after it, each with
 // the whitespace around it trimmed.
 struct ReasonedAnswer {
@@ -46,5 +52,19 @@ struct ReasonedAnswer {
 // reasoning, is held back until it is known. Reasoning never closed is all
 // reasoning (an answer cut off by max_tokens while thinking).
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole);
+
+// Where the answer after the reasoning starts in `text` (an answer so far,
+// as read_reasoning reads it): 0 when it does not open with the marks,
+// past the end mark once they close, npos while it is (or may still begin)
+// reasoning.
+size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view text);
+
+// `answer` (a response_format's grammar, a forced tool call's) with the
+// reasoning before it: free text inside the marks, then the answer, as vLLM
+// and llama-server order a reasoning model's constrained answer (the
+// grammar takes the answer, not the thinking). `inside`: the prompt opened
+// the marks, so the answer closes them first; else it may open them. The
+// text between the marks is any text in which the end mark does not occur.
+Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer);
 
 }  // namespace kiln::text

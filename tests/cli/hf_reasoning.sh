@@ -10,10 +10,12 @@
 #   closes the marks in the prompt: the answer is content), and the prompt
 #   with them and with an assistant's reasoning_content is transformers';
 # - a model that never opens the marks (Qwen3 under it) answers in content;
+# - a constrained answer (response_format) thinks first, unless the prompt
+#   closed the marks or reasoning_format is "none";
 # - bad reasoning_format and chat_template_kwargs are 400s that say why.
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-require_oracle transformers tokenizers openai
+require_oracle transformers tokenizers openai jsonschema
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
@@ -32,7 +34,7 @@ server=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 run 0 "$PY" - "$port" "$WORK" <<'PY'
 import json, sys, urllib.error, urllib.request
-import openai
+import jsonschema, openai
 from transformers import AutoTokenizer
 
 port, work = sys.argv[1], sys.argv[2]
@@ -71,6 +73,32 @@ for seed in (1, 2, 3):
     assert getattr(plain, "reasoning_content", None) is None and plain.content == answer("qwen3", seed, reasoning_format="none").content
 print("split, streamed and raw answers agree")
 
+# A constrained answer thinks first, as vLLM's and llama-server's do: R1's prompt opened <think>, so the
+# grammar lets the thinking run to its end mark and holds the answer after it (a random model never
+# writes </think>: all thinking, cut by max_tokens). Under reasoning_format "none" the grammar holds from
+# the first token, and a prompt that closed the marks (the distill's) is answered at once.
+schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+shaped = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}
+def constrained(model, seed, **extra):
+    return client.chat.completions.create(model=model, messages=ask, max_tokens=24, temperature=1.0, seed=seed,
+                                          response_format=shaped, extra_body=extra).choices[0]
+answered = 0
+for seed in (1, 2, 3):
+    thinking = constrained("r1", seed)
+    assert thinking.message.reasoning_content and not thinking.message.content, thinking
+    assert thinking.finish_reason == "length", thinking
+    assert streamed("r1", seed, response_format=shaped) == (thinking.message.reasoning_content, ""), seed
+    assert constrained("r1", seed, reasoning_format="none").message.content.lstrip().startswith("{"), seed
+    at_once = constrained("distill", seed)
+    assert getattr(at_once.message, "reasoning_content", None) is None, at_once
+    assert at_once.message.content.lstrip().startswith("{"), at_once
+    for model in ("distill", "qwen3"):  # (Qwen3's prompt leaves the marks to the model: it may open them)
+        c = constrained(model, seed)
+        if c.finish_reason == "stop" and not getattr(c.message, "reasoning_content", None):
+            jsonschema.validate(json.loads(c.message.content), schema)
+            answered += 1
+print(f"constrained answers think first; {answered} answered at once validate")
+
 # The prompt with template variables and a past answer's reasoning is transformers'.
 conversation = [{"role": "user", "content": "Hi"},
                 {"role": "assistant", "reasoning_content": "A greeting.", "content": "Hello."},
@@ -104,6 +132,7 @@ refused({"chat_template_kwargs": {"messages": []}}, "set by the request")
 print("bad fields refused")
 PY
 expect "split, streamed and raw answers agree"
+expect "constrained answers think first"
 expect "prompts with chat_template_kwargs match transformers"
 expect "bad fields refused"
 kill "$server"

@@ -98,14 +98,18 @@ for model, folder in list(folders.items()) + [(m, f"{work}/{m}") for m in render
     assert got == want, (model, got, want)
 print(f"round trip: {len(folders) + len(render_only)} templates render as transformers does")
 
-# 2. Forced calls: valid in every format, at several seeds and temperatures.
+# 2. Forced calls: valid in every format, at several seeds and temperatures. (reasoning_format "none":
+# the grammar holds from the first token. Split, a reasoning template's answer thinks first, and a
+# random model's thinking never ends; cli.hf_reasoning checks that order.)
+raw = {"reasoning_format": "none"}
 calls, valid_by_model = 0, {}
 for model in folders:
     for seed in range(4):
         for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
             r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather?"}],
                                                tools=tools, tool_choice=choice, seed=seed, max_tokens=240,
-                                               temperature=0.7 if seed % 2 else 1.3, parallel_tool_calls=seed >= 2)
+                                               temperature=0.7 if seed % 2 else 1.3, parallel_tool_calls=seed >= 2,
+                                               extra_body=raw)
             if r.choices[0].finish_reason == "length" and (seed >= 2 or r.usage.total_tokens >= 512):
                 continue  # parallel calls may go on past max_tokens; DeepSeek's long prompt may fill the 512-token context
             c = r.choices[0]
@@ -125,7 +129,8 @@ print(f"forced calls: {calls} calls over {len(folders)} templates, each valid un
 for model in folders:
     for seed in range(5, 10):  # an answer that ends (DeepSeek's long prompt may fill the 512-token context)
         body = dict(model=model, messages=[{"role": "user", "content": "Weather?"}], tools=tools,
-                    tool_choice="required", seed=seed, max_tokens=240, temperature=1.0, parallel_tool_calls=False)
+                    tool_choice="required", seed=seed, max_tokens=240, temperature=1.0, parallel_tool_calls=False,
+                    extra_body=raw)
         whole = client.chat.completions.create(**body).choices[0]
         if whole.finish_reason == "tool_calls":
             break
