@@ -170,9 +170,10 @@ TEST(GgufModels, ALlamaFileIsTheModelOfItsFolder) {
   const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42, 42, 7, 600, 2, 31};
   const auto want = models::next_token_log_probabilities(*folder.model, ids);
   EXPECT_EQ(models::next_token_log_probabilities(*models::load_gguf_language_model(f32), ids), want);
-  // F16: the weights rounded to half precision, so near (and run in f32 when asked).
+  // F16: the weights rounded to half precision, so near; run in f32 unless asked otherwise (widened exactly).
   const GgufFile f16 = GgufFile::open(dir + "/model-f16.gguf");
-  const auto half = models::next_token_log_probabilities(*models::load_gguf_language_model(f16, DType::f32), ids);
+  const auto half = models::next_token_log_probabilities(*models::load_gguf_language_model(f16), ids);
+  EXPECT_EQ(half, models::next_token_log_probabilities(*models::load_gguf_language_model(f16, DType::f32), ids));
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(half[i] - want[i])));
   EXPECT_LT(worst, 0.01);
@@ -245,7 +246,7 @@ TEST(GgufModels, EachArchitectureIsTheModelTransformersRuns) {
     EXPECT_LT(worst, 1e-4);
     // Run as the file's F16 too (norms and routers narrowed, the products in half precision): near on average
     // (a mixture's router may pick another expert for a token or two).
-    const auto half = models::load_gguf_language_model(file);
+    const auto half = models::load_gguf_language_model(file, DType::f16);
     const std::vector<float> lp16 = models::next_token_log_probabilities(*half, ids);
     double total = 0;
     for (size_t t = 0; t + 1 < ids.size(); ++t)
