@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GGUF types, Kiln against llama.cpp on the same file (by default every type beside bench/hf/run.sh's five): prompt tokens/s
-# (512 tokens) and decode tokens/s (64 after 128), two interleaved rounds, a ratio per round. The files are
-# the SmolLM-135M shape's (bench/hf/run.sh makes its folder and F32 file): convert_hf_to_gguf.py's F16/BF16, and
-# llama-quantize's other types of the F32 file, made here once.
+# GGUF types, Kiln against llama.cpp on the same file (by default every type beside bench/hf/run.sh's
+# five): prompt tokens/s (512 tokens) and decode tokens/s (64 after 128), two interleaved rounds, a ratio
+# per round. The files are the SmolLM-135M shape's (bench/hf/run.sh makes its folder and F32 file):
+# convert_hf_to_gguf.py's F16/BF16, and llama-quantize's other types of the F32 file, made here once.
 #   BUILD_DIR=build LLAMA_CPP=DIR [LLAMA_BUILD=build] [T=2] bench/hf/every_type.sh [TYPES...]
 # AVX2: KILN_MAX_ISA=avx2 with LLAMA_BUILD naming a llama.cpp build made with
 # -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF.

@@ -5,6 +5,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/core/dtype.h"
+#include "kiln/cpu/isa.h"
 #include "kiln/cpu/spin_pool.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
@@ -35,10 +36,7 @@ inline float sum_lanes(const __m256* lanes) {
 // cores keep too few reads in flight without it, while on a Zen 3 it slowed
 // an f32 SmolLM-135M-shaped decode by 8% at two threads and 18% at one (its
 // hardware prefetcher does better alone; 2026-11-29).
-const bool kPrefetchWeights = [] {
-  __builtin_cpu_init();
-  return !__builtin_cpu_is("amd");
-}();
+const bool kPrefetchWeights = !cpu_is_amd();
 #endif
 
 // A weight as f32: bf16 widened, f32 as it is.

@@ -214,7 +214,7 @@ bool bf16_gemm_available() {
   static const bool available = [] {
     if (!cpu_has_bf16_instructions()) return false;
     if (const char* forced = std::getenv("KILN_BF16_GEMM")) return std::string(forced) != "0";
-    return isa_allows(Isa::amx) || __builtin_cpu_is("amd");
+    return isa_allows(Isa::amx) || cpu_is_amd();
   }();
   return available;
 #else

@@ -74,6 +74,15 @@ const IsaLevel& level_of(Isa isa) { return isa_levels().at(size_t(isa)); }
 
 }  // namespace
 
+bool cpu_is_amd() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
 Isa detected_isa() {
   static const Isa detected = [] {
     const std::vector<std::string> flags = cpu_flags();

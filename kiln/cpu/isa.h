@@ -28,6 +28,9 @@ Isa detected_isa();
 // value that names no level, or one above the CPU's, is an error.
 Isa max_isa();
 inline bool isa_allows(Isa needed) { return int(max_isa()) >= int(needed); }
+// Whether the CPU is AMD's: choices measured per vendor follow it (oneDNN's
+// bf16 products, the few-rows kernels' software prefetch).
+bool cpu_is_amd();
 
 const char* isa_name(Isa isa);  // "avx2", "avx512", ...
 // The KILN_MAX_ISA value in force ("" when unset).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
@@ -38,6 +39,20 @@ size_t partial_mark(std::string_view s, std::string_view mark) {
   for (size_t k = std::min(s.size(), mark.size() - 1); k > 0; --k)
     if (s.substr(s.size() - k) == mark.substr(0, k)) return k;
   return 0;
+}
+
+// Where the reasoning's text starts in an answer so far: 0 `inside` the
+// marks, past the begin mark where the answer opens with it; else none, or
+// (not `whole`) not known while the text so far may still open them.
+constexpr size_t kNoReasoning = std::string_view::npos, kMayStillOpen = kNoReasoning - 1;
+size_t reasoning_start(const ReasoningFormat& format, bool inside, std::string_view text, bool whole) {
+  if (inside) return 0;
+  const std::string_view begin = format.begin;
+  size_t first = 0;
+  while (first < text.size() && is_space(text[first])) ++first;
+  const std::string_view opening = text.substr(first);
+  if (opening.starts_with(begin)) return first + begin.size();
+  return !whole && begin.starts_with(opening) ? kMayStillOpen : kNoReasoning;
 }
 
 // Rules `name`-0 ... : any text in which `mark` does not occur, then
@@ -122,20 +137,14 @@ bool closes_reasoning(const ReasoningFormat& format, std::string_view prompt) {
 
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole) {
   ReasonedAnswer out;
-  const std::string_view begin = format.begin, end = format.end;
-  std::string_view rest = text;
-  if (!inside) {
-    std::string_view opening = text;
-    while (!opening.empty() && is_space(opening.front())) opening.remove_prefix(1);
-    if (opening.starts_with(begin)) {
-      rest = opening.substr(begin.size());
-    } else if (!whole && begin.starts_with(opening)) {
-      return out;  // it may still open
-    } else {
-      out.content = text;
-      return out;
-    }
+  const std::string_view end = format.end;
+  const size_t start = reasoning_start(format, inside, text, whole);
+  if (start == kMayStillOpen) return out;
+  if (start == kNoReasoning) {
+    out.content = text;
+    return out;
   }
+  const std::string_view rest = text.substr(start);
   const size_t closed = rest.find(end);
   if (closed == std::string_view::npos) {
     out.reasoning = trimmed(whole ? rest : rest.substr(0, rest.size() - partial_mark(rest, end)));
@@ -149,17 +158,11 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
 }
 
 size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view text) {
-  const std::string_view begin = format.begin, end = format.end;
-  size_t from = 0;
-  if (!inside) {
-    const size_t first = text.find_first_not_of(" \t\r\n");
-    if (first == std::string_view::npos) return std::string_view::npos;
-    const std::string_view opening = text.substr(first);
-    if (!opening.starts_with(begin)) return begin.starts_with(opening) ? std::string_view::npos : 0;
-    from = first + begin.size();
-  }
-  const size_t closed = text.find(end, from);
-  return closed == std::string_view::npos ? closed : closed + end.size();
+  const size_t start = reasoning_start(format, inside, text, false);
+  if (start == kNoReasoning) return 0;
+  if (start == kMayStillOpen) return std::string_view::npos;
+  const size_t closed = text.find(format.end, start);
+  return closed == std::string_view::npos ? closed : closed + std::strlen(format.end);
 }
 
 Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer) {
