@@ -539,6 +539,24 @@ TEST(Amp, CpuBf16BlockConversionsMatchTheScalarRounding) {
 // rather than staging whole tensors; results must not change: the f32 op on
 // the rounded values, rounded once. Sizes cover the vector loops, several
 // blocks, ragged tails and the parallel path.
+// f16 conversions (F16C's instructions where the build has them) are the
+// written-out ones: every half widens to the same float, and floats narrow
+// to the same half (halfway points, subnormals, overflow), NaNs to NaNs.
+TEST(Amp, F16ConversionsAreTheWrittenOutOnes) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float wide = f16_to_float(uint16_t(h)), portable = f16_to_float_portable(uint16_t(h));
+    if (std::isnan(portable)) ASSERT_TRUE(std::isnan(wide)) << h;
+    else ASSERT_EQ(std::bit_cast<uint32_t>(wide), std::bit_cast<uint32_t>(portable)) << h;
+  }
+  std::vector<float> values;
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x477ff000u, 0x477fefffu, 0x47800000u,
+                        0x38800000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x3f801000u, 0x3f803000u, 0x00000001u})
+    values.push_back(std::bit_cast<float>(bits));
+  for (int i = 0; i < 20000; ++i) values.push_back(std::ldexp(float(i * 7919 % 20000) - 10000.0f, i % 60 - 40));
+  for (float v : values) ASSERT_EQ(float_to_f16(v), float_to_f16_portable(v)) << v;
+  EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
 TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
   for (int64_t n : {int64_t(37), int64_t(4099), int64_t(3 * 70001)}) {
     Tensor a = to_dtype(random_tensor({n}, 51, DType::f32, -3, 3), DType::bf16);

@@ -1,11 +1,13 @@
-// Decoding's bf16 and f32 products (kiln/cpu/few_rows_product.h): every output is
-// its plain C++ statement's bits, whatever the rows around it and the
-// thread count; through matmul and linear, bf16 products of a few rows
-// agree with the widened f32 product as closely as the staged path does.
+// Decoding's bf16, f16 and f32 products (kiln/cpu/few_rows_product.h): every
+// output is its plain C++ statement's bits, whatever the rows around it and
+// the thread count; through matmul and linear, bf16 and f16 products of a
+// few rows (and of many, widened a panel at a time) agree with the widened
+// f32 product as closely as the staged path does.
 // (Named CpuNnOps* so the ISA passes run them under each instruction set.)
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/factory.h"
@@ -29,9 +31,20 @@ std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   return v;
 }
 
+struct Half {  // f16's bits, told apart from bf16's
+  uint16_t bits;
+};
+std::vector<Half> random_f16(size_t n, uint64_t seed) {
+  std::vector<Half> v(n);
+  const std::vector<float> f = random_floats(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = {float_to_f16(f[i])};
+  return v;
+}
+
 // The header's statement: 32 lanes, lane t summing k = t mod 32 in k order
 // with fused multiply-adds, then lanes t and t + 16, t + 8, t + 4, t + 2, t + 1.
 float weight(uint16_t w) { return bf16_to_float(w); }
+float weight(Half w) { return f16_to_float(w.bits); }
 float weight(float w) { return w; }
 template <typename W>
 float lane_order_dot(const float* a, const W* w, int64_t K) {
@@ -48,15 +61,20 @@ TEST(CpuNnOpsFewRows, EveryOutputIsTheLaneOrderDotForEveryShapeAndTail) {
       const int64_t N = 37, lda = K + 3, ldw = K + 5, ldc = N + 2;
       const auto a = random_floats(size_t(M * lda), 1 + K), c0 = random_floats(size_t(M * ldc), 3 + K);
       const auto w = random_bf16(size_t(N * ldw), 2 + K);
+      const auto h = random_f16(size_t(N * ldw), 2 + K);
       for (float beta : {0.0f, 1.0f}) {
-        std::vector<float> c = c0;
+        std::vector<float> c = c0, c16 = c0;
         cpu::few_rows_times_bf16(M, N, K, 0.5f, a.data(), lda, w.data(), ldw, beta, c.data(), ldc);
+        cpu::few_rows_times_f16(M, N, K, 0.5f, a.data(), lda, &h[0].bits, ldw, beta, c16.data(), ldc);
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
+            const float before = beta * c0[size_t(m * ldc + n)];
             const float dot = lane_order_dot(a.data() + m * lda, w.data() + n * ldw, K);
-            const float expected = beta == 0.0f ? 0.5f * dot : 0.5f * dot + beta * c0[size_t(m * ldc + n)];
-            ASSERT_EQ(c[size_t(m * ldc + n)], expected) << "K " << K << " M " << M << " beta " << beta << " at " << m
-                                                        << "," << n;
+            ASSERT_EQ(c[size_t(m * ldc + n)], beta == 0.0f ? 0.5f * dot : 0.5f * dot + before)
+                << "bf16: K " << K << " M " << M << " beta " << beta << " at " << m << "," << n;
+            const float dot16 = lane_order_dot(a.data() + m * lda, h.data() + n * ldw, K);
+            ASSERT_EQ(c16[size_t(m * ldc + n)], beta == 0.0f ? 0.5f * dot16 : 0.5f * dot16 + before)
+                << "f16: K " << K << " M " << M << " beta " << beta << " at " << m << "," << n;
           }
       }
     }
@@ -109,26 +127,29 @@ TEST(CpuNnOpsFewRows, ARowHasTheSameBitsAloneInABatchAndAtAnyThreadCount) {
   set_num_threads(saved);
 }
 
-// x [.., M, K] bf16 through matmul with a weight's transpose, and through
-// linear with a bias: within bf16's rounding of the f32 product of the same
-// bf16 values, for row counts on both sides of the few-rows threshold.
+// x [.., M, K] bf16 or f16 through matmul with a weight's transpose, and
+// through linear with a bias: within the dtype's rounding of the f32 product
+// of the same values, for row counts on both sides of the few-rows threshold.
 TEST(CpuNnOpsFewRows, DecodingProductsAgreeWithTheWidenedProduct) {
   const int64_t K = 97, N = 45;
-  const Tensor w = testing::random_tensor({N, K}, 6, DType::bf16);
-  const Tensor bias = testing::random_tensor({N}, 7, DType::bf16);
-  for (int64_t M : {int64_t(1), int64_t(2), int64_t(5), cpu::kFewRowsBf16, cpu::kFewRowsBf16 + 1}) {
-    const Tensor x = testing::random_tensor({2, M, K}, 8 + uint64_t(M), DType::bf16);
-    const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
-    const Tensor reference = matmul(x32, transpose(w32, 0, 1));
-    const Tensor product = matmul(x, transpose(w, 0, 1));
-    ASSERT_EQ(product.dtype(), DType::bf16);
-    // bf16 keeps 8 bits: half an ulp of results up to |10| is 2^-5.
-    EXPECT_LT(testing::max_abs_diff(product, reference), 0.032) << M << " rows";
-    const Tensor with_bias = linear(x, w, bias);
-    EXPECT_LT(testing::max_abs_diff(with_bias, reference + to_dtype(bias, DType::f32)), 0.032) << M << " rows";
-    // Each row of a batch is that row's own product.
-    const Tensor first_row = matmul(slice(x, 1, 0, 1), transpose(w, 0, 1));
-    EXPECT_EQ(testing::max_abs_diff(first_row, slice(product, 1, 0, 1)), 0.0) << M << " rows";
+  // Half an ulp of results up to |10|: bf16 keeps 8 bits (2^-5), f16 11 (2^-8).
+  for (const auto& [dtype, rounding] : {std::pair{DType::bf16, 0.032}, {DType::f16, 0.004}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor w = testing::random_tensor({N, K}, 6, dtype);
+    const Tensor bias = testing::random_tensor({N}, 7, dtype);
+    for (int64_t M : {int64_t(1), int64_t(2), int64_t(5), cpu::kFewRowsBf16, cpu::kFewRowsBf16 + 1}) {
+      const Tensor x = testing::random_tensor({2, M, K}, 8 + uint64_t(M), dtype);
+      const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
+      const Tensor reference = matmul(x32, transpose(w32, 0, 1));
+      const Tensor product = matmul(x, transpose(w, 0, 1));
+      ASSERT_EQ(product.dtype(), dtype);
+      EXPECT_LT(testing::max_abs_diff(product, reference), rounding) << M << " rows";
+      const Tensor with_bias = linear(x, w, bias);
+      EXPECT_LT(testing::max_abs_diff(with_bias, reference + to_dtype(bias, DType::f32)), rounding) << M << " rows";
+      // Each row of a batch is that row's own product.
+      const Tensor first_row = matmul(slice(x, 1, 0, 1), transpose(w, 0, 1));
+      EXPECT_EQ(testing::max_abs_diff(first_row, slice(product, 1, 0, 1)), 0.0) << M << " rows";
+    }
   }
 }
 
@@ -138,21 +159,25 @@ TEST(CpuNnOpsFewRows, DecodingProductsAgreeWithTheWidenedProduct) {
 // with a bias, agree with the product of the widened operands.
 TEST(CpuNnOpsFewRows, ManyRowsAgreeWithTheWidenedProductPanelByPanel) {
   const int64_t M = 40, K = 600, N = 2100;  // panels of 873 columns: 873, 873, 354
-  const Tensor x = testing::random_tensor({M, K}, 30, DType::bf16);
-  const Tensor w = testing::random_tensor({N, K}, 31, DType::bf16), bias = testing::random_tensor({N}, 32, DType::bf16);
-  const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
-  const Tensor reference = matmul(x32, transpose(w32, 0, 1));
-  // Rounded once to bf16 (8 significant bits): within half a step, at most 2^-8 of each value.
-  auto within_rounding = [](const Tensor& got, const Tensor& want) {
-    const std::vector<float> g = to_dtype(got, DType::f32).to_vector<float>(), w = want.to_vector<float>();
-    double worst = 0;
-    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(double(g[i]) - w[i]) / std::max(1.0, std::abs(double(w[i]))));
-    return worst;
-  };
-  EXPECT_LT(within_rounding(matmul(x, transpose(w, 0, 1)), reference), 1.0 / 256 + 1e-6);
-  EXPECT_LT(within_rounding(linear(x, w, bias), reference + to_dtype(bias, DType::f32)), 1.0 / 256 + 1e-6);
-  const Tensor w_columns = contiguous(transpose(w, 0, 1));  // [K, N], rows contiguous
-  EXPECT_LT(within_rounding(matmul(x, w_columns), reference), 1.0 / 256 + 1e-6);
+  // Rounded once (bf16: 8 significant bits, f16: 11): within half a step, at most 2^-8 (2^-11) of each value.
+  for (const auto& [dtype, step] : {std::pair{DType::bf16, 1.0 / 256}, {DType::f16, 1.0 / 2048}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = testing::random_tensor({M, K}, 30, dtype);
+    const Tensor w = testing::random_tensor({N, K}, 31, dtype), bias = testing::random_tensor({N}, 32, dtype);
+    const Tensor x32 = to_dtype(x, DType::f32), w32 = to_dtype(w, DType::f32);
+    const Tensor reference = matmul(x32, transpose(w32, 0, 1));
+    auto within_rounding = [](const Tensor& got, const Tensor& want) {
+      const std::vector<float> g = to_dtype(got, DType::f32).to_vector<float>(), w = want.to_vector<float>();
+      double worst = 0;
+      for (size_t i = 0; i < g.size(); ++i)
+        worst = std::max(worst, std::abs(double(g[i]) - w[i]) / std::max(1.0, std::abs(double(w[i]))));
+      return worst;
+    };
+    EXPECT_LT(within_rounding(matmul(x, transpose(w, 0, 1)), reference), step + 1e-6);
+    EXPECT_LT(within_rounding(linear(x, w, bias), reference + to_dtype(bias, DType::f32)), step + 1e-6);
+    const Tensor w_columns = contiguous(transpose(w, 0, 1));  // [K, N], rows contiguous
+    EXPECT_LT(within_rounding(matmul(x, w_columns), reference), step + 1e-6);
+  }
 }
 
 // A bf16 table gathers its rows as they are (no f32 copy of the table).

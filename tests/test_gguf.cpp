@@ -4,6 +4,7 @@
 // error that names the problem (tests/fuzz/gguf_fuzzer.cpp fuzzes the parser).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "kiln/io/gguf.h"
 #include "kiln/io/gguf_quants.h"
 #include "kiln/io/gguf_writer.h"
+#include "kiln/nn/layers.h"
 #include "kiln/text/gguf_vocab.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/gguf_architectures.h"
@@ -29,6 +31,21 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/small.gguf";
+
+// The bytes of a file's matrices (two or more dimensions) of `type`.
+size_t matrix_bytes(const GgufFile& file, GgufType type) {
+  size_t n = 0;
+  for (const GgufTensorInfo& t : file.header().tensors)
+    if (t.type == type && t.dims.size() >= 2) n += t.bytes;
+  return n;
+}
+
+void expect_near_each(const std::vector<float>& got, const std::vector<float>& want, double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
+  EXPECT_LT(worst, tolerance);
+}
 
 std::vector<uint8_t> fixture_bytes() {
   std::ifstream in(kFixture, std::ios::binary);
@@ -170,10 +187,21 @@ TEST(GgufModels, ALlamaFileIsTheModelOfItsFolder) {
   const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42, 42, 7, 600, 2, 31};
   const auto want = models::next_token_log_probabilities(*folder.model, ids);
   EXPECT_EQ(models::next_token_log_probabilities(*models::load_gguf_language_model(f32), ids), want);
-  // F16: the weights rounded to half precision, so near; run in f32 unless asked otherwise (widened exactly).
+  // F16: the weights rounded to half precision, so near; the matrices kept at 2 bytes unless a dtype is asked
+  // for (then widened exactly): the same model either way.
   const GgufFile f16 = GgufFile::open(dir + "/model-f16.gguf");
-  const auto half = models::next_token_log_probabilities(*models::load_gguf_language_model(f16), ids);
-  EXPECT_EQ(half, models::next_token_log_probabilities(*models::load_gguf_language_model(f16, DType::f32), ids));
+  const auto kept = models::load_gguf_language_model(f16);
+  size_t half_bytes = 0;
+  kept->for_each_module([&](const std::string&, nn::Module& m) {
+    if (auto* w = dynamic_cast<nn::WeightModule*>(&m); w && w->quantized) {
+      EXPECT_EQ(w->quantized->format, QuantFormat::f16);
+      half_bytes += w->quantized->bytes();
+    }
+  });
+  EXPECT_EQ(half_bytes, matrix_bytes(f16, GgufType::F16));
+  const auto half = models::next_token_log_probabilities(*kept, ids);
+  expect_near_each(half, models::next_token_log_probabilities(*models::load_gguf_language_model(f16, DType::f32), ids),
+                   1e-5);
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(half[i] - want[i])));
   EXPECT_LT(worst, 0.01);
@@ -244,6 +272,8 @@ TEST(GgufModels, EachArchitectureIsTheModelTransformersRuns) {
       worst = std::max(worst, std::abs(double(lp[t * size_t(vocab) + size_t(ids[t + 1])]) -
                                        want["logprobs"][t].get<double>()));
     EXPECT_LT(worst, 1e-4);
+    // The matrices kept at 2 bytes (the default), multiplied in f32: the same model.
+    expect_near_each(models::next_token_log_probabilities(*models::load_gguf_language_model(file), ids), lp, 1e-5);
     // Run as the file's F16 too (norms and routers narrowed, the products in half precision): near on average
     // (a mixture's router may pick another expert for a token or two).
     const auto half = models::load_gguf_language_model(file, DType::f16);

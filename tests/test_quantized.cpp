@@ -17,6 +17,8 @@
 #include "kiln/backend/backend.h"
 #include "kiln/core/quantized.h"
 #include "kiln/core/quantized_k.h"
+#include "kiln/backend/batch_invariant.h"
+#include "kiln/cpu/few_rows_product.h"
 #include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/quantized_gemm.h"
 #include "kiln/cpu/quantized_matmul.h"
@@ -344,6 +346,55 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
       EXPECT_GT(total, 1e-3 * double(M * N));  // products of substance
     }
   }
+}
+
+// f16 weights (a GGUF file's F16 matrices, kept at 2 bytes): a few rows are
+// few_rows_times_f32's bits on the widened weights (each row's sums the same
+// whatever the other rows, in batch-invariant mode at any count), more rows
+// the f32 product of the widened weights, also across several of the
+// widened panels; lookups give the widened rows.
+TEST(Quantized, HalfWeightsMultiplyAsTheirWidenedValues) {
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{37, 100}, {1100, 512}}) {
+    SCOPED_TRACE(std::to_string(N) + " x " + std::to_string(K));
+    const Tensor half = Tensor::from_vector(random_values(size_t(N * K), 41, 0.1f), {N, K}).to(DType::f16);
+    const QuantizedMatrix q = half_matrix(half, DType::f32);
+    EXPECT_EQ(q.bytes(), size_t(N * K * 2));
+    EXPECT_EQ(quantized_bytes(QuantFormat::f16, N, K), q.bytes());
+    const std::vector<float> wide = half.to(DType::f32).to_vector<float>();
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t n : {int64_t(0), N / 2, N - 1}) {
+      dequantize_row(q, n, row.data());
+      ASSERT_TRUE(std::equal(row.begin(), row.end(), wide.begin() + n * K)) << n;
+    }
+    const Tensor ids = Tensor::from_vector(std::vector<int64_t>{N - 1, 0, 3}, {3});
+    EXPECT_EQ(quantized_embedding(q, ids).to_vector<float>(), embedding(half.to(DType::f32), ids).to_vector<float>());
+    for (int64_t M : {1, 2, 5, 8, 9, 40}) {
+      SCOPED_TRACE("M=" + std::to_string(M));
+      const auto x = random_values(size_t(M * K), 42, 2.0f);
+      const std::vector<float> got =
+          quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double exact = 0, magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            exact += double(x[size_t(m * K + k)]) * wide[size_t(n * K + k)];
+            magnitude += std::abs(double(x[size_t(m * K + k)]) * wide[size_t(n * K + k)]);
+          }
+          ASSERT_NEAR(got[size_t(m * N + n)], exact, 1e-5 * magnitude + 1e-6) << "(" << m << ", " << n << ")";
+        }
+      std::vector<float> few(size_t(M * N));
+      cpu::few_rows_times_f32(M, N, K, 1.0f, x.data(), K, wide.data(), K, 0.0f, few.data(), N);
+      if (M <= cpu::kFewRowsF16) {
+        EXPECT_EQ(got, few);
+      }
+      set_batch_invariant(true);
+      const std::vector<float> invariant =
+          quantized_linear(Tensor::from_vector(x, {M, K}), q, Tensor()).to_vector<float>();
+      set_batch_invariant(false);
+      EXPECT_EQ(invariant, few);
+    }
+  }
+  EXPECT_THROW(half_matrix(Tensor::from_vector(random_values(6, 1), {2, 3}), DType::f32), Error);  // not f16
 }
 
 // LoRA on a quantized base: the weights stay frozen, and the input's gradient

@@ -72,7 +72,7 @@ bool dtype_is_floating(DType t) {
 }
 
 // IEEE half conversions, written out so the CPU needs no F16C instructions.
-float f16_to_float(uint16_t h) {
+float f16_to_float_portable(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -96,7 +96,7 @@ float f16_to_float(uint16_t h) {
   return f;
 }
 
-uint16_t float_to_f16(float f) {
+uint16_t float_to_f16_portable(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;

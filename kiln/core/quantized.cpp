@@ -18,6 +18,7 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::q4_1: return "q4_1";
     case QuantFormat::q5_0: return "q5_0";
     case QuantFormat::q5_1: return "q5_1";
+    case QuantFormat::f16: return "f16";
     case QuantFormat::q2_k: return "q2_k";
     case QuantFormat::q3_k: return "q3_k";
     case QuantFormat::q4_k: return "q4_k";
@@ -60,6 +61,7 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::q4_1: return size_t(rows * padded / 2 + rows * blocks * 8);
     case QuantFormat::q5_0: return size_t(rows * blocks * (kFiveBitBlockBytes + 4));
     case QuantFormat::q5_1: return size_t(rows * blocks * (kFiveBitBlockBytes + 8));
+    case QuantFormat::f16: return size_t(rows * cols * 2);
     case QuantFormat::q2_k:
     case QuantFormat::q3_k:
     case QuantFormat::q4_k:
@@ -136,8 +138,26 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
   return q;
 }
 
+QuantizedMatrix half_matrix(const Tensor& values, DType dtype) {
+  KILN_CHECK(values.dtype() == DType::f16 && values.dim() == 2 && values.is_contiguous() && values.device().is_cpu(),
+             "half_matrix: takes a contiguous f16 matrix on the CPU, got ", dtype_name(values.dtype()), " ",
+             shape_str(values.shape()));
+  QuantizedMatrix q;
+  q.format = QuantFormat::f16;
+  q.rows = values.size(0);
+  q.cols = values.size(1);
+  q.dtype = dtype;
+  q.data = values;
+  return q;
+}
+
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   KILN_CHECK(q.data.device().is_cpu(), "dequantize_row: the matrix is on ", q.data.device().str());
+  if (q.half()) {
+    const auto* data = static_cast<const uint16_t*>(q.data.data_ptr()) + row * q.cols;
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = f16_to_float(data[c]);
+    return;
+  }
   const int64_t padded = q.padded_cols();
   if (q.k_quant()) {
     const int64_t bytes = k_block_bytes(q.format), per_row = q.cols / kSuperBlock;

@@ -19,6 +19,12 @@
 //        (q5_0); u in [0, 15] (int4's packing) or [0, 31] (int4's packing of
 //        the low 4 bits, then the 32 fifth bits as a little-endian word,
 //        bit c for column c: 20 bytes a group).
+//  f16: IEEE half precision, 2 bytes a weight (a GGUF file's F16 matrices,
+//        which `data` holds as f16 [rows, cols], unpadded, often a view of
+//        the file), multiplied with f32 activations as llama.cpp multiplies
+//        them: read at 2 bytes, widened in registers (kiln/cpu/few_rows_product.h).
+//        Not quantized, but like the others a stored form that only the
+//        CPU's products and lookups read.
 //  q2_k .. q6_k: ggml's K-quants, read from GGUF files (not made by
 //        quantize_matrix): `data` holds the file's blocks of 256 as they are
 //        (kiln/core/quantized_k.h), the columns a multiple of 256.
@@ -34,7 +40,10 @@
 
 namespace kiln {
 
-enum class QuantFormat : uint8_t { int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };  // K-quants last
+enum class QuantFormat : uint8_t {
+  int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, f16,
+  q2_k, q3_k, q4_k, q5_k, q6_k  // K-quants last
+};
 constexpr int64_t kQuantBlock = 32;
 constexpr int64_t kFiveBitBlockBytes = kQuantBlock / 2 + 4;  // q5_0, q5_1: the nibbles, then the fifth bits
 
@@ -62,8 +71,9 @@ struct QuantizedMatrix {
   int64_t rows = 0, cols = 0;  // the float matrix's shape
   DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
   Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4, q4_1 [rows, padded cols / 2];
-                  //     q5_0, q5_1 [rows, padded cols / 32 * 20]; K-quants [rows, cols / 256 * block bytes]
-  Tensor scales;  // f32: int8 [rows]; the others of 32 [rows, padded cols / 32]; K-quants: undefined (in the blocks)
+                  //     q5_0, q5_1 [rows, padded cols / 32 * 20]; K-quants [rows, cols / 256 * block bytes];
+                  // f16 [rows, cols] for f16
+  Tensor scales;  // f32: int8 [rows]; the others of 32 [rows, padded cols / 32]; K-quants, f16: undefined
   Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
   Tensor mins;    // f32 [rows, padded cols / 32] for q4_1 and q5_1, else undefined
 
@@ -74,6 +84,7 @@ struct QuantizedMatrix {
   bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
   bool five_bit() const { return format == QuantFormat::q5_0 || format == QuantFormat::q5_1; }
   bool k_quant() const { return format >= QuantFormat::q2_k; }
+  bool half() const { return format == QuantFormat::f16; }
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives
@@ -82,6 +93,9 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols);
 
 // Quantizes a contiguous f32 matrix [rows, cols] on the CPU (the weights as loaded).
 QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols, QuantFormat format, DType dtype);
+// A contiguous f16 matrix [rows, cols] kept as it is (format f16, a view of
+// `values`), whose products and lookups give `dtype`.
+QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
 // Row r of the matrix as f32 (cols values): what a lookup and the reference product read.
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out);
 

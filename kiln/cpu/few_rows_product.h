@@ -18,6 +18,11 @@ namespace kiln::cpu {
 void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc);
 
+// The same with IEEE f16 weights (a GGUF file's F16 matrices, widened in
+// registers by F16C's vcvtph2ps).
+void few_rows_times_f16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const uint16_t* w,
+                        int64_t ldw, float beta, float* c, int64_t ldc);
+
 // The same with f32 weights, for one or two decoding streams (both rows
 // read each weight once): an f32 SmolLM-135M-shaped model decodes at 1.30x
 // the tokens/s of oneDNN's SGEMM at 2 threads and at 1.0x at one
@@ -37,5 +42,7 @@ constexpr int64_t kFewRowsF32 = 2;
 // allocates on every call, which a batched decoding step then would.
 constexpr int64_t kFewRowsBf16 = 8;
 constexpr int64_t kFewRowsBf16Native = 4;
+// f16 weights the same (widening f16 is one instruction, bf16's two).
+constexpr int64_t kFewRowsF16 = kFewRowsBf16;
 
 }  // namespace kiln::cpu

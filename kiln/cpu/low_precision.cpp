@@ -68,6 +68,7 @@ void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   simd_kernel([&] { narrow(src, dst, n, true); });
 }
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { widen(src, dst, n, false); }
 
 bool convert_contiguous(const Tensor& src, Tensor& dst) {
   const bool up = is_low_precision(src.dtype()) && dst.dtype() == DType::f32;

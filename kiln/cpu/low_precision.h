@@ -53,6 +53,7 @@ class F32Staging {
 // tensors: memory then sees 2 bytes per element each way, not 2 + 4 + 4.
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
 // dst = src when one is f32 and the other bf16/f16, both contiguous and of
 // one shape (autocast's casts, staging): vectorised, over the pool. False,

@@ -2,12 +2,14 @@
 // for f64). A transposed view of the last two dims is passed to GEMM as a
 // transpose flag rather than copied; any other layout is made contiguous
 // first. Bias and GELU are applied after the GEMM. bf16 operands are
-// multiplied as they are where the CPU has bf16 instructions, and a few rows
-// against a weight-shaped operand on every CPU (few_rows_product.h), as are
-// one or two f32 rows against an f32 weight (decoding); elsewhere bf16
-// operands are widened for the f32 GEMM, a 2-D b a panel at a time. In
+// multiplied as they are where the CPU has bf16 instructions, and bf16 or
+// f16 ones as a few rows against a weight-shaped operand on every CPU
+// (few_rows_product.h), as are one or two f32 rows against an f32 weight
+// (decoding); elsewhere they are widened for the f32 GEMM, a 2-D b a panel
+// at a time (widened_panels.h). In
 // batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "kiln/cpu/gemm.h"
 #include "kiln/cpu/invariant_gemm.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/widened_panels.h"
 
 namespace kiln::cpu {
 
@@ -46,31 +49,45 @@ bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
   return false;
 }
 
-// Decoding's bf16 products: a few rows of a against b = w^T, w's rows
-// contiguous (a Linear's weight), read as bf16 by few_rows_times_bf16.
-bool few_rows_apply(int64_t M, const BlasMatrix& mb) {
-  return M <= (bf16_gemm_available() ? kFewRowsBf16Native : kFewRowsBf16) && mb.transposed && !batch_invariant();
+// The 16-bit float types the products below read as they are (bf16, f16), if t is one.
+std::optional<Wide16> wide16(DType t) {
+  if (t == DType::bf16) return Wide16::bf16;
+  if (t == DType::f16) return Wide16::f16;
+  return std::nullopt;
+}
+float widened(uint16_t v, Wide16 type) { return type == Wide16::bf16 ? bf16_to_float(v) : f16_to_float(v); }
+uint16_t narrowed(float v, Wide16 type) { return type == Wide16::bf16 ? float_to_bf16(v) : float_to_f16(v); }
+
+// Decoding's 16-bit products: a few rows of a against b = w^T, w's rows
+// contiguous (a Linear's weight), read at 2 bytes by few_rows_times_bf16 / _f16.
+bool few_rows_apply(int64_t M, const BlasMatrix& mb, Wide16 type) {
+  const int64_t rows = type == Wide16::f16 ? kFewRowsF16 : bf16_gemm_available() ? kFewRowsBf16Native : kFewRowsBf16;
+  return M <= rows && mb.transposed && !batch_invariant();
 }
 
 // c (f32 [M, N]) = alpha * a · b + beta * c, a's M x K block widened to f32 rows.
 void few_rows_into_f32(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
-                       const uint16_t* b, const BlasMatrix& mb, float beta, float* c) {
+                       const uint16_t* b, const BlasMatrix& mb, Wide16 type, float beta, float* c) {
   thread_local std::vector<float> rows;  // kept: decoding calls this hundreds of times a token
   rows.resize(size_t(M * K));
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) rows[size_t(m * K + k)] = bf16_to_float(ma.transposed ? a[k * ma.ld + m] : a[m * ma.ld + k]);
-  few_rows_times_bf16(M, N, K, alpha, rows.data(), K, b, mb.ld, beta, c, N);
+    for (int64_t k = 0; k < K; ++k)
+      rows[size_t(m * K + k)] = widened(ma.transposed ? a[k * ma.ld + m] : a[m * ma.ld + k], type);
+  (type == Wide16::bf16 ? few_rows_times_bf16 : few_rows_times_f16)(M, N, K, alpha, rows.data(), K, b, mb.ld, beta, c,
+                                                                     N);
 }
 
-// The same into a bf16 c, rounded once after the optional f32 bias, as gemm_bf16 does.
-void few_rows_into_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
-                        const uint16_t* b, const BlasMatrix& mb, float beta, uint16_t* c, const float* bias) {
+// The same into a 16-bit c, rounded once after the optional f32 bias, as gemm_bf16 does.
+void few_rows_into_16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, const BlasMatrix& ma,
+                      const uint16_t* b, const BlasMatrix& mb, Wide16 type, float beta, uint16_t* c,
+                      const float* bias) {
   thread_local std::vector<float> sums;
   sums.resize(size_t(M * N));
-  if (beta != 0.0f) bf16_to_f32(c, sums.data(), M * N);
-  few_rows_into_f32(M, N, K, alpha, a, ma, b, mb, beta, sums.data());
+  if (beta != 0.0f)
+    for (int64_t i = 0; i < M * N; ++i) sums[size_t(i)] = widened(c[i], type);
+  few_rows_into_f32(M, N, K, alpha, a, ma, b, mb, type, beta, sums.data());
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) c[m * N + n] = float_to_bf16(sums[size_t(m * N + n)] + (bias ? bias[n] : 0.0f));
+    for (int64_t n = 0; n < N; ++n) c[m * N + n] = narrowed(sums[size_t(m * N + n)] + (bias ? bias[n] : 0.0f), type);
 }
 
 // After the GEMM, one parallel pass over the output rows: + bias, then GELU
@@ -100,8 +117,9 @@ void epilogue(T* cp, int64_t rows, int64_t N, const T* bias, const Tensor& out, 
 }
 
 // The product proper. a and b share a dtype; out (and bias, pre_gelu) have
-// it too, except that bf16 operands write an f32 out, or a bf16 out with an
-// f32 bias and no GELU (gemm_bf16).
+// it too, except that bf16 or f16 operands write an f32 out, or one of their
+// own dtype with an f32 bias and no GELU (gemm_bf16, few_rows_into_16); f16
+// operands only as a few rows.
 void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
   check_cpu(a_in, "matmul");
   check_cpu(b_in, "matmul");
@@ -126,11 +144,12 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
                "matmul: batch dims must already be broadcast to the output's");
     batch *= out.shape()[d];
   }
-  const bool bf16_operands = a.dtype() == DType::bf16;
-  const bool bf16_out = bf16_operands && out.dtype() == DType::bf16 && !args.gelu;
-  KILN_CHECK(b.dtype() == a.dtype() && (bf16_out || out.dtype() == (bf16_operands ? DType::f32 : a.dtype())),
+  const std::optional<Wide16> wide = wide16(a.dtype());
+  const bool bf16_operands = wide == Wide16::bf16;
+  const bool out_16 = wide && out.dtype() == a.dtype() && !args.gelu;
+  KILN_CHECK(b.dtype() == a.dtype() && (out_16 || out.dtype() == (wide ? DType::f32 : a.dtype())),
              "matmul: dtypes of a, b and out must match");
-  const DType bias_dtype = bf16_operands ? DType::f32 : a.dtype();
+  const DType bias_dtype = wide ? DType::f32 : a.dtype();
   KILN_CHECK(!args.bias.defined() ||
                  (args.bias.numel() == N && args.bias.is_contiguous() && args.bias.dtype() == bias_dtype),
              "matmul: bias must be a contiguous [", N, "] tensor of dtype ", dtype_name(bias_dtype));
@@ -150,15 +169,17 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
   };
   const uint16_t* a16 = bits16(a);
   const uint16_t* b16 = bits16(b);
-  const bool few_rows = bf16_operands && few_rows_apply(M, mb);
+  const bool few_rows = wide && few_rows_apply(M, mb, *wide);
+  KILN_CHECK(few_rows || !wide || bf16_operands, "matmul: f16 operands are multiplied as a few rows only");
   const bool few_rows_f32 = a.dtype() == DType::f32 && M <= kFewRowsF32 && mb.transposed && !ma.transposed &&
                             !batch_invariant();
-  if (bf16_out) {  // the bias goes into the product, before its one rounding
+  if (out_16) {  // the bias goes into the product, before its one rounding
     const float* bias = args.bias.defined() ? args.bias.data<float>() : nullptr;
     uint16_t* c16 = bits16(out);
     return each_product([&](int64_t i, int64_t oa, int64_t ob) {
       if (few_rows)
-        return few_rows_into_bf16(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, args.beta, c16 + i * M * N, bias);
+        return few_rows_into_16(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, *wide, args.beta, c16 + i * M * N,
+                                bias);
       gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld, args.beta,
                 c16 + i * M * N, N, bias);
     });
@@ -169,7 +190,7 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
     each_product([&](int64_t i, int64_t oa, int64_t ob) {
       if constexpr (std::is_same_v<T, float>) {
         if (few_rows)
-          return few_rows_into_f32(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, args.beta, cp + i * M * N);
+          return few_rows_into_f32(M, N, K, args.alpha, a16 + oa, ma, b16 + ob, mb, *wide, args.beta, cp + i * M * N);
         if (bf16_operands)
           return gemm_bf16(ma.transposed, mb.transposed, M, N, K, args.alpha, a16 + oa, ma.ld, b16 + ob, mb.ld,
                            args.beta, cp + i * M * N, N);
@@ -189,15 +210,13 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
   });
 }
 
-// bf16 operands widened for the f32 GEMM, a beyond few rows on a CPU without
-// fast bf16 products: a (activations) whole, b (a weight) a panel of
-// columns at a time into a buffer each thread keeps. Staging b whole wrote
-// twice its bytes to fresh memory every call: a 512-token bf16 prompt of
-// TinyLlama's shape spent 38% of its time in those copies. Two-dim only.
+// bf16 or f16 operands widened for the f32 GEMM, a beyond few rows on a CPU
+// without fast products of theirs: a (activations) whole, b (a weight) a
+// panel at a time (widened_panels.h). Two-dim only.
 bool widens_in_panels(const Tensor& a, const Tensor& b) {
   BlasMatrix mb;
-  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && a.dim() == 2 && b.dim() == 2 &&
-         !batch_invariant() && as_blas_matrix(b, mb);
+  return wide16(a.dtype()) && b.dtype() == a.dtype() && a.dim() == 2 && b.dim() == 2 && !batch_invariant() &&
+         as_blas_matrix(b, mb);
 }
 
 void product_widening_panels(const Tensor& a32, const Tensor& b16, Tensor& out, const MatmulArgs& args) {
@@ -208,27 +227,9 @@ void product_widening_panels(const Tensor& a32, const Tensor& b16, Tensor& out, 
              shape_str(b16.shape()), " into ", shape_str(out.shape()));
   BlasMatrix mb;
   as_blas_matrix(b16, mb);
-  const uint16_t* b = bits16(b16);
   float* c = out.data<float>();
-  // Panels of about 2 MB of f32 (in L2 or L3 while the GEMM reads them).
-  const int64_t width = std::clamp<int64_t>((int64_t(1) << 19) / std::max<int64_t>(K, 1), 16, 1024);
-  thread_local std::vector<float> kept;
-  kept.resize(size_t(width * K));
-  float* panel = kept.data();  // (the calling thread's: the pool's threads below have their own thread_locals)
-  for (int64_t n0 = 0; n0 < N; n0 += width) {
-    const int64_t nb = std::min(width, N - n0);
-    // The panel as GEMM's b: a weight's rows n0.. (b transposed) or columns n0.. of a [K, N] matrix.
-    if (mb.transposed) {
-#pragma omp parallel for schedule(static) if (nb * K > 32768)
-      for (int64_t n = 0; n < nb; ++n) bf16_to_f32(b + (n0 + n) * mb.ld, panel + n * K, K);
-    } else {
-#pragma omp parallel for schedule(static) if (nb * K > 32768)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < nb; ++n) panel[k * nb + n] = bf16_to_float(b[k * mb.ld + n0 + n]);
-    }
-    gemm(false, mb.transposed, M, nb, K, args.alpha, a32.data<float>(), K, panel, mb.transposed ? K : nb,
-         args.beta, c + n0, N);
-  }
+  gemm_widening_panels(M, N, K, args.alpha, a32.data<float>(), bits16(b16), mb.transposed, mb.ld, *wide16(b16.dtype()),
+                       args.beta, c);
   epilogue(c, M, N, args.bias.defined() ? args.bias.data<float>() : nullptr, out, args);
 }
 
@@ -237,16 +238,19 @@ void product_widening_panels(const Tensor& a32, const Tensor& b16, Tensor& out, 
 bool CpuBackend::fast_bf16_to_f32_matmul() const { return bf16_gemm_available(); }
 
 namespace {
-// bf16 operands read as they are: on a CPU with fast bf16 products, or a few
-// rows against a weight (product() takes few_rows_into_*). (Not in
-// batch-invariant mode: bf16 operands are widened for the invariant f32 GEMM.)
+// bf16 or f16 operands read as they are: bf16 on a CPU with fast bf16
+// products, or a few rows against a weight (product() takes
+// few_rows_into_*). (Not in batch-invariant mode: they are widened for the
+// invariant f32 GEMM.)
 bool multiplies_natively(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != DType::bf16 || b.dtype() != DType::bf16 || batch_invariant()) return false;
+  const std::optional<Wide16> wide = wide16(a.dtype());
+  if (!wide || b.dtype() != a.dtype() || batch_invariant()) return false;
   BlasMatrix mb;
-  return bf16_gemm_available() || (as_blas_matrix(b, mb) && few_rows_apply(a.size(-2), mb));
+  return (wide == Wide16::bf16 && bf16_gemm_available()) ||
+         (as_blas_matrix(b, mb) && few_rows_apply(a.size(-2), mb, *wide));
 }
-bool straight_into_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
-  return multiplies_natively(a, b) && out.dtype() == DType::bf16 && !args.gelu;
+bool straight_into_16(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
+  return multiplies_natively(a, b) && out.dtype() == a.dtype() && !args.gelu;
 }
 }  // namespace
 
@@ -254,7 +258,7 @@ std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor&
                                                   const MatmulArgs& args) {
   if (!any_low_precision({&a, &b, &out, &args.bias, &args.pre_gelu})) return {};
   std::vector<const Tensor*> staged{&args.bias};
-  if (straight_into_bf16(a, b, out, args)) return staged;
+  if (straight_into_16(a, b, out, args)) return staged;
   staged.insert(staged.end(), {&args.pre_gelu, &out});
   if (multiplies_natively(a, b)) return staged;
   staged.push_back(&a);
@@ -265,14 +269,15 @@ std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor&
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
   if (!any_low_precision({&a_in, &b_in, &out, &args.bias, &args.pre_gelu})) return product(a_in, b_in, out, args);
   // bf16/f16: the product and its epilogue in f32 on staged copies
-  // (low_precision.h), except that bf16 operands stay bf16 where the CPU
-  // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed).
+  // (low_precision.h), except that operands stay as they are where the CPU
+  // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed; a few
+  // rows), and that a weight is widened a panel at a time.
   // (matmul_staged_operands says the same, for the meta device.)
   const bool native = multiplies_natively(a_in, b_in);
   in_f32([&](F32Staging& s) {
     MatmulArgs f32_args = args;
     f32_args.bias = s.in(args.bias);
-    if (straight_into_bf16(a_in, b_in, out, args)) return product(a_in, b_in, out, f32_args);
+    if (straight_into_16(a_in, b_in, out, args)) return product(a_in, b_in, out, f32_args);
     f32_args.pre_gelu = s.out(args.pre_gelu);
     Tensor& f32_out = s.out(out, /*accumulate=*/args.beta != 0.0f);
     if (native)

@@ -28,8 +28,11 @@
 #include "kiln/core/half.h"
 #include "kiln/cpu/cpu_backend.h"
 #include "kiln/cpu/dispatch.h"
+#include "kiln/cpu/few_rows_product.h"
 #include "kiln/cpu/kquant_matmul.h"
+#include "kiln/cpu/low_precision.h"
 #include "kiln/cpu/quantized_gemm.h"
+#include "kiln/cpu/widened_panels.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -561,6 +564,8 @@ const char* quant_dot_name(QuantDot dot) {
 
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
   if (w.k_quant()) return kquant_matmul_rows(x, M, w, out, dot);
+  if (w.half())
+    return few_rows_times_f16(M, w.rows, w.cols, 1.0f, x, w.cols, bits16(w.data), w.cols, 0.0f, out, w.rows);
   const Levels levels = levels_of(w.format);
   thread_local QuantizedActivations kept;
   QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
@@ -573,7 +578,10 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
              "quantized_matmul (cpu): x and out must be contiguous f32");
   const int64_t M = x.size(0);
   const QuantDot dot = quant_dot_in_use();
-  if (M < gemm_rows(dot) || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+  if (w.half() && M > kFewRowsF16 && !batch_invariant())  // (f16 weights: no integer products)
+    return gemm_widening_panels(M, w.rows, w.cols, 1.0f, x.data<float>(), bits16(w.data), true, w.cols, Wide16::f16,
+                                0.0f, out.data<float>());
+  if (M < gemm_rows(dot) || w.half() || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
     return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), dot);
   quantized_gemm(x.data<float>(), M, w, out.data<float>(), dot);
 }

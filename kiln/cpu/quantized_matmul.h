@@ -21,7 +21,8 @@ const char* quant_dot_name(QuantDot dot);
 // out [M, N] f32 = x [M, K] f32 (contiguous) times w^T, w [N, K]: each row of
 // x quantized to int8 per block of 32 (ggml's Q8_0), integer products per
 // block, f32 sums in a fixed order (the result does not depend on the thread
-// count or the path).
+// count or the path). f16 weights take few_rows_times_f16 instead (f32 sums
+// of the widened weights).
 void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot);
 
 // One block of an activation row to int8 levels (scale max|x| / 127):

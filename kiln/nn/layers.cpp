@@ -85,6 +85,10 @@ void WeightModule::dequantize() {
   quantized.reset();
 }
 
+void WeightModule::before_move(Device device) {
+  if (quantized && quantized->half() && device.is_cuda()) dequantize();
+}
+
 void WeightModule::set_quantized(std::shared_ptr<const QuantizedMatrix> q) {
   if (weight.defined())
     KILN_CHECK(q->rows == weight.size(0) && q->cols == weight.size(1), "quantized weights [", q->rows, ", ", q->cols,

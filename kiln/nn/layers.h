@@ -19,6 +19,11 @@ class WeightModule : public Module {
   void dequantize();
   Tensor weight;
   std::shared_ptr<const QuantizedMatrix> quantized;
+
+ protected:
+  // f16 weights (a GGUF file's, kept at 2 bytes for the CPU's products)
+  // become a parameter again for a GPU, which multiplies floats.
+  void before_move(Device device) override;
 };
 
 class Linear : public WeightModule {

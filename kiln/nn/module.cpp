@@ -86,6 +86,7 @@ void move_tensor_in_place(Tensor& t, Device device, DType dtype) {
 }
 
 void Module::to(Device device) {
+  for_each_module([&](const std::string&, Module& m) { m.before_move(device); });
   for (auto& [n, p] : named_parameters()) move_tensor_in_place(p, device, p.dtype());
 }
 

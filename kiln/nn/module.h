@@ -50,6 +50,10 @@ class Module {
   virtual void use_dropout_generator(const std::shared_ptr<Generator>& gen);
 
  protected:
+  // Called on each module by to(device) before the parameters move: a
+  // module holding weights in a form only the CPU reads makes them
+  // parameters again here (WeightModule).
+  virtual void before_move(Device) {}
   Tensor register_parameter(const std::string& name, Tensor t);
   // Forgets a parameter (its weights now live elsewhere: quantized).
   void drop_parameter(const std::string& name);

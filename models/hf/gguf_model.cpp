@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "kiln/autograd/ops.h"
 #include "kiln/core/error.h"
@@ -78,9 +79,15 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
     model = find_causal_lm_family(config["model_type"].get<std::string>())->build(config);
   }
   // llama.cpp keeps norms in F32 beside F16/BF16 matrices; a model runs in one dtype: bf16 for a BF16 file, else
-  // f32 (quantized products give f32). An F16 file's weights are widened once, exactly: the CPU has no fast
-  // half-precision products, and a SmolLM-135M-shaped F16 file run in f16 decoded 18x slower than in f32.
+  // f32 (quantized products give f32). An F16 file's matrices, by default, stay f16 in that f32 model
+  // (kiln/core/quantized.h's f16 format: read at 2 bytes and widened in registers, the activations f32, as
+  // llama.cpp runs them); a dtype asked for (fine-tuning, export) makes them parameters of that dtype.
+  const bool keep_half = !dtype;
   if (!dtype) dtype = file.find("token_embd.weight")->type == GgufType::BF16 ? DType::bf16 : DType::f32;
+  std::set<std::string> matrices;  // the weights of linear layers and embeddings: what may stay f16
+  model->for_each_module([&](const std::string& prefix, nn::Module& m) {
+    if (dynamic_cast<nn::WeightModule*>(&m)) matrices.insert(prefix + "weight");
+  });
   const GgufArchitecture& arch = gguf_architecture(file.metadata());
   const int64_t heads = arch.permuted_qk ? config["num_attention_heads"].get<int64_t>() : 0;
   const int64_t kv_heads = arch.permuted_qk ? config["num_key_value_heads"].get<int64_t>() : 0;
@@ -102,6 +109,14 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
       const Tensor blocks = file.tensor(t.name);
       for (int64_t e = 0; e < count; ++e) {
         QuantizedMatrix q = gguf_to_quantized(t.type, blocks.slice(0, e * rows, (e + 1) * rows), rows, cols, *dtype);
+        quantized.emplace(part_name(e), permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
+      }
+      continue;
+    }
+    if (keep_half && t.type == GgufType::F16 && matrices.contains(part_name(0))) {
+      const Tensor values = file.tensor(t.name).view({count * rows, cols});
+      for (int64_t e = 0; e < count; ++e) {
+        QuantizedMatrix q = half_matrix(values.slice(0, e * rows, (e + 1) * rows), *dtype);
         quantized.emplace(part_name(e), permuted_heads ? unpermute(std::move(q), permuted_heads) : std::move(q));
       }
       continue;
