@@ -42,6 +42,8 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes"},
       {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes"},
       {"ibm-granite-granite-4.0.jinja", "hermes"},
+      // Renders no calls; its tools prompt asks for <|tool_call|> and a JSON list.
+      {"ibm-granite-granite-3.3-2B-Instruct.jinja", "granite-3.3"},
       {"MiMo-VL.jinja", "hermes"},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"},
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral-v11"},
@@ -117,7 +119,13 @@ std::vector<Example> examples() {
       {"hermes", "<tool_call>\nnot a call", "<tool_call>\nnot a call", {}},
       {"mistral", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}, "
                   "{\"arguments\": {}, \"name\": \"late_name\"}]",
-       "", {{"get_weather", R"({"city": "Paris"})"}}},
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"late_name", "{}"}}},
+      // Granite 3.3 writes the arguments first: the call is read once its name is.
+      {"granite-3.3", "<|tool_call|>[{\"arguments\": {\"city\": \"Paris\"}, \"name\": \"get_weather\"}, "
+                      "{\"name\": \"get_time\", \"arguments\": {}}]",
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"granite-3.3", "<|tool_call|>[{\"arguments\": {\"city\": \"Paris\"}}]",
+       "<|tool_call|>[{\"arguments\": {\"city\": \"Paris\"}}]", {}},
       {"mistral-v11", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]abcDEF123[ARGS]{}",
        "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
       {"llama3-json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
@@ -244,6 +252,9 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
       {"mistral", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}",
        "{\"name\": \"get_time\", \"arguments\": {}}",
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\", \"city\": \"Paris\"}}]"},
+      {"granite-3.3", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+       "{\"name\": \"get_time\", \"arguments\": {}}",
+       "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}]"},
       {"mistral-v11", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "[TOOL_CALLS]get_time[ARGS]{}",
        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Llanfairpwllgwyngyll\"}"},
       {"llama3-json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",

@@ -15,7 +15,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker]
+// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker, announced]
 const std::vector<ToolCallFormat> kFormats = {
     // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
     {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
@@ -48,6 +48,10 @@ const std::vector<ToolCallFormat> kFormats = {
      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>", 0},
     {"apriel", "<tool_calls>[", "", "arguments", "", "", "", ", ", "]</tool_calls>", 0},
     {"nemotron-v2", "<TOOLCALL>[", "", "arguments", "", "", "", ", ", "]</TOOLCALL>", 0},
+    // Granite 3.3: its template renders no calls; its system prompt asks for a JSON list after <|tool_call|>
+    // (and the model writes each object's arguments before its name).
+    {"granite-3.3", "<|tool_call|>[", "", "arguments", "", "", "", ", ", "]", 0, "", "", "", "", "", false, "",
+     "<|tool_call|> followed by a JSON list"},
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
     // Kimi K2 (read in moonshotai's template; Instruct and Thinking answer the same way): functions.NAME:INDEX,
@@ -431,6 +435,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
   } else {
     if (Scan s = c.literal("{"); s != Scan::kDone) return s;
     bool named = false, argued = false;
+    std::string early_arguments;
     for (bool first = true;; first = false) {
       if (!first) {
         if (c.peek_literal("}") == Scan::kDone) {
@@ -445,18 +450,24 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       if (key == "name" && !named) {
         std::string name;
         if (Scan s = c.string(&name); s != Scan::kDone) return s;
-        calls.push_back({name, ""});
+        calls.push_back({name, std::move(early_arguments)});
         named = true;
-      } else if (key == f.args_key && named && !argued) {
+      } else if (key == f.args_key && !argued && !named) {
+        // Arguments before the name (Granite's order): the call is added, whole, once its name is read.
+        size_t start;
+        if (Scan s = c.object(&start); s != Scan::kDone) return s;
+        early_arguments = std::string(text.substr(start, c.pos() - start));
+        argued = true;
+      } else if (key == f.args_key && !argued) {
         if (Scan s = arguments(calls.back()); s != Scan::kDone) return s;
         argued = true;
       } else if (key == f.args_key) {
-        return Scan::kBad;  // arguments before the name, or twice
+        return Scan::kBad;  // arguments twice
       } else if (Scan s = c.skip_value(); s != Scan::kDone) {
         return s;
       }
     }
-    if (!argued) return Scan::kBad;
+    if (!argued || !named) return Scan::kBad;
   }
   return c.literal(f.call_end);
 }
@@ -512,6 +523,14 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
     for (const std::string& spelled : {call, with_id})
       if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
   }
+  std::string asked;
+  try {
+    asked = chat.render_json(json::array({messages[0]}), tools, true);
+  } catch (const Error&) {
+    return nullptr;
+  }
+  for (const auto& f : kFormats)
+    if (*f.announced && asked.find(f.announced) != std::string::npos) return &f;
   return nullptr;
 }
 

@@ -58,6 +58,10 @@ struct ToolCallFormat {
   // id (id_length lowercase letters and digits) before its name, and the
   // template takes that id back for the call's result.
   const char* name_marker = "";
+  // Granite 3.3: a template that renders no assistant's calls but tells the
+  // model, in the prompt it renders for tools, how to write them; this is
+  // that telling's text.
+  const char* announced = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -70,7 +74,9 @@ const std::vector<ToolCallFormat>& tool_call_formats();
 // "hermes, mistral, ..." for messages.
 std::string tool_call_format_list();
 // The format `chat` spells an assistant's tool call in, found by rendering
-// one; null when it spells none of the known ones (or takes no tools).
+// one (or, for a template that renders no calls, by the prompt it renders
+// for tools announcing one); null when it spells none of the known ones (or
+// takes no tools).
 const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat);
 
 // GBNF for a section of calls to `tools` (OpenAI's list of {"type":
