@@ -3,7 +3,8 @@
 # five): prompt tokens/s (512 tokens) and decode tokens/s (64 after 128), two interleaved rounds, a ratio
 # per round. The files are the SmolLM-135M shape's (bench/hf/run.sh makes its folder and F32 file):
 # convert_hf_to_gguf.py's F16/BF16, and llama-quantize's other types of the F32 file, made here once.
-#   BUILD_DIR=build LLAMA_CPP=DIR [LLAMA_BUILD=build] [T=2] bench/hf/every_type.sh [TYPES...]
+#   BUILD_DIR=build LLAMA_CPP=DIR [LLAMA_BUILD=build] [T=2] [ROUNDS=2] bench/hf/every_type.sh [TYPES...]
+# KILN_HF_BENCH_MODEL names another shape's folder (bench/hf/run.sh's, with its F32 file beside it).
 # AVX2: KILN_MAX_ISA=avx2 with LLAMA_BUILD naming a llama.cpp build made with
 # -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF.
 set -euo pipefail
@@ -34,7 +35,7 @@ llama() {  # FILE ARGS...
   "$BIN/llama-bench" -m "$file" "$@" -t "$T" -r 3 -o json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
 echo "# $(date -u +%FT%TZ)  $(lscpu | sed -n 's/^Model name: *//p')  $T threads  KILN_MAX_ISA=${KILN_MAX_ISA:-}"
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   for type in $types; do
     file="$MODEL-$type.gguf"
     kp="$(kiln "$file" 512 4 prefill_tokens_per_s)" lp="$(llama "$file" -p 512 -n 0)"
