@@ -5,6 +5,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/core/dtype.h"
+#include "kiln/cpu/dispatch.h"
 #include "kiln/cpu/isa.h"
 #include "kiln/cpu/spin_pool.h"
 #include "kiln/cpu/x86_intrinsics.h"
@@ -39,18 +40,13 @@ inline float sum_lanes(const __m256* lanes) {
 const bool kPrefetchWeights = !cpu_is_amd();
 #endif
 
-// IEEE half precision's bits, told apart from bf16's by type.
-struct Half {
-  uint16_t bits;
-};
-
 // A weight as f32: bf16 and f16 widened, f32 as it is.
 inline float weight_value(uint16_t w) { return bf16_to_float(w); }
-inline float weight_value(Half w) { return f16_to_float(w.bits); }
+inline float weight_value(f16_t w) { return f16_to_float(w.bits); }
 inline float weight_value(float w) { return w; }
 #ifdef KILN_X86_INTRINSICS
 inline __m256 weight_values(const uint16_t* w) { return widen_bf16x8(w); }
-inline __m256 weight_values(const Half* w) {
+inline __m256 weight_values(const f16_t* w) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
 }
 inline __m256 weight_values(const float* w) { return _mm256_loadu_ps(w); }
@@ -150,7 +146,7 @@ void few_rows_times_bf16(int64_t M, int64_t N, int64_t K, float alpha, const flo
 
 void few_rows_times_f16(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const uint16_t* w,
                         int64_t ldw, float beta, float* c, int64_t ldc) {
-  few_rows(M, N, K, alpha, a, lda, reinterpret_cast<const Half*>(w), ldw, beta, c, ldc);
+  few_rows(M, N, K, alpha, a, lda, reinterpret_cast<const f16_t*>(w), ldw, beta, c, ldc);
 }
 
 void few_rows_times_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* w,
