@@ -10,20 +10,58 @@ if(NOT KILN_FUZZ_CXX)
   return()
 endif()
 
-# kiln_fuzzer(NAME FUZZER_SOURCE SOURCES... [LIBS flags...]): builds
-# kiln_NAME_fuzzer and adds the test fuzz.NAME, seeded from tests/fuzz/corpus/NAME.
+# Sanitizer flags for every fuzzer object; libFuzzer's main() joins at the link.
+set(KILN_FUZZ_FLAGS -std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
+
+# kiln_fuzz_object(SOURCE OUT_VAR [flags...]): SOURCE compiled once with the
+# sanitizers, an object every fuzzer that lists it links, so the text sources
+# most fuzzers share build once and in parallel rather than once per fuzzer.
+function(kiln_fuzz_object source out_var)
+  set(object ${CMAKE_CURRENT_BINARY_DIR}/fuzz-objects/${source}.o)
+  set(${out_var} ${object} PARENT_SCOPE)
+  get_property(made GLOBAL PROPERTY KILN_FUZZ_OBJECTS)
+  if(object IN_LIST made)
+    return()
+  endif()
+  set_property(GLOBAL APPEND PROPERTY KILN_FUZZ_OBJECTS ${object})
+  get_filename_component(folder ${object} DIRECTORY)
+  file(MAKE_DIRECTORY ${folder})
+  add_custom_command(
+    OUTPUT ${object}
+    COMMAND ${KILN_FUZZ_CXX} ${KILN_FUZZ_FLAGS} ${ARGN} -I${CMAKE_CURRENT_SOURCE_DIR} -MD -MF ${object}.d
+            -c ${CMAKE_CURRENT_SOURCE_DIR}/${source} -o ${object}
+    DEPENDS ${source}
+    DEPFILE ${object}.d
+    COMMENT "Compiling ${source} for the fuzzers")
+endfunction()
+
+# kiln_fuzzer(NAME FUZZER_SOURCE SOURCES... [LIBS flags...] [DEFINES flags...]):
+# builds kiln_NAME_fuzzer and adds the test fuzz.NAME, seeded from
+# tests/fuzz/corpus/NAME. DEFINES apply to FUZZER_SOURCE alone.
 function(kiln_fuzzer name fuzzer)
-  cmake_parse_arguments(PARSE_ARGV 2 F "" "" "LIBS")
-  set(ARGN ${F_UNPARSED_ARGUMENTS})
+  cmake_parse_arguments(PARSE_ARGV 2 F "" "" "LIBS;DEFINES")
   set(binary ${CMAKE_CURRENT_BINARY_DIR}/kiln_${name}_fuzzer)
-  list(TRANSFORM ARGN PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/ OUTPUT_VARIABLE sources)
-  list(FILTER sources INCLUDE REGEX "\\.cpp$")  # the headers are only dependencies
+  set(sources ${F_UNPARSED_ARGUMENTS})
+  list(FILTER sources INCLUDE REGEX "\\.cpp$")  # the headers reach the objects through their depfiles
+  set(objects)
+  foreach(source ${sources})
+    kiln_fuzz_object(${source} object)
+    list(APPEND objects ${object})
+  endforeach()
+  # The fuzzer's own file differs by fuzzer (DEFINES), so it is an object of its own.
+  set(main ${CMAKE_CURRENT_BINARY_DIR}/fuzz-objects/${name}_main.o)
+  add_custom_command(
+    OUTPUT ${main}
+    COMMAND ${KILN_FUZZ_CXX} ${KILN_FUZZ_FLAGS} ${F_DEFINES} -I${CMAKE_CURRENT_SOURCE_DIR} -MD -MF ${main}.d
+            -c ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} -o ${main}
+    DEPENDS ${fuzzer}
+    DEPFILE ${main}.d
+    COMMENT "Compiling the ${name} fuzzer")
   add_custom_command(
     OUTPUT ${binary}
-    COMMAND ${KILN_FUZZ_CXX} -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${CMAKE_CURRENT_SOURCE_DIR} ${sources} ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} ${F_LIBS} -o ${binary}
-    DEPENDS ${ARGN} ${fuzzer}
-    COMMENT "Building the ${name} fuzzer with ${KILN_FUZZ_CXX}")
+    COMMAND ${KILN_FUZZ_CXX} -fsanitize=fuzzer,address,undefined ${main} ${objects} ${F_LIBS} -o ${binary}
+    DEPENDS ${main} ${objects}
+    COMMENT "Linking the ${name} fuzzer")
   add_custom_target(build_${name}_fuzzer ALL DEPENDS ${binary})
   set(corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name})
   file(MAKE_DIRECTORY ${corpus})
@@ -52,7 +90,7 @@ file(GLOB KILN_TEXT_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPEN
 kiln_fuzzer(tokenizer tests/fuzz/tokenizer_fuzzer.cpp ${KILN_TEXT_SOURCES} LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp apps/recipes/sft_data.h
             kiln/io/text_file.cpp kiln/io/text_file.h ${KILN_TEXT_SOURCES}
-            LIBS -lpcre2-8 -lutf8proc -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
+            LIBS -lpcre2-8 -lutf8proc DEFINES -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
 kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h
             models/hf/gguf_architectures.cpp models/hf/gguf_architectures.h models/llama/rope.cpp models/llama/rope.h
             ${KILN_TEXT_SOURCES}
