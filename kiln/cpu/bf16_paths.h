@@ -1,4 +1,4 @@
-// Which bf16 operands a CpuBackend method computes on as they are, and which
+// Which bf16 (and, for elementwise ops, f16) operands a CpuBackend method computes on as they are, and which
 // it stages as f32 copies instead (low_precision.h). The CPU backend follows
 // these rules, and the meta device (kiln/meta) holds buffers of the staged
 // copies' sizes while it stands in for this CPU, so a plan's peak counts them.
@@ -10,10 +10,10 @@
 
 namespace kiln::cpu {
 
-// Elementwise ops on bf16 operands of one contiguous layout widen and round
-// in registers; anything else low-precision is staged.
-bool unary_runs_on_bf16(const Tensor& x, const Tensor& out);
-bool binary_runs_on_bf16(const Tensor& a, const Tensor& b, const Tensor& out);
+// Elementwise ops on bf16 or f16 operands of one dtype and contiguous layout
+// widen and round in registers; anything else low-precision is staged.
+bool unary_runs_on_16_bits(const Tensor& x, const Tensor& out);
+bool binary_runs_on_16_bits(const Tensor& a, const Tensor& b, const Tensor& out);
 // bf16 sums and means over leading dims read bf16 directly.
 bool reduce_runs_on_bf16(ReduceOp op, const Tensor& x, const Tensor& out);
 // An embedding gathers bf16 rows as they are into a bf16 output.

@@ -128,64 +128,83 @@ void binary_contiguous_dispatch(BinaryOp op, const T* a, const T* b, T* y, int64
   ((op == BinaryOp(I) ? binary_contiguous<T, BinaryOp(I)>(a, b, y, n) : void()), ...);
 }
 
-// bf16 operands and output of one contiguous layout: each value widened,
-// computed in f32 and rounded once (as staging would round: the same
-// values) in one vectorised pass, so memory sees 2 bytes per value each way.
-bool bf16_contiguous(std::initializer_list<const Tensor*> operands, const Tensor& out) {
-  if (out.dtype() != DType::bf16) return false;
+// bf16 or f16 operands and output of one dtype and contiguous layout: each
+// value widened, computed in f32 and rounded once (as staging would round:
+// the same values) in one vectorised pass, so memory sees 2 bytes per value
+// each way.
+bool contiguous_16_bits(std::initializer_list<const Tensor*> operands, const Tensor& out) {
+  if (out.dtype() != DType::bf16 && out.dtype() != DType::f16) return false;
   for (const Tensor* t : operands)
-    if (t->dtype() != DType::bf16 || !same_layout_contiguous(*t, out)) return false;
+    if (t->dtype() != out.dtype() || !same_layout_contiguous(*t, out)) return false;
   return true;
 }
-
-template <UnaryOp OP>
-void bf16_unary_span(const uint16_t* x, uint16_t* y, int64_t n, float s) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_unary<float>(OP, bf16_to_float(x[i]), s));
+// Calls f.template operator()<T>() with T the storage type of bf16 or f16 `t`.
+template <typename F>
+void dispatch_16_bits(DType t, F&& f) {
+  if (t == DType::bf16)
+    f.template operator()<bf16_t>();
+  else
+    f.template operator()<f16_t>();
 }
-template <BinaryOp OP>
-void bf16_binary_span(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(apply_binary<float>(OP, bf16_to_float(a[i]), bf16_to_float(b[i])));
+template <typename T>
+float widened(T v) {
+  return float(to_double(v));
+}
+template <typename T>
+T narrowed(float v) {
+  return from_double<T>(double(v));
 }
 
-template <size_t... I>
-void bf16_unary(UnaryOp op, const uint16_t* x, uint16_t* y, int64_t n, float s, std::index_sequence<I...>) {
+template <typename T, UnaryOp OP>
+void unary_span_16(const T* x, T* y, int64_t n, float s) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = narrowed<T>(apply_unary<float>(OP, widened(x[i]), s));
+}
+template <typename T, BinaryOp OP>
+void binary_span_16(const T* a, const T* b, T* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = narrowed<T>(apply_binary<float>(OP, widened(a[i]), widened(b[i])));
+}
+
+template <typename T, size_t... I>
+void unary_16(UnaryOp op, const T* x, T* y, int64_t n, float s, std::index_sequence<I...>) {
   for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) {
-    ((op == UnaryOp(I) ? bf16_unary_span<UnaryOp(I)>(x + b, y + b, e - b, s) : void()), ...);
+    ((op == UnaryOp(I) ? unary_span_16<T, UnaryOp(I)>(x + b, y + b, e - b, s) : void()), ...);
   });
 }
-template <size_t... I>
-void bf16_binary(BinaryOp op, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n, std::index_sequence<I...>) {
+template <typename T, size_t... I>
+void binary_16(BinaryOp op, const T* a, const T* b, T* y, int64_t n, std::index_sequence<I...>) {
   for_chunks(n, kParallelThreshold, [&](int64_t s, int64_t e) {
-    ((op == BinaryOp(I) ? bf16_binary_span<BinaryOp(I)>(a + s, b + s, y + s, e - s) : void()), ...);
+    ((op == BinaryOp(I) ? binary_span_16<T, BinaryOp(I)>(a + s, b + s, y + s, e - s) : void()), ...);
   });
 }
 
-// ReLU and its gradient on bf16 bits, without widening: both only choose
-// between an input and zero, so they read the sign and the magnitude.
-// Matches the f32 ops exactly: -0 and NaNs pass ReLU; a NaN b passes a.
-// Written with bitwise operators and masks, not && and ?:, so the loops
-// vectorise instead of branching on random signs.
-inline uint16_t bf16_keep_mask(uint16_t x, bool keep_zero) {  // all ones where ReLU keeps x
-  const uint16_t magnitude = x & 0x7fff;
-  const bool negative = bool(x & 0x8000) & (magnitude != 0) & (magnitude <= 0x7f80);  // x < 0: not NaN, not -0
+// ReLU and its gradient on 16-bit floats' bits, without widening: both only
+// choose between an input and zero, so they read the sign and the
+// magnitude. Matches the f32 ops exactly: -0 and NaNs pass ReLU; a NaN b
+// passes a. Written with bitwise operators and masks, not && and ?:, so the
+// loops vectorise instead of branching on random signs.
+template <typename T>
+inline uint16_t keep_mask(T x, bool keep_zero) {  // all ones where ReLU keeps x
+  constexpr uint16_t kInfinity = std::is_same_v<T, bf16_t> ? 0x7f80 : 0x7c00;
+  const uint16_t magnitude = x.bits & 0x7fff;
+  const bool negative = bool(x.bits & 0x8000) & (magnitude != 0) & (magnitude <= kInfinity);  // not NaN, not -0
   const bool drop = negative | (!keep_zero & (magnitude == 0));
   return uint16_t(drop) - uint16_t(1);
 }
-void bf16_relu_span(const uint16_t* x, uint16_t* y, int64_t n) {
+template <typename T>
+void relu_16(const T* x, T* y, int64_t n) {
+  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] & bf16_keep_mask(x[i], true);
+    for (int64_t i = b; i < e; ++i) y[i].bits = x[i].bits & keep_mask(x[i], true);
+  });
 }
-void bf16_relu_backward_span(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
+template <typename T>
+void relu_backward_16(const T* g, const T* x, T* y, int64_t n) {
+  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = g[i] & bf16_keep_mask(x[i], false);  // x <= 0 (but not NaN): 0
-}
-void bf16_relu(const uint16_t* x, uint16_t* y, int64_t n) {
-  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) { bf16_relu_span(x + b, y + b, e - b); });
-}
-void bf16_relu_backward(const uint16_t* g, const uint16_t* x, uint16_t* y, int64_t n) {
-  for_chunks(n, kParallelThreshold, [&](int64_t b, int64_t e) { bf16_relu_backward_span(g + b, x + b, y + b, e - b); });
+    for (int64_t i = b; i < e; ++i) y[i].bits = g[i].bits & keep_mask(x[i], false);  // x <= 0 (but not NaN): 0
+  });
 }
 
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
@@ -240,20 +259,21 @@ void CpuBackend::fill(Tensor& dst, double value) {
   });
 }
 
-bool unary_runs_on_bf16(const Tensor& x, const Tensor& out) {
-  return x.shape() == out.shape() && bf16_contiguous({&x}, out);
+bool unary_runs_on_16_bits(const Tensor& x, const Tensor& out) {
+  return x.shape() == out.shape() && contiguous_16_bits({&x}, out);
 }
 
-bool binary_runs_on_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
-  return a.shape() == out.shape() && b.shape() == out.shape() && bf16_contiguous({&a, &b}, out);
+bool binary_runs_on_16_bits(const Tensor& a, const Tensor& b, const Tensor& out) {
+  return a.shape() == out.shape() && b.shape() == out.shape() && contiguous_16_bits({&a, &b}, out);
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) {
-  const bool bf16 = unary_runs_on_bf16(x, out);
-  if (bf16 && op == UnaryOp::relu) return bf16_relu(bits16(x), bits16(out), out.numel());
-  if (bf16)
-    return bf16_unary(op, bits16(x), bits16(out), out.numel(), float(scalar),
-                      std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
+  if (unary_runs_on_16_bits(x, out))
+    return dispatch_16_bits(out.dtype(), [&]<typename T>() {
+      if (op == UnaryOp::relu) return relu_16(stored<const T>(x), stored<T>(out), out.numel());
+      unary_16(op, stored<const T>(x), stored<T>(out), out.numel(), float(scalar),
+               std::make_index_sequence<size_t(UnaryOp::pow_scalar) + 1>());
+    });
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&x, &out}))
     return in_f32([&](F32Staging& s) { unary(op, s.in(x), s.out(out), scalar); });
@@ -278,12 +298,13 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double scalar) 
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  const bool bf16 = binary_runs_on_bf16(a, b, out);
-  if (bf16 && op == BinaryOp::relu_backward)
-    return bf16_relu_backward(bits16(a), bits16(b), bits16(out), out.numel());
-  if (bf16)
-    return bf16_binary(op, bits16(a), bits16(b), bits16(out), out.numel(),
-                       std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
+  if (binary_runs_on_16_bits(a, b, out))
+    return dispatch_16_bits(out.dtype(), [&]<typename T>() {
+      if (op == BinaryOp::relu_backward)
+        return relu_backward_16(stored<const T>(a), stored<const T>(b), stored<T>(out), out.numel());
+      binary_16(op, stored<const T>(a), stored<const T>(b), stored<T>(out), out.numel(),
+                std::make_index_sequence<size_t(BinaryOp::sigmoid_backward) + 1>());
+    });
   // bf16/f16 otherwise: run the f32 kernel on staged copies (low_precision.h).
   if (any_low_precision({&a, &b, &out}))
     return in_f32([&](F32Staging& s) { binary(op, s.in(a), s.in(b), s.out(out)); });

@@ -129,9 +129,16 @@ void rms_norm_rows(const T* x, const T* w, T* y, ComputeOf<T>* rstd, double eps,
       const A r = A(1.0 / std::sqrt(squares / double(C) + eps));
       rstd[n] = r;
       T* yr = y + n * C;
-      for (int64_t c = 0; c < C; ++c) {
-        const A normed = A(to_double(xr[c])) * r, weight = A(to_double(w[c]));
-        yr[c] = plus_one ? from_double<T>(normed * (1 + weight)) : from_double<T>(rounded<T>(normed) * weight);
+      auto normed = [&](int64_t c) { return A(to_double(xr[c])) * r; };
+      auto weight = [&](int64_t c) { return A(to_double(w[c])); };
+      // Two loops rather than a choice inside one: GCC 12 vectorises neither
+      // arm of such a choice for f16.
+      if (plus_one) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = from_double<T>(normed(c) * (1 + weight(c)));
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = from_double<T>(rounded<T>(normed(c)) * weight(c));
       }
     }
   });

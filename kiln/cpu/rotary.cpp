@@ -37,6 +37,8 @@ void rotate_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& 
       const T* c = cp + c_at;
       const T* s = sp + s_at;
       T* yr = yp + n * D;
+      // Each j reads and writes only j and j + half, so the lanes are independent (y may be x).
+#pragma omp simd
       for (int64_t j = 0; j < half; ++j) {
         const A a = value(xr[j]), b = value(xr[j + half]);
         yr[j] = from_double<T>(product(a, c[j]) + product(-b, s[j]));

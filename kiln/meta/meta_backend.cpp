@@ -54,10 +54,10 @@ class CpuStaging {
 }  // namespace
 
 void MetaBackend::unary(UnaryOp, const Tensor& x, Tensor& out, double) {
-  CpuStaging staged({&x, &out}, !cpu::unary_runs_on_bf16(x, out));
+  CpuStaging staged({&x, &out}, !cpu::unary_runs_on_16_bits(x, out));
 }
 void MetaBackend::binary(BinaryOp, const Tensor& a, const Tensor& b, Tensor& out) {
-  CpuStaging staged({&a, &b, &out}, !cpu::binary_runs_on_bf16(a, b, out));
+  CpuStaging staged({&a, &b, &out}, !cpu::binary_runs_on_16_bits(a, b, out));
 }
 void MetaBackend::reduce(ReduceOp op, const Tensor& x, Tensor& out) {
   CpuStaging staged({&x, &out}, !cpu::reduce_runs_on_bf16(op, x, out));
