@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "apps/cli/quantize_option.h"
+#include "apps/recipes/chat_answer.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/text_file.h"
 #include "kiln/text/chat_template.h"
@@ -139,13 +140,17 @@ int run_chat(const ChatOptions& o) {
   catch_interrupts();
   // The model's turn: a reply, and the calls in it, which then await /result.
   auto respond = [&] {
-    const std::string text = reply(model, model.render_chat_json(history, tools.list), tools.constrain(model, options));
-    json message = {{"role", "assistant"}, {"content", text}};
-    if (tools.format && tools.choice.mode != text::ToolChoice::Mode::kNone) {
-      const text::ToolAnswer answer = text::read_tool_answer(*tools.format, text, true, tools.list);
-      if (!answer.calls.empty()) {
-        json calls = text::tool_calls_json(*tools.format, answer.calls, tools.calls_made);
-        tools.calls_made += answer.calls.size();
+    const std::string prompt = model.render_chat_json(history, tools.list);
+    recipes::CompletionOptions reply_options = tools.constrain(model, options);
+    // A reasoning model thinks before a constrained answer or a call, as through kiln serve.
+    const recipes::ReasoningStart reasoning = recipes::reason_before_answering(model, prompt, reply_options);
+    const std::string text = reply(model, prompt, reply_options);
+    json message = {{"role", "assistant"}, {"content", text}};  // as transformers keeps a reply: its template reads it
+    if (tools.format) {
+      const recipes::ChatAnswer read = recipes::read_chat_answer(text, true, reasoning, tools.format, tools.list);
+      if (!read.answer.calls.empty()) {
+        json calls = text::tool_calls_json(*tools.format, read.answer.calls, tools.calls_made);
+        tools.calls_made += read.answer.calls.size();
         for (json& call : calls) {  // templates write the arguments as objects
           json arguments = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
           if (!arguments.is_discarded()) call["function"]["arguments"] = arguments;
@@ -153,7 +158,9 @@ int run_chat(const ChatOptions& o) {
                       call["function"]["name"].get<std::string>().c_str(),
                       call["function"]["arguments"].dump().c_str());
         }
-        message = {{"role", "assistant"}, {"content", answer.content}, {"tool_calls", calls}};
+        // The chat API's message: the thinking that led to the calls stays with them for the template.
+        message = {{"role", "assistant"}, {"content", read.answer.content}, {"tool_calls", calls}};
+        if (!read.reasoning.empty()) message["reasoning_content"] = read.reasoning;
         tools.pending = calls;
       }
     }

@@ -127,17 +127,6 @@ class TextCompletion : public PendingCompletion {
 
 class InferenceModel;
 
-// A chat that may call `tools` (OpenAI's functions; `choice` as the API's
-// tool_choice): sets `o` so that the model's tool-call format keeps its
-// tokens as text and, unless `o` already holds the answer's own grammar
-// (tool_choice auto beside a response_format), constrains the calls to
-// valid ones. Returns the format the answer's calls are read in, or null
-// for tool_choice none. A model whose template spells calls in no format
-// Kiln reads, tools whose parameters the grammar cannot honour, and a
-// required or named choice beside another grammar are kiln::Errors.
-const text::ToolCallFormat* constrain_tool_calls(const InferenceModel& model, const nlohmann::ordered_json& tools,
-                                                 const text::ToolChoice& choice, bool parallel, CompletionOptions& o);
-
 class InferenceModel {
  public:
   virtual ~InferenceModel() = default;

@@ -233,24 +233,6 @@ std::string InferenceModel::render_chat_json(const nlohmann::ordered_json& messa
   return render_chat(plain);
 }
 
-const text::ToolCallFormat* constrain_tool_calls(const InferenceModel& model, const nlohmann::ordered_json& tools,
-                                                 const text::ToolChoice& choice, bool parallel, CompletionOptions& o) {
-  if (choice.mode == text::ToolChoice::Mode::kNone) return nullptr;
-  const text::ToolCallFormat* format = model.tool_call_format();
-  KILN_CHECK(format, "its chat template spells tool calls in none of the formats Kiln reads (",
-             text::tool_call_format_list(), "); tool_choice \"none\" shows it the tools without reading calls");
-  o.keep_tool_tokens = true;
-  if (o.grammar) {
-    KILN_CHECK(choice.mode == text::ToolChoice::Mode::kAuto, "tool_choice required or a named function constrains "
-               "the answer to a tool call: it cannot take a grammar or response_format too");
-    return format;  // the answer's own constraint applies; calls are read as written
-  }
-  text::ToolConstraint c = text::tool_call_constraint(*format, tools, choice, parallel);
-  o.grammar = std::move(c.grammar);
-  o.grammar_trigger = std::move(c.trigger);
-  return format;
-}
-
 Completion InferenceModel::complete(const std::string& prompt, const CompletionOptions& options,
                                     const std::function<void(const std::string&)>& on_text) {
   std::unique_ptr<PendingCompletion> c = start_completion(prompt, options);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "apps/recipes/chat_answer.h"
 #include "kiln/core/error.h"
 
 namespace kiln::serve {
@@ -26,9 +27,8 @@ struct Shape {
   bool chat = false;
   bool logprobs = false;  // the request asked for the tokens' log-probabilities
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
-  json tool_list;                                // the request's tools (their parameters' types read XML-style values)
-  const text::ReasoningFormat* reasoning = nullptr;  // a chat whose reasoning is split off, in these marks
-  bool reasoning_open = false;                       // the prompt opened them: the answer starts inside
+  nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
+  recipes::ReasoningStart reasoning;            // a chat whose reasoning is split off (format: its marks)
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -65,31 +65,15 @@ struct Shape {
     if (whole || first || !text.empty()) message["content"] = text;
     return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
   }
-  // A chat answer read so far: its reasoning, then its content and tool calls.
-  struct Reading {
-    std::string reasoning;
-    text::ToolAnswer answer;
-  };
-  bool reads() const { return tools || reasoning; }
-  Reading read(const std::string& text, bool whole) const {
-    Reading r;
-    std::string content = text;
-    if (reasoning) {
-      text::ReasonedAnswer split = text::read_reasoning(*reasoning, reasoning_open, text, whole);
-      r.reasoning = std::move(split.reasoning);
-      content = std::move(split.content);
-    }
-    if (tools)
-      r.answer = text::read_tool_answer(*tools, content, whole, tool_list);
-    else
-      r.answer.content = std::move(content);
-    return r;
+  bool reads() const { return tools || reasoning.format; }
+  recipes::ChatAnswer read(const std::string& text, bool whole) const {
+    return recipes::read_chat_answer(text, whole, reasoning, tools, tool_list);
   }
   // A whole chat answer that is read: reasoning_content where it reasoned,
   // content (null when only calls), message.tool_calls, and finish_reason
   // "tool_calls" for an answer that ended by itself after calling.
   json read_choice(const recipes::Completion& c, const json& logprobs, const std::string& id) const {
-    const Reading r = read(c.text, true);
+    const recipes::ChatAnswer r = read(c.text, true);
     json message = {{"role", "assistant"}};
     message["content"] = r.answer.calls.empty() || !r.answer.content.empty() ? json(r.answer.content) : json();
     if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
@@ -120,12 +104,12 @@ struct Shape {
 // only extend), so the events add up to the whole answer's reading.
 struct ReadStream {
   std::string text;     // the answer so far
-  Shape::Reading sent;  // what the events have carried
+  recipes::ChatAnswer sent;  // what the events have carried
 
   // The events for `piece` (`whole`: the answer is over): reasoning, content, new calls and their arguments.
   std::vector<json> deltas(const Shape& shape, const std::string& piece, bool whole, const std::string& answer_id) {
     text += piece;
-    Shape::Reading now = shape.read(text, whole);
+    recipes::ChatAnswer now = shape.read(text, whole);
     std::vector<json> out;
     if (now.reasoning.size() > sent.reasoning.size())
       out.push_back({{"reasoning_content", now.reasoning.substr(sent.reasoning.size())}});
@@ -372,16 +356,7 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
   Shape shape{true, r.logprobs, format, r.tools};
-  if (r.split_reasoning) shape.reasoning = t.model.reasoning_format();
-  if (shape.reasoning) {
-    shape.reasoning_open = text::starts_in_reasoning(*shape.reasoning, prompt);
-    co.reasoning = shape.reasoning;
-    co.reasoning_open = shape.reasoning_open;
-    // A grammar from the first token (response_format, a forced call) takes the answer after the thinking.
-    if (co.grammar && co.grammar_trigger.empty() && !text::closes_reasoning(*shape.reasoning, prompt))
-      co.grammar = std::make_shared<const text::Grammar>(
-          text::grammar_after_reasoning(*shape.reasoning, shape.reasoning_open, *co.grammar));
-  }
+  if (r.split_reasoning) shape.reasoning = recipes::reason_before_answering(t.model, prompt, co);
   generate(t, prompt, co, r, shape, res);
 }
 

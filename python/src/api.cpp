@@ -10,6 +10,7 @@
 
 #include "apps/cli/train_command.h"
 #include "apps/plan/plan_cli.h"
+#include "apps/recipes/chat_answer.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/text/chat_template.h"
@@ -120,8 +121,9 @@ struct Model {
 
   // The reply to a conversation: rendered by the model's chat template, generated to its end of turn.
   // Messages and tools as transformers' apply_chat_template takes them; response_format and tool_choice
-  // as the chat API's (kiln serve's). With tools, the reply is the chat API's message: a dict of content,
-  // tool_calls and finish_reason.
+  // as the chat API's (kiln serve's); a reasoning model thinks before a constrained answer. With tools,
+  // the reply is the chat API's message: a dict of content, tool_calls, finish_reason and, where the
+  // model reasoned, reasoning_content.
   py::object chat(const py::object& messages, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
                   uint64_t seed, const py::object& tools, const py::object& tool_choice, bool parallel_tool_calls,
                   const py::object& response_format) {
@@ -139,15 +141,19 @@ struct Model {
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(
         model(), tool_list, text::tool_choice_from_json(to_json(tool_choice), tool_list), parallel_tool_calls, o);
+    const std::string prompt = model().render_chat_json(conversation, tool_list);
+    const recipes::ReasoningStart reasoning = recipes::reason_before_answering(model(), prompt, o);
     recipes::Completion reply;
     {
       py::gil_scoped_release release;
-      reply = model().complete(model().render_chat_json(conversation, tool_list), o, nullptr);
+      reply = model().complete(prompt, o, nullptr);
     }
     if (!format) return py::str(reply.text);
-    const text::ToolAnswer answer = text::read_tool_answer(*format, reply.text, true, tool_list);
+    const recipes::ChatAnswer read = recipes::read_chat_answer(reply.text, true, reasoning, format, tool_list);
+    const text::ToolAnswer& answer = read.answer;
     py::dict d;
     d["content"] = answer.calls.empty() || !answer.content.empty() ? py::object(py::str(answer.content)) : py::none();
+    if (!read.reasoning.empty()) d["reasoning_content"] = read.reasoning;
     d["tool_calls"] = py::module_::import("json").attr("loads")(text::tool_calls_json(*format, answer.calls, seed).dump());
     d["finish_reason"] = !answer.calls.empty() && reply.finish_reason == "stop" ? "tool_calls" : reply.finish_reason;
     return d;

@@ -11,7 +11,7 @@
 #   with them and with an assistant's reasoning_content is transformers';
 # - a model that never opens the marks (Qwen3 under it) answers in content;
 # - a constrained answer (response_format) thinks first, unless the prompt
-#   closed the marks or reasoning_format is "none";
+#   closed the marks or reasoning_format is "none"; kiln chat's too;
 # - bad reasoning_format and chat_template_kwargs are 400s that say why.
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -32,12 +32,12 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
   --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
-run 0 "$PY" - "$port" "$WORK" <<'PY'
-import json, sys, urllib.error, urllib.request
+run 0 "$PY" - "$port" "$WORK" "$KILN" <<'PY'
+import json, subprocess, sys, urllib.error, urllib.request
 import jsonschema, openai
 from transformers import AutoTokenizer
 
-port, work = sys.argv[1], sys.argv[2]
+port, work, kiln = sys.argv[1], sys.argv[2], sys.argv[3]
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
 ask = [{"role": "user", "content": "What is two and two?"}]
 
@@ -99,6 +99,18 @@ for seed in (1, 2, 3):
             answered += 1
 print(f"constrained answers think first; {answered} answered at once validate")
 
+# kiln chat answers as the server does: the same sampling, the grammar after the thinking (R1's prompt
+# opened it: all thinking) or from the first token (the distill's prompt closed it).
+json.dump(schema, open(f"{work}/schema.json", "w"))
+def chatted(model, seed):
+    return subprocess.run([kiln, "chat", f"hf:{work}/{model}", "--temperature", "1", "--max-tokens", "24",
+                           "--seed", str(seed), "--response-format", f"{work}/schema.json"],
+                          input="What is two and two?\n", capture_output=True, text=True, check=True).stdout.strip()
+for seed in (1, 2):
+    assert chatted("r1", seed) == constrained("r1", seed).message.reasoning_content, seed
+    assert chatted("distill", seed) == constrained("distill", seed).message.content.strip(), seed
+print("kiln chat thinks before a constrained answer as the server does")
+
 # The prompt with template variables and a past answer's reasoning is transformers'.
 conversation = [{"role": "user", "content": "Hi"},
                 {"role": "assistant", "reasoning_content": "A greeting.", "content": "Hello."},
@@ -133,6 +145,7 @@ print("bad fields refused")
 PY
 expect "split, streamed and raw answers agree"
 expect "constrained answers think first"
+expect "kiln chat thinks before a constrained answer as the server does"
 expect "prompts with chat_template_kwargs match transformers"
 expect "bad fields refused"
 kill "$server"

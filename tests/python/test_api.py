@@ -150,6 +150,30 @@ def test_model_chat_calls_tools_and_answers_in_a_schema(source_dir, tmp_path):
         model.chat(hi, tool_choice="required")
 
 
+def test_model_chat_thinks_before_a_constrained_answer(source_dir, tmp_path):
+    # Qwen3.5's real template opens <think> in its generation prompt, and a random model never closes it: an
+    # answer whose grammar holds after the thinking, as kiln serve's does, is all thinking, cut by max_tokens.
+    # A forced call is then the reply's reasoning_content without a call, and a response_format reply (the
+    # same prompt: the tools shown, tool_choice none) the same thinking, not JSON.
+    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
+    for name in os.listdir(os.path.join(fixtures, "gguf-tiny")):
+        os.symlink(os.path.join(fixtures, "gguf-tiny", name), tmp_path / name)
+    template = os.path.join(fixtures, "chat_templates", "templates", "Qwen3.5-4B.jinja")
+    (tmp_path / "chat_template.jinja").write_text(open(template, encoding="utf-8").read(), encoding="utf-8")
+    model = kiln.load("hf:" + str(tmp_path))
+    tools = [{"type": "function", "function": {"name": "get_time", "description": "The time in a zone",
+              "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+    hi = [{"role": "user", "content": "Time?"}]
+    shape = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+    for seed in range(3):
+        called = model.chat(hi, tools=tools, tool_choice="required", max_tokens=16, seed=seed, temperature=1.0)
+        assert called["finish_reason"] == "length" and called["tool_calls"] == [] and called["content"] == "", called
+        assert called["reasoning_content"] and "</think>" not in called["reasoning_content"], called
+        shaped = model.chat(hi, tools=tools, tool_choice="none", response_format=shape, max_tokens=16, seed=seed,
+                            temperature=1.0)
+        assert shaped.strip() == called["reasoning_content"], (shaped, called)
+
+
 def test_a_sentence_transformers_folder_embeds_as_encode_did(source_dir):
     folder = os.path.join(source_dir, "tests", "hf", "fixtures", "embed-minilm")
     want = json.load(open(os.path.join(folder, "expected.json"), encoding="utf-8"))
