@@ -28,7 +28,7 @@ struct Shape {
   bool logprobs = false;  // the request asked for the tokens' log-probabilities
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
   nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
-  recipes::ReasoningStart reasoning;            // a chat whose reasoning is split off (format: its marks)
+  recipes::ReasoningStart reasoning = {};       // a chat whose reasoning is split off (format: its marks)
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
