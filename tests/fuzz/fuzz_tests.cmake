@@ -14,8 +14,9 @@ endif()
 set(KILN_FUZZ_FLAGS -std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
 # kiln_fuzz_object(SOURCE OUT_VAR [flags...]): SOURCE compiled once with the
-# sanitizers, an object every fuzzer that lists it links, so the text sources
-# most fuzzers share build once and in parallel rather than once per fuzzer.
+# sanitizers (and the flags), an object every fuzzer that lists it links, so
+# the text sources most fuzzers share build once and in parallel rather than
+# once per fuzzer.
 function(kiln_fuzz_object source out_var)
   set(object ${CMAKE_CURRENT_BINARY_DIR}/fuzz-objects/${source}.o)
   set(${out_var} ${object} PARENT_SCOPE)
@@ -48,15 +49,7 @@ function(kiln_fuzzer name fuzzer)
     kiln_fuzz_object(${source} object)
     list(APPEND objects ${object})
   endforeach()
-  # The fuzzer's own file differs by fuzzer (DEFINES), so it is an object of its own.
-  set(main ${CMAKE_CURRENT_BINARY_DIR}/fuzz-objects/${name}_main.o)
-  add_custom_command(
-    OUTPUT ${main}
-    COMMAND ${KILN_FUZZ_CXX} ${KILN_FUZZ_FLAGS} ${F_DEFINES} -I${CMAKE_CURRENT_SOURCE_DIR} -MD -MF ${main}.d
-            -c ${CMAKE_CURRENT_SOURCE_DIR}/${fuzzer} -o ${main}
-    DEPENDS ${fuzzer}
-    DEPFILE ${main}.d
-    COMMENT "Compiling the ${name} fuzzer")
+  kiln_fuzz_object(${fuzzer} main ${F_DEFINES})  # (each fuzzer's own file, so its DEFINES are its alone)
   add_custom_command(
     OUTPUT ${binary}
     COMMAND ${KILN_FUZZ_CXX} -fsanitize=fuzzer,address,undefined ${main} ${objects} ${F_LIBS} -o ${binary}

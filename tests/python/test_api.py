@@ -110,15 +110,21 @@ def test_model_chat_answers_as_the_server_does(source_dir):
     assert model.chat(want["messages"], max_tokens=12, temperature=0) == want["greedy_text"]
 
 
+def tiny_llama_under(source_dir, folder, template):
+    """The gguf-tiny fixture (a random Llama with a context long enough for a tools prompt) in `folder`
+    under one of the corpus's real chat templates."""
+    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
+    for name in os.listdir(os.path.join(fixtures, "gguf-tiny")):
+        os.symlink(os.path.join(fixtures, "gguf-tiny", name), folder / name)
+    source = os.path.join(fixtures, "chat_templates", "templates", template)
+    (folder / "chat_template.jinja").write_text(open(source, encoding="utf-8").read(), encoding="utf-8")
+    return kiln.load("hf:" + str(folder))
+
+
 def test_model_chat_calls_tools_and_answers_in_a_schema(source_dir, tmp_path):
     # A tiny random Llama (a context long enough for the tools' system prompt) under Qwen2.5's real
     # template (Hermes tool calls): it knows nothing, so only the constraint makes its calls and answers valid.
-    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
-    for name in os.listdir(os.path.join(fixtures, "gguf-tiny")):
-        os.symlink(os.path.join(fixtures, "gguf-tiny", name), tmp_path / name)
-    template = os.path.join(fixtures, "chat_templates", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
-    (tmp_path / "chat_template.jinja").write_text(open(template, encoding="utf-8").read(), encoding="utf-8")
-    model = kiln.load("hf:" + str(tmp_path))
+    model = tiny_llama_under(source_dir, tmp_path, "Qwen-Qwen2.5-7B-Instruct.jinja")
     unit = ["celsius", "fahrenheit"]
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
               "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": unit}},
@@ -155,12 +161,7 @@ def test_model_chat_thinks_before_a_constrained_answer(source_dir, tmp_path):
     # answer whose grammar holds after the thinking, as kiln serve's does, is all thinking, cut by max_tokens.
     # A forced call is then the reply's reasoning_content without a call, and a response_format reply (the
     # same prompt: the tools shown, tool_choice none) the same thinking, not JSON.
-    fixtures = os.path.join(source_dir, "tests", "hf", "fixtures")
-    for name in os.listdir(os.path.join(fixtures, "gguf-tiny")):
-        os.symlink(os.path.join(fixtures, "gguf-tiny", name), tmp_path / name)
-    template = os.path.join(fixtures, "chat_templates", "templates", "Qwen3.5-4B.jinja")
-    (tmp_path / "chat_template.jinja").write_text(open(template, encoding="utf-8").read(), encoding="utf-8")
-    model = kiln.load("hf:" + str(tmp_path))
+    model = tiny_llama_under(source_dir, tmp_path, "Qwen3.5-4B.jinja")
     tools = [{"type": "function", "function": {"name": "get_time", "description": "The time in a zone",
               "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
     hi = [{"role": "user", "content": "Time?"}]
