@@ -53,6 +53,14 @@ inline __m256 weight_values(const f16_t* w) {
 inline __m256 weight_values(const float* w) { return _mm256_loadu_ps(w); }
 #endif
 
+// A row's sum: its lanes `acc` (k = 0 .. k-1 accumulated) with the tail of
+// K from k on added in lane order.
+template <typename W>
+inline float tail_sum(float* acc, const float* a, const W* w, int64_t k, int64_t K) {
+  for (int t = 0; k + t < K; ++t) acc[t] = std::fma(a[k + t], weight_value(w[k + t]), acc[t]);
+  return sum_lanes(acc);
+}
+
 // R rows of a against one weight row: each weight is widened once for the R
 // of them. Lane t of a row's 32 accumulates k = t mod 32 in k order: four
 // independent chains of fused multiply-adds per row, which one row (a
@@ -89,10 +97,7 @@ inline void dot_rows(const float* const* a, const W* w, int64_t K, float* sums) 
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < kLanes; ++t) acc[r][t] = std::fma(a[r][k + t], weight_value(w[k + t]), acc[r][t]);
 #endif
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; k + t < K; ++t) acc[r][t] = std::fma(a[r][k + t], weight_value(w[k + t]), acc[r][t]);
-    sums[r] = sum_lanes(acc[r]);
-  }
+  for (int r = 0; r < R; ++r) sums[r] = tail_sum(acc[r], a[r], w, k, K);
 }
 
 #ifdef KILN_X86_INTRINSICS
@@ -126,8 +131,7 @@ inline void dot_two_weight_rows(const float* a, const float* w0, const float* w1
     }
     float acc[kLanes];
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(acc + 8 * j, lanes[r][j]);
-    for (int t = 0; k + t < K; ++t) acc[t] = std::fma(a[k + t], weight_value(w[r][k + t]), acc[t]);
-    sums[r] = sum_lanes(acc);
+    sums[r] = tail_sum(acc, a, w[r], k, K);
   }
 }
 #endif
@@ -145,16 +149,20 @@ struct Operands {
   int64_t ldc;
 };
 
+// c[m, n] = alpha * sum (+ beta * c[m, n]).
+template <typename W>
+inline void store(const Operands<W>& p, int64_t m, int64_t n, float sum) {
+  float& out = p.c[m * p.ldc + n];
+  out = p.beta == 0.0f ? p.alpha * sum : p.alpha * sum + p.beta * out;
+}
+
 template <int R, typename W>
 inline void outputs(const Operands<W>& p, int64_t n, int64_t m) {
   const float* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = p.a + (m + r) * p.lda;
   float sums[R];
   dot_rows<R>(rows, p.w + n * p.ldw, p.K, sums);
-  for (int r = 0; r < R; ++r) {
-    float& out = p.c[(m + r) * p.ldc + n];
-    out = p.beta == 0.0f ? p.alpha * sums[r] : p.alpha * sums[r] + p.beta * out;
-  }
+  for (int r = 0; r < R; ++r) store(p, m + r, n, sums[r]);
 }
 
 // Weight rows n0 .. n1 against every row of a, two rows at a time (the
@@ -168,10 +176,7 @@ void weight_rows(const Operands<W>& p, int64_t n0, int64_t n1) {
       for (; n + 2 <= n1; n += 2) {
         float sums[2];
         dot_two_weight_rows(p.a, p.w + n * p.ldw, p.w + (n + 1) * p.ldw, p.K, sums);
-        for (int r = 0; r < 2; ++r) {
-          float& out = p.c[n + r];
-          out = p.beta == 0.0f ? p.alpha * sums[r] : p.alpha * sums[r] + p.beta * out;
-        }
+        for (int r = 0; r < 2; ++r) store(p, 0, n + r, sums[r]);
       }
       if (n < n1) outputs<1, W>(p, n, 0);
       return;
