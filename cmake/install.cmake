@@ -42,7 +42,7 @@ if(MPI_C_FOUND)
   string(APPEND KILN_PC_LIBS " ${KILN_PC_MPI}")
 endif()
 if(KILN_WITH_CUDA)
-  string(APPEND KILN_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcublas -lcudart")
+  string(APPEND KILN_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -ldl")  # cuBLAS: loaded at run time
 endif()
 set(KILN_PC_REQUIRES "sentencepiece libpcre2-8 libutf8proc zlib")
 configure_file(cmake/kiln.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kiln.pc @ONLY)

@@ -53,8 +53,8 @@ void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int lin
 }
 
 void throw_cublas_error(int status, const char* expr, const char* file, int line) {
-  KILN_FAIL("cuBLAS error ", cublasGetStatusString(cublasStatus_t(status)), " (status ", status, ") in ", expr, " at ",
-            file, ":", line);
+  KILN_FAIL("cuBLAS error ", cublas().cublasGetStatusString(cublasStatus_t(status)), " (status ", status, ") in ", expr,
+            " at ", file, ":", line);
 }
 
 namespace {
@@ -72,9 +72,9 @@ DeviceState* create_state(int device) {
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&s->max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  KILN_CUBLAS_CHECK(cublasLtCreate(&s->lt));
-  KILN_CUBLAS_CHECK(cublasCreate(&s->blas));
-  KILN_CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
+  KILN_CUBLAS_CHECK(cublas().cublasLtCreate(&s->lt));
+  KILN_CUBLAS_CHECK(cublas().cublasCreate(&s->blas));
+  KILN_CUBLAS_CHECK(cublas().cublasSetStream(s->blas, s->stream));
   // Through the allocator so `kiln info`/the planner see it.
   s->lt_workspace = caching_allocator_for(device)->allocate(kCublasLtWorkspace, MemoryCategory::workspace);
   s->lt_workspace_bytes = kCublasLtWorkspace;
@@ -129,8 +129,7 @@ void synchronize_stream(int device) {
     if (recorded == 0) continue;
     std::memset(s.input_errors_host, 0, slots);
     KILN_CUDA_CHECK(cudaMemsetAsync(s.input_errors, 0, slots, s.stream));
-    KILN_FAIL(s.input_error_text[i](int64_t(recorded) - 1),
-              " (found at the next synchronisation with cuda:", device,
+    KILN_FAIL(s.input_error_text[i](int64_t(recorded) - 1), " (found at the next synchronisation with cuda:", device,
               ": GPU kernels report bad input there, not at the call)");
   }
 }

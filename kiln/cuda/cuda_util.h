@@ -6,8 +6,6 @@
 // compute stream per device, so stream order alone makes it safe to hand a
 // freed block to the next allocation on that device.
 #pragma once
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -15,6 +13,7 @@
 #include <string>
 
 #include "kiln/backend/backend.h"
+#include "kiln/cuda/cublas_api.h"
 
 namespace kiln::cuda {
 

@@ -73,8 +73,8 @@ cudaDataType_t cuda_type(DType t) {
 
 // One GEMM launch: `batch` products with fixed batch strides (elements).
 struct Gemm {
-  DType dtype;     // out's
-  DType in_dtype;  // a's and b's: dtype, or bf16/f16 into an f32 out
+  DType dtype;      // out's
+  DType in_dtype;   // a's and b's: dtype, or bf16/f16 into an f32 out
   Operand a, b, d;  // cuBLAS A = our b, cuBLAS B = our a, D = out (as stored)
   int64_t m, n, k;  // cuBLAS sizes: m = N, n = M, k = K
   int64_t batch, stride_a, stride_b, stride_d;
@@ -98,20 +98,21 @@ struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   ~LtDescriptors() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (op) cublas().cublasLtMatmulDescDestroy(op);
+    if (a) cublas().cublasLtMatrixLayoutDestroy(a);
+    if (b) cublas().cublasLtMatrixLayoutDestroy(b);
+    if (d) cublas().cublasLtMatrixLayoutDestroy(d);
   }
 };
 
 cublasLtMatrixLayout_t make_layout_desc(cudaDataType_t type, const Operand& o, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, uint64_t(o.rows), uint64_t(o.cols), o.ld));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatrixLayoutCreate(&l, type, uint64_t(o.rows), uint64_t(o.cols), o.ld));
   int32_t count = int32_t(batch);
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
   KILN_CUBLAS_CHECK(
-      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      cublas().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                              sizeof(stride)));
   return l;
 }
 
@@ -123,22 +124,22 @@ bool run_lt(const Gemm& g, int dev) {
   const bool tf32 = g.in_dtype == DType::f32 && float32_matmul_precision() == Float32MatmulPrecision::high;
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LtDescriptors desc;
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F));
   cublasOperation_t ta = g.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   KILN_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof(g.epilogue)));
+      cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof(g.epilogue)));
   if (g.bias)
     KILN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+        cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   if (g.aux) {
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.aux_ld, sizeof(g.aux_ld)));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
-                                                     &g.aux_stride, sizeof(g.aux_stride)));
+    KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                              &g.aux, sizeof(g.aux)));
+    KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.aux_ld,
+                                                              sizeof(g.aux_ld)));
+    KILN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                                                              &g.aux_stride, sizeof(g.aux_stride)));
   }
   desc.a = make_layout_desc(in_type, g.a, g.batch, g.stride_a);
   desc.b = make_layout_desc(in_type, g.b, g.batch, g.stride_b);
@@ -181,12 +182,12 @@ bool run_lt(const Gemm& g, int dev) {
       found = it->second;
     } else {
       cublasLtMatmulPreference_t pref = nullptr;
-      KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      KILN_CUBLAS_CHECK(cublas().cublasLtMatmulPreferenceCreate(&pref));
       auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, uint64_t v) {
-        KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
+        KILN_CUBLAS_CHECK(cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
       };
       auto set_pref32 = [&](cublasLtMatmulPreferenceAttributes_t attr, uint32_t v) {
-        KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
+        KILN_CUBLAS_CHECK(cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
       };
       set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, st.lt_workspace_bytes);
       set_pref32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t(al_a));
@@ -195,26 +196,27 @@ bool run_lt(const Gemm& g, int dev) {
       set_pref32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(al_d));
       cublasLtMatmulHeuristicResult_t result{};
       int returned = 0;
-      cublasStatus_t s =
-          cublasLtMatmulAlgoGetHeuristic(st.lt, desc.op, desc.a, desc.b, desc.d, desc.d, pref, 1, &result, &returned);
-      cublasLtMatmulPreferenceDestroy(pref);
+      cublasStatus_t s = cublas().cublasLtMatmulAlgoGetHeuristic(st.lt, desc.op, desc.a, desc.b, desc.d, desc.d, pref,
+                                                                 1, &result, &returned);
+      cublas().cublasLtMatmulPreferenceDestroy(pref);
       found = {s == CUBLAS_STATUS_SUCCESS && returned > 0, result.algo};
       if (!found.first && g.epilogue == CUBLASLT_EPILOGUE_DEFAULT)
         KILN_FAIL("matmul: cuBLASLt found no algorithm for ", dtype_name(g.dtype), " m=", g.m, " n=", g.n, " k=", g.k,
-                  " (status ", cublasGetStatusString(s), ")");
+                  " (status ", cublas().cublasGetStatusString(s), ")");
       cache.algos[key] = found;
     }
   }
   if (!found.first) return false;
-  KILN_CUBLAS_CHECK(cublasLtMatmul(st.lt, desc.op, &g.alpha, g.pa, desc.a, g.pb, desc.b, &g.beta, g.pd, desc.d, g.pd,
-                                   desc.d, &found.second, st.lt_workspace, st.lt_workspace_bytes, st.stream));
+  KILN_CUBLAS_CHECK(cublas().cublasLtMatmul(st.lt, desc.op, &g.alpha, g.pa, desc.a, g.pb, desc.b, &g.beta, g.pd, desc.d,
+                                            g.pd, desc.d, &found.second, st.lt_workspace, st.lt_workspace_bytes,
+                                            st.stream));
   return true;
 }
 
 void run_dgemm(const Gemm& g, int dev) {
   DeviceState& st = device_state(dev);
   const double alpha = g.alpha, beta = g.beta;
-  KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(
+  KILN_CUBLAS_CHECK(cublas().cublasDgemmStridedBatched(
       st.blas, g.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N, g.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N, int(g.m), int(g.n),
       int(g.k), &alpha, static_cast<const double*>(g.pa), int(g.a.ld), g.stride_a, static_cast<const double*>(g.pb),
       int(g.b.ld), g.stride_b, &beta, static_cast<double*>(g.pd), int(g.d.ld), g.stride_d, int(g.batch)));
