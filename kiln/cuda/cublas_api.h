@@ -11,13 +11,15 @@ namespace kiln::cuda {
 
 // Every entry point Kiln calls; cublas_v2.h's macros (cublasCreate ->
 // cublasCreate_v2) name the symbols.
-#define KILN_CUBLAS_FUNCTIONS(X)                                                                                  \
-  X(cublasLtCreate)                                                                                               \
-  X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)    \
-      X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)      \
-          X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)    \
-              X(cublasLtMatrixLayoutSetAttribute) X(cublasCreate) X(cublasSetStream) X(cublasDgemmStridedBatched) \
-                  X(cublasGetStatusString)
+// clang-format off
+#define KILN_CUBLAS_FUNCTIONS(X)                                                                 \
+  X(cublasLtCreate) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)                          \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)     \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                           \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate)                          \
+  X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                             \
+  X(cublasCreate) X(cublasSetStream) X(cublasDgemmStridedBatched) X(cublasGetStatusString)
+// clang-format on
 
 struct CublasApi {
 #define KILN_CUBLAS_MEMBER(name) decltype(&::name) name = nullptr;
