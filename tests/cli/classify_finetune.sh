@@ -69,8 +69,7 @@ for name in sys.argv[3:]:
     assert worst < 1e-4, (folder, worst, theirs, kiln)
     print(f"transformers loads {folder} with Kiln's probabilities: largest difference {worst:.1e}")
 PY
-cat "$OUT"
-[ "$(grep -c "largest difference" "$OUT")" -eq 2 ] || fail "fewer than 2 folders were checked"
+expect_lines 2 "largest difference"
 
 # Bad input.
 printf '{"text": "a", "label": "x"}\n{"text": "b", "label": 1.5}\n' > "$WORK/bad.jsonl"

@@ -233,6 +233,5 @@ for name in sys.argv[3:]:
     assert worst < 1e-4, (name, worst)
     print(f"transformers agrees: {folder}, largest difference {worst:.2e}")
 PY
-cat "$OUT"
-[ "$(grep -c "transformers agrees" "$OUT")" -eq "${#FOLDERS[@]}" ] || fail "transformers checked fewer folders than ${#FOLDERS[@]}"
+expect_lines "${#FOLDERS[@]}" "transformers agrees"
 echo "ok"

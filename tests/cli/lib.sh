@@ -53,6 +53,13 @@ expect() {
   grep -Eq -- "$1" "$OUT" || fail "output does not match /$1/"
 }
 
+# expect_lines COUNT REGEX: the last command's output (shown) has COUNT lines
+# matching: one per check a batched oracle script ran.
+expect_lines() {
+  cat "$OUT"
+  [ "$(grep -Ec -- "$2" "$OUT")" -eq "$1" ] || fail "output has other than $1 lines matching /$2/"
+}
+
 # same_curve DIR_A DIR_B [STEPS] [BAR]: two runs' per-step train losses
 # (metrics.jsonl) agree within BAR (1e-5), relative: distributed runs
 # against one process.

@@ -141,6 +141,5 @@ for base, kind, folder, scores in zip(args[0::4], args[1::4], args[2::4], args[3
     assert worst < 1e-4, (folder, worst)
     print(f"{kind} loads {folder} with Kiln's log-probabilities: largest difference {worst:.2e}")
 PY
-cat "$OUT"
-[ "$(grep -c "largest difference" "$OUT")" -eq 4 ] || fail "fewer than 4 folders were checked"
+expect_lines 4 "largest difference"
 echo "PASS"
