@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/gbnf.h"
 #include "kiln/text/grammar/matcher.h"
+#include "kiln/text/python_literal.h"
 #include "kiln/text/tool_calls.h"
 #include "tests/hf_test_util.h"
 
@@ -73,9 +74,14 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"Kimi-K2-Instruct.jinja", ""},
       {"Kimi-K2-Thinking.jinja", ""},
       {"upstage-Solar-Open-100B.jinja", "solar-open"},
-      // Spelled otherwise (harmony channels, Python calls): not read yet.
+      {"Apertus-8B-Instruct.jinja", "apertus"},
+      {"openbmb-MiniCPM5-1B.jinja", "minicpm5"},
+      {"LFM2.5-8B-A1B.jinja", "lfm2"},
+      // LFM2's and LFM2.5-Instruct's render no calls; their prompts list the tools as LFM2.5's does.
+      {"LFM2-8B-A1B.jinja", "lfm2"},
+      {"LFM2.5-Instruct.jinja", "lfm2"},
+      // Spelled otherwise (harmony channels): not read yet.
       {"openai-gpt-oss-120b.jinja", ""},
-      {"LFM2.5-8B-A1B.jinja", ""},
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
   };
@@ -185,6 +191,22 @@ std::vector<Example> examples() {
                   "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
                   "functions.get_time:12<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
        "I'll check.", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"apertus", "Sure.<|tools_prefix|>[{\"get_weather\": {\"city\": \"Paris\"}}, {\"get_time\": {}}]<|tools_suffix|>",
+       "Sure.", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      // MiniCPM5: a value in <![CDATA[...]]> runs to its first "]]>"; others as its template's {{ value }} writes them.
+      {"minicpm5", "I'll check.\n<function name=\"get_weather\"><param name=\"city\"><![CDATA[New\n<York> ]]]></param>"
+                   "<param name=\"note\">a & b</param><param name=\"days\">3</param><param name=\"extra\">{'k': [1, True,"
+                   " None]}</param></function>\n<function name=\"get_time\"></function>",
+       "I'll check.\n",
+       {{"get_weather", R"({"city": "New\n<York> ]", "note": "a & b", "days": 3, "extra": {"k": [1, true, null]}})"},
+        {"get_time", "{}"}}},
+      // LFM2: Python calls, strings in either quotes.
+      {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
+               "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
+       "", {{"get_weather", R"({"city": "Paris", "days": 3, "metric": true, "note": "say \"hi\"", "extra": {"k": [1, null]}})"},
+            {"get_time", "{}"}}},
+      {"lfm2", "Done: [x]<|tool_call_start|>[get_weather(city = \"it's\" ,days=-1.5e1)]<|tool_call_end|>", "Done: [x]",
+       {{"get_weather", R"({"city": "it's", "days": -1.5e1})"}}},
   };
 }
 
@@ -290,6 +312,13 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|tool_call:begin|>zz99yy88xx<|tool_call:name|>get_time<|tool_call:args|>{}<|tool_call:end|>",
        "<|tool_calls|><|tool_call:begin|>ABC<|tool_call:name|>get_weather<|tool_call:args|>{\"city\": \"Paris\"}"
        "<|tool_call:end|><|calls|>"},  // (an id Solar's template does not ask for)
+      {"apertus", "<|tools_prefix|>[{\"get_weather\": {\"city\": \"Paris\"}}", "{\"get_time\": {}}",
+       "<|tools_prefix|>[{\"get_weather\": {\"town\": \"Paris\"}}]<|tools_suffix|>"},
+      {"minicpm5", "<function name=\"get_weather\"><param name=\"city\"><![CDATA[Par<is]]></param></function>",
+       "<function name=\"get_time\"></function>",
+       "<function name=\"get_weather\"><param name=\"city\">Par<is</param></function>"},  // '<' only in CDATA
+      {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
+       "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);
@@ -369,6 +398,49 @@ TEST(ToolCalls, XmlParameterGrammarsFollowEachParametersSchema) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
   }
+}
+
+// Python keyword arguments (LFM2): the schema's order, the required ones
+// always and the optional ones at most once, with a comma between two.
+TEST(ToolCalls, KeywordArgumentGrammarsKeepTheSchemasOrder) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "array"}}, "required": ["b"]}}},
+      {"type": "function", "function": {"name": "g", "parameters": {"type": "object",
+      "properties": {"a": {"type": "boolean"}, "c": {"type": "null"}}}}}])");
+  const ToolCallFormat& lfm2 = format_named("lfm2");
+  const std::string gbnf = tool_call_gbnf(lfm2, tools, "", false);
+  auto call = [](const std::string& body) { return "<|tool_call_start|>[" + body + "]<|tool_call_end|>"; };
+  for (const char* body : {"f(b=\"x\")", "f(a=1, b=\"x\")", "f(b=\"x\", c=[])", "f(a=1, b=\"x\", c=[1, \"y\"])", "g()",
+                           "g(c=null)", "g(a=true, c=null)"}) {
+    EXPECT_TRUE(grammar_takes(gbnf, call(body))) << body;
+    const ToolAnswer read = read_tool_answer(lfm2, call(body), true, tools);
+    ASSERT_EQ(read.calls.size(), 1u) << body;
+    EXPECT_TRUE(json::accept(read.calls[0].arguments)) << read.calls[0].arguments;
+  }
+  for (const char* body : {"f()", "f(a=1)", "f(b=\"x\", a=1)", "f(, b=\"x\")", "f(b=\"x\",)", "f(b=1)", "g(a=1)",
+                           "g(c=null, a=true)"})
+    EXPECT_FALSE(grammar_takes(gbnf, call(body))) << body;
+}
+
+TEST(ToolCalls, PythonLiteralsReadAsJson) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"'Paris'", "\"Paris\""},
+      {"\"a 'b' \\\"c\\\"\"", R"("a 'b' \"c\"")"},
+      {"'it\\'s \\x41\\n\\q'", R"("it's \u0041\n\\q")"},  // \q is not an escape: the backslash stays
+      {" -3 ", "-3"},
+      {"1.5e3", "1.5e3"},
+      {"+2", "2.0"},
+      {"True", "true"},
+      {"None", "null"},
+      {"[1, (2, 3), {'k': False},]", R"([1, [2, 3], {"k": false}])"},
+      {"{\"k\": null}", R"({"k": null})"},
+  };
+  for (const auto& [python, json_text] : cases) EXPECT_EQ(python_literal_json(python), json_text) << python;
+  for (const char* bad : {"Paris", "{1: 2}", "'open", "[1, 2", "nan", "'\\u12'", "1 2", ""})
+    EXPECT_EQ(python_literal_json(bad), "") << bad;
+  EXPECT_EQ(python_literal_json(std::string(100, '[') + std::string(100, ']')), "") << "nested too deep";
+  EXPECT_EQ(read_python_literal("[1, 'a", 0).scan, PythonLiteral::Scan::kPartial);
+  EXPECT_EQ(read_python_literal("12", 0).scan, PythonLiteral::Scan::kPartial) << "a number may go on";
 }
 
 // Llama 3.1's built-in tools: named to the template (builtin_tools), and

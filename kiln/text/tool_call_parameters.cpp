@@ -6,6 +6,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
 #include "kiln/text/grammar/regex_gbnf.h"
+#include "kiln/text/python_literal.h"
 
 namespace kiln::text {
 
@@ -18,6 +19,14 @@ using json = nlohmann::ordered_json;
 // characters but tab and line breaks.
 const char* const kTextRules = R"(param-char ::= [^<\x00-\x08\x0B\x0C\x0E-\x1F]
 param-text ::= ( param-char | "<" [^/<\x00-\x08\x0B\x0C\x0E-\x1F] )*
+)";
+// Where a value may be wrapped in <![CDATA[...]]> (MiniCPM5): bare text holds
+// no '<' (so it cannot open the wrapping or close the tag), wrapped text no
+// "]]>" and does not end with ']'.
+const char* const kCdataTextRules = R"(param-char ::= [^<\x00-\x08\x0B\x0C\x0E-\x1F]
+param-text ::= param-char* | "<![CDATA[" cdata-char* "]]>"
+cdata-char ::= cdata-plain | "]" cdata-plain | "]]" [^>\]\x00-\x08\x0B\x0C\x0E-\x1F]
+cdata-plain ::= [^\]\x00-\x08\x0B\x0C\x0E-\x1F]
 )";
 
 std::string trimmed(std::string_view text) {
@@ -33,7 +42,7 @@ std::string lowered(std::string text) {
 
 // A text parameter's value grammar: its enum or const, pattern, format or
 // length, else any text.
-std::string text_value_gbnf(const json& schema) {
+std::string text_value_gbnf(const json& schema, const ToolCallFormat& f) {
   if (!schema.is_object()) return "param-text";
   for (const char* key : {"enum", "const"}) {
     if (!schema.contains(key)) continue;
@@ -54,7 +63,9 @@ std::string text_value_gbnf(const json& schema) {
   }
   if (!format.empty()) return "( " + format + " )";
   if (!bounded) return "param-text";
-  return "param-char" + length_repetition(schema);
+  const std::string length = length_repetition(schema);
+  if (f.cdata_values) return "( param-char" + length + " | \"<![CDATA[\" cdata-plain" + length + " \"]]>\" )";
+  return "param-char" + length;
 }
 
 // A rule name's part for a parameter key (GBNF names: letters, digits, '-').
@@ -145,7 +156,9 @@ std::string parameter_value_json(const json& schema, std::string_view value) {
   if (schema.is_object() && schema.value("type", json()) == "boolean" &&
       (lowered(text) == "true" || lowered(text) == "false"))
     return lowered(text);
-  return json::accept(text) ? text : quoted;
+  if (json::accept(text)) return text;
+  const std::string python = python_literal_json(text);  // a template's {{ value }} of a dict or a list
+  return python.empty() ? quoted : python;
 }
 
 std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, const std::string& prefix,
@@ -162,7 +175,7 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
     std::string value;
     const bool text = parameter_is_text(schema);
     if (text) {
-      value = text_value_gbnf(schema);
+      value = text_value_gbnf(schema, f);
     } else {
       const JsonSchemaRules json_value = json_schema_rules(schema, prefix + name_part(key) + "-");
       rules += json_value.rules;
@@ -176,6 +189,44 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
   return out;
 }
 
-const char* parameter_text_rules() { return kTextRules; }
+std::string keyword_arguments_gbnf(const json& parameters, const std::string& prefix, std::string& rules) {
+  if (!parameters.is_object() || !parameters.contains("properties")) return "";
+  KILN_CHECK(parameters["properties"].is_object(), "'properties' must be an object");
+  struct Argument {
+    std::string spelled;  // KEY=VALUE
+    bool required;
+  };
+  std::vector<Argument> arguments;
+  for (const auto& [key, unused] : parameters["properties"].items()) {
+    const JsonSchemaRules value = json_schema_rules(parameter_schema(parameters, key), prefix + name_part(key) + "-");
+    rules += value.rules;
+    const json& required = parameters.value("required", json::array());
+    arguments.push_back({gbnf_literal(key + "=") + " " + value.top,
+                         required.is_array() && std::find(required.begin(), required.end(), key) != required.end()});
+  }
+  // after(i): arguments i... once one is written (each after ", "); from(i): the first written is i or later.
+  auto after = [&](size_t i) { return i == arguments.size() ? "" : prefix + "kw-after-" + std::to_string(i); };
+  auto from = [&](size_t i) { return i == arguments.size() ? "" : prefix + "kw-from-" + std::to_string(i); };
+  bool later_required = false;
+  for (size_t i = arguments.size(); i-- > 0;) {
+    const Argument& a = arguments[i];
+    const std::string next = "\", \" " + a.spelled;
+    rules += after(i) + " ::= " + (a.required ? next : "( " + next + " )?") + " " + after(i + 1) + "\n";
+    const std::string first = a.spelled + " " + after(i + 1);
+    if (a.required) {
+      rules += from(i) + " ::= " + first + "\n";
+    } else if (later_required) {
+      rules += from(i) + " ::= " + first + " | " + from(i + 1) + "\n";
+    } else {
+      rules += from(i) + " ::= ( " + first + (i + 1 < arguments.size() ? " | " + from(i + 1) : "") + " )?\n";
+    }
+    later_required = later_required || a.required;
+  }
+  return from(0);
+}
+
+const char* parameter_text_rules(const ToolCallFormat& format) {
+  return format.cdata_values ? kCdataTextRules : kTextRules;
+}
 
 }  // namespace kiln::text

@@ -1,5 +1,6 @@
-// XML-style tool-call parameters (ToolCallFormat::param_begin: Qwen3-Coder,
-// Qwen3.5, Nemotron 3, Seed-OSS): which values are written as raw text,
+// Tool-call parameters written one by one: XML-style (ToolCallFormat::
+// param_begin: Qwen3-Coder, Qwen3.5, Nemotron 3, Seed-OSS, MiniCPM5) and
+// Python keyword arguments (LFM2). Which values are written as raw text,
 // how a written value reads back as JSON (as vLLM's qwen3_coder parser
 // reads it: by the parameter's type), and the grammar of a call's
 // parameters, so that a forced call always reads back valid.
@@ -44,7 +45,15 @@ std::string parameters_gbnf(const ToolCallFormat& format, const nlohmann::ordere
 // "" when it has neither; throws kiln::Error for bad values.
 std::string length_repetition(const nlohmann::ordered_json& schema);
 
+// GBNF for Python keyword arguments (LFM2's KEY=VALUE, ...: ToolCallFormat::
+// keyword_arguments), in the schema's order (required ones always, optional
+// ones at most once), each value the JSON its schema takes (JSON's strings,
+// numbers, lists and objects are Python's too); rules added as
+// parameters_gbnf's are.
+std::string keyword_arguments_gbnf(const nlohmann::ordered_json& parameters, const std::string& prefix,
+                                   std::string& rules);
+
 // The rules parameters_gbnf's expressions use, once per grammar.
-const char* parameter_text_rules();
+const char* parameter_text_rules(const ToolCallFormat& format);
 
 }  // namespace kiln::text

@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/python_literal.h"
 #include "kiln/text/tool_call_parameters.h"
 
 namespace kiln::text {
@@ -15,7 +16,8 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker, announced]
+// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker, announced];
+// the later rows name their fields.
 const std::vector<ToolCallFormat> kFormats = {
     // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
     {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
@@ -35,6 +37,9 @@ const std::vector<ToolCallFormat> kFormats = {
      "\" string=\"false\">"},
     {"minimax-m2", "<minimax:tool_call>\n", "<invoke name=\"", "", "\">\n", "", "</invoke>\n", "", "</minimax:tool_call>",
      0, "<parameter name=\"", "\">", "</parameter>\n"},
+    {.name = "minicpm5", .call_begin = "<function name=\"", .name_args_separator = "\">", .call_end = "</function>",
+     .between = "\n", .param_begin = "<param name=\"", .param_name_end = "\">", .param_end = "</param>",
+     .cdata_values = true},
     // Hermes 2/3, Qwen2.5, Qwen3, QwQ, Granite 4, MiMo...
     {"hermes", "", "<tool_call>\n", "arguments", "", "", "\n</tool_call>", "\n", "", 0},
     // Mistral Nemo (tokenizer v3): a JSON array after [TOOL_CALLS].
@@ -61,12 +66,20 @@ const std::vector<ToolCallFormat> kFormats = {
     // Solar Open: <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|> per call.
     {"solar-open", "<|tool_calls|>", "<|tool_call:begin|>", "", "<|tool_call:args|>", "", "<|tool_call:end|>", "",
      "<|calls|>", 10, "", "", "", "", "", false, "<|tool_call:name|>"},
+    // Apertus: a JSON list of {"NAME": ARGUMENTS}.
+    {"apertus", "<|tools_prefix|>[", "{\"", "", "\": ", "", "}", ", ", "]<|tools_suffix|>", 0},
+    // LFM2, LFM2.5: a Python list of calls, NAME(KEY=VALUE, ...). LFM2's and LFM2.5-Instruct's templates render
+    // no calls; they list the tools in the system prompt so.
+    {.name = "lfm2", .section_begin = "<|tool_call_start|>[", .name_args_separator = "(", .call_end = ")",
+     .between = ", ", .section_end = "]<|tool_call_end|>", .announced = "List of tools: ", .keyword_arguments = true},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
     {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
 };
 
 bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
 bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 0 && !has_parameters(f); }
+
+constexpr std::string_view kCdataBegin = "<![CDATA[", kCdataEnd = "]]>";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -77,6 +90,7 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
     return f.call_begin + name + f.name_args_separator + f.param_begin + "city" + f.param_name_end + "Paris" +
            f.param_end;
   }
+  if (f.keyword_arguments) return f.call_begin + name + f.name_args_separator + "city='Paris'";
   if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
   return f.call_begin + ("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": " + arguments);
 }
@@ -202,6 +216,26 @@ class Cursor {
     return Scan::kDone;
   }
 
+  // `literal` exactly here (no whitespace before it), moving past it only when it is whole.
+  Scan exact(std::string_view literal) {
+    const std::string_view rest = text_.substr(pos_);
+    if (rest.starts_with(literal)) {
+      pos_ += literal.size();
+      return Scan::kDone;
+    }
+    return literal.starts_with(rest) ? Scan::kPartial : Scan::kBad;
+  }
+
+  // A Python literal (python_literal.h), as JSON text.
+  Scan python_literal(std::string* json) {
+    PythonLiteral literal = read_python_literal(text_, pos_);
+    if (literal.scan != PythonLiteral::Scan::kDone)
+      return literal.scan == PythonLiteral::Scan::kPartial ? Scan::kPartial : Scan::kBad;
+    *json = std::move(literal.json);
+    pos_ = literal.end;
+    return Scan::kDone;
+  }
+
   // Whether the text here starts with `literal` (after whitespace), without moving.
   Scan peek_literal(std::string_view literal) const {
     Cursor copy = *this;
@@ -273,18 +307,47 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": ";
     if (breaks_before_value)
       if (Scan s = c.optional('\n'); s != Scan::kDone) return s;
+    bool wrapped = false;  // in <![CDATA[...]]>: the value runs to its end
+    if (f.cdata_values) {
+      const Scan s = c.exact(kCdataBegin);
+      if (s == Scan::kPartial) return s;
+      wrapped = s == Scan::kDone;
+    }
     std::string_view value;
-    const Scan s = c.until(close, &value);
+    const Scan s = c.until(wrapped ? kCdataEnd : close, &value);
     if (s == Scan::kDone && breaks_after_value && !value.empty() && value.back() == '\n') value.remove_suffix(1);
     if (s != Scan::kDone) {
       if (parameter_is_text(schema)) {
-        const std::string marker = (breaks_after_value ? "\n" : "") + std::string(close);
+        const std::string marker =
+            wrapped ? std::string(kCdataEnd) : (breaks_after_value ? "\n" : "") + std::string(close);
         call.arguments += "\"" + json_escaped(value.substr(0, value.size() - held_back(value, marker)));
       }
       return s;
     }
     call.arguments += parameter_value_json(schema, value);
-    c.literal(close);
+    if (wrapped) c.literal(kCdataEnd);
+    if (Scan s = c.literal(close); s != Scan::kDone) return s;
+  }
+  call.arguments += "}";
+  return Scan::kDone;
+}
+
+// Python keyword arguments (LFM2's NAME(KEY=VALUE, ...)) up to the closing
+// parenthesis, read into `call.arguments` as a JSON object: a pair once its
+// value is whole, the closing brace once the parenthesis follows.
+Scan read_keyword_arguments(Cursor& c, ToolCall& call) {
+  call.arguments = "{";
+  for (bool first = true;; first = false) {
+    const Scan closed = c.peek_literal(")");
+    if (closed == Scan::kDone) break;
+    if (closed == Scan::kPartial) return closed;
+    if (!first)
+      if (Scan s = c.literal(","); s != Scan::kDone) return s;
+    std::string key, value;
+    if (Scan s = c.name(&key, "_"); s != Scan::kDone) return s;
+    if (Scan s = c.literal("="); s != Scan::kDone) return s;
+    if (Scan s = c.python_literal(&value); s != Scan::kDone) return s;
+    call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": " + value;
   }
   call.arguments += "}";
   return Scan::kDone;
@@ -429,8 +492,9 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
         s != Scan::kDone)
       return s;
     calls.push_back({name, "", id_first.empty() ? id : id_first});
-    const Scan s = has_parameters(f) ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
-                                     : arguments(calls.back());
+    const Scan s = has_parameters(f)      ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
+                   : f.keyword_arguments ? read_keyword_arguments(c, calls.back())
+                                         : arguments(calls.back());
     if (s != Scan::kDone) return s;
   } else {
     if (Scan s = c.literal("{"); s != Scan::kDone) return s;
@@ -552,6 +616,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
       }
       if (has_parameters(f)) {
         body = gbnf_literal(name + f.name_args_separator) + " " + parameters_gbnf(f, parameters, prefix, rules);
+      } else if (f.keyword_arguments) {
+        body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(parameters, prefix, rules);
       } else {
         const JsonSchemaRules args = json_schema_rules(parameters, prefix);
         rules += args.rules;
@@ -575,7 +641,7 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
   std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
   if (parallel) root += "( " + literal_or_nothing(f.between) + " call )* ";
   root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
-  return root + json_primitives_gbnf() + (has_parameters(f) ? parameter_text_rules() : "") + rules;
+  return root + json_primitives_gbnf() + (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
 }
 
 ToolChoice tool_choice_from_json(const json& choice, const json& tools) {

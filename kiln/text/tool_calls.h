@@ -30,16 +30,16 @@ namespace kiln::text {
 // line break the format puts on each side); the grammar spells the
 // literals exactly.
 struct ToolCallFormat {
-  const char* name;
-  const char* section_begin;  // before the first call
-  const char* call_begin;     // before each call
-  const char* args_key;       // the JSON object's key for the arguments
-  const char* name_args_separator;
-  const char* id_marker;  // NAME id_marker ID separator ARGUMENTS: a call id the model may write (Mistral's [CALL_ID])
-  const char* call_end;
-  const char* between;  // between two calls
-  const char* section_end;
-  size_t id_length;  // the ids the template accepts: 0 for OpenAI's "call_...", else that many letters and digits
+  const char* name = "";
+  const char* section_begin = "";  // before the first call
+  const char* call_begin = "";     // before each call
+  const char* args_key = "";       // the JSON object's key for the arguments
+  const char* name_args_separator = "";
+  const char* id_marker = "";  // NAME id_marker ID separator ARGUMENTS: a call id the model may write (Mistral's [CALL_ID])
+  const char* call_end = "";
+  const char* between = "";  // between two calls
+  const char* section_end = "";
+  size_t id_length = 0;  // the ids the template accepts: 0 for OpenAI's "call_...", else that many letters and digits
   const char* param_begin = "";
   const char* param_name_end = "";
   const char* param_end = "";
@@ -62,6 +62,12 @@ struct ToolCallFormat {
   // model, in the prompt it renders for tools, how to write them; this is
   // that telling's text.
   const char* announced = "";
+  // LFM2: ARGUMENTS are Python keyword arguments, KEY=VALUE, ... (values
+  // Python literals: python_literal.h), up to call_end's ")".
+  bool keyword_arguments = false;
+  // MiniCPM5: an XML-style text value may be wrapped in <![CDATA[...]]>
+  // (its template wraps those holding '<', '&' or a line break).
+  bool cdata_values = false;
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;

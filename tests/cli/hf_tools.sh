@@ -3,8 +3,9 @@
 # Qwen2.5-style folder of cli.hf_qwen2_chat (tiny random weights: it knows
 # nothing, so only the constraint can make its calls valid), and on copies
 # of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's, Qwen3.5's,
-# GLM 4.6's, MiniMax M2's and DeepSeek V4's real templates (the last five:
-# XML-style parameters):
+# GLM 4.6's, MiniMax M2's, DeepSeek V4's, LFM2.5's and MiniCPM5's real
+# templates (the last seven: parameters one by one, as XML or as Python
+# keyword arguments):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
 # - tool_choice required and a named function give calls to the tools whose
@@ -24,7 +25,7 @@ qwen2_chat_folder
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
   "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2" \
-  "deepseek:deepseek-ai-DeepSeek-V4"; do
+  "deepseek:deepseek-ai-DeepSeek-V4" "lfm:LFM2.5-8B-A1B" "minicpm:openbmb-MiniCPM5-1B"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -39,7 +40,7 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   "ds32:deepseek-ai-DeepSeek-V3.2" "apriel:unsloth-Apriel-1.5" "nemotron2:NVIDIA-Nemotron-Nano-v2" \
   "nemotron3:NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" "gigachat:GigaChat3.1-10B-A1.8B" \
   "seed:ByteDance-Seed-OSS" "glm47:GLM-4.7-Flash" "hermes3:NousResearch-Hermes-3-Llama-3.1-8B-tool_use" \
-  "granite:ibm-granite-granite-4.0" "step:StepFun3.5-Flash"; do
+  "granite:ibm-granite-granite-4.0" "step:StepFun3.5-Flash" "apertus:Apertus-8B-Instruct"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -47,7 +48,7 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
 models=()
-for name in nemo llama coder qwen35 glm minimax deepseek $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
+for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -61,7 +62,7 @@ from transformers import AutoTokenizer
 port, qwen_dir, work, render_only = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
 folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "coder": f"{work}/coder",
            "qwen35": f"{work}/qwen35", "glm": f"{work}/glm", "minimax": f"{work}/minimax",
-           "deepseek": f"{work}/deepseek"}
+           "deepseek": f"{work}/deepseek", "lfm": f"{work}/lfm", "minicpm": f"{work}/minicpm"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -88,12 +89,18 @@ def round_trip(model, call_id, arguments):
             {"role": "tool", "tool_call_id": call_id, "content": "{\"temperature\": 21}"}]
 
 # 1. The round trip's prompt, as transformers renders the template (arguments as an object there).
+# (The folders share the tokenizer: it is loaded once and given each folder's template.)
+tokenizer = AutoTokenizer.from_pretrained(qwen_dir)
+def transformers_prompt(folder, messages, **kwargs):
+    with open(f"{folder}/chat_template.jinja") as f:
+        return tokenizer.apply_chat_template(messages, chat_template=f.read(), tokenize=False,
+                                             add_generation_prompt=True, **kwargs)
+
 for model, folder in list(folders.items()) + [(m, f"{work}/{m}") for m in render_only]:
     messages = round_trip(model, ids[model], json.dumps({"city": "Paris", "unit": "celsius"}))
     theirs = copy.deepcopy(messages)
     theirs[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
-    want = AutoTokenizer.from_pretrained(folder).apply_chat_template(theirs, tools=tools, tokenize=False,
-                                                                      add_generation_prompt=True)
+    want = transformers_prompt(folder, theirs, tools=tools)
     got = post("/apply-template", {"model": model, "messages": messages, "tools": tools})["prompt"]
     assert got == want, (model, got, want)
 print(f"round trip: {len(folders) + len(render_only)} templates render as transformers does")
@@ -176,8 +183,7 @@ messages = round_trip("llama", "call_abc", json.dumps({"query": "Paris weather"}
 messages[1]["tool_calls"][0]["function"]["name"] = "brave_search"
 theirs = copy.deepcopy(messages)
 theirs[1]["tool_calls"][0]["function"]["arguments"] = {"query": "Paris weather"}
-want = AutoTokenizer.from_pretrained(folders["llama"]).apply_chat_template(
-    theirs, tools=tools + [search], builtin_tools=["brave_search"], tokenize=False, add_generation_prompt=True)
+want = transformers_prompt(folders["llama"], theirs, tools=tools + [search], builtin_tools=["brave_search"])
 got = post("/apply-template", {"model": "llama", "messages": messages, "tools": tools + [search]})["prompt"]
 assert got == want, (got, want)
 assert '<|python_tag|>brave_search.call(query="Paris weather")<|eom_id|>' in got, got
@@ -214,8 +220,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 20 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 8 templates"
+expect "round trip: 23 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 10 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "built-in tools: <|python_tag|> calls render"
