@@ -56,6 +56,10 @@ TEST(Reasoning, MarksAreFoundByRenderingReasoningThroughTheTemplate) {
       {"Cohere2MoE.jinja", "command-r"},
       {"Kimi-K3.jinja", "kimi-k3"},
       {"google-gemma-4-31B-it.jinja", "gemma-4"},
+      // Reasoning read under vLLM's name (reasoning) or gpt-oss's (thinking).
+      {"upstage-Solar-Open-100B.jinja", "solar-open"},
+      {"poolside-Laguna-XS.2.jinja", "think"},
+      {"LFM2.5-8B-A1B.jinja", "think"},
       // No reasoning in these templates.
       {"Qwen-Qwen2.5-7B-Instruct.jinja", ""},
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ""},
@@ -107,6 +111,7 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       {"think", false, "<think>\nA </ b\n</think>\n<tool_call>\n{}", "A </ b", "<tool_call>\n{}"},
       {"seed-oss", false, "<seed:think>Sum.</seed:think>4", "Sum.", "4"},
       {"kimi-k3", true, "Sum.<|close|>think<|sep|>4", "Sum.", "4"},
+      {"solar-open", false, "<|think|>Sum.<|end|><|begin|>assistant4", "Sum.", "4"},
   };
   for (const Example& e : examples) {
     const ReasoningFormat& f = format_named(e.format);
@@ -132,7 +137,14 @@ TEST(Reasoning, PromptsThatCloseTheMarksLeaveNoReasoning) {
   EXPECT_TRUE(closes_reasoning(think, "<｜Assistant｜></think>"));
   EXPECT_FALSE(closes_reasoning(think, "<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(closes_reasoning(think, "<think>a</think>b<|im_end|>\n<|im_start|>assistant\n"));
+  // Solar Open's reasoning_effort low: an empty reasoning turn, then the answer's.
+  const ChatTemplate solar = corpus_template("upstage-Solar-Open-100B.jinja");
+  const json user = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_TRUE(closes_reasoning(format_named("solar-open"),
+                               solar.render_json(user, json(), true, {{"reasoning_effort", "low"}})));
+  EXPECT_FALSE(closes_reasoning(format_named("solar-open"), solar.render_json(user, json(), true)));
 }
+
 
 // Where a tool call's trigger may be looked for: after the reasoning only.
 TEST(Reasoning, TheAnswerStartsAfterTheReasoning) {
@@ -145,6 +157,9 @@ TEST(Reasoning, TheAnswerStartsAfterTheReasoning) {
   EXPECT_EQ(answer_start(think, false, "<think>x</think>\n<tool_call>"), 16u);
   EXPECT_EQ(answer_start(think, true, "x</think>y"), 9u);
   EXPECT_EQ(answer_start(think, true, "<tool_call>"), kNotYet);
+  const ReasoningFormat& solar = format_named("solar-open");
+  EXPECT_EQ(answer_start(solar, false, "<|think|>x<|end|><|begin|>assis"), kNotYet);
+  EXPECT_EQ(answer_start(solar, false, "<|think|>x<|end|><|begin|>assistant<|tool_calls|>"), 35u);
 }
 
 // Whether `g` matches `text` whole.
@@ -178,6 +193,11 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
   const Grammar kimi = grammar_after_reasoning(format_named("kimi-k3"), false, answer);
   EXPECT_TRUE(matches(kimi, "<|open|>think<|sep|>a <|close|>thin<|sep|><|close|>think<|sep|>{\"n\": 1}"));
   EXPECT_FALSE(matches(kimi, "<|open|>think<|sep|>a<|close|>think<|sep|>b<|close|>think<|sep|>{\"n\": 1}"));
+
+  // Solar Open: the answer's turn opens after the end mark.
+  const Grammar solar = grammar_after_reasoning(format_named("solar-open"), false, answer);
+  EXPECT_TRUE(matches(solar, "<|think|>Sum.<|end|><|begin|>assistant{\"n\": 4}"));
+  EXPECT_FALSE(matches(solar, "<|think|>Sum.<|end|>{\"n\": 4}"));
 }
 
 // The text before the end mark is exactly the text in which it does not

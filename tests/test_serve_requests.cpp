@@ -232,6 +232,12 @@ TEST(ChatFields, TemplateVariablesAndReasoningFormatReachTheRequest) {
            {"chat_template_kwargs", R"("enable_thinking")", "must be an object"},
            {"chat_template_kwargs", R"({"add_generation_prompt": false})", "set by the request itself"}})
     EXPECT_NE(chat_refusal(chat_with(field, value)).find(says), std::string::npos) << field << " " << value;
+  // A past answer's reasoning, under OpenAI-compatible servers' names (llama-server's, vLLM's).
+  for (const char* name : {"reasoning_content", "reasoning"}) {
+    const ChatRequest past = parse_chat(std::string(R"({"model": "m", "messages": [{"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", ")") + name + R"(": "Greet back."}]})");
+    EXPECT_EQ(past.messages[1][name], "Greet back.") << name;
+  }
 }
 
 TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {

@@ -202,7 +202,7 @@ class HfLanguageModelInference final : public InferenceModel {
     if (chat_) reasoning_format_ = text::detect_reasoning_format(*chat_);
     // The special tokens the formats' literals hold ([TOOL_CALLS], <|python_tag|>, <|START_THINKING|>...).
     if (tool_format_) tool_tokens_ = special_tokens_in(tool_format_->literals());
-    if (reasoning_format_) reasoning_tokens_ = special_tokens_in({reasoning_format_->begin, reasoning_format_->end});
+    if (reasoning_format_) reasoning_tokens_ = special_tokens_in(reasoning_format_->literals());
   }
   // The special tokens whose text stays in a completion's: its tool-call format's, and a chat's reasoning marks.
   std::vector<int32_t> kept_tokens(const CompletionOptions& o) const {

@@ -395,7 +395,7 @@ json tool_calls_of(const json& calls, const std::string& where) {
 const std::vector<std::pair<std::string, std::vector<std::string>>> kMessageFields = {
     {"system", {"role", "content", "name"}},
     {"user", {"role", "content", "name"}},
-    {"assistant", {"role", "content", "name", "tool_calls", "reasoning_content"}},
+    {"assistant", {"role", "content", "name", "tool_calls", "reasoning_content", "reasoning"}},
     {"tool", {"role", "content", "tool_call_id", "name"}},
 };
 

@@ -22,6 +22,9 @@ const std::vector<ReasoningFormat> kFormats = {
     {"command-r", "<|START_THINKING|>", "<|END_THINKING|>"},
     {"kimi-k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>"},
     {"gemma-4", "<|channel>thought", "<channel|>"},
+    // Solar Open: the reasoning is a turn of its own; the answer's turn follows it (its <|content|>, a special
+    // token, is not in the answer's text).
+    {"solar-open", "<|think|>", "<|end|>", "<|begin|>assistant"},
     // Qwen3, QwQ, DeepSeek R1 and V3.1+, GLM 4.5+, MiniMax M2, Nemotron, SmolLM3, Step 3.5...
     {"think", "<think>", "</think>"},
 };
@@ -95,16 +98,31 @@ std::string text_then_mark_gbnf(const std::string& name, std::string_view mark) 
   return rules;
 }
 
+// Past the answer opening after the end mark at `at` in `text` (whitespace
+// before it skipped; `at` itself for a format without one), or npos while
+// the text so far may still be it (not `whole`).
+size_t past_answer_opening(const ReasoningFormat& format, std::string_view text, size_t at, bool whole) {
+  const std::string_view opening = format.answer_opening;
+  if (opening.empty()) return at;
+  size_t p = at;
+  while (p < text.size() && is_space(text[p])) ++p;
+  if (text.substr(p).starts_with(opening)) return p + opening.size();
+  return !whole && opening.starts_with(text.substr(p)) ? std::string_view::npos : at;
+}
+
 }  // namespace
 
 const std::vector<ReasoningFormat>& reasoning_formats() { return kFormats; }
+
 
 const ReasoningFormat* detect_reasoning_format(const ChatTemplate& chat) {
   if (!chat.is_jinja()) return nullptr;
   constexpr std::string_view kThought = "Thinking it over.";
   const json user = {{"role", "user"}, {"content", "What is two and two?"}};
+  // Under vLLM's name too (Solar Open's, Laguna's, Hy3's templates read it; ChatTemplate::render_json gives
+  // reasoning_content as thinking, as transformers does, but not as reasoning).
   const json with_reasoning = json::array(
-      {user, {{"role", "assistant"}, {"reasoning_content", kThought}, {"content", "Four."}}});
+      {user, {{"role", "assistant"}, {"reasoning_content", kThought}, {"reasoning", kThought}, {"content", "Four."}}});
   try {
     const std::string rendered = chat.render_json(with_reasoning, json(), false);
     for (size_t at = rendered.find(kThought); at != std::string::npos; at = rendered.find(kThought, at + 1)) {
@@ -132,7 +150,8 @@ bool starts_in_reasoning(const ReasoningFormat& format, std::string_view prompt)
 }
 
 bool closes_reasoning(const ReasoningFormat& format, std::string_view prompt) {
-  return trimmed(prompt).ends_with(format.end);
+  if (!*format.answer_opening) return trimmed(prompt).ends_with(format.end);
+  return trimmed(prompt).ends_with(std::string(format.begin) + format.end + format.answer_opening);
 }
 
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole) {
@@ -151,7 +170,9 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
     return out;
   }
   out.reasoning = trimmed(rest.substr(0, closed));
-  std::string_view after = rest.substr(closed + end.size());
+  const size_t answer = past_answer_opening(format, rest, closed + end.size(), whole);
+  if (answer == std::string_view::npos) return out;
+  std::string_view after = rest.substr(answer);
   while (!after.empty() && is_space(after.front())) after.remove_prefix(1);
   out.content = after;
   return out;
@@ -162,7 +183,8 @@ size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view
   if (start == kNoReasoning) return 0;
   if (start == kMayStillOpen) return std::string_view::npos;
   const size_t closed = text.find(format.end, start);
-  return closed == std::string_view::npos ? closed : closed + std::strlen(format.end);
+  return closed == std::string_view::npos ? closed
+                                          : past_answer_opening(format, text, closed + std::strlen(format.end), false);
 }
 
 Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer) {
@@ -173,7 +195,9 @@ Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, cons
     name += "x";
   const std::string thinking = name + "-text-0 " + name + "-space";
   const std::string before = inside ? thinking : "( " + gbnf_literal(format.begin) + " " + thinking + " )?";
-  const std::string rules = name + "-answer ::= " + before + " " + answer.rules[size_t(answer.root)].name + "\n" +
+  const std::string opening = *format.answer_opening ? gbnf_literal(format.answer_opening) + " " : "";
+  const std::string rules = name + "-answer ::= " + before + " " + opening + answer.rules[size_t(answer.root)].name +
+                            "\n" +
                             name + "-space ::= [ \\t\\r\\n]{0,4}\n" + text_then_mark_gbnf(name + "-text", format.end);
   return parse_gbnf(answer.source + "\n" + rules, name + "-answer");
 }

@@ -18,6 +18,12 @@ struct ReasoningFormat {
   const char* name;
   const char* begin;
   const char* end;
+  // What the template writes after the end mark to open the answer, which
+  // is not the answer's (Solar Open's reasoning is a turn of its own: the
+  // answer's turn opens with "<|begin|>assistant").
+  const char* answer_opening = "";
+  // The marks and the opening, in the order they are written.
+  std::vector<std::string> literals() const { return {begin, end, answer_opening}; }
 };
 
 // The known marks, most specific first.
@@ -35,7 +41,9 @@ bool starts_in_reasoning(const ReasoningFormat& format, std::string_view prompt)
 
 // Whether `prompt` closes the marks for the answer itself: it ends with the
 // end mark (Qwen3's with enable_thinking false, DeepSeek V4's chat mode), so
-// the answer reasons no further.
+// the answer reasons no further. Where an answer opening follows the end
+// mark, which every turn's end then looks like, the prompt must end with
+// empty marks and the opening (Solar Open's reasoning_effort low).
 bool closes_reasoning(const ReasoningFormat& format, std::string_view prompt);
 
 // An answer read so far: its reasoning and the content after it, each with
