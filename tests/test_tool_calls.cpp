@@ -75,6 +75,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"Kimi-K2-Thinking.jinja", ""},
       {"upstage-Solar-Open-100B.jinja", "solar-open"},
       {"Apertus-8B-Instruct.jinja", "apertus"},
+      {"MiniMax-M3.jinja", "minimax-m3"},
       {"openbmb-MiniCPM5-1B.jinja", "minicpm5"},
       {"LFM2.5-8B-A1B.jinja", "lfm2"},
       // LFM2's and LFM2.5-Instruct's render no calls; their prompts list the tools as LFM2.5's does.
@@ -117,6 +118,7 @@ std::vector<Example> examples() {
   const std::string ds_sep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
   const std::string ds_end = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
   const std::string ds_calls_end = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
+  const std::string mm = "]<]minimax[>[";
   return {
       {"hermes", "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
                  "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"x\": [1, {\"y\": \"}\"}]}}\n</tool_call>",
@@ -200,6 +202,12 @@ std::vector<Example> examples() {
        "I'll check.\n",
        {{"get_weather", R"({"city": "New\n<York> ]", "note": "a & b", "days": 3, "extra": {"k": [1, true, null]}})"},
         {"get_time", "{}"}}},
+      // MiniMax M3: nested elements, an object's members and an array's items (text by the schema's types).
+      {"minimax-m3", "Sure." + mm + "<tool_call>\n" + mm + "<invoke name=\"get_weather\">" + mm + "<city>Paris" + mm +
+                         "</city>" + mm + "<extra>" + mm + "<k>" + mm + "<item>1" + mm + "</item>" + mm + "<item>true" + mm +
+                         "</item>" + mm + "</k>" + mm + "</extra>" + mm + "<days>3" + mm + "</days>" + mm + "</invoke>\n" + mm +
+                         "<invoke name=\"get_time\">" + mm + "</invoke>\n" + mm + "</tool_call>",
+       "Sure.", {{"get_weather", R"({"city": "Paris", "extra": {"k": [1, true]}, "days": 3})"}, {"get_time", "{}"}}},
       // LFM2: Python calls, strings in either quotes.
       {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
                "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
@@ -213,7 +221,8 @@ std::vector<Example> examples() {
 // The types XML-style values are read by.
 const json kExampleTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-    "metric": {"type": "boolean"}, "note": {"type": "string"}, "extra": {"type": "object"}}}}},
+    "metric": {"type": "boolean"}, "note": {"type": "string"}, "extra": {"type": "object", "properties": {"k": {
+    "type": "array", "items": {}}}}}}}},
     {"type": "function", "function": {"name": "brave_search"}},
     {"type": "function", "function": {"name": "code_interpreter"}}])");
 
@@ -314,9 +323,14 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|tool_call:end|><|calls|>"},  // (an id Solar's template does not ask for)
       {"apertus", "<|tools_prefix|>[{\"get_weather\": {\"city\": \"Paris\"}}", "{\"get_time\": {}}",
        "<|tools_prefix|>[{\"get_weather\": {\"town\": \"Paris\"}}]<|tools_suffix|>"},
-      {"minicpm5", "<function name=\"get_weather\"><param name=\"city\"><![CDATA[Par<is]]></param></function>",
+      {"minicpm5", "<function name=\"get_weather\"><param name=\"city\">Paris</param></function>",
        "<function name=\"get_time\"></function>",
        "<function name=\"get_weather\"><param name=\"city\">Par<is</param></function>"},  // '<' only in CDATA
+      {"minimax-m3", "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>Paris"
+                     "]<]minimax[>[</city>]<]minimax[>[</invoke>\n",
+       "]<]minimax[>[<invoke name=\"get_time\">]<]minimax[>[</invoke>\n",
+       "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<unit>celsius]<]minimax[>[</unit>"
+       "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"},  // city is required
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };
@@ -390,6 +404,19 @@ TEST(ToolCalls, XmlParameterGrammarsFollowEachParametersSchema) {
     EXPECT_EQ(arguments["n"], 7);
   }
   for (const std::string& text : invalid) EXPECT_FALSE(grammar_takes(gbnf, text)) << text;
+  // MiniCPM5's: text holding '<' only inside <![CDATA[...]]>, which reads back without it.
+  const ToolCallFormat& minicpm = format_named("minicpm5");
+  const std::string cdata_gbnf = tool_call_gbnf(minicpm, tools, "", false);
+  auto minicpm_call = [](const std::string& note) {
+    return "<function name=\"f\"><param name=\"code\">AB-123</param><param name=\"note\">" + note +
+           "</param><param name=\"n\">7</param></function>";
+  };
+  EXPECT_TRUE(grammar_takes(cdata_gbnf, minicpm_call("<![CDATA[x < y]] z]]>")));
+  EXPECT_FALSE(grammar_takes(cdata_gbnf, minicpm_call("x < y")));
+  EXPECT_FALSE(grammar_takes(cdata_gbnf, minicpm_call("<![CDATA[a]]>b]]>"))) << "the first ]]> ends it";
+  const ToolAnswer cdata = read_tool_answer(minicpm, minicpm_call("<![CDATA[x < y]] z]]>"), true, tools);
+  ASSERT_EQ(cdata.calls.size(), 1u);
+  EXPECT_EQ(json::parse(cdata.calls[0].arguments)["note"], "x < y]] z");
   const json angle = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
       "properties": {"tag": {"type": "string", "pattern": "^<[a-z]+>$"}}}}}])");
   try {
@@ -398,6 +425,41 @@ TEST(ToolCalls, XmlParameterGrammarsFollowEachParametersSchema) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
   }
+}
+
+// MiniMax M3's nested elements: an object's members, an array's items
+// within its bounds, text that cannot close its tag early, and JSON for
+// other types; each accepted call reads back as the object it stands for.
+TEST(ToolCalls, ElementGrammarsFollowTheNestedSchema) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"place": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}},
+      "required": ["city"]}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+      "ok": {"type": "boolean"}}, "required": ["place"]}}}])");
+  const ToolCallFormat& m3 = format_named("minimax-m3");
+  const std::string gbnf = tool_call_gbnf(m3, tools, "", false);
+  const std::string mm = "]<]minimax[>[";
+  auto call = [&](const std::string& members) {
+    return mm + "<tool_call>\n" + mm + "<invoke name=\"f\">" + members + mm + "</invoke>\n" + mm + "</tool_call>";
+  };
+  auto element = [&](const std::string& tag, const std::string& value) {
+    return mm + "<" + tag + ">" + value + mm + "</" + tag + ">";
+  };
+  const std::string place = element("place", element("city", "New ]<York") + element("zip", "75001"));
+  const std::string valid = call(place + element("tags", element("item", "a") + element("item", "b")) +
+                                 element("ok", "false"));
+  EXPECT_TRUE(grammar_takes(gbnf, valid));
+  const ToolAnswer read = read_tool_answer(m3, valid, true, tools);
+  ASSERT_EQ(read.calls.size(), 1u);
+  EXPECT_EQ(json::parse(read.calls[0].arguments),
+            json::parse(R"({"place": {"city": "New ]<York", "zip": 75001}, "tags": ["a", "b"], "ok": false})"));
+  for (const std::string& invalid : {
+           call(element("tags", element("item", "a"))),                                        // place is required
+           call(element("place", element("zip", "1"))),                                        // city is required
+           call(place + element("tags", element("item", "c"))),                                // not an item's enum
+           call(place + element("tags", element("item", "a") + element("item", "a") + element("item", "b"))),  // maxItems
+           call(place + element("ok", "yes")),                                                 // not a boolean
+       })
+    EXPECT_FALSE(grammar_takes(gbnf, invalid)) << invalid;
 }
 
 // Python keyword arguments (LFM2): the schema's order, the required ones

@@ -40,10 +40,12 @@ std::string lowered(std::string text) {
   return text;
 }
 
-// A text parameter's value grammar: its enum or const, pattern, format or
-// length, else any text.
-std::string text_value_gbnf(const json& schema, const ToolCallFormat& f) {
-  if (!schema.is_object()) return "param-text";
+
+
+}  // namespace
+
+std::string text_value_gbnf(const json& schema, const std::string& any_text, const std::string& one_char) {
+  if (!schema.is_object()) return any_text;
   for (const char* key : {"enum", "const"}) {
     if (!schema.contains(key)) continue;
     const json values = std::string(key) == "enum" ? schema[key] : json::array({schema[key]});
@@ -62,35 +64,31 @@ std::string text_value_gbnf(const json& schema, const ToolCallFormat& f) {
     return "( " + parameter_text_pattern_gbnf(schema["pattern"].get<std::string>()) + " )";
   }
   if (!format.empty()) return "( " + format + " )";
-  if (!bounded) return "param-text";
-  const std::string length = length_repetition(schema);
-  if (f.cdata_values) return "( param-char" + length + " | \"<![CDATA[\" cdata-plain" + length + " \"]]>\" )";
-  return "param-char" + length;
+  return bounded ? one_char + length_repetition(schema) : any_text;
 }
 
-// A rule name's part for a parameter key (GBNF names: letters, digits, '-').
-std::string name_part(const std::string& key) {
-  std::string out;
-  for (const char c : key) out += std::isalnum(uint8_t(c)) ? c : '-';
-  return out;
-}
-
-}  // namespace
-
-std::string length_repetition(const json& schema) {
-  if (!schema.contains("minLength") && !schema.contains("maxLength")) return "";
-  auto length = [&](const char* key, int64_t fallback) {
+std::string repetition(const json& schema, const char* min_key, const char* max_key) {
+  if (!schema.contains(min_key) && !schema.contains(max_key)) return "";
+  auto bound = [&](const char* key, int64_t fallback) {
     if (!schema.contains(key)) return fallback;
     KILN_CHECK(schema[key].is_number_integer() && schema[key].get<int64_t>() >= 0 && schema[key].get<int64_t>() <= 1000,
                "'", key, "' must be an integer in [0, 1000]");
     return schema[key].get<int64_t>();
   };
-  const int64_t min = length("minLength", 0), max = length("maxLength", -1);
-  KILN_CHECK(max < 0 || max >= min, "maxLength is below minLength");
+  const int64_t min = bound(min_key, 0), max = bound(max_key, -1);
+  KILN_CHECK(max < 0 || max >= min, max_key, " is below ", min_key);
   std::string out(1, '{');  // appended: GCC 12 warns (falsely, -Wrestrict) on "..." + string
   out += std::to_string(min) + ",";
   if (max >= 0) out += std::to_string(max);
   return out += '}';
+}
+
+std::string length_repetition(const json& schema) { return repetition(schema, "minLength", "maxLength"); }
+
+std::string rule_name_part(const std::string& key) {
+  std::string out;
+  for (const char c : key) out += std::isalnum(uint8_t(c)) ? c : '-';
+  return out;
 }
 
 json parameter_schema(const json& parameters, const std::string& key) {
@@ -175,9 +173,9 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
     std::string value;
     const bool text = parameter_is_text(schema);
     if (text) {
-      value = text_value_gbnf(schema, f);
+      value = text_value_gbnf(schema, "param-text", "param-char");
     } else {
-      const JsonSchemaRules json_value = json_schema_rules(schema, prefix + name_part(key) + "-");
+      const JsonSchemaRules json_value = json_schema_rules(schema, prefix + rule_name_part(key) + "-");
       rules += json_value.rules;
       value = json_value.top;
     }
@@ -198,7 +196,7 @@ std::string keyword_arguments_gbnf(const json& parameters, const std::string& pr
   };
   std::vector<Argument> arguments;
   for (const auto& [key, unused] : parameters["properties"].items()) {
-    const JsonSchemaRules value = json_schema_rules(parameter_schema(parameters, key), prefix + name_part(key) + "-");
+    const JsonSchemaRules value = json_schema_rules(parameter_schema(parameters, key), prefix + rule_name_part(key) + "-");
     rules += value.rules;
     const json& required = parameters.value("required", json::array());
     arguments.push_back({gbnf_literal(key + "=") + " " + value.top,

@@ -41,9 +41,21 @@ std::string json_escaped(std::string_view text);
 std::string parameters_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& parameters,
                             const std::string& prefix, std::string& rules);
 
-// A string schema's minLength/maxLength as a GBNF repetition ("{2,8}"), or
-// "" when it has neither; throws kiln::Error for bad values.
+// A text value's grammar (a string parameter's raw text): its enum or
+// const, pattern (no '<' in it), format, or length (a repetition of
+// `one_char`), else `any_text`.
+std::string text_value_gbnf(const nlohmann::ordered_json& schema, const std::string& any_text,
+                            const std::string& one_char);
+
+// A schema's bounds (`min_key`, `max_key`: minItems/maxItems...) as a GBNF
+// repetition ("{2,8}"), or "" when it has neither; throws kiln::Error for
+// bad values.
+std::string repetition(const nlohmann::ordered_json& schema, const char* min_key, const char* max_key);
+// A string schema's minLength/maxLength so.
 std::string length_repetition(const nlohmann::ordered_json& schema);
+
+// A rule name's part for a parameter key (GBNF names: letters, digits, '-').
+std::string rule_name_part(const std::string& key);
 
 // GBNF for Python keyword arguments (LFM2's KEY=VALUE, ...: ToolCallFormat::
 // keyword_arguments), in the schema's order (required ones always, optional

@@ -7,6 +7,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
 #include "kiln/text/python_literal.h"
+#include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
 
 namespace kiln::text {
@@ -37,6 +38,10 @@ const std::vector<ToolCallFormat> kFormats = {
      "\" string=\"false\">"},
     {"minimax-m2", "<minimax:tool_call>\n", "<invoke name=\"", "", "\">\n", "", "</invoke>\n", "", "</minimax:tool_call>",
      0, "<parameter name=\"", "\">", "</parameter>\n"},
+    // MiniMax M3: nested elements after its namespace token.
+    {.name = "minimax-m3", .section_begin = "]<]minimax[>[<tool_call>\n", .call_begin = "]<]minimax[>[<invoke name=\"",
+     .name_args_separator = "\">", .call_end = "]<]minimax[>[</invoke>\n", .section_end = "]<]minimax[>[</tool_call>",
+     .element_prefix = "]<]minimax[>["},
     {.name = "minicpm5", .call_begin = "<function name=\"", .name_args_separator = "\">", .call_end = "</function>",
      .between = "\n", .param_begin = "<param name=\"", .param_name_end = "\">", .param_end = "</param>",
      .cdata_values = true},
@@ -91,6 +96,8 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
            f.param_end;
   }
   if (f.keyword_arguments) return f.call_begin + name + f.name_args_separator + "city='Paris'";
+  if (*f.element_prefix)
+    return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix + "</city>";
   if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
   return f.call_begin + ("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": " + arguments);
 }
@@ -236,6 +243,8 @@ class Cursor {
     return Scan::kDone;
   }
 
+  void seek(size_t pos) { pos_ = pos; }
+
   // Whether the text here starts with `literal` (after whitespace), without moving.
   Scan peek_literal(std::string_view literal) const {
     Cursor copy = *this;
@@ -350,6 +359,18 @@ Scan read_keyword_arguments(Cursor& c, ToolCall& call) {
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": " + value;
   }
   call.arguments += "}";
+  return Scan::kDone;
+}
+
+// Nested elements (MiniMax M3's) up to the call's end, read into
+// `call.arguments` as tool_call_elements.h reads them.
+Scan read_element_arguments(const ToolCallFormat& f, Cursor& c, ToolCall& call, std::string_view text,
+                            const json& parameters) {
+  const ElementsRead read = read_elements(text, c.pos(), f.element_prefix, parameters, bare(f.call_end));
+  call.arguments = read.json;
+  if (read.scan != ElementsRead::Scan::kDone)
+    return read.scan == ElementsRead::Scan::kPartial ? Scan::kPartial : Scan::kBad;
+  c.seek(read.end);
   return Scan::kDone;
 }
 
@@ -494,6 +515,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     const Scan s = has_parameters(f)      ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
                    : f.keyword_arguments ? read_keyword_arguments(c, calls.back())
+                   : *f.element_prefix   ? read_element_arguments(f, c, calls.back(), text, function_parameters(tools, name))
                                          : arguments(calls.back());
     if (s != Scan::kDone) return s;
   } else {
@@ -547,7 +569,7 @@ std::string ToolCallFormat::trigger() const {
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
   for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
-                        param_begin, param_name_end, param_end, builtin_begin, name_marker})
+                        param_begin, param_name_end, param_end, builtin_begin, name_marker, element_prefix})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -618,6 +640,9 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
         body = gbnf_literal(name + f.name_args_separator) + " " + parameters_gbnf(f, parameters, prefix, rules);
       } else if (f.keyword_arguments) {
         body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(parameters, prefix, rules);
+      } else if (*f.element_prefix) {
+        body = gbnf_literal(name + f.name_args_separator) + " " +
+               elements_gbnf(f.element_prefix, parameters, prefix + "el", rules);
       } else {
         const JsonSchemaRules args = json_schema_rules(parameters, prefix);
         rules += args.rules;

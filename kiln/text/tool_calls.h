@@ -68,6 +68,9 @@ struct ToolCallFormat {
   // MiniCPM5: an XML-style text value may be wrapped in <![CDATA[...]]>
   // (its template wraps those holding '<', '&' or a line break).
   bool cdata_values = false;
+  // MiniMax M3: ARGUMENTS are nested elements, PREFIX<KEY>VALUE PREFIX</KEY>
+  // each (tool_call_elements.h).
+  const char* element_prefix = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
