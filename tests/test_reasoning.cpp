@@ -110,7 +110,7 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       {"think", true, "Cut off while thinking </thi", "Cut off while thinking </thi", ""},
       {"think", false, "<think>\nA </ b\n</think>\n<tool_call>\n{}", "A </ b", "<tool_call>\n{}"},
       {"seed-oss", false, "<seed:think>Sum.</seed:think>4", "Sum.", "4"},
-      {"kimi-k3", true, "Sum.<|close|>think<|sep|>4", "Sum.", "4"},
+      {"kimi-k3", true, "Sum.<|close|>think<|sep|><|open|>response<|sep|>4", "Sum.", "4"},
       {"solar-open", false, "<|think|>Sum.<|end|><|begin|>assistant4", "Sum.", "4"},
   };
   for (const Example& e : examples) {
@@ -145,6 +145,17 @@ TEST(Reasoning, PromptsThatCloseTheMarksLeaveNoReasoning) {
   EXPECT_FALSE(closes_reasoning(format_named("solar-open"), solar.render_json(user, json(), true)));
 }
 
+
+// The answer's text ends where the template closes it (Kimi K3's response
+// tag, before its tool calls and the message's end).
+TEST(Reasoning, TheAnswerEndsAtItsClosing) {
+  const ReasoningFormat& kimi = format_named("kimi-k3");
+  EXPECT_EQ(answer_text(kimi, "Four.<|close|>response<|sep|><|close|>message<|sep|>", true), "Four.");
+  EXPECT_EQ(answer_text(kimi, "Four.<|close|>resp", false), "Four.") << "what may begin the closing is held back";
+  EXPECT_EQ(answer_text(kimi, "Four.<|close|>resp", true), "Four.<|close|>resp");
+  EXPECT_EQ(answer_text(format_named("think"), "Four.<|close|>response<|sep|>", true),
+            "Four.<|close|>response<|sep|>") << "a format without a closing keeps all";
+}
 
 // Where a tool call's trigger may be looked for: after the reasoning only.
 TEST(Reasoning, TheAnswerStartsAfterTheReasoning) {
@@ -191,8 +202,10 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
 
   // Marks of several tokens and special characters (Kimi K3's).
   const Grammar kimi = grammar_after_reasoning(format_named("kimi-k3"), false, answer);
-  EXPECT_TRUE(matches(kimi, "<|open|>think<|sep|>a <|close|>thin<|sep|><|close|>think<|sep|>{\"n\": 1}"));
-  EXPECT_FALSE(matches(kimi, "<|open|>think<|sep|>a<|close|>think<|sep|>b<|close|>think<|sep|>{\"n\": 1}"));
+  EXPECT_TRUE(matches(kimi, "<|open|>think<|sep|>a <|close|>thin<|sep|><|close|>think<|sep|><|open|>response<|sep|>"
+                            "{\"n\": 1}"));
+  EXPECT_FALSE(matches(kimi, "<|open|>think<|sep|>a<|close|>think<|sep|>b<|close|>think<|sep|><|open|>response<|sep|>"
+                             "{\"n\": 1}"));
 
   // Solar Open: the answer's turn opens after the end mark.
   const Grammar solar = grammar_after_reasoning(format_named("solar-open"), false, answer);

@@ -76,6 +76,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"upstage-Solar-Open-100B.jinja", "solar-open"},
       {"Apertus-8B-Instruct.jinja", "apertus"},
       {"MiniMax-M3.jinja", "minimax-m3"},
+      {"Kimi-K3.jinja", "kimi-k3"},
       {"openbmb-MiniCPM5-1B.jinja", "minicpm5"},
       {"LFM2.5-8B-A1B.jinja", "lfm2"},
       // LFM2's and LFM2.5-Instruct's render no calls; their prompts list the tools as LFM2.5's does.
@@ -202,6 +203,12 @@ std::vector<Example> examples() {
        "I'll check.\n",
        {{"get_weather", R"({"city": "New\n<York> ]", "note": "a & b", "days": 3, "extra": {"k": [1, true, null]}})"},
         {"get_time", "{}"}}},
+      // Kimi K3: each call's index, each parameter's type ("string": text, else JSON).
+      {"kimi-k3", "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" "
+                  "type=\"string\"<|sep|>Paris <3<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"number\"<|sep|>"
+                  "2<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"get_time\" index=\"2\"<|sep|>"
+                  "<|close|>call<|sep|><|close|>tools<|sep|>",
+       "", {{"get_weather", R"({"city": "Paris <3", "days": 2})"}, {"get_time", "{}"}}},
       // MiniMax M3: nested elements, an object's members and an array's items (text by the schema's types).
       {"minimax-m3", "Sure." + mm + "<tool_call>\n" + mm + "<invoke name=\"get_weather\">" + mm + "<city>Paris" + mm +
                          "</city>" + mm + "<extra>" + mm + "<k>" + mm + "<item>1" + mm + "</item>" + mm + "<item>true" + mm +
@@ -331,6 +338,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "]<]minimax[>[<invoke name=\"get_time\">]<]minimax[>[</invoke>\n",
        "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<unit>celsius]<]minimax[>[</unit>"
        "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"},  // city is required
+      {"kimi-k3", "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" "
+                  "type=\"string\"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|>",
+       "<|open|>call tool=\"get_time\" index=\"2\"<|sep|><|close|>call<|sep|>",
+       "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" "
+       "type=\"number\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"},  // city is text
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };

@@ -48,6 +48,7 @@ ChatAnswer read_chat_answer(const std::string& text, bool whole, const Reasoning
     r.answer = text::read_tool_answer(*tools, content, whole, tool_list);
   else
     r.answer.content = std::move(content);
+  if (reasoning.format) r.answer.content = std::string(text::answer_text(*reasoning.format, r.answer.content, whole));
   return r;
 }
 

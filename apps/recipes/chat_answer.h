@@ -38,7 +38,8 @@ struct ReasoningStart {
 ReasoningStart reason_before_answering(const InferenceModel& model, const std::string& prompt, CompletionOptions& o);
 
 // A chat answer read so far: the reasoning split off (where the model
-// reasons in marks), then its content and the tool calls in it (where
+// reasons in marks), then its content (up to the template's answer closing:
+// ReasoningFormat::answer_closing) and the tool calls in it (where
 // `tools`: the format they are read in, and the request's tools, whose
 // parameters' types read XML-style values).
 struct ChatAnswer {

@@ -19,7 +19,7 @@ const std::vector<ReasoningFormat> kFormats = {
     {"minimax-m3", "<mm:think>", "</mm:think>"},
     {"hunyuan", "<think:opensource>", "</think:opensource>"},
     {"command-r", "<|START_THINKING|>", "<|END_THINKING|>"},
-    {"kimi-k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>"},
+    {"kimi-k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>", "<|open|>response<|sep|>", "<|close|>response<|sep|>"},
     {"gemma-4", "<|channel>thought", "<channel|>"},
     // Solar Open: the reasoning is a turn of its own; the answer's turn follows it (its <|content|>, a special
     // token, is not in the answer's text).
@@ -136,6 +136,13 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
   while (!after.empty() && is_space(after.front())) after.remove_prefix(1);
   out.content = after;
   return out;
+}
+
+std::string_view answer_text(const ReasoningFormat& format, std::string_view content, bool whole) {
+  const std::string_view closing = format.answer_closing;
+  if (closing.empty()) return content;
+  if (const size_t at = content.find(closing); at != std::string_view::npos) return content.substr(0, at);
+  return whole ? content : content.substr(0, content.size() - partial_mark(content, closing));
 }
 
 size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view text) {

@@ -22,8 +22,12 @@ struct ReasoningFormat {
   // is not the answer's (Solar Open's reasoning is a turn of its own: the
   // answer's turn opens with "<|begin|>assistant").
   const char* answer_opening = "";
-  // The marks and the opening, in the order they are written.
-  std::vector<std::string> literals() const { return {begin, end, answer_opening}; }
+  // What the template writes after the answer's text (Kimi K3's
+  // "<|close|>response<|sep|>", before its tool calls), which is not the
+  // answer's either.
+  const char* answer_closing = "";
+  // The marks, the opening and the closing, in the order they are written.
+  std::vector<std::string> literals() const { return {begin, end, answer_opening, answer_closing}; }
 };
 
 // The known marks, most specific first.
@@ -60,6 +64,11 @@ struct ReasonedAnswer {
 // reasoning, is held back until it is known. Reasoning never closed is all
 // reasoning (an answer cut off by max_tokens while thinking).
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole);
+
+// The answer's text in `content` (what follows the reasoning, or its tool
+// calls' content): up to the format's answer closing, less what may still
+// begin it (not `whole`).
+std::string_view answer_text(const ReasoningFormat& format, std::string_view content, bool whole);
 
 // Where the answer after the reasoning starts in `text` (an answer so far,
 // as read_reasoning reads it): 0 when it does not open with the marks,

@@ -42,6 +42,18 @@ std::string lowered(std::string text) {
 
 
 
+// The JSON type a value of `schema` has, as Kimi K3's parameters name it
+// ("string" for text, null schema), or the non-string ones where the
+// schema does not say.
+std::string json_type_gbnf(const json& schema) {
+  if (schema.is_null()) return gbnf_literal("string");
+  const json type = schema.is_object() ? schema.value("type", json()) : json();
+  if (type == "integer" || type == "number") return gbnf_literal("number");
+  for (const char* t : {"boolean", "null", "object", "array"})
+    if (type == t) return gbnf_literal(t);
+  return "( \"number\" | \"boolean\" | \"null\" | \"object\" | \"array\" )";
+}
+
 }  // namespace
 
 std::string text_value_gbnf(const json& schema, const std::string& any_text, const std::string& one_char) {
@@ -180,7 +192,11 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
       value = json_value.top;
     }
     const char* name_end = !text && *f.param_name_end_json ? f.param_name_end_json : f.param_name_end;
-    const std::string one = gbnf_literal(f.param_begin + key + name_end) + " " + value + " " + gbnf_literal(f.param_end);
+    std::string named = gbnf_literal(f.param_begin + key + name_end);
+    if (*f.param_type_marker)  // Kimi K3's: the value's JSON type
+      named = gbnf_literal(f.param_begin + key + f.param_type_marker) + " " + json_type_gbnf(text ? json() : schema) +
+              " " + gbnf_literal(name_end);
+    const std::string one = named + " " + value + " " + gbnf_literal(f.param_end);
     const bool must = std::find(required.begin(), required.end(), key) != required.end();
     out += (out.empty() ? "" : " ") + (must ? one : "( " + one + " )?");
   }

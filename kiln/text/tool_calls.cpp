@@ -42,6 +42,11 @@ const std::vector<ToolCallFormat> kFormats = {
     {.name = "minimax-m3", .section_begin = "]<]minimax[>[<tool_call>\n", .call_begin = "]<]minimax[>[<invoke name=\"",
      .name_args_separator = "\">", .call_end = "]<]minimax[>[</invoke>\n", .section_end = "]<]minimax[>[</tool_call>",
      .element_prefix = "]<]minimax[>["},
+    // Kimi K3: XML-style parameters, each naming its type, in <|open|>/<|close|> tags.
+    {.name = "kimi-k3", .section_begin = "<|open|>tools<|sep|>", .call_begin = "<|open|>call tool=\"",
+     .name_args_separator = "\"<|sep|>", .call_end = "<|close|>call<|sep|>", .section_end = "<|close|>tools<|sep|>",
+     .param_begin = "<|open|>argument key=\"", .param_name_end = "\"<|sep|>", .param_end = "<|close|>argument<|sep|>",
+     .index_marker = "\" index=\"", .param_type_marker = "\" type=\""},
     {.name = "minicpm5", .call_begin = "<function name=\"", .name_args_separator = "\">", .call_end = "</function>",
      .between = "\n", .param_begin = "<param name=\"", .param_name_end = "\">", .param_end = "</param>",
      .cdata_values = true},
@@ -91,9 +96,11 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 // The text of one call, as the format spells it (the object's closing brace
 // left off: templates may write more keys after the arguments).
 std::string spell_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& arguments) {
-  if (has_parameters(f)) {  // arguments {"city": "Paris"} as the probe's one parameter
-    return f.call_begin + name + f.name_args_separator + f.param_begin + "city" + f.param_name_end + "Paris" +
-           f.param_end;
+  if (has_parameters(f)) {  // arguments {"city": "Paris"} as the probe's one parameter (Kimi K3's: its index 1)
+    const std::string index = *f.index_marker ? f.index_marker + std::string("1") : "";
+    const std::string type = *f.param_type_marker ? f.param_type_marker + std::string("string") : "";
+    return f.call_begin + name + index + f.name_args_separator + f.param_begin + "city" + type + f.param_name_end +
+           "Paris" + f.param_end;
   }
   if (f.keyword_arguments) return f.call_begin + name + f.name_args_separator + "city='Paris'";
   if (*f.element_prefix)
@@ -292,7 +299,8 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
   call.arguments = "{";
   // A key runs to its end literal's first word ("</arg_key>" of "</arg_key>\n<arg_value>").
   const std::string_view name_end = bare(f.param_name_end), close = bare(f.param_end);
-  const std::string_view key_end = name_end.substr(0, name_end.find_first_of(" \n"));
+  const std::string_view key_end =
+      *f.param_type_marker ? f.param_type_marker : name_end.substr(0, name_end.find_first_of(" \n"));
   const bool breaks_before_value = std::string_view(f.param_name_end).back() == '\n';
   const bool breaks_after_value = *f.param_end == '\n';
   for (bool first = true;; first = false) {
@@ -305,7 +313,13 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
     if (key.empty() || key.find_first_of("<\n\"") != std::string_view::npos) return Scan::kBad;
     // Text or JSON: as the format marks it, else by the parameter's schema.
     json schema = parameter_schema(parameters, std::string(key));
-    if (*f.param_name_end_json && c.peek_literal(name_end) != Scan::kDone) {
+    if (*f.param_type_marker) {  // the written type says: "string" is text, any other JSON
+      std::string type;
+      if (Scan s = c.literal(f.param_type_marker); s != Scan::kDone) return s;
+      if (Scan s = c.name(&type, ""); s != Scan::kDone) return s;
+      if (Scan s = c.literal(name_end); s != Scan::kDone) return s;
+      schema = type == "string" ? json{{"type", "string"}} : json(true);
+    } else if (*f.param_name_end_json && c.peek_literal(name_end) != Scan::kDone) {
       if (Scan s = c.literal(f.param_name_end_json); s != Scan::kDone) return s;
       schema = true;  // any JSON
     } else if (Scan s = c.literal(name_end); s != Scan::kDone) {
@@ -503,6 +517,11 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     if (Scan s = c.name(&name, f.id_is_index ? "_-." : "_-.:"); s != Scan::kDone) return s;
     const Scan id_scan = *f.id_marker ? c.peek_literal(f.id_marker) : Scan::kBad;
     if (id_scan == Scan::kPartial) return id_scan;
+    if (*f.index_marker) {  // Kimi K3's index: read, and dropped
+      std::string index;
+      if (Scan s = c.literal(f.index_marker); s != Scan::kDone) return s;
+      if (Scan s = c.name(&index, ""); s != Scan::kDone) return s;
+    }
     std::string id;
     if (id_scan == Scan::kDone) {  // an id the model wrote: kept where the template takes it back
       c.literal(f.id_marker);
@@ -569,7 +588,8 @@ std::string ToolCallFormat::trigger() const {
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
   for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
-                        param_begin, param_name_end, param_end, builtin_begin, name_marker, element_prefix})
+                        param_begin, param_name_end, param_end, builtin_begin, name_marker, element_prefix,
+                        index_marker, param_type_marker})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -637,7 +657,9 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
         continue;
       }
       if (has_parameters(f)) {
-        body = gbnf_literal(name + f.name_args_separator) + " " + parameters_gbnf(f, parameters, prefix, rules);
+        const std::string index = *f.index_marker ? gbnf_literal(f.index_marker) + " [0-9]+ " : "";
+        body = gbnf_literal(name) + " " + index + gbnf_literal(f.name_args_separator) + " " +
+               parameters_gbnf(f, parameters, prefix, rules);
       } else if (f.keyword_arguments) {
         body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(parameters, prefix, rules);
       } else if (*f.element_prefix) {

@@ -71,6 +71,12 @@ struct ToolCallFormat {
   // MiniMax M3: ARGUMENTS are nested elements, PREFIX<KEY>VALUE PREFIX</KEY>
   // each (tool_call_elements.h).
   const char* element_prefix = "";
+  // Kimi K3: NAME index_marker INDEX separator: the model writes the call's
+  // index (digits) there, which is read and dropped.
+  const char* index_marker = "";
+  // Kimi K3: KEY param_type_marker TYPE param_name_end: each parameter
+  // names its JSON type; "string" marks raw text, any other JSON.
+  const char* param_type_marker = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
