@@ -211,6 +211,10 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
   const Grammar solar = grammar_after_reasoning(format_named("solar-open"), false, answer);
   EXPECT_TRUE(matches(solar, "<|think|>Sum.<|end|><|begin|>assistant{\"n\": 4}"));
   EXPECT_FALSE(matches(solar, "<|think|>Sum.<|end|>{\"n\": 4}"));
+  EXPECT_TRUE(matches(solar, "{\"n\": 4}")) << "an answer that does not reason is opened by the prompt";
+  EXPECT_FALSE(matches(solar, "<|begin|>assistant{\"n\": 4}"));
+  const Grammar kimi_thinking = grammar_after_reasoning(format_named("kimi-k3"), true, answer);
+  EXPECT_TRUE(matches(kimi_thinking, "a<|close|>think<|sep|><|open|>response<|sep|>{\"n\": 1}"));
 }
 
 // The text before the end mark is exactly the text in which it does not

@@ -160,11 +160,12 @@ Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, cons
   while (std::any_of(answer.rules.begin(), answer.rules.end(),
                      [&](const GrammarRule& r) { return r.name.starts_with(name); }))
     name += "x";
-  const std::string thinking = name + "-text-0 " + name + "-space";
+  // The thinking, its end mark, and the answer's opening where the template writes one after it (an answer
+  // that does not reason is already opened by the prompt).
+  const std::string thinking = name + "-text-0 " + name + "-space" +
+                               (*format.answer_opening ? " " + gbnf_literal(format.answer_opening) : "");
   const std::string before = inside ? thinking : "( " + gbnf_literal(format.begin) + " " + thinking + " )?";
-  const std::string opening = *format.answer_opening ? gbnf_literal(format.answer_opening) + " " : "";
-  const std::string rules = name + "-answer ::= " + before + " " + opening + answer.rules[size_t(answer.root)].name +
-                            "\n" +
+  const std::string rules = name + "-answer ::= " + before + " " + answer.rules[size_t(answer.root)].name + "\n" +
                             name + "-space ::= [ \\t\\r\\n]{0,4}\n" + text_then_mark_gbnf(name + "-text", format.end);
   return parse_gbnf(answer.source + "\n" + rules, name + "-answer");
 }
