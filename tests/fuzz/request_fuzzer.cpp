@@ -77,7 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The body as a model's answer, whole and cut short, in every format (XML-style values read by these types).
   static const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f",
       "parameters": {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"},
-      "b": {"type": "boolean"}, "o": {"type": "object"}}}}}])");
+      "b": {"type": "boolean"}, "o": {"type": "object"}, "a": {"type": "array", "items": {"type": "object",
+      "properties": {"k": {"type": "string"}, "m": {"type": "object", "properties": {"x": {"type": "number"}}}}}}}}}}])");
   for (const auto& format : kiln::text::tool_call_formats()) {
     const auto whole = kiln::text::read_tool_answer(format, body, true, tools);
     const auto part = kiln::text::read_tool_answer(format, std::string_view(body).substr(0, size / 2), false, tools);
