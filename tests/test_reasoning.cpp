@@ -60,6 +60,7 @@ TEST(Reasoning, MarksAreFoundByRenderingReasoningThroughTheTemplate) {
       {"upstage-Solar-Open-100B.jinja", "solar-open"},
       {"poolside-Laguna-XS.2.jinja", "think"},
       {"LFM2.5-8B-A1B.jinja", "think"},
+      {"openai-gpt-oss-120b.jinja", "harmony"},
       // No reasoning in these templates.
       {"Qwen-Qwen2.5-7B-Instruct.jinja", ""},
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ""},
@@ -112,6 +113,9 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       {"seed-oss", false, "<seed:think>Sum.</seed:think>4", "Sum.", "4"},
       {"kimi-k3", true, "Sum.<|close|>think<|sep|><|open|>response<|sep|>4", "Sum.", "4"},
       {"solar-open", false, "<|think|>Sum.<|end|><|begin|>assistant4", "Sum.", "4"},
+      {"harmony", false, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4", "Sum.",
+       "<|channel|>final<|message|>4"},
+      {"harmony", false, "<|channel|>final<|message|>4", "", "<|channel|>final<|message|>4"},
   };
   for (const Example& e : examples) {
     const ReasoningFormat& f = format_named(e.format);
@@ -155,6 +159,11 @@ TEST(Reasoning, TheAnswerEndsAtItsClosing) {
   EXPECT_EQ(answer_text(kimi, "Four.<|close|>resp", true), "Four.<|close|>resp");
   EXPECT_EQ(answer_text(format_named("think"), "Four.<|close|>response<|sep|>", true),
             "Four.<|close|>response<|sep|>") << "a format without a closing keeps all";
+  // gpt-oss's final channel opens the answer's text, with reasoning before it or not.
+  const ReasoningFormat& harmony = format_named("harmony");
+  EXPECT_EQ(answer_text(harmony, "<|channel|>final<|message|>Four.", true), "Four.");
+  EXPECT_EQ(answer_text(harmony, "<|channel|>fin", false), "") << "what may still be the opening is held back";
+  EXPECT_EQ(answer_text(harmony, "Four.", true), "Four.");
 }
 
 // Where a tool call's trigger may be looked for: after the reasoning only.
@@ -186,7 +195,7 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
   const Grammar answer = *json_schema_grammar(json::parse(R"({"type": "object", "properties": {"n":
       {"type": "integer"}}, "required": ["n"], "additionalProperties": false})"));
   const ReasoningFormat& think = format_named("think");
-  const Grammar open = grammar_after_reasoning(think, false, answer);
+  const Grammar open = grammar_after_reasoning(think, false, answer, true);
   EXPECT_TRUE(matches(open, R"({"n": 4})"));
   EXPECT_TRUE(matches(open, "<think>\nTwo and two: < </ </think </thinking> 4.\n</think>\n\n{\"n\": 4}"));
   EXPECT_TRUE(matches(open, "<think></think>{\"n\": 4}"));
@@ -195,25 +204,35 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
   EXPECT_FALSE(matches(open, "Well, {\"n\": 4}"));
   EXPECT_FALSE(matches(open, "<think>unclosed {\"n\": 4}"));
 
-  const Grammar inside = grammar_after_reasoning(think, true, answer);  // DeepSeek R1's prompt opened <think>
+  const Grammar inside = grammar_after_reasoning(think, true, answer, true);  // DeepSeek R1's prompt opened <think>
   EXPECT_TRUE(matches(inside, "Two and two.</think>\n\n{\"n\": 4}"));
   EXPECT_TRUE(matches(inside, "</think>{\"n\": 4}"));
   EXPECT_FALSE(matches(inside, "{\"n\": 4}")) << "the prompt opened the marks: the answer closes them first";
 
   // Marks of several tokens and special characters (Kimi K3's).
-  const Grammar kimi = grammar_after_reasoning(format_named("kimi-k3"), false, answer);
+  const Grammar kimi = grammar_after_reasoning(format_named("kimi-k3"), false, answer, true);
   EXPECT_TRUE(matches(kimi, "<|open|>think<|sep|>a <|close|>thin<|sep|><|close|>think<|sep|><|open|>response<|sep|>"
                             "{\"n\": 1}"));
   EXPECT_FALSE(matches(kimi, "<|open|>think<|sep|>a<|close|>think<|sep|>b<|close|>think<|sep|><|open|>response<|sep|>"
                              "{\"n\": 1}"));
 
   // Solar Open: the answer's turn opens after the end mark.
-  const Grammar solar = grammar_after_reasoning(format_named("solar-open"), false, answer);
+  const Grammar solar = grammar_after_reasoning(format_named("solar-open"), false, answer, true);
   EXPECT_TRUE(matches(solar, "<|think|>Sum.<|end|><|begin|>assistant{\"n\": 4}"));
   EXPECT_FALSE(matches(solar, "<|think|>Sum.<|end|>{\"n\": 4}"));
   EXPECT_TRUE(matches(solar, "{\"n\": 4}")) << "an answer that does not reason is opened by the prompt";
   EXPECT_FALSE(matches(solar, "<|begin|>assistant{\"n\": 4}"));
-  const Grammar kimi_thinking = grammar_after_reasoning(format_named("kimi-k3"), true, answer);
+  // gpt-oss: a content answer is in the final channel, a forced call is not.
+  const ReasoningFormat& harmony = format_named("harmony");
+  const Grammar final = grammar_after_reasoning(harmony, false, answer, true);
+  EXPECT_TRUE(matches(final, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>"
+                             "{\"n\": 4}"));
+  EXPECT_TRUE(matches(final, "<|channel|>final<|message|>{\"n\": 4}"));
+  EXPECT_FALSE(matches(final, "{\"n\": 4}"));
+  const Grammar call = grammar_after_reasoning(harmony, false, parse_gbnf("root ::= \"<|channel|>commentary\""), false);
+  EXPECT_TRUE(matches(call, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>commentary"));
+  EXPECT_TRUE(matches(call, "<|channel|>commentary"));
+  const Grammar kimi_thinking = grammar_after_reasoning(format_named("kimi-k3"), true, answer, true);
   EXPECT_TRUE(matches(kimi_thinking, "a<|close|>think<|sep|><|open|>response<|sep|>{\"n\": 1}"));
 }
 
@@ -222,7 +241,7 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
 // string of a's and b's up to 9 long, against the mark "abab".
 TEST(Reasoning, ReasoningTextIsAnyTextInWhichTheEndMarkFirstOccursAtItsEnd) {
   const ReasoningFormat overlapping{"test", "<t>", "abab"};
-  const Grammar g = grammar_after_reasoning(overlapping, true, parse_gbnf("root ::= \"X\""));
+  const Grammar g = grammar_after_reasoning(overlapping, true, parse_gbnf("root ::= \"X\""), true);
   int accepted = 0;
   for (int n = 0; n <= 9; ++n)
     for (int bits = 0; bits < (1 << n); ++bits) {
@@ -239,7 +258,7 @@ TEST(Reasoning, ReasoningTextIsAnyTextInWhichTheEndMarkFirstOccursAtItsEnd) {
 TEST(Reasoning, ReasoningRulesDoNotCollideWithTheAnswers) {
   const Grammar answer = parse_gbnf("root ::= reasoning-answer\nreasoning-answer ::= \"yes\" | reasoning-text-0\n"
                                     "reasoning-text-0 ::= \"no\"");
-  const Grammar g = grammar_after_reasoning(format_named("think"), false, answer);
+  const Grammar g = grammar_after_reasoning(format_named("think"), false, answer, true);
   EXPECT_TRUE(matches(g, "<think>hm</think> no"));
   EXPECT_TRUE(matches(g, "yes"));
   EXPECT_FALSE(matches(g, "maybe"));

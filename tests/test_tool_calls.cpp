@@ -82,8 +82,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       // LFM2's and LFM2.5-Instruct's render no calls; their prompts list the tools as LFM2.5's does.
       {"LFM2-8B-A1B.jinja", "lfm2"},
       {"LFM2.5-Instruct.jinja", "lfm2"},
-      // Spelled otherwise (harmony channels): not read yet.
-      {"openai-gpt-oss-120b.jinja", ""},
+      {"openai-gpt-oss-120b.jinja", "harmony"},
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
   };
@@ -209,6 +208,11 @@ std::vector<Example> examples() {
                   "2<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"get_time\" index=\"2\"<|sep|>"
                   "<|close|>call<|sep|><|close|>tools<|sep|>",
        "", {{"get_weather", R"({"city": "Paris <3", "days": 2})"}, {"get_time", "{}"}}},
+      // gpt-oss (harmony): the recipient in the channel (as the model writes it) or in the role (as its template
+      // does), the arguments after the content type; <|call|> ends the turn (a stop token: it may be gone).
+      {"harmony", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+       "", {{"get_weather", R"({"city": "Paris"})"}}},
+      {"harmony", " to=functions.get_time<|channel|>commentary json<|message|>{}", "", {{"get_time", "{}"}}},
       // MiniMax M3: nested elements, an object's members and an array's items (text by the schema's types).
       {"minimax-m3", "Sure." + mm + "<tool_call>\n" + mm + "<invoke name=\"get_weather\">" + mm + "<city>Paris" + mm +
                          "</city>" + mm + "<extra>" + mm + "<k>" + mm + "<item>1" + mm + "</item>" + mm + "<item>true" + mm +
@@ -343,6 +347,9 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|open|>call tool=\"get_time\" index=\"2\"<|sep|><|close|>call<|sep|>",
        "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" "
        "type=\"number\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"},  // city is text
+      {"harmony", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+       "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>",
+       "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"town\": \"Paris\"}<|call|>"},
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };

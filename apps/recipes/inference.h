@@ -43,6 +43,8 @@ struct CompletionOptions {
   // this (a tool call's opening, in tool_choice auto: the model chooses
   // whether to call, and a call it makes is valid).
   std::string grammar_trigger;
+  // The grammar writes tool calls (a forced call's), not the answer's content.
+  bool grammar_writes_calls = false;
   // A chat whose answer may reason first, in these marks (`reasoning_open`:
   // the prompt opened them): the trigger is looked for after the reasoning
   // only, so that thinking about a call does not start one.

@@ -21,6 +21,8 @@ const std::vector<ReasoningFormat> kFormats = {
     {"command-r", "<|START_THINKING|>", "<|END_THINKING|>"},
     {"kimi-k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>", "<|open|>response<|sep|>", "<|close|>response<|sep|>"},
     {"gemma-4", "<|channel>thought", "<channel|>"},
+    // gpt-oss (harmony): the analysis channel, then a message of its own in the final channel (or a call).
+    {"harmony", "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant", "", "<|channel|>final<|message|>"},
     // Solar Open: the reasoning is a turn of its own; the answer's turn follows it (its <|content|>, a special
     // token, is not in the answer's text).
     {"solar-open", "<|think|>", "<|end|>", "<|begin|>assistant"},
@@ -139,7 +141,13 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
 }
 
 std::string_view answer_text(const ReasoningFormat& format, std::string_view content, bool whole) {
-  const std::string_view closing = format.answer_closing;
+  const std::string_view opening = format.content_opening, closing = format.answer_closing;
+  if (!opening.empty()) {
+    if (content.starts_with(opening))
+      content.remove_prefix(opening.size());
+    else if (!whole && opening.starts_with(content))
+      return {};
+  }
   if (closing.empty()) return content;
   if (const size_t at = content.find(closing); at != std::string_view::npos) return content.substr(0, at);
   return whole ? content : content.substr(0, content.size() - partial_mark(content, closing));
@@ -154,7 +162,7 @@ size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view
                                           : past_answer_opening(format, text, closed + std::strlen(format.end), false);
 }
 
-Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer) {
+Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer, bool content) {
   // A name no rule of `answer` starts with (a user's GBNF names its rules freely).
   std::string name = "reasoning";
   while (std::any_of(answer.rules.begin(), answer.rules.end(),
@@ -165,7 +173,9 @@ Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, cons
   const std::string thinking = name + "-text-0 " + name + "-space" +
                                (*format.answer_opening ? " " + gbnf_literal(format.answer_opening) : "");
   const std::string before = inside ? thinking : "( " + gbnf_literal(format.begin) + " " + thinking + " )?";
-  const std::string rules = name + "-answer ::= " + before + " " + answer.rules[size_t(answer.root)].name + "\n" +
+  const std::string opening = content && *format.content_opening ? gbnf_literal(format.content_opening) + " " : "";
+  const std::string rules = name + "-answer ::= " + before + " " + opening + answer.rules[size_t(answer.root)].name +
+                            "\n" +
                             name + "-space ::= [ \\t\\r\\n]{0,4}\n" + text_then_mark_gbnf(name + "-text", format.end);
   return parse_gbnf(answer.source + "\n" + rules, name + "-answer");
 }

@@ -26,8 +26,14 @@ struct ReasoningFormat {
   // "<|close|>response<|sep|>", before its tool calls), which is not the
   // answer's either.
   const char* answer_closing = "";
-  // The marks, the opening and the closing, in the order they are written.
-  std::vector<std::string> literals() const { return {begin, end, answer_opening, answer_closing}; }
+  // What opens the answer's text itself, with or without reasoning before
+  // it (gpt-oss's final channel, "<|channel|>final<|message|>"), which a
+  // tool call's text does not have.
+  const char* content_opening = "";
+  // The marks and what the template writes around the answer.
+  std::vector<std::string> literals() const {
+    return {begin, end, answer_opening, answer_closing, content_opening};
+  }
 };
 
 // The known marks, most specific first.
@@ -66,8 +72,8 @@ struct ReasonedAnswer {
 ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::string_view text, bool whole);
 
 // The answer's text in `content` (what follows the reasoning, or its tool
-// calls' content): up to the format's answer closing, less what may still
-// begin it (not `whole`).
+// calls' content): after the format's content opening, up to its answer
+// closing, less what may still be either (not `whole`).
 std::string_view answer_text(const ReasoningFormat& format, std::string_view content, bool whole);
 
 // Where the answer after the reasoning starts in `text` (an answer so far,
@@ -76,12 +82,13 @@ std::string_view answer_text(const ReasoningFormat& format, std::string_view con
 // reasoning.
 size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view text);
 
-// `answer` (a response_format's grammar, a forced tool call's) with the
-// reasoning before it: free text inside the marks, then the answer, as vLLM
+// `answer` (a response_format's grammar, `content`, which the format's
+// content opening precedes; or a forced tool call's) with the reasoning
+// before it: free text inside the marks, then the answer, as vLLM
 // and llama-server order a reasoning model's constrained answer (the
 // grammar takes the answer, not the thinking). `inside`: the prompt opened
 // the marks, so the answer closes them first; else it may open them. The
 // text between the marks is any text in which the end mark does not occur.
-Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer);
+Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer, bool content);
 
 }  // namespace kiln::text

@@ -82,6 +82,12 @@ const std::vector<ToolCallFormat> kFormats = {
     // no calls; they list the tools in the system prompt so.
     {.name = "lfm2", .section_begin = "<|tool_call_start|>[", .name_args_separator = "(", .call_end = ")",
      .between = ", ", .section_end = "]<|tool_call_end|>", .announced = "List of tools: ", .keyword_arguments = true},
+    // gpt-oss (harmony): to=functions.NAME, then the JSON arguments after <|message|>, in the commentary channel.
+    {.name = "harmony", .call_begin = "<|channel|>commentary to=functions.",
+     .name_args_separator = " <|constrain|>json<|message|>", .call_end = "<|call|>", .call_begin_alt = " to=functions.",
+     .args_after = "<|message|>",
+     .probe_rendered = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": "
+                       "\"Paris\"}<|call|>"},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
     {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
 };
@@ -495,10 +501,19 @@ std::string indexed_call_id(const ToolCallFormat& f, const std::string& name, co
   return std::string(begin.substr(begin.rfind('>') + 1)) + name + f.id_marker + index;
 }
 
+// A call's opening, in either of the format's spellings.
+Scan read_call_begin(const ToolCallFormat& f, Cursor& c) {
+  const Scan first = c.peek_literal(f.call_begin);
+  if (first == Scan::kDone || !*f.call_begin_alt) return c.literal(f.call_begin);
+  const Scan second = c.peek_literal(f.call_begin_alt);
+  if (second == Scan::kDone) return c.literal(f.call_begin_alt);
+  return first == Scan::kPartial || second == Scan::kPartial ? Scan::kPartial : Scan::kBad;
+}
+
 // Reads one call into `calls` (added once its name is whole).
 Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls, std::string_view text,
                const json& tools) {
-  if (Scan s = c.literal(f.call_begin); s != Scan::kDone) return s;
+  if (Scan s = read_call_begin(f, c); s != Scan::kDone) return s;
   auto arguments = [&](ToolCall& call) {
     size_t start = std::string_view::npos;  // set where the object opens
     const Scan s = c.object(&start);
@@ -528,9 +543,14 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       if (Scan s = c.name(&id); s != Scan::kDone) return s;
       id = f.id_is_index ? indexed_call_id(f, name, id) : "";
     }
-    if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
-        s != Scan::kDone)
+    if (*f.args_after) {  // harmony's content type, skipped
+      std::string_view skipped;
+      if (Scan s = c.until(f.args_after, &skipped); s != Scan::kDone) return s;
+      c.literal(f.args_after);
+    } else if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
+               s != Scan::kDone) {
       return s;
+    }
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     const Scan s = has_parameters(f)      ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
                    : f.keyword_arguments ? read_keyword_arguments(c, calls.back())
@@ -585,11 +605,15 @@ std::string ToolCallFormat::trigger() const {
   return opening.empty() ? "{\"name\"" : opening;
 }
 
+std::string ToolCallFormat::trigger_alt() const {
+  return *call_begin_alt ? std::string(section_begin) + call_begin_alt : "";
+}
+
 std::vector<std::string> ToolCallFormat::literals() const {
   std::vector<std::string> out;
   for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
                         param_begin, param_name_end, param_end, builtin_begin, name_marker, element_prefix,
-                        index_marker, param_type_marker})
+                        index_marker, param_type_marker, call_begin_alt, args_after})
     if (*s) out.emplace_back(s);
   return out;
 }
@@ -617,6 +641,10 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
     return nullptr;  // the template refuses tool calls
   }
   for (const auto& f : kFormats) {
+    if (*f.probe_rendered) {
+      if (rendered.find(f.probe_rendered) != std::string::npos) return &f;
+      continue;
+    }
     const std::string call = spell_call_opening(f, "get_weather", "{\"city\": \"Paris\"}");
     // Mistral's templates write the call's id before its arguments, Kimi's its index, Solar's the id before the name.
     std::string with_id = call;
@@ -729,11 +757,13 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
 
 ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
   ToolAnswer answer;
-  const std::string trigger = f.trigger();
+  const std::string trigger = f.trigger(), trigger_alt = f.trigger_alt();
   size_t start = text.find(trigger);
+  if (!trigger_alt.empty()) start = std::min(start, text.find(trigger_alt));
   const size_t tag = *f.builtin_begin ? text.find(f.builtin_begin) : std::string_view::npos;
   if (start == std::string_view::npos && tag == std::string_view::npos) {
     size_t hold = whole ? 0 : held_back(text, trigger);
+    if (!whole && !trigger_alt.empty()) hold = std::max(hold, held_back(text, trigger_alt));
     if (!whole && *f.builtin_begin) hold = std::max(hold, held_back(text, f.builtin_begin));
     answer.content = std::string(text.substr(0, text.size() - hold));
     return answer;

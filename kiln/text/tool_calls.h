@@ -77,9 +77,20 @@ struct ToolCallFormat {
   // Kimi K3: KEY param_type_marker TYPE param_name_end: each parameter
   // names its JSON type; "string" marks raw text, any other JSON.
   const char* param_type_marker = "";
+  // gpt-oss (harmony): a call may also open so (the recipient in the role,
+  // as its template writes calls, rather than in the channel), and its
+  // arguments follow args_after, whatever comes between the name and it
+  // (the content type: " <|constrain|>json", "<|channel|>commentary json").
+  const char* call_begin_alt = "";
+  const char* args_after = "";
+  // The probe's call as the template renders it, where the format reads
+  // more spellings than that one (harmony's).
+  const char* probe_rendered = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
+  // Another spelling of it (call_begin_alt's), or "".
+  std::string trigger_alt() const;
   // Every literal of the format (special tokens in them are kept as text).
   std::vector<std::string> literals() const;
 };

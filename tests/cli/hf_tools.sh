@@ -3,9 +3,9 @@
 # Qwen2.5-style folder of cli.hf_qwen2_chat (tiny random weights: it knows
 # nothing, so only the constraint can make its calls valid), and on copies
 # of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's, Qwen3.5's,
-# GLM 4.6's, MiniMax M2's, DeepSeek V4's, LFM2.5's, MiniCPM5's and Kimi
-# K3's real templates (the last eight: parameters one by one, as XML or as
-# Python keyword arguments):
+# GLM 4.6's, MiniMax M2's, DeepSeek V4's, LFM2.5's, MiniCPM5's, Kimi K3's
+# and gpt-oss's real templates (Qwen3-Coder's to Kimi K3's: parameters one
+# by one, as XML or as Python keyword arguments):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
 # - tool_choice required and a named function give calls to the tools whose
@@ -26,7 +26,7 @@ TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
   "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2" \
   "deepseek:deepseek-ai-DeepSeek-V4" "lfm:LFM2.5-8B-A1B" "minicpm:openbmb-MiniCPM5-1B" \
-  "kimi3:Kimi-K3"; do
+  "kimi3:Kimi-K3" "gptoss:openai-gpt-oss-120b"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -51,7 +51,7 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
 models=()
-for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
+for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -66,7 +66,7 @@ port, qwen_dir, work, render_only = sys.argv[1], sys.argv[2], sys.argv[3], sys.a
 folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "coder": f"{work}/coder",
            "qwen35": f"{work}/qwen35", "glm": f"{work}/glm", "minimax": f"{work}/minimax",
            "deepseek": f"{work}/deepseek", "lfm": f"{work}/lfm", "minicpm": f"{work}/minicpm",
-           "kimi3": f"{work}/kimi3"}
+           "kimi3": f"{work}/kimi3", "gptoss": f"{work}/gptoss"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -228,8 +228,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 25 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 11 templates"
+expect "round trip: 26 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 12 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "built-in tools: <|python_tag|> calls render"

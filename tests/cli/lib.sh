@@ -5,8 +5,8 @@ set -uo pipefail
 
 KILN="${KILN:?set KILN to the kiln binary}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kiln-cli-XXXXXX")"
-# A failed check must not leave a background run (a test of a hung rank) behind.
-trap 'pkill -9 -f -- "--out $WORK/" 2>/dev/null; rm -rf "$WORK"' EXIT
+# A failed check must not leave a background run (a test of a hung rank, a server) behind.
+trap 'pkill -9 -f -- "--out $WORK/" 2>/dev/null; kill -9 $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 OUT="$WORK/last-output.txt"
 
 fail() {
