@@ -59,7 +59,6 @@ size_t reasoning_start(const ReasoningFormat& format, bool inside, std::string_v
   return !whole && begin.starts_with(opening) ? kMayStillOpen : kNoReasoning;
 }
 
-
 // Past the answer opening after the end mark at `at` in `text` (whitespace
 // before it skipped; `at` itself for a format without one), or npos while
 // the text so far may still be it (not `whole`).
@@ -75,7 +74,6 @@ size_t past_answer_opening(const ReasoningFormat& format, std::string_view text,
 }  // namespace
 
 const std::vector<ReasoningFormat>& reasoning_formats() { return kFormats; }
-
 
 const ReasoningFormat* detect_reasoning_format(const ChatTemplate& chat) {
   if (!chat.is_jinja()) return nullptr;
@@ -170,13 +168,13 @@ Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, cons
     name += "x";
   // The thinking, its end mark, and the answer's opening where the template writes one after it (an answer
   // that does not reason is already opened by the prompt).
-  const std::string thinking = name + "-text-0 " + name + "-space" +
-                               (*format.answer_opening ? " " + gbnf_literal(format.answer_opening) : "");
+  const std::string thinking =
+      name + "-text-0 " + name + "-space" + (*format.answer_opening ? " " + gbnf_literal(format.answer_opening) : "");
   const std::string before = inside ? thinking : "( " + gbnf_literal(format.begin) + " " + thinking + " )?";
   const std::string opening = content && *format.content_opening ? gbnf_literal(format.content_opening) + " " : "";
   const std::string rules = name + "-answer ::= " + before + " " + opening + answer.rules[size_t(answer.root)].name +
-                            "\n" +
-                            name + "-space ::= [ \\t\\r\\n]{0,4}\n" + text_then_mark_gbnf(name + "-text", format.end);
+                            "\n" + name + "-space ::= [ \\t\\r\\n]{0,4}\n" +
+                            text_then_mark_gbnf(name + "-text", format.end);
   return parse_gbnf(answer.source + "\n" + rules, name + "-answer");
 }
 

@@ -31,9 +31,7 @@ struct ReasoningFormat {
   // tool call's text does not have.
   const char* content_opening = "";
   // The marks and what the template writes around the answer.
-  std::vector<std::string> literals() const {
-    return {begin, end, answer_opening, answer_closing, content_opening};
-  }
+  std::vector<std::string> literals() const { return {begin, end, answer_opening, answer_closing, content_opening}; }
 };
 
 // The known marks, most specific first.

@@ -40,8 +40,6 @@ std::string lowered(std::string text) {
   return text;
 }
 
-
-
 // The JSON type a value of `schema` has, as Kimi K3's parameters name it
 // ("string" for text, null schema), or the non-string ones where the
 // schema does not say.

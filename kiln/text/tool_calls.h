@@ -35,7 +35,8 @@ struct ToolCallFormat {
   const char* call_begin = "";     // before each call
   const char* args_key = "";       // the JSON object's key for the arguments
   const char* name_args_separator = "";
-  const char* id_marker = "";  // NAME id_marker ID separator ARGUMENTS: a call id the model may write (Mistral's [CALL_ID])
+  // NAME id_marker ID separator ARGUMENTS: a call id the model may write (Mistral's [CALL_ID]).
+  const char* id_marker = "";
   const char* call_end = "";
   const char* between = "";  // between two calls
   const char* section_end = "";
