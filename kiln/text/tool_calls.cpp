@@ -6,7 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
-#include "kiln/text/python_literal.h"
+#include "kiln/text/tool_call_cursor.h"
 #include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
 
@@ -15,6 +15,8 @@ namespace kiln::text {
 namespace {
 
 using json = nlohmann::ordered_json;
+using tool_call_reading::Cursor;
+using tool_call_reading::Scan;
 
 // name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
 // [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker, announced];
@@ -97,8 +99,6 @@ bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 
 
 constexpr std::string_view kCdataBegin = "<![CDATA[", kCdataEnd = "]]>";
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
 // The text of one call, as the format spells it (the object's closing brace
 // left off: templates may write more keys after the arguments).
 std::string spell_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& arguments) {
@@ -110,7 +110,8 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
   }
   if (f.keyword_arguments) return f.call_begin + name + f.name_args_separator + "city='Paris'";
   if (*f.element_prefix)
-    return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix + "</city>";
+    return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix +
+           "</city>";
   if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
   return f.call_begin + ("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": " + arguments);
 }
@@ -118,170 +119,6 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
 // A GBNF literal, or nothing for empty text.
 std::string literal_or_nothing(const std::string& text) { return text.empty() ? "" : gbnf_literal(text); }
 
-// Reads a section left to right. Each step answers kDone (read), kPartial
-// (the text ends inside it) or kBad (the text is not what the format spells).
-enum class Scan { kDone, kPartial, kBad };
-
-class Cursor {
- public:
-  explicit Cursor(std::string_view text, size_t pos = 0) : text_(text), pos_(pos) {}
-  size_t pos() const { return pos_; }
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek() const { return text_[pos_]; }
-  void skip_space() {
-    while (!at_end() && is_space(peek())) ++pos_;
-  }
-
-  // `literal`, after any whitespace; its own whitespace matches any run of it.
-  Scan literal(std::string_view literal) {
-    skip_space();
-    for (size_t i = 0; i < literal.size(); ++i) {
-      if (is_space(literal[i])) {
-        skip_space();
-        continue;
-      }
-      if (at_end()) return Scan::kPartial;
-      if (peek() != literal[i]) return Scan::kBad;
-      ++pos_;
-    }
-    return Scan::kDone;
-  }
-
-  // A JSON string, decoded into `out`.
-  Scan string(std::string* out) {
-    skip_space();
-    if (at_end()) return Scan::kPartial;
-    if (peek() != '"') return Scan::kBad;
-    const size_t start = pos_;
-    size_t end;
-    if (Scan s = skip_string(&end); s != Scan::kDone) return s;
-    const json decoded = json::parse(text_.substr(start, end - start), nullptr, false);
-    if (decoded.is_discarded() || !decoded.is_string()) return Scan::kBad;
-    if (out) *out = decoded.get<std::string>();
-    pos_ = end;
-    return Scan::kDone;
-  }
-
-  // A JSON object, as written: [start, pos) once read.
-  Scan object(size_t* start) {
-    skip_space();
-    if (at_end()) return Scan::kPartial;
-    if (peek() != '{') return Scan::kBad;
-    *start = pos_;
-    return skip_value();
-  }
-
-  // Any JSON value, skipped: strings and brackets followed; scalars run to
-  // a delimiter (the format's text after them catches what is not JSON).
-  Scan skip_value() {
-    skip_space();
-    if (at_end()) return Scan::kPartial;
-    if (peek() == '"') {
-      size_t end;
-      const Scan s = skip_string(&end);
-      if (s == Scan::kDone) pos_ = end;
-      return s;
-    }
-    if (peek() != '{' && peek() != '[') {
-      const size_t start = pos_;
-      while (!at_end() && !is_space(peek()) && peek() != ',' && peek() != '}' && peek() != ']') ++pos_;
-      if (at_end()) return Scan::kPartial;
-      return pos_ > start ? Scan::kDone : Scan::kBad;
-    }
-    std::string open;  // the brackets still open
-    while (!at_end()) {
-      const char c = peek();
-      if (c == '"') {
-        size_t end;
-        if (Scan s = skip_string(&end); s != Scan::kDone) return s;
-        pos_ = end;
-        continue;
-      }
-      ++pos_;
-      if (c == '{' || c == '[') {
-        open += c == '{' ? '}' : ']';
-      } else if (c == '}' || c == ']') {
-        if (open.back() != c) return Scan::kBad;
-        open.pop_back();
-        if (open.empty()) return Scan::kDone;
-      }
-    }
-    return Scan::kPartial;
-  }
-
-  // A bare name (a function's, or an id): letters, digits and `punctuation`.
-  Scan name(std::string* out, std::string_view punctuation = "_-.:") {
-    skip_space();
-    const size_t start = pos_;
-    while (!at_end() && (std::isalnum(uint8_t(peek())) || punctuation.find(peek()) != std::string_view::npos)) ++pos_;
-    if (at_end()) return Scan::kPartial;
-    if (pos_ == start) return Scan::kBad;
-    *out = std::string(text_.substr(start, pos_ - start));
-    return Scan::kDone;
-  }
-
-  // Text up to the first `end` (not included) from here: kPartial, with
-  // all of it, when `end` has not come yet.
-  Scan until(std::string_view end, std::string_view* out) {
-    const size_t at = text_.find(end, pos_);
-    *out = text_.substr(pos_, at == std::string_view::npos ? std::string_view::npos : at - pos_);
-    if (at == std::string_view::npos) return Scan::kPartial;
-    pos_ = at;
-    return Scan::kDone;
-  }
-  // One `c` if it is next.
-  Scan optional(char c) {
-    if (at_end()) return Scan::kPartial;
-    if (peek() == c) ++pos_;
-    return Scan::kDone;
-  }
-
-  // `literal` exactly here (no whitespace before it), moving past it only when it is whole.
-  Scan exact(std::string_view literal) {
-    const std::string_view rest = text_.substr(pos_);
-    if (rest.starts_with(literal)) {
-      pos_ += literal.size();
-      return Scan::kDone;
-    }
-    return literal.starts_with(rest) ? Scan::kPartial : Scan::kBad;
-  }
-
-  // A Python literal (python_literal.h), as JSON text.
-  Scan python_literal(std::string* json) {
-    PythonLiteral literal = read_python_literal(text_, pos_);
-    if (literal.scan != PythonLiteral::Scan::kDone)
-      return literal.scan == PythonLiteral::Scan::kPartial ? Scan::kPartial : Scan::kBad;
-    *json = std::move(literal.json);
-    pos_ = literal.end;
-    return Scan::kDone;
-  }
-
-  void seek(size_t pos) { pos_ = pos; }
-
-  // Whether the text here starts with `literal` (after whitespace), without moving.
-  Scan peek_literal(std::string_view literal) const {
-    Cursor copy = *this;
-    return copy.literal(literal);
-  }
-
- private:
-  Scan skip_string(size_t* end) const {
-    for (size_t i = pos_ + 1; i < text_.size(); ++i) {
-      if (text_[i] == '\\') {
-        ++i;
-      } else if (text_[i] == '"') {
-        *end = i + 1;
-        return Scan::kDone;
-      } else if (uint8_t(text_[i]) < 0x20) {
-        return Scan::kBad;
-      }
-    }
-    return Scan::kPartial;
-  }
-
-  std::string_view text_;
-  size_t pos_;
-};
 
 // The end of `text` that may begin `marker` (shorter than it), as a length.
 size_t held_back(std::string_view text, std::string_view marker) {
@@ -552,10 +389,11 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       return s;
     }
     calls.push_back({name, "", id_first.empty() ? id : id_first});
-    const Scan s = has_parameters(f)      ? read_parameters(f, c, calls.back(), function_parameters(tools, name))
-                   : f.keyword_arguments ? read_keyword_arguments(c, calls.back())
-                   : *f.element_prefix   ? read_element_arguments(f, c, calls.back(), text, function_parameters(tools, name))
-                                         : arguments(calls.back());
+    ToolCall& call = calls.back();
+    const Scan s = has_parameters(f)      ? read_parameters(f, c, call, function_parameters(tools, name))
+                   : f.keyword_arguments ? read_keyword_arguments(c, call)
+                   : *f.element_prefix   ? read_element_arguments(f, c, call, text, function_parameters(tools, name))
+                                         : arguments(call);
     if (s != Scan::kDone) return s;
   } else {
     if (Scan s = c.literal("{"); s != Scan::kDone) return s;
