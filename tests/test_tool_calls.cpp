@@ -83,6 +83,14 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"LFM2-8B-A1B.jinja", "lfm2"},
       {"LFM2.5-Instruct.jinja", "lfm2"},
       {"openai-gpt-oss-120b.jinja", "harmony"},
+      {"MiniMax-M1.jinja", "minimax-m1"},
+      {"tencent-Hy3.jinja", "hunyuan"},
+      {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "command-r7b"},
+      {"Cohere2MoE.jinja", "command-r7b"},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1"},
+      // Its tools prompt is `map(...) | tojson` of a generator, which transformers refuses (TypeError), and Kiln too.
+      {"llama-cpp-deepseek-r1.jinja", ""},
+      {"HuggingFaceTB-SmolLM3-3B.jinja", ""},  // takes no tools
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
   };
@@ -99,7 +107,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 50) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 55) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -219,6 +227,24 @@ std::vector<Example> examples() {
                          "</item>" + mm + "</k>" + mm + "</extra>" + mm + "<days>3" + mm + "</days>" + mm + "</invoke>\n" + mm +
                          "<invoke name=\"get_time\">" + mm + "</invoke>\n" + mm + "</tool_call>",
        "Sure.", {{"get_weather", R"({"city": "Paris", "extra": {"k": [1, true]}, "days": 3})"}, {"get_time", "{}"}}},
+      // DeepSeek R1: each call's type, then its arguments in a JSON code block.
+      {"deepseek-r1", "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                      "{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n"
+                      "```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "Sure.", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"minimax-m1", "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                     "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_calls>",
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"hunyuan", "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>"
+                  "city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>days"
+                  "</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n</tool_call:opensource>\n"
+                  "<tool_call:opensource>get_time<tool_sep:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
+       "", {{"get_weather", R"({"city": "Paris", "days": 2})"}, {"get_time", "{}"}}},
+      // Command R7B: each object's index (read and dropped), name and parameters.
+      {"command-r7b", "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": "
+                      "{\"city\": \"Paris\"}},\n    {\"tool_call_id\": \"1\", \"tool_name\": \"get_time\", "
+                      "\"parameters\": {}}\n]<|END_ACTION|>",
+       "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
       // LFM2: Python calls, strings in either quotes.
       {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
                "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
@@ -350,6 +376,25 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
       {"harmony", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
        "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>",
        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"town\": \"Paris\"}<|call|>"},
+      {"deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
+                      "\"Paris\"}\n```<｜tool▁call▁end｜>",
+       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"town\": \"Paris\"}\n"
+       "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {"minimax-m1", "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+       "{\"name\": \"get_time\", \"arguments\": {}}",
+       "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"kelvin\"}}\n"
+       "</tool_calls>"},
+      {"hunyuan", "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city"
+                  "</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n",
+       "<tool_call:opensource>get_time<tool_sep:opensource>\n</tool_call:opensource>\n",
+       "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n</tool_call:opensource>\n"
+       "</tool_calls:opensource>"},  // city is required
+      {"command-r7b", "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": "
+                      "{\"city\": \"Paris\"}}",
+       "{\"tool_call_id\": \"12\", \"tool_name\": \"get_time\", \"parameters\": {}}",
+       "<|START_ACTION|>[\n    {\"tool_call_id\": \"x\", \"tool_name\": \"get_weather\", \"parameters\": "
+       "{\"city\": \"Paris\"}}\n]<|END_ACTION|>"},  // the index is digits
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };

@@ -63,6 +63,21 @@ const std::vector<ToolCallFormat> kFormats = {
      "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>", "",
      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>", "",
      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>", 0},
+    // DeepSeek R1 and its distills: the call's type, its name, then its arguments in a JSON code block.
+    {.name = "deepseek-r1", .section_begin = "<｜tool▁calls▁begin｜>", .call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+     .name_args_separator = "\n```json\n", .call_end = "\n```<｜tool▁call▁end｜>", .between = "\n",
+     .section_end = "<｜tool▁calls▁end｜>"},
+    // MiniMax M1: one JSON object per line.
+    {.name = "minimax-m1", .section_begin = "<tool_calls>\n", .args_key = "arguments", .between = "\n",
+     .section_end = "\n</tool_calls>"},
+    // Hunyuan (Hy3): GLM's parameters, in its own tags.
+    {.name = "hunyuan", .section_begin = "<tool_calls:opensource>\n", .call_begin = "<tool_call:opensource>",
+     .name_args_separator = "<tool_sep:opensource>\n", .call_end = "</tool_call:opensource>\n",
+     .section_end = "</tool_calls:opensource>", .param_begin = "<arg_key:opensource>",
+     .param_name_end = "</arg_key:opensource>\n<arg_value:opensource>", .param_end = "</arg_value:opensource>\n"},
+    // Command R7B, Command A: a JSON list of {"tool_call_id", "tool_name", "parameters"}, one object a line.
+    {.name = "command-r7b", .section_begin = "<|START_ACTION|>[\n    ", .args_key = "parameters",
+     .between = ",\n    ", .section_end = "\n]<|END_ACTION|>", .name_key = "tool_name", .index_key = "tool_call_id"},
     {"apriel", "<tool_calls>[", "", "arguments", "", "", "", ", ", "]</tool_calls>", 0},
     {"nemotron-v2", "<TOOLCALL>[", "", "arguments", "", "", "", ", ", "]</TOOLCALL>", 0},
     // Granite 3.3: its template renders no calls; its system prompt asks for a JSON list after <|tool_call|>
@@ -99,6 +114,21 @@ bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 
 
 constexpr std::string_view kCdataBegin = "<![CDATA[", kCdataEnd = "]]>";
 
+// An object call up to its arguments: {"name": NAME, "arguments": (or its
+// index first, then the format's keys).
+std::string object_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& index) {
+  const std::string indexed = *f.index_key ? "\"" + std::string(f.index_key) + "\": \"" + index + "\", " : "";
+  return "{" + indexed + "\"" + f.name_key + "\": " + json(name).dump() + ", \"" + f.args_key + "\": ";
+}
+
+// Its grammar: the index any digits (the first '@', as the index comes before the name).
+std::string object_call_opening_gbnf(const ToolCallFormat& f, const std::string& name) {
+  if (!*f.index_key) return gbnf_literal(object_call_opening(f, name, "0"));
+  const std::string text = object_call_opening(f, name, "@");
+  const size_t at = text.find('@');
+  return gbnf_literal(text.substr(0, at)) + " [0-9]+ " + gbnf_literal(text.substr(at + 1));
+}
+
 // The text of one call, as the format spells it (the object's closing brace
 // left off: templates may write more keys after the arguments).
 std::string spell_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& arguments) {
@@ -113,7 +143,7 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
     return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix +
            "</city>";
   if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
-  return f.call_begin + ("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": " + arguments);
+  return f.call_begin + object_call_opening(f, name, "0") + arguments;
 }
 
 // A GBNF literal, or nothing for empty text.
@@ -410,7 +440,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       std::string key;
       if (Scan s = c.string(&key); s != Scan::kDone) return s;
       if (Scan s = c.literal(":"); s != Scan::kDone) return s;
-      if (key == "name" && !named) {
+      if (key == f.name_key && !named) {
         std::string name;
         if (Scan s = c.string(&name); s != Scan::kDone) return s;
         calls.push_back({name, std::move(early_arguments)});
@@ -440,7 +470,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
 
 std::string ToolCallFormat::trigger() const {
   const std::string opening = std::string(section_begin) + call_begin;
-  return opening.empty() ? "{\"name\"" : opening;
+  return opening.empty() ? "{\"" + std::string(name_key) + "\"" : opening;
 }
 
 std::string ToolCallFormat::trigger_alt() const {
@@ -539,8 +569,7 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
                                           : gbnf_literal(name + f.name_args_separator);
         if (*f.name_marker)
           named = "[a-z0-9]{" + std::to_string(f.id_length) + "} " + gbnf_literal(f.name_marker) + " " + named;
-        body = is_object_call(f) ? gbnf_literal("{\"name\": " + json(name).dump() + ", \"" + f.args_key + "\": ") +
-                                       " " + args.top + " " + gbnf_literal("}")
+        body = is_object_call(f) ? object_call_opening_gbnf(f, name) + " " + args.top + " " + gbnf_literal("}")
                                  : named + " " + args.top;
       }
     } catch (const Error& e) {

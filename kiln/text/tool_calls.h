@@ -87,6 +87,12 @@ struct ToolCallFormat {
   // The probe's call as the template renders it, where the format reads
   // more spellings than that one (harmony's).
   const char* probe_rendered = "";
+  // The JSON object's key for the name (Command R7B's "tool_name"), and
+  // the key of a call index (digits in a string) the model writes before
+  // it (Command R7B's "tool_call_id": its template numbers calls itself,
+  // so the index is read and dropped).
+  const char* name_key = "name";
+  const char* index_key = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
