@@ -91,6 +91,8 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       // Its tools prompt is `map(...) | tojson` of a generator, which transformers refuses (TypeError), and Kiln too.
       {"llama-cpp-deepseek-r1.jinja", ""},
       {"HuggingFaceTB-SmolLM3-3B.jinja", ""},  // takes no tools
+      {"google-gemma-4-31B-it.jinja", "gemma-4"},
+      {"google-gemma-4-31B-it-interleaved.jinja", "gemma-4"},
       {"google-gemma-2-2b-it.jinja", ""},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ""},
   };
@@ -107,7 +109,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 55) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 57) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -245,6 +247,11 @@ std::vector<Example> examples() {
                       "{\"city\": \"Paris\"}},\n    {\"tool_call_id\": \"1\", \"tool_name\": \"get_time\", "
                       "\"parameters\": {}}\n]<|END_ACTION|>",
        "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      // Gemma 4: its notation (strings raw between <|"|> marks, keys bare), read as JSON.
+      {"gemma-4", "Let me check.<|tool_call>call:get_weather{city:<|\"|>Paris, \"FR\"<|\"|>,days:3,extra:{k:[1,true,null]},"
+                  "metric:false}<tool_call|><|tool_call>call:get_time{}<tool_call|>",
+       "Let me check.", {{"get_weather", R"({"city": "Paris, \"FR\"", "days": 3, "extra": {"k": [1, true, null]}, "metric": false})"},
+                         {"get_time", "{}"}}},
       // LFM2: Python calls, strings in either quotes.
       {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
                "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
@@ -395,6 +402,9 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "{\"tool_call_id\": \"12\", \"tool_name\": \"get_time\", \"parameters\": {}}",
        "<|START_ACTION|>[\n    {\"tool_call_id\": \"x\", \"tool_name\": \"get_weather\", \"parameters\": "
        "{\"city\": \"Paris\"}}\n]<|END_ACTION|>"},  // the index is digits
+      {"gemma-4", "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>",
+       "<|tool_call>call:get_time{}<tool_call|>",
+       "<|tool_call>call:get_weather{city:\"Paris\"}<tool_call|>"},  // a JSON string is not the notation's
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
   };
@@ -548,6 +558,39 @@ TEST(ToolCalls, KeywordArgumentGrammarsKeepTheSchemasOrder) {
     EXPECT_FALSE(grammar_takes(gbnf, call(body))) << body;
 }
 
+// Gemma 4's notation all the way down: nested objects' keys bare, strings
+// between <|"|> marks (raw: a quote or a backslash is itself), enums,
+// lengths and patterns so spelled, and no whitespace.
+TEST(ToolCalls, GemmaGrammarsWriteItsNotation) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a": {"type": "object", "properties": {"x": {"enum": ["p", "q"]}, "y": {"type": "array",
+      "items": {"type": "string", "maxLength": 3}}}, "required": ["x"]}, "b": {"type": "string"},
+      "c": {"type": "string", "pattern": "^[0-9]{2}$"}, "d": {}}, "required": ["a"]}}}])");
+  const ToolCallFormat& gemma = format_named("gemma-4");
+  const std::string gbnf = tool_call_gbnf(gemma, tools, "", false);
+  const std::string q = "<|\"|>";
+  auto call = [](const std::string& body) { return "<|tool_call>call:f{" + body + "}<tool_call|>"; };
+  for (const std::string& body :
+       {"a:{x:" + q + "p" + q + "}", "a:{x:" + q + "q" + q + ",y:[" + q + "ab" + q + "," + q + q + "]}",
+        "a:{x:" + q + "p" + q + "},b:" + q + "say \"hi\" \\ <b>" + q + ",c:" + q + "42" + q,
+        "a:{x:" + q + "p" + q + "},d:{k:[1,true,null," + q + "s" + q + "]}"}) {
+    EXPECT_TRUE(grammar_takes(gbnf, call(body))) << body;
+    const ToolAnswer read = read_tool_answer(gemma, call(body), true, tools);
+    ASSERT_EQ(read.calls.size(), 1u) << body;
+    EXPECT_TRUE(json::accept(read.calls[0].arguments)) << read.calls[0].arguments;
+  }
+  EXPECT_EQ(read_tool_answer(gemma, call("a:{x:" + q + "p" + q + "},b:" + q + "say \"hi\"" + q), true, tools)
+                .calls[0].arguments, R"({"a": {"x": "p"}, "b": "say \"hi\""})");
+  for (const std::string& body :
+       {std::string(""), std::string("a:{x:\"p\"}"), "a:{x:" + q + "r" + q + "}", "a: {x:" + q + "p" + q + "}",
+        "a:{x:" + q + "p" + q + ",y:[" + q + "abcd" + q + "]}", "a:{x:" + q + "p" + q + "},c:" + q + "4" + q,
+        "b:" + q + "x" + q + ",a:{x:" + q + "p" + q + "}"})
+    EXPECT_FALSE(grammar_takes(gbnf, call(body))) << body;
+  const json spaced = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a b": {"type": "string"}}}}}])");
+  EXPECT_THROW(tool_call_gbnf(gemma, spaced, "", false), Error) << "a key its notation cannot write bare";
+}
+
 TEST(ToolCalls, PythonLiteralsReadAsJson) {
   const std::pair<const char*, const char*> cases[] = {
       {"'Paris'", "\"Paris\""},
@@ -567,6 +610,14 @@ TEST(ToolCalls, PythonLiteralsReadAsJson) {
   EXPECT_EQ(python_literal_json(std::string(100, '[') + std::string(100, ']')), "") << "nested too deep";
   EXPECT_EQ(read_python_literal("[1, 'a", 0).scan, PythonLiteral::Scan::kPartial);
   EXPECT_EQ(read_python_literal("12", 0).scan, PythonLiteral::Scan::kPartial) << "a number may go on";
+  // Gemma 4's notation: raw strings between <|"|> marks, bare (or quoted) keys.
+  const std::string gemma = "{k:<|\"|>a \"b\" \\<|\"|>,<|\"|>q<|\"|>:[1,None,true]} ";
+  const PythonLiteral read = read_python_literal(gemma, 0, "<|\"|>");
+  ASSERT_EQ(read.scan, PythonLiteral::Scan::kDone);
+  EXPECT_EQ(read.json, R"({"k": "a \"b\" \\", "q": [1, null, true]})");
+  EXPECT_EQ(read_python_literal("<|\"|>open", 0, "<|\"|>").scan, PythonLiteral::Scan::kPartial);
+  EXPECT_EQ(read_python_literal("{k:<|", 0, "<|\"|>").scan, PythonLiteral::Scan::kPartial);
+  EXPECT_EQ(read_python_literal("{k:'x'}", 0, "<|\"|>").scan, PythonLiteral::Scan::kDone) << "Python's quotes too";
 }
 
 // Llama 3.1's built-in tools: named to the template (builtin_tools), and

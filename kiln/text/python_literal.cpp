@@ -67,10 +67,31 @@ std::string word_json(std::string_view word) {
   return nlohmann::json(value).dump();
 }
 
-PythonLiteral read(std::string_view text, size_t pos, int depth) {
+// Gemma's raw string (`quote` TEXT `quote`), or a bare key (up to ':'), at `pos`.
+PythonLiteral read_raw(std::string_view text, size_t pos, std::string_view quote, bool key) {
+  const std::string_view rest = text.substr(pos);
+  if (rest.starts_with(quote)) {
+    const size_t end = text.find(quote, pos + quote.size());
+    if (end == std::string_view::npos) return {Scan::kPartial};
+    const std::string body(text.substr(pos + quote.size(), end - pos - quote.size()));
+    return {Scan::kDone, end + quote.size(), nlohmann::json(body).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+  }
+  if (quote.starts_with(rest)) return {Scan::kPartial};
+  if (!key) return {Scan::kBad};
+  size_t end = pos;
+  while (end < text.size() &&
+         (std::isalnum(uint8_t(text[end])) || std::string_view("_$.-").find(text[end]) != std::string_view::npos))
+    ++end;
+  if (end == text.size()) return {Scan::kPartial};
+  if (end == pos) return {Scan::kBad};
+  return {Scan::kDone, end, nlohmann::json(std::string(text.substr(pos, end - pos))).dump()};
+}
+
+PythonLiteral read(std::string_view text, size_t pos, std::string_view quote, int depth) {
   pos = skip_space(text, pos);
   if (pos >= text.size()) return {Scan::kPartial};
   const char c = text[pos];
+  if (!quote.empty() && c == quote.front()) return read_raw(text, pos, quote, false);
   if (c == '\'' || c == '"') {
     for (size_t i = pos + 1; i < text.size(); ++i) {
       if (text[i] == '\\') {
@@ -98,7 +119,8 @@ PythonLiteral read(std::string_view text, size_t pos, int depth) {
         if (text[pos] == close) break;  // a trailing comma
         json += ", ";
       }
-      PythonLiteral item = read(text, pos, depth + 1);
+      PythonLiteral item =
+          c == '{' && !quote.empty() ? read_raw(text, pos, quote, true) : read(text, pos, quote, depth + 1);
       if (item.scan != Scan::kDone) return item;
       json += item.json;
       pos = skip_space(text, item.end);
@@ -106,7 +128,7 @@ PythonLiteral read(std::string_view text, size_t pos, int depth) {
         if (item.json.front() != '"') return {Scan::kBad};  // JSON keys are strings
         if (pos >= text.size()) return {Scan::kPartial};
         if (text[pos] != ':') return {Scan::kBad};
-        PythonLiteral value = read(text, pos + 1, depth + 1);
+        PythonLiteral value = read(text, pos + 1, quote, depth + 1);
         if (value.scan != Scan::kDone) return value;
         (json += ": ") += value.json;
         pos = skip_space(text, value.end);
@@ -126,12 +148,14 @@ PythonLiteral read(std::string_view text, size_t pos, int depth) {
 
 }  // namespace
 
-PythonLiteral read_python_literal(std::string_view text, size_t pos) { return read(text, pos, 0); }
+PythonLiteral read_python_literal(std::string_view text, size_t pos, std::string_view raw_quote) {
+  return read(text, pos, raw_quote, 0);
+}
 
 std::string python_literal_json(std::string_view text) {
   // A bare word runs to the text's end, which read() cannot tell from a cut-off one: a space ends it.
   const std::string spaced = std::string(text) + " ";
-  const PythonLiteral literal = read(spaced, 0, 0);
+  const PythonLiteral literal = read(spaced, 0, "", 0);
   if (literal.scan != Scan::kDone || skip_space(spaced, literal.end) != spaced.size()) return "";
   return literal.json;
 }

@@ -19,8 +19,10 @@ struct PythonLiteral {
 // in either quotes (JSON's escapes, \' and \xHH; another backslash stays),
 // a number, True/False/None or JSON's true/false/null, or a list, tuple or
 // dict of them (a dict's keys strings). kPartial when the text ends before
-// it does, kBad when it is not one (or nests deeper than 64).
-PythonLiteral read_python_literal(std::string_view text, size_t pos);
+// it does, kBad when it is not one (or nests deeper than 64). With a
+// `raw_quote` (Gemma's <|"|>), a string is the raw text between two of it,
+// and a dict's key may be bare.
+PythonLiteral read_python_literal(std::string_view text, size_t pos, std::string_view raw_quote = "");
 
 // `text` read whole as one literal (whitespace around it allowed), as JSON;
 // empty when it is not one.

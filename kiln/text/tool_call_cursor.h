@@ -146,8 +146,8 @@ class Cursor {
   }
 
   // A Python literal (python_literal.h), as JSON text.
-  Scan python_literal(std::string* json) {
-    PythonLiteral literal = read_python_literal(text_, pos_);
+  Scan python_literal(std::string* json, std::string_view raw_quote = "") {
+    PythonLiteral literal = read_python_literal(text_, pos_, raw_quote);
     if (literal.scan != PythonLiteral::Scan::kDone)
       return literal.scan == PythonLiteral::Scan::kPartial ? Scan::kPartial : Scan::kBad;
     *json = std::move(literal.json);

@@ -201,7 +201,8 @@ std::string parameters_gbnf(const ToolCallFormat& f, const json& parameters, con
   return out;
 }
 
-std::string keyword_arguments_gbnf(const json& parameters, const std::string& prefix, std::string& rules) {
+std::string keyword_arguments_gbnf(const ToolCallFormat& f, const json& parameters, const std::string& prefix,
+                                   std::string& rules) {
   if (!parameters.is_object() || !parameters.contains("properties")) return "";
   KILN_CHECK(parameters["properties"].is_object(), "'properties' must be an object");
   struct Argument {
@@ -210,10 +211,13 @@ std::string keyword_arguments_gbnf(const json& parameters, const std::string& pr
   };
   std::vector<Argument> arguments;
   for (const auto& [key, unused] : parameters["properties"].items()) {
-    const JsonSchemaRules value = json_schema_rules(parameter_schema(parameters, key), prefix + rule_name_part(key) + "-");
+    KILN_CHECK(!f.notation->bare_keys || is_bare_key(key), "the parameter \"", key,
+               "\" cannot be written bare in this format (letters, digits and _$.- only)");
+    const JsonSchemaRules value =
+        json_schema_rules(parameter_schema(parameters, key), prefix + rule_name_part(key) + "-", *f.notation);
     rules += value.rules;
     const json& required = parameters.value("required", json::array());
-    arguments.push_back({gbnf_literal(key + "=") + " " + value.top,
+    arguments.push_back({gbnf_literal(key + f.keyword_assign) + " " + value.top,
                          required.is_array() && std::find(required.begin(), required.end(), key) != required.end()});
   }
   // after(i): arguments i... once one is written (each after ", "); from(i): the first written is i or later.
@@ -222,7 +226,7 @@ std::string keyword_arguments_gbnf(const json& parameters, const std::string& pr
   bool later_required = false;
   for (size_t i = arguments.size(); i-- > 0;) {
     const Argument& a = arguments[i];
-    const std::string next = "\", \" " + a.spelled;
+    const std::string next = (f.notation->spaced ? "\", \" " : "\",\" ") + a.spelled;
     rules += after(i) + " ::= " + (a.required ? next : "( " + next + " )?") + " " + after(i + 1) + "\n";
     const std::string first = a.spelled + " " + after(i + 1);
     if (a.required) {

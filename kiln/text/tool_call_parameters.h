@@ -57,13 +57,13 @@ std::string length_repetition(const nlohmann::ordered_json& schema);
 // A rule name's part for a parameter key (GBNF names: letters, digits, '-').
 std::string rule_name_part(const std::string& key);
 
-// GBNF for Python keyword arguments (LFM2's KEY=VALUE, ...: ToolCallFormat::
-// keyword_arguments), in the schema's order (required ones always, optional
-// ones at most once), each value the JSON its schema takes (JSON's strings,
-// numbers, lists and objects are Python's too); rules added as
-// parameters_gbnf's are.
-std::string keyword_arguments_gbnf(const nlohmann::ordered_json& parameters, const std::string& prefix,
-                                   std::string& rules);
+// GBNF for keyword arguments (ToolCallFormat::keyword_arguments: LFM2's
+// Python KEY=VALUE, ..., Gemma 4's KEY:VALUE,...), in the schema's order
+// (required ones always, optional ones at most once), each value what its
+// schema takes in the format's notation (JSON's strings, numbers, lists and
+// objects are Python's too); rules added as parameters_gbnf's are.
+std::string keyword_arguments_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& parameters,
+                                   const std::string& prefix, std::string& rules);
 
 // The rules parameters_gbnf's expressions use, once per grammar.
 const char* parameter_text_rules(const ToolCallFormat& format);

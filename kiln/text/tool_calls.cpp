@@ -99,6 +99,9 @@ const std::vector<ToolCallFormat> kFormats = {
     // no calls; they list the tools in the system prompt so.
     {.name = "lfm2", .section_begin = "<|tool_call_start|>[", .name_args_separator = "(", .call_end = ")",
      .between = ", ", .section_end = "]<|tool_call_end|>", .announced = "List of tools: ", .keyword_arguments = true},
+    // Gemma 4: NAME{KEY:VALUE,...}, values in its notation.
+    {.name = "gemma-4", .call_begin = "<|tool_call>call:", .name_args_separator = "{", .call_end = "}<tool_call|>",
+     .keyword_arguments = true, .keyword_assign = ":", .notation = &kGemmaNotation},
     // gpt-oss (harmony): to=functions.NAME, then the JSON arguments after <|message|>, in the commentary channel.
     {.name = "harmony", .call_begin = "<|channel|>commentary to=functions.",
      .name_args_separator = " <|constrain|>json<|message|>", .call_end = "<|call|>", .call_begin_alt = " to=functions.",
@@ -138,7 +141,9 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
     return f.call_begin + name + index + f.name_args_separator + f.param_begin + "city" + type + f.param_name_end +
            "Paris" + f.param_end;
   }
-  if (f.keyword_arguments) return f.call_begin + name + f.name_args_separator + "city='Paris'";
+  if (f.keyword_arguments)
+    return f.call_begin + name + f.name_args_separator + "city" + f.keyword_assign +
+           (f.notation->bare_keys ? spell_value("Paris", *f.notation) : "'Paris'");
   if (*f.element_prefix)
     return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix +
            "</city>";
@@ -228,21 +233,23 @@ Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const j
   return Scan::kDone;
 }
 
-// Python keyword arguments (LFM2's NAME(KEY=VALUE, ...)) up to the closing
-// parenthesis, read into `call.arguments` as a JSON object: a pair once its
-// value is whole, the closing brace once the parenthesis follows.
-Scan read_keyword_arguments(Cursor& c, ToolCall& call) {
+// Keyword arguments (LFM2's Python NAME(KEY=VALUE, ...), Gemma 4's
+// NAME{KEY:VALUE,...}) up to call_end's first character, read into
+// `call.arguments` as a JSON object: a pair once its value is whole, the
+// closing brace once the call's end follows.
+Scan read_keyword_arguments(const ToolCallFormat& f, Cursor& c, ToolCall& call) {
   call.arguments = "{";
+  const std::string_view raw_quote = f.notation->bare_keys ? f.notation->string_quote : "";
   for (bool first = true;; first = false) {
-    const Scan closed = c.peek_literal(")");
+    const Scan closed = c.peek_literal(std::string_view(f.call_end).substr(0, 1));
     if (closed == Scan::kDone) break;
     if (closed == Scan::kPartial) return closed;
     if (!first)
       if (Scan s = c.literal(","); s != Scan::kDone) return s;
     std::string key, value;
-    if (Scan s = c.name(&key, "_"); s != Scan::kDone) return s;
-    if (Scan s = c.literal("="); s != Scan::kDone) return s;
-    if (Scan s = c.python_literal(&value); s != Scan::kDone) return s;
+    if (Scan s = c.name(&key, "_$.-"); s != Scan::kDone) return s;
+    if (Scan s = c.literal(f.keyword_assign); s != Scan::kDone) return s;
+    if (Scan s = c.python_literal(&value, raw_quote); s != Scan::kDone) return s;
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": " + value;
   }
   call.arguments += "}";
@@ -421,7 +428,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     ToolCall& call = calls.back();
     const Scan s = has_parameters(f)      ? read_parameters(f, c, call, function_parameters(tools, name))
-                   : f.keyword_arguments ? read_keyword_arguments(c, call)
+                   : f.keyword_arguments ? read_keyword_arguments(f, c, call)
                    : *f.element_prefix   ? read_element_arguments(f, c, call, text, function_parameters(tools, name))
                                          : arguments(call);
     if (s != Scan::kDone) return s;
@@ -557,7 +564,7 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
         body = gbnf_literal(name) + " " + index + gbnf_literal(f.name_args_separator) + " " +
                parameters_gbnf(f, parameters, prefix, rules);
       } else if (f.keyword_arguments) {
-        body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(parameters, prefix, rules);
+        body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(f, parameters, prefix, rules);
       } else if (*f.element_prefix) {
         body = gbnf_literal(name + f.name_args_separator) + " " +
                elements_gbnf(f.element_prefix, parameters, prefix + "el", rules);
@@ -583,7 +590,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
   std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
   if (parallel) root += "( " + literal_or_nothing(f.between) + " call )* ";
   root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
-  return root + json_primitives_gbnf() + (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
+  return root + json_primitives_gbnf() + (f.notation == &kGemmaNotation ? gemma_primitives_gbnf() : "") +
+         (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
 }
 
 ToolChoice tool_choice_from_json(const json& choice, const json& tools) {

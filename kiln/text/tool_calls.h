@@ -14,6 +14,7 @@
 
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
+#include "kiln/text/grammar/json_schema.h"
 
 namespace kiln::text {
 
@@ -93,6 +94,12 @@ struct ToolCallFormat {
   // so the index is read and dropped).
   const char* name_key = "name";
   const char* index_key = "";
+  // Gemma 4: keyword arguments (keyword_arguments) KEY:VALUE up to
+  // call_end's "}", the values in its notation (strings raw between <|"|>
+  // marks, keys bare: python_literal.h reads them, json_schema.h's
+  // kGemmaNotation writes them).
+  const char* keyword_assign = "=";
+  const ValueNotation* notation = &kJsonNotation;
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;

@@ -4,8 +4,8 @@
 # nothing, so only the constraint can make its calls valid), and on copies
 # of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's, Qwen3.5's,
 # GLM 4.6's, MiniMax M2's, DeepSeek V4's, LFM2.5's, MiniCPM5's, Kimi K3's,
-# gpt-oss's and Command A's real templates (Qwen3-Coder's to Kimi K3's: parameters one
-# by one, as XML or as Python keyword arguments):
+# gpt-oss's, Command A's and Gemma 4's real templates (Qwen3-Coder's to Kimi K3's, and
+# Gemma 4's: parameters one by one, as XML, as Python keyword arguments or in Gemma's notation):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
 # - tool_choice required and a named function give calls to the tools whose
@@ -26,7 +26,8 @@ TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
   "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2" \
   "deepseek:deepseek-ai-DeepSeek-V4" "lfm:LFM2.5-8B-A1B" "minicpm:openbmb-MiniCPM5-1B" \
-  "kimi3:Kimi-K3" "gptoss:openai-gpt-oss-120b" "cmda:Cohere2MoE"; do
+  "kimi3:Kimi-K3" "gptoss:openai-gpt-oss-120b" "cmda:Cohere2MoE" \
+  "gemma4:google-gemma-4-31B-it"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -52,7 +53,7 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
 models=()
-for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
+for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -67,7 +68,8 @@ port, qwen_dir, work, render_only = sys.argv[1], sys.argv[2], sys.argv[3], sys.a
 folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "coder": f"{work}/coder",
            "qwen35": f"{work}/qwen35", "glm": f"{work}/glm", "minimax": f"{work}/minimax",
            "deepseek": f"{work}/deepseek", "lfm": f"{work}/lfm", "minicpm": f"{work}/minicpm",
-           "kimi3": f"{work}/kimi3", "gptoss": f"{work}/gptoss", "cmda": f"{work}/cmda"}
+           "kimi3": f"{work}/kimi3", "gptoss": f"{work}/gptoss", "cmda": f"{work}/cmda",
+           "gemma4": f"{work}/gemma4"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -229,8 +231,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 30 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 13 templates"
+expect "round trip: 31 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 14 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "built-in tools: <|python_tag|> calls render"

@@ -9,6 +9,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_number_gbnf.h"
 #include "kiln/text/grammar/regex_gbnf.h"
+#include "kiln/text/grammar/text_then_mark.h"
 
 namespace kiln::text {
 
@@ -77,6 +78,44 @@ std::string literal(const std::string& text) {
 
 }  // namespace
 
+const ValueNotation kJsonNotation = {"\"", false, true, "json-"};
+const ValueNotation kGemmaNotation = {"<|\"|>", true, false, "gemma-"};
+
+std::string gemma_primitives_gbnf() {
+  // A string's text runs to the first quote mark; a bounded one holds no '<' (so no mark).
+  return "gemma-string ::= \"<|\\\"|>\" gemma-text-0\n" + text_then_mark_gbnf("gemma-text", "<|\"|>") +
+         "gemma-char ::= [^<\\x00]\n"
+         "gemma-key ::= [a-zA-Z0-9_$.-]+\n"
+         "gemma-value ::= gemma-object | gemma-array | gemma-string | json-number | json-boolean | json-null\n"
+         "gemma-object ::= \"{\" ( gemma-key \":\" gemma-value ( \",\" gemma-key \":\" gemma-value )* )? \"}\"\n"
+         "gemma-array ::= \"[\" ( gemma-value ( \",\" gemma-value )* )? \"]\"\n";
+}
+
+bool is_bare_key(std::string_view key) {
+  return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(uint8_t(c)) || std::string_view("_$.-").find(c) != std::string_view::npos;
+  });
+}
+
+std::string spell_value(const nlohmann::ordered_json& value, const ValueNotation& n) {
+  if (!n.bare_keys) return value.dump();
+  if (value.is_string()) {
+    const std::string text = value.get<std::string>();
+    KILN_CHECK(text.find(n.string_quote) == std::string::npos, "the value ", value.dump(), " holds ", n.string_quote,
+               ", which this notation cannot write");
+    return n.string_quote + text + n.string_quote;
+  }
+  if (!value.is_object() && !value.is_array()) return value.dump();
+  std::string out(1, value.is_object() ? '{' : '[');
+  for (const auto& [key, item] : value.items()) {
+    if (out.size() > 1) out += ',';
+    KILN_CHECK(!value.is_object() || is_bare_key(key), "the key \"", key, "\" cannot be written bare");
+    if (value.is_object()) (out += key) += ':';
+    out += spell_value(item, n);
+  }
+  return out += value.is_object() ? '}' : ']';
+}
+
 std::string string_format_gbnf(const nlohmann::ordered_json& format) {
   if (!format.is_string()) return "";
   if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
@@ -89,7 +128,8 @@ namespace {
 class Compiler {
  public:
   // `prefix` starts every rule's name, so that several schemas' rules can share one grammar.
-  Compiler(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
+  Compiler(const json& root, std::string prefix, const ValueNotation& notation)
+      : root_(root), prefix_(std::move(prefix)), n_(notation), ws_(notation.spaced ? " ws " : " ") {}
 
   JsonSchemaRules compile() {
     JsonSchemaRules out;
@@ -101,6 +141,21 @@ class Compiler {
  private:
   const json& root_;
   const std::string prefix_;
+  const ValueNotation& n_;
+  const std::string ws_;  // between two tokens: " ws ", or " " where the notation has no whitespace
+
+  std::string primitive(const char* kind) const { return n_.rule_prefix + std::string(kind); }
+  // A string's text between the notation's quotes.
+  std::string quoted(const std::string& text) const {
+    return literal(n_.string_quote) + " " + text + " " + literal(n_.string_quote);
+  }
+  std::string spelled(const json& value, const std::string& where) const {
+    try {
+      return literal(spell_value(value, n_));
+    } catch (const Error& e) {
+      refuse(where, e.what());
+    }
+  }
   std::map<std::string, std::string> rules_;  // name -> body
   std::map<std::string, std::string> refs_;   // $ref -> rule name
 
@@ -195,7 +250,7 @@ class Compiler {
     if (depth > kMaxDepth) refuse(where, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse(where, "`false` allows no document");
-      return "json-value";
+      return primitive("value");
     }
     if (!s.is_object()) refuse(where, "a schema must be an object or a boolean");
     for (const auto& [key, value] : s.items())
@@ -214,12 +269,12 @@ class Compiler {
           refuse(where, "'" + key + "' beside allOf is not supported: move it into the allOf's schema");
       return visit(all[0], name, where + "/allOf/0", depth + 1);
     }
-    if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
+    if (s.contains("const")) return add_rule(name, spelled(s["const"], where + "/const"));
     if (s.contains("enum")) {
       const json& values = s["enum"];
       if (!values.is_array() || values.empty()) refuse(where + "/enum", "must be a non-empty array");
       std::string body;
-      for (const json& v : values) body += (body.empty() ? "" : " | ") + literal(v.dump());
+      for (const json& v : values) body += (body.empty() ? "" : " | ") + spelled(v, where + "/enum");
       return add_rule(name, body);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -240,7 +295,7 @@ class Compiler {
           refuse(where, std::string("'") + key + "' needs \"type\": \"integer\" or \"number\" beside it");
       if (s.contains("properties") || s.contains("additionalProperties")) return object(s, name, where, depth);
       if (s.contains("items") || s.contains("prefixItems")) return array(s, name, where, depth);
-      return "json-value";
+      return primitive("value");
     }
     const json& type = s["type"];
     if (type.is_array()) {
@@ -265,7 +320,8 @@ class Compiler {
       if (!format.empty())
         refuse(where, "'pattern' with a 'format' is not supported: write the format into the pattern");
       try {
-        return add_rule(name, json_string_pattern_gbnf(s["pattern"].get<std::string>()));
+        const std::string pattern = s["pattern"];
+        return add_rule(name, n_.bare_keys ? quoted(parameter_text_pattern_gbnf(pattern)) : json_string_pattern_gbnf(pattern));
       } catch (const Error& e) {
         refuse(where + "/pattern", e.what());
       }
@@ -273,14 +329,14 @@ class Compiler {
     if (t == "string" && !format.empty()) {
       if (s.contains("minLength") || s.contains("maxLength"))
         refuse(where, "'format' with minLength or maxLength is not supported: the format fixes the length");
-      return add_rule(name, "\"\\\"\" " + format + " \"\\\"\"");
+      return add_rule(name, quoted(format));
     }
     if (t == "string") {
       const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
-      if (min == 0 && max < 0) return "json-string";
+      if (min == 0 && max < 0) return primitive("string");
       if (max >= 0 && max < min) refuse(where, "maxLength is below minLength");
-      return add_rule(name, "\"\\\"\" json-char{" + std::to_string(min) + "," + (max < 0 ? "" : std::to_string(max)) +
-                                "} \"\\\"\"");
+      return add_rule(name, quoted(primitive("char") + "{" + std::to_string(min) + "," +
+                                   (max < 0 ? "" : std::to_string(max)) + "}"));
     }
     if (t == "number" || t == "integer") {
       const NumberBounds bounds = number_bounds(s, where);
@@ -327,31 +383,34 @@ class Compiler {
       }
     }
     const json extra = s.value("additionalProperties", properties.empty() ? json(true) : json(false));
-    if (properties.empty() && extra == json(true)) return "json-object";  // any object
+    if (properties.empty() && extra == json(true)) return primitive("object");  // any object
     std::vector<std::string> must, may;  // "key" ws ":" ws value, required first, in the schema's order
     for (const auto& [key, sub] : properties.items()) {
+      if (n_.bare_keys && !is_bare_key(key))
+        refuse(where + "/properties", "the key \"" + key + "\" cannot be written bare (letters, digits and _$.- only)");
       const std::string value = visit(sub, name + "-" + key, where + "/properties/" + key, depth + 1);
-      const std::string pair = literal(json(key).dump()) + " ws \":\" ws " + value;
+      const std::string pair = (n_.bare_keys ? literal(key + ":") : literal(json(key).dump()) + ws_ + "\":\"") + ws_ + value;
       (required.count(key) ? must : may).push_back(pair);
     }
     std::string other;  // any other key: a string key and the additionalProperties value
     if (!(extra.is_boolean() && !extra.get<bool>())) {
       const std::string value = extra.is_boolean()
-                                    ? "json-value"
+                                    ? primitive("value")
                                     : visit(extra, name + "-extra", where + "/additionalProperties", depth + 1);
-      other = "json-string ws \":\" ws " + value;
+      other = primitive(n_.bare_keys ? "key" : "string") + ws_ + "\":\"" + ws_ + value;
     }
     // The optional pairs, each at most once in order, then any others: rest_i
     // is "at least one of pair_i... or the others", so commas come out right.
     std::string rest;
-    if (!other.empty()) rest = add_rule(name + "-rest", other + " ( ws \",\" ws " + other + " )*");
+    const std::string comma = ws_ + "\",\"" + ws_;
+    if (!other.empty()) rest = add_rule(name + "-rest", other + " (" + comma + other + " )*");
     for (auto it = may.rbegin(); it != may.rend(); ++it)
-      rest = add_rule(name + "-rest", *it + (rest.empty() ? "" : " ( ws \",\" ws " + rest + " )?") +
+      rest = add_rule(name + "-rest", *it + (rest.empty() ? "" : " (" + comma + rest + " )?") +
                                           (rest.empty() ? "" : " | " + rest));
-    std::string body = "\"{\" ws ";
-    for (size_t i = 0; i < must.size(); ++i) body += (i ? "ws \",\" ws " : "") + must[i] + " ";
-    if (!rest.empty()) body += must.empty() ? "( " + rest + " )? " : "( ws \",\" ws " + rest + " )? ";
-    body += "ws \"}\"";
+    std::string body = "\"{\"" + ws_;
+    for (size_t i = 0; i < must.size(); ++i) body += (i ? comma : "") + must[i] + " ";
+    if (!rest.empty()) body += must.empty() ? "( " + rest + " )? " : "(" + comma + rest + " )? ";
+    body += ws_ + "\"}\"";
     return add_rule(name, body);
   }
 
@@ -371,24 +430,25 @@ class Compiler {
     const bool more = !(s.contains("items") && s["items"] == json(false));
     const std::string item = !more ? "" : s.contains("items") ? visit(s["items"], name + "-item", where + "/items",
                                                                       depth + 1)
-                                                             : std::string("json-value");
+                                                             : primitive("value");
     const int64_t min = count(s, "minItems", 0, where);
     int64_t max = count(s, "maxItems", -1, where);
     if (!more) max = max < 0 ? int64_t(prefix.size()) : std::min<int64_t>(max, int64_t(prefix.size()));
     if (max >= 0 && max < min) refuse(where, more ? "maxItems is below minItems" : "minItems asks for more items than "
                                                                                    "prefixItems has, and items is false");
-    if (prefix.empty()) return add_rule(name, "\"[\" ws " + repetition(item, min, max, "ws \",\" ws") + " ws \"]\"");
+    const std::string comma = ws_ + "\",\"" + ws_;
+    if (prefix.empty()) return add_rule(name, "\"[\"" + ws_ + repetition(item, min, max, comma) + ws_ + "\"]\"");
     // Item i follows i items: the prefix's own schema, then `items`'s; an
     // item is optional once minItems are written.
     std::string rest;
     const int64_t n = int64_t(prefix.size());
     if (more && (max < 0 || max > n))
-      rest = repetition("ws \",\" ws " + item, std::max<int64_t>(min - n, 0), max < 0 ? -1 : max - n, "");
+      rest = repetition(comma + item, std::max<int64_t>(min - n, 0), max < 0 ? -1 : max - n, "");
     for (int64_t i = std::min(n, max < 0 ? n : max) - 1; i >= 0; --i) {
-      const std::string here = (i ? "ws \",\" ws " : "") + prefix[size_t(i)] + (rest.empty() ? "" : " " + rest);
+      const std::string here = (i ? comma : "") + prefix[size_t(i)] + (rest.empty() ? "" : " " + rest);
       rest = i < min ? here : "( " + here + " )?";
     }
-    return add_rule(name, "\"[\" ws " + rest + " ws \"]\"");
+    return add_rule(name, "\"[\"" + ws_ + rest + ws_ + "\"]\"");
   }
 };
 
@@ -398,12 +458,13 @@ std::string gbnf_literal(const std::string& text) { return literal(text); }
 
 const char* json_primitives_gbnf() { return kPrimitives; }
 
-JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix) {
-  return Compiler(schema, prefix).compile();
+JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix,
+                                  const ValueNotation& notation) {
+  return Compiler(schema, prefix, notation).compile();
 }
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  const JsonSchemaRules rules = json_schema_rules(schema, "root-");
+  const JsonSchemaRules rules = json_schema_rules(schema, "root-", kJsonNotation);
   return "root ::= " + rules.top + "\n" + kPrimitives + rules.rules;
 }
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "kiln/text/grammar/gbnf.h"
 
@@ -40,8 +41,29 @@ std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json&
 struct JsonSchemaRules {
   std::string top, rules;
 };
-JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix);
+
+// How the documents are spelled: JSON, or a family's notation of the same
+// values (Gemma 4's tool calls: a string's text raw between <|"|> marks,
+// an object's keys bare, KEY:VALUE, and no whitespace between tokens).
+struct ValueNotation {
+  const char* string_quote;  // around a string's text: JSON's escaped text, or raw text that cannot hold it
+  bool bare_keys;            // KEY:VALUE rather than "KEY": VALUE
+  bool spaced;               // whitespace (ws) allowed between tokens
+  const char* rule_prefix;   // its primitives' rule names: value, string, object, array, char (a string's)
+};
+extern const ValueNotation kJsonNotation, kGemmaNotation;
+
+JsonSchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix,
+                                  const ValueNotation& notation = kJsonNotation);
 const char* json_primitives_gbnf();
+// The primitives of Gemma's notation (after json_primitives_gbnf: numbers,
+// booleans and null are JSON's).
+std::string gemma_primitives_gbnf();
+// Whether a notation with bare keys can write `key` (letters, digits and _$.-).
+bool is_bare_key(std::string_view key);
+// A value spelled in `notation` (the const and enum values of a schema);
+// throws kiln::Error for a string that holds the notation's raw quote.
+std::string spell_value(const nlohmann::ordered_json& value, const ValueNotation& notation);
 // The GBNF of a string `format`'s characters (date, time, date-time, uuid),
 // or "" for a format that only annotates.
 std::string string_format_gbnf(const nlohmann::ordered_json& format);
