@@ -57,6 +57,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"unsloth-Apriel-1.5.jinja", "apriel"},
       {"NVIDIA-Nemotron-Nano-v2.jinja", "nemotron-v2"},
       {"GigaChat3.1-10B-A1.8B.jinja", "gigachat3.1"},
+      {"GigaChat3-10B-A1.8B.jinja", "gigachat3"},
       {"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"},
       {"Qwen3-Coder.jinja", "qwen3-coder"},
       {"Qwen3.5-4B.jinja", "qwen3-coder"},
@@ -109,7 +110,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 57) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 58) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -242,6 +243,10 @@ std::vector<Example> examples() {
                   "</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n</tool_call:opensource>\n"
                   "<tool_call:opensource>get_time<tool_sep:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
        "", {{"get_weather", R"({"city": "Paris", "days": 2})"}, {"get_time", "{}"}}},
+      // GigaChat 3: one call, in a message of its own after the assistant's content.
+      {"gigachat3", "Checking.<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_weather\", \"arguments\": "
+                    "{\"city\": \"Paris\"}}",
+       "Checking.", {{"get_weather", R"({"city": "Paris"})"}}},
       // Command R7B: each object's index (read and dropped), name and parameters.
       {"command-r7b", "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": "
                       "{\"city\": \"Paris\"}},\n    {\"tool_call_id\": \"1\", \"tool_name\": \"get_time\", "
@@ -426,6 +431,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
     EXPECT_TRUE(json::parse(read.calls[0].arguments).contains("city")) << c.format;
     EXPECT_EQ(read.content, "");
   }
+  // GigaChat 3 spells one call a turn: parallel or not, its grammar takes one.
+  const ToolCallFormat& giga = format_named("gigachat3");
+  const std::string giga_call = "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_time\", \"arguments\": {}}";
+  EXPECT_TRUE(grammar_takes(tool_call_gbnf(giga, kTools, "", true), giga_call));
+  EXPECT_FALSE(grammar_takes(tool_call_gbnf(giga, kTools, "", true), giga_call + "{\"name\": \"get_time\", \"arguments\": {}}"));
   EXPECT_THROW(tool_call_gbnf(format_named("hermes"), kTools, "nope", false), Error);
   const json bad = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
       "properties": {"n": {"type": "array", "uniqueItems": true}}}}}])");

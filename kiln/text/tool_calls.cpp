@@ -85,6 +85,8 @@ const std::vector<ToolCallFormat> kFormats = {
     {"granite-3.3", "<|tool_call|>[", "", "arguments", "", "", "", ", ", "]", 0, "", "", "", "", "", false, "",
      "<|tool_call|> followed by a JSON list"},
     {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
+    // GigaChat 3: one call, a message of the "function call" role after the assistant's.
+    {.name = "gigachat3", .section_begin = "<|message_sep|>\n\nfunction call<|role_sep|>\n", .args_key = "arguments"},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
     // Kimi K2 (read in moonshotai's template; Instruct and Thinking answer the same way): functions.NAME:INDEX,
     // then the JSON arguments.
@@ -588,7 +590,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
   }
   KILN_CHECK(!calls.empty(), "no tool is named '", only, "'");
   std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
-  if (parallel) root += "( " + literal_or_nothing(f.between) + " call )* ";
+  if (parallel && (*f.between || *f.call_begin))  // (a format that cannot spell a second call takes one)
+    root += "( " + literal_or_nothing(f.between) + " call )* ";
   root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
   return root + json_primitives_gbnf() + (f.notation == &kGemmaNotation ? gemma_primitives_gbnf() : "") +
          (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
