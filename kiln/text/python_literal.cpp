@@ -74,7 +74,8 @@ PythonLiteral read_raw(std::string_view text, size_t pos, std::string_view quote
     const size_t end = text.find(quote, pos + quote.size());
     if (end == std::string_view::npos) return {Scan::kPartial};
     const std::string body(text.substr(pos + quote.size(), end - pos - quote.size()));
-    return {Scan::kDone, end + quote.size(), nlohmann::json(body).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    return {Scan::kDone, end + quote.size(),
+            nlohmann::json(body).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
   }
   if (quote.starts_with(rest)) return {Scan::kPartial};
   if (!key) return {Scan::kBad};

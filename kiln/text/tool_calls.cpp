@@ -64,8 +64,8 @@ const std::vector<ToolCallFormat> kFormats = {
      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>", "",
      "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>", 0},
     // DeepSeek R1 and its distills: the call's type, its name, then its arguments in a JSON code block.
-    {.name = "deepseek-r1", .section_begin = "<｜tool▁calls▁begin｜>", .call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
-     .name_args_separator = "\n```json\n", .call_end = "\n```<｜tool▁call▁end｜>", .between = "\n",
+    {.name = "deepseek-r1", .section_begin = "<｜tool▁calls▁begin｜>",
+     .call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", .name_args_separator = "\n```json\n", .call_end = "\n```<｜tool▁call▁end｜>", .between = "\n",
      .section_end = "<｜tool▁calls▁end｜>"},
     // MiniMax M1: one JSON object per line.
     {.name = "minimax-m1", .section_begin = "<tool_calls>\n", .args_key = "arguments", .between = "\n",

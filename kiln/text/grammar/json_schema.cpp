@@ -321,7 +321,8 @@ class Compiler {
         refuse(where, "'pattern' with a 'format' is not supported: write the format into the pattern");
       try {
         const std::string pattern = s["pattern"];
-        return add_rule(name, n_.bare_keys ? quoted(parameter_text_pattern_gbnf(pattern)) : json_string_pattern_gbnf(pattern));
+        return add_rule(
+            name, n_.bare_keys ? quoted(parameter_text_pattern_gbnf(pattern)) : json_string_pattern_gbnf(pattern));
       } catch (const Error& e) {
         refuse(where + "/pattern", e.what());
       }
@@ -389,7 +390,8 @@ class Compiler {
       if (n_.bare_keys && !is_bare_key(key))
         refuse(where + "/properties", "the key \"" + key + "\" cannot be written bare (letters, digits and _$.- only)");
       const std::string value = visit(sub, name + "-" + key, where + "/properties/" + key, depth + 1);
-      const std::string pair = (n_.bare_keys ? literal(key + ":") : literal(json(key).dump()) + ws_ + "\":\"") + ws_ + value;
+      const std::string pair =
+          (n_.bare_keys ? literal(key + ":") : literal(json(key).dump()) + ws_ + "\":\"") + ws_ + value;
       (required.count(key) ? must : may).push_back(pair);
     }
     std::string other;  // any other key: a string key and the additionalProperties value
@@ -405,8 +407,8 @@ class Compiler {
     const std::string comma = ws_ + "\",\"" + ws_;
     if (!other.empty()) rest = add_rule(name + "-rest", other + " (" + comma + other + " )*");
     for (auto it = may.rbegin(); it != may.rend(); ++it)
-      rest = add_rule(name + "-rest", *it + (rest.empty() ? "" : " (" + comma + rest + " )?") +
-                                          (rest.empty() ? "" : " | " + rest));
+      rest = add_rule(name + "-rest",
+                      *it + (rest.empty() ? "" : " (" + comma + rest + " )?") + (rest.empty() ? "" : " | " + rest));
     std::string body = "\"{\"" + ws_;
     for (size_t i = 0; i < must.size(); ++i) body += (i ? comma : "") + must[i] + " ";
     if (!rest.empty()) body += must.empty() ? "( " + rest + " )? " : "(" + comma + rest + " )? ";
@@ -428,9 +430,9 @@ class Compiler {
     if (s.contains("items") && s["items"].is_array())
       refuse(where + "/items", "an array of schemas (draft 2019 tuples) is not supported: write prefixItems");
     const bool more = !(s.contains("items") && s["items"] == json(false));
-    const std::string item = !more ? "" : s.contains("items") ? visit(s["items"], name + "-item", where + "/items",
-                                                                      depth + 1)
-                                                             : primitive("value");
+    const std::string item = !more                 ? ""
+                             : s.contains("items") ? visit(s["items"], name + "-item", where + "/items", depth + 1)
+                                                   : primitive("value");
     const int64_t min = count(s, "minItems", 0, where);
     int64_t max = count(s, "maxItems", -1, where);
     if (!more) max = max < 0 ? int64_t(prefix.size()) : std::min<int64_t>(max, int64_t(prefix.size()));
