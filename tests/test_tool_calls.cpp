@@ -596,6 +596,15 @@ TEST(ToolCalls, GemmaGrammarsWriteItsNotation) {
         "a:{x:" + q + "p" + q + ",y:[" + q + "abcd" + q + "]}", "a:{x:" + q + "p" + q + "},c:" + q + "4" + q,
         "b:" + q + "x" + q + ",a:{x:" + q + "p" + q + "}"})
     EXPECT_FALSE(grammar_takes(gbnf, call(body))) << body;
+  // Keys in the order its template's dictsort writes them (by the lowercased key), at every level.
+  const json unsorted = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"zone": {"type": "integer"}, "City": {"type": "object", "properties": {"y": {"type": "integer"},
+      "x": {"type": "integer"}}, "required": ["y"]}}, "required": ["zone", "City"]}}}])");
+  const std::string sorted_gbnf = tool_call_gbnf(gemma, unsorted, "", false);
+  EXPECT_TRUE(grammar_takes(sorted_gbnf, call("City:{x:1,y:2},zone:3")));
+  EXPECT_TRUE(grammar_takes(sorted_gbnf, call("City:{y:2},zone:3")));
+  EXPECT_FALSE(grammar_takes(sorted_gbnf, call("zone:3,City:{x:1,y:2}")));
+  EXPECT_FALSE(grammar_takes(sorted_gbnf, call("City:{y:2,x:1},zone:3")));
   const json spaced = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
       "properties": {"a b": {"type": "string"}}}}}])");
   EXPECT_THROW(tool_call_gbnf(gemma, spaced, "", false), Error) << "a key its notation cannot write bare";

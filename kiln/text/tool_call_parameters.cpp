@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
@@ -205,40 +206,26 @@ std::string keyword_arguments_gbnf(const ToolCallFormat& f, const json& paramete
                                    std::string& rules) {
   if (!parameters.is_object() || !parameters.contains("properties")) return "";
   KILN_CHECK(parameters["properties"].is_object(), "'properties' must be an object");
-  struct Argument {
-    std::string spelled;  // KEY=VALUE
-    bool required;
-  };
-  std::vector<Argument> arguments;
-  for (const auto& [key, unused] : parameters["properties"].items()) {
+  std::set<std::string> required;
+  if (const json r = parameters.value("required", json::array()); r.is_array())
+    for (const json& key : r)
+      if (key.is_string()) required.insert(key.get<std::string>());
+  std::vector<OrderedMember> arguments;  // KEY=VALUE, in the schema's order (LFM2's) or the notation's (Gemma's sorted)
+  for (const std::string& key : key_order(parameters["properties"], {}, *f.notation)) {
     KILN_CHECK(!f.notation->bare_keys || is_bare_key(key), "the parameter \"", key,
                "\" cannot be written bare in this format (letters, digits and _$.- only)");
     const JsonSchemaRules value =
         json_schema_rules(parameter_schema(parameters, key), prefix + rule_name_part(key) + "-", *f.notation);
     rules += value.rules;
-    const json& required = parameters.value("required", json::array());
-    arguments.push_back({gbnf_literal(key + f.keyword_assign) + " " + value.top,
-                         required.is_array() && std::find(required.begin(), required.end(), key) != required.end()});
+    arguments.push_back({gbnf_literal(key + f.keyword_assign) + " " + value.top, required.count(key) > 0});
   }
-  // after(i): arguments i... once one is written (each after ", "); from(i): the first written is i or later.
-  auto after = [&](size_t i) { return i == arguments.size() ? "" : prefix + "kw-after-" + std::to_string(i); };
-  auto from = [&](size_t i) { return i == arguments.size() ? "" : prefix + "kw-from-" + std::to_string(i); };
-  bool later_required = false;
-  for (size_t i = arguments.size(); i-- > 0;) {
-    const Argument& a = arguments[i];
-    const std::string next = (f.notation->spaced ? "\", \" " : "\",\" ") + a.spelled;
-    rules += after(i) + " ::= " + (a.required ? next : "( " + next + " )?") + " " + after(i + 1) + "\n";
-    const std::string first = a.spelled + " " + after(i + 1);
-    if (a.required) {
-      rules += from(i) + " ::= " + first + "\n";
-    } else if (later_required) {
-      rules += from(i) + " ::= " + first + " | " + from(i + 1) + "\n";
-    } else {
-      rules += from(i) + " ::= ( " + first + (i + 1 < arguments.size() ? " | " + from(i + 1) : "") + " )?\n";
-    }
-    later_required = later_required || a.required;
-  }
-  return from(0);
+  int count = 0;  // rules named in order
+  return ordered_members_gbnf(arguments, f.notation->spaced ? "\", \"" : "\",\"", prefix + "kw",
+                              [&](const std::string& base, const std::string& body) {
+                                const std::string name = base + "-" + std::to_string(count++);
+                                rules += name + " ::= " + body + "\n";
+                                return name;
+                              });
 }
 
 const char* parameter_text_rules(const ToolCallFormat& format) {

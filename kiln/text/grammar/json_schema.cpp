@@ -78,8 +78,48 @@ std::string literal(const std::string& text) {
 
 }  // namespace
 
-const ValueNotation kJsonNotation = {"\"", false, true, "json-"};
-const ValueNotation kGemmaNotation = {"<|\"|>", true, false, "gemma-"};
+const ValueNotation kJsonNotation = {"\"", false, true, "json-", false};
+const ValueNotation kGemmaNotation = {"<|\"|>", true, false, "gemma-", true};
+
+std::vector<std::string> key_order(const json& properties, const std::set<std::string>& required,
+                                   const ValueNotation& n) {
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : properties.items()) keys.push_back(key);
+  auto lower = [](std::string k) {
+    for (char& c : k) c = char(std::tolower(uint8_t(c)));
+    return k;
+  };
+  if (n.sorted_keys) {  // dictsort: by the lowercased key
+    std::stable_sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) { return lower(a) < lower(b); });
+  } else {
+    std::stable_partition(keys.begin(), keys.end(), [&](const std::string& k) { return required.count(k) > 0; });
+  }
+  return keys;
+}
+
+std::string ordered_members_gbnf(const std::vector<OrderedMember>& members, const std::string& separator,
+                                 const std::string& name,
+                                 const std::function<std::string(const std::string&, const std::string&)>& add_rule) {
+  // after(i): members i... once one is written (each after the separator); from(i): the first written is i or later.
+  const size_t n = members.size();
+  std::vector<std::string> after(n + 1), from(n + 1);
+  bool later_required = false;
+  for (size_t i = n; i-- > 0;) {
+    const OrderedMember& m = members[i];
+    const std::string next = separator + " " + m.gbnf;
+    after[i] = add_rule(name + "-after", (m.required ? next : "( " + next + " )?") + " " + after[i + 1]);
+    const std::string first = m.gbnf + " " + after[i + 1];
+    if (m.required) {
+      from[i] = add_rule(name + "-from", first);
+    } else if (later_required) {
+      from[i] = add_rule(name + "-from", first + " | " + from[i + 1]);
+    } else {
+      from[i] = add_rule(name + "-from", "( " + first + (from[i + 1].empty() ? "" : " | " + from[i + 1]) + " )?");
+    }
+    later_required = later_required || m.required;
+  }
+  return from[0];
+}
 
 std::string gemma_primitives_gbnf() {
   // A string's text runs to the first quote mark; a bounded one holds no '<' (so no mark).
@@ -385,14 +425,13 @@ class Compiler {
     }
     const json extra = s.value("additionalProperties", properties.empty() ? json(true) : json(false));
     if (properties.empty() && extra == json(true)) return primitive("object");  // any object
-    std::vector<std::string> must, may;  // "key" ws ":" ws value, required first, in the schema's order
-    for (const auto& [key, sub] : properties.items()) {
+    std::vector<OrderedMember> members;  // "key" ws ":" ws value, in the notation's order
+    for (const std::string& key : key_order(properties, required, n_)) {
       if (n_.bare_keys && !is_bare_key(key))
         refuse(where + "/properties", "the key \"" + key + "\" cannot be written bare (letters, digits and _$.- only)");
-      const std::string value = visit(sub, name + "-" + key, where + "/properties/" + key, depth + 1);
-      const std::string pair =
-          (n_.bare_keys ? literal(key + ":") : literal(json(key).dump()) + ws_ + "\":\"") + ws_ + value;
-      (required.count(key) ? must : may).push_back(pair);
+      const std::string value = visit(properties[key], name + "-" + key, where + "/properties/" + key, depth + 1);
+      members.push_back({(n_.bare_keys ? literal(key + ":") : literal(json(key).dump()) + ws_ + "\":\"") + ws_ + value,
+                         required.count(key) > 0});
     }
     std::string other;  // any other key: a string key and the additionalProperties value
     if (!(extra.is_boolean() && !extra.get<bool>())) {
@@ -401,19 +440,12 @@ class Compiler {
                                     : visit(extra, name + "-extra", where + "/additionalProperties", depth + 1);
       other = primitive(n_.bare_keys ? "key" : "string") + ws_ + "\":\"" + ws_ + value;
     }
-    // The optional pairs, each at most once in order, then any others: rest_i
-    // is "at least one of pair_i... or the others", so commas come out right.
-    std::string rest;
+    // The properties, then any others.
     const std::string comma = ws_ + "\",\"" + ws_;
-    if (!other.empty()) rest = add_rule(name + "-rest", other + " (" + comma + other + " )*");
-    for (auto it = may.rbegin(); it != may.rend(); ++it)
-      rest = add_rule(name + "-rest",
-                      *it + (rest.empty() ? "" : " (" + comma + rest + " )?") + (rest.empty() ? "" : " | " + rest));
-    std::string body = "\"{\"" + ws_;
-    for (size_t i = 0; i < must.size(); ++i) body += (i ? comma : "") + must[i] + " ";
-    if (!rest.empty()) body += must.empty() ? "( " + rest + " )? " : "(" + comma + rest + " )? ";
-    body += ws_ + "\"}\"";
-    return add_rule(name, body);
+    if (!other.empty()) members.push_back({other + " (" + comma + other + " )*", false});
+    const std::string inside = ordered_members_gbnf(
+        members, comma, name, [&](const std::string& base, const std::string& body) { return add_rule(base, body); });
+    return add_rule(name, "\"{\"" + ws_ + inside + ws_ + "\"}\"");
   }
 
   // Arrays: the prefixItems in order, then `items` (a schema, or false for

@@ -18,10 +18,13 @@
 // minProperties, not, if...) is refused by name rather than silently
 // ignored.
 #pragma once
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <set>
 #include <string_view>
+#include <vector>
 
 #include "kiln/text/grammar/gbnf.h"
 
@@ -44,12 +47,14 @@ struct JsonSchemaRules {
 
 // How the documents are spelled: JSON, or a family's notation of the same
 // values (Gemma 4's tool calls: a string's text raw between <|"|> marks,
-// an object's keys bare, KEY:VALUE, and no whitespace between tokens).
+// an object's keys bare, KEY:VALUE, in sorted order as its template's
+// dictsort writes them, and no whitespace between tokens).
 struct ValueNotation {
   const char* string_quote;  // around a string's text: JSON's escaped text, or raw text that cannot hold it
   bool bare_keys;            // KEY:VALUE rather than "KEY": VALUE
   bool spaced;               // whitespace (ws) allowed between tokens
   const char* rule_prefix;   // its primitives' rule names: value, string, object, array, char (a string's)
+  bool sorted_keys;          // an object's keys in Jinja's dictsort order, else required ones first, as given
 };
 extern const ValueNotation kJsonNotation, kGemmaNotation;
 
@@ -59,6 +64,20 @@ const char* json_primitives_gbnf();
 // The primitives of Gemma's notation (after json_primitives_gbnf: numbers,
 // booleans and null are JSON's).
 std::string gemma_primitives_gbnf();
+// The keys of `properties` in the order the notation writes them.
+std::vector<std::string> key_order(const nlohmann::ordered_json& properties, const std::set<std::string>& required,
+                                   const ValueNotation& notation);
+// GBNF for members written in this order, each required one always and each
+// optional one at most once, `separator` between two written; its rules go
+// through `add_rule(name, body)`, which returns the rule's name. The
+// expression matches nothing but "" when no member is required.
+struct OrderedMember {
+  std::string gbnf;
+  bool required;
+};
+std::string ordered_members_gbnf(const std::vector<OrderedMember>& members, const std::string& separator,
+                                 const std::string& name,
+                                 const std::function<std::string(const std::string&, const std::string&)>& add_rule);
 // Whether a notation with bare keys can write `key` (letters, digits and _$.-).
 bool is_bare_key(std::string_view key);
 // A value spelled in `notation` (the const and enum values of a schema);
