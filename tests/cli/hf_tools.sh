@@ -58,7 +58,7 @@ for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptos
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" "$MODEL" "$WORK" "$RENDER_ONLY" <<'PY'
 import copy, datetime, json, sys, urllib.request
 import jsonschema, openai, pydantic
@@ -243,7 +243,7 @@ wait "$server" || fail "the server did not exit cleanly"
 # Batch-invariant mode: a forced call is the same alone and batched with others.
 "$KILN" serve --model qwen="hf:$MODEL" --batch-invariant --port "$port" >"$WORK/serve2.log" 2>&1 &
 server=$!
-for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve2.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" <<'PY'
 import json, sys, threading
 import openai

@@ -26,6 +26,22 @@ run() {
   [ "$got" -eq "$want" ] || fail "'$*' exited with $got, expected $want"
 }
 
+# wait_for_server PORT PID [SECONDS=120]: until the server answers /health;
+# fails at once if it exits (its log, LOG, shown), and after SECONDS. (A
+# server of many models takes tens of seconds to load on a busy 2-core CI.)
+wait_for_server() {
+  local port="$1" pid="$2" seconds="${3:-120}" log="${LOG:-}"
+  for _ in $(seq $((seconds * 10))); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      [ -n "$log" ] && cp "$log" "$OUT"
+      fail "the server exited before it answered /health"
+    fi
+    sleep 0.1
+  done
+  fail "the server did not answer /health within $seconds s"
+}
+
 # require_oracle MODULE...: sets ORACLE_PY to the PyTorch 2 environment's
 # python (bench/torch2_venv.sh) where it imports every MODULE: the external
 # reference this test checks Kiln against (transformers, peft, openai, ...).

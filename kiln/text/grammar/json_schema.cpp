@@ -100,15 +100,21 @@ std::vector<std::string> key_order(const json& properties, const std::set<std::s
 std::string ordered_members_gbnf(const std::vector<OrderedMember>& members, const std::string& separator,
                                  const std::string& name,
                                  const std::function<std::string(const std::string&, const std::string&)>& add_rule) {
-  // after(i): members i... once one is written (each after the separator); from(i): the first written is i or later.
+  // The leading required members are written in one sequence (an object
+  // whose members are all required takes no more rules than that); then
+  // after(i): members i... once one is written (each after the separator),
+  // and from(i): the first written is i or later.
   const size_t n = members.size();
+  size_t k = 0;
+  while (k < n && members[k].required) ++k;
   std::vector<std::string> after(n + 1), from(n + 1);
   bool later_required = false;
-  for (size_t i = n; i-- > 0;) {
+  for (size_t i = n; i-- > k;) {
     const OrderedMember& m = members[i];
     const std::string next = separator + " " + m.gbnf;
     after[i] = add_rule(name + "-after", (m.required ? next : "( " + next + " )?") + " " + after[i + 1]);
     const std::string first = m.gbnf + " " + after[i + 1];
+    if (k > 0) continue;  // (from() is only wanted when no member leads)
     if (m.required) {
       from[i] = add_rule(name + "-from", first);
     } else if (later_required) {
@@ -118,7 +124,10 @@ std::string ordered_members_gbnf(const std::vector<OrderedMember>& members, cons
     }
     later_required = later_required || m.required;
   }
-  return from[0];
+  if (k == 0) return from[0];
+  std::string out = members[0].gbnf;
+  for (size_t i = 1; i < k; ++i) out += " " + separator + " " + members[i].gbnf;
+  return out + " " + after[k];
 }
 
 std::string gemma_primitives_gbnf() {
