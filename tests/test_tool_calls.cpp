@@ -431,6 +431,29 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
     EXPECT_TRUE(json::parse(read.calls[0].arguments).contains("city")) << c.format;
     EXPECT_EQ(read.content, "");
   }
+  // gpt-oss (harmony): a call spelled with its recipient in the role (as its template writes calls) is constrained
+  // too. Under auto either spelling's opening triggers the grammar, from the first one the text holds (the
+  // channel spelling holds the role spelling's opening: it starts first).
+  const ToolCallFormat& harmony = format_named("harmony");
+  const ToolConstraint auto_calls = tool_call_constraint(harmony, kTools, {ToolChoice::Mode::kAuto, ""}, false);
+  ASSERT_EQ(auto_calls.triggers, (std::vector<std::string>{"<|channel|>commentary to=functions.", " to=functions."}));
+  for (const std::string answer :
+       {"<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": "
+        "\"Paris\"}<|call|>",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"}) {
+    size_t first = std::string::npos;
+    for (const std::string& trigger : auto_calls.triggers) first = std::min(first, answer.find(trigger));
+    ASSERT_NE(first, std::string::npos) << answer;
+    GrammarMatcher m(auto_calls.grammar);
+    EXPECT_TRUE(m.accept(answer.substr(first)) && m.can_end()) << answer;
+    const ToolAnswer read = read_tool_answer(harmony, answer.substr(first), true, kTools);
+    ASSERT_EQ(read.calls.size(), 1u) << answer;
+    EXPECT_EQ(read.calls[0].arguments, R"({"city": "Paris"})");
+  }
+  EXPECT_FALSE(grammar_takes(tool_call_gbnf(harmony, kTools, "", false),
+                             " to=functions.get_weather<|channel|>commentary json<|message|>{\"town\": \"Paris\"}<|call|>"));
+  EXPECT_FALSE(grammar_takes(tool_call_gbnf(harmony, kTools, "get_time", false),
+                             " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"));
   // GigaChat 3 spells one call a turn: parallel or not, its grammar takes one.
   const ToolCallFormat& giga = format_named("gigachat3");
   const std::string giga_call = "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_time\", \"arguments\": {}}";

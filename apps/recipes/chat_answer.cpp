@@ -20,7 +20,7 @@ const text::ToolCallFormat* constrain_tool_calls(const InferenceModel& model, co
   }
   text::ToolConstraint c = text::tool_call_constraint(*format, tools, choice, parallel);
   o.grammar = std::move(c.grammar);
-  o.grammar_trigger = std::move(c.trigger);
+  o.grammar_triggers = std::move(c.triggers);
   o.grammar_writes_calls = true;
   return format;
 }
@@ -31,7 +31,7 @@ ReasoningStart reason_before_answering(const InferenceModel& model, const std::s
   const ReasoningStart start{format, text::starts_in_reasoning(*format, prompt)};
   o.reasoning = start.format;
   o.reasoning_open = start.open;
-  if (o.grammar && o.grammar_trigger.empty() && !text::closes_reasoning(*format, prompt))
+  if (o.grammar && o.grammar_triggers.empty() && !text::closes_reasoning(*format, prompt))
     o.grammar = std::make_shared<const text::Grammar>(
         text::grammar_after_reasoning(*format, start.open, *o.grammar, !o.grammar_writes_calls));
   return start;

@@ -40,7 +40,7 @@ class HfCompletion final : public TextCompletion {
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
         stream_(lm.tokenizer), vocab_(vocab), masks_(std::move(masks)), kept_(std::move(kept)) {
     c_.prompt_tokens = prompt_tokens;
-    if (o.grammar && o.grammar_trigger.empty()) matcher_.emplace(o.grammar);
+    if (o.grammar && o.grammar_triggers.empty()) matcher_.emplace(o.grammar);
   }
 
   // Samples the next token from its logits (copied into buffers the
@@ -131,10 +131,9 @@ class HfCompletion final : public TextCompletion {
     if (finished_) c_.text = text_;
   }
 
-  // A grammar waiting for its trigger: once the text holds it, the grammar
-  // applies to the text from there (what was written of it already included).
+  // A grammar waiting for its triggers: once the text holds one, the grammar
+  // applies to the text from the first (what was written of it already included).
   void trigger_grammar() {
-    const std::string& trigger = o_.grammar_trigger;
     if (trigger_search_from_ == std::string::npos) return;
     size_t from = trigger_search_from_;
     if (o_.reasoning) {
@@ -142,9 +141,13 @@ class HfCompletion final : public TextCompletion {
       if (answer == std::string::npos) return;
       from = std::max(from, answer);
     }
-    const size_t at = text_.find(trigger, from);
+    size_t at = std::string::npos, longest = 0;
+    for (const std::string& trigger : o_.grammar_triggers) {
+      at = std::min(at, text_.find(trigger, from));
+      longest = std::max(longest, trigger.size());
+    }
     if (at == std::string::npos) {
-      trigger_search_from_ = text_.size() >= trigger.size() ? text_.size() - trigger.size() + 1 : 0;
+      trigger_search_from_ = text_.size() >= longest ? text_.size() - longest + 1 : 0;
       return;
     }
     matcher_.emplace(o_.grammar);

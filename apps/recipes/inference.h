@@ -40,9 +40,9 @@ struct CompletionOptions {
   // the end of text only where the text is a whole match.
   std::shared_ptr<const text::Grammar> grammar;
   // Not empty: the grammar applies only from where the text first holds
-  // this (a tool call's opening, in tool_choice auto: the model chooses
-  // whether to call, and a call it makes is valid).
-  std::string grammar_trigger;
+  // one of these (a tool call's opening, in tool_choice auto: the model
+  // chooses whether to call, and a call it makes is valid).
+  std::vector<std::string> grammar_triggers;
   // The grammar writes tool calls (a forced call's), not the answer's content.
   bool grammar_writes_calls = false;
   // A chat whose answer may reason first, in these marks (`reasoning_open`:

@@ -107,7 +107,7 @@ const std::vector<ToolCallFormat> kFormats = {
     // gpt-oss (harmony): to=functions.NAME, then the JSON arguments after <|message|>, in the commentary channel.
     {.name = "harmony", .call_begin = "<|channel|>commentary to=functions.",
      .name_args_separator = " <|constrain|>json<|message|>", .call_end = "<|call|>", .call_begin_alt = " to=functions.",
-     .args_after = "<|message|>",
+     .args_after = "<|message|>", .name_args_separator_alt = "<|channel|>commentary json<|message|>",
      .probe_rendered = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": "
                        "\"Paris\"}<|call|>"},
     // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
@@ -587,6 +587,13 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     rules += prefix + "call ::= " + literal_or_nothing(f.call_begin) + " " + body + " " +
              literal_or_nothing(f.call_end) + "\n";
     calls += (calls.empty() ? "" : " | ") + prefix + "call";
+    if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), its JSON arguments
+      const JsonSchemaRules args = json_schema_rules(parameters, prefix + "alt-");
+      rules += args.rules + prefix + "call-alt ::= " +
+               gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " + args.top + " " +
+               literal_or_nothing(f.call_end) + "\n";
+      calls += " | " + prefix + "call-alt";
+    }
   }
   KILN_CHECK(!calls.empty(), "no tool is named '", only, "'");
   std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
@@ -629,7 +636,10 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
   ToolConstraint out;
   out.grammar = std::make_shared<const Grammar>(
       parse_gbnf(tool_call_gbnf(f, tools, named ? choice.name : "", parallel && !named)));
-  if (choice.mode == ToolChoice::Mode::kAuto) out.trigger = f.trigger();
+  if (choice.mode == ToolChoice::Mode::kAuto) {
+    out.triggers = {f.trigger()};
+    if (const std::string alt = f.trigger_alt(); !alt.empty()) out.triggers.push_back(alt);
+  }
   return out;
 }
 

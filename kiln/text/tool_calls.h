@@ -85,6 +85,9 @@ struct ToolCallFormat {
   // (the content type: " <|constrain|>json", "<|channel|>commentary json").
   const char* call_begin_alt = "";
   const char* args_after = "";
+  // What the grammar writes between the name and the arguments after
+  // call_begin_alt (harmony's role spelling: "<|channel|>commentary json<|message|>").
+  const char* name_args_separator_alt = "";
   // The probe's call as the template renders it, where the format reads
   // more spellings than that one (harmony's).
   const char* probe_rendered = "";
@@ -141,10 +144,11 @@ struct ToolChoice {
 ToolChoice tool_choice_from_json(const nlohmann::ordered_json& choice, const nlohmann::ordered_json& tools);
 
 // What constrains an answer that may call tools: the grammar (null for
-// tool_choice none) and, for auto, the trigger from which it applies.
+// tool_choice none) and, for auto, the triggers from the first of which it
+// applies (a format's spellings of a call's opening: harmony has two).
 struct ToolConstraint {
   std::shared_ptr<const Grammar> grammar;
-  std::string trigger;
+  std::vector<std::string> triggers;
 };
 ToolConstraint tool_call_constraint(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
                                     const ToolChoice& choice, bool parallel);
