@@ -5,6 +5,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "kiln/text/grammar/json_schema.h"
+
 namespace kiln::text {
 
 namespace {
@@ -81,7 +83,7 @@ PythonLiteral read_raw(std::string_view text, size_t pos, std::string_view quote
   if (!key) return {Scan::kBad};
   size_t end = pos;
   while (end < text.size() &&
-         (std::isalnum(uint8_t(text[end])) || std::string_view("_$.-").find(text[end]) != std::string_view::npos))
+         (std::isalnum(uint8_t(text[end])) || kBareKeyPunctuation.find(text[end]) != std::string_view::npos))
     ++end;
   if (end == text.size()) return {Scan::kPartial};
   if (end == pos) return {Scan::kBad};

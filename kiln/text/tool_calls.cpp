@@ -249,7 +249,7 @@ Scan read_keyword_arguments(const ToolCallFormat& f, Cursor& c, ToolCall& call) 
     if (!first)
       if (Scan s = c.literal(","); s != Scan::kDone) return s;
     std::string key, value;
-    if (Scan s = c.name(&key, "_$.-"); s != Scan::kDone) return s;
+    if (Scan s = c.name(&key, kBareKeyPunctuation); s != Scan::kDone) return s;
     if (Scan s = c.literal(f.keyword_assign); s != Scan::kDone) return s;
     if (Scan s = c.python_literal(&value, raw_quote); s != Scan::kDone) return s;
     call.arguments += (first ? "\"" : ", \"") + json_escaped(key) + "\": " + value;
@@ -554,7 +554,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     if (!only.empty() && name != only) continue;
     const json parameters = function.value("parameters", json{{"type", "object"}});
     const std::string prefix = "tool" + std::to_string(i) + "-";
-    std::string body;  // the call after call_begin
+    std::string body;            // the call after call_begin
+    std::string json_arguments;  // the arguments' expression, where they are JSON
     try {
       if (is_builtin(f, name)) {
         rules += prefix + "call ::= " + builtin_call_gbnf(f, name, parameters) + "\n";
@@ -573,6 +574,7 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
       } else {
         const JsonSchemaRules args = json_schema_rules(parameters, prefix);
         rules += args.rules;
+        json_arguments = args.top;
         std::string named = f.id_is_index ? gbnf_literal(name + f.id_marker) + " [0-9]+ " +
                                                 gbnf_literal(f.name_args_separator)
                                           : gbnf_literal(name + f.name_args_separator);
@@ -587,11 +589,9 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     rules += prefix + "call ::= " + literal_or_nothing(f.call_begin) + " " + body + " " +
              literal_or_nothing(f.call_end) + "\n";
     calls += (calls.empty() ? "" : " | ") + prefix + "call";
-    if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), its JSON arguments
-      const JsonSchemaRules args = json_schema_rules(parameters, prefix + "alt-");
-      rules += args.rules + prefix + "call-alt ::= " +
-               gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " + args.top + " " +
-               literal_or_nothing(f.call_end) + "\n";
+    if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), the same arguments
+      rules += prefix + "call-alt ::= " + gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " +
+               json_arguments + " " + literal_or_nothing(f.call_end) + "\n";
       calls += " | " + prefix + "call-alt";
     }
   }

@@ -142,7 +142,7 @@ std::string gemma_primitives_gbnf() {
 
 bool is_bare_key(std::string_view key) {
   return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
-    return std::isalnum(uint8_t(c)) || std::string_view("_$.-").find(c) != std::string_view::npos;
+    return std::isalnum(uint8_t(c)) || kBareKeyPunctuation.find(c) != std::string_view::npos;
   });
 }
 

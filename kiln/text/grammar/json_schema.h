@@ -78,7 +78,8 @@ struct OrderedMember {
 std::string ordered_members_gbnf(const std::vector<OrderedMember>& members, const std::string& separator,
                                  const std::string& name,
                                  const std::function<std::string(const std::string&, const std::string&)>& add_rule);
-// Whether a notation with bare keys can write `key` (letters, digits and _$.-).
+// Whether a notation with bare keys can write `key`: letters, digits and these.
+constexpr std::string_view kBareKeyPunctuation = "_$.-";
 bool is_bare_key(std::string_view key);
 // A value spelled in `notation` (the const and enum values of a schema);
 // throws kiln::Error for a string that holds the notation's raw quote.
