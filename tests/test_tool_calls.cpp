@@ -59,6 +59,10 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"GigaChat3.1-10B-A1.8B.jinja", "gigachat3.1"},
       {"GigaChat3-10B-A1.8B.jinja", "gigachat3"},
       {"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"},
+      // Renders a call only with its arguments as the API's JSON text (transformers fails on an object there too).
+      {"meetkai-functionary-medium-v3.2.jinja", "functionary-v3.2"},
+      // Renders only with the `functions` and `datetime` variables its model card passes.
+      {"fireworks-ai-llama-3-firefunction-v2.jinja", "firefunction-v2"},
       {"Qwen3-Coder.jinja", "qwen3-coder"},
       {"Qwen3.5-4B.jinja", "qwen3-coder"},
       {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3-coder"},
@@ -110,7 +114,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 58) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 60) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -257,6 +261,15 @@ std::vector<Example> examples() {
                   "metric:false}<tool_call|><|tool_call>call:get_time{}<tool_call|>",
        "Let me check.", {{"get_weather", R"({"city": "Paris, \"FR\"", "days": 3, "extra": {"k": [1, true, null]}, "metric": false})"},
                          {"get_time", "{}"}}},
+      // Functionary 3.2: the prompt wrote the first ">>>"; content is the "all" recipient's, up to the next one.
+      {"functionary-v3.2", "all\nLet me check >> now.>>>get_weather\n{\"city\": \"Paris\"}>>>get_time\n{}",
+       "Let me check >> now.", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"functionary-v3.2", "get_weather\n{\"city\": \"Paris\"}", "", {{"get_weather", R"({"city": "Paris"})"}}},
+      {"functionary-v3.2", "all\nNo call: a>>>b.", "No call: a>>>b.", {}},
+      {"functionary-v3.2", "al", "al", {}},
+      {"firefunction-v2", " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                          "{\"name\": \"get_time\", \"arguments\": {}}]",
+       " ", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
       // LFM2: Python calls, strings in either quotes.
       {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
                "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
@@ -412,6 +425,11 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|tool_call>call:get_weather{city:\"Paris\"}<tool_call|>"},  // a JSON string is not the notation's
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
+      // Functionary 3.2: the prompt wrote the first call's ">>>".
+      {"functionary-v3.2", "get_weather\n{\"city\": \"Paris\"}", ">>>get_time\n{}", "get_weather\n{\"town\": \"Paris\"}"},
+      {"firefunction-v2", "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+       "{\"name\": \"get_time\", \"arguments\": {}}",
+       "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}]"},
   };
   for (const Case& c : cases) {
     const ToolCallFormat& f = format_named(c.format);
@@ -454,6 +472,13 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
                              " to=functions.get_weather<|channel|>commentary json<|message|>{\"town\": \"Paris\"}<|call|>"));
   EXPECT_FALSE(grammar_takes(tool_call_gbnf(harmony, kTools, "get_time", false),
                              " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"));
+  // Functionary 3.2 under auto: the grammar starts at a later ">>>" (after the content), and spells it.
+  const ToolCallFormat& functionary = format_named("functionary-v3.2");
+  const ToolConstraint after_content = tool_call_constraint(functionary, kTools, {ToolChoice::Mode::kAuto, ""}, true);
+  ASSERT_EQ(after_content.triggers, std::vector<std::string>{">>>"});
+  GrammarMatcher triggered(after_content.grammar);
+  EXPECT_TRUE(triggered.accept(">>>get_weather\n{\"city\": \"Paris\"}>>>get_time\n{}") && triggered.can_end());
+  EXPECT_FALSE(grammar_takes(tool_call_gbnf(functionary, kTools, "", true, true), ">>>all\nHello"));
   // GigaChat 3 spells one call a turn: parallel or not, its grammar takes one.
   const ToolCallFormat& giga = format_named("gigachat3");
   const std::string giga_call = "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_time\", \"arguments\": {}}";

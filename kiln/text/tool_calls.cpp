@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <ctime>
+#include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/jinja/template.h"
+#include "kiln/text/jinja/value.h"
 #include "kiln/text/tool_call_cursor.h"
 #include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
@@ -88,6 +92,10 @@ const std::vector<ToolCallFormat> kFormats = {
     // GigaChat 3: one call, a message of the "function call" role after the assistant's.
     {.name = "gigachat3", .section_begin = "<|message_sep|>\n\nfunction call<|role_sep|>\n", .args_key = "arguments"},
     {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
+    // Functionary 3.2: >>>RECIPIENT, a line break, then the content (recipient "all") or a call's JSON arguments.
+    {.name = "functionary-v3.2", .call_begin = ">>>", .name_args_separator = "\n", .content_recipient = "all\n"},
+    // Firefunction v2: functools, then a JSON list of calls.
+    {"firefunction-v2", "functools[", "", "arguments", "", "", "", ", ", "]", 0},
     // Kimi K2 (read in moonshotai's template; Instruct and Thinking answer the same way): functions.NAME:INDEX,
     // then the JSON arguments.
     {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", "", "<|tool_call_argument_begin|>",
@@ -503,20 +511,80 @@ std::string tool_call_format_list() {
   return names;
 }
 
-const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
-  if (!chat.is_jinja()) return nullptr;
-  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
-      "description": "Get the current weather in a city.", "parameters": {"type": "object",
-      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
-  const json messages = json::parse(R"([{"role": "user", "content": "What's the weather in Paris?"},
+namespace {
+
+// The probe: a user's question and an assistant's call, its arguments an
+// object or (`text`) their JSON text.
+json probe_messages(bool text) {
+  json messages = json::parse(R"([{"role": "user", "content": "What's the weather in Paris?"},
       {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "call00001",
        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}])");
-  std::string rendered;
+  if (text) messages[1]["tool_calls"][0]["function"]["arguments"] = "{\"city\": \"Paris\"}";
+  return messages;
+}
+
+const json& probe_tools() {
+  static const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Get the current weather in a city.", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  return tools;
+}
+
+// The probe rendered through `chat` (its arguments in the form it takes), or
+// nothing where the template refuses it.
+std::optional<std::string> rendered_probe(const ChatTemplate& chat, const json& messages, bool prompt) {
   try {
-    rendered = chat.render_json(messages, tools, false);
+    return chat.render_json(messages, probe_tools(), prompt, serving_variables(chat, probe_tools()));
   } catch (const Error&) {
-    return nullptr;  // the template refuses tool calls
+    return std::nullopt;
   }
+}
+
+}  // namespace
+
+bool takes_text_arguments(const ChatTemplate& chat) {
+  return chat.is_jinja() && !rendered_probe(chat, probe_messages(false), false) &&
+         rendered_probe(chat, probe_messages(true), false);
+}
+
+json arguments_as_taken(const json& messages, bool text) {
+  json out = messages;
+  for (json& m : out) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (json& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+          !call["function"].contains("arguments"))
+        continue;
+      json& arguments = call["function"]["arguments"];
+      if (text && arguments.is_object()) {
+        arguments = jinja::to_json(jinja::from_json(arguments));
+      } else if (!text && arguments.is_string()) {
+        json parsed = json::parse(arguments.get<std::string>(), nullptr, false);
+        if (!parsed.is_discarded() && parsed.is_object()) arguments = std::move(parsed);
+      }
+    }
+  }
+  return out;
+}
+
+json serving_variables(const ChatTemplate& chat, const json& tools) {
+  const std::time_t now = chat.now_unix_seconds ? std::time_t(*chat.now_unix_seconds) : std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char today[32];
+  std::strftime(today, sizeof today, "%b %d %Y", &tm);
+  jinja::JsonStyle indented;
+  indented.indent = 4;
+  return {{"functions", jinja::to_json(jinja::from_json(tools.is_array() ? tools : json::array()), indented)},
+          {"datetime", today}};
+}
+
+const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
+  if (!chat.is_jinja()) return nullptr;
+  const json messages = probe_messages(takes_text_arguments(chat));
+  const std::optional<std::string> probe = rendered_probe(chat, messages, false);
+  if (!probe) return nullptr;  // the template refuses tool calls
+  const std::string& rendered = *probe;
   for (const auto& f : kFormats) {
     if (*f.probe_rendered) {
       if (rendered.find(f.probe_rendered) != std::string::npos) return &f;
@@ -534,18 +602,15 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
     for (const std::string& spelled : {call, with_id})
       if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
   }
-  std::string asked;
-  try {
-    asked = chat.render_json(json::array({messages[0]}), tools, true);
-  } catch (const Error&) {
-    return nullptr;
-  }
+  const std::optional<std::string> asked = rendered_probe(chat, json::array({messages[0]}), true);
+  if (!asked) return nullptr;
   for (const auto& f : kFormats)
-    if (*f.announced && asked.find(f.announced) != std::string::npos) return &f;
+    if (*f.announced && asked->find(f.announced) != std::string::npos) return &f;
   return nullptr;
 }
 
-std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std::string& only, bool parallel) {
+std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std::string& only, bool parallel,
+                           bool triggered) {
   KILN_CHECK(tools.is_array() && !tools.empty(), "tool_call_gbnf: no tools");
   std::string rules, calls;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -586,8 +651,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     } catch (const Error& e) {
       KILN_FAIL("tools[", i, "] (", name, ") parameters: ", e.what());
     }
-    rules += prefix + "call ::= " + literal_or_nothing(f.call_begin) + " " + body + " " +
-             literal_or_nothing(f.call_end) + "\n";
+    rules += prefix + "call ::= " + (*f.content_recipient ? "" : literal_or_nothing(f.call_begin)) + " " + body +
+             " " + literal_or_nothing(f.call_end) + "\n";
     calls += (calls.empty() ? "" : " | ") + prefix + "call";
     if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), the same arguments
       rules += prefix + "call-alt ::= " + gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " +
@@ -596,9 +661,14 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     }
   }
   KILN_CHECK(!calls.empty(), "no tool is named '", only, "'");
-  std::string root = "root ::= " + literal_or_nothing(f.section_begin) + " call ";
+  // A recipient's call_begin opens each call but the first, which the prompt wrote (unless a trigger starts the
+  // grammar at a later one).
+  const std::string recipient_begin = *f.content_recipient ? gbnf_literal(f.call_begin) : "";
+  const std::string next = literal_or_nothing(f.between) + " " + recipient_begin;
+  std::string root =
+      "root ::= " + literal_or_nothing(f.section_begin) + " " + (triggered ? recipient_begin : "") + " call ";
   if (parallel && (*f.between || *f.call_begin))  // (a format that cannot spell a second call takes one)
-    root += "( " + literal_or_nothing(f.between) + " call )* ";
+    root += "( " + next + " call )* ";
   root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
   return root + json_primitives_gbnf() + (f.notation == &kGemmaNotation ? gemma_primitives_gbnf() : "") +
          (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
@@ -634,16 +704,20 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
   if (choice.mode == ToolChoice::Mode::kNone) return {};
   const bool named = choice.mode == ToolChoice::Mode::kNamed;
   ToolConstraint out;
+  const bool triggered = choice.mode == ToolChoice::Mode::kAuto;
   out.grammar = std::make_shared<const Grammar>(
-      parse_gbnf(tool_call_gbnf(f, tools, named ? choice.name : "", parallel && !named)));
-  if (choice.mode == ToolChoice::Mode::kAuto) {
+      parse_gbnf(tool_call_gbnf(f, tools, named ? choice.name : "", parallel && !named, triggered)));
+  if (triggered) {
     out.triggers = {f.trigger()};
     if (const std::string alt = f.trigger_alt(); !alt.empty()) out.triggers.push_back(alt);
   }
   return out;
 }
 
-ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
+namespace {
+
+// The answer's content before its section of calls, and the calls.
+ToolAnswer read_sections(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
   ToolAnswer answer;
   const std::string trigger = f.trigger(), trigger_alt = f.trigger_alt();
   size_t start = text.find(trigger);
@@ -694,6 +768,28 @@ ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool
   // A section that is not the format's before its first call's name: the text is content.
   if (answer.calls.empty() && (s == Scan::kBad || whole)) answer.content = std::string(text);
   return answer;
+}
+
+// Functionary 3.2's answer, whose first recipient follows the prompt's
+// call_begin: the content's (its calls after it), or a function's.
+ToolAnswer read_recipients(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
+  const std::string_view content = f.content_recipient;
+  const bool offered = tools.is_array() && !tools.empty();
+  if (text.starts_with(content)) {
+    text.remove_prefix(content.size());
+    return offered ? read_sections(f, text, whole, tools) : ToolAnswer{std::string(text), {}};
+  }
+  if (!whole && content.starts_with(text)) return {};  // may still name the content
+  if (!offered) return {std::string(text), {}};
+  ToolAnswer answer = read_sections(f, f.call_begin + std::string(text), whole, tools);
+  if (answer.calls.empty() && !answer.content.empty()) answer.content = std::string(text);  // not a call after all
+  return answer;
+}
+
+}  // namespace
+
+ToolAnswer read_tool_answer(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
+  return *f.content_recipient ? read_recipients(f, text, whole, tools) : read_sections(f, text, whole, tools);
 }
 
 json builtin_tools(const ToolCallFormat& f, const json& tools) {

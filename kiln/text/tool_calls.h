@@ -103,6 +103,12 @@ struct ToolCallFormat {
   // kGemmaNotation writes them).
   const char* keyword_assign = "=";
   const ValueNotation* notation = &kJsonNotation;
+  // Functionary 3.2: the answer is a list of messages, call_begin RECIPIENT
+  // separator BODY each, the first one's call_begin written by the
+  // generation prompt (">>>"). This recipient ("all", with its separator)
+  // marks the answer's content, which runs to the next call_begin; any
+  // other names a function, the body its JSON arguments.
+  const char* content_recipient = "";
 
   // What starts a section in the output: from it on, the text is calls.
   std::string trigger() const;
@@ -125,10 +131,30 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat);
 // GBNF for a section of calls to `tools` (OpenAI's list of {"type":
 // "function", "function": {"name", "parameters"}}), each call's arguments
 // valid under its function's parameters; only the function named `only`
-// when it is not empty, and one call unless `parallel`. Throws kiln::Error
-// for a schema the compiler refuses.
+// when it is not empty, and one call unless `parallel`. `triggered`: the
+// grammar applies from the section's opening in the answer (tool_choice
+// auto), else from the answer's start, after what the prompt wrote of it
+// (Functionary 3.2's first call_begin). Throws kiln::Error for a schema
+// the compiler refuses.
 std::string tool_call_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
-                           const std::string& only, bool parallel);
+                           const std::string& only, bool parallel, bool triggered = false);
+
+// How `chat` takes a call's arguments: as the object they stand for (most
+// templates write it with tojson), or as the JSON text the chat API
+// carries (Functionary 3.2 concatenates it, and fails on an object). Found
+// by rendering a call both ways, as llama.cpp finds its templates'
+// capabilities.
+bool takes_text_arguments(const ChatTemplate& chat);
+// `messages` with each call's arguments as the template takes them: an
+// object's JSON text parsed into it (other text stays as sent), or
+// (`text`) an object written as json.dumps writes it.
+nlohmann::ordered_json arguments_as_taken(const nlohmann::ordered_json& messages, bool text);
+// The variables that llama-server and model cards pass to templates besides
+// transformers' own, for the templates that read them (Firefunction v2
+// fails without both): `functions`, the tools as JSON text (its model
+// card's json.dumps(functions, indent=4)), and `datetime`, today as
+// llama-server writes it ("Nov 29 2026", by the template's clock).
+nlohmann::ordered_json serving_variables(const ChatTemplate& chat, const nlohmann::ordered_json& tools);
 
 // OpenAI's tool_choice: none (the tools are shown, no call is read), auto
 // (the model may call), required (it must call one or more), or one
@@ -170,7 +196,8 @@ struct ToolAnswer {
 
 // Reads `text`, an answer so far (`whole`: all of it), a reply to a request
 // that offered `tools` (their parameters' types say how XML-style values
-// read). Text that may still become a section's start is held back until
+// read; with none, an answer in a format with a content recipient is all
+// content). Text that may still become a section's start is held back until
 // it is known. A section whose first call is not the format's is content
 // after all (and so is the rest of the answer); what follows the calls, or
 // breaks off a later call, is dropped.
