@@ -162,7 +162,7 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
 }
 
 // Tools: the functions, the choice, and a tool-call round trip's messages
-// as templates read them (arguments parsed from their JSON text).
+// (arguments as sent: the model's template takes them in its own form).
 TEST(ChatFields, ToolsAndToolMessagesReachTheRequest) {
   const ChatRequest r = parse_chat(R"({"model": "m", "messages": [
       {"role": "user", "content": "Weather in Paris?"},
@@ -176,14 +176,14 @@ TEST(ChatFields, ToolsAndToolMessagesReachTheRequest) {
   EXPECT_FALSE(r.messages[1].contains("content")) << "null is the template's undefined";
   const auto& call = r.messages[1]["tool_calls"][0];
   EXPECT_EQ(call["id"], "call_1");
-  EXPECT_EQ(call["function"]["arguments"].dump(), R"({"city":"Paris","unit":"celsius"})") << "parsed, in order";
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris", "unit": "celsius"})") << "as sent";
   EXPECT_EQ(r.messages[2]["content"], "21");
   EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
   EXPECT_EQ(r.tools.size(), 1u);
   EXPECT_EQ(r.tool_choice.mode, kiln::text::ToolChoice::Mode::kNamed);
   EXPECT_EQ(r.tool_choice.name, "get_weather");
   EXPECT_FALSE(r.parallel_tool_calls);
-  // Tools without a choice: auto. Arguments that are not an object's text stay as sent.
+  // Tools without a choice: auto.
   const ChatRequest a = parse_chat(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [
       {"function": {"name": "f", "arguments": "not json"}}]}], "tools": [{"type": "function", "function": {"name": "f"}}]})");
   EXPECT_EQ(a.tool_choice.mode, kiln::text::ToolChoice::Mode::kAuto);

@@ -325,6 +325,44 @@ const json kTools = json::parse(R"([
    "required": ["city"], "additionalProperties": false}}},
   {"type": "function", "function": {"name": "get_time"}}])");
 
+// A call's arguments reach each template in the form it takes: Functionary
+// 3.2's as the API's JSON text, which it writes as sent; the others' as
+// the object (parsed from that text). Firefunction v2's variables are
+// given, as its model card and llama-server give them.
+TEST(ToolCalls, ArgumentsReachTheTemplateInTheFormItTakes) {
+  const fs::path dir = fs::path(hf_test::fixture("chat_templates")) / "templates";
+  auto load = [&](const std::string& name) {
+    ChatTemplate chat = ChatTemplate::from_jinja(read_file(dir / name));
+    chat.tokens = {"<s>", "</s>"};
+    chat.now_unix_seconds = 1783168200;
+    return chat;
+  };
+  const json sent = json::parse(R"([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "",
+      "tool_calls": [{"type": "function", "id": "call_1", "function": {"name": "get_weather",
+      "arguments": "{\"city\":  \"Paris\"}"}}, {"type": "function", "id": "call_2", "function": {"name": "get_time",
+      "arguments": {"zone": "CET"}}}]}])");
+  const ChatTemplate functionary = load("meetkai-functionary-medium-v3.2.jinja");
+  ASSERT_TRUE(takes_text_arguments(functionary));
+  const std::string text_rendered = functionary.render_json(arguments_as_taken(sent, true), kTools, false);
+  EXPECT_NE(text_rendered.find(">>>get_weather\n{\"city\":  \"Paris\"}>>>get_time\n{\"zone\": \"CET\"}"),
+            std::string::npos) << "the text as sent, an object as json.dumps writes it: " << text_rendered;
+  const ChatTemplate qwen = load("Qwen-Qwen2.5-7B-Instruct.jinja");
+  ASSERT_FALSE(takes_text_arguments(qwen));
+  const json as_objects = arguments_as_taken(sent, false);
+  EXPECT_EQ(as_objects[1]["tool_calls"][0]["function"]["arguments"], json({{"city", "Paris"}}));
+  EXPECT_EQ(arguments_as_taken(json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f",
+      "arguments": "not json"}}]}])"), false)[0]["tool_calls"][0]["function"]["arguments"], "not json")
+      << "text that is not an object's stays as sent";
+  const ChatTemplate firefunction = load("fireworks-ai-llama-3-firefunction-v2.jinja");
+  EXPECT_THROW(firefunction.render_json(as_objects, kTools, true), Error) << "transformers fails without them too";
+  const std::string prompt = firefunction.render_json(as_objects, kTools, true, serving_variables(firefunction, kTools));
+  EXPECT_NE(prompt.find("Available functions as JSON spec:\n[\n    {\n        \"type\": \"function\","), std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("Today is Jul "), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find(" functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+            std::string::npos) << prompt;
+}
+
 bool grammar_takes(const std::string& gbnf, const std::string& text) {
   GrammarMatcher m(std::make_shared<const Grammar>(parse_gbnf(gbnf)));
   return m.accept(text) && m.can_end();

@@ -151,13 +151,10 @@ int run_chat(const ChatOptions& o) {
       if (!read.answer.calls.empty()) {
         json calls = text::tool_calls_json(*tools.format, read.answer.calls, tools.calls_made);
         tools.calls_made += read.answer.calls.size();
-        for (json& call : calls) {  // templates write the arguments as objects
-          json arguments = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
-          if (!arguments.is_discarded()) call["function"]["arguments"] = arguments;
+        for (const json& call : calls)
           std::printf("(tool call %s: %s(%s); answer with /result TEXT)\n", call["id"].get<std::string>().c_str(),
                       call["function"]["name"].get<std::string>().c_str(),
-                      call["function"]["arguments"].dump().c_str());
-        }
+                      call["function"]["arguments"].get<std::string>().c_str());
         // The chat API's message: the thinking that led to the calls stays with them for the template.
         message = {{"role", "assistant"}, {"content", read.answer.content}, {"tool_calls", calls}};
         if (!read.reasoning.empty()) message["reasoning_content"] = read.reasoning;

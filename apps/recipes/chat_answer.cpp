@@ -25,6 +25,11 @@ const text::ToolCallFormat* constrain_tool_calls(const InferenceModel& model, co
   return format;
 }
 
+const text::ToolCallFormat* content_format(const InferenceModel& model) {
+  const text::ToolCallFormat* format = model.tool_call_format();
+  return format && *format->content_recipient ? format : nullptr;
+}
+
 ReasoningStart reason_before_answering(const InferenceModel& model, const std::string& prompt, CompletionOptions& o) {
   const text::ReasoningFormat* format = model.reasoning_format();
   if (!format) return {};

@@ -24,6 +24,11 @@ namespace kiln::recipes {
 const text::ToolCallFormat* constrain_tool_calls(const InferenceModel& model, const nlohmann::ordered_json& tools,
                                                  const text::ToolChoice& choice, bool parallel, CompletionOptions& o);
 
+// The format an answer that calls no tools is read in: the model's, where
+// its content comes as a recipient's (Functionary 3.2's "all", which is
+// not the content's), read with no tools; else null.
+const text::ToolCallFormat* content_format(const InferenceModel& model);
+
 // Where a chat answer to `prompt` reasons: in the model's marks (null: its
 // template has none), from the first token when the prompt opened them.
 struct ReasoningStart {

@@ -202,6 +202,7 @@ class HfLanguageModelInference final : public InferenceModel {
       chat_error_ = e.what();
     }
     if (chat_) tool_format_ = text::detect_tool_call_format(*chat_);
+    if (chat_) text_arguments_ = text::takes_text_arguments(*chat_);
     if (chat_) reasoning_format_ = text::detect_reasoning_format(*chat_);
     // The special tokens the formats' literals hold ([TOOL_CALLS], <|python_tag|>, <|START_THINKING|>...).
     if (tool_format_) tool_tokens_ = special_tokens_in(tool_format_->literals());
@@ -225,10 +226,11 @@ class HfLanguageModelInference final : public InferenceModel {
   std::string render_chat_json(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                const nlohmann::ordered_json& kwargs) override {
     if (!chat_) KILN_FAIL(chat_error_);
-    nlohmann::ordered_json extra = kwargs;
+    nlohmann::ordered_json extra = text::serving_variables(*chat_, tools);
     if (tool_format_)  // Llama 3.1's built-in tools are named to its template, as llama-server names them
       if (auto builtin = text::builtin_tools(*tool_format_, tools); !builtin.empty()) extra["builtin_tools"] = builtin;
-    return chat_->render_json(messages, tools, true, extra);
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) extra[it.key()] = it.value();  // the request's own win
+    return chat_->render_json(text::arguments_as_taken(messages, text_arguments_), tools, true, extra);
   }
   std::string render_chat(const std::vector<text::ChatMessage>& messages) override {
     if (!chat_) KILN_FAIL(chat_error_);
@@ -365,6 +367,7 @@ class HfLanguageModelInference final : public InferenceModel {
   models::HfCausalLm lm_;
   std::list<std::pair<std::vector<int32_t>, text::TokenTrie>> tries_;  // by the special tokens they hold
   const text::ToolCallFormat* tool_format_ = nullptr;
+  bool text_arguments_ = false;  // the template takes a call's arguments as JSON text (Functionary 3.2's)
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   const text::ReasoningFormat* reasoning_format_ = nullptr;
   std::vector<int32_t> reasoning_tokens_;  // the special tokens of its marks

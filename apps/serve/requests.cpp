@@ -354,8 +354,9 @@ bool is_function_name(const json& v) {
   });
 }
 
-// An assistant's tool_calls, as a template reads them: arguments that are a
-// JSON object's text become the object (templates write them with tojson).
+// An assistant's tool_calls, checked: arguments as sent (JSON text, or an
+// object), which the model's template takes in its own form
+// (text::arguments_as_taken).
 json tool_calls_of(const json& calls, const std::string& where) {
   if (!calls.is_array()) throw HttpError(400, where + ".tool_calls must be an array");
   json out = json::array();
@@ -370,15 +371,9 @@ json tool_calls_of(const json& calls, const std::string& where) {
       throw HttpError(400, at + ".function.name must be a string");
     json arguments = json::object();
     if (function.contains("arguments")) {
-      const json& a = function["arguments"];
-      if (a.is_string()) {
-        arguments = json::parse(a.get<std::string>(), nullptr, false);
-        if (arguments.is_discarded() || !arguments.is_object()) arguments = a;  // as sent
-      } else if (a.is_object()) {
-        arguments = a;
-      } else {
+      arguments = function["arguments"];
+      if (!arguments.is_string() && !arguments.is_object())
         throw HttpError(400, at + ".function.arguments must be a string (JSON text)");
-      }
     }
     json copy = {{"type", "function"}};
     if (call.contains("id")) {

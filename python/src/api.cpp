@@ -148,7 +148,10 @@ struct Model {
       py::gil_scoped_release release;
       reply = model().complete(prompt, o, nullptr);
     }
-    if (!format) return py::str(reply.text);
+    if (!format) {  // the content, less what a recipient's answer spells it with (Functionary 3.2's)
+      const text::ToolCallFormat* content = recipes::content_format(model());
+      return py::str(content ? text::read_tool_answer(*content, reply.text, true, {}).content : reply.text);
+    }
     const recipes::ChatAnswer read = recipes::read_chat_answer(reply.text, true, reasoning, format, tool_list);
     const text::ToolAnswer& answer = read.answer;
     py::dict d;

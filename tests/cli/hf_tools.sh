@@ -4,7 +4,7 @@
 # nothing, so only the constraint can make its calls valid), and on copies
 # of it carrying Mistral Nemo's, Llama 3.1's, Qwen3-Coder's, Qwen3.5's,
 # GLM 4.6's, MiniMax M2's, DeepSeek V4's, LFM2.5's, MiniCPM5's, Kimi K3's,
-# gpt-oss's, Command A's and Gemma 4's real templates (Qwen3-Coder's to Kimi K3's, and
+# gpt-oss's, Command A's, Gemma 4's and Functionary 3.2's real templates (Qwen3-Coder's to Kimi K3's, and
 # Gemma 4's: parameters one by one, as XML, as Python keyword arguments or in Gemma's notation):
 # - a tool-call round trip (assistant tool_calls, then a tool message) is
 #   the prompt transformers' apply_chat_template renders, for each template;
@@ -27,7 +27,7 @@ for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-
   "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2" \
   "deepseek:deepseek-ai-DeepSeek-V4" "lfm:LFM2.5-8B-A1B" "minicpm:openbmb-MiniCPM5-1B" \
   "kimi3:Kimi-K3" "gptoss:openai-gpt-oss-120b" "cmda:Cohere2MoE" \
-  "gemma4:google-gemma-4-31B-it"; do
+  "gemma4:google-gemma-4-31B-it" "functionary32:meetkai-functionary-medium-v3.2"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -35,7 +35,7 @@ for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-
 done
 
 # The rest of the formats' families: their round trips are rendered (and compared), not sampled.
-# (Functionary's template needs a bos_token this tokenizer lacks, and Qwen3's and DeepSeek R1's refuse an
+# (Functionary 3.1's template needs a bos_token this tokenizer lacks, and Qwen3's and DeepSeek R1's refuse an
 # assistant turn with content null in transformers too; Qwen2.5's stands for Hermes. MiniMax M3's prompt is
 # longer than this model's 512-token context, and so is Command R7B's.)
 RENDER_ONLY=""
@@ -45,15 +45,22 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   "seed:ByteDance-Seed-OSS" "glm47:GLM-4.7-Flash" "hermes3:NousResearch-Hermes-3-Llama-3.1-8B-tool_use" \
   "granite:ibm-granite-granite-4.0" "step:StepFun3.5-Flash" "apertus:Apertus-8B-Instruct" \
   "minimax3:MiniMax-M3" "r7b:CohereForAI-c4ai-command-r7b-12-2024-tool_use" "minimax1:MiniMax-M1" \
-  "hy3:tencent-Hy3" "gigachat3:GigaChat3-10B-A1.8B"; do
+  "hy3:tencent-Hy3" "gigachat3:GigaChat3-10B-A1.8B" \
+  "firefunction:fireworks-ai-llama-3-firefunction-v2"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
   cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
+# Functionary 3.2's and Firefunction v2's templates start with bos_token, which this tokenizer lacks: they get one.
+for name in functionary32 firefunction; do
+  rm "$WORK/$name/tokenizer_config.json"
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["bos_token"] = "<|endoftext|>"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$MODEL/tokenizer_config.json" "$WORK/$name/tokenizer_config.json"
+done
 models=()
-for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
+for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 functionary32 $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -69,7 +76,7 @@ folders = {"qwen": qwen_dir, "nemo": f"{work}/nemo", "llama": f"{work}/llama", "
            "qwen35": f"{work}/qwen35", "glm": f"{work}/glm", "minimax": f"{work}/minimax",
            "deepseek": f"{work}/deepseek", "lfm": f"{work}/lfm", "minicpm": f"{work}/minicpm",
            "kimi3": f"{work}/kimi3", "gptoss": f"{work}/gptoss", "cmda": f"{work}/cmda",
-           "gemma4": f"{work}/gemma4"}
+           "gemma4": f"{work}/gemma4", "functionary32": f"{work}/functionary32"}
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 weather = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 10},
@@ -103,11 +110,17 @@ def transformers_prompt(folder, messages, **kwargs):
         return tokenizer.apply_chat_template(messages, chat_template=f.read(), tokenize=False,
                                              add_generation_prompt=True, **kwargs)
 
+# Functionary 3.2 takes the arguments as the API's JSON text, and Firefunction v2 the variables its model card
+# passes (the tools as `functions`; `datetime`, which Kiln gives as llama-server does); both get a bos_token.
+bos = {"bos_token": "<|endoftext|>"}
+given = {"functionary32": bos, "firefunction": bos | {"functions": json.dumps(tools, indent=4),
+                                                     "datetime": datetime.datetime.now().strftime("%b %d %Y")}}
 for model, folder in list(folders.items()) + [(m, f"{work}/{m}") for m in render_only]:
     messages = round_trip(model, ids[model], json.dumps({"city": "Paris", "unit": "celsius"}))
     theirs = copy.deepcopy(messages)
-    theirs[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
-    want = transformers_prompt(folder, theirs, tools=tools)
+    if model != "functionary32":
+        theirs[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
+    want = transformers_prompt(folder, theirs, tools=tools, **given.get(model, {}))
     got = post("/apply-template", {"model": model, "messages": messages, "tools": tools})["prompt"]
     assert got == want, (model, got, want)
 print(f"round trip: {len(folders) + len(render_only)} templates render as transformers does")
@@ -231,8 +244,8 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 32 templates render as transformers does"
-expect "forced calls: [0-9]+ calls over 14 templates"
+expect "round trip: 34 templates render as transformers does"
+expect "forced calls: [0-9]+ calls over 15 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
 expect "built-in tools: <|python_tag|> calls render"
