@@ -517,6 +517,10 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
   GrammarMatcher triggered(after_content.grammar);
   EXPECT_TRUE(triggered.accept(">>>get_weather\n{\"city\": \"Paris\"}>>>get_time\n{}") && triggered.can_end());
   EXPECT_FALSE(grammar_takes(tool_call_gbnf(functionary, kTools, "", true, true), ">>>all\nHello"));
+  // Offered no tools, its answer is content, less the recipient that marks it.
+  EXPECT_EQ(read_tool_answer(functionary, "all\nHi>>>get_time\n{}", true, json()).content, "Hi>>>get_time\n{}");
+  EXPECT_EQ(read_tool_answer(functionary, "get_time\n{}", true, json()).content, "get_time\n{}");
+  EXPECT_EQ(read_tool_answer(functionary, "al", false, json()).content, "") << "may still be the recipient";
   // GigaChat 3 spells one call a turn: parallel or not, its grammar takes one.
   const ToolCallFormat& giga = format_named("gigachat3");
   const std::string giga_call = "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_time\", \"arguments\": {}}";

@@ -68,11 +68,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         kiln::text::chat_template_named(name).render_json(r.messages, r.tools, true);
       } catch (const kiln::Error&) {
       }
+    // The calls' arguments in either form a template takes.
+    kiln::text::arguments_as_taken(kiln::text::arguments_as_taken(r.messages, true), false);
     if (r.tools.is_null()) return;
-    for (const auto& format : kiln::text::tool_call_formats()) try {
-        kiln::text::parse_gbnf(kiln::text::tool_call_gbnf(format, r.tools, r.tool_choice.name, r.parallel_tool_calls));
-      } catch (const kiln::Error&) {
-      }
+    for (const auto& format : kiln::text::tool_call_formats())
+      for (const bool triggered : {false, true}) try {
+          kiln::text::parse_gbnf(kiln::text::tool_call_gbnf(format, r.tools, r.tool_choice.name,
+                                                            r.parallel_tool_calls, triggered));
+        } catch (const kiln::Error&) {
+        }
   });
   // The body as a model's answer, whole and cut short, in every format (XML-style values read by these types).
   static const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f",
