@@ -61,6 +61,7 @@ TEST(Reasoning, MarksAreFoundByRenderingReasoningThroughTheTemplate) {
       {"poolside-Laguna-XS.2.jinja", "think"},
       {"LFM2.5-8B-A1B.jinja", "think"},
       {"openai-gpt-oss-120b.jinja", "harmony"},
+      {"muse-glimmer.jinja", "muse-glimmer"},
       // No reasoning in these templates.
       {"Qwen-Qwen2.5-7B-Instruct.jinja", ""},
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ""},
@@ -116,6 +117,10 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       {"harmony", false, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4", "Sum.",
        "<|channel|>final<|message|>4"},
       {"harmony", false, "<|channel|>final<|message|>4", "", "<|channel|>final<|message|>4"},
+      // muse-glimmer: a message to itself, then one to the user (the prompt wrote "<|start|>assistant").
+      {"muse-glimmer", false, " to=self<|message|>Sum.<|eom|><|start|>assistant to=user<|message|>4", "Sum.",
+       "to=user<|message|>4"},
+      {"muse-glimmer", false, " to=user<|message|>4", "", " to=user<|message|>4"},
   };
   for (const Example& e : examples) {
     const ReasoningFormat& f = format_named(e.format);
@@ -164,6 +169,10 @@ TEST(Reasoning, TheAnswerEndsAtItsClosing) {
   EXPECT_EQ(answer_text(harmony, "<|channel|>final<|message|>Four.", true), "Four.");
   EXPECT_EQ(answer_text(harmony, "<|channel|>fin", false), "") << "what may still be the opening is held back";
   EXPECT_EQ(answer_text(harmony, "Four.", true), "Four.");
+  // muse-glimmer's message to the user, read with its leading space trimmed, ends with <|eom|> where calls follow.
+  const ReasoningFormat& muse = format_named("muse-glimmer");
+  EXPECT_EQ(answer_text(muse, "to=user<|message|>Four.<|eom|><|start|>assistant", true), "Four.");
+  EXPECT_EQ(answer_text(muse, "to=us", false), "");
 }
 
 // Where a tool call's trigger may be looked for: after the reasoning only.
@@ -232,6 +241,10 @@ TEST(Reasoning, AConstrainedAnswerComesAfterTheReasoning) {
   const Grammar call = grammar_after_reasoning(harmony, false, parse_gbnf("root ::= \"<|channel|>commentary\""), false);
   EXPECT_TRUE(matches(call, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>commentary"));
   EXPECT_TRUE(matches(call, "<|channel|>commentary"));
+  // muse-glimmer: the reasoning's message, then the answer's to the user.
+  const Grammar muse = grammar_after_reasoning(format_named("muse-glimmer"), false, answer, true);
+  EXPECT_TRUE(matches(muse, " to=self<|message|>Sum.<|eom|><|start|>assistant to=user<|message|>{\"n\": 4}"));
+  EXPECT_TRUE(matches(muse, " to=user<|message|>{\"n\": 4}"));
   const Grammar kimi_thinking = grammar_after_reasoning(format_named("kimi-k3"), true, answer, true);
   EXPECT_TRUE(matches(kimi_thinking, "a<|close|>think<|sep|><|open|>response<|sep|>{\"n\": 1}"));
 }

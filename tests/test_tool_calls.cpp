@@ -61,6 +61,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       {"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"},
       // Renders a call only with its arguments as the API's JSON text (transformers fails on an object there too).
       {"meetkai-functionary-medium-v3.2.jinja", "functionary-v3.2"},
+      {"muse-glimmer.jinja", "muse-glimmer"},
       // Renders only with the `functions` and `datetime` variables its model card passes.
       {"fireworks-ai-llama-3-firefunction-v2.jinja", "firefunction-v2"},
       {"Qwen3-Coder.jinja", "qwen3-coder"},
@@ -114,7 +115,7 @@ TEST(ToolCalls, FormatIsFoundByRenderingACallThroughTheTemplate) {
       EXPECT_EQ(f ? f->name : "", it->second) << name;
     }
   }
-  EXPECT_GE(found, 60) << "templates of the corpus whose tool calls are read";
+  EXPECT_GE(found, 61) << "templates of the corpus whose tool calls are read";
   EXPECT_EQ(detect_tool_call_format(chat_template_named("chatml")), nullptr) << "a built-in renderer takes no tools";
 }
 
@@ -270,6 +271,21 @@ std::vector<Example> examples() {
       {"firefunction-v2", " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
                           "{\"name\": \"get_time\", \"arguments\": {}}]",
        " ", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      // muse-glimmer: a message to each tool, the call's name again in its invoke, after the content's message
+      // (here trimmed, as a reasoning model's content is).
+      {"muse-glimmer", "to=user<|message|>Checking.<|eom|><|start|>assistant to=get_weather<|message|>"
+                       "<atem:function_calls>\n<atem:invoke name=\"get_weather\">\n<atem:parameter name=\"city\">"
+                       "New <York></atem:parameter>\n<atem:parameter name=\"days\">3</atem:parameter>\n</atem:invoke>\n"
+                       "</atem:function_calls><|eom|><|start|>assistant to=get_time<|message|><atem:function_calls>\n"
+                       "<atem:invoke name=\"get_time\">\n</atem:invoke>\n</atem:function_calls>",
+       "to=user<|message|>Checking.<|eom|><|start|>assistant",
+       {{"get_weather", R"({"city": "New <York>", "days": 3})"}, {"get_time", "{}"}}},
+      {"muse-glimmer", "to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_weather\">\n"
+                       "</atem:invoke>\n</atem:function_calls>", "", {{"get_weather", "{}"}}},
+      {"muse-glimmer", " to=user<|message|>No call.", " to=user<|message|>No call.", {}},
+      // A call whose invoke names another function than its message: not a call.
+      {"muse-glimmer", " to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_time\">\n",
+       " to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_time\">\n", {}},
       // LFM2: Python calls, strings in either quotes.
       {"lfm2", "<|tool_call_start|>[get_weather(city='Paris', days=3, metric=True, note=\"say \\\"hi\\\"\", "
                "extra={'k': [1, None]}), get_time()]<|tool_call_end|>",
@@ -463,6 +479,12 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
        "<|tool_call>call:get_weather{city:\"Paris\"}<tool_call|>"},  // a JSON string is not the notation's
       {"lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\")", "get_time()",
        "<|tool_call_start|>[get_weather(unit=\"celsius\")]<|tool_call_end|>"},  // city is required
+      {"muse-glimmer", " to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_weather\">\n"
+                       "<atem:parameter name=\"city\">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls>",
+       " to=get_time<|message|><atem:function_calls>\n<atem:invoke name=\"get_time\">\n"
+       "</atem:invoke>\n</atem:function_calls>",
+       " to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_weather\">\n<atem:parameter "
+       "name=\"unit\">kelvin</atem:parameter>\n</atem:invoke>\n</atem:function_calls>"},
       // Functionary 3.2: the prompt wrote the first call's ">>>".
       {"functionary-v3.2", "get_weather\n{\"city\": \"Paris\"}", ">>>get_time\n{}", "get_weather\n{\"town\": \"Paris\"}"},
       {"firefunction-v2", "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
@@ -521,6 +543,15 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
   EXPECT_EQ(read_tool_answer(functionary, "all\nHi>>>get_time\n{}", true, json()).content, "Hi>>>get_time\n{}");
   EXPECT_EQ(read_tool_answer(functionary, "get_time\n{}", true, json()).content, "get_time\n{}");
   EXPECT_EQ(read_tool_answer(functionary, "al", false, json()).content, "") << "may still be the recipient";
+  // muse-glimmer under auto: its content's and reasoning's messages open as a call's does (" to="), so a call's
+  // trigger names the tool.
+  const ToolCallFormat& muse = format_named("muse-glimmer");
+  const ToolConstraint muse_auto = tool_call_constraint(muse, kTools, {ToolChoice::Mode::kAuto, ""}, true);
+  ASSERT_EQ(muse_auto.triggers.size(), 2u);
+  EXPECT_EQ(muse_auto.triggers[1], " to=get_time<|message|><atem:function_calls>\n<atem:invoke name=\"");
+  GrammarMatcher muse_call(muse_auto.grammar);
+  EXPECT_TRUE(muse_call.accept(" to=get_time<|message|><atem:function_calls>\n<atem:invoke name=\"get_time\">\n"
+                               "</atem:invoke>\n</atem:function_calls>") && muse_call.can_end());
   // GigaChat 3 spells one call a turn: parallel or not, its grammar takes one.
   const ToolCallFormat& giga = format_named("gigachat3");
   const std::string giga_call = "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_time\", \"arguments\": {}}";

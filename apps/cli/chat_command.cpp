@@ -151,10 +151,13 @@ int run_chat(const ChatOptions& o) {
       if (!read.answer.calls.empty()) {
         json calls = text::tool_calls_json(*tools.format, read.answer.calls, tools.calls_made);
         tools.calls_made += read.answer.calls.size();
-        for (const json& call : calls)
+        for (const json& call : calls) {  // the arguments on one line
+          const std::string& text = call["function"]["arguments"].get_ref<const std::string&>();
+          const json arguments = json::parse(text, nullptr, false);
           std::printf("(tool call %s: %s(%s); answer with /result TEXT)\n", call["id"].get<std::string>().c_str(),
                       call["function"]["name"].get<std::string>().c_str(),
-                      call["function"]["arguments"].get<std::string>().c_str());
+                      arguments.is_discarded() ? text.c_str() : arguments.dump().c_str());
+        }
         // The chat API's message: the thinking that led to the calls stays with them for the template.
         message = {{"role", "assistant"}, {"content", read.answer.content}, {"tool_calls", calls}};
         if (!read.reasoning.empty()) message["reasoning_content"] = read.reasoning;

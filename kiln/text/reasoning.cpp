@@ -23,6 +23,8 @@ const std::vector<ReasoningFormat> kFormats = {
     {"gemma-4", "<|channel>thought", "<channel|>"},
     // gpt-oss (harmony): the analysis channel, then a message of its own in the final channel (or a call).
     {"harmony", "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant", "", "<|channel|>final<|message|>"},
+    // muse-glimmer: a message to itself, then the answer's message to the user (or a call's, to the tool).
+    {"muse-glimmer", " to=self<|message|>", "<|eom|>", "<|start|>assistant", "<|eom|>", " to=user<|message|>"},
     // Solar Open: the reasoning is a turn of its own; the answer's turn follows it (its <|content|>, a special
     // token, is not in the answer's text).
     {"solar-open", "<|think|>", "<|end|>", "<|begin|>assistant"},
@@ -31,6 +33,12 @@ const std::vector<ReasoningFormat> kFormats = {
 };
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+// A mark less the whitespace it starts with (the answer's text is read with whitespace skipped or trimmed).
+std::string_view unspaced(std::string_view mark) {
+  while (!mark.empty() && is_space(mark.front())) mark.remove_prefix(1);
+  return mark;
+}
 
 std::string_view trimmed(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
@@ -51,7 +59,7 @@ size_t partial_mark(std::string_view s, std::string_view mark) {
 constexpr size_t kNoReasoning = std::string_view::npos, kMayStillOpen = kNoReasoning - 1;
 size_t reasoning_start(const ReasoningFormat& format, bool inside, std::string_view text, bool whole) {
   if (inside) return 0;
-  const std::string_view begin = format.begin;
+  const std::string_view begin = unspaced(format.begin);  // whitespace before the mark is skipped
   size_t first = 0;
   while (first < text.size() && is_space(text[first])) ++first;
   const std::string_view opening = text.substr(first);
@@ -139,7 +147,7 @@ ReasonedAnswer read_reasoning(const ReasoningFormat& format, bool inside, std::s
 }
 
 std::string_view answer_text(const ReasoningFormat& format, std::string_view content, bool whole) {
-  const std::string_view opening = format.content_opening, closing = format.answer_closing;
+  const std::string_view opening = unspaced(format.content_opening), closing = format.answer_closing;
   if (!opening.empty()) {
     if (content.starts_with(opening))
       content.remove_prefix(opening.size());

@@ -112,6 +112,12 @@ const std::vector<ToolCallFormat> kFormats = {
     // Gemma 4: NAME{KEY:VALUE,...}, values in its notation.
     {.name = "gemma-4", .call_begin = "<|tool_call>call:", .name_args_separator = "{", .call_end = "}<tool_call|>",
      .keyword_arguments = true, .keyword_assign = ":", .notation = &kGemmaNotation},
+    // muse-glimmer: a message to the tool per call, its parameters in an <atem:invoke> naming it again.
+    {.name = "muse-glimmer", .call_begin = " to=",
+     .name_args_separator = "<|message|><atem:function_calls>\n<atem:invoke name=\"",
+     .call_end = "</atem:invoke>\n</atem:function_calls>", .between = "<|eom|><|start|>assistant",
+     .param_begin = "<atem:parameter name=\"", .param_name_end = "\">", .param_end = "</atem:parameter>\n",
+     .name_repeat_end = "\">\n", .opening_names_the_tool = true},
     // gpt-oss (harmony): to=functions.NAME, then the JSON arguments after <|message|>, in the commentary channel.
     {.name = "harmony", .call_begin = "<|channel|>commentary to=functions.",
      .name_args_separator = " <|constrain|>json<|message|>", .call_end = "<|call|>", .call_begin_alt = " to=functions.",
@@ -148,8 +154,9 @@ std::string spell_call_opening(const ToolCallFormat& f, const std::string& name,
   if (has_parameters(f)) {  // arguments {"city": "Paris"} as the probe's one parameter (Kimi K3's: its index 1)
     const std::string index = *f.index_marker ? f.index_marker + std::string("1") : "";
     const std::string type = *f.param_type_marker ? f.param_type_marker + std::string("string") : "";
-    return f.call_begin + name + index + f.name_args_separator + f.param_begin + "city" + type + f.param_name_end +
-           "Paris" + f.param_end;
+    const std::string again = *f.name_repeat_end ? name + f.name_repeat_end : "";
+    return f.call_begin + name + index + f.name_args_separator + again + f.param_begin + "city" + type +
+           f.param_name_end + "Paris" + f.param_end;
   }
   if (f.keyword_arguments)
     return f.call_begin + name + f.name_args_separator + "city" + f.keyword_assign +
@@ -170,6 +177,28 @@ size_t held_back(std::string_view text, std::string_view marker) {
   for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
     if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
   return 0;
+}
+
+// A section's opening less the whitespace it starts with: a reasoning
+// model's content is trimmed (muse-glimmer's " to=" may start it as "to=").
+std::string_view unspaced(std::string_view opening) {
+  return opening.substr(std::min(opening.find_first_not_of(" \n"), opening.size()));
+}
+
+// Where `opening` first starts in `text`, the text's start included where
+// it opens with the opening unspaced.
+size_t find_opening(std::string_view text, std::string_view opening) {
+  const std::string_view bare_opening = unspaced(opening);
+  if (bare_opening.size() < opening.size() && text.starts_with(bare_opening)) return 0;
+  return text.find(opening);
+}
+
+// The end of `text` that may still become `opening` (all of it, where the
+// text may still open with it unspaced), as a length.
+size_t held_back_opening(std::string_view text, std::string_view opening) {
+  const std::string_view bare_opening = unspaced(opening);
+  if (bare_opening.size() < opening.size() && bare_opening.starts_with(text)) return text.size();
+  return held_back(text, opening);
 }
 
 // `literal` without the whitespace around it ("\n</parameter>\n" -> "</parameter>").
@@ -435,6 +464,12 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
                s != Scan::kDone) {
       return s;
     }
+    if (*f.name_repeat_end) {  // muse-glimmer's invoke names the call again
+      std::string again;
+      if (Scan s = c.name(&again, "_-.:"); s != Scan::kDone) return s;
+      if (again != name) return Scan::kBad;
+      if (Scan s = c.literal(bare(f.name_repeat_end)); s != Scan::kDone) return s;
+    }
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     ToolCall& call = calls.back();
     const Scan s = has_parameters(f)      ? read_parameters(f, c, call, function_parameters(tools, name))
@@ -485,13 +520,21 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
 
 }  // namespace
 
-std::string ToolCallFormat::trigger() const {
+std::vector<std::string> ToolCallFormat::openings(const json& tools) const {
+  if (opening_names_the_tool) {
+    std::vector<std::string> out;
+    if (tools.is_array())
+      for (const json& tool : tools)
+        if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+            tool["function"].contains("name") && tool["function"]["name"].is_string())
+          out.push_back(std::string(section_begin) + call_begin + tool["function"]["name"].get<std::string>() +
+                        name_args_separator);
+    return out;
+  }
   const std::string opening = std::string(section_begin) + call_begin;
-  return opening.empty() ? "{\"" + std::string(name_key) + "\"" : opening;
-}
-
-std::string ToolCallFormat::trigger_alt() const {
-  return *call_begin_alt ? std::string(section_begin) + call_begin_alt : "";
+  std::vector<std::string> out = {opening.empty() ? "{\"" + std::string(name_key) + "\"" : opening};
+  if (*call_begin_alt) out.push_back(section_begin + std::string(call_begin_alt));
+  return out;
 }
 
 std::vector<std::string> ToolCallFormat::literals() const {
@@ -629,7 +672,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
       }
       if (has_parameters(f)) {
         const std::string index = *f.index_marker ? gbnf_literal(f.index_marker) + " [0-9]+ " : "";
-        body = gbnf_literal(name) + " " + index + gbnf_literal(f.name_args_separator) + " " +
+        const std::string again = *f.name_repeat_end ? gbnf_literal(name + f.name_repeat_end) + " " : "";
+        body = gbnf_literal(name) + " " + index + gbnf_literal(f.name_args_separator) + " " + again +
                parameters_gbnf(f, parameters, prefix, rules);
       } else if (f.keyword_arguments) {
         body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(f, parameters, prefix, rules);
@@ -708,8 +752,7 @@ ToolConstraint tool_call_constraint(const ToolCallFormat& f, const json& tools, 
   out.grammar = std::make_shared<const Grammar>(
       parse_gbnf(tool_call_gbnf(f, tools, named ? choice.name : "", parallel && !named, triggered)));
   if (triggered) {
-    out.triggers = {f.trigger()};
-    if (const std::string alt = f.trigger_alt(); !alt.empty()) out.triggers.push_back(alt);
+    out.triggers = f.openings(tools);
   }
   return out;
 }
@@ -719,13 +762,14 @@ namespace {
 // The answer's content before its section of calls, and the calls.
 ToolAnswer read_sections(const ToolCallFormat& f, std::string_view text, bool whole, const json& tools) {
   ToolAnswer answer;
-  const std::string trigger = f.trigger(), trigger_alt = f.trigger_alt();
-  size_t start = text.find(trigger);
-  if (!trigger_alt.empty()) start = std::min(start, text.find(trigger_alt));
+  const std::vector<std::string> openings = f.openings(tools);
+  size_t start = std::string_view::npos;
+  for (const std::string& opening : openings) start = std::min(start, find_opening(text, opening));
   const size_t tag = *f.builtin_begin ? text.find(f.builtin_begin) : std::string_view::npos;
   if (start == std::string_view::npos && tag == std::string_view::npos) {
-    size_t hold = whole ? 0 : held_back(text, trigger);
-    if (!whole && !trigger_alt.empty()) hold = std::max(hold, held_back(text, trigger_alt));
+    size_t hold = 0;
+    if (!whole)
+      for (const std::string& opening : openings) hold = std::max(hold, held_back_opening(text, opening));
     if (!whole && *f.builtin_begin) hold = std::max(hold, held_back(text, f.builtin_begin));
     answer.content = std::string(text.substr(0, text.size() - hold));
     return answer;

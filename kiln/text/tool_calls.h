@@ -109,11 +109,19 @@ struct ToolCallFormat {
   // marks the answer's content, which runs to the next call_begin; any
   // other names a function, the body its JSON arguments.
   const char* content_recipient = "";
+  // muse-glimmer: the name is written twice, after call_begin (the
+  // message's recipient) and again after name_args_separator (its
+  // invoke's), then this.
+  const char* name_repeat_end = "";
+  // muse-glimmer: call_begin opens its content's and reasoning's messages
+  // too (" to=user", " to=self"), so a call opens with call_begin, an
+  // offered tool's name and name_args_separator.
+  bool opening_names_the_tool = false;
 
-  // What starts a section in the output: from it on, the text is calls.
-  std::string trigger() const;
-  // Another spelling of it (call_begin_alt's), or "".
-  std::string trigger_alt() const;
+  // What starts a section in the output (from the first, the text is
+  // calls): the section's opening, in each of the format's spellings, and
+  // for each of `tools` where the opening names the tool.
+  std::vector<std::string> openings(const nlohmann::ordered_json& tools) const;
   // Every literal of the format (special tokens in them are kept as text).
   std::vector<std::string> literals() const;
 };

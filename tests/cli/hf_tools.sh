@@ -46,7 +46,7 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   "granite:ibm-granite-granite-4.0" "step:StepFun3.5-Flash" "apertus:Apertus-8B-Instruct" \
   "minimax3:MiniMax-M3" "r7b:CohereForAI-c4ai-command-r7b-12-2024-tool_use" "minimax1:MiniMax-M1" \
   "hy3:tencent-Hy3" "gigachat3:GigaChat3-10B-A1.8B" \
-  "firefunction:fireworks-ai-llama-3-firefunction-v2"; do
+  "firefunction:fireworks-ai-llama-3-firefunction-v2" "muse:muse-glimmer"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
@@ -244,7 +244,7 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 34 templates render as transformers does"
+expect "round trip: 35 templates render as transformers does"
 expect "forced calls: [0-9]+ calls over 15 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
