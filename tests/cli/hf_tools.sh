@@ -35,9 +35,9 @@ for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-
 done
 
 # The rest of the formats' families: their round trips are rendered (and compared), not sampled.
-# (Functionary 3.1's template needs a bos_token this tokenizer lacks, and Qwen3's and DeepSeek R1's refuse an
-# assistant turn with content null in transformers too; Qwen2.5's stands for Hermes. MiniMax M3's prompt is
-# longer than this model's 512-token context, and so is Command R7B's.)
+# (Qwen3's refuses an assistant turn with content null in transformers too, and DeepSeek R1's distill is given
+# content "" for it; Qwen2.5's stands for Hermes. MiniMax M3's prompt is longer than this model's 512-token
+# context, and so are Command R7B's and muse-glimmer's.)
 RENDER_ONLY=""
 for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-DeepSeek-V3.1" \
   "ds32:deepseek-ai-DeepSeek-V3.2" "apriel:unsloth-Apriel-1.5" "nemotron2:NVIDIA-Nemotron-Nano-v2" \
@@ -46,15 +46,17 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   "granite:ibm-granite-granite-4.0" "step:StepFun3.5-Flash" "apertus:Apertus-8B-Instruct" \
   "minimax3:MiniMax-M3" "r7b:CohereForAI-c4ai-command-r7b-12-2024-tool_use" "minimax1:MiniMax-M1" \
   "hy3:tencent-Hy3" "gigachat3:GigaChat3-10B-A1.8B" \
-  "firefunction:fireworks-ai-llama-3-firefunction-v2" "muse:muse-glimmer"; do
+  "firefunction:fireworks-ai-llama-3-firefunction-v2" "muse:muse-glimmer" \
+  "functionary31:meetkai-functionary-medium-v3.1" "kimi2:moonshotai-Kimi-K2" "solar:upstage-Solar-Open-100B" \
+  "r1qwen:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"; do
   mkdir -p "$WORK/${pair%%:*}"
   for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
   rm "$WORK/${pair%%:*}/chat_template.jinja"
   cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
-# Functionary 3.2's and Firefunction v2's templates start with bos_token, which this tokenizer lacks: they get one.
-for name in functionary32 firefunction; do
+# Functionary's and Firefunction v2's templates start with bos_token, which this tokenizer lacks: they get one.
+for name in functionary31 functionary32 firefunction; do
   rm "$WORK/$name/tokenizer_config.json"
   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["bos_token"] = "<|endoftext|>"; json.dump(c, open(sys.argv[2], "w"))' \
     "$MODEL/tokenizer_config.json" "$WORK/$name/tokenizer_config.json"
@@ -88,7 +90,9 @@ tools = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
                                                           "required": ["zone"], "additionalProperties": False}}}]
 schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-ids = {model: "call_abc" for model in list(folders) + render_only} | {"nemo": "abcDEF123", "small32": "abcDEF123"}
+ids = {model: "call_abc" for model in list(folders) + render_only} | {"nemo": "abcDEF123", "small32": "abcDEF123",
+                                                                     "kimi2": "functions.get_weather:0",
+                                                                     "solar": "a1b2c3d4e5"}
 
 def post(path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -98,7 +102,8 @@ def post(path, body):
 
 def round_trip(model, call_id, arguments):
     return [{"role": "user", "content": "What's the weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function",
+            {"role": "assistant", "content": "" if model == "r1qwen" else None,
+             "tool_calls": [{"id": call_id, "type": "function",
              "function": {"name": "get_weather", "arguments": arguments}}]},
             {"role": "tool", "tool_call_id": call_id, "content": "{\"temperature\": 21}"}]
 
@@ -113,7 +118,7 @@ def transformers_prompt(folder, messages, **kwargs):
 # Functionary 3.2 takes the arguments as the API's JSON text, and Firefunction v2 the variables its model card
 # passes (the tools as `functions`; `datetime`, which Kiln gives as llama-server does); both get a bos_token.
 bos = {"bos_token": "<|endoftext|>"}
-given = {"functionary32": bos, "firefunction": bos | {"functions": json.dumps(tools, indent=4),
+given = {"functionary31": bos, "functionary32": bos, "firefunction": bos | {"functions": json.dumps(tools, indent=4),
                                                      "datetime": datetime.datetime.now().strftime("%b %d %Y")}}
 for model, folder in list(folders.items()) + [(m, f"{work}/{m}") for m in render_only]:
     messages = round_trip(model, ids[model], json.dumps({"city": "Paris", "unit": "celsius"}))
@@ -244,7 +249,7 @@ assert done >= 3, done
 print(f"parse: {done} answers parsed into the Pydantic model")
 PY
 cat "$OUT"
-expect "round trip: 35 templates render as transformers does"
+expect "round trip: 39 templates render as transformers does"
 expect "forced calls: [0-9]+ calls over 15 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
