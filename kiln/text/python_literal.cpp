@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/text/grammar/json_schema.h"
+#include "kiln/text/spaces.h"
 
 namespace kiln::text {
 
@@ -13,8 +14,6 @@ namespace {
 
 using Scan = PythonLiteral::Scan;
 constexpr int kMaxDepth = 64;
-
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 size_t skip_space(std::string_view text, size_t pos) {
   while (pos < text.size() && is_space(text[pos])) ++pos;

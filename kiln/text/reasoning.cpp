@@ -6,6 +6,7 @@
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
 #include "kiln/text/grammar/text_then_mark.h"
+#include "kiln/text/spaces.h"
 
 namespace kiln::text {
 
@@ -32,19 +33,6 @@ const std::vector<ReasoningFormat> kFormats = {
     {"think", "<think>", "</think>"},
 };
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-// A mark less the whitespace it starts with (the answer's text is read with whitespace skipped or trimmed).
-std::string_view unspaced(std::string_view mark) {
-  while (!mark.empty() && is_space(mark.front())) mark.remove_prefix(1);
-  return mark;
-}
-
-std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // How many bytes at the end of `s` could begin `mark` (a mark split across tokens).
 size_t partial_mark(std::string_view s, std::string_view mark) {

@@ -11,10 +11,11 @@
 #include <utility>
 
 #include "kiln/text/python_literal.h"
+#include "kiln/text/spaces.h"
 
 namespace kiln::text::tool_call_reading {
 
-inline bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+using text::is_space;
 
 // Reads a section left to right. Each step answers kDone (read), kPartial
 // (the text ends inside it) or kBad (the text is not what the format spells).

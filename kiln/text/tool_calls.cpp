@@ -10,6 +10,7 @@
 #include "kiln/text/grammar/json_schema.h"
 #include "kiln/text/jinja/template.h"
 #include "kiln/text/jinja/value.h"
+#include "kiln/text/spaces.h"
 #include "kiln/text/tool_call_cursor.h"
 #include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
@@ -179,14 +180,9 @@ size_t held_back(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-// A section's opening less the whitespace it starts with: a reasoning
-// model's content is trimmed (muse-glimmer's " to=" may start it as "to=").
-std::string_view unspaced(std::string_view opening) {
-  return opening.substr(std::min(opening.find_first_not_of(" \n"), opening.size()));
-}
-
 // Where `opening` first starts in `text`, the text's start included where
-// it opens with the opening unspaced.
+// it opens with the opening unspaced (a reasoning model's content is
+// trimmed: muse-glimmer's " to=" may start it as "to=").
 size_t find_opening(std::string_view text, std::string_view opening) {
   const std::string_view bare_opening = unspaced(opening);
   if (bare_opening.size() < opening.size() && text.starts_with(bare_opening)) return 0;
@@ -201,12 +197,6 @@ size_t held_back_opening(std::string_view text, std::string_view opening) {
   return held_back(text, opening);
 }
 
-// `literal` without the whitespace around it ("\n</parameter>\n" -> "</parameter>").
-std::string_view bare(std::string_view literal) {
-  const size_t first = literal.find_first_not_of(" \n");
-  return first == std::string_view::npos ? "" : literal.substr(first, literal.find_last_not_of(" \n") - first + 1);
-}
-
 // XML-style parameters up to the call's end, read into `call.arguments` as
 // the JSON object they stand for (`parameters`: the function's schema).
 // Reading more text only extends it: a key once its name is whole, a text
@@ -215,7 +205,7 @@ std::string_view bare(std::string_view literal) {
 Scan read_parameters(const ToolCallFormat& f, Cursor& c, ToolCall& call, const json& parameters) {
   call.arguments = "{";
   // A key runs to its end literal's first word ("</arg_key>" of "</arg_key>\n<arg_value>").
-  const std::string_view name_end = bare(f.param_name_end), close = bare(f.param_end);
+  const std::string_view name_end = trimmed(f.param_name_end), close = trimmed(f.param_end);
   const std::string_view key_end =
       *f.param_type_marker ? f.param_type_marker : name_end.substr(0, name_end.find_first_of(" \n"));
   const bool breaks_before_value = std::string_view(f.param_name_end).back() == '\n';
@@ -299,7 +289,7 @@ Scan read_keyword_arguments(const ToolCallFormat& f, Cursor& c, ToolCall& call) 
 // `call.arguments` as tool_call_elements.h reads them.
 Scan read_element_arguments(const ToolCallFormat& f, Cursor& c, ToolCall& call, std::string_view text,
                             const json& parameters) {
-  const ElementsRead read = read_elements(text, c.pos(), f.element_prefix, parameters, bare(f.call_end));
+  const ElementsRead read = read_elements(text, c.pos(), f.element_prefix, parameters, trimmed(f.call_end));
   call.arguments = read.json;
   if (read.scan != ElementsRead::Scan::kDone)
     return read.scan == ElementsRead::Scan::kPartial ? Scan::kPartial : Scan::kBad;
@@ -460,7 +450,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       std::string_view skipped;
       if (Scan s = c.until(f.args_after, &skipped); s != Scan::kDone) return s;
       c.literal(f.args_after);
-    } else if (Scan s = c.literal(has_parameters(f) ? bare(f.name_args_separator) : f.name_args_separator);
+    } else if (Scan s = c.literal(has_parameters(f) ? trimmed(f.name_args_separator) : f.name_args_separator);
                s != Scan::kDone) {
       return s;
     }
@@ -468,7 +458,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       std::string again;
       if (Scan s = c.name(&again, "_-.:"); s != Scan::kDone) return s;
       if (again != name) return Scan::kBad;
-      if (Scan s = c.literal(bare(f.name_repeat_end)); s != Scan::kDone) return s;
+      if (Scan s = c.literal(trimmed(f.name_repeat_end)); s != Scan::kDone) return s;
     }
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     ToolCall& call = calls.back();
