@@ -54,7 +54,7 @@ cp "$CORPUS/templates/google-gemma-2-2b-it.jinja" "$WORK/gemma/chat_template.jin
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model m="hf:$WORK/model" --model g="hf:$WORK/gemma" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 expected Qwen-Qwen2.5-7B-Instruct.jinja multi_turn 1
 run 0 python3 - "$port" "$WORK" <<'PY'
 import json, sys, urllib.error, urllib.request

@@ -22,7 +22,7 @@ expect "unknown chat template 'vicuna'; the known ones are chatml, llama3"
 "$KILN" serve --model chat="hf:$FIX/$MODEL" --model plain="hf:$FIX/llama-gqa" --chat-template "$TEMPLATE" \
   --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 python3 - "$port" "$FIX/chat/expected.json" <<'PY'
 import json, sys, urllib.error, urllib.request
 port, want = sys.argv[1], json.load(open(sys.argv[2]))["served"]

@@ -30,7 +30,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 python3 - "$port" "$FIX/embed-minilm/expected.json" <<'PY'
 import base64, json, struct, sys, urllib.error, urllib.request
 port, want = sys.argv[1], json.load(open(sys.argv[2]))

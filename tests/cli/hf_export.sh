@@ -85,7 +85,7 @@ cmp -s "$WORK/got.txt" "$WORK/want.txt" || { diff "$WORK/want.txt" "$WORK/got.tx
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model g="gguf:$WORK/chat.gguf" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"model\": \"g\", \"prompt\": \"$TEXT\", \"max_tokens\": 4, \"temperature\": 0, \"ignore_eos\": true}" >"$OUT" ||
   fail "POST /v1/completions to a GGUF model"

@@ -17,7 +17,7 @@ done
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model m="hf:$FIX/qwen3" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 python3 - "$port" <<'PY'
 import json, sys, urllib.request
 port = sys.argv[1]

@@ -77,7 +77,7 @@ expect "is not a sequence classifier Kiln supports"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model lm="hf:$FIX/llama-gqa" --model cls="hf:$FIX/distilbert" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 python3 - "$port" "$FIX" <<'PY'
 import json, sys, urllib.request
 port, fix = sys.argv[1], sys.argv[2]

@@ -28,7 +28,7 @@ PY
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" "$MODEL/expected.json" <<'PY'
 import json, sys
 import openai

@@ -31,7 +31,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 "$KILN" serve --model qwen3="hf:$WORK/qwen3" --model r1="hf:$WORK/r1" --model distill="hf:$WORK/distill" \
   --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" "$WORK" "$KILN" <<'PY'
 import json, subprocess, sys, urllib.error, urllib.request
 import jsonschema, openai

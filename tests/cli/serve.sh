@@ -18,7 +18,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 "$KILN" serve --model mlp="$WORK/mlp" --model gpt="$WORK/gpt" --model cls="$WORK/cls" --runs "$WORK" --port "$port" \
   >"$WORK/page-server.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/page-server.log" wait_for_server "$port" "$server"
 run 0 "$CHROMIUM" --headless --no-sandbox --disable-gpu --virtual-time-budget=60000 --dump-dom \
   "http://127.0.0.1:$port/?classify=The%20compiler%20crashed%20again&model=cls&image=1&prompt=The%20"
 kill -TERM "$server"
@@ -54,7 +54,7 @@ done
 "$KILN" serve --model cls="$WORK/cls-markup" --model mlp="$WORK/mlp" --runs "$runs" --port "$port" \
   >"$WORK/page-server.log" 2>&1 &
 server=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+LOG="$WORK/page-server.log" wait_for_server "$port" "$server"
 curl -sf "http://127.0.0.1:$port/v1/runs/live/metrics" >"$WORK/live.jsonl" || fail "GET /v1/runs/live/metrics failed"
 python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" "$WORK/live.jsonl" \
   || fail "/v1/runs/NAME/metrics served a torn line"
