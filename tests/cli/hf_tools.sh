@@ -224,6 +224,17 @@ for seed in range(3):
     jsonschema.validate(json.loads(c.message.tool_calls[0].function.arguments), search["function"]["parameters"])
 print("built-in tools: <|python_tag|> calls render as transformers does and read back")
 
+# Functionary 3.2 without tools: the answer's "all" recipient (here written by llama-server's grammar field)
+# is not content, whole or streamed.
+body = dict(model="functionary32", messages=[{"role": "user", "content": "Hi"}], max_tokens=16,
+            extra_body={"grammar": 'root ::= "all\\nHello >> there"'})
+c = client.chat.completions.create(**body).choices[0]
+assert c.message.content == "Hello >> there" and not c.message.tool_calls, c
+streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(stream=True, **body)
+                   if chunk.choices)
+assert streamed == "Hello >> there", streamed
+print("recipients: Functionary 3.2's content without its recipient")
+
 # 5. Structured output through the client's own parse(), with a Pydantic model.
 class Forecast(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
@@ -253,6 +264,7 @@ expect "round trip: 39 templates render as transformers does"
 expect "forced calls: [0-9]+ calls over 15 templates"
 expect "streams: delta.tool_calls add up"
 expect "auto: answers or valid calls"
+expect "recipients: Functionary 3.2's content"
 expect "built-in tools: <|python_tag|> calls render"
 expect "parse: [0-9]+ answers parsed"
 kill -TERM "$server"
