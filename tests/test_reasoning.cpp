@@ -114,8 +114,8 @@ TEST(Reasoning, AnswersSplitTheSameWholeAndACharacterAtATime) {
       {"seed-oss", false, "<seed:think>Sum.</seed:think>4", "Sum.", "4"},
       {"kimi-k3", true, "Sum.<|close|>think<|sep|><|open|>response<|sep|>4", "Sum.", "4"},
       {"solar-open", false, "<|think|>Sum.<|end|><|begin|>assistant4", "Sum.", "4"},
-      {"harmony", false, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4", "Sum.",
-       "<|channel|>final<|message|>4"},
+      {"harmony", false, "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4",
+       "Sum.", "<|channel|>final<|message|>4"},
       {"harmony", false, "<|channel|>final<|message|>4", "", "<|channel|>final<|message|>4"},
       // muse-glimmer: a message to itself, then one to the user (the prompt wrote "<|start|>assistant").
       {"muse-glimmer", false, " to=self<|message|>Sum.<|eom|><|start|>assistant to=user<|message|>4", "Sum.",

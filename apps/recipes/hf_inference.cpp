@@ -367,7 +367,7 @@ class HfLanguageModelInference final : public InferenceModel {
   models::HfCausalLm lm_;
   std::list<std::pair<std::vector<int32_t>, text::TokenTrie>> tries_;  // by the special tokens they hold
   const text::ToolCallFormat* tool_format_ = nullptr;
-  bool text_arguments_ = false;  // the template takes a call's arguments as JSON text (Functionary 3.2's)
+  bool text_arguments_ = false;       // the template takes a call's arguments as JSON text (Functionary 3.2's)
   std::vector<int32_t> tool_tokens_;  // the special tokens of the tool-call format
   const text::ReasoningFormat* reasoning_format_ = nullptr;
   std::vector<int32_t> reasoning_tokens_;  // the special tokens of its marks

@@ -355,7 +355,8 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
-  Shape shape{true, r.logprobs, format ? format : recipes::content_format(t.model), format ? r.tools : nlohmann::ordered_json()};
+  Shape shape{true, r.logprobs, format ? format : recipes::content_format(t.model),
+              format ? r.tools : nlohmann::ordered_json()};
   if (r.split_reasoning) shape.reasoning = recipes::reason_before_answering(t.model, prompt, co);
   generate(t, prompt, co, r, shape, res);
 }

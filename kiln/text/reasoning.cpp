@@ -33,7 +33,6 @@ const std::vector<ReasoningFormat> kFormats = {
     {"think", "<think>", "</think>"},
 };
 
-
 // How many bytes at the end of `s` could begin `mark` (a mark split across tokens).
 size_t partial_mark(std::string_view s, std::string_view mark) {
   for (size_t k = std::min(s.size(), mark.size() - 1); k > 0; --k)

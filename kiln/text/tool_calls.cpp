@@ -685,8 +685,8 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
     } catch (const Error& e) {
       KILN_FAIL("tools[", i, "] (", name, ") parameters: ", e.what());
     }
-    rules += prefix + "call ::= " + (*f.content_recipient ? "" : literal_or_nothing(f.call_begin)) + " " + body +
-             " " + literal_or_nothing(f.call_end) + "\n";
+    rules += prefix + "call ::= " + (*f.content_recipient ? "" : literal_or_nothing(f.call_begin)) + " " + body + " " +
+             literal_or_nothing(f.call_end) + "\n";
     calls += (calls.empty() ? "" : " | ") + prefix + "call";
     if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), the same arguments
       rules += prefix + "call-alt ::= " + gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " +

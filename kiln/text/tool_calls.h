@@ -144,8 +144,8 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat);
 // auto), else from the answer's start, after what the prompt wrote of it
 // (Functionary 3.2's first call_begin). Throws kiln::Error for a schema
 // the compiler refuses.
-std::string tool_call_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
-                           const std::string& only, bool parallel, bool triggered = false);
+std::string tool_call_gbnf(const ToolCallFormat& format, const nlohmann::ordered_json& tools, const std::string& only,
+                           bool parallel, bool triggered = false);
 
 // How `chat` takes a call's arguments: as the object they stand for (most
 // templates write it with tojson), or as the JSON text the chat API

@@ -73,8 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.tools.is_null()) return;
     for (const auto& format : kiln::text::tool_call_formats())
       for (const bool triggered : {false, true}) try {
-          kiln::text::parse_gbnf(kiln::text::tool_call_gbnf(format, r.tools, r.tool_choice.name,
-                                                            r.parallel_tool_calls, triggered));
+          kiln::text::parse_gbnf(
+              kiln::text::tool_call_gbnf(format, r.tools, r.tool_choice.name, r.parallel_tool_calls, triggered));
         } catch (const kiln::Error&) {
         }
   });
