@@ -73,7 +73,7 @@ inline int32_t quantize_whole_block(const float* x, int8_t* q, float& scale) {
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   const float exact = _mm_cvtss_f32(m) / 127.0f;
-  const float inverse = exact > 0 ? 1.0f / exact : 0.0f;
+  const float inverse = exact > 0 ? 127.0f / _mm_cvtss_f32(m) : 0.0f;
   scale = round_to_half(exact);
   __m256i levels[4], sums = _mm256_setzero_si256();
   for (int i = 0; i < 4; ++i) {
@@ -103,7 +103,7 @@ int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, floa
   float amax = 0;
   for (float f : v) amax = std::max(amax, std::abs(f));
   const float exact = amax / 127.0f;
-  const float inverse = exact > 0 ? 1.0f / exact : 0.0f;
+  const float inverse = exact > 0 ? 127.0f / amax : 0.0f;
   scale = round_to_half(exact);
   int32_t sum = 0;
   for (int64_t j = 0; j < B; ++j) sum += q[j] = int8_t(std::nearbyint(v[j] * inverse));

@@ -40,9 +40,11 @@ std::vector<float> permuted(const std::vector<float>& w, int64_t rows, int64_t h
 
 GgufTensorOut tensor_out(const std::string& name, const Shape& shape, const std::vector<float>& values, GgufType type) {
   GgufTensorOut t{name, std::vector<int64_t>(shape.rbegin(), shape.rend()), type, {}};
-  // Vectors (norms, biases) and the experts' routers stay F32, and Q8_0 needs whole blocks of 32 in a row (else
-  // F16), as the converter writes them.
-  if (shape.size() < 2 || name.ends_with("ffn_gate_inp.weight")) t.type = GgufType::F32;
+  // Vectors (norms, biases), the experts' routers and the position and token-type embeddings stay F32, as the
+  // converter and llama-quantize write them; Q8_0 needs whole blocks of 32 in a row (else F16).
+  if (shape.size() < 2 || name.ends_with("ffn_gate_inp.weight") || name == "position_embd.weight" ||
+      name == "token_types.weight")
+    t.type = GgufType::F32;
   else if (type == GgufType::Q8_0 && t.dims[0] % 32 != 0) t.type = GgufType::F16;
   const size_t n = values.size();
   switch (t.type) {

@@ -34,6 +34,12 @@ same_scores "$WORK/gpt" "$WORK/gpt-hf"
 run 0 "$KILN" export "$WORK/gpt" --format gguf --gguf-type f32 --out "$WORK/gpt.gguf"
 run 0 "$KILN" score "gguf:$WORK/gpt.gguf" --text "$TEXT" --json
 cmp -s "$OUT" "$WORK/gpt-hf.kiln.json" || fail "the GGUF export of a fortunes-gpt run scores differently from the run"
+# As Q8_0, its position embeddings stay F32, as llama-quantize keeps them (a table looked up, not multiplied).
+run 0 "$KILN" export "$WORK/gpt" --format gguf --gguf-type q8_0 --out "$WORK/gpt-q8_0.gguf"
+"$ORACLE_PY" -c 'import sys, gguf
+types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(sys.argv[1]).tensors}
+sys.exit(not (types["position_embd.weight"] == "F32" and types["token_embd.weight"] == "Q8_0"))' "$WORK/gpt-q8_0.gguf" ||
+  fail "the Q8_0 export quantized the position embeddings (or not the token embeddings)"
 # kiln eval of the export (each validation fortune on its own, with its
 # tokenizer.json) and of the run (the token stream in windows): the same
 # model on the same split, so bits per byte agree closely (measured: 1.6%).
