@@ -539,6 +539,13 @@ TEST(ToolCalls, ForcedCallGrammarsTakeOnlyValidCallsWhichReadBack) {
   GrammarMatcher triggered(after_content.grammar);
   EXPECT_TRUE(triggered.accept(">>>get_weather\n{\"city\": \"Paris\"}>>>get_time\n{}") && triggered.can_end());
   EXPECT_FALSE(grammar_takes(tool_call_gbnf(functionary, kTools, "", true, true), ">>>all\nHello"));
+  // A constrained answer names the content's recipient first (the answer's own rules keep their names).
+  const Grammar recipient_first =
+      grammar_after_content_recipient(functionary, parse_gbnf("root ::= recipient\nrecipient ::= \"{}\""));
+  GrammarMatcher content_answer(std::make_shared<const Grammar>(recipient_first));
+  EXPECT_TRUE(content_answer.accept("all\n{}") && content_answer.can_end());
+  GrammarMatcher unnamed(std::make_shared<const Grammar>(recipient_first));
+  EXPECT_FALSE(unnamed.accept("{}") && unnamed.can_end()) << "the recipient comes first";
   // Offered no tools, its answer is content, less the recipient that marks it.
   EXPECT_EQ(read_tool_answer(functionary, "all\nHi>>>get_time\n{}", true, json()).content, "Hi>>>get_time\n{}");
   EXPECT_EQ(read_tool_answer(functionary, "get_time\n{}", true, json()).content, "get_time\n{}");

@@ -31,6 +31,10 @@ const text::ToolCallFormat* content_format(const InferenceModel& model) {
 }
 
 ReasoningStart reason_before_answering(const InferenceModel& model, const std::string& prompt, CompletionOptions& o) {
+  // A constrained answer's content names its recipient first, where the model's answers spell content so.
+  if (const text::ToolCallFormat* recipient = content_format(model);
+      recipient && o.grammar && o.grammar_triggers.empty() && !o.grammar_writes_calls)
+    o.grammar = std::make_shared<const text::Grammar>(text::grammar_after_content_recipient(*recipient, *o.grammar));
   const text::ReasoningFormat* format = model.reasoning_format();
   if (!format) return {};
   const ReasoningStart start{format, text::starts_in_reasoning(*format, prompt)};

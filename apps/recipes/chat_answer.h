@@ -39,7 +39,9 @@ struct ReasoningStart {
 // tool calls after the reasoning only, and gives a grammar that holds from
 // the first token (a response_format, a forced call) the answer after the
 // thinking instead, as vLLM and llama-server do, unless the prompt closed
-// the marks already. Call after constrain_tool_calls.
+// the marks already. A response_format's answer names the content's
+// recipient first where the model's format has one (Functionary 3.2's).
+// Call after constrain_tool_calls.
 ReasoningStart reason_before_answering(const InferenceModel& model, const std::string& prompt, CompletionOptions& o);
 
 // A chat answer read so far: the reasoning split off (where the model

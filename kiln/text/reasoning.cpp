@@ -156,11 +156,7 @@ size_t answer_start(const ReasoningFormat& format, bool inside, std::string_view
 }
 
 Grammar grammar_after_reasoning(const ReasoningFormat& format, bool inside, const Grammar& answer, bool content) {
-  // A name no rule of `answer` starts with (a user's GBNF names its rules freely).
-  std::string name = "reasoning";
-  while (std::any_of(answer.rules.begin(), answer.rules.end(),
-                     [&](const GrammarRule& r) { return r.name.starts_with(name); }))
-    name += "x";
+  const std::string name = unused_rule_prefix(answer, "reasoning");
   // The thinking, its end mark, and the answer's opening where the template writes one after it (an answer
   // that does not reason is already opened by the prompt).
   const std::string thinking =

@@ -708,6 +708,13 @@ std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std
          (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
 }
 
+Grammar grammar_after_content_recipient(const ToolCallFormat& f, const Grammar& answer) {
+  const std::string name = unused_rule_prefix(answer, "recipient") + "-answer";
+  return parse_gbnf(answer.source + "\n" + name + " ::= " + gbnf_literal(f.content_recipient) + " " +
+                        answer.rules[size_t(answer.root)].name + "\n",
+                    name);
+}
+
 ToolChoice tool_choice_from_json(const json& choice, const json& tools) {
   if (choice.is_null()) return {tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto, ""};
   ToolChoice out;

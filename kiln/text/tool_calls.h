@@ -164,6 +164,12 @@ nlohmann::ordered_json arguments_as_taken(const nlohmann::ordered_json& messages
 // llama-server writes it ("Nov 29 2026", by the template's clock).
 nlohmann::ordered_json serving_variables(const ChatTemplate& chat, const nlohmann::ordered_json& tools);
 
+// `answer` (a response_format's grammar: the answer's content) after the
+// format's content recipient, which marks content in its answers
+// (Functionary 3.2's "all\n"): the model names the recipient first, as
+// its template teaches it.
+Grammar grammar_after_content_recipient(const ToolCallFormat& format, const Grammar& answer);
+
 // OpenAI's tool_choice: none (the tools are shown, no call is read), auto
 // (the model may call), required (it must call one or more), or one
 // function by name (it must call that one).

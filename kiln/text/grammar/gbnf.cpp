@@ -435,6 +435,12 @@ class Parser {
 
 }  // namespace
 
+std::string unused_rule_prefix(const Grammar& g, std::string base) {
+  while (std::any_of(g.rules.begin(), g.rules.end(), [&](const GrammarRule& r) { return r.name.starts_with(base); }))
+    base += "x";
+  return base;
+}
+
 Grammar parse_gbnf(std::string_view text, const std::string& root) {
   Grammar g = Parser(text).parse(root);
   g.source = std::string(text) + "\n# root: " + root;

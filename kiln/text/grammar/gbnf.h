@@ -43,4 +43,8 @@ struct Grammar {
 // Parses GBNF text; `root` names the start rule. Throws kiln::Error.
 Grammar parse_gbnf(std::string_view text, const std::string& root = "root");
 
+// `base`, lengthened until no rule of `g` starts with it: a prefix for the
+// rules of a grammar built around `g` (a user's GBNF names its rules freely).
+std::string unused_rule_prefix(const Grammar& g, std::string base);
+
 }  // namespace kiln::text
