@@ -3,17 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <ctime>
 #include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/text/grammar/json_schema.h"
-#include "kiln/text/jinja/template.h"
-#include "kiln/text/jinja/value.h"
 #include "kiln/text/spaces.h"
 #include "kiln/text/tool_call_cursor.h"
 #include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
+#include "kiln/text/tool_call_probe.h"
 
 namespace kiln::text {
 
@@ -544,78 +542,10 @@ std::string tool_call_format_list() {
   return names;
 }
 
-namespace {
-
-// The probe: a user's question and an assistant's call, its arguments an
-// object or (`text`) their JSON text.
-json probe_messages(bool text) {
-  json messages = json::parse(R"([{"role": "user", "content": "What's the weather in Paris?"},
-      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "call00001",
-       "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}])");
-  if (text) messages[1]["tool_calls"][0]["function"]["arguments"] = "{\"city\": \"Paris\"}";
-  return messages;
-}
-
-const json& probe_tools() {
-  static const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
-      "description": "Get the current weather in a city.", "parameters": {"type": "object",
-      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
-  return tools;
-}
-
-// The probe rendered through `chat` (its arguments in the form it takes), or
-// nothing where the template refuses it.
-std::optional<std::string> rendered_probe(const ChatTemplate& chat, const json& messages, bool prompt) {
-  try {
-    return chat.render_json(messages, probe_tools(), prompt, serving_variables(chat, probe_tools()));
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
-}  // namespace
-
-bool takes_text_arguments(const ChatTemplate& chat) {
-  return chat.is_jinja() && !rendered_probe(chat, probe_messages(false), false) &&
-         rendered_probe(chat, probe_messages(true), false);
-}
-
-json arguments_as_taken(const json& messages, bool text) {
-  json out = messages;
-  for (json& m : out) {
-    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
-    for (json& call : m["tool_calls"]) {
-      if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
-          !call["function"].contains("arguments"))
-        continue;
-      json& arguments = call["function"]["arguments"];
-      if (text && arguments.is_object()) {
-        arguments = jinja::to_json(jinja::from_json(arguments));
-      } else if (!text && arguments.is_string()) {
-        json parsed = json::parse(arguments.get<std::string>(), nullptr, false);
-        if (!parsed.is_discarded() && parsed.is_object()) arguments = std::move(parsed);
-      }
-    }
-  }
-  return out;
-}
-
-json serving_variables(const ChatTemplate& chat, const json& tools) {
-  const std::time_t now = chat.now_unix_seconds ? std::time_t(*chat.now_unix_seconds) : std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char today[32];
-  std::strftime(today, sizeof today, "%b %d %Y", &tm);
-  jinja::JsonStyle indented;
-  indented.indent = 4;
-  return {{"functions", jinja::to_json(jinja::from_json(tools.is_array() ? tools : json::array()), indented)},
-          {"datetime", today}};
-}
-
 const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
   if (!chat.is_jinja()) return nullptr;
-  const json messages = probe_messages(takes_text_arguments(chat));
-  const std::optional<std::string> probe = rendered_probe(chat, messages, false);
+  const json messages = tool_call_probe_messages(takes_text_arguments(chat));
+  const std::optional<std::string> probe = rendered_tool_call_probe(chat, messages, false);
   if (!probe) return nullptr;  // the template refuses tool calls
   const std::string& rendered = *probe;
   for (const auto& f : kFormats) {
@@ -635,7 +565,7 @@ const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
     for (const std::string& spelled : {call, with_id})
       if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
   }
-  const std::optional<std::string> asked = rendered_probe(chat, json::array({messages[0]}), true);
+  const std::optional<std::string> asked = rendered_tool_call_probe(chat, json::array({messages[0]}), true);
   if (!asked) return nullptr;
   for (const auto& f : kFormats)
     if (*f.announced && asked->find(f.announced) != std::string::npos) return &f;

@@ -78,7 +78,8 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
             kiln/text/grammar/token_trie.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
             kiln/text/tool_call_parameters.cpp kiln/text/tool_call_parameters.h kiln/text/python_literal.cpp
             kiln/text/python_literal.h kiln/text/tool_call_elements.cpp kiln/text/tool_call_elements.h
-            kiln/text/tool_call_cursor.h kiln/text/grammar/text_then_mark.cpp kiln/text/grammar/text_then_mark.h
+            kiln/text/tool_call_cursor.h kiln/text/tool_call_probe.cpp kiln/text/tool_call_probe.h
+            kiln/text/grammar/text_then_mark.cpp kiln/text/grammar/text_then_mark.h
             ${KILN_JINJA_SOURCES} LIBS -lutf8proc)
 kiln_fuzzer(store tests/fuzz/store_fuzzer.cpp kiln/distributed/store_protocol.cpp kiln/distributed/store_protocol.h)
 kiln_fuzzer(template tests/fuzz/template_fuzzer.cpp ${KILN_JINJA_SOURCES} kiln/text/utf8.cpp kiln/text/utf8.h
