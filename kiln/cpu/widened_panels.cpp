@@ -5,13 +5,18 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/cpu/gemm.h"
+#include "kiln/cpu/isa.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/packed_gemm.h"
 
 namespace kiln::cpu {
 
 void gemm_widening_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* a, const uint16_t* b,
                           bool b_transposed, int64_t ldb, Wide16 type, float beta, float* c) {
   const bool bf16 = type == Wide16::bf16;
+  if (!isa_allows(Isa::avx512))  // (packed_gemm.h: widened as packed, in 256-bit registers)
+    return packed_gemm(M, N, K, alpha, a, K, b, bf16 ? PackedSource::bf16 : PackedSource::f16, b_transposed, ldb,
+                       beta, c, N);
   // Panels of about 2 MB of f32 (in L2 or L3 while the GEMM reads them).
   const int64_t width = std::clamp<int64_t>((int64_t(1) << 19) / std::max<int64_t>(K, 1), 16, 1024);
   thread_local std::vector<float> kept;

@@ -3,7 +3,9 @@
 // widened to f32 a panel of columns at a time into a buffer each thread
 // keeps, and the f32 GEMM multiplies each panel. Staging b whole wrote twice
 // its bytes to fresh memory every call: a 512-token bf16 prompt of
-// TinyLlama's shape spent 38% of its time in those copies.
+// TinyLlama's shape spent 38% of its time in those copies. Without AVX-512
+// the product is packed_gemm's instead (packed_gemm.h), which widens b as it
+// packs it: oneDNN packed all of a again for each panel.
 #pragma once
 #include <cstdint>
 
