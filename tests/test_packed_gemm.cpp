@@ -62,7 +62,7 @@ std::vector<double> reference(const Shape& s, float alpha, const std::vector<flo
 }
 
 // Every edge of the blocking: rows not a multiple of the 4-row tile, columns
-// not a multiple of the 24-column tile or the 96-column task, depths over
+// not a multiple of the 24-column tile or the 192-column task, depths over
 // one 256-deep block with a short last one, padded rows, few columns (the
 // rows are split among the threads too), and a depth so large that a is
 // packed a block of rows at a time.

@@ -17,10 +17,13 @@ namespace {
 // this one on a Zen 3 (both in L1).
 constexpr int64_t kMr = 4, kNr = 24;
 // a is packed once, by the whole team, kPackedA floats (16 MB) at most at a
-// time. A task is kChunk columns: their b slice (kKc x kChunk, 96 KB) and
-// c (rows x kChunk) stay in L2 while a streams past; kKc x kNr of b (24 KB)
-// stays in L1 while a's kMc x kKc block (144 KB) passes it.
-constexpr int64_t kKc = 256, kMc = 144, kChunk = 96, kPackedA = int64_t(1) << 22;
+// time. A task is kChunk columns: their b slice (kKc x kChunk) is packed
+// once per depth block and serves every row; kKc x kNr of b (24 KB) stays in
+// L1 while a's kMc x kKc block passes it. The sizes are measured, not
+// derived: on a Zen 3, 192 columns and 72 rows ran TinyLlama's three shapes
+// of product (512 rows) 1.06x (1 thread) and 1.10x (2) the 96 x 144 the
+// cache sizes suggest.
+constexpr int64_t kKc = 256, kMc = 72, kChunk = 192, kPackedA = int64_t(1) << 22;
 
 // Eight elements of b as f32, and one.
 template <PackedSource S>
@@ -129,6 +132,9 @@ void tile(int64_t kc, const float* ap, const float* bp, float alpha, float beta,
   // every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00, c20 = c00, c21 = c00,
          c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+  // Unrolled: the loop's own counter and pointer updates cost a Zen 3 12%
+  // of the tile's speed in L1 (88 against 77 GFLOP/s on one core).
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, ap += kMr, bp += kNr) {
     const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8), b2 = _mm256_loadu_ps(bp + 16);
     __m256 ai = _mm256_broadcast_ss(ap);
