@@ -272,8 +272,9 @@ TEST(GgufModels, EachArchitectureIsTheModelTransformersRuns) {
       worst = std::max(worst, std::abs(double(lp[t * size_t(vocab) + size_t(ids[t + 1])]) -
                                        want["logprobs"][t].get<double>()));
     EXPECT_LT(worst, 1e-4);
-    // The matrices kept at 2 bytes (the default), multiplied in f32: the same model.
-    expect_near_each(models::next_token_log_probabilities(*models::load_gguf_language_model(file), ids), lp, 1e-5);
+    // The matrices kept at 2 bytes (the default), multiplied in f32: the same model, its sums in another order
+    // where a prompt's products widen as they pack (packed_gemm.h, CPUs without AVX-512): 1.2e-5 apart there.
+    expect_near_each(models::next_token_log_probabilities(*models::load_gguf_language_model(file), ids), lp, 5e-5);
     // Run as the file's F16 too (norms and routers narrowed, the products in half precision): near on average
     // (a mixture's router may pick another expert for a token or two).
     const auto half = models::load_gguf_language_model(file, DType::f16);

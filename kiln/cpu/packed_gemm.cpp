@@ -1,12 +1,12 @@
 #include "kiln/cpu/packed_gemm.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "kiln/core/dtype.h"
+#include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
 namespace {
@@ -30,10 +30,10 @@ template <PackedSource S>
 __m256 load8(const void* p, int64_t i) {
   if constexpr (S == PackedSource::f32) {
     return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else if constexpr (S == PackedSource::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
   } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
-    if constexpr (S == PackedSource::f16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return widen_bf16x8(static_cast<const uint16_t*>(p) + i);
   }
 }
 template <PackedSource S>
