@@ -1,10 +1,9 @@
 #include "kiln/cpu/packed_gemm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <vector>
 
+#include "kiln/backend/backend.h"
 #include "kiln/core/dtype.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
@@ -251,7 +250,7 @@ void packed_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* a, i
     return;
   }
   const Problem p{K, alpha, a, lda, b, b_transposed, ldb, beta, c, ldc};
-  const int threads = M * N * K < (int64_t(1) << 21) ? 1 : omp_get_max_threads();
+  const int threads = M * N * K < (int64_t(1) << 21) ? 1 : get_num_threads();  // (Kiln's count, as every loop's)
   if (type == PackedSource::f16) return run<PackedSource::f16>(M, N, p, threads);
   if (type == PackedSource::bf16) return run<PackedSource::bf16>(M, N, p, threads);
   run<PackedSource::f32>(M, N, p, threads);
