@@ -1,7 +1,8 @@
-// The AVX2 GEMM with b widened as it is packed (kiln/cpu/packed_gemm.h):
-// every edge of its blocking against a double-precision product of the same
+// The GEMM with b widened as it is packed (kiln/cpu/packed_gemm.h): every
+// edge of its blocking against a double-precision product of the same
 // values, and the same bits at any thread count.
-// (Named CpuNnOps* so the ISA passes run them under each instruction set.)
+// (Named CpuNnOps* so the ISA passes run them under each instruction set:
+// its 4 x 24 AVX2 tile, and its 8 x 48 AVX-512 one where the CPU has it.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,8 +62,9 @@ std::vector<double> reference(const Shape& s, float alpha, const std::vector<flo
   return out;
 }
 
-// Every edge of the blocking: rows not a multiple of the 4-row tile, columns
-// not a multiple of the 24-column tile or the 192-column task, depths over
+// Every edge of the blocking: rows not a multiple of the 4- or 8-row tile,
+// columns not a multiple of the 24- or 48-column tile or the 192-column task
+// (or narrower than one tile), depths over
 // one 256-deep block with a short last one, padded rows, few columns (the
 // rows are split among the threads too), and a depth so large that a is
 // packed a block of rows at a time.
@@ -106,8 +108,9 @@ TEST(CpuNnOpsPackedGemm, EmptySumsScaleC) {
   EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3}));
 }
 
-// Threads take tasks as they come free, yet each output's sum runs in one
-// fixed order: the same bits at one thread and at two.
+// Threads take tasks as they come free, and at 2 threads 500 columns are
+// four narrower tasks, not three of 192; yet each output's sum runs in one
+// fixed order: the same bits at one, two and three threads.
 TEST(CpuNnOpsPackedGemm, TheSameBitsAtAnyThreadCount) {
   const int64_t M = 70, N = 500, K = 600;
   const Operand a = random_operand(size_t(M * K), PackedSource::f32, 4);

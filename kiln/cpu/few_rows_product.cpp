@@ -39,6 +39,12 @@ inline float sum_lanes(const __m256* lanes) {
 // an f32 SmolLM-135M-shaped decode by 8% at two threads and 18% at one (its
 // hardware prefetcher does better alone; 2026-11-29).
 const bool kPrefetchWeights = !cpu_is_amd();
+// Whether a single stream reads two 16-bit weight rows at once, as f32's
+// always does (dot_two_weight_rows): on Intel, where one row's reads in
+// flight are too few, it decoded TinyLlama's shape in f16 1.2x and bf16
+// 1.1x faster (Sapphire Rapids, 2 threads, 2026-11-30); on a Zen 3 bf16 ran
+// ~5% slower so (2026-11-29).
+const bool kTwoRows16 = !cpu_is_amd();
 #endif
 
 // A weight as f32: bf16 and f16 widened, f32 as it is.
@@ -101,12 +107,12 @@ inline void dot_rows(const float* const* a, const W* w, int64_t K, float* sums) 
 }
 
 #ifdef KILN_X86_INTRINSICS
-// One row of a (a single decoding stream) against two f32 weight rows at
-// once: two streams of weights in flight per thread, which read f32 weights
-// ~10% faster on a Zen 3 at one and two threads (TinyLlama's shape,
-// 2026-11-29; bf16 weights, widened as they are read, ran ~5% slower so).
+// One row of a (a single decoding stream) against two weight rows at once:
+// two streams of weights in flight per thread, which read f32 weights ~10%
+// faster on a Zen 3 at one and two threads (TinyLlama's shape, 2026-11-29).
 // Each weight row's lanes accumulate as dot_rows<1>'s do: the same bits.
-inline void dot_two_weight_rows(const float* a, const float* w0, const float* w1, int64_t K, float* sums) {
+template <typename W>
+inline void dot_two_weight_rows(const float* a, const W* w0, const W* w1, int64_t K, float* sums) {
   __m256 lanes[2][4];
   for (int r = 0; r < 2; ++r)
     for (int j = 0; j < 4; ++j) lanes[r][j] = _mm256_setzero_ps();
@@ -123,7 +129,7 @@ inline void dot_two_weight_rows(const float* a, const float* w0, const float* w1
       lanes[1][j] = _mm256_fmadd_ps(x, weight_values(w1 + k + 8 * j), lanes[1][j]);
     }
   }
-  const float* w[2] = {w0, w1};
+  const W* w[2] = {w0, w1};
   for (int r = 0; r < 2; ++r) {
     if (k == K) {
       sums[r] = sum_lanes(lanes[r]);
@@ -170,7 +176,7 @@ inline void outputs(const Operands<W>& p, int64_t n, int64_t m) {
 template <typename W>
 void weight_rows(const Operands<W>& p, int64_t n0, int64_t n1) {
 #ifdef KILN_X86_INTRINSICS
-  if constexpr (std::is_same_v<W, float>) {
+  if (std::is_same_v<W, float> || kTwoRows16) {
     if (p.M == 1) {
       int64_t n = n0;
       for (; n + 2 <= n1; n += 2) {

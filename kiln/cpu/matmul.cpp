@@ -5,8 +5,8 @@
 // multiplied as they are where the CPU has bf16 instructions, and bf16 or
 // f16 ones as a few rows against a weight-shaped operand on every CPU
 // (few_rows_product.h), as are one or two f32 rows against an f32 weight
-// (decoding); elsewhere they are widened for the f32 GEMM, a 2-D b a panel
-// at a time (widened_panels.h). In
+// (decoding); elsewhere they are widened to f32, a 2-D b as packed_gemm.h
+// packs it. In
 // batch-invariant mode f32 products run kiln/cpu/invariant_gemm.h instead.
 #include <algorithm>
 #include <optional>
@@ -22,7 +22,7 @@
 #include "kiln/cpu/gemm.h"
 #include "kiln/cpu/invariant_gemm.h"
 #include "kiln/cpu/low_precision.h"
-#include "kiln/cpu/widened_panels.h"
+#include "kiln/cpu/packed_gemm.h"
 
 namespace kiln::cpu {
 
@@ -49,7 +49,9 @@ bool as_blas_matrix(const Tensor& t, BlasMatrix& m) {
   return false;
 }
 
-// The 16-bit float types the products below read as they are (bf16, f16), if t is one.
+// The 16-bit float types the products below read as they are.
+enum class Wide16 : uint8_t { bf16, f16 };
+// Which of them t is, if one.
 std::optional<Wide16> wide16(DType t) {
   if (t == DType::bf16) return Wide16::bf16;
   if (t == DType::f16) return Wide16::f16;
@@ -210,26 +212,26 @@ void product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulAr
   });
 }
 
-// bf16 or f16 operands widened for the f32 GEMM, a beyond few rows on a CPU
-// without fast products of theirs: a (activations) whole, b (a weight) a
-// panel at a time (widened_panels.h). Two-dim only.
-bool widens_in_panels(const Tensor& a, const Tensor& b) {
+// bf16 or f16 operands beyond a few rows on a CPU without fast products of
+// theirs: a (activations) widened whole, b (a weight) widened as
+// packed_gemm packs it. Two-dim only.
+bool widens_while_packing(const Tensor& a, const Tensor& b) {
   BlasMatrix mb;
   return wide16(a.dtype()) && b.dtype() == a.dtype() && a.dim() == 2 && b.dim() == 2 && !batch_invariant() &&
          as_blas_matrix(b, mb);
 }
 
-void product_widening_panels(const Tensor& a32, const Tensor& b16, Tensor& out, const MatmulArgs& args) {
+void product_widening_while_packing(const Tensor& a32, const Tensor& b16, Tensor& out, const MatmulArgs& args) {
   KILN_CHECK(a32.dtype() == DType::f32 && out.dtype() == DType::f32 && a32.is_contiguous() && out.is_contiguous(),
-             "matmul: a widened panel product takes a contiguous f32 a and out");
+             "matmul: a product widening b as it packs it takes a contiguous f32 a and out");
   const int64_t M = a32.size(0), K = a32.size(1), N = b16.size(1);
   KILN_CHECK(b16.size(0) == K && out.size(0) == M && out.size(1) == N, "matmul: ", shape_str(a32.shape()), " @ ",
              shape_str(b16.shape()), " into ", shape_str(out.shape()));
   BlasMatrix mb;
   as_blas_matrix(b16, mb);
   float* c = out.data<float>();
-  gemm_widening_panels(M, N, K, args.alpha, a32.data<float>(), bits16(b16), mb.transposed, mb.ld, *wide16(b16.dtype()),
-                       args.beta, c);
+  const PackedSource type = b16.dtype() == DType::bf16 ? PackedSource::bf16 : PackedSource::f16;
+  packed_gemm(M, N, K, args.alpha, a32.data<float>(), K, bits16(b16), type, mb.transposed, mb.ld, args.beta, c, N);
   epilogue(c, M, N, args.bias.defined() ? args.bias.data<float>() : nullptr, out, args);
 }
 
@@ -262,7 +264,7 @@ std::vector<const Tensor*> matmul_staged_operands(const Tensor& a, const Tensor&
   staged.insert(staged.end(), {&args.pre_gelu, &out});
   if (multiplies_natively(a, b)) return staged;
   staged.push_back(&a);
-  if (!widens_in_panels(a, b)) staged.push_back(&b);  // (a panel: thread-local scratch)
+  if (!widens_while_packing(a, b)) staged.push_back(&b);  // (packed into thread-local scratch)
   return staged;
 }
 
@@ -271,7 +273,7 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
   // bf16/f16: the product and its epilogue in f32 on staged copies
   // (low_precision.h), except that operands stay as they are where the CPU
   // multiplies them natively (gemm_bf16: twice the f32 GEMM's speed; a few
-  // rows), and that a weight is widened a panel at a time.
+  // rows), and that a weight is widened as it is packed.
   // (matmul_staged_operands says the same, for the meta device.)
   const bool native = multiplies_natively(a_in, b_in);
   in_f32([&](F32Staging& s) {
@@ -282,8 +284,8 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, con
     Tensor& f32_out = s.out(out, /*accumulate=*/args.beta != 0.0f);
     if (native)
       product(a_in, b_in, f32_out, f32_args);
-    else if (widens_in_panels(a_in, b_in))
-      product_widening_panels(s.in(a_in), b_in, f32_out, f32_args);
+    else if (widens_while_packing(a_in, b_in))
+      product_widening_while_packing(s.in(a_in), b_in, f32_out, f32_args);
     else
       product(s.in(a_in), s.in(b_in), f32_out, f32_args);
   });

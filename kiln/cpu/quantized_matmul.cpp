@@ -31,8 +31,8 @@
 #include "kiln/cpu/few_rows_product.h"
 #include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/low_precision.h"
+#include "kiln/cpu/packed_gemm.h"
 #include "kiln/cpu/quantized_gemm.h"
-#include "kiln/cpu/widened_panels.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -579,8 +579,8 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   const int64_t M = x.size(0);
   const QuantDot dot = quant_dot_in_use();
   if (w.half() && M > kFewRowsF16 && !batch_invariant())  // (f16 weights: no integer products)
-    return gemm_widening_panels(M, w.rows, w.cols, 1.0f, x.data<float>(), bits16(w.data), true, w.cols, Wide16::f16,
-                                0.0f, out.data<float>());
+    return packed_gemm(M, w.rows, w.cols, 1.0f, x.data<float>(), w.cols, bits16(w.data), PackedSource::f16, true,
+                       w.cols, 0.0f, out.data<float>(), w.rows);
   if (M < gemm_rows(dot) || w.half() || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
     return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), dot);
   quantized_gemm(x.data<float>(), M, w, out.data<float>(), dot);
