@@ -12,11 +12,10 @@ namespace kiln::cpu {
 namespace {
 
 // The register tiles and their blocking. A task is kChunk columns (or
-// fewer, run() says when): their b
-// slice (kKc x kChunk) is packed once per depth block and serves every row;
-// kKc x kNr of b stays in L1 while a's kMc x kKc block passes it. a is
-// packed once, by the whole team, kPackedA floats (16 MB) at most at a time.
-// The sizes are measured, not derived.
+// fewer, run() says when): their b slice (kKc deep) is packed once per
+// depth block and serves every row; kKc x kNr of b stays in L1 while a's
+// kMc x kKc block passes it. a is packed once, by the whole team, kPackedA
+// floats (16 MB) at most at a time. The sizes are measured, not derived.
 //
 // AVX2: 4 rows x 24 columns, 12 accumulators of the 16 ymm registers (three
 // hold b's row, one a's broadcast element). A 6 x 16 tile broadcasts 6
