@@ -1,7 +1,7 @@
 // Decoding's bf16, f16 and f32 products (kiln/cpu/few_rows_product.h): every
 // output is its plain C++ statement's bits, whatever the rows around it and
 // the thread count; through matmul and linear, bf16 and f16 products of a
-// few rows (and of many, widened a panel at a time) agree with the widened
+// few rows (and of many, widened as packed_gemm packs them) agree with the widened
 // f32 product as closely as the staged path does.
 // (Named CpuNnOps* so the ISA passes run them under each instruction set.)
 #include <gtest/gtest.h>

@@ -140,6 +140,41 @@ inline void dot_two_weight_rows(const float* a, const W* w0, const W* w1, int64_
     sums[r] = tail_sum(acc, a, w[r], k, K);
   }
 }
+// The same for 16-bit weights in 512-bit registers: a row's lanes 0-15 and
+// 16-31 in two registers, so the sums are dot_two_weight_rows' bits.
+// Widening sixteen f16 weights an instruction, not eight, decoded
+// TinyLlama's F16 shape 1.04-1.16x faster (the Xeon with AMX, 2 threads,
+// 2026-11-30; BF16 the same within the noise).
+template <typename W>
+[[gnu::target("avx512f")]] inline __m512 weight_values16(const W* w) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  if constexpr (std::is_same_v<W, f16_t>) return _mm512_cvtph_ps(bits);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));  // bf16: the high half of an f32
+}
+template <typename W>
+[[gnu::target("avx512f")]] void dot_two_weight_rows_512(const float* a, const W* w0, const W* w1, int64_t K,
+                                                        float* sums) {
+  __m512 lanes[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    if (kPrefetchWeights) {
+      prefetch_ahead(w0 + k);
+      prefetch_ahead(w1 + k);
+    }
+    const __m512 x0 = _mm512_loadu_ps(a + k), x1 = _mm512_loadu_ps(a + k + 16);
+    lanes[0][0] = _mm512_fmadd_ps(x0, weight_values16(w0 + k), lanes[0][0]);
+    lanes[0][1] = _mm512_fmadd_ps(x1, weight_values16(w0 + k + 16), lanes[0][1]);
+    lanes[1][0] = _mm512_fmadd_ps(x0, weight_values16(w1 + k), lanes[1][0]);
+    lanes[1][1] = _mm512_fmadd_ps(x1, weight_values16(w1 + k + 16), lanes[1][1]);
+  }
+  const W* w[2] = {w0, w1};
+  for (int r = 0; r < 2; ++r) {
+    float acc[kLanes];
+    _mm512_storeu_ps(acc, lanes[r][0]);
+    _mm512_storeu_ps(acc + 16, lanes[r][1]);
+    sums[r] = tail_sum(acc, a, w[r], k, K);
+  }
+}
 #endif
 
 template <typename W>
@@ -178,10 +213,15 @@ void weight_rows(const Operands<W>& p, int64_t n0, int64_t n1) {
 #ifdef KILN_X86_INTRINSICS
   if (std::is_same_v<W, float> || kTwoRows16) {
     if (p.M == 1) {
+      const bool wide = isa_allows(Isa::avx512);
       int64_t n = n0;
       for (; n + 2 <= n1; n += 2) {
         float sums[2];
-        dot_two_weight_rows(p.a, p.w + n * p.ldw, p.w + (n + 1) * p.ldw, p.K, sums);
+        const W *w0 = p.w + n * p.ldw, *w1 = w0 + p.ldw;
+        if constexpr (!std::is_same_v<W, float>) {
+          if (wide) dot_two_weight_rows_512(p.a, w0, w1, p.K, sums);
+        }
+        if (std::is_same_v<W, float> || !wide) dot_two_weight_rows(p.a, w0, w1, p.K, sums);
         for (int r = 0; r < 2; ++r) store(p, 0, n + r, sums[r]);
       }
       if (n < n1) outputs<1, W>(p, n, 0);
