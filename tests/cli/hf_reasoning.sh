@@ -79,8 +79,8 @@ print("split, streamed and raw answers agree")
 # the first token, and a prompt that closed the marks (the distill's) is answered at once.
 schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 shaped = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}
-def constrained(model, seed, **extra):
-    return client.chat.completions.create(model=model, messages=ask, max_tokens=24, temperature=1.0, seed=seed,
+def constrained(model, seed, messages=ask, **extra):
+    return client.chat.completions.create(model=model, messages=messages, max_tokens=24, temperature=1.0, seed=seed,
                                           response_format=shaped, extra_body=extra).choices[0]
 answered = 0
 for seed in (1, 2, 3):
@@ -102,13 +102,20 @@ print(f"constrained answers think first; {answered} answered at once validate")
 # kiln chat answers as the server does: the same sampling, the grammar after the thinking (R1's prompt
 # opened it: all thinking) or from the first token (the distill's prompt closed it).
 json.dump(schema, open(f"{work}/schema.json", "w"))
-def chatted(model, seed):
+# Each comparison asks a question the server has not seen: a prompt whose pages the prefix cache holds is
+# read through the paged attention kernel, where kiln chat's fresh prompt takes scaled dot-product
+# attention, and the two agree only to rounding (outside --batch-invariant). On AVX-512 that rounding
+# turned one sampled token of the 24 (seed 2 of R1, 2026-11-30).
+def chatted(model, seed, question):
     return subprocess.run([kiln, "chat", f"hf:{work}/{model}", "--temperature", "1", "--max-tokens", "24",
                            "--seed", str(seed), "--response-format", f"{work}/schema.json"],
-                          input="What is two and two?\n", capture_output=True, text=True, check=True).stdout.strip()
+                          input=question + "\n", capture_output=True, text=True, check=True).stdout.strip()
 for seed in (1, 2):
-    assert chatted("r1", seed) == constrained("r1", seed).message.reasoning_content, seed
-    assert chatted("distill", seed) == constrained("distill", seed).message.content.strip(), seed
+    for model in ("r1", "distill"):
+        question = f"Question {seed} for {model}: what is two and two?"
+        served = constrained(model, seed, [{"role": "user", "content": question}]).message
+        want = served.reasoning_content if model == "r1" else served.content.strip()
+        assert chatted(model, seed, question) == want, (model, seed)
 print("kiln chat thinks before a constrained answer as the server does")
 
 # The prompt with template variables and a past answer's reasoning is transformers'.

@@ -92,6 +92,17 @@ assert worst < float(sys.argv[4]), worst
 PY
 }
 
+# made_once COMMAND...: runs a command that makes a fixture in a cache, one
+# at a time. Several tests make the same cached fixtures and ctest runs
+# them in parallel: on a fresh machine the first suite run failed three of
+# them (cli.hf_qwen2_chat, _tools, _reasoning), each making the vocabulary
+# corpus while another was half-way through it. Under the lock, the first
+# makes it and the others find it made.
+made_once() {
+  mkdir -p "$HOME/.cache"
+  flock "$HOME/.cache/kiln-fixtures.lock" "$@"
+}
+
 # qwen2_chat_folder: sets MODEL to the Qwen2.5-Instruct-style folder
 # (tests/hf/make_qwen2_folder.py: Qwen2's real vocabulary and template,
 # tiny random weights), made once in a cache with the oracle's Python
@@ -101,7 +112,8 @@ qwen2_chat_folder() {
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   vocabs="${KILN_VOCAB_CORPUS:-$HOME/.cache/kiln-vocabs}"
   MODEL="${KILN_QWEN2_FOLDER:-$HOME/.cache/kiln-hf/qwen2-chat}"
-  src="$("$root/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
-  "$ORACLE_PY" "$root/tests/hf/make_vocab_fixtures.py" "$src/models" "$vocabs" || fail "could not make the vocabularies"
-  "$ORACLE_PY" "$root/tests/hf/make_qwen2_folder.py" "$vocabs" "$MODEL" || fail "could not make the Qwen2 folder"
+  src="$(made_once "$root/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
+  made_once "$ORACLE_PY" "$root/tests/hf/make_vocab_fixtures.py" "$src/models" "$vocabs" ||
+    fail "could not make the vocabularies"
+  made_once "$ORACLE_PY" "$root/tests/hf/make_qwen2_folder.py" "$vocabs" "$MODEL" || fail "could not make the Qwen2 folder"
 }
