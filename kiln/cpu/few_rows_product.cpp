@@ -42,7 +42,7 @@ const bool kPrefetchWeights = !cpu_is_amd();
 // Whether a single stream reads two 16-bit weight rows at once, as f32's
 // always does (dot_two_weight_rows): on Intel, where one row's reads in
 // flight are too few, it decoded TinyLlama's shape in f16 1.2x and bf16
-// 1.1x faster (Sapphire Rapids, 2 threads, 2026-11-30); on a Zen 3 bf16 ran
+// 1.1x faster (a Xeon with AMX, 2 threads, 2026-11-30); on a Zen 3 bf16 ran
 // ~5% slower so (2026-11-29).
 const bool kTwoRows16 = !cpu_is_amd();
 #endif

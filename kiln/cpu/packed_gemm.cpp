@@ -32,7 +32,7 @@ struct Avx2Tile {
 // (three hold b's row, one a's broadcast element), the shape of oneDNN's
 // own f32 kernel (48 x 8, its operands the other way round). The AVX2
 // tile's blocking served it as well as 128 x 96, 128 x 48, 384 x 48 and
-// 256 x 144 (depth x rows) did, within the noise of a Sapphire Rapids VM.
+// 256 x 144 (depth x rows) did, within the noise of a Xeon VM with AMX.
 struct Avx512Tile {
   static constexpr int64_t kMr = 8, kNr = 48, kKc = 256, kMc = 72, kChunk = 192;
   [[gnu::target("avx512f")]] static void multiply(int64_t kc, const float* ap, const float* bp, float alpha, float beta,
