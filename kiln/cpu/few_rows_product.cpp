@@ -213,15 +213,13 @@ void weight_rows(const Operands<W>& p, int64_t n0, int64_t n1) {
 #ifdef KILN_X86_INTRINSICS
   if (std::is_same_v<W, float> || kTwoRows16) {
     if (p.M == 1) {
-      const bool wide = isa_allows(Isa::avx512);
+      auto two_rows = dot_two_weight_rows<W>;
+      if constexpr (!std::is_same_v<W, float>)
+        if (isa_allows(Isa::avx512)) two_rows = dot_two_weight_rows_512<W>;
       int64_t n = n0;
       for (; n + 2 <= n1; n += 2) {
         float sums[2];
-        const W *w0 = p.w + n * p.ldw, *w1 = w0 + p.ldw;
-        if constexpr (!std::is_same_v<W, float>) {
-          if (wide) dot_two_weight_rows_512(p.a, w0, w1, p.K, sums);
-        }
-        if (std::is_same_v<W, float> || !wide) dot_two_weight_rows(p.a, w0, w1, p.K, sums);
+        two_rows(p.a, p.w + n * p.ldw, p.w + (n + 1) * p.ldw, p.K, sums);
         for (int r = 0; r < 2; ++r) store(p, 0, n + r, sums[r]);
       }
       if (n < n1) outputs<1, W>(p, n, 0);
