@@ -379,6 +379,8 @@ TEST(GgufModels, BadArchitectureMetadataIsAClearError) {
   EXPECT_EQ(error_of("llama", {}), "no error");
   expect_says(error_of("falcon", {}), "architecture 'falcon' is not one Kiln loads");
   expect_says(error_of("llama", {{"llama.block_count", 0}}), "llama.block_count");
+  // The fuzzer's find: 7 million layers' lists were made before anything else failed.
+  expect_says(error_of("gemma3", {{"gemma3.block_count", 7000000}}), "gemma3.block_count' is 7000000; Kiln reads");
   expect_says(error_of("llama", {{"llama.attention.head_count", "four"}}), "llama.attention.head_count");
   expect_says(error_of("qwen3moe", {{"qwen3moe.expert_count", 4}}), "qwen3moe.expert_used_count");
   expect_says(error_of("gemma3", {{"gemma3.attention.sliding_window", 4}, {"gemma3.attention.sliding_window_pattern",

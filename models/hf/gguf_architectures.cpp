@@ -451,6 +451,8 @@ std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_nam
   return layer.empty() ? name : "blk." + layer + "." + name;
 }
 
+constexpr int64_t kMaxLayers = 4096;
+
 json hf_config_from_gguf(const GgufContents& file) {
   const json& m = file.header.metadata;
   const GgufArchitecture& row = gguf_architecture(m);
@@ -462,6 +464,11 @@ json hf_config_from_gguf(const GgufContents& file) {
             {"num_attention_heads", meta.positive("attention.head_count")},
             {"max_position_embeddings", meta.positive("context_length")},
             {"tie_word_embeddings", file.find("output.weight") == nullptr}};
+  // Checked before the per-layer lists of that length are made (the fuzzer's
+  // find: 7 million layers' attention types, gigabytes of them).
+  KILN_CHECK(c["num_hidden_layers"].get<int64_t>() <= kMaxLayers, "GGUF: '", row.arch, ".block_count' is ",
+             c["num_hidden_layers"].get<int64_t>(), "; Kiln reads models of at most ", kMaxLayers,
+             " layers (the largest published have about 130), so the file is likely damaged");
   c["num_key_value_heads"] = meta.has("attention.head_count_kv") ? meta.positive("attention.head_count_kv")
                                                                  : c["num_attention_heads"].get<int64_t>();
   if (meta.has("attention.key_length")) c["head_dim"] = meta.positive("attention.key_length");
