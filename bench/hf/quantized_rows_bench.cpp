@@ -3,8 +3,9 @@
 // (quantized_gemm.cpp: the speed-up is the GEMM's), per weight format, on one thread, with the matrix
 // in cache: the kernel's own cost, apart from memory and the rest of the
 // step. Random GGUF blocks (f16 scales, and minimums, small and finite) and
-// Kiln's int4z, SmolLM-135M's MLP shape (1,536 x 576). Prints the best time
-// of REPEATS.
+// Kiln's int4z, SmolLM-135M's MLP shape (1,536 x 576; the K-quants, whose
+// blocks are 256 wide, its down projection's 576 x 1,536). Prints the best
+// time of REPEATS.
 //   kiln_quant_bench [repeats=40] [rows=1]
 #include <algorithm>
 #include <chrono>
@@ -27,29 +28,40 @@ int main(int argc, char** argv) {
   const int64_t M = argc > 2 ? std::max(1, std::atoi(argv[2])) : 1, N = 1536, K = 576;
   std::mt19937 gen(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto gguf = [&](GgufType type) {
+  // `halves`: where each block keeps its f16 scale and minimums (random bytes there could be inf or NaN).
+  auto gguf = [&](GgufType type, std::vector<int> halves, int64_t rows, int64_t cols) {
     const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
-    Tensor blocks = Tensor::empty({N, K / 32 * info.block_bytes}, DType::u8);
+    const int64_t blocks_count = rows * cols / info.block_elements;
+    Tensor blocks = Tensor::empty({rows, cols / info.block_elements * info.block_bytes}, DType::u8);
     uint8_t* data = blocks.data<uint8_t>();
     for (int64_t i = 0; i < blocks.numel(); ++i) data[i] = uint8_t(gen());
-    for (int64_t b = 0; b < N * K / 32; ++b)
-      for (int at = 0; at < 4; at += 2) {  // the scale, and Q4_1's and Q5_1's minimum
+    for (int64_t b = 0; b < blocks_count; ++b)
+      for (int at : halves) {
         const uint16_t h = float_to_f16(0.005f * normal(gen));
         std::memcpy(data + b * info.block_bytes + at, &h, 2);
       }
-    return gguf_to_quantized(type, blocks, N, K, DType::f32);
+    return gguf_to_quantized(type, blocks, rows, cols, DType::f32);
   };
-  std::vector<float> w(static_cast<size_t>(N * K)), x(static_cast<size_t>(M * K)),
+  std::vector<float> w(static_cast<size_t>(N * K)), x(static_cast<size_t>(M * N)),  // x: rows of K or N
       out(static_cast<size_t>(M * N));
   for (float& v : w) v = 0.05f * normal(gen);
   for (float& v : x) v = normal(gen);
   const std::pair<const char*, QuantizedMatrix> formats[] = {
-      {"q8_0", gguf(GgufType::Q8_0)}, {"q4_0", gguf(GgufType::Q4_0)}, {"q4_1", gguf(GgufType::Q4_1)},
-      {"q5_0", gguf(GgufType::Q5_0)}, {"q5_1", gguf(GgufType::Q5_1)},
-      {"int4z", quantize_matrix(w.data(), N, K, QuantFormat::int4_zero, DType::f32)}};
+      {"q8_0", gguf(GgufType::Q8_0, {0}, N, K)},
+      {"q4_0", gguf(GgufType::Q4_0, {0}, N, K)},
+      {"q4_1", gguf(GgufType::Q4_1, {0, 2}, N, K)},
+      {"q5_0", gguf(GgufType::Q5_0, {0}, N, K)},
+      {"q5_1", gguf(GgufType::Q5_1, {0, 2}, N, K)},
+      {"int4z", quantize_matrix(w.data(), N, K, QuantFormat::int4_zero, DType::f32)},
+      {"q2_k", gguf(GgufType::Q2_K, {80, 82}, K, N)},
+      {"q3_k", gguf(GgufType::Q3_K, {108}, K, N)},
+      {"q4_k", gguf(GgufType::Q4_K, {0, 2}, K, N)},
+      {"q5_k", gguf(GgufType::Q5_K, {0, 2}, K, N)},
+      {"q6_k", gguf(GgufType::Q6_K, {208}, K, N)}};
   set_num_threads(1);
-  std::printf("%s path, %lld x %lld, %lld rows, best of %d:\n", cpu::quant_dot_name(cpu::quant_dot_in_use()),
-              (long long)N, (long long)K, (long long)M, repeats);
+  std::printf("%s path, %lld x %lld (the K-quants %lld x %lld), %lld rows, best of %d:\n",
+              cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N, (long long)K, (long long)K, (long long)N,
+              (long long)M, repeats);
   auto best_of = [&](auto&& product) {
     const int calls = int(std::max<int64_t>(1, 200 / M));
     double best = 1e9;

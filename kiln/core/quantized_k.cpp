@@ -78,17 +78,6 @@ void q6_k(const uint8_t* x, float* y) {
 
 }  // namespace
 
-int64_t k_block_bytes(QuantFormat format) {
-  switch (format) {
-    case QuantFormat::q2_k: return 84;
-    case QuantFormat::q3_k: return 110;
-    case QuantFormat::q4_k: return 144;
-    case QuantFormat::q5_k: return 176;
-    case QuantFormat::q6_k: return 210;
-    default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
-  }
-}
-
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
   switch (format) {
     case QuantFormat::q2_k: return q2_k(block, out);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/core/quantized.h"
 
@@ -14,8 +15,17 @@ namespace kiln {
 
 constexpr int64_t kSuperBlock = 256;
 
-// Bytes of one super-block: Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210.
-int64_t k_block_bytes(QuantFormat format);
+// Bytes of one super-block (constexpr: the products' loops over a block's lines unroll).
+constexpr int64_t k_block_bytes(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::q2_k: return 84;
+    case QuantFormat::q3_k: return 110;
+    case QuantFormat::q4_k: return 144;
+    case QuantFormat::q5_k: return 176;
+    case QuantFormat::q6_k: return 210;
+    default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
+  }
+}
 // The 256 values of one block.
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out);
 // Q4_K's and Q5_K's eight sub-block scales and minimums (6 bits each, packed
@@ -28,8 +38,8 @@ struct K4ScaleWords {
   uint32_t scales[2], mins[2];
 };
 inline K4ScaleWords k4_scale_words(const uint8_t* q) {
-  uint32_t w[3];
-  std::memcpy(w, q, 12);
+  uint32_t w[3];  // (three loads: one memcpy of 12 bytes went through the stack)
+  for (int i = 0; i < 3; ++i) std::memcpy(&w[i], q + 4 * i, 4);
   constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
   return {{w[0] & low6, (w[2] & low4) | (((w[0] >> 6) & low2) << 4)},
           {w[1] & low6, ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)}};
@@ -40,14 +50,18 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
-// Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32): the
-// low 4 bits from bytes 0-7 (low nibbles, then high ones), the top 2 from bytes 8-11.
+// Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32):
+// scale i takes its low 4 bits from bytes 0-7 (low nibbles, then high ones)
+// and its top 2 from bits 2 (i / 4) of byte 8 + i % 4. As words, four scales a word.
 inline void k3_scales(const uint8_t* packed, int8_t* scales) {
-  for (int i = 0; i < 16; ++i) {
-    const int low = i < 8 ? packed[i] & 0xf : packed[i - 8] >> 4;
-    const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
-    scales[i] = int8_t((low | (high << 4)) - 32);
-  }
+  uint32_t w[3];
+  for (int i = 0; i < 3; ++i) std::memcpy(&w[i], packed + 4 * i, 4);
+  constexpr uint32_t low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t words[4] = {(w[0] & low4) | ((w[2] & low2) << 4), (w[1] & low4) | (((w[2] >> 2) & low2) << 4),
+                             ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4),
+                             ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)};
+  std::memcpy(scales, words, 16);
+  for (int i = 0; i < 16; ++i) scales[i] = int8_t(scales[i] - 32);
 }
 
 }  // namespace kiln

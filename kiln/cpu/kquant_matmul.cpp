@@ -6,13 +6,14 @@
 //
 // The lanes: lane l of a block's int32 sums holds bytes 4l .. 4l + 3 of
 // every 32-value chunk of the block. AVX2 gets them from vpmaddubsw (pairs)
-// and vpmaddwd with the sub-block's scale; AVX-512 the same over two chunks
-// at once (64 values), the two halves added.
+// and vpmaddwd with the sub-block's scale, then an add; AVX-512 VNNI does
+// the last two in one vpdpwssd.
 // Both are exact integers, so with the same f32 steps after them (one fused
 // multiply-add per lane and block, the lanes summed in a fixed order, the
-// minimums' term in one accumulator) every path, the scalar one included,
-// gives the same bits. Nothing saturates: levels stop at 63, activations at
-// +-127, so a pair of byte products is at most 2 * 63 * 127 < 2^15.
+// minimums as MinSum says) every path, the scalar one included, gives the
+// same bits: ggml's AVX2 vec_dot's (bench/hf/kquant_vs_ggml.sh checks).
+// Nothing saturates: levels stop at 63, activations at +-127, so a pair of
+// byte products is at most 2 * 63 * 127 < 2^15.
 #include "kiln/cpu/kquant_matmul.h"
 
 #include <algorithm>
@@ -80,7 +81,20 @@ void quantize_q8k(const float* x, int64_t M, int64_t K, Q8K& a) {
 // The formats' shapes: Q2_K, Q3_K and Q6_K scale each 16 values, Q4_K and
 // Q5_K each 32; Q2_K, Q4_K and Q5_K subtract a minimum per sub-block.
 constexpr bool scales_16_values(QuantFormat F) { return F <= QuantFormat::q3_k || F == QuantFormat::q6_k; }
-constexpr bool has_minimums(QuantFormat F) { return F != QuantFormat::q3_k && F != QuantFormat::q6_k; }
+
+// How the minimums' term (an integer per pair of sub-blocks: minimum times
+// the activations' sum there) joins the f32 sums, each format as ggml's
+// AVX2 vec_dot adds it: eight lanes into the block's accumulator before its
+// levels (Q2_K), four lanes in an accumulator of their own (Q4_K), or their
+// integer sum into one f32 (Q5_K).
+enum class MinSum { none, eight_lanes, four_lanes, one_sum };
+constexpr MinSum min_sum(QuantFormat F) {
+  return F == QuantFormat::q2_k   ? MinSum::eight_lanes
+         : F == QuantFormat::q4_k ? MinSum::four_lanes
+         : F == QuantFormat::q5_k ? MinSum::one_sum
+                                  : MinSum::none;
+}
+constexpr bool has_minimums(QuantFormat F) { return min_sum(F) != MinSum::none; }
 
 // One weight block's decoded parts: its scales, and where there are minimums, their term.
 struct KBlock {
@@ -88,7 +102,7 @@ struct KBlock {
   uint8_t k4_scales[8];        // Q4_K, Q5_K: 8 scales of 32 values
   int8_t k16_scales[16];       // Q2_K, Q3_K: 16 scales of 16 values (Q3_K's signed)
   const int8_t* q6_scales;     // Q6_K: 16 signed scales of 16 values, in the block
-  int32_t min_term = 0;        // sum over sub-blocks of minimum * sum of the activation levels there
+  int32_t min_lanes[8] = {};   // the minimums' term (Q2_K eight lanes, Q4_K and Q5_K four)
 };
 
 template <QuantFormat F>
@@ -98,23 +112,27 @@ inline int32_t sub_scale(const KBlock& k, int i) {
   return k.k4_scales[i];
 }
 
-// The minimums' integer sum: 8 minimums of 32 values (Q4_K, Q5_K) or 16 of
-// 16 (Q2_K) against Q8_K's sums of 16 activation levels; each path its own
-// way, the same integer.
-struct ScalarMinTerm {
-  static int32_t of8(const uint8_t* mins, const int16_t* act_sums) {
-    int32_t total = 0;
-    for (int i = 0; i < 8; ++i) total += int32_t(mins[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
-    return total;
-  }
-  static int32_t of16(const uint8_t* mins, const int16_t* act_sums) {
-    int32_t total = 0;
-    for (int i = 0; i < 16; ++i) total += int32_t(mins[i]) * int32_t(act_sums[i]);
-    return total;
-  }
-};
+// The minimums' term in int32 lanes, as vpmaddwd leaves them, against
+// Q8_K's sums of 16 activation levels: 8 minimums of 32 values (Q4_K, Q5_K:
+// lane j takes minimums 2j and 2j + 1) or 16 of 16 (Q2_K: the same, 8 lanes).
+void min_lanes_of8(const uint8_t* mins, const int16_t* act_sums, int32_t* lanes) {
+  for (int i = 0; i < 8; ++i)
+    lanes[i / 2] += int32_t(mins[i]) * (int32_t(act_sums[2 * i]) + int32_t(act_sums[2 * i + 1]));
+}
+void min_lanes_of16(const uint8_t* mins, const int16_t* act_sums, int32_t* lanes) {
+  for (int i = 0; i < 16; ++i) lanes[i / 2] += int32_t(mins[i]) * int32_t(act_sums[i]);
+}
 
-template <QuantFormat F, typename MinTerm>
+// A block's f32 sum: the lanes', with the minimums' as MinSum says (four
+// lanes summed as ggml sums its acc_m).
+template <QuantFormat F>
+inline float with_minimums(float lanes, const float* four, float one) {
+  if constexpr (min_sum(F) == MinSum::four_lanes) return lanes + ((four[0] + four[2]) + (four[1] + four[3]));
+  if constexpr (min_sum(F) == MinSum::one_sum) return lanes + one;
+  return lanes;
+}
+
+template <QuantFormat F>
 inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
   KBlock k{};
   if constexpr (F == QuantFormat::q2_k) {  // {scales[16] (scale | min << 4), qs[64], d, dmin}
@@ -122,7 +140,7 @@ inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
     k.dmin = half_at(x + 82);
     uint8_t mins[16];
     for (int i = 0; i < 16; ++i) k.k16_scales[i] = int8_t(x[i] & 0xf), mins[i] = x[i] >> 4;
-    k.min_term = MinTerm::of16(mins, act_sums);
+    min_lanes_of16(mins, act_sums, k.min_lanes);
   } else if constexpr (F == QuantFormat::q3_k) {  // {hmask[32], qs[64], scales[12], d}
     k.d = half_at(x + 108);
     k3_scales(x + 96, k.k16_scales);
@@ -134,14 +152,14 @@ inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
     k.dmin = half_at(x + 2);
     uint8_t mins[8];
     k4_scales_mins(x + 4, k.k4_scales, mins);
-    k.min_term = MinTerm::of8(mins, act_sums);
+    min_lanes_of8(mins, act_sums, k.min_lanes);
   }
   return k;
 }
 
 // The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
 // the level the format's zero sits at (Q3_K's 4, Q6_K's 32; the K-quants
-// with minimums have none: their term is min_term).
+// with minimums have none: their term is min_lanes).
 template <QuantFormat F>
 inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
   if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // 2 bits at 2 (c % 4) of byte l of 32 (c / 4)
@@ -174,62 +192,73 @@ inline int scale_index(int c, int l) {
 }
 
 constexpr int zero_level(QuantFormat F) { return F == QuantFormat::q6_k ? 32 : F == QuantFormat::q3_k ? 4 : 0; }
+// Where the zero level comes off, as ggml takes it: off each byte product
+// (Q3_K), or off each lane through the activations' sums of 16 (Q6_K: lane
+// l less 32 (sum 2l * scale 2l + sum 2l+1 * scale 2l+1)).
+constexpr bool zero_by_sums(QuantFormat F) { return F == QuantFormat::q6_k; }
+constexpr int byte_zero(QuantFormat F) { return zero_by_sums(F) ? 0 : zero_level(F); }
 
 // The reference: every path gives these bits.
 template <QuantFormat F>
 float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
   const int64_t bytes = k_block_bytes(F);
-  float acc[8] = {}, minimums = 0;
+  float acc[8] = {}, four[4] = {}, one = 0;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    const KBlock k = decode_block<F, ScalarMinTerm>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
+    const int16_t* act_sums = a.sums.data() + (m * a.blocks + b) * (S / 16);
+    const KBlock k = decode_block<F>(x, act_sums);
     int32_t lanes[8] = {};
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
       chunk_levels<F>(x, c, u);
       for (int l = 0; l < 8; ++l) {
-        int32_t four = 0;
-        for (int t = 0; t < 4; ++t) four += (int32_t(u[4 * l + t]) - zero_level(F)) * q8[c * 32 + 4 * l + t];
-        lanes[l] += sub_scale<F>(k, scale_index<F>(c, l)) * four;
+        int32_t sum = 0;
+        for (int t = 0; t < 4; ++t) sum += (int32_t(u[4 * l + t]) - byte_zero(F)) * q8[c * 32 + 4 * l + t];
+        lanes[l] += sub_scale<F>(k, scale_index<F>(c, l)) * sum;
       }
     }
+    if constexpr (zero_by_sums(F))
+      for (int l = 0; l < 8; ++l)
+        lanes[l] -= zero_level(F) *
+                    (act_sums[2 * l] * sub_scale<F>(k, 2 * l) + act_sums[2 * l + 1] * sub_scale<F>(k, 2 * l + 1));
     const float scale = a.scales[size_t(m * a.blocks + b)];
-    const float d = scale * k.d;
+    const float d = scale * k.d, dmin = -scale * k.dmin;
+    if constexpr (min_sum(F) == MinSum::eight_lanes)
+      for (int l = 0; l < 8; ++l) acc[l] = std::fma(dmin, float(k.min_lanes[l]), acc[l]);
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lanes[l]), acc[l]);
-    if constexpr (has_minimums(F)) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+    if constexpr (min_sum(F) == MinSum::four_lanes)
+      for (int j = 0; j < 4; ++j) four[j] = std::fma(dmin, float(k.min_lanes[j]), four[j]);
+    if constexpr (min_sum(F) == MinSum::one_sum)
+      one = std::fma(dmin, float(k.min_lanes[0] + k.min_lanes[1] + k.min_lanes[2] + k.min_lanes[3]), one);
   }
-  return sum_lanes(acc) + minimums;
+  return with_minimums<F>(sum_lanes(acc), four, one);
 }
 
 #ifdef KILN_X86_INTRINSICS
-// The minimums' term with SSE: the minimums times the sums of the
-// activation levels (vpmaddwd; for 8 minimums of 32 values the sums first
-// added by pairs, vphaddw), summed: exact, as the scalar loops.
-struct SseMinTerm {
-  [[gnu::always_inline]] static int32_t horizontal_sum(__m128i p) {
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
-  }
-  // m: Q4_K's or Q5_K's minimums as 16-bit integers (decode_simd's).
-  [[gnu::always_inline]] static int32_t of8(__m128i m, const int16_t* act_sums) {
-    const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
-                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
-    return horizontal_sum(_mm_madd_epi16(m, pairs));
-  }
-  [[gnu::always_inline]] static int32_t of16(const uint8_t* mins, const int16_t* act_sums) {
-    const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mins));
-    const __m128i low = _mm_madd_epi16(_mm_cvtepu8_epi16(m), _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)));
-    const __m128i high = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(m, 8)),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
-    return horizontal_sum(_mm_add_epi32(low, high));
-  }
-};
+// Sixteen 16-bit values times the activations' sums of 16, by pairs (vpmaddwd): eight lanes.
+[[gnu::always_inline]] inline __m256i times_act_sums(__m256i values16, const int16_t* act_sums) {
+  return _mm256_madd_epi16(values16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act_sums)));
+}
+// min_lanes_of8's four lanes (the activations' sums first added by pairs, vphaddw).
+[[gnu::always_inline]] inline __m128i min_lanes_of8_sse(__m128i mins16, const int16_t* act_sums) {
+  const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums)),
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(act_sums + 8)));
+  return _mm_madd_epi16(mins16, pairs);
+}
+
+// Each byte's bits from bit From moved to bit To, and masked: one 16-bit
+// shift (the other byte's bits that cross over are masked off).
+template <int From, int To>
+[[gnu::always_inline]] inline __m256i move_bits(__m256i v, __m256i mask) {
+  if constexpr (To > From) return _mm256_and_si256(_mm256_slli_epi16(v, To - From), mask);
+  if constexpr (To < From) return _mm256_and_si256(_mm256_srli_epi16(v, From - To), mask);
+  return _mm256_and_si256(v, mask);
+}
 
 // Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before Q6_K's zero).
-template <QuantFormat F>
-[[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, int i, __m256i& first, __m256i& second) {
+template <QuantFormat F, int i>
+[[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, __m256i& first, __m256i& second) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // chunks 2i, 2i + 1: bits 4 (i % 2) and + 2 of 32 (i / 2)
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (F == QuantFormat::q2_k ? 16 : 32) + (i / 2) * 32));
@@ -238,9 +267,9 @@ template <QuantFormat F>
     second = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * (i % 2) + 2), two);
     if constexpr (F == QuantFormat::q3_k) {  // hmask's bits 2i and 2i + 1, as 4
       const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-      const __m256i one = _mm256_set1_epi8(0x01);
-      first = _mm256_or_si256(first, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 2 * i), one), 2));
-      second = _mm256_or_si256(second, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 2 * i + 1), one), 2));
+      const __m256i four = _mm256_set1_epi8(0x04);
+      first = _mm256_or_si256(first, move_bits<2 * i, 2>(hm, four));
+      second = _mm256_or_si256(second, move_bits<2 * i + 1, 2>(hm, four));
     }
   } else if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (F == QuantFormat::q4_k ? 16 : 48) + i * 32));
@@ -249,138 +278,158 @@ template <QuantFormat F>
     if constexpr (F == QuantFormat::q5_k) {  // bit 2i and 2i + 1 of qh, as 16
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
       const __m256i bit = _mm256_set1_epi8(0x10);
-      first = _mm256_or_si256(first, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * i), 4), bit));
-      second = _mm256_or_si256(second, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * i + 1), 4), bit));
+      first = _mm256_or_si256(first, move_bits<2 * i, 4>(qh, bit));
+      second = _mm256_or_si256(second, move_bits<2 * i + 1, 4>(qh, bit));
     }
   } else {  // Q6_K: pair i = chunks 2i, 2i + 1: half h = i / 2, k = 2 (i % 2) and k + 1
-    const int h = i / 2, k = 2 * (i % 2);
+    constexpr int h = i / 2, k = 2 * (i % 2);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + h * 32));
-    const __m256i two = _mm256_set1_epi8(0x03);
+    const __m256i high_bits = _mm256_set1_epi8(0x30);
     const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h * 64));
     const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h * 64 + 32));
     const __m256i low0 = k == 0 ? _mm256_and_si256(ql0, nibble) : _mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble);
     const __m256i low1 = k == 0 ? _mm256_and_si256(ql1, nibble) : _mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble);
-    const __m256i high0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two), 4);
-    const __m256i high1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 2), two), 4);
-    first = _mm256_or_si256(low0, high0);
-    second = _mm256_or_si256(low1, high1);
+    first = _mm256_or_si256(low0, move_bits<2 * k, 4>(qh, high_bits));
+    second = _mm256_or_si256(low1, move_bits<2 * k + 2, 4>(qh, high_bits));
   }
 }
 
-// Lanes of a chunk times its scales: AVX2's pairs (vpmaddubsw), then the
-// scales (vpmaddwd: each pair of 16-bit sums times the scale of its lane).
-template <QuantFormat F>
-[[gnu::always_inline]] inline __m256i scaled_lanes_avx2(__m256i u, const int8_t* q8, __m256i scales16) {
-  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-  __m256i pairs = _mm256_maddubs_epi16(u, s);
-  if constexpr (zero_level(F) != 0)  // (u - 32) q8 = u q8 - 32 q8
-    pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(zero_level(F)), s));
-  return _mm256_madd_epi16(pairs, scales16);
-}
-
-// A block's parts on the SIMD paths: its sub-block scales as 16-bit
-// integers (Q4_K's and Q5_K's eight in elements 0-7, the others' sixteen),
-// so that a chunk's scales are one shuffle away instead of a byte each
-// taken out and broadcast.
+// A block's parts on the SIMD paths. Each sub-block scale is a 16-bit pair
+// (s | s << 16) in a 32-bit word, which vpmaddwd multiplies both sums of a
+// lane by: a chunk's scales are one vpermd away (of 16 values: a chunk's
+// lanes 0-3 take one, 4-7 the next).
 struct SimdBlock {
   float d, dmin;
-  __m256i scales;
-  int32_t min_term;
+  __m256i scale_pairs[2];  // scales 0-7, 8-15
+  __m256i min_lanes;       // KBlock's
+  __m256i zero_lanes;      // Q6_K: what its zero takes off each lane
 };
 
+// Eight scales (32-bit, signed or not) as their pairs.
+[[gnu::always_inline]] inline __m256i scale_pairs(__m256i scales) {
+  return _mm256_blend_epi16(scales, _mm256_slli_epi32(scales, 16), 0xaa);
+}
+[[gnu::always_inline]] inline __m128i low_bytes(const void* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
+
 template <QuantFormat F>
-[[gnu::always_inline]] inline SimdBlock decode_simd(const uint8_t* x, const int16_t* act_sums) {
+[[gnu::always_inline]] inline void decode_simd(const uint8_t* x, const int16_t* act_sums, SimdBlock& k) {
   if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
     const K4ScaleWords w = k4_scale_words(x + 4);
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.mins[1]), int(w.mins[0])));
-    const __m128i scales = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.scales[1]), int(w.scales[0])));
-    return {half_at(x), half_at(x + 2), _mm256_zextsi128_si256(scales), SseMinTerm::of8(mins, act_sums)};
+    k.d = half_at(x);
+    k.dmin = half_at(x + 2);
+    k.scale_pairs[0] = scale_pairs(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(w.scales[1]), int(w.scales[0]))));
+    k.min_lanes = _mm256_zextsi128_si256(
+        min_lanes_of8_sse(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.mins[1]), int(w.mins[0]))), act_sums));
+  } else if constexpr (F == QuantFormat::q2_k) {  // scale | min << 4 per byte
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+    const __m128i scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    k.d = half_at(x + 80);
+    k.dmin = half_at(x + 82);
+    k.scale_pairs[0] = scale_pairs(_mm256_cvtepu8_epi32(scales));
+    k.scale_pairs[1] = scale_pairs(_mm256_cvtepu8_epi32(_mm_srli_si128(scales, 8)));
+    k.min_lanes =
+        times_act_sums(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f))), act_sums);
   } else {
-    const KBlock k = decode_block<F, SseMinTerm>(x, act_sums);
-    const int8_t* scales = F == QuantFormat::q6_k ? k.q6_scales : k.k16_scales;
-    return {k.d, k.dmin, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), k.min_term};
+    int8_t q3[16];
+    const int8_t* scales = reinterpret_cast<const int8_t*>(x + 192);  // Q6_K's
+    if constexpr (F == QuantFormat::q3_k) k3_scales(x + 96, q3), scales = q3;
+    k.d = half_at(x + (F == QuantFormat::q3_k ? 108 : 208));
+    k.scale_pairs[0] = scale_pairs(_mm256_cvtepi8_epi32(low_bytes(scales)));
+    k.scale_pairs[1] = scale_pairs(_mm256_cvtepi8_epi32(low_bytes(scales + 8)));
+    if constexpr (zero_by_sums(F)) {
+      static_assert(zero_level(F) == 32);
+      const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      k.zero_lanes = _mm256_slli_epi32(times_act_sums(scales16, act_sums), 5);
+    }
   }
 }
 
-// The 16-bit scales of chunk c's eight lanes, each twice (one per 16-bit
-// pair): the 32-bit word that holds them, then its halves.
-template <QuantFormat F>
-[[gnu::always_inline]] inline __m256i chunk_scales16(__m256i scales, int c) {
-  if constexpr (scales_16_values(F)) {  // scale 2c for lanes 0-3 (the low 128 bits), 2c + 1 for 4-7: word c
-    const __m256i word = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c));
-    return _mm256_shuffle_epi8(word, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
-  } else {  // scale c: half c % 2 of word c / 2
-    const __m256i word = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c / 2));
-    const int byte = 2 * (c % 2);
-    return _mm256_shuffle_epi8(word, _mm256_set1_epi16(int16_t(byte | (byte + 1) << 8)));
+// Chunk c's scale pairs, lane by lane.
+template <QuantFormat F, int c>
+[[gnu::always_inline]] inline __m256i chunk_scales(const SimdBlock& k) {
+  if constexpr (scales_16_values(F)) {
+    constexpr int at = 2 * (c % 4);
+    return _mm256_permutevar8x32_epi32(k.scale_pairs[c / 4],
+                                       _mm256_setr_epi32(at, at, at, at, at + 1, at + 1, at + 1, at + 1));
+  } else {
+    return _mm256_permutevar8x32_epi32(k.scale_pairs[0], _mm256_set1_epi32(c));
   }
 }
 
-// A block's eight int32 lanes on each instruction path. AVX2: chunk by
-// chunk; AVX-512: a pair of chunks in one register (vpmaddubsw and vpmaddwd
-// on 64 values), the halves added.
+// lanes + a chunk's pairs times its scales, on each instruction path.
 struct Avx2Lanes {
-  template <QuantFormat F>
-  static __m256i block(const uint8_t* x, const int8_t* q8, __m256i scales) {
-    __m256i lanes = _mm256_setzero_si256();
-    for (int i = 0; i < 4; ++i) {
-      __m256i first, second;
-      chunk_pair<F>(x, i, first, second);
-      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(first, q8 + 64 * i, chunk_scales16<F>(scales, 2 * i)));
-      lanes = _mm256_add_epi32(lanes, scaled_lanes_avx2<F>(second, q8 + 64 * i + 32, chunk_scales16<F>(scales, 2 * i + 1)));
-    }
-    return lanes;
+  [[gnu::always_inline]] static __m256i add_scaled(__m256i lanes, __m256i pairs, __m256i scales) {
+    return _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, scales));
+  }
+};
+struct Avx512Lanes {  // (inlined by rows_avx512's flatten: always_inline would clash with its callers' targets)
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static __m256i add_scaled(__m256i lanes, __m256i pairs,
+                                                                                    __m256i scales) {
+    return _mm256_dpwssd_epi32(lanes, pairs, scales);
   }
 };
 
-struct Avx512Lanes {
-  // Which 16-bit scale each element of a pair of chunks takes (vpermw's
-  // indices for pair 0; pair i adds 2i, or 4i with sixteen scales).
-  static constexpr int16_t kPairScale8[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                               1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  static constexpr int16_t kPairScale16[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-  template <QuantFormat F>
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static __m256i block(const uint8_t* x, const int8_t* q8,
-                                                                                __m256i scales) {
-    const __m512i pair0 = _mm512_loadu_si512(scales_16_values(F) ? kPairScale16 : kPairScale8);
-    const __m512i all_scales = _mm512_castsi256_si512(scales);
-    __m512i lanes = _mm512_setzero_si512();
-    for (int i = 0; i < 4; ++i) {
-      __m256i first, second;
-      chunk_pair<F>(x, i, first, second);
-      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
-      const __m512i s = _mm512_loadu_si512(q8 + 64 * i);
-      __m512i pairs = _mm512_maddubs_epi16(u, s);
-      if constexpr (zero_level(F) != 0)
-        pairs = _mm512_sub_epi16(pairs, _mm512_maddubs_epi16(_mm512_set1_epi8(zero_level(F)), s));
-      const __m512i index = _mm512_add_epi16(pair0, _mm512_set1_epi16(int16_t(i * (scales_16_values(F) ? 4 : 2))));
-      const __m512i scales16 = _mm512_permutexvar_epi16(index, all_scales);
-      lanes = _mm512_add_epi32(lanes, _mm512_madd_epi16(pairs, scales16));
-    }
-    return _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
-  }
-};
+// Chunk c's byte products by pairs (vpmaddubsw), less Q3_K's zero level
+// times the activations ((u - 4) q8 = u q8 - 4 q8), added to the lanes with its scales.
+template <QuantFormat F, typename Lanes, int c>
+[[gnu::always_inline]] inline __m256i add_chunk(__m256i lanes, __m256i u, const int8_t* q8, const SimdBlock& k) {
+  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * c));
+  __m256i pairs = _mm256_maddubs_epi16(u, s);
+  if constexpr (byte_zero(F) != 0)
+    pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(byte_zero(F)), s));
+  return Lanes::add_scaled(lanes, pairs, chunk_scales<F, c>(k));
+}
+
+template <QuantFormat F, typename Lanes, int i>
+[[gnu::always_inline]] inline void add_chunk_pair(__m256i& even, __m256i& odd, const uint8_t* x, const int8_t* q8,
+                                                  const SimdBlock& k) {
+  __m256i first, second;
+  chunk_pair<F, i>(x, first, second);
+  even = add_chunk<F, Lanes, 2 * i>(even, first, q8, k);
+  odd = add_chunk<F, Lanes, 2 * i + 1>(odd, second, q8, k);
+}
 
 // One output on a SIMD path: the scalar reference's f32 steps on `Lanes`' integer lanes.
 template <QuantFormat F, typename Lanes>
 inline float dot_simd(const uint8_t* w, const Q8K& a, int64_t m) {
-  const int64_t bytes = k_block_bytes(F);
+  constexpr int64_t bytes = k_block_bytes(F);
   __m256 acc = _mm256_setzero_ps();
-  float minimums = 0;
+  __m128 four = _mm_setzero_ps();
+  float one = 0;
+  SimdBlock k;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* x = w + b * bytes;
     for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
-    const SimdBlock k = decode_simd<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16));
-    const __m256i lanes = Lanes::template block<F>(x, a.levels.data() + (m * a.blocks + b) * S, k.scales);
+    decode_simd<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), k);
+    const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
+    // Even and odd chunks in two chains (the same integers; Q3_K ran 1.25x faster than with one).
+    __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+    add_chunk_pair<F, Lanes, 0>(even, odd, x, q8, k);
+    add_chunk_pair<F, Lanes, 1>(even, odd, x, q8, k);
+    add_chunk_pair<F, Lanes, 2>(even, odd, x, q8, k);
+    add_chunk_pair<F, Lanes, 3>(even, odd, x, q8, k);
+    __m256i lanes = _mm256_add_epi32(even, odd);
+    if constexpr (zero_by_sums(F)) lanes = _mm256_sub_epi32(lanes, k.zero_lanes);
     const float scale = a.scales[size_t(m * a.blocks + b)];
+    const float dmin = -scale * k.dmin;
+    if constexpr (min_sum(F) == MinSum::eight_lanes)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k.min_lanes), acc);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * k.d), _mm256_cvtepi32_ps(lanes), acc);
-    if constexpr (has_minimums(F)) minimums = std::fma(-scale * k.dmin, float(k.min_term), minimums);
+    const __m128i four_lanes = _mm256_castsi256_si128(k.min_lanes);
+    if constexpr (min_sum(F) == MinSum::four_lanes)
+      four = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(four_lanes), four);
+    if constexpr (min_sum(F) == MinSum::one_sum) {
+      __m128i total = _mm_add_epi32(four_lanes, _mm_shuffle_epi32(four_lanes, 0x4e));
+      total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0xb1));
+      one = std::fma(dmin, float(_mm_cvtsi128_si32(total)), one);
+    }
   }
-  float lanes[8];
+  float lanes[8], four_sums[4];
   _mm256_storeu_ps(lanes, acc);
-  return sum_lanes(lanes) + minimums;
+  _mm_storeu_ps(four_sums, four);
+  return with_minimums<F>(sum_lanes(lanes), four_sums, one);
 }
 #endif
 
@@ -453,7 +502,7 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* x = row + b * k_block_bytes(F);
     static constexpr int16_t kNoSums[16] = {};  // (the minimums' term with activations: unused here)
-    const KBlock k = decode_block<F, ScalarMinTerm>(x, kNoSums);
+    const KBlock k = decode_block<F>(x, kNoSums);
     uint8_t block_mins[16] = {};
     if constexpr (F == QuantFormat::q2_k)
       for (int i = 0; i < 16; ++i) block_mins[i] = x[i] >> 4;
