@@ -6,12 +6,9 @@
 #include <optional>
 
 #include "kiln/core/error.h"
-#include "kiln/text/grammar/json_schema.h"
-#include "kiln/text/spaces.h"
 #include "kiln/text/tool_call_cursor.h"
 #include "kiln/text/tool_call_elements.h"
 #include "kiln/text/tool_call_parameters.h"
-#include "kiln/text/tool_call_probe.h"
 
 namespace kiln::text {
 
@@ -21,155 +18,7 @@ using json = nlohmann::ordered_json;
 using tool_call_reading::Cursor;
 using tool_call_reading::Scan;
 
-// name, section_begin, call_begin, args_key, name_args_separator, id_marker, call_end, between, section_end, id_length
-// [, param_begin, param_name_end, param_end, param_name_end_json, builtin_begin, id_is_index, name_marker, announced];
-// the later rows name their fields.
-const std::vector<ToolCallFormat> kFormats = {
-    // Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5: XML-style parameters, each value on its own lines.
-    {"qwen3-coder", "", "<tool_call>\n<function=", "", ">\n", "", "</function>\n</tool_call>", "\n", "", 0,
-     "<parameter=", ">\n", "\n</parameter>\n"},
-    {"seed-oss", "", "<seed:tool_call>\n<function=", "", ">\n", "", "</function>\n</seed:tool_call>", "\n", "", 0,
-     "<parameter=", ">", "</parameter>\n"},
-    {"glm-4.6", "", "<tool_call>", "", "\n", "", "</tool_call>", "\n", "", 0, "<arg_key>", "</arg_key>\n<arg_value>",
-     "</arg_value>\n"},
-    {"glm-4.7", "", "<tool_call>", "", "", "", "</tool_call>", "", "", 0, "<arg_key>", "</arg_key><arg_value>",
-     "</arg_value>"},
-    // DeepSeek V3.2 and V4 (DSML): each parameter says whether its value is text or JSON.
-    {"deepseek-v3.2", "<｜DSML｜function_calls>\n", "<｜DSML｜invoke name=\"", "", "\">\n", "", "</｜DSML｜invoke>\n", "",
-     "</｜DSML｜function_calls>", 0, "<｜DSML｜parameter name=\"", "\" string=\"true\">", "</｜DSML｜parameter>\n",
-     "\" string=\"false\">"},
-    {"deepseek-v4", "<｜DSML｜tool_calls>\n", "<｜DSML｜invoke name=\"", "", "\">\n", "", "</｜DSML｜invoke>\n", "",
-     "</｜DSML｜tool_calls>", 0, "<｜DSML｜parameter name=\"", "\" string=\"true\">", "</｜DSML｜parameter>\n",
-     "\" string=\"false\">"},
-    {"minimax-m2", "<minimax:tool_call>\n", "<invoke name=\"", "", "\">\n", "", "</invoke>\n", "", "</minimax:tool_call>",
-     0, "<parameter name=\"", "\">", "</parameter>\n"},
-    // MiniMax M3: nested elements after its namespace token.
-    {.name = "minimax-m3", .section_begin = "]<]minimax[>[<tool_call>\n", .call_begin = "]<]minimax[>[<invoke name=\"",
-     .name_args_separator = "\">", .call_end = "]<]minimax[>[</invoke>\n", .section_end = "]<]minimax[>[</tool_call>",
-     .element_prefix = "]<]minimax[>["},
-    // Kimi K3: XML-style parameters, each naming its type, in <|open|>/<|close|> tags.
-    {.name = "kimi-k3", .section_begin = "<|open|>tools<|sep|>", .call_begin = "<|open|>call tool=\"",
-     .name_args_separator = "\"<|sep|>", .call_end = "<|close|>call<|sep|>", .section_end = "<|close|>tools<|sep|>",
-     .param_begin = "<|open|>argument key=\"", .param_name_end = "\"<|sep|>", .param_end = "<|close|>argument<|sep|>",
-     .index_marker = "\" index=\"", .param_type_marker = "\" type=\""},
-    {.name = "minicpm5", .call_begin = "<function name=\"", .name_args_separator = "\">", .call_end = "</function>",
-     .between = "\n", .param_begin = "<param name=\"", .param_name_end = "\">", .param_end = "</param>",
-     .cdata_values = true},
-    // Hermes 2/3, Qwen2.5, Qwen3, QwQ, Granite 4, MiMo...
-    {"hermes", "", "<tool_call>\n", "arguments", "", "", "\n</tool_call>", "\n", "", 0},
-    // Mistral Nemo (tokenizer v3): a JSON array after [TOOL_CALLS].
-    {"mistral", "[TOOL_CALLS][", "", "arguments", "", "", "", ", ", "]", 9},
-    // Mistral Small 3.2, Devstral, Ministral 3 (tokenizer v11+): [TOOL_CALLS]name[ARGS]{...} per call.
-    {"mistral-v11", "", "[TOOL_CALLS]", "", "[ARGS]", "[CALL_ID]", "", "", "", 9},
-    {"deepseek-v3.1", "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>", "",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>", "",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>", "",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>", 0},
-    // DeepSeek R1 and its distills: the call's type, its name, then its arguments in a JSON code block.
-    {.name = "deepseek-r1", .section_begin = "<｜tool▁calls▁begin｜>",
-     .call_begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", .name_args_separator = "\n```json\n", .call_end = "\n```<｜tool▁call▁end｜>", .between = "\n",
-     .section_end = "<｜tool▁calls▁end｜>"},
-    // MiniMax M1: one JSON object per line.
-    {.name = "minimax-m1", .section_begin = "<tool_calls>\n", .args_key = "arguments", .between = "\n",
-     .section_end = "\n</tool_calls>"},
-    // Hunyuan (Hy3): GLM's parameters, in its own tags.
-    {.name = "hunyuan", .section_begin = "<tool_calls:opensource>\n", .call_begin = "<tool_call:opensource>",
-     .name_args_separator = "<tool_sep:opensource>\n", .call_end = "</tool_call:opensource>\n",
-     .section_end = "</tool_calls:opensource>", .param_begin = "<arg_key:opensource>",
-     .param_name_end = "</arg_key:opensource>\n<arg_value:opensource>", .param_end = "</arg_value:opensource>\n"},
-    // Command R7B, Command A: a JSON list of {"tool_call_id", "tool_name", "parameters"}, one object a line.
-    {.name = "command-r7b", .section_begin = "<|START_ACTION|>[\n    ", .args_key = "parameters",
-     .between = ",\n    ", .section_end = "\n]<|END_ACTION|>", .name_key = "tool_name", .index_key = "tool_call_id"},
-    {"apriel", "<tool_calls>[", "", "arguments", "", "", "", ", ", "]</tool_calls>", 0},
-    {"nemotron-v2", "<TOOLCALL>[", "", "arguments", "", "", "", ", ", "]</TOOLCALL>", 0},
-    // Granite 3.3: its template renders no calls; its system prompt asks for a JSON list after <|tool_call|>
-    // (and the model writes each object's arguments before its name).
-    {"granite-3.3", "<|tool_call|>[", "", "arguments", "", "", "", ", ", "]", 0, "", "", "", "", "", false, "",
-     "<|tool_call|> followed by a JSON list"},
-    {"gigachat3.1", "", "<|function_call|>", "arguments", "", "", "", "", "", 0},
-    // GigaChat 3: one call, a message of the "function call" role after the assistant's.
-    {.name = "gigachat3", .section_begin = "<|message_sep|>\n\nfunction call<|role_sep|>\n", .args_key = "arguments"},
-    {"functionary-v3.1", "", "<function=", "", ">", "", "</function>", "", "", 0},
-    // Functionary 3.2: >>>RECIPIENT, a line break, then the content (recipient "all") or a call's JSON arguments.
-    {.name = "functionary-v3.2", .call_begin = ">>>", .name_args_separator = "\n", .content_recipient = "all\n"},
-    // Firefunction v2: functools, then a JSON list of calls.
-    {"firefunction-v2", "functools[", "", "arguments", "", "", "", ", ", "]", 0},
-    // Kimi K2 (read in moonshotai's template; Instruct and Thinking answer the same way): functions.NAME:INDEX,
-    // then the JSON arguments.
-    {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", "", "<|tool_call_argument_begin|>",
-     ":", "<|tool_call_end|>", "", "<|tool_calls_section_end|>", 0, "", "", "", "", "", true},
-    // Solar Open: <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|> per call.
-    {"solar-open", "<|tool_calls|>", "<|tool_call:begin|>", "", "<|tool_call:args|>", "", "<|tool_call:end|>", "",
-     "<|calls|>", 10, "", "", "", "", "", false, "<|tool_call:name|>"},
-    // Apertus: a JSON list of {"NAME": ARGUMENTS}.
-    {"apertus", "<|tools_prefix|>[", "{\"", "", "\": ", "", "}", ", ", "]<|tools_suffix|>", 0},
-    // LFM2, LFM2.5: a Python list of calls, NAME(KEY=VALUE, ...). LFM2's and LFM2.5-Instruct's templates render
-    // no calls; they list the tools in the system prompt so.
-    {.name = "lfm2", .section_begin = "<|tool_call_start|>[", .name_args_separator = "(", .call_end = ")",
-     .between = ", ", .section_end = "]<|tool_call_end|>", .announced = "List of tools: ", .keyword_arguments = true},
-    // Gemma 4: NAME{KEY:VALUE,...}, values in its notation.
-    {.name = "gemma-4", .call_begin = "<|tool_call>call:", .name_args_separator = "{", .call_end = "}<tool_call|>",
-     .keyword_arguments = true, .keyword_assign = ":", .notation = &kGemmaNotation},
-    // muse-glimmer: a message to the tool per call, its parameters in an <atem:invoke> naming it again.
-    {.name = "muse-glimmer", .call_begin = " to=",
-     .name_args_separator = "<|message|><atem:function_calls>\n<atem:invoke name=\"",
-     .call_end = "</atem:invoke>\n</atem:function_calls>", .between = "<|eom|><|start|>assistant",
-     .param_begin = "<atem:parameter name=\"", .param_name_end = "\">", .param_end = "</atem:parameter>\n",
-     .name_repeat_end = "\">\n", .opening_names_the_tool = true},
-    // gpt-oss (harmony): to=functions.NAME, then the JSON arguments after <|message|>, in the commentary channel.
-    {.name = "harmony", .call_begin = "<|channel|>commentary to=functions.",
-     .name_args_separator = " <|constrain|>json<|message|>", .call_end = "<|call|>", .call_begin_alt = " to=functions.",
-     .args_after = "<|message|>", .name_args_separator_alt = "<|channel|>commentary json<|message|>",
-     .probe_rendered = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": "
-                       "\"Paris\"}<|call|>"},
-    // Llama 3.1, 3.2, 3.3: a bare JSON object, its arguments under "parameters".
-    {"llama3-json", "", "", "parameters", "", "", "", "; ", "", 0, "", "", "", "", "<|python_tag|>"},
-};
-
-bool has_parameters(const ToolCallFormat& f) { return *f.param_begin != 0; }
-bool is_object_call(const ToolCallFormat& f) { return *f.name_args_separator == 0 && !has_parameters(f); }
-
 constexpr std::string_view kCdataBegin = "<![CDATA[", kCdataEnd = "]]>";
-
-// An object call up to its arguments: {"name": NAME, "arguments": (or its
-// index first, then the format's keys).
-std::string object_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& index) {
-  const std::string indexed = *f.index_key ? "\"" + std::string(f.index_key) + "\": \"" + index + "\", " : "";
-  return "{" + indexed + "\"" + f.name_key + "\": " + json(name).dump() + ", \"" + f.args_key + "\": ";
-}
-
-// Its grammar: the index any digits (the first '@', as the index comes before the name).
-std::string object_call_opening_gbnf(const ToolCallFormat& f, const std::string& name) {
-  if (!*f.index_key) return gbnf_literal(object_call_opening(f, name, "0"));
-  const std::string text = object_call_opening(f, name, "@");
-  const size_t at = text.find('@');
-  return gbnf_literal(text.substr(0, at)) + " [0-9]+ " + gbnf_literal(text.substr(at + 1));
-}
-
-// The text of one call, as the format spells it (the object's closing brace
-// left off: templates may write more keys after the arguments).
-std::string spell_call_opening(const ToolCallFormat& f, const std::string& name, const std::string& arguments) {
-  if (has_parameters(f)) {  // arguments {"city": "Paris"} as the probe's one parameter (Kimi K3's: its index 1)
-    const std::string index = *f.index_marker ? f.index_marker + std::string("1") : "";
-    const std::string type = *f.param_type_marker ? f.param_type_marker + std::string("string") : "";
-    const std::string again = *f.name_repeat_end ? name + f.name_repeat_end : "";
-    return f.call_begin + name + index + f.name_args_separator + again + f.param_begin + "city" + type +
-           f.param_name_end + "Paris" + f.param_end;
-  }
-  if (f.keyword_arguments)
-    return f.call_begin + name + f.name_args_separator + "city" + f.keyword_assign +
-           (f.notation->bare_keys ? spell_value("Paris", *f.notation) : "'Paris'");
-  if (*f.element_prefix)
-    return f.call_begin + name + f.name_args_separator + f.element_prefix + "<city>Paris" + f.element_prefix +
-           "</city>";
-  if (!is_object_call(f)) return f.call_begin + name + f.name_args_separator + arguments;
-  return f.call_begin + object_call_opening(f, name, "0") + arguments;
-}
-
-// A GBNF literal, or nothing for empty text.
-std::string literal_or_nothing(const std::string& text) { return text.empty() ? "" : gbnf_literal(text); }
-
 
 // The end of `text` that may begin `marker` (shorter than it), as a length.
 size_t held_back(std::string_view text, std::string_view marker) {
@@ -312,11 +161,6 @@ json function_parameters(const json& tools, const std::string& name) {
 
 bool offers(const json& tools, std::string_view name) { return offered_function(tools, name) != nullptr; }
 
-// The tools Llama 3.1's templates name built-in: called as
-// NAME.call(KEY="VALUE", ...) after <|python_tag|>, or (code_interpreter)
-// with Python code after it.
-const char* const kBuiltinTools[] = {"brave_search", "wolfram_alpha", "code_interpreter"};
-
 // After builtin_begin: NAME.call(KEY="VALUE", ...) to an offered tool,
 // added once whole, or code_interpreter's code, added at once and growing.
 Scan read_builtin_call(Cursor& c, std::vector<ToolCall>& calls, std::string_view text, const json& tools, bool whole) {
@@ -368,33 +212,6 @@ Scan read_builtin_call(Cursor& c, std::vector<ToolCall>& calls, std::string_view
   return whole ? Scan::kDone : Scan::kPartial;
 }
 
-bool is_builtin(const ToolCallFormat& f, const std::string& name) {
-  return *f.builtin_begin && std::any_of(std::begin(kBuiltinTools), std::end(kBuiltinTools),
-                                         [&](const char* b) { return name == b; });
-}
-
-// A built-in tool's call: code_interpreter's code, or NAME.call(KEY="VALUE",
-// ...) with the required parameters in order (strings: the templates write
-// them between quotes, unescaped).
-std::string builtin_call_gbnf(const ToolCallFormat& f, const std::string& name, const json& parameters) {
-  if (name == "code_interpreter") return gbnf_literal(f.builtin_begin) + " [^\\x00]+";
-  std::string out = gbnf_literal(f.builtin_begin + name + ".call(");
-  bool first = true;
-  if (parameters.is_object() && parameters.contains("required") && parameters["required"].is_array())
-    for (const json& key : parameters["required"]) {
-      const json schema = key.is_string() ? parameter_schema(parameters, key.get<std::string>()) : json();
-      KILN_CHECK(schema.is_object() && schema.value("type", json()) == "string" && !schema.contains("pattern") &&
-                     !schema.contains("format") && !schema.contains("enum"),
-                 "built-in tool ", name, ": its parameters must be plain strings (Llama's NAME.call(KEY=\"VALUE\") "
-                 "holds no other)");
-      const std::string length = length_repetition(schema);
-      out += " " + gbnf_literal((first ? "" : ", ") + key.get<std::string>() + "=\"") + " [^\"\\x00-\\x1f]" + (length.empty() ? "*" : length) +
-             " \"\\\"\"";
-      first = false;
-    }
-  return out + " \")\"";
-}
-
 // Kimi's id for a call, as its template writes it: the text that call_begin
 // ends with after its special token ("functions."), the name, the marker and the index.
 std::string indexed_call_id(const ToolCallFormat& f, const std::string& name, const std::string& index) {
@@ -427,7 +244,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     if (Scan s = c.name(&id_first, ""); s != Scan::kDone) return s;
     if (Scan s = c.literal(f.name_marker); s != Scan::kDone) return s;
   }
-  if (!is_object_call(f)) {
+  if (!f.is_object_call()) {
     std::string name;
     // (Kimi's functions.NAME:INDEX: the name ends at the colon.)
     if (Scan s = c.name(&name, f.id_is_index ? "_-." : "_-.:"); s != Scan::kDone) return s;
@@ -448,7 +265,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
       std::string_view skipped;
       if (Scan s = c.until(f.args_after, &skipped); s != Scan::kDone) return s;
       c.literal(f.args_after);
-    } else if (Scan s = c.literal(has_parameters(f) ? trimmed(f.name_args_separator) : f.name_args_separator);
+    } else if (Scan s = c.literal(f.has_parameters() ? trimmed(f.name_args_separator) : f.name_args_separator);
                s != Scan::kDone) {
       return s;
     }
@@ -460,7 +277,7 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
     }
     calls.push_back({name, "", id_first.empty() ? id : id_first});
     ToolCall& call = calls.back();
-    const Scan s = has_parameters(f)      ? read_parameters(f, c, call, function_parameters(tools, name))
+    const Scan s = f.has_parameters()    ? read_parameters(f, c, call, function_parameters(tools, name))
                    : f.keyword_arguments ? read_keyword_arguments(f, c, call)
                    : *f.element_prefix   ? read_element_arguments(f, c, call, text, function_parameters(tools, name))
                                          : arguments(call);
@@ -507,143 +324,6 @@ Scan read_call(const ToolCallFormat& f, Cursor& c, std::vector<ToolCall>& calls,
 
 
 }  // namespace
-
-std::vector<std::string> ToolCallFormat::openings(const json& tools) const {
-  if (opening_names_the_tool) {
-    std::vector<std::string> out;
-    if (tools.is_array())
-      for (const json& tool : tools)
-        if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
-            tool["function"].contains("name") && tool["function"]["name"].is_string())
-          out.push_back(std::string(section_begin) + call_begin + tool["function"]["name"].get<std::string>() +
-                        name_args_separator);
-    return out;
-  }
-  const std::string opening = std::string(section_begin) + call_begin;
-  std::vector<std::string> out = {opening.empty() ? "{\"" + std::string(name_key) + "\"" : opening};
-  if (*call_begin_alt) out.push_back(section_begin + std::string(call_begin_alt));
-  return out;
-}
-
-std::vector<std::string> ToolCallFormat::literals() const {
-  std::vector<std::string> out;
-  for (const char* s : {section_begin, call_begin, name_args_separator, id_marker, call_end, between, section_end,
-                        param_begin, param_name_end, param_end, builtin_begin, name_marker, element_prefix,
-                        index_marker, param_type_marker, call_begin_alt, args_after})
-    if (*s) out.emplace_back(s);
-  return out;
-}
-
-const std::vector<ToolCallFormat>& tool_call_formats() { return kFormats; }
-
-std::string tool_call_format_list() {
-  std::string names;
-  for (const auto& f : kFormats) names += (names.empty() ? "" : ", ") + std::string(f.name);
-  return names;
-}
-
-const ToolCallFormat* detect_tool_call_format(const ChatTemplate& chat) {
-  if (!chat.is_jinja()) return nullptr;
-  const json messages = tool_call_probe_messages(takes_text_arguments(chat));
-  const std::optional<std::string> probe = rendered_tool_call_probe(chat, messages, false);
-  if (!probe) return nullptr;  // the template refuses tool calls
-  const std::string& rendered = *probe;
-  for (const auto& f : kFormats) {
-    if (*f.probe_rendered) {
-      if (rendered.find(f.probe_rendered) != std::string::npos) return &f;
-      continue;
-    }
-    const std::string call = spell_call_opening(f, "get_weather", "{\"city\": \"Paris\"}");
-    // Mistral's templates write the call's id before its arguments, Kimi's its index, Solar's the id before the name.
-    std::string with_id = call;
-    if (*f.id_marker)
-      with_id = f.call_begin + std::string("get_weather") + f.id_marker + (f.id_is_index ? "0" : "call00001") +
-                f.name_args_separator + "{\"city\": \"Paris\"}";
-    else if (*f.name_marker)
-      with_id = f.call_begin + std::string("call00001") + f.name_marker + "get_weather" + f.name_args_separator +
-                "{\"city\": \"Paris\"}";
-    for (const std::string& spelled : {call, with_id})
-      if (rendered.find(f.section_begin + spelled) != std::string::npos) return &f;
-  }
-  const std::optional<std::string> asked = rendered_tool_call_probe(chat, json::array({messages[0]}), true);
-  if (!asked) return nullptr;
-  for (const auto& f : kFormats)
-    if (*f.announced && asked->find(f.announced) != std::string::npos) return &f;
-  return nullptr;
-}
-
-std::string tool_call_gbnf(const ToolCallFormat& f, const json& tools, const std::string& only, bool parallel,
-                           bool triggered) {
-  KILN_CHECK(tools.is_array() && !tools.empty(), "tool_call_gbnf: no tools");
-  std::string rules, calls;
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& function = tools[i]["function"];
-    const std::string name = function["name"];
-    if (!only.empty() && name != only) continue;
-    const json parameters = function.value("parameters", json{{"type", "object"}});
-    const std::string prefix = "tool" + std::to_string(i) + "-";
-    std::string body;            // the call after call_begin
-    std::string json_arguments;  // the arguments' expression, where they are JSON
-    try {
-      if (is_builtin(f, name)) {
-        rules += prefix + "call ::= " + builtin_call_gbnf(f, name, parameters) + "\n";
-        calls += (calls.empty() ? "" : " | ") + prefix + "call";
-        continue;
-      }
-      if (has_parameters(f)) {
-        const std::string index = *f.index_marker ? gbnf_literal(f.index_marker) + " [0-9]+ " : "";
-        const std::string again = *f.name_repeat_end ? gbnf_literal(name + f.name_repeat_end) + " " : "";
-        body = gbnf_literal(name) + " " + index + gbnf_literal(f.name_args_separator) + " " + again +
-               parameters_gbnf(f, parameters, prefix, rules);
-      } else if (f.keyword_arguments) {
-        body = gbnf_literal(name + f.name_args_separator) + " " + keyword_arguments_gbnf(f, parameters, prefix, rules);
-      } else if (*f.element_prefix) {
-        body = gbnf_literal(name + f.name_args_separator) + " " +
-               elements_gbnf(f.element_prefix, parameters, prefix + "el", rules);
-      } else {
-        const JsonSchemaRules args = json_schema_rules(parameters, prefix);
-        rules += args.rules;
-        json_arguments = args.top;
-        std::string named = f.id_is_index ? gbnf_literal(name + f.id_marker) + " [0-9]+ " +
-                                                gbnf_literal(f.name_args_separator)
-                                          : gbnf_literal(name + f.name_args_separator);
-        if (*f.name_marker)
-          named = "[a-z0-9]{" + std::to_string(f.id_length) + "} " + gbnf_literal(f.name_marker) + " " + named;
-        body = is_object_call(f) ? object_call_opening_gbnf(f, name) + " " + args.top + " " + gbnf_literal("}")
-                                 : named + " " + args.top;
-      }
-    } catch (const Error& e) {
-      KILN_FAIL("tools[", i, "] (", name, ") parameters: ", e.what());
-    }
-    rules += prefix + "call ::= " + (*f.content_recipient ? "" : literal_or_nothing(f.call_begin)) + " " + body + " " +
-             literal_or_nothing(f.call_end) + "\n";
-    calls += (calls.empty() ? "" : " | ") + prefix + "call";
-    if (*f.name_args_separator_alt) {  // the other spelling (harmony's recipient in the role), the same arguments
-      rules += prefix + "call-alt ::= " + gbnf_literal(f.call_begin_alt + name + f.name_args_separator_alt) + " " +
-               json_arguments + " " + literal_or_nothing(f.call_end) + "\n";
-      calls += " | " + prefix + "call-alt";
-    }
-  }
-  KILN_CHECK(!calls.empty(), "no tool is named '", only, "'");
-  // A recipient's call_begin opens each call but the first, which the prompt wrote (unless a trigger starts the
-  // grammar at a later one).
-  const std::string recipient_begin = *f.content_recipient ? gbnf_literal(f.call_begin) : "";
-  const std::string next = literal_or_nothing(f.between) + " " + recipient_begin;
-  std::string root =
-      "root ::= " + literal_or_nothing(f.section_begin) + " " + (triggered ? recipient_begin : "") + " call ";
-  if (parallel && (*f.between || *f.call_begin))  // (a format that cannot spell a second call takes one)
-    root += "( " + next + " call )* ";
-  root += literal_or_nothing(f.section_end) + "\ncall ::= " + calls + "\n";
-  return root + json_primitives_gbnf() + (f.notation == &kGemmaNotation ? gemma_primitives_gbnf() : "") +
-         (has_parameters(f) ? parameter_text_rules(f) : "") + rules;
-}
-
-Grammar grammar_after_content_recipient(const ToolCallFormat& f, const Grammar& answer) {
-  const std::string name = unused_rule_prefix(answer, "recipient") + "-answer";
-  return parse_gbnf(answer.source + "\n" + name + " ::= " + gbnf_literal(f.content_recipient) + " " +
-                        answer.rules[size_t(answer.root)].name + "\n",
-                    name);
-}
 
 ToolChoice tool_choice_from_json(const json& choice, const json& tools) {
   if (choice.is_null()) return {tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto, ""};

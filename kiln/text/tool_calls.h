@@ -124,7 +124,22 @@ struct ToolCallFormat {
   std::vector<std::string> openings(const nlohmann::ordered_json& tools) const;
   // Every literal of the format (special tokens in them are kept as text).
   std::vector<std::string> literals() const;
+
+  // XML-style parameters (param_begin) rather than JSON arguments.
+  bool has_parameters() const { return *param_begin != 0; }
+  // A bare JSON object holding the name and the arguments.
+  bool is_object_call() const { return *name_args_separator == 0 && !has_parameters(); }
+  // Whether `tool` is one of kBuiltinTools, called after builtin_begin (where the format has one).
+  bool is_builtin(std::string_view tool) const;
+  // An object call up to its arguments: {"name": NAME, "arguments": (or its
+  // index first, then the format's keys).
+  std::string object_call_opening(const std::string& name, const std::string& index) const;
 };
+
+// The tools Llama 3.1's templates name built-in, in their order: called as
+// NAME.call(KEY="VALUE", ...) after <|python_tag|>, or (code_interpreter)
+// with Python code after it.
+inline constexpr const char* kBuiltinTools[] = {"brave_search", "wolfram_alpha", "code_interpreter"};
 
 // The known formats, most specific first.
 const std::vector<ToolCallFormat>& tool_call_formats();

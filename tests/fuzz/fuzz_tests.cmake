@@ -76,6 +76,7 @@ kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/
             kiln/text/grammar/json_number_gbnf.h
             kiln/text/grammar/matcher.cpp kiln/text/grammar/matcher.h kiln/text/grammar/token_trie.cpp
             kiln/text/grammar/token_trie.h kiln/text/tool_calls.cpp kiln/text/tool_calls.h
+            kiln/text/tool_call_formats.cpp kiln/text/tool_call_grammar.cpp
             kiln/text/tool_call_parameters.cpp kiln/text/tool_call_parameters.h kiln/text/python_literal.cpp
             kiln/text/python_literal.h kiln/text/tool_call_elements.cpp kiln/text/tool_call_elements.h
             kiln/text/tool_call_cursor.h kiln/text/tool_call_probe.cpp kiln/text/tool_call_probe.h
