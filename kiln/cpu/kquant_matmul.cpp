@@ -123,8 +123,8 @@ void min_lanes_of16(const uint8_t* mins, const int16_t* act_sums, int32_t* lanes
   for (int i = 0; i < 16; ++i) lanes[i / 2] += int32_t(mins[i]) * int32_t(act_sums[i]);
 }
 
-// A block's f32 sum: the lanes', with the minimums' as MinSum says (four
-// lanes summed as ggml sums its acc_m).
+// An output: its lanes' sum, with the minimums' as MinSum says (four lanes
+// summed as ggml sums its acc_m).
 template <QuantFormat F>
 inline float with_minimums(float lanes, const float* four, float one) {
   if constexpr (min_sum(F) == MinSum::four_lanes) return lanes + ((four[0] + four[2]) + (four[1] + four[3]));
