@@ -205,12 +205,15 @@ inline float merged_total(const typename Ops::Acc& even, const typename Ops::Acc
 // of the quantized activations, each weight block loaded once for the R of
 // them. `Ops` is an instruction path: load(w_block) gives the block's
 // levels, and add(acc, levels, x_block, scale) adds its 8 integer lanes
-// times scale into acc's 8 f32 lanes. Even blocks accumulate into one Acc,
-// odd ones into another, so consecutive blocks' multiply-adds do not wait
-// on each other's latency; the two meet lane by lane at the end. Each
-// output's arithmetic is the same whatever R, so results do not depend on
-// how rows are grouped, nor on the path. The rows_* loops below are
-// flattened, so all of it inlines into each path's own instruction set.
+// times scale into acc's 8 f32 lanes. Each output's blocks accumulate in
+// order into one Acc, as ggml's vec_dot_q8_0_q8_0 (and tinyBLAS) sum them,
+// so a Q8_0 product is ggml's bits. (Even and odd blocks in two chains, as
+// this kernel had them, hid the multiply-adds' latency but decoded
+// TinyLlama's Q8_0 5-8% slower on the Xeon with AMX; two weight rows at
+// once, each one chain, 8% slower still.) Each output's arithmetic is the
+// same whatever R, so results do not depend on how rows are grouped, nor
+// on the path. The rows_* loops below are flattened, so all of it inlines
+// into each path's own instruction set.
 template <Levels L, typename Ops, int R>
 inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
   static_assert(byte_levels(L));
@@ -219,24 +222,22 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const int8_t* xq[R];
   const float* xs[R];
-  typename Ops::Acc even[R], odd[R];
+  typename Ops::Acc acc[R];
   for (int r = 0; r < R; ++r) {
     xq[r] = a.levels.data() + (m0 + r) * blocks * B;
     xs[r] = a.scales.data() + (m0 + r) * blocks;
-    even[r] = odd[r] = Ops::zero();
+    acc[r] = Ops::zero();
   }
-  auto block = [&](int64_t i, const typename Ops::Levels& levels, typename Ops::Acc* acc) {
-    for (int r = 0; r < R; ++r) Ops::add(acc[r], levels, xq[r] + i * B, L == Levels::int8 ? xs[r][i] : xs[r][i] * ws[i]);
-  };
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    prefetch_ahead(row + b * B);  // two blocks: a line
-    block(b, Ops::load(row + b * B), even);
-    block(b + 1, Ops::load(row + (b + 1) * B), odd);
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (b % 2 == 0) prefetch_ahead(row + b * B);  // two blocks: a line
+    const typename Ops::Levels levels = Ops::load(row + b * B);
+    for (int r = 0; r < R; ++r)
+      Ops::add(acc[r], levels, xq[r] + b * B, L == Levels::int8 ? xs[r][b] : xs[r][b] * ws[b]);
   }
-  if (b < blocks) block(b, Ops::load(row + b * B), even);
   for (int r = 0; r < R; ++r) {
-    const float total = merged_total<Ops>(even[r], odd[r]);
+    float lanes[8];
+    Ops::store(acc[r], lanes);
+    const float total = sum_lanes(lanes);
     out[(m0 + r) * w.rows + n] = L == Levels::int8 ? total * w.scales[n] : total;
   }
 }
@@ -249,8 +250,9 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
 // block l / 4 of the pair, levels 4l' .. 4l' + 3 and 16 + 4l' .. 16 + 4l' + 3
 // (l' = l % 4); a fixed zero point comes off in integers, lane by lane (the
 // activations' zero_lanes). Each lane then adds its block's scale times the
-// lane into an f32 lane; even and odd pairs use different accumulators, as
-// dot_rows does for blocks. Every path and every R gives the same bits.
+// lane into an f32 lane; even and odd pairs use different accumulators (so
+// that consecutive pairs' multiply-adds do not wait on each other). Every
+// path and every R gives the same bits.
 template <Levels L, typename Ops, int R>
 inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
   static_assert(!byte_levels(L));
