@@ -208,9 +208,9 @@ inline float merged_total(const typename Ops::Acc& even, const typename Ops::Acc
 // times scale into acc's 8 f32 lanes. Each output's blocks accumulate in
 // order into one Acc, as ggml's vec_dot_q8_0_q8_0 (and tinyBLAS) sum them,
 // so a Q8_0 product is ggml's bits. (Even and odd blocks in two chains, as
-// this kernel had them, hid the multiply-adds' latency but decoded
-// TinyLlama's Q8_0 5-8% slower on the Xeon with AMX; two weight rows at
-// once, each one chain, 8% slower still.) Each output's arithmetic is the
+// this kernel had them, decoded no faster: TinyLlama's Q8_0 on the Xeon with
+// AMX, interleaved rounds within 8% either way; two weight rows at once,
+// each one chain, ran 8% slower.) Each output's arithmetic is the
 // same whatever R, so results do not depend on how rows are grouped, nor
 // on the path. The rows_* loops below are flattened, so all of it inlines
 // into each path's own instruction set.
