@@ -437,6 +437,13 @@ TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
   broken = spm_file.metadata();
   broken["tokenizer.ggml.token_type"] = nlohmann::json::array({1, 2});
   EXPECT_THROW(text::gguf_vocab(broken), Error);  // one type per token
+  // Values of the wrong kind (the fuzzer's find: a NaN token type, once converted to an integer undefined).
+  broken = spm_file.metadata();
+  broken["tokenizer.ggml.token_type"][0] = std::nan("");
+  EXPECT_THROW(text::gguf_vocab(broken), Error);
+  broken = spm_file.metadata();
+  broken["tokenizer.ggml.scores"][0] = 1e300;
+  EXPECT_THROW(text::gguf_vocab(broken), Error);
 }
 
 // Random blocks of every quantized type (tests/hf/make_gguf_quants_fixture.py), dequantized as gguf-py, llama.cpp's

@@ -1,6 +1,8 @@
 #include "kiln/text/gguf_vocab.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -104,10 +106,18 @@ std::vector<T> array_of(const json& m, const std::string& key, size_t expected, 
   std::vector<T> out;
   out.reserve(v->size());
   try {
+    // (A value that does not fit T, a NaN or 1e300 given for an int or a
+    // float, would convert undefined: it is an error here.)
     for (const auto& e : *v) {
-      if constexpr (std::is_same_v<T, std::string>) KILN_CHECK(e.is_string(), "GGUF: '", key, "' holds a non-string");
-      else KILN_CHECK(e.is_number(), "GGUF: '", key, "' holds a non-number");
-      out.push_back(e.get<T>());
+      if constexpr (std::is_same_v<T, std::string>) {
+        KILN_CHECK(e.is_string(), "GGUF: '", key, "' holds a non-string");
+      } else if constexpr (std::is_integral_v<T>) {
+        KILN_CHECK(e.is_number_integer(), "GGUF: '", key, "' holds a non-integer");
+      } else {
+        KILN_CHECK(e.is_number() && !(std::abs(e.template get<double>()) > std::numeric_limits<T>::max()), "GGUF: '",
+                   key, "' holds ", e.dump(), ", not a number of its type");
+      }
+      out.push_back(e.template get<T>());
     }
   } catch (const json::exception&) {
     KILN_FAIL("GGUF: '", key, "' holds values of the wrong type");
