@@ -96,13 +96,13 @@ constexpr MinSum min_sum(QuantFormat F) {
 }
 constexpr bool has_minimums(QuantFormat F) { return min_sum(F) != MinSum::none; }
 
-// One weight block's decoded parts: its scales, and where there are minimums, their term.
+// One weight block's decoded parts: its scales, and its minimums where it has them.
 struct KBlock {
   float d, dmin;
   uint8_t k4_scales[8];        // Q4_K, Q5_K: 8 scales of 32 values
   int8_t k16_scales[16];       // Q2_K, Q3_K: 16 scales of 16 values (Q3_K's signed)
   const int8_t* q6_scales;     // Q6_K: 16 signed scales of 16 values, in the block
-  int32_t min_lanes[8] = {};   // the minimums' term (Q2_K eight lanes, Q4_K and Q5_K four)
+  uint8_t mins[16];            // Q2_K: 16 minimums of 16 values; Q4_K, Q5_K: 8 of 32
 };
 
 template <QuantFormat F>
@@ -133,14 +133,12 @@ inline float with_minimums(float lanes, const float* four, float one) {
 }
 
 template <QuantFormat F>
-inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
+inline KBlock decode_block(const uint8_t* x) {
   KBlock k{};
   if constexpr (F == QuantFormat::q2_k) {  // {scales[16] (scale | min << 4), qs[64], d, dmin}
     k.d = half_at(x + 80);
     k.dmin = half_at(x + 82);
-    uint8_t mins[16];
-    for (int i = 0; i < 16; ++i) k.k16_scales[i] = int8_t(x[i] & 0xf), mins[i] = x[i] >> 4;
-    min_lanes_of16(mins, act_sums, k.min_lanes);
+    for (int i = 0; i < 16; ++i) k.k16_scales[i] = int8_t(x[i] & 0xf), k.mins[i] = x[i] >> 4;
   } else if constexpr (F == QuantFormat::q3_k) {  // {hmask[32], qs[64], scales[12], d}
     k.d = half_at(x + 108);
     k3_scales(x + 96, k.k16_scales);
@@ -150,16 +148,14 @@ inline KBlock decode_block(const uint8_t* x, const int16_t* act_sums) {
   } else {
     k.d = half_at(x);
     k.dmin = half_at(x + 2);
-    uint8_t mins[8];
-    k4_scales_mins(x + 4, k.k4_scales, mins);
-    min_lanes_of8(mins, act_sums, k.min_lanes);
+    k4_scales_mins(x + 4, k.k4_scales, k.mins);
   }
   return k;
 }
 
 // The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
 // the level the format's zero sits at (Q3_K's 4, Q6_K's 32; the K-quants
-// with minimums have none: their term is min_lanes).
+// with minimums have none: their term is the minimums' lanes).
 template <QuantFormat F>
 inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
   if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // 2 bits at 2 (c % 4) of byte l of 32 (c / 4)
@@ -207,8 +203,10 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
     const uint8_t* x = w + b * bytes;
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
     const int16_t* act_sums = a.sums.data() + (m * a.blocks + b) * (S / 16);
-    const KBlock k = decode_block<F>(x, act_sums);
-    int32_t lanes[8] = {};
+    const KBlock k = decode_block<F>(x);
+    int32_t lanes[8] = {}, min_lanes[8] = {};
+    if constexpr (F == QuantFormat::q2_k) min_lanes_of16(k.mins, act_sums, min_lanes);
+    else if constexpr (has_minimums(F)) min_lanes_of8(k.mins, act_sums, min_lanes);
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
       chunk_levels<F>(x, c, u);
@@ -225,12 +223,12 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
     const float scale = a.scales[size_t(m * a.blocks + b)];
     const float d = scale * k.d, dmin = -scale * k.dmin;
     if constexpr (min_sum(F) == MinSum::eight_lanes)
-      for (int l = 0; l < 8; ++l) acc[l] = std::fma(dmin, float(k.min_lanes[l]), acc[l]);
+      for (int l = 0; l < 8; ++l) acc[l] = std::fma(dmin, float(min_lanes[l]), acc[l]);
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lanes[l]), acc[l]);
     if constexpr (min_sum(F) == MinSum::four_lanes)
-      for (int j = 0; j < 4; ++j) four[j] = std::fma(dmin, float(k.min_lanes[j]), four[j]);
+      for (int j = 0; j < 4; ++j) four[j] = std::fma(dmin, float(min_lanes[j]), four[j]);
     if constexpr (min_sum(F) == MinSum::one_sum)
-      one = std::fma(dmin, float(k.min_lanes[0] + k.min_lanes[1] + k.min_lanes[2] + k.min_lanes[3]), one);
+      one = std::fma(dmin, float(min_lanes[0] + min_lanes[1] + min_lanes[2] + min_lanes[3]), one);
   }
   return with_minimums<F>(sum_lanes(acc), four, one);
 }
@@ -301,7 +299,7 @@ template <QuantFormat F, int i>
 struct SimdBlock {
   float d, dmin;
   __m256i scale_pairs[2];  // scales 0-7, 8-15
-  __m256i min_lanes;       // KBlock's
+  __m256i min_lanes;       // dot_scalar's min_lanes
   __m256i zero_lanes;      // Q6_K: what its zero takes off each lane
 };
 
@@ -501,15 +499,7 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
   constexpr int64_t per_block = S / sub_block_values(F);
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* x = row + b * k_block_bytes(F);
-    static constexpr int16_t kNoSums[16] = {};  // (the minimums' term with activations: unused here)
-    const KBlock k = decode_block<F>(x, kNoSums);
-    uint8_t block_mins[16] = {};
-    if constexpr (F == QuantFormat::q2_k)
-      for (int i = 0; i < 16; ++i) block_mins[i] = x[i] >> 4;
-    else if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k) {
-      uint8_t unused[8];
-      k4_scales_mins(x + 4, unused, block_mins);
-    }
+    const KBlock k = decode_block<F>(x);
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
       chunk_levels<F>(x, c, u);
@@ -517,7 +507,7 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
     }
     for (int64_t i = 0; i < per_block; ++i) {
       scales[b * per_block + i] = k.d * float(sub_scale<F>(k, int(i)));
-      if constexpr (has_minimums(F)) mins[b * per_block + i] = -k.dmin * float(block_mins[i]);
+      if constexpr (has_minimums(F)) mins[b * per_block + i] = -k.dmin * float(k.mins[i]);
     }
   }
 }
