@@ -9,7 +9,8 @@ LLAMA_CPP="${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp source tree with a build (b
 GGML_LIBS="$LLAMA_CPP/${LLAMA_BUILD:-build}/bin"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-# Kiln's libraries, as its own bench links them (the words after "-o kiln_quant_bench").
+# Kiln's libraries, as its own bench links them (the words after "-o kiln_quant_bench" in the Ninja build
+# scripts/build.sh makes).
 libs="$(ninja -C "$BUILD" -t commands kiln_quant_bench | tail -1 | sed 's/.*-o kiln_quant_bench//; s/&& :$//')"
 (cd "$BUILD" && c++ -std=gnu++20 -O2 -march=x86-64-v3 -fopenmp -I"$ROOT" -I"$LLAMA_CPP/ggml/include" \
   "$ROOT/bench/hf/kquant_vs_ggml.cpp" -o "$WORK/kquant_vs_ggml" $libs -L"$GGML_LIBS" -lggml-cpu -lggml-base \
