@@ -3,6 +3,7 @@
 // the mapping in Kiln's row-major shapes, and every damaged variant of it an
 // error that names the problem (tests/fuzz/gguf_fuzzer.cpp fuzzes the parser).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,11 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
-#include <unistd.h>
-
-#include "kiln/core/error.h"
 #include "kiln/autograd/ops.h"
+#include "kiln/core/error.h"
 #include "kiln/io/gguf.h"
 #include "kiln/io/gguf_quants.h"
 #include "kiln/io/gguf_writer.h"
@@ -498,6 +498,111 @@ TEST(GgufModels, QuantizedFilesAreTheirF32FileWithinRounding) {
     EXPECT_LT(worst, bound);
     std::printf("%s: largest log-probability difference from F32 %.4f\n", file, worst);
   }
+}
+
+// A model gguf-split wrote as three files (tests/hf/fixtures/gguf-tiny-split: llama-gguf-split --split-max-tensors 8
+// of gguf-tiny's Q4_K_M file) opens from its first file as the one file it was, tensors from all three.
+TEST(GgufSplit, ASplitModelOpensFromItsFirstFileAsTheWholeFile) {
+  const std::string split =
+      std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny-split/model-q4_k_m-00001-of-00003.gguf";
+  const GgufFile whole =
+      GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny/model-q4_k_m.gguf");
+  const GgufFile file = GgufFile::open(split);
+  ASSERT_EQ(file.header().tensors.size(), whole.header().tensors.size());
+  std::set<uint32_t> files;
+  for (const GgufTensorInfo& t : file.header().tensors) {
+    files.insert(t.file);
+    const Tensor a = file.tensor(t.name), b = whole.tensor(t.name);
+    ASSERT_EQ(a.shape(), b.shape()) << t.name;
+    EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0) << t.name;
+  }
+  EXPECT_EQ(files, (std::set<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(file.metadata()["general.architecture"], "llama");
+  const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42};
+  EXPECT_EQ(models::next_token_log_probabilities(*models::load_gguf_language_model(file), ids),
+            models::next_token_log_probabilities(*models::load_gguf_language_model(whole), ids));
+  EXPECT_EQ(models::load_hf_tokenizer(split).encode("Hello world"),
+            models::load_hf_tokenizer(whole.path()).encode("Hello world"));
+}
+
+// A split model's files in a scratch folder, each case a kiln::Error that names what is wrong.
+class GgufSplitErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kiln_gguf_split_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    for (int k = 1; k <= 3; ++k) fs::copy_file(source(k), part(k), fs::copy_options::overwrite_existing);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static std::string source(int k) {
+    return std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny-split/model-q4_k_m-0000" + std::to_string(k) +
+           "-of-00003.gguf";
+  }
+  std::string part(int k) const { return (dir_ / ("m-0000" + std::to_string(k) + "-of-00003.gguf")).string(); }
+  static std::string error_of(const std::string& path) {
+    try {
+      GgufFile::open(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(opened)";
+  }
+  fs::path dir_;
+};
+
+TEST_F(GgufSplitErrors, EachWrongFileIsNamed) {
+  EXPECT_EQ(GgufFile::open(part(1)).header().tensors.size(), 21u);
+  // Its second file: open the first.
+  EXPECT_NE(error_of(part(2)).find("open its first, " + part(1)), std::string::npos) << error_of(part(2));
+  // A file another split's: its split.no says so.
+  fs::copy_file(part(2), part(3), fs::copy_options::overwrite_existing);
+  EXPECT_NE(error_of(part(1)).find("is not file 3 of 3"), std::string::npos) << error_of(part(1));
+  // A file missing.
+  fs::remove(part(3));
+  EXPECT_NE(error_of(part(1)).find("its file 3 cannot be read"), std::string::npos) << error_of(part(1));
+  // Renamed: the others cannot be found.
+  fs::copy_file(source(3), part(3));
+  fs::rename(part(1), dir_ / "model.gguf");
+  EXPECT_NE(error_of((dir_ / "model.gguf").string()).find("does not end in -00001-of-00003.gguf"), std::string::npos);
+}
+
+// The cached header of a split model is reused while none of its files changes, and parsed again when one does.
+TEST_F(GgufSplitErrors, ReopeningReusesTheHeaderUntilAnyFileChanges) {
+  const GgufFile first = GgufFile::open(part(1));
+  EXPECT_EQ(&GgufFile::open(part(1)).header(), &first.header());
+  {
+    std::ofstream out(part(3), std::ios::binary | std::ios::app);
+    out.write("\0\0\0\0", 4);  // a longer last file
+  }
+  const GgufFile again = GgufFile::open(part(1));
+  EXPECT_NE(&again.header(), &first.header());
+  EXPECT_EQ(again.header().tensors.size(), 21u);
+}
+
+// Files written by Kiln's own writer, split by hand: a tensor in two files, and a count of tensors the files do
+// not hold, are errors.
+TEST_F(GgufSplitErrors, ATensorTwiceOrACountNotHeldIsAnError) {
+  const std::vector<float> values(32, 0.5f);
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  auto write = [&](int k, int count, int tensors, const std::vector<std::string>& names) {
+    nlohmann::json m = {{"split.no", k - 1}, {"split.count", count}, {"split.tensors.count", tensors}};
+    if (k == 1) m["general.architecture"] = "llama";
+    std::vector<GgufTensorOut> out;
+    for (const std::string& name : names) out.push_back({name, {32}, GgufType::F32, bytes});
+    write_gguf((dir_ / ("h-0000" + std::to_string(k) + "-of-0000" + std::to_string(count) + ".gguf")).string(), m, out);
+  };
+  const std::string first = (dir_ / "h-00001-of-00002.gguf").string();
+  write(1, 2, 2, {"a"});
+  write(2, 2, 2, {"b"});
+  EXPECT_EQ(GgufFile::open(first).tensor("b").to_vector<float>(), values);
+  write(1, 2, 3, {"a"});
+  EXPECT_NE(error_of(first).find("should hold 3 tensors (split.tensors.count), and its 2 files hold 2"),
+            std::string::npos)
+      << error_of(first);
+  write(1, 2, 2, {"a"});
+  write(2, 2, 2, {"a"});
+  EXPECT_NE(error_of(first).find("holds tensor 'a' a second time"), std::string::npos) << error_of(first);
 }
 
 }  // namespace

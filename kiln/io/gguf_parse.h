@@ -40,6 +40,7 @@ struct GgufTensorInfo {
   GgufType type = GgufType::F32;
   uint64_t offset = 0;        // from the start of the data section
   uint64_t bytes = 0;
+  uint32_t file = 0;  // which of a split model's files holds it (GgufFile); 0 in a file's own header
 };
 
 struct GgufHeader {
