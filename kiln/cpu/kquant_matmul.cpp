@@ -402,13 +402,14 @@ inline float dot_simd(const uint8_t* w, const Q8K& a, int64_t m) {
     for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
     decode_simd<F>(x, a.sums.data() + (m * a.blocks + b) * (S / 16), k);
     const int8_t* q8 = a.levels.data() + (m * a.blocks + b) * S;
-    // Even and odd chunks in two chains (the same integers; Q3_K ran 1.25x faster than with one).
+    // The chunks in four chains (the same integers; with VNNI Q3_K ran 1.1x faster than with two, 1.25x than one).
     __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+    __m256i even2 = _mm256_setzero_si256(), odd2 = _mm256_setzero_si256();
     add_chunk_pair<F, Lanes, 0>(even, odd, x, q8, k);
-    add_chunk_pair<F, Lanes, 1>(even, odd, x, q8, k);
+    add_chunk_pair<F, Lanes, 1>(even2, odd2, x, q8, k);
     add_chunk_pair<F, Lanes, 2>(even, odd, x, q8, k);
-    add_chunk_pair<F, Lanes, 3>(even, odd, x, q8, k);
-    __m256i lanes = _mm256_add_epi32(even, odd);
+    add_chunk_pair<F, Lanes, 3>(even2, odd2, x, q8, k);
+    __m256i lanes = _mm256_add_epi32(_mm256_add_epi32(even, odd), _mm256_add_epi32(even2, odd2));
     if constexpr (zero_by_sums(F)) lanes = _mm256_sub_epi32(lanes, k.zero_lanes);
     const float scale = a.scales[size_t(m * a.blocks + b)];
     const float dmin = -scale * k.dmin;
