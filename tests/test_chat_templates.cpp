@@ -11,6 +11,7 @@
 #include <set>
 
 #include "kiln/core/error.h"
+#include "kiln/io/gguf_writer.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/hf_chat.h"
@@ -118,8 +119,42 @@ TEST(ChatTemplates, AFolderGivesItsTemplateOrSaysHowToNameOne) {
             .dump());
   auto t = models::load_hf_chat_template(d.string());
   EXPECT_TRUE(t.is_jinja());
-  EXPECT_EQ(t.render({{"user", "Hi"}}), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  const std::string llama3_hi =
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
+      "header_id|>\n\n";
+  EXPECT_EQ(t.render({{"user", "Hi"}}), llama3_hi);
+  // With tools (a list, even an empty one), the "tool_use" template renders, as transformers picks it.
+  const nlohmann::ordered_json hi = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  text::ChatTemplate chatml = text::ChatTemplate::from_jinja(sources["chatml"].get<std::string>());
+  chatml.tokens = t.tokens;
+  const std::string with_tools = chatml.render_json(hi, nlohmann::ordered_json::array(), true);
+  EXPECT_NE(with_tools, t.render({{"user", "Hi"}}));
+  EXPECT_EQ(t.render_json(hi, nlohmann::ordered_json::array(), true), with_tools);
+  EXPECT_EQ(t.render_json(hi, nullptr, true), t.render({{"user", "Hi"}}));
+  // transformers 5 saves a second template as additional_chat_templates/NAME.jinja.
+  write("chat_template.jinja", sources["llama3"].get<std::string>());
+  fs::create_directories(d / "additional_chat_templates");
+  write("additional_chat_templates/tool_use.jinja", sources["chatml"].get<std::string>());
+  write("tokenizer_config.json", json{{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}}.dump());
+  t = models::load_hf_chat_template(d.string());
+  EXPECT_EQ(t.render_json(hi, nlohmann::ordered_json::array(), true), with_tools);
+  EXPECT_EQ(t.render({{"user", "Hi"}}), llama3_hi);
+  fs::remove_all(d / "additional_chat_templates");
+  fs::remove(d / "chat_template.jinja");
+  // A GGUF file's: tokenizer.chat_template.tool_use beside tokenizer.chat_template (llama.cpp's converter's keys).
+  const std::string gguf = (d / "templates.gguf").string();
+  write_gguf(gguf,
+             {{"tokenizer.chat_template", sources["llama3"]},
+              {"tokenizer.chat_template.tool_use", sources["chatml"]},
+              {"tokenizer.ggml.tokens", {"<|begin_of_text|>", "<|eot_id|>"}},
+              {"tokenizer.ggml.bos_token_id", 0}},
+             {});
+  t = models::load_hf_chat_template(gguf);
+  EXPECT_EQ(t.render_json(hi, nlohmann::ordered_json::array(), true), with_tools);
+  EXPECT_EQ(t.render({{"user", "Hi"}}), llama3_hi);
+  write_gguf(gguf, {{"tokenizer.chat_template", sources["llama3"]}, {"tokenizer.chat_template.tool_use", 3}}, {});
+  EXPECT_THROW(models::load_hf_chat_template(gguf), Error);
+  fs::remove(gguf);
   // chat_template.jinja (what transformers 5 saves) comes first.
   write("chat_template.jinja", sources["gemma"].get<std::string>());
   EXPECT_EQ(models::load_hf_chat_template(d.string()).render({{"user", "Hi"}}),

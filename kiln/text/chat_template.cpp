@@ -144,9 +144,10 @@ ChatTemplate chat_template_named(const std::string& name) {
   KILN_FAIL("unknown chat template '", name, "'; the known ones are ", chat_template_list());
 }
 
-ChatTemplate ChatTemplate::from_jinja(const std::string& source) {
+ChatTemplate ChatTemplate::from_jinja(const std::string& source, const std::string& tool_use) {
   ChatTemplate t("jinja", "", nullptr);
   t.jinja_ = std::make_shared<const jinja::Template>(source);
+  if (!tool_use.empty()) t.tool_use_ = std::make_shared<const jinja::Template>(tool_use);
   return t;
 }
 
@@ -197,7 +198,7 @@ std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages, co
   for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
   jinja::RenderOptions options;
   options.now_unix_seconds = now_unix_seconds;
-  return jinja_->render(context, options);
+  return (tools.is_array() && tool_use_ ? *tool_use_ : *jinja_).render(context, options);
 }
 
 }  // namespace kiln::text

@@ -38,8 +38,12 @@ class ChatTemplate {
   // A family's built-in renderer.
   ChatTemplate(std::string name, std::string end_of_turn, Renderer render)
       : name_(std::move(name)), end_of_turn_(std::move(end_of_turn)), render_(render) {}
-  // A template's Jinja source, parsed now: a syntax error is a kiln::Error naming its line.
-  static ChatTemplate from_jinja(const std::string& source);
+  // A template's Jinja source, parsed now: a syntax error is a kiln::Error
+  // naming its line. `tool_use`: the template a model ships beside its
+  // default for conversations with tools (Hermes', Command R's: transformers'
+  // template named "tool_use", llama.cpp's tokenizer.chat_template.tool_use);
+  // as both do, a render given a list of tools (even an empty one) runs it.
+  static ChatTemplate from_jinja(const std::string& source, const std::string& tool_use = "");
 
   // "jinja" for a template's own program, else the family's name.
   const std::string& name() const { return name_; }
@@ -67,7 +71,7 @@ class ChatTemplate {
  private:
   std::string name_, end_of_turn_;
   Renderer render_ = nullptr;
-  std::shared_ptr<const jinja::Template> jinja_;
+  std::shared_ptr<const jinja::Template> jinja_, tool_use_;  // tool_use_: null where the model has none
 };
 
 // The known templates' names: chatml, llama3, llama2, mistral, gemma, phi3, zephyr.

@@ -362,10 +362,12 @@ GgufVocab gguf_vocab(const json& m) {
 
 GgufChatTemplate gguf_chat_template(const json& m) {
   GgufChatTemplate out;
-  if (const json* t = find(m, "tokenizer.chat_template")) {
-    KILN_CHECK(t->is_string(), "GGUF: 'tokenizer.chat_template' is not a string");
-    out.source = t->get<std::string>();
-  }
+  for (auto [key, source] :
+       {std::pair{"tokenizer.chat_template", &out.source}, {"tokenizer.chat_template.tool_use", &out.tool_use}})
+    if (const json* t = find(m, key)) {
+      KILN_CHECK(t->is_string(), "GGUF: '", key, "' is not a string");
+      *source = t->get<std::string>();
+    }
   const json* tokens = find(m, "tokenizer.ggml.tokens");
   if (!tokens || !tokens->is_array()) return out;
   auto text_of = [&](const char* key) {

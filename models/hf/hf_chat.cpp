@@ -26,11 +26,26 @@ std::string token_text(const json& config, const char* key, const fs::path& path
   return v["content"].get<std::string>();
 }
 
-// The template's source: chat_template.jinja, else chat_template.json's
-// (a processor's, as Gemma 3's and other multimodal folders hold it), else
-// tokenizer_config.json's chat_template.
-std::string template_source(const fs::path& dir, const json& config, const fs::path& config_path) {
-  if (fs::exists(dir / "chat_template.jinja")) return read_text_file((dir / "chat_template.jinja").string());
+// A folder's templates: its default, and the one for conversations with
+// tools where it has one ("" where not).
+struct TemplateSources {
+  std::string default_source, tool_use;
+};
+
+// As transformers reads them: chat_template.jinja (and
+// additional_chat_templates/tool_use.jinja, where transformers 5 saves a
+// second template), else chat_template.json's (a processor's, as Gemma 3's
+// and other multimodal folders hold it), else tokenizer_config.json's
+// chat_template: a string, or a list of named templates (Hermes', Command
+// R's: "default" and "tool_use").
+TemplateSources template_sources(const fs::path& dir, const json& config, const fs::path& config_path) {
+  TemplateSources s;
+  if (fs::exists(dir / "additional_chat_templates" / "tool_use.jinja"))
+    s.tool_use = read_text_file((dir / "additional_chat_templates" / "tool_use.jinja").string());
+  if (fs::exists(dir / "chat_template.jinja")) {
+    s.default_source = read_text_file((dir / "chat_template.jinja").string());
+    return s;
+  }
   if (fs::exists(dir / "chat_template.json")) {
     const fs::path path = dir / "chat_template.json";
     json processor;
@@ -41,17 +56,25 @@ std::string template_source(const fs::path& dir, const json& config, const fs::p
     }
     KILN_CHECK(processor.is_object() && processor.contains("chat_template") && processor["chat_template"].is_string(),
                path.string(), " holds no \"chat_template\" string");
-    return processor["chat_template"].get<std::string>();
+    s.default_source = processor["chat_template"].get<std::string>();
+    return s;
   }
-  if (!config.contains("chat_template") || config["chat_template"].is_null()) return "";
+  if (!config.contains("chat_template") || config["chat_template"].is_null()) return s;
   const json& t = config["chat_template"];
-  if (t.is_string()) return t.get<std::string>();
+  if (t.is_string()) {
+    s.default_source = t.get<std::string>();
+    return s;
+  }
   KILN_CHECK(t.is_array(), config_path.string(), ": \"chat_template\" is neither a string nor a list of templates");
   for (const auto& named : t)
-    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-        named["template"].is_string())
-      return named["template"].get<std::string>();
-  KILN_FAIL(config_path.string(), ": \"chat_template\" lists no template named \"default\"");
+    if (named.is_object() && named.contains("template") && named["template"].is_string()) {
+      const std::string name = named.value("name", "");
+      if (name == "default") s.default_source = named["template"].get<std::string>();
+      if (name == "tool_use" && s.tool_use.empty()) s.tool_use = named["template"].get<std::string>();
+    }
+  KILN_CHECK(!s.default_source.empty(), config_path.string(),
+             ": \"chat_template\" lists no template named \"default\"");
+  return s;
 }
 
 }  // namespace
@@ -62,7 +85,8 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
     if (name.empty() && g.source.empty())
       KILN_FAIL("gguf:", dir, " has no chat template (tokenizer.chat_template); name one with --chat-template NAME (",
                 text::chat_template_list(), ")");
-    text::ChatTemplate t = name.empty() ? text::ChatTemplate::from_jinja(g.source) : text::chat_template_named(name);
+    text::ChatTemplate t =
+        name.empty() ? text::ChatTemplate::from_jinja(g.source, g.tool_use) : text::chat_template_named(name);
     t.tokens = {g.bos_token, g.eos_token};
     return t;
   }
@@ -78,11 +102,11 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
   }
   text::ChatTemplate t = [&] {
     if (!name.empty()) return text::chat_template_named(name);
-    const std::string source = template_source(dir, config, config_path);
-    if (source.empty())
+    const TemplateSources sources = template_sources(dir, config, config_path);
+    if (sources.default_source.empty())
       KILN_FAIL("hf:", dir, " has no chat template (tokenizer_config.json's \"chat_template\" or "
                 "chat_template.jinja); name one with --chat-template NAME (", text::chat_template_list(), ")");
-    return text::ChatTemplate::from_jinja(source);
+    return text::ChatTemplate::from_jinja(sources.default_source, sources.tool_use);
   }();
   t.tokens = {token_text(config, "bos_token", config_path), token_text(config, "eos_token", config_path)};
   return t;

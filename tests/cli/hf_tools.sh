@@ -55,6 +55,21 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
+# A folder with two templates, as Hermes 3's tokenizer_config.json lists them: a ChatML default, and its tool_use
+# template (transformers renders the latter for a conversation with tools).
+mkdir -p "$WORK/hermes3pair"
+for f in "$MODEL"/*; do ln -s "$f" "$WORK/hermes3pair/"; done
+rm "$WORK/hermes3pair/chat_template.jinja" "$WORK/hermes3pair/tokenizer_config.json"
+"$PY" - "$MODEL/tokenizer_config.json" "$TEMPLATES/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja" \
+  "$WORK/hermes3pair/tokenizer_config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+chatml = ("{{bos_token}}{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+config["bos_token"] = "<|endoftext|>"
+config["chat_template"] = [{"name": "default", "template": chatml}, {"name": "tool_use", "template": open(sys.argv[2]).read()}]
+json.dump(config, open(sys.argv[3], "w"))
+PY
 # Functionary's and Firefunction v2's templates start with bos_token, which this tokenizer lacks: they get one.
 for name in functionary31 functionary32 firefunction; do
   rm "$WORK/$name/tokenizer_config.json"
@@ -62,7 +77,7 @@ for name in functionary31 functionary32 firefunction; do
     "$MODEL/tokenizer_config.json" "$WORK/$name/tokenizer_config.json"
 done
 models=()
-for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 functionary32 $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
+for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 functionary32 hermes3pair $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -129,6 +144,27 @@ for model, folder in list(folders.items()) + [(m, f"{work}/{m}") for m in render
     got = post("/apply-template", {"model": model, "messages": messages, "tools": tools})["prompt"]
     assert got == want, (model, got, want)
 print(f"round trip: {len(folders) + len(render_only)} templates render as transformers does")
+
+# 1b. Two templates in one folder: with tools (a round trip, or a plain question) the tool_use one renders, without
+# them the default, as transformers picks them; a forced call comes in the tool_use template's format.
+pair_tokenizer = AutoTokenizer.from_pretrained(f"{work}/hermes3pair")
+question = [{"role": "user", "content": "What's the weather in Paris?"}]
+trip = round_trip("hermes3pair", "call_abc", json.dumps({"city": "Paris", "unit": "celsius"}))
+trip_theirs = copy.deepcopy(trip)
+trip_theirs[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
+for messages, theirs, kwargs in ((question, question, {"tools": tools}), (trip, trip_theirs, {"tools": tools}),
+                                 (question, question, {})):
+    want = pair_tokenizer.apply_chat_template(theirs, tokenize=False, add_generation_prompt=True, **kwargs)
+    got = post("/apply-template", {"model": "hermes3pair", "messages": messages} | kwargs)["prompt"]
+    assert got == want, (kwargs, got, want)
+    assert ("<tools>" in got) == bool(kwargs), got
+r = client.chat.completions.create(model="hermes3pair", messages=question, tools=tools, tool_choice="required",
+                                   seed=1, max_tokens=240, temperature=0.7, parallel_tool_calls=False,
+                                   extra_body={"reasoning_format": "none"})
+assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.tool_calls, r
+jsonschema.validate(json.loads(r.choices[0].message.tool_calls[0].function.arguments),
+                    schemas[r.choices[0].message.tool_calls[0].function.name])
+print("two templates: the tool_use one with tools, the default without, as transformers")
 
 # 2. Forced calls: valid in every format, at several seeds and temperatures. (reasoning_format "none":
 # the grammar holds from the first token. Split, a reasoning template's answer thinks first, and a
