@@ -120,8 +120,8 @@ TEST(ChatTemplates, AFolderGivesItsTemplateOrSaysHowToNameOne) {
   auto t = models::load_hf_chat_template(d.string());
   EXPECT_TRUE(t.is_jinja());
   const std::string llama3_hi =
-      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
-      "header_id|>\n\n";
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
   EXPECT_EQ(t.render({{"user", "Hi"}}), llama3_hi);
   // With tools (a list, even an empty one), the "tool_use" template renders, as transformers picks it.
   const nlohmann::ordered_json hi = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
