@@ -11,6 +11,7 @@
 #include "kiln/io/text_file.h"
 #include "models/hf/gguf_export.h"
 #include "models/hf/gguf_model.h"
+#include "models/hf/hf_chat.h"
 #include "models/hf/hf_export.h"
 #include "models/hf/hf_model.h"
 
@@ -45,6 +46,9 @@ models::HfFolderContents hf_folder_files(const std::string& dir) {
   c.config = models::read_hf_config(dir);
   c.tokenizer_json = read_text_file((fs::path(dir) / "tokenizer.json").string());
   c.tokenizer_config = read_json_or_empty(fs::path(dir) / "tokenizer_config.json");
+  // Its templates wherever it keeps them (chat_template.jinja, as transformers 5 saves them), in the config's form.
+  if (const nlohmann::json templates = models::folder_chat_templates(dir); !templates.is_null())
+    c.tokenizer_config["chat_template"] = templates;
   c.generation_config = read_json_or_empty(fs::path(dir) / "generation_config.json");
   return c;
 }

@@ -1,6 +1,7 @@
 #include "models/hf/gguf_export.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -136,6 +137,26 @@ LlamaConfig gpt2_as_llama(const json& c) {
   return L;
 }
 
+// tokenizer_config.json's "chat_template" as llama.cpp's converter writes it
+// (gguf-py's add_chat_template): the text, or a list's "default" as
+// tokenizer.chat_template and each other template as
+// tokenizer.chat_template.NAME, named in tokenizer.chat_templates.
+void write_chat_templates(const json& templates, json& m) {
+  if (templates.is_string()) m["tokenizer.chat_template"] = templates;
+  if (!templates.is_array()) return;
+  json names = json::array();
+  for (const json& t : templates) {
+    if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) continue;
+    std::string name = t.value("name", "");
+    for (char& c : name)  // (gguf-py's: letters, digits and _ alone)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    if (name.empty()) continue;
+    m[name == "default" ? std::string("tokenizer.chat_template") : "tokenizer.chat_template." + name] = t["template"];
+    if (name != "default") names.push_back(name);
+  }
+  if (!names.empty()) m["tokenizer.chat_templates"] = names;
+}
+
 // A special token's id by its text in tokenizer_config.json (a string, or an object with "content").
 int64_t special_id(const json& tokenizer_config, const char* key, const json& tokenizer) {
   if (!tokenizer_config.contains(key) || tokenizer_config[key].is_null()) return -1;
@@ -205,7 +226,7 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   if (const int64_t pad = special_id(tc, "pad_token", tokenizer); pad >= 0) m["tokenizer.ggml.padding_token_id"] = pad;
   if (const int64_t bos = special_id(tc, "bos_token", tokenizer); bos >= 0 && !m.contains("tokenizer.ggml.bos_token_id"))
     m["tokenizer.ggml.bos_token_id"] = bos;
-  if (tc.contains("chat_template") && tc["chat_template"].is_string()) m["tokenizer.chat_template"] = tc["chat_template"];
+  write_chat_templates(tc.contains("chat_template") ? tc["chat_template"] : json(), m);
 
   const CausalLmFamily& family = *find_causal_lm_family(model_type);
   // Each layer's experts go into one tensor per projection, [experts, rows, cols] (blk.N.ffn_*_exps).

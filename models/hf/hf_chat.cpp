@@ -77,6 +77,18 @@ TemplateSources template_sources(const fs::path& dir, const json& config, const 
   return s;
 }
 
+json tokenizer_config(const fs::path& path) {
+  if (!fs::exists(path)) return json::object();
+  json config;
+  try {
+    config = json::parse(read_text_file(path.string()));
+  } catch (const json::exception& e) {
+    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
+  }
+  KILN_CHECK(config.is_object(), path.string(), " is not a JSON object");
+  return config;
+}
+
 }  // namespace
 
 text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::string& name) {
@@ -91,15 +103,7 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
     return t;
   }
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
-  json config = json::object();
-  if (fs::exists(config_path)) {
-    try {
-      config = json::parse(read_text_file(config_path.string()));
-    } catch (const json::exception& e) {
-      KILN_FAIL(config_path.string(), " is not valid JSON: ", e.what());
-    }
-    KILN_CHECK(config.is_object(), config_path.string(), " is not a JSON object");
-  }
+  const json config = tokenizer_config(config_path);
   text::ChatTemplate t = [&] {
     if (!name.empty()) return text::chat_template_named(name);
     const TemplateSources sources = template_sources(dir, config, config_path);
@@ -110,6 +114,15 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
   }();
   t.tokens = {token_text(config, "bos_token", config_path), token_text(config, "eos_token", config_path)};
   return t;
+}
+
+json folder_chat_templates(const std::string& dir) {
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  const TemplateSources sources = template_sources(dir, tokenizer_config(config_path), config_path);
+  if (sources.default_source.empty()) return nullptr;
+  if (sources.tool_use.empty()) return sources.default_source;
+  return json::array({{{"name", "default"}, {"template", sources.default_source}},
+                      {{"name", "tool_use"}, {"template", sources.tool_use}}});
 }
 
 }  // namespace kiln::models

@@ -159,6 +159,38 @@ PY
 done
 run 1 "$KILN" export "hf:$FIX/qwen2" --format gguf --out "$WORK/qwen2.gguf"
 expect "exists"
+# A folder's two templates where transformers 5 saves them (chat_template.jinja, additional_chat_templates/
+# tool_use.jinja) go into the GGUF file as llama.cpp's converter writes them (tokenizer.chat_template, .tool_use,
+# tokenizer.chat_templates), and back into a folder; each renders a conversation with tools (through tool_use)
+# and one without as the first folder does.
+two="$WORK/two-templates"
+cp -r "$FIX/qwen2" "$two"
+cp "$CORPUS/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$two/chat_template.jinja"
+mkdir "$two/additional_chat_templates"
+cp "$CORPUS/templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja" "$two/additional_chat_templates/tool_use.jinja"
+run 0 "$KILN" export "hf:$two" --format gguf --gguf-type f32 --out "$two.gguf"
+run 0 "$ORACLE_PY" - "$two.gguf" "$two" <<'PY'
+import sys, gguf
+r, folder = gguf.GGUFReader(sys.argv[1]), sys.argv[2]
+assert r.fields["tokenizer.chat_template"].contents() == open(f"{folder}/chat_template.jinja").read()
+assert (r.fields["tokenizer.chat_template.tool_use"].contents() ==
+        open(f"{folder}/additional_chat_templates/tool_use.jinja").read())
+assert r.fields["tokenizer.chat_templates"].contents() == ["tool_use"], r.fields["tokenizer.chat_templates"].contents()
+print("gguf-py reads both templates")
+PY
+expect "gguf-py reads both templates"
+run 0 "$KILN" export "gguf:$two.gguf" --format hf --out "$two-back"
+weather='[{"type": "function", "function": {"name": "get_weather", "description": "The weather.",
+           "parameters": {"type": "object", "properties": {}}}}]'
+for tools in "$weather" null; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], \"tools\": $tools}" >"$WORK/asked.json"
+  "$KILN" apply-template "hf:$two" --messages "$WORK/asked.json" >"$WORK/want.txt" 2>"$OUT" || fail "apply-template hf:$two"
+  [ "$tools" = null ] || grep -q "<tools>" "$WORK/want.txt" || fail "a conversation with tools did not render tool_use"
+  for source in "gguf:$two.gguf" "hf:$two-back"; do
+    "$KILN" apply-template "$source" --messages "$WORK/asked.json" >"$WORK/got.txt" 2>"$OUT" || fail "apply-template $source"
+    cmp -s "$WORK/got.txt" "$WORK/want.txt" || fail "$source renders $tools otherwise than the folder"
+  done
+done
 run 1 "$KILN" export "hf:$FIX/bert" --format gguf --out "$WORK/bert.gguf"
 expect "Kiln writes the families it reads from GGUF"
 run 0 "$KILN" export "hf:$FIX/mistral" --format gguf --out "$WORK/mistral.gguf"
