@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GGUF types, Kiln against llama.cpp on the same file (by default every type beside bench/hf/run.sh's
 # five): prompt tokens/s (512 tokens) and decode tokens/s (64 after 128), two interleaved rounds, a ratio
-# per round. The files are the SmolLM-135M shape's (bench/hf/run.sh makes its folder and F32 file):
+# per round, and Kiln's decoding's share of the read bandwidth kiln_hf_bench measures. The files are the
+# SmolLM-135M shape's (bench/hf/run.sh makes its folder and F32 file):
 # convert_hf_to_gguf.py's F16/BF16, and llama-quantize's other types of the F32 file, made here once.
 #   BUILD_DIR=build LLAMA_CPP=DIR [LLAMA_BUILD=build] [T=2] [ROUNDS=2] bench/hf/every_type.sh [TYPES...]
 # KILN_HF_BENCH_MODEL names another shape's folder (bench/hf/run.sh's, with its F32 file beside it).
@@ -29,6 +30,12 @@ kiln() {  # FILE PROMPT NEW KEY
   OMP_NUM_THREADS=$T "$KILN_BENCH" "$1" "$2" "$3" 3 gguf 2>/dev/null | tail -1 |
     python3 -c "import json, sys; print(json.load(sys.stdin)['$4'])"
 }
+# Decoding's tokens/s, and its share of the read bandwidth: the bytes a step reads, a second, over the probe's.
+kiln_decode() {  # FILE
+  OMP_NUM_THREADS=$T "$KILN_BENCH" "$1" 128 64 3 gguf 2>/dev/null | tail -1 | python3 -c "import json, sys
+r = json.load(sys.stdin)
+print(r['decode_tokens_per_s'], r['decode_tokens_per_s'] * (r['weight_bytes'] + r['kv_bytes_per_token']) / 1e9 / r['read_gbps'])"
+}
 llama() {  # FILE ARGS...
   local file="$1"
   shift
@@ -39,7 +46,8 @@ for round in $(seq "${ROUNDS:-2}"); do
   for type in $types; do
     file="$MODEL-$type.gguf"
     kp="$(kiln "$file" 512 4 prefill_tokens_per_s)" lp="$(llama "$file" -p 512 -n 0)"
-    kd="$(kiln "$file" 128 64 decode_tokens_per_s)" ld="$(llama "$file" -p 0 -n 64 -d 128)"
-    python3 -c "print('round $round $type: prompt %.0f / %.0f = %.2f, decode %.1f / %.1f = %.2f' % ($kp, $lp, $kp / $lp, $kd, $ld, $kd / $ld))"
+    read -r kd share < <(kiln_decode "$file")
+    ld="$(llama "$file" -p 0 -n 64 -d 128)"
+    python3 -c "print('round $round $type: prompt %.0f / %.0f = %.2f, decode %.1f / %.1f = %.2f (%.0f%% of the read bandwidth)' % ($kp, $lp, $kp / $lp, $kd, $ld, $kd / $ld, 100 * $share))"
   done
 done

@@ -110,7 +110,7 @@ ParsedModel parse_model(std::vector<MappedFile>& files) {
       KILN_CHECK(split_value(other.metadata, "split.no", part_path, -1) == k &&
                      split_value(other.metadata, "split.count", part_path, -1) == count,
                  part_path, " is not file ", k + 1, " of ", count, " of ", path,
-                 "'s model (its split.no and split.count ", "say otherwise): the files come from different splits");
+                 "'s model (its split.no and split.count say otherwise): the files come from different splits");
       for (GgufTensorInfo& t : other.tensors) {
         KILN_CHECK(names.insert(t.name).second, part_path, " holds tensor '", t.name, "' a second time");
         t.file = uint32_t(k);
