@@ -100,6 +100,14 @@ python3 -c "import json, sys; r = json.load(open('$OUT')); sys.exit(r['usage']['
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 grep -q "loaded g (gguf:llama, " "$WORK/serve.log" || { cp "$WORK/serve.log" "$OUT"; fail "the load line does not name the GGUF file's model"; }
+# A model gguf-split wrote as three files samples from its first file as from the file it was split from.
+run 0 "$KILN" sample "gguf:$FIX/gguf-tiny/model-q4_k_m.gguf" --prompt "$TEXT" --temperature 0 --max-tokens 8 --ignore-eos
+cp "$OUT" "$WORK/whole-sample.txt"
+run 0 "$KILN" sample "gguf:$FIX/gguf-tiny-split/model-q4_k_m-00001-of-00003.gguf" --prompt "$TEXT" --temperature 0 \
+  --max-tokens 8 --ignore-eos
+cmp -s "$OUT" "$WORK/whole-sample.txt" || fail "the split file samples otherwise than the whole one"
+run 1 "$KILN" sample "gguf:$FIX/gguf-tiny-split/model-q4_k_m-00002-of-00003.gguf" --prompt "$TEXT"
+expect "open its first, .*model-q4_k_m-00001-of-00003.gguf"
 # LoRA on a quantized GGUF base (Q4_K_M: Q5_0, Q8_0 and F32 at this size) trains, samples, and exports merged in
 # float, a folder Kiln (and transformers, below) loads.
 run 0 "$KILN" data fortunes-sft --out "$WORK/sft-data"
