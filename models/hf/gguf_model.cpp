@@ -11,6 +11,7 @@
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
 #include "models/hf/gguf_architectures.h"
+#include "models/hf/hf_chat.h"
 
 namespace kiln::models {
 
@@ -177,10 +178,7 @@ HfFolderContents gguf_folder_files(const std::string& path) {
                         {"clean_up_tokenization_spaces", false}};
   if (!chat.bos_token.empty()) c.tokenizer_config["bos_token"] = chat.bos_token;
   if (!chat.eos_token.empty()) c.tokenizer_config["eos_token"] = chat.eos_token;
-  if (!chat.source.empty()) c.tokenizer_config["chat_template"] = chat.source;
-  if (!chat.source.empty() && !chat.tool_use.empty())
-    c.tokenizer_config["chat_template"] = json::array(
-        {{{"name", "default"}, {"template", chat.source}}, {{"name", "tool_use"}, {"template", chat.tool_use}}});
+  if (!chat.source.empty()) c.tokenizer_config["chat_template"] = chat_templates_config(chat.source, chat.tool_use);
   c.generation_config = {{"eos_token_id", vocab.end_of_generation_ids}};
   if (m.contains("tokenizer.ggml.bos_token_id")) c.generation_config["bos_token_id"] = m["tokenizer.ggml.bos_token_id"];
   return c;

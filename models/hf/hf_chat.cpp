@@ -119,10 +119,14 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
 json folder_chat_templates(const std::string& dir) {
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   const TemplateSources sources = template_sources(dir, tokenizer_config(config_path), config_path);
-  if (sources.default_source.empty()) return nullptr;
-  if (sources.tool_use.empty()) return sources.default_source;
-  return json::array({{{"name", "default"}, {"template", sources.default_source}},
-                      {{"name", "tool_use"}, {"template", sources.tool_use}}});
+  return chat_templates_config(sources.default_source, sources.tool_use);
+}
+
+json chat_templates_config(const std::string& default_source, const std::string& tool_use) {
+  if (default_source.empty()) return nullptr;
+  if (tool_use.empty()) return default_source;
+  return json::array(
+      {{{"name", "default"}, {"template", default_source}}, {{"name", "tool_use"}, {"template", tool_use}}});
 }
 
 }  // namespace kiln::models

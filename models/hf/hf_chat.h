@@ -24,5 +24,7 @@ text::ChatTemplate load_hf_chat_template(const std::string& dir, const std::stri
 // tokenizer.chat_template and .tool_use (as llama.cpp's converter takes a
 // folder's chat_template.jinja and additional_chat_templates).
 nlohmann::json folder_chat_templates(const std::string& dir);
+// That form of a default template and a tool_use one ("": none).
+nlohmann::json chat_templates_config(const std::string& default_source, const std::string& tool_use);
 
 }  // namespace kiln::models

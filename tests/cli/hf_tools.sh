@@ -23,15 +23,19 @@ qwen2_chat_folder
 
 # The same model under other families' real templates.
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
+# with_template NAME TEMPLATE: $WORK/NAME, the model's files linked, its chat_template.jinja TEMPLATE's copy ("": none).
+with_template() {
+  mkdir -p "$WORK/$1"
+  for f in "$MODEL"/*; do ln -s "$f" "$WORK/$1/"; done
+  rm "$WORK/$1/chat_template.jinja"
+  [ -z "$2" ] || cp "$TEMPLATES/$2.jinja" "$WORK/$1/chat_template.jinja"
+}
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \
   "coder:Qwen3-Coder" "qwen35:Qwen3.5-4B" "glm:GLM-4.6" "minimax:MiniMax-M2" \
   "deepseek:deepseek-ai-DeepSeek-V4" "lfm:LFM2.5-8B-A1B" "minicpm:openbmb-MiniCPM5-1B" \
   "kimi3:Kimi-K3" "gptoss:openai-gpt-oss-120b" "cmda:Cohere2MoE" \
   "gemma4:google-gemma-4-31B-it" "functionary32:meetkai-functionary-medium-v3.2"; do
-  mkdir -p "$WORK/${pair%%:*}"
-  for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
-  rm "$WORK/${pair%%:*}/chat_template.jinja"
-  cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
+  with_template "${pair%%:*}" "${pair#*:}"
 done
 
 # The rest of the formats' families: their round trips are rendered (and compared), not sampled.
@@ -49,17 +53,13 @@ for pair in "small32:Mistral-Small-3.2-24B-Instruct-2506" "ds31:deepseek-ai-Deep
   "firefunction:fireworks-ai-llama-3-firefunction-v2" "muse:muse-glimmer" \
   "functionary31:meetkai-functionary-medium-v3.1" "kimi2:moonshotai-Kimi-K2" "solar:upstage-Solar-Open-100B" \
   "r1qwen:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"; do
-  mkdir -p "$WORK/${pair%%:*}"
-  for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
-  rm "$WORK/${pair%%:*}/chat_template.jinja"
-  cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
+  with_template "${pair%%:*}" "${pair#*:}"
   RENDER_ONLY="$RENDER_ONLY ${pair%%:*}"
 done
 # A folder with two templates, as Hermes 3's tokenizer_config.json lists them: a ChatML default, and its tool_use
 # template (transformers renders the latter for a conversation with tools).
-mkdir -p "$WORK/hermes3pair"
-for f in "$MODEL"/*; do ln -s "$f" "$WORK/hermes3pair/"; done
-rm "$WORK/hermes3pair/chat_template.jinja" "$WORK/hermes3pair/tokenizer_config.json"
+with_template hermes3pair ""
+rm "$WORK/hermes3pair/tokenizer_config.json"
 "$PY" - "$MODEL/tokenizer_config.json" "$TEMPLATES/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja" \
   "$WORK/hermes3pair/tokenizer_config.json" <<'PY'
 import json, sys
