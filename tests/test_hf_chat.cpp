@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 recipes::CompletionOptions greedy_chat(int64_t max_tokens) {
   recipes::CompletionOptions o;
-  o.temperature = 0;
+  o.sampling.temperature = 0;
   o.max_tokens = max_tokens;
   o.chat = true;
   return o;

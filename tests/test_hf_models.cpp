@@ -76,7 +76,7 @@ TEST_P(CausalLms, GreedyGenerationEqualsTransformersGenerate) {
   const auto prompt = lm.tokenizer.encode(want["prompt"].get<std::string>());
   ASSERT_EQ(prompt, want["prompt_ids"].get<std::vector<int32_t>>());
   Generator gen(1);
-  auto out = models::generate(*lm.model, prompt, 16, 0.0, 0, 1.0, gen, lm.eos_ids);
+  auto out = models::generate(*lm.model, prompt, 16, models::Sampling{.temperature = 0}, gen, lm.eos_ids);
   std::vector<int32_t> fresh(out.begin() + long(prompt.size()), out.end());
   EXPECT_EQ(fresh, want["greedy_ids"].get<std::vector<int32_t>>()) << GetParam();
 }
@@ -745,13 +745,13 @@ TEST(HfFolders, SampleWithIgnoreEosRunsToMaxTokens) {
     auto lm = models::load_hf_causal_lm(dir.string());
     Generator gen(1);
     const std::vector<int32_t> prompt = lm.tokenizer.encode("The best way");
-    greedy = models::generate(*lm.model, prompt, 8, 0.0, 0, 1.0, gen);
+    greedy = models::generate(*lm.model, prompt, 8, models::Sampling{.temperature = 0}, gen);
     greedy.erase(greedy.begin(), greedy.begin() + long(prompt.size()));
   }
   ASSERT_EQ(greedy.size(), 8u);
   std::ofstream(dir / "generation_config.json") << nlohmann::json{{"eos_token_id", greedy[2]}}.dump();
   recipes::SampleOptions o;
-  o.prompt = "The best way", o.count = 1, o.max_tokens = 8, o.temperature = 0;
+  o.prompt = "The best way", o.count = 1, o.max_tokens = 8, o.sampling.temperature = 0;
   const std::string stopped = recipes::sample("hf:" + dir.string(), o, Device::cpu()).at(0);
   o.ignore_eos = true;
   const std::string full = recipes::sample("hf:" + dir.string(), o, Device::cpu()).at(0);
@@ -765,7 +765,7 @@ TEST(HfFolders, PromptLongerThanTheContextIsAClearError) {
   std::vector<int32_t> prompt(size_t(lm.model->context_length()) + 1, 5);
   Generator gen(1);
   try {
-    models::generate(*lm.model, prompt, 4, 0.0, 0, 1.0, gen);
+    models::generate(*lm.model, prompt, 4, models::Sampling{.temperature = 0}, gen);
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("more than the model's context"), std::string::npos) << e.what();

@@ -312,14 +312,14 @@ TEST(RecipeRuns, CompletionsAloneAndBatchedMatchGenerate) {
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     recipes::CompletionOptions co;
     co.max_tokens = 10 + int64_t(seed) * 9;  // up to 46 tokens: past the 16-token context
-    co.temperature = 1.0;
-    co.top_k = 0;
+    co.sampling.temperature = 1.0;
+    co.sampling.top_k = 0;
     co.seed = seed;
     options.push_back(co);
     std::vector<int32_t> ids{tok.end_of_text_id()}, fresh;
     for (int32_t t : tok.encode(prompt)) ids.push_back(t);
     Generator gen(seed);
-    gpt.generate(ids, co.max_tokens, co.temperature, co.top_k, gen, co.top_p, [&](int32_t t) {
+    gpt.generate(ids, co.max_tokens, co.sampling.temperature, co.sampling.top_k, gen, co.sampling.top_p, [&](int32_t t) {
       if (t == tok.end_of_text_id()) return false;
       fresh.push_back(t);
       return true;

@@ -74,7 +74,7 @@ std::shared_ptr<serve::GenerationJob> job_for(const std::string& prompt) {
   auto job = std::make_shared<serve::GenerationJob>();
   job->prompt = prompt;
   job->options.max_tokens = 100;
-  job->options.temperature = 0;
+  job->options.sampling.temperature = 0;
   job->options.ignore_eos = true;
   return job;
 }

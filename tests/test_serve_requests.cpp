@@ -55,12 +55,12 @@ TEST(CompletionFields, ImplementedFieldsReachTheRequest) {
   EXPECT_EQ(r.model, "gpt");
   EXPECT_EQ(r.prompt, "Hi");
   EXPECT_EQ(r.max_tokens, 5);
-  EXPECT_EQ(r.temperature, 0.5);
-  EXPECT_EQ(r.top_p, 0.9);
+  EXPECT_EQ(r.sampling.temperature, 0.5);
+  EXPECT_EQ(r.sampling.top_p, 0.9);
   EXPECT_EQ(r.seed, 3u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
   EXPECT_TRUE(r.stream);
-  EXPECT_EQ(r.top_k, 7);
+  EXPECT_EQ(r.sampling.top_k, 7);
   EXPECT_TRUE(r.ignore_eos);
 }
 
@@ -73,8 +73,6 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
   const Case cases[] = {
       {"n", "1000000", "1"},
       {"best_of", "2", "1"},
-      {"frequency_penalty", "0.5", "0"},
-      {"presence_penalty", "-1", "0.0"},
       {"logit_bias", R"({"50256": -100})", "{}"},
       {"suffix", R"("end")", R"("")"},
   };
@@ -107,6 +105,35 @@ TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
             std::string::npos);
 }
 
+// vLLM's min_p and repetition_penalty, llama-server's repeat_penalty and
+// repeat_last_n, OpenAI's presence and frequency penalties: read when sent,
+// absent (the model's default, then OpenAI's) when not, refused out of range.
+TEST(CompletionFields, PenaltiesAndMinPAreReadAndCheckedAndLeftOutWhenNotSent) {
+  const CompletionRequest r = parse_completion(
+      R"({"model": "m", "prompt": "x", "min_p": 0.05, "repetition_penalty": 1.1, "repeat_last_n": 64,
+          "presence_penalty": 0.5, "frequency_penalty": -0.25})");
+  EXPECT_EQ(r.sampling.min_p, 0.05);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.1);
+  EXPECT_EQ(r.sampling.repetition_window, 64);
+  EXPECT_EQ(r.sampling.presence_penalty, 0.5);
+  EXPECT_EQ(r.sampling.frequency_penalty, -0.25);
+  EXPECT_EQ(parse_completion(with("repeat_penalty", "1.3")).sampling.repetition_penalty, 1.3);
+  const CompletionRequest plain = parse_completion(with("max_tokens", "3"));
+  EXPECT_FALSE(plain.sampling.temperature || plain.sampling.top_k || plain.sampling.top_p || plain.sampling.min_p ||
+               plain.sampling.repetition_penalty || plain.sampling.presence_penalty);
+  const std::pair<const char*, const char*> refused[] = {
+      {"min_p", "1.5"}, {"repetition_penalty", "0"}, {"repeat_penalty", "-1"}, {"presence_penalty", "2.5"},
+      {"frequency_penalty", "-3"}, {"repeat_last_n", "-2"}, {"top_k", "-1"}, {"top_p", "0"}, {"min_p", "\"x\""}};
+  for (const auto& [field, value] : refused)
+    EXPECT_NE(refusal(with(field, value)).find(field), std::string::npos) << field << " = " << value;
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "repetition_penalty": 1.1, "repeat_penalty": 1.2})")
+                .find("send one"),
+            std::string::npos);
+  EXPECT_EQ(parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.1})")
+                .sampling.min_p,
+            0.1);
+}
+
 TEST(CompletionFields, UnknownFieldsAreRefusedAndNullMeansTheDefault) {
   EXPECT_NE(refusal(with("temprature", "0.5")).find("unknown field 'temprature'"), std::string::npos);
   const CompletionRequest r = parse_completion(with("max_tokens", "null"));
@@ -114,7 +141,7 @@ TEST(CompletionFields, UnknownFieldsAreRefusedAndNullMeansTheDefault) {
 }
 
 TEST(CompletionFields, TemperatureZeroIsGreedyAndBelowZeroIsRefused) {
-  EXPECT_EQ(parse_completion(with("temperature", "0")).temperature, 0.0);
+  EXPECT_EQ(parse_completion(with("temperature", "0")).sampling.temperature, 0.0);
   EXPECT_NE(refusal(with("temperature", "-0.1")).find("temperature must be >= 0"), std::string::npos);
   // Greedy whatever the seed, top_k or top_p: the most likely token, the first of equals.
   const std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.5f, 0.0f};
@@ -151,8 +178,8 @@ TEST(ChatFields, ImplementedFieldsReachTheRequest) {
   EXPECT_TRUE(r.tools.is_null());
   EXPECT_EQ(r.tool_choice.mode, kiln::text::ToolChoice::Mode::kNone);
   EXPECT_EQ(r.max_tokens, 7);
-  EXPECT_EQ(r.temperature, 0.2);
-  EXPECT_EQ(r.top_p, 0.5);
+  EXPECT_EQ(r.sampling.temperature, 0.2);
+  EXPECT_EQ(r.sampling.top_p, 0.5);
   EXPECT_EQ(r.seed, 4u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n\n"});
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);

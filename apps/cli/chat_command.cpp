@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "apps/cli/quantize_option.h"
+#include "apps/cli/sampling_options.h"
 #include "apps/recipes/chat_answer.h"
 #include "apps/recipes/recipe.h"
 #include "kiln/io/text_file.h"
@@ -36,7 +37,11 @@ struct ChatOptions {
   std::string model, device = "cpu", system, tools_file, tool_choice = "auto", response_format;
   recipes::InferenceOptions loading;
   recipes::CompletionOptions completion;
+  models::SamplingFields sampling;  // the flags given; the model's defaults, then kChatFallback, give the rest
 };
+
+// `kiln chat`'s sampling where neither the flags nor the model set it.
+constexpr models::Sampling kChatFallback{.temperature = 0.7, .top_k = 0};
 
 using json = nlohmann::ordered_json;
 
@@ -126,6 +131,8 @@ int run_chat(const ChatOptions& o) {
   const json opening = o.system.empty() ? json::array() : json::array({{{"role", "system"}, {"content", o.system}}});
   json history = opening;
   recipes::CompletionOptions options = o.completion;
+  options.sampling = models::resolve_sampling(o.sampling, model.sampling_defaults(), kChatFallback);
+  models::check_sampling(options.sampling);
   options.grammar = response_format(o.response_format);
   Tools tools;
   if (!o.tools_file.empty()) tools.load(o.tools_file, o.tool_choice, model);
@@ -212,8 +219,6 @@ int run_chat(const ChatOptions& o) {
 std::function<int()> add_chat_command(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   o->completion.chat = true;
-  o->completion.temperature = 0.7;
-  o->completion.top_k = 0;
   o->completion.max_tokens = 512;
   auto* cmd = app.add_subcommand("chat", "chat with a Hugging Face language model in the terminal, in its chat template");
   cmd->add_option("model", o->model, "hf:DIR (a Hugging Face model folder) or gguf:FILE (a GGUF file)")->required();
@@ -221,8 +226,7 @@ std::function<int()> add_chat_command(CLI::App& app) {
   cmd->add_option("--chat-template", o->loading.chat_template,
                   "the template's family instead of the folder's own: " + text::chat_template_list());
   cmd->add_option("--system", o->system, "a system message that opens the conversation");
-  cmd->add_option("--temperature", o->completion.temperature, "softmax temperature (0: greedy; default 0.7)");
-  cmd->add_option("--top-p", o->completion.top_p, "nucleus sampling mass (default 1: all)");
+  add_sampling_options(cmd, o->sampling, "0.7", "0: all");
   cmd->add_option("--max-tokens", o->completion.max_tokens, "the longest reply, in tokens (default 512)");
   cmd->add_option("--seed", o->completion.seed, "sampling seed");
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N");

@@ -5,6 +5,7 @@
 #include "apps/cli/chat_command.h"
 #include "apps/cli/data_command.h"
 #include "apps/cli/quantize_option.h"
+#include "apps/cli/sampling_options.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
 #if KILN_HAVE_SERVER
@@ -49,8 +50,7 @@ int main(int argc, char** argv) {
   sample->add_option("--prompt", so.prompt, "text to continue");
   sample->add_option("--count", so.count, "number of samples");
   sample->add_option("--max-tokens", so.max_tokens, "tokens per sample");
-  sample->add_option("--temperature", so.temperature, "softmax temperature (0: greedy, always the most likely token)");
-  sample->add_option("--top-k", so.top_k, "sample from the k most likely tokens (0: all)");
+  kiln::cli::add_sampling_options(sample, so.sampling, "0.8", "40");
   sample->add_option("--seed", so.seed, "sampling seed");
   sample->add_flag("--ignore-eos", so.ignore_eos,
                    "never end a sample at the end of text: each runs to --max-tokens (timing a fixed count)");

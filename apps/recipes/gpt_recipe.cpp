@@ -164,6 +164,7 @@ class GptCompletion final : public TextCompletion {
   // The sampled token joins the text (or ends it).
   void accept(int32_t token) {
     tokens_.push_back(token);
+    if (penalties_) penalties_->accept(token);
     ++sampled_;
     if (token == tok_.end_of_text_id()) {
       c_.finish_reason = "stop";
@@ -197,8 +198,9 @@ class GptCompletion final : public TextCompletion {
     read_ = fresh_.size();
   }
   int32_t sample(std::vector<float> logits) {
+    if (penalties_) penalties_->apply(logits);
     if (o_.ignore_eos) logits[size_t(tok_.end_of_text_id())] = -std::numeric_limits<float>::infinity();
-    return models::sample_token(logits, o_.temperature, o_.top_k, o_.top_p, gen_);
+    return models::sample_token(logits, o_.sampling, gen_);
   }
   // The tokens to run through an empty cache: all, or once the context is
   // full the last block_size of them.
@@ -212,6 +214,7 @@ class GptCompletion final : public TextCompletion {
   Generator gen_;
   std::vector<int32_t> tokens_;  // end of text, the prompt, then what was sampled
   std::vector<int32_t> fresh_;   // what was sampled
+  std::optional<models::TokenPenalties> penalties_;  // once the prompt is known
   size_t prefix_ = 0, read_ = 0;  // fresh_[prefix_, read_) is decoded into text_'s end; [read_, ...) is not yet
   int64_t sampled_ = 0;
   bool cut_ = false;  // a stop string ended the text
@@ -241,8 +244,7 @@ class GptInference final : public InferenceModel {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const CompletionOptions& o = options[i];
       KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
-      KILN_CHECK(o.temperature >= 0, "temperature must be >= 0 (0: greedy), got ", o.temperature);
-      KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1], got ", o.top_p);
+      models::check_sampling(o.sampling);
       KILN_CHECK(!o.grammar, "grammars (response_format, grammar) constrain Hugging Face and GGUF models; a "
                              "fortunes-gpt run's tokenizer is not supported");
       auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
@@ -250,6 +252,7 @@ class GptInference final : public InferenceModel {
       const std::vector<int32_t> p = tok_.encode(prompts[i]);
       c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());
       c->c_.prompt_tokens = int64_t(p.size());
+      c->penalties_.emplace(o.sampling, model_->config().vocab_size, c->tokens_, o.max_tokens);
       c->finished_ = o.max_tokens == 0;
       if (!c->finished_) sampling.push_back(c.get());
       started.push_back(std::move(c));
@@ -472,8 +475,9 @@ class FortunesGptRecipe final : public Recipe {
                                   Device device) const override {
     auto model = load_gpt(ck, device);
     Generator gen(so.seed);
-    return sample_gpt(*model, load_run_tokenizer(dir, ck), so.prompt, so.count, so.max_tokens, so.temperature,
-                      so.top_k, gen);
+    const models::Sampling s = models::resolve_sampling(so.sampling, {}, kSampleFallback);
+    return sample_gpt(*model, load_run_tokenizer(dir, ck), so.prompt, so.count, so.max_tokens, s.temperature, s.top_k,
+                      gen);
   }
 };
 

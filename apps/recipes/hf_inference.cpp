@@ -34,12 +34,13 @@ class HfCompletion final : public TextCompletion {
   // tokens and ids past the tokenizer, which a grammar never allows).
   // `masks`: the grammar's masks by state, shared by the completions of one grammar.
   // `kept`: special tokens whose text stays in the completion's (a tool-call format's).
-  HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, int64_t prompt_tokens,
+  HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, std::span<const int32_t> prompt,
                std::vector<int32_t> stop_ids, const text::TokenTrie* vocab,
                std::shared_ptr<text::MaskCache> masks, std::vector<int32_t> kept)
       : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
+        penalties_(o.sampling, lm.model->vocab_size(), prompt, o.max_tokens),
         stream_(lm.tokenizer), vocab_(vocab), masks_(std::move(masks)), kept_(std::move(kept)) {
-    c_.prompt_tokens = prompt_tokens;
+    c_.prompt_tokens = int64_t(prompt.size());
     if (o.grammar && o.grammar_triggers.empty()) matcher_.emplace(o.grammar);
   }
 
@@ -50,6 +51,7 @@ class HfCompletion final : public TextCompletion {
     const std::vector<float>& logits = logits_;
     row_ = logits_;
     std::vector<float>& row = row_;
+    penalties_.apply(row);
     if (o_.ignore_eos)
       for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = kNever;
     if (matcher_) {
@@ -68,7 +70,7 @@ class HfCompletion final : public TextCompletion {
         return;
       }
     }
-    const int32_t token = models::sample_token(row, o_.temperature, o_.top_k, o_.top_p, gen_);
+    const int32_t token = models::sample_token(row, o_.sampling, gen_);
     if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
     if (matcher_ && !ends(token)) matcher_->accept(vocab_->bytes(size_t(token)));
     accept(token);
@@ -117,6 +119,7 @@ class HfCompletion final : public TextCompletion {
   bool ends(int32_t token) const { return std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end(); }
   void accept(int32_t token) {
     last_ = token;
+    penalties_.accept(token);
     ++sampled_;
     if (ends(token)) {
       c_.finish_reason = "stop";
@@ -162,6 +165,7 @@ class HfCompletion final : public TextCompletion {
   std::vector<int32_t> stop_ids_;
   models::KvCache cache_;
   Generator gen_;
+  models::TokenPenalties penalties_;
   text::DecodeStream stream_;
   const text::TokenTrie* vocab_;
   std::shared_ptr<text::MaskCache> masks_;
@@ -180,6 +184,7 @@ class HfCompletion final : public TextCompletion {
 class HfLanguageModelInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return lm_.model->kv_pool(); }
+  models::SamplingFields sampling_defaults() const override { return lm_.sampling_defaults; }
   // `chat_template`: a family's name, or "" for the folder's own template.
   // A folder without one still completes text; only chat needs it.
   HfLanguageModelInference(models::HfCausalLm lm, const std::string& chat_template) : lm_(std::move(lm)) {
@@ -258,7 +263,7 @@ class HfLanguageModelInference final : public InferenceModel {
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
       std::vector<int32_t> kept = kept_tokens(o);
-      started.push_back(std::make_unique<HfCompletion>(lm_, o, int64_t(encoded.size()), std::move(stop_ids),
+      started.push_back(std::make_unique<HfCompletion>(lm_, o, encoded, std::move(stop_ids),
                                                        o.grammar ? &vocab(kept) : nullptr, masks_for(o.grammar, kept),
                                                        kept));
       ids.emplace_back(encoded.begin(), encoded.end());

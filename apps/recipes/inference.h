@@ -13,6 +13,7 @@
 #include "kiln/text/grammar/gbnf.h"
 #include "kiln/text/reasoning.h"
 #include "kiln/text/tool_calls.h"
+#include "models/common/sampling.h"
 
 namespace kiln::nn {
 class KvPool;
@@ -22,9 +23,7 @@ namespace kiln::recipes {
 
 struct CompletionOptions {
   int64_t max_tokens = 64;
-  double temperature = 0.8;
-  int64_t top_k = 40;       // 0: the whole vocabulary
-  double top_p = 1.0;       // nucleus: the smallest set of tokens whose probability reaches top_p
+  models::Sampling sampling{.temperature = 0.8, .top_k = 40};
   uint64_t seed = 1;
   std::vector<std::string> stop;  // the completion ends before the first of these
   bool ignore_eos = false;        // never sample the end of text (run to max_tokens or a stop string)
@@ -186,6 +185,10 @@ class InferenceModel {
   // Language models: the pool of pages their completions' caches share
   // (null before the first), whose counters /metrics shows.
   virtual const nn::KvPool* kv_pool() const { return nullptr; }
+  // The model's own sampling defaults (a Hugging Face folder's
+  // generation_config.json, a GGUF file's general.sampling.*), for what a
+  // request leaves out.
+  virtual models::SamplingFields sampling_defaults() const { return {}; }
 };
 
 }  // namespace kiln::recipes

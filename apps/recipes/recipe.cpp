@@ -245,15 +245,17 @@ Completion InferenceModel::complete(const std::string& prompt, const CompletionO
 }
 
 std::vector<std::string> sample(const std::string& path, const SampleOptions& options, Device device) {
-  // Hugging Face folders, quantized models, fine-tuned ones and --ignore-eos sample as a TextModel.
+  // Hugging Face folders, quantized models, fine-tuned ones, --ignore-eos and
+  // what a run's own sampler lacks (top-p, min-p, penalties) sample as a TextModel.
   auto through_text_model = [&] {
     TextModel m = load_text_model(path, device, options.precision, options.quantize);
+    const models::Sampling sampling = models::resolve_sampling(options.sampling, m.sampling_defaults, kSampleFallback);
     Generator gen(options.seed);
     const std::vector<int32_t> prompt = m.encode(options.prompt);
     std::vector<std::string> out;
     for (int i = 0; i < options.count; ++i) {
       const std::vector<int32_t> none;
-      auto all = models::generate(*m.model, prompt, options.max_tokens, options.temperature, options.top_k, 1.0, gen,
+      auto all = models::generate(*m.model, prompt, options.max_tokens, sampling, gen,
                                   options.ignore_eos ? none : m.stop_ids, {}, options.ignore_eos ? m.stop_ids : none);
       if (all.size() > prompt.size() && std::find(m.stop_ids.begin(), m.stop_ids.end(), all.back()) != m.stop_ids.end())
         all.pop_back();
@@ -266,7 +268,10 @@ std::vector<std::string> sample(const std::string& path, const SampleOptions& op
     }
     return out;
   };
-  if (models::hf_folder(path) || !options.quantize.empty() || options.ignore_eos) return through_text_model();
+  const models::SamplingFields& s = options.sampling;
+  const bool beyond_run_sampler = s.top_p || s.min_p || s.repetition_penalty || s.presence_penalty || s.frequency_penalty;
+  if (models::hf_folder(path) || !options.quantize.empty() || options.ignore_eos || beyond_run_sampler)
+    return through_text_model();
   std::string dir = resolve_checkpoint(path);
   Checkpoint ck = load_checkpoint(dir);
   const Recipe& recipe = recipe_of(ck, dir);

@@ -18,6 +18,7 @@
 
 #include "apps/recipes/inference.h"
 #include "kiln/core/device.h"
+#include "models/common/sampling.h"
 
 namespace kiln {
 struct Checkpoint;
@@ -113,12 +114,14 @@ struct EvalResult {
   double accuracy = -1, loss = -1, bits_per_byte = -1;
 };
 
+// `kiln sample`'s sampling where neither the command nor the model sets it.
+inline constexpr models::Sampling kSampleFallback{.temperature = 0.8, .top_k = 40};
+
 struct SampleOptions {
   std::string prompt;
   int count = 3;
   int64_t max_tokens = 64;
-  double temperature = 0.8;
-  int64_t top_k = 40;
+  models::SamplingFields sampling;  // what the command sets; the model's defaults, then kSampleFallback, give the rest
   uint64_t seed = 1;
   std::string precision = "auto";  // hf:DIR weights: auto (the file's dtype), fp32 or bf16
   std::string quantize;            // "", or int8, int8b, int4, int4z (kiln/core/quantized.h)

@@ -38,6 +38,7 @@ TextModel hf_text_model(models::HfCausalLm loaded, Device device, const std::str
   out.encode = [lm](const std::string& t) { return lm->tokenizer.encode(t); };
   out.decode = [lm](const std::vector<int32_t>& ids) { return lm->tokenizer.decode(ids); };
   out.stop_ids = lm->eos_ids;
+  out.sampling_defaults = lm->sampling_defaults;
   return quantized(std::move(out), quantize);
 }
 

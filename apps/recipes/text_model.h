@@ -20,6 +20,7 @@ struct TextModel {
   std::function<std::vector<int32_t>(const std::string&)> encode;
   std::function<std::string(const std::vector<int32_t>&)> decode;
   std::vector<int32_t> stop_ids;  // generation ends after one of these
+  models::SamplingFields sampling_defaults;  // the model's own (a Hugging Face folder's or GGUF file's)
 };
 
 // `weights`: "auto" keeps a Hugging Face file's dtype (bf16 stays bf16);

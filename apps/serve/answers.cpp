@@ -270,12 +270,12 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
       });
 }
 
-recipes::CompletionOptions options_of(const GenerationFields& r) {
+// The request's options; what it leaves out of sampling, the model's
+// defaults give (its generation_config.json, as vLLM takes them), then OpenAI's.
+recipes::CompletionOptions options_of(const GenerationTarget& t, const GenerationFields& r) {
   recipes::CompletionOptions co;
   co.max_tokens = r.max_tokens;
-  co.temperature = r.temperature;
-  co.top_k = r.top_k;
-  co.top_p = r.top_p;
+  co.sampling = models::resolve_sampling(r.sampling, t.model.sampling_defaults(), models::Sampling{});
   co.seed = r.seed;
   co.stop = r.stop;
   co.ignore_eos = r.ignore_eos;
@@ -319,7 +319,7 @@ void score(const GenerationTarget& t, const CompletionRequest& r, httplib::Respo
 
 void answer_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   if (r.echo && r.max_tokens == 0) return score(t, r, res);
-  recipes::CompletionOptions co = options_of(r);
+  recipes::CompletionOptions co = options_of(t, r);
   co.logprobs = r.logprobs.value_or(-1);
   generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res);
 }
@@ -351,7 +351,7 @@ void answer_apply_template(const GenerationTarget& t, const ChatRequest& r, http
 
 void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
   const std::string prompt = rendered_chat(t, r);
-  recipes::CompletionOptions co = options_of(r);
+  recipes::CompletionOptions co = options_of(t, r);
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);

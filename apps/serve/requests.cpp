@@ -228,24 +228,23 @@ struct UnsupportedField {
 const UnsupportedField kUnsupportedCompletionFields[] = {
     {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
     {"best_of", is_one, "Kiln does not rank candidates: leave it at 1"},
-    {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
-    {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"logit_bias", is_empty, "logit biases are not implemented"},
     {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
-// the caller, which changes nothing), and llama-server's top_k and ignore_eos.
+// the caller, which changes nothing), and llama-server's top_k, ignore_eos,
+// repeat_penalty and repeat_last_n, vLLM's min_p and repetition_penalty.
 // llama-server's grammar too, and OpenAI's response_format (JSON mode).
 const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "temperature", "top_p",
                                          "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
                                          "user",   "echo",       "logprobs",   "stream_options", "grammar",
-                                         "json_schema", "response_format"};
+                                         "json_schema", "response_format", "min_p", "repetition_penalty",
+                                         "repeat_penalty", "repeat_last_n", "presence_penalty",
+                                         "frequency_penalty"};
 
 // OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
 const UnsupportedField kUnsupportedChatFields[] = {
     {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
-    {"frequency_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
-    {"presence_penalty", is_zero, "repetition penalties are not implemented: leave it at 0"},
     {"logit_bias", is_empty, "logit biases are not implemented"},
 };
 const char* const kChatFields[] = {"model",      "messages",     "max_tokens",     "max_completion_tokens",
@@ -254,7 +253,8 @@ const char* const kChatFields[] = {"model",      "messages",     "max_tokens",  
                                    "logprobs",   "top_logprobs", "stream_options", "grammar",
                                    "json_schema", "response_format", "tools",
                                    "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                   "reasoning_format"};
+                                   "reasoning_format", "min_p", "repetition_penalty", "repeat_penalty",
+                                   "repeat_last_n", "presence_penalty", "frequency_penalty"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -305,11 +305,41 @@ void parse_constraint(const json& body, GenerationFields& r) {
   }
 }
 
+template <typename T>
+std::optional<T> optional_field(const json& body, const std::string& key, const char* type) {
+  if (!body.contains(key)) return std::nullopt;
+  return field<T>(body, key, type);
+}
+
+// The sampling fields the request sets, each checked where it is read.
+void parse_sampling(const json& body, models::SamplingFields& s) {
+  auto number = [&](const char* key, auto valid, const char* range) {
+    const std::optional<double> v = optional_field<double>(body, key, "a number");
+    if (v && !valid(*v)) throw HttpError(400, std::string(key) + " must be " + range);
+    return v;
+  };
+  s.temperature = number("temperature", [](double v) { return v >= 0; }, ">= 0 (0: greedy)");
+  s.top_p = number("top_p", [](double v) { return v > 0 && v <= 1; }, "in (0, 1]");
+  s.min_p = number("min_p", [](double v) { return v >= 0 && v <= 1; }, "in [0, 1] (0: off)");
+  auto penalty_range = [](double v) { return v > 0 && v <= 1e6; };
+  s.repetition_penalty = number("repetition_penalty", penalty_range, "> 0 (1: off)");
+  if (const auto llama = number("repeat_penalty", penalty_range, "> 0 (1: off)")) {
+    if (s.repetition_penalty) throw HttpError(400, "'repetition_penalty' and 'repeat_penalty' are one setting: send one");
+    s.repetition_penalty = llama;
+  }
+  auto openai_range = [](double v) { return v >= -2 && v <= 2; };  // OpenAI's
+  s.presence_penalty = number("presence_penalty", openai_range, "in [-2, 2]");
+  s.frequency_penalty = number("frequency_penalty", openai_range, "in [-2, 2]");
+  s.top_k = optional_field<int64_t>(body, "top_k", "an integer");
+  if (s.top_k && *s.top_k < 0) throw HttpError(400, "top_k must be >= 0 (0: all)");
+  s.repetition_window = optional_field<int64_t>(body, "repeat_last_n", "an integer");
+  if (s.repetition_window && *s.repetition_window < -1)
+    throw HttpError(400, "repeat_last_n must be -1 (every token), 0 (off) or the tokens to look back at");
+}
+
 void parse_generation(const json& body, GenerationFields& r) {
   r.model = field<std::string>(body, "model", "a string");
-  r.temperature = field<double>(body, "temperature", "a number", 1.0);
-  r.top_k = field<int64_t>(body, "top_k", "an integer", int64_t(0));
-  r.top_p = field<double>(body, "top_p", "a number", 1.0);
+  parse_sampling(body, r.sampling);
   r.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
   if (body.contains("stop") && body["stop"].is_string())
     r.stop = {body["stop"].get<std::string>()};
@@ -325,9 +355,6 @@ void parse_generation(const json& body, GenerationFields& r) {
     r.include_usage = field<bool>(so, "include_usage", "true or false", false);
     if (!r.stream && r.include_usage) throw HttpError(400, "stream_options.include_usage is for streamed answers");
   }
-  if (!(r.temperature >= 0)) throw HttpError(400, "temperature must be >= 0 (0: greedy)");
-  if (!(r.top_p > 0 && r.top_p <= 1)) throw HttpError(400, "top_p must be in (0, 1]");
-  if (r.top_k < 0) throw HttpError(400, "top_k must be >= 0");
   parse_constraint(body, r);
 }
 

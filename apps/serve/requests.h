@@ -13,6 +13,7 @@
 
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
+#include "models/common/sampling.h"
 #include "kiln/text/tool_calls.h"
 
 namespace kiln::serve {
@@ -68,9 +69,9 @@ std::string base64_encode(const void* data, size_t bytes);
 struct GenerationFields {
   std::string model;
   int64_t max_tokens = 16;
-  double temperature = 1.0;
-  int64_t top_k = 0;
-  double top_p = 1.0;
+  // What the request sets of temperature, top_k, top_p, min_p and the
+  // penalties; the rest come from the model's defaults, then OpenAI's.
+  models::SamplingFields sampling;
   uint64_t seed = 1;
   std::vector<std::string> stop;
   bool stream = false;

@@ -8,6 +8,7 @@
 
 #include "kiln/nn/kv_cache.h"
 #include "kiln/nn/module.h"
+#include "models/common/sampling.h"
 
 namespace kiln::models {
 
@@ -94,11 +95,6 @@ std::optional<int32_t> one_more_token(const Tensor& ids, const KvCache& cache, i
 PromptBatch batch_prompts(const std::vector<std::vector<int64_t>>& prompts, const std::vector<KvCache*>& caches,
                           int64_t context);
 
-// Samples a token from `logits` [vocab]: temperature (0: greedy), then the top_k
-// most likely (<= 0: all), then the nucleus of mass top_p (1: all).
-int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
-                     Generator& gen);
-
 // The log-softmax of the logits at every position of `ids` (one forward
 // pass, no gradients), in f32 whatever the model's dtype, as evaluation
 // harnesses compute it (logits.float()): [ids.size() * vocab], row t being
@@ -106,11 +102,11 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
 std::vector<float> next_token_log_probabilities(LanguageModel& model, const std::vector<int32_t>& ids);
 
 // Appends up to max_new_tokens tokens to `prompt`, each from sample_token
-// (temperature 0: greedy). Stops after a token in `stop_ids`, or when
+// after the penalties (temperature 0: greedy). Stops after a token in `stop_ids`, or when
 // `on_token` returns false, or at the context length. Tokens in
 // `banned_ids` are never sampled (llama.cpp's --ignore-eos bans the eos).
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
-                              double temperature, int64_t top_k, double top_p, Generator& gen,
+                              const Sampling& sampling, Generator& gen,
                               const std::vector<int32_t>& stop_ids = {},
                               const std::function<bool(int32_t)>& on_token = {},
                               const std::vector<int32_t>& banned_ids = {});

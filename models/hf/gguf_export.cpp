@@ -13,6 +13,7 @@
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
 #include "models/hf/gguf_architectures.h"
+#include "models/hf/sampling_defaults.h"
 
 namespace kiln::models {
 
@@ -227,6 +228,7 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   if (const int64_t bos = special_id(tc, "bos_token", tokenizer); bos >= 0 && !m.contains("tokenizer.ggml.bos_token_id"))
     m["tokenizer.ggml.bos_token_id"] = bos;
   write_chat_templates(tc.contains("chat_template") ? tc["chat_template"] : json(), m);
+  m.update(gguf_sampling_metadata(folder.generation_config));  // the model's sampling defaults, as llama.cpp's converter keeps them
 
   const CausalLmFamily& family = *find_causal_lm_family(model_type);
   // Each layer's experts go into one tensor per projection, [experts, rows, cols] (blk.N.ffn_*_exps).

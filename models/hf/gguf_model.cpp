@@ -12,6 +12,7 @@
 #include "models/hf/families.h"
 #include "models/hf/gguf_architectures.h"
 #include "models/hf/hf_chat.h"
+#include "models/hf/sampling_defaults.h"
 
 namespace kiln::models {
 
@@ -153,6 +154,7 @@ HfCausalLm load_gguf_causal_lm(const std::string& path, std::optional<DType> dty
   KILN_CHECK(out.tokenizer.vocab_size() <= out.model->vocab_size(), path, ": the tokenizer has ",
              out.tokenizer.vocab_size(), " tokens, more than the model's ", out.model->vocab_size(), " embeddings");
   out.eos_ids = std::move(vocab.end_of_generation_ids);
+  out.sampling_defaults = gguf_sampling(file.metadata(), path);
   return out;
 }
 
@@ -179,7 +181,8 @@ HfFolderContents gguf_folder_files(const std::string& path) {
   if (!chat.bos_token.empty()) c.tokenizer_config["bos_token"] = chat.bos_token;
   if (!chat.eos_token.empty()) c.tokenizer_config["eos_token"] = chat.eos_token;
   if (!chat.source.empty()) c.tokenizer_config["chat_template"] = chat_templates_config(chat.source, chat.tool_use);
-  c.generation_config = {{"eos_token_id", vocab.end_of_generation_ids}};
+  c.generation_config = generation_config_of_gguf_sampling(m);
+  c.generation_config["eos_token_id"] = vocab.end_of_generation_ids;
   if (m.contains("tokenizer.ggml.bos_token_id")) c.generation_config["bos_token_id"] = m["tokenizer.ggml.bos_token_id"];
   return c;
 }

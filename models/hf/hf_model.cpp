@@ -19,6 +19,7 @@
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
 #include "models/hf/gguf_model.h"
+#include "models/hf/sampling_defaults.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
@@ -318,6 +319,8 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   out.tokenizer = load_hf_tokenizer(dir);
   attach_weights(*out.model, dir, out.config, out.model_type, family->checkpoint_name, family->ignorable, dtype);
   out.eos_ids = eos_ids_of(out.config, dir, out.model->vocab_size());
+  if (const fs::path g = fs::path(dir) / "generation_config.json"; fs::exists(g))
+    out.sampling_defaults = generation_config_sampling(read_json(g, "generation settings"), g.string());
   return out;
 }
 

@@ -35,6 +35,7 @@ struct HfCausalLm {
   std::shared_ptr<LanguageModel> model;
   text::HfTokenizer tokenizer;
   std::vector<int32_t> eos_ids;  // generation ends after any of these
+  SamplingFields sampling_defaults;  // the model's own (models/hf/sampling_defaults.h)
 };
 
 // Loads a causal language model: the architecture from config.json's

@@ -113,7 +113,7 @@ struct Model {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
     recipes::CompletionOptions o;
-    o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
+    o.max_tokens = max_tokens, o.sampling.temperature = temperature, o.sampling.top_k = top_k, o.sampling.top_p = top_p, o.seed = seed;
     o.stop = stop;
     py::gil_scoped_release release;
     return model().complete(prompt, o, nullptr).text;
@@ -136,7 +136,7 @@ struct Model {
     };
     const ordered_json conversation = to_json(messages), tool_list = to_json(tools);
     recipes::CompletionOptions o;
-    o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.seed = seed;
+    o.max_tokens = max_tokens, o.sampling.temperature = temperature, o.sampling.top_k = top_k, o.sampling.top_p = top_p, o.seed = seed;
     o.chat = true;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(

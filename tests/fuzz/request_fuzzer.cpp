@@ -56,7 +56,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
-    if (r.max_tokens < 0 || r.max_tokens > 4096 || !(r.temperature >= 0) || !(r.top_p > 0 && r.top_p <= 1)) std::abort();
+    if (r.max_tokens < 0 || r.max_tokens > 4096) std::abort();
+    try {  // whatever the request sets, the sampler takes
+      kiln::models::check_sampling(kiln::models::resolve_sampling(r.sampling, {}, {}));
+    } catch (const kiln::Error&) {
+      std::abort();
+    }
   });
   // A chat request's messages, rendered by every template: text, or a
   // kiln::Error for a conversation the template refuses.

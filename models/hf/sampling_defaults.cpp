@@ -1,0 +1,85 @@
+#include "models/hf/sampling_defaults.h"
+
+#include <optional>
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+namespace {
+
+using json = nlohmann::json;
+
+// Where each field lives in a folder's generation_config.json and in a GGUF
+// file (the names convert_hf_to_gguf.py maps between: its Metadata.load).
+struct SamplingKey {
+  const char* generation_config;
+  const char* gguf;
+  std::optional<double> SamplingFields::*real;
+  std::optional<int64_t> SamplingFields::*integer;
+};
+const SamplingKey kKeys[] = {
+    {"temperature", "general.sampling.temp", &SamplingFields::temperature, nullptr},
+    {"top_k", "general.sampling.top_k", nullptr, &SamplingFields::top_k},
+    {"top_p", "general.sampling.top_p", &SamplingFields::top_p, nullptr},
+    {"min_p", "general.sampling.min_p", &SamplingFields::min_p, nullptr},
+    {"repetition_penalty", "general.sampling.penalty_repeat", &SamplingFields::repetition_penalty, nullptr},
+    {"penalty_last_n", "general.sampling.penalty_last_n", nullptr, &SamplingFields::repetition_window},
+};
+
+// The fields `j` holds under each key's name (`name_of`); null values are absent.
+template <typename NameOf>
+SamplingFields read_fields(const json& j, NameOf name_of, const std::string& where) {
+  SamplingFields f;
+  if (!j.is_object()) return f;
+  for (const SamplingKey& k : kKeys) {
+    const char* name = name_of(k);
+    if (!j.contains(name) || j[name].is_null()) continue;
+    const json& v = j[name];
+    KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", name, " is ", v.dump(),
+               ", not ", k.integer ? "an integer" : "a number");
+    if (k.real) f.*k.real = v.get<double>();
+    if (k.integer) f.*k.integer = v.get<int64_t>();
+  }
+  // Each value as a sampler takes it, or the file is named.
+  try {
+    check_sampling(resolve_sampling(f, {}, Sampling{}));
+  } catch (const Error& e) {
+    KILN_FAIL(where, ": ", e.what());
+  }
+  return f;
+}
+
+}  // namespace
+
+SamplingFields generation_config_sampling(const json& generation_config, const std::string& where) {
+  SamplingFields f = read_fields(generation_config, [](const SamplingKey& k) { return k.generation_config; }, where);
+  // vLLM reads GenerationConfig.to_diff_dict(): a value equal to transformers' default is not the model's own.
+  if (f.top_k == 50) f.top_k.reset();
+  f.repetition_window.reset();  // vLLM's penalty looks at the whole sequence
+  return f;
+}
+
+SamplingFields gguf_sampling(const json& metadata, const std::string& where) {
+  SamplingFields f = read_fields(metadata, [](const SamplingKey& k) { return k.gguf; }, where);
+  // llama.cpp's penalty_last_n: -1 is the whole context, 0 turns the penalties off; its default is 64.
+  if (!f.repetition_window) f.repetition_window = 64;
+  return f;
+}
+
+json gguf_sampling_metadata(const json& generation_config) {
+  json m = json::object();
+  if (!generation_config.is_object()) return m;
+  for (const SamplingKey& k : kKeys)
+    if (generation_config.contains(k.generation_config) && generation_config[k.generation_config].is_number())
+      m[k.gguf] = generation_config[k.generation_config];
+  return m;
+}
+
+json generation_config_of_gguf_sampling(const json& metadata) {
+  json g = json::object();
+  for (const SamplingKey& k : kKeys)
+    if (metadata.contains(k.gguf) && metadata[k.gguf].is_number()) g[k.generation_config] = metadata[k.gguf];
+  return g;
+}
+
+}  // namespace kiln::models

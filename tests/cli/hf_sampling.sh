@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Repetition penalties, min-p and a model's own sampling defaults, against
+# transformers' generate() on the Qwen2.5-style folder of cli.hf_qwen2_chat
+# (tiny random weights), copied with a generation_config.json that sets
+# repetition_penalty (and temperature, top_k, top_p), as Qwen2.5's does.
+# A random model over 151K tokens never repeats itself, so the repetition
+# penalties here reward repeats (below 1), and the OpenAI penalties are
+# checked against the repeats that brings: then each changes the tokens.
+# - served, a greedy completion that leaves the penalty out gets the
+#   model's (as vLLM does): transformers' greedy tokens, which its
+#   generate() gives with the folder's generation_config;
+# - one that sends repetition_penalty (vLLM's name) or repeat_penalty
+#   (llama-server's) gets that one instead; presence_penalty and
+#   frequency_penalty are OpenAI's (the completion's own tokens, once and
+#   by count), checked through a logits processor that applies them;
+# - min_p 1 at temperature 1.5 keeps the most likely token alone: greedy;
+# - each of these changes the tokens (none of the checks is vacuous);
+# - `kiln export --format gguf` keeps the defaults as llama.cpp's converter
+#   does (general.sampling.*), and `kiln sample` of the file and of the
+#   folder takes them as the server does.
+source "$(dirname "$0")/lib.sh"
+require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai
+PY="$ORACLE_PY"
+qwen2_chat_folder
+
+PEN="$WORK/penalized"
+mkdir -p "$PEN"
+for f in "$MODEL"/*; do ln -s "$f" "$PEN/"; done
+rm "$PEN/generation_config.json"
+python3 - "$MODEL/generation_config.json" "$PEN/generation_config.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+g.update({"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 0.6})
+json.dump(g, open(sys.argv[2], "w"), indent=2)
+PY
+PROMPT="The the the cat sat on the mat, and the cat"
+N=24
+
+# transformers' greedy tokens under each setting (eos banned until N tokens, as Kiln's ignore_eos bans it).
+run 0 "$PY" - "$PEN" "$PROMPT" "$N" "$WORK/expected.json" <<'PY'
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
+folder, prompt, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+tok = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+ids = tok(prompt, return_tensors="pt")
+
+class OpenAiPenalties(LogitsProcessor):
+    """OpenAI's presence and frequency penalties over the completion's tokens (vLLM's order: frequency, then presence)."""
+    def __init__(self, start, presence, frequency):
+        self.start, self.presence, self.frequency = start, presence, frequency
+    def __call__(self, input_ids, scores):
+        counts = torch.zeros_like(scores)
+        counts.scatter_add_(1, input_ids[:, self.start:], torch.ones_like(input_ids[:, self.start:], dtype=scores.dtype))
+        scores = scores - self.frequency * counts
+        return scores - self.presence * (counts > 0).to(scores.dtype)
+
+def greedy(**kw):
+    with torch.no_grad():
+        g = model.generate(**ids, do_sample=False, max_new_tokens=n, min_new_tokens=n, **kw)
+    return tok.decode(g[0][ids["input_ids"].shape[1]:])
+
+start = ids["input_ids"].shape[1]
+want = {
+    "defaults": greedy(),  # the folder's generation_config: repetition_penalty 0.6
+    "none": greedy(repetition_penalty=1.0),
+    "rewarded": greedy(repetition_penalty=0.5),
+    # (generate() runs a processor it is given after its own: the repetition penalty first, as vLLM does)
+    "openai": greedy(repetition_penalty=0.5, logits_processor=LogitsProcessorList([OpenAiPenalties(start, 1.0, 0.5)])),
+}
+assert len(set(want.values())) == 4, want  # each setting changes the tokens
+json.dump(want, open(out, "w"), indent=2)
+print(json.dumps(want, indent=2))
+PY
+
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$KILN" serve --model pen="hf:$PEN" --port "$port" >"$WORK/serve.log" 2>&1 &
+server=$!
+LOG="$WORK/serve.log" wait_for_server "$port" "$server"
+grep -q "pen samples with its own defaults .*temperature 0.7, top_k 20, top_p 0.8, repetition_penalty 0.6" \
+  "$WORK/serve.log" || { cp "$WORK/serve.log" "$OUT"; fail "the server does not say it samples with the model's defaults"; }
+run 0 "$PY" - "$port" "$PROMPT" "$N" "$WORK/expected.json" <<'PY'
+import json, sys
+import openai
+port, prompt, n, want = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4]))
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+def text(extra={}, **kw):  # extra: the fields the openai client does not name (llama-server's, vLLM's)
+    return client.completions.create(model="pen", prompt=prompt, max_tokens=n, extra_body={"ignore_eos": True, **extra},
+                                     **kw).choices[0].text
+checks = [
+    ("the model's repetition_penalty", text(temperature=0), want["defaults"]),
+    ("repetition_penalty 1 (off)", text(temperature=0, extra={"repetition_penalty": 1.0}), want["none"]),
+    ("repetition_penalty 0.5", text(temperature=0, extra={"repetition_penalty": 0.5}), want["rewarded"]),
+    ("repeat_penalty 0.5 (llama-server's)", text(temperature=0, extra={"repeat_penalty": 0.5}), want["rewarded"]),
+    ("presence 1 and frequency 0.5", text(temperature=0, presence_penalty=1.0, frequency_penalty=0.5,
+                                        extra={"repetition_penalty": 0.5}), want["openai"]),
+    ("min_p 1 at temperature 1.5", text(temperature=1.5, seed=3, extra={"min_p": 1.0}), want["defaults"]),
+]
+for name, got, expected in checks:
+    assert got == expected, (name, got, expected)
+    print(f"served, {name}: transformers' greedy tokens")
+PY
+expect_lines 6 "transformers' greedy tokens"
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+
+# The defaults in a GGUF file (as convert_hf_to_gguf.py writes them), and `kiln sample` of the file and the folder.
+run 0 "$KILN" export "hf:$PEN" --format gguf --gguf-type f32 --out "$WORK/pen.gguf"
+run 0 "$PY" - "$WORK/pen.gguf" <<'PY'
+import sys
+import gguf
+r = gguf.GGUFReader(sys.argv[1])
+got = {k: float(r.fields[k].parts[-1][0]) for k in ("general.sampling.temp", "general.sampling.top_k",
+                                                     "general.sampling.top_p", "general.sampling.penalty_repeat")}
+want = {"general.sampling.temp": 0.7, "general.sampling.top_k": 20, "general.sampling.top_p": 0.8,
+        "general.sampling.penalty_repeat": 0.6}
+assert all(abs(got[k] - want[k]) < 1e-6 for k in want), got
+print("the GGUF file keeps the sampling defaults")
+PY
+for spec in "hf:$PEN" "gguf:$WORK/pen.gguf"; do
+  run 0 "$KILN" sample "$spec" --prompt "$PROMPT" --temperature 0 --max-tokens "$N" --ignore-eos --count 1
+  python3 - "$OUT" "$PROMPT" "$WORK/expected.json" <<'PY' || fail "kiln sample $spec: not transformers' greedy tokens with the model's penalty"
+import json, sys
+out, prompt, want = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2], json.load(open(sys.argv[3]))["defaults"]
+sys.exit(0 if prompt + want in out else 1)
+PY
+done
+run 0 "$KILN" sample "hf:$PEN" --prompt "$PROMPT" --temperature 0 --max-tokens "$N" --ignore-eos --count 1 \
+  --repeat-penalty 0.5
+python3 - "$OUT" "$PROMPT" "$WORK/expected.json" <<'PY' || fail "kiln sample --repeat-penalty 0.5: not transformers' tokens"
+import json, sys
+out, prompt, want = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2], json.load(open(sys.argv[3]))["rewarded"]
+sys.exit(0 if prompt + want in out else 1)
+PY
+run 1 "$KILN" sample "hf:$PEN" --prompt "x" --min-p 2
+expect "min_p must be in \[0, 1\]"
+echo "ok"
