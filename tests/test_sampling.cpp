@@ -9,7 +9,9 @@
 #include <set>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "models/common/language_model.h"
+#include "models/hf/sampling_defaults.h"
 
 namespace kiln {
 namespace {
@@ -119,6 +121,136 @@ TEST(Sampling, MaskedTokensAreNeverDrawn) {
     expect_frequencies(counts(logits, t, 0, 1.0, n), softmax_over(logits, {7, 2048}, t), n);
     expect_frequencies(counts(logits, t, 0, 0.99, n, 3), softmax_over(logits, {7, 2048}, t), n);
   }
+}
+
+
+// Draws `n` tokens under `s` and counts each.
+std::map<int32_t, int64_t> counts(const std::vector<float>& logits, const models::Sampling& s, int64_t n) {
+  Generator gen(11);
+  std::map<int32_t, int64_t> c;
+  for (int64_t i = 0; i < n; ++i) ++c[models::sample_token(logits, s, gen)];
+  return c;
+}
+
+TEST(Sampling, MinPKeepsTheTokensAtLeastMinPTimesAsLikelyAsTheMostLikely) {
+  // Probabilities 0.50, 0.30, 0.15, 0.05 (at index 1, 3, 0, 2).
+  const std::vector<float> logits = {float(std::log(0.15)), float(std::log(0.5)), float(std::log(0.05)),
+                                     float(std::log(0.3))};
+  const int64_t n = 30000;
+  // Over the whole vocabulary (no order needed) and after top-k (sorted): the same.
+  for (int64_t top_k : {int64_t(0), int64_t(4)}) {
+    // min_p 0.25: a floor of 0.125 keeps three; 0.5: a floor of 0.25 keeps two.
+    expect_frequencies(counts(logits, {.temperature = 1, .top_k = top_k, .min_p = 0.25}, n),
+                       softmax_over(logits, {1, 3, 0}, 1.0), n);
+    expect_frequencies(counts(logits, {.temperature = 1, .top_k = top_k, .min_p = 0.5}, n),
+                       softmax_over(logits, {1, 3}, 1.0), n);
+    // After temperature, as transformers applies it: at 2, the ratios to the most likely are
+    // sqrt(0.6) = 0.77, sqrt(0.3) = 0.55 and sqrt(0.1) = 0.32, so 0.5 keeps three.
+    expect_frequencies(counts(logits, {.temperature = 2, .top_k = top_k, .min_p = 0.5}, n),
+                       softmax_over(logits, {1, 3, 0}, 2.0), n);
+    // 1: the most likely alone, at any temperature (greedy).
+    expect_frequencies(counts(logits, {.temperature = 3, .top_k = top_k, .min_p = 1.0}, n), {{1, 1.0}}, n);
+  }
+  // After top-p: 0.6 keeps two (0.5 falls short), then min_p 0.7 (a floor of 0.35) the first alone.
+  expect_frequencies(counts(logits, {.temperature = 1, .top_p = 0.6, .min_p = 0.7}, n), {{1, 1.0}}, n);
+  expect_frequencies(counts(logits, {.temperature = 1, .top_p = 0.6, .min_p = 0.5}, n),
+                     softmax_over(logits, {1, 3}, 1.0), n);
+  EXPECT_THROW(counts(logits, {.min_p = 1.5}, 1), Error);
+}
+
+TEST(Sampling, TheRepetitionPenaltyDividesPositiveLogitsAndMultipliesNegativeOnesOncePerToken) {
+  // As transformers' RepetitionPenaltyLogitsProcessor: in f32, each token seen once however often.
+  models::TokenPenalties p({.repetition_penalty = 2.0}, 6, std::vector<int32_t>{1, 2, 2, 2}, 4);
+  std::vector<float> logits = {3.0f, 3.0f, -3.0f, 0.5f, -0.5f, 7.0f};
+  p.apply(logits);
+  EXPECT_EQ(logits, (std::vector<float>{3.0f, 1.5f, -6.0f, 0.5f, -0.5f, 7.0f}));
+  p.accept(5);  // the completion's tokens count too
+  logits = {3.0f, 3.0f, -3.0f, 0.5f, -0.5f, 7.0f};
+  p.apply(logits);
+  EXPECT_EQ(logits, (std::vector<float>{3.0f, 1.5f, -6.0f, 0.5f, -0.5f, 3.5f}));
+  // llama.cpp's repeat_last_n: only the last 2 tokens (2, then 5).
+  models::TokenPenalties last({.repetition_penalty = 2.0, .repetition_window = 2}, 6, std::vector<int32_t>{1, 2}, 4);
+  last.accept(5);
+  logits = {3.0f, 3.0f, -3.0f, 0.5f, -0.5f, 7.0f};
+  last.apply(logits);
+  EXPECT_EQ(logits, (std::vector<float>{3.0f, 3.0f, -6.0f, 0.5f, -0.5f, 3.5f}));
+  // 0: off.
+  models::TokenPenalties none({.repetition_penalty = 2.0, .repetition_window = 0}, 6, std::vector<int32_t>{1}, 4);
+  logits = {3.0f, 3.0f, -3.0f, 0.5f, -0.5f, 7.0f};
+  none.apply(logits);
+  EXPECT_EQ(logits[1], 3.0f);
+}
+
+TEST(Sampling, PresenceAndFrequencyPenaltiesCountTheCompletionOnly) {
+  // OpenAI's: logit - frequency * count - presence, for tokens the completion holds; the prompt's are left alone.
+  models::TokenPenalties p({.presence_penalty = 0.5, .frequency_penalty = 0.25}, 4, std::vector<int32_t>{0, 0, 1}, 8);
+  for (int32_t t : {1, 2, 2, 2}) p.accept(t);
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
+  p.apply(logits);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, 0.25f, -0.25f, 1.0f}));
+  // Applied again to fresh logits, the same (no state leaks from one step to the next).
+  logits = {1.0f, 1.0f, 1.0f, 1.0f};
+  p.apply(logits);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, 0.25f, -0.25f, 1.0f}));
+}
+
+TEST(Sampling, EachFieldComesFromTheRequestThenTheModelThenTheFallback) {
+  models::SamplingFields asked, model;
+  asked.temperature = 0.2;
+  model.temperature = 0.7, model.top_p = 0.8, model.repetition_penalty = 1.05;
+  const models::Sampling s = models::resolve_sampling(asked, model, {.temperature = 1.0, .top_k = 40});
+  EXPECT_EQ(s.temperature, 0.2);
+  EXPECT_EQ(s.top_p, 0.8);
+  EXPECT_EQ(s.repetition_penalty, 1.05);
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_EQ(s.min_p, 0.0);
+  EXPECT_EQ(models::sampling_fields_text(model), "temperature 0.7, top_p 0.8, repetition_penalty 1.05");
+}
+
+TEST(SamplingDefaults, GenerationConfigIsReadAsVllmReadsIt) {
+  const auto f = models::generation_config_sampling(
+      nlohmann::json::parse(R"({"do_sample": true, "temperature": 0.7, "top_k": 50, "top_p": 0.8,
+                                "repetition_penalty": 1.05, "min_p": 0.05, "eos_token_id": [1, 2]})"),
+      "generation_config.json");
+  EXPECT_EQ(f.temperature, 0.7);
+  EXPECT_FALSE(f.top_k);  // transformers' default of 50: not the model's own
+  EXPECT_EQ(f.top_p, 0.8);
+  EXPECT_EQ(f.min_p, 0.05);
+  EXPECT_EQ(f.repetition_penalty, 1.05);
+  EXPECT_FALSE(f.repetition_window);  // the whole sequence
+  EXPECT_EQ(models::generation_config_sampling(nlohmann::json::parse(R"({"top_k": 20})"), "g").top_k, 20);
+  // Values a sampler cannot take name the file.
+  for (const char* bad : {R"({"top_p": "high"})", R"({"top_p": 0})", R"({"temperature": -1})",
+                          R"({"repetition_penalty": 0})", R"({"top_k": 2.5})"}) {
+    try {
+      models::generation_config_sampling(nlohmann::json::parse(bad), "DIR/generation_config.json");
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DIR/generation_config.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(SamplingDefaults, AGgufFileIsReadAsLlamaCppReadsItAndSurvivesTheRoundTrip) {
+  // No penalty_last_n: llama.cpp's 64.
+  const auto plain = models::gguf_sampling(nlohmann::json::object(), "f.gguf");
+  EXPECT_EQ(plain.repetition_window, 64);
+  EXPECT_FALSE(plain.temperature || plain.repetition_penalty);
+  // convert_hf_to_gguf.py's keys from a generation_config.json, and back.
+  const nlohmann::json g = nlohmann::json::parse(
+      R"({"temperature": 0.6, "top_k": 50, "top_p": 0.9, "min_p": 0.1, "repetition_penalty": 1.1, "penalty_last_n": -1,
+          "do_sample": true})");
+  const nlohmann::json m = models::gguf_sampling_metadata(g);
+  EXPECT_EQ(m, nlohmann::json::parse(R"({"general.sampling.temp": 0.6, "general.sampling.top_k": 50,
+      "general.sampling.top_p": 0.9, "general.sampling.min_p": 0.1, "general.sampling.penalty_repeat": 1.1,
+      "general.sampling.penalty_last_n": -1})"));
+  const auto f = models::gguf_sampling(m, "f.gguf");
+  EXPECT_EQ(f.top_k, 50);  // llama.cpp takes the file's as written
+  EXPECT_EQ(f.repetition_window, -1);
+  EXPECT_EQ(f.repetition_penalty, 1.1);
+  nlohmann::json back = g;
+  back.erase("do_sample");
+  EXPECT_EQ(models::generation_config_of_gguf_sampling(m), back);
 }
 
 }  // namespace
