@@ -108,12 +108,26 @@ struct Model {
     return *loaded.model;
   }
 
-  std::string generate(const std::string& prompt, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
-                       uint64_t seed, const std::vector<std::string>& stop) {
+  // The sampling asked for; what is None, the model's own default (as transformers' generate() takes
+  // its generation_config.json), then temperature 0.8 and top-k 40.
+  models::Sampling sampling(const models::SamplingFields& asked) {
+    const models::Sampling s = models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
+    models::check_sampling(s);
+    return s;
+  }
+
+  std::string generate(const std::string& prompt, int64_t max_tokens, std::optional<double> temperature,
+                       std::optional<int64_t> top_k, std::optional<double> top_p, uint64_t seed,
+                       const std::vector<std::string>& stop, std::optional<double> min_p,
+                       std::optional<double> repetition_penalty, std::optional<double> presence_penalty,
+                       std::optional<double> frequency_penalty) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
     recipes::CompletionOptions o;
-    o.max_tokens = max_tokens, o.sampling.temperature = temperature, o.sampling.top_k = top_k, o.sampling.top_p = top_p, o.seed = seed;
+    o.max_tokens = max_tokens, o.seed = seed;
+    o.sampling = sampling({.temperature = temperature, .top_p = top_p, .min_p = min_p,
+                           .repetition_penalty = repetition_penalty, .presence_penalty = presence_penalty,
+                           .frequency_penalty = frequency_penalty, .top_k = top_k});
     o.stop = stop;
     py::gil_scoped_release release;
     return model().complete(prompt, o, nullptr).text;
@@ -124,9 +138,11 @@ struct Model {
   // as the chat API's (kiln serve's); a reasoning model thinks before a constrained answer. With tools,
   // the reply is the chat API's message: a dict of content, tool_calls, finish_reason and, where the
   // model reasoned, reasoning_content.
-  py::object chat(const py::object& messages, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
-                  uint64_t seed, const py::object& tools, const py::object& tool_choice, bool parallel_tool_calls,
-                  const py::object& response_format) {
+  py::object chat(const py::object& messages, int64_t max_tokens, std::optional<double> temperature,
+                  std::optional<int64_t> top_k, std::optional<double> top_p, uint64_t seed, const py::object& tools,
+                  const py::object& tool_choice, bool parallel_tool_calls, const py::object& response_format,
+                  std::optional<double> min_p, std::optional<double> repetition_penalty,
+                  std::optional<double> presence_penalty, std::optional<double> frequency_penalty) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("chat needs a language model; this is a ") + model_kind_name(loaded.kind));
     using ordered_json = nlohmann::ordered_json;
@@ -136,7 +152,10 @@ struct Model {
     };
     const ordered_json conversation = to_json(messages), tool_list = to_json(tools);
     recipes::CompletionOptions o;
-    o.max_tokens = max_tokens, o.sampling.temperature = temperature, o.sampling.top_k = top_k, o.sampling.top_p = top_p, o.seed = seed;
+    o.max_tokens = max_tokens, o.seed = seed;
+    o.sampling = sampling({.temperature = temperature, .top_p = top_p, .min_p = min_p,
+                           .repetition_penalty = repetition_penalty, .presence_penalty = presence_penalty,
+                           .frequency_penalty = frequency_penalty, .top_k = top_k});
     o.chat = true;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(
@@ -254,13 +273,18 @@ void bind_api(py::module_& m) {
       .def_property_readonly("kind", [](const Model& mo) { return std::string(model_kind_name(mo.loaded.kind)); })
       .def_property_readonly("step", [](const Model& mo) { return mo.loaded.step; })
       .def_property_readonly("labels", [](Model& mo) { return mo.model().labels(); })
-      .def("generate", &Model::generate, py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("temperature") = 0.8,
-           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1,
-           py::arg("stop") = std::vector<std::string>{})
-      .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256, py::arg("temperature") = 0.8,
-           py::arg("top_k") = 40, py::arg("top_p") = 1.0, py::arg("seed") = 1, py::arg("tools") = py::none(),
-           py::arg("tool_choice") = py::none(), py::arg("parallel_tool_calls") = true,
-           py::arg("response_format") = py::none())
+      // Sampling left as None is the model's own default (docs/SAMPLING.md), then temperature 0.8 and top-k 40.
+      .def("generate", &Model::generate, py::arg("prompt"), py::arg("max_tokens") = 64,
+           py::arg("temperature") = py::none(), py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
+           py::arg("seed") = 1, py::arg("stop") = std::vector<std::string>{}, py::kw_only(),
+           py::arg("min_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+           py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none())
+      .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256,
+           py::arg("temperature") = py::none(), py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
+           py::arg("seed") = 1, py::arg("tools") = py::none(), py::arg("tool_choice") = py::none(),
+           py::arg("parallel_tool_calls") = true, py::arg("response_format") = py::none(), py::kw_only(),
+           py::arg("min_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+           py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none())
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("embed", &Model::embed, py::arg("texts"))

@@ -39,6 +39,14 @@ def test_a_language_model_from_a_hugging_face_folder(kiln_cli, source_dir):
     cli = subprocess.run([kiln_cli, "sample", "hf:" + folder, "--prompt", "The best way to predict", "--temperature",
                           "0", "--count", "1", "--max-tokens", "12"], capture_output=True, text=True, check=True).stdout
     assert cli.splitlines()[0] == ("The best way to predict" + text).splitlines()[0]
+    # The penalties as `kiln sample` takes them; a value no sampler takes is an error.
+    rewarded = model.generate("The best way to predict", max_tokens=12, temperature=0, repetition_penalty=0.5)
+    cli = subprocess.run([kiln_cli, "sample", "hf:" + folder, "--prompt", "The best way to predict", "--temperature",
+                          "0", "--count", "1", "--max-tokens", "12", "--repeat-penalty", "0.5"],
+                         capture_output=True, text=True, check=True).stdout
+    assert cli.splitlines()[0] == ("The best way to predict" + rewarded).splitlines()[0]
+    with pytest.raises(kiln.KilnError, match="min_p"):
+        model.generate("x", min_p=2.0)
     scores = model.score("The best way to predict the future")
     assert scores["logprobs"][0] is None and all(lp < 0 for lp in scores["logprobs"][1:])
     assert scores["perplexity"] > 1
