@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
     lm.model->eval();
     const std::vector<int32_t> prompt = lm.tokenizer.encode(argv[2]);
     Generator gen(0);
+    // Greedy; the model's own sampling defaults would be models::resolve_sampling({}, lm.sampling_defaults, {}).
     const std::vector<int32_t> all = models::generate(*lm.model, prompt, argc > 3 ? std::atoll(argv[3]) : 24,
-                                                      /*temperature=*/0.0, 0, 1.0, gen, lm.eos_ids);
+                                                      models::Sampling{.temperature = 0}, gen, lm.eos_ids);
     const std::vector<int32_t> fresh(all.begin() + long(prompt.size()), all.end());
     std::printf("%s%s\n", argv[2], lm.tokenizer.decode(fresh).c_str());
   } catch (const std::exception& e) {

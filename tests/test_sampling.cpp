@@ -123,7 +123,6 @@ TEST(Sampling, MaskedTokensAreNeverDrawn) {
   }
 }
 
-
 // Draws `n` tokens under `s` and counts each.
 std::map<int32_t, int64_t> counts(const std::vector<float>& logits, const models::Sampling& s, int64_t n) {
   Generator gen(11);

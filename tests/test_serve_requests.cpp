@@ -121,17 +121,23 @@ TEST(CompletionFields, PenaltiesAndMinPAreReadAndCheckedAndLeftOutWhenNotSent) {
   const CompletionRequest plain = parse_completion(with("max_tokens", "3"));
   EXPECT_FALSE(plain.sampling.temperature || plain.sampling.top_k || plain.sampling.top_p || plain.sampling.min_p ||
                plain.sampling.repetition_penalty || plain.sampling.presence_penalty);
-  const std::pair<const char*, const char*> refused[] = {
-      {"min_p", "1.5"}, {"repetition_penalty", "0"}, {"repeat_penalty", "-1"}, {"presence_penalty", "2.5"},
-      {"frequency_penalty", "-3"}, {"repeat_last_n", "-2"}, {"top_k", "-1"}, {"top_p", "0"}, {"min_p", "\"x\""}};
+  const std::pair<const char*, const char*> refused[] = {{"min_p", "1.5"},
+                                                         {"repetition_penalty", "0"},
+                                                         {"repeat_penalty", "-1"},
+                                                         {"presence_penalty", "2.5"},
+                                                         {"frequency_penalty", "-3"},
+                                                         {"repeat_last_n", "-2"},
+                                                         {"top_k", "-1"},
+                                                         {"top_p", "0"},
+                                                         {"min_p", "\"x\""}};
   for (const auto& [field, value] : refused)
     EXPECT_NE(refusal(with(field, value)).find(field), std::string::npos) << field << " = " << value;
-  EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "repetition_penalty": 1.1, "repeat_penalty": 1.2})")
-                .find("send one"),
-            std::string::npos);
-  EXPECT_EQ(parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.1})")
-                .sampling.min_p,
-            0.1);
+  EXPECT_NE(
+      refusal(R"({"model": "m", "prompt": "x", "repetition_penalty": 1.1, "repeat_penalty": 1.2})").find("send one"),
+      std::string::npos);
+  EXPECT_EQ(
+      parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.1})").sampling.min_p,
+      0.1);
 }
 
 TEST(CompletionFields, UnknownFieldsAreRefusedAndNullMeansTheDefault) {

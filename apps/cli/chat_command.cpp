@@ -1,12 +1,13 @@
 #include "apps/cli/chat_command.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "apps/cli/quantize_option.h"
 #include "apps/cli/sampling_options.h"

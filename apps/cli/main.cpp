@@ -4,10 +4,10 @@
 
 #include "apps/cli/chat_command.h"
 #include "apps/cli/data_command.h"
-#include "apps/cli/quantize_option.h"
-#include "apps/cli/sampling_options.h"
 #include "apps/cli/export_command.h"
 #include "apps/cli/info.h"
+#include "apps/cli/quantize_option.h"
+#include "apps/cli/sampling_options.h"
 #if KILN_HAVE_SERVER
 #include "apps/cli/serve_command.h"
 #endif

@@ -15,8 +15,8 @@ inline void add_sampling_options(CLI::App* cmd, models::SamplingFields& s, const
   cmd->add_option("--temperature", s.temperature,
                   "softmax temperature (0: greedy, always the most likely token; default: the model's, else " +
                       temperature_default + ")");
-  cmd->add_option("--top-k", s.top_k, "sample from the k most likely tokens (0: all; default: the model's, else " +
-                                          top_k_default + ")");
+  cmd->add_option("--top-k", s.top_k,
+                  "sample from the k most likely tokens (0: all; default: the model's, else " + top_k_default + ")");
   cmd->add_option("--top-p", s.top_p, "then from the nucleus of this mass (default: the model's, else 1: all)");
   cmd->add_option("--min-p", s.min_p,
                   "then from the tokens at least this many times as likely as the most likely (default: the model's, "

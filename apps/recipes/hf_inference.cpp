@@ -35,11 +35,18 @@ class HfCompletion final : public TextCompletion {
   // `masks`: the grammar's masks by state, shared by the completions of one grammar.
   // `kept`: special tokens whose text stays in the completion's (a tool-call format's).
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, std::span<const int32_t> prompt,
-               std::vector<int32_t> stop_ids, const text::TokenTrie* vocab,
-               std::shared_ptr<text::MaskCache> masks, std::vector<int32_t> kept)
-      : TextCompletion(o), lm_(lm), stop_ids_(std::move(stop_ids)), cache_(lm.model->new_cache()), gen_(o.seed),
+               std::vector<int32_t> stop_ids, const text::TokenTrie* vocab, std::shared_ptr<text::MaskCache> masks,
+               std::vector<int32_t> kept)
+      : TextCompletion(o),
+        lm_(lm),
+        stop_ids_(std::move(stop_ids)),
+        cache_(lm.model->new_cache()),
+        gen_(o.seed),
         penalties_(o.sampling, lm.model->vocab_size(), prompt, o.max_tokens),
-        stream_(lm.tokenizer), vocab_(vocab), masks_(std::move(masks)), kept_(std::move(kept)) {
+        stream_(lm.tokenizer),
+        vocab_(vocab),
+        masks_(std::move(masks)),
+        kept_(std::move(kept)) {
     c_.prompt_tokens = int64_t(prompt.size());
     if (o.grammar && o.grammar_triggers.empty()) matcher_.emplace(o.grammar);
   }
@@ -263,9 +270,8 @@ class HfLanguageModelInference final : public InferenceModel {
       std::vector<int32_t> stop_ids = lm_.eos_ids;
       if (o.chat && end_of_turn_) stop_ids.push_back(*end_of_turn_);
       std::vector<int32_t> kept = kept_tokens(o);
-      started.push_back(std::make_unique<HfCompletion>(lm_, o, encoded, std::move(stop_ids),
-                                                       o.grammar ? &vocab(kept) : nullptr, masks_for(o.grammar, kept),
-                                                       kept));
+      started.push_back(std::make_unique<HfCompletion>(
+          lm_, o, encoded, std::move(stop_ids), o.grammar ? &vocab(kept) : nullptr, masks_for(o.grammar, kept), kept));
       ids.emplace_back(encoded.begin(), encoded.end());
       caches.push_back(&started.back()->cache());
     }

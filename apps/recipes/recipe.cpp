@@ -269,7 +269,8 @@ std::vector<std::string> sample(const std::string& path, const SampleOptions& op
     return out;
   };
   const models::SamplingFields& s = options.sampling;
-  const bool beyond_run_sampler = s.top_p || s.min_p || s.repetition_penalty || s.presence_penalty || s.frequency_penalty;
+  const bool beyond_run_sampler =
+      s.top_p || s.min_p || s.repetition_penalty || s.presence_penalty || s.frequency_penalty;
   if (models::hf_folder(path) || !options.quantize.empty() || options.ignore_eos || beyond_run_sampler)
     return through_text_model();
   std::string dir = resolve_checkpoint(path);

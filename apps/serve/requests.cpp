@@ -214,7 +214,6 @@ std::string base64_encode(const void* data, size_t bytes) {
 namespace {
 
 bool is_one(const json& v) { return v == 1; }
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool is_empty(const json& v) { return v.is_string() ? v.get_ref<const std::string&>().empty() : v == json::object(); }
 
 // OpenAI's /v1/completions fields that Kiln does not implement. Each is
@@ -232,15 +231,15 @@ const UnsupportedField kUnsupportedCompletionFields[] = {
     {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
-// the caller, which changes nothing), and llama-server's top_k, ignore_eos,
-// repeat_penalty and repeat_last_n, vLLM's min_p and repetition_penalty.
+// the caller, which changes nothing), and llama-server's top_k and ignore_eos.
 // llama-server's grammar too, and OpenAI's response_format (JSON mode).
 const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "temperature", "top_p",
                                          "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
                                          "user",   "echo",       "logprobs",   "stream_options", "grammar",
-                                         "json_schema", "response_format", "min_p", "repetition_penalty",
-                                         "repeat_penalty", "repeat_last_n", "presence_penalty",
-                                         "frequency_penalty"};
+                                         "json_schema", "response_format"};
+// Both endpoints' samplers and penalties beyond those (docs/SAMPLING.md).
+const char* const kSamplingFields[] = {"min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n",
+                                       "presence_penalty", "frequency_penalty"};
 
 // OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
 const UnsupportedField kUnsupportedChatFields[] = {
@@ -253,8 +252,7 @@ const char* const kChatFields[] = {"model",      "messages",     "max_tokens",  
                                    "logprobs",   "top_logprobs", "stream_options", "grammar",
                                    "json_schema", "response_format", "tools",
                                    "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                   "reasoning_format", "min_p", "repetition_penalty", "repeat_penalty",
-                                   "repeat_last_n", "presence_penalty", "frequency_penalty"};
+                                   "reasoning_format"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
@@ -265,7 +263,9 @@ void check_fields(json& body, const char* const (&known)[Known], const Unsupport
   for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
   for (auto field = body.begin(); field != body.end(); ++field) {
     const std::string& name = field.key();
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) != std::end(known))
+    auto named = [&](const char* k) { return name == k; };
+    if (std::any_of(std::begin(known), std::end(known), named) ||
+        std::any_of(std::begin(kSamplingFields), std::end(kSamplingFields), named))
       continue;
     const auto it = std::find_if(std::begin(unsupported), std::end(unsupported),
                                  [&](const UnsupportedField& f) { return name == f.name; });

@@ -13,8 +13,8 @@
 
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
-#include "models/common/sampling.h"
 #include "kiln/text/tool_calls.h"
+#include "models/common/sampling.h"
 
 namespace kiln::serve {
 

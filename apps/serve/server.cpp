@@ -167,8 +167,10 @@ class Server {
         log_("kiln serve: loaded " + name + " (" + loaded.recipe + ", step " + std::to_string(loaded.step) + ", " +
              (o_.precision == DType::f32 ? "fp32" : "bf16") + ") from " + dir);
         if (const std::string own = models::sampling_fields_text(model->sampling_defaults()); !own.empty())
-          log_("kiln serve: " + name + " samples with its own defaults where a request leaves them out (as vLLM and "
-               "llama-server do): " + own);
+          log_("kiln serve: " + name +
+               " samples with its own defaults where a request leaves them out (as vLLM and "
+               "llama-server do): " +
+               own);
         std::lock_guard<std::mutex> lock(models_mutex_);
         models_[name] = std::move(m);
       } catch (const std::exception& e) {

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-
 namespace kiln::models {
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode) {
@@ -72,9 +71,8 @@ std::vector<float> next_token_log_probabilities(LanguageModel& model, const std:
 }
 
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
-                              const Sampling& sampling, Generator& gen,
-                              const std::vector<int32_t>& stop_ids, const std::function<bool(int32_t)>& on_token,
-                              const std::vector<int32_t>& banned_ids) {
+                              const Sampling& sampling, Generator& gen, const std::vector<int32_t>& stop_ids,
+                              const std::function<bool(int32_t)>& on_token, const std::vector<int32_t>& banned_ids) {
   KILN_CHECK(!tokens.empty(), "generate needs at least one prompt token");
   KILN_CHECK(int64_t(tokens.size()) <= model.context_length(), "the prompt holds ", tokens.size(),
              " tokens, more than the model's context of ", model.context_length(), "; shorten it");

@@ -106,8 +106,7 @@ std::vector<float> next_token_log_probabilities(LanguageModel& model, const std:
 // `on_token` returns false, or at the context length. Tokens in
 // `banned_ids` are never sampled (llama.cpp's --ignore-eos bans the eos).
 std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
-                              const Sampling& sampling, Generator& gen,
-                              const std::vector<int32_t>& stop_ids = {},
+                              const Sampling& sampling, Generator& gen, const std::vector<int32_t>& stop_ids = {},
                               const std::function<bool(int32_t)>& on_token = {},
                               const std::vector<int32_t>& banned_ids = {});
 

@@ -19,14 +19,15 @@ namespace {
 // weights of those `count` ids alone (top-k reads no others; the rest of
 // the buffer is stale): over a 152K vocabulary the whole loop is ~0.23 ms
 // a token. The buffer is kept per thread, so a step allocates nothing.
-std::vector<float>& token_weights(const std::vector<float>& logits, double temperature,
-                                        const int32_t* only = nullptr, size_t count = 0) {
+std::vector<float>& token_weights(const std::vector<float>& logits, double temperature, const int32_t* only = nullptr,
+                                  size_t count = 0) {
   thread_local std::vector<float> weights;
   weights.resize(logits.size());
   const float* l = logits.data();
   float max_logit = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max_logit)
-  for (size_t i = 0; i < logits.size(); ++i) max_logit = l[i] > max_logit ? l[i] : max_logit;  // (std::max does not vectorise)
+  for (size_t i = 0; i < logits.size(); ++i)
+    max_logit = l[i] > max_logit ? l[i] : max_logit;  // (std::max does not vectorise)
   const float inverse_temperature = float(1.0 / temperature);
   float* w = weights.data();
   if (only) {
@@ -193,7 +194,6 @@ int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Genera
   return order[k - 1];
 }
 
-
 TokenPenalties::TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt,
                                int64_t max_new_tokens)
     : s_(s) {
@@ -216,15 +216,16 @@ void TokenPenalties::accept(int32_t token) {
 
 void TokenPenalties::apply(std::span<float> logits) {
   if (!s_.penalizes()) return;
-  KILN_CHECK(logits.size() == stamp_.size(), "penalties for a vocabulary of ", stamp_.size(), " given ",
-             logits.size(), " logits");
+  KILN_CHECK(logits.size() == stamp_.size(), "penalties for a vocabulary of ", stamp_.size(), " given ", logits.size(),
+             " logits");
   if (step_ > std::numeric_limits<uint32_t>::max() - 2) std::fill(stamp_.begin(), stamp_.end(), 0), step_ = 0;
   // Each token once, however often it occurs: a stamp per token says this step has seen it.
   auto first_time = [&](int32_t token, uint32_t mark) { return std::exchange(stamp_[size_t(token)], mark) != mark; };
   if (s_.repetition_penalty != 1.0) {
     const uint32_t mark = ++step_;
     const float penalty = float(s_.repetition_penalty);
-    const size_t window = s_.repetition_window < 0 ? tokens_.size() : std::min(tokens_.size(), size_t(s_.repetition_window));
+    const size_t window =
+        s_.repetition_window < 0 ? tokens_.size() : std::min(tokens_.size(), size_t(s_.repetition_window));
     for (size_t i = tokens_.size() - window; i < tokens_.size(); ++i) {
       float& l = logits[size_t(tokens_[i])];
       if (first_time(tokens_[i], mark)) l = l < 0 ? l * penalty : l / penalty;

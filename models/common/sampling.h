@@ -48,8 +48,7 @@ void check_sampling(const Sampling& s);
 
 // Samples a token from `logits` [vocab] (penalties already applied).
 int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Generator& gen);
-int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
-                     Generator& gen);
+int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p, Generator& gen);
 
 // The penalties' memory of one sequence: its prompt, then each token
 // accepted. Sized once (the vocabulary, and max_new_tokens more tokens), so

@@ -35,8 +35,8 @@ SamplingFields read_fields(const json& j, NameOf name_of, const std::string& whe
     const char* name = name_of(k);
     if (!j.contains(name) || j[name].is_null()) continue;
     const json& v = j[name];
-    KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", name, " is ", v.dump(),
-               ", not ", k.integer ? "an integer" : "a number");
+    KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", name, " is ", v.dump(), ", not ",
+               k.integer ? "an integer" : "a number");
     if (k.real) f.*k.real = v.get<double>();
     if (k.integer) f.*k.integer = v.get<int64_t>();
   }
@@ -52,7 +52,8 @@ SamplingFields read_fields(const json& j, NameOf name_of, const std::string& whe
 }  // namespace
 
 SamplingFields generation_config_sampling(const json& generation_config, const std::string& where) {
-  SamplingFields f = read_fields(generation_config, [](const SamplingKey& k) { return k.generation_config; }, where);
+  SamplingFields f = read_fields(
+      generation_config, [](const SamplingKey& k) { return k.generation_config; }, where);
   // vLLM reads GenerationConfig.to_diff_dict(): a value equal to transformers' default is not the model's own.
   if (f.top_k == 50) f.top_k.reset();
   f.repetition_window.reset();  // vLLM's penalty looks at the whole sequence
@@ -60,7 +61,8 @@ SamplingFields generation_config_sampling(const json& generation_config, const s
 }
 
 SamplingFields gguf_sampling(const json& metadata, const std::string& where) {
-  SamplingFields f = read_fields(metadata, [](const SamplingKey& k) { return k.gguf; }, where);
+  SamplingFields f = read_fields(
+      metadata, [](const SamplingKey& k) { return k.gguf; }, where);
   // llama.cpp's penalty_last_n: -1 is the whole context, 0 turns the penalties off; its default is 64.
   if (!f.repetition_window) f.repetition_window = 64;
   return f;

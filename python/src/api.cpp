@@ -111,7 +111,8 @@ struct Model {
   // The sampling asked for; what is None, the model's own default (as transformers' generate() takes
   // its generation_config.json), then temperature 0.8 and top-k 40.
   models::Sampling sampling(const models::SamplingFields& asked) {
-    const models::Sampling s = models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
+    const models::Sampling s =
+        models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
     models::check_sampling(s);
     return s;
   }
@@ -125,9 +126,13 @@ struct Model {
       throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
-    o.sampling = sampling({.temperature = temperature, .top_p = top_p, .min_p = min_p,
-                           .repetition_penalty = repetition_penalty, .presence_penalty = presence_penalty,
-                           .frequency_penalty = frequency_penalty, .top_k = top_k});
+    o.sampling = sampling({.temperature = temperature,
+                           .top_p = top_p,
+                           .min_p = min_p,
+                           .repetition_penalty = repetition_penalty,
+                           .presence_penalty = presence_penalty,
+                           .frequency_penalty = frequency_penalty,
+                           .top_k = top_k});
     o.stop = stop;
     py::gil_scoped_release release;
     return model().complete(prompt, o, nullptr).text;
@@ -153,9 +158,13 @@ struct Model {
     const ordered_json conversation = to_json(messages), tool_list = to_json(tools);
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
-    o.sampling = sampling({.temperature = temperature, .top_p = top_p, .min_p = min_p,
-                           .repetition_penalty = repetition_penalty, .presence_penalty = presence_penalty,
-                           .frequency_penalty = frequency_penalty, .top_k = top_k});
+    o.sampling = sampling({.temperature = temperature,
+                           .top_p = top_p,
+                           .min_p = min_p,
+                           .repetition_penalty = repetition_penalty,
+                           .presence_penalty = presence_penalty,
+                           .frequency_penalty = frequency_penalty,
+                           .top_k = top_k});
     o.chat = true;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(
@@ -279,12 +288,12 @@ void bind_api(py::module_& m) {
            py::arg("seed") = 1, py::arg("stop") = std::vector<std::string>{}, py::kw_only(),
            py::arg("min_p") = py::none(), py::arg("repetition_penalty") = py::none(),
            py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none())
-      .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256,
-           py::arg("temperature") = py::none(), py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
-           py::arg("seed") = 1, py::arg("tools") = py::none(), py::arg("tool_choice") = py::none(),
-           py::arg("parallel_tool_calls") = true, py::arg("response_format") = py::none(), py::kw_only(),
-           py::arg("min_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-           py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none())
+      .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256, py::arg("temperature") = py::none(),
+           py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 1,
+           py::arg("tools") = py::none(), py::arg("tool_choice") = py::none(), py::arg("parallel_tool_calls") = true,
+           py::arg("response_format") = py::none(), py::kw_only(), py::arg("min_p") = py::none(),
+           py::arg("repetition_penalty") = py::none(), py::arg("presence_penalty") = py::none(),
+           py::arg("frequency_penalty") = py::none())
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("embed", &Model::embed, py::arg("texts"))
