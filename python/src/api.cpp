@@ -110,7 +110,16 @@ struct Model {
 
   // The sampling asked for; what is None, the model's own default (as transformers' generate() takes
   // its generation_config.json), then temperature 0.8 and top-k 40.
-  models::Sampling sampling(const models::SamplingFields& asked) {
+  models::Sampling sampling(std::optional<double> temperature, std::optional<int64_t> top_k, std::optional<double> top_p,
+                            std::optional<double> min_p, std::optional<double> repetition_penalty,
+                            std::optional<double> presence_penalty, std::optional<double> frequency_penalty) {
+    const models::SamplingFields asked{.temperature = temperature,
+                                       .top_p = top_p,
+                                       .min_p = min_p,
+                                       .repetition_penalty = repetition_penalty,
+                                       .presence_penalty = presence_penalty,
+                                       .frequency_penalty = frequency_penalty,
+                                       .top_k = top_k};
     const models::Sampling s =
         models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
     models::check_sampling(s);
@@ -126,13 +135,7 @@ struct Model {
       throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
-    o.sampling = sampling({.temperature = temperature,
-                           .top_p = top_p,
-                           .min_p = min_p,
-                           .repetition_penalty = repetition_penalty,
-                           .presence_penalty = presence_penalty,
-                           .frequency_penalty = frequency_penalty,
-                           .top_k = top_k});
+    o.sampling = sampling(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty);
     o.stop = stop;
     py::gil_scoped_release release;
     return model().complete(prompt, o, nullptr).text;
@@ -158,13 +161,7 @@ struct Model {
     const ordered_json conversation = to_json(messages), tool_list = to_json(tools);
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
-    o.sampling = sampling({.temperature = temperature,
-                           .top_p = top_p,
-                           .min_p = min_p,
-                           .repetition_penalty = repetition_penalty,
-                           .presence_penalty = presence_penalty,
-                           .frequency_penalty = frequency_penalty,
-                           .top_k = top_k});
+    o.sampling = sampling(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty);
     o.chat = true;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(
