@@ -73,7 +73,6 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
   const Case cases[] = {
       {"n", "1000000", "1"},
       {"best_of", "2", "1"},
-      {"logit_bias", R"({"50256": -100})", "{}"},
       {"suffix", R"("end")", R"("")"},
   };
   for (const Case& c : cases) {
@@ -138,6 +137,12 @@ TEST(CompletionFields, PenaltiesAndMinPAreReadAndCheckedAndLeftOutWhenNotSent) {
   EXPECT_EQ(
       parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "min_p": 0.1})").sampling.min_p,
       0.1);
+  // OpenAI's logit_bias: token ids (as the object's keys) and biases in [-100, 100].
+  EXPECT_EQ(parse_completion(with("logit_bias", R"({"50256": -100, "7": 2.5})")).logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{50256, -100.0f}, {7, 2.5f}}));
+  for (const char* bad : {R"({"x": 1})", R"({"-3": 1})", R"({"99999999999": 1})", R"({"5": "high"})",
+                          R"({"5": 100.5})", R"([[5, 1]])"})
+    EXPECT_NE(refusal(with("logit_bias", bad)).find("logit_bias"), std::string::npos) << bad;
 }
 
 TEST(CompletionFields, UnknownFieldsAreRefusedAndNullMeansTheDefault) {
@@ -309,7 +314,7 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {chat_with("grammar", R"("root ::= undefined")"), "field 'grammar': grammar: rule 'undefined' is used"},
       {chat_with("grammar", "42"), "must be a GBNF grammar"},
       {chat_with("n", "3"), "field 'n' is not supported"},
-      {chat_with("logit_bias", R"({"1": 5})"), "field 'logit_bias' is not supported"},
+      {chat_with("logit_bias", R"({"1": 101})"), "the bias of token 1 must be a number in [-100, 100]"},
       {chat_with("prompt", R"("x")"), "unknown field 'prompt'"},
       {chat_with("top_logprobs", "2"), "needs logprobs: true"},
       {chat_with("top_logprobs", "21"), "top_logprobs must be in [0, 20]"},

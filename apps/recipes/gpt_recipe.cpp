@@ -157,8 +157,8 @@ namespace {
 // begin in it.
 class GptCompletion final : public TextCompletion {
  public:
-  GptCompletion(const data::Tokenizer& tok, const CompletionOptions& o, models::KvCache cache)
-      : TextCompletion(o), tok_(tok), cache_(std::move(cache)), gen_(o.seed) {}
+  GptCompletion(const data::Tokenizer& tok, const CompletionOptions& o, int64_t vocab, models::KvCache cache)
+      : TextCompletion(o, vocab), tok_(tok), cache_(std::move(cache)), gen_(o.seed) {}
   friend class GptInference;  // it starts and advances completions in batches
 
   // The sampled token joins the text (or ends it).
@@ -198,6 +198,7 @@ class GptCompletion final : public TextCompletion {
     read_ = fresh_.size();
   }
   int32_t sample(std::vector<float> logits) {
+    add_logit_bias(logits);
     if (penalties_) penalties_->apply(logits);
     if (o_.ignore_eos) logits[size_t(tok_.end_of_text_id())] = -std::numeric_limits<float>::infinity();
     return models::sample_token(logits, o_.sampling, gen_);
@@ -247,7 +248,7 @@ class GptInference final : public InferenceModel {
       models::check_sampling(o.sampling);
       KILN_CHECK(!o.grammar, "grammars (response_format, grammar) constrain Hugging Face and GGUF models; a "
                              "fortunes-gpt run's tokenizer is not supported");
-      auto c = std::make_unique<GptCompletion>(tok_, o, model_->new_cache());
+      auto c = std::make_unique<GptCompletion>(tok_, o, model_->config().vocab_size, model_->new_cache());
       c->tokens_.push_back(tok_.end_of_text_id());
       const std::vector<int32_t> p = tok_.encode(prompts[i]);
       c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());

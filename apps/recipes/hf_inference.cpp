@@ -37,7 +37,7 @@ class HfCompletion final : public TextCompletion {
   HfCompletion(const models::HfCausalLm& lm, const CompletionOptions& o, std::span<const int32_t> prompt,
                std::vector<int32_t> stop_ids, const text::TokenTrie* vocab, std::shared_ptr<text::MaskCache> masks,
                std::vector<int32_t> kept)
-      : TextCompletion(o),
+      : TextCompletion(o, lm.model->vocab_size()),
         lm_(lm),
         stop_ids_(std::move(stop_ids)),
         cache_(lm.model->new_cache()),
@@ -58,6 +58,7 @@ class HfCompletion final : public TextCompletion {
     const std::vector<float>& logits = logits_;
     row_ = logits_;
     std::vector<float>& row = row_;
+    add_logit_bias(row);
     penalties_.apply(row);
     if (o_.ignore_eos)
       for (int32_t eos : lm_.eos_ids) row[size_t(eos)] = kNever;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,8 @@ namespace kiln::recipes {
 struct CompletionOptions {
   int64_t max_tokens = 64;
   models::Sampling sampling{.temperature = 0.8, .top_k = 40};
+  // OpenAI's logit_bias: added to these tokens' logits before the penalties (as vLLM adds it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 1;
   std::vector<std::string> stop;  // the completion ends before the first of these
   bool ignore_eos = false;        // never sample the end of text (run to max_tokens or a stop string)
@@ -104,12 +107,15 @@ struct PromptScores {
 // string that appears.
 class TextCompletion : public PendingCompletion {
  public:
-  explicit TextCompletion(const CompletionOptions& options);
+  // `vocab`: the model's tokens (the options' logit_bias must name some of them).
+  TextCompletion(const CompletionOptions& options, int64_t vocab);
   bool finished() const override { return finished_; }
   std::string take_text() override;
   const Completion& result() const override { return c_; }
 
  protected:
+  // The options' logit_bias, added to a step's logits.
+  void add_logit_bias(std::span<float> logits) const;
   // Cuts text_ before the first stop string in it and finishes; true if one was.
   bool cut_at_stop();
   // Keeps `token`'s log-probability under `logits` (and the most likely

@@ -140,9 +140,15 @@ LoadedModel load_for_inference(const std::string& path, Device device, const Inf
   return {recipe.name(), recipe.kind(), ck.step, recipe.load_for_inference(ck, dir, device)};
 }
 
-TextCompletion::TextCompletion(const CompletionOptions& o) : o_(o) {
+TextCompletion::TextCompletion(const CompletionOptions& o, int64_t vocab) : o_(o) {
+  for (const auto& [token, bias] : o.logit_bias)
+    KILN_CHECK(token < vocab, "logit_bias names token ", token, ", outside the model's ", vocab, " tokens");
   for (const auto& s : o.stop) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
   c_.finish_reason = "length";
+}
+
+void TextCompletion::add_logit_bias(std::span<float> logits) const {
+  for (const auto& [token, bias] : o_.logit_bias) logits[size_t(token)] += bias;
 }
 
 std::string TextCompletion::take_text() {

@@ -276,6 +276,7 @@ recipes::CompletionOptions options_of(const GenerationTarget& t, const Generatio
   recipes::CompletionOptions co;
   co.max_tokens = r.max_tokens;
   co.sampling = models::resolve_sampling(r.sampling, t.model.sampling_defaults(), models::Sampling{});
+  co.logit_bias = r.logit_bias;
   co.seed = r.seed;
   co.stop = r.stop;
   co.ignore_eos = r.ignore_eos;

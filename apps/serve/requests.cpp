@@ -227,7 +227,6 @@ struct UnsupportedField {
 const UnsupportedField kUnsupportedCompletionFields[] = {
     {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
     {"best_of", is_one, "Kiln does not rank candidates: leave it at 1"},
-    {"logit_bias", is_empty, "logit biases are not implemented"},
     {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
@@ -237,14 +236,13 @@ const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "
                                          "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
                                          "user",   "echo",       "logprobs",   "stream_options", "grammar",
                                          "json_schema", "response_format"};
-// Both endpoints' samplers and penalties beyond those (docs/SAMPLING.md).
-const char* const kSamplingFields[] = {"min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n",
-                                       "presence_penalty", "frequency_penalty"};
+// Both endpoints' samplers, penalties and biases beyond those (docs/SAMPLING.md).
+const char* const kSamplingFields[] = {"min_p",           "repetition_penalty", "repeat_penalty", "repeat_last_n",
+                                       "presence_penalty", "frequency_penalty", "logit_bias"};
 
 // OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
 const UnsupportedField kUnsupportedChatFields[] = {
     {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
-    {"logit_bias", is_empty, "logit biases are not implemented"},
 };
 const char* const kChatFields[] = {"model",      "messages",     "max_tokens",     "max_completion_tokens",
                                    "temperature", "top_p",       "top_k",          "seed",
@@ -337,9 +335,29 @@ void parse_sampling(const json& body, models::SamplingFields& s) {
     throw HttpError(400, "repeat_last_n must be -1 (every token), 0 (off) or the tokens to look back at");
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body) {
+  std::vector<std::pair<int32_t, float>> bias;
+  if (!body.contains("logit_bias")) return bias;
+  const json& b = body["logit_bias"];
+  if (!b.is_object()) throw HttpError(400, "'logit_bias' must be an object of token ids and biases");
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    const std::string& id = it.key();
+    int32_t token = -1;
+    const auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), token);
+    if (error != std::errc() || end != id.data() + id.size() || token < 0)
+      throw HttpError(400, "logit_bias: '" + id + "' is not a token id (a non-negative integer)");
+    if (!it->is_number() || !(std::abs(it->get<double>()) <= 100))
+      throw HttpError(400, "logit_bias: the bias of token " + id + " must be a number in [-100, 100]");
+    bias.emplace_back(token, it->get<float>());
+  }
+  return bias;
+}
+
 void parse_generation(const json& body, GenerationFields& r) {
   r.model = field<std::string>(body, "model", "a string");
   parse_sampling(body, r.sampling);
+  r.logit_bias = parse_logit_bias(body);
   r.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
   if (body.contains("stop") && body["stop"].is_string())
     r.stop = {body["stop"].get<std::string>()};

@@ -72,6 +72,7 @@ struct GenerationFields {
   // What the request sets of temperature, top_k, top_p, min_p and the
   // penalties; the rest come from the model's defaults, then OpenAI's.
   models::SamplingFields sampling;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's: added to these tokens' logits
   uint64_t seed = 1;
   std::vector<std::string> stop;
   bool stream = false;

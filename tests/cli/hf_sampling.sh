@@ -14,6 +14,8 @@
 #   frequency_penalty are OpenAI's (the completion's own tokens, once and
 #   by count), checked through a logits processor that applies them;
 # - min_p 1 at temperature 1.5 keeps the most likely token alone: greedy;
+# - OpenAI's logit_bias of -100 on the greedy first token: transformers'
+#   tokens under the same sequence_bias; a token past the vocabulary is a 400;
 # - each of these changes the tokens (none of the checks is vacuous);
 # - `kiln export --format gguf` keeps the defaults as llama.cpp's converter
 #   does (general.sampling.*), and `kiln sample` of the file and of the
@@ -62,14 +64,17 @@ def greedy(**kw):
     return tok.decode(g[0][ids["input_ids"].shape[1]:])
 
 start = ids["input_ids"].shape[1]
+first = tok(greedy(repetition_penalty=1.0), add_special_tokens=False)["input_ids"][0]
 want = {
+    "first": first,
+    "biased": greedy(repetition_penalty=1.0, sequence_bias={(first,): -100.0}),
     "defaults": greedy(),  # the folder's generation_config: repetition_penalty 0.6
     "none": greedy(repetition_penalty=1.0),
     "rewarded": greedy(repetition_penalty=0.5),
     # (generate() runs a processor it is given after its own: the repetition penalty first, as vLLM does)
     "openai": greedy(repetition_penalty=0.5, logits_processor=LogitsProcessorList([OpenAiPenalties(start, 1.0, 0.5)])),
 }
-assert len(set(want.values())) == 4, want  # each setting changes the tokens
+assert len({want[k] for k in ("defaults", "none", "rewarded", "openai", "biased")}) == 5, want  # each changes the tokens
 json.dump(want, open(out, "w"), indent=2)
 print(json.dumps(want, indent=2))
 PY
@@ -96,12 +101,19 @@ checks = [
     ("presence 1 and frequency 0.5", text(temperature=0, presence_penalty=1.0, frequency_penalty=0.5,
                                         extra={"repetition_penalty": 0.5}), want["openai"]),
     ("min_p 1 at temperature 1.5", text(temperature=1.5, seed=3, extra={"min_p": 1.0}), want["defaults"]),
+    ("logit_bias -100 on the first token", text(temperature=0, logit_bias={str(want["first"]): -100},
+                                                extra={"repetition_penalty": 1.0}), want["biased"]),
 ]
 for name, got, expected in checks:
     assert got == expected, (name, got, expected)
     print(f"served, {name}: transformers' greedy tokens")
+try:
+    text(temperature=0, logit_bias={"999999": 5})
+    raise SystemExit("a logit_bias past the vocabulary was taken")
+except openai.BadRequestError as e:
+    assert "logit_bias names token 999999" in str(e), e
 PY
-expect_lines 6 "transformers' greedy tokens"
+expect_lines 7 "transformers' greedy tokens"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 
