@@ -125,5 +125,28 @@ TEST(DecodeAllocations, NoStepTakesFromTheHeapWhateverTheDepth) {
   }
 }
 
+// The sampler's steps too, with every knob on: the penalties' counts and the
+// sampler's buffers are sized once (docs/SAMPLING.md).
+TEST(DecodeAllocations, SamplingWithPenaltiesTakesNothingFromTheHeap) {
+  const models::Sampling s{.temperature = 0.8, .top_k = 40, .top_p = 0.9, .min_p = 0.05,
+                           .repetition_penalty = 1.1, .repetition_window = 64, .presence_penalty = 0.5,
+                           .frequency_penalty = 0.3};
+  const int64_t vocab = 5000, steps = 20;
+  models::TokenPenalties penalties(s, vocab, std::vector<int32_t>{1, 17, 250, 3, 99}, 3 + steps);
+  std::vector<float> logits(static_cast<size_t>(vocab)), row(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) logits[size_t(i)] = float((i * 7919) % 1000) / 100.0f;
+  Generator gen(5);
+  auto step = [&] {
+    std::copy(logits.begin(), logits.end(), row.begin());
+    penalties.apply(row);
+    penalties.accept(models::sample_token(row, s, gen));
+  };
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_EQ(kiln_test::allocations_during([&] {
+              for (int i = 0; i < steps; ++i) step();
+            }),
+            0);
+}
+
 }  // namespace
 }  // namespace kiln
