@@ -126,8 +126,8 @@ class PairPrefetch {
   // The next `bytes` of both streams, a line at a time.
   void ask(int64_t bytes) {
     for (int64_t b = 0; b < bytes; b += 64) {
-      __builtin_prefetch(at_, 0, 3);
-      __builtin_prefetch(at_ + stride_, 0, 3);
+      __builtin_prefetch(at_, 0, kWeightPrefetchLocality);
+      __builtin_prefetch(at_ + stride_, 0, kWeightPrefetchLocality);
       at_ += 64;
       left_ -= 64;
       if (left_ <= 0) at_ += 2 * stride_ - row_bytes_, left_ += row_bytes_;

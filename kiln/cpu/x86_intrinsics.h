@@ -12,8 +12,19 @@ namespace kiln::cpu {
 // thread's f32 decoding from 0.87x to 1.0x of oneDNN's SGEMM, and
 // TinyLlama's Q4_K_M from 14.7 to 20-23 tokens/s at two threads (1 KB: 20.0, 8 KB: 21.2).
 inline constexpr int64_t kWeightPrefetchBytes = 4096;
-// The 64-byte line kWeightPrefetchBytes past p, into L1.
-inline void prefetch_ahead(const void* p) { __builtin_prefetch(static_cast<const char*>(p) + kWeightPrefetchBytes, 0, 3); }
+// Into L2 (prefetcht1), not L1: a line asked into L1 holds one of the core's
+// few L1 fill buffers until memory answers, which bounds the reads in
+// flight; the kernels' own loads then find the line in L2, a latency their
+// out-of-order work covers. Past the caches (`kiln_quant_bench stream`, the
+// two hints alternated in one process, 2 threads, Xeon with AMX), T1 over T0:
+// Q4_K 1.10x, Q5_K 1.14x, Q6_K 1.25x, Q8_0 1.08x, Q4_0 1.0x; TinyLlama's
+// decoding (kiln_hf_bench, 2 threads) Q4_K_M 1.12-1.18x, Q8_0 1.04x, BF16
+// 1.05x, F32 0.98-1.05x (1 thread: Q4_K_M 1.13-1.16x).
+inline constexpr int kWeightPrefetchLocality = 2;
+// The 64-byte line kWeightPrefetchBytes past p.
+inline void prefetch_ahead(const void* p) {
+  __builtin_prefetch(static_cast<const char*>(p) + kWeightPrefetchBytes, 0, kWeightPrefetchLocality);
+}
 }  // namespace kiln::cpu
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_*
