@@ -253,7 +253,8 @@ class GptInference final : public InferenceModel {
       const std::vector<int32_t> p = tok_.encode(prompts[i]);
       c->tokens_.insert(c->tokens_.end(), p.begin(), p.end());
       c->c_.prompt_tokens = int64_t(p.size());
-      c->penalties_.emplace(o.sampling, model_->config().vocab_size, c->tokens_, o.max_tokens);
+      c->penalties_.emplace(o.sampling, model_->config().vocab_size, c->tokens_,
+                            int64_t(c->tokens_.size()) + o.max_tokens);
       c->finished_ = o.max_tokens == 0;
       if (!c->finished_) sampling.push_back(c.get());
       started.push_back(std::move(c));

@@ -42,7 +42,7 @@ class HfCompletion final : public TextCompletion {
         stop_ids_(std::move(stop_ids)),
         cache_(lm.model->new_cache()),
         gen_(o.seed),
-        penalties_(o.sampling, lm.model->vocab_size(), prompt, o.max_tokens),
+        penalties_(o.sampling, lm.model->vocab_size(), prompt, lm.model->context_length()),
         stream_(lm.tokenizer),
         vocab_(vocab),
         masks_(std::move(masks)),

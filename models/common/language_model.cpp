@@ -79,7 +79,7 @@ std::vector<int32_t> generate(LanguageModel& model, std::vector<int32_t> tokens,
   NoGradGuard ng;
   const Device device = model.parameters().front().device();
   KvCache cache = model.new_cache();
-  TokenPenalties penalties(sampling, model.vocab_size(), tokens, max_new_tokens);
+  TokenPenalties penalties(sampling, model.vocab_size(), tokens, model.context_length());
   std::vector<int64_t> feed(tokens.begin(), tokens.end());
   for (int64_t step = 0; step < max_new_tokens && int64_t(tokens.size()) < model.context_length(); ++step) {
     Tensor ids = Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(device);

@@ -195,11 +195,12 @@ int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Genera
 }
 
 TokenPenalties::TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt,
-                               int64_t max_new_tokens)
+                               int64_t most_tokens)
     : s_(s) {
   check_sampling(s);
   if (!s.penalizes()) return;
-  tokens_.reserve(prompt.size() + size_t(std::max<int64_t>(max_new_tokens, 0)));
+  // (a command's --max-tokens may say more than any sequence reaches: the model's context bounds it)
+  tokens_.reserve(std::max(prompt.size(), size_t(std::clamp<int64_t>(most_tokens, 0, int64_t(1) << 20))));
   tokens_.assign(prompt.begin(), prompt.end());
   prompt_ = prompt.size();
   completion_counts_.assign(size_t(vocab), 0);

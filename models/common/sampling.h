@@ -51,11 +51,11 @@ int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Genera
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p, Generator& gen);
 
 // The penalties' memory of one sequence: its prompt, then each token
-// accepted. Sized once (the vocabulary, and max_new_tokens more tokens), so
-// a step allocates nothing.
+// accepted. Sized once (the vocabulary, and `most_tokens`: the longest the
+// sequence gets, prompt included, as far as 1M), so a step allocates nothing.
 class TokenPenalties {
  public:
-  TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt, int64_t max_new_tokens);
+  TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt, int64_t most_tokens);
   void accept(int32_t token);
   // The penalties on `logits` [vocab], as vLLM applies them: repetition
   // first, then frequency and presence.

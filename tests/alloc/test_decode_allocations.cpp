@@ -132,7 +132,7 @@ TEST(DecodeAllocations, SamplingWithPenaltiesTakesNothingFromTheHeap) {
                            .repetition_penalty = 1.1, .repetition_window = 64, .presence_penalty = 0.5,
                            .frequency_penalty = 0.3};
   const int64_t vocab = 5000, steps = 20;
-  models::TokenPenalties penalties(s, vocab, std::vector<int32_t>{1, 17, 250, 3, 99}, 3 + steps);
+  models::TokenPenalties penalties(s, vocab, std::vector<int32_t>{1, 17, 250, 3, 99}, 5 + 3 + steps);
   std::vector<float> logits(static_cast<size_t>(vocab)), row(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) logits[size_t(i)] = float((i * 7919) % 1000) / 100.0f;
   Generator gen(5);
