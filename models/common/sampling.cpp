@@ -194,8 +194,7 @@ int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Genera
   return order[k - 1];
 }
 
-TokenPenalties::TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt,
-                               int64_t most_tokens)
+TokenPenalties::TokenPenalties(const Sampling& s, int64_t vocab, std::span<const int32_t> prompt, int64_t most_tokens)
     : s_(s) {
   check_sampling(s);
   if (!s.penalizes()) return;
