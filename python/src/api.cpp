@@ -130,12 +130,13 @@ struct Model {
                        std::optional<int64_t> top_k, std::optional<double> top_p, uint64_t seed,
                        const std::vector<std::string>& stop, std::optional<double> min_p,
                        std::optional<double> repetition_penalty, std::optional<double> presence_penalty,
-                       std::optional<double> frequency_penalty) {
+                       std::optional<double> frequency_penalty, const std::map<int32_t, float>& logit_bias) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("generate needs a language model; this is a ") + model_kind_name(loaded.kind));
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
     o.sampling = sampling(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty);
+    o.logit_bias.assign(logit_bias.begin(), logit_bias.end());
     o.stop = stop;
     py::gil_scoped_release release;
     return model().complete(prompt, o, nullptr).text;
@@ -150,7 +151,8 @@ struct Model {
                   std::optional<int64_t> top_k, std::optional<double> top_p, uint64_t seed, const py::object& tools,
                   const py::object& tool_choice, bool parallel_tool_calls, const py::object& response_format,
                   std::optional<double> min_p, std::optional<double> repetition_penalty,
-                  std::optional<double> presence_penalty, std::optional<double> frequency_penalty) {
+                  std::optional<double> presence_penalty, std::optional<double> frequency_penalty,
+                  const std::map<int32_t, float>& logit_bias) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("chat needs a language model; this is a ") + model_kind_name(loaded.kind));
     using ordered_json = nlohmann::ordered_json;
@@ -162,6 +164,7 @@ struct Model {
     recipes::CompletionOptions o;
     o.max_tokens = max_tokens, o.seed = seed;
     o.sampling = sampling(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty);
+    o.logit_bias.assign(logit_bias.begin(), logit_bias.end());
     o.chat = true;
     if (!response_format.is_none()) o.grammar = text::response_format_grammar(to_json(response_format));
     const text::ToolCallFormat* format = recipes::constrain_tool_calls(
@@ -284,13 +287,14 @@ void bind_api(py::module_& m) {
            py::arg("temperature") = py::none(), py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
            py::arg("seed") = 1, py::arg("stop") = std::vector<std::string>{}, py::kw_only(),
            py::arg("min_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-           py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none())
+           py::arg("presence_penalty") = py::none(), py::arg("frequency_penalty") = py::none(),
+           py::arg("logit_bias") = std::map<int32_t, float>{})
       .def("chat", &Model::chat, py::arg("messages"), py::arg("max_tokens") = 256, py::arg("temperature") = py::none(),
            py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 1,
            py::arg("tools") = py::none(), py::arg("tool_choice") = py::none(), py::arg("parallel_tool_calls") = true,
            py::arg("response_format") = py::none(), py::kw_only(), py::arg("min_p") = py::none(),
            py::arg("repetition_penalty") = py::none(), py::arg("presence_penalty") = py::none(),
-           py::arg("frequency_penalty") = py::none())
+           py::arg("frequency_penalty") = py::none(), py::arg("logit_bias") = std::map<int32_t, float>{})
       .def("score", &Model::score, py::arg("text"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("embed", &Model::embed, py::arg("texts"))

@@ -47,6 +47,13 @@ def test_a_language_model_from_a_hugging_face_folder(kiln_cli, source_dir):
     assert cli.splitlines()[0] == ("The best way to predict" + rewarded).splitlines()[0]
     with pytest.raises(kiln.KilnError, match="min_p"):
         model.generate("x", min_p=2.0)
+    # OpenAI's logit_bias, by token id: +100 on one token makes every greedy token that one.
+    forced = model.generate("The best way to predict", max_tokens=4, temperature=0, logit_bias={42: 100.0})
+    once = model.generate("The best way to predict", max_tokens=1, temperature=0, logit_bias={42: 100.0})
+    assert forced != model.generate("The best way to predict", max_tokens=4, temperature=0)
+    assert once and forced.replace(once.strip(), "").strip() == "", (once, forced)
+    with pytest.raises(kiln.KilnError, match="logit_bias names token"):
+        model.generate("x", logit_bias={10**9: 1.0})
     scores = model.score("The best way to predict the future")
     assert scores["logprobs"][0] is None and all(lp < 0 for lp in scores["logprobs"][1:])
     assert scores["perplexity"] > 1
