@@ -228,8 +228,8 @@ std::vector<std::string> write_gguf_model(const std::string& path, const HfFolde
   if (const int64_t bos = special_id(tc, "bos_token", tokenizer); bos >= 0 && !m.contains("tokenizer.ggml.bos_token_id"))
     m["tokenizer.ggml.bos_token_id"] = bos;
   write_chat_templates(tc.contains("chat_template") ? tc["chat_template"] : json(), m);
-  m.update(gguf_sampling_metadata(
-      folder.generation_config));  // the model's sampling defaults, as llama.cpp's converter keeps them
+  // The model's sampling defaults, as llama.cpp's converter keeps them.
+  m.update(gguf_sampling_metadata(folder.generation_config));
 
   const CausalLmFamily& family = *find_causal_lm_family(model_type);
   // Each layer's experts go into one tensor per projection, [experts, rows, cols] (blk.N.ffn_*_exps).

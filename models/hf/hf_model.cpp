@@ -53,14 +53,13 @@ void adopt(Tensor& param, const Tensor& value, const std::string& name, std::opt
 }
 
 // The ids generation stops after: generation_config.json's eos_token_id (a
-// number or a list), else config.json's; each must be a token of the model.
-std::vector<int32_t> eos_ids_of(const json& config, const fs::path& dir, int64_t vocab_size) {
+// number or a list; `generation` is that file, null where there is none),
+// else config.json's; each must be a token of the model.
+std::vector<int32_t> eos_ids_of(const json& config, const json& generation, const fs::path& dir, int64_t vocab_size) {
   json eos = config.value("eos_token_id", json());
   std::string source = "config.json";
-  if (fs::exists(dir / "generation_config.json")) {
-    const json g = read_json(dir / "generation_config.json", "generation settings");
-    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) eos = g["eos_token_id"], source = "generation_config.json";
-  }
+  if (generation.is_object() && generation.contains("eos_token_id") && !generation["eos_token_id"].is_null())
+    eos = generation["eos_token_id"], source = "generation_config.json";
   std::vector<int32_t> ids;
   for (const auto& e : eos.is_array() ? eos : json::array({eos})) {
     if (e.is_null()) continue;
@@ -318,9 +317,10 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = load_hf_tokenizer(dir);
   attach_weights(*out.model, dir, out.config, out.model_type, family->checkpoint_name, family->ignorable, dtype);
-  out.eos_ids = eos_ids_of(out.config, dir, out.model->vocab_size());
-  if (const fs::path g = fs::path(dir) / "generation_config.json"; fs::exists(g))
-    out.sampling_defaults = generation_config_sampling(read_json(g, "generation settings"), g.string());
+  const fs::path g = fs::path(dir) / "generation_config.json";
+  const json generation = fs::exists(g) ? read_json(g, "generation settings") : json();
+  out.eos_ids = eos_ids_of(out.config, generation, dir, out.model->vocab_size());
+  out.sampling_defaults = generation_config_sampling(generation, g.string());
   return out;
 }
 

@@ -120,10 +120,7 @@ struct Model {
                                        .presence_penalty = presence_penalty,
                                        .frequency_penalty = frequency_penalty,
                                        .top_k = top_k};
-    const models::Sampling s =
-        models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
-    models::check_sampling(s);
-    return s;
+    return models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
   }
 
   std::string generate(const std::string& prompt, int64_t max_tokens, std::optional<double> temperature,
