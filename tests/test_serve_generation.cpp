@@ -95,7 +95,7 @@ TEST(ServeGeneration, AHungUpCompletionGivesItsPagesBackWhileTheOthersGoOn) {
   ASSERT_TRUE(scheduler.submit(leaving));
   ASSERT_TRUE(scheduler.submit(staying));
   auto holds = [](const std::shared_ptr<serve::GenerationJob>& j, bool serve::GenerationJob::*flag) {
-    std::lock_guard<std::mutex> lock(j->mutex);
+    std::lock_guard<std::mutex> lock(j->signal->mutex);
     return (*j).*flag;
   };
   // Both prompts are in the cache. Should the scheduler have started the
@@ -119,13 +119,28 @@ TEST(ServeGeneration, AHungUpCompletionGivesItsPagesBackWhileTheOthersGoOn) {
   EXPECT_TRUE(wait_until([&] { return pool->pages_held() == 0; }));
   EXPECT_FALSE(holds(leaving, &serve::GenerationJob::finished));
   {
-    std::lock_guard<std::mutex> lock(leaving->mutex);
+    std::lock_guard<std::mutex> lock(leaving->signal->mutex);
     EXPECT_FALSE(leaving->error);
   }
   // The scheduler reports the pool after it drops a completion: wait for that report too.
   EXPECT_TRUE(wait_until([&] {
     return metrics.prometheus().find("kiln_kv_cache_pages_in_use{model=\"m\"} 0") != std::string::npos;
   }));
+}
+
+// A request's n choices are queued all or none: a queue without room for
+// every one takes none of them, so no answer lacks a choice.
+TEST(ServeGeneration, ARequestsChoicesAreQueuedAllOrNone) {
+  auto loaded = recipes::load_hf_for_inference(hf_test::fixture("llama-gqa"), Device::cpu());
+  GatedModel gated(*loaded.model);
+  serve::Metrics metrics;
+  serve::GenerationScheduler scheduler("m", gated, serve::BatchOptions{.max_queue = 3}, metrics);
+  OpenOnExit open_on_exit{gated};
+  const std::vector<std::shared_ptr<serve::GenerationJob>> two = {job_for("a"), job_for("b")};
+  ASSERT_TRUE(scheduler.submit(two));
+  EXPECT_FALSE(scheduler.submit({job_for("c"), job_for("d")}));  // 4 > 3: neither
+  EXPECT_TRUE(scheduler.submit(job_for("e")));                   // the one place left
+  EXPECT_FALSE(scheduler.submit(job_for("f")));
 }
 
 }  // namespace

@@ -71,7 +71,6 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
     const char* asks_nothing;  // OpenAI's default
   };
   const Case cases[] = {
-      {"n", "1000000", "1"},
       {"best_of", "2", "1"},
       {"suffix", R"("end")", R"("")"},
   };
@@ -102,6 +101,20 @@ TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
   EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "stream": true})")
                 .find("not streamed"),
             std::string::npos);
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "n": 2})").find("leave n at 1"),
+            std::string::npos);
+}
+
+// OpenAI's n: that many choices of the prompt, 1 unless asked, at most 128.
+TEST(CompletionFields, NAsksForThatManyChoices) {
+  EXPECT_EQ(parse_completion(R"({"model": "m", "prompt": "x"})").n, 1);
+  EXPECT_EQ(parse_completion(with("n", "3")).n, 3);
+  EXPECT_EQ(parse_completion(with("n", "128")).n, 128);
+  EXPECT_EQ(parse_chat(chat_with("n", "2")).n, 2);
+  for (const char* bad : {"0", "-1", "129"})
+    EXPECT_NE(refusal(with("n", bad)).find("n must be in [1, 128]"), std::string::npos) << bad;
+  for (const char* bad : {"1.5", R"("2")"})
+    EXPECT_NE(refusal(with("n", bad)).find("field 'n' must be an integer"), std::string::npos) << bad;
 }
 
 // vLLM's min_p and repetition_penalty, llama-server's repeat_penalty and
@@ -313,7 +326,7 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
       {chat_with("response_format", R"("json")"), "must be an object with a string 'type'"},
       {chat_with("grammar", R"("root ::= undefined")"), "field 'grammar': grammar: rule 'undefined' is used"},
       {chat_with("grammar", "42"), "must be a GBNF grammar"},
-      {chat_with("n", "3"), "field 'n' is not supported"},
+      {chat_with("n", "0"), "n must be in [1, 128]"},
       {chat_with("logit_bias", R"({"1": 101})"), "the bias of token 1 must be a number in [-100, 100]"},
       {chat_with("prompt", R"("x")"), "unknown field 'prompt'"},
       {chat_with("top_logprobs", "2"), "needs logprobs: true"},

@@ -132,10 +132,37 @@ json usage(int64_t prompt, int64_t completion) {
   return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
 
-// Queues the prompt and answers as `shape` spells it: whole once finished,
-// or streamed as server-sent events.
+// What a stream has sent of one choice.
+struct ChoiceStream {
+  bool first = true;           // its first event is still to send
+  int64_t text_sent = 0;       // characters (the completions' logprobs count text_offset in them)
+  ReadStream read;             // a chat that is read: what its events have carried
+  bool done = false;           // its finish event is sent
+  recipes::Completion result;  // once done
+};
+
+// What a choice's job holds for its stream at a wake: its next piece of text, the log-probabilities made with it.
+struct JobNews {
+  std::string piece;
+  std::vector<recipes::TokenLogprob> logprobs;
+  bool more = false;  // pieces still queued after this one
+  bool finished = false;
+  recipes::Completion result;  // once finished
+};
+
+// The key a choice's tool calls draw their ids from: the answer's id for the first choice, as with one.
+std::string choice_key(const std::string& answer_id, size_t choice) {
+  return choice == 0 ? answer_id : answer_id + "." + std::to_string(choice);
+}
+
+// Queues the prompt as fields.n jobs (the i-th seeded options.seed + i) and
+// answers as `shape` spells it: whole once all are finished, or streamed as
+// server-sent events, the choices' events interleaved, each with its index.
 void generate(const GenerationTarget& t, const std::string& prompt, const recipes::CompletionOptions& options,
               const GenerationFields& fields, const Shape& shape, httplib::Response& res) {
+  if (fields.n > t.scheduler.max_queue())
+    throw HttpError(400, "n = " + std::to_string(fields.n) + " is more completions than model '" + t.name +
+                             "' queues (--max-queue " + std::to_string(t.scheduler.max_queue()) + ")");
   // A stream counts as open from its arrival, not its first token: cpp-httplib
   // ends chunked answers once stopped, so a stopping server must wait for
   // streams that are still queued too.
@@ -145,12 +172,22 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
     ~OpenStream() { --count; }
   };
   auto open_stream = fields.stream ? std::make_shared<OpenStream>(t.open_streams) : nullptr;
-  auto job = std::make_shared<GenerationJob>();
-  job->prompt = prompt;
-  job->options = options;
-  job->streamed = fields.stream;
-  if (!t.scheduler.submit(job))
+  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  for (int64_t i = 0; i < fields.n; ++i) {
+    auto job = std::make_shared<GenerationJob>();
+    job->prompt = prompt;
+    job->options = options;
+    job->options.seed = options.seed + uint64_t(i);
+    job->streamed = fields.stream;
+    if (i > 0) job->signal = jobs[0]->signal;
+    jobs.push_back(std::move(job));
+  }
+  if (!t.scheduler.submit(jobs))
     throw HttpError(503, "model '" + t.name + "' is at its queue limit (--max-queue); retry shortly");
+  auto cancel = [jobs] {
+    for (const auto& job : jobs) job->cancelled = true;
+  };
+  JobSignal& signal = *jobs[0]->signal;
   const std::string id = (shape.chat ? "chatcmpl-" : "cmpl-") + std::to_string(t.next_id++);
   const int64_t created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -158,90 +195,123 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", name}, {"choices", std::move(choices)}};
   };
   const auto timeout = std::chrono::milliseconds(t.timeout_ms);
-  // A plain answer waits for the end; a stream for its first token, so
-  // that one which cannot start in time is a 504 rather than a silent 200.
+  // A plain answer waits for the end; a stream for every choice's first
+  // token, so that one which cannot start in time is a 504 rather than a silent 200.
   {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    if (!job->changed.wait_for(lock, timeout, [&] {
-          return job->error || job->finished || (fields.stream && job->started);
+    std::unique_lock<std::mutex> lock(signal.mutex);
+    auto failed = [&] { return std::find_if(jobs.begin(), jobs.end(), [](const auto& j) { return bool(j->error); }); };
+    if (!signal.changed.wait_for(lock, timeout, [&] {
+          return failed() != jobs.end() || std::all_of(jobs.begin(), jobs.end(), [&](const auto& j) {
+                   return j->finished || (fields.stream && j->started);
+                 });
         })) {
-      job->cancelled = true;
+      cancel();
       throw HttpError(504, "the completion was not " + std::string(fields.stream ? "started" : "finished") +
                                " within " + std::to_string(t.timeout_ms) + " ms (--request-timeout-ms)");
     }
-    if (job->error) try {
-        std::rethrow_exception(job->error);
+    if (const auto it = failed(); it != jobs.end()) try {
+        cancel();
+        std::rethrow_exception((*it)->error);
       } catch (const Error& e) {  // the prompt could not start: too long, no tokens
         throw HttpError(400, e.what());
       }
   }
   if (!fields.stream) {
-    const recipes::Completion& c = job->result;
-    const json logprobs = shape.logprobs_of(c.logprobs, 0);
-    json out = envelope(shape.object(), json::array({shape.reads() ? shape.read_choice(c, logprobs, id)
-                                                                 : shape.choice(c.text, c.finish_reason, logprobs,
-                                                                                /*whole=*/true, false)}));
-    out["usage"] = usage(c.prompt_tokens, c.completion_tokens);
+    json choices = json::array();
+    int64_t made = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const recipes::Completion& c = jobs[i]->result;
+      const json logprobs = shape.logprobs_of(c.logprobs, 0);
+      json choice = shape.reads() ? shape.read_choice(c, logprobs, choice_key(id, i))
+                                  : shape.choice(c.text, c.finish_reason, logprobs, /*whole=*/true, false);
+      choice["index"] = i;
+      choices.push_back(std::move(choice));
+      made += c.completion_tokens;
+    }
+    json out = envelope(shape.object(), std::move(choices));
+    out["usage"] = usage(jobs[0]->result.prompt_tokens, made);  // OpenAI counts the one prompt once
     res.set_content(dump(out), "application/json");
     return;
   }
   // Server-sent events: a chunk per piece of text (a chat's first names the
-  // role), then the finish reason, then the usage if asked, then [DONE].
-  auto state = std::make_shared<std::pair<bool, int64_t>>(true, 0);  // first event still to send; text sent so far
-  auto read_stream = std::make_shared<ReadStream>();
+  // role), then the finish reason, for each choice; then the usage if asked, then [DONE].
+  auto streams = std::make_shared<std::vector<ChoiceStream>>(jobs.size());
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, shape, envelope, timeout, state, read_stream, id,
-       include_usage = fields.include_usage](size_t, httplib::DataSink& sink) {
+      [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage](
+          size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
-        auto event = [&](const std::string& text, const json& finish, const std::vector<recipes::TokenLogprob>& lps) {
-          const json choice = shape.choice(text, finish, shape.logprobs_of(lps, state->second), false, state->first);
-          state->first = false;
-          state->second += int64_t(text.size());
+        auto event = [&](size_t i, const std::string& text, const json& finish,
+                         const std::vector<recipes::TokenLogprob>& lps) {
+          ChoiceStream& s = (*streams)[i];
+          json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
+          choice["index"] = i;
+          s.first = false;
+          s.text_sent += int64_t(text.size());
           return send(envelope(shape.chunk_object(), json::array({choice})));
         };
         // A chat that is read: what reading the longer text adds.
-        auto read_events = [&](const std::string& piece, bool whole, const std::vector<recipes::TokenLogprob>& lps) {
-          std::vector<json> deltas = read_stream->deltas(shape, piece, whole, id);
+        auto read_events = [&](size_t i, const std::string& piece, bool whole,
+                               const std::vector<recipes::TokenLogprob>& lps) {
+          std::vector<json> deltas = (*streams)[i].read.deltas(shape, piece, whole, choice_key(id, i));
           if (deltas.empty() && !lps.empty()) deltas.push_back(json::object());
-          for (size_t i = 0; i < deltas.size(); ++i) {
-            const json choice = {{"index", 0}, {"delta", deltas[i]},
-                                 {"logprobs", i == 0 ? shape.logprobs_of(lps, 0) : json()}, {"finish_reason", nullptr}};
+          for (size_t d = 0; d < deltas.size(); ++d) {
+            const json choice = {{"index", i},
+                                 {"delta", deltas[d]},
+                                 {"logprobs", d == 0 ? shape.logprobs_of(lps, 0) : json()},
+                                 {"finish_reason", nullptr}};
             if (!send(envelope(shape.chunk_object(), json::array({choice})))) return false;
           }
           return true;
         };
+        JobSignal& signal = *jobs[0]->signal;
         for (;;) {
-          std::unique_lock<std::mutex> lock(job->mutex);
-          const bool moved = job->changed.wait_for(lock, timeout, [&] {
-            return !job->pieces.empty() || !job->token_logprobs.empty() || job->finished || job->error;
-          });
-          std::string piece;
-          if (!job->pieces.empty()) {
-            piece = std::move(job->pieces.front());
-            job->pieces.pop_front();
-          }
-          std::vector<recipes::TokenLogprob> lps(job->token_logprobs.begin(), job->token_logprobs.end());
-          job->token_logprobs.clear();
-          const bool more = !job->pieces.empty();
-          const bool finished = job->finished;
-          const std::exception_ptr error = job->error;
-          const recipes::Completion result = finished ? job->result : recipes::Completion{};
-          lock.unlock();
-          // OpenAI's chat streams open with the role alone.
-          const bool opened = !(shape.chat && state->first) || event("", nullptr, {});
-          const bool last = moved && !error && finished && !more;
-          const bool sent = shape.reads() ? read_events(piece, last, lps)
-                                        : (piece.empty() && lps.empty()) || event(piece, nullptr, lps);
-          if (!opened || !sent) {
-            job->cancelled = true;  // the client is gone
+          std::unique_lock<std::mutex> lock(signal.mutex);
+          auto has_news = [&](size_t i) {
+            const GenerationJob& j = *jobs[i];
+            return j.error || (!(*streams)[i].done && (!j.pieces.empty() || !j.token_logprobs.empty() || j.finished));
+          };
+          const bool moved = signal.changed.wait_for(lock, timeout, [&] {
+            for (size_t i = 0; i < jobs.size(); ++i)
+              if (has_news(i)) return true;
             return false;
+          });
+          std::vector<JobNews> news(jobs.size());
+          std::exception_ptr error;
+          for (size_t i = 0; i < jobs.size(); ++i) {
+            GenerationJob& j = *jobs[i];
+            if (!error) error = j.error;
+            if ((*streams)[i].done) continue;
+            if (!j.pieces.empty()) {
+              news[i].piece = std::move(j.pieces.front());
+              j.pieces.pop_front();
+            }
+            news[i].logprobs.assign(j.token_logprobs.begin(), j.token_logprobs.end());
+            j.token_logprobs.clear();
+            news[i].more = !j.pieces.empty();
+            news[i].finished = j.finished;
+            if (j.finished) news[i].result = j.result;
+          }
+          lock.unlock();
+          for (size_t i = 0; i < jobs.size(); ++i) {
+            if ((*streams)[i].done) continue;
+            const JobNews& n = news[i];
+            // OpenAI's chat streams open with the role alone.
+            const bool opened = !(shape.chat && (*streams)[i].first) || event(i, "", nullptr, {});
+            const bool last = moved && !error && n.finished && !n.more;
+            const bool sent = shape.reads()
+                                  ? read_events(i, n.piece, last, n.logprobs)
+                                  : (n.piece.empty() && n.logprobs.empty()) || event(i, n.piece, nullptr, n.logprobs);
+            if (!opened || !sent) {
+              cancel();  // the client is gone
+              return false;
+            }
           }
           if (!moved || error) {  // stalled or failed after the stream began: say so in the stream
-            job->cancelled = true;
+            cancel();
             std::string what = "no progress within the request timeout";
             if (error) try {
                 std::rethrow_exception(error);
@@ -249,13 +319,21 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
                 what = e.what();
               }
             send(json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
-          } else if (!finished || more) {
-            continue;
           } else {
-            event("", shape.reads() ? Shape::finish_reason(result, read_stream->sent.answer) : result.finish_reason, {});
+            for (size_t i = 0; i < jobs.size(); ++i) {
+              ChoiceStream& s = (*streams)[i];
+              if (s.done || !news[i].finished || news[i].more) continue;
+              const recipes::Completion& c = news[i].result;
+              event(i, "", shape.reads() ? Shape::finish_reason(c, s.read.sent.answer) : c.finish_reason, {});
+              s.done = true;
+              s.result = c;
+            }
+            if (!std::all_of(streams->begin(), streams->end(), [](const ChoiceStream& s) { return s.done; })) continue;
             if (include_usage) {
+              int64_t made = 0;
+              for (const ChoiceStream& s : *streams) made += s.result.completion_tokens;
               json last = envelope(shape.chunk_object(), json::array());
-              last["usage"] = usage(result.prompt_tokens, result.completion_tokens);
+              last["usage"] = usage(streams->front().result.prompt_tokens, made);
               send(last);
             }
           }
@@ -265,8 +343,8 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
           return true;
         }
       },
-      [job, open_stream](bool success) {
-        if (!success) job->cancelled = true;
+      [cancel, open_stream](bool success) {
+        if (!success) cancel();
       });
 }
 

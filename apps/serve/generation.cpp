@@ -25,11 +25,11 @@ void GenerationScheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool GenerationScheduler::submit(const std::shared_ptr<GenerationJob>& job) {
+bool GenerationScheduler::submit(const std::vector<std::shared_ptr<GenerationJob>>& jobs) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || int64_t(waiting_.size() + running_count_) >= options_.max_queue) return false;
-    waiting_.push_back(job);
+    if (stopping_ || int64_t(waiting_.size() + running_count_ + jobs.size()) > options_.max_queue) return false;
+    waiting_.insert(waiting_.end(), jobs.begin(), jobs.end());
     metrics_.queue_depth(model_, int64_t(waiting_.size()));
   }
   wake_.notify_all();
@@ -48,7 +48,7 @@ void GenerationScheduler::deliver(Running& r) {
   const auto& logprobs = r.completion->result().logprobs;
   const bool streamed = r.job->streamed;
   {
-    std::lock_guard<std::mutex> lock(r.job->mutex);
+    std::lock_guard<std::mutex> lock(r.job->signal->mutex);
     if (streamed && !piece.empty()) r.job->pieces.push_back(std::move(piece));
     for (; streamed && r.logprobs_delivered < logprobs.size(); ++r.logprobs_delivered)
       r.job->token_logprobs.push_back(logprobs[r.logprobs_delivered]);
@@ -58,16 +58,16 @@ void GenerationScheduler::deliver(Running& r) {
       r.job->finished = true;
     }
   }
-  if (streamed || finished) r.job->changed.notify_all();
+  if (streamed || finished) r.job->signal->changed.notify_all();
 }
 
 namespace {
 void fail(GenerationJob& job, std::exception_ptr error) {
   {
-    std::lock_guard<std::mutex> lock(job.mutex);
+    std::lock_guard<std::mutex> lock(job.signal->mutex);
     job.error = error;
   }
-  job.changed.notify_all();
+  job.signal->changed.notify_all();
 }
 }  // namespace
 
@@ -139,7 +139,7 @@ void GenerationScheduler::loop() {
     }
     // Finished, failed and cancelled completions leave the batch, and their pages go back to the pool.
     std::erase_if(running_, [](const Running& r) {
-      std::lock_guard<std::mutex> lock(r.job->mutex);
+      std::lock_guard<std::mutex> lock(r.job->signal->mutex);
       return r.job->finished || r.job->error || r.job->cancelled;
     });
     if (const nn::KvPool* pool = inference_.kv_pool())

@@ -20,8 +20,15 @@
 
 namespace kiln::serve {
 
-// One completion request, shared by the HTTP handler that waits on it and
-// the scheduler that fills it in.
+// What a request's jobs (its n choices) share: one lock and one condition,
+// so that its handler waits on all of them at once.
+struct JobSignal {
+  std::mutex mutex;
+  std::condition_variable changed;
+};
+
+// One completion, shared by the HTTP handler that waits on it and the
+// scheduler that fills it in.
 struct GenerationJob {
   std::string prompt;
   recipes::CompletionOptions options;
@@ -33,9 +40,8 @@ struct GenerationJob {
   // takes a core from the step).
   bool streamed = false;
 
-  std::mutex mutex;
-  std::condition_variable changed;
-  // Guarded by mutex:
+  std::shared_ptr<JobSignal> signal = std::make_shared<JobSignal>();
+  // Guarded by signal->mutex:
   std::deque<std::string> pieces;  // streamed: text made and not yet taken by the handler, a piece per step
   std::deque<recipes::TokenLogprob> token_logprobs;  // likewise, when the options ask for them
   bool started = false, finished = false;
@@ -52,8 +58,10 @@ class GenerationScheduler {
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
-  // Queues a job; false if the queue is full or the scheduler is stopping.
-  bool submit(const std::shared_ptr<GenerationJob>& job);
+  // Queues the jobs, all or none; false if the queue has no room for them or the scheduler is stopping.
+  bool submit(const std::vector<std::shared_ptr<GenerationJob>>& jobs);
+  bool submit(const std::shared_ptr<GenerationJob>& job) { return submit(std::vector{job}); }
+  int64_t max_queue() const { return options_.max_queue; }
   // Finishes every queued and running completion, then ends the thread.
   void stop();
 

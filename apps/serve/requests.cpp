@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -225,49 +226,40 @@ struct UnsupportedField {
   const char* instead;
 };
 const UnsupportedField kUnsupportedCompletionFields[] = {
-    {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
     {"best_of", is_one, "Kiln does not rank candidates: leave it at 1"},
     {"suffix", is_empty, "insertion (text after the completion) is not implemented"},
 };
 // Every other field it reads: OpenAI's that it implements ("user" only names
 // the caller, which changes nothing), and llama-server's top_k and ignore_eos.
 // llama-server's grammar too, and OpenAI's response_format (JSON mode).
-const char* const kCompletionFields[] = {"model",  "prompt",     "max_tokens", "temperature", "top_p",
-                                         "top_k",  "seed",       "stop",       "stream",      "ignore_eos",
-                                         "user",   "echo",       "logprobs",   "stream_options", "grammar",
-                                         "json_schema", "response_format"};
+const char* const kCompletionFields[] = {"model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k",
+                                         "seed", "stop", "stream", "ignore_eos", "user", "echo", "logprobs",
+                                         "stream_options", "grammar", "json_schema", "response_format"};
 // Both endpoints' samplers, penalties and biases beyond those (docs/SAMPLING.md).
 const char* const kSamplingFields[] = {"min_p",           "repetition_penalty", "repeat_penalty", "repeat_last_n",
                                        "presence_penalty", "frequency_penalty", "logit_bias"};
 
-// OpenAI's /v1/chat/completions fields that Kiln does not implement, as above.
-const UnsupportedField kUnsupportedChatFields[] = {
-    {"n", is_one, "Kiln returns one choice per request: send n requests with different seeds"},
-};
-const char* const kChatFields[] = {"model",      "messages",     "max_tokens",     "max_completion_tokens",
-                                   "temperature", "top_p",       "top_k",          "seed",
-                                   "stop",       "stream",       "user",           "ignore_eos",
-                                   "logprobs",   "top_logprobs", "stream_options", "grammar",
-                                   "json_schema", "response_format", "tools",
-                                   "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+const char* const kChatFields[] = {"model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature",
+                                   "top_p", "top_k", "seed", "stop", "stream", "user", "ignore_eos", "logprobs",
+                                   "top_logprobs", "stream_options", "grammar", "json_schema", "response_format",
+                                   "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
                                    "reasoning_format"};
 
 // Drops null fields (how clients spell "the default": OpenAI's schema allows
 // it for every optional one), then refuses a field that is unknown, or known
 // but not implemented and set to ask for something.
-template <size_t Known, size_t Unsupported>
-void check_fields(json& body, const char* const (&known)[Known], const UnsupportedField (&unsupported)[Unsupported],
+void check_fields(json& body, std::span<const char* const> known, std::span<const UnsupportedField> unsupported,
                   const std::string& endpoint) {
   for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
   for (auto field = body.begin(); field != body.end(); ++field) {
     const std::string& name = field.key();
     auto named = [&](const char* k) { return name == k; };
-    if (std::any_of(std::begin(known), std::end(known), named) ||
+    if (std::any_of(known.begin(), known.end(), named) ||
         std::any_of(std::begin(kSamplingFields), std::end(kSamplingFields), named))
       continue;
-    const auto it = std::find_if(std::begin(unsupported), std::end(unsupported),
-                                 [&](const UnsupportedField& f) { return name == f.name; });
-    if (it == std::end(unsupported))
+    const auto it =
+        std::find_if(unsupported.begin(), unsupported.end(), [&](const UnsupportedField& f) { return name == f.name; });
+    if (it == unsupported.end())
       throw HttpError(400, "unknown field '" + name + "' (see docs/SERVING.md for the fields " + endpoint + " takes)");
     if (!it->asks_nothing(field.value()))
       throw HttpError(400, "field '" + name + "' is not supported: " + it->instead);
@@ -359,6 +351,8 @@ void parse_generation(const json& body, GenerationFields& r) {
   parse_sampling(body, r.sampling);
   r.logit_bias = parse_logit_bias(body);
   r.seed = field<uint64_t>(body, "seed", "a non-negative integer", uint64_t(1));
+  r.n = field<int64_t>(body, "n", "an integer", int64_t(1));
+  if (r.n < 1 || r.n > kMaxChoices) throw HttpError(400, "n must be in [1, " + std::to_string(kMaxChoices) + "]");
   if (body.contains("stop") && body["stop"].is_string())
     r.stop = {body["stop"].get<std::string>()};
   else
@@ -563,12 +557,14 @@ CompletionRequest parse_completion(const std::string& text) {
   if ((r.echo || r.prompt_ids) && !scoring)
     throw HttpError(400, "echo and token-id prompts are supported for scoring a prompt: echo true with max_tokens 0");
   if (scoring && r.stream) throw HttpError(400, "scoring a prompt (echo with max_tokens 0) is not streamed");
+  if (scoring && r.n > 1)
+    throw HttpError(400, "scoring a prompt (echo with max_tokens 0) has one answer: leave n at 1");
   return r;
 }
 
 ChatRequest parse_chat(const std::string& text) {
   json body = parse_object(text);
-  check_fields(body, kChatFields, kUnsupportedChatFields, "/v1/chat/completions");
+  check_fields(body, kChatFields, {}, "/v1/chat/completions");
   ChatRequest r;
   parse_generation(body, r);
   r.messages = parse_messages(body);

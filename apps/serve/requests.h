@@ -74,6 +74,9 @@ struct GenerationFields {
   models::SamplingFields sampling;
   std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's: added to these tokens' logits
   uint64_t seed = 1;
+  // Choices: n completions of the one prompt, the i-th sampled with seed + i
+  // (at temperature 0 they agree, as OpenAI's and vLLM's do).
+  int64_t n = 1;
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last event with the usage
@@ -82,6 +85,8 @@ struct GenerationFields {
   // answer is constrained to match it.
   std::shared_ptr<const text::Grammar> grammar;
 };
+
+inline constexpr int64_t kMaxChoices = 128;  // OpenAI's bound on n
 
 // /v1/completions: OpenAI's fields.
 struct CompletionRequest : GenerationFields {

@@ -78,7 +78,7 @@ bad = [({"messages": []}, 400, "non-empty array"),
        ({"messages": want["messages"], "tools": [{"type": "function"}]}, 400, "tools[0] must be"),
        ({"messages": want["messages"], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
         "has no tools; use the model's own Jinja template"),
-       ({"messages": want["messages"], "n": 2}, 400, "field 'n' is not supported"),
+       ({"messages": want["messages"], "n": 129}, 400, "n must be in [1, 128]"),
        ({"messages": want["messages"], "temprature": 0}, 400, "unknown field 'temprature'"),
        ({"messages": want["messages"], "model": "nope"}, 404, "unknown model 'nope'")]
 for fields, code, words in bad:

@@ -112,6 +112,20 @@ try:
     raise SystemExit("a logit_bias past the vocabulary was taken")
 except openai.BadRequestError as e:
     assert "logit_bias names token 999999" in str(e), e
+# n choices through OpenAI's client: the i-th is the chat sampled with seed + i, streamed or not.
+def chat(**kw):
+    return client.chat.completions.create(model="pen", messages=[{"role": "user", "content": prompt}], max_tokens=n,
+                                          temperature=1.0, extra_body={"ignore_eos": True}, **kw)
+singles = [chat(seed=5 + i).choices[0].message.content for i in range(3)]
+both = chat(seed=5, n=3)
+assert [c.index for c in both.choices] == [0, 1, 2] and [c.message.content for c in both.choices] == singles, both
+assert len(set(singles)) > 1 and both.usage.completion_tokens == 3 * n, (singles, both.usage)
+streamed = ["", "", ""]
+for event in chat(seed=5, n=3, stream=True):
+    for c in event.choices:
+        streamed[c.index] += c.delta.content or ""
+assert streamed == singles, (streamed, singles)
+print("served, n 3: the chats of seeds 5, 6 and 7, plain and streamed")
 PY
 expect_lines 7 "transformers' greedy tokens"
 kill -TERM "$server"

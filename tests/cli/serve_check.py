@@ -310,9 +310,26 @@ if len(text) > 4:
 greedy = [complete(base, dict(req, temperature=0, seed=seed)) for seed in (1, 2)]
 check(greedy[0] == greedy[1] and greedy[0] and not greedy[0].startswith("HTTP"),
       f"temperature 0 is greedy: the same text for any seed ({greedy[0]!r})")
-status, body, _ = call("POST", base + "/v1/completions", dict(req, n=2))
-check(status == 400 and "field 'n' is not supported" in json.loads(body)["error"]["message"],
-      f"n: 2 is refused with a 400 naming the field ({status})")
+# n choices: the i-th is what one request with seed + i gives; streamed, the events carry each choice's index
+status, body, _ = call("POST", base + "/v1/completions", dict(req, n=3))
+answer = json.loads(body)
+singles = [complete(base, dict(req, seed=req["seed"] + i)) for i in range(3)]
+check(status == 200 and [c["index"] for c in answer["choices"]] == [0, 1, 2] and
+      [c["text"] for c in answer["choices"]] == singles and len(set(singles)) > 1 and
+      answer["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"] and
+      answer["usage"]["completion_tokens"] == sum(json.loads(call("POST", base + "/v1/completions", dict(
+          req, seed=req["seed"] + i))[1])["usage"]["completion_tokens"] for i in range(3)),
+      f"n: 3 answers three choices, each the completion of seed + index, their usage summed ({status})")
+status, body, _ = call("POST", base + "/v1/completions", dict(req, n=3, stream=True,
+                                                               stream_options={"include_usage": True}))
+events = [json.loads(l[6:]) for l in body.split("\n") if l.startswith("data: ") and l != "data: [DONE]"]
+by_index = ["".join(c["text"] for e in events for c in e["choices"] if c["index"] == i) for i in range(3)]
+finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason"]]
+check(status == 200 and by_index == singles and sorted(finishes) == [0, 1, 2] and
+      events[-1]["usage"] == answer["usage"] and body.rstrip().endswith("data: [DONE]"),
+      "n: 3 streamed: each index's events make its choice's text, each finishes once, then one usage")
+status, body, _ = call("POST", base + "/v1/completions", dict(req, n=129))
+check(status == 400 and "n must be in [1, 128]" in json.loads(body)["error"]["message"], f"n: 129 is a 400 ({status})")
 metrics = call("GET", base + "/metrics")[1]
 check('kiln_tokens_generated_total{model="gpt"}' in metrics, "/metrics counts generated tokens")
 
