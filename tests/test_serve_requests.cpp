@@ -17,6 +17,9 @@ using kiln::serve::CompletionRequest;
 using kiln::serve::HttpError;
 using kiln::serve::parse_chat;
 using kiln::serve::parse_completion;
+using kiln::serve::parse_detokenize;
+using kiln::serve::parse_tokenize;
+using kiln::serve::TokenizeRequest;
 
 namespace {
 
@@ -338,6 +341,49 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   };
   for (const auto& [body, words] : cases)
     EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
+}
+
+// POST /tokenize as llama-server's clients send it (content; no special
+// tokens added unless asked) and as vLLM's do (prompt, with them; or a
+// conversation, without them); /detokenize's ids.
+TEST(TokenizeFields, LlamaServersAndVllmsShapesReachTheRequest) {
+  TokenizeRequest r = parse_tokenize(R"({"content": "Hi there", "with_pieces": true})");
+  EXPECT_EQ(r.model, "");
+  EXPECT_EQ(r.text, "Hi there");
+  EXPECT_FALSE(r.add_special);
+  EXPECT_TRUE(r.with_pieces);
+  EXPECT_FALSE(r.chat);
+  EXPECT_TRUE(parse_tokenize(R"({"content": "x", "add_special": true})").add_special);
+  r = parse_tokenize(R"({"model": "m", "prompt": "Hi"})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.text, "Hi");
+  EXPECT_TRUE(r.add_special);
+  EXPECT_FALSE(parse_tokenize(R"({"prompt": "Hi", "add_special_tokens": false})").add_special);
+  r = parse_tokenize(R"({"model": "m", )" + std::string(kMessages) + R"(, "chat_template_kwargs": {"x": 1}})");
+  ASSERT_TRUE(r.chat);
+  EXPECT_EQ(r.chat->messages.size(), 1u);
+  EXPECT_EQ(r.chat->template_kwargs["x"], 1);
+  EXPECT_FALSE(r.add_special);
+  EXPECT_EQ(parse_detokenize(R"({"tokens": [1, 2, 3]})").tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_detokenize(R"({"model": "m", "tokens": []})").model, "m");
+
+  const std::pair<std::string, std::string> refused[] = {
+      {R"({})", "one of them"},
+      {R"({"content": "a", "prompt": "b"})", "one of them"},
+      {R"({"content": 5})", "field 'content' must be a string"},
+      {R"({"content": "a", "add_special": true, "add_special_tokens": true})", "one setting"},
+      {R"({"content": "a", "parse_special": false})", "parse_special false is not supported"},
+      {R"({"content": "a", "add_generation_prompt": true})", "goes with 'messages'"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "add_generation_prompt": false})", "is not supported"},
+      {R"({"messages": []})", "non-empty array"},
+      {R"({"content": "a", "stream": true})", "unknown field 'stream'"},
+  };
+  for (const auto& [body, words] : refused)
+    EXPECT_NE(refused_by(parse_tokenize, body).find(words), std::string::npos)
+        << body << " -> " << refused_by(parse_tokenize, body);
+  for (const char* body :
+       {R"({})", R"({"tokens": [1, -1]})", R"({"tokens": [1.5]})", R"({"tokens": "1"})", R"({"tokens": [2147483648]})"})
+    EXPECT_NE(refused_by(parse_detokenize, body).find("array of token ids"), std::string::npos) << body;
 }
 
 // OpenAI's POST /v1/embeddings: text inputs, float or base64 answers, and

@@ -226,6 +226,14 @@ class GptCompletion final : public TextCompletion {
 class GptInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return model_->kv_pool(); }
+  // A prompt starts with the end-of-text token, as every document did in training.
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
+    std::vector<int32_t> ids = tok_.encode(text);
+    if (add_special) ids.insert(ids.begin(), tok_.end_of_text_id());
+    return ids;
+  }
+  std::string detokenize(const std::vector<int32_t>& ids) override { return tok_.decode(ids); }
+  int64_t context_length() const override { return model_->config().block_size; }
   GptInference(std::unique_ptr<models::Gpt> model, data::Tokenizer tok)
       : model_(std::move(model)), tok_(std::move(tok)) {
     model_->eval();

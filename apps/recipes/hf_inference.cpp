@@ -193,6 +193,21 @@ class HfLanguageModelInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return lm_.model->kv_pool(); }
   models::SamplingFields sampling_defaults() const override { return lm_.sampling_defaults; }
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
+    return lm_.tokenizer.encode(text, add_special);
+  }
+  std::string detokenize(const std::vector<int32_t>& ids) override {
+    check_tokenizer_ids(ids);
+    return lm_.tokenizer.decode(ids, /*skip_special_tokens=*/false);
+  }
+  int64_t context_length() const override { return lm_.model->context_length(); }
+  std::vector<std::string> token_pieces(const std::vector<int32_t>& ids) override {
+    check_tokenizer_ids(ids);
+    text::DecodeStream stream(lm_.tokenizer, /*skip_special_tokens=*/false);
+    std::vector<std::string> pieces;
+    for (int32_t id : ids) pieces.push_back(stream.step(id));
+    return pieces;
+  }
   // `chat_template`: a family's name, or "" for the folder's own template.
   // A folder without one still completes text; only chat needs it.
   HfLanguageModelInference(models::HfCausalLm lm, const std::string& chat_template) : lm_(std::move(lm)) {
@@ -233,6 +248,11 @@ class HfLanguageModelInference final : public InferenceModel {
       for (int32_t id : lm_.tokenizer.encode(literal, false))
         if (lm_.tokenizer.is_special(id) && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
     return ids;
+  }
+  void check_tokenizer_ids(const std::vector<int32_t>& ids) const {
+    for (int32_t id : ids)
+      KILN_CHECK(id >= 0 && id < lm_.tokenizer.vocab_size(), "token id ", id, " is outside the tokenizer's ",
+                 lm_.tokenizer.vocab_size(), " tokens");
   }
   const text::ToolCallFormat* tool_call_format() const override { return tool_format_; }
   const text::ReasoningFormat* reasoning_format() const override { return reasoning_format_; }

@@ -191,6 +191,18 @@ class InferenceModel {
   // Language models: the pool of pages their completions' caches share
   // (null before the first), whose counters /metrics shows.
   virtual const nn::KvPool* kv_pool() const { return nullptr; }
+  // Language models' tokens, as /tokenize and /detokenize give them: `text`
+  // as ids (`add_special`: with what the tokenizer adds to a prompt, such as
+  // a bos), ids as text (special tokens' own text included), and the longest
+  // sequence the model takes.
+  virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special);
+  virtual std::string detokenize(const std::vector<int32_t>& ids);
+  virtual int64_t context_length() const;
+  // Each token's share of detokenize(ids), as streaming decoding hands it
+  // out (the pieces join to the whole text; a token that ends inside a
+  // character gets "", the next the character). By default, each token's
+  // text after the few before it.
+  virtual std::vector<std::string> token_pieces(const std::vector<int32_t>& ids);
   // The model's own sampling defaults (a Hugging Face folder's
   // generation_config.json, a GGUF file's general.sampling.*), for what a
   // request leaves out.

@@ -221,6 +221,24 @@ void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&)
 PromptScores InferenceModel::score_prompt(const std::string&, const std::optional<std::vector<int32_t>>&, int64_t) {
   KILN_FAIL("this model does not score prompts (Hugging Face language models do)");
 }
+std::vector<int32_t> InferenceModel::tokenize(const std::string&, bool) {
+  KILN_FAIL("this model has no tokens to show (language models do)");
+}
+std::string InferenceModel::detokenize(const std::vector<int32_t>&) {
+  KILN_FAIL("this model has no tokens to show (language models do)");
+}
+int64_t InferenceModel::context_length() const { KILN_FAIL("this model has no context length (language models do)"); }
+std::vector<std::string> InferenceModel::token_pieces(const std::vector<int32_t>& ids) {
+  constexpr size_t kContext = 8;  // tokens before: enough for a character's bytes, and a decoder's spacing
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto start = ids.begin() + long(i >= kContext ? i - kContext : 0);
+    const std::string before = detokenize({start, ids.begin() + long(i)});
+    const std::string with = detokenize({start, ids.begin() + long(i) + 1});
+    pieces.push_back(with.starts_with(before) ? with.substr(before.size()) : with);
+  }
+  return pieces;
+}
 std::string InferenceModel::render_chat(const std::vector<text::ChatMessage>&) {
   KILN_FAIL("this model has no chat template (Hugging Face language models have one; Kiln's GPT runs continue text: "
             "use /v1/completions)");

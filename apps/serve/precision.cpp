@@ -54,6 +54,13 @@ class AutocastModel final : public recipes::InferenceModel {
   }
   const text::ToolCallFormat* tool_call_format() const override { return inner_->tool_call_format(); }
   const text::ReasoningFormat* reasoning_format() const override { return inner_->reasoning_format(); }
+  models::SamplingFields sampling_defaults() const override { return inner_->sampling_defaults(); }
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
+    return inner_->tokenize(text, add_special);
+  }
+  std::string detokenize(const std::vector<int32_t>& ids) override { return inner_->detokenize(ids); }
+  int64_t context_length() const override { return inner_->context_length(); }
+  std::vector<std::string> token_pieces(const std::vector<int32_t>& ids) override { return inner_->token_pieces(ids); }
 
  private:
   // Autocast on the calling thread, with this model's weight casts: the

@@ -301,6 +301,13 @@ std::optional<T> optional_field(const json& body, const std::string& key, const 
   return field<T>(body, key, type);
 }
 
+// Token ids as a client sends them: an array of at most 1M integers in [0, 2^31).
+bool are_token_ids(const json& ids) {
+  return ids.is_array() && ids.size() <= 1000000 && std::all_of(ids.begin(), ids.end(), [](const json& v) {
+           return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t(1) << 31);
+         });
+}
+
 // The sampling fields the request sets, each checked where it is read.
 void parse_sampling(const json& body, models::SamplingFields& s) {
   auto number = [&](const char* key, auto valid, const char* range) {
@@ -539,12 +546,9 @@ CompletionRequest parse_completion(const std::string& text) {
   CompletionRequest r;
   parse_generation(body, r);
   if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
-    const json& ids = body["prompt"];
-    if (ids.empty() || ids.size() > 1000000 || !std::all_of(ids.begin(), ids.end(), [](const json& v) {
-          return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t(1) << 31);
-        }))
+    if (body["prompt"].empty() || !are_token_ids(body["prompt"]))
       throw HttpError(400, "field 'prompt' must be a string, or a non-empty array of token ids (non-negative integers)");
-    r.prompt_ids = ids.get<std::vector<int32_t>>();
+    r.prompt_ids = body["prompt"].get<std::vector<int32_t>>();
   } else {
     r.prompt = field<std::string>(body, "prompt", "a string or an array of token ids", std::string());
   }
@@ -581,6 +585,54 @@ ChatRequest parse_chat(const std::string& text) {
   if (r.top_logprobs < 0 || r.top_logprobs > 20) throw HttpError(400, "top_logprobs must be in [0, 20]");
   if (r.top_logprobs > 0 && !r.logprobs) throw HttpError(400, "top_logprobs needs logprobs: true");
   parse_reasoning(body, r);
+  return r;
+}
+
+TokenizeRequest parse_tokenize(const std::string& text) {
+  static const char* const kFields[] = {"model", "content", "prompt", "messages", "tools", "chat_template_kwargs",
+                                        "add_special", "add_special_tokens", "add_generation_prompt", "with_pieces",
+                                        "parse_special"};
+  json body = parse_object(text);
+  check_fields(body, kFields, {}, "/tokenize");
+  TokenizeRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  const int given = int(body.contains("content")) + int(body.contains("prompt")) + int(body.contains("messages"));
+  if (given != 1)
+    throw HttpError(400,
+                    "send the text as 'content' (llama-server's name) or 'prompt' (vLLM's), or a conversation "
+                    "as 'messages': one of them");
+  if (body.contains("add_special") && body.contains("add_special_tokens"))
+    throw HttpError(400, "'add_special' and 'add_special_tokens' are one setting: send one");
+  const char* add_key = body.contains("add_special") ? "add_special" : "add_special_tokens";
+  if (body.contains("messages")) {
+    json chat = {{"model", r.model}, {"messages", body["messages"]}};
+    for (const char* key : {"tools", "chat_template_kwargs"})
+      if (body.contains(key)) chat[key] = body[key];
+    r.chat = parse_chat(chat.dump());
+    if (!field<bool>(body, "add_generation_prompt", "true or false", true))
+      throw HttpError(400, "add_generation_prompt false is not supported: a conversation is rendered as a prompt");
+    r.add_special = field<bool>(body, add_key, "true or false", false);  // vLLM's default for a conversation
+  } else {
+    const bool llama = body.contains("content");
+    r.text = field<std::string>(body, llama ? "content" : "prompt", "a string");
+    r.add_special = field<bool>(body, add_key, "true or false", !llama);  // llama-server's default, and vLLM's
+    if (body.contains("add_generation_prompt")) throw HttpError(400, "add_generation_prompt goes with 'messages'");
+  }
+  r.with_pieces = field<bool>(body, "with_pieces", "true or false", false);
+  if (!field<bool>(body, "parse_special", "true or false", true))
+    throw HttpError(400, "parse_special false is not supported: special tokens' text is read as those tokens");
+  return r;
+}
+
+DetokenizeRequest parse_detokenize(const std::string& text) {
+  static const char* const kFields[] = {"model", "tokens"};
+  json body = parse_object(text);
+  check_fields(body, kFields, {}, "/detokenize");
+  DetokenizeRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  if (!body.contains("tokens") || !are_token_ids(body["tokens"]))
+    throw HttpError(400, "field 'tokens' must be an array of token ids (non-negative integers)");
+  r.tokens = body["tokens"].get<std::vector<int32_t>>();
   return r;
 }
 

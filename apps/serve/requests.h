@@ -123,4 +123,25 @@ struct ChatRequest : GenerationFields {
 };
 ChatRequest parse_chat(const std::string& body);
 
+// POST /tokenize, as llama-server takes it ({"content", "add_special": false,
+// "with_pieces"}) and as vLLM does ({"model", "prompt", "add_special_tokens":
+// true}, or a conversation: {"model", "messages", "tools",
+// "chat_template_kwargs", "add_special_tokens": false}). Special tokens'
+// text is read as those tokens (llama-server's parse_special).
+struct TokenizeRequest {
+  std::string model;  // "": the one language model served
+  std::string text;
+  std::optional<ChatRequest> chat;  // a conversation: its prompt as the model's template renders it
+  bool add_special = false;         // with the tokens the tokenizer adds to a prompt (a bos)
+  bool with_pieces = false;         // each token as {"id", "piece"}
+};
+TokenizeRequest parse_tokenize(const std::string& body);
+
+// POST /detokenize: {"tokens": [ids], "model"} (llama-server's, vLLM's).
+struct DetokenizeRequest {
+  std::string model;  // "": the one language model served
+  std::vector<int32_t> tokens;
+};
+DetokenizeRequest parse_detokenize(const std::string& body);
+
 }  // namespace kiln::serve

@@ -10,6 +10,7 @@
 #include "apps/serve/page.h"
 #include "apps/serve/precision.h"
 #include "apps/serve/requests.h"
+#include "apps/serve/tokens.h"
 
 #include <httplib.h>
 
@@ -218,6 +219,17 @@ class Server {
     return *it->second;
   }
 
+  ServedModel& only_language_model() {
+    if (!ready_) throw HttpError(503, "models are still loading");
+    std::vector<ServedModel*> found;
+    for (const auto& [n, m] : models_)
+      if (m->kind == recipes::ModelKind::language_model) found.push_back(m.get());
+    if (found.size() != 1)
+      throw HttpError(400, "name the model: 'model' is missing and " + std::to_string(found.size()) +
+                               " language models are served");
+    return *found.front();
+  }
+
   // Wraps a handler: JSON errors for HttpError and anything else, metrics for all.
   httplib::Server::Handler handle(const std::string& endpoint, std::function<void(const httplib::Request&,
                                                                                    httplib::Response&)> f) {
@@ -358,6 +370,15 @@ class Server {
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            const ChatRequest r = parse_chat(body);
            answer_apply_template(language_model(r.model), r, res);
+         });
+    post("/tokenize", "/tokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      const TokenizeRequest r = parse_tokenize(body);
+      answer_tokenize(language_model(r.model), r, res);
+    });
+    post("/detokenize", "/detokenize",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           const DetokenizeRequest r = parse_detokenize(body);
+           answer_detokenize(language_model(r.model), r, res);
          });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -509,8 +530,9 @@ class Server {
   }
 
   // The generation endpoints' target: a served language model.
+  // The language model `name`; "" (llama-server's clients name none): the one served.
   GenerationTarget language_model(const std::string& name) {
-    ServedModel& m = model(name);
+    ServedModel& m = name.empty() ? only_language_model() : model(name);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
     return {m.name, *m.model, *m.generator, o_.request_timeout_ms, next_id_, open_streams_};

@@ -119,7 +119,8 @@ struct Model {
                                        .repetition_penalty = repetition_penalty,
                                        .presence_penalty = presence_penalty,
                                        .frequency_penalty = frequency_penalty,
-                                       .top_k = top_k};
+                                       .top_k = top_k,
+                                       .repetition_window = std::nullopt};  // the model's, as transformers'
     return models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
   }
 

@@ -41,6 +41,43 @@ assert r.usage.completion_tokens == len(want["greedy_ids"]), r.usage
 assert r.choices[0].message.content == want["greedy_text"], (r.choices[0].message.content, want["greedy_text"])
 print("openai client: transformers' prompt and greedy reply")
 PY
+# /tokenize and /detokenize, as llama-server's and vLLM's clients call them, against transformers' tokenizer.
+run 0 "$PY" - "$port" "$MODEL" <<'PY'
+import json, sys, urllib.error, urllib.request
+from transformers import AutoTokenizer
+port, folder = sys.argv[1], sys.argv[2]
+want = json.load(open(f"{folder}/expected.json"))
+tok = AutoTokenizer.from_pretrained(folder)
+def post(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+text = "Héllo wörld, 12345 tokens<|im_end|> and\n  spaces 🙂"
+ids = tok(text, add_special_tokens=False).input_ids
+status, got = post("/tokenize", {"content": text})  # llama-server's: no model named
+assert status == 200 and got["tokens"] == ids and got["count"] == len(ids) and got["max_model_len"] > 0, (got, ids)
+status, got = post("/tokenize", {"model": "qwen", "prompt": text})  # vLLM's
+assert status == 200 and got["tokens"] == tok(text).input_ids, got
+status, got = post("/tokenize", {"model": "qwen", "messages": want["messages"]})  # a conversation, as vLLM renders it
+assert status == 200 and got["tokens"] == want["prompt_ids"], got
+status, got = post("/tokenize", {"content": text, "with_pieces": True})  # llama-server's: pieces that join to the text
+pieces = [t["piece"] for t in got["tokens"]]
+assert [t["id"] for t in got["tokens"]] == ids and "".join(pieces) == text and "<|im_end|>" in pieces, got
+status, got = post("/detokenize", {"tokens": want["prompt_ids"]})
+assert status == 200 and got["content"] == got["prompt"] == tok.decode(want["prompt_ids"]) == want["prompt"], got
+for path, body, words in [("/tokenize", {"content": "x", "prompt": "y"}, "one of them"),
+                          ("/tokenize", {"content": "x", "parse_special": False}, "parse_special false"),
+                          ("/tokenize", {"content": "x", "model": "nope"}, "unknown model 'nope'"),
+                          ("/detokenize", {"tokens": [len(tok) + 5]}, "outside the tokenizer"),
+                          ("/detokenize", {"tokens": [-1]}, "array of token ids")]:
+    status, got = post(path, body)
+    assert status in (400, 404) and words in got["error"]["message"], (path, body, status, got)
+print("/tokenize and /detokenize: transformers' ids and text")
+PY
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 echo "ok"

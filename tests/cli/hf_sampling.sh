@@ -131,6 +131,27 @@ expect_lines 7 "transformers' greedy tokens"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 
+# --precision bf16 serves the model through a wrapper: the model's own defaults still apply.
+"$KILN" serve --model pen="hf:$PEN" --precision bf16 --port "$port" >"$WORK/serve16.log" 2>&1 &
+server=$!
+LOG="$WORK/serve16.log" wait_for_server "$port" "$server"
+grep -q "pen samples with its own defaults .*repetition_penalty 0.6" "$WORK/serve16.log" ||
+  { cp "$WORK/serve16.log" "$OUT"; fail "--precision bf16 drops the model's sampling defaults"; }
+run 0 "$PY" - "$port" "$PROMPT" "$N" <<'PY'
+import sys
+import openai
+port, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+def text(**extra):
+    return client.completions.create(model="pen", prompt=prompt, max_tokens=n, temperature=0,
+                                     extra_body={"ignore_eos": True, **extra}).choices[0].text
+left_out, own, off = text(), text(repetition_penalty=0.6), text(repetition_penalty=1.0)
+assert left_out == own != off, (left_out, own, off)
+print("bf16: a request that leaves the penalty out gets the model's")
+PY
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+
 # The defaults in a GGUF file (as convert_hf_to_gguf.py writes them), and `kiln sample` of the file and the folder.
 run 0 "$KILN" export "hf:$PEN" --format gguf --gguf-type f32 --out "$WORK/pen.gguf"
 run 0 "$PY" - "$WORK/pen.gguf" <<'PY'

@@ -328,6 +328,20 @@ finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason
 check(status == 200 and by_index == singles and sorted(finishes) == [0, 1, 2] and
       events[-1]["usage"] == answer["usage"] and body.rstrip().endswith("data: [DONE]"),
       "n: 3 streamed: each index's events make its choice's text, each finishes once, then one usage")
+# /tokenize and /detokenize (llama-server's and vLLM's): the GPT's tokens; with its special token (the end of
+# text, first in every training document) when asked; a classifier has none to show
+status, body, _ = call("POST", base + "/tokenize", {"content": "The cat sat."})
+tokens = json.loads(body)["tokens"]
+status2, body2, _ = call("POST", base + "/tokenize", {"model": "gpt", "prompt": "The cat sat."})
+status3, body3, _ = call("POST", base + "/detokenize", {"tokens": tokens})
+pieces = json.loads(call("POST", base + "/tokenize", {"content": "The cat sat.", "with_pieces": True})[1])["tokens"]
+check(status == status2 == status3 == 200 and len(tokens) > 1 and json.loads(body2)["tokens"][1:] == tokens and
+      json.loads(body2)["count"] == len(tokens) + 1 and json.loads(body3)["content"] == "The cat sat." and
+      [p["id"] for p in pieces] == tokens and "".join(p["piece"] for p in pieces) == "The cat sat.",
+      f"/tokenize and /detokenize: the GPT's {len(tokens)} tokens and back, the special token added when asked")
+status, body, _ = call("POST", base + "/tokenize", {"model": "cls", "content": "x"})
+check(status == 400 and "not a language model" in json.loads(body)["error"]["message"],
+      f"/tokenize of a classifier is a 400 ({status})")
 status, body, _ = call("POST", base + "/v1/completions", dict(req, n=129))
 check(status == 400 and "n must be in [1, 128]" in json.loads(body)["error"]["message"], f"n: 129 is a 400 ({status})")
 metrics = call("GET", base + "/metrics")[1]

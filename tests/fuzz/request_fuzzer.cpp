@@ -63,6 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_tokenize(body);
+    if (r.chat && r.chat->messages.empty()) std::abort();
+  });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_detokenize(body);
+    if (r.tokens.size() > 1000000 || std::any_of(r.tokens.begin(), r.tokens.end(), [](int32_t t) { return t < 0; }))
+      std::abort();
+  });
   // A chat request's messages, rendered by every template: text, or a
   // kiln::Error for a conversation the template refuses.
   expect_valid_or_400([&] {

@@ -1,0 +1,18 @@
+// The tokenizer endpoints of llama-server and vLLM: POST /tokenize (text or
+// a conversation as the model's token ids) and POST /detokenize (ids back to
+// text). Clients count tokens with them before they send a prompt.
+#pragma once
+#include <httplib.h>
+
+#include "apps/serve/answers.h"
+#include "apps/serve/requests.h"
+
+namespace kiln::serve {
+
+// {"tokens": [ids], "count", "max_model_len"}: llama-server's answer and vLLM's. with_pieces, as llama-server:
+// [{"id", "piece"}], the pieces joining to the text.
+void answer_tokenize(const GenerationTarget& target, const TokenizeRequest& request, httplib::Response& res);
+// {"content": text, "prompt": text}: llama-server's name for it and vLLM's.
+void answer_detokenize(const GenerationTarget& target, const DetokenizeRequest& request, httplib::Response& res);
+
+}  // namespace kiln::serve
