@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 nlohmann::json read_json_or_empty(const fs::path& path) {
-  return fs::exists(path) ? nlohmann::json::parse(read_text_file(path.string())) : nlohmann::json::object();
+  return fs::exists(path) ? read_json_file(path.string()) : nlohmann::json::object();
 }
 
 // The weights of `model` written as `type`'s checkpoint, quantized first if

@@ -56,12 +56,7 @@ PeftAdapter read_peft_folder(const std::string& dir) {
   const fs::path config_path = fs::path(dir) / "adapter_config.json";
   KILN_CHECK(fs::exists(config_path), dir, " holds no adapter_config.json: --lora-from takes a peft adapter folder "
              "(what PeftModel.save_pretrained or kiln export --format peft writes)");
-  json c;
-  try {
-    c = json::parse(read_text_file(config_path.string()));
-  } catch (const json::exception& e) {
-    KILN_FAIL(config_path.string(), " is not valid JSON: ", e.what());
-  }
+  const json c = read_json_file(config_path.string());
   KILN_CHECK(c.is_object() && c.value("peft_type", std::string()) == "LORA", config_path.string(),
              ": peft_type must be \"LORA\" (Kiln trains LoRA adapters only)");
   for (const char* off : {"use_dora", "use_rslora"})

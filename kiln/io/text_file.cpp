@@ -16,4 +16,13 @@ std::string read_text_file(const std::string& path) {
   return s.str();
 }
 
+nlohmann::json read_json_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL(path, " is not valid JSON: ", e.what());
+  }
+}
+
 }  // namespace kiln

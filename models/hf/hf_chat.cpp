@@ -48,12 +48,7 @@ TemplateSources template_sources(const fs::path& dir, const json& config, const 
   }
   if (fs::exists(dir / "chat_template.json")) {
     const fs::path path = dir / "chat_template.json";
-    json processor;
-    try {
-      processor = json::parse(read_text_file(path.string()));
-    } catch (const json::exception& e) {
-      KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
-    }
+    const json processor = read_json_file(path.string());
     KILN_CHECK(processor.is_object() && processor.contains("chat_template") && processor["chat_template"].is_string(),
                path.string(), " holds no \"chat_template\" string");
     s.default_source = processor["chat_template"].get<std::string>();
@@ -79,12 +74,7 @@ TemplateSources template_sources(const fs::path& dir, const json& config, const 
 
 json tokenizer_config(const fs::path& path) {
   if (!fs::exists(path)) return json::object();
-  json config;
-  try {
-    config = json::parse(read_text_file(path.string()));
-  } catch (const json::exception& e) {
-    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
-  }
+  const json config = read_json_file(path.string());
   KILN_CHECK(config.is_object(), path.string(), " is not a JSON object");
   return config;
 }

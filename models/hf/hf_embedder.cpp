@@ -3,27 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 
 #include "kiln/core/error.h"
+#include "kiln/io/text_file.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  KILN_CHECK(in.good(), "cannot read ", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
-  }
-}
 
 // The pooling of 1_Pooling/config.json: sentence-transformers 5+'s
 // "pooling_mode" ("mean", or a list of one), or the older pooling_mode_* flags

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -14,6 +13,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/gguf.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/io/text_file.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
 #include "kiln/text/gguf_vocab.h"
@@ -28,13 +28,8 @@ using nlohmann::json;
 namespace {
 
 json read_json(const fs::path& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) KILN_FAIL("cannot read ", path.string(), " (", what, ")");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    KILN_FAIL(path.string(), " is not valid JSON: ", e.what());
-  }
+  if (!fs::is_regular_file(path)) KILN_FAIL("cannot read ", path.string(), " (", what, ")");
+  return read_json_file(path.string());
 }
 
 // Points `param` at `value`'s memory (no copy), or at a converted copy when
