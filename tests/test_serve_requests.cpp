@@ -18,6 +18,7 @@ using kiln::serve::HttpError;
 using kiln::serve::parse_chat;
 using kiln::serve::parse_completion;
 using kiln::serve::parse_detokenize;
+using kiln::serve::parse_llama_completion;
 using kiln::serve::parse_tokenize;
 using kiln::serve::TokenizeRequest;
 
@@ -341,6 +342,46 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   };
   for (const auto& [body, words] : cases)
     EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
+}
+
+// llama-server's own POST /completion: its names (n_predict, repeat_penalty,
+// ...), -1 for "until the end" and "a random seed", no model needed; its
+// samplers that Kiln has not refused by name unless off.
+TEST(LlamaCompletionFields, LlamaServersFieldsReachTheRequest) {
+  CompletionRequest r = parse_llama_completion(
+      R"({"prompt": "Building a website can be done in 10 simple steps:", "n_predict": 128, "temperature": 0.5,
+          "top_k": 20, "min_p": 0.1, "repeat_penalty": 1.1, "repeat_last_n": 32, "seed": 42, "stop": ["\n\n"],
+          "stream": true, "cache_prompt": true, "n_keep": 4, "mirostat": 0, "typical_p": 1.0, "n_probs": 0})");
+  EXPECT_EQ(r.model, "");
+  EXPECT_EQ(r.prompt, "Building a website can be done in 10 simple steps:");
+  EXPECT_EQ(r.max_tokens, 128);
+  EXPECT_EQ(r.sampling.temperature, 0.5);
+  EXPECT_EQ(r.sampling.top_k, 20);
+  EXPECT_EQ(r.sampling.min_p, 0.1);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.1);
+  EXPECT_EQ(r.sampling.repetition_window, 32);
+  EXPECT_FALSE(r.sampling.top_p);  // left out: the model's, then llama-server's 0.95
+  EXPECT_EQ(r.seed, 42u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"\n\n"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(parse_llama_completion(R"({"prompt": "x", "n_predict": -1})").max_tokens, 4096);
+  EXPECT_EQ(parse_llama_completion(R"({"prompt": "x"})").max_tokens, 4096);
+  EXPECT_NE(parse_llama_completion(R"({"prompt": "x", "seed": -1})").seed,
+            parse_llama_completion(R"({"prompt": "x", "seed": -1})").seed);  // drawn (equal once in 2^64)
+
+  const std::pair<std::string, std::string> refused[] = {
+      {R"({"prompt": "x", "mirostat": 2})", "field 'mirostat' is not supported: Kiln has no mirostat sampler"},
+      {R"({"prompt": "x", "typical_p": 0.9})", "field 'typical_p' is not supported"},
+      {R"({"prompt": "x", "n_probs": 5})", "field 'n_probs' is not supported"},
+      {R"({"prompt": "x", "n_predict": 5000})", "n_predict must be -1 or in [0, 4096]"},
+      {R"({"prompt": [1, 2]})", "token-id prompts on /completion are not supported"},
+      {R"({"n_predict": 4})", "missing field 'prompt'"},
+      {R"({"prompt": "x", "max_tokens": 4})", "unknown field 'max_tokens'"},
+      {R"({"prompt": "x", "temperature": -1})", "temperature must be >= 0"},
+  };
+  for (const auto& [body, words] : refused)
+    EXPECT_NE(refused_by(parse_llama_completion, body).find(words), std::string::npos)
+        << body << " -> " << refused_by(parse_llama_completion, body);
 }
 
 // POST /tokenize as llama-server's clients send it (content; no special

@@ -71,6 +71,7 @@ struct Completion {
   std::string text;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;  // "stop" (a stop string or end of text) or "length"
+  std::string stop_string;    // the stop string that ended it ("" if none did)
   std::vector<TokenLogprob> logprobs;  // one per completion token, when options.logprobs >= 0
 };
 

@@ -166,6 +166,7 @@ bool TextCompletion::cut_at_stop() {
     if (at == std::string::npos) continue;
     text_.resize(at);
     c_.finish_reason = "stop";
+    c_.stop_string = s;
     finished_ = cut = true;
   }
   return cut;

@@ -29,6 +29,7 @@ struct Shape {
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
   nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
   recipes::ReasoningStart reasoning = {};       // a chat whose reasoning is split off (format: its marks)
+  bool llama = false;  // llama-server's /completion: {"content", "stop"} events, a last one with the stats
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -64,6 +65,22 @@ struct Shape {
     if (whole || first) message["role"] = "assistant";
     if (whole || first || !text.empty()) message["content"] = text;
     return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+  }
+  // llama-server's /completion answer (in a stream, the last event: its content then "").
+  static json llama_answer(const recipes::Completion& c, const std::string& content, const std::string& model,
+                           const std::string& prompt) {
+    const char* stop_type = c.finish_reason == "length" ? "limit" : c.stop_string.empty() ? "eos" : "word";
+    return {{"index", 0},
+            {"content", content},
+            {"id_slot", 0},
+            {"stop", true},
+            {"model", model},
+            {"tokens_predicted", c.completion_tokens},
+            {"tokens_evaluated", c.prompt_tokens},
+            {"prompt", prompt},
+            {"truncated", false},
+            {"stop_type", stop_type},
+            {"stopping_word", c.stop_string}};
   }
   bool reads() const { return tools || reasoning.format; }
   recipes::ChatAnswer read(const std::string& text, bool whole) const {
@@ -216,6 +233,9 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
         throw HttpError(400, e.what());
       }
   }
+  if (!fields.stream && shape.llama)
+    return res.set_content(dump(Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompt)),
+                           "application/json");
   if (!fields.stream) {
     json choices = json::array();
     int64_t made = 0;
@@ -238,8 +258,8 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   auto streams = std::make_shared<std::vector<ChoiceStream>>(jobs.size());
   res.set_chunked_content_provider(
       "text/event-stream",
-      [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage](
-          size_t, httplib::DataSink& sink) {
+      [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage, model = t.name,
+       prompt](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -247,6 +267,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
         auto event = [&](size_t i, const std::string& text, const json& finish,
                          const std::vector<recipes::TokenLogprob>& lps) {
           ChoiceStream& s = (*streams)[i];
+          if (shape.llama) return send({{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}});
           json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
           choice["index"] = i;
           s.first = false;
@@ -324,7 +345,10 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
               ChoiceStream& s = (*streams)[i];
               if (s.done || !news[i].finished || news[i].more) continue;
               const recipes::Completion& c = news[i].result;
-              event(i, "", shape.reads() ? Shape::finish_reason(c, s.read.sent.answer) : c.finish_reason, {});
+              if (shape.llama)
+                send(Shape::llama_answer(c, "", model, prompt));
+              else
+                event(i, "", shape.reads() ? Shape::finish_reason(c, s.read.sent.answer) : c.finish_reason, {});
               s.done = true;
               s.result = c;
             }
@@ -338,7 +362,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
             }
           }
           const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
+          if (!shape.llama) sink.write(done.data(), done.size());  // llama-server's own stream ends without it
           sink.done();
           return true;
         }
@@ -350,10 +374,11 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
 
 // The request's options; what it leaves out of sampling, the model's
 // defaults give (its generation_config.json, as vLLM takes them), then OpenAI's.
-recipes::CompletionOptions options_of(const GenerationTarget& t, const GenerationFields& r) {
+recipes::CompletionOptions options_of(const GenerationTarget& t, const GenerationFields& r,
+                                      const models::Sampling& fallback = {}) {
   recipes::CompletionOptions co;
   co.max_tokens = r.max_tokens;
-  co.sampling = models::resolve_sampling(r.sampling, t.model.sampling_defaults(), models::Sampling{});
+  co.sampling = models::resolve_sampling(r.sampling, t.model.sampling_defaults(), fallback);
   co.logit_bias = r.logit_bias;
   co.seed = r.seed;
   co.stop = r.stop;
@@ -395,6 +420,13 @@ void score(const GenerationTarget& t, const CompletionRequest& r, httplib::Respo
 }
 
 }  // namespace
+
+void answer_llama_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
+  recipes::CompletionOptions co = options_of(t, r, kLlamaServerSampling);
+  Shape shape;
+  shape.llama = true;
+  generate(t, r.prompt, co, r, shape, res);
+}
 
 void answer_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   if (r.echo && r.max_tokens == 0) return score(t, r, res);

@@ -27,6 +27,9 @@ struct GenerationTarget {
 };
 
 void answer_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
+// llama-server's own POST /completion: {"content", "stop": true, "stop_type", "tokens_predicted", ...}, or
+// streamed as {"content", "stop": false} events, the last one the answer's stats (no [DONE]).
+void answer_llama_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
 void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 // POST /apply-template: {"prompt": the conversation as the model's template renders it}, as llama-server answers.
 void answer_apply_template(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <random>
 #include <span>
 #include <type_traits>
 
@@ -215,6 +216,9 @@ std::string base64_encode(const void* data, size_t bytes) {
 namespace {
 
 bool is_one(const json& v) { return v == 1; }
+bool is_zero(const json& v) { return v == 0; }
+bool is_false(const json& v) { return v == false; }
+bool is_minus_one(const json& v) { return v == -1; }
 bool is_empty(const json& v) { return v.is_string() ? v.get_ref<const std::string&>().empty() : v == json::object(); }
 
 // OpenAI's /v1/completions fields that Kiln does not implement. Each is
@@ -585,6 +589,46 @@ ChatRequest parse_chat(const std::string& text) {
   if (r.top_logprobs < 0 || r.top_logprobs > 20) throw HttpError(400, "top_logprobs must be in [0, 20]");
   if (r.top_logprobs > 0 && !r.logprobs) throw HttpError(400, "top_logprobs needs logprobs: true");
   parse_reasoning(body, r);
+  return r;
+}
+
+// llama-server's /completion fields that Kiln reads beyond the generation
+// ones (cache_prompt and n_keep only tune its cache: nothing to do here),
+// and its samplers and outputs that Kiln has not, accepted only when off.
+const char* const kLlamaCompletionFields[] = {"model",   "prompt",      "n_predict",    "temperature", "top_k",
+                                              "top_p",   "seed",        "stop",         "stream",      "ignore_eos",
+                                              "grammar", "json_schema", "cache_prompt", "n_keep"};
+const UnsupportedField kUnsupportedLlamaCompletionFields[] = {
+    {"n_probs", is_zero, "token probabilities come from /v1/completions' logprobs"},
+    {"mirostat", is_zero, "Kiln has no mirostat sampler"},
+    {"typical_p", is_one, "Kiln has no locally typical sampler"},
+    {"xtc_probability", is_zero, "Kiln has no XTC sampler"},
+    {"dry_multiplier", is_zero, "Kiln has no DRY sampler"},
+    {"dynatemp_range", is_zero, "Kiln has no dynamic temperature"},
+    {"top_n_sigma", is_minus_one, "Kiln has no top-n-sigma sampler"},
+    {"id_slot", is_minus_one, "Kiln has no slots to choose"},
+    {"return_tokens", is_false, "the answer is text"},
+    {"post_sampling_probs", is_false, "token probabilities come from /v1/completions' logprobs"},
+    {"timings_per_token", is_false, "Kiln reports no timings"},
+};
+
+CompletionRequest parse_llama_completion(const std::string& text) {
+  json body = parse_object(text);
+  check_fields(body, kLlamaCompletionFields, kUnsupportedLlamaCompletionFields, "/completion");
+  if (!body.contains("model")) body["model"] = "";  // the one language model served
+  // seed -1 (llama-server's default) draws one.
+  if (!body.contains("seed") || body["seed"] == -1)
+    body["seed"] = uint64_t(std::random_device{}()) << 32 | std::random_device{}();
+  CompletionRequest r;
+  parse_generation(body, r);
+  if (body.contains("prompt") && !body["prompt"].is_string())
+    throw HttpError(400, "field 'prompt' must be a string (token-id prompts on /completion are not supported)");
+  r.prompt = field<std::string>(body, "prompt", "a string");
+  r.max_tokens = field<int64_t>(body, "n_predict", "an integer", int64_t(-1));
+  if (r.max_tokens == -1) r.max_tokens = 4096;
+  if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "n_predict must be -1 or in [0, 4096]");
+  field<bool>(body, "cache_prompt", "true or false", true);
+  field<int64_t>(body, "n_keep", "an integer", int64_t(0));
   return r;
 }
 

@@ -87,6 +87,9 @@ struct GenerationFields {
 };
 
 inline constexpr int64_t kMaxChoices = 128;  // OpenAI's bound on n
+// llama-server's sampling defaults (common_params_sampling's).
+inline constexpr models::Sampling kLlamaServerSampling{
+    .temperature = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repetition_window = 64};
 
 // /v1/completions: OpenAI's fields.
 struct CompletionRequest : GenerationFields {
@@ -101,6 +104,15 @@ struct CompletionRequest : GenerationFields {
   std::optional<std::vector<int32_t>> prompt_ids;
 };
 CompletionRequest parse_completion(const std::string& body);
+// llama-server's own POST /completion: {"prompt", "n_predict" (-1: up to
+// 4,096 tokens), "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+// "repeat_last_n", "presence_penalty", "frequency_penalty", "seed" (-1:
+// random), "stop", "stream", "grammar", "json_schema", "ignore_eos",
+// "logit_bias", "cache_prompt", "n_keep"}. Its samplers that Kiln has not
+// (mirostat, typical_p, XTC, DRY, ...) are refused by name unless off. What
+// it leaves out of sampling comes from the model, then llama-server's
+// defaults (kLlamaServerSampling).
+CompletionRequest parse_llama_completion(const std::string& body);
 
 // /v1/chat/completions: OpenAI's fields. Messages are kept as chat
 // templates read them: content parts joined into one string, "developer"

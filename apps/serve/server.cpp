@@ -371,6 +371,11 @@ class Server {
            const ChatRequest r = parse_chat(body);
            answer_apply_template(language_model(r.model), r, res);
          });
+    for (const char* path : {"/completion", "/completions"})  // llama-server's own, and its alias
+      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+        const CompletionRequest r = parse_llama_completion(body);
+        answer_llama_completion(language_model(r.model), r, res);
+      });
     post("/tokenize", "/tokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       const TokenizeRequest r = parse_tokenize(body);
       answer_tokenize(language_model(r.model), r, res);

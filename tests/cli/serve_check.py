@@ -328,6 +328,29 @@ finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason
 check(status == 200 and by_index == singles and sorted(finishes) == [0, 1, 2] and
       events[-1]["usage"] == answer["usage"] and body.rstrip().endswith("data: [DONE]"),
       "n: 3 streamed: each index's events make its choice's text, each finishes once, then one usage")
+# llama-server's own /completion (its README's first example): the text /v1/completions gives, greedy; streamed
+# as {"content", "stop": false} events and a last one with the stats, without [DONE]; stop_type as it says
+lreq = {"prompt": "The ", "n_predict": 12, "temperature": 0}
+status, body, _ = call("POST", base + "/completion", lreq)
+answer = json.loads(body)
+openai_answer = json.loads(call("POST", base + "/v1/completions", dict(req, max_tokens=12, temperature=0))[1])
+check(status == 200 and answer["content"] == openai_answer["choices"][0]["text"] and answer["stop"] is True and
+      answer["tokens_predicted"] == openai_answer["usage"]["completion_tokens"] and answer["model"] == "gpt" and
+      answer["stop_type"] == {"length": "limit", "stop": "eos"}[openai_answer["choices"][0]["finish_reason"]],
+      f"POST /completion: /v1/completions' greedy text ({answer.get('content')!r}, {answer.get('stop_type')})")
+status, body, _ = call("POST", base + "/completion", dict(lreq, stream=True))
+events = [json.loads(l[6:]) for l in body.split("\n") if l.startswith("data: ")]
+check(status == 200 and "".join(e["content"] for e in events) == answer["content"] and
+      [e["stop"] for e in events] == [False] * (len(events) - 1) + [True] and
+      events[-1]["stop_type"] == answer["stop_type"] and "[DONE]" not in body,
+      f"POST /completion streamed: {len(events)} events, the last with the stats, no [DONE]")
+if len(answer["content"]) > 4:
+    word = answer["content"][2:4]
+    cut = json.loads(call("POST", base + "/completions", dict(lreq, stop=[word]))[1])  # the alias
+    check(cut["content"] == answer["content"][:answer["content"].find(word)] and cut["stop_type"] == "word" and
+          cut["stopping_word"] == word, f"a stop word: stop_type word, stopping_word {cut.get('stopping_word')!r}")
+status, body, _ = call("POST", base + "/completion", dict(lreq, mirostat=2))
+check(status == 400 and "mirostat" in json.loads(body)["error"]["message"], f"mirostat 2 is a 400 naming it ({status})")
 # /tokenize and /detokenize (llama-server's and vLLM's): the GPT's tokens; with its special token (the end of
 # text, first in every training document) when asked; a classifier has none to show
 status, body, _ = call("POST", base + "/tokenize", {"content": "The cat sat."})

@@ -64,6 +64,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   });
   expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_llama_completion(body);
+    if (r.max_tokens < 0 || r.max_tokens > 4096) std::abort();
+    try {
+      kiln::models::check_sampling(kiln::models::resolve_sampling(r.sampling, {}, kiln::serve::kLlamaServerSampling));
+    } catch (const kiln::Error&) {
+      std::abort();
+    }
+  });
+  expect_valid_or_400([&] {
     auto r = kiln::serve::parse_tokenize(body);
     if (r.chat && r.chat->messages.empty()) std::abort();
   });
