@@ -356,35 +356,14 @@ class Server {
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
          });
-    post("/v1/completions", "/v1/completions",
-         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           const CompletionRequest r = parse_completion(body);
-           answer_completion(language_model(r.model), r, res);
-         });
-    post("/v1/chat/completions", "/v1/chat/completions",
-         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           const ChatRequest r = parse_chat(body);
-           answer_chat(language_model(r.model), r, res);
-         });
-    post("/apply-template", "/apply-template",
-         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           const ChatRequest r = parse_chat(body);
-           answer_apply_template(language_model(r.model), r, res);
-         });
-    for (const char* path : {"/completion", "/completions"})  // llama-server's own, and its alias
-      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-        const CompletionRequest r = parse_llama_completion(body);
-        answer_llama_completion(language_model(r.model), r, res);
-      });
-    post("/tokenize", "/tokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-      const TokenizeRequest r = parse_tokenize(body);
-      answer_tokenize(language_model(r.model), r, res);
-    });
-    post("/detokenize", "/detokenize",
-         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           const DetokenizeRequest r = parse_detokenize(body);
-           answer_detokenize(language_model(r.model), r, res);
-         });
+    // The language models' endpoints: a body parsed, then answered by the model it names.
+    language_endpoint("/v1/completions", parse_completion, answer_completion);
+    language_endpoint("/v1/chat/completions", parse_chat, answer_chat);
+    language_endpoint("/apply-template", parse_chat, answer_apply_template);
+    language_endpoint("/completion", parse_llama_completion, answer_llama_completion);   // llama-server's own
+    language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias
+    language_endpoint("/tokenize", parse_tokenize, answer_tokenize);
+    language_endpoint("/detokenize", parse_detokenize, answer_detokenize);
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
@@ -535,6 +514,14 @@ class Server {
   }
 
   // The generation endpoints' target: a served language model.
+  template <typename Parse, typename Answer>
+  void language_endpoint(const char* path, Parse parse, Answer answer) {
+    post(path, path, [this, parse, answer](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      const auto r = parse(body);
+      answer(language_model(r.model), r, res);
+    });
+  }
+
   // The language model `name`; "" (llama-server's clients name none): the one served.
   GenerationTarget language_model(const std::string& name) {
     ServedModel& m = name.empty() ? only_language_model() : model(name);
