@@ -57,7 +57,7 @@ TEST(CompletionFields, ImplementedFieldsReachTheRequest) {
       R"({"model": "gpt", "prompt": "Hi", "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "seed": 3,
           "stop": ["\n"], "stream": true, "user": "someone", "top_k": 7, "ignore_eos": true})");
   EXPECT_EQ(r.model, "gpt");
-  EXPECT_EQ(r.prompt, "Hi");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"Hi"});
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_EQ(r.sampling.temperature, 0.5);
   EXPECT_EQ(r.sampling.top_p, 0.9);
@@ -107,6 +107,20 @@ TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "n": 2})").find("leave n at 1"),
             std::string::npos);
+}
+
+// OpenAI's batch of prompts: an array of strings, each with its own choices;
+// an array of integers stays one prompt of token ids (for scoring).
+TEST(CompletionFields, APromptArrayOfStringsIsABatch) {
+  EXPECT_EQ(parse_completion(with("prompt", R"(["a", "b c"])")).prompts, (std::vector<std::string>{"a", "b c"}));
+  EXPECT_EQ(parse_completion(R"({"model": "m"})").prompts, std::vector<std::string>{""});
+  for (const char* bad : {R"(["a", 1])", R"([[1, 2], "a"])", R"([1, "a"])", "[]"})
+    EXPECT_NE(refusal(with("prompt", bad)).find("field 'prompt'"), std::string::npos) << bad;
+  EXPECT_NE(refusal(R"({"model": "m", "prompt": ["a", "b"], "max_tokens": 0, "echo": true})").find("one prompt"),
+            std::string::npos);
+  std::string many = "[";
+  for (int i = 0; i <= kiln::serve::kMaxPrompts; ++i) many += std::string(i ? "," : "") + "\"x\"";
+  EXPECT_NE(refusal(with("prompt", many + "]")).find("1 to 2048 strings"), std::string::npos);
 }
 
 // OpenAI's n: that many choices of the prompt, 1 unless asked, at most 128.
@@ -353,7 +367,7 @@ TEST(LlamaCompletionFields, LlamaServersFieldsReachTheRequest) {
           "top_k": 20, "min_p": 0.1, "repeat_penalty": 1.1, "repeat_last_n": 32, "seed": 42, "stop": ["\n\n"],
           "stream": true, "cache_prompt": true, "n_keep": 4, "mirostat": 0, "typical_p": 1.0, "n_probs": 0})");
   EXPECT_EQ(r.model, "");
-  EXPECT_EQ(r.prompt, "Building a website can be done in 10 simple steps:");
+  EXPECT_EQ(r.prompts, std::vector<std::string>{"Building a website can be done in 10 simple steps:"});
   EXPECT_EQ(r.max_tokens, 128);
   EXPECT_EQ(r.sampling.temperature, 0.5);
   EXPECT_EQ(r.sampling.top_k, 20);

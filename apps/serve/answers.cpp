@@ -172,14 +172,24 @@ std::string choice_key(const std::string& answer_id, size_t choice) {
   return choice == 0 ? answer_id : answer_id + "." + std::to_string(choice);
 }
 
-// Queues the prompt as fields.n jobs (the i-th seeded options.seed + i) and
-// answers as `shape` spells it: whole once all are finished, or streamed as
-// server-sent events, the choices' events interleaved, each with its index.
-void generate(const GenerationTarget& t, const std::string& prompt, const recipes::CompletionOptions& options,
-              const GenerationFields& fields, const Shape& shape, httplib::Response& res) {
-  if (fields.n > t.scheduler.max_queue())
-    throw HttpError(400, "n = " + std::to_string(fields.n) + " is more completions than model '" + t.name +
-                             "' queues (--max-queue " + std::to_string(t.scheduler.max_queue()) + ")");
+// The prompt tokens of an answer's choices: each prompt's once (its n choices share it).
+int64_t prompt_tokens(const std::vector<recipes::Completion>& choices, int64_t n) {
+  int64_t total = 0;
+  for (size_t i = 0; i < choices.size(); i += size_t(n)) total += choices[i].prompt_tokens;
+  return total;
+}
+
+// Queues each prompt as fields.n jobs (the j-th seeded options.seed + j, its
+// index i n + j) and answers as `shape` spells it: whole once all are
+// finished, or streamed as server-sent events, the choices' events
+// interleaved, each with its index.
+void generate(const GenerationTarget& t, const std::vector<std::string>& prompts,
+              const recipes::CompletionOptions& options, const GenerationFields& fields, const Shape& shape,
+              httplib::Response& res) {
+  const int64_t choices_asked = fields.n * int64_t(prompts.size());
+  if (choices_asked > t.scheduler.max_queue())
+    throw HttpError(400, std::to_string(choices_asked) + " completions (n times the prompts) are more than model '" +
+                             t.name + "' queues (--max-queue " + std::to_string(t.scheduler.max_queue()) + ")");
   // A stream counts as open from its arrival, not its first token: cpp-httplib
   // ends chunked answers once stopped, so a stopping server must wait for
   // streams that are still queued too.
@@ -190,15 +200,16 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   };
   auto open_stream = fields.stream ? std::make_shared<OpenStream>(t.open_streams) : nullptr;
   std::vector<std::shared_ptr<GenerationJob>> jobs;
-  for (int64_t i = 0; i < fields.n; ++i) {
-    auto job = std::make_shared<GenerationJob>();
-    job->prompt = prompt;
-    job->options = options;
-    job->options.seed = options.seed + uint64_t(i);
-    job->streamed = fields.stream;
-    if (i > 0) job->signal = jobs[0]->signal;
-    jobs.push_back(std::move(job));
-  }
+  for (const std::string& prompt : prompts)
+    for (int64_t j = 0; j < fields.n; ++j) {
+      auto job = std::make_shared<GenerationJob>();
+      job->prompt = prompt;
+      job->options = options;
+      job->options.seed = options.seed + uint64_t(j);
+      job->streamed = fields.stream;
+      if (!jobs.empty()) job->signal = jobs[0]->signal;
+      jobs.push_back(std::move(job));
+    }
   if (!t.scheduler.submit(jobs))
     throw HttpError(503, "model '" + t.name + "' is at its queue limit (--max-queue); retry shortly");
   auto cancel = [jobs] {
@@ -234,13 +245,14 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
       }
   }
   if (!fields.stream && shape.llama)
-    return res.set_content(dump(Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompt)),
+    return res.set_content(dump(Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0])),
                            "application/json");
   if (!fields.stream) {
     json choices = json::array();
+    std::vector<recipes::Completion> results;
     int64_t made = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
-      const recipes::Completion& c = jobs[i]->result;
+      const recipes::Completion& c = results.emplace_back(jobs[i]->result);
       const json logprobs = shape.logprobs_of(c.logprobs, 0);
       json choice = shape.reads() ? shape.read_choice(c, logprobs, choice_key(id, i))
                                   : shape.choice(c.text, c.finish_reason, logprobs, /*whole=*/true, false);
@@ -249,7 +261,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
       made += c.completion_tokens;
     }
     json out = envelope(shape.object(), std::move(choices));
-    out["usage"] = usage(jobs[0]->result.prompt_tokens, made);  // OpenAI counts the one prompt once
+    out["usage"] = usage(prompt_tokens(results, fields.n), made);
     res.set_content(dump(out), "application/json");
     return;
   }
@@ -259,7 +271,7 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
   res.set_chunked_content_provider(
       "text/event-stream",
       [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage, model = t.name,
-       prompt](size_t, httplib::DataSink& sink) {
+       prompt = prompts[0], n = fields.n](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -354,10 +366,11 @@ void generate(const GenerationTarget& t, const std::string& prompt, const recipe
             }
             if (!std::all_of(streams->begin(), streams->end(), [](const ChoiceStream& s) { return s.done; })) continue;
             if (include_usage) {
+              std::vector<recipes::Completion> results;
               int64_t made = 0;
-              for (const ChoiceStream& s : *streams) made += s.result.completion_tokens;
+              for (const ChoiceStream& s : *streams) made += results.emplace_back(s.result).completion_tokens;
               json last = envelope(shape.chunk_object(), json::array());
-              last["usage"] = usage(streams->front().result.prompt_tokens, made);
+              last["usage"] = usage(prompt_tokens(results, n), made);
               send(last);
             }
           }
@@ -392,7 +405,7 @@ recipes::CompletionOptions options_of(const GenerationTarget& t, const Generatio
 void score(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   recipes::PromptScores s;
   try {
-    s = t.model.score_prompt(r.prompt, r.prompt_ids, r.logprobs.value_or(0));
+    s = t.model.score_prompt(r.prompts[0], r.prompt_ids, r.logprobs.value_or(0));
   } catch (const Error& e) {
     throw HttpError(400, e.what());
   }
@@ -425,14 +438,14 @@ void answer_llama_completion(const GenerationTarget& t, const CompletionRequest&
   recipes::CompletionOptions co = options_of(t, r, kLlamaServerSampling);
   Shape shape;
   shape.llama = true;
-  generate(t, r.prompt, co, r, shape, res);
+  generate(t, r.prompts, co, r, shape, res);
 }
 
 void answer_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   if (r.echo && r.max_tokens == 0) return score(t, r, res);
   recipes::CompletionOptions co = options_of(t, r);
   co.logprobs = r.logprobs.value_or(-1);
-  generate(t, r.prompt, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res);
+  generate(t, r.prompts, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res);
 }
 
 namespace {
@@ -469,7 +482,7 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
   Shape shape{true, r.logprobs, format ? format : recipes::content_format(t.model),
               format ? r.tools : nlohmann::ordered_json()};
   if (r.split_reasoning) shape.reasoning = recipes::reason_before_answering(t.model, prompt, co);
-  generate(t, prompt, co, r, shape, res);
+  generate(t, {prompt}, co, r, shape, res);
 }
 
 }  // namespace kiln::serve

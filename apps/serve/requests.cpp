@@ -549,12 +549,24 @@ CompletionRequest parse_completion(const std::string& text) {
   check_fields(body, kCompletionFields, kUnsupportedCompletionFields, "/v1/completions");
   CompletionRequest r;
   parse_generation(body, r);
-  if (body.contains("prompt") && body["prompt"].is_array()) {  // token ids, as lm-evaluation-harness sends them
-    if (body["prompt"].empty() || !are_token_ids(body["prompt"]))
-      throw HttpError(400, "field 'prompt' must be a string, or a non-empty array of token ids (non-negative integers)");
-    r.prompt_ids = body["prompt"].get<std::vector<int32_t>>();
+  const json prompt = body.value("prompt", json(""));
+  const auto all_strings = [](const json& a) {
+    return std::all_of(a.begin(), a.end(), [](const json& v) { return v.is_string(); });
+  };
+  if (prompt.is_array() && !prompt.empty() && prompt[0].is_string()) {  // a batch of prompts
+    if (!all_strings(prompt) || int64_t(prompt.size()) > kMaxPrompts)
+      throw HttpError(400,
+                      "field 'prompt' as a batch must be an array of 1 to " + std::to_string(kMaxPrompts) + " strings");
+    r.prompts = prompt.get<std::vector<std::string>>();
+  } else if (prompt.is_array()) {  // token ids, as lm-evaluation-harness sends them
+    if (prompt.empty() || !are_token_ids(prompt))
+      throw HttpError(400,
+                      "field 'prompt' must be a string, an array of strings, or a non-empty array of token ids "
+                      "(non-negative integers)");
+    r.prompt_ids = prompt.get<std::vector<int32_t>>();
   } else {
-    r.prompt = field<std::string>(body, "prompt", "a string or an array of token ids", std::string());
+    r.prompts = {
+        field<std::string>(body, "prompt", "a string, an array of strings or an array of token ids", std::string())};
   }
   r.echo = field<bool>(body, "echo", "true or false", false);
   if (body.contains("logprobs")) r.logprobs = field<int64_t>(body, "logprobs", "an integer");
@@ -565,8 +577,8 @@ CompletionRequest parse_completion(const std::string& text) {
   if ((r.echo || r.prompt_ids) && !scoring)
     throw HttpError(400, "echo and token-id prompts are supported for scoring a prompt: echo true with max_tokens 0");
   if (scoring && r.stream) throw HttpError(400, "scoring a prompt (echo with max_tokens 0) is not streamed");
-  if (scoring && r.n > 1)
-    throw HttpError(400, "scoring a prompt (echo with max_tokens 0) has one answer: leave n at 1");
+  if (scoring && (r.n > 1 || r.prompts.size() > 1))
+    throw HttpError(400, "scoring a prompt (echo with max_tokens 0) takes one prompt and has one answer: leave n at 1");
   return r;
 }
 
@@ -623,7 +635,7 @@ CompletionRequest parse_llama_completion(const std::string& text) {
   parse_generation(body, r);
   if (body.contains("prompt") && !body["prompt"].is_string())
     throw HttpError(400, "field 'prompt' must be a string (token-id prompts on /completion are not supported)");
-  r.prompt = field<std::string>(body, "prompt", "a string");
+  r.prompts = {field<std::string>(body, "prompt", "a string")};
   r.max_tokens = field<int64_t>(body, "n_predict", "an integer", int64_t(-1));
   if (r.max_tokens == -1) r.max_tokens = 4096;
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "n_predict must be -1 or in [0, 4096]");

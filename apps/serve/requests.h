@@ -87,13 +87,16 @@ struct GenerationFields {
 };
 
 inline constexpr int64_t kMaxChoices = 128;  // OpenAI's bound on n
+inline constexpr int64_t kMaxPrompts = 2048;  // a batch's prompts (OpenAI's bound on inputs)
 // llama-server's sampling defaults (common_params_sampling's).
 inline constexpr models::Sampling kLlamaServerSampling{
     .temperature = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repetition_window = 64};
 
 // /v1/completions: OpenAI's fields.
 struct CompletionRequest : GenerationFields {
-  std::string prompt;
+  // The prompt, or OpenAI's batch of them (an array of strings): each gets n
+  // choices, the batch's choices indexed in order (prompt i's j-th: i n + j).
+  std::vector<std::string> prompts = {""};
   // Scoring a prompt (what lm-evaluation-harness's local-completions asks):
   // echo with max_tokens 0 returns the prompt's own log-probabilities, and
   // the `logprobs` most likely tokens at each position. The prompt may be

@@ -365,6 +365,18 @@ check(status == status2 == status3 == 200 and len(tokens) > 1 and json.loads(bod
 status, body, _ = call("POST", base + "/tokenize", {"model": "cls", "content": "x"})
 check(status == 400 and "not a language model" in json.loads(body)["error"]["message"],
       f"/tokenize of a classifier is a 400 ({status})")
+# a batch of prompts (OpenAI's array of strings), with n 2: prompt i's j-th choice at index 2 i + j, each what one
+# request with seed + j gives; the usage counts each prompt once
+batch = ["The ", "A fortune: "]
+status, body, _ = call("POST", base + "/v1/completions", dict(req, prompt=batch, n=2))
+answer = json.loads(body)
+one = [[json.loads(call("POST", base + "/v1/completions", dict(req, prompt=p, seed=req["seed"] + j))[1])
+        for j in range(2)] for p in batch]
+check(status == 200 and [c["index"] for c in answer["choices"]] == [0, 1, 2, 3] and
+      [c["text"] for c in answer["choices"]] == [o["choices"][0]["text"] for row in one for o in row] and
+      answer["usage"]["prompt_tokens"] == sum(row[0]["usage"]["prompt_tokens"] for row in one) and
+      answer["usage"]["completion_tokens"] == sum(o["usage"]["completion_tokens"] for row in one for o in row),
+      f"a batch of 2 prompts with n 2: four choices in order, each its single request's, the usage summed ({status})")
 status, body, _ = call("POST", base + "/v1/completions", dict(req, n=129))
 check(status == 400 and "n must be in [1, 128]" in json.loads(body)["error"]["message"], f"n: 129 is a 400 ({status})")
 metrics = call("GET", base + "/metrics")[1]
