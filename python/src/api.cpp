@@ -188,6 +188,20 @@ struct Model {
     return d;
   }
 
+  // A language model's tokens, as its tokenizer's encode() and decode() give them (special tokens' text kept).
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) {
+    language_model_needed("encode");
+    return model().tokenize(text, add_special_tokens);
+  }
+  std::string decode(const std::vector<int32_t>& ids) {
+    language_model_needed("decode");
+    return model().detokenize(ids);
+  }
+  void language_model_needed(const char* what) const {
+    if (loaded.kind != recipes::ModelKind::language_model)
+      throw py::value_error(std::string(what) + " needs a language model; this is a " + model_kind_name(loaded.kind));
+  }
+
   py::dict score(const std::string& text) {
     if (loaded.kind != recipes::ModelKind::language_model)
       throw py::value_error(std::string("score needs a language model; this is a ") + model_kind_name(loaded.kind));
@@ -294,6 +308,8 @@ void bind_api(py::module_& m) {
            py::arg("repetition_penalty") = py::none(), py::arg("presence_penalty") = py::none(),
            py::arg("frequency_penalty") = py::none(), py::arg("logit_bias") = std::map<int32_t, float>{})
       .def("score", &Model::score, py::arg("text"))
+      .def("encode", &Model::encode, py::arg("text"), py::arg("add_special_tokens") = true)
+      .def("decode", &Model::decode, py::arg("ids"))
       .def("classify", &Model::classify, py::arg("text"))
       .def("embed", &Model::embed, py::arg("texts"))
       .def("classify_images", &Model::classify_images, py::arg("pixels"))

@@ -54,6 +54,15 @@ def test_a_language_model_from_a_hugging_face_folder(kiln_cli, source_dir):
     assert once and forced.replace(once.strip(), "").strip() == "", (once, forced)
     with pytest.raises(kiln.KilnError, match="logit_bias names token"):
         model.generate("x", logit_bias={10**9: 1.0})
+    # Its tokens, as `kiln tokenize` gives them; decode gives the text back (the special tokens' text kept).
+    ids = model.encode("The best way to predict")
+    cli = subprocess.run([kiln_cli, "tokenize", "hf:" + folder, "--json", "--text", "The best way to predict"],
+                         capture_output=True, text=True, check=True).stdout
+    assert ids == json.loads(cli.strip().splitlines()[-1])["ids"], (ids, cli)
+    plain = model.encode("The best way to predict", add_special_tokens=False)
+    assert len(plain) < len(ids) and model.decode(plain) == "The best way to predict"
+    with pytest.raises(kiln.KilnError, match="outside the tokenizer"):
+        model.decode([10**9])
     scores = model.score("The best way to predict the future")
     assert scores["logprobs"][0] is None and all(lp < 0 for lp in scores["logprobs"][1:])
     assert scores["perplexity"] > 1
