@@ -277,6 +277,54 @@ const PreTokenizerType& byte_level_stages(const json& m, json& tokenizer) {
   return *type;
 }
 
+// llama.cpp's WordPiece ("bert"): its converter spells a word's first piece
+// with U+2581 before it and a continuation without BERT's "##" (control
+// tokens as they are). Read back into BERT's own tokenizer.json: WordPiece
+// under BertNormalizer (lower case and accents stripped as the file's
+// tokenizer.ggml.normalizer.* say; llama.cpp's defaults: both, or neither
+// lower case for its "whitespace" pre-tokenizer) and BertPreTokenizer, each
+// text between [CLS] and [SEP].
+GgufVocab wordpiece_vocab(const json& m, const std::vector<std::string>& tokens, const std::vector<int64_t>& types) {
+  const size_t n = tokens.size();
+  const json* pre = find(m, "tokenizer.ggml.pre");
+  const bool lowercase = flag(m, "tokenizer.ggml.normalizer.lowercase", !(pre && *pre == "whitespace"));
+  const bool strip_accents = flag(m, "tokenizer.ggml.normalizer.strip_accents", lowercase);
+  const std::string word_start = "\xE2\x96\x81";  // U+2581
+  json vocab = json::object(), added = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t type = types[i];
+    KILN_CHECK(type >= kNormal && type <= kByte, "GGUF: token ", i, " has type ", type, ", which GGUF does not define");
+    if (type == kUnused) continue;
+    const bool whole = type == kUnknown || type == kControl || type == kUserDefined;
+    if (whole)
+      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}});
+    const std::string bert = whole ? tokens[i]
+                             : tokens[i].starts_with(word_start) ? tokens[i].substr(word_start.size())
+                                                                 : "##" + tokens[i];
+    if (!vocab.contains(bert)) vocab[bert] = i;  // the first of equal spellings, as llama.cpp's lookup keeps one
+  }
+  const int32_t unk = token_id(m, "tokenizer.ggml.unknown_token_id", n);
+  KILN_CHECK(unk >= 0, "GGUF: a WordPiece vocabulary needs tokenizer.ggml.unknown_token_id");
+  GgufVocab out;
+  json& t = out.tokenizer;
+  t["normalizer"] = {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                     {"strip_accents", strip_accents}, {"lowercase", lowercase}};
+  t["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  t["model"] = {{"type", "WordPiece"}, {"unk_token", tokens[size_t(unk)]}, {"continuing_subword_prefix", "##"},
+                {"max_input_chars_per_word", 100}, {"vocab", std::move(vocab)}};
+  t["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}};
+  t["added_tokens"] = std::move(added);
+  int32_t cls = token_id(m, "tokenizer.ggml.cls_token_id", n), sep = token_id(m, "tokenizer.ggml.seperator_token_id", n);
+  if (cls < 0) cls = token_id(m, "tokenizer.ggml.bos_token_id", n);
+  if (sep < 0) sep = token_id(m, "tokenizer.ggml.eos_token_id", n);
+  std::vector<std::pair<std::string, int32_t>> before, after;
+  if (cls >= 0) before.emplace_back(tokens[size_t(cls)], cls);
+  if (sep >= 0) after.emplace_back(tokens[size_t(sep)], sep);
+  t["post_processor"] = template_processing(before, after);
+  return out;
+}
+
 }  // namespace
 
 std::string gguf_pre_type_of(const std::vector<std::string>& splits, bool ignore_merges) {
@@ -293,8 +341,9 @@ GgufVocab gguf_vocab(const json& m) {
   KILN_CHECK(model_key && model_key->is_string(), "GGUF: the file has no tokenizer (tokenizer.ggml.model); "
              "Kiln needs the vocabulary llama.cpp's converter writes into the file");
   const std::string model = model_key->get<std::string>();
-  KILN_CHECK(model == "llama" || model == "gpt2", "GGUF: tokenizer model '", model,
-             "' is not one Kiln reads from GGUF yet (it reads 'llama', SentencePiece, and 'gpt2', byte-level BPE)");
+  KILN_CHECK(model == "llama" || model == "gpt2" || model == "bert", "GGUF: tokenizer model '", model,
+             "' is not one Kiln reads from GGUF yet (it reads 'llama', SentencePiece, 'gpt2', byte-level BPE, and "
+             "'bert', WordPiece)");
   const bool sentencepiece = model == "llama";
   std::vector<std::string> tokens = array_of<std::string>(m, "tokenizer.ggml.tokens", 0, true);
   KILN_CHECK(!tokens.empty() && tokens.size() < (size_t(1) << 31), "GGUF: 'tokenizer.ggml.tokens' holds ",
@@ -302,6 +351,7 @@ GgufVocab gguf_vocab(const json& m) {
   const size_t n = tokens.size();
   std::vector<int64_t> types = array_of<int64_t>(m, "tokenizer.ggml.token_type", n, false);
   if (types.empty()) types.assign(n, kNormal);
+  if (model == "bert") return wordpiece_vocab(m, tokens, types);
 
   GgufVocab out;
   json bpe = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
