@@ -313,6 +313,26 @@ TEST(GgufModels, TheFuzzerSeedsReadAsTheirArchitecturesConfigs) {
   }
 }
 
+// A BERT encoder's file (tests/fuzz/make_gguf_seeds.py's seed of the MiniLM
+// fixture through llama.cpp's converter) reads as the config transformers
+// wrote for the folder: an embedder's, from the file or from its bytes.
+TEST(GgufModels, ABertFileReadsAsItsFoldersEncoderConfig) {
+  const std::string seed = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/arch-bert.gguf";
+  const nlohmann::json c = models::hf_config_from_gguf(GgufFile::open(seed));
+  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/embed-minilm/config.json");
+  const nlohmann::json folder = nlohmann::json::parse(in);
+  for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                          "max_position_embeddings", "type_vocab_size", "hidden_act", "architectures"})
+    EXPECT_EQ(c[key], folder[key]) << key;
+  EXPECT_NEAR(c["layer_norm_eps"].get<double>(), folder["layer_norm_eps"].get<double>(), 1e-18);
+  EXPECT_EQ(c["vocab_size"], 8);  // the seed's cut embedding (and no tokenizer: no pad_token_id)
+  EXPECT_EQ(models::hf_model_kind(c), "embedder");
+  std::ifstream bytes_in(seed, std::ios::binary);
+  const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(bytes_in), std::istreambuf_iterator<char>()};
+  const GgufHeader header = parse_gguf(bytes.data(), bytes.size());
+  EXPECT_EQ(models::hf_config_from_gguf(models::GgufContents::of_bytes(header, bytes.data())), c);
+}
+
 // A file's RoPE scaling as transformers' config names it: Llama 3.1's ramp recovered from rope_freqs.weight.
 TEST(GgufModels, Llama3RopeFactorsAreReadAsTheirConfig) {
   const GgufFile file = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-archs/llama3-rope.gguf");

@@ -163,7 +163,10 @@ std::function<int()> add_embed_command(CLI::App& app) {
   };
   auto in = std::make_shared<EmbedInput>();
   auto* cmd = app.add_subcommand("embed", "sentence embeddings of texts, as sentence-transformers' encode() gives them");
-  cmd->add_option("model", in->model, "hf:DIR: a sentence-transformers folder, or a BERT-family encoder's")->required();
+  cmd->add_option(
+         "model", in->model,
+         "hf:DIR: a sentence-transformers folder, or a BERT-family encoder's; gguf:FILE: a BERT encoder's GGUF file")
+      ->required();
   auto* text = cmd->add_option("--text", in->texts, "a text (repeat for more)");
   auto* file = cmd->add_option("--file", in->file, "read the texts from this file, one per line");
   text->excludes(file);
@@ -173,7 +176,10 @@ std::function<int()> add_embed_command(CLI::App& app) {
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
     const auto dir = models::hf_folder(in->model);
-    KILN_CHECK(dir, "kiln embed takes hf:DIR (a sentence-transformers or BERT-family folder), not ", in->model);
+    KILN_CHECK(
+        dir,
+        "kiln embed takes hf:DIR (a sentence-transformers or BERT-family folder) or gguf:FILE (a BERT encoder's), not ",
+        in->model);
     std::vector<std::string> texts = in->texts;
     if (!in->file.empty()) {
       std::istringstream lines(read_text_file(in->file));

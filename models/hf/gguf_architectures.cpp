@@ -5,37 +5,11 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "models/hf/gguf_encoder.h"
 
 namespace kiln::models {
 
 using nlohmann::json;
-
-// One architecture's metadata keys (`llama.block_count`, ...).
-struct GgufMeta {
-  const json& m;
-  std::string p;
-  bool has(const std::string& key) const { return m.contains(p + key); }
-  const json& at(const std::string& key) const {
-    KILN_CHECK(has(key), "GGUF: the file lacks '", p + key, "', which its architecture needs");
-    return m[p + key];
-  }
-  int64_t positive(const std::string& key) const {
-    const json& v = at(key);
-    KILN_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "GGUF: '", p + key, "' is ", v.dump(),
-               "; expected a positive integer");
-    return v.get<int64_t>();
-  }
-  double number(const std::string& key, double absent) const {
-    if (!has(key)) return absent;
-    KILN_CHECK(at(key).is_number(), "GGUF: '", p + key, "' is ", at(key).dump(), "; expected a number");
-    return at(key).get<double>();
-  }
-  std::string text(const std::string& key, const std::string& absent) const {
-    if (!has(key)) return absent;
-    KILN_CHECK(at(key).is_string(), "GGUF: '", p + key, "' is ", at(key).dump(), "; expected a string");
-    return at(key).get<std::string>();
-  }
-};
 
 namespace {
 using Meta = GgufMeta;
@@ -451,10 +425,9 @@ std::string gguf_name_of(const GgufArchitecture& arch, const std::string& hf_nam
   return layer.empty() ? name : "blk." + layer + "." + name;
 }
 
-constexpr int64_t kMaxLayers = 4096;
-
 json hf_config_from_gguf(const GgufContents& file) {
   const json& m = file.header.metadata;
+  if (is_gguf_encoder(m)) return gguf_encoder_config(file);
   const GgufArchitecture& row = gguf_architecture(m);
   const Meta meta{m, row.arch + "."};
   json c = {{"model_type", row.model_type},
@@ -464,10 +437,8 @@ json hf_config_from_gguf(const GgufContents& file) {
             {"num_attention_heads", meta.positive("attention.head_count")},
             {"max_position_embeddings", meta.positive("context_length")},
             {"tie_word_embeddings", file.find("output.weight") == nullptr}};
-  // Checked before the per-layer lists of that length are made (the fuzzer's
-  // find: 7 million layers' attention types, gigabytes of them).
-  KILN_CHECK(c["num_hidden_layers"].get<int64_t>() <= kMaxLayers, "GGUF: '", row.arch, ".block_count' is ",
-             c["num_hidden_layers"].get<int64_t>(), "; Kiln reads models of at most ", kMaxLayers,
+  KILN_CHECK(c["num_hidden_layers"].get<int64_t>() <= kGgufMaxLayers, "GGUF: '", row.arch, ".block_count' is ",
+             c["num_hidden_layers"].get<int64_t>(), "; Kiln reads models of at most ", kGgufMaxLayers,
              " layers (the largest published have about 130), so the file is likely damaged");
   c["num_key_value_heads"] = meta.has("attention.head_count_kv") ? meta.positive("attention.head_count_kv")
                                                                  : c["num_attention_heads"].get<int64_t>();

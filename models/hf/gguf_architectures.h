@@ -12,12 +12,43 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "kiln/io/gguf.h"
 #include "models/llama/llama.h"
 
 namespace kiln::models {
 
-struct GgufMeta;  // one architecture's metadata keys (gguf_architectures.cpp)
+// The most layers a file's config may say: checked before the per-layer
+// lists of that length are made (the fuzzer's find: 7 million layers'
+// attention types, gigabytes of them).
+inline constexpr int64_t kGgufMaxLayers = 4096;
+
+// One architecture's metadata keys (`llama.block_count`, ...).
+struct GgufMeta {
+  const nlohmann::json& m;
+  std::string p;
+  bool has(const std::string& key) const { return m.contains(p + key); }
+  const nlohmann::json& at(const std::string& key) const {
+    KILN_CHECK(has(key), "GGUF: the file lacks '", p + key, "', which its architecture needs");
+    return m[p + key];
+  }
+  int64_t positive(const std::string& key) const {
+    const nlohmann::json& v = at(key);
+    KILN_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "GGUF: '", p + key, "' is ", v.dump(),
+               "; expected a positive integer");
+    return v.get<int64_t>();
+  }
+  double number(const std::string& key, double absent) const {
+    if (!has(key)) return absent;
+    KILN_CHECK(at(key).is_number(), "GGUF: '", p + key, "' is ", at(key).dump(), "; expected a number");
+    return at(key).get<double>();
+  }
+  std::string text(const std::string& key, const std::string& absent) const {
+    if (!has(key)) return absent;
+    KILN_CHECK(at(key).is_string(), "GGUF: '", p + key, "' is ", at(key).dump(), "; expected a string");
+    return at(key).get<std::string>();
+  }
+};
 
 // What reading a file's config takes from it: the parsed header, and a small
 // F32 vector's values (RoPE factors). A GgufFile gives both (below); the

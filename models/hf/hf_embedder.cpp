@@ -7,6 +7,7 @@
 #include <map>
 
 #include "kiln/core/error.h"
+#include "kiln/io/gguf.h"
 #include "kiln/io/text_file.h"
 
 namespace kiln::models {
@@ -51,6 +52,19 @@ Pooling read_pooling(const fs::path& config_path) {
   return it->second;
 }
 
+// A GGUF encoder's <arch>.pooling_type, llama.cpp's numbers (its converter writes sentence-transformers'
+// Pooling module's mode there): 1 mean, 2 [CLS], 3 the last token. None given: mean, as a bare BertModel.
+Pooling gguf_pooling(const json& metadata) {
+  const std::string key = metadata.value("general.architecture", std::string()) + ".pooling_type";
+  const json type = metadata.value(key, json(1));
+  static const std::map<int64_t, Pooling> kinds = {{1, Pooling::mean}, {2, Pooling::cls}, {3, Pooling::last_token}};
+  const auto it = type.is_number_integer() ? kinds.find(type.get<int64_t>()) : kinds.end();
+  KILN_CHECK(it != kinds.end(), "GGUF: ", key, " is ", type.dump(),
+             "; Kiln pools embeddings by 1 (mean), 2 (cls) "
+             "or 3 (last token)");
+  return it->second;
+}
+
 // The module's last dotted name: "sentence_transformers.models.Pooling" -> "Pooling".
 std::string module_kind(const json& module) {
   const std::string type = module.value("type", "");
@@ -75,6 +89,11 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
   e.pad_id = e.encoder.model->pad_id();
   const int64_t positions = e.encoder.model->max_tokens();
   e.max_tokens = std::min(positions, tokenizer_max_length(dir).value_or(positions));
+  if (is_gguf_file(dir_name)) {  // pooled as llama.cpp pools it, normalised as llama-server's embeddings are
+    e.pooling = gguf_pooling(GgufFile::open(dir_name).metadata());
+    e.normalize = true;
+    return e;
+  }
   if (!fs::exists(dir / "modules.json")) return e;  // a bare encoder: mean pooling, as SentenceTransformer(dir) adds
   const json modules = read_json_file(dir / "modules.json");
   KILN_CHECK(modules.is_array() && !modules.empty(), (dir / "modules.json").string(), " must list the modules");

@@ -18,6 +18,7 @@
 #include "kiln/nn/layers.h"
 #include "kiln/text/gguf_vocab.h"
 #include "models/hf/families.h"
+#include "models/hf/gguf_encoder.h"
 #include "models/hf/gguf_model.h"
 #include "models/hf/sampling_defaults.h"
 
@@ -366,7 +367,8 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   out.model = build_from_config(family->build_encoder, out.config, dir);
   out.tokenizer = load_hf_tokenizer(dir);
   // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
-  std::map<std::string, Tensor> weights = map_hf_weights(dir);
+  std::map<std::string, Tensor> weights =
+      is_gguf_file(dir) ? gguf_encoder_weights(GgufFile::open(dir)) : map_hf_weights(dir);
   const bool bare = weights.contains(out.model->named_parameters().front().first);
   const std::string base = bare ? "" : family->base + ".";
   attach(*out.model, std::move(weights), dir, out.config, out.model_type,

@@ -5,8 +5,9 @@
 # as base64, and the official openai client's embeddings.create (the PyTorch 2
 # environment's, bench/torch2_venv.sh: required); bad input is a clear error.
 source "$(dirname "$0")/lib.sh"
-FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-require_oracle openai
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+FIX="$ROOT/tests/hf/fixtures"
+require_oracle openai transformers gguf
 
 for model in embed-minilm embed-roberta-cls; do
   python3 -c "import json; print('\n'.join(json.load(open('$FIX/$model/expected.json'))['texts']))" >"$WORK/texts"
@@ -19,15 +20,43 @@ assert got["dimensions"] == len(want["embeddings"][0]) and len(got["embeddings"]
 sys.exit(0 if max(abs(a - b) for g, w in zip(got["embeddings"], want["embeddings"]) for a, b in zip(g, w)) < 1e-5 else 1)
 PY
 done
+# GGUF: the MiniLM folder as llama.cpp's converter writes it (F32 and Q8_0; its WordPiece vocabulary in llama.cpp's
+# spelling, its pooling as bert.pooling_type), read back and normalised as llama-server's embeddings are: the same
+# ids and embeddings as sentence-transformers' on the folder. (A GGUF file keeps no max_seq_length: the texts within
+# the folder's 16 tokens are compared.)
+SRC="$(made_once "$ROOT/scripts/llama_cpp_source.sh")" || fail "could not get llama.cpp's sources"
+for type in f32 q8_0; do
+  run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" bert-bge "$FIX/embed-minilm" --outtype "$type" \
+    --outfile "$WORK/minilm-$type.gguf"
+  python3 -c "import json; print('\n'.join(json.load(open('$FIX/embed-minilm/expected.json'))['texts'][:4]))" >"$WORK/short"
+  run 0 "$KILN" embed "gguf:$WORK/minilm-$type.gguf" --file "$WORK/short" --json
+  python3 - "$OUT" "$FIX/embed-minilm/expected.json" "$type" <<'PY' || fail "GGUF $type: kiln embed differs from sentence-transformers"
+import json, sys
+got, want, kind = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+worst = max(abs(a - b) for g, w in zip(got["embeddings"], want["embeddings"][:4]) for a, b in zip(g, w))
+print(kind, "largest difference", worst)
+sys.exit(0 if len(got["embeddings"]) == 4 and worst < (1e-5 if kind == "f32" else 2e-3) else 1)
+PY
+done
+for i in 0 1 2; do
+  text="$(python3 -c "import json; print(json.load(open('$FIX/embed-minilm/expected.json'))['texts'][$i])")"
+  run 0 "$KILN" tokenize "gguf:$WORK/minilm-f32.gguf" --json --text "$text"
+  python3 -c "import json, sys; sys.exit(0 if json.loads(open('$OUT').read().splitlines()[-1])['ids'] == json.load(open('$FIX/embed-minilm/expected.json'))['ids'][$i] else 1)" ||
+    fail "GGUF: text $i's ids differ from the folder's tokenizer's"
+done
+
 run 0 "$KILN" embed "hf:$FIX/embed-minilm" --text "one" --text "two"
 [ "$(wc -l <"$OUT")" = 2 ] || fail "two texts did not give two lines"
 run 1 "$KILN" embed "hf:$FIX/llama-gqa" --text "x"
 expect "is not an encoder Kiln embeds with"
 run 1 "$KILN" embed "$FIX/embed-minilm" --text "x"
 expect "kiln embed takes hf:DIR"
+run 1 "$KILN" embed "gguf:$FIX/gguf-archs/qwen2.gguf" --text "x"
+expect "is not an encoder Kiln embeds with"
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
+  --model gguf="gguf:$WORK/minilm-f32.gguf" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -51,6 +80,8 @@ assert r["usage"]["prompt_tokens"] == sum(len(i) for i in want["ids"]) == r["usa
 status, r = post({"model": "emb", "input": want["texts"][0], "encoding_format": "base64", "dimensions": 36})
 raw = base64.b64decode(r["data"][0]["embedding"])
 assert close(struct.unpack(f"<{len(raw) // 4}f", raw), want["embeddings"][0]), r
+status, r = post({"model": "gguf", "input": want["texts"][:4]})  # the same model as llama.cpp's GGUF file
+assert status == 200 and all(close(d["embedding"], w) for d, w in zip(r["data"], want["embeddings"])), r
 for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
                    ({"model": "emb", "input": "x", "dimensions": 8}, "'dimensions' is 8"),
                    ({"model": "emb", "input": [5, 6]}, "token ids"),

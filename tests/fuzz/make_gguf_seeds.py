@@ -5,7 +5,9 @@ metadata without the tokenizer's arrays, and only the tensors its config reads
 (token_embd, output, the first attention output bias, RoPE factors), with the
 embedding's vocabulary cut to 8 rows, so each seed is a few KB.
 
-Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz/make_gguf_seeds.py
+Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz/make_gguf_seeds.py [BERT.gguf]
+BERT.gguf: an encoder's file (tests/hf/fixtures/embed-minilm through tests/hf/convert_fixture_to_gguf.py, F32),
+written as arch-bert.gguf with its position and token-type embeddings too.
 """
 import pathlib
 import sys
@@ -16,6 +18,7 @@ from gguf import GGUFReader, GGUFWriter, GGUFValueType
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KEPT = ("token_embd.weight", "output.weight", "blk.0.attn_output.bias", "rope_freqs.weight",
         "rope_factors_long.weight", "rope_factors_short.weight")
+ENCODER_KEPT = KEPT + ("position_embd.weight", "token_types.weight")
 
 
 def field_value(field):
@@ -28,7 +31,7 @@ def field_value(field):
     return field.parts[field.data[0]].tolist()[0], kind
 
 
-def write_seed(source, target):
+def write_seed(source, target, kept=KEPT):
     reader = GGUFReader(source)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     writer = GGUFWriter(target, arch)
@@ -40,7 +43,7 @@ def write_seed(source, target):
             continue
         writer.add_key_value(name, value, kind)
     for t in reader.tensors:
-        if t.name not in KEPT:
+        if t.name not in kept:
             continue
         data = np.asarray(t.data, dtype=np.float32)
         if t.name in ("token_embd.weight", "output.weight"):
@@ -54,9 +57,11 @@ def write_seed(source, target):
 
 def main():
     out = ROOT / "tests/fuzz/corpus/gguf"
-    for source in sorted((ROOT / "tests/hf/fixtures/gguf-archs").glob("*.gguf")):
-        target = out / f"arch-{source.stem}.gguf"
-        write_seed(str(source), str(target))
+    seeds = [(source, out / f"arch-{source.stem}.gguf", KEPT)
+             for source in sorted((ROOT / "tests/hf/fixtures/gguf-archs").glob("*.gguf"))]
+    seeds += [(pathlib.Path(sys.argv[1]), out / "arch-bert.gguf", ENCODER_KEPT)] if len(sys.argv) > 1 else []
+    for source, target, kept in seeds:
+        write_seed(str(source), str(target), kept)
         print(target.relative_to(ROOT), target.stat().st_size, "bytes")
 
 

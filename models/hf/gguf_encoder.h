@@ -1,0 +1,24 @@
+// BERT encoders read from GGUF (general.architecture "bert": what llama.cpp's
+// converter writes for BertModel and its sentence-transformers models, and
+// what Ollama ships as all-minilm, mxbai-embed-large and bge-large): the config.json
+// transformers would write for the BertModel, and its tensors by
+// transformers' names, all in f32 (F16 and quantized ones widened at load:
+// embedding models are small, and the converter mixes types). Their vocabulary is kiln/text/gguf_vocab.h's
+// WordPiece; their pooling, the embedder's (models/hf/hf_embedder.h).
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kiln/core/tensor.h"
+#include "kiln/io/gguf.h"
+#include "models/hf/gguf_architectures.h"
+
+namespace kiln::models {
+
+// Whether the file's architecture is an encoder Kiln reads (BERT).
+bool is_gguf_encoder(const nlohmann::json& metadata);
+nlohmann::json gguf_encoder_config(const GgufContents& file);
+std::map<std::string, Tensor> gguf_encoder_weights(const GgufFile& file);
+
+}  // namespace kiln::models
