@@ -277,6 +277,13 @@ const PreTokenizerType& byte_level_stages(const json& m, json& tokenizer) {
   return *type;
 }
 
+// Control, unknown and user-defined tokens are matched whole in the text, as llama.cpp matches them.
+bool matched_whole(int64_t type) { return type == kUnknown || type == kControl || type == kUserDefined; }
+json added_token(size_t id, const std::string& content, int64_t type) {
+  return {{"id", id},        {"content", content},  {"single_word", false},           {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}};
+}
+
 // llama.cpp's WordPiece ("bert"): its converter spells a word's first piece
 // with U+2581 before it and a continuation without BERT's "##" (control
 // tokens as they are). Read back into BERT's own tokenizer.json: WordPiece
@@ -293,12 +300,9 @@ GgufVocab wordpiece_vocab(const json& m, const std::vector<std::string>& tokens,
   json vocab = json::object(), added = json::array();
   for (size_t i = 0; i < n; ++i) {
     const int64_t type = types[i];
-    KILN_CHECK(type >= kNormal && type <= kByte, "GGUF: token ", i, " has type ", type, ", which GGUF does not define");
     if (type == kUnused) continue;
-    const bool whole = type == kUnknown || type == kControl || type == kUserDefined;
-    if (whole)
-      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}});
+    const bool whole = matched_whole(type);
+    if (whole) added.push_back(added_token(i, tokens[i], type));
     const std::string bert = whole ? tokens[i]
                              : tokens[i].starts_with(word_start) ? tokens[i].substr(word_start.size())
                                                                  : "##" + tokens[i];
@@ -351,6 +355,9 @@ GgufVocab gguf_vocab(const json& m) {
   const size_t n = tokens.size();
   std::vector<int64_t> types = array_of<int64_t>(m, "tokenizer.ggml.token_type", n, false);
   if (types.empty()) types.assign(n, kNormal);
+  for (size_t i = 0; i < n; ++i)
+    KILN_CHECK(types[i] >= kNormal && types[i] <= kByte, "GGUF: token ", i, " has type ", types[i],
+               ", which GGUF does not define");
   if (model == "bert") return wordpiece_vocab(m, tokens, types);
 
   GgufVocab out;
@@ -377,10 +384,7 @@ GgufVocab gguf_vocab(const json& m) {
   json vocab = json::object(), added = json::array();
   for (size_t i = 0; i < n; ++i) {
     const int64_t type = types[i];
-    KILN_CHECK(type >= kNormal && type <= kByte, "GGUF: token ", i, " has type ", type, ", which GGUF does not define");
-    if (type == kUnknown || type == kControl || type == kUserDefined)  // matched whole in the text, as llama.cpp does
-      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}});
+    if (matched_whole(type)) added.push_back(added_token(i, tokens[i], type));
     // Unused ids (a vocabulary padded to the embedding's rows) are no token: none is made, and none decodes to text.
     if (type == kUnused) continue;
     // A byte-level vocabulary writes every token in its alphabet; one that is not is spelled into it.
