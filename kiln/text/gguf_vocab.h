@@ -7,7 +7,10 @@
 //     the text unless tokenizer.ggml.add_space_prefix is false;
 //   "gpt2" (byte-level BPE): the file's merges, and the text split by the
 //     regular expressions of its pre-tokenizer type (tokenizer.ggml.pre),
-//     from a table of llama.cpp's types.
+//     from a table of llama.cpp's types;
+//   "bert" (WordPiece): the pieces in BERT's own spelling again (llama.cpp's
+//     converter marks a word's first piece with U+2581 and drops "##"),
+//     under BERT's normalizer and pre-tokenizer, between [CLS] and [SEP].
 // Control, unknown and user-defined tokens are matched whole in the text, as
 // llama.cpp matches them; unused ones are no token at all (nothing encodes
 // to them, they decode to nothing, as in llama.cpp); BOS/EOS are added as add_bos_token/add_eos_token
