@@ -20,6 +20,7 @@
 #include "models/hf/families.h"
 #include "models/hf/gguf_encoder.h"
 #include "models/hf/gguf_model.h"
+#include "models/hf/ollama_store.h"
 #include "models/hf/sampling_defaults.h"
 
 namespace kiln::models {
@@ -69,6 +70,7 @@ std::vector<int32_t> eos_ids_of(const json& config, const json& generation, cons
 }  // namespace
 
 std::optional<std::string> hf_folder(const std::string& spec) {
+  if (spec.starts_with("ollama:")) return ollama_model_file(spec.substr(7));
   const size_t prefix = spec.starts_with("hf:") ? 3 : spec.starts_with("gguf:") ? 5 : 0;
   if (prefix == 0) return std::nullopt;
   std::string dir = spec.substr(prefix);

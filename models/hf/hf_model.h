@@ -16,8 +16,9 @@
 
 namespace kiln::models {
 
-// "hf:DIR" -> DIR, and "gguf:FILE" -> FILE (a leading ~/ is the home
-// folder); anything else -> nullopt. Wherever a folder's path is taken
+// "hf:DIR" -> DIR, "gguf:FILE" -> FILE (a leading ~/ is the home folder),
+// and "ollama:NAME" -> the GGUF file Ollama keeps for it (ollama_store.h);
+// anything else -> nullopt. Wherever a folder's path is taken
 // below, a GGUF file's is too (gguf_model.h), but where it says otherwise.
 std::optional<std::string> hf_folder(const std::string& spec);
 // Whether a model path names a GGUF file (a file) rather than a folder.
