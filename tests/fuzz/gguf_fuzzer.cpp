@@ -6,15 +6,20 @@
 // tokenizer run on a short text both ways. The contract: a header that
 // parses, with every tensor inside the bytes, a config, and a tokenizer that
 // works, or a kiln::Error; any other exception, a crash, a sanitizer report
-// or an allocation past the RSS limit is a bug.
+// or an allocation past the RSS limit is a bug. The bytes are also an
+// Ollama model name (models/hf/ollama_store.h) looked up in an empty store:
+// always an error, never a path.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/io/gguf_parse.h"
 #include "kiln/text/gguf_vocab.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/gguf_architectures.h"
+#include "models/hf/ollama_store.h"
 
 namespace {
 
@@ -34,6 +39,12 @@ void read_config(const kiln::GgufHeader& h, const uint8_t* data) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool empty_store = setenv("OLLAMA_MODELS", "/nonexistent/kiln-fuzz-ollama-store", 1) == 0;
+  try {
+    kiln::models::ollama_model_file(std::string(reinterpret_cast<const char*>(data), std::min<size_t>(size, 512)));
+    if (empty_store) std::abort();  // nothing is in the store
+  } catch (const kiln::Error&) {
+  }
   kiln::GgufHeader h;
   try {
     h = kiln::parse_gguf(data, size);
