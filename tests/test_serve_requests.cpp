@@ -86,19 +86,22 @@ TEST(CompletionFields, UnimplementedFieldsAreRefusedByNameUnlessTheyAskForNothin
   }
 }
 
-// lm-evaluation-harness's loglikelihood request: the prompt (text or token
-// ids) echoed with its log-probabilities and no new tokens.
-TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
-  const CompletionRequest r = parse_completion(R"({"model": "m", "prompt": [5, 7, 9], "max_tokens": 0, "echo": true, "logprobs": 3})");
-  ASSERT_TRUE(r.prompt_ids);
-  EXPECT_EQ(*r.prompt_ids, (std::vector<int32_t>{5, 7, 9}));
+// lm-evaluation-harness's requests: token ids (one prompt, or a batch of
+// them), echoed with their log-probabilities, with or without new tokens.
+TEST(CompletionFields, TokenIdPromptsAndEchoAsLmEvaluationHarnessSendsThem) {
+  const CompletionRequest r = parse_completion(
+      R"({"model": "m", "prompt": [[5, 7, 9], [4]], "max_tokens": 1, "echo": true, "logprobs": 1, "seed": 1234})");
+  EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{5, 7, 9}, {4}}));
+  EXPECT_EQ(r.prompt_count(), 2u);
+  EXPECT_TRUE(r.prompts.empty());
   EXPECT_TRUE(r.echo);
-  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.logprobs, 1);
+  EXPECT_EQ(parse_completion(with("prompt", "[5, 7, 9]")).prompt_ids, (std::vector<std::vector<int32_t>>{{5, 7, 9}}));
   EXPECT_EQ(parse_completion(R"({"model": "m", "prompt": "a b", "max_tokens": 0, "echo": true})").logprobs, std::nullopt);
   EXPECT_EQ(parse_completion(with("logprobs", "2")).logprobs, 2);  // the generated tokens' log-probabilities
-  EXPECT_NE(refusal(with("echo", "true")).find("supported for scoring a prompt"), std::string::npos);
-  EXPECT_NE(refusal(R"({"model": "m", "prompt": [1, -2], "max_tokens": 0, "echo": true})").find("token ids"),
-            std::string::npos);
+  EXPECT_TRUE(parse_completion(with("echo", "true")).echo);        // the prompt, then its completion
+  for (const char* bad : {"[1, -2]", "[[1], []]", "[[1], [\"a\"]]", "[[1], 2]"})
+    EXPECT_NE(refusal(with("prompt", bad)).find("token ids"), std::string::npos) << bad;
   EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 21})")
                 .find("logprobs must be in [0, 20]"),
             std::string::npos);
@@ -107,6 +110,8 @@ TEST(CompletionFields, EchoAndLogprobsScoreThePromptOnly) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "n": 2})").find("leave n at 1"),
             std::string::npos);
+  EXPECT_EQ(parse_completion(R"({"model": "m", "prompt": ["a", "b"], "max_tokens": 0, "echo": true})").prompt_count(),
+            2u);
 }
 
 // OpenAI's batch of prompts: an array of strings, each with its own choices;
@@ -116,8 +121,6 @@ TEST(CompletionFields, APromptArrayOfStringsIsABatch) {
   EXPECT_EQ(parse_completion(R"({"model": "m"})").prompts, std::vector<std::string>{""});
   for (const char* bad : {R"(["a", 1])", R"([[1, 2], "a"])", R"([1, "a"])", "[]"})
     EXPECT_NE(refusal(with("prompt", bad)).find("field 'prompt'"), std::string::npos) << bad;
-  EXPECT_NE(refusal(R"({"model": "m", "prompt": ["a", "b"], "max_tokens": 0, "echo": true})").find("one prompt"),
-            std::string::npos);
   std::string many = "[";
   for (int i = 0; i <= kiln::serve::kMaxPrompts; ++i) many += std::string(i ? "," : "") + "\"x\"";
   EXPECT_NE(refusal(with("prompt", many + "]")).find("1 to 2048 strings"), std::string::npos);

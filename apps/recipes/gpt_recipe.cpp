@@ -253,6 +253,8 @@ class GptInference final : public InferenceModel {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const CompletionOptions& o = options[i];
       KILN_CHECK(o.max_tokens >= 0, "max_tokens must be >= 0, got ", o.max_tokens);
+      KILN_CHECK(o.prompt_ids.empty(),
+                 "token-id prompts are taken by Hugging Face and GGUF models; send this run text");
       KILN_CHECK(!o.grammar, "grammars (response_format, grammar) constrain Hugging Face and GGUF models; a "
                              "fortunes-gpt run's tokenizer is not supported");
       auto c = std::make_unique<GptCompletion>(tok_, o, model_->config().vocab_size, model_->new_cache());

@@ -284,8 +284,12 @@ class HfLanguageModelInference final : public InferenceModel {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const CompletionOptions& o = options[i];
       // A rendered chat spells its own special tokens; tokenizer(text) adds them to plain text.
-      const std::vector<int32_t> encoded = lm_.tokenizer.encode(prompts[i], !o.chat);
+      const std::vector<int32_t> encoded =
+          o.prompt_ids.empty() ? lm_.tokenizer.encode(prompts[i], !o.chat) : o.prompt_ids;
       KILN_CHECK(!encoded.empty(), "the prompt encodes to no tokens");
+      for (int32_t id : encoded)
+        KILN_CHECK(id >= 0 && id < lm_.model->vocab_size(), "token id ", id, " is outside the model's ",
+                   lm_.model->vocab_size(), " tokens");
       KILN_CHECK(int64_t(encoded.size()) < lm_.model->context_length(), "the prompt is ", encoded.size(),
                  " tokens, at or over the model's context of ", lm_.model->context_length(), "; shorten it");
       std::vector<int32_t> stop_ids = lm_.eos_ids;

@@ -24,6 +24,8 @@ namespace kiln::recipes {
 
 struct CompletionOptions {
   int64_t max_tokens = 64;
+  // Not empty: the prompt as these token ids, taken as they are (the text is not encoded).
+  std::vector<int32_t> prompt_ids;
   models::Sampling sampling{.temperature = 0.8, .top_k = 40};
   // OpenAI's logit_bias: added to these tokens' logits before the penalties (as vLLM adds it).
   std::vector<std::pair<int32_t, float>> logit_bias;

@@ -179,13 +179,12 @@ int64_t prompt_tokens(const std::vector<recipes::Completion>& choices, int64_t n
   return total;
 }
 
-// Queues each prompt as fields.n jobs (the j-th seeded options.seed + j, its
-// index i n + j) and answers as `shape` spells it: whole once all are
-// finished, or streamed as server-sent events, the choices' events
-// interleaved, each with its index.
+// Queues each prompt (its token ids, where `prompt_ids` gives them) as
+// fields.n jobs (the j-th seeded options.seed + j, its index i n + j) and answers as `shape` spells it: whole once all
+// are finished, or streamed as server-sent events, the choices' events interleaved, each with its index.
 void generate(const GenerationTarget& t, const std::vector<std::string>& prompts,
               const recipes::CompletionOptions& options, const GenerationFields& fields, const Shape& shape,
-              httplib::Response& res) {
+              httplib::Response& res, const std::vector<std::vector<int32_t>>& prompt_ids = {}) {
   const int64_t choices_asked = fields.n * int64_t(prompts.size());
   if (choices_asked > t.scheduler.max_queue())
     throw HttpError(400, std::to_string(choices_asked) + " completions (n times the prompts) are more than model '" +
@@ -200,11 +199,12 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
   };
   auto open_stream = fields.stream ? std::make_shared<OpenStream>(t.open_streams) : nullptr;
   std::vector<std::shared_ptr<GenerationJob>> jobs;
-  for (const std::string& prompt : prompts)
+  for (size_t p = 0; p < prompts.size(); ++p)
     for (int64_t j = 0; j < fields.n; ++j) {
       auto job = std::make_shared<GenerationJob>();
-      job->prompt = prompt;
+      job->prompt = prompts[p];
       job->options = options;
+      if (!prompt_ids.empty()) job->options.prompt_ids = prompt_ids[p];
       job->options.seed = options.seed + uint64_t(j);
       job->streamed = fields.stream;
       if (!jobs.empty()) job->signal = jobs[0]->signal;
@@ -400,35 +400,61 @@ recipes::CompletionOptions options_of(const GenerationTarget& t, const Generatio
   return co;
 }
 
-// echo with max_tokens 0: the prompt's own log-probabilities, in OpenAI's
-// completions `logprobs` shape (lm-evaluation-harness's loglikelihood).
-void score(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
-  recipes::PromptScores s;
-  try {
-    s = t.model.score_prompt(r.prompts[0], r.prompt_ids, r.logprobs.value_or(0));
-  } catch (const Error& e) {
-    throw HttpError(400, e.what());
-  }
-  json top = json::array();
-  for (const auto& best : s.top_logprobs) {
-    if (best.empty()) {
-      top.push_back(nullptr);
-      continue;
+// echo: each prompt's own log-probabilities (scored in one pass), then, for
+// max_tokens past 0, its completion's, in OpenAI's completions `logprobs`
+// shape: what lm-evaluation-harness's loglikelihood asks (max_tokens 1, and
+// it reads the prompt's part). A choice a prompt, in order.
+void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
+  const int64_t top = r.logprobs.value_or(0);
+  json choices = json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < r.prompt_count(); ++i) {
+    const std::string text = r.prompt_ids.empty() ? r.prompts[i] : std::string();
+    const std::optional<std::vector<int32_t>> ids =
+        r.prompt_ids.empty() ? std::nullopt : std::optional(r.prompt_ids[i]);
+    recipes::PromptScores s;
+    recipes::Completion c;
+    c.finish_reason = "length";
+    try {
+      s = t.model.score_prompt(text, ids, top);
+      if (r.max_tokens > 0) {
+        recipes::CompletionOptions co = options_of(t, r);
+        co.logprobs = top;
+        co.prompt_ids = ids.value_or(std::vector<int32_t>{});
+        c = t.model.complete(text, co, nullptr);
+      }
+    } catch (const Error& e) {
+      throw HttpError(400, e.what());
     }
-    json row = json::object();
-    for (const auto& [token, lp] : best) row[token] = lp;
-    top.push_back(row);
+    json tokens = s.tokens, token_logprobs = json::array(), top_logprobs = json::array(), offsets = s.text_offset;
+    for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
+    for (const auto& best : s.top_logprobs) {
+      json row = best.empty() ? json() : json::object();
+      for (const auto& [token, lp] : best) row[token] = lp;
+      top_logprobs.push_back(row);
+    }
+    int64_t offset = int64_t(s.text.size());
+    for (const auto& e : c.logprobs) {  // the completion's tokens after the prompt's
+      tokens.push_back(e.token);
+      token_logprobs.push_back(e.logprob);
+      json row = json::object();
+      for (const auto& [token, lp] : e.top) row[token] = lp;
+      top_logprobs.push_back(row);
+      offsets.push_back(offset);
+      offset += int64_t(e.token.size());
+    }
+    json logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"text_offset", offsets}};
+    logprobs["top_logprobs"] = r.logprobs ? top_logprobs : json();
+    choices.push_back(
+        {{"text", s.text + c.text}, {"index", i}, {"finish_reason", c.finish_reason}, {"logprobs", logprobs}});
+    prompt_tokens += int64_t(s.tokens.size());
+    completion_tokens += c.completion_tokens;
   }
-  json token_logprobs = json::array();
-  for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
-  json logprobs = {{"tokens", s.tokens}, {"token_logprobs", token_logprobs}, {"text_offset", s.text_offset}};
-  logprobs["top_logprobs"] = r.logprobs ? top : json();
-  const int64_t n = int64_t(s.tokens.size());
   res.set_content(dump(json{{"id", "cmpl-" + std::to_string(t.next_id++)},
                             {"object", "text_completion"},
                             {"model", t.name},
-                            {"choices", {{{"text", s.text}, {"index", 0}, {"finish_reason", "length"}, {"logprobs", logprobs}}}},
-                            {"usage", usage(n, 0)}}),
+                            {"choices", choices},
+                            {"usage", usage(prompt_tokens, completion_tokens)}}),
                   "application/json");
 }
 
@@ -442,10 +468,12 @@ void answer_llama_completion(const GenerationTarget& t, const CompletionRequest&
 }
 
 void answer_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
-  if (r.echo && r.max_tokens == 0) return score(t, r, res);
+  if (r.echo) return echo(t, r, res);
   recipes::CompletionOptions co = options_of(t, r);
   co.logprobs = r.logprobs.value_or(-1);
-  generate(t, r.prompts, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res);
+  const std::vector<std::string> prompts =
+      r.prompt_ids.empty() ? r.prompts : std::vector<std::string>(r.prompt_count());
+  generate(t, prompts, co, r, Shape{false, r.logprobs.has_value(), nullptr, {}}, res, r.prompt_ids);
 }
 
 namespace {

@@ -558,12 +558,17 @@ CompletionRequest parse_completion(const std::string& text) {
       throw HttpError(400,
                       "field 'prompt' as a batch must be an array of 1 to " + std::to_string(kMaxPrompts) + " strings");
     r.prompts = prompt.get<std::vector<std::string>>();
-  } else if (prompt.is_array()) {  // token ids, as lm-evaluation-harness sends them
-    if (prompt.empty() || !are_token_ids(prompt))
+  } else if (prompt.is_array()) {  // token ids, or a batch of them, as lm-evaluation-harness sends them
+    const bool batch = !prompt.empty() && prompt[0].is_array();
+    const json rows = batch ? prompt : json::array({prompt});
+    if (rows.empty() || int64_t(rows.size()) > kMaxPrompts ||
+        !std::all_of(rows.begin(), rows.end(), [](const json& ids) { return !ids.empty() && are_token_ids(ids); }))
       throw HttpError(400,
-                      "field 'prompt' must be a string, an array of strings, or a non-empty array of token ids "
-                      "(non-negative integers)");
-    r.prompt_ids = prompt.get<std::vector<int32_t>>();
+                      "field 'prompt' must be a string, an array of strings, a non-empty array of token ids "
+                      "(non-negative integers), or an array of 1 to " +
+                          std::to_string(kMaxPrompts) + " of those");
+    for (const json& ids : rows) r.prompt_ids.push_back(ids.get<std::vector<int32_t>>());
+    r.prompts.clear();
   } else {
     r.prompts = {
         field<std::string>(body, "prompt", "a string, an array of strings or an array of token ids", std::string())};
@@ -573,12 +578,8 @@ CompletionRequest parse_completion(const std::string& text) {
   r.max_tokens = field<int64_t>(body, "max_tokens", "an integer", int64_t(16));
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "max_tokens must be in [0, 4096]");
   if (r.logprobs && (*r.logprobs < 0 || *r.logprobs > 20)) throw HttpError(400, "logprobs must be in [0, 20]");
-  const bool scoring = r.echo && r.max_tokens == 0;
-  if ((r.echo || r.prompt_ids) && !scoring)
-    throw HttpError(400, "echo and token-id prompts are supported for scoring a prompt: echo true with max_tokens 0");
-  if (scoring && r.stream) throw HttpError(400, "scoring a prompt (echo with max_tokens 0) is not streamed");
-  if (scoring && (r.n > 1 || r.prompts.size() > 1))
-    throw HttpError(400, "scoring a prompt (echo with max_tokens 0) takes one prompt and has one answer: leave n at 1");
+  if (r.echo && r.stream) throw HttpError(400, "echo (the prompt's log-probabilities) is not streamed");
+  if (r.echo && r.n > 1) throw HttpError(400, "echo answers one choice a prompt: leave n at 1");
   return r;
 }
 

@@ -97,14 +97,18 @@ struct CompletionRequest : GenerationFields {
   // The prompt, or OpenAI's batch of them (an array of strings): each gets n
   // choices, the batch's choices indexed in order (prompt i's j-th: i n + j).
   std::vector<std::string> prompts = {""};
-  // Scoring a prompt (what lm-evaluation-harness's local-completions asks):
-  // echo with max_tokens 0 returns the prompt's own log-probabilities, and
-  // the `logprobs` most likely tokens at each position. The prompt may be
-  // given as token ids (prompt_ids) instead of text. Without echo,
-  // `logprobs` asks for those of the generated tokens.
+  // Or the prompts as token ids (OpenAI's array of integers, or a batch of
+  // them), as lm-evaluation-harness's local-completions sends them; then
+  // `prompts` is empty.
+  std::vector<std::vector<int32_t>> prompt_ids;
+  // echo: each choice's text and log-probabilities start with its prompt's
+  // (the first token's log-probability null): with max_tokens 0, a prompt
+  // scored alone (lm-evaluation-harness's loglikelihood; `logprobs` most
+  // likely tokens at each position). Without echo, `logprobs` asks for the
+  // generated tokens'.
   bool echo = false;
   std::optional<int64_t> logprobs;
-  std::optional<std::vector<int32_t>> prompt_ids;
+  size_t prompt_count() const { return prompt_ids.empty() ? prompts.size() : prompt_ids.size(); }
 };
 CompletionRequest parse_completion(const std::string& body);
 // llama-server's own POST /completion: {"prompt", "n_predict" (-1: up to

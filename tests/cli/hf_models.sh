@@ -117,6 +117,24 @@ for prompt in (score_text, want["ids"]):
     # (two tokens of the same text, two U+FFFD halves, share one entry of the map, as in OpenAI's format)
     assert all(1 <= len(t) <= 2 and max(t.values()) >= g - 1e-6 for t, g in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:]))
     assert r["usage"]["prompt_tokens"] == len(want["ids"]) and r["choices"][0]["text"].endswith("reform."), r
+# lm-evaluation-harness's local-completions, as it sends them (tokenized requests): loglikelihood batches token-id
+# prompts with echo and max_tokens 1, and reads each choice's token_logprobs[ctxlen:-1] and top_logprobs; a
+# generation sends token ids too. Each answer is the text prompt's.
+r = json.loads(post({"_path": "completions", "model": "lm", "prompt": [want["ids"], want["prompt_ids"]],
+                     "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True}))
+first, second = sorted(r["choices"], key=lambda c: c["index"])
+lp = first["logprobs"]
+assert len(lp["token_logprobs"]) == len(want["ids"]) + 1 and lp["token_logprobs"][0] is None, lp
+assert max(abs(a - b) for a, b in zip(lp["token_logprobs"][1:-1], want["logprobs_f32"][1:])) < 1e-3, lp
+assert all(max(t.values()) >= g - 1e-6 for t, g in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:])), lp
+assert len(second["logprobs"]["tokens"]) == len(want["prompt_ids"]) + 1, second
+assert second["text"] == want["prompt"] + json.loads(post({"_path": "completions", "model": "lm", "prompt": want["prompt"],
+                                                          "max_tokens": 1, "temperature": 0}))["choices"][0]["text"], second
+assert r["usage"] == {"prompt_tokens": len(want["ids"]) + len(want["prompt_ids"]), "completion_tokens": 2,
+                      "total_tokens": len(want["ids"]) + len(want["prompt_ids"]) + 2}, r["usage"]
+r = json.loads(post({"_path": "completions", "model": "lm", "prompt": [want["prompt_ids"]], "max_tokens": 16,
+                     "temperature": 0, "stop": ["\n\n"], "seed": 1234}))
+assert r["choices"][0]["text"] == continuation.split("\n\n")[0], (r, continuation)
 print("served ok")
 PY
 kill -TERM "$server"

@@ -56,8 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
-    if (r.max_tokens < 0 || r.max_tokens > 4096 || r.prompts.empty() ||
-        int64_t(r.prompts.size()) > kiln::serve::kMaxPrompts)
+    if (r.max_tokens < 0 || r.max_tokens > 4096 || r.prompt_count() == 0 ||
+        int64_t(r.prompt_count()) > kiln::serve::kMaxPrompts || (!r.prompts.empty() && !r.prompt_ids.empty()))
       std::abort();
     try {  // whatever the request sets, the sampler takes
       kiln::models::check_sampling(kiln::models::resolve_sampling(r.sampling, {}, {}));
