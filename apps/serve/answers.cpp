@@ -426,25 +426,21 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
     } catch (const Error& e) {
       throw HttpError(400, e.what());
     }
-    json tokens = s.tokens, token_logprobs = json::array(), top_logprobs = json::array(), offsets = s.text_offset;
-    for (const auto& lp : s.token_logprobs) token_logprobs.push_back(lp ? json(*lp) : json());
+    json logprobs = {{"tokens", s.tokens},
+                     {"token_logprobs", json::array()},
+                     {"top_logprobs", json::array()},
+                     {"text_offset", s.text_offset}};
+    for (const auto& lp : s.token_logprobs) logprobs["token_logprobs"].push_back(lp ? json(*lp) : json());
     for (const auto& best : s.top_logprobs) {
       json row = best.empty() ? json() : json::object();
       for (const auto& [token, lp] : best) row[token] = lp;
-      top_logprobs.push_back(row);
+      logprobs["top_logprobs"].push_back(row);
     }
-    int64_t offset = int64_t(s.text.size());
-    for (const auto& e : c.logprobs) {  // the completion's tokens after the prompt's
-      tokens.push_back(e.token);
-      token_logprobs.push_back(e.logprob);
-      json row = json::object();
-      for (const auto& [token, lp] : e.top) row[token] = lp;
-      top_logprobs.push_back(row);
-      offsets.push_back(offset);
-      offset += int64_t(e.token.size());
-    }
-    json logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"text_offset", offsets}};
-    logprobs["top_logprobs"] = r.logprobs ? top_logprobs : json();
+    // The completion's tokens after the prompt's, as a completion's logprobs spell them.
+    const json generated = Shape{false, true}.logprobs_of(c.logprobs, int64_t(s.text.size()));
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const json& v : generated[key]) logprobs[key].push_back(v);
+    if (!r.logprobs) logprobs["top_logprobs"] = nullptr;
     choices.push_back(
         {{"text", s.text + c.text}, {"index", i}, {"finish_reason", c.finish_reason}, {"logprobs", logprobs}});
     prompt_tokens += int64_t(s.tokens.size());
