@@ -437,7 +437,9 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
       logprobs["top_logprobs"].push_back(row);
     }
     // The completion's tokens after the prompt's, as a completion's logprobs spell them.
-    const json generated = Shape{false, true}.logprobs_of(c.logprobs, int64_t(s.text.size()));
+    Shape completions;
+    completions.logprobs = true;
+    const json generated = completions.logprobs_of(c.logprobs, int64_t(s.text.size()));
     for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
       for (const json& v : generated[key]) logprobs[key].push_back(v);
     if (!r.logprobs) logprobs["top_logprobs"] = nullptr;
