@@ -60,8 +60,7 @@ Pooling gguf_pooling(const json& metadata) {
   static const std::map<int64_t, Pooling> kinds = {{1, Pooling::mean}, {2, Pooling::cls}, {3, Pooling::last_token}};
   const auto it = type.is_number_integer() ? kinds.find(type.get<int64_t>()) : kinds.end();
   KILN_CHECK(it != kinds.end(), "GGUF: ", key, " is ", type.dump(),
-             "; Kiln pools embeddings by 1 (mean), 2 (cls) "
-             "or 3 (last token)");
+             "; Kiln pools embeddings by 1 (mean), 2 (cls) or 3 (last token)");
   return it->second;
 }
 

@@ -5,7 +5,9 @@
 // Normalize module follows. Texts are cut to max_seq_length tokens
 // (sentence_bert_config.json), as its tokenizer call truncates them. A folder
 // without modules.json (a bare BertModel) is mean-pooled, unnormalised:
-// what SentenceTransformer(dir) builds for it.
+// what SentenceTransformer(dir) builds for it. A BERT GGUF file
+// (gguf_encoder.h) is pooled as its <arch>.pooling_type says and
+// L2-normalised, as llama-server's embeddings are.
 #pragma once
 #include <string>
 #include <vector>
