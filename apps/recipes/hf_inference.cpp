@@ -201,6 +201,15 @@ class HfLanguageModelInference final : public InferenceModel {
     return lm_.tokenizer.decode(ids, /*skip_special_tokens=*/false);
   }
   int64_t context_length() const override { return lm_.model->context_length(); }
+  nlohmann::json tokenizer_info() const override {
+    auto text_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+    return {{"tokenizer_class", "kiln"},
+            {"eos_token", chat_ ? text_or_null(chat_->tokens.eos) : nlohmann::json()},
+            {"bos_token", chat_ ? text_or_null(chat_->tokens.bos) : nlohmann::json()},
+            {"pad_token", nullptr},
+            {"chat_template", chat_ ? text_or_null(chat_->source()) : nlohmann::json()},
+            {"model_max_length", lm_.model->context_length()}};
+  }
   std::vector<std::string> token_pieces(const std::vector<int32_t>& ids) override {
     check_tokenizer_ids(ids);
     text::DecodeStream stream(lm_.tokenizer, /*skip_special_tokens=*/false);

@@ -206,6 +206,10 @@ class InferenceModel {
   // character gets "", the next the character). By default, each token's
   // text after the few before it.
   virtual std::vector<std::string> token_pieces(const std::vector<int32_t>& ids);
+  // vLLM's GET /tokenizer_info, which lm-evaluation-harness reads to use the
+  // server's tokenizer: the special tokens' text (null where none) and the
+  // chat template's Jinja source (null for none), the context length.
+  virtual nlohmann::json tokenizer_info() const;
   // The model's own sampling defaults (a Hugging Face folder's
   // generation_config.json, a GGUF file's general.sampling.*), for what a
   // request leaves out.

@@ -229,6 +229,9 @@ std::string InferenceModel::detokenize(const std::vector<int32_t>&) {
   KILN_FAIL("this model has no tokens to show (language models do)");
 }
 int64_t InferenceModel::context_length() const { KILN_FAIL("this model has no context length (language models do)"); }
+nlohmann::json InferenceModel::tokenizer_info() const {
+  KILN_FAIL("this model has no tokenizer to describe (Hugging Face and GGUF language models do)");
+}
 std::vector<std::string> InferenceModel::token_pieces(const std::vector<int32_t>& ids) {
   constexpr size_t kContext = 8;  // tokens before: enough for a character's bytes, and a decoder's spacing
   std::vector<std::string> pieces;

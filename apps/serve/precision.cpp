@@ -61,6 +61,7 @@ class AutocastModel final : public recipes::InferenceModel {
   std::string detokenize(const std::vector<int32_t>& ids) override { return inner_->detokenize(ids); }
   int64_t context_length() const override { return inner_->context_length(); }
   std::vector<std::string> token_pieces(const std::vector<int32_t>& ids) override { return inner_->token_pieces(ids); }
+  nlohmann::json tokenizer_info() const override { return inner_->tokenizer_info(); }
 
  private:
   // Autocast on the calling thread, with this model's weight casts: the

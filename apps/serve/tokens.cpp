@@ -42,4 +42,14 @@ void answer_detokenize(const GenerationTarget& t, const DetokenizeRequest& r, ht
   res.set_content(dump({{"content", text}, {"prompt", text}}), "application/json");
 }
 
+void answer_tokenizer_info(const GenerationTarget& t, httplib::Response& res) {
+  json info;
+  try {
+    info = t.model.tokenizer_info();
+  } catch (const Error& e) {
+    throw HttpError(400, "model '" + t.name + "': " + e.what());
+  }
+  res.set_content(dump(info), "application/json");
+}
+
 }  // namespace kiln::serve

@@ -1,6 +1,7 @@
 // The tokenizer endpoints of llama-server and vLLM: POST /tokenize (text or
-// a conversation as the model's token ids) and POST /detokenize (ids back to
-// text). Clients count tokens with them before they send a prompt.
+// a conversation as the model's token ids), POST /detokenize (ids back to
+// text) and GET /tokenizer_info. Clients count tokens with them before they
+// send a prompt; lm-evaluation-harness tokenizes through them.
 #pragma once
 #include <httplib.h>
 
@@ -14,5 +15,8 @@ namespace kiln::serve {
 void answer_tokenize(const GenerationTarget& target, const TokenizeRequest& request, httplib::Response& res);
 // {"content": text, "prompt": text}: llama-server's name for it and vLLM's.
 void answer_detokenize(const GenerationTarget& target, const DetokenizeRequest& request, httplib::Response& res);
+// GET /tokenizer_info, vLLM's: {"eos_token", "bos_token", "pad_token", "chat_template", "model_max_length"}, what
+// lm-evaluation-harness's remote tokenizer reads (with /tokenize and /detokenize) to tokenize as the server does.
+void answer_tokenizer_info(const GenerationTarget& target, httplib::Response& res);
 
 }  // namespace kiln::serve

@@ -147,6 +147,7 @@ ChatTemplate chat_template_named(const std::string& name) {
 ChatTemplate ChatTemplate::from_jinja(const std::string& source, const std::string& tool_use) {
   ChatTemplate t("jinja", "", nullptr);
   t.jinja_ = std::make_shared<const jinja::Template>(source);
+  t.source_ = source;
   if (!tool_use.empty()) t.tool_use_ = std::make_shared<const jinja::Template>(tool_use);
   return t;
 }

@@ -65,11 +65,13 @@ class ChatTemplate {
                           const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
   ChatTokens tokens;
+  // A Jinja template's source, as the model's files hold it ("" for the named families).
+  const std::string& source() const { return source_; }
   // strftime_now's clock (seconds since 1970); unset: now. Tests fix it.
   std::optional<int64_t> now_unix_seconds;
 
  private:
-  std::string name_, end_of_turn_;
+  std::string name_, end_of_turn_, source_;
   Renderer render_ = nullptr;
   std::shared_ptr<const jinja::Template> jinja_, tool_use_;  // tool_use_: null where the model has none
 };

@@ -76,6 +76,15 @@ for path, body, words in [("/tokenize", {"content": "x", "prompt": "y"}, "one of
                           ("/detokenize", {"tokens": [-1]}, "array of token ids")]:
     status, got = post(path, body)
     assert status in (400, 404) and words in got["error"]["message"], (path, body, status, got)
+# lm-evaluation-harness's remote tokenizer: GET /tokenizer_info (vLLM's), then /tokenize and /detokenize as it calls them.
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/tokenizer_info") as r:
+    info = json.loads(r.read())
+assert info["eos_token"] == tok.eos_token and info["model_max_length"] > 0, info
+assert info["chat_template"] == open(f"{folder}/chat_template.jinja", encoding="utf-8").read(), info["chat_template"][:80]
+status, got = post("/tokenize", {"prompt": "test", "add_special_tokens": False})
+assert status == 200 and got["tokens"] == tok("test", add_special_tokens=False).input_ids, got
+status, got = post("/detokenize", {"tokens": got["tokens"]})
+assert status == 200 and got["prompt"] == "test", got
 print("/tokenize and /detokenize: transformers' ids and text")
 PY
 kill -TERM "$server"

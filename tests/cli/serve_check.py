@@ -362,6 +362,9 @@ check(status == status2 == status3 == 200 and len(tokens) > 1 and json.loads(bod
       json.loads(body2)["count"] == len(tokens) + 1 and json.loads(body3)["content"] == "The cat sat." and
       [p["id"] for p in pieces] == tokens and "".join(p["piece"] for p in pieces) == "The cat sat.",
       f"/tokenize and /detokenize: the GPT's {len(tokens)} tokens and back, the special token added when asked")
+status, body, _ = call("GET", base + "/tokenizer_info?model=gpt")
+check(status == 400 and "no tokenizer to describe" in json.loads(body)["error"]["message"],
+      f"GET /tokenizer_info of a fortunes-gpt run is a 400 saying so ({status})")
 status, body, _ = call("POST", base + "/tokenize", {"model": "cls", "content": "x"})
 check(status == 400 and "not a language model" in json.loads(body)["error"]["message"],
       f"/tokenize of a classifier is a 400 ({status})")
