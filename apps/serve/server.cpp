@@ -364,10 +364,10 @@ class Server {
     language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias
     language_endpoint("/tokenize", parse_tokenize, answer_tokenize);
     language_endpoint("/detokenize", parse_detokenize, answer_detokenize);
+    // ?model=NAME, or the one language model served
     http_.Get("/tokenizer_info", handle("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
-                answer_tokenizer_info(language_model(req.get_param_value("model")),
-                                      res);  // ?model=NAME, or the one served
-              }));
+      answer_tokenizer_info(language_model(req.get_param_value("model")), res);
+    }));
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
