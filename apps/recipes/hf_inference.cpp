@@ -203,8 +203,12 @@ class HfLanguageModelInference final : public InferenceModel {
   int64_t context_length() const override { return lm_.model->context_length(); }
   nlohmann::json tokenizer_info() const override {
     auto text_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+    // (without a chat template, the first of the ids generation ends at)
+    const std::string eos = chat_ ? chat_->tokens.eos
+                            : lm_.eos_ids.empty() ? std::string()
+                                                  : token_text(lm_.tokenizer, lm_.eos_ids.front());
     return {{"tokenizer_class", "kiln"},
-            {"eos_token", chat_ ? text_or_null(chat_->tokens.eos) : nlohmann::json()},
+            {"eos_token", text_or_null(eos)},
             {"bos_token", chat_ ? text_or_null(chat_->tokens.bos) : nlohmann::json()},
             {"pad_token", nullptr},
             {"chat_template", chat_ ? text_or_null(chat_->source()) : nlohmann::json()},

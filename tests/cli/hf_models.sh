@@ -135,6 +135,10 @@ assert r["usage"] == {"prompt_tokens": len(want["ids"]) + len(want["prompt_ids"]
 r = json.loads(post({"_path": "completions", "model": "lm", "prompt": [want["prompt_ids"]], "max_tokens": 16,
                      "temperature": 0, "stop": ["\n\n"], "seed": 1234}))
 assert r["choices"][0]["text"] == continuation.split("\n\n")[0], (r, continuation)
+# Its tokenizer as lm-evaluation-harness's remote tokenizer reads it: without a chat template, the eos generation ends at.
+info = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/tokenizer_info").read())
+assert info["eos_token"] == json.load(open(f"{fix}/llama-gqa/tokenizer_config.json"))["eos_token"], info
+assert info["chat_template"] is None, info
 print("served ok")
 PY
 kill -TERM "$server"
