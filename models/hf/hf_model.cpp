@@ -282,9 +282,13 @@ int64_t causal_pad_id(const json& config, const std::string& dir) {
 
 }  // namespace
 
+// A GGUF file's vocabulary as the tokenizer.json it stands for (kiln/text/gguf_vocab.h).
+static text::HfTokenizer gguf_tokenizer(const GgufFile& file, const std::string& path) {
+  return text::HfTokenizer::from_json(text::gguf_vocab(file.metadata()).tokenizer, path);
+}
+
 text::HfTokenizer load_hf_tokenizer(const std::string& dir) {
-  if (is_gguf_file(dir))
-    return text::HfTokenizer::from_json(text::gguf_vocab(GgufFile::open(dir).metadata()).tokenizer, dir);
+  if (is_gguf_file(dir)) return gguf_tokenizer(GgufFile::open(dir), dir);
   return text::HfTokenizer::from_file((fs::path(dir) / "tokenizer.json").string());
 }
 
@@ -360,17 +364,18 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
 HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   HfEncoder out;
   out.dir = dir;
-  out.config = read_hf_config(dir);
+  std::optional<GgufFile> gguf;  // a GGUF file is read once, for its config, vocabulary and tensors
+  if (is_gguf_file(dir)) gguf.emplace(GgufFile::open(dir));
+  out.config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = out.config["model_type"].get<std::string>();
   const ClassifierFamily* family = find_classifier_family(out.model_type);
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not an encoder Kiln embeds with (",
               supported_classifier_types(), ")");
   out.model = build_from_config(family->build_encoder, out.config, dir);
-  out.tokenizer = load_hf_tokenizer(dir);
+  out.tokenizer = gguf ? gguf_tokenizer(*gguf, dir) : load_hf_tokenizer(dir);
   // BertModel's names, or a classifier's with its base before them ("bert.embeddings...").
-  std::map<std::string, Tensor> weights =
-      is_gguf_file(dir) ? gguf_encoder_weights(GgufFile::open(dir)) : map_hf_weights(dir);
+  std::map<std::string, Tensor> weights = gguf ? gguf_encoder_weights(*gguf) : map_hf_weights(dir);
   const bool bare = weights.contains(out.model->named_parameters().front().first);
   const std::string base = bare ? "" : family->base + ".";
   attach(*out.model, std::move(weights), dir, out.config, out.model_type,
