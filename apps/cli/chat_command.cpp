@@ -129,9 +129,12 @@ int run_chat(const ChatOptions& o) {
   recipes::LoadedModel loaded = recipes::load_for_inference(o.model, Device::parse(o.device), o.loading);
   KILN_CHECK(loaded.kind == recipes::ModelKind::language_model, o.model, " is not a language model");
   recipes::InferenceModel& model = *loaded.model;
-  const json opening = o.system.empty() ? json::array() : json::array({{{"role", "system"}, {"content", o.system}}});
+  // The model's own system message where --system is not given, and its stop strings (an Ollama Modelfile's).
+  const std::string system = o.system.empty() ? model.default_system() : o.system;
+  const json opening = system.empty() ? json::array() : json::array({{{"role", "system"}, {"content", system}}});
   json history = opening;
   recipes::CompletionOptions options = o.completion;
+  options.stop = model.default_stop();
   options.sampling = models::resolve_sampling(o.sampling, model.sampling_defaults(), kChatFallback);
   models::check_sampling(options.sampling);
   options.grammar = response_format(o.response_format);

@@ -193,6 +193,8 @@ class HfLanguageModelInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return lm_.model->kv_pool(); }
   models::SamplingFields sampling_defaults() const override { return lm_.sampling_defaults; }
+  std::vector<std::string> default_stop() const override { return lm_.default_stop; }
+  std::string default_system() const override { return lm_.default_system; }
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
     return lm_.tokenizer.encode(text, add_special);
   }
@@ -502,7 +504,8 @@ class HfEmbedderInference final : public InferenceModel {
 
 }  // namespace
 
-LoadedModel load_hf_for_inference(const std::string& dir, Device device, const InferenceOptions& options) {
+LoadedModel load_hf_for_inference(const std::string& spec, Device device, const InferenceOptions& options) {
+  const std::string dir = models::hf_folder(spec).value_or(spec);
   const nlohmann::json config = models::read_hf_config(dir);
   // What the load line names: the family, and whether it came from a GGUF file.
   const std::string source = (models::is_gguf_file(dir) ? "gguf:" : "hf:") + config["model_type"].get<std::string>();
@@ -517,6 +520,7 @@ LoadedModel load_hf_for_inference(const std::string& dir, Device device, const I
     return {source, ModelKind::text_embedder, 0, std::make_unique<HfEmbedderInference>(std::move(e))};
   }
   auto lm = models::load_hf_causal_lm(dir);
+  models::apply_store_defaults(spec, lm);
   lm.model->to(device);
   if (!options.quantize.empty()) nn::quantize_weights(*lm.model, parse_quant_format(options.quantize));
   return {source, ModelKind::language_model, 0,

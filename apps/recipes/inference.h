@@ -214,6 +214,11 @@ class InferenceModel {
   // generation_config.json, a GGUF file's general.sampling.*), for what a
   // request leaves out.
   virtual models::SamplingFields sampling_defaults() const { return {}; }
+  // Where a request leaves them out: the model's own stop strings, and the
+  // system message a conversation without one opens with (an Ollama
+  // Modelfile's PARAMETER stop and SYSTEM).
+  virtual std::vector<std::string> default_stop() const { return {}; }
+  virtual std::string default_system() const { return ""; }
 };
 
 }  // namespace kiln::recipes

@@ -131,7 +131,7 @@ EvalResult evaluate(const std::string& path, Device device, const Log& log, cons
 }
 
 LoadedModel load_for_inference(const std::string& path, Device device, const InferenceOptions& options) {
-  if (auto dir = models::hf_folder(path)) return load_hf_for_inference(*dir, device, options);
+  if (models::hf_folder(path)) return load_hf_for_inference(path, device, options);
   KILN_CHECK(options.quantize.empty(), "--quantize serves hf:DIR language models; export a run first (kiln export "
              "RUN --format hf --out DIR)");
   std::string dir = resolve_checkpoint(path);

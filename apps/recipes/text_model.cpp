@@ -46,8 +46,11 @@ TextModel hf_text_model(models::HfCausalLm loaded, Device device, const std::str
 
 TextModel load_text_model(const std::string& spec, Device device, const std::string& weights,
                           const std::string& quantize) {
-  if (auto dir = models::hf_folder(spec))
-    return hf_text_model(models::load_hf_causal_lm(*dir, weights_dtype(weights)), device, quantize);
+  if (auto dir = models::hf_folder(spec)) {
+    models::HfCausalLm lm = models::load_hf_causal_lm(*dir, weights_dtype(weights));
+    models::apply_store_defaults(spec, lm);
+    return hf_text_model(std::move(lm), device, quantize);
+  }
   const std::string ckdir = resolve_checkpoint(spec);
   const Checkpoint ck = load_checkpoint(ckdir);
   const std::string recipe = ck.state.value("recipe", std::string("?"));

@@ -385,8 +385,9 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
       });
 }
 
-// The request's options; what it leaves out of sampling, the model's
-// defaults give (its generation_config.json, as vLLM takes them), then OpenAI's.
+// The request's options; what it leaves out of sampling and stop strings,
+// the model's defaults give (its generation_config.json, as vLLM takes
+// them; an Ollama Modelfile's), then OpenAI's.
 recipes::CompletionOptions options_of(const GenerationTarget& t, const GenerationFields& r,
                                       const models::Sampling& fallback = {}) {
   recipes::CompletionOptions co;
@@ -394,7 +395,7 @@ recipes::CompletionOptions options_of(const GenerationTarget& t, const Generatio
   co.sampling = models::resolve_sampling(r.sampling, t.model.sampling_defaults(), fallback);
   co.logit_bias = r.logit_bias;
   co.seed = r.seed;
-  co.stop = r.stop;
+  co.stop = r.stop.empty() ? t.model.default_stop() : r.stop;
   co.ignore_eos = r.ignore_eos;
   co.grammar = r.grammar;
   return co;
@@ -475,10 +476,17 @@ void answer_completion(const GenerationTarget& t, const CompletionRequest& r, ht
 }
 
 namespace {
-// The conversation as the model's chat template renders it; what the template raises is a 400.
+// The conversation as the model's chat template renders it, opened with
+// the model's own system message (an Ollama SYSTEM) where it has none, as
+// `ollama serve` does; what the template raises is a 400.
 std::string rendered_chat(const GenerationTarget& t, const ChatRequest& r) {
   try {
-    return t.model.render_chat_json(r.messages, r.tools, r.template_kwargs);
+    const std::string system = t.model.default_system();
+    if (system.empty() || (!r.messages.empty() && r.messages[0].value("role", "") == "system"))
+      return t.model.render_chat_json(r.messages, r.tools, r.template_kwargs);
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "system"}, {"content", system}}});
+    messages.insert(messages.end(), r.messages.begin(), r.messages.end());
+    return t.model.render_chat_json(messages, r.tools, r.template_kwargs);
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }

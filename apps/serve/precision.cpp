@@ -55,6 +55,8 @@ class AutocastModel final : public recipes::InferenceModel {
   const text::ToolCallFormat* tool_call_format() const override { return inner_->tool_call_format(); }
   const text::ReasoningFormat* reasoning_format() const override { return inner_->reasoning_format(); }
   models::SamplingFields sampling_defaults() const override { return inner_->sampling_defaults(); }
+  std::vector<std::string> default_stop() const override { return inner_->default_stop(); }
+  std::string default_system() const override { return inner_->default_system(); }
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
     return inner_->tokenize(text, add_special);
   }

@@ -172,6 +172,12 @@ class Server {
                " samples with its own defaults where a request leaves them out (as vLLM and "
                "llama-server do): " +
                own);
+        if (const auto stop = model->default_stop(); !stop.empty())
+          log_("kiln serve: " + name + " stops at its own stop strings where a request gives none: " +
+               nlohmann::json(stop).dump());
+        if (!model->default_system().empty())
+          log_("kiln serve: " + name + " opens a conversation without a system message with its own (" +
+               std::to_string(model->default_system().size()) + " bytes)");
         std::lock_guard<std::mutex> lock(models_mutex_);
         models_[name] = std::move(m);
       } catch (const std::exception& e) {

@@ -88,6 +88,23 @@ void check_sampling(const Sampling& s) {
              "presence_penalty and frequency_penalty must be finite");
 }
 
+SamplingFields merge_sampling(const SamplingFields& first, const SamplingFields& then) {
+  SamplingFields f = first;
+  auto take = [](auto& out, const auto& other) {
+    if (!out) out = other;
+  };
+  take(f.temperature, then.temperature);
+  take(f.top_k, then.top_k);
+  take(f.top_p, then.top_p);
+  take(f.min_p, then.min_p);
+  take(f.repetition_penalty, then.repetition_penalty);
+  take(f.repetition_window, then.repetition_window);
+  take(f.presence_penalty, then.presence_penalty);
+  take(f.frequency_penalty, then.frequency_penalty);
+  f.unapplied.insert(f.unapplied.end(), then.unapplied.begin(), then.unapplied.end());
+  return f;
+}
+
 Sampling resolve_sampling(const SamplingFields& asked, const SamplingFields& defaults, Sampling s) {
   auto take = [](const auto& asked_value, const auto& default_value, auto& out) {
     out = asked_value.value_or(default_value.value_or(out));
@@ -116,6 +133,8 @@ std::string sampling_fields_text(const SamplingFields& f) {
   if (f.repetition_penalty) put("repeat_last_n", f.repetition_window);
   put("presence_penalty", f.presence_penalty);
   put("frequency_penalty", f.frequency_penalty);
+  for (size_t i = 0; i < f.unapplied.size(); ++i)
+    out << (i > 0 ? ", " : out.tellp() > 0 ? "; not applied: " : "not applied: ") << f.unapplied[i];
   return out.str();
 }
 

@@ -35,11 +35,17 @@ struct Sampling {
 struct SamplingFields {
   std::optional<double> temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
   std::optional<int64_t> top_k, repetition_window;
+  // Samplers the model's files turn on that Kiln does not run ("general.sampling.mirostat 2"):
+  // said where the defaults are, so that a file's intent is never dropped without a word.
+  std::vector<std::string> unapplied;
 };
+// Each field from `first` where it sets it, else from `then`; the unapplied of both.
+SamplingFields merge_sampling(const SamplingFields& first, const SamplingFields& then);
 // Each field from the first source that sets it: `asked`, then the model's
 // `defaults`, then `fallback`.
 Sampling resolve_sampling(const SamplingFields& asked, const SamplingFields& defaults, Sampling fallback);
-// "temperature 0.7, top_k 20, ...": the fields set, by their request names ("" if none).
+// "temperature 0.7, top_k 20, ...": the fields set, by their request names, then
+// "; not applied: ..." when some are unapplied ("" if none).
 std::string sampling_fields_text(const SamplingFields& f);
 
 // Refuses values no sampler means: a negative temperature, top_p outside

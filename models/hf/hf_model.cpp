@@ -80,6 +80,14 @@ std::optional<std::string> hf_folder(const std::string& spec) {
   return dir;
 }
 
+void apply_store_defaults(const std::string& spec, HfCausalLm& lm) {
+  if (!spec.starts_with("ollama:")) return;
+  OllamaDefaults d = ollama_model(spec.substr(7)).defaults;
+  lm.sampling_defaults = merge_sampling(d.sampling, lm.sampling_defaults);
+  lm.default_stop = std::move(d.stop);
+  lm.default_system = std::move(d.system);
+}
+
 bool is_gguf_file(const std::string& path) { return fs::is_regular_file(path); }
 
 json read_hf_config(const std::string& dir) {

@@ -37,7 +37,16 @@ struct HfCausalLm {
   text::HfTokenizer tokenizer;
   std::vector<int32_t> eos_ids;  // generation ends after any of these
   SamplingFields sampling_defaults;  // the model's own (models/hf/sampling_defaults.h)
+  // Where a request or command leaves them out (Ollama's PARAMETER stop and SYSTEM): stop strings, and the
+  // system message a conversation without one opens with.
+  std::vector<std::string> default_stop;
+  std::string default_system;
 };
+
+// What the store `spec` names a model in adds to its file's own defaults:
+// an Ollama Modelfile's PARAMETERs and SYSTEM for ollama:NAME
+// (ollama_store.h), over the file's general.sampling.*; other specs add nothing.
+void apply_store_defaults(const std::string& spec, HfCausalLm& lm);
 
 // Loads a causal language model: the architecture from config.json's
 // model_type (an unsupported one, or a config key that changes the math and

@@ -65,6 +65,11 @@ SamplingFields gguf_sampling(const json& metadata, const std::string& where) {
       metadata, [](const SamplingKey& k) { return k.gguf; }, where);
   // llama.cpp's penalty_last_n: -1 is the whole context, 0 turns the penalties off; its default is 64.
   if (!f.repetition_window) f.repetition_window = 64;
+  // llama.cpp's samplers that Kiln does not run, when the file turns them on (their parameters go unsaid
+  // without them; the order of general.sampling.sequence is llama.cpp's own).
+  for (const char* key : {"general.sampling.mirostat", "general.sampling.xtc_probability"})
+    if (metadata.is_object() && metadata.contains(key) && metadata[key].is_number() && metadata[key] != 0)
+      f.unapplied.push_back(std::string(key) + " " + metadata[key].dump());
   return f;
 }
 

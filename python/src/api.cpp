@@ -120,7 +120,8 @@ struct Model {
                                        .presence_penalty = presence_penalty,
                                        .frequency_penalty = frequency_penalty,
                                        .top_k = top_k,
-                                       .repetition_window = std::nullopt};  // the model's, as transformers'
+                                       .repetition_window = std::nullopt,  // the model's, as transformers'
+                                       .unapplied = {}};
     return models::resolve_sampling(asked, model().sampling_defaults(), {.temperature = 0.8, .top_k = 40});
   }
 

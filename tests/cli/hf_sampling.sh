@@ -19,7 +19,10 @@
 # - each of these changes the tokens (none of the checks is vacuous);
 # - `kiln export --format gguf` keeps the defaults as llama.cpp's converter
 #   does (general.sampling.*), and `kiln sample` of the file and of the
-#   folder takes them as the server does.
+#   folder takes them as the server does;
+# - the file as ollama:pen, from a store whose Modelfile sets PARAMETER
+#   repeat_penalty, stop and SYSTEM: sampled and served with those over the
+#   file's own (a request's stop replaces the Modelfile's).
 source "$(dirname "$0")/lib.sh"
 require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai
 PY="$ORACLE_PY"
@@ -180,6 +183,65 @@ import json, sys
 out, prompt, want = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2], json.load(open(sys.argv[3]))["rewarded"]
 sys.exit(0 if prompt + want in out else 1)
 PY
+
+# ollama:NAME, in a store as `ollama create` leaves one from a Modelfile with PARAMETER repeat_penalty 0.5, a
+# PARAMETER stop and a SYSTEM: they apply over the file's own (its 0.6) where a request leaves them out, as
+# `ollama run` and `ollama serve` apply them.
+export OLLAMA_MODELS="$WORK/ollama"
+mkdir -p "$OLLAMA_MODELS/blobs" "$OLLAMA_MODELS/manifests/registry.ollama.ai/library/pen"
+STOP="$(python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["rewarded"]; print(t[len(t) // 2:len(t) // 2 + 4])' \
+  "$WORK/expected.json")"
+python3 - "$OLLAMA_MODELS" "$WORK/pen.gguf" "$STOP" <<'PY'
+import hashlib, json, os, sys
+store, gguf, stop = sys.argv[1:]
+def layer(kind, data=None, path=None):
+    data = data if data is not None else open(path, "rb").read()
+    digest = hashlib.sha256(data).hexdigest()
+    open(f"{store}/blobs/sha256-{digest}", "wb").write(data)
+    return {"mediaType": f"application/vnd.ollama.image.{kind}", "digest": f"sha256:{digest}", "size": len(data)}
+layers = [layer("model", path=gguf), layer("params", json.dumps({"repeat_penalty": 0.5, "stop": [stop]}).encode()),
+          layer("system", b"You are a ship's cat.")]
+json.dump({"schemaVersion": 2, "layers": layers}, open(f"{store}/manifests/registry.ollama.ai/library/pen/latest", "w"))
+PY
+run 0 "$KILN" sample ollama:pen --prompt "$PROMPT" --temperature 0 --max-tokens "$N" --ignore-eos --count 1
+python3 - "$OUT" "$PROMPT" "$WORK/expected.json" <<'PY' || fail "kiln sample ollama:pen: not the Modelfile's repeat_penalty"
+import json, sys
+out, prompt, want = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2], json.load(open(sys.argv[3]))["rewarded"]
+sys.exit(0 if prompt + want in out else 1)
+PY
+"$KILN" serve --model pen=ollama:pen --port "$port" >"$WORK/serve-ollama.log" 2>&1 &
+server=$!
+LOG="$WORK/serve-ollama.log" wait_for_server "$port" "$server"
+grep -q "pen samples with its own defaults .*repetition_penalty 0.5" "$WORK/serve-ollama.log" &&
+  grep -q "pen stops at its own stop strings" "$WORK/serve-ollama.log" ||
+  { cp "$WORK/serve-ollama.log" "$OUT"; fail "the server does not say it takes the Modelfile's defaults"; }
+run 0 "$PY" - "$port" "$PROMPT" "$N" "$WORK/expected.json" "$STOP" <<'PY'
+import json, sys
+import openai
+port, prompt, n, want, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4]))["rewarded"], sys.argv[5]
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+def complete(**kw):
+    return client.completions.create(model="pen", prompt=prompt, max_tokens=n, temperature=0,
+                                     extra_body={"ignore_eos": True}, **kw).choices[0]
+cut = complete()
+assert cut.text == want[:want.index(stop)] and cut.finish_reason == "stop", (cut, want, stop)
+own = complete(stop=["\x01never"])
+assert own.text == want and own.finish_reason == "length", (own, want)
+print("served ollama:pen: the Modelfile's repeat_penalty and stop, and a request's stop instead")
+def chat(messages):
+    return client.chat.completions.create(model="pen", messages=messages, max_tokens=n, temperature=0,
+                                          stop=["\x01never"], extra_body={"ignore_eos": True}).choices[0].message.content
+user = [{"role": "user", "content": prompt}]
+left_out = chat(user)
+assert left_out == chat([{"role": "system", "content": "You are a ship's cat."}] + user), left_out
+assert left_out != chat([{"role": "system", "content": "You are a dog."}] + user), left_out
+print("served ollama:pen: a conversation without a system message opens with the Modelfile's SYSTEM")
+PY
+expect_lines 2 "served ollama:pen"
+kill -TERM "$server"
+wait "$server" || fail "the server did not exit cleanly"
+unset OLLAMA_MODELS
+
 run 1 "$KILN" sample "hf:$PEN" --prompt "x" --min-p 2
 expect "min_p must be in \[0, 1\]"
 echo "ok"

@@ -95,7 +95,8 @@ kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp ap
 kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h
             models/hf/gguf_architectures.cpp models/hf/gguf_architectures.h models/hf/gguf_encoder_config.cpp
             models/hf/ollama_store.cpp models/hf/ollama_store.h kiln/io/text_file.cpp kiln/io/text_file.h
-            models/llama/rope.cpp models/llama/rope.h
+            models/hf/sampling_defaults.cpp models/hf/sampling_defaults.h models/common/sampling.cpp
+            models/common/sampling.h models/llama/rope.cpp models/llama/rope.h
             ${KILN_TEXT_SOURCES}
             LIBS -lpcre2-8 -lutf8proc)
 kiln_fuzzer(grammar tests/fuzz/grammar_fuzzer.cpp kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h

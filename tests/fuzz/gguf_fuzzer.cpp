@@ -8,7 +8,8 @@
 // works, or a kiln::Error; any other exception, a crash, a sanitizer report
 // or an allocation past the RSS limit is a bug. The bytes are also an
 // Ollama model name (models/hf/ollama_store.h) looked up in an empty store:
-// always an error, never a path.
+// always an error, never a path; and, where they are JSON, a params layer.
+// The metadata's general.sampling.* are read as sampling defaults.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "kiln/text/hf_tokenizer.h"
 #include "models/hf/gguf_architectures.h"
 #include "models/hf/ollama_store.h"
+#include "models/hf/sampling_defaults.h"
 
 namespace {
 
@@ -45,6 +47,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (empty_store) std::abort();  // nothing is in the store
   } catch (const kiln::Error&) {
   }
+  // The bytes as an Ollama params layer.
+  if (const auto params = nlohmann::json::parse(data, data + size, nullptr, false); !params.is_discarded()) {
+    try {
+      kiln::models::ollama_params(params, "fuzz");
+    } catch (const kiln::Error&) {
+    }
+  }
   kiln::GgufHeader h;
   try {
     h = kiln::parse_gguf(data, size);
@@ -54,6 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   read_config(h, data);
+  try {
+    kiln::models::gguf_sampling(h.metadata, "fuzz");
+  } catch (const kiln::Error&) {
+  }
   try {
     kiln::text::gguf_chat_template(h.metadata);
     const auto tokenizer = kiln::text::HfTokenizer::from_json(kiln::text::gguf_vocab(h.metadata).tokenizer, "fuzz");
