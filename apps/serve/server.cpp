@@ -370,9 +370,13 @@ class Server {
     language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias
     language_endpoint("/tokenize", parse_tokenize, answer_tokenize);
     language_endpoint("/detokenize", parse_detokenize, answer_detokenize);
-    // ?model=NAME, or the one language model served
+    // ?model=NAME, or the one language model served (llama-server's router takes ?model= too)
     http_.Get("/tokenizer_info", handle("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
       answer_tokenizer_info(language_model(req.get_param_value("model")), res);
+    }));
+    http_.Get("/props", handle("/props", [this](const httplib::Request& req, httplib::Response& res) {
+      const GenerationTarget t = language_model(req.get_param_value("model"));
+      answer_props(t, model(t.name).dir, o_.batching.max_batch, res);
     }));
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/version.h"
 
 namespace kiln::serve {
 namespace {
@@ -50,6 +51,40 @@ void answer_tokenizer_info(const GenerationTarget& t, httplib::Response& res) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
   res.set_content(dump(info), "application/json");
+}
+
+void answer_props(const GenerationTarget& t, const std::string& path, int64_t slots, httplib::Response& res) {
+  json info;
+  try {
+    info = t.model.tokenizer_info();
+  } catch (const Error& e) {
+    throw HttpError(400, "model '" + t.name + "': " + e.what());
+  }
+  const models::Sampling s = models::resolve_sampling({}, t.model.sampling_defaults(), kLlamaServerSampling);
+  const json params = {{"n_predict", -1},
+                       {"seed", 4294967295u},  // llama.cpp's LLAMA_DEFAULT_SEED: a new one each request
+                       {"temperature", s.temperature},
+                       {"top_k", s.top_k},
+                       {"top_p", s.top_p},
+                       {"min_p", s.min_p},
+                       {"repeat_penalty", s.repetition_penalty},
+                       {"repeat_last_n", s.repetition_window},
+                       {"presence_penalty", s.presence_penalty},
+                       {"frequency_penalty", s.frequency_penalty},
+                       {"stop", t.model.default_stop()}};
+  auto text = [&](const char* key) { return info.value(key, json()).is_string() ? info[key] : json(""); };
+  const json props = {
+      {"default_generation_settings", {{"params", params}, {"n_ctx", t.model.context_length()}}},
+      {"total_slots", slots},
+      {"model_alias", t.name},
+      {"model_path", path},
+      {"modalities", {{"vision", false}, {"audio", false}}},
+      {"chat_template", text("chat_template")},
+      {"bos_token", text("bos_token")},
+      {"eos_token", text("eos_token")},
+      {"build_info", std::string("kiln ") + KILN_VERSION},
+      {"is_sleeping", false}};
+  res.set_content(dump(props), "application/json");
 }
 
 }  // namespace kiln::serve

@@ -86,6 +86,19 @@ assert status == 200 and got["tokens"] == tok("test", add_special_tokens=False).
 status, got = post("/detokenize", {"tokens": got["tokens"]})
 assert status == 200 and got["prompt"] == "test", got
 print("/tokenize and /detokenize: transformers' ids and text")
+# llama-server's GET /props, which its web UI reads first: the template, eos, context, and what /completion samples
+# with where a request leaves it out (the folder's generation_config over llama-server's defaults).
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/props") as r:
+    props = json.loads(r.read())
+gen = json.load(open(f"{folder}/generation_config.json"))
+params = props["default_generation_settings"]["params"]
+want = {"temperature": gen.get("temperature", 0.8), "top_k": gen.get("top_k", 40), "top_p": gen.get("top_p", 0.95),
+        "repeat_penalty": gen.get("repetition_penalty", 1.0)}
+assert all(abs(params[k] - v) < 1e-9 for k, v in want.items()), (params, want)
+assert props["chat_template"] == info["chat_template"] and props["eos_token"] == tok.eos_token, props
+assert props["default_generation_settings"]["n_ctx"] == info["model_max_length"], props
+assert props["model_alias"] == "qwen" and props["modalities"]["vision"] is False and props["total_slots"] > 0, props
+print("/props: llama-server's shape, the folder's template and sampling defaults")
 PY
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
