@@ -333,6 +333,23 @@ TEST(GgufModels, ABertFileReadsAsItsFoldersEncoderConfig) {
   EXPECT_EQ(models::hf_config_from_gguf(models::GgufContents::of_bytes(header, bytes.data())), c);
 }
 
+// nomic-embed-text as llama.cpp's converter writes it (nomic-bert: fused attn_qkv, ffn_gate, rope.freq_base):
+// the hub checkpoint's config, whose sizes are the transformers-made folder's.
+TEST(GgufModels, ANomicBertFileReadsAsItsFoldersEncoderConfig) {
+  const std::string seed = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/arch-nomic-bert.gguf";
+  const nlohmann::json c = models::hf_config_from_gguf(GgufFile::open(seed));
+  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/embed-nomic-bert/config.json");
+  const nlohmann::json folder = nlohmann::json::parse(in);
+  for (const auto& [hub, transformers] : {std::pair{"n_embd", "hidden_size"}, {"n_layer", "num_hidden_layers"},
+                                          {"n_head", "num_attention_heads"}, {"n_inner", "intermediate_size"},
+                                          {"type_vocab_size", "type_vocab_size"}, {"model_type", "model_type"}})
+    EXPECT_EQ(c[hub], folder[transformers]) << hub;
+  EXPECT_EQ(c["rotary_emb_base"], folder["rope_parameters"]["rope_theta"]);
+  EXPECT_EQ(c["activation_function"], "swiglu");
+  EXPECT_EQ(c["qkv_proj_bias"], false);
+  EXPECT_EQ(models::hf_model_kind(c), "embedder");
+}
+
 // A file's RoPE scaling as transformers' config names it: Llama 3.1's ramp recovered from rope_freqs.weight.
 TEST(GgufModels, Llama3RopeFactorsAreReadAsTheirConfig) {
   const GgufFile file = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-archs/llama3-rope.gguf");

@@ -52,12 +52,16 @@ TEST_P(Embedders, ABatchGivesEachTextItsOwnEmbedding) {
   const size_t C = size_t(e.dimensions());
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto alone = models::embed_ids(e, {rows[i]}).to_vector<float>();
-    for (size_t k = 0; k < C; ++k) EXPECT_NEAR(together[i * C + k], alone[k], 1e-6) << texts[i];
+    // (Within f32's rounding: a padded batch writes attention out where a text alone runs the fused op, and
+    // nomic-bert's unnormalised states, a few units large, differ by up to 2e-6; padding that leaked would
+    // move them by far more.)
+    for (size_t k = 0; k < C; ++k) EXPECT_NEAR(together[i * C + k], alone[k], 5e-6) << texts[i];
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Embedders,
-                         ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max", "embed-modernbert"),
+                         ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max", "embed-modernbert",
+                                           "embed-nomic-bert"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)

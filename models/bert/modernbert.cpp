@@ -3,24 +3,13 @@
 #include <cmath>
 
 #include "kiln/nn/attention.h"
+#include "models/bert/rotary_table.h"
 
 namespace kiln::models {
 
 using namespace kiln::nn;
 
 namespace {
-
-// cos and sin [T, D] of positions [0, T) at base `theta` (each frequency twice, as cat(freqs, freqs)).
-std::pair<Tensor, Tensor> rotation(int64_t T, int64_t D, double theta, Device device) {
-  std::vector<float> inverse(size_t(D / 2)), cos_v(size_t(T * D)), sin_v(cos_v.size());
-  for (int64_t i = 0; i < D / 2; ++i) inverse[size_t(i)] = float(1.0 / std::pow(theta, double(2 * i) / double(D)));
-  for (int64_t p = 0; p < T; ++p)
-    for (int64_t i = 0; i < D; ++i) {
-      cos_v[size_t(p * D + i)] = std::cos(float(p) * inverse[size_t(i % (D / 2))]);
-      sin_v[size_t(p * D + i)] = std::sin(float(p) * inverse[size_t(i % (D / 2))]);
-    }
-  return {Tensor::from_vector(cos_v, {T, D}).to(device), Tensor::from_vector(sin_v, {T, D}).to(device)};
-}
 
 Tensor activation(const Tensor& x, bool tanh_gelu) { return tanh_gelu ? gelu(x) : gelu_erf(x); }
 
@@ -117,8 +106,8 @@ Tensor ModernBertEncoder::forward(const Tensor& ids, const std::vector<int64_t>&
       if (std::abs(i - j) > config_.window) window[size_t(i * T + j)] = blocked;
   const Tensor key_bias = to_dtype(Tensor::from_vector(padding, {B, 1, 1, T}).to(device), x.dtype());
   const Tensor sliding_bias = key_bias + to_dtype(Tensor::from_vector(window, {T, T}).to(device), x.dtype());
-  const auto [global_cos, global_sin] = rotation(T, D, config_.global_theta, device);
-  const auto [local_cos, local_sin] = rotation(T, D, config_.local_theta, device);
+  const auto [global_cos, global_sin] = rotary_table(T, D, config_.global_theta, device);
+  const auto [local_cos, local_sin] = rotary_table(T, D, config_.local_theta, device);
   for (const auto& layer : p.layers)
     x = layer->sliding() ? layer->forward_at(x, local_cos, local_sin, sliding_bias)
                          : layer->forward_at(x, global_cos, global_sin, key_bias);

@@ -13,6 +13,7 @@
 #include "kiln/nn/init.h"
 #include "models/bert/bert.h"
 #include "models/bert/modernbert.h"
+#include "models/bert/nomic_bert.h"
 #include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
 
@@ -627,11 +628,73 @@ ClassifierFamily modernbert_family() {
           [](const std::string&) { return false; }, "model"};
 }
 
+// ---- NomicBERT: the hub checkpoint's config (its modeling code's GPT-2 names: n_embd, ...) or transformers'
+// NomicBertConfig (hidden_size, ...), which keeps the checkpoint's weight names.
+
+NomicBertConfig read_nomic_bert_config(const json& j) {
+  ConfigReader r(j, "nomic_bert");
+  refuse_common(r);
+  r.only("activation_function", {"swiglu"});
+  r.only("hidden_act", {"silu"});
+  r.only("causal", {false});
+  r.only("prenorm", {false});
+  r.only("rotary_emb_fraction", {1.0, 1});
+  r.only("rotary_emb_interleaved", {false});
+  r.only("use_rms_norm", {false});
+  r.only("parallel_block", {false});
+  r.absent("rotary_emb_scale_base", "xPos scaling of the rotary positions");
+  r.absent("rotary_scaling_factor", "dynamic NTK scaling past the trained positions");
+  r.only("moe_every_n_layers", {0});  // nomic-embed-text-v2-moe's experts
+  // The hub's key where it has one, else transformers'.
+  auto integer = [&](const char* hub, const char* transformers) {
+    return r.has(hub) ? r.integer(hub) : r.integer(transformers);
+  };
+  NomicBertConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = integer("n_embd", "hidden_size");
+  c.num_layers = integer("n_layer", "num_hidden_layers");
+  c.num_heads = integer("n_head", "num_attention_heads");
+  c.intermediate_size = integer("n_inner", "intermediate_size");
+  r.only("head_dim", {c.hidden_size / c.num_heads});
+  // Trained for max_trained_positions (2048 in v1 and v1.5, whose n_positions says 8192), as llama.cpp reads it.
+  c.max_positions = r.has("n_positions")
+                        ? std::min(r.integer("n_positions"), r.integer("max_trained_positions", 2048))
+                        : r.integer("max_position_embeddings", 2048);
+  c.type_vocab_size = r.has("type_vocab_size") && r.at("type_vocab_size") == 0 ? 0 : r.integer("type_vocab_size", 2);
+  c.layer_norm_eps = r.number("layer_norm_epsilon", r.number("layer_norm_eps", 1e-12));
+  if (r.has("rope_parameters")) {
+    ConfigReader p(r.at("rope_parameters"), "rope_parameters");
+    p.only("rope_type", {"default"});
+    c.rope_theta = p.number("rope_theta", 1000);
+  } else {
+    c.rope_theta = r.number("rotary_emb_base", 1000);  // transformers' default_theta
+  }
+  // transformers' NomicBertModel has no biases; the hub's config says.
+  c.qkv_bias = r.flag("qkv_proj_bias", false);
+  c.fc1_bias = r.flag("mlp_fc1_bias", false);
+  c.fc2_bias = r.flag("mlp_fc2_bias", false);
+  c.pad_token_id = read_pad_token_id(r, c.vocab_size);
+  return c;
+}
+
+ClassifierFamily nomic_bert_family() {
+  return {"nomic_bert",
+          [](const json&) -> std::shared_ptr<SequenceClassifier> {
+            KILN_FAIL("nomic_bert is read as an embedding model (kiln embed, /v1/embeddings), not a classifier");
+          },
+          [](const json& j) {
+            Generator init(0);
+            return std::make_shared<NomicBertEncoder>(read_nomic_bert_config(j), init);
+          },
+          [](const std::string&) { return false; }, ""};
+}
+
 const std::vector<ClassifierFamily>& classifier_families() {
   static const std::vector<ClassifierFamily> table = {bert_family("bert", "bert"),
                                                       bert_family("distilbert", "distilbert"),
                                                       bert_family("roberta", "roberta"),
-                                                      bert_family("xlm-roberta", "roberta"), modernbert_family()};
+                                                      bert_family("xlm-roberta", "roberta"), modernbert_family(),
+                                                      nomic_bert_family()};
   return table;
 }
 

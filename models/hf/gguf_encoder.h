@@ -1,8 +1,9 @@
 // BERT encoders read from GGUF (general.architecture "bert": what llama.cpp's
 // converter writes for BertModel and its sentence-transformers models, and
-// what Ollama ships as all-minilm, mxbai-embed-large and bge-large): the config.json
-// transformers would write for the BertModel, and its tensors by
-// transformers' names, all in f32 (F16 and quantized ones widened at load:
+// what Ollama ships as all-minilm, mxbai-embed-large and bge-large; and
+// "nomic-bert": Ollama's nomic-embed-text): the config.json the checkpoint
+// would carry (transformers' BertModel's, nomic's own), and its tensors by
+// the checkpoint's names, all in f32 (F16 and quantized ones widened at load:
 // embedding models are small, and the converter mixes types). Their vocabulary is kiln/text/gguf_vocab.h's
 // WordPiece; their pooling, the embedder's (models/hf/hf_embedder.h).
 #pragma once
@@ -16,7 +17,8 @@
 
 namespace kiln::models {
 
-// Whether the file's architecture is an encoder Kiln reads (BERT).
+// general.architecture ("" if it is not a string); whether it is an encoder Kiln reads (gguf_encoder_names.h).
+std::string gguf_encoder_arch_name(const nlohmann::json& metadata);
 bool is_gguf_encoder(const nlohmann::json& metadata);
 nlohmann::json gguf_encoder_config(const GgufContents& file);
 std::map<std::string, Tensor> gguf_encoder_weights(const GgufFile& file);

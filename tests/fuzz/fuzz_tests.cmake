@@ -94,6 +94,7 @@ kiln_fuzzer(sft_data tests/fuzz/sft_data_fuzzer.cpp apps/recipes/sft_data.cpp ap
             LIBS -lpcre2-8 -lutf8proc DEFINES -DKILN_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR})
 kiln_fuzzer(gguf tests/fuzz/gguf_fuzzer.cpp kiln/io/gguf_parse.cpp kiln/io/gguf_parse.h
             models/hf/gguf_architectures.cpp models/hf/gguf_architectures.h models/hf/gguf_encoder_config.cpp
+            models/hf/gguf_encoder_names.cpp models/hf/gguf_encoder_names.h
             models/hf/ollama_store.cpp models/hf/ollama_store.h kiln/io/text_file.cpp kiln/io/text_file.h
             models/hf/sampling_defaults.cpp models/hf/sampling_defaults.h models/common/sampling.cpp
             models/common/sampling.h models/llama/rope.cpp models/llama/rope.h

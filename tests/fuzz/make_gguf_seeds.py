@@ -5,9 +5,10 @@ metadata without the tokenizer's arrays, and only the tensors its config reads
 (token_embd, output, the first attention output bias, RoPE factors), with the
 embedding's vocabulary cut to 8 rows, so each seed is a few KB.
 
-Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz/make_gguf_seeds.py [BERT.gguf]
-BERT.gguf: an encoder's file (tests/hf/fixtures/embed-minilm through tests/hf/convert_fixture_to_gguf.py, F32),
-written as arch-bert.gguf with its position and token-type embeddings too.
+Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz/make_gguf_seeds.py [ENCODER.gguf ...]
+ENCODER.gguf: an encoder's file (F32, through tests/hf/convert_fixture_to_gguf.py: tests/hf/fixtures/embed-minilm
+for bert, cli.hf_embed's hub-style copy of embed-nomic-bert for nomic-bert), written as arch-ARCH.gguf with its
+position and token-type embeddings too (given encoder files, only their seeds are written).
 """
 import pathlib
 import sys
@@ -58,8 +59,10 @@ def write_seed(source, target, kept=KEPT):
 def main():
     out = ROOT / "tests/fuzz/corpus/gguf"
     seeds = [(source, out / f"arch-{source.stem}.gguf", KEPT)
-             for source in sorted((ROOT / "tests/hf/fixtures/gguf-archs").glob("*.gguf"))]
-    seeds += [(pathlib.Path(sys.argv[1]), out / "arch-bert.gguf", ENCODER_KEPT)] if len(sys.argv) > 1 else []
+             for source in sorted((ROOT / "tests/hf/fixtures/gguf-archs").glob("*.gguf"))] if len(sys.argv) == 1 else []
+    for source in sys.argv[1:]:
+        arch = bytes(GGUFReader(source).fields["general.architecture"].parts[-1]).decode()
+        seeds.append((pathlib.Path(source), out / f"arch-{arch}.gguf", ENCODER_KEPT))
     for source, target, kept in seeds:
         write_seed(str(source), str(target), kept)
         print(target.relative_to(ROOT), target.stat().st_size, "bytes")

@@ -315,6 +315,10 @@ EMBEDDERS = {
     "embed-modernbert": ("bert", dict(model_type="modernbert", hidden_size=32, num_attention_heads=4,
                                       num_hidden_layers=3, intermediate_size=40, max_position_embeddings=64,
                                       local_attention=8, global_attn_every_n_layers=2), "mean", True, 24, "current"),
+    # nomic-embed-text (transformers' NomicBertModel, which saves the hub checkpoint's names: Wqkv, fc11, fc12, ...).
+    "embed-nomic-bert": ("bert", dict(model_type="nomic_bert", hidden_size=32, num_attention_heads=4,
+                                      num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64),
+                         "mean", False, None, "current"),
 }
 
 SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
