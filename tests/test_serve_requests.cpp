@@ -4,11 +4,13 @@
 // means greedy.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 
 #include "apps/serve/requests.h"
 #include "kiln/core/random.h"
+#include "kiln/text/base64.h"
 #include "kiln/text/grammar/matcher.h"
 #include "models/gpt/gpt.h"
 
@@ -472,7 +474,8 @@ TEST(EmbeddingFields, ImplementedFieldsReachTheRequestAndTheRestAreRefused) {
 }
 
 TEST(EmbeddingFields, Base64IsRfc4648) {
-  using kiln::serve::base64_encode;
+  using kiln::text::base64_decode;
+  using kiln::text::base64_encode;
   EXPECT_EQ(base64_encode("", 0), "");
   EXPECT_EQ(base64_encode("f", 1), "Zg==");
   EXPECT_EQ(base64_encode("fo", 2), "Zm8=");
@@ -480,4 +483,7 @@ TEST(EmbeddingFields, Base64IsRfc4648) {
   EXPECT_EQ(base64_encode("foobar", 6), "Zm9vYmFy");
   const float one = 1.0f;  // little-endian 00 00 80 3f
   EXPECT_EQ(base64_encode(&one, sizeof one), "AACAPw==");
+  EXPECT_EQ(base64_decode("Zm9vYmFy"), "foobar");
+  EXPECT_EQ(base64_decode("Zm8="), "fo");
+  EXPECT_EQ(base64_decode("Zm9v!"), std::nullopt);
 }

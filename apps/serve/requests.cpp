@@ -197,22 +197,6 @@ EmbeddingsRequest parse_embeddings(const std::string& text) {
   return r;
 }
 
-std::string base64_encode(const void* data, size_t bytes) {
-  static const char* const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::string out;
-  out.reserve((bytes + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes; i += 3) {
-    const uint32_t n = uint32_t(p[i]) << 16 | (i + 1 < bytes ? uint32_t(p[i + 1]) << 8 : 0) |
-                       (i + 2 < bytes ? uint32_t(p[i + 2]) : 0);
-    out += digits[n >> 18 & 63];
-    out += digits[n >> 12 & 63];
-    out += i + 1 < bytes ? digits[n >> 6 & 63] : '=';
-    out += i + 2 < bytes ? digits[n & 63] : '=';
-  }
-  return out;
-}
-
 namespace {
 
 bool is_one(const json& v) { return v == 1; }

@@ -61,8 +61,6 @@ struct EmbeddingsRequest {
 };
 inline constexpr int64_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per request
 EmbeddingsRequest parse_embeddings(const std::string& body);
-// RFC 4648 base64 of `bytes` bytes.
-std::string base64_encode(const void* data, size_t bytes);
 
 // What /v1/completions and /v1/chat/completions share: the model, how to
 // sample and how to answer.

@@ -32,6 +32,7 @@
 #include "kiln/autograd/ops.h"
 #include "kiln/backend/factory.h"
 #include "kiln/data/fashion_mnist.h"
+#include "kiln/text/base64.h"
 #include "kiln/version.h"
 
 namespace kiln::serve {
@@ -517,7 +518,7 @@ class Server {
       const std::vector<float> v = rows.to_vector<float>();
       for (int64_t i = 0; i < rows.size(0); ++i) {
         const float* e = v.data() + i * width;
-        json embedding = r.base64 ? json(base64_encode(e, size_t(width) * sizeof(float)))
+        json embedding = r.base64 ? json(text::base64_encode(e, size_t(width) * sizeof(float)))
                                   : json(std::vector<float>(e, e + width));
         data.push_back({{"object", "embedding"}, {"index", data.size()}, {"embedding", std::move(embedding)}});
       }

@@ -10,45 +10,24 @@
 #include <utf8proc.h>
 
 #include <cstring>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/text/base64.h"
 #include "kiln/text/utf8.h"
 
 namespace kiln::text {
 namespace {
-
-std::string base64_decode(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  uint32_t bits = 0;
-  int count = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    const int v = value(c);
-    KILN_CHECK(v >= 0, "tokenizer.json: precompiled_charsmap is not base64");
-    bits = (bits << 6) | uint32_t(v);
-    if ((count += 6) >= 8) {
-      count -= 8;
-      out += char((bits >> count) & 0xff);
-    }
-  }
-  return out;
-}
 
 class Precompiled : public Normalizer {
  public:
   explicit Precompiled(const nlohmann::json& j) {
     const auto& map = j.at("precompiled_charsmap");
     if (map.is_null()) return;  // no rules: the text passes unchanged
-    const std::string blob = base64_decode(map.get<std::string>());
+    const std::optional<std::string> decoded = base64_decode(map.get<std::string>());
+    KILN_CHECK(decoded, "tokenizer.json: precompiled_charsmap is not base64");
+    const std::string& blob = *decoded;
     if (blob.empty()) return;
     KILN_CHECK(blob.size() >= 4, "tokenizer.json: precompiled_charsmap is truncated");
     uint32_t trie_bytes;

@@ -15,6 +15,7 @@
 
 #include "apps/serve/requests.h"
 #include "kiln/core/error.h"
+#include "kiln/text/base64.h"
 #include "kiln/text/chat_template.h"
 #include "kiln/text/grammar/gbnf.h"
 #include "kiln/text/tool_calls.h"
@@ -51,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_embeddings(body);
     if (r.texts.empty() || int64_t(r.texts.size()) > kiln::serve::kMaxEmbeddingInputs) std::abort();
-    const std::string b64 = kiln::serve::base64_encode(body.data(), body.size());
-    if (b64.size() != (body.size() + 2) / 3 * 4) std::abort();
+    const std::string b64 = kiln::text::base64_encode(body.data(), body.size());
+    if (b64.size() != (body.size() + 2) / 3 * 4 || kiln::text::base64_decode(b64) != body) std::abort();
   });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
