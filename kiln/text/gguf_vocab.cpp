@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "kiln/core/error.h"
+#include "kiln/text/base64.h"
 #include "kiln/text/byte_level.h"
 #include "kiln/text/utf8.h"
 
@@ -329,6 +330,63 @@ GgufVocab wordpiece_vocab(const json& m, const std::vector<std::string>& tokens,
   return out;
 }
 
+// llama.cpp's Unigram ("t5": T5's and XLM-RoBERTa's SentencePiece models,
+// as its converter writes them: bge-m3, multilingual-e5, nomic-embed-text
+// v2). Read back as llama.cpp's UGM tokenizer runs: the precompiled
+// charsmap (tokenizer.ggml.precompiled_charsmap), then with
+// remove_extra_whitespaces the spaces trimmed and each run made one, spaces
+// spelled U+2581 and one before the text (add_space_prefix, or always when
+// spaces are merged), then Viterbi over the whole text by the pieces'
+// scores (a character no piece covers is the unknown token, scored the
+// lowest normal score less 10; unknowns in a row fuse).
+GgufVocab unigram_vocab(const json& m, const std::vector<std::string>& tokens, const std::vector<int64_t>& types) {
+  const size_t n = tokens.size();
+  const std::vector<double> scores = array_of<double>(m, "tokenizer.ggml.scores", n, true);
+  const int32_t unk = token_id(m, "tokenizer.ggml.unknown_token_id", n);
+  KILN_CHECK(unk >= 0, "GGUF: a Unigram vocabulary needs tokenizer.ggml.unknown_token_id");
+  const bool merge_spaces = flag(m, "tokenizer.ggml.remove_extra_whitespaces", false);
+  const bool prefix = flag(m, "tokenizer.ggml.add_space_prefix", false) || merge_spaces;
+  json normalizers = json::array();
+  if (find(m, "tokenizer.ggml.precompiled_charsmap")) {
+    const std::vector<int64_t> map = array_of<int64_t>(m, "tokenizer.ggml.precompiled_charsmap", 0, true);
+    std::string bytes(map.size(), '\0');
+    for (size_t i = 0; i < map.size(); ++i) {
+      KILN_CHECK(map[i] >= -128 && map[i] <= 255, "GGUF: tokenizer.ggml.precompiled_charsmap holds ", map[i],
+                 ", not a byte");
+      bytes[i] = char(map[i]);
+    }
+    normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(bytes.data(), bytes.size())}});
+  }
+  if (merge_spaces) {
+    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", "^ +| +$"}}}, {"content", ""}});
+    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}});
+  }
+  GgufVocab out;
+  json& t = out.tokenizer;
+  t["normalizer"] = normalizers.empty() ? json() : json{{"type", "Sequence"}, {"normalizers", normalizers}};
+  const json metaspace = {{"type", "Metaspace"}, {"replacement", kSpace},
+                          {"prepend_scheme", prefix ? "always" : "never"}, {"split", false}};
+  t["pre_tokenizer"] = metaspace;
+  t["decoder"] = metaspace;
+  json pieces = json::array(), added = json::array();
+  bool bytes = false;
+  for (size_t i = 0; i < n; ++i) {
+    pieces.push_back({tokens[i], scores[i]});
+    if (matched_whole(types[i])) added.push_back(added_token(i, tokens[i], types[i]));
+    bytes = bytes || types[i] == kByte;
+  }
+  t["model"] = {{"type", "Unigram"}, {"unk_id", unk}, {"vocab", std::move(pieces)}, {"byte_fallback", bytes}};
+  t["added_tokens"] = std::move(added);
+  // llama.cpp's UGM default: an eos after the text, no bos.
+  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", n), eos = token_id(m, "tokenizer.ggml.eos_token_id", n);
+  std::vector<std::pair<std::string, int32_t>> before, after;
+  if (flag(m, "tokenizer.ggml.add_bos_token", false) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
+  if (flag(m, "tokenizer.ggml.add_eos_token", true) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
+  t["post_processor"] = template_processing(before, after);
+  if (eos >= 0) out.end_of_generation_ids.push_back(eos);
+  return out;
+}
+
 }  // namespace
 
 std::string gguf_pre_type_of(const std::vector<std::string>& splits, bool ignore_merges) {
@@ -345,9 +403,10 @@ GgufVocab gguf_vocab(const json& m) {
   KILN_CHECK(model_key && model_key->is_string(), "GGUF: the file has no tokenizer (tokenizer.ggml.model); "
              "Kiln needs the vocabulary llama.cpp's converter writes into the file");
   const std::string model = model_key->get<std::string>();
-  KILN_CHECK(model == "llama" || model == "gpt2" || model == "bert", "GGUF: tokenizer model '", model,
-             "' is not one Kiln reads from GGUF yet (it reads 'llama', SentencePiece, 'gpt2', byte-level BPE, and "
-             "'bert', WordPiece)");
+  KILN_CHECK(model == "llama" || model == "gpt2" || model == "bert" || model == "t5", "GGUF: tokenizer model '",
+             model,
+             "' is not one Kiln reads from GGUF yet (it reads 'llama', SentencePiece, 'gpt2', byte-level BPE, "
+             "'bert', WordPiece, and 't5', Unigram)");
   const bool sentencepiece = model == "llama";
   std::vector<std::string> tokens = array_of<std::string>(m, "tokenizer.ggml.tokens", 0, true);
   KILN_CHECK(!tokens.empty() && tokens.size() < (size_t(1) << 31), "GGUF: 'tokenizer.ggml.tokens' holds ",
@@ -359,6 +418,7 @@ GgufVocab gguf_vocab(const json& m) {
     KILN_CHECK(types[i] >= kNormal && types[i] <= kByte, "GGUF: token ", i, " has type ", types[i],
                ", which GGUF does not define");
   if (model == "bert") return wordpiece_vocab(m, tokens, types);
+  if (model == "t5") return unigram_vocab(m, tokens, types);
 
   GgufVocab out;
   json bpe = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},

@@ -75,6 +75,29 @@ sys.exit(0 if len(got["embeddings"]) == 5 and worst(hub["embeddings"], list) < 1
 PY
 done
 
+# XLM-RoBERTa with a SentencePiece Unigram vocabulary (bge-m3's and multilingual-e5's kind), shipped with its
+# sentencepiece.bpe.model as the hub's are: llama.cpp's converter writes a bert file with a "t5" vocabulary and the
+# positions RoBERTa skips cut off; its ids and [CLS] embeddings are sentence-transformers'.
+python3 -c "import json; print('\n'.join(json.load(open('$FIX/embed-xlmr-cls/expected.json'))['texts']))" >"$WORK/texts"
+for type in f32 q8_0; do
+  run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" default "$FIX/embed-xlmr-cls" --outtype "$type" \
+    --outfile "$WORK/xlmr-$type.gguf"
+  run 0 "$KILN" embed "gguf:$WORK/xlmr-$type.gguf" --file "$WORK/texts" --json
+  python3 - "$OUT" "$FIX/embed-xlmr-cls/expected.json" "$type" <<'PY' || fail "XLM-R GGUF $type differs from sentence-transformers"
+import json, sys
+got, want, kind = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+worst = max(abs(a - b) for g, w in zip(got["embeddings"], want["embeddings"]) for a, b in zip(g, w))
+print(kind, "largest difference", worst)
+sys.exit(0 if len(got["embeddings"]) == 5 and worst < (1e-5 if kind == "f32" else 2e-2) else 1)
+PY
+done
+for i in 0 2 4; do
+  text="$(python3 -c "import json; print(json.load(open('$FIX/embed-xlmr-cls/expected.json'))['texts'][$i])")"
+  run 0 "$KILN" tokenize "gguf:$WORK/xlmr-f32.gguf" --json --text "$text"
+  python3 -c "import json, sys; sys.exit(0 if json.loads(open('$OUT').read().splitlines()[-1])['ids'] == json.load(open('$FIX/embed-xlmr-cls/expected.json'))['ids'][$i] else 1)" ||
+    fail "XLM-R GGUF: text $i's ids differ from the folder's tokenizer's"
+done
+
 for i in 0 1 2; do
   text="$(python3 -c "import json; print(json.load(open('$FIX/embed-minilm/expected.json'))['texts'][$i])")"
   run 0 "$KILN" tokenize "gguf:$WORK/minilm-f32.gguf" --json --text "$text"

@@ -144,6 +144,30 @@ def wordpiece(vocab_size):
     return tok
 
 
+def xlmr_unigram(vocab_size):
+    """XLM-RoBERTa's kind: a SentencePiece unigram model (of fortunes here) converted as transformers converts its
+    sentencepiece.bpe.model (the Precompiled normalizer: SentencePiece's NFKC rules; Metaspace; <s> A </s>)."""
+    import tempfile
+    import types
+    import sentencepiece as spm
+    from transformers.convert_slow_tokenizer import XLMRobertaConverter
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "fortunes.txt")
+        with open(corpus, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(all_fortune_texts()))
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(tmp, "spiece"), vocab_size=vocab_size,
+                                       model_type="unigram", character_coverage=0.9995, minloglevel=2,
+                                       num_threads=1)
+        model = os.path.join(tmp, "spiece.model")
+        sp = spm.SentencePieceProcessor(model_file=model)
+        # XLMRobertaTokenizer's ids: fairseq's four first, SentencePiece's after them (offset 1), <mask> last.
+        fairseq = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": sp.get_piece_size() + 1}
+        original = types.SimpleNamespace(vocab_file=model, mask_token="<mask>",
+                                         convert_tokens_to_ids=lambda t: fairseq.get(t, sp.piece_to_id(t) + 1))
+        with open(model, "rb") as fh:  # shipped beside tokenizer.json, as XLM-R's repositories ship it
+            return XLMRobertaConverter(original).converted(), fh.read()
+
+
 TOKENIZERS = {
     "gpt2": lambda: (byte_level_bpe(GPT2_PATTERN, 600, ["<|endoftext|>"]),
                      dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>")),
@@ -158,6 +182,10 @@ TOKENIZERS = {
                                                cls_token="<s>", pad_token="<pad>", mask_token="<mask>")),
     "bert": lambda: (wordpiece(620), dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
                                           cls_token="[CLS]", mask_token="[MASK]")),
+    "xlmr": lambda: (lambda tok, model: (tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                                   sep_token="</s>", cls_token="<s>", pad_token="<pad>",
+                                                   mask_token="<mask>"),
+                                         {"sentencepiece.bpe.model": model}))(*xlmr_unigram(700)),
 }
 
 # name -> (tokenizer, config). Sizes are odd on purpose; see the docstring.
@@ -315,6 +343,10 @@ EMBEDDERS = {
     "embed-modernbert": ("bert", dict(model_type="modernbert", hidden_size=32, num_attention_heads=4,
                                       num_hidden_layers=3, intermediate_size=40, max_position_embeddings=64,
                                       local_attention=8, global_attn_every_n_layers=2), "mean", True, 24, "current"),
+    # bge-m3 and multilingual-e5's kind: XLM-RoBERTa with a SentencePiece Unigram vocabulary, [CLS] pooled, normalised.
+    "embed-xlmr-cls": ("xlmr", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4,
+                                    num_hidden_layers=2, intermediate_size=48, max_position_embeddings=66,
+                                    type_vocab_size=1), "cls", True, None, "current"),
     # nomic-embed-text (transformers' NomicBertModel, which saves the hub checkpoint's names: Wqkv, fc11, fc12, ...).
     "embed-nomic-bert": ("bert", dict(model_type="nomic_bert", hidden_size=32, num_attention_heads=4,
                                       num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64),
@@ -458,9 +490,12 @@ def make_config(model_type, vocab_size, kwargs, tokenizer):
 
 
 def save_tokenizer(name, out):
-    tok, specials = TOKENIZERS[name]()
+    tok, specials, *files = TOKENIZERS[name]()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **specials)
     fast.save_pretrained(out)
+    for path, data in (files[0] if files else {}).items():
+        with open(os.path.join(out, path), "wb") as fh:
+            fh.write(data)
     return PreTrainedTokenizerFast.from_pretrained(out)
 
 
@@ -569,6 +604,8 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
     word = models.Transformer(raw, max_seq_length=max_seq_length)
     modules = [word, models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)]
     SentenceTransformer(modules=modules + ([models.Normalize()] if normalize else []), device="cpu").save(d)
+    if os.path.exists(os.path.join(raw, "sentencepiece.bpe.model")):
+        shutil.copy(os.path.join(raw, "sentencepiece.bpe.model"), d)
     shutil.rmtree(raw)
     os.remove(os.path.join(d, "README.md"))
     if layout == "hub":

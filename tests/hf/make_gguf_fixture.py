@@ -3,7 +3,7 @@ PyTorch 2 environment: bench/torch2_venv.sh), for tests/test_gguf.cpp and as
 the GGUF fuzzer's seed: every metadata value type, nested arrays, and F32, F16,
 BF16 and Q8_0 tensors. Two more seeds hold a tokenizer alone (a SentencePiece
 vocabulary without merges, and a byte-level BPE one with merges and a
-pre-tokenizer type), for the fuzzer's tokenizer half.
+pre-tokenizer type; and a Unigram one, as XLM-RoBERTa's), for the fuzzer's tokenizer half.
     $(bench/torch2_venv.sh) tests/hf/make_gguf_fixture.py   # -> tests/fuzz/corpus/gguf/*.gguf
 """
 import os
@@ -74,6 +74,31 @@ def vocabularies():
     w.close()
 
 
+def unigram_vocabulary():
+    """A Unigram ("t5") vocabulary as llama.cpp's converter writes XLM-RoBERTa's: fairseq's four specials first,
+    scores, spaces merged and one prepended (no charsmap: the real ones are 240 KB)."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "\u2581"] + letters + ["\u2581" + c for c in letters] + \
+             ["\u2581the", "<mask>", "[PAD56]"]
+    w = gguf.GGUFWriter(os.path.join(CORPUS, "vocab-ugm.gguf"), arch="bert")
+    w.add_tokenizer_model("t5")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(pieces)
+    w.add_token_scores([0.0] * 4 + [-float(i) / 8 for i in range(len(pieces) - 6)] + [0.0, -10000.0])
+    w.add_token_types([3, 3, 3, 2] + [1] * (len(pieces) - 6) + [3, 5])
+    w.add_add_space_prefix(True)
+    w.add_remove_extra_whitespaces(True)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(3)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
     main()
     vocabularies()
+    unigram_vocabulary()

@@ -17,7 +17,9 @@ are large (70 MB in all), so they live in a cache, not in the repository.
 Unigram vocabularies (T5's and XLM-RoBERTa's kind) come from a SentencePiece
 unigram model trained here on Debian's fortunes and converted by
 transformers' own T5 and XLM-RoBERTa converters (Precompiled normalizer:
-SentencePiece's NFKC rules).
+SentencePiece's NFKC rules). llama.cpp's Unigram GGUF vocabularies (a real
+XLM-RoBERTa one) get SentencePiece's own ids, from the model rebuilt out of
+the file (gguf-NAME/).
 """
 import json
 import os
@@ -83,6 +85,64 @@ def unigram_vocabularies(out, inputs):
                 json.dump(expected_for(os.path.join(d, "tokenizer.json"), inputs), fh, ensure_ascii=False)
 
 
+# Texts for the multilingual Unigram vocabularies (XLM-RoBERTa's 250K pieces).
+MULTILINGUAL = [
+    "Der schnelle braune Fuchs springt \u00fcber den faulen Hund.",
+    "\u4eca\u65e5\u306f\u3044\u3044\u5929\u6c17\u3067\u3059\u306d\u3002 \u4f60\u597d\uff0c\u4e16\u754c\uff01",
+    "\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440!  \u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645",
+    "\t tabs\tand\r\nnewlines \u00a0no-break\u3000ideographic  ",
+]
+
+
+def gguf_unigram_vocabularies(src, out, inputs):
+    """llama.cpp's test vocabularies of the Unigram kind ("t5": nomic-bert-moe's is XLM-RoBERTa's real 250K pieces),
+    which have no .inp/.out files: each as the SentencePiece model it was converted from (its pieces, scores, types
+    and normalizer spec: precompiled charsmap, add_dummy_prefix, remove_extra_whitespaces), whose own encode gives
+    the ids (OUT/gguf-NAME/expected.json)."""
+    from gguf import GGUFReader
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    made = 0
+    for f in sorted(os.listdir(src)):
+        if not (f.startswith("ggml-vocab-") and f.endswith(".gguf")):
+            continue
+        d = os.path.join(out, "gguf-" + f[len("ggml-vocab-"):-len(".gguf")])
+        if os.path.exists(os.path.join(d, "expected.json")):
+            made += 1
+            continue
+        fields = GGUFReader(os.path.join(src, f)).fields
+        if bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() != "t5":
+            continue
+        parts = lambda key: [fields[key].parts[i] for i in fields[key].data]
+        value = lambda key, default: fields[key].parts[-1][0] if key in fields else default
+        m = pb.ModelProto()
+        for token, score, kind in zip(parts("tokenizer.ggml.tokens"), parts("tokenizer.ggml.scores"),
+                                      parts("tokenizer.ggml.token_type")):
+            piece = m.pieces.add()
+            piece.piece, piece.score, piece.type = bytes(token).decode("utf-8"), float(score[0]), int(kind[0])
+        m.trainer_spec.model_type = pb.TrainerSpec.UNIGRAM
+        m.trainer_spec.unk_id = int(value("tokenizer.ggml.unknown_token_id", 2))
+        m.trainer_spec.bos_id = int(value("tokenizer.ggml.bos_token_id", -1))
+        m.trainer_spec.eos_id = int(value("tokenizer.ggml.eos_token_id", 1))
+        m.trainer_spec.pad_id = int(value("tokenizer.ggml.padding_token_id", -1))
+        m.normalizer_spec.precompiled_charsmap = bytes(int(b[0]) & 0xFF
+                                                       for b in parts("tokenizer.ggml.precompiled_charsmap"))
+        m.normalizer_spec.add_dummy_prefix = bool(value("tokenizer.ggml.add_space_prefix", False))
+        m.normalizer_spec.remove_extra_whitespaces = bool(value("tokenizer.ggml.remove_extra_whitespaces", False))
+        m.normalizer_spec.escape_whitespaces = True
+        sp = SentencePieceProcessor(model_proto=m.SerializeToString())
+        # SentencePiece spells a control token's text (<mask>) as pieces where llama-server and transformers match
+        # it whole: the strings that hold one are left out.
+        controls = [p.piece for p in m.pieces if p.type == pb.ModelProto.SentencePiece.CONTROL]
+        kept = [s for s in inputs if not any(c in s for c in controls)]
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as fh:
+            json.dump({"gguf": f, "inputs": kept, "ids": [sp.encode(s) for s in kept]}, fh, ensure_ascii=False)
+        made += 1
+        print(f"{f}: {len(kept)} strings through SentencePiece", file=sys.stderr)
+    return made
+
+
 def expected_for(path, inputs):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(path)
@@ -138,6 +198,8 @@ def main():
         with open(os.path.join(src, "ggml-vocab-llama-spm.gguf.inp"), encoding="utf-8") as fh:
             unigram_vocabularies(out, fh.read().split("\n__ggml_vocab_test__\n") + EXTRA)
     made += 2
+    with open(os.path.join(src, "ggml-vocab-llama-spm.gguf.inp"), encoding="utf-8") as fh:
+        made += gguf_unigram_vocabularies(src, out, fh.read().split("\n__ggml_vocab_test__\n") + EXTRA + MULTILINGUAL)
     print(f"{made} vocabularies in {out}", file=sys.stderr)
 
 

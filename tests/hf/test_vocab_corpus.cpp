@@ -30,7 +30,8 @@ TEST(VocabCorpus, EveryStringTokenizesAsTokenizersDoes) {
   ASSERT_NE(dir, nullptr) << "KILN_VOCAB_CORPUS is not set: run tests/cli/hf_vocabs.sh, which makes the corpus";
   int vocabularies = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (!fs::exists(entry.path() / "expected.json")) continue;
+    // (gguf-NAME/ holds a GGUF vocabulary's expectations: GgufUnigramVocabulariesTokenizeAsSentencePiece)
+    if (!fs::exists(entry.path() / "tokenizer.json") || !fs::exists(entry.path() / "expected.json")) continue;
     const auto tok = text::HfTokenizer::from_file((entry.path() / "tokenizer.json").string());
     const auto e = nlohmann::json::parse(std::ifstream(entry.path() / "expected.json"));
     const auto& inputs = e["inputs"];
@@ -90,6 +91,30 @@ TEST(VocabCorpus, GgufVocabulariesTokenizeAsTheModelsOwnTokenizers) {
     ++vocabularies;
   }
   EXPECT_GE(vocabularies, 12);
+}
+
+// llama.cpp's Unigram test vocabularies ("t5"; nomic-bert-moe's is XLM-RoBERTa's real 250K pieces), which come
+// without .inp/.out files: each string against the ids SentencePiece itself gives with the model rebuilt from the
+// file (tests/hf/make_vocab_fixtures.py wrote them into the corpus's gguf-NAME/expected.json).
+TEST(VocabCorpus, GgufUnigramVocabulariesTokenizeAsSentencePiece) {
+  const char* corpus = std::getenv("KILN_VOCAB_CORPUS");
+  const char* models = std::getenv("KILN_LLAMA_CPP_MODELS");
+  ASSERT_TRUE(corpus && models) << "KILN_VOCAB_CORPUS and KILN_LLAMA_CPP_MODELS are not set: run tests/cli/hf_vocabs.sh";
+  int vocabularies = 0;
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    if (!entry.path().filename().string().starts_with("gguf-")) continue;
+    std::ifstream in(entry.path() / "expected.json");
+    const nlohmann::json e = nlohmann::json::parse(in);
+    SCOPED_TRACE(e["gguf"].get<std::string>());
+    const GgufFile file = GgufFile::open((fs::path(models) / e["gguf"].get<std::string>()).string());
+    const auto tok = text::HfTokenizer::from_json(text::gguf_vocab(file.metadata()).tokenizer, "gguf");
+    for (size_t i = 0; i < e["inputs"].size(); ++i)
+      EXPECT_EQ(tok.encode(e["inputs"][i].get<std::string>(), false), e["ids"][i].get<std::vector<int32_t>>())
+          << e["inputs"][i].dump();
+    std::printf("%s: %zu strings\n", e["gguf"].get<std::string>().c_str(), e["inputs"].size());
+    ++vocabularies;
+  }
+  EXPECT_GE(vocabularies, 1);
 }
 
 }  // namespace
