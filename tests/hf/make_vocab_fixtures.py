@@ -106,12 +106,15 @@ def gguf_unigram_vocabularies(src, out, inputs):
     for f in sorted(os.listdir(src)):
         if not (f.startswith("ggml-vocab-") and f.endswith(".gguf")):
             continue
-        d = os.path.join(out, "gguf-" + f[len("ggml-vocab-"):-len(".gguf")])
-        if os.path.exists(os.path.join(d, "expected.json")):
-            made += 1
+        name = "gguf-" + f[len("ggml-vocab-"):-len(".gguf")]
+        d, other = os.path.join(out, name), os.path.join(out, f".{name}.not-unigram")
+        if os.path.exists(os.path.join(d, "expected.json")) or os.path.exists(other):
+            made += os.path.exists(os.path.join(d, "expected.json"))
             continue
         fields = GGUFReader(os.path.join(src, f)).fields
         if bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() != "t5":
+            os.makedirs(out, exist_ok=True)
+            open(other, "w").close()  # remembered: reading a file's fields takes seconds
             continue
         parts = lambda key: [fields[key].parts[i] for i in fields[key].data]
         value = lambda key, default: fields[key].parts[-1][0] if key in fields else default
