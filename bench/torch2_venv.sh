@@ -2,8 +2,8 @@
 # The PyTorch users install today (2.x from PyPI), with transformers,
 # tokenizers and safetensors (the oracles for Hugging Face models:
 # tests/hf/make_fixtures.py; gguf and protobuf for their tokenizer
-# converters), peft, sentence-transformers (the embeddings' oracle) and the openai client (the chat API's
-# tests drive kiln serve with it), in a virtual environment outside the
+# converters), peft, sentence-transformers (the embeddings' oracle), and the openai and ollama clients (the
+# chat APIs' tests drive kiln serve with them), in a virtual environment outside the
 # repository, made once and cached; jsonschema validates constrained
 # answers. Prints its python.
 #   KILN_TORCH2_VENV=~/.cache/kiln-torch2 (default)
@@ -18,6 +18,10 @@ fi
 # jsonschema (validating constrained answers: cli.hf_grammar) came later: added to a venv made before it.
 if ! "$VENV/bin/python" -c "import jsonschema" 2>/dev/null; then
   "$VENV/bin/pip" install -q jsonschema >&2 || echo "could not install jsonschema into $VENV" >&2
+fi
+# The ollama client (Ollama's API's tests drive kiln serve with it: cli.hf_ollama_api) came later, likewise.
+if ! "$VENV/bin/python" -c "import ollama" 2>/dev/null; then
+  "$VENV/bin/pip" install -q ollama >&2 || echo "could not install the ollama client into $VENV" >&2
 fi
 # sentence-transformers came later (the embedding fixtures): added to a venv made before it.
 if ! "$VENV/bin/python" -c "import sentence_transformers" 2>/dev/null; then

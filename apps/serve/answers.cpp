@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/recipes/chat_answer.h"
+#include "apps/serve/ollama_answers.h"
 #include "kiln/core/error.h"
 
 namespace kiln::serve {
@@ -29,7 +30,10 @@ struct Shape {
   const text::ToolCallFormat* tools = nullptr;  // a chat whose tool calls are read, in this format
   nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
   recipes::ReasoningStart reasoning = {};       // a chat whose reasoning is split off (format: its marks)
-  bool llama = false;  // llama-server's /completion: {"content", "stop"} events, a last one with the stats
+  // Whose API answers: OpenAI's; llama-server's /completion ({"content", "stop"} events, a last one with the
+  // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h).
+  enum class Api { openai, llama, ollama };
+  Api api = Api::openai;
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -83,6 +87,17 @@ struct Shape {
             {"stopping_word", c.stop_string}};
   }
   bool reads() const { return tools || reasoning.format; }
+  // Ollama's fields for text: /api/chat's message content, /api/generate's response.
+  json ollama_text(const std::string& text) const { return {{chat ? "content" : "response", text}}; }
+  // Ollama's fields for a whole answer: its text, and where it is read, the thinking and the tool calls apart.
+  json ollama_answer(const std::string& text) const {
+    if (!reads()) return ollama_text(text);
+    const recipes::ChatAnswer r = read(text, true);
+    json fields = ollama_text(r.answer.content);
+    if (!r.reasoning.empty()) fields["thinking"] = r.reasoning;
+    if (!r.answer.calls.empty()) fields["tool_calls"] = ollama_tool_calls(r.answer.calls);
+    return fields;
+  }
   recipes::ChatAnswer read(const std::string& text, bool whole) const {
     return recipes::read_chat_answer(text, whole, reasoning, tools, tool_list);
   }
@@ -165,6 +180,7 @@ struct JobNews {
   bool more = false;  // pieces still queued after this one
   bool finished = false;
   recipes::Completion result;  // once finished
+  JobTimes times;              // once finished
 };
 
 // The key a choice's tool calls draw their ids from: the answer's id for the first choice, as with one.
@@ -244,9 +260,14 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
         throw HttpError(400, e.what());
       }
   }
-  if (!fields.stream && shape.llama)
+  if (!fields.stream && shape.api == Shape::Api::llama)
     return res.set_content(dump(Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0])),
                            "application/json");
+  if (!fields.stream && shape.api == Shape::Api::ollama) {
+    const recipes::Completion& c = jobs[0]->result;
+    return res.set_content(dump(ollama_done(t.name, shape.chat, shape.ollama_answer(c.text), c, jobs[0]->times)),
+                           "application/json");
+  }
   if (!fields.stream) {
     json choices = json::array();
     std::vector<recipes::Completion> results;
@@ -268,18 +289,22 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
   // Server-sent events: a chunk per piece of text (a chat's first names the
   // role), then the finish reason, for each choice; then the usage if asked, then [DONE].
   auto streams = std::make_shared<std::vector<ChoiceStream>>(jobs.size());
+  const bool ollama = shape.api == Shape::Api::ollama;
   res.set_chunked_content_provider(
-      "text/event-stream",
+      ollama ? "application/x-ndjson" : "text/event-stream",
       [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage, model = t.name,
        prompt = prompts[0], n = fields.n](size_t, httplib::DataSink& sink) {
+        const bool ollama = shape.api == Shape::Api::ollama;
         auto send = [&](const json& j) {
-          const std::string line = "data: " + dump(j) + "\n\n";
+          const std::string line = ollama ? dump(j) + "\n" : "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         auto event = [&](size_t i, const std::string& text, const json& finish,
                          const std::vector<recipes::TokenLogprob>& lps) {
           ChoiceStream& s = (*streams)[i];
-          if (shape.llama) return send({{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}});
+          if (shape.api == Shape::Api::llama)
+            return send({{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}});
+          if (ollama) return send(ollama_piece(model, shape.chat, shape.ollama_text(text)));
           json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
           choice["index"] = i;
           s.first = false;
@@ -290,6 +315,16 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
         auto read_events = [&](size_t i, const std::string& piece, bool whole,
                                const std::vector<recipes::TokenLogprob>& lps) {
           std::vector<json> deltas = (*streams)[i].read.deltas(shape, piece, whole, choice_key(id, i));
+          if (ollama) {  // thinking and content as they come; tool calls whole, at the end
+            for (const json& d : deltas) {
+              if (d.contains("reasoning_content") &&
+                  !send(ollama_piece(model, shape.chat, {{"thinking", d["reasoning_content"]}})))
+                return false;
+              if (d.contains("content") && !send(ollama_piece(model, shape.chat, shape.ollama_text(d["content"]))))
+                return false;
+            }
+            return true;
+          }
           if (deltas.empty() && !lps.empty()) deltas.push_back(json::object());
           for (size_t d = 0; d < deltas.size(); ++d) {
             const json choice = {{"index", i},
@@ -326,14 +361,15 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
             j.token_logprobs.clear();
             news[i].more = !j.pieces.empty();
             news[i].finished = j.finished;
-            if (j.finished) news[i].result = j.result;
+            if (j.finished) news[i].result = j.result, news[i].times = j.times;
           }
           lock.unlock();
           for (size_t i = 0; i < jobs.size(); ++i) {
             if ((*streams)[i].done) continue;
             const JobNews& n = news[i];
             // OpenAI's chat streams open with the role alone.
-            const bool opened = !(shape.chat && (*streams)[i].first) || event(i, "", nullptr, {});
+            const bool opened =
+                !(shape.chat && shape.api == Shape::Api::openai && (*streams)[i].first) || event(i, "", nullptr, {});
             const bool last = moved && !error && n.finished && !n.more;
             const bool sent = shape.reads()
                                   ? read_events(i, n.piece, last, n.logprobs)
@@ -351,15 +387,20 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               } catch (const std::exception& e) {
                 what = e.what();
               }
-            send(json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
+            send(ollama ? json{{"error", what}}
+                        : json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
           } else {
             for (size_t i = 0; i < jobs.size(); ++i) {
               ChoiceStream& s = (*streams)[i];
               if (s.done || !news[i].finished || news[i].more) continue;
               const recipes::Completion& c = news[i].result;
-              if (shape.llama)
+              if (shape.api == Shape::Api::llama) {
                 send(Shape::llama_answer(c, "", model, prompt));
-              else
+              } else if (ollama) {
+                if (shape.reads() && !s.read.sent.answer.calls.empty())
+                  send(ollama_piece(model, shape.chat, {{"tool_calls", ollama_tool_calls(s.read.sent.answer.calls)}}));
+                send(ollama_done(model, shape.chat, shape.ollama_text(""), c, news[i].times));
+              } else
                 event(i, "", shape.reads() ? Shape::finish_reason(c, s.read.sent.answer) : c.finish_reason, {});
               s.done = true;
               s.result = c;
@@ -375,7 +416,8 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
             }
           }
           const std::string done = "data: [DONE]\n\n";
-          if (!shape.llama) sink.write(done.data(), done.size());  // llama-server's own stream ends without it
+          // llama-server's own stream and Ollama's end without it
+          if (shape.api == Shape::Api::openai) sink.write(done.data(), done.size());
           sink.done();
           return true;
         }
@@ -462,7 +504,7 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
 void answer_llama_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   recipes::CompletionOptions co = options_of(t, r, kLlamaServerSampling);
   Shape shape;
-  shape.llama = true;
+  shape.api = Shape::Api::llama;
   generate(t, r.prompts, co, r, shape, res);
 }
 
@@ -507,16 +549,37 @@ void answer_apply_template(const GenerationTarget& t, const ChatRequest& r, http
   res.set_content(dump(json{{"prompt", rendered_chat(t, r)}}), "application/json");
 }
 
-void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+namespace {
+// A conversation through the model's template, answered in `api`'s shape (`chat`: as a chat message, else as
+// Ollama's /api/generate response).
+void answer_conversation(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res, Shape::Api api,
+                         bool chat) {
   const std::string prompt = rendered_chat(t, r);
   recipes::CompletionOptions co = options_of(t, r);
   co.chat = true;
   co.logprobs = r.logprobs ? r.top_logprobs : -1;
   const text::ToolCallFormat* format = tool_calls(t, r, co);
-  Shape shape{true, r.logprobs, format ? format : recipes::content_format(t.model),
+  Shape shape{chat, r.logprobs, format ? format : recipes::content_format(t.model),
               format ? r.tools : nlohmann::ordered_json()};
+  shape.api = api;
   if (r.split_reasoning) shape.reasoning = recipes::reason_before_answering(t.model, prompt, co);
   generate(t, {prompt}, co, r, shape, res);
+}
+}  // namespace
+
+void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  answer_conversation(t, r, res, Shape::Api::openai, true);
+}
+
+void answer_ollama_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  answer_conversation(t, r, res, Shape::Api::ollama, true);
+}
+
+void answer_ollama_generate(const GenerationTarget& t, const OllamaGenerateRequest& r, httplib::Response& res) {
+  if (!r.raw) return answer_conversation(t, r.chat, res, Shape::Api::ollama, false);
+  Shape shape;
+  shape.api = Shape::Api::ollama;
+  generate(t, {r.prompt}, options_of(t, r.chat), r.chat, shape, res);
 }
 
 }  // namespace kiln::serve

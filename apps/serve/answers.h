@@ -3,7 +3,7 @@
 // (chat.completion). A request becomes a job for the model's
 // continuous-batching scheduler; the answer is one JSON object when the job
 // ends, or server-sent events as its text is made (chunks, the finish
-// reason, usage if asked, then [DONE]).
+// reason, usage if asked, then [DONE]); and in llama-server's and Ollama's.
 #pragma once
 #include <httplib.h>
 
@@ -12,6 +12,7 @@
 
 #include "apps/recipes/inference.h"
 #include "apps/serve/generation.h"
+#include "apps/serve/ollama_requests.h"
 #include "apps/serve/requests.h"
 
 namespace kiln::serve {
@@ -31,6 +32,10 @@ void answer_completion(const GenerationTarget& target, const CompletionRequest& 
 // streamed as {"content", "stop": false} events, the last one the answer's stats (no [DONE]).
 void answer_llama_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
 void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+// Ollama's POST /api/chat and /api/generate (ollama_answers.h): the whole answer, or NDJSON lines of it.
+void answer_ollama_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+void answer_ollama_generate(const GenerationTarget& target, const OllamaGenerateRequest& request,
+                            httplib::Response& res);
 // POST /apply-template: {"prompt": the conversation as the model's template renders it}, as llama-server answers.
 void answer_apply_template(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 

@@ -52,7 +52,10 @@ void GenerationScheduler::deliver(Running& r) {
     if (streamed && !piece.empty()) r.job->pieces.push_back(std::move(piece));
     for (; streamed && r.logprobs_delivered < logprobs.size(); ++r.logprobs_delivered)
       r.job->token_logprobs.push_back(logprobs[r.logprobs_delivered]);
+    const auto now = std::chrono::steady_clock::now();
+    if (!r.job->started) r.job->times.first_token = now;
     r.job->started = true;
+    if (finished) r.job->times.finished = now;
     if (finished) {
       r.job->result = r.completion->result();
       r.job->finished = true;
@@ -81,7 +84,8 @@ void GenerationScheduler::join_waiting(std::vector<std::shared_ptr<GenerationJob
   std::vector<recipes::CompletionOptions> options;
   for (auto& job : joining) {
     if (job->cancelled) continue;
-    metrics_.queue_wait(std::chrono::duration<double>(now - job->arrived).count());
+    metrics_.queue_wait(std::chrono::duration<double>(now - job->times.arrived).count());
+    job->times.prompt_started = now;
     jobs.push_back(job);
     prompts.push_back(job->prompt);
     options.push_back(job->options);

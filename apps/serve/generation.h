@@ -29,10 +29,17 @@ struct JobSignal {
 
 // One completion, shared by the HTTP handler that waits on it and the
 // scheduler that fills it in.
+// When a job's stages happened: its prompt began, its first token was made, it finished (Ollama's answers report
+// the durations between them).
+struct JobTimes {
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now(), prompt_started, first_token,
+                                        finished;
+};
+
 struct GenerationJob {
   std::string prompt;
   recipes::CompletionOptions options;
-  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  JobTimes times;  // arrived is set on creation; prompt_started by the scheduler; the rest under signal->mutex
   std::atomic<bool> cancelled{false};  // the client is gone or timed out: the scheduler drops it
   // A stream takes each step's text as it comes; a plain answer only the
   // result, so its handler is woken once, at the end, and not every step

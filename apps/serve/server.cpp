@@ -7,6 +7,7 @@
 
 #include "apps/serve/answers.h"
 #include "apps/serve/generation.h"
+#include "apps/serve/ollama_answers.h"
 #include "apps/serve/page.h"
 #include "apps/serve/precision.h"
 #include "apps/serve/requests.h"
@@ -45,8 +46,10 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_stop{false};
 
 // OpenAI's error shape, {"error": {"message", "type", "code"}}, with the
-// HTTP status as the code and OpenAI's type for it.
-std::string error_body(const std::string& message, int status) {
+// HTTP status as the code and OpenAI's type for it; Ollama's API's ({"error": message}) for its endpoints.
+std::string error_body(const std::string& message, int status, const std::string& endpoint = "") {
+  if (endpoint.starts_with("/api/"))
+    return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
   const char* type = status == 404   ? "not_found_error"
                      : status == 503 ? "overloaded_error"
                      : status == 504 ? "timeout_error"
@@ -81,6 +84,7 @@ extern "C" void on_signal(int) { g_stop = true; }
 
 struct ServedModel {
   std::string name, dir, recipe;
+  std::string loaded_at = ollama_time_now();  // RFC 3339
   recipes::ModelKind kind;
   int64_t step = 0;
   std::unique_ptr<recipes::InferenceModel> model;
@@ -248,10 +252,10 @@ class Server {
       } catch (const HttpError& e) {
         res.status = e.status;
         if (e.status == 503) res.set_header("Retry-After", "1");
-        res.set_content(error_body(e.what(), e.status), "application/json");
+        res.set_content(error_body(e.what(), e.status, endpoint), "application/json");
       } catch (const std::exception& e) {
         res.status = 500;
-        res.set_content(error_body(e.what(), 500), "application/json");
+        res.set_content(error_body(e.what(), 500, endpoint), "application/json");
       }
       metrics_.request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());
     };
@@ -375,6 +379,36 @@ class Server {
     http_.Get("/tokenizer_info", handle("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
       answer_tokenizer_info(language_model(req.get_param_value("model")), res);
     }));
+    // Ollama's API (ollama_requests.h), for clients written for `ollama serve`.
+    language_endpoint("/api/chat", parse_ollama_chat, answer_ollama_chat);
+    post("/api/generate", "/api/generate", [this](const httplib::Request&, const std::string& body,
+                                                  httplib::Response& res) {
+      const OllamaGenerateRequest r = parse_ollama_generate(body);
+      answer_ollama_generate(language_model(r.chat.model), r, res);
+    });
+    for (const bool older : {false, true})
+      post(older ? "/api/embeddings" : "/api/embed", older ? "/api/embeddings" : "/api/embed",
+           [this, older](const httplib::Request&, const std::string& body, httplib::Response& res) {
+             embed_ollama(parse_ollama_embed(body, older), older, res);
+           });
+    http_.Get("/api/tags", handle("/api/tags", [this](const httplib::Request&, httplib::Response& res) {
+      if (!ready_) throw HttpError(503, "models are still loading");
+      std::vector<OllamaModel> list;
+      for (const auto& [name, m] : models_)
+        if (m->kind == recipes::ModelKind::language_model || m->kind == recipes::ModelKind::text_embedder)
+          list.push_back(ollama_model(*m));
+      res.set_content(ollama_tags(list).dump(), "application/json");
+    }));
+    post("/api/show", "/api/show", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      const json r = json::parse(body, nullptr, false);
+      if (!r.is_object() || !r.value("model", json()).is_string())
+        throw HttpError(400, "/api/show takes {\"model\": NAME}");
+      res.set_content(ollama_show(ollama_model(model(r["model"]))).dump(-1, ' ', false, json::error_handler_t::replace),
+                      "application/json");
+    });
+    http_.Get("/api/version", handle("/api/version", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"version", KILN_VERSION}}.dump(), "application/json");
+    }));
     http_.Get("/props", handle("/props", [this](const httplib::Request& req, httplib::Response& res) {
       const GenerationTarget t = language_model(req.get_param_value("model"));
       answer_props(t, model(t.name).dir, o_.batching.max_batch, res);
@@ -491,9 +525,9 @@ class Server {
     res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
   }
 
-  // OpenAI's embeddings answer; the texts go through the model's batcher,
-  // max_batch at a time, so they share batches with other requests.
-  void embed(const EmbeddingsRequest& r, httplib::Response& res) {
+  // The texts' embeddings, and the tokens read; they go through the model's
+  // batcher, max_batch at a time, so they share batches with other requests.
+  std::pair<std::vector<std::vector<float>>, int64_t> embeddings(const EmbeddingsRequest& r) {
     ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::text_embedder)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text embedder");
@@ -508,7 +542,7 @@ class Server {
     const int64_t pad = m.model->pad_token().value_or(0);
     int64_t tokens = 0;
     for (int64_t v : ids.to_vector<int64_t>()) tokens += v != pad;
-    json data = json::array();
+    std::vector<std::vector<float>> out;
     for (auto& part : parts) {
       const Tensor rows = wait_for(part);
       const int64_t width = rows.size(1);
@@ -516,16 +550,55 @@ class Server {
         throw HttpError(400, "'dimensions' is " + std::to_string(*r.dimensions) + "; model '" + m.name + "' gives " +
                                  std::to_string(width) + " (it does not shorten its embeddings)");
       const std::vector<float> v = rows.to_vector<float>();
-      for (int64_t i = 0; i < rows.size(0); ++i) {
-        const float* e = v.data() + i * width;
-        json embedding = r.base64 ? json(text::base64_encode(e, size_t(width) * sizeof(float)))
-                                  : json(std::vector<float>(e, e + width));
-        data.push_back({{"object", "embedding"}, {"index", data.size()}, {"embedding", std::move(embedding)}});
-      }
+      for (int64_t i = 0; i < rows.size(0); ++i) out.emplace_back(v.begin() + i * width, v.begin() + (i + 1) * width);
     }
-    res.set_content(json{{"object", "list"}, {"data", data}, {"model", m.name},
+    return {std::move(out), tokens};
+  }
+
+  // OpenAI's embeddings answer.
+  void embed(const EmbeddingsRequest& r, httplib::Response& res) {
+    const auto [vectors, tokens] = embeddings(r);
+    json data = json::array();
+    for (const std::vector<float>& e : vectors)
+      data.push_back({{"object", "embedding"},
+                      {"index", data.size()},
+                      {"embedding", r.base64 ? json(text::base64_encode(e.data(), e.size() * sizeof(float))) : json(e)}});
+    res.set_content(json{{"object", "list"}, {"data", data}, {"model", r.model},
                          {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}.dump(),
                     "application/json");
+  }
+
+  // Ollama's: /api/embed's L2-normalised, as Ollama normalises them; the older /api/embeddings' as the model gives it.
+  void embed_ollama(const EmbeddingsRequest& r, bool older, httplib::Response& res) {
+    const auto start = Clock::now();
+    auto [vectors, tokens] = embeddings(r);
+    if (older) return res.set_content(json{{"embedding", vectors.front()}}.dump(), "application/json");
+    for (std::vector<float>& e : vectors) {
+      double norm = 0;
+      for (float x : e) norm += double(x) * x;
+      if (norm > 0)
+        for (float& x : e) x = float(x / std::sqrt(norm));
+    }
+    res.set_content(json{{"model", r.model},
+                         {"embeddings", vectors},
+                         {"total_duration", std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()},
+                         {"load_duration", 0},
+                         {"prompt_eval_count", tokens}}
+                        .dump(),
+                    "application/json");
+  }
+
+  // What Ollama's /api/tags and /api/show say of a served language model or embedder.
+  OllamaModel ollama_model(const ServedModel& m) {
+    OllamaModel o{m.name, m.recipe, m.kind == recipes::ModelKind::text_embedder};
+    o.loaded_at = m.loaded_at;
+    if (o.embedder) return o;
+    const json info = m.model->tokenizer_info();
+    o.context_length = m.model->context_length();
+    o.chat_template = info.value("chat_template", json()).is_string() ? info["chat_template"].get<std::string>() : "";
+    o.tools = m.model->tool_call_format() != nullptr;
+    o.thinking = m.model->reasoning_format() != nullptr;
+    return o;
   }
 
   // The generation endpoints' target: a served language model.
