@@ -340,9 +340,12 @@ TEST(GgufModels, ANomicBertFileReadsAsItsFoldersEncoderConfig) {
   const nlohmann::json c = models::hf_config_from_gguf(GgufFile::open(seed));
   std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/embed-nomic-bert/config.json");
   const nlohmann::json folder = nlohmann::json::parse(in);
-  for (const auto& [hub, transformers] : {std::pair{"n_embd", "hidden_size"}, {"n_layer", "num_hidden_layers"},
-                                          {"n_head", "num_attention_heads"}, {"n_inner", "intermediate_size"},
-                                          {"type_vocab_size", "type_vocab_size"}, {"model_type", "model_type"}})
+  for (const auto& [hub, transformers] : {std::pair{"n_embd", "hidden_size"},
+                                          {"n_layer", "num_hidden_layers"},
+                                          {"n_head", "num_attention_heads"},
+                                          {"n_inner", "intermediate_size"},
+                                          {"type_vocab_size", "type_vocab_size"},
+                                          {"model_type", "model_type"}})
     EXPECT_EQ(c[hub], folder[transformers]) << hub;
   EXPECT_EQ(c["rotary_emb_base"], folder["rope_parameters"]["rope_theta"]);
   EXPECT_EQ(c["activation_function"], "swiglu");

@@ -60,8 +60,8 @@ TEST_P(Embedders, ABatchGivesEachTextItsOwnEmbedding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Embedders,
-                         ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max", "embed-modernbert",
-                                           "embed-nomic-bert", "embed-xlmr-cls"),
+                         ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max",
+                                           "embed-modernbert", "embed-nomic-bert", "embed-xlmr-cls"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)

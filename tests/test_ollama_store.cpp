@@ -1,7 +1,6 @@
 // ollama:NAME (models/hf/ollama_store.h) against a store made here as
 // `ollama pull` leaves one.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -45,8 +44,9 @@ TEST(OllamaStore, NamesResolveToTheirStoresGgufBlob) {
   manifest("hf.co/org/tiny-GGUF/Q8_0", model);
   manifest("registry.ollama.ai/library/adapted/latest",
            model + R"(, {"mediaType": "application/vnd.ollama.image.adapter", "digest": "sha256:)" + other + R"("})");
-  manifest("registry.ollama.ai/library/lost/latest",
-           R"({"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:)" + std::string(64, 'd') + R"("})");
+  manifest(
+      "registry.ollama.ai/library/lost/latest",
+      R"({"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:)" + std::string(64, 'd') + R"("})");
   ::setenv("OLLAMA_MODELS", store.c_str(), 1);
   const std::string blob = (store / "blobs" / ("sha256-" + digest)).string();
   for (const char* name :

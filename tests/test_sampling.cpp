@@ -252,10 +252,10 @@ TEST(SamplingDefaults, AGgufFileIsReadAsLlamaCppReadsItAndSurvivesTheRoundTrip) 
   EXPECT_EQ(models::generation_config_of_gguf_sampling(m), back);
   EXPECT_TRUE(f.unapplied.empty());
   // llama.cpp's samplers that Kiln does not run are said where the defaults are, when the file turns them on.
-  const auto other = models::gguf_sampling(
-      nlohmann::json::parse(R"({"general.sampling.temp": 0.6, "general.sampling.mirostat": 2,
+  const auto other =
+      models::gguf_sampling(nlohmann::json::parse(R"({"general.sampling.temp": 0.6, "general.sampling.mirostat": 2,
           "general.sampling.mirostat_tau": 5.0, "general.sampling.xtc_probability": 0.0})"),
-      "f.gguf");
+                            "f.gguf");
   EXPECT_EQ(models::sampling_fields_text(other), "temperature 0.6; not applied: general.sampling.mirostat 2");
 }
 

@@ -16,7 +16,8 @@ int64_t nanoseconds(std::chrono::steady_clock::duration d) {
 
 json details_of(const OllamaModel& m) {
   const size_t colon = m.source.find(':');
-  const std::string format = m.source.substr(0, colon), family = colon == std::string::npos ? "" : m.source.substr(colon + 1);
+  const std::string format = m.source.substr(0, colon),
+                    family = colon == std::string::npos ? "" : m.source.substr(colon + 1);
   return {{"format", format == "hf" ? "safetensors" : format}, {"family", family}, {"families", {family}}};
 }
 

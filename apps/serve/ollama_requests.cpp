@@ -18,8 +18,9 @@ json object_of(const std::string& text) {
 }
 
 void only(const json& body, std::initializer_list<const char*> known, const std::string& endpoint) {
-  for (const auto& [key, value] : body.items())
-    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (const std::string key = it.key();
+        std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
       throw HttpError(400, "unknown field '" + key + "' (see docs/SERVING.md for the fields " + endpoint + " takes)");
 }
 
@@ -28,23 +29,32 @@ void read_options(const json& body, json& out) {
   if (!body.contains("options")) return;
   const json& o = body["options"];
   if (!o.is_object()) throw HttpError(400, "'options' must be an object of Ollama's parameters");
-  static const char* const kSampling[] = {"temperature",    "top_k",         "top_p",
-                                          "min_p",          "seed",          "stop",
-                                          "repeat_penalty", "repeat_last_n", "presence_penalty",
+  static const char* const kSampling[] = {"temperature",
+                                          "top_k",
+                                          "top_p",
+                                          "min_p",
+                                          "seed",
+                                          "stop",
+                                          "repeat_penalty",
+                                          "repeat_last_n",
+                                          "presence_penalty",
                                           "frequency_penalty"};
   // The runner's: how Ollama loads and runs the model, which Kiln's command line sets.
-  static const char* const kRunner[] = {"num_ctx",  "num_batch", "num_gpu",   "main_gpu",   "use_mmap",
-                                        "use_mlock", "num_thread", "num_keep", "low_vram", "numa",
-                                        "vocab_only", "f16_kv",  "penalize_newline"};
+  static const char* const kRunner[] = {"num_ctx",    "num_batch",  "num_gpu",         "main_gpu", "use_mmap",
+                                        "use_mlock",  "num_thread", "num_keep",        "low_vram", "numa",
+                                        "vocab_only", "f16_kv",     "penalize_newline"};
   static const std::pair<const char*, double> kOff[] = {{"mirostat", 0}, {"typical_p", 1}, {"tfs_z", 1}};
-  for (const auto& [key, value] : o.items()) {
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    const std::string key = it.key();
+    const json& value = it.value();
     if (value.is_null()) continue;
     if (std::any_of(std::begin(kSampling), std::end(kSampling), [&](const char* k) { return key == k; })) {
       out[key] = value;
     } else if (key == "num_predict") {
       if (!value.is_number_integer() || value.get<int64_t>() < -2 || value.get<int64_t>() == 0 ||
           value.get<int64_t>() > 4096)
-        throw HttpError(400, "options.num_predict must be -1 (until the end of the answer, up to 4096) or in [1, 4096]");
+        throw HttpError(400,
+                        "options.num_predict must be -1 (until the end of the answer, up to 4096) or in [1, 4096]");
       out["max_tokens"] = value.get<int64_t>() < 0 ? int64_t(4096) : value.get<int64_t>();
     } else if (std::none_of(std::begin(kRunner), std::end(kRunner), [&](const char* k) { return key == k; })) {
       const auto off = std::find_if(std::begin(kOff), std::end(kOff), [&](const auto& p) { return key == p.first; });
@@ -132,13 +142,14 @@ ChatRequest parse_ollama_chat(const std::string& text) {
 
 OllamaGenerateRequest parse_ollama_generate(const std::string& text) {
   const json body = object_of(text);
-  only(body, {"model", "prompt", "system", "raw", "format", "options", "stream", "think", "keep_alive", "context",
-              "images", "suffix", "template"},
+  only(body,
+       {"model", "prompt", "system", "raw", "format", "options", "stream", "think", "keep_alive", "context", "images",
+        "suffix", "template"},
        "/api/generate");
   for (const char* field : {"context", "images", "suffix", "template"})
     if (body.contains(field) && body[field] != json::array() && body[field] != "")
       throw HttpError(400, std::string("field '") + field + "' is not supported: " +
-                               (std::string(field) == "context" ? "send the conversation to /api/chat"
+                               (std::string(field) == "context"  ? "send the conversation to /api/chat"
                                 : std::string(field) == "images" ? "Kiln serves text models"
                                 : std::string(field) == "suffix" ? "Kiln does not fill in the middle"
                                                                  : "the model's own chat template is used"));

@@ -26,9 +26,9 @@ ChatRequest parse_ollama_chat(const std::string& body);
 // prompt is a user message (after the system one) through the model's chat
 // template, as Ollama templates it; with raw it is the prompt as it is.
 struct OllamaGenerateRequest {
-  ChatRequest chat;        // the conversation (its fields are the request's)
-  bool raw = false;        // the prompt as it is, not templated
-  std::string prompt;      // raw's
+  ChatRequest chat;    // the conversation (its fields are the request's)
+  bool raw = false;    // the prompt as it is, not templated
+  std::string prompt;  // raw's
 };
 OllamaGenerateRequest parse_ollama_generate(const std::string& body);
 

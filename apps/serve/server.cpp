@@ -178,8 +178,8 @@ class Server {
                "llama-server do): " +
                own);
         if (const auto stop = model->default_stop(); !stop.empty())
-          log_("kiln serve: " + name + " stops at its own stop strings where a request gives none: " +
-               nlohmann::json(stop).dump());
+          log_("kiln serve: " + name +
+               " stops at its own stop strings where a request gives none: " + nlohmann::json(stop).dump());
         if (!model->default_system().empty())
           log_("kiln serve: " + name + " opens a conversation without a system message with its own (" +
                std::to_string(model->default_system().size()) + " bytes)");
@@ -381,24 +381,24 @@ class Server {
     }));
     // Ollama's API (ollama_requests.h), for clients written for `ollama serve`.
     language_endpoint("/api/chat", parse_ollama_chat, answer_ollama_chat);
-    post("/api/generate", "/api/generate", [this](const httplib::Request&, const std::string& body,
-                                                  httplib::Response& res) {
-      const OllamaGenerateRequest r = parse_ollama_generate(body);
-      answer_ollama_generate(language_model(r.chat.model), r, res);
-    });
+    post("/api/generate", "/api/generate",
+         [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           const OllamaGenerateRequest r = parse_ollama_generate(body);
+           answer_ollama_generate(language_model(r.chat.model), r, res);
+         });
     for (const bool older : {false, true})
       post(older ? "/api/embeddings" : "/api/embed", older ? "/api/embeddings" : "/api/embed",
            [this, older](const httplib::Request&, const std::string& body, httplib::Response& res) {
              embed_ollama(parse_ollama_embed(body, older), older, res);
            });
     http_.Get("/api/tags", handle("/api/tags", [this](const httplib::Request&, httplib::Response& res) {
-      if (!ready_) throw HttpError(503, "models are still loading");
-      std::vector<OllamaModel> list;
-      for (const auto& [name, m] : models_)
-        if (m->kind == recipes::ModelKind::language_model || m->kind == recipes::ModelKind::text_embedder)
-          list.push_back(ollama_model(*m));
-      res.set_content(ollama_tags(list).dump(), "application/json");
-    }));
+                if (!ready_) throw HttpError(503, "models are still loading");
+                std::vector<OllamaModel> list;
+                for (const auto& [name, m] : models_)
+                  if (m->kind == recipes::ModelKind::language_model || m->kind == recipes::ModelKind::text_embedder)
+                    list.push_back(ollama_model(*m));
+                res.set_content(ollama_tags(list).dump(), "application/json");
+              }));
     post("/api/show", "/api/show", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       const json r = json::parse(body, nullptr, false);
       if (!r.is_object() || !r.value("model", json()).is_string())
@@ -407,12 +407,12 @@ class Server {
                       "application/json");
     });
     http_.Get("/api/version", handle("/api/version", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(json{{"version", KILN_VERSION}}.dump(), "application/json");
-    }));
+                res.set_content(json{{"version", KILN_VERSION}}.dump(), "application/json");
+              }));
     http_.Get("/props", handle("/props", [this](const httplib::Request& req, httplib::Response& res) {
-      const GenerationTarget t = language_model(req.get_param_value("model"));
-      answer_props(t, model(t.name).dir, o_.batching.max_batch, res);
-    }));
+                const GenerationTarget t = language_model(req.get_param_value("model"));
+                answer_props(t, model(t.name).dir, o_.batching.max_batch, res);
+              }));
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string what = res.status == 404   ? "no such path: " + req.method + " " + req.path
@@ -560,11 +560,15 @@ class Server {
     const auto [vectors, tokens] = embeddings(r);
     json data = json::array();
     for (const std::vector<float>& e : vectors)
-      data.push_back({{"object", "embedding"},
-                      {"index", data.size()},
-                      {"embedding", r.base64 ? json(text::base64_encode(e.data(), e.size() * sizeof(float))) : json(e)}});
-    res.set_content(json{{"object", "list"}, {"data", data}, {"model", r.model},
-                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}.dump(),
+      data.push_back(
+          {{"object", "embedding"},
+           {"index", data.size()},
+           {"embedding", r.base64 ? json(text::base64_encode(e.data(), e.size() * sizeof(float))) : json(e)}});
+    res.set_content(json{{"object", "list"},
+                         {"data", data},
+                         {"model", r.model},
+                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
+                        .dump(),
                     "application/json");
   }
 
@@ -579,13 +583,14 @@ class Server {
       if (norm > 0)
         for (float& x : e) x = float(x / std::sqrt(norm));
     }
-    res.set_content(json{{"model", r.model},
-                         {"embeddings", vectors},
-                         {"total_duration", std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()},
-                         {"load_duration", 0},
-                         {"prompt_eval_count", tokens}}
-                        .dump(),
-                    "application/json");
+    res.set_content(
+        json{{"model", r.model},
+             {"embeddings", vectors},
+             {"total_duration", std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()},
+             {"load_duration", 0},
+             {"prompt_eval_count", tokens}}
+            .dump(),
+        "application/json");
   }
 
   // What Ollama's /api/tags and /api/show say of a served language model or embedder.

@@ -73,17 +73,16 @@ void answer_props(const GenerationTarget& t, const std::string& path, int64_t sl
                        {"frequency_penalty", s.frequency_penalty},
                        {"stop", t.model.default_stop()}};
   auto text = [&](const char* key) { return info.value(key, json()).is_string() ? info[key] : json(""); };
-  const json props = {
-      {"default_generation_settings", {{"params", params}, {"n_ctx", t.model.context_length()}}},
-      {"total_slots", slots},
-      {"model_alias", t.name},
-      {"model_path", path},
-      {"modalities", {{"vision", false}, {"audio", false}}},
-      {"chat_template", text("chat_template")},
-      {"bos_token", text("bos_token")},
-      {"eos_token", text("eos_token")},
-      {"build_info", std::string("kiln ") + KILN_VERSION},
-      {"is_sleeping", false}};
+  const json props = {{"default_generation_settings", {{"params", params}, {"n_ctx", t.model.context_length()}}},
+                      {"total_slots", slots},
+                      {"model_alias", t.name},
+                      {"model_path", path},
+                      {"modalities", {{"vision", false}, {"audio", false}}},
+                      {"chat_template", text("chat_template")},
+                      {"bos_token", text("bos_token")},
+                      {"eos_token", text("eos_token")},
+                      {"build_info", std::string("kiln ") + KILN_VERSION},
+                      {"is_sleeping", false}};
   res.set_content(dump(props), "application/json");
 }
 

@@ -10,8 +10,8 @@ std::string base64_encode(const void* data, size_t bytes) {
   std::string out;
   out.reserve((bytes + 2) / 3 * 4);
   for (size_t i = 0; i < bytes; i += 3) {
-    const uint32_t n = uint32_t(p[i]) << 16 | (i + 1 < bytes ? uint32_t(p[i + 1]) << 8 : 0) |
-                       (i + 2 < bytes ? uint32_t(p[i + 2]) : 0);
+    const uint32_t n =
+        uint32_t(p[i]) << 16 | (i + 1 < bytes ? uint32_t(p[i + 1]) << 8 : 0) | (i + 2 < bytes ? uint32_t(p[i + 2]) : 0);
     out += digits[n >> 18 & 63];
     out += digits[n >> 12 & 63];
     out += i + 1 < bytes ? digits[n >> 6 & 63] : '=';

@@ -355,7 +355,8 @@ GgufVocab unigram_vocab(const json& m, const std::vector<std::string>& tokens, c
                  ", not a byte");
       bytes[i] = char(map[i]);
     }
-    normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(bytes.data(), bytes.size())}});
+    normalizers.push_back(
+        {{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(bytes.data(), bytes.size())}});
   }
   if (merge_spaces) {
     normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", "^ +| +$"}}}, {"content", ""}});
@@ -364,8 +365,10 @@ GgufVocab unigram_vocab(const json& m, const std::vector<std::string>& tokens, c
   GgufVocab out;
   json& t = out.tokenizer;
   t["normalizer"] = normalizers.empty() ? json() : json{{"type", "Sequence"}, {"normalizers", normalizers}};
-  const json metaspace = {{"type", "Metaspace"}, {"replacement", kSpace},
-                          {"prepend_scheme", prefix ? "always" : "never"}, {"split", false}};
+  const json metaspace = {{"type", "Metaspace"},
+                          {"replacement", kSpace},
+                          {"prepend_scheme", prefix ? "always" : "never"},
+                          {"split", false}};
   t["pre_tokenizer"] = metaspace;
   t["decoder"] = metaspace;
   json pieces = json::array(), added = json::array();
@@ -378,7 +381,8 @@ GgufVocab unigram_vocab(const json& m, const std::vector<std::string>& tokens, c
   t["model"] = {{"type", "Unigram"}, {"unk_id", unk}, {"vocab", std::move(pieces)}, {"byte_fallback", bytes}};
   t["added_tokens"] = std::move(added);
   // llama.cpp's UGM default: an eos after the text, no bos.
-  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", n), eos = token_id(m, "tokenizer.ggml.eos_token_id", n);
+  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", n),
+                eos = token_id(m, "tokenizer.ggml.eos_token_id", n);
   std::vector<std::pair<std::string, int32_t>> before, after;
   if (flag(m, "tokenizer.ggml.add_bos_token", false) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
   if (flag(m, "tokenizer.ggml.add_eos_token", true) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
@@ -403,8 +407,7 @@ GgufVocab gguf_vocab(const json& m) {
   KILN_CHECK(model_key && model_key->is_string(), "GGUF: the file has no tokenizer (tokenizer.ggml.model); "
              "Kiln needs the vocabulary llama.cpp's converter writes into the file");
   const std::string model = model_key->get<std::string>();
-  KILN_CHECK(model == "llama" || model == "gpt2" || model == "bert" || model == "t5", "GGUF: tokenizer model '",
-             model,
+  KILN_CHECK(model == "llama" || model == "gpt2" || model == "bert" || model == "t5", "GGUF: tokenizer model '", model,
              "' is not one Kiln reads from GGUF yet (it reads 'llama', SentencePiece, 'gpt2', byte-level BPE, "
              "'bert', WordPiece, and 't5', Unigram)");
   const bool sentencepiece = model == "llama";

@@ -10,8 +10,8 @@
 #include <utf8proc.h>
 
 #include <cstring>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/text/base64.h"

@@ -36,8 +36,8 @@ class NomicBertLayer : public Module {
     };
     const Tensor cos_x = to_dtype(cos, x.dtype()), sin_x = to_dtype(sin, x.dtype());
     const Tensor q = rotary(heads(0), cos_x, sin_x), k = rotary(heads(1), cos_x, sin_x), v = heads(2);
-    const Tensor a = key_bias.defined() ? attention_written_out(q, k, v, key_bias)
-                                        : scaled_dot_product_attention(q, k, v, false);
+    const Tensor a =
+        key_bias.defined() ? attention_written_out(q, k, v, key_bias) : scaled_dot_product_attention(q, k, v, false);
     const Tensor h = norm1->forward(x + out_proj->forward(reshape(transpose(a, 1, 2), {B, T, C})));
     return norm2->forward(h + fc2->forward(silu_mul(fc12->forward(h), fc11->forward(h))));
   }
@@ -86,7 +86,8 @@ Tensor NomicBertEncoder::forward(const Tensor& ids, const std::vector<int64_t>& 
   if (std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
     std::vector<float> bias(size_t(B * T), 0.0f);
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = lengths[size_t(b)]; t < T; ++t) bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
+      for (int64_t t = lengths[size_t(b)]; t < T; ++t)
+        bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
     key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
   }
   const auto [cos, sin] = rotary_table(T, config_.hidden_size / config_.num_heads, config_.rope_theta, ids.device());

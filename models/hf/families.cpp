@@ -657,9 +657,8 @@ NomicBertConfig read_nomic_bert_config(const json& j) {
   c.intermediate_size = integer("n_inner", "intermediate_size");
   r.only("head_dim", {c.hidden_size / c.num_heads});
   // Trained for max_trained_positions (2048 in v1 and v1.5, whose n_positions says 8192), as llama.cpp reads it.
-  c.max_positions = r.has("n_positions")
-                        ? std::min(r.integer("n_positions"), r.integer("max_trained_positions", 2048))
-                        : r.integer("max_position_embeddings", 2048);
+  c.max_positions = r.has("n_positions") ? std::min(r.integer("n_positions"), r.integer("max_trained_positions", 2048))
+                                         : r.integer("max_position_embeddings", 2048);
   c.type_vocab_size = r.has("type_vocab_size") && r.at("type_vocab_size") == 0 ? 0 : r.integer("type_vocab_size", 2);
   c.layer_norm_eps = r.number("layer_norm_epsilon", r.number("layer_norm_eps", 1e-12));
   if (r.has("rope_parameters")) {
@@ -693,7 +692,8 @@ const std::vector<ClassifierFamily>& classifier_families() {
   static const std::vector<ClassifierFamily> table = {bert_family("bert", "bert"),
                                                       bert_family("distilbert", "distilbert"),
                                                       bert_family("roberta", "roberta"),
-                                                      bert_family("xlm-roberta", "roberta"), modernbert_family(),
+                                                      bert_family("xlm-roberta", "roberta"),
+                                                      modernbert_family(),
                                                       nomic_bert_family()};
   return table;
 }

@@ -10,10 +10,10 @@
 namespace kiln::models {
 
 struct GgufEncoderArch {
-  std::string arch;                                                   // general.architecture
-  std::vector<std::pair<std::string, std::string>> names;             // whole-model tensors
-  std::string layers;                                                 // "encoder.layer": where layer N's are
-  std::vector<std::pair<std::string, std::string>> layer_names;       // blk.N.<gguf> -> <layers>.N.<hf>
+  std::string arch;                                              // general.architecture
+  std::vector<std::pair<std::string, std::string>> names;        // whole-model tensors
+  std::string layers;                                            // "encoder.layer": where layer N's are
+  std::vector<std::pair<std::string, std::string>> layer_names;  // blk.N.<gguf> -> <layers>.N.<hf>
 };
 
 // The row of `arch`, or null.

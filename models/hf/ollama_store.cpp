@@ -99,8 +99,8 @@ OllamaDefaults ollama_params(const json& params, const std::string& where) {
   for (const ParamKey& k : kParamKeys) {
     if (!params.contains(k.name) || params[k.name].is_null()) continue;
     const json& v = params[k.name];
-    KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", k.name, " is ", v.dump(),
-               ", not ", k.integer ? "an integer" : "a number");
+    KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", k.name, " is ", v.dump(), ", not ",
+               k.integer ? "an integer" : "a number");
     if (k.real) d.sampling.*k.real = v.get<double>();
     if (k.integer) d.sampling.*k.integer = v.get<int64_t>();
   }

@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes as the body of every request kiln serve
-// parses, and a chat's messages through every chat template; a chat's
+// parses (OpenAI's, llama-server's, Ollama's), and a chat's messages through every chat template; a chat's
 // tools compiled into each tool-call format's forced-call grammar, and the
 // body read as a model's answer in each format. The contract: a parser
 // returns a valid request or throws HttpError(400) (kiln::Error for a
@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "apps/serve/ollama_requests.h"
 #include "apps/serve/requests.h"
 #include "kiln/core/error.h"
 #include "kiln/text/base64.h"
@@ -84,6 +85,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.tokens.size() > 1000000 || std::any_of(r.tokens.begin(), r.tokens.end(), [](int32_t t) { return t < 0; }))
       std::abort();
   });
+  // Ollama's requests, read into the OpenAI endpoints' own.
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_ollama_chat(body);
+    if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096) std::abort();
+  });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_ollama_generate(body);
+    if (r.chat.messages.empty() || r.chat.max_tokens < 1 || r.chat.max_tokens > 4096) std::abort();
+  });
+  for (const bool older : {false, true})
+    expect_valid_or_400([&] {
+      auto r = kiln::serve::parse_ollama_embed(body, older);
+      if (r.texts.empty()) std::abort();
+    });
   // A chat request's messages, rendered by every template: text, or a
   // kiln::Error for a conversation the template refuses.
   expect_valid_or_400([&] {

@@ -99,7 +99,8 @@ TEST(VocabCorpus, GgufVocabulariesTokenizeAsTheModelsOwnTokenizers) {
 TEST(VocabCorpus, GgufUnigramVocabulariesTokenizeAsSentencePiece) {
   const char* corpus = std::getenv("KILN_VOCAB_CORPUS");
   const char* models = std::getenv("KILN_LLAMA_CPP_MODELS");
-  ASSERT_TRUE(corpus && models) << "KILN_VOCAB_CORPUS and KILN_LLAMA_CPP_MODELS are not set: run tests/cli/hf_vocabs.sh";
+  ASSERT_TRUE(corpus && models)
+      << "KILN_VOCAB_CORPUS and KILN_LLAMA_CPP_MODELS are not set: run tests/cli/hf_vocabs.sh";
   int vocabularies = 0;
   for (const auto& entry : fs::directory_iterator(corpus)) {
     if (!entry.path().filename().string().starts_with("gguf-")) continue;
