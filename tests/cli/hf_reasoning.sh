@@ -12,10 +12,12 @@
 # - a model that never opens the marks (Qwen3 under it) answers in content;
 # - a constrained answer (response_format) thinks first, unless the prompt
 #   closed the marks or reasoning_format is "none"; kiln chat's too;
+# - Ollama's /api/chat gives the thinking in message.thinking, whole and
+#   streamed, and think false closes the marks;
 # - bad reasoning_format and chat_template_kwargs are 400s that say why.
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-require_oracle transformers tokenizers openai jsonschema
+require_oracle transformers tokenizers openai jsonschema ollama
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
@@ -72,6 +74,21 @@ for seed in (1, 2, 3):
     plain = answer("qwen3", seed)
     assert getattr(plain, "reasoning_content", None) is None and plain.content == answer("qwen3", seed, reasoning_format="none").content
 print("split, streamed and raw answers agree")
+
+# Ollama's /api/chat (its Python client): the thinking in message.thinking, whole and streamed, as the OpenAI
+# endpoint's reasoning_content; think false turns the template's enable_thinking off (the distill's marks close).
+import ollama
+oc = ollama.Client(host=f"http://127.0.0.1:{port}")
+for seed in (1, 2):
+    options = {"temperature": 1.0, "seed": seed, "num_predict": 24}
+    split = answer("r1", seed)
+    whole = oc.chat(model="r1", messages=ask, options=options, stream=False).message
+    assert (whole.thinking, whole.content) == (split.reasoning_content, ""), (whole, split)
+    pieces = list(oc.chat(model="r1", messages=ask, options=options, stream=True))
+    assert "".join(p.message.thinking or "" for p in pieces) == split.reasoning_content and pieces[-1].done, pieces
+    off = oc.chat(model="distill", messages=ask, options=options, think=False, stream=False).message
+    assert off.content == answer("distill", seed).content and not off.thinking, off
+print("Ollama's /api/chat: thinking whole and streamed as reasoning_content; think false")
 
 # A constrained answer thinks first, as vLLM's and llama-server's do: R1's prompt opened <think>, so the
 # grammar lets the thinking run to its end mark and holds the answer after it (a random model never
@@ -151,6 +168,7 @@ refused({"chat_template_kwargs": {"messages": []}}, "set by the request")
 print("bad fields refused")
 PY
 expect "split, streamed and raw answers agree"
+expect "Ollama's /api/chat: thinking whole and streamed"
 expect "constrained answers think first"
 expect "kiln chat thinks before a constrained answer as the server does"
 expect "prompts with chat_template_kwargs match transformers"
