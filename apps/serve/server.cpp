@@ -598,11 +598,14 @@ class Server {
     OllamaModel o{m.name, m.recipe, m.kind == recipes::ModelKind::text_embedder};
     o.loaded_at = m.loaded_at;
     if (o.embedder) return o;
-    const json info = m.model->tokenizer_info();
-    o.context_length = m.model->context_length();
-    o.chat_template = info.value("chat_template", json()).is_string() ? info["chat_template"].get<std::string>() : "";
     o.tools = m.model->tool_call_format() != nullptr;
     o.thinking = m.model->reasoning_format() != nullptr;
+    try {  // a Kiln run's GPT has neither a tokenizer to describe nor a context length
+      o.context_length = m.model->context_length();
+      const json info = m.model->tokenizer_info();
+      o.chat_template = info.value("chat_template", json()).is_string() ? info["chat_template"].get<std::string>() : "";
+    } catch (const Error&) {
+    }
     return o;
   }
 

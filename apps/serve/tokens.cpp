@@ -55,8 +55,10 @@ void answer_tokenizer_info(const GenerationTarget& t, httplib::Response& res) {
 
 void answer_props(const GenerationTarget& t, const std::string& path, int64_t slots, httplib::Response& res) {
   json info;
+  int64_t context = 0;
   try {
     info = t.model.tokenizer_info();
+    context = t.model.context_length();
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }

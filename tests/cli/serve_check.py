@@ -152,6 +152,20 @@ check(call("GET", base + "/v2/health/ready")[0] == 200, "GET /v2/health/ready is
 models = {m["id"]: m["kind"] for m in json.loads(call("GET", base + "/v1/models")[1])["data"]}
 check(models == {"mlp": "image-classifier", "gpt": "language-model", "cls": "text-classifier"},
       f"GET /v1/models lists all three: {models}")
+# Ollama's API: the language model listed (a run's GPT: no template to show), and its raw /api/generate is the
+# greedy completion /v1/completions gives.
+tags = json.loads(call("GET", base + "/api/tags")[1])["models"]
+check([t["name"] for t in tags] == ["gpt"], f"GET /api/tags lists the language model: {tags}")
+prompt = "The fortune:"
+status, body, _ = call("POST", base + "/api/generate", {"model": "gpt", "prompt": prompt, "raw": True, "stream": False,
+                                                         "options": {"temperature": 0, "num_predict": 8}})
+want = json.loads(call("POST", base + "/v1/completions", {"model": "gpt", "prompt": prompt, "temperature": 0,
+                                                           "max_tokens": 8})[1])["choices"][0]["text"]
+answer = json.loads(body)
+check(status == 200 and answer["response"] == want and answer["done"] and answer["eval_count"] == 8,
+      f"POST /api/generate raw on a run's GPT is its greedy completion: {answer.get('response')!r}")
+status, body, _ = call("POST", base + "/api/chat", {"model": "gpt", "messages": [{"role": "user", "content": "x"}]})
+check(status == 400 and "template" in json.loads(body)["error"], f"POST /api/chat without a template is a 400: {body}")
 meta = json.loads(call("GET", base + "/v2/models/mlp")[1])
 check(meta["inputs"][0]["shape"] == [-1, 1, 28, 28] and meta["outputs"][0]["shape"] == [-1, 10],
       "GET /v2/models/mlp gives the tensor metadata")
