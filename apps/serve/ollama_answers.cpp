@@ -14,10 +14,11 @@ int64_t nanoseconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
 }
 
+// "gguf:llama" -> format gguf, family llama; "hf:qwen2" -> safetensors, qwen2; a Kiln run's recipe -> kiln, it.
 json details_of(const OllamaModel& m) {
   const size_t colon = m.source.find(':');
-  const std::string format = m.source.substr(0, colon),
-                    family = colon == std::string::npos ? "" : m.source.substr(colon + 1);
+  const std::string format = colon == std::string::npos ? "kiln" : m.source.substr(0, colon);
+  const std::string family = colon == std::string::npos ? m.source : m.source.substr(colon + 1);
   return {{"format", format == "hf" ? "safetensors" : format}, {"family", family}, {"families", {family}}};
 }
 

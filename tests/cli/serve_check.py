@@ -155,7 +155,8 @@ check(models == {"mlp": "image-classifier", "gpt": "language-model", "cls": "tex
 # Ollama's API: the language model listed (a run's GPT: no template to show), and its raw /api/generate is the
 # greedy completion /v1/completions gives.
 tags = json.loads(call("GET", base + "/api/tags")[1])["models"]
-check([t["name"] for t in tags] == ["gpt"], f"GET /api/tags lists the language model: {tags}")
+check([(t["name"], t["details"]["format"], t["details"]["family"]) for t in tags] == [("gpt", "kiln", "fortunes-gpt")],
+      f"GET /api/tags lists the language model: {tags}")
 prompt = "The fortune:"
 status, body, _ = call("POST", base + "/api/generate", {"model": "gpt", "prompt": prompt, "raw": True, "stream": False,
                                                          "options": {"temperature": 0, "num_predict": 8}})
