@@ -9,13 +9,14 @@
 #   raw takes the rendered prompt as it is: the same reply;
 # - a conversation with Ollama's tool calls and tool results answers as the
 #   same conversation does through /v1/chat/completions;
+# - format (a JSON schema, or "json") constrains the reply to JSON;
 # - /api/embed's embeddings are sentence-transformers' (normalised), the
 #   older /api/embeddings' too;
 # - tags, show (template, context, capabilities), version; and bad requests
 #   are Ollama-shaped errors naming what is wrong.
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai ollama
+require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai ollama jsonschema
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
@@ -26,7 +27,7 @@ server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" "$MODEL" "$ROOT/tests/hf/fixtures/embed-minilm/expected.json" <<'PY'
 import json, sys, urllib.request
-import ollama, openai
+import jsonschema, ollama, openai
 port, folder, embedded = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
 want = json.load(open(f"{folder}/expected.json"))
 client = ollama.Client(host=f"http://127.0.0.1:{port}")
@@ -78,6 +79,21 @@ assert o.prompt_eval_count == a.usage.prompt_tokens and o.message.content == (a.
     (o, a)
 print("/api/chat with tool calls and results: the OpenAI conversation's prompt and reply")
 
+# format: "json" and a JSON schema constrain the reply as response_format does (a random model under the grammar).
+schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+          "required": ["n", "ok"], "additionalProperties": False}
+for fmt in (schema, "json"):
+    done = client.chat(model="qwen", messages=want["messages"], format=fmt, stream=False,
+                       options={"temperature": 0, "num_predict": 200})
+    if done.done_reason == "stop":
+        doc = json.loads(done.message.content)
+        if fmt == schema:
+            jsonschema.validate(doc, schema)
+        print(f"format {'schema' if fmt == schema else 'json'}:", done.message.content[:60])
+    else:  # cut by num_predict: still the start of a JSON document
+        assert done.message.content.lstrip().startswith(("{", "[")), done.message.content[:80]
+print("/api/chat format: JSON as asked")
+
 e = client.embed(model="emb", input=embedded["texts"][:3])
 assert len(e.embeddings) == 3 and e.prompt_eval_count > 0, e
 worst = max(abs(x - y) for got, w in zip(e.embeddings, embedded["embeddings"]) for x, y in zip(got, w))
@@ -112,7 +128,7 @@ for call, status, words in [
         assert err.status_code == status and words in err.error, (err.status_code, err.error)
 print("bad requests: Ollama's errors, naming what is wrong")
 PY
-expect_lines 7 "^/api/|^bad requests"
+expect_lines 8 "^/api/|^bad requests"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 echo "ok"
