@@ -509,12 +509,13 @@ LoadedModel load_hf_for_inference(const std::string& spec, Device device, const 
   const nlohmann::json config = models::read_hf_config(dir);
   // What the load line names: the family, and whether it came from a GGUF file.
   const std::string source = (models::is_gguf_file(dir) ? "gguf:" : "hf:") + config["model_type"].get<std::string>();
-  if (models::hf_model_kind(config) == "classifier") {
+  const std::string kind = models::hf_folder_kind(dir);
+  if (kind == "classifier") {
     auto c = models::load_hf_classifier(dir);
     c.model->to(device);
     return {source, ModelKind::text_classifier, 0, std::make_unique<HfClassifierInference>(std::move(c), device)};
   }
-  if (models::hf_model_kind(config) == "embedder") {
+  if (kind == "embedder") {
     auto e = models::load_hf_embedder(dir);
     e.encoder.model->to(device);
     return {source, ModelKind::text_embedder, 0, std::make_unique<HfEmbedderInference>(std::move(e))};

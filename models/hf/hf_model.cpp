@@ -17,6 +17,7 @@
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
 #include "kiln/text/gguf_vocab.h"
+#include "models/common/language_model_encoder.h"
 #include "models/hf/families.h"
 #include "models/hf/gguf_encoder.h"
 #include "models/hf/gguf_model.h"
@@ -89,6 +90,26 @@ void apply_store_defaults(const std::string& spec, HfCausalLm& lm) {
 }
 
 bool is_gguf_file(const std::string& path) { return fs::is_regular_file(path); }
+
+std::string hf_folder_kind(const std::string& dir) {
+  if (is_gguf_file(dir)) {
+    const GgufFile file = GgufFile::open(dir);
+    const json config = hf_config_from_gguf(file);
+    // A language model's file that names its pooling is an embedder's (llama.cpp's converter writes it for
+    // sentence-transformers folders: Qwen3-Embedding's last token).
+    const std::string arch = file.metadata().value("general.architecture", json("")).is_string()
+                                 ? file.metadata()["general.architecture"].get<std::string>()
+                                 : "";
+    if (find_causal_lm_family(config["model_type"]) && file.metadata().contains(arch + ".pooling_type"))
+      return "embedder";
+    return hf_model_kind(config);
+  }
+  const json config = read_hf_config(dir);
+  const std::string kind = hf_model_kind(config);
+  // A sentence-transformers folder around a causal LM (Qwen3-Embedding's says Qwen3ForCausalLM).
+  if (kind == "causal" && fs::exists(fs::path(dir) / "modules.json")) return "embedder";
+  return kind;
+}
 
 json read_hf_config(const std::string& dir) {
   if (is_gguf_file(dir)) return hf_config_from_gguf(GgufFile::open(dir));
@@ -302,7 +323,15 @@ text::HfTokenizer load_hf_tokenizer(const std::string& dir) {
 
 std::string hf_model_kind(const json& config) {
   const std::string type = config["model_type"].get<std::string>();
-  if (find_causal_lm_family(type)) return is_sequence_classifier(config) ? "classifier" : "causal";
+  if (find_causal_lm_family(type)) {
+    if (is_sequence_classifier(config)) return "classifier";
+    // <Arch>Model, the body alone: a decoder embedder (Qwen3-Embedding as transformers saves it).
+    const json archs = config.value("architectures", json::array());
+    const bool bare = archs.is_array() && !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const json& a) {
+      return a.is_string() && a.get<std::string>().ends_with("Model");
+    });
+    return bare ? "embedder" : "causal";
+  }
   if (find_classifier_family(type)) {
     const json archs = config.value("architectures", json::array());
     const bool bare = archs.is_array() && !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const json& a) {
@@ -376,6 +405,32 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   if (is_gguf_file(dir)) gguf.emplace(GgufFile::open(dir));
   out.config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = out.config["model_type"].get<std::string>();
+  if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type)) {  // a decoder embedder
+    KILN_CHECK(hf_folder_kind(dir) == "embedder", dir, " is not an encoder Kiln embeds with: it is a causal language "
+               "model (a decoder embedder's folder has sentence-transformers' modules.json, or says <Arch>Model; its "
+               "GGUF file names a pooling_type)");
+    out.tokenizer = gguf ? gguf_tokenizer(*gguf, dir) : load_hf_tokenizer(dir);
+    const json pad = out.config.value("pad_token_id", json());
+    const int64_t width = out.config.value("hidden_size", int64_t(0)), pad_id = pad.is_number_integer() ? pad.get<int64_t>() : 0;
+    if (gguf) {
+      out.model = std::make_shared<LanguageModelEncoder>(load_gguf_language_model(*gguf, dtype), width, pad_id);
+      return out;
+    }
+    json body = out.config;
+    body["tie_word_embeddings"] = true;  // the body alone: its hidden states are pooled, no head reads them
+    out.model = std::make_shared<LanguageModelEncoder>(build_from_config(lm->build, body, dir), width, pad_id);
+    std::map<std::string, Tensor> weights = map_hf_weights(dir);
+    // transformers' <Arch>Model saves the body bare ("layers.0..."), <Arch>ForCausalLM under "model.".
+    const bool bare = std::none_of(weights.begin(), weights.end(), [](const auto& w) { return w.first.starts_with("model."); });
+    attach(*out.model, std::move(weights), dir, out.config, out.model_type,
+           [lm, bare](const std::string& p) {
+             CheckpointName n = lm->checkpoint_name(p.substr(6));  // the encoder keeps the body under "model."
+             if (bare && n.name.starts_with("model.")) n.name = n.name.substr(6);
+             return n;
+           },
+           [lm](const std::string& t) { return lm->ignorable(t) || t == "lm_head.weight"; }, dtype);
+    return out;
+  }
   const ClassifierFamily* family = find_classifier_family(out.model_type);
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not an encoder Kiln embeds with (",

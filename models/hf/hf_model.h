@@ -84,8 +84,13 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype = s
 // "causal", "classifier" or "embedder": which kind of model a folder holds,
 // from its config.json (read_hf_config): by model_type, and architectures
 // naming ...ForSequenceClassification (a causal LM's head) or a bare
-// encoder (BertModel, RobertaModel, ...: sentence-transformers' models).
+// encoder (BertModel, RobertaModel, ...: sentence-transformers' models; a
+// causal family's <Arch>Model: a decoder embedder's body).
 std::string hf_model_kind(const nlohmann::json& config);
+// The same for a folder or GGUF file as a whole: a causal LM inside a
+// sentence-transformers folder (modules.json), or a GGUF language model
+// that names its pooling, is an embedder.
+std::string hf_folder_kind(const std::string& dir);
 
 // Points every parameter of `model` (built on the meta device) at the
 // tensor of its name in `weights` (views where the dtype agrees, else

@@ -114,9 +114,31 @@ expect "kiln embed takes hf:DIR"
 run 1 "$KILN" embed "gguf:$FIX/gguf-archs/qwen2.gguf" --text "x"
 expect "is not an encoder Kiln embeds with"
 
+# A decoder embedder (Qwen3-Embedding's kind: a Qwen3 body, its last token pooled): the folder as transformers
+# saves it (Qwen3Model), the same folder saying Qwen3ForCausalLM as Qwen3-Embedding's does (its modules.json makes it an
+# embedder), and llama.cpp's qwen3 GGUF of it (its pooling_type names the last token): sentence-transformers'.
+QWEN3="$WORK/qwen3-causal"
+mkdir -p "$QWEN3"
+for f in "$FIX/embed-qwen3-last"/*; do ln -s "$f" "$QWEN3/"; done
+rm "$QWEN3/config.json"
+python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['architectures'] = ['Qwen3ForCausalLM']; json.dump(c, open(sys.argv[2], 'w'))" \
+  "$FIX/embed-qwen3-last/config.json" "$QWEN3/config.json"
+run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" llama-bpe "$FIX/embed-qwen3-last" --outtype f32 \
+  --outfile "$WORK/qwen3-embed.gguf"
+python3 -c "import json; print('\n'.join(json.load(open('$FIX/embed-qwen3-last/expected.json'))['texts']))" >"$WORK/texts"
+for spec in "hf:$FIX/embed-qwen3-last" "hf:$QWEN3" "gguf:$WORK/qwen3-embed.gguf"; do
+  run 0 "$KILN" embed "$spec" --file "$WORK/texts" --json
+  python3 - "$OUT" "$FIX/embed-qwen3-last/expected.json" <<'PY' || fail "$spec: the decoder embedder differs from sentence-transformers"
+import json, sys
+got, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+sys.exit(0 if len(got["embeddings"]) == 5 and max(abs(a - b) for g, w in zip(got["embeddings"], want["embeddings"])
+                                                   for a, b in zip(g, w)) < 1e-5 else 1)
+PY
+done
+
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
-  --model gguf="gguf:$WORK/minilm-f32.gguf" \
+  --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed.gguf" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -142,6 +164,10 @@ raw = base64.b64decode(r["data"][0]["embedding"])
 assert close(struct.unpack(f"<{len(raw) // 4}f", raw), want["embeddings"][0]), r
 status, r = post({"model": "gguf", "input": want["texts"][:4]})  # the same model as llama.cpp's GGUF file
 assert status == 200 and all(close(d["embedding"], w) for d, w in zip(r["data"], want["embeddings"])), r
+q3 = json.load(open(sys.argv[2].replace("embed-minilm", "embed-qwen3-last")))
+for name in ("q3", "q3gguf"):  # decoder embedders: served as embedders, not language models
+    status, r = post({"model": name, "input": q3["texts"]})
+    assert status == 200 and all(close(d["embedding"], w) for d, w in zip(r["data"], q3["embeddings"])), (name, r)
 for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
                    ({"model": "emb", "input": "x", "dimensions": 8}, "'dimensions' is 8"),
                    ({"model": "emb", "input": [5, 6]}, "token ids"),

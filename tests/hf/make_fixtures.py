@@ -174,6 +174,11 @@ TOKENIZERS = {
     "llama3": lambda: (byte_level_bpe(LLAMA3_PATTERN, 640, ["<|begin_of_text|>", "<|end_of_text|>"],
                                       bos="<|begin_of_text|>"),
                        dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")),
+    # A decoder embedder's: its eos pads a batch (as Qwen3-Embedding's <|endoftext|> does).
+    "llama3-pad": lambda: (byte_level_bpe(LLAMA3_PATTERN, 640, ["<|begin_of_text|>", "<|end_of_text|>"],
+                                          bos="<|begin_of_text|>"),
+                           dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
+                                pad_token="<|end_of_text|>")),
     "llama2": lambda: (sentencepiece_bpe(700, metaspace=False),
                        dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
     "mistral": lambda: (sentencepiece_bpe(700, metaspace=True),
@@ -347,6 +352,10 @@ EMBEDDERS = {
     "embed-xlmr-cls": ("xlmr", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4,
                                     num_hidden_layers=2, intermediate_size=48, max_position_embeddings=66,
                                     type_vocab_size=1), "cls", True, None, "current"),
+    # Qwen3-Embedding's kind: a decoder's body (Qwen3Model), its last token pooled, normalised.
+    "embed-qwen3-last": ("llama3-pad", dict(model_type="qwen3", hidden_size=32, num_attention_heads=4,
+                                        num_key_value_heads=2, head_dim=8, num_hidden_layers=2, intermediate_size=48,
+                                        max_position_embeddings=128), "lasttoken", True, None, "current"),
     # nomic-embed-text (transformers' NomicBertModel, which saves the hub checkpoint's names: Wqkv, fc11, fc12, ...).
     "embed-nomic-bert": ("bert", dict(model_type="nomic_bert", hidden_size=32, num_attention_heads=4,
                                       num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64),
