@@ -76,6 +76,9 @@ TEST(OllamaStore, NamesResolveToTheirStoresGgufBlob) {
   EXPECT_NE(error_of("ollama:nope").find("`ollama pull nope`"), std::string::npos) << error_of("ollama:nope");
   EXPECT_NE(error_of("ollama:lost").find("is missing from the store"), std::string::npos);
   EXPECT_NE(error_of("ollama:adapted").find("LoRA adapter"), std::string::npos);
+  manifest("registry.ollama.ai/library/odd/latest",
+           R"({"mediaType": 5}, {"mediaType": "application/vnd.ollama.image.model", "digest": 7})");
+  EXPECT_NE(error_of("ollama:odd").find("has no sha256 digest"), std::string::npos) << error_of("ollama:odd");
   for (const char* bad : {"ollama:../etc/passwd", "ollama:a/b/c/d", "ollama:tiny:..", "ollama:.hidden", "ollama:"})
     EXPECT_NE(error_of(bad).find("is not a model name"), std::string::npos) << bad << ": " << error_of(bad);
   ::unsetenv("OLLAMA_MODELS");

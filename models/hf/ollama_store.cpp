@@ -139,8 +139,9 @@ OllamaModel ollama_model(const std::string& name) {
     // A layer's blob, by its digest; "" if the manifest has no layer of that type.
     auto blob_of = [&](const std::string& type) -> std::string {
       for (const json& layer : m["layers"]) {
-        if (!layer.is_object() || layer.value("mediaType", "") != type) continue;
-        const std::string digest = layer.value("digest", "");
+        if (!layer.is_object() || layer.value("mediaType", json()) != type) continue;
+        const json given = layer.value("digest", json());
+        const std::string digest = given.is_string() ? given.get<std::string>() : "";
         KILN_CHECK(digest.starts_with("sha256:") && digest.size() == 71 &&
                        digest.find_first_not_of("0123456789abcdef", 7) == std::string::npos,
                    path.string(), "'s ", type, " layer has no sha256 digest");
