@@ -118,7 +118,7 @@ json openai_messages(const json& messages) {
         call["type"] = "function";
         unanswered.push_back(call["id"]);
       }
-    if (m.value("role", "") == "tool") {
+    if (m.contains("role") && m["role"] == "tool") {
       if (m.contains("tool_name")) m["name"] = m["tool_name"];
       m.erase("tool_name");
       m["tool_call_id"] = unanswered.empty() ? "call_" + std::to_string(std::max(0, calls - 1)) : unanswered.front();
