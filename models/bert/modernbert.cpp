@@ -69,8 +69,7 @@ struct ModernBertEncoder::Parts {
 
 ModernBertEncoder::ModernBertEncoder(const ModernBertConfig& c, Generator& init)
     : config_(c), parts_(std::make_shared<Parts>()) {
-  KILN_CHECK(c.num_heads > 0 && c.hidden_size % c.num_heads == 0 && (c.hidden_size / c.num_heads) % 2 == 0,
-             "modernbert: hidden size ", c.hidden_size, " does not split into ", c.num_heads, " heads of even width");
+  check_rotary_heads(c.hidden_size, c.num_heads, "modernbert");
   KILN_CHECK(int64_t(c.sliding_layers.size()) == c.num_layers, "modernbert: ", c.sliding_layers.size(),
              " layer types for ", c.num_layers, " layers");
   Parts& p = *parts_;

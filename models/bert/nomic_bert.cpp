@@ -59,8 +59,7 @@ struct NomicBertEncoder::Parts {
 
 NomicBertEncoder::NomicBertEncoder(const NomicBertConfig& c, Generator& init)
     : config_(c), parts_(std::make_shared<Parts>()) {
-  KILN_CHECK(c.num_heads > 0 && c.hidden_size % c.num_heads == 0 && (c.hidden_size / c.num_heads) % 2 == 0,
-             "nomic_bert: hidden size ", c.hidden_size, " does not split into ", c.num_heads, " heads of even width");
+  check_rotary_heads(c.hidden_size, c.num_heads, "nomic_bert");
   Parts& p = *parts_;
   auto emb = register_module("embeddings", std::make_shared<Named>());
   p.words = emb->add("word_embeddings", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init));

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/core/error.h"
+
 namespace kiln::models {
 
 std::pair<Tensor, Tensor> rotary_table(int64_t T, int64_t D, double theta, Device device) {
@@ -14,6 +16,11 @@ std::pair<Tensor, Tensor> rotary_table(int64_t T, int64_t D, double theta, Devic
       sin_v[size_t(p * D + i)] = std::sin(float(p) * inverse[size_t(i % (D / 2))]);
     }
   return {Tensor::from_vector(cos_v, {T, D}).to(device), Tensor::from_vector(sin_v, {T, D}).to(device)};
+}
+
+void check_rotary_heads(int64_t hidden, int64_t heads, const char* model) {
+  KILN_CHECK(heads > 0 && hidden % heads == 0 && (hidden / heads) % 2 == 0, model, ": hidden size ", hidden,
+             " does not split into ", heads, " heads of even width");
 }
 
 }  // namespace kiln::models

@@ -7,8 +7,7 @@
 # --response-format constrains every reply to a schema.
 source "$(dirname "$0")/lib.sh"
 FIX="$(cd "$(dirname "$0")/../hf/fixtures" && pwd)"
-mkdir "$WORK/model"
-for f in "$FIX/gguf-tiny"/*; do ln -s "$f" "$WORK/model/"; done
+linked_copy "$FIX/gguf-tiny" "$WORK/model"
 cp "$FIX/chat_templates/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$WORK/model/chat_template.jinja"
 cat >"$WORK/tools.json" <<'JSON'
 [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",

@@ -9,6 +9,18 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 FIX="$ROOT/tests/hf/fixtures"
 require_oracle openai transformers gguf
 
+# same_ids FILE FIXTURE I...: `kiln tokenize gguf:FILE` of the fixture's texts I gives its folder's ids.
+same_ids() {
+  local file="$1" fixture="$2" i text
+  shift 2
+  for i in "$@"; do
+    text="$(python3 -c "import json; print(json.load(open('$FIX/$fixture/expected.json'))['texts'][$i])")"
+    run 0 "$KILN" tokenize "gguf:$file" --json --text "$text"
+    python3 -c "import json, sys; sys.exit(0 if json.loads(open('$OUT').read().splitlines()[-1])['ids'] == json.load(open('$FIX/$fixture/expected.json'))['ids'][$i] else 1)" ||
+      fail "$file: text $i's ids differ from $fixture's tokenizer's"
+  done
+}
+
 for model in embed-minilm embed-roberta-cls embed-nomic-bert; do
   python3 -c "import json; print('\n'.join(json.load(open('$FIX/$model/expected.json'))['texts']))" >"$WORK/texts"
   # (the empty text is a line of its own, and embeds as [CLS] [SEP] alone)
@@ -43,9 +55,7 @@ done
 # (fused Wqkv, SwiGLU, rotary positions): transformers' embeddings (normalised, as llama-server's are). Q8_0 is
 # 1.3e-2 off here, and llama.cpp's own llama-embedding on the same file 1.1e-2 (random weights, 32 wide).
 HUB="$WORK/nomic-hub"
-mkdir -p "$HUB"
-for f in "$FIX/embed-nomic-bert"/*; do ln -s "$f" "$HUB/"; done
-rm "$HUB/config.json"
+linked_copy "$FIX/embed-nomic-bert" "$HUB" config.json
 python3 - "$FIX/embed-nomic-bert/config.json" "$HUB/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -91,19 +101,9 @@ print(kind, "largest difference", worst)
 sys.exit(0 if len(got["embeddings"]) == 5 and worst < (1e-5 if kind == "f32" else 2e-2) else 1)
 PY
 done
-for i in 0 2 4; do
-  text="$(python3 -c "import json; print(json.load(open('$FIX/embed-xlmr-cls/expected.json'))['texts'][$i])")"
-  run 0 "$KILN" tokenize "gguf:$WORK/xlmr-f32.gguf" --json --text "$text"
-  python3 -c "import json, sys; sys.exit(0 if json.loads(open('$OUT').read().splitlines()[-1])['ids'] == json.load(open('$FIX/embed-xlmr-cls/expected.json'))['ids'][$i] else 1)" ||
-    fail "XLM-R GGUF: text $i's ids differ from the folder's tokenizer's"
-done
+same_ids "$WORK/xlmr-f32.gguf" embed-xlmr-cls 0 2 4
 
-for i in 0 1 2; do
-  text="$(python3 -c "import json; print(json.load(open('$FIX/embed-minilm/expected.json'))['texts'][$i])")"
-  run 0 "$KILN" tokenize "gguf:$WORK/minilm-f32.gguf" --json --text "$text"
-  python3 -c "import json, sys; sys.exit(0 if json.loads(open('$OUT').read().splitlines()[-1])['ids'] == json.load(open('$FIX/embed-minilm/expected.json'))['ids'][$i] else 1)" ||
-    fail "GGUF: text $i's ids differ from the folder's tokenizer's"
-done
+same_ids "$WORK/minilm-f32.gguf" embed-minilm 0 1 2
 
 run 0 "$KILN" embed "hf:$FIX/embed-minilm" --text "one" --text "two"
 [ "$(wc -l <"$OUT")" = 2 ] || fail "two texts did not give two lines"
@@ -118,9 +118,7 @@ expect "is not an encoder Kiln embeds with"
 # saves it (Qwen3Model), the same folder saying Qwen3ForCausalLM as Qwen3-Embedding's does (its modules.json makes it an
 # embedder), and llama.cpp's qwen3 GGUF of it (its pooling_type names the last token): sentence-transformers'.
 QWEN3="$WORK/qwen3-causal"
-mkdir -p "$QWEN3"
-for f in "$FIX/embed-qwen3-last"/*; do ln -s "$f" "$QWEN3/"; done
-rm "$QWEN3/config.json"
+linked_copy "$FIX/embed-qwen3-last" "$QWEN3" config.json
 python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['architectures'] = ['Qwen3ForCausalLM']; json.dump(c, open(sys.argv[2], 'w'))" \
   "$FIX/embed-qwen3-last/config.json" "$QWEN3/config.json"
 for type in f32 q8_0; do

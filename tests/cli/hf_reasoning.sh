@@ -23,9 +23,7 @@ qwen2_chat_folder
 
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "qwen3:Qwen-Qwen3-0.6B" "r1:llama-cpp-deepseek-r1" "distill:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"; do
-  mkdir -p "$WORK/${pair%%:*}"
-  for f in "$MODEL"/*; do ln -s "$f" "$WORK/${pair%%:*}/"; done
-  rm "$WORK/${pair%%:*}/chat_template.jinja"
+  linked_copy "$MODEL" "$WORK/${pair%%:*}" chat_template.jinja
   cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
 done
 

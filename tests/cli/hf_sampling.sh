@@ -29,9 +29,7 @@ PY="$ORACLE_PY"
 qwen2_chat_folder
 
 PEN="$WORK/penalized"
-mkdir -p "$PEN"
-for f in "$MODEL"/*; do ln -s "$f" "$PEN/"; done
-rm "$PEN/generation_config.json"
+linked_copy "$MODEL" "$PEN" generation_config.json
 python3 - "$MODEL/generation_config.json" "$PEN/generation_config.json" <<'PY'
 import json, sys
 g = json.load(open(sys.argv[1]))

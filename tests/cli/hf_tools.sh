@@ -25,9 +25,7 @@ qwen2_chat_folder
 TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 # with_template NAME TEMPLATE: $WORK/NAME, the model's files linked, its chat_template.jinja TEMPLATE's copy ("": none).
 with_template() {
-  mkdir -p "$WORK/$1"
-  for f in "$MODEL"/*; do ln -s "$f" "$WORK/$1/"; done
-  rm "$WORK/$1/chat_template.jinja"
+  linked_copy "$MODEL" "$WORK/$1" chat_template.jinja
   [ -z "$2" ] || cp "$TEMPLATES/$2.jinja" "$WORK/$1/chat_template.jinja"
 }
 for pair in "nemo:mistralai-Mistral-Nemo-Instruct-2407" "llama:meta-llama-Llama-3.1-8B-Instruct" \

@@ -103,6 +103,16 @@ made_once() {
   flock "$HOME/.cache/kiln-fixtures.lock" "$@"
 }
 
+# linked_copy SRC DST [FILE...]: DST holds links to SRC's files but the FILEs
+# named (for the test to write its own: a config, a template).
+linked_copy() {
+  local src="$1" dst="$2" f
+  shift 2
+  mkdir -p "$dst"
+  for f in "$src"/*; do ln -s "$f" "$dst/"; done
+  for f in "$@"; do rm -f "$dst/$f"; done
+}
+
 # qwen2_chat_folder: sets MODEL to the Qwen2.5-Instruct-style folder
 # (tests/hf/make_qwen2_folder.py: Qwen2's real vocabulary and template,
 # tiny random weights), made once in a cache with the oracle's Python
