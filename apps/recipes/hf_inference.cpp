@@ -1,6 +1,7 @@
 #include "apps/recipes/hf_inference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <list>
 #include <mutex>
@@ -471,6 +472,29 @@ class HfClassifierInference final : public InferenceModel {
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     const Tensor kept = contiguous(slice(ids, 1, 0, longest)).to(device_);
     return softmax(to_dtype(c_.model->forward(kept, lengths), DType::f32), -1).to(Device::cpu());
+  }
+  Relevance rerank(const std::string& query, const std::vector<std::string>& documents) override {
+    KILN_CHECK(c_.labels.size() == 1, "this classifier has ", c_.labels.size(),
+               " labels; a reranker (a cross-encoder) scores a pair with one");
+    NoGradGuard ng;
+    int64_t most = 512;  // a cross-encoder's positions, where the model says
+    if (const auto* bert = dynamic_cast<const models::BertClassifier*>(c_.model.get()))
+      most = bert->config().max_positions - bert->config().position_offset;
+    std::vector<std::vector<int32_t>> ids, types;
+    std::vector<int64_t> lengths;
+    Relevance out;
+    for (const std::string& d : documents) {
+      text::TokenPair p = c_.tokenizer.encode_pair(query, d, most);
+      lengths.push_back(int64_t(p.ids.size()));
+      out.tokens += int64_t(p.ids.size());
+      ids.push_back(std::move(p.ids));
+      types.push_back(std::move(p.types));
+    }
+    const Tensor logits = to_dtype(c_.model->forward(padded_rows(ids, pad_).to(device_),
+                                                     padded_rows(types, 0).to(device_), lengths),
+                                   DType::f32).to(Device::cpu());
+    for (float logit : logits.to_vector<float>()) out.scores.push_back(1.0 / (1.0 + std::exp(-double(logit))));
+    return out;
   }
 
  private:

@@ -152,6 +152,16 @@ class InferenceModel {
   // Text classifiers and embedders: the id that pads token rows. Rows of
   // different lengths padded with it to a common length get the same answers.
   virtual std::optional<int64_t> pad_token() const { return std::nullopt; }
+  // Cross-encoders (a classifier with one label: bge-reranker, ms-marco
+  // MiniLM): each document's relevance to `query`, the sigmoid of the logit
+  // of the pair (query, document) as the tokenizer joins a pair (cut,
+  // longest first, at the model's positions), as sentence-transformers'
+  // CrossEncoder.predict gives it; and the tokens read.
+  struct Relevance {
+    std::vector<double> scores;
+    int64_t tokens = 0;
+  };
+  virtual Relevance rerank(const std::string& query, const std::vector<std::string>& documents);
   // Language models: continues `prompt`; `on_text` receives each new piece
   // of text as it is made (for streaming). Runs start_completion and then
   // advance_completions on a batch of one.

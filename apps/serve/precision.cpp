@@ -21,6 +21,10 @@ class AutocastModel final : public recipes::InferenceModel {
     const auto scope = precision();
     return to_dtype(inner_->classify_tokens(ids), DType::f32);
   }
+  Relevance rerank(const std::string& query, const std::vector<std::string>& documents) override {
+    const auto scope = precision();
+    return inner_->rerank(query, documents);
+  }
   Tensor embed_tokens(const Tensor& ids) override {
     const auto scope = precision();
     return to_dtype(inner_->embed_tokens(ids), DType::f32);

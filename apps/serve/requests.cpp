@@ -172,6 +172,32 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
   return r;
 }
 
+RerankRequest parse_rerank(const std::string& text) {
+  json body = parse_object(text);
+  for (const auto& [key, value] : body.items())
+    if (key != "model" && key != "query" && key != "documents" && key != "top_n" && key != "return_documents" &&
+        key != "max_chunks_per_doc" && key != "rank_fields")
+      throw HttpError(400, "/v1/rerank: unknown field '" + key + "'");
+  RerankRequest r;
+  r.model = field<std::string>(body, "model", "a string");
+  r.query = field<std::string>(body, "query", "a string");
+  if (!body.contains("documents") || !body["documents"].is_array() || body["documents"].empty() ||
+      int64_t(body["documents"].size()) > kMaxRerankDocuments)
+    throw HttpError(400, "'documents' must be an array of 1 to " + std::to_string(kMaxRerankDocuments) +
+                             " texts (or {\"text\"} objects)");
+  for (const json& d : body["documents"]) {
+    const json text = d.is_object() ? d.value("text", json()) : d;
+    if (!text.is_string()) throw HttpError(400, "each of 'documents' must be a string or an object with a \"text\" string");
+    r.documents.push_back(text.get<std::string>());
+  }
+  if (body.contains("top_n") && !body["top_n"].is_null()) {
+    r.top_n = field<int64_t>(body, "top_n", "an integer");
+    if (*r.top_n < 1) throw HttpError(400, "top_n must be at least 1");
+  }
+  r.return_documents = field<bool>(body, "return_documents", "true or false", true);
+  return r;
+}
+
 EmbeddingsRequest parse_embeddings(const std::string& text) {
   const json body = parse_object(text);
   for (const auto& [key, value] : body.items())

@@ -49,6 +49,19 @@ struct ClassifyRequest {
 };
 ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
 
+// POST /v1/rerank and /rerank (Jina's and Cohere's API, as vLLM, TEI and
+// llama-server take it): {"model", "query", "documents": ["text" |
+// {"text"}], "top_n"?, "return_documents"? (true)}.
+struct RerankRequest {
+  std::string model;
+  std::string query;
+  std::vector<std::string> documents;
+  std::optional<int64_t> top_n;  // the best n only
+  bool return_documents = true;
+};
+inline constexpr int64_t kMaxRerankDocuments = 1000;  // Cohere's limit
+RerankRequest parse_rerank(const std::string& body);
+
 // /v1/embeddings (OpenAI's): {"model", "input": "text" | ["texts"],
 // "encoding_format": "float" | "base64", "dimensions"?, "user"?}. Token-id
 // inputs are refused by name; dimensions is checked against the model's

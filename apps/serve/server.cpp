@@ -89,6 +89,8 @@ struct ServedModel {
   int64_t step = 0;
   std::unique_ptr<recipes::InferenceModel> model;
   std::unique_ptr<Batcher> batcher;                // classifiers
+  // Held while the model runs for its batcher, or for a request the batcher does not take (/v1/rerank's pairs).
+  std::shared_ptr<std::mutex> running = std::make_shared<std::mutex>();
   std::unique_ptr<GenerationScheduler> generator;  // language models
 };
 
@@ -161,8 +163,12 @@ class Server {
               name, o_.batching, [model](const Tensor& rows) { return model->classify_images(rows); }, metrics_);
         if (m->kind == recipes::ModelKind::text_classifier)
           m->batcher = std::make_unique<Batcher>(
-              name, o_.batching, [model](const Tensor& ids) { return model->classify_tokens(ids); }, metrics_,
-              model->pad_token());
+              name, o_.batching,
+              [model, running = m->running](const Tensor& ids) {
+                std::lock_guard<std::mutex> lock(*running);
+                return model->classify_tokens(ids);
+              },
+              metrics_, model->pad_token());
         if (m->kind == recipes::ModelKind::text_embedder)
           m->batcher = std::make_unique<Batcher>(
               name, o_.batching, [model](const Tensor& ids) { return model->embed_tokens(ids); }, metrics_,
@@ -363,6 +369,10 @@ class Server {
     post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       classify(parse_classify(body, o_.batching.max_batch), res);
     });
+    for (const char* path : {"/v1/rerank", "/rerank"})
+      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+        rerank(parse_rerank(body), res);
+      });
     post("/v1/embeddings", "/v1/embeddings",
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
@@ -553,6 +563,38 @@ class Server {
       for (int64_t i = 0; i < rows.size(0); ++i) out.emplace_back(v.begin() + i * width, v.begin() + (i + 1) * width);
     }
     return {std::move(out), tokens};
+  }
+
+  // Jina's and Cohere's rerank answer: each document's relevance, best first ({"index", "relevance_score",
+  // "document": {"text"}}), the top_n only where asked.
+  void rerank(const RerankRequest& r, httplib::Response& res) {
+    ServedModel& m = model(r.model);
+    if (m.kind != recipes::ModelKind::text_classifier)
+      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) +
+                               ", not a cross-encoder (a text classifier with one label)");
+    recipes::InferenceModel::Relevance scored;
+    try {
+      std::lock_guard<std::mutex> lock(*m.running);
+      scored = m.model->rerank(r.query, r.documents);
+    } catch (const Error& e) {
+      throw HttpError(400, "model '" + m.name + "': " + e.what());
+    }
+    std::vector<size_t> order(r.documents.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scored.scores[a] > scored.scores[b]; });
+    if (r.top_n && size_t(*r.top_n) < order.size()) order.resize(size_t(*r.top_n));
+    json results = json::array();
+    for (size_t i : order) {
+      json one = {{"index", i}, {"relevance_score", scored.scores[i]}};
+      if (r.return_documents) one["document"] = {{"text", r.documents[i]}};
+      results.push_back(std::move(one));
+    }
+    res.set_content(json{{"id", "rerank-" + std::to_string(next_id_++)},
+                         {"model", m.name},
+                         {"results", results},
+                         {"usage", {{"prompt_tokens", scored.tokens}, {"total_tokens", scored.tokens}}}}
+                        .dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
   }
 
   // OpenAI's embeddings answer.

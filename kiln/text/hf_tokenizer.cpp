@@ -154,6 +154,18 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_specia
   return add_special_tokens && post_processor_ ? post_processor_->process(std::move(ids)) : ids;
 }
 
+TokenPair HfTokenizer::encode_pair(const std::string& a, const std::string& b, int64_t max_tokens) const {
+  std::vector<int32_t> first = encode(a, false), second = encode(b, false);
+  auto join = [&] { return post_processor_ ? post_processor_->process_pair(first, second) : plain_pair(first, second); };
+  if (max_tokens > 0) {
+    const int64_t added = int64_t(join().ids.size() - first.size() - second.size());
+    KILN_CHECK(added < max_tokens, "a pair needs ", added, " special tokens, more than the ", max_tokens, " allowed");
+    while (int64_t(first.size() + second.size()) + added > max_tokens)
+      (first.size() > second.size() ? first : second).pop_back();
+  }
+  return join();
+}
+
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

@@ -33,6 +33,12 @@ class HfTokenizer {
   // The ids `tokenizer(text)` gives in transformers (special tokens added
   // by the post-processor when add_special_tokens).
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  // `tokenizer(a, b)`: the pair joined as the post-processor's pair form
+  // joins it, with token_type_ids, as a batch of pairs is (an empty b is
+  // still a pair there, as CrossEncoder and the rerank servers send it);
+  // past `max_tokens` (0: no bound) the longer text loses its last tokens
+  // first (transformers' longest_first).
+  TokenPair encode_pair(const std::string& a, const std::string& b, int64_t max_tokens = 0) const;
   // `tokenizer.decode(ids, skip_special_tokens=...)`. Invalid UTF-8 from
   // byte tokens becomes U+FFFD, as there; ids past the vocabulary are left out.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;

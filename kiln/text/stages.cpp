@@ -359,23 +359,54 @@ const Table<PreTokenizer>& pre_tokenizers() {
 
 // ---- post-processors
 
+struct Passthrough : PostProcessor {  // ByteLevel: only offsets change, which Kiln does not keep
+  std::vector<int32_t> process(std::vector<int32_t> ids) const override { return ids; }
+};
+
 struct PostProcessorSequence : PostProcessor {
   std::vector<std::unique_ptr<PostProcessor>> steps;
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     for (const auto& p : steps) ids = p->process(std::move(ids));
     return ids;
   }
+  // The step that adds special tokens makes the pair (ByteLevel's only passes the ids on).
+  TokenPair process_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const override {
+    for (const auto& p : steps)
+      if (!dynamic_cast<const Passthrough*>(p.get())) return p->process_pair(a, b);
+    return plain_pair(a, b);
+  }
 };
 
-struct Passthrough : PostProcessor {  // ByteLevel: only offsets change, which Kiln does not keep
-  std::vector<int32_t> process(std::vector<int32_t> ids) const override { return ids; }
-};
-
-// The "single" template: special tokens around sequence A.
+// The "single" template: special tokens around sequence A; and the "pair" one: A, B and special tokens, each
+// piece with its type_id.
 struct Template : PostProcessor {
   std::vector<int32_t> before, after;
+  struct PairItem {
+    int sequence = -1;         // 0: A, 1: B, -1: special tokens
+    std::vector<int32_t> ids;  // the special tokens'
+    int32_t type = 0;
+  };
+  std::vector<PairItem> pair;
   explicit Template(const json& j) {
     const json& specials = j.value("special_tokens", json::object());
+    if (j.contains("pair") && j["pair"].is_array())
+      for (const auto& item : j["pair"]) {
+        PairItem p;
+        if (item.contains("Sequence")) {
+          const std::string id = item["Sequence"].value("id", std::string("A"));
+          KILN_CHECK(id == "A" || id == "B", "tokenizer.json: pair template names sequence '", id, "'");
+          p.sequence = id == "A" ? 0 : 1;
+          p.type = item["Sequence"].value("type_id", 0);
+        } else {
+          KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(), " is not understood");
+          const std::string name = item["SpecialToken"].at("id").get<std::string>();
+          KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
+                     "' missing from its special_tokens");
+          for (const auto& id : specials[name].at("ids")) p.ids.push_back(read_token_id(id, "an id of special token '" + name + "'"));
+          p.type = item["SpecialToken"].value("type_id", 0);
+        }
+        pair.push_back(std::move(p));
+      }
     bool seen_sequence = false;
     for (const auto& item : j.at("single")) {
       if (item.contains("Sequence")) {
@@ -397,16 +428,41 @@ struct Template : PostProcessor {
     out.insert(out.end(), after.begin(), after.end());
     return out;
   }
+  TokenPair process_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const override {
+    KILN_CHECK(!pair.empty(), "tokenizer.json: the template has no \"pair\" form, so this tokenizer does not join two "
+               "texts (a cross-encoder's tokenizer does)");
+    TokenPair out;
+    for (const PairItem& p : pair) {
+      const std::vector<int32_t>& ids = p.sequence == 0 ? a : p.sequence == 1 ? b : p.ids;
+      out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+      out.types.insert(out.types.end(), ids.size(), p.type);
+    }
+    return out;
+  }
 };
 
-// BertProcessing / RobertaProcessing: [CLS] A [SEP], each given as [token, id].
+// BertProcessing / RobertaProcessing: [CLS] A [SEP], each given as [token, id]; a pair is BERT's
+// [CLS] A [SEP] B [SEP] (B's part type 1), or RoBERTa's <s> A </s> </s> B </s> (all type 0).
 struct ClsSep : PostProcessor {
   int32_t cls, sep;
-  explicit ClsSep(const json& j) : cls(read_token_id(j.at("cls").at(1), "the cls id")), sep(read_token_id(j.at("sep").at(1), "the sep id")) {}
+  bool roberta;
+  ClsSep(const json& j, bool roberta)
+      : cls(read_token_id(j.at("cls").at(1), "the cls id")), sep(read_token_id(j.at("sep").at(1), "the sep id")),
+        roberta(roberta) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     ids.insert(ids.begin(), cls);
     ids.push_back(sep);
     return ids;
+  }
+  TokenPair process_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const override {
+    TokenPair out;
+    out.ids = process(a);
+    if (roberta) out.ids.push_back(sep);
+    out.types.assign(out.ids.size(), 0);
+    out.ids.insert(out.ids.end(), b.begin(), b.end());
+    out.ids.push_back(sep);
+    out.types.resize(out.ids.size(), roberta ? 0 : 1);
+    return out;
   }
 };
 
@@ -415,8 +471,8 @@ const Table<PostProcessor>& post_processors() {
       {"Sequence", [](const json& j) { return build_sequence<PostProcessorSequence>(j, "processors", make_post_processor); }},
       {"ByteLevel", [](const json&) { return std::make_unique<Passthrough>(); }},
       {"TemplateProcessing", [](const json& j) { return std::make_unique<Template>(j); }},
-      {"BertProcessing", [](const json& j) { return std::make_unique<ClsSep>(j); }},
-      {"RobertaProcessing", [](const json& j) { return std::make_unique<ClsSep>(j); }},
+      {"BertProcessing", [](const json& j) { return std::make_unique<ClsSep>(j, false); }},
+      {"RobertaProcessing", [](const json& j) { return std::make_unique<ClsSep>(j, true); }},
   };
   return table;
 }
@@ -569,6 +625,13 @@ const Table<TokenModel>& token_models() {
 
 std::unique_ptr<Normalizer> make_normalizer(const json& j) { return build(normalizers(), j, "normalizer"); }
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j) { return build(pre_tokenizers(), j, "pre_tokenizer"); }
+TokenPair plain_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  TokenPair out{a, std::vector<int32_t>(a.size(), 0)};
+  out.ids.insert(out.ids.end(), b.begin(), b.end());
+  out.types.resize(out.ids.size(), 1);
+  return out;
+}
+
 std::unique_ptr<PostProcessor> make_post_processor(const json& j) {
   return build(post_processors(), j, "post_processor");
 }

@@ -35,11 +35,25 @@ class TokenModel {
   virtual std::vector<std::string> vocabulary() const = 0;
 };
 
-// Adds the special tokens around a sequence.
+// A pair of sequences with their special tokens: ids, and each one's token
+// type (transformers' token_type_ids: 0 for the first sequence's part, 1
+// for the second's, as the template says).
+struct TokenPair {
+  std::vector<int32_t> ids, types;
+};
+
+// A pair as tokenizers joins it without a template: a then b, types 0 and 1.
+TokenPair plain_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+// Adds the special tokens around a sequence, or a pair of them (a
+// cross-encoder's query and document).
 class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
   virtual std::vector<int32_t> process(std::vector<int32_t> ids) const = 0;
+  virtual TokenPair process_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const {
+    return plain_pair(a, b);
+  }
 };
 
 // Token strings -> token strings (the last decoder's are joined). `raw`:

@@ -136,7 +136,7 @@ BertEncoder::BertEncoder(const BertConfig& c, Generator& init) : config_(c), par
     p.layers.push_back(stack->add(std::to_string(i), std::make_shared<EncoderLayer>(c, n, init, dropout_gen)));
 }
 
-Tensor BertEncoder::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
+Tensor BertEncoder::forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths) {
   const Parts& p = *parts_;
   const int64_t T = ids.size(1), offset = config_.position_offset;
   KILN_CHECK(T + offset <= config_.max_positions, "the text is ", T, " tokens, more than the model's ",
@@ -144,7 +144,8 @@ Tensor BertEncoder::forward(const Tensor& ids, const std::vector<int64_t>& lengt
   // Positions [offset, offset + T): RoBERTa's follow its padding id (padded rows' padding is never attended to).
   const Tensor where = slice(arange(offset + T, DType::i64, ids.device()), 0, offset, offset + T);
   Tensor x = p.words->forward(ids) + p.positions->forward(where);
-  if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
+  if (p.types)  // one segment, type 0, unless the types are given (a pair: the second text's 1)
+    x = x + p.types->forward(token_types.defined() ? token_types : zeros({T}, DType::i64, ids.device()));
   x = p.emb_dropout->forward(p.emb_norm->forward(x));
   Tensor key_bias;
   if (!lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
@@ -184,9 +185,9 @@ void BertClassifier::replace_classifier(const std::vector<std::string>& labels, 
 
 Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
 
-Tensor BertClassifier::forward(const Tensor& ids, const std::vector<int64_t>& lengths) {
+Tensor BertClassifier::forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths) {
   const Head& h = *head_;
-  Tensor first = squeeze(slice(encoder_->forward(ids, lengths), 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
+  Tensor first = squeeze(slice(encoder_->forward(ids, token_types, lengths), 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
   Tensor pooled = config_.flavor == "distilbert" ? relu(h.dense->forward(first))
                   : config_.flavor == "roberta"  ? tanh(h.dense->forward(h.dropout->forward(first)))
                                                  : tanh(h.dense->forward(first));

@@ -18,6 +18,12 @@ class SequenceClassifier : public nn::Module {
  public:
   using nn::Module::forward;
   virtual Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) = 0;
+  // With each token's type (token_type_ids [B, T]: a cross-encoder's second
+  // text is type 1 in BERT's); a model without token types ignores them.
+  virtual Tensor forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths) {
+    (void)token_types;
+    return forward(ids, lengths);
+  }
   // A new head for other labels (fine-tuning on a data set's own), drawn as
   // transformers initialises one: N(0, stddev) weights, zero bias. Encoders'
   // classifiers have one; a causal LM's head is made new by its run instead.

@@ -362,6 +362,20 @@ EMBEDDERS = {
                          "mean", False, None, "current"),
 }
 
+# Cross-encoders (rerankers: ms-marco MiniLM's kind, BERT with token types; bge-reranker's, XLM-RoBERTa with a
+# Unigram vocabulary): a classifier with one label over (query, document) pairs.
+CROSS_ENCODERS = {
+    "rerank-minilm": ("bert", dict(model_type="bert", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                                   intermediate_size=48, max_position_embeddings=64, num_labels=1)),
+    "rerank-xlmr": ("xlmr", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                                 intermediate_size=48, max_position_embeddings=66, type_vocab_size=1, num_labels=1)),
+}
+RERANK_QUERY = "Which fortune speaks of the future?"
+RERANK_DOCUMENTS = ["The best way to predict the future is to invent it.", "You will be hungry again in one hour.",
+                    "caf\u00e9 na\u00efve \u4f60\u597d", "", "Whenever you find that you are on the side of the majority, "
+                    "it is time to reform: a fortune long enough that a pair of it and the query is cut at the "
+                    "model's positions, the longer text first, as transformers' longest_first truncation cuts it."]
+
 SCORE_TEXT = ("A fortune longer than the sliding window: Whenever you find that you are on the side of "
               "the majority, it is time to reform.")
 PROMPT = "The best way to predict the future"
@@ -601,6 +615,37 @@ def make_model(out, name, tok_name, kwargs, auto, expectations):
         model.generation_config.save_pretrained(d)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expectations(d, tok, dtype), f, indent=1, ensure_ascii=False)
+
+
+def make_cross_encoder(out, name, tok_name, kwargs):
+    """A reranker's folder and what sentence-transformers' CrossEncoder.predict gives for the query and documents
+    (the sigmoid of the one logit, its default), with each pair's ids and token types as the tokenizer joins them."""
+    from sentence_transformers import CrossEncoder
+    d = os.path.join(out, name)
+    tok = save_tokenizer(tok_name, d)
+    # As the hub's tokenizers say: 512 tokens for 512 (514 for RoBERTa's offset) positions, and BERT's token types.
+    with open(os.path.join(d, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    tc["model_max_length"] = 64
+    if kwargs["model_type"] == "bert":
+        tc["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2)
+    tok = PreTrainedTokenizerFast.from_pretrained(d)
+    config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
+    torch.manual_seed(sum(map(ord, name)))
+    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(d)
+    ce = CrossEncoder(d, device="cpu")
+    pairs = [(RERANK_QUERY, doc) for doc in RERANK_DOCUMENTS]
+    scores = ce.predict(pairs, batch_size=2)
+    # As a batch of pairs, as CrossEncoder tokenizes them (a lone call reads an empty second text as none).
+    batch = tok([q for q, _ in pairs], [doc for _, doc in pairs], truncation="longest_first", max_length=ce.max_length)
+    encoded = [{k: batch[k][i] for k in batch} for i in range(len(pairs))]
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"query": RERANK_QUERY, "documents": RERANK_DOCUMENTS, "max_length": ce.max_length,
+                   "ids": [e["input_ids"] for e in encoded],
+                   "token_type_ids": [e.get("token_type_ids", [0] * len(e["input_ids"])) for e in encoded],
+                   "scores": [float(s) for s in scores]}, f, indent=1, ensure_ascii=False)
 
 
 def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_length, layout):
@@ -881,7 +926,8 @@ def main():
     ap.add_argument("--chat", action="store_true", help="remake only OUT/chat (the chat templates' answers)")
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS),
+    ap.add_argument("--only", nargs="+", metavar="NAME",
+                    choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS) + sorted(CROSS_ENCODERS),
                     help="remake only these models' folders (the others stay as they are)")
     a = ap.parse_args()
     if a.only:
@@ -891,6 +937,8 @@ def main():
                 make_model(a.out, name, *CAUSAL[name], AutoModelForCausalLM, causal_expectations)
             elif name in EMBEDDERS:
                 make_embedder(a.out, name, *EMBEDDERS[name])
+            elif name in CROSS_ENCODERS:
+                make_cross_encoder(a.out, name, *CROSS_ENCODERS[name])
             else:
                 make_model(a.out, name, *CLASSIFIERS[name], AutoModelForSequenceClassification,
                            classifier_expectations)
@@ -920,6 +968,8 @@ def main():
         make_model(a.out, name, tok_name, kwargs, AutoModelForSequenceClassification, classifier_expectations)
     for name, spec in EMBEDDERS.items():
         make_embedder(a.out, name, *spec)
+    for name, spec in CROSS_ENCODERS.items():
+        make_cross_encoder(a.out, name, *spec)
     chat_expectations(a.out)
     finetune_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:
