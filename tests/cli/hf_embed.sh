@@ -141,6 +141,7 @@ done
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
+  --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -177,6 +178,33 @@ for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
     status, r = post(body)
     assert status == 400 and says in r["error"]["message"], (body, status, r)
 print("embeddings served ok")
+PY
+# Rerank (Jina's and Cohere's API, as vLLM and TEI serve it) with a cross-encoder: CrossEncoder's scores, best first.
+run 0 python3 - "$port" "$FIX/rerank-minilm/expected.json" <<'PY'
+import json, sys, urllib.error, urllib.request
+port, want = sys.argv[1], json.load(open(sys.argv[2]))
+def post(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode())
+    try:
+        return 200, json.loads(urllib.request.urlopen(req).read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+best = sorted(range(len(want["scores"])), key=lambda i: -want["scores"][i])
+status, r = post("/v1/rerank", {"model": "rr", "query": want["query"], "documents": want["documents"], "top_n": 3})
+assert status == 200 and [x["index"] for x in r["results"]] == best[:3], r
+assert all(abs(x["relevance_score"] - want["scores"][x["index"]]) < 1e-5 and
+           x["document"]["text"] == want["documents"][x["index"]] for x in r["results"]), r
+assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"]
+status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
+                             "documents": [{"text": d} for d in want["documents"]]})
+assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r
+for body, says in (({"model": "emb", "query": "q", "documents": ["d"]}, "not a cross-encoder"),
+                   ({"model": "cls", "query": "q", "documents": ["d"]}, "scores a pair with one"),
+                   ({"model": "rr", "query": "q", "documents": []}, "'documents' must be"),
+                   ({"model": "rr", "query": "q", "documents": ["d"], "top_n": 0}, "top_n")):
+    status, r = post("/v1/rerank", body)
+    assert status == 400 and says in r["error"]["message"], (body, status, r)
+print("rerank served ok")
 PY
 run 0 "$ORACLE_PY" - "$port" "$FIX/embed-minilm/expected.json" <<'PY'
 import json, sys

@@ -51,6 +51,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.texts.empty() || r.texts.size() > 64) std::abort();
   });
   expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_rerank(body);
+    if (r.documents.empty() || int64_t(r.documents.size()) > kiln::serve::kMaxRerankDocuments || (r.top_n && *r.top_n < 1))
+      std::abort();
+  });
+  expect_valid_or_400([&] {
     auto r = kiln::serve::parse_embeddings(body);
     if (r.texts.empty() || int64_t(r.texts.size()) > kiln::serve::kMaxEmbeddingInputs) std::abort();
     const std::string b64 = kiln::text::base64_encode(body.data(), body.size());
