@@ -36,13 +36,12 @@ TEST_P(Rerankers, PairsTokenizeAsTransformersAndScoreAsCrossEncoder) {
   EXPECT_EQ(scored.tokens, tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Rerankers, ::testing::Values("rerank-minilm", "rerank-xlmr"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, Rerankers, ::testing::Values("rerank-minilm", "rerank-xlmr"), [](const auto& info) {
+  std::string name = info.param;
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+});
 
 // A classifier of several labels is not a reranker; nor is a language model.
 TEST(Rerankers, OnlyOneLabelClassifiersRerank) {

@@ -490,9 +490,10 @@ class HfClassifierInference final : public InferenceModel {
       ids.push_back(std::move(p.ids));
       types.push_back(std::move(p.types));
     }
-    const Tensor logits = to_dtype(c_.model->forward(padded_rows(ids, pad_).to(device_),
-                                                     padded_rows(types, 0).to(device_), lengths),
-                                   DType::f32).to(Device::cpu());
+    const Tensor logits =
+        to_dtype(c_.model->forward(padded_rows(ids, pad_).to(device_), padded_rows(types, 0).to(device_), lengths),
+                 DType::f32)
+            .to(Device::cpu());
     for (float logit : logits.to_vector<float>()) out.scores.push_back(1.0 / (1.0 + std::exp(-double(logit))));
     return out;
   }

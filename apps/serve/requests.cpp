@@ -187,7 +187,8 @@ RerankRequest parse_rerank(const std::string& text) {
                              " texts (or {\"text\"} objects)");
   for (const json& d : body["documents"]) {
     const json text = d.is_object() ? d.value("text", json()) : d;
-    if (!text.is_string()) throw HttpError(400, "each of 'documents' must be a string or an object with a \"text\" string");
+    if (!text.is_string())
+      throw HttpError(400, "each of 'documents' must be a string or an object with a \"text\" string");
     r.documents.push_back(text.get<std::string>());
   }
   if (body.contains("top_n") && !body["top_n"].is_null()) {

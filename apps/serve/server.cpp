@@ -581,7 +581,8 @@ class Server {
     }
     std::vector<size_t> order(r.documents.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scored.scores[a] > scored.scores[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return scored.scores[a] > scored.scores[b]; });
     if (r.top_n && size_t(*r.top_n) < order.size()) order.resize(size_t(*r.top_n));
     json results = json::array();
     for (size_t i : order) {

@@ -156,7 +156,9 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_specia
 
 TokenPair HfTokenizer::encode_pair(const std::string& a, const std::string& b, int64_t max_tokens) const {
   std::vector<int32_t> first = encode(a, false), second = encode(b, false);
-  auto join = [&] { return post_processor_ ? post_processor_->process_pair(first, second) : plain_pair(first, second); };
+  auto join = [&] {
+    return post_processor_ ? post_processor_->process_pair(first, second) : plain_pair(first, second);
+  };
   if (max_tokens > 0) {
     const int64_t added = int64_t(join().ids.size() - first.size() - second.size());
     KILN_CHECK(added < max_tokens, "a pair needs ", added, " special tokens, more than the ", max_tokens, " allowed");

@@ -398,11 +398,13 @@ struct Template : PostProcessor {
           p.sequence = id == "A" ? 0 : 1;
           p.type = item["Sequence"].value("type_id", 0);
         } else {
-          KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(), " is not understood");
+          KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(),
+                     " is not understood");
           const std::string name = item["SpecialToken"].at("id").get<std::string>();
           KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
                      "' missing from its special_tokens");
-          for (const auto& id : specials[name].at("ids")) p.ids.push_back(read_token_id(id, "an id of special token '" + name + "'"));
+          for (const auto& id : specials[name].at("ids"))
+            p.ids.push_back(read_token_id(id, "an id of special token '" + name + "'"));
           p.type = item["SpecialToken"].value("type_id", 0);
         }
         pair.push_back(std::move(p));
@@ -429,7 +431,8 @@ struct Template : PostProcessor {
     return out;
   }
   TokenPair process_pair(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const override {
-    KILN_CHECK(!pair.empty(), "tokenizer.json: the template has no \"pair\" form, so this tokenizer does not join two "
+    KILN_CHECK(!pair.empty(),
+               "tokenizer.json: the template has no \"pair\" form, so this tokenizer does not join two "
                "texts (a cross-encoder's tokenizer does)");
     TokenPair out;
     for (const PairItem& p : pair) {
@@ -447,7 +450,8 @@ struct ClsSep : PostProcessor {
   int32_t cls, sep;
   bool roberta;
   ClsSep(const json& j, bool roberta)
-      : cls(read_token_id(j.at("cls").at(1), "the cls id")), sep(read_token_id(j.at("sep").at(1), "the sep id")),
+      : cls(read_token_id(j.at("cls").at(1), "the cls id")),
+        sep(read_token_id(j.at("sep").at(1), "the sep id")),
         roberta(roberta) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     ids.insert(ids.begin(), cls);
@@ -468,7 +472,8 @@ struct ClsSep : PostProcessor {
 
 const Table<PostProcessor>& post_processors() {
   static const Table<PostProcessor> table = {
-      {"Sequence", [](const json& j) { return build_sequence<PostProcessorSequence>(j, "processors", make_post_processor); }},
+      {"Sequence",
+       [](const json& j) { return build_sequence<PostProcessorSequence>(j, "processors", make_post_processor); }},
       {"ByteLevel", [](const json&) { return std::make_unique<Passthrough>(); }},
       {"TemplateProcessing", [](const json& j) { return std::make_unique<Template>(j); }},
       {"BertProcessing", [](const json& j) { return std::make_unique<ClsSep>(j, false); }},

@@ -187,7 +187,8 @@ Tensor BertClassifier::forward(const Tensor& ids) { return forward(ids, {}); }
 
 Tensor BertClassifier::forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths) {
   const Head& h = *head_;
-  Tensor first = squeeze(slice(encoder_->forward(ids, token_types, lengths), 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
+  Tensor first =
+      squeeze(slice(encoder_->forward(ids, token_types, lengths), 1, 0, 1), 1);  // [B, C]: the [CLS] token's state
   Tensor pooled = config_.flavor == "distilbert" ? relu(h.dense->forward(first))
                   : config_.flavor == "roberta"  ? tanh(h.dense->forward(h.dropout->forward(first)))
                                                  : tanh(h.dense->forward(first));

@@ -40,7 +40,9 @@ class BertEncoder : public TextEncoder {
  public:
   BertEncoder(const BertConfig& config, Generator& init);
   using TextEncoder::forward;
-  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override { return forward(ids, Tensor(), lengths); }
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override {
+    return forward(ids, Tensor(), lengths);
+  }
   // token_types [B, T] (undefined: all 0, one segment).
   Tensor forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths);
   int64_t width() const override { return config_.hidden_size; }
@@ -62,7 +64,9 @@ class BertClassifier : public SequenceClassifier {
   // Rows of different lengths in one pass: row b's first lengths[b] tokens
   // are real and the rest padding, which no token attends to (a key mask),
   // so each row's logits are its own, as if it ran alone.
-  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override { return forward(ids, Tensor(), lengths); }
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& lengths) override {
+    return forward(ids, Tensor(), lengths);
+  }
   Tensor forward(const Tensor& ids, const Tensor& token_types, const std::vector<int64_t>& lengths) override;
   const BertConfig& config() const { return config_; }
   // A new head for other labels (fine-tuning on a data set's own), drawn as

@@ -328,8 +328,8 @@ std::string hf_model_kind(const json& config) {
     // <Arch>Model, the body alone: a decoder embedder (Qwen3-Embedding as transformers saves it).
     const json archs = config.value("architectures", json::array());
     const bool bare = archs.is_array() && !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const json& a) {
-      return a.is_string() && a.get<std::string>().ends_with("Model");
-    });
+                        return a.is_string() && a.get<std::string>().ends_with("Model");
+                      });
     return bare ? "embedder" : "causal";
   }
   if (find_classifier_family(type)) {
@@ -406,12 +406,14 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   out.config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = out.config["model_type"].get<std::string>();
   if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type)) {  // a decoder embedder
-    KILN_CHECK(hf_folder_kind(dir) == "embedder", dir, " is not an encoder Kiln embeds with: it is a causal language "
+    KILN_CHECK(hf_folder_kind(dir) == "embedder", dir,
+               " is not an encoder Kiln embeds with: it is a causal language "
                "model (a decoder embedder's folder has sentence-transformers' modules.json, or says <Arch>Model; its "
                "GGUF file names a pooling_type)");
     out.tokenizer = gguf ? gguf_tokenizer(*gguf, dir) : load_hf_tokenizer(dir);
     const json pad = out.config.value("pad_token_id", json());
-    const int64_t width = out.config.value("hidden_size", int64_t(0)), pad_id = pad.is_number_integer() ? pad.get<int64_t>() : 0;
+    const int64_t width = out.config.value("hidden_size", int64_t(0)),
+                  pad_id = pad.is_number_integer() ? pad.get<int64_t>() : 0;
     if (gguf) {
       out.model = std::make_shared<LanguageModelEncoder>(load_gguf_language_model(*gguf, dtype), width, pad_id);
       return out;
@@ -421,14 +423,16 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
     out.model = std::make_shared<LanguageModelEncoder>(build_from_config(lm->build, body, dir), width, pad_id);
     std::map<std::string, Tensor> weights = map_hf_weights(dir);
     // transformers' <Arch>Model saves the body bare ("layers.0..."), <Arch>ForCausalLM under "model.".
-    const bool bare = std::none_of(weights.begin(), weights.end(), [](const auto& w) { return w.first.starts_with("model."); });
-    attach(*out.model, std::move(weights), dir, out.config, out.model_type,
-           [lm, bare](const std::string& p) {
-             CheckpointName n = lm->checkpoint_name(p.substr(6));  // the encoder keeps the body under "model."
-             if (bare && n.name.starts_with("model.")) n.name = n.name.substr(6);
-             return n;
-           },
-           [lm](const std::string& t) { return lm->ignorable(t) || t == "lm_head.weight"; }, dtype);
+    const bool bare =
+        std::none_of(weights.begin(), weights.end(), [](const auto& w) { return w.first.starts_with("model."); });
+    attach(
+        *out.model, std::move(weights), dir, out.config, out.model_type,
+        [lm, bare](const std::string& p) {
+          CheckpointName n = lm->checkpoint_name(p.substr(6));  // the encoder keeps the body under "model."
+          if (bare && n.name.starts_with("model.")) n.name = n.name.substr(6);
+          return n;
+        },
+        [lm](const std::string& t) { return lm->ignorable(t) || t == "lm_head.weight"; }, dtype);
     return out;
   }
   const ClassifierFamily* family = find_classifier_family(out.model_type);

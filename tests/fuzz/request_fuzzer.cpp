@@ -52,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_rerank(body);
-    if (r.documents.empty() || int64_t(r.documents.size()) > kiln::serve::kMaxRerankDocuments || (r.top_n && *r.top_n < 1))
+    if (r.documents.empty() || int64_t(r.documents.size()) > kiln::serve::kMaxRerankDocuments ||
+        (r.top_n && *r.top_n < 1))
       std::abort();
   });
   expect_valid_or_400([&] {
