@@ -325,10 +325,12 @@ std::string hf_model_kind(const json& config) {
   const std::string type = config["model_type"].get<std::string>();
   if (find_causal_lm_family(type)) {
     if (is_sequence_classifier(config)) return "classifier";
-    // <Arch>Model, the body alone: a decoder embedder (Qwen3-Embedding as transformers saves it).
+    // <Arch>Model, the body alone: a decoder embedder (Qwen3-Embedding as transformers saves it); GPT-2's
+    // GPT2LMHeadModel is its language model.
     const json archs = config.value("architectures", json::array());
     const bool bare = archs.is_array() && !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const json& a) {
-                        return a.is_string() && a.get<std::string>().ends_with("Model");
+                        return a.is_string() && a.get<std::string>().ends_with("Model") &&
+                               a.get<std::string>().find("LMHead") == std::string::npos;
                       });
     return bare ? "embedder" : "causal";
   }
