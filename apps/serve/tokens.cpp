@@ -75,7 +75,7 @@ void answer_props(const GenerationTarget& t, const std::string& path, int64_t sl
                        {"frequency_penalty", s.frequency_penalty},
                        {"stop", t.model.default_stop()}};
   auto text = [&](const char* key) { return info.value(key, json()).is_string() ? info[key] : json(""); };
-  const json props = {{"default_generation_settings", {{"params", params}, {"n_ctx", t.model.context_length()}}},
+  const json props = {{"default_generation_settings", {{"params", params}, {"n_ctx", context}}},
                       {"total_slots", slots},
                       {"model_alias", t.name},
                       {"model_path", path},
