@@ -35,6 +35,7 @@
 #include "kiln/data/fashion_mnist.h"
 #include "kiln/text/base64.h"
 #include "kiln/version.h"
+#include "models/hf/hf_embedder.h"
 
 namespace kiln::serve {
 
@@ -620,12 +621,7 @@ class Server {
     const auto start = Clock::now();
     auto [vectors, tokens] = embeddings(r);
     if (older) return res.set_content(json{{"embedding", vectors.front()}}.dump(), "application/json");
-    for (std::vector<float>& e : vectors) {
-      double norm = 0;
-      for (float x : e) norm += double(x) * x;
-      if (norm > 0)
-        for (float& x : e) x = float(x / std::sqrt(norm));
-    }
+    for (std::vector<float>& e : vectors) models::l2_normalize(e);
     res.set_content(
         json{{"model", r.model},
              {"embeddings", vectors},

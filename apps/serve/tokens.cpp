@@ -13,55 +13,45 @@ using nlohmann::json;
 // A token's text may be part of a character: bad UTF-8 is replaced rather than failing the dump.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-}  // namespace
-
-void answer_tokenize(const GenerationTarget& t, const TokenizeRequest& r, httplib::Response& res) {
-  json tokens = json::array();
-  int64_t count = 0;
+// What `ask` returns of the model; what the model refuses (no tokenizer, a bad id) is a 400 naming it.
+template <typename Ask>
+auto of_model(const GenerationTarget& t, Ask ask) {
   try {
-    const std::string text =
-        r.chat ? t.model.render_chat_json(r.chat->messages, r.chat->tools, r.chat->template_kwargs) : r.text;
-    const std::vector<int32_t> ids = t.model.tokenize(text, r.add_special);
-    count = int64_t(ids.size());
-    const std::vector<std::string> pieces = r.with_pieces ? t.model.token_pieces(ids) : std::vector<std::string>{};
-    for (size_t i = 0; i < ids.size(); ++i)
-      tokens.push_back(r.with_pieces ? json{{"id", ids[i]}, {"piece", pieces[i]}} : json(ids[i]));
+    return ask();
   } catch (const Error& e) {
     throw HttpError(400, "model '" + t.name + "': " + e.what());
   }
-  res.set_content(dump({{"tokens", tokens}, {"count", count}, {"max_model_len", t.model.context_length()}}),
+}
+
+}  // namespace
+
+void answer_tokenize(const GenerationTarget& t, const TokenizeRequest& r, httplib::Response& res) {
+  const json tokens = of_model(t, [&] {
+    const std::string text =
+        r.chat ? t.model.render_chat_json(r.chat->messages, r.chat->tools, r.chat->template_kwargs) : r.text;
+    const std::vector<int32_t> ids = t.model.tokenize(text, r.add_special);
+    const std::vector<std::string> pieces = r.with_pieces ? t.model.token_pieces(ids) : std::vector<std::string>{};
+    json out = json::array();
+    for (size_t i = 0; i < ids.size(); ++i)
+      out.push_back(r.with_pieces ? json{{"id", ids[i]}, {"piece", pieces[i]}} : json(ids[i]));
+    return out;
+  });
+  res.set_content(dump({{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", t.model.context_length()}}),
                   "application/json");
 }
 
 void answer_detokenize(const GenerationTarget& t, const DetokenizeRequest& r, httplib::Response& res) {
-  std::string text;
-  try {
-    text = t.model.detokenize(r.tokens);
-  } catch (const Error& e) {
-    throw HttpError(400, "model '" + t.name + "': " + e.what());
-  }
+  const std::string text = of_model(t, [&] { return t.model.detokenize(r.tokens); });
   res.set_content(dump({{"content", text}, {"prompt", text}}), "application/json");
 }
 
 void answer_tokenizer_info(const GenerationTarget& t, httplib::Response& res) {
-  json info;
-  try {
-    info = t.model.tokenizer_info();
-  } catch (const Error& e) {
-    throw HttpError(400, "model '" + t.name + "': " + e.what());
-  }
-  res.set_content(dump(info), "application/json");
+  res.set_content(dump(of_model(t, [&] { return t.model.tokenizer_info(); })), "application/json");
 }
 
 void answer_props(const GenerationTarget& t, const std::string& path, int64_t slots, httplib::Response& res) {
-  json info;
-  int64_t context = 0;
-  try {
-    info = t.model.tokenizer_info();
-    context = t.model.context_length();
-  } catch (const Error& e) {
-    throw HttpError(400, "model '" + t.name + "': " + e.what());
-  }
+  const json info = of_model(t, [&] { return t.model.tokenizer_info(); });
+  const int64_t context = of_model(t, [&] { return t.model.context_length(); });
   const models::Sampling s = models::resolve_sampling({}, t.model.sampling_defaults(), kLlamaServerSampling);
   const json params = {{"n_predict", -1},
                        {"seed", 4294967295u},  // llama.cpp's LLAMA_DEFAULT_SEED: a new one each request

@@ -389,6 +389,17 @@ struct Template : PostProcessor {
   std::vector<PairItem> pair;
   explicit Template(const json& j) {
     const json& specials = j.value("special_tokens", json::object());
+    // The ids of a SpecialToken item, looked up in special_tokens.
+    auto special_ids = [&](const json& item) {
+      KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(), " is not understood");
+      const std::string name = item["SpecialToken"].at("id").get<std::string>();
+      KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
+                 "' missing from its special_tokens");
+      std::vector<int32_t> ids;
+      for (const auto& id : specials[name].at("ids"))
+        ids.push_back(read_token_id(id, "an id of special token '" + name + "'"));
+      return ids;
+    };
     if (j.contains("pair") && j["pair"].is_array())
       for (const auto& item : j["pair"]) {
         PairItem p;
@@ -398,13 +409,7 @@ struct Template : PostProcessor {
           p.sequence = id == "A" ? 0 : 1;
           p.type = item["Sequence"].value("type_id", 0);
         } else {
-          KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(),
-                     " is not understood");
-          const std::string name = item["SpecialToken"].at("id").get<std::string>();
-          KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
-                     "' missing from its special_tokens");
-          for (const auto& id : specials[name].at("ids"))
-            p.ids.push_back(read_token_id(id, "an id of special token '" + name + "'"));
+          p.ids = special_ids(item);
           p.type = item["SpecialToken"].value("type_id", 0);
         }
         pair.push_back(std::move(p));
@@ -417,11 +422,9 @@ struct Template : PostProcessor {
         seen_sequence = true;
         continue;
       }
-      KILN_CHECK(item.contains("SpecialToken"), "tokenizer.json: template item ", item.dump(), " is not understood");
-      const std::string name = item["SpecialToken"].at("id").get<std::string>();
-      KILN_CHECK(specials.contains(name), "tokenizer.json: template names special token '", name,
-                 "' missing from its special_tokens");
-      for (const auto& id : specials[name].at("ids")) (seen_sequence ? after : before).push_back(read_token_id(id, "an id of special token '" + name + "'"));
+      std::vector<int32_t>& side = seen_sequence ? after : before;
+      const std::vector<int32_t> ids = special_ids(item);
+      side.insert(side.end(), ids.begin(), ids.end());
     }
   }
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {

@@ -187,14 +187,16 @@ Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows) {
         break;
       }
     }
-    if (e.normalize) {  // torch.nn.functional.normalize: x / max(|x|, 1e-12)
-      double squares = 0;
-      for (int64_t i = 0; i < C; ++i) squares += double(o[i]) * o[i];
-      const float inverse = float(1.0 / std::max(std::sqrt(squares), 1e-12));
-      for (int64_t i = 0; i < C; ++i) o[i] *= inverse;
-    }
+    if (e.normalize) l2_normalize({o, size_t(C)});
   }
   return Tensor::from_vector(out, {B, C});
+}
+
+void l2_normalize(std::span<float> v) {
+  double squares = 0;
+  for (float x : v) squares += double(x) * x;
+  const float inverse = float(1.0 / std::max(std::sqrt(squares), 1e-12));
+  for (float& x : v) x *= inverse;
 }
 
 std::vector<std::vector<float>> embed_texts(HfEmbedder& e, const std::vector<std::string>& texts) {

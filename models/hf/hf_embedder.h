@@ -9,6 +9,7 @@
 // (gguf_encoder.h) is pooled as its <arch>.pooling_type says and
 // L2-normalised, as llama-server's embeddings are.
 #pragma once
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text)
 // Rows of ids (embedding_ids) -> their embeddings [rows, dimensions] f32 on
 // the CPU, in one padded pass: each row's as it would be alone.
 Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows);
+// `v` scaled to length 1, as torch.nn.functional.normalize does: v / max(|v|, 1e-12).
+void l2_normalize(std::span<float> v);
 std::vector<std::vector<float>> embed_texts(HfEmbedder& e, const std::vector<std::string>& texts);
 
 }  // namespace kiln::models
