@@ -534,7 +534,7 @@ LoadedModel load_hf_for_inference(const std::string& spec, Device device, const 
   const nlohmann::json config = models::read_hf_config(dir);
   // What the load line names: the family, and whether it came from a GGUF file.
   const std::string source = (models::is_gguf_file(dir) ? "gguf:" : "hf:") + config["model_type"].get<std::string>();
-  const std::string kind = models::hf_folder_kind(dir);
+  const std::string kind = models::hf_folder_kind(dir, config);
   if (kind == "classifier") {
     auto c = models::load_hf_classifier(dir);
     c.model->to(device);

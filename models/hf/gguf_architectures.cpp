@@ -454,6 +454,10 @@ json hf_config_from_gguf(const GgufContents& file) {
   if (json rope = rope_parameters(file, meta, c["rope_theta"].get<double>(), rotated); !rope.is_null())
     c["rope_parameters"] = rope;
   if (row.read_config) row.read_config(file, meta, c);
+  // A file that names its pooling holds an embedder's body (llama.cpp's converter writes it for a
+  // sentence-transformers folder: Qwen3-Embedding's last token): <Arch>Model, as transformers saves the body.
+  if (meta.has("pooling_type"))
+    c["architectures"] = {row.hf_architecture.substr(0, row.hf_architecture.find("For")) + "Model"};
   return c;
 }
 

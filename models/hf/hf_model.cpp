@@ -91,23 +91,10 @@ void apply_store_defaults(const std::string& spec, HfCausalLm& lm) {
 
 bool is_gguf_file(const std::string& path) { return fs::is_regular_file(path); }
 
-std::string hf_folder_kind(const std::string& dir) {
-  if (is_gguf_file(dir)) {
-    const GgufFile file = GgufFile::open(dir);
-    const json config = hf_config_from_gguf(file);
-    // A language model's file that names its pooling is an embedder's (llama.cpp's converter writes it for
-    // sentence-transformers folders: Qwen3-Embedding's last token).
-    const std::string arch = file.metadata().value("general.architecture", json("")).is_string()
-                                 ? file.metadata()["general.architecture"].get<std::string>()
-                                 : "";
-    if (find_causal_lm_family(config["model_type"]) && file.metadata().contains(arch + ".pooling_type"))
-      return "embedder";
-    return hf_model_kind(config);
-  }
-  const json config = read_hf_config(dir);
+std::string hf_folder_kind(const std::string& dir, const json& config) {
   const std::string kind = hf_model_kind(config);
   // A sentence-transformers folder around a causal LM (Qwen3-Embedding's says Qwen3ForCausalLM).
-  if (kind == "causal" && fs::exists(fs::path(dir) / "modules.json")) return "embedder";
+  if (kind == "causal" && !is_gguf_file(dir) && fs::exists(fs::path(dir) / "modules.json")) return "embedder";
   return kind;
 }
 
@@ -408,7 +395,7 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype) {
   out.config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = out.config["model_type"].get<std::string>();
   if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type)) {  // a decoder embedder
-    KILN_CHECK(hf_folder_kind(dir) == "embedder", dir,
+    KILN_CHECK(hf_folder_kind(dir, out.config) == "embedder", dir,
                " is not an encoder Kiln embeds with: it is a causal language "
                "model (a decoder embedder's folder has sentence-transformers' modules.json, or says <Arch>Model; its "
                "GGUF file names a pooling_type)");

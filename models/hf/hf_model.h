@@ -87,10 +87,11 @@ HfEncoder load_hf_encoder(const std::string& dir, std::optional<DType> dtype = s
 // encoder (BertModel, RobertaModel, ...: sentence-transformers' models; a
 // causal family's <Arch>Model: a decoder embedder's body).
 std::string hf_model_kind(const nlohmann::json& config);
-// The same for a folder or GGUF file as a whole: a causal LM inside a
-// sentence-transformers folder (modules.json), or a GGUF language model
-// that names its pooling, is an embedder.
-std::string hf_folder_kind(const std::string& dir);
+// The same for the folder `dir` whose config.json (read_hf_config) is
+// `config`: a causal LM inside a sentence-transformers folder (modules.json)
+// is an embedder too. (A GGUF language model that names its pooling has
+// an <Arch>Model config: hf_config_from_gguf.)
+std::string hf_folder_kind(const std::string& dir, const nlohmann::json& config);
 
 // Points every parameter of `model` (built on the meta device) at the
 // tensor of its name in `weights` (views where the dtype agrees, else

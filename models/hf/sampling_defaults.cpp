@@ -1,6 +1,8 @@
 #include "models/hf/sampling_defaults.h"
 
+#include <initializer_list>
 #include <optional>
+#include <utility>
 
 #include "kiln/core/error.h"
 
@@ -9,22 +11,34 @@ namespace {
 
 using json = nlohmann::json;
 
-// Where each field lives in a folder's generation_config.json and in a GGUF
-// file (the names convert_hf_to_gguf.py maps between: its Metadata.load).
+// Where each field lives in a folder's generation_config.json, in a GGUF
+// file (the names convert_hf_to_gguf.py maps between: its Metadata.load)
+// and in an Ollama Modelfile's params (its api.Options); null: not there.
 struct SamplingKey {
   const char* generation_config;
   const char* gguf;
+  const char* ollama;
   std::optional<double> SamplingFields::*real;
   std::optional<int64_t> SamplingFields::*integer;
 };
 const SamplingKey kKeys[] = {
-    {"temperature", "general.sampling.temp", &SamplingFields::temperature, nullptr},
-    {"top_k", "general.sampling.top_k", nullptr, &SamplingFields::top_k},
-    {"top_p", "general.sampling.top_p", &SamplingFields::top_p, nullptr},
-    {"min_p", "general.sampling.min_p", &SamplingFields::min_p, nullptr},
-    {"repetition_penalty", "general.sampling.penalty_repeat", &SamplingFields::repetition_penalty, nullptr},
-    {"penalty_last_n", "general.sampling.penalty_last_n", nullptr, &SamplingFields::repetition_window},
+    {"temperature", "general.sampling.temp", "temperature", &SamplingFields::temperature, nullptr},
+    {"top_k", "general.sampling.top_k", "top_k", nullptr, &SamplingFields::top_k},
+    {"top_p", "general.sampling.top_p", "top_p", &SamplingFields::top_p, nullptr},
+    {"min_p", "general.sampling.min_p", "min_p", &SamplingFields::min_p, nullptr},
+    {"repetition_penalty", "general.sampling.penalty_repeat", "repeat_penalty", &SamplingFields::repetition_penalty,
+     nullptr},
+    {"penalty_last_n", "general.sampling.penalty_last_n", "repeat_last_n", nullptr, &SamplingFields::repetition_window},
+    {nullptr, nullptr, "presence_penalty", &SamplingFields::presence_penalty, nullptr},
+    {nullptr, nullptr, "frequency_penalty", &SamplingFields::frequency_penalty, nullptr},
 };
+
+// Samplers Kiln does not run, named in f.unapplied where `j` turns one on (its value is not the one that is off).
+void note_unapplied(const json& j, std::initializer_list<std::pair<const char*, double>> off, SamplingFields& f) {
+  for (const auto& [key, value] : off)
+    if (j.is_object() && j.contains(key) && j[key].is_number() && j[key] != value)
+      f.unapplied.push_back(std::string(key) + " " + j[key].dump());
+}
 
 // The fields `j` holds under each key's name (`name_of`); null values are absent.
 template <typename NameOf>
@@ -33,7 +47,7 @@ SamplingFields read_fields(const json& j, NameOf name_of, const std::string& whe
   if (!j.is_object()) return f;
   for (const SamplingKey& k : kKeys) {
     const char* name = name_of(k);
-    if (!j.contains(name) || j[name].is_null()) continue;
+    if (!name || !j.contains(name) || j[name].is_null()) continue;
     const json& v = j[name];
     KILN_CHECK(v.is_number() && (!k.integer || v.is_number_integer()), where, ": ", name, " is ", v.dump(), ", not ",
                k.integer ? "an integer" : "a number");
@@ -67,9 +81,16 @@ SamplingFields gguf_sampling(const json& metadata, const std::string& where) {
   if (!f.repetition_window) f.repetition_window = 64;
   // llama.cpp's samplers that Kiln does not run, when the file turns them on (their parameters go unsaid
   // without them; the order of general.sampling.sequence is llama.cpp's own).
-  for (const char* key : {"general.sampling.mirostat", "general.sampling.xtc_probability"})
-    if (metadata.is_object() && metadata.contains(key) && metadata[key].is_number() && metadata[key] != 0)
-      f.unapplied.push_back(std::string(key) + " " + metadata[key].dump());
+  note_unapplied(metadata, {{"general.sampling.mirostat", 0}, {"general.sampling.xtc_probability", 0}}, f);
+  return f;
+}
+
+SamplingFields ollama_sampling(const json& params, const std::string& where) {
+  SamplingFields f = read_fields(
+      params, [](const SamplingKey& k) { return k.ollama; }, where);
+  // Ollama's repeat_last_n is 64 where the Modelfile does not say (-1: the whole context, 0: no penalty).
+  if (f.repetition_penalty && !f.repetition_window) f.repetition_window = 64;
+  note_unapplied(params, {{"mirostat", 0}, {"typical_p", 1}, {"tfs_z", 1}}, f);
   return f;
 }
 
@@ -77,7 +98,8 @@ json gguf_sampling_metadata(const json& generation_config) {
   json m = json::object();
   if (!generation_config.is_object()) return m;
   for (const SamplingKey& k : kKeys)
-    if (generation_config.contains(k.generation_config) && generation_config[k.generation_config].is_number())
+    if (k.gguf && k.generation_config && generation_config.contains(k.generation_config) &&
+        generation_config[k.generation_config].is_number())
       m[k.gguf] = generation_config[k.generation_config];
   return m;
 }
@@ -85,7 +107,8 @@ json gguf_sampling_metadata(const json& generation_config) {
 json generation_config_of_gguf_sampling(const json& metadata) {
   json g = json::object();
   for (const SamplingKey& k : kKeys)
-    if (metadata.contains(k.gguf) && metadata[k.gguf].is_number()) g[k.generation_config] = metadata[k.gguf];
+    if (k.gguf && k.generation_config && metadata.contains(k.gguf) && metadata[k.gguf].is_number())
+      g[k.generation_config] = metadata[k.gguf];
   return g;
 }
 

@@ -1,6 +1,7 @@
 // A model's own sampling defaults, where its files keep them:
 // generation_config.json in a Hugging Face folder, general.sampling.* in a
-// GGUF file (llama.cpp's convert_hf_to_gguf.py copies one into the other).
+// GGUF file (llama.cpp's convert_hf_to_gguf.py copies one into the other),
+// an Ollama Modelfile's params.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +19,10 @@ SamplingFields generation_config_sampling(const nlohmann::json& generation_confi
 // repetition penalty looks at the last penalty_last_n tokens (64 when the
 // file does not say).
 SamplingFields gguf_sampling(const nlohmann::json& metadata, const std::string& where);
+// An Ollama Modelfile's params layer, as `ollama run` applies it: temperature, top_k, top_p, min_p,
+// repeat_penalty, repeat_last_n (64 where it is left out), presence_penalty, frequency_penalty; mirostat,
+// typical_p and tfs_z named in unapplied when on.
+SamplingFields ollama_sampling(const nlohmann::json& params, const std::string& where);
 
 // The general.sampling.* keys for a folder's generation_config.json, as
 // convert_hf_to_gguf.py writes them, and back.
