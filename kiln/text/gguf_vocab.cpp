@@ -217,6 +217,17 @@ json template_processing(const std::vector<std::pair<std::string, int32_t>>& aro
   return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
 }
 
+// The bos before a text and the eos after it, as the file's add_bos_token and add_eos_token say (the vocabulary
+// kind's defaults where it does not).
+json bos_eos_processing(const json& m, const std::vector<std::string>& tokens, bool add_bos, bool add_eos) {
+  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", tokens.size()),
+                eos = token_id(m, "tokenizer.ggml.eos_token_id", tokens.size());
+  std::vector<std::pair<std::string, int32_t>> before, after;
+  if (flag(m, "tokenizer.ggml.add_bos_token", add_bos) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
+  if (flag(m, "tokenizer.ggml.add_eos_token", add_eos) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
+  return template_processing(before, after);
+}
+
 // SentencePiece: spaces as U+2581 (one before the text unless
 // add_space_prefix is false), pieces merged by the file's merges or, without
 // them, by merges recovered from the scores.
@@ -380,14 +391,9 @@ GgufVocab unigram_vocab(const json& m, const std::vector<std::string>& tokens, c
   }
   t["model"] = {{"type", "Unigram"}, {"unk_id", unk}, {"vocab", std::move(pieces)}, {"byte_fallback", bytes}};
   t["added_tokens"] = std::move(added);
-  // llama.cpp's UGM default: an eos after the text, no bos.
-  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", n),
-                eos = token_id(m, "tokenizer.ggml.eos_token_id", n);
-  std::vector<std::pair<std::string, int32_t>> before, after;
-  if (flag(m, "tokenizer.ggml.add_bos_token", false) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
-  if (flag(m, "tokenizer.ggml.add_eos_token", true) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
-  t["post_processor"] = template_processing(before, after);
-  if (eos >= 0) out.end_of_generation_ids.push_back(eos);
+  t["post_processor"] = bos_eos_processing(m, tokens, false, true);  // llama.cpp's UGM default: an eos after, no bos
+  if (const int32_t eos = token_id(m, "tokenizer.ggml.eos_token_id", n); eos >= 0)
+    out.end_of_generation_ids.push_back(eos);
   return out;
 }
 
@@ -458,11 +464,7 @@ GgufVocab gguf_vocab(const json& m) {
   out.tokenizer["model"] = std::move(bpe);
   out.tokenizer["added_tokens"] = std::move(added);
 
-  const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", n), eos = token_id(m, "tokenizer.ggml.eos_token_id", n);
-  std::vector<std::pair<std::string, int32_t>> before, after;
-  if (flag(m, "tokenizer.ggml.add_bos_token", add_bos) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
-  if (flag(m, "tokenizer.ggml.add_eos_token", false) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
-  out.tokenizer["post_processor"] = template_processing(before, after);
+  out.tokenizer["post_processor"] = bos_eos_processing(m, tokens, add_bos, false);
 
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
     if (const int32_t id = token_id(m, key, n); id >= 0) out.end_of_generation_ids.push_back(id);
