@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <utility>
 
@@ -112,7 +113,8 @@ TEST(Quantized, EveryInstructionPathGivesTheScalarPathsBits) {
 
 // A K-quant matrix of random blocks (every level and sub-block scale bit
 // random), its f16 scales set to small finite values, as a GGUF file holds them.
-QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32_t seed,
+                               const std::function<void(uint8_t*)>& edit_block = {}) {
   std::mt19937 gen(seed);
   QuantizedMatrix q;
   q.format = f;
@@ -131,6 +133,7 @@ QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32
       const uint16_t h = float_to_f16(normal(gen));
       std::memcpy(data + b * bytes + at, &h, 2);
     }
+  for (int64_t b = 0; edit_block && b < blocks; ++b) edit_block(data + b * bytes);
   return q;
 }
 
@@ -258,7 +261,8 @@ TEST(Quantized, ProductIsTheF32ProductOfTheSameWeightsWithinActivationRounding) 
 
 // GGUF's blocks of 32 as Kiln multiplies them (kiln/io/gguf_quants.h): random
 // levels, f16 scales (and Q4_1's and Q5_1's minimums) small and finite.
-QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, uint32_t seed) {
+QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, uint32_t seed,
+                                   const std::function<void(uint8_t*)>& edit_block = {}) {
   const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
   const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
   std::mt19937 gen(seed);
@@ -271,6 +275,7 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
       const uint16_t h = float_to_f16(normal(gen));
       std::memcpy(data + b * info.block_bytes + at, &h, 2);
     }
+  for (int64_t b = 0; edit_block && b < rows * cols / 32; ++b) edit_block(data + b * info.block_bytes);
   return gguf_to_quantized(type, blocks, rows, cols, DType::f32);
 }
 
@@ -345,6 +350,42 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
         }
       EXPECT_GT(total, 1e-3 * double(M * N));  // products of substance
     }
+  }
+}
+
+// Every format's largest level in every weight (its level bytes all 0 or
+// all 1 bits) against activations at their largest (127: 255 where a path
+// takes them unsigned): the sums the AVX2 prompt GEMM adds in 16 bits
+// before widening them (as many as the format's largest level allows) hold
+// the extremes, and every path gives the scalar path's bits.
+TEST(Quantized, PromptGemmHoldsEveryFormatsLargestLevels) {
+  struct Extreme {
+    GgufType type;
+    int64_t first_byte, end_byte;  // where a block's levels are
+    uint8_t fill;                  // the largest |level|: -8, 15, -16, 31, 3, -4, 15, 31, -32
+  };
+  const Extreme extremes[] = {{GgufType::Q4_0, 2, 18, 0x00},   {GgufType::Q4_1, 4, 20, 0xff},
+                              {GgufType::Q5_0, 2, 22, 0x00},   {GgufType::Q5_1, 4, 24, 0xff},
+                              {GgufType::Q2_K, 16, 80, 0xff},  {GgufType::Q3_K, 0, 96, 0x00},
+                              {GgufType::Q4_K, 16, 144, 0xff}, {GgufType::Q5_K, 16, 176, 0xff},
+                              {GgufType::Q6_K, 0, 192, 0x00}};
+  const int64_t N = 11, K = 512, M = 5;
+  const std::vector<float> x(size_t(M * K), 1.0f);
+  for (const Extreme& e : extremes) {
+    const auto fill = [&](uint8_t* block) { std::fill(block + e.first_byte, block + e.end_byte, e.fill); };
+    const GgufTypeInfo& info = gguf_type_info(uint32_t(e.type));
+    const QuantizedMatrix q = info.block_elements == 32 ? random_gguf_blocks(e.type, N, K, 51, fill)
+                                                        : random_k_quant(*k_quant_format(e.type), N, K, 51, fill);
+    SCOPED_TRACE(quant_format_name(q.format));
+    std::vector<float> deq(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dequantize_row(q, n, deq.data() + n * K);
+    const std::vector<float> got = every_path_gives_scalar_bits(q, x, M, cpu::quantized_gemm);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < K; ++k) exact += deq[size_t(n * K + k)], magnitude += std::abs(deq[size_t(n * K + k)]);
+        ASSERT_NEAR(got[size_t(m * N + n)], exact, 2e-3 * magnitude) << "(" << m << ", " << n << ")";  // 1 / 127's f16
+      }
   }
 }
 

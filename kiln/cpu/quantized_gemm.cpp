@@ -17,6 +17,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -126,18 +128,25 @@ struct Avx2Path : VectorFloats {
   }
 };
 
-// AVX2 where every level is within +-64 (all but the 8-bit formats): the
+// AVX2 where every level is within +-32 (all but the 8-bit formats): the
 // activations go in unsigned (level + 128) as on VNNI, and a pair of
-// products stays under 2^15 (2 * 255 * 64): one instruction fewer a product.
+// products stays under 2^15 (2 * 255 * 32): one instruction fewer a product.
+// The pairs of kSteps products of four (as many as the format's largest
+// level keeps under 2^15: level_steps) add in 16 bits before one widening
+// to 32, which takes vpmaddwd, the product's second multiply, off all but
+// one step in kSteps.
+template <int kSteps>
 struct Avx2SmallLevelsPath : VectorFloats {
   static constexpr int kRows = 4;
+  static constexpr int kInt16Steps = kSteps;
   using Int = __m256i;
   using W = __m256i;
   static W load(const int8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
   static Int start(const int32_t* offsets) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)); }
-  static void dot4(Int& acc, W w, const uint8_t* x) {
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(four_levels(x)), w);
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  static __m256i pairs(W w, const uint8_t* x) { return _mm256_maddubs_epi16(_mm256_set1_epi32(four_levels(x)), w); }
+  static void add_pairs(__m256i& sums, W w, const uint8_t* x) { sums = _mm256_add_epi16(sums, pairs(w, x)); }
+  static void widen(Int& acc, __m256i sums) {
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(sums, _mm256_set1_epi16(1)));
   }
 };
 
@@ -182,9 +191,23 @@ template <typename P, int S, bool kMins, int R>
     for (int r = 0; r < R; ++r) acc[r] = P::start(g.offsets.data() + i * P::kLanes);
     const int8_t* w = g.levels.data() + i * S * P::kLanes;
     const uint8_t* x = a.levels.data() + m0 * a.K + i * S;
-    for (int j = 0; j < S / 4; ++j) {
-      const auto levels = P::load(w + j * 4 * P::kLanes);
-      for (int r = 0; r < R; ++r) P::dot4(acc[r], levels, x + r * a.K + 4 * j);
+    if constexpr (requires { P::kInt16Steps; }) {
+      static_assert((S / 4) % P::kInt16Steps == 0);
+      for (int j = 0; j < S / 4; j += P::kInt16Steps) {
+        typename P::Int sums[R];
+        const auto first = P::load(w + j * 4 * P::kLanes);
+        for (int r = 0; r < R; ++r) sums[r] = P::pairs(first, x + r * a.K + 4 * j);
+        for (int t = 1; t < P::kInt16Steps; ++t) {
+          const auto levels = P::load(w + (j + t) * 4 * P::kLanes);
+          for (int r = 0; r < R; ++r) P::add_pairs(sums[r], levels, x + r * a.K + 4 * (j + t));
+        }
+        for (int r = 0; r < R; ++r) P::widen(acc[r], sums[r]);
+      }
+    } else {
+      for (int j = 0; j < S / 4; ++j) {
+        const auto levels = P::load(w + j * 4 * P::kLanes);
+        for (int r = 0; r < R; ++r) P::dot4(acc[r], levels, x + r * a.K + 4 * j);
+      }
     }
     for (int r = 0; r < R; ++r)
       P::scale_add(total[r], acc[r], g.scales.data() + i * P::kLanes, a.scales[(m0 + r) * blocks + i * S / B]);
@@ -232,10 +255,10 @@ template <int S, bool kMins>
 [[gnu::flatten]] void group_avx2(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0, float* out) {
   group_rows<Avx2Path, S, kMins>(g, a, M, N, n0, out);
 }
-template <int S, bool kMins>
+template <int S, bool kMins, int kSteps>
 [[gnu::flatten]] void group_avx2_small(const Group& g, const Activations& a, int64_t M, int64_t N, int64_t n0,
                                        float* out) {
-  group_rows<Avx2SmallLevelsPath, S, kMins>(g, a, M, N, n0, out);
+  group_rows<Avx2SmallLevelsPath<kSteps>, S, kMins>(g, a, M, N, n0, out);
 }
 template <int S, bool kMins>
 [[gnu::flatten, KILN_VNNI_TARGET]] void group_vnni(const Group& g, const Activations& a, int64_t M, int64_t N,
@@ -250,8 +273,18 @@ constexpr bool has_minimums(QuantFormat f) {
   return f == QuantFormat::q4_1 || f == QuantFormat::q5_1 || f == QuantFormat::q2_k || f == QuantFormat::q4_k ||
          f == QuantFormat::q5_k;
 }
-// Levels within +-64: every format but the 8-bit ones (Q6_K's reach 32).
-constexpr bool small_levels(QuantFormat f) { return f != QuantFormat::int8 && f != QuantFormat::int8_block; }
+// The largest |level| of each format's weights as the GEMM multiplies them
+// (zero points taken off; minimums apart), in QuantFormat's order (f16 has no levels).
+constexpr int kLargestLevel[] = {127, 8, 15, 127, 15, 16, 31, 127, 3, 4, 15, 31, 32};
+constexpr int largest_level(QuantFormat f) { return kLargestLevel[size_t(f)]; }
+static_assert(std::size(kLargestLevel) == size_t(QuantFormat::q6_k) + 1);
+// Levels within +-32: every format but the 8-bit ones.
+constexpr bool small_levels(QuantFormat f) { return largest_level(f) <= 32; }
+// How many products of four add in 16 bits: their pair sums of unsigned
+// activations (up to 255) stay under 2^15, a power of two up to S / 4.
+constexpr int level_steps(QuantFormat f, int S) {
+  return std::min(S / 4, int(std::bit_floor(unsigned(32767 / (2 * 255 * largest_level(f))))));
+}
 // A path's kernel, the weight rows of its groups, and whether it takes the
 // activations unsigned (level + 128).
 struct Kernel {
@@ -263,7 +296,11 @@ template <int S, bool kMins>
 Kernel kernel_for(QuantDot dot, QuantFormat f) {
 #ifdef KILN_X86_INTRINSICS
   if (dot == QuantDot::avx512_vnni) return {group_vnni<S, kMins>, VnniPath::kLanes, true};
-  if (dot == QuantDot::avx2 && small_levels(f)) return {group_avx2_small<S, kMins>, Avx2SmallLevelsPath::kLanes, true};
+  if (dot == QuantDot::avx2 && small_levels(f)) {
+    constexpr std::array kernels{group_avx2_small<S, kMins, 1>, group_avx2_small<S, kMins, 2>,
+                                 group_avx2_small<S, kMins, 4>, group_avx2_small<S, kMins, S / 4>};
+    return {kernels[std::countr_zero(unsigned(level_steps(f, S)))], VectorFloats::kLanes, true};
+  }
   if (dot == QuantDot::avx2) return {group_avx2<S, kMins>, Avx2Path::kLanes, false};
 #endif
   (void)dot, (void)f;
