@@ -1,5 +1,6 @@
 // A memory budget on a device's allocator, the out-of-memory error, sizes
-// as people write them, and cpu:N, the simulated device they are tested on.
+// as people write them, cpu:N, the simulated device they are tested on, and
+// the host allocator's reuse of freed blocks.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -70,6 +71,31 @@ TEST(MemoryBudget, SimulatedDevicesAreSeparateFromTheHost) {
   // Ops check devices as they would for a GPU.
   EXPECT_THROW(add(on_device, back), Error);
   EXPECT_EQ(add(on_device, on_device).device(), d);
+}
+
+// A freed block past 64 KiB is taken again by a request a little larger or
+// smaller in its size class (a prompt of another length, an expert given
+// other tokens), not a fresh mmap whose pages fault again; a size in
+// another class gets a block of its own, at most an eighth above its size.
+TEST(MemoryBudget, FreedLargeBlocksServeNearbySizesAgain) {
+  Device d = fresh_device(13);
+  Allocator& a = allocator_for(d);
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({75000}, DType::f32, d);  // 300,000 bytes: the class of 327,680 (10 x 32 KiB)
+    first = t.data<float>();
+  }
+  const size_t reserved = a.stats().reserved;
+  EXPECT_EQ(reserved, size_t(327680));
+  for (int64_t elements : {int64_t(74000), int64_t(81920)}) {  // 296,000 and 327,680 bytes
+    Tensor again = Tensor::empty({elements}, DType::f32, d);
+    EXPECT_EQ(again.data<float>(), first) << elements;
+    EXPECT_EQ(a.stats().reserved, reserved) << elements;
+  }
+  Tensor other = Tensor::empty({82000}, DType::f32, d);  // 328,000 bytes: the next class, 360,448
+  EXPECT_NE(other.data<float>(), first);
+  EXPECT_EQ(a.stats().reserved, reserved + 360448);
+  EXPECT_EQ(a.stats().current, 328000u);  // budgets count what was asked for
 }
 
 // A meta tensor has shapes and bytes, no values: reading one is a clear error.

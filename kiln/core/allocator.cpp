@@ -1,5 +1,7 @@
 #include "kiln/core/allocator.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -101,6 +103,19 @@ namespace {
 // would fault again (that was most of the gap between kiln::matmul and a raw
 // GEMM on large outputs); a decoding step makes the same small outputs every
 // token, which then cost no call to the system's allocator.
+//
+// Blocks past 64 KiB are kept by size class, eight a doubling (at most an
+// eighth more than asked): prompts of other lengths, and a mixture's experts,
+// each given a different number of a prompt's tokens, ask for sizes that
+// differ a little every time, and by exact size each was a fresh mmap whose
+// pages all faulted.
+size_t block_size(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (rounded <= (size_t(64) << 10)) return rounded;
+  const size_t step = std::bit_floor(rounded) / 8;
+  return (rounded + step - 1) / step * step;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   explicit CpuAllocator(int index) : index_(index) {}
@@ -111,7 +126,7 @@ class CpuAllocator final : public Allocator {
 
  protected:
   void* raw_allocate(size_t bytes) override {
-    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    const size_t rounded = block_size(bytes);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
       auto it = cache_.find(rounded);
@@ -130,7 +145,7 @@ class CpuAllocator final : public Allocator {
     return p;
   }
   void raw_deallocate(void* ptr, size_t bytes) override {
-    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    const size_t rounded = block_size(bytes);
     std::lock_guard<std::mutex> lock(cache_mutex_);
     live_bytes_ -= rounded;
     if (cached_bytes_ + rounded <= kMaxCached) {
