@@ -333,6 +333,28 @@ TEST(GgufModels, ABertFileReadsAsItsFoldersEncoderConfig) {
   EXPECT_EQ(models::hf_config_from_gguf(models::GgufContents::of_bytes(header, bytes.data())), c);
 }
 
+// A reranker as llama.cpp's converter writes bge-reranker-v2-m3 (the seed of cli.hf_embed's conversion of the
+// rerank-xlmr fixture): RoBERTa's head as "cls" and "cls.output" reads as a classifier with the file's one label. A
+// file without "cls" (a BERT cross-encoder's, whose pooler the converter drops) is refused, not scored without it.
+TEST(GgufModels, ARerankerFileReadsAsAClassifierWithItsHead) {
+  const std::string seed = std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/arch-bert-rerank.gguf";
+  std::ifstream bytes_in(seed, std::ios::binary);
+  const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(bytes_in), std::istreambuf_iterator<char>()};
+  GgufHeader header = parse_gguf(bytes.data(), bytes.size());
+  const nlohmann::json c = models::hf_config_from_gguf(models::GgufContents::of_bytes(header, bytes.data()));
+  EXPECT_EQ(c["architectures"], nlohmann::json({"BertForSequenceClassification"}));
+  EXPECT_EQ(c["id2label"], nlohmann::json({{"0", "LABEL_0"}}));
+  EXPECT_EQ(c["type_vocab_size"], 1);
+  EXPECT_EQ(models::hf_model_kind(c), "classifier");
+  std::erase_if(header.tensors, [](const GgufTensorInfo& t) { return t.name == "cls.weight"; });
+  try {
+    models::hf_config_from_gguf(models::GgufContents::of_bytes(header, bytes.data()));
+    ADD_FAILURE() << "a reranker without its pooler was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drops BERT's pooler"), std::string::npos) << e.what();
+  }
+}
+
 // nomic-embed-text as llama.cpp's converter writes it (nomic-bert: fused attn_qkv, ffn_gate, rope.freq_base):
 // the hub checkpoint's config, whose sizes are the transformers-made folder's.
 TEST(GgufModels, ANomicBertFileReadsAsItsFoldersEncoderConfig) {
@@ -484,6 +506,44 @@ TEST(GgufTokenizers, SentencePieceAndByteLevelVocabulariesFromMetadata) {
   broken = spm_file.metadata();
   broken["tokenizer.ggml.scores"][0] = 1e300;
   EXPECT_THROW(text::gguf_vocab(broken), Error);
+}
+
+// A pair of texts (a reranker's query and document) joined as llama-server joins them: bos, the first text, eos,
+// the separator where add_sep_token says (llama.cpp's default: WordPiece's only), the second text, eos; every token
+// of the first token type, as llama.cpp gives them.
+TEST(GgufTokenizers, PairsJoinAsLlamaServerJoinsARerankersTexts) {
+  nlohmann::json wordpiece = {{"tokenizer.ggml.model", "bert"},
+                              {"tokenizer.ggml.tokens", {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "\u2581a", "\u2581b"}},
+                              {"tokenizer.ggml.token_type", {3, 2, 3, 3, 1, 1}},
+                              {"tokenizer.ggml.unknown_token_id", 1},
+                              {"tokenizer.ggml.cls_token_id", 2},
+                              {"tokenizer.ggml.seperator_token_id", 3}};
+  auto pair = [](const nlohmann::json& m) {
+    return text::HfTokenizer::from_json(text::gguf_vocab(m).tokenizer, "pair").encode_pair("a", "b");
+  };
+  text::TokenPair joined = pair(wordpiece);
+  EXPECT_EQ(joined.ids, (std::vector<int32_t>{2, 4, 3, 3, 5, 3}));  // no add_sep_token: WordPiece's default, a second [SEP]
+  EXPECT_EQ(joined.types, std::vector<int32_t>(6, 0));
+  wordpiece["tokenizer.ggml.add_sep_token"] = false;  // as the converter writes BERT's ([CLS] A [SEP] B [SEP])
+  EXPECT_EQ(pair(wordpiece).ids, (std::vector<int32_t>{2, 4, 3, 5, 3}));
+
+  // XLM-RoBERTa's Unigram vocabulary as bge-reranker-v2-m3's file has it: <s> A </s></s> B </s>, as transformers joins it.
+  nlohmann::json unigram = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/vocab-ugm.gguf").metadata();
+  const int32_t bos = unigram["tokenizer.ggml.bos_token_id"], eos = unigram["tokenizer.ggml.eos_token_id"];
+  unigram["tokenizer.ggml.add_bos_token"] = unigram["tokenizer.ggml.add_eos_token"] = true;
+  unigram["tokenizer.ggml.add_sep_token"] = true;
+  unigram["tokenizer.ggml.seperator_token_id"] = eos;
+  const auto tok = text::HfTokenizer::from_json(text::gguf_vocab(unigram).tokenizer, "ugm");
+  const std::vector<int32_t> a = tok.encode("a", false), b = tok.encode("b", false);
+  std::vector<int32_t> want = {bos};
+  want.insert(want.end(), a.begin(), a.end());
+  want.insert(want.end(), {eos, eos});
+  want.insert(want.end(), b.begin(), b.end());
+  want.push_back(eos);
+  EXPECT_EQ(tok.encode_pair("a", "b").ids, want);
+  unigram["tokenizer.ggml.add_sep_token"] = false;  // (a file that says so: one </s> between)
+  want.erase(want.begin() + long(1 + a.size()));
+  EXPECT_EQ(text::HfTokenizer::from_json(text::gguf_vocab(unigram).tokenizer, "ugm").encode_pair("a", "b").ids, want);
 }
 
 // Random blocks of every quantized type (tests/hf/make_gguf_quants_fixture.py), dequantized as gguf-py, llama.cpp's

@@ -199,22 +199,30 @@ bool in_byte_level_alphabet(const std::string& token) {
   return true;
 }
 
-json template_processing(const std::vector<std::pair<std::string, int32_t>>& around_bos,
-                         const std::vector<std::pair<std::string, int32_t>>& around_eos) {
+using SpecialTokens = std::vector<std::pair<std::string, int32_t>>;
+
+// A text between `before` and `after`; a pair of texts (a reranker's query and document) as llama.cpp's server
+// joins them (format_prompt_rerank): before A after between B after. Every token takes the first token type, as
+// llama.cpp gives them.
+json template_processing(const SpecialTokens& before, const SpecialTokens& after, const SpecialTokens& between) {
   json single = json::array(), pair = json::array(), specials = json::object();
-  auto special = [&](const std::pair<std::string, int32_t>& t, int type_id, json& seq) {
-    seq.push_back({{"SpecialToken", {{"id", t.first}, {"type_id", type_id}}}});
-    specials[t.first] = {{"id", t.first}, {"ids", {t.second}}, {"tokens", {t.first}}};
+  auto special = [&](const SpecialTokens& tokens, json& seq) {
+    for (const auto& [text, id] : tokens) {
+      seq.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
+      specials[text] = {{"id", text}, {"ids", {id}}, {"tokens", {text}}};
+    }
   };
-  for (const auto& t : around_bos) special(t, 0, single);
-  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-  for (const auto& t : around_eos) special(t, 0, single);
-  for (int part = 0; part < 2; ++part) {
-    for (const auto& t : around_bos) special(t, part, pair);
-    pair.push_back({{"Sequence", {{"id", part ? "B" : "A"}, {"type_id", part}}}});
-    for (const auto& t : around_eos) special(t, part, pair);
-  }
+  auto text = [](const char* id, json& seq) { seq.push_back({{"Sequence", {{"id", id}, {"type_id", 0}}}}); };
+  special(before, single), text("A", single), special(after, single);
+  special(before, pair), text("A", pair), special(after, pair), special(between, pair), text("B", pair);
+  special(after, pair);
   return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+// The separator between a pair's texts where the file's add_sep_token says (llama.cpp's default where it does not).
+SpecialTokens separator(const json& m, const std::vector<std::string>& tokens, int32_t sep, bool add_sep) {
+  if (!flag(m, "tokenizer.ggml.add_sep_token", add_sep) || sep < 0) return {};
+  return {{tokens[size_t(sep)], sep}};
 }
 
 // The bos before a text and the eos after it, as the file's add_bos_token and add_eos_token say (the vocabulary
@@ -222,10 +230,11 @@ json template_processing(const std::vector<std::pair<std::string, int32_t>>& aro
 json bos_eos_processing(const json& m, const std::vector<std::string>& tokens, bool add_bos, bool add_eos) {
   const int32_t bos = token_id(m, "tokenizer.ggml.bos_token_id", tokens.size()),
                 eos = token_id(m, "tokenizer.ggml.eos_token_id", tokens.size());
-  std::vector<std::pair<std::string, int32_t>> before, after;
+  SpecialTokens before, after;
   if (flag(m, "tokenizer.ggml.add_bos_token", add_bos) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
   if (flag(m, "tokenizer.ggml.add_eos_token", add_eos) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
-  return template_processing(before, after);
+  return template_processing(before, after,
+                             separator(m, tokens, token_id(m, "tokenizer.ggml.seperator_token_id", tokens.size()), false));
 }
 
 // SentencePiece: spaces as U+2581 (one before the text unless
@@ -302,7 +311,8 @@ json added_token(size_t id, const std::string& content, int64_t type) {
 // under BertNormalizer (lower case and accents stripped as the file's
 // tokenizer.ggml.normalizer.* say; llama.cpp's defaults: both, or neither
 // lower case for its "whitespace" pre-tokenizer) and BertPreTokenizer, each
-// text between [CLS] and [SEP].
+// text between [CLS] and [SEP] (a pair's with another [SEP] between unless
+// add_sep_token is false).
 GgufVocab wordpiece_vocab(const json& m, const std::vector<std::string>& tokens, const std::vector<int64_t>& types) {
   const size_t n = tokens.size();
   const json* pre = find(m, "tokenizer.ggml.pre");
@@ -334,10 +344,10 @@ GgufVocab wordpiece_vocab(const json& m, const std::vector<std::string>& tokens,
   int32_t cls = token_id(m, "tokenizer.ggml.cls_token_id", n), sep = token_id(m, "tokenizer.ggml.seperator_token_id", n);
   if (cls < 0) cls = token_id(m, "tokenizer.ggml.bos_token_id", n);
   if (sep < 0) sep = token_id(m, "tokenizer.ggml.eos_token_id", n);
-  std::vector<std::pair<std::string, int32_t>> before, after;
+  SpecialTokens before, after;
   if (cls >= 0) before.emplace_back(tokens[size_t(cls)], cls);
   if (sep >= 0) after.emplace_back(tokens[size_t(sep)], sep);
-  t["post_processor"] = template_processing(before, after);
+  t["post_processor"] = template_processing(before, after, separator(m, tokens, sep, true));
   return out;
 }
 

@@ -50,6 +50,25 @@ json nomic_bert_config(const GgufContents& file, const GgufMeta& meta) {
           {"mlp_fc2_bias", file.find("blk.0.ffn_down.bias") != nullptr}};
 }
 
+// A reranker (what llama-server --reranking runs): a cross-encoder's head as llama.cpp's converter writes
+// RoBERTa's, "cls" (a dense layer, tanh) then "cls.output" (the labels' logits), as BERT's pooler and classifier.
+void add_classifier_head(const GgufContents& file, const GgufMeta& meta, json& c) {
+  KILN_CHECK(file.find("cls.weight"), "GGUF: this reranker has a classifier ('cls.output') but no pooler ('cls'): "
+             "llama.cpp's converter drops BERT's pooler, so the file no longer scores pairs as its model does; run "
+             "the model's Hugging Face folder (hf:DIR) instead");
+  const int64_t labels = rows_of(file, "cls.output.weight");
+  json names = json::object();
+  const json given = meta.has("classifier.output_labels") ? meta.at("classifier.output_labels") : json();
+  KILN_CHECK(given.is_null() || (given.is_array() && int64_t(given.size()) == labels), "GGUF: '", meta.p,
+             "classifier.output_labels' is not one name for each of the classifier's ", labels, " outputs");
+  for (int64_t i = 0; i < labels; ++i) {
+    KILN_CHECK(given.is_null() || given[size_t(i)].is_string(), "GGUF: a classifier output label is not text");
+    names[std::to_string(i)] = given.is_null() ? "LABEL_" + std::to_string(i) : given[size_t(i)].get<std::string>();
+  }
+  c["architectures"] = {"BertForSequenceClassification"};
+  c["id2label"] = std::move(names);
+}
+
 using ConfigOf = json (*)(const GgufContents&, const GgufMeta&);
 const std::pair<const char*, ConfigOf> kConfigs[] = {{"bert", bert_config}, {"nomic-bert", nomic_bert_config}};
 
@@ -72,6 +91,7 @@ json gguf_encoder_config(const GgufContents& file) {
   for (const auto& [name, config_of] : kConfigs)
     if (arch == name) c = config_of(file, meta);
   KILN_CHECK(!c.is_null(), "GGUF: ", arch, " is not an encoder Kiln reads");
+  if (arch == "bert" && file.find("cls.output.weight")) add_classifier_head(file, meta, c);
   const int64_t layers = meta.positive("block_count");
   KILN_CHECK(layers <= kGgufMaxLayers, "GGUF: '", arch, ".block_count' is ", layers, "; the file is likely damaged");
   if (const json pad = m.value("tokenizer.ggml.padding_token_id", json());

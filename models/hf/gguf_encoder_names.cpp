@@ -11,7 +11,12 @@ const std::vector<GgufEncoderArch>& encoder_archs() {
         {"position_embd.weight", "embeddings.position_embeddings.weight"},
         {"token_types.weight", "embeddings.token_type_embeddings.weight"},
         {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
-        {"token_embd_norm.bias", "embeddings.LayerNorm.bias"}},
+        {"token_embd_norm.bias", "embeddings.LayerNorm.bias"},
+        // a reranker's head (gguf_encoder_config.cpp): RoBERTa's dense and out_proj, as BERT's pooler and classifier
+        {"cls.weight", "pooler.dense.weight"},
+        {"cls.bias", "pooler.dense.bias"},
+        {"cls.output.weight", "classifier.weight"},
+        {"cls.output.bias", "classifier.bias"}},
        "encoder.layer",
        {{"attn_q", "attention.self.query"},
         {"attn_k", "attention.self.key"},

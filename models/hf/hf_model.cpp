@@ -355,9 +355,11 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
 HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dtype) {
   HfClassifier out;
   out.dir = dir;
-  const json config = read_hf_config(dir);
+  std::optional<GgufFile> gguf;  // a reranker's GGUF file (gguf_encoder.h), read once
+  if (is_gguf_file(dir)) gguf.emplace(GgufFile::open(dir));
+  const json config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = config["model_type"].get<std::string>();
-  out.tokenizer = load_hf_tokenizer(dir);
+  out.tokenizer = gguf ? gguf_tokenizer(*gguf, dir) : load_hf_tokenizer(dir);
   if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type); lm && is_sequence_classifier(config)) {
     out.labels = classifier_labels(config, out.model_type);
     out.pad_id = causal_pad_id(config, dir);
@@ -380,8 +382,14 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a sequence classifier Kiln supports (",
               supported_classifier_types(), ")");
   out.model = build_from_config(family->build, config, dir);
-  attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
-                 family->ignorable, dtype);
+  if (gguf) {  // the encoder's names bare, the head's as BertModel's pooler and the classifier (gguf_encoder_names.h)
+    attach(*out.model, gguf_encoder_weights(*gguf), dir, config, out.model_type,
+           [](const std::string& p) { return CheckpointName{p.starts_with("bert.") ? p.substr(5) : p}; },
+           family->ignorable, dtype);
+  } else {
+    attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+                   family->ignorable, dtype);
+  }
   out.labels = classifier_labels(config, out.model_type);
   out.pad_id = out.tokenizer.token_to_id("[PAD]").value_or(0);
   return out;

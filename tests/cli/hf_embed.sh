@@ -102,6 +102,18 @@ sys.exit(0 if len(got["embeddings"]) == 5 and worst < (1e-5 if kind == "f32" els
 PY
 done
 same_ids "$WORK/xlmr-f32.gguf" embed-xlmr-cls 0 2 4
+# A reranker as llama.cpp's converter writes bge-reranker-v2-m3 (XLM-RoBERTa, a Unigram vocabulary, the head as "cls"
+# and "cls.output"), served below: its pairs joined as llama-server joins them (<s> q </s></s> d </s>, here
+# transformers' too) score as CrossEncoder does. A BERT cross-encoder's file, whose pooler the converter drops, is
+# refused: it no longer scores as its model does.
+for type in f32 q8_0; do
+  run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" default "$FIX/rerank-xlmr" --outtype "$type" \
+    --outfile "$WORK/rerank-xlmr-$type.gguf"
+done
+run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" bert-bge "$FIX/rerank-minilm" --outtype f32 \
+  --outfile "$WORK/rerank-minilm.gguf"
+run 1 "$KILN" classify "gguf:$WORK/rerank-minilm.gguf" --text "x"
+expect "drops BERT's pooler"
 
 same_ids "$WORK/minilm-f32.gguf" embed-minilm 0 1 2
 
@@ -142,6 +154,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
   --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \
+  --model rrx="gguf:$WORK/rerank-xlmr-f32.gguf" --model rrq="gguf:$WORK/rerank-xlmr-q8_0.gguf" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -195,6 +208,11 @@ assert status == 200 and [x["index"] for x in r["results"]] == best[:3], r
 assert all(abs(x["relevance_score"] - want["scores"][x["index"]]) < 1e-5 and
            x["document"]["text"] == want["documents"][x["index"]] for x in r["results"]), r
 assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"]
+xlmr = json.load(open(sys.argv[2].replace("rerank-minilm", "rerank-xlmr")))
+for name, bound in (("rrx", 1e-5), ("rrq", 1e-2)):  # GGUF rerankers (Q8_0: 1.5e-3 off on this 32-wide model)
+    status, r = post("/v1/rerank", {"model": name, "query": xlmr["query"], "documents": xlmr["documents"]})
+    assert status == 200 and r["usage"]["total_tokens"] == sum(len(i) for i in xlmr["ids"]), (name, r)
+    assert all(abs(x["relevance_score"] - xlmr["scores"][x["index"]]) < bound for x in r["results"]), (name, r)
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
                              "documents": [{"text": d} for d in want["documents"]]})
 assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r

@@ -8,7 +8,8 @@ embedding's vocabulary cut to 8 rows, so each seed is a few KB.
 Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz/make_gguf_seeds.py [ENCODER.gguf ...]
 ENCODER.gguf: an encoder's file (F32, through tests/hf/convert_fixture_to_gguf.py: tests/hf/fixtures/embed-minilm
 for bert, cli.hf_embed's hub-style copy of embed-nomic-bert for nomic-bert), written as arch-ARCH.gguf with its
-position and token-type embeddings too (given encoder files, only their seeds are written).
+position and token-type embeddings too (given encoder files, only their seeds are written); a reranker's
+(cli.hf_embed's conversion of tests/hf/fixtures/rerank-xlmr) as arch-ARCH-rerank.gguf, with its head ("cls", "cls.output").
 """
 import pathlib
 import sys
@@ -19,7 +20,7 @@ from gguf import GGUFReader, GGUFWriter, GGUFValueType
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KEPT = ("token_embd.weight", "output.weight", "blk.0.attn_output.bias", "rope_freqs.weight",
         "rope_factors_long.weight", "rope_factors_short.weight")
-ENCODER_KEPT = KEPT + ("position_embd.weight", "token_types.weight")
+ENCODER_KEPT = KEPT + ("position_embd.weight", "token_types.weight", "cls.weight", "cls.output.weight")
 
 
 def field_value(field):
@@ -40,9 +41,10 @@ def write_seed(source, target, kept=KEPT):
         if name.startswith("GGUF.") or name == "general.architecture" or name.startswith("tokenizer.ggml."):
             continue
         value, kind = field_value(field)
-        if kind == GGUFValueType.ARRAY:
-            continue
-        writer.add_key_value(name, value, kind)
+        if field.types[0] == GGUFValueType.ARRAY:  # (a classifier's output labels)
+            writer.add_key_value(name, value, GGUFValueType.ARRAY, sub_type=kind)
+        else:
+            writer.add_key_value(name, value, kind)
     for t in reader.tensors:
         if t.name not in kept:
             continue
@@ -61,8 +63,10 @@ def main():
     seeds = [(source, out / f"arch-{source.stem}.gguf", KEPT)
              for source in sorted((ROOT / "tests/hf/fixtures/gguf-archs").glob("*.gguf"))] if len(sys.argv) == 1 else []
     for source in sys.argv[1:]:
-        arch = bytes(GGUFReader(source).fields["general.architecture"].parts[-1]).decode()
-        seeds.append((pathlib.Path(source), out / f"arch-{arch}.gguf", ENCODER_KEPT))
+        reader = GGUFReader(source)
+        arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+        rerank = "-rerank" if any(t.name == "cls.output.weight" for t in reader.tensors) else ""
+        seeds.append((pathlib.Path(source), out / f"arch-{arch}{rerank}.gguf", ENCODER_KEPT))
     for source, target, kept in seeds:
         write_seed(str(source), str(target), kept)
         print(target.relative_to(ROOT), target.stat().st_size, "bytes")
