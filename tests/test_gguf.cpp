@@ -522,13 +522,16 @@ TEST(GgufTokenizers, PairsJoinAsLlamaServerJoinsARerankersTexts) {
     return text::HfTokenizer::from_json(text::gguf_vocab(m).tokenizer, "pair").encode_pair("a", "b");
   };
   text::TokenPair joined = pair(wordpiece);
-  EXPECT_EQ(joined.ids, (std::vector<int32_t>{2, 4, 3, 3, 5, 3}));  // no add_sep_token: WordPiece's default, a second [SEP]
+  // No add_sep_token: WordPiece's default, a second [SEP].
+  EXPECT_EQ(joined.ids, (std::vector<int32_t>{2, 4, 3, 3, 5, 3}));
   EXPECT_EQ(joined.types, std::vector<int32_t>(6, 0));
   wordpiece["tokenizer.ggml.add_sep_token"] = false;  // as the converter writes BERT's ([CLS] A [SEP] B [SEP])
   EXPECT_EQ(pair(wordpiece).ids, (std::vector<int32_t>{2, 4, 3, 5, 3}));
 
-  // XLM-RoBERTa's Unigram vocabulary as bge-reranker-v2-m3's file has it: <s> A </s></s> B </s>, as transformers joins it.
-  nlohmann::json unigram = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/vocab-ugm.gguf").metadata();
+  // XLM-RoBERTa's Unigram vocabulary as bge-reranker-v2-m3's file has it: <s> A </s></s> B </s>, as transformers
+  // joins it.
+  nlohmann::json unigram =
+      GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/vocab-ugm.gguf").metadata();
   const int32_t bos = unigram["tokenizer.ggml.bos_token_id"], eos = unigram["tokenizer.ggml.eos_token_id"];
   unigram["tokenizer.ggml.add_bos_token"] = unigram["tokenizer.ggml.add_eos_token"] = true;
   unigram["tokenizer.ggml.add_sep_token"] = true;

@@ -233,8 +233,8 @@ json bos_eos_processing(const json& m, const std::vector<std::string>& tokens, b
   SpecialTokens before, after;
   if (flag(m, "tokenizer.ggml.add_bos_token", add_bos) && bos >= 0) before.emplace_back(tokens[size_t(bos)], bos);
   if (flag(m, "tokenizer.ggml.add_eos_token", add_eos) && eos >= 0) after.emplace_back(tokens[size_t(eos)], eos);
-  return template_processing(before, after,
-                             separator(m, tokens, token_id(m, "tokenizer.ggml.seperator_token_id", tokens.size()), false));
+  return template_processing(
+      before, after, separator(m, tokens, token_id(m, "tokenizer.ggml.seperator_token_id", tokens.size()), false));
 }
 
 // SentencePiece: spaces as U+2581 (one before the text unless

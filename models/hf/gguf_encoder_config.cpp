@@ -53,7 +53,8 @@ json nomic_bert_config(const GgufContents& file, const GgufMeta& meta) {
 // A reranker (what llama-server --reranking runs): a cross-encoder's head as llama.cpp's converter writes
 // RoBERTa's, "cls" (a dense layer, tanh) then "cls.output" (the labels' logits), as BERT's pooler and classifier.
 void add_classifier_head(const GgufContents& file, const GgufMeta& meta, json& c) {
-  KILN_CHECK(file.find("cls.weight"), "GGUF: this reranker has a classifier ('cls.output') but no pooler ('cls'): "
+  KILN_CHECK(file.find("cls.weight"),
+             "GGUF: this reranker has a classifier ('cls.output') but no pooler ('cls'): "
              "llama.cpp's converter drops BERT's pooler, so the file no longer scores pairs as its model does; run "
              "the model's Hugging Face folder (hf:DIR) instead");
   const int64_t labels = rows_of(file, "cls.output.weight");

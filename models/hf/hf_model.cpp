@@ -383,12 +383,14 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
               supported_classifier_types(), ")");
   out.model = build_from_config(family->build, config, dir);
   if (gguf) {  // the encoder's names bare, the head's as BertModel's pooler and the classifier (gguf_encoder_names.h)
-    attach(*out.model, gguf_encoder_weights(*gguf), dir, config, out.model_type,
-           [](const std::string& p) { return CheckpointName{p.starts_with("bert.") ? p.substr(5) : p}; },
-           family->ignorable, dtype);
+    attach(
+        *out.model, gguf_encoder_weights(*gguf), dir, config, out.model_type,
+        [](const std::string& p) { return CheckpointName{p.starts_with("bert.") ? p.substr(5) : p}; },
+        family->ignorable, dtype);
   } else {
-    attach_weights(*out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
-                   family->ignorable, dtype);
+    attach_weights(
+        *out.model, dir, config, out.model_type, [](const std::string& p) { return CheckpointName{p}; },
+        family->ignorable, dtype);
   }
   out.labels = classifier_labels(config, out.model_type);
   out.pad_id = out.tokenizer.token_to_id("[PAD]").value_or(0);
