@@ -48,12 +48,15 @@ TEST(HfChat, GreedyReplyEqualsTransformersGenerateOnTheTemplatesIds) {
   EXPECT_EQ(c.finish_reason, "length");
   // Greedy: each token is the most likely at its position.
   ASSERT_EQ(c.logprobs.size(), greedy.size());
-  for (const auto& e : c.logprobs) {
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    const recipes::TokenLogprob& e = c.logprobs[i];
+    EXPECT_EQ(e.id, greedy[i]);
     ASSERT_EQ(e.top.size(), 3u);
-    EXPECT_EQ(e.top[0].first, e.token);
-    EXPECT_DOUBLE_EQ(e.top[0].second, e.logprob);
+    EXPECT_EQ(e.top[0].token, e.token);
+    EXPECT_EQ(e.top[0].id, e.id);
+    EXPECT_DOUBLE_EQ(e.top[0].logprob, e.logprob);
     EXPECT_LT(e.logprob, 0);
-    EXPECT_GE(e.top[0].second, e.top[1].second);
+    EXPECT_GE(e.top[0].logprob, e.top[1].logprob);
   }
 }
 

@@ -364,8 +364,9 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
 }
 
 // llama-server's own POST /completion: its names (n_predict, repeat_penalty,
-// ...), -1 for "until the end" and "a random seed", no model needed; its
-// samplers that Kiln has not refused by name unless off.
+// ...), -1 for "until the end" and "a random seed", no model needed, n_probs
+// as the completions' logprobs; its samplers that Kiln has not refused by
+// name unless off.
 TEST(LlamaCompletionFields, LlamaServersFieldsReachTheRequest) {
   CompletionRequest r = parse_llama_completion(
       R"({"prompt": "Building a website can be done in 10 simple steps:", "n_predict": 128, "temperature": 0.5,
@@ -383,6 +384,8 @@ TEST(LlamaCompletionFields, LlamaServersFieldsReachTheRequest) {
   EXPECT_EQ(r.seed, 42u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n\n"});
   EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.logprobs);  // n_probs 0: no completion_probabilities
+  EXPECT_EQ(parse_llama_completion(R"({"prompt": "x", "n_probs": 5})").logprobs, 5);
   EXPECT_EQ(parse_llama_completion(R"({"prompt": "x", "n_predict": -1})").max_tokens, 4096);
   EXPECT_EQ(parse_llama_completion(R"({"prompt": "x"})").max_tokens, 4096);
   EXPECT_NE(parse_llama_completion(R"({"prompt": "x", "seed": -1})").seed,
@@ -391,7 +394,8 @@ TEST(LlamaCompletionFields, LlamaServersFieldsReachTheRequest) {
   const std::pair<std::string, std::string> refused[] = {
       {R"({"prompt": "x", "mirostat": 2})", "field 'mirostat' is not supported: Kiln has no mirostat sampler"},
       {R"({"prompt": "x", "typical_p": 0.9})", "field 'typical_p' is not supported"},
-      {R"({"prompt": "x", "n_probs": 5})", "field 'n_probs' is not supported"},
+      {R"({"prompt": "x", "n_probs": 21})", "n_probs must be in [0, 20]"},
+      {R"({"prompt": "x", "n_probs": 2, "post_sampling_probs": true})", "field 'post_sampling_probs' is not supported"},
       {R"({"prompt": "x", "n_predict": 5000})", "n_predict must be -1 or in [0, 4096]"},
       {R"({"prompt": [1, 2]})", "token-id prompts on /completion are not supported"},
       {R"({"n_predict": 4})", "missing field 'prompt'"},

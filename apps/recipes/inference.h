@@ -60,13 +60,16 @@ struct CompletionOptions {
   bool keep_tool_tokens = false;
 };
 
-// A generated token's log-probability under the model (its logits'
-// log-softmax in f32, before temperature or truncation), with the most
-// likely tokens at its position.
-struct TokenLogprob {
+// A token's log-probability under the model (its logits' log-softmax in
+// f32, before temperature or truncation): its id, its text, the value.
+struct TokenScore {
+  int32_t id = -1;
   std::string token;
   double logprob = 0;
-  std::vector<std::pair<std::string, double>> top;
+};
+// A generated token's, with the most likely tokens at its position.
+struct TokenLogprob : TokenScore {
+  std::vector<TokenScore> top;
 };
 
 struct Completion {
@@ -79,8 +82,8 @@ struct Completion {
 
 // The `top` most likely tokens of a row of log-probabilities, most likely
 // first, named by `text_of`.
-std::vector<std::pair<std::string, double>> most_likely(const float* log_probs, size_t vocab, int64_t top,
-                                                        const std::function<std::string(int32_t)>& text_of);
+std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top,
+                                    const std::function<std::string(int32_t)>& text_of);
 
 // A completion being generated a token at a time, so that a server can
 // advance many of them in one batch and let them join and leave between
@@ -101,7 +104,7 @@ struct PromptScores {
   std::string text;                                // the prompt, decoded
   std::vector<std::string> tokens;                 // each token's text
   std::vector<std::optional<double>> token_logprobs;  // [0] has no context: null
-  std::vector<std::vector<std::pair<std::string, double>>> top_logprobs;  // the most likely at each position
+  std::vector<std::vector<TokenScore>> top_logprobs;  // the most likely at each position
   std::vector<int64_t> text_offset;                // where each token's text starts
 };
 

@@ -23,6 +23,13 @@ json utf8_bytes(const std::string& s) {
   return bytes;
 }
 
+// A token's log-probability as OpenAI's chat logprobs spell it (and llama-server's, with the token's id).
+json token_score(const recipes::TokenScore& t, bool with_id) {
+  json out = {{"token", t.token}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.token)}};
+  if (with_id) out["id"] = t.id;
+  return out;
+}
+
 // How an answer is spelled: the two endpoints' shapes.
 struct Shape {
   bool chat = false;
@@ -45,8 +52,9 @@ struct Shape {
       json content = json::array();
       for (const auto& e : entries) {
         json top = json::array();
-        for (const auto& [token, lp] : e.top) top.push_back({{"token", token}, {"logprob", lp}, {"bytes", utf8_bytes(token)}});
-        content.push_back({{"token", e.token}, {"logprob", e.logprob}, {"bytes", utf8_bytes(e.token)}, {"top_logprobs", top}});
+        for (const auto& t : e.top) top.push_back(token_score(t, false));
+        content.push_back(token_score(e, false));
+        content.back()["top_logprobs"] = std::move(top);
       }
       return {{"content", content}};
     }
@@ -55,7 +63,7 @@ struct Shape {
       tokens.push_back(e.token);
       token_logprobs.push_back(e.logprob);
       json top = json::object();
-      for (const auto& [token, lp] : e.top) top[token] = lp;
+      for (const auto& t : e.top) top[t.token] = t.logprob;
       top_logprobs.push_back(top);
       offsets.push_back(offset);
       offset += int64_t(e.token.size());
@@ -85,6 +93,18 @@ struct Shape {
             {"truncated", false},
             {"stop_type", stop_type},
             {"stopping_word", c.stop_string}};
+  }
+  // llama-server's completion_probabilities: each token's id, text, bytes and log-probability, and its position's
+  // most likely tokens (n_probs of them) the same way.
+  static json llama_probabilities(const std::vector<recipes::TokenLogprob>& entries) {
+    json out = json::array();
+    for (const auto& e : entries) {
+      json top = json::array();
+      for (const auto& t : e.top) top.push_back(token_score(t, true));
+      out.push_back(token_score(e, true));
+      out.back()["top_logprobs"] = std::move(top);
+    }
+    return out;
   }
   bool reads() const { return tools || reasoning.format; }
   // Ollama's fields for text: /api/chat's message content, /api/generate's response.
@@ -260,9 +280,11 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
         throw HttpError(400, e.what());
       }
   }
-  if (!fields.stream && shape.api == Shape::Api::llama)
-    return res.set_content(dump(Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0])),
-                           "application/json");
+  if (!fields.stream && shape.api == Shape::Api::llama) {
+    json answer = Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0]);
+    if (shape.logprobs) answer["completion_probabilities"] = Shape::llama_probabilities(jobs[0]->result.logprobs);
+    return res.set_content(dump(answer), "application/json");
+  }
   if (!fields.stream && shape.api == Shape::Api::ollama) {
     const recipes::Completion& c = jobs[0]->result;
     return res.set_content(dump(ollama_done(t.name, shape.chat, shape.ollama_answer(c.text), c, jobs[0]->times)),
@@ -302,8 +324,11 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
         auto event = [&](size_t i, const std::string& text, const json& finish,
                          const std::vector<recipes::TokenLogprob>& lps) {
           ChoiceStream& s = (*streams)[i];
-          if (shape.api == Shape::Api::llama)
-            return send({{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}});
+          if (shape.api == Shape::Api::llama) {
+            json piece = {{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}};
+            if (shape.logprobs && !lps.empty()) piece["completion_probabilities"] = Shape::llama_probabilities(lps);
+            return send(piece);
+          }
           if (ollama) return send(ollama_piece(model, shape.chat, shape.ollama_text(text)));
           json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
           choice["index"] = i;
@@ -476,7 +501,7 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
     for (const auto& lp : s.token_logprobs) logprobs["token_logprobs"].push_back(lp ? json(*lp) : json());
     for (const auto& best : s.top_logprobs) {
       json row = best.empty() ? json() : json::object();
-      for (const auto& [token, lp] : best) row[token] = lp;
+      for (const auto& t : best) row[t.token] = t.logprob;
       logprobs["top_logprobs"].push_back(row);
     }
     // The completion's tokens after the prompt's, as a completion's logprobs spell them.
@@ -503,8 +528,10 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
 
 void answer_llama_completion(const GenerationTarget& t, const CompletionRequest& r, httplib::Response& res) {
   recipes::CompletionOptions co = options_of(t, r, kLlamaServerSampling);
+  co.logprobs = r.logprobs.value_or(-1);
   Shape shape;
   shape.api = Shape::Api::llama;
+  shape.logprobs = r.logprobs.has_value();
   generate(t, r.prompts, co, r, shape, res);
 }
 

@@ -621,9 +621,8 @@ ChatRequest parse_chat(const std::string& text) {
 // and its samplers and outputs that Kiln has not, accepted only when off.
 const char* const kLlamaCompletionFields[] = {"model",   "prompt",      "n_predict",    "temperature", "top_k",
                                               "top_p",   "seed",        "stop",         "stream",      "ignore_eos",
-                                              "grammar", "json_schema", "cache_prompt", "n_keep"};
+                                              "grammar", "json_schema", "cache_prompt", "n_keep",      "n_probs"};
 const UnsupportedField kUnsupportedLlamaCompletionFields[] = {
-    {"n_probs", is_zero, "token probabilities come from /v1/completions' logprobs"},
     {"mirostat", is_zero, "Kiln has no mirostat sampler"},
     {"typical_p", is_one, "Kiln has no locally typical sampler"},
     {"xtc_probability", is_zero, "Kiln has no XTC sampler"},
@@ -632,7 +631,7 @@ const UnsupportedField kUnsupportedLlamaCompletionFields[] = {
     {"top_n_sigma", is_minus_one, "Kiln has no top-n-sigma sampler"},
     {"id_slot", is_minus_one, "Kiln has no slots to choose"},
     {"return_tokens", is_false, "the answer is text"},
-    {"post_sampling_probs", is_false, "token probabilities come from /v1/completions' logprobs"},
+    {"post_sampling_probs", is_false, "n_probs gives the model's probabilities before sampling"},
     {"timings_per_token", is_false, "Kiln reports no timings"},
 };
 
@@ -653,6 +652,9 @@ CompletionRequest parse_llama_completion(const std::string& text) {
   if (r.max_tokens < 0 || r.max_tokens > 4096) throw HttpError(400, "n_predict must be -1 or in [0, 4096]");
   field<bool>(body, "cache_prompt", "true or false", true);
   field<int64_t>(body, "n_keep", "an integer", int64_t(0));
+  const int64_t n_probs = field<int64_t>(body, "n_probs", "an integer", int64_t(0));
+  if (n_probs < 0 || n_probs > 20) throw HttpError(400, "n_probs must be in [0, 20]");
+  if (n_probs > 0) r.logprobs = n_probs;  // each token's, with the n_probs most likely (completion_probabilities)
   return r;
 }
 

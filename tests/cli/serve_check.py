@@ -364,6 +364,19 @@ if len(answer["content"]) > 4:
     cut = json.loads(call("POST", base + "/completions", dict(lreq, stop=[word]))[1])  # the alias
     check(cut["content"] == answer["content"][:answer["content"].find(word)] and cut["stop_type"] == "word" and
           cut["stopping_word"] == word, f"a stop word: stop_type word, stopping_word {cut.get('stopping_word')!r}")
+# n_probs: llama-server's completion_probabilities, each token's as /v1/completions' logprobs give it, whole and streamed
+probs = json.loads(call("POST", base + "/completion", dict(lreq, n_probs=3))[1])["completion_probabilities"]
+openai_lp = json.loads(call("POST", base + "/v1/completions", dict(req, max_tokens=12, temperature=0, logprobs=3))[1])
+openai_lp = openai_lp["choices"][0]["logprobs"]
+_, body, _ = call("POST", base + "/completion", dict(lreq, n_probs=3, stream=True))
+streamed = [p for l in body.split("\n") if l.startswith("data: ")
+            for p in json.loads(l[6:]).get("completion_probabilities", [])]
+check([p["token"] for p in probs] == openai_lp["tokens"] and
+      all(abs(p["logprob"] - w) < 1e-5 for p, w in zip(probs, openai_lp["token_logprobs"])) and
+      all(len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["id"] == p["id"] and
+          p["bytes"] == list(p["token"].encode()) for p in probs) and
+      [p["id"] for p in streamed] == [p["id"] for p in probs],
+      f"n_probs 3: completion_probabilities are /v1/completions' logprobs ({len(probs)} tokens), streamed too")
 status, body, _ = call("POST", base + "/completion", dict(lreq, mirostat=2))
 check(status == 400 and "mirostat" in json.loads(body)["error"]["message"], f"mirostat 2 is a 400 naming it ({status})")
 # /tokenize and /detokenize (llama-server's and vLLM's): the GPT's tokens; with its special token (the end of
