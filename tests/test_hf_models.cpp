@@ -19,6 +19,7 @@
 #include "models/gpt/gpt.h"
 #include "models/hf/families.h"
 #include "models/hf/hf_model.h"
+#include "models/llama/moe.h"
 
 namespace kiln {
 namespace {
@@ -670,6 +671,29 @@ TEST(HfFolders, GemmaReadsOlderConfigLayoutsAsTransformersDoes) {
     j["final_logit_softcapping"] = nullptr;
   });
   EXPECT_NE(capped, uncapped);
+}
+
+// A decoding step's one token takes a shorter road through a mixture of
+// experts (no gathers or scatter) and gives the general path's bits: with
+// and without renormalised weights, for two experts a token and for three.
+TEST(MixtureOfExperts, OneTokenWithoutGradientsGivesTheGeneralPathsBits) {
+  for (const auto& [top_k, normalize] : {std::pair{int64_t(2), true}, {int64_t(3), false}, {int64_t(3), true}}) {
+    Generator init(11);
+    const models::MoeShape shape{24, 40, 5, top_k, normalize};
+    models::MixtureOfExperts moe(shape, init, [](const Tensor& t) { return t * sigmoid(t); });
+    for (uint64_t seed : {1, 2, 3}) {
+      Generator draw(seed);
+      const Tensor x = nn::normal_tensor({1, 1, 24}, 1.0, draw);
+      const Tensor general = moe.forward(x);  // gradients on: the general path
+      Tensor short_road;
+      {
+        NoGradGuard ng;
+        short_road = moe.forward(x);
+      }
+      EXPECT_EQ(short_road.shape(), general.shape());
+      EXPECT_EQ(short_road.to_vector<float>(), general.to_vector<float>()) << top_k << " " << normalize << " " << seed;
+    }
+  }
 }
 
 // Mixtures of experts in the layouts files hold them: the hub's (per

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/core/error.h"
 
 namespace kiln::models {
@@ -75,6 +76,8 @@ Tensor MixtureOfExperts::forward(const Tensor& x) {
   const Tensor probs = softmax(logits.dtype() == DType::f32 ? logits : to_dtype(logits, DType::f32), -1);
   thread_local Routing r;
   route(probs, r.chosen);
+  if (N == 1 && !grad_enabled() && rows.dtype() == DType::f32 && rows.device().type == DeviceType::cpu)
+    return reshape(one_token(rows, probs, r.chosen), x.shape());
   // The chosen probabilities [N, k], gathered from probs seen as a column [N * E, 1].
   r.at.resize(r.chosen.size());
   for (int64_t i = 0; i < N * k; ++i) r.at[size_t(i)] = (i / k) * E + r.chosen[size_t(i)];
@@ -108,6 +111,39 @@ Tensor MixtureOfExperts::forward(const Tensor& x) {
   const Tensor per_slot = reshape(gather_rows(expert_rows, r.position), {N, k, C});
   Shape shape = x.shape();
   return reshape(sum(per_slot * reshape(weights, {N, k, 1}), {1}), shape);
+}
+
+// What forward's general path computes for one token, in its bits (its
+// weights' normalising sum and the weighted sum over experts accumulate in
+// double, as the reduction op does), without its gathers, concatenation and
+// scatter: a decoding step runs ~10 fewer ops a layer, each a few
+// microseconds of the step's host time.
+Tensor MixtureOfExperts::one_token(const Tensor& row, const Tensor& probs, const std::vector<int64_t>& chosen) {
+  const int64_t C = shape_.hidden, k = shape_.top_k;
+  const float* p = probs.data<float>();
+  thread_local std::vector<float> weights;
+  weights.resize(size_t(k));
+  double total = 0;
+  for (int64_t j = 0; j < k; ++j) total += weights[size_t(j)] = p[chosen[size_t(j)]];
+  if (shape_.normalize_top_k)
+    for (float& w : weights) w /= float(total);
+  Tensor out = Tensor::empty({1, C}, DType::f32);
+  thread_local std::vector<double> sums;
+  sums.assign(size_t(C), 0.0);
+  for (int64_t j = 0; j < k; ++j) {
+    const Expert& ex = experts_[size_t(chosen[size_t(j)])];
+    const Tensor y =
+        ex.down_proj->forward(activation_(ex.gate_proj->forward(row)) * ex.up_proj->forward(row)).contiguous();
+    const float* v = y.data<float>();
+    const float w = weights[size_t(j)];
+    for (int64_t c = 0; c < C; ++c) {
+      const float product = v[c] * w;  // rounded to f32, as the general path's product is
+      sums[size_t(c)] += product;
+    }
+  }
+  float* o = out.data<float>();
+  for (int64_t c = 0; c < C; ++c) o[c] = float(sums[size_t(c)]);
+  return out;
 }
 
 Tensor MixtureOfExperts::take_router_logits() {

@@ -37,6 +37,8 @@ class MixtureOfExperts : public nn::Module {
   // Each token's top_k experts, best first, into chosen: [tokens * top_k]
   // (on the meta device, where no value exists, a fixed spread of the same count).
   void route(const Tensor& probs, std::vector<int64_t>& chosen) const;
+  // A decoding step's one token (no gradients, f32 on the CPU): forward's bits by a shorter road.
+  Tensor one_token(const Tensor& row, const Tensor& probs, const std::vector<int64_t>& chosen);
   MoeShape shape_;
   std::vector<Expert> experts_;
   std::function<Tensor(const Tensor&)> activation_;
