@@ -355,6 +355,17 @@ TEST(GgufModels, ARerankerFileReadsAsAClassifierWithItsHead) {
   }
 }
 
+// Qwen3-Reranker as llama.cpp's converter writes it (the seed of cli.hf_embed's conversion of the rerank-qwen3
+// fixture): rank pooling with cls.output reads as Qwen3ForSequenceClassification, its labels "yes" and "no".
+TEST(GgufModels, ACausalRerankerFileReadsAsASequenceClassifier) {
+  const nlohmann::json c = models::hf_config_from_gguf(
+      GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/arch-qwen3-rerank.gguf"));
+  EXPECT_EQ(c["model_type"], "qwen3");
+  EXPECT_EQ(c["architectures"], nlohmann::json({"Qwen3ForSequenceClassification"}));
+  EXPECT_EQ(c["id2label"], nlohmann::json({{"0", "yes"}, {"1", "no"}}));
+  EXPECT_EQ(models::hf_model_kind(c), "classifier");
+}
+
 // nomic-embed-text as llama.cpp's converter writes it (nomic-bert: fused attn_qkv, ffn_gate, rope.freq_base):
 // the hub checkpoint's config, whose sizes are the transformers-made folder's.
 TEST(GgufModels, ANomicBertFileReadsAsItsFoldersEncoderConfig) {

@@ -10,6 +10,7 @@
 #include "kiln/text/grammar/json_grammar.h"
 #include "kiln/text/grammar/matcher.h"
 #include "kiln/text/hf_tokenizer.h"
+#include "kiln/text/stages.h"
 #include "models/hf/hf_chat.h"
 #include "models/hf/hf_embedder.h"
 #include "models/hf/hf_model.h"
@@ -474,6 +475,7 @@ class HfClassifierInference final : public InferenceModel {
     return softmax(to_dtype(c_.model->forward(kept, lengths), DType::f32), -1).to(Device::cpu());
   }
   Relevance rerank(const std::string& query, const std::vector<std::string>& documents) override {
+    if (!c_.rerank_prompt.empty()) return rerank_by_prompt(query, documents);
     KILN_CHECK(c_.labels.size() == 1, "this classifier has ", c_.labels.size(),
                " labels; a reranker (a cross-encoder) scores a pair with one");
     NoGradGuard ng;
@@ -495,6 +497,30 @@ class HfClassifierInference final : public InferenceModel {
                  DType::f32)
             .to(Device::cpu());
     for (float logit : logits.to_vector<float>()) out.scores.push_back(1.0 / (1.0 + std::exp(-double(logit))));
+    return out;
+  }
+  // A GGUF reranker with a prompt (Qwen3-Reranker's), as llama-server runs it: the prompt with {query}, then
+  // {document}, replaced, its special tokens read and none added; the score is the first label's probability
+  // (softmax over the head's outputs: "yes" against "no").
+  Relevance rerank_by_prompt(const std::string& query, const std::vector<std::string>& documents) {
+    NoGradGuard ng;
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<int64_t> lengths;
+    Relevance out;
+    for (const std::string& d : documents) {
+      const std::string prompt =
+          text::replace_all(text::replace_all(c_.rerank_prompt, "{query}", query), "{document}", d);
+      ids.push_back(c_.tokenizer.encode(prompt, /*add_special_tokens=*/false));
+      KILN_CHECK(!ids.back().empty(), "the reranker's prompt gave no tokens");
+      lengths.push_back(int64_t(ids.back().size()));
+      out.tokens += lengths.back();
+    }
+    const Tensor probs =
+        softmax(to_dtype(c_.model->forward(padded_rows(ids, pad_).to(device_), lengths), DType::f32), -1)
+            .to(Device::cpu());
+    const int64_t labels = probs.size(1);
+    const std::vector<float> p = probs.to_vector<float>();
+    for (size_t i = 0; i < documents.size(); ++i) out.scores.push_back(p[i * size_t(labels)]);
     return out;
   }
 

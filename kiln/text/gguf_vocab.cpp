@@ -491,8 +491,9 @@ GgufVocab gguf_vocab(const json& m) {
 
 GgufChatTemplate gguf_chat_template(const json& m) {
   GgufChatTemplate out;
-  for (auto [key, source] :
-       {std::pair{"tokenizer.chat_template", &out.source}, {"tokenizer.chat_template.tool_use", &out.tool_use}})
+  for (auto [key, source] : {std::pair{"tokenizer.chat_template", &out.source},
+                             {"tokenizer.chat_template.tool_use", &out.tool_use},
+                             {"tokenizer.chat_template.rerank", &out.rerank}})
     if (const json* t = find(m, key)) {
       KILN_CHECK(t->is_string(), "GGUF: '", key, "' is not a string");
       *source = t->get<std::string>();

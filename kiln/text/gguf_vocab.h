@@ -35,6 +35,7 @@ GgufVocab gguf_vocab(const nlohmann::json& metadata);
 struct GgufChatTemplate {
   std::string source;                // tokenizer.chat_template ("" when absent)
   std::string tool_use;              // tokenizer.chat_template.tool_use: for conversations with tools ("": none)
+  std::string rerank;                // tokenizer.chat_template.rerank: a reranker's prompt ("": none)
   std::string bos_token, eos_token;  // their text, which templates write ("" when the file names none)
 };
 GgufChatTemplate gguf_chat_template(const nlohmann::json& metadata);

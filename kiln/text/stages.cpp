@@ -15,15 +15,16 @@
 #include "kiln/text/utf8.h"
 
 namespace kiln::text {
-namespace {
-
-using nlohmann::json;
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   if (from.empty()) return s;
   for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
   return s;
 }
+
+namespace {
+
+using nlohmann::json;
 
 // {"String": s} or {"Regex": r}: the pattern of Replace and Split.
 struct Pattern {

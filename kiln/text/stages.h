@@ -10,6 +10,10 @@
 
 namespace kiln::text {
 
+// Every `from` in `s` replaced by `to`, left to right (tokenizers' Replace with a string; llama-server's
+// string_replace_all).
+std::string replace_all(std::string s, const std::string& from, const std::string& to);
+
 // Text -> text (no offsets are kept: Kiln needs ids, not alignments).
 class Normalizer {
  public:

@@ -455,9 +455,18 @@ json hf_config_from_gguf(const GgufContents& file) {
     c["rope_parameters"] = rope;
   if (row.read_config) row.read_config(file, meta, c);
   // A file that names its pooling holds an embedder's body (llama.cpp's converter writes it for a
-  // sentence-transformers folder: Qwen3-Embedding's last token): <Arch>Model, as transformers saves the body.
-  if (meta.has("pooling_type"))
-    c["architectures"] = {row.hf_architecture.substr(0, row.hf_architecture.find("For")) + "Model"};
+  // sentence-transformers folder: Qwen3-Embedding's last token): <Arch>Model, as transformers saves the body. Rank
+  // pooling with a classifier (cls.output: Qwen3-Reranker's "yes" and "no" rows of its output) is a reranker:
+  // <Arch>ForSequenceClassification, its last token scored.
+  const std::string family = row.hf_architecture.substr(0, row.hf_architecture.find("For"));
+  if (meta.has("pooling_type") && meta.at("pooling_type") == kGgufRankPooling && file.find("cls.output.weight")) {
+    c["architectures"] = {family + "ForSequenceClassification"};
+    c["id2label"] = gguf_classifier_id2label(file, meta);
+    const json pad = m.value("tokenizer.ggml.padding_token_id", m.value("tokenizer.ggml.eos_token_id", json()));
+    if (pad.is_number_integer() && pad.get<int64_t>() >= 0) c["pad_token_id"] = pad;
+  } else if (meta.has("pooling_type")) {
+    c["architectures"] = {family + "Model"};
+  }
   return c;
 }
 

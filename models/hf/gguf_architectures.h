@@ -22,6 +22,8 @@ namespace kiln::models {
 // lists of that length are made (the fuzzer's find: 7 million layers'
 // attention types, gigabytes of them).
 inline constexpr int64_t kGgufMaxLayers = 4096;
+// llama.cpp's pooling_type of a reranker (LLAMA_POOLING_TYPE_RANK).
+inline constexpr int64_t kGgufRankPooling = 4;
 
 // One architecture's metadata keys (`llama.block_count`, ...).
 struct GgufMeta {

@@ -21,6 +21,8 @@ namespace kiln::models {
 std::string gguf_encoder_arch_name(const nlohmann::json& metadata);
 bool is_gguf_encoder(const nlohmann::json& metadata);
 nlohmann::json gguf_encoder_config(const GgufContents& file);
+// A reranker's labels (cls.output's rows, named by classifier.output_labels where the file has them) as id2label.
+nlohmann::json gguf_classifier_id2label(const GgufContents& file, const GgufMeta& meta);
 std::map<std::string, Tensor> gguf_encoder_weights(const GgufFile& file);
 
 }  // namespace kiln::models

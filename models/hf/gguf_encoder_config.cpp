@@ -57,6 +57,16 @@ void add_classifier_head(const GgufContents& file, const GgufMeta& meta, json& c
              "GGUF: this reranker has a classifier ('cls.output') but no pooler ('cls'): "
              "llama.cpp's converter drops BERT's pooler, so the file no longer scores pairs as its model does; run "
              "the model's Hugging Face folder (hf:DIR) instead");
+  c["architectures"] = {"BertForSequenceClassification"};
+  c["id2label"] = gguf_classifier_id2label(file, meta);
+}
+
+using ConfigOf = json (*)(const GgufContents&, const GgufMeta&);
+const std::pair<const char*, ConfigOf> kConfigs[] = {{"bert", bert_config}, {"nomic-bert", nomic_bert_config}};
+
+}  // namespace
+
+json gguf_classifier_id2label(const GgufContents& file, const GgufMeta& meta) {
   const int64_t labels = rows_of(file, "cls.output.weight");
   json names = json::object();
   const json given = meta.has("classifier.output_labels") ? meta.at("classifier.output_labels") : json();
@@ -66,14 +76,8 @@ void add_classifier_head(const GgufContents& file, const GgufMeta& meta, json& c
     KILN_CHECK(given.is_null() || given[size_t(i)].is_string(), "GGUF: a classifier output label is not text");
     names[std::to_string(i)] = given.is_null() ? "LABEL_" + std::to_string(i) : given[size_t(i)].get<std::string>();
   }
-  c["architectures"] = {"BertForSequenceClassification"};
-  c["id2label"] = std::move(names);
+  return names;
 }
-
-using ConfigOf = json (*)(const GgufContents&, const GgufMeta&);
-const std::pair<const char*, ConfigOf> kConfigs[] = {{"bert", bert_config}, {"nomic-bert", nomic_bert_config}};
-
-}  // namespace
 
 std::string gguf_encoder_arch_name(const json& metadata) {
   const json arch = metadata.value("general.architecture", json());

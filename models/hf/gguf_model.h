@@ -30,6 +30,10 @@ namespace kiln::models {
 // matrices become F16 copies): converted copies where the file's type differs.
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype = std::nullopt);
 
+// A reranker's head in a causal model's file (cls.output: llama.cpp's converter writes Qwen3-Reranker's "yes"
+// and "no" rows of its output there), [labels, hidden] in f32.
+Tensor gguf_classifier_head(const GgufFile& file);
+
 // The model, its tokenizer and its end-of-generation ids: what
 // load_hf_causal_lm gives for a folder (`dir` is the file's path).
 HfCausalLm load_gguf_causal_lm(const std::string& path, std::optional<DType> dtype = std::nullopt);

@@ -367,11 +367,24 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
     // to look for (the folder holds none).
     json body = config;
     body["tie_word_embeddings"] = true;
-    out.model = build_from_config([&](const json& j) {
-      const int64_t hidden = j.value("hidden_size", j.value("n_embd", int64_t(0)));
-      Generator unused(0);  // the checkpoint provides the head
-      return std::make_shared<CausalLmClassifier>(lm->build(j), hidden, int64_t(out.labels.size()), 0.02, unused);
-    }, body, dir);
+    const int64_t hidden = config.value("hidden_size", config.value("n_embd", int64_t(0)));
+    const int64_t labels = int64_t(out.labels.size());
+    Generator unused(0);  // the checkpoint provides the head
+    if (gguf) {  // a reranker's file (Qwen3-Reranker's): the body as a language model's, the head its cls.output
+      std::shared_ptr<LanguageModel> lm_body = load_gguf_language_model(*gguf, dtype);
+      out.model = build_from_config(
+          [&](const json&) { return std::make_shared<CausalLmClassifier>(lm_body, hidden, labels, 0.02, unused); },
+          body, dir);
+      out.model->for_each_module([&](const std::string& prefix, nn::Module& m) {
+        if (prefix == "score.")
+          attach_mapped_weights(m, {{"weight", gguf_classifier_head(*gguf)}}, dir, out.model_type, dtype);
+      });
+      out.rerank_prompt = text::gguf_chat_template(gguf->metadata()).rerank;
+      return out;
+    }
+    out.model = build_from_config(
+        [&](const json& j) { return std::make_shared<CausalLmClassifier>(lm->build(j), hidden, labels, 0.02, unused); },
+        body, dir);
     attach_weights(*out.model, dir, config, out.model_type, [lm](const std::string& p) {
       return p.starts_with("model.") ? lm->checkpoint_name(p.substr(6)) : CheckpointName{p};  // the head: score.weight
     }, lm->ignorable, dtype);

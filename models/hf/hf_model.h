@@ -61,6 +61,9 @@ struct HfClassifier {
   text::HfTokenizer tokenizer;
   std::vector<std::string> labels;  // id2label, in output order
   int64_t pad_id = 0;               // what pads a batch's shorter rows
+  // A GGUF reranker's prompt (tokenizer.chat_template.rerank: Qwen3-Reranker's), {query} and {document} in it;
+  // "" for a cross-encoder, whose tokenizer joins a pair.
+  std::string rerank_prompt;
 };
 
 // Loads a sequence classifier: bert or distilbert, or a causal LM saved with

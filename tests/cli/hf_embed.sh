@@ -114,6 +114,11 @@ run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" bert-bge "
   --outfile "$WORK/rerank-minilm.gguf"
 run 1 "$KILN" classify "gguf:$WORK/rerank-minilm.gguf" --text "x"
 expect "drops BERT's pooler"
+# Qwen3-Reranker's kind as llama.cpp's converter writes it (rank pooling, its output's "yes" and "no" rows as
+# cls.output, its prompt as tokenizer.chat_template.rerank): each pair in that prompt, the last token's "yes" against
+# "no", as its model card scores it with transformers (and llama-server runs it: no bos added).
+run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" llama-bpe "$FIX/rerank-qwen3" --outtype f32 \
+  --outfile "$WORK/rerank-qwen3.gguf"
 
 same_ids "$WORK/minilm-f32.gguf" embed-minilm 0 1 2
 
@@ -155,6 +160,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
   --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \
   --model rrx="gguf:$WORK/rerank-xlmr-f32.gguf" --model rrq="gguf:$WORK/rerank-xlmr-q8_0.gguf" \
+  --model rr3="gguf:$WORK/rerank-qwen3.gguf" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -209,10 +215,12 @@ assert all(abs(x["relevance_score"] - want["scores"][x["index"]]) < 1e-5 and
            x["document"]["text"] == want["documents"][x["index"]] for x in r["results"]), r
 assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"]
 xlmr = json.load(open(sys.argv[2].replace("rerank-minilm", "rerank-xlmr")))
-for name, bound in (("rrx", 1e-5), ("rrq", 1e-2)):  # GGUF rerankers (Q8_0: 1.5e-3 off on this 32-wide model)
-    status, r = post("/v1/rerank", {"model": name, "query": xlmr["query"], "documents": xlmr["documents"]})
-    assert status == 200 and r["usage"]["total_tokens"] == sum(len(i) for i in xlmr["ids"]), (name, r)
-    assert all(abs(x["relevance_score"] - xlmr["scores"][x["index"]]) < bound for x in r["results"]), (name, r)
+qwen3 = json.load(open(sys.argv[2].replace("rerank-minilm", "rerank-qwen3")))
+# GGUF rerankers (Q8_0: 1.5e-3 off on this 32-wide model)
+for name, bound, w in (("rrx", 1e-5, xlmr), ("rrq", 1e-2, xlmr), ("rr3", 1e-5, qwen3)):
+    status, r = post("/v1/rerank", {"model": name, "query": w["query"], "documents": w["documents"]})
+    assert status == 200 and r["usage"]["total_tokens"] == sum(len(i) for i in w["ids"]), (name, r)
+    assert all(abs(x["relevance_score"] - w["scores"][x["index"]]) < bound for x in r["results"]), (name, r)
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
                              "documents": [{"text": d} for d in want["documents"]]})
 assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r

@@ -370,6 +370,19 @@ CROSS_ENCODERS = {
     "rerank-xlmr": ("xlmr", dict(model_type="xlm-roberta", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
                                  intermediate_size=48, max_position_embeddings=66, type_vocab_size=1, num_labels=1)),
 }
+# Qwen3-Reranker's kind: a causal LM asked whether a document answers a query, scored by its last token's "yes"
+# against "no" (its model card's code). Its README names it, as llama.cpp's converter looks for; the tokenizer has
+# Qwen's turn marks and "yes" and "no" as tokens.
+PROMPT_RERANKERS = {
+    "rerank-qwen3": ("llama3-pad", dict(model_type="qwen3", hidden_size=32, num_attention_heads=4,
+                                        num_key_value_heads=2, head_dim=8, num_hidden_layers=2, intermediate_size=48,
+                                        max_position_embeddings=512)),
+}
+QWEN3_RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+                       "the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                       "<|im_start|>user\n")
+QWEN3_RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+QWEN3_RERANK_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 RERANK_QUERY = "Which fortune speaks of the future?"
 RERANK_DOCUMENTS = ["The best way to predict the future is to invent it.", "You will be hungry again in one hour.",
                     "caf\u00e9 na\u00efve \u4f60\u597d", "", "Whenever you find that you are on the side of the majority, "
@@ -646,6 +659,40 @@ def make_cross_encoder(out, name, tok_name, kwargs):
                    "ids": [e["input_ids"] for e in encoded],
                    "token_type_ids": [e.get("token_type_ids", [0] * len(e["input_ids"])) for e in encoded],
                    "scores": [float(s) for s in scores]}, f, indent=1, ensure_ascii=False)
+
+
+@torch.no_grad()
+def make_prompt_reranker(out, name, tok_name, kwargs):
+    """Qwen3-Reranker's kind, and its model card's scores for the query and documents: each pair in its prompt
+    (prefix, instruction, query, document, suffix: tokenized in three parts, as the card does), and the
+    probability of "yes" against "no" at the last token."""
+    d = os.path.join(out, name)
+    tok = save_tokenizer(tok_name, d)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.add_tokens(["yes", "no"])
+    tok.save_pretrained(d)
+    tok = PreTrainedTokenizerFast.from_pretrained(d)
+    config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
+    torch.manual_seed(sum(map(ord, name)))
+    model = AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(d)
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write("# Qwen3-Reranker\n\nA random-weight test model of Qwen3-Reranker's kind.\n")
+    prefix = tok.encode(QWEN3_RERANK_PREFIX, add_special_tokens=False)
+    suffix = tok.encode(QWEN3_RERANK_SUFFIX, add_special_tokens=False)
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    ids, scores = [], []
+    for doc in RERANK_DOCUMENTS:
+        body = f"<Instruct>: {QWEN3_RERANK_INSTRUCTION}\n<Query>: {RERANK_QUERY}\n<Document>: {doc}"
+        row = prefix + tok.encode(body, add_special_tokens=False) + suffix
+        # llama-server tokenizes the whole prompt at once: the same ids here
+        assert row == tok.encode(QWEN3_RERANK_PREFIX + body + QWEN3_RERANK_SUFFIX, add_special_tokens=False)
+        last = model(torch.tensor([row])).logits[0, -1]
+        scores.append(torch.softmax(torch.stack([last[no], last[yes]]), -1)[1].item())
+        ids.append(row)
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"query": RERANK_QUERY, "documents": RERANK_DOCUMENTS, "ids": ids, "scores": scores}, f, indent=1,
+                  ensure_ascii=False)
 
 
 def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_length, layout):
@@ -927,7 +974,8 @@ def main():
     ap.add_argument("--sentiment", metavar="DIR", help="make only the DistilBERT-shaped classifier, in DIR")
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
     ap.add_argument("--only", nargs="+", metavar="NAME",
-                    choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS) + sorted(CROSS_ENCODERS),
+                    choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS) + sorted(CROSS_ENCODERS) +
+                    sorted(PROMPT_RERANKERS),
                     help="remake only these models' folders (the others stay as they are)")
     a = ap.parse_args()
     if a.only:
@@ -939,6 +987,8 @@ def main():
                 make_embedder(a.out, name, *EMBEDDERS[name])
             elif name in CROSS_ENCODERS:
                 make_cross_encoder(a.out, name, *CROSS_ENCODERS[name])
+            elif name in PROMPT_RERANKERS:
+                make_prompt_reranker(a.out, name, *PROMPT_RERANKERS[name])
             else:
                 make_model(a.out, name, *CLASSIFIERS[name], AutoModelForSequenceClassification,
                            classifier_expectations)
@@ -970,6 +1020,8 @@ def main():
         make_embedder(a.out, name, *spec)
     for name, spec in CROSS_ENCODERS.items():
         make_cross_encoder(a.out, name, *spec)
+    for name, spec in PROMPT_RERANKERS.items():
+        make_prompt_reranker(a.out, name, *spec)
     chat_expectations(a.out)
     finetune_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:
