@@ -342,6 +342,21 @@ fs::path scratch_copy(const std::string& fixture_name, const std::string& test) 
                                fs::temp_directory_path() / ("kiln_hf_" + std::to_string(::getpid()) + "_" + test));
 }
 
+// Qwen3-Reranker ships as Qwen3ForCausalLM; its README heading or its folder's name says it is a reranker (as
+// llama.cpp's converter reads them), and then it loads as a classifier with its output's "yes" and "no" rows.
+TEST(HfFolders, Qwen3RerankerIsToldByItsReadmeOrName) {
+  const std::string reranker = hf_test::fixture("rerank-qwen3");
+  EXPECT_EQ(models::hf_folder_kind(reranker, models::read_hf_config(reranker)), "classifier");
+  const fs::path renamed = scratch_copy("qwen3", "Qwen3-Reranker-0.6B");  // (the scratch folder's name holds it)
+  EXPECT_EQ(models::hf_folder_kind(renamed.string(), models::read_hf_config(renamed.string())), "classifier");
+  fs::remove_all(renamed);
+  const std::string plain = hf_test::fixture("qwen3");
+  EXPECT_EQ(models::hf_folder_kind(plain, models::read_hf_config(plain)), "causal");
+  const models::HfClassifier c = models::load_hf_classifier(reranker);
+  EXPECT_EQ(c.labels, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_NE(c.rerank_prompt.find("{document}"), std::string::npos);
+}
+
 void expect_error(const fs::path& dir, const std::string& says) {
   try {
     models::load_hf_causal_lm(dir.string());

@@ -230,7 +230,7 @@ std::string InferenceModel::detokenize(const std::vector<int32_t>&) {
   KILN_FAIL("this model has no tokens to show (language models do)");
 }
 InferenceModel::Relevance InferenceModel::rerank(const std::string&, const std::vector<std::string>&) {
-  KILN_FAIL("this model does not rerank (a cross-encoder does: a Hugging Face classifier with one label)");
+  KILN_FAIL("this model does not rerank (a cross-encoder does: a classifier with one label; and Qwen3-Reranker)");
 }
 int64_t InferenceModel::context_length() const { KILN_FAIL("this model has no context length (language models do)"); }
 nlohmann::json InferenceModel::tokenizer_info() const {

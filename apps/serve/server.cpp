@@ -571,8 +571,9 @@ class Server {
   void rerank(const RerankRequest& r, httplib::Response& res) {
     ServedModel& m = model(r.model);
     if (m.kind != recipes::ModelKind::text_classifier)
-      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) +
-                               ", not a cross-encoder (a text classifier with one label)");
+      throw HttpError(400,
+                      "model '" + m.name + "' is a " + model_kind_name(m.kind) +
+                          ", not a reranker (a cross-encoder: a text classifier with one label; or Qwen3-Reranker)");
     recipes::InferenceModel::Relevance scored;
     try {
       std::lock_guard<std::mutex> lock(*m.running);

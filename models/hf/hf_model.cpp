@@ -22,6 +22,7 @@
 #include "models/hf/gguf_encoder.h"
 #include "models/hf/gguf_model.h"
 #include "models/hf/ollama_store.h"
+#include "models/hf/prompt_reranker.h"
 #include "models/hf/sampling_defaults.h"
 
 namespace kiln::models {
@@ -95,6 +96,7 @@ std::string hf_folder_kind(const std::string& dir, const json& config) {
   const std::string kind = hf_model_kind(config);
   // A sentence-transformers folder around a causal LM (Qwen3-Embedding's says Qwen3ForCausalLM).
   if (kind == "causal" && !is_gguf_file(dir) && fs::exists(fs::path(dir) / "modules.json")) return "embedder";
+  if (kind == "causal" && !is_gguf_file(dir) && is_qwen3_reranker_folder(dir, config)) return "classifier";
   return kind;
 }
 
@@ -352,6 +354,38 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   return out;
 }
 
+// Qwen3-Reranker's folder (prompt_reranker.h): the language model, and a head of its output's "yes" and "no" rows.
+static HfClassifier load_qwen3_reranker_folder(const std::string& dir, std::optional<DType> dtype) {
+  HfCausalLm lm = load_hf_causal_lm(dir, dtype);
+  HfClassifier out;
+  out.dir = dir;
+  out.model_type = lm.model_type;
+  out.labels = {kQwen3RerankLabels[0], kQwen3RerankLabels[1]};
+  std::vector<int64_t> rows;
+  for (const std::string& label : out.labels) {
+    const std::optional<int32_t> id = lm.tokenizer.token_to_id(label);
+    KILN_CHECK(id, dir, ": a Qwen3-Reranker's tokenizer needs the token '", label, "', whose output row scores it");
+    rows.push_back(*id);
+  }
+  Tensor output;  // [vocab, hidden]: lm_head's, or the embedding's where they are tied
+  for (const auto& [name, p] : lm.model->named_parameters())
+    if (name == "lm_head.weight" || (!output.defined() && name == "model.embed_tokens.weight")) output = p;
+  KILN_CHECK(output.defined(), dir, ": the model has no output layer to read 'yes' and 'no' from");
+  const Tensor head = to_dtype(embedding(output, Tensor::from_vector(rows, {2}).to(output.device())), DType::f32);
+  const json pad = lm.config.value("pad_token_id", json());
+  out.pad_id = pad.is_number_integer() ? pad.get<int64_t>() : lm.eos_ids.empty() ? 0 : lm.eos_ids.front();
+  out.tokenizer = std::move(lm.tokenizer);
+  Generator unused(0);
+  out.model = build_from_config(
+      [&](const json&) { return std::make_shared<CausalLmClassifier>(lm.model, head.size(1), 2, 0.02, unused); },
+      lm.config, dir);
+  out.model->for_each_module([&](const std::string& prefix, nn::Module& m) {
+    if (prefix == "score.") attach_mapped_weights(m, {{"weight", head}}, dir, out.model_type, dtype);
+  });
+  out.rerank_prompt = kQwen3RerankPrompt;
+  return out;
+}
+
 HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dtype) {
   HfClassifier out;
   out.dir = dir;
@@ -359,6 +393,8 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
   if (is_gguf_file(dir)) gguf.emplace(GgufFile::open(dir));
   const json config = gguf ? hf_config_from_gguf(*gguf) : read_hf_config(dir);
   out.model_type = config["model_type"].get<std::string>();
+  if (!gguf && !is_sequence_classifier(config) && is_qwen3_reranker_folder(dir, config))
+    return load_qwen3_reranker_folder(dir, dtype);
   out.tokenizer = gguf ? gguf_tokenizer(*gguf, dir) : load_hf_tokenizer(dir);
   if (const CausalLmFamily* lm = find_causal_lm_family(out.model_type); lm && is_sequence_classifier(config)) {
     out.labels = classifier_labels(config, out.model_type);

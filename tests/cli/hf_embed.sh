@@ -116,7 +116,8 @@ run 1 "$KILN" classify "gguf:$WORK/rerank-minilm.gguf" --text "x"
 expect "drops BERT's pooler"
 # Qwen3-Reranker's kind as llama.cpp's converter writes it (rank pooling, its output's "yes" and "no" rows as
 # cls.output, its prompt as tokenizer.chat_template.rerank): each pair in that prompt, the last token's "yes" against
-# "no", as its model card scores it with transformers (and llama-server runs it: no bos added).
+# "no", as its model card scores it with transformers (and llama-server runs it: no bos added); its folder too (its
+# README names it, as the converter reads it).
 run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" llama-bpe "$FIX/rerank-qwen3" --outtype f32 \
   --outfile "$WORK/rerank-qwen3.gguf"
 
@@ -160,7 +161,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
   --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \
   --model rrx="gguf:$WORK/rerank-xlmr-f32.gguf" --model rrq="gguf:$WORK/rerank-xlmr-q8_0.gguf" \
-  --model rr3="gguf:$WORK/rerank-qwen3.gguf" \
+  --model rr3="gguf:$WORK/rerank-qwen3.gguf" --model rr3hf="hf:$FIX/rerank-qwen3" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -217,14 +218,14 @@ assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"
 xlmr = json.load(open(sys.argv[2].replace("rerank-minilm", "rerank-xlmr")))
 qwen3 = json.load(open(sys.argv[2].replace("rerank-minilm", "rerank-qwen3")))
 # GGUF rerankers (Q8_0: 1.5e-3 off on this 32-wide model)
-for name, bound, w in (("rrx", 1e-5, xlmr), ("rrq", 1e-2, xlmr), ("rr3", 1e-5, qwen3)):
+for name, bound, w in (("rrx", 1e-5, xlmr), ("rrq", 1e-2, xlmr), ("rr3", 1e-5, qwen3), ("rr3hf", 1e-5, qwen3)):
     status, r = post("/v1/rerank", {"model": name, "query": w["query"], "documents": w["documents"]})
     assert status == 200 and r["usage"]["total_tokens"] == sum(len(i) for i in w["ids"]), (name, r)
     assert all(abs(x["relevance_score"] - w["scores"][x["index"]]) < bound for x in r["results"]), (name, r)
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
                              "documents": [{"text": d} for d in want["documents"]]})
 assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r
-for body, says in (({"model": "emb", "query": "q", "documents": ["d"]}, "not a cross-encoder"),
+for body, says in (({"model": "emb", "query": "q", "documents": ["d"]}, "not a reranker"),
                    ({"model": "cls", "query": "q", "documents": ["d"]}, "scores a pair with one"),
                    ({"model": "rr", "query": "q", "documents": []}, "'documents' must be"),
                    ({"model": "rr", "query": "q", "documents": ["d"], "top_n": 0}, "top_n")):
