@@ -48,16 +48,7 @@ struct Shape {
   // columns (text_offset counted from `offset` characters into the answer).
   json logprobs_of(const std::vector<recipes::TokenLogprob>& entries, int64_t offset) const {
     if (!logprobs) return nullptr;
-    if (chat) {
-      json content = json::array();
-      for (const auto& e : entries) {
-        json top = json::array();
-        for (const auto& t : e.top) top.push_back(token_score(t, false));
-        content.push_back(token_score(e, false));
-        content.back()["top_logprobs"] = std::move(top);
-      }
-      return {{"content", content}};
-    }
+    if (chat) return {{"content", scored_tokens(entries, false)}};
     json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
     for (const auto& e : entries) {
       tokens.push_back(e.token);
@@ -94,14 +85,14 @@ struct Shape {
             {"stop_type", stop_type},
             {"stopping_word", c.stop_string}};
   }
-  // llama-server's completion_probabilities: each token's id, text, bytes and log-probability, and its position's
-  // most likely tokens (n_probs of them) the same way.
-  static json llama_probabilities(const std::vector<recipes::TokenLogprob>& entries) {
+  // Each token's text, bytes and log-probability, and its position's most likely tokens the same way: chat's
+  // logprobs content, and with the tokens' ids, llama-server's completion_probabilities (n_probs).
+  static json scored_tokens(const std::vector<recipes::TokenLogprob>& entries, bool with_ids) {
     json out = json::array();
     for (const auto& e : entries) {
       json top = json::array();
-      for (const auto& t : e.top) top.push_back(token_score(t, true));
-      out.push_back(token_score(e, true));
+      for (const auto& t : e.top) top.push_back(token_score(t, with_ids));
+      out.push_back(token_score(e, with_ids));
       out.back()["top_logprobs"] = std::move(top);
     }
     return out;
@@ -282,7 +273,7 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
   }
   if (!fields.stream && shape.api == Shape::Api::llama) {
     json answer = Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0]);
-    if (shape.logprobs) answer["completion_probabilities"] = Shape::llama_probabilities(jobs[0]->result.logprobs);
+    if (shape.logprobs) answer["completion_probabilities"] = Shape::scored_tokens(jobs[0]->result.logprobs, true);
     return res.set_content(dump(answer), "application/json");
   }
   if (!fields.stream && shape.api == Shape::Api::ollama) {
@@ -326,7 +317,7 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
           ChoiceStream& s = (*streams)[i];
           if (shape.api == Shape::Api::llama) {
             json piece = {{"index", i}, {"content", text}, {"stop", false}, {"id_slot", 0}};
-            if (shape.logprobs && !lps.empty()) piece["completion_probabilities"] = Shape::llama_probabilities(lps);
+            if (shape.logprobs && !lps.empty()) piece["completion_probabilities"] = Shape::scored_tokens(lps, true);
             return send(piece);
           }
           if (ollama) return send(ollama_piece(model, shape.chat, shape.ollama_text(text)));
