@@ -21,7 +21,9 @@ using kiln::serve::parse_chat;
 using kiln::serve::parse_completion;
 using kiln::serve::parse_detokenize;
 using kiln::serve::parse_llama_completion;
+using kiln::serve::parse_rerank;
 using kiln::serve::parse_tokenize;
+using kiln::serve::RerankRequest;
 using kiln::serve::TokenizeRequest;
 
 namespace {
@@ -361,6 +363,33 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   };
   for (const auto& [body, words] : cases)
     EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
+}
+
+// /rerank in Jina's and Cohere's shape (documents, top_n), or TEI's (texts, return_text: the answer a bare array),
+// the model optional where one text classifier is served; TEI's raw scores refused by name.
+TEST(RerankFields, CohereAndTeiShapesReachTheRequest) {
+  RerankRequest r = parse_rerank(R"({"model": "rr", "query": "q", "documents": ["a", {"text": "b"}], "top_n": 1})");
+  EXPECT_EQ(r.model, "rr");
+  EXPECT_EQ(r.documents, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.top_n, 1);
+  EXPECT_TRUE(r.return_documents);
+  EXPECT_FALSE(r.tei);
+  r = parse_rerank(R"({"query": "q", "texts": ["a", "b"], "truncate": true})");
+  EXPECT_TRUE(r.tei);
+  EXPECT_EQ(r.model, "");
+  EXPECT_EQ(r.documents, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(r.return_documents);  // TEI's return_text defaults to false
+  EXPECT_TRUE(parse_rerank(R"({"query": "q", "texts": ["a"], "return_text": true})").return_documents);
+  const std::pair<std::string, std::string> refused[] = {
+      {R"({"query": "q", "texts": ["a"], "raw_scores": true})", "raw_scores true is not supported"},
+      {R"({"query": "q", "texts": ["a"], "top_n": 1})", "unknown field 'top_n' in a TEI request"},
+      {R"({"query": "q", "texts": []})", "'texts' must be an array of 1 to 1000 texts"},
+      {R"({"query": "q", "texts": [{"text": "a"}]})", "each of 'texts' must be a string"},
+      {R"({"query": "q", "texts": ["a"], "truncation_direction": "Left"})", "truncation_direction"},
+  };
+  for (const auto& [body, words] : refused)
+    EXPECT_NE(refused_by(parse_rerank, body).find(words), std::string::npos)
+        << body << " -> " << refused_by(parse_rerank, body);
 }
 
 // llama-server's own POST /completion: its names (n_predict, repeat_penalty,

@@ -174,28 +174,43 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
 
 RerankRequest parse_rerank(const std::string& text) {
   json body = parse_object(text);
-  for (const auto& [key, value] : body.items())
-    if (key != "model" && key != "query" && key != "documents" && key != "top_n" && key != "return_documents" &&
-        key != "max_chunks_per_doc" && key != "rank_fields")
-      throw HttpError(400, "/v1/rerank: unknown field '" + key + "'");
   RerankRequest r;
-  r.model = field<std::string>(body, "model", "a string");
+  r.tei = body.contains("texts");
+  static const char* const kFields[] = {
+      "model", "query", "documents", "top_n", "return_documents", "max_chunks_per_doc", "rank_fields"};
+  static const char* const kTeiFields[] = {
+      "model", "query", "texts", "return_text", "raw_scores", "truncate", "truncation_direction"};
+  for (const auto& [key, value] : body.items())
+    if (r.tei ? std::find(std::begin(kTeiFields), std::end(kTeiFields), key) == std::end(kTeiFields)
+              : std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
+      throw HttpError(400, "/rerank: unknown field '" + key + "'" + (r.tei ? " in a TEI request ('texts')" : ""));
+  r.model = field<std::string>(body, "model", "a string", std::string());
   r.query = field<std::string>(body, "query", "a string");
-  if (!body.contains("documents") || !body["documents"].is_array() || body["documents"].empty() ||
-      int64_t(body["documents"].size()) > kMaxRerankDocuments)
-    throw HttpError(400, "'documents' must be an array of 1 to " + std::to_string(kMaxRerankDocuments) +
-                             " texts (or {\"text\"} objects)");
-  for (const json& d : body["documents"]) {
-    const json text = d.is_object() ? d.value("text", json()) : d;
+  const char* list = r.tei ? "texts" : "documents";
+  if (!body.contains(list) || !body[list].is_array() || body[list].empty() ||
+      int64_t(body[list].size()) > kMaxRerankDocuments)
+    throw HttpError(400, "'" + std::string(list) + "' must be an array of 1 to " + std::to_string(kMaxRerankDocuments) +
+                             " texts" + (r.tei ? "" : " (or {\"text\"} objects)"));
+  if (r.tei) {
+    r.return_documents = field<bool>(body, "return_text", "true or false", false);
+    if (field<bool>(body, "raw_scores", "true or false", false))
+      throw HttpError(400, "raw_scores true is not supported: scores are the sigmoid of the logit (TEI's default)");
+    field<bool>(body, "truncate", "true or false", false);  // (a pair is cut at the model's positions either way)
+    const std::string direction = field<std::string>(body, "truncation_direction", "a string", std::string("Right"));
+    if (direction != "Right") throw HttpError(400, "truncation_direction must be \"Right\": pairs are cut at the end");
+  }
+  for (const json& d : body[list]) {
+    const json text = d.is_object() && !r.tei ? d.value("text", json()) : d;
     if (!text.is_string())
-      throw HttpError(400, "each of 'documents' must be a string or an object with a \"text\" string");
+      throw HttpError(400, r.tei ? "each of 'texts' must be a string"
+                                 : "each of 'documents' must be a string or an object with a \"text\" string");
     r.documents.push_back(text.get<std::string>());
   }
   if (body.contains("top_n") && !body["top_n"].is_null()) {
     r.top_n = field<int64_t>(body, "top_n", "an integer");
     if (*r.top_n < 1) throw HttpError(400, "top_n must be at least 1");
   }
-  r.return_documents = field<bool>(body, "return_documents", "true or false", true);
+  if (!r.tei) r.return_documents = field<bool>(body, "return_documents", "true or false", true);
   return r;
 }
 

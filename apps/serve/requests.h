@@ -53,11 +53,14 @@ ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
 // llama-server take it): {"model", "query", "documents": ["text" |
 // {"text"}], "top_n"?, "return_documents"? (true)}.
 struct RerankRequest {
-  std::string model;
+  std::string model;  // "": the one text classifier served
   std::string query;
   std::vector<std::string> documents;
   std::optional<int64_t> top_n;  // the best n only
   bool return_documents = true;
+  // Hugging Face TEI's /rerank ({"query", "texts", "return_text"}, as llama-server takes it too): answered as
+  // TEI answers, a bare array of {"index", "score", "text"}.
+  bool tei = false;
 };
 inline constexpr int64_t kMaxRerankDocuments = 1000;  // Cohere's limit
 RerankRequest parse_rerank(const std::string& body);

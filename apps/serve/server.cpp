@@ -237,14 +237,15 @@ class Server {
     return *it->second;
   }
 
-  ServedModel& only_language_model() {
+  // The one model of `kind` served, where a request names none (`what`: that kind, in the plural).
+  ServedModel& only_model(recipes::ModelKind kind, const std::string& what) {
     if (!ready_) throw HttpError(503, "models are still loading");
     std::vector<ServedModel*> found;
     for (const auto& [n, m] : models_)
-      if (m->kind == recipes::ModelKind::language_model) found.push_back(m.get());
+      if (m->kind == kind) found.push_back(m.get());
     if (found.size() != 1)
-      throw HttpError(400, "name the model: 'model' is missing and " + std::to_string(found.size()) +
-                               " language models are served");
+      throw HttpError(
+          400, "name the model: 'model' is missing and " + std::to_string(found.size()) + " " + what + " are served");
     return *found.front();
   }
 
@@ -569,7 +570,8 @@ class Server {
   // Jina's and Cohere's rerank answer: each document's relevance, best first ({"index", "relevance_score",
   // "document": {"text"}}), the top_n only where asked.
   void rerank(const RerankRequest& r, httplib::Response& res) {
-    ServedModel& m = model(r.model);
+    ServedModel& m =
+        r.model.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(r.model);
     if (m.kind != recipes::ModelKind::text_classifier)
       throw HttpError(400,
                       "model '" + m.name + "' is a " + model_kind_name(m.kind) +
@@ -588,10 +590,12 @@ class Server {
     if (r.top_n && size_t(*r.top_n) < order.size()) order.resize(size_t(*r.top_n));
     json results = json::array();
     for (size_t i : order) {
-      json one = {{"index", i}, {"relevance_score", scored.scores[i]}};
-      if (r.return_documents) one["document"] = {{"text", r.documents[i]}};
+      json one = {{"index", i}, {r.tei ? "score" : "relevance_score", scored.scores[i]}};
+      if (r.return_documents && r.tei) one["text"] = r.documents[i];
+      if (r.return_documents && !r.tei) one["document"] = {{"text", r.documents[i]}};
       results.push_back(std::move(one));
     }
+    if (r.tei) return res.set_content(results.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     res.set_content(json{{"id", "rerank-" + std::to_string(next_id_++)},
                          {"model", m.name},
                          {"results", results},
@@ -660,7 +664,7 @@ class Server {
 
   // The language model `name`; "" (llama-server's clients name none): the one served.
   GenerationTarget language_model(const std::string& name) {
-    ServedModel& m = name.empty() ? only_language_model() : model(name);
+    ServedModel& m = name.empty() ? only_model(recipes::ModelKind::language_model, "language models") : model(name);
     if (m.kind != recipes::ModelKind::language_model)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a language model");
     return {m.name, *m.model, *m.generator, o_.request_timeout_ms, next_id_, open_streams_};

@@ -222,6 +222,13 @@ for name, bound, w in (("rrx", 1e-5, xlmr), ("rrq", 1e-2, xlmr), ("rr3", 1e-5, q
     status, r = post("/v1/rerank", {"model": name, "query": w["query"], "documents": w["documents"]})
     assert status == 200 and r["usage"]["total_tokens"] == sum(len(i) for i in w["ids"]), (name, r)
     assert all(abs(x["relevance_score"] - w["scores"][x["index"]]) < bound for x in r["results"]), (name, r)
+# TEI's shape (as llama-server takes it too): "texts", a bare array best first with "score" and "text"; a request
+# without a model where several classifiers are served names the count
+status, r = post("/rerank", {"model": "rr", "query": want["query"], "texts": want["documents"], "return_text": True})
+assert status == 200 and [x["index"] for x in r] == best and r[0]["text"] == want["documents"][best[0]], r
+assert all(abs(x["score"] - want["scores"][x["index"]]) < 1e-5 for x in r), r
+status, r = post("/rerank", {"query": want["query"], "texts": want["documents"]})
+assert status == 400 and "text classifiers are served" in r["error"]["message"], r
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
                              "documents": [{"text": d} for d in want["documents"]]})
 assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r
