@@ -342,14 +342,19 @@ class Server {
     http_.Get("/metrics", handle("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
     }));
-    http_.Get("/v1/models", handle("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      if (!ready_) throw HttpError(503, "models are still loading");
-      json data = json::array();
-      for (const auto& [name, m] : models_)
-        data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "kiln"}, {"kind", model_kind_name(m->kind)},
-                        {"recipe", m->recipe}, {"step", m->step}});
-      res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
-    }));
+    for (const char* path : {"/v1/models", "/models"})  // (llama-server answers both)
+      http_.Get(path, handle(path, [this](const httplib::Request&, httplib::Response& res) {
+                  if (!ready_) throw HttpError(503, "models are still loading");
+                  json data = json::array();
+                  for (const auto& [name, m] : models_)
+                    data.push_back({{"id", name},
+                                    {"object", "model"},
+                                    {"owned_by", "kiln"},
+                                    {"kind", model_kind_name(m->kind)},
+                                    {"recipe", m->recipe},
+                                    {"step", m->step}});
+                  res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+                }));
     // KServe v2 server metadata; its extensions say Triton's clients may send tensors as bytes.
     http_.Get("/v2", handle("/v2", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(json{{"name", "kiln"}, {"version", KILN_VERSION}, {"extensions", {"binary_tensor_data"}}}.dump(),
@@ -371,7 +376,7 @@ class Server {
     post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       classify(parse_classify(body, o_.batching.max_batch), res);
     });
-    for (const char* path : {"/v1/rerank", "/rerank"})
+    for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking", "/reranking"})  // (llama-server's names)
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
         rerank(parse_rerank(body), res);
       });
@@ -382,6 +387,7 @@ class Server {
     // The language models' endpoints: a body parsed, then answered by the model it names.
     language_endpoint("/v1/completions", parse_completion, answer_completion);
     language_endpoint("/v1/chat/completions", parse_chat, answer_chat);
+    language_endpoint("/chat/completions", parse_chat, answer_chat);  // (llama-server's, without /v1)
     language_endpoint("/apply-template", parse_chat, answer_apply_template);
     language_endpoint("/completion", parse_llama_completion, answer_llama_completion);   // llama-server's own
     language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias

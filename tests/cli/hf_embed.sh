@@ -227,6 +227,9 @@ for name, bound, w in (("rrx", 1e-5, xlmr), ("rrq", 1e-2, xlmr), ("rr3", 1e-5, q
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "texts": want["documents"], "return_text": True})
 assert status == 200 and [x["index"] for x in r] == best and r[0]["text"] == want["documents"][best[0]], r
 assert all(abs(x["score"] - want["scores"][x["index"]]) < 1e-5 for x in r), r
+for alias in ("/reranking", "/v1/reranking"):  # llama-server's names
+    status, again = post(alias, {"model": "rr", "query": want["query"], "texts": want["documents"], "return_text": True})
+    assert status == 200 and again == r, (alias, again)
 status, r = post("/rerank", {"query": want["query"], "texts": want["documents"]})
 assert status == 400 and "text classifiers are served" in r["error"]["message"], r
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,

@@ -152,6 +152,8 @@ check(call("GET", base + "/v2/health/ready")[0] == 200, "GET /v2/health/ready is
 models = {m["id"]: m["kind"] for m in json.loads(call("GET", base + "/v1/models")[1])["data"]}
 check(models == {"mlp": "image-classifier", "gpt": "language-model", "cls": "text-classifier"},
       f"GET /v1/models lists all three: {models}")
+check(json.loads(call("GET", base + "/models")[1])["data"] == json.loads(call("GET", base + "/v1/models")[1])["data"],
+      "GET /models (llama-server's name) is /v1/models")
 # Ollama's API: the language model listed (a run's GPT: no template to show), and its raw /api/generate is the
 # greedy completion /v1/completions gives.
 tags = json.loads(call("GET", base + "/api/tags")[1])["models"]
@@ -343,6 +345,13 @@ finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason
 check(status == 200 and by_index == singles and sorted(finishes) == [0, 1, 2] and
       events[-1]["usage"] == answer["usage"] and body.rstrip().endswith("data: [DONE]"),
       "n: 3 streamed: each index's events make its choice's text, each finishes once, then one usage")
+# llama-server's /chat/completions (no /v1) is the OpenAI endpoint
+chat_req = {"model": "gpt", "messages": [{"role": "user", "content": "The "}], "max_tokens": 6, "temperature": 0}
+status, body, _ = call("POST", base + "/chat/completions", chat_req)
+status_v1, body_v1, _ = call("POST", base + "/v1/chat/completions", chat_req)
+check(status == status_v1 and json.loads(body).get("choices") == json.loads(body_v1).get("choices") and
+      json.loads(body).get("error") == json.loads(body_v1).get("error"),
+      f"POST /chat/completions answers as /v1/chat/completions ({status})")
 # llama-server's own /completion (its README's first example): the text /v1/completions gives, greedy; streamed
 # as {"content", "stop": false} events and a last one with the stats, without [DONE]; stop_type as it says
 lreq = {"prompt": "The ", "n_predict": 12, "temperature": 0}
