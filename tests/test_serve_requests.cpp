@@ -17,10 +17,12 @@
 using kiln::serve::ChatRequest;
 using kiln::serve::CompletionRequest;
 using kiln::serve::HttpError;
+using kiln::serve::InfillRequest;
 using kiln::serve::parse_chat;
 using kiln::serve::parse_completion;
 using kiln::serve::parse_detokenize;
 using kiln::serve::parse_llama_completion;
+using kiln::serve::parse_llama_infill;
 using kiln::serve::parse_rerank;
 using kiln::serve::parse_tokenize;
 using kiln::serve::RerankRequest;
@@ -363,6 +365,33 @@ TEST(ChatFields, BadConversationsAndUnimplementedFieldsAreRefusedByName) {
   };
   for (const auto& [body, words] : cases)
     EXPECT_NE(chat_refusal(body).find(words), std::string::npos) << body << " -> " << chat_refusal(body);
+}
+
+// llama-server's /infill: /completion's fields with the text around the cursor and other files' chunks (a
+// prompt optional, n_predict kept as sent).
+TEST(LlamaInfillFields, TheCursorsTextAndChunksReachTheRequest) {
+  const InfillRequest r = parse_llama_infill(
+      R"({"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": [{"text": "x = 1", "filename": "a.py"},
+          {"text": "y"}], "n_predict": 16, "temperature": 0, "stream": true})");
+  EXPECT_EQ(r.prefix, "def f(");
+  EXPECT_EQ(r.suffix, ")\n");
+  ASSERT_EQ(r.extra.size(), 2u);
+  EXPECT_EQ(r.extra[0].filename, "a.py");
+  EXPECT_EQ(r.extra[1].filename, "tmp");  // llama-server's default
+  EXPECT_EQ(r.prompts, std::vector<std::string>{""});
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_EQ(r.n_predict, 16);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(parse_llama_infill(R"({"input_prefix": "x"})").n_predict, -1);
+  const std::pair<std::string, std::string> refused[] = {
+      {R"({"input_prefix": [1, 2]})", "field 'input_prefix' must be a string"},
+      {R"({"input_extra": {"text": "x"}})", "'input_extra' must be an array"},
+      {R"({"input_extra": [{"text": 5}]})", "each of 'input_extra'"},
+      {R"({"input_prefix": "x", "mirostat": 2})", "field 'mirostat' is not supported"},
+  };
+  for (const auto& [body, words] : refused)
+    EXPECT_NE(refused_by(parse_llama_infill, body).find(words), std::string::npos)
+        << body << " -> " << refused_by(parse_llama_infill, body);
 }
 
 // /rerank in Jina's and Cohere's shape (documents, top_n), or TEI's (texts, return_text: the answer a bare array),

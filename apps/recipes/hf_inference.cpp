@@ -200,6 +200,7 @@ class HfLanguageModelInference final : public InferenceModel {
   std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
     return lm_.tokenizer.encode(text, add_special);
   }
+  text::FimTokens fim_tokens() const override { return text::fim_tokens(lm_.tokenizer); }
   std::string detokenize(const std::vector<int32_t>& ids) override {
     check_tokenizer_ids(ids);
     return lm_.tokenizer.decode(ids, /*skip_special_tokens=*/false);

@@ -11,6 +11,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/text/chat_template.h"
+#include "kiln/text/fim.h"
 #include "kiln/text/grammar/gbnf.h"
 #include "kiln/text/reasoning.h"
 #include "kiln/text/tool_calls.h"
@@ -212,6 +213,8 @@ class InferenceModel {
   // a bos), ids as text (special tokens' own text included), and the longest
   // sequence the model takes.
   virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special);
+  // A code model's fill-in-the-middle tokens (none by default).
+  virtual text::FimTokens fim_tokens() const { return {}; }
   virtual std::string detokenize(const std::vector<int32_t>& ids);
   virtual int64_t context_length() const;
   // Each token's share of detokenize(ids), as streaming decoding hands it

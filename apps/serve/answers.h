@@ -31,6 +31,9 @@ void answer_completion(const GenerationTarget& target, const CompletionRequest& 
 // llama-server's own POST /completion: {"content", "stop": true, "stop_type", "tokens_predicted", ...}, or
 // streamed as {"content", "stop": false} events, the last one the answer's stats (no [DONE]).
 void answer_llama_completion(const GenerationTarget& target, const CompletionRequest& request, httplib::Response& res);
+// llama-server's POST /infill: its fill-in-the-middle prompt (the model's FIM tokens around the text before and after
+// the cursor, other files' chunks first), answered as /completion answers.
+void answer_llama_infill(const GenerationTarget& target, const InfillRequest& request, httplib::Response& res);
 void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 // Ollama's POST /api/chat and /api/generate (ollama_answers.h): the whole answer, or NDJSON lines of it.
 void answer_ollama_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);

@@ -673,6 +673,36 @@ CompletionRequest parse_llama_completion(const std::string& text) {
   return r;
 }
 
+InfillRequest parse_llama_infill(const std::string& text) {
+  json body = parse_object(text);
+  InfillRequest r;
+  auto take_text = [&](const char* key) {
+    const std::string value =
+        field<std::string>(body, key, "a string (token-id parts are not supported)", std::string());
+    body.erase(key);
+    return value;
+  };
+  r.prefix = take_text("input_prefix");
+  r.suffix = take_text("input_suffix");
+  if (body.contains("input_extra") && !body["input_extra"].is_null()) {
+    const json& extra = body["input_extra"];
+    if (!extra.is_array() || int64_t(extra.size()) > kMaxInfillChunks)
+      throw HttpError(400, "field 'input_extra' must be an array of up to " + std::to_string(kMaxInfillChunks) +
+                               " {\"text\", \"filename\"} chunks");
+    for (const json& chunk : extra) {
+      if (!chunk.is_object() || !chunk.value("text", json("")).is_string() ||
+          !chunk.value("filename", json("")).is_string())
+        throw HttpError(400, "each of 'input_extra' must be {\"text\": string, \"filename\": string}");
+      r.extra.push_back({chunk.value("text", std::string()), chunk.value("filename", std::string("tmp"))});
+    }
+  }
+  body.erase("input_extra");
+  if (!body.contains("prompt")) body["prompt"] = "";  // (the start of the middle, if any)
+  static_cast<CompletionRequest&>(r) = parse_llama_completion(body.dump());
+  r.n_predict = body.value("n_predict", int64_t(-1));  // (an integer: its parser has checked it)
+  return r;
+}
+
 TokenizeRequest parse_tokenize(const std::string& text) {
   static const char* const kFields[] = {"model", "content", "prompt", "messages", "tools", "chat_template_kwargs",
                                         "add_special", "add_special_tokens", "add_generation_prompt", "with_pieces",

@@ -135,6 +135,21 @@ CompletionRequest parse_completion(const std::string& body);
 // defaults (kLlamaServerSampling).
 CompletionRequest parse_llama_completion(const std::string& body);
 
+// llama-server's POST /infill (what its editor plugins send): /completion's
+// fields, with the text before the cursor (input_prefix), after it
+// (input_suffix), other files' chunks ({"text", "filename"}: input_extra)
+// and an optional prompt that starts the middle.
+struct InfillChunk {
+  std::string text, filename;
+};
+struct InfillRequest : CompletionRequest {
+  std::string prefix, suffix;
+  std::vector<InfillChunk> extra;
+  int64_t n_predict = -1;  // as sent: how much context the extra chunks leave for the answer
+};
+inline constexpr int64_t kMaxInfillChunks = 1000;
+InfillRequest parse_llama_infill(const std::string& body);
+
 // /v1/chat/completions: OpenAI's fields. Messages are kept as chat
 // templates read them: content parts joined into one string, "developer"
 // read as "system", null fields dropped, tool calls' arguments (JSON text

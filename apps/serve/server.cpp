@@ -391,6 +391,7 @@ class Server {
     language_endpoint("/apply-template", parse_chat, answer_apply_template);
     language_endpoint("/completion", parse_llama_completion, answer_llama_completion);   // llama-server's own
     language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias
+    language_endpoint("/infill", parse_llama_infill, answer_llama_infill);
     language_endpoint("/tokenize", parse_tokenize, answer_tokenize);
     language_endpoint("/detokenize", parse_detokenize, answer_detokenize);
     // ?model=NAME, or the one language model served (llama-server's router takes ?model= too)

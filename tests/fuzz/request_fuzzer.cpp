@@ -74,6 +74,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   });
   expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_llama_infill(body);
+    if (r.max_tokens < 0 || r.max_tokens > 4096 || int64_t(r.extra.size()) > kiln::serve::kMaxInfillChunks)
+      std::abort();
+  });
+  expect_valid_or_400([&] {
     auto r = kiln::serve::parse_llama_completion(body);
     if (r.max_tokens < 0 || r.max_tokens > 4096) std::abort();
     try {

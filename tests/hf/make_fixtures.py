@@ -383,6 +383,12 @@ QWEN3_RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the
                        "<|im_start|>user\n")
 QWEN3_RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 QWEN3_RERANK_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+# A code model's kind for llama-server's /infill: Qwen2.5-Coder's fill-in-the-middle and repository marks.
+FIM_MODELS = {
+    "fim-qwen2": ("llama3", dict(model_type="qwen2", hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                 num_hidden_layers=2, intermediate_size=48, max_position_embeddings=4096)),
+}
+FIM_MARKS = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"]
 RERANK_QUERY = "Which fortune speaks of the future?"
 RERANK_DOCUMENTS = ["The best way to predict the future is to invent it.", "You will be hungry again in one hour.",
                     "caf\u00e9 na\u00efve \u4f60\u597d", "", "Whenever you find that you are on the side of the majority, "
@@ -659,6 +665,47 @@ def make_cross_encoder(out, name, tok_name, kwargs):
                    "ids": [e["input_ids"] for e in encoded],
                    "token_type_ids": [e.get("token_type_ids", [0] * len(e["input_ids"])) for e in encoded],
                    "scores": [float(s) for s in scores]}, f, indent=1, ensure_ascii=False)
+
+
+@torch.no_grad()
+def make_fim_model(out, name, tok_name, kwargs):
+    """A code model with fill-in-the-middle marks, and an /infill request for it: its prompt as llama-server's
+    format_prompt_infill builds it (written out here from its source: other files' chunks, bos, the prefix's last
+    1,536 tokens, the prompt, the suffix's first 510 less the prompt's, the marks), and transformers' greedy
+    continuation of that prompt. The prefix and suffix are long enough to be cut."""
+    d = os.path.join(out, name)
+    tok = save_tokenizer(tok_name, d)
+    tok.add_special_tokens({"additional_special_tokens": FIM_MARKS})
+    tok.save_pretrained(d)
+    tok = PreTrainedTokenizerFast.from_pretrained(d)
+    config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
+    torch.manual_seed(sum(map(ord, name)))
+    model = AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(d)
+    texts = all_fortune_texts()
+    prefix, suffix = " ".join(texts[:60]), " ".join(texts[60:90])
+    extra = [{"text": texts[100], "filename": "a.py"}, {"text": texts[101], "filename": "b/c.py"}]
+    request = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": extra, "prompt": "    return",
+               "n_predict": 8, "temperature": 0}
+    enc = lambda t: tok.encode(t, add_special_tokens=False)
+    pre, suf, mid, rep, sep = (tok.convert_tokens_to_ids(m) for m in FIM_MARKS)
+    extra_ids = [rep] + enc("myproject\n")
+    for chunk in extra:
+        extra_ids += [sep] + enc(chunk["filename"] + "\n") + enc(chunk["text"])
+    extra_ids += [sep] + enc("filename\n")
+    batch, n_ctx = 2048, kwargs["max_position_embeddings"]
+    prefix_ids, suffix_ids, prompt_ids = enc(prefix), enc(suffix), enc(request["prompt"])
+    prefix_take = min(len(prefix_ids), 3 * (batch // 4))
+    suffix_take = min(len(suffix_ids), max(0, batch // 4 - (2 + len(prompt_ids))))
+    extra_take = min(max(0, n_ctx - batch - 2 * request["n_predict"]), len(extra_ids))
+    assert len(prefix_ids) > prefix_take and len(suffix_ids) > suffix_take, "the prefix and suffix must be cut"
+    ids = (extra_ids[len(extra_ids) - extra_take:] + [tok.bos_token_id, pre] + prefix_ids[len(prefix_ids) - prefix_take:]
+           + prompt_ids + [suf] + suffix_ids[:suffix_take] + [mid])
+    out_ids = model.generate(torch.tensor([ids]), max_new_tokens=request["n_predict"], do_sample=False,
+                             pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"request": request, "prompt_ids": ids, "greedy_ids": out_ids,
+                   "greedy_text": tok.decode(out_ids, skip_special_tokens=True)}, f, indent=1, ensure_ascii=False)
 
 
 @torch.no_grad()
@@ -975,7 +1022,7 @@ def main():
     ap.add_argument("--finetune", action="store_true", help="remake only OUT/finetune (fine-tuning steps' answers)")
     ap.add_argument("--only", nargs="+", metavar="NAME",
                     choices=sorted(CAUSAL) + sorted(CLASSIFIERS) + sorted(EMBEDDERS) + sorted(CROSS_ENCODERS) +
-                    sorted(PROMPT_RERANKERS),
+                    sorted(PROMPT_RERANKERS) + sorted(FIM_MODELS),
                     help="remake only these models' folders (the others stay as they are)")
     a = ap.parse_args()
     if a.only:
@@ -989,6 +1036,8 @@ def main():
                 make_cross_encoder(a.out, name, *CROSS_ENCODERS[name])
             elif name in PROMPT_RERANKERS:
                 make_prompt_reranker(a.out, name, *PROMPT_RERANKERS[name])
+            elif name in FIM_MODELS:
+                make_fim_model(a.out, name, *FIM_MODELS[name])
             else:
                 make_model(a.out, name, *CLASSIFIERS[name], AutoModelForSequenceClassification,
                            classifier_expectations)
@@ -1022,6 +1071,8 @@ def main():
         make_cross_encoder(a.out, name, *spec)
     for name, spec in PROMPT_RERANKERS.items():
         make_prompt_reranker(a.out, name, *spec)
+    for name, spec in FIM_MODELS.items():
+        make_fim_model(a.out, name, *spec)
     chat_expectations(a.out)
     finetune_expectations(a.out)
     with open(os.path.join(a.out, "VERSIONS"), "w") as f:
