@@ -667,21 +667,29 @@ def make_cross_encoder(out, name, tok_name, kwargs):
                    "scores": [float(s) for s in scores]}, f, indent=1, ensure_ascii=False)
 
 
-@torch.no_grad()
-def make_fim_model(out, name, tok_name, kwargs):
-    """A code model with fill-in-the-middle marks, and an /infill request for it: its prompt as llama-server's
-    format_prompt_infill builds it (written out here from its source: other files' chunks, bos, the prefix's last
-    1,536 tokens, the prompt, the suffix's first 510 less the prompt's, the marks), and transformers' greedy
-    continuation of that prompt. The prefix and suffix are long enough to be cut."""
+def causal_model_with_tokens(out, name, tok_name, kwargs, special, plain=()):
+    """A causal LM's folder whose tokenizer has these special and plain tokens added: (folder, tokenizer, model)."""
     d = os.path.join(out, name)
     tok = save_tokenizer(tok_name, d)
-    tok.add_special_tokens({"additional_special_tokens": FIM_MARKS})
+    tok.add_special_tokens({"additional_special_tokens": list(special)})
+    if plain:
+        tok.add_tokens(list(plain))
     tok.save_pretrained(d)
     tok = PreTrainedTokenizerFast.from_pretrained(d)
     config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
     torch.manual_seed(sum(map(ord, name)))
     model = AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(d)
+    return d, tok, model
+
+
+@torch.no_grad()
+def make_fim_model(out, name, tok_name, kwargs):
+    """A code model with fill-in-the-middle marks, and an /infill request for it: its prompt as llama-server's
+    format_prompt_infill builds it (written out here from its source: other files' chunks, bos, the prefix's last
+    1,536 tokens, the prompt, the suffix's first 510 less the prompt's, the marks), and transformers' greedy
+    continuation of that prompt. The prefix and suffix are long enough to be cut."""
+    d, tok, model = causal_model_with_tokens(out, name, tok_name, kwargs, FIM_MARKS)
     texts = all_fortune_texts()
     prefix, suffix = " ".join(texts[:60]), " ".join(texts[60:90])
     extra = [{"text": texts[100], "filename": "a.py"}, {"text": texts[101], "filename": "b/c.py"}]
@@ -713,16 +721,7 @@ def make_prompt_reranker(out, name, tok_name, kwargs):
     """Qwen3-Reranker's kind, and its model card's scores for the query and documents: each pair in its prompt
     (prefix, instruction, query, document, suffix: tokenized in three parts, as the card does), and the
     probability of "yes" against "no" at the last token."""
-    d = os.path.join(out, name)
-    tok = save_tokenizer(tok_name, d)
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.add_tokens(["yes", "no"])
-    tok.save_pretrained(d)
-    tok = PreTrainedTokenizerFast.from_pretrained(d)
-    config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
-    torch.manual_seed(sum(map(ord, name)))
-    model = AutoModelForCausalLM.from_config(config).eval()
-    model.save_pretrained(d)
+    d, tok, model = causal_model_with_tokens(out, name, tok_name, kwargs, ["<|im_start|>", "<|im_end|>"], ["yes", "no"])
     with open(os.path.join(d, "README.md"), "w") as f:
         f.write("# Qwen3-Reranker\n\nA random-weight test model of Qwen3-Reranker's kind.\n")
     prefix = tok.encode(QWEN3_RERANK_PREFIX, add_special_tokens=False)
