@@ -313,7 +313,9 @@ class GptInference final : public InferenceModel {
       const std::vector<float> row(all.begin() + long(b * vocab), all.begin() + long((b + 1) * vocab));
       GptCompletion& c = *completions[b];
       const int32_t token = c.sample(row);
-      if (token != tok_.end_of_text_id()) c.record_logprob(row, token, [&](int32_t id) { return tok_.decode({id}); });
+      if (token != tok_.end_of_text_id())
+        c.record_logprob(
+            row, token, {[&](int32_t id) { return tok_.decode({id}); }, [&](int32_t id) { return tok_.decode({id}); }});
       c.accept(token);
     }
   }

@@ -27,6 +27,14 @@ std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
   return id < tokenizer.vocab_size() ? tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
 }
 
+// Log-probabilities' names for the tokenizer's tokens: their text, and their bytes (a byte token's own byte).
+TokenSpelling spelling_of(const text::HfTokenizer& tokenizer) {
+  return {[&tokenizer](int32_t id) { return token_text(tokenizer, id); },
+          [&tokenizer](int32_t id) {
+            return id < tokenizer.vocab_size() ? tokenizer.token_bytes(id) : token_text(tokenizer, id);
+          }};
+}
+
 // A completion of a Hugging Face language model: its cache, its sampler and
 // the text decoded so far, a whole character at a time.
 class HfCompletion final : public TextCompletion {
@@ -81,7 +89,7 @@ class HfCompletion final : public TextCompletion {
       }
     }
     const int32_t token = models::sample_token(row, o_.sampling, gen_);
-    if (!ends(token)) record_logprob(logits, token, [&](int32_t id) { return token_text(lm_.tokenizer, id); });
+    if (!ends(token)) record_logprob(logits, token, spelling_of(lm_.tokenizer));
     if (matcher_ && !ends(token)) matcher_->accept(vocab_->bytes(size_t(token)));
     accept(token);
     if (!matcher_ && o_.grammar && !finished_) trigger_grammar();
@@ -376,7 +384,7 @@ class HfLanguageModelInference final : public InferenceModel {
       }
       const float* row = lp.data() + (t - 1) * V;
       s.token_logprobs.push_back(row[ids[t]]);
-      s.top_logprobs.push_back(most_likely(row, V, top, text_of));
+      s.top_logprobs.push_back(most_likely(row, V, top, spelling_of(lm_.tokenizer)));
     }
     return s;
   }

@@ -66,7 +66,12 @@ struct CompletionOptions {
 struct TokenScore {
   int32_t id = -1;
   std::string token;
+  std::string bytes;  // the token's own bytes: a piece of a character, where it splits one, that `token` cannot spell
   double logprob = 0;
+};
+// How a model's tokens are named in log-probabilities: their text, and their own bytes.
+struct TokenSpelling {
+  std::function<std::string(int32_t)> text, bytes;
 };
 // A generated token's, with the most likely tokens at its position.
 struct TokenLogprob : TokenScore {
@@ -83,8 +88,7 @@ struct Completion {
 
 // The `top` most likely tokens of a row of log-probabilities, most likely
 // first, named by `text_of`.
-std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top,
-                                    const std::function<std::string(int32_t)>& text_of);
+std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top, const TokenSpelling& spelling);
 
 // A completion being generated a token at a time, so that a server can
 // advance many of them in one batch and let them join and leave between
@@ -127,8 +131,7 @@ class TextCompletion : public PendingCompletion {
   bool cut_at_stop();
   // Keeps `token`'s log-probability under `logits` (and the most likely
   // alternatives), when the options ask for them.
-  void record_logprob(const std::vector<float>& logits, int32_t token,
-                      const std::function<std::string(int32_t)>& text_of);
+  void record_logprob(const std::vector<float>& logits, int32_t token, const TokenSpelling& spelling);
   CompletionOptions o_;
   std::string text_;
   bool finished_ = false;

@@ -172,20 +172,19 @@ bool TextCompletion::cut_at_stop() {
   return cut;
 }
 
-std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top,
-                                    const std::function<std::string(int32_t)>& text_of) {
+std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top, const TokenSpelling& spelling) {
   std::vector<int32_t> order(vocab);
   for (size_t i = 0; i < vocab; ++i) order[i] = int32_t(i);
   const size_t k = std::min<size_t>(size_t(std::max<int64_t>(top, 0)), vocab);
   std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
                     [&](int32_t a, int32_t b) { return log_probs[a] > log_probs[b]; });
   std::vector<TokenScore> best;
-  for (size_t i = 0; i < k; ++i) best.push_back({order[i], text_of(order[i]), log_probs[order[i]]});
+  for (size_t i = 0; i < k; ++i)
+    best.push_back({order[i], spelling.text(order[i]), spelling.bytes(order[i]), log_probs[order[i]]});
   return best;
 }
 
-void TextCompletion::record_logprob(const std::vector<float>& logits, int32_t token,
-                                    const std::function<std::string(int32_t)>& text_of) {
+void TextCompletion::record_logprob(const std::vector<float>& logits, int32_t token, const TokenSpelling& spelling) {
   if (o_.logprobs < 0) return;
   float max = -std::numeric_limits<float>::infinity();
   for (float v : logits) max = std::max(max, v);
@@ -194,8 +193,8 @@ void TextCompletion::record_logprob(const std::vector<float>& logits, int32_t to
   const float log_sum = float(max + std::log(sum));
   std::vector<float> lp(logits.size());
   for (size_t i = 0; i < lp.size(); ++i) lp[i] = logits[i] - log_sum;
-  c_.logprobs.push_back(
-      {{token, text_of(token), lp[size_t(token)]}, most_likely(lp.data(), lp.size(), o_.logprobs, text_of)});
+  c_.logprobs.push_back({{token, spelling.text(token), spelling.bytes(token), lp[size_t(token)]},
+                         most_likely(lp.data(), lp.size(), o_.logprobs, spelling)});
 }
 
 Tensor InferenceModel::classify_images(const Tensor&) {

@@ -25,7 +25,7 @@ json utf8_bytes(const std::string& s) {
 
 // A token's log-probability as OpenAI's chat logprobs spell it (and llama-server's, with the token's id).
 json token_score(const recipes::TokenScore& t, bool with_id) {
-  json out = {{"token", t.token}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.token)}};
+  json out = {{"token", t.token}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.bytes)}};
   if (with_id) out["id"] = t.id;
   return out;
 }
