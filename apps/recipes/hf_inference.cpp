@@ -27,11 +27,14 @@ std::string token_text(const text::HfTokenizer& tokenizer, int32_t id) {
   return id < tokenizer.vocab_size() ? tokenizer.decode({id}, false) : "<unused " + std::to_string(id) + ">";
 }
 
-// Log-probabilities' names for the tokenizer's tokens: their text, and their bytes (a byte token's own byte).
+// Log-probabilities' names for the tokenizer's tokens: their text, and their bytes: the text's, but for a token
+// that splits a character (its text U+FFFD), its own bytes, which say which piece it is (as llama-server's are).
 TokenSpelling spelling_of(const text::HfTokenizer& tokenizer) {
   return {[&tokenizer](int32_t id) { return token_text(tokenizer, id); },
           [&tokenizer](int32_t id) {
-            return id < tokenizer.vocab_size() ? tokenizer.token_bytes(id) : token_text(tokenizer, id);
+            const std::string text = token_text(tokenizer, id);
+            const bool split = id < tokenizer.vocab_size() && text.find("\xEF\xBF\xBD") != std::string::npos;
+            return split ? tokenizer.token_bytes(id) : text;
           }};
 }
 

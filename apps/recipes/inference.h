@@ -66,7 +66,7 @@ struct CompletionOptions {
 struct TokenScore {
   int32_t id = -1;
   std::string token;
-  std::string bytes;  // the token's own bytes: a piece of a character, where it splits one, that `token` cannot spell
+  std::string bytes;  // `token`'s, or where the token splits a character (`token` is U+FFFD), its own piece of it
   double logprob = 0;
 };
 // How a model's tokens are named in log-probabilities: their text, and their own bytes.

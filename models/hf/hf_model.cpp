@@ -354,6 +354,22 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   return out;
 }
 
+// A classifier over a loaded language model, its head `head` [labels, hidden] (a reranker's, from its file).
+static std::shared_ptr<SequenceClassifier> classifier_over(std::shared_ptr<LanguageModel> body, const Tensor& head,
+                                                           const json& config, const std::string& dir,
+                                                           const std::string& model_type, std::optional<DType> dtype) {
+  Generator unused(0);  // the file provides the head
+  auto model = build_from_config(
+      [&](const json&) {
+        return std::make_shared<CausalLmClassifier>(std::move(body), head.size(1), head.size(0), 0.02, unused);
+      },
+      config, dir);
+  model->for_each_module([&](const std::string& prefix, nn::Module& m) {
+    if (prefix == "score.") attach_mapped_weights(m, {{"weight", head}}, dir, model_type, dtype);
+  });
+  return model;
+}
+
 // Qwen3-Reranker's folder (prompt_reranker.h): the language model, and a head of its output's "yes" and "no" rows.
 static HfClassifier load_qwen3_reranker_folder(const std::string& dir, std::optional<DType> dtype) {
   HfCausalLm lm = load_hf_causal_lm(dir, dtype);
@@ -375,13 +391,7 @@ static HfClassifier load_qwen3_reranker_folder(const std::string& dir, std::opti
   const json pad = lm.config.value("pad_token_id", json());
   out.pad_id = pad.is_number_integer() ? pad.get<int64_t>() : lm.eos_ids.empty() ? 0 : lm.eos_ids.front();
   out.tokenizer = std::move(lm.tokenizer);
-  Generator unused(0);
-  out.model = build_from_config(
-      [&](const json&) { return std::make_shared<CausalLmClassifier>(lm.model, head.size(1), 2, 0.02, unused); },
-      lm.config, dir);
-  out.model->for_each_module([&](const std::string& prefix, nn::Module& m) {
-    if (prefix == "score.") attach_mapped_weights(m, {{"weight", head}}, dir, out.model_type, dtype);
-  });
+  out.model = classifier_over(lm.model, head, lm.config, dir, out.model_type, dtype);
   out.rerank_prompt = kQwen3RerankPrompt;
   return out;
 }
@@ -403,21 +413,15 @@ HfClassifier load_hf_classifier(const std::string& dir, std::optional<DType> dty
     // to look for (the folder holds none).
     json body = config;
     body["tie_word_embeddings"] = true;
-    const int64_t hidden = config.value("hidden_size", config.value("n_embd", int64_t(0)));
-    const int64_t labels = int64_t(out.labels.size());
-    Generator unused(0);  // the checkpoint provides the head
     if (gguf) {  // a reranker's file (Qwen3-Reranker's): the body as a language model's, the head its cls.output
-      std::shared_ptr<LanguageModel> lm_body = load_gguf_language_model(*gguf, dtype);
-      out.model = build_from_config(
-          [&](const json&) { return std::make_shared<CausalLmClassifier>(lm_body, hidden, labels, 0.02, unused); },
-          body, dir);
-      out.model->for_each_module([&](const std::string& prefix, nn::Module& m) {
-        if (prefix == "score.")
-          attach_mapped_weights(m, {{"weight", gguf_classifier_head(*gguf)}}, dir, out.model_type, dtype);
-      });
+      out.model = classifier_over(load_gguf_language_model(*gguf, dtype), gguf_classifier_head(*gguf), body, dir,
+                                  out.model_type, dtype);
       out.rerank_prompt = text::gguf_chat_template(gguf->metadata()).rerank;
       return out;
     }
+    const int64_t hidden = config.value("hidden_size", config.value("n_embd", int64_t(0)));
+    const int64_t labels = int64_t(out.labels.size());
+    Generator unused(0);  // the checkpoint provides the head
     out.model = build_from_config(
         [&](const json& j) { return std::make_shared<CausalLmClassifier>(lm->build(j), hidden, labels, 0.02, unused); },
         body, dir);
