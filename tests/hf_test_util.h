@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/text/chat_template.h"
+#include "models/common/language_model.h"
 
 namespace kiln::hf_test {
 
@@ -42,6 +43,24 @@ inline std::vector<text::ChatMessage> messages_of(const nlohmann::json& j) {
   std::vector<text::ChatMessage> ms;
   for (const auto& m : j) ms.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   return ms;
+}
+
+// log p(ids[t] | ids[<t]) for t >= 1, from one forward pass.
+inline std::vector<double> logprobs(models::LanguageModel& model, const std::vector<int32_t>& ids) {
+  const std::vector<float> v = models::next_token_log_probabilities(model, ids);
+  const size_t V = v.size() / ids.size();
+  std::vector<double> out;
+  for (size_t t = 1; t < ids.size(); ++t) out.push_back(v[(t - 1) * V + size_t(ids[t])]);
+  return out;
+}
+
+// The largest gap between `got` (log-probabilities from position 1) and the fixture's `want` (from position 0).
+inline double worst_difference(const std::vector<double>& got, const nlohmann::json& want) {
+  EXPECT_EQ(got.size() + 1, want.size());
+  double worst = 0;
+  for (size_t t = 0; t < got.size() && t + 1 < want.size(); ++t)
+    worst = std::max(worst, std::abs(got[t] - want[t + 1].get<double>()));
+  return worst;
 }
 
 }  // namespace kiln::hf_test
