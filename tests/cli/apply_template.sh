@@ -51,7 +51,7 @@ cp -r "$FIX/$MODEL" "$WORK/model"
 cp "$CORPUS/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$WORK/model/chat_template.jinja"
 cp -r "$WORK/model" "$WORK/gemma"
 cp "$CORPUS/templates/google-gemma-2-2b-it.jinja" "$WORK/gemma/chat_template.jinja"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model m="hf:$WORK/model" --model g="hf:$WORK/gemma" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

@@ -13,7 +13,7 @@ MODEL="$(python3 -c "import json; print(json.load(open('$FIX/chat/expected.json'
 TEMPLATE="$(python3 -c "import json; print(json.load(open('$FIX/chat/expected.json'))['served']['template'])")"
 
 # A template the tokenizer cannot end a turn with, or one Kiln does not know, stops the server at load.
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 run 1 "$KILN" serve --model m="hf:$FIX/$MODEL" --chat-template chatml --port "$port"
 expect "<\|im_end\|>, which is not a token"
 run 1 "$KILN" serve --model m="hf:$FIX/$MODEL" --chat-template vicuna --port "$port"

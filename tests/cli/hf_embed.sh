@@ -156,7 +156,7 @@ sys.exit(0 if len(got["embeddings"]) == 5 and max(abs(a - b) for g, w in zip(got
 PY
 done
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
   --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \

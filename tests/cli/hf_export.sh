@@ -88,7 +88,7 @@ PY
   >"$WORK/got.txt" 2>"$OUT" || fail "apply-template of a GGUF file's template"
 cmp -s "$WORK/got.txt" "$WORK/want.txt" || { diff "$WORK/want.txt" "$WORK/got.txt" >"$OUT"; fail "the GGUF file's template renders differently"; }
 # kiln serve takes the file too, and its load line says where the model came from.
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model g="gguf:$WORK/chat.gguf" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

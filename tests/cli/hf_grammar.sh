@@ -14,7 +14,7 @@ for py in "${KILN_TORCH2_VENV:-$HOME/.cache/kiln-torch2}/bin/python" python3; do
   "$py" -c "import jsonschema" 2>/dev/null && { JSONSCHEMA_PY="$py"; break; }
 done
 [ -n "$JSONSCHEMA_PY" ] || require_oracle jsonschema  # fails, naming how to make it (Skipped under KILN_ORACLES=optional)
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model m="hf:$FIX/qwen3" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

@@ -12,7 +12,7 @@ SRC="$(made_once "$ROOT/scripts/llama_cpp_source.sh")" || fail "could not get ll
 run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" llama-bpe "$FIX/fim-qwen2" --outtype f32 \
   --outfile "$WORK/fim.gguf"
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model coder="hf:$FIX/fim-qwen2" --model coder_gguf="gguf:$WORK/fim.gguf" --model plain="hf:$FIX/qwen2" \
   --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!

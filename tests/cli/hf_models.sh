@@ -74,7 +74,7 @@ expect "is not a sequence classifier Kiln supports"
 # kiln serve --model NAME=hf:DIR: a greedy completion is generate()'s text,
 # streamed or not; a scored prompt (echo, max_tokens 0, logprobs) carries
 # transformers' log-probabilities; /v1/classify gives transformers' probabilities.
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model lm="hf:$FIX/llama-gqa" --model cls="hf:$FIX/distilbert" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

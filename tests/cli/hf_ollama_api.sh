@@ -20,7 +20,7 @@ require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model qwen="hf:$MODEL" --model emb="hf:$ROOT/tests/hf/fixtures/embed-minilm" --port "$port" \
   >"$WORK/serve.log" 2>&1 &
 server=$!

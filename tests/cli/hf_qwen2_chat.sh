@@ -25,7 +25,7 @@ want = json.load(open(sys.argv[1]))["prompt_ids"]
 sys.exit(0 if json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["ids"] == want else 1)
 PY
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model qwen="hf:$MODEL" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

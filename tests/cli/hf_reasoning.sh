@@ -27,7 +27,7 @@ for pair in "qwen3:Qwen-Qwen3-0.6B" "r1:llama-cpp-deepseek-r1" "distill:deepseek
   cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
 done
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model qwen3="hf:$WORK/qwen3" --model r1="hf:$WORK/r1" --model distill="hf:$WORK/distill" \
   --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!

@@ -80,7 +80,7 @@ json.dump(want, open(out, "w"), indent=2)
 print(json.dumps(want, indent=2))
 PY
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model pen="hf:$PEN" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

@@ -77,7 +77,7 @@ done
 models=()
 for name in nemo llama coder qwen35 glm minimax deepseek lfm minicpm kimi3 gptoss cmda gemma4 functionary32 hermes3pair $RENDER_ONLY; do models+=(--model "$name=hf:$WORK/$name"); done
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model qwen="hf:$MODEL" "${models[@]}" --port "$port" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"

@@ -26,6 +26,12 @@ run() {
   [ "$got" -eq "$want" ] || fail "'$*' exited with $got, expected $want"
 }
 
+# free_port: a TCP port nothing listens on now, on any interface (a
+# test's server, or a rendezvous that binds them all).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+}
+
 # wait_for_server PORT PID [SECONDS=120]: until the server answers /health;
 # fails at once if it exits (its log, LOG, shown), and after SECONDS. (A
 # server of many models takes tens of seconds to load on a busy 2-core CI.)

@@ -14,7 +14,7 @@ cat "$OUT"
 # test image, streams a completion, and plots the runs' curves from --runs,
 # with named axes.
 CHROMIUM="$(command -v chromium || command -v chromium-browser)" || fail "chromium is not installed (scripts/install_deps.sh)"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "$KILN" serve --model mlp="$WORK/mlp" --model gpt="$WORK/gpt" --model cls="$WORK/cls" --runs "$WORK" --port "$port" \
   >"$WORK/page-server.log" 2>&1 &
 server=$!

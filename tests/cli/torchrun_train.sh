@@ -10,8 +10,6 @@ LAUNCH="$(dirname "$0")/../distributed/launch_local.sh"
 MLP_BASE=(train fashion-mlp --threads 1 --no-progress)
 MLP=("${MLP_BASE[@]}" --steps 20 --batch-size 64)
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
-
 run 0 "$KILN" "${MLP[@]}" --out "$WORK/one"
 run 0 bash "$LAUNCH" 2 "$KILN" "${MLP[@]}" --out "$WORK/two"
 expect "data parallel: 2 ranks over gloo"
