@@ -8,6 +8,8 @@
 
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
+#include "kiln/nn/init.h"
+#include "models/hf/families.h"
 #include "models/hf/hf_embedder.h"
 
 namespace kiln {
@@ -61,7 +63,8 @@ TEST_P(Embedders, ABatchGivesEachTextItsOwnEmbedding) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Embedders,
                          ::testing::Values("embed-minilm", "embed-roberta-cls", "embed-distilbert-max",
-                                           "embed-modernbert", "embed-nomic-bert", "embed-xlmr-cls"),
+                                           "embed-modernbert", "embed-nomic-bert", "embed-xlmr-cls", "embed-gemma3",
+                                           "embed-minilm-dense"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)
@@ -82,6 +85,87 @@ TEST(HfEmbedders, AClassifierFolderEmbedsWithItsEncoder) {
   const auto v = models::embed_texts(e, {"What a wonderful, happy day!"});
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(int64_t(v[0].size()), e.dimensions());
+}
+
+// A prompt of config_sentence_transformers.json goes before every text, as encode(prompt_name=...) puts it: asked
+// for by name, or by default_prompt_name.
+TEST(HfEmbedders, APromptGoesBeforeEveryText) {
+  const auto want = hf_test::expected("embed-gemma3");
+  const auto texts = want["texts"].get<std::vector<std::string>>();
+  const std::string name = want["prompted"]["prompt_name"].get<std::string>();
+  auto check = [&](models::HfEmbedder& e) {
+    const auto got = models::embed_texts(e, texts);
+    for (size_t i = 0; i < texts.size(); ++i)
+      for (size_t k = 0; k < got[i].size(); ++k)
+        EXPECT_NEAR(got[i][k], want["prompted"]["embeddings"][i][k].get<double>(), 1e-5) << texts[i];
+  };
+  auto e = models::load_hf_embedder(hf_test::fixture("embed-gemma3"));
+  EXPECT_EQ(e.prompt, "");  // (default_prompt_name null)
+  models::use_prompt(e, name);
+  check(e);
+  try {
+    models::use_prompt(e, "classification");
+    ADD_FAILURE() << "an unknown prompt name was taken";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("has document, query"), std::string::npos) << err.what();
+  }
+  const fs::path dir = hf_test::copy_fixture("embed-gemma3", fs::temp_directory_path() / "kiln_test_prompts");
+  auto config = nlohmann::json::parse(std::ifstream(dir / "config_sentence_transformers.json"));
+  config["default_prompt_name"] = name;
+  std::ofstream(dir / "config_sentence_transformers.json") << config.dump();
+  auto by_default = models::load_hf_embedder(dir.string());
+  check(by_default);
+  fs::remove_all(dir);
+}
+
+// EmbeddingGemma's body attends both ways: it embeds, and refuses to generate or train as a language model would.
+TEST(HfEmbedders, ABidirectionalBodyDoesNotGenerate) {
+  auto config = nlohmann::json::parse(std::ifstream(hf_test::fixture("embed-gemma3") + "/config.json"));
+  std::shared_ptr<models::LanguageModel> model;
+  {
+    nn::MetaParametersGuard meta;  // no weights needed: the refusal comes first
+    model = models::find_causal_lm_family("gemma3_text")->build(config);
+  }
+  try {
+    model->new_cache();
+    ADD_FAILURE() << "a bidirectional model made a cache";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("attends both ways"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(model->loss(Tensor::from_vector(std::vector<int64_t>{1, 2}, {1, 2}),
+                           Tensor::from_vector(std::vector<int64_t>{2, 3}, {1, 2})),
+               Error);
+}
+
+TEST(HfEmbedders, BadDenseModulesAreClearErrors) {
+  const fs::path root = fs::temp_directory_path() / "kiln_test_dense";
+  auto error_of = [&](const std::string& config) -> std::string {
+    const fs::path dir = hf_test::copy_fixture("embed-minilm-dense", root / "bad");
+    if (config.empty())
+      fs::remove(dir / "2_Dense/model.safetensors");
+    else
+      std::ofstream(dir / "2_Dense/config.json") << config;
+    try {
+      auto e = models::load_hf_embedder(dir.string());
+      models::embed_texts(e, {"x"});
+    } catch (const Error& err) {
+      return err.what();
+    }
+    return "loaded";
+  };
+  auto expect_says = [](const std::string& error, const std::string& says) {
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  };
+  expect_says(
+      error_of(R"({"in_features": 32, "out_features": 24, "activation_function": "torch.nn.modules.activation.SiLU"})"),
+      "is not one Kiln computes");
+  expect_says(error_of(R"({"in_features": 16, "out_features": 24})"), "in_features is 16");
+  expect_says(error_of(R"({"in_features": 32, "out_features": 0})"), "out_features is 0");
+  expect_says(error_of(R"({"in_features": 32, "out_features": 20})"), "linear.weight must be a [20, 32] tensor");
+  expect_says(error_of(R"({"in_features": 32, "out_features": 24, "use_residual": true})"), "use_residual");
+  expect_says(error_of(R"({"in_features": 32, "out_features": 24, "bias": false})"), "loaded");
+  expect_says(error_of(""), "no model.safetensors");
+  fs::remove_all(root);
 }
 
 TEST(HfEmbedders, BadFoldersAreClearErrors) {

@@ -157,29 +157,32 @@ std::function<int()> add_classify_command(CLI::App& app) {
 
 std::function<int()> add_embed_command(CLI::App& app) {
   struct EmbedInput {
-    std::string model, file, device = "cpu", precision = "auto";
+    std::string model, file, device = "cpu", precision = "auto", prompt_name;
     std::vector<std::string> texts;
     bool json = false;
   };
   auto in = std::make_shared<EmbedInput>();
   auto* cmd = app.add_subcommand("embed", "sentence embeddings of texts, as sentence-transformers' encode() gives them");
-  cmd->add_option(
-         "model", in->model,
-         "hf:DIR: a sentence-transformers folder, or a BERT-family encoder's; gguf:FILE: a BERT encoder's GGUF file")
+  cmd->add_option("model", in->model,
+                  "hf:DIR: a sentence-transformers folder, or a BERT-family encoder's; gguf:FILE: an embedding model's "
+                  "GGUF file")
       ->required();
   auto* text = cmd->add_option("--text", in->texts, "a text (repeat for more)");
   auto* file = cmd->add_option("--file", in->file, "read the texts from this file, one per line");
   text->excludes(file);
   cmd->add_flag("--json", in->json, "print JSON: {\"dimensions\", \"embeddings\": [[...], ...]}");
+  cmd->add_option("--prompt-name", in->prompt_name,
+                  "put this prompt of the folder's config_sentence_transformers.json before every text, as "
+                  "encode(prompt_name=...) does (EmbeddingGemma's query, document, ...)");
   cmd->add_option("--device", in->device, "cpu, cuda or cuda:N");
   cmd->add_option("--precision", in->precision, "weights: auto (the file's dtype), fp32 or bf16");
   return [cmd, in]() -> int {
     if (!*cmd) return -1;
     const auto dir = models::hf_folder(in->model);
-    KILN_CHECK(
-        dir,
-        "kiln embed takes hf:DIR (a sentence-transformers or BERT-family folder) or gguf:FILE (a BERT encoder's), not ",
-        in->model);
+    KILN_CHECK(dir,
+               "kiln embed takes hf:DIR (a sentence-transformers or BERT-family folder) or gguf:FILE (an embedding "
+               "model's), not ",
+               in->model);
     std::vector<std::string> texts = in->texts;
     if (!in->file.empty()) {
       std::istringstream lines(read_text_file(in->file));
@@ -187,6 +190,7 @@ std::function<int()> add_embed_command(CLI::App& app) {
     }
     KILN_CHECK(!texts.empty(), "kiln embed: no texts (give --text or --file)");
     auto e = models::load_hf_embedder(*dir, recipes::weights_dtype(in->precision));
+    if (!in->prompt_name.empty()) models::use_prompt(e, in->prompt_name);
     e.encoder.model->to(Device::parse(in->device));
     const auto vectors = models::embed_texts(e, texts);
     if (in->json) {

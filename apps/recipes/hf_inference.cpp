@@ -444,19 +444,6 @@ class HfLanguageModelInference final : public InferenceModel {
   std::mutex mutex_;  // the scheduler's thread and the scoring requests share the model
 };
 
-// Rows of ids [B, T] padded with `pad` after each text -> each row's length.
-std::vector<int64_t> unpadded_lengths(const Tensor& ids, int64_t pad) {
-  const int64_t B = ids.size(0), T = ids.size(1);
-  const std::vector<int64_t> all = ids.to_vector<int64_t>();
-  std::vector<int64_t> lengths;
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t n = T;
-    while (n > 1 && all[size_t(b * T + n - 1)] == pad) --n;
-    lengths.push_back(n);
-  }
-  return lengths;
-}
-
 // Token rows padded with `pad` after each one -> ids [rows, longest].
 Tensor padded_rows(const std::vector<std::vector<int32_t>>& rows, int64_t pad) {
   size_t longest = 1;
@@ -542,17 +529,20 @@ class HfClassifierInference final : public InferenceModel {
   int64_t pad_;
 };
 
+// Rows travel to the batcher padded with an id no token has: a text may end in the model's own pad token
+// (Qwen3-Embedding's eos pads and ends every text), which padding with it would cut off. embed_ids pads its
+// batch itself.
 class HfEmbedderInference final : public InferenceModel {
  public:
   explicit HfEmbedderInference(models::HfEmbedder e) : e_(std::move(e)) {}
   Tensor encode_texts(const std::vector<std::string>& texts) override {
     std::vector<std::vector<int32_t>> rows;
     for (const auto& t : texts) rows.push_back(models::embedding_ids(e_, t));  // cut at max_seq_length
-    return padded_rows(rows, e_.pad_id);
+    return padded_rows(rows, kNoToken);
   }
-  std::optional<int64_t> pad_token() const override { return e_.pad_id; }
+  std::optional<int64_t> pad_token() const override { return kNoToken; }
   Tensor embed_tokens(const Tensor& ids) override {
-    const std::vector<int64_t> lengths = unpadded_lengths(ids, e_.pad_id), all = ids.to_vector<int64_t>();
+    const std::vector<int64_t> lengths = unpadded_lengths(ids, kNoToken), all = ids.to_vector<int64_t>();
     std::vector<std::vector<int32_t>> rows;
     for (size_t b = 0; b < lengths.size(); ++b) {
       const auto first = all.begin() + long(b * size_t(ids.size(1)));
@@ -562,10 +552,23 @@ class HfEmbedderInference final : public InferenceModel {
   }
 
  private:
+  static constexpr int64_t kNoToken = -1;
   models::HfEmbedder e_;
 };
 
 }  // namespace
+
+std::vector<int64_t> unpadded_lengths(const Tensor& ids, int64_t pad) {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const std::vector<int64_t> all = ids.to_vector<int64_t>();
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = T;
+    while (n > 1 && all[size_t(b * T + n - 1)] == pad) --n;
+    lengths.push_back(n);
+  }
+  return lengths;
+}
 
 LoadedModel load_hf_for_inference(const std::string& spec, Device device, const InferenceOptions& options) {
   const std::string dir = models::hf_folder(spec).value_or(spec);

@@ -142,7 +142,9 @@ class TextCompletion : public PendingCompletion {
   size_t sent_ = 0;
 };
 
-class InferenceModel;
+// Rows of ids [B, T] padded with `pad` after each text (encode_texts') -> each row's length: the tokens the model
+// reads (at least one a row).
+std::vector<int64_t> unpadded_lengths(const Tensor& ids, int64_t pad);
 
 class InferenceModel {
  public:
@@ -156,8 +158,9 @@ class InferenceModel {
   virtual Tensor encode_texts(const std::vector<std::string>& texts);
   virtual Tensor classify_tokens(const Tensor& ids);
   virtual Tensor embed_tokens(const Tensor& ids);
-  // Text classifiers and embedders: the id that pads token rows. Rows of
-  // different lengths padded with it to a common length get the same answers.
+  // Text classifiers and embedders: the id that pads token rows (an
+  // embedder's is -1, no token: a text may end in its model's pad token).
+  // Rows of different lengths padded with it to a common length get the same answers.
   virtual std::optional<int64_t> pad_token() const { return std::nullopt; }
   // Cross-encoders (a classifier with one label: bge-reranker, ms-marco
   // MiniLM): each document's relevance to `query`, the sigmoid of the logit

@@ -558,9 +558,8 @@ class Server {
       if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
       parts.push_back(std::move(*queued));
     }
-    const int64_t pad = m.model->pad_token().value_or(0);
-    int64_t tokens = 0;
-    for (int64_t v : ids.to_vector<int64_t>()) tokens += v != pad;
+    int64_t tokens = 0;  // (a text's own tokens may be the pad's id: only the padding after it is not read)
+    for (int64_t n : recipes::unpadded_lengths(ids, m.model->pad_token().value_or(0))) tokens += n;
     std::vector<std::vector<float>> out;
     for (auto& part : parts) {
       const Tensor rows = wait_for(part);

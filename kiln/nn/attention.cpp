@@ -1,5 +1,6 @@
 #include "kiln/nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,6 +14,28 @@ Tensor causal_bias(int64_t T, int64_t window, Device device) {
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j)
       if (j > i || (window > 0 && j <= i - window)) bias[size_t(i * T + j)] = -std::numeric_limits<float>::infinity();
+  return Tensor::from_vector(bias, {T, T}).to(device);
+}
+
+namespace {
+constexpr float kBlocked = -1e30f;
+}
+
+Tensor key_padding_bias(const std::vector<int64_t>& lengths, int64_t T, Device device) {
+  if (std::all_of(lengths.begin(), lengths.end(), [T](int64_t n) { return n >= T; })) return {};
+  const int64_t B = int64_t(lengths.size());
+  std::vector<float> bias(size_t(B * T), 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = std::max<int64_t>(lengths[size_t(b)], 0); t < T; ++t) bias[size_t(b * T + t)] = kBlocked;
+  return Tensor::from_vector(bias, {B, 1, 1, T}).to(device);
+}
+
+Tensor symmetric_window_bias(int64_t T, int64_t half_window, Device device) {
+  if (T - 1 <= half_window) return {};
+  std::vector<float> bias(size_t(T * T), 0.0f);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      if (std::abs(i - j) > half_window) bias[size_t(i * T + j)] = kBlocked;
   return Tensor::from_vector(bias, {T, T}).to(device);
 }
 

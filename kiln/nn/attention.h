@@ -20,6 +20,17 @@ Tensor attention_by_rows(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // -inf elsewhere.
 Tensor causal_bias(int64_t T, int64_t window, Device device);
 
+// Additive masks of bidirectional attention over a padded batch (encoders,
+// EmbeddingGemma), in f32, with a finite blocked value: a padding row whose
+// window holds padding alone stays finite (it is never read) rather than
+// NaN, which its keys would carry into every row's scores in the next layer.
+//  key_padding_bias [B, 1, 1, T]: 0 on row b's first lengths[b] keys, blocked
+//    after them; undefined when every row is T long (or lengths is empty).
+//  symmetric_window_bias [T, T]: 0 where |i - j| <= half_window; undefined
+//    when the window holds every pair (T - 1 <= half_window).
+Tensor key_padding_bias(const std::vector<int64_t>& lengths, int64_t T, Device device);
+Tensor symmetric_window_bias(int64_t T, int64_t half_window, Device device);
+
 // Attention written out, for what the fused op does not do: softmax(q k^T /
 // sqrt(D) + bias) v (the softmax in f32), with `probs_dropout` (if any) on
 // the probabilities, acting in training mode as transformers' attention

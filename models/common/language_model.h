@@ -50,6 +50,13 @@ class LanguageModel : public nn::Module {
   // The final normed hidden states of ids [B, T] -> [B, T, hidden]: what the
   // head reads, and what a sequence classifier on this model pools.
   virtual Tensor hidden_states(const Tensor& ids) = 0;
+  // The same for a padded batch, row b's first lengths[b] tokens real (empty:
+  // all): a causal model's real tokens never see the padding after them, so
+  // by default the lengths change nothing; a bidirectional one masks it.
+  virtual Tensor padded_hidden_states(const Tensor& ids, const std::vector<int64_t>& lengths) {
+    (void)lengths;
+    return hidden_states(ids);
+  }
   virtual void set_activation_checkpointing(ActivationCheckpointing mode) = 0;
 
   // The pool of the caches made last (null before the first), for its

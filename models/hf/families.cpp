@@ -260,7 +260,10 @@ void read_gemma(const ConfigReader& r, const json& file, const std::string& type
     return;
   }
   r.only("hidden_activation", {"gelu_pytorch_tanh"});
-  r.only("use_bidirectional_attention", {false});
+  if (type == "gemma3_text")
+    c.bidirectional = r.flag("use_bidirectional_attention", false);  // EmbeddingGemma
+  else
+    r.only("use_bidirectional_attention", {false});
   c.norm_after = true;
   const double scalar = r.number("query_pre_attn_scalar", 256);
   if (!(scalar > 0)) r.fail("query_pre_attn_scalar", file["query_pre_attn_scalar"].dump(), "a positive number");

@@ -207,6 +207,16 @@ void read_gemma3(const GgufContents&, const Meta& meta, json& c) {
                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", meta.number("rope.freq_base_swa", 10000)}}}};
 }
 
+// EmbeddingGemma (llama.cpp's gemma-embedding): Gemma 3's body attending both ways, its sliding layers over a
+// symmetric window, its attention scaled by 1/sqrt(head_dim) (llama.cpp's, whatever query_pre_attn_scalar was).
+void read_gemma_embedding(const GgufContents& file, const Meta& meta, json& c) {
+  read_gemma3(file, meta, c);
+  c["query_pre_attn_scalar"] =
+      c.value("head_dim", c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>());
+  c["use_bidirectional_attention"] = true;
+  c["architectures"] = {"Gemma3TextModel"};
+}
+
 // ---- The writers (kiln export --format gguf), each the inverse of its reader above.
 
 void write_experts(const LlamaConfig& L, const std::string& p, json& m, const std::string& arch, bool renormalises) {
@@ -261,6 +271,8 @@ void write_gemma2(const LlamaConfig& L, const std::string& p, json& m) {
 }
 
 void write_gemma3(const LlamaConfig& L, const std::string& p, json& m) {
+  KILN_CHECK(!L.bidirectional, "GGUF export: an embedding model attending both ways (EmbeddingGemma) is written by "
+             "llama.cpp's converter as gemma-embedding, with its Dense modules; Kiln exports language models");
   check_attention_scale(L, kGemma3LayersOf27B);
   if (L.final_softcap > 0) m[p + "final_logit_softcapping"] = L.final_softcap;
   if (L.sliding_window > 0) {
@@ -308,6 +320,8 @@ const std::vector<GgufArchitecture>& architectures() {
        .names = kGemmaNorms, .read_config = read_gemma2, .write_config = write_gemma2},
       {.arch = "gemma3", .model_type = "gemma3_text", .hf_architecture = "Gemma3ForCausalLM", .norm_offset = 1,
        .names = kGemmaNorms, .read_config = read_gemma3, .write_config = write_gemma3},
+      {.arch = "gemma-embedding", .model_type = "gemma3_text", .hf_architecture = "Gemma3TextModel",
+       .norm_offset = 1, .names = kGemmaNorms, .read_config = read_gemma_embedding},
       {.arch = "phi3", .model_type = "phi3", .hf_architecture = "Phi3ForCausalLM",
        .names = {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}},
        .read_config = read_phi3, .write_config = write_phi3},
@@ -397,7 +411,8 @@ std::vector<int64_t> gguf_qk_file_rows(int64_t rows, int64_t heads) {
 
 std::string gguf_exportable_types() {
   std::string out = "mistral";
-  for (const auto& row : architectures()) out += ", " + row.model_type;
+  for (const auto& row : architectures())
+    if (&row == gguf_architecture_of_type(row.model_type)) out += ", " + row.model_type;  // the first row of a type
   return out;
 }
 
@@ -462,10 +477,12 @@ json hf_config_from_gguf(const GgufContents& file) {
   if (meta.has("pooling_type") && meta.at("pooling_type") == kGgufRankPooling && file.find("cls.output.weight")) {
     c["architectures"] = {family + "ForSequenceClassification"};
     c["id2label"] = gguf_classifier_id2label(file, meta);
+  } else if (meta.has("pooling_type") && !c.contains("architectures")) {  // (an embedder's row may name its body)
+    c["architectures"] = {family + "Model"};
+  }
+  if (meta.has("pooling_type")) {  // what pads a batch of rows (none: the eos, as transformers' pooled heads take it)
     const json pad = m.value("tokenizer.ggml.padding_token_id", m.value("tokenizer.ggml.eos_token_id", json()));
     if (pad.is_number_integer() && pad.get<int64_t>() >= 0) c["pad_token_id"] = pad;
-  } else if (meta.has("pooling_type")) {
-    c["architectures"] = {family + "Model"};
   }
   return c;
 }

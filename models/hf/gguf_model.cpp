@@ -98,6 +98,7 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
   for (const GgufTensorInfo& t : file.header().tensors) {
     if (t.name.starts_with("rope_freqs.") || t.name.starts_with("rope_factors_")) continue;  // read into the config
     if (t.name.starts_with("cls.output.")) continue;  // a reranker's head: its classifier's (gguf_classifier_head)
+    if (t.name.starts_with("dense_2.") || t.name.starts_with("dense_3.")) continue;  // an embedder's projections
     const std::string name = gguf_hf_name(arch, t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a ", config["model_type"].get<std::string>(),
                " model");
@@ -148,7 +149,11 @@ Tensor gguf_classifier_head(const GgufFile& file) {
   KILN_CHECK(head && head->dims.size() == 2, "GGUF: the reranker lacks a 2-D cls.output.weight");
   KILN_CHECK(!file.find("cls.output.bias") && !file.find("cls.weight"), "GGUF: a causal model's reranker head is ",
              "cls.output alone (Qwen3-Reranker's); this file's has a bias or a dense layer Kiln does not run");
-  return to_dtype(float_tensor(file, *head), DType::f32);
+  return gguf_f32_tensor(file, *head);
+}
+
+Tensor gguf_f32_tensor(const GgufFile& file, const GgufTensorInfo& t) {
+  return to_dtype(float_tensor(file, t), DType::f32);
 }
 
 HfCausalLm load_gguf_causal_lm(const std::string& path, std::optional<DType> dtype) {

@@ -30,6 +30,10 @@ namespace kiln::models {
 // matrices become F16 copies): converted copies where the file's type differs.
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype = std::nullopt);
 
+// A small tensor read beside the model (a reranker's head, an embedder's
+// projections) in f32 on the CPU, whatever its type in the file.
+Tensor gguf_f32_tensor(const GgufFile& file, const GgufTensorInfo& t);
+
 // A reranker's head in a causal model's file (cls.output: llama.cpp's converter writes Qwen3-Reranker's "yes"
 // and "no" rows of its output there), [labels, hidden] in f32.
 Tensor gguf_classifier_head(const GgufFile& file);

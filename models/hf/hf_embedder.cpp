@@ -8,7 +8,9 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/gguf.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/io/text_file.h"
+#include "models/hf/gguf_model.h"
 
 namespace kiln::models {
 namespace fs = std::filesystem;
@@ -64,6 +66,102 @@ Pooling gguf_pooling(const json& metadata) {
   return it->second;
 }
 
+// A Dense module's activation by its class, as sentence-transformers names it (absent: its default, Tanh).
+float (*dense_activation(const json& c, const fs::path& config_path))(float) {
+  static const std::map<std::string, float (*)(float)> activations = {
+      {"torch.nn.modules.linear.Identity", nullptr},
+      {"torch.nn.modules.activation.Tanh", [](float x) { return std::tanh(x); }},
+      {"torch.nn.modules.activation.ReLU", [](float x) { return std::max(x, 0.0f); }},
+      {"torch.nn.modules.activation.Sigmoid", [](float x) { return 1 / (1 + std::exp(-x)); }},
+      {"torch.nn.modules.activation.GELU", [](float x) { return 0.5f * x * (1 + std::erf(x / std::sqrt(2.0f))); }}};
+  const json name = c.value("activation_function", json("torch.nn.modules.activation.Tanh"));
+  const auto it = name.is_string() ? activations.find(name.get<std::string>()) : activations.end();
+  if (it == activations.end()) {
+    std::string known;
+    for (const auto& [n, f] : activations) known += (known.empty() ? "" : ", ") + n;
+    KILN_FAIL(config_path.string(), ": activation_function ", name.dump(), " is not one Kiln computes (", known, ")");
+  }
+  return it->second;
+}
+
+// A Dense module's folder: config.json and the linear layer's weights (model.safetensors), taking `width` inputs.
+DenseProjection read_dense(const fs::path& module_dir, int64_t width) {
+  const fs::path config_path = module_dir / "config.json";
+  const json c = read_json_file(config_path);
+  KILN_CHECK(c.is_object(), config_path.string(), " must be a JSON object");
+  auto features = [&](const char* key) {
+    const json n = c.value(key, json());
+    KILN_CHECK(n.is_number_integer() && n.get<int64_t>() > 0 && n.get<int64_t>() <= (int64_t(1) << 20),
+               config_path.string(), ": ", key, " is ", n.dump(), "; expected a positive width");
+    return n.get<int64_t>();
+  };
+  DenseProjection d;
+  d.in = features("in_features"), d.out = features("out_features");
+  KILN_CHECK(d.in == width, config_path.string(), ": in_features is ", d.in, ", but the embedding before it is ", width,
+             " wide");
+  KILN_CHECK(c.value("use_residual", json(false)) == json(false), config_path.string(),
+             ": use_residual true (a residual around the projection) is not implemented");
+  for (const char* key : {"module_input_name", "module_output_name"})
+    KILN_CHECK(c.value(key, json("sentence_embedding")) == json("sentence_embedding"), config_path.string(), ": ", key,
+               " ", c[key].dump(), " is not implemented (Kiln projects the sentence embedding)");
+  d.activation = dense_activation(c, config_path);
+  const fs::path weights = module_dir / "model.safetensors";
+  KILN_CHECK(fs::exists(weights), module_dir.string(),
+             " has no model.safetensors (Kiln reads no pickled "
+             "pytorch_model.bin; save the model again with sentence-transformers, which writes safetensors)");
+  const SafetensorsFile f = load_safetensors(weights.string());
+  auto values = [&](const std::string& name, const Shape& shape) {
+    const auto it = f.tensors.find(name);
+    KILN_CHECK(it != f.tensors.end() && it->second.shape() == shape, weights.string(), ": ", name, " must be a ",
+               shape_str(shape), " tensor");
+    return to_dtype(it->second, DType::f32).to_vector<float>();
+  };
+  d.weight = values("linear.weight", {d.out, d.in});
+  if (c.value("bias", json(true)) == json(true)) d.bias = values("linear.bias", {d.out});
+  return d;
+}
+
+// A GGUF embedder's projections (dense_2, dense_3: EmbeddingGemma's Dense modules as llama.cpp's converter writes
+// them, identity activations), in order; none where the file has none.
+std::vector<DenseProjection> gguf_dense(const GgufFile& file, int64_t width) {
+  std::vector<DenseProjection> out;
+  for (const std::string name : {"dense_2", "dense_3"}) {
+    const GgufTensorInfo* w = file.find(name + ".weight");
+    if (!w) continue;
+    KILN_CHECK(w->dims.size() == 2 && w->dims[0] == width, "GGUF: ", name, ".weight must be a matrix taking the ",
+               width, "-wide embedding");
+    DenseProjection d;
+    d.in = w->dims[0], d.out = w->dims[1];
+    d.weight = gguf_f32_tensor(file, *w).to_vector<float>();
+    if (const GgufTensorInfo* b = file.find(name + ".bias")) {
+      KILN_CHECK(b->dims.size() == 1 && b->dims[0] == d.out, "GGUF: ", name, ".bias must hold ", d.out, " values");
+      d.bias = gguf_f32_tensor(file, *b).to_vector<float>();
+    }
+    width = d.out;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+// config_sentence_transformers.json's prompts, and its default one.
+void read_prompts(const fs::path& dir, HfEmbedder& e) {
+  const fs::path path = dir / "config_sentence_transformers.json";
+  if (!fs::exists(path)) return;
+  const json c = read_json_file(path);
+  KILN_CHECK(c.is_object(), path.string(), " must be a JSON object");
+  const json prompts = c.value("prompts", json::object());
+  KILN_CHECK(prompts.is_object(), path.string(), ": prompts must map names to texts");
+  for (const auto& [name, text] : prompts.items()) {
+    KILN_CHECK(text.is_string(), path.string(), ": prompt \"", name, "\" is not a text");
+    e.prompts[name] = text.get<std::string>();
+  }
+  const json name = c.value("default_prompt_name", json());
+  if (name.is_null()) return;
+  KILN_CHECK(name.is_string() && e.prompts.contains(name.get<std::string>()), path.string(), ": default_prompt_name ",
+             name.dump(), " names none of its prompts");
+  e.prompt = e.prompts[name.get<std::string>()];
+}
+
 // The module's last dotted name: "sentence_transformers.models.Pooling" -> "Pooling".
 std::string module_kind(const json& module) {
   const std::string type = module.value("type", "");
@@ -89,10 +187,13 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
   const int64_t positions = e.encoder.model->max_tokens();
   e.max_tokens = std::min(positions, tokenizer_max_length(dir).value_or(positions));
   if (is_gguf_file(dir_name)) {  // pooled as llama.cpp pools it, normalised as llama-server's embeddings are
-    e.pooling = gguf_pooling(GgufFile::open(dir_name).metadata());
+    const GgufFile file = GgufFile::open(dir_name);
+    e.pooling = gguf_pooling(file.metadata());
+    e.dense = gguf_dense(file, e.encoder.model->width());
     e.normalize = true;
     return e;
   }
+  read_prompts(dir, e);
   if (!fs::exists(dir / "modules.json")) return e;  // a bare encoder: mean pooling, as SentenceTransformer(dir) adds
   const json modules = read_json_file(dir / "modules.json");
   KILN_CHECK(modules.is_array() && !modules.empty(), (dir / "modules.json").string(), " must list the modules");
@@ -122,23 +223,38 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
     } else if (kind == "Pooling" && !pooled) {
       e.pooling = read_pooling(dir / path / "config.json");
       pooled = true;
+    } else if (kind == "Dense" && pooled) {
+      e.dense.push_back(read_dense(dir / path, e.dimensions()));
     } else if (kind == "Normalize" && pooled) {
       e.normalize = true;
     } else {
       KILN_FAIL((dir / "modules.json").string(), ": module ", i, " (", m.value("type", "?"),
-                ") is not one Kiln computes: it embeds with Transformer, then Pooling, then optionally Normalize");
+                ") is not one Kiln computes: it embeds with Transformer, then Pooling, then any Dense, then optionally "
+                "Normalize");
     }
   }
   KILN_CHECK(pooled, (dir / "modules.json").string(), " has no Pooling module");
   return e;
 }
 
+void use_prompt(HfEmbedder& e, const std::string& name) {
+  const auto it = e.prompts.find(name);
+  if (it == e.prompts.end()) {
+    std::string names;
+    for (const auto& [n, text] : e.prompts) names += (names.empty() ? "" : ", ") + n;
+    KILN_FAIL("embeddings: the model has no prompt named \"", name, "\" (",
+              names.empty() ? std::string("it has none") : "it has " + names, ")");
+  }
+  e.prompt = it->second;
+}
+
 std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text) {
   const text::HfTokenizer& tok = e.encoder.tokenizer;
-  std::vector<int32_t> full = tok.encode(text);
+  const std::string prompted = e.prompt + text;  // sentence-transformers tokenizes the two as one text
+  std::vector<int32_t> full = tok.encode(prompted);
   if (int64_t(full.size()) <= e.max_tokens) return full;
   // As the tokenizer truncates one sequence: its content, keeping the special tokens around it.
-  const std::vector<int32_t> content = tok.encode(text, false);
+  const std::vector<int32_t> content = tok.encode(prompted, false);
   const auto at = std::search(full.begin(), full.end(), content.begin(), content.end());
   KILN_CHECK(at != full.end(), "embeddings: the tokenizer's special tokens are not around the text's");
   const int64_t before = at - full.begin(), after = int64_t(full.size() - content.size()) - before;
@@ -159,16 +275,18 @@ Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows) {
                " tokens; the model reads 1 to ", e.max_tokens);
     lengths.push_back(int64_t(r.size()));
   }
-  const int64_t T = *std::max_element(lengths.begin(), lengths.end()), C = e.dimensions();
+  const int64_t T = *std::max_element(lengths.begin(), lengths.end()), C = e.encoder.model->width();
   std::vector<int64_t> ids(size_t(B * T), e.pad_id);
   for (int64_t b = 0; b < B; ++b) std::copy(rows[size_t(b)].begin(), rows[size_t(b)].end(), ids.begin() + b * T);
   const Device device = e.encoder.model->parameters().front().device();
   const Tensor states = e.encoder.model->forward(Tensor::from_vector(ids, {B, T}).to(device), lengths);
   const std::vector<float> s = to_dtype(states, DType::f32).to(Device::cpu()).to_vector<float>();
-  std::vector<float> out(size_t(B * C), 0.0f);
+  std::vector<float> out;
+  out.reserve(size_t(B * e.dimensions()));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = lengths[size_t(b)];
-    float* o = out.data() + b * C;
+    std::vector<float> pooled(size_t(C), 0.0f);
+    float* o = pooled.data();
     const float* row = s.data() + b * T * C;
     switch (e.pooling) {
       case Pooling::cls: std::copy(row, row + C, o); break;
@@ -187,9 +305,23 @@ Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows) {
         break;
       }
     }
-    if (e.normalize) l2_normalize({o, size_t(C)});
+    for (const DenseProjection& d : e.dense) pooled = project(d, pooled);
+    if (e.normalize) l2_normalize(pooled);
+    out.insert(out.end(), pooled.begin(), pooled.end());
   }
-  return Tensor::from_vector(out, {B, C});
+  return Tensor::from_vector(out, {B, e.dimensions()});
+}
+
+std::vector<float> project(const DenseProjection& d, std::span<const float> x) {
+  KILN_CHECK(int64_t(x.size()) == d.in, "embeddings: a ", x.size(), "-wide vector into a Dense module taking ", d.in);
+  std::vector<float> y(size_t(d.out));
+  for (int64_t r = 0; r < d.out; ++r) {
+    const float* w = d.weight.data() + r * d.in;
+    float sum = d.bias.empty() ? 0.0f : d.bias[size_t(r)];
+    for (int64_t i = 0; i < d.in; ++i) sum += w[i] * x[size_t(i)];
+    y[size_t(r)] = d.activation ? d.activation(sum) : sum;
+  }
+  return y;
 }
 
 void l2_normalize(std::span<float> v) {

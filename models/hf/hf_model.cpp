@@ -344,6 +344,10 @@ HfCausalLm load_hf_causal_lm(const std::string& dir, std::optional<DType> dtype)
   if (!family)
     KILN_FAIL(dir, "/config.json: model_type '", out.model_type, "' is not a causal language model Kiln supports (",
               supported_causal_lm_types(), ")");
+  KILN_CHECK(hf_folder_kind(dir, out.config) != "embedder", dir, " holds an embedder (its architectures say ",
+             out.config.value("architectures", json()).dump(),
+             ", or sentence-transformers' modules.json is there): it "
+             "embeds texts (kiln embed, /v1/embeddings of kiln serve) and does not generate");
   out.model = build_from_config(family->build, out.config, dir);
   out.tokenizer = load_hf_tokenizer(dir);
   attach_weights(*out.model, dir, out.config, out.model_type, family->checkpoint_name, family->ignorable, dtype);

@@ -112,17 +112,21 @@ class LlamaLayer : public Module {
   // into the pages, and with read_pages attention reads them all (a cache
   // holding earlier positions, or batch-invariant mode); otherwise it runs
   // causally on this pass's keys alone.
+  // `masks`: a bidirectional model's (every token sees every other).
   Tensor forward_at(const Tensor& x, const Llama::Rotation& rotation, const nn::PagedStep* step, int64_t layer,
-                    bool read_pages, const nn::RealRows* real = nullptr) {
+                    bool read_pages, const nn::RealRows* real = nullptr,
+                    const Llama::BidirectionalMasks* masks = nullptr) {
     const bool local_rotation = local_ && c_.local_rope_theta > 0;  // Gemma 3's sliding layers
     const Tensor& cos = local_rotation ? rotation.local_cos : rotation.cos;
     const Tensor& sin = local_rotation ? rotation.local_sin : rotation.sin;
     if (c_.norm_after) {  // OLMo 2 (no norms before), Gemma 2 and 3 (both)
       const Tensor in = input_layernorm ? input_layernorm->forward(x) : x;
-      const Tensor h = x + post_attention_layernorm->forward(attention(in, cos, sin, step, layer, read_pages, real));
+      const Tensor h =
+          x + post_attention_layernorm->forward(attention(in, cos, sin, step, layer, read_pages, real, masks));
       return h + post_feedforward_layernorm->forward(mlp(pre_feedforward_layernorm ? pre_feedforward_layernorm->forward(h) : h));
     }
-    const Tensor h = x + residual(attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real));
+    const Tensor h =
+        x + residual(attention(input_layernorm->forward(x), cos, sin, step, layer, read_pages, real, masks));
     return h + residual(mlp(post_attention_layernorm->forward(h)));
   }
 
@@ -169,7 +173,7 @@ class LlamaLayer : public Module {
   }
 
   Tensor attention(const Tensor& x, const Tensor& cos, const Tensor& sin, const nn::PagedStep* step, int64_t layer,
-                   bool read_pages, const nn::RealRows* real) const {
+                   bool read_pages, const nn::RealRows* real, const Llama::BidirectionalMasks* masks) const {
     const int64_t B = x.size(0), T = x.size(1), H = c_.num_heads, Hkv = c_.num_kv_heads, D = c_.head_dim;
     Tensor q, k, v;
     if (c_.fused_projections) {
@@ -202,7 +206,12 @@ class LlamaLayer : public Module {
     v = repeat_kv(v, H / Hkv);
     const bool windowed = window_ > 0 && T > window_;
     Tensor out;
-    if (!windowed && c_.attention_softcap == 0 && !(is_training() && attention_dropout->p() > 0)) {
+    if (masks) {
+      const Tensor& bias = window_ > 0 ? masks->sliding : masks->global;
+      out = bias.defined() || c_.attention_softcap > 0
+                ? attention_written_out(q, k, v, bias, attention_dropout.get(), c_.attention_softcap)
+                : scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/false);
+    } else if (!windowed && c_.attention_softcap == 0 && !(is_training() && attention_dropout->p() > 0)) {
       out = scaled_dot_product_attention(q, contiguous(k), contiguous(v), /*causal=*/true);
     } else {
       // Written out for the window (query i sees key j when j <= i and j > i - w, as
@@ -296,7 +305,7 @@ Tensor Llama::head(const Tensor& x) const {
 const Tensor& Llama::anchor() const { return model_->norm->weight; }
 
 Tensor Llama::hidden(const Tensor& ids, const Rotation& rotation, const nn::PagedStep* step, bool read_pages,
-                     const nn::RealRows* real) {
+                     const nn::RealRows* real, const BidirectionalMasks* masks) {
   Tensor x = model_->embed_tokens->forward(ids);
   if (config_.embedding_multiplier != 1) {
     double multiplier = config_.embedding_multiplier;
@@ -312,11 +321,11 @@ Tensor Llama::hidden(const Tensor& ids, const Rotation& rotation, const nn::Page
                    in_stream(rotation.local_sin)};
   for (size_t l = 0; l < model_->layers.size(); ++l) {
     auto& layer = model_->layers[l];
-    if (!step && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
+    if (!step && !masks && checkpointing_ == ActivationCheckpointing::blocks && grad_enabled())
       x = checkpoint([layer, r](const Tensor& in) { return layer->forward_at(in, r, nullptr, 0, false); }, x,
                      {dropout_gen_.get()});  // LoRA's dropout
     else
-      x = layer->forward_at(x, r, step, int64_t(l), read_pages, real);
+      x = layer->forward_at(x, r, step, int64_t(l), read_pages, real, masks);
   }
   return model_->norm->forward(x);
 }
@@ -334,13 +343,35 @@ Llama::Rotation Llama::rope_rows(int64_t first, int64_t T, int64_t seq_len) {
   return r;
 }
 
-Tensor Llama::forward(const Tensor& ids) { return head(hidden_states(ids)); }
+Tensor Llama::forward(const Tensor& ids) {
+  check_causal("gives no next-token logits");
+  return head(hidden_states(ids));
+}
 
-Tensor Llama::hidden_states(const Tensor& ids) {
-  return hidden(ids, rope_rows(0, ids.size(1), ids.size(1)), nullptr, false);
+Tensor Llama::hidden_states(const Tensor& ids) { return padded_hidden_states(ids, {}); }
+
+Tensor Llama::padded_hidden_states(const Tensor& ids, const std::vector<int64_t>& lengths) {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const Rotation rotation = rope_rows(0, T, T);
+  if (!config_.bidirectional) return hidden(ids, rotation, nullptr, false);
+  KILN_CHECK(lengths.empty() || int64_t(lengths.size()) == B, "llama: ", lengths.size(), " lengths for ", B, " rows");
+  BidirectionalMasks masks;
+  masks.global = nn::key_padding_bias(lengths, T, ids.device());
+  // transformers' bidirectional window: |i - j| < sliding_window // 2 + 1 (llama.cpp's symmetric one the same).
+  const Tensor window = nn::symmetric_window_bias(T, config_.sliding_window / 2, ids.device());
+  masks.sliding = !window.defined() ? masks.global : masks.global.defined() ? masks.global + window : window;
+  return hidden(ids, rotation, nullptr, false, nullptr, &masks);
+}
+
+void Llama::check_causal(const char* what) const {
+  KILN_CHECK(!config_.bidirectional,
+             "this model attends both ways (use_bidirectional_attention: an embedding "
+             "model such as EmbeddingGemma) and ",
+             what, "; embed with it (kiln embed, /v1/embeddings)");
 }
 
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
+  check_causal("has no next-token loss");
   std::vector<std::shared_ptr<MixtureOfExperts>> routers;
   if (config_.router_aux_loss_coef > 0 && grad_enabled()) {
     KILN_CHECK(checkpointing_ == ActivationCheckpointing::none, "the routers' load-balancing loss ",
@@ -514,6 +545,7 @@ nn::PagedStep Llama::plan_step(std::span<KvCache* const> caches, std::span<const
 }
 
 KvCache Llama::new_cache() const {
+  check_causal("does not generate");
   const Tensor& w = anchor();
   nn::KvLayout layout{config_.num_layers, config_.num_kv_heads, config_.head_dim, w.dtype(), w.device()};
   KvCache cache(pool_for(layout), context_length());

@@ -78,6 +78,10 @@ struct LlamaConfig {
   bool slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[size_t(layer)]);
   }
+  // EmbeddingGemma (Gemma 3's use_bidirectional_attention): every token sees
+  // every other, but padding, and a sliding layer's those within
+  // sliding_window / 2 either side. An encoder only: it does not generate.
+  bool bidirectional = false;
   // Gemma 3: the sliding layers rotate with their own base
   // (rope_local_base_freq), unscaled; 0: as the global ones do.
   double local_rope_theta = 0;
@@ -100,6 +104,7 @@ class Llama : public LanguageModel {
   // Mean next-token cross-entropy against targets [B, T] (ignore_index -100).
   Tensor loss(const Tensor& ids, const Tensor& targets) override;
   Tensor hidden_states(const Tensor& ids) override;
+  Tensor padded_hidden_states(const Tensor& ids, const std::vector<int64_t>& lengths) override;
   // none, or blocks (each layer's input kept; backward re-runs the layer).
   void set_activation_checkpointing(ActivationCheckpointing mode) override;
   Tensor forward_cached(const Tensor& ids, KvCache& cache) override;
@@ -122,13 +127,21 @@ class Llama : public LanguageModel {
   struct Rotation {
     Tensor cos, sin, local_cos, local_sin;
   };
+  // A bidirectional pass's additive masks (undefined: nothing masked): the
+  // global layers' (padding keys) and the sliding layers' (and the window).
+  struct BidirectionalMasks {
+    Tensor global, sliding;
+  };
 
  private:
   // The final normed stream of ids [B, T] at the positions `rotation` gives;
   // with a step, keys and values go into the pages.
   // `real`: which rows of a padded batch are real (null: all).
+  // `masks`: a bidirectional model's (null: causal attention).
   Tensor hidden(const Tensor& ids, const Rotation& rotation, const nn::PagedStep* step, bool read_pages,
-                const nn::RealRows* real = nullptr);
+                const nn::RealRows* real = nullptr, const BidirectionalMasks* masks = nullptr);
+  // Generation and training refuse a bidirectional model by name.
+  void check_causal(const char* what) const;
   // The rotation [T, D] of positions [first, first + T), in a pass whose
   // furthest position is seq_len - 1 (longrope's factors depend on it).
   Rotation rope_rows(int64_t first, int64_t T, int64_t seq_len);

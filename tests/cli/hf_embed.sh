@@ -156,12 +156,51 @@ sys.exit(0 if len(got["embeddings"]) == 5 and max(abs(a - b) for g, w in zip(got
 PY
 done
 
+# EmbeddingGemma's kind (Gemma 3's body attending both ways, mean-pooled, two Dense projections, normalised): the
+# folder, and llama.cpp's gemma-embedding GGUF of it with its Dense modules (--sentence-transformers-dense-modules:
+# dense_2, dense_3), give sentence-transformers' embeddings; --prompt-name puts the folder's prompt first, as
+# encode(prompt_name=...). (llama-server --embeddings on the F32 file agrees within 2.2e-4, by hand.) Being an
+# encoder, it does not generate.
+for type in f32 q8_0; do
+  run 0 "$ORACLE_PY" "$ROOT/tests/hf/convert_fixture_to_gguf.py" "$SRC" llama-bpe "$FIX/embed-gemma3" --outtype "$type" \
+    --outfile "$WORK/gemma-embed-$type.gguf" --sentence-transformers-dense-modules
+done
+same_ids "$WORK/gemma-embed-f32.gguf" embed-gemma3 0 2 4
+python3 -c "import json; print('\n'.join(json.load(open('$FIX/embed-gemma3/expected.json'))['texts']))" >"$WORK/texts"
+# (Q8_0: its int8 products, 8.7e-3 off on this 32-wide random model)
+for spec in "hf:$FIX/embed-gemma3:1e-5" "gguf:$WORK/gemma-embed-f32.gguf:1e-5" "gguf:$WORK/gemma-embed-q8_0.gguf:5e-2" \
+            "hf:$FIX/embed-gemma3:1e-5:document"; do
+  model="${spec%%:[0-9]*}" rest="${spec#"$model":}"
+  if [[ "$rest" == *:* ]]; then
+    run 0 "$KILN" embed "$model" --file "$WORK/texts" --json --prompt-name "${rest#*:}"
+  else
+    run 0 "$KILN" embed "$model" --file "$WORK/texts" --json
+  fi
+  python3 - "$OUT" "$FIX/embed-gemma3/expected.json" "$rest" <<'PY' || fail "$spec: EmbeddingGemma's kind differs from sentence-transformers"
+import json, sys
+got, want, (bound, *prompt) = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3].split(":")
+if prompt:
+    assert want["prompted"]["prompt_name"] == prompt[0]
+embeddings = want["prompted"]["embeddings"] if prompt else want["embeddings"]
+worst = max(abs(a - b) for g, w in zip(got["embeddings"], embeddings) for a, b in zip(g, w))
+print(sys.argv[3], "largest difference", worst)
+sys.exit(0 if got["dimensions"] == 32 and len(got["embeddings"]) == 5 and worst < float(bound) else 1)
+PY
+done
+run 1 "$KILN" embed "hf:$FIX/embed-gemma3" --text "x" --prompt-name nothing
+expect 'has no prompt named "nothing" .it has document, query.'
+run 1 "$KILN" sample "hf:$FIX/embed-gemma3" --prompt "x"
+expect "holds an embedder"
+run 1 "$KILN" sample "gguf:$WORK/gemma-embed-f32.gguf" --prompt "x"
+expect "attends both ways .* does not generate"
+
 port="$(free_port)"
 "$KILN" serve --model emb="hf:$FIX/embed-minilm" --model lm="hf:$FIX/llama-gqa" --max-batch 2 --port "$port" \
   --model gguf="gguf:$WORK/minilm-f32.gguf" --model q3="hf:$QWEN3" --model q3gguf="gguf:$WORK/qwen3-embed-f32.gguf" \
   --model rr="hf:$FIX/rerank-minilm" --model cls="hf:$FIX/bert" \
   --model rrx="gguf:$WORK/rerank-xlmr-f32.gguf" --model rrq="gguf:$WORK/rerank-xlmr-q8_0.gguf" \
   --model rr3="gguf:$WORK/rerank-qwen3.gguf" --model rr3hf="hf:$FIX/rerank-qwen3" \
+  --model eg="hf:$FIX/embed-gemma3" --model eggguf="gguf:$WORK/gemma-embed-f32.gguf" \
   >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
@@ -188,9 +227,11 @@ assert close(struct.unpack(f"<{len(raw) // 4}f", raw), want["embeddings"][0]), r
 status, r = post({"model": "gguf", "input": want["texts"][:4]})  # the same model as llama.cpp's GGUF file
 assert status == 200 and all(close(d["embedding"], w) for d, w in zip(r["data"], want["embeddings"])), r
 q3 = json.load(open(sys.argv[2].replace("embed-minilm", "embed-qwen3-last")))
-for name in ("q3", "q3gguf"):  # decoder embedders: served as embedders, not language models
-    status, r = post({"model": name, "input": q3["texts"]})
-    assert status == 200 and all(close(d["embedding"], w) for d, w in zip(r["data"], q3["embeddings"])), (name, r)
+eg = json.load(open(sys.argv[2].replace("embed-minilm", "embed-gemma3")))
+for name, w in (("q3", q3), ("q3gguf", q3), ("eg", eg), ("eggguf", eg)):  # decoder embedders: not language models
+    status, r = post({"model": name, "input": w["texts"]})
+    assert status == 200 and all(close(d["embedding"], e) for d, e in zip(r["data"], w["embeddings"])), (name, r)
+    assert r["usage"]["prompt_tokens"] == sum(len(i) for i in w["ids"]), (name, r["usage"])
 for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
                    ({"model": "emb", "input": "x", "dimensions": 8}, "'dimensions' is 8"),
                    ({"model": "emb", "input": [5, 6]}, "token ids"),

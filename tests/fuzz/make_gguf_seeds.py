@@ -9,7 +9,8 @@ Needs gguf-py (llama.cpp's): PYTHONPATH=.../llama.cpp/gguf-py python3 tests/fuzz
 ENCODER.gguf: an encoder's file (F32, through tests/hf/convert_fixture_to_gguf.py: tests/hf/fixtures/embed-minilm
 for bert, cli.hf_embed's hub-style copy of embed-nomic-bert for nomic-bert), written as arch-ARCH.gguf with its
 position and token-type embeddings too (given encoder files, only their seeds are written); a reranker's
-(cli.hf_embed's conversion of tests/hf/fixtures/rerank-xlmr) as arch-ARCH-rerank.gguf, with its head ("cls", "cls.output").
+(cli.hf_embed's conversion of tests/hf/fixtures/rerank-xlmr) as arch-ARCH-rerank.gguf, with its head ("cls", "cls.output");
+EmbeddingGemma's (cli.hf_embed's conversion of tests/hf/fixtures/embed-gemma3) as arch-gemma-embedding.gguf.
 """
 import pathlib
 import sys

@@ -87,6 +87,13 @@ def byte_level_bpe(pattern, vocab_size, specials, bos=None):
     return tok
 
 
+def bos_eos(tok, bos, eos):
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B {eos}",
+        special_tokens=[(bos, tok.token_to_id(bos)), (eos, tok.token_to_id(eos))])
+    return tok
+
+
 def tokenizers_regex(pattern):
     from tokenizers import Regex
     return Regex(pattern)
@@ -179,6 +186,9 @@ TOKENIZERS = {
                                           bos="<|begin_of_text|>"),
                            dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
                                 pad_token="<|end_of_text|>")),
+    # EmbeddingGemma's: <bos> text <eos>, a <pad> of its own (Gemma's tokenizer adds both ends for embedding).
+    "gemma-embed": lambda: (bos_eos(byte_level_bpe(LLAMA3_PATTERN, 640, ["<pad>", "<eos>", "<bos>"]), "<bos>", "<eos>"),
+                            dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")),
     "llama2": lambda: (sentencepiece_bpe(700, metaspace=False),
                        dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")),
     "mistral": lambda: (sentencepiece_bpe(700, metaspace=True),
@@ -356,6 +366,26 @@ EMBEDDERS = {
     "embed-qwen3-last": ("llama3-pad", dict(model_type="qwen3", hidden_size=32, num_attention_heads=4,
                                         num_key_value_heads=2, head_dim=8, num_hidden_layers=2, intermediate_size=48,
                                         max_position_embeddings=128), "lasttoken", True, None, "current"),
+    # EmbeddingGemma's kind: Gemma 3's body attending both ways (five sliding layers over a symmetric window of 3
+    # either side, shorter than the longer texts, then a global one: Gemma 3's pattern, which llama.cpp's converter
+    # leaves to its loader's default), mean-pooled, its two Dense projections (no bias, identity: up 2x and
+    # back), normalised; its prompts (none by default). llama.cpp scales attention by 1/sqrt(head_dim), as
+    # query_pre_attn_scalar does here (EmbeddingGemma's 256 is its head_dim).
+    "embed-gemma3": ("gemma-embed", dict(model_type="gemma3_text", hidden_size=32, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
+                                         intermediate_size=48, num_hidden_layers=6, max_position_embeddings=128,
+                                         sliding_window=6, use_bidirectional_attention=True,
+                                         rope_parameters={"sliding_attention": {"rope_type": "default",
+                                                                                "rope_theta": 10000.0},
+                                                          "full_attention": {"rope_type": "default",
+                                                                             "rope_theta": 1000000.0}}),
+                     "mean", True, None, "current",
+                     dict(dense=[(64, False, None), (32, False, None)],
+                          prompts={"query": "task: search result | query: ", "document": "title: none | text: "})),
+    # A Dense module as sentence-transformers makes one by default: a bias, then tanh.
+    "embed-minilm-dense": ("bert", dict(model_type="bert", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                                        intermediate_size=48, max_position_embeddings=64), "mean", False, None,
+                           "current", dict(dense=[(24, True, "tanh")])),
     # nomic-embed-text (transformers' NomicBertModel, which saves the hub checkpoint's names: Wqkv, fc11, fc12, ...).
     "embed-nomic-bert": ("bert", dict(model_type="nomic_bert", hidden_size=32, num_attention_heads=4,
                                       num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64),
@@ -741,8 +771,11 @@ def make_prompt_reranker(out, name, tok_name, kwargs):
                   ensure_ascii=False)
 
 
-def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_length, layout):
+def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_length, layout, extras=None):
+    """extras: dense, (out_features, bias, "tanh" or None for the identity) per Dense module after pooling; prompts,
+    config_sentence_transformers.json's (expected.json adds each text's embedding after the first prompt)."""
     from sentence_transformers import SentenceTransformer, models
+    extras = extras or {}
     d, raw = os.path.join(out, name), os.path.join(out, name + ".encoder")
     tok = save_tokenizer(tok_name, raw)
     config, _ = make_config(kwargs["model_type"], len(tok), kwargs, tok)
@@ -750,7 +783,14 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
     transformers.AutoModel.from_config(config).save_pretrained(raw)
     word = models.Transformer(raw, max_seq_length=max_seq_length)
     modules = [word, models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)]
-    SentenceTransformer(modules=modules + ([models.Normalize()] if normalize else []), device="cpu").save(d)
+    width = word.get_embedding_dimension()
+    for features, bias, activation in extras.get("dense", []):
+        modules.append(models.Dense(width, features, bias=bias,
+                                    activation_function=torch.nn.Tanh() if activation == "tanh" else None))
+        torch.nn.init.normal_(modules[-1].linear.weight, std=0.3)  # larger than its default: the projection shows
+        width = features
+    SentenceTransformer(modules=modules + ([models.Normalize()] if normalize else []), device="cpu",
+                        prompts=extras.get("prompts")).save(d)
     if os.path.exists(os.path.join(raw, "sentencepiece.bpe.model")):
         shutil.copy(os.path.join(raw, "sentencepiece.bpe.model"), d)
     shutil.rmtree(raw)
@@ -778,9 +818,15 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
     with torch.no_grad():
         embeddings = st.encode(EMBED_TEXTS, batch_size=2, convert_to_numpy=True)
     ids = [st.tokenize([t])["input_ids"][0].tolist() for t in EMBED_TEXTS]
+    expected = {"texts": EMBED_TEXTS, "ids": ids, "embeddings": embeddings.tolist(), "pooling": pooling,
+                "normalize": normalize, "max_seq_length": st.max_seq_length}
+    if extras.get("prompts"):
+        prompt_name = sorted(extras["prompts"])[0]
+        with torch.no_grad():
+            expected["prompted"] = {"prompt_name": prompt_name, "embeddings": st.encode(
+                EMBED_TEXTS, prompt_name=prompt_name, batch_size=2, convert_to_numpy=True).tolist()}
     with open(os.path.join(d, "expected.json"), "w") as f:
-        json.dump({"texts": EMBED_TEXTS, "ids": ids, "embeddings": embeddings.tolist(), "pooling": pooling,
-                   "normalize": normalize, "max_seq_length": st.max_seq_length}, f, indent=1, ensure_ascii=False)
+        json.dump(expected, f, indent=1, ensure_ascii=False)
 
 
 # The speed models' shapes (Llama architecture, random weights): SmolLM-135M's
