@@ -67,8 +67,8 @@ RerankRequest parse_rerank(const std::string& body);
 
 // /v1/embeddings (OpenAI's): {"model", "input": "text" | ["texts"],
 // "encoding_format": "float" | "base64", "dimensions"?, "user"?}. Token-id
-// inputs are refused by name; dimensions is checked against the model's
-// width by the server.
+// inputs are refused by name; dimensions (at most the model's width, which
+// the server checks) keeps the first values, L2-normalised again.
 struct EmbeddingsRequest {
   std::string model;
   std::vector<std::string> texts;

@@ -564,11 +564,18 @@ class Server {
     for (auto& part : parts) {
       const Tensor rows = wait_for(part);
       const int64_t width = rows.size(1);
-      if (r.dimensions && *r.dimensions != width)
+      if (r.dimensions && (*r.dimensions < 1 || *r.dimensions > width))
         throw HttpError(400, "'dimensions' is " + std::to_string(*r.dimensions) + "; model '" + m.name + "' gives " +
-                                 std::to_string(width) + " (it does not shorten its embeddings)");
+                                 std::to_string(width) + ", and shortens its embeddings to 1 to " +
+                                 std::to_string(width));
+      // Shortened as OpenAI's and Ollama's are (Matryoshka models, EmbeddingGemma's 512, 256 or 128): the
+      // first `dimensions` values, L2-normalised again.
+      const int64_t kept = r.dimensions.value_or(width);
       const std::vector<float> v = rows.to_vector<float>();
-      for (int64_t i = 0; i < rows.size(0); ++i) out.emplace_back(v.begin() + i * width, v.begin() + (i + 1) * width);
+      for (int64_t i = 0; i < rows.size(0); ++i) {
+        out.emplace_back(v.begin() + i * width, v.begin() + i * width + kept);
+        if (kept < width) models::l2_normalize(out.back());
+      }
     }
     return {std::move(out), tokens};
   }

@@ -221,6 +221,11 @@ assert status == 200 and r["object"] == "list" and r["model"] == "emb", r
 assert [d["index"] for d in r["data"]] == list(range(len(want["texts"]))), r
 assert all(close(d["embedding"], w) for d, w in zip(r["data"], want["embeddings"])), r
 assert r["usage"]["prompt_tokens"] == sum(len(i) for i in want["ids"]) == r["usage"]["total_tokens"], r["usage"]
+# Shortened (Matryoshka): the first values, normalised again, as OpenAI and Ollama give them
+status, r = post({"model": "emb", "input": want["texts"][:2], "dimensions": 12})
+for d, w in zip(r["data"], want["embeddings"]):
+    norm = sum(x * x for x in w[:12]) ** 0.5
+    assert status == 200 and len(d["embedding"]) == 12 and close(d["embedding"], [x / norm for x in w[:12]]), r
 status, r = post({"model": "emb", "input": want["texts"][0], "encoding_format": "base64", "dimensions": 36})
 raw = base64.b64decode(r["data"][0]["embedding"])
 assert close(struct.unpack(f"<{len(raw) // 4}f", raw), want["embeddings"][0]), r
@@ -233,7 +238,8 @@ for name, w in (("q3", q3), ("q3gguf", q3), ("eg", eg), ("eggguf", eg)):  # deco
     assert status == 200 and all(close(d["embedding"], e) for d, e in zip(r["data"], w["embeddings"])), (name, r)
     assert r["usage"]["prompt_tokens"] == sum(len(i) for i in w["ids"]), (name, r["usage"])
 for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
-                   ({"model": "emb", "input": "x", "dimensions": 8}, "'dimensions' is 8"),
+                   ({"model": "emb", "input": "x", "dimensions": 37}, "'dimensions' is 37"),
+                   ({"model": "emb", "input": "x", "dimensions": 0}, "'dimensions' is 0"),
                    ({"model": "emb", "input": [5, 6]}, "token ids"),
                    ({"model": "emb", "input": "x", "encoding_format": "fp16"}, "encoding_format")):
     status, r = post(body)
