@@ -99,6 +99,17 @@ TEST_P(Tokenizers, StreamingDecodeGivesWholeCharactersAndTheWholeText) {
     for (int32_t id : ids) streamed += stream.step(id);
     EXPECT_EQ(streamed, tok.decode(ids)) << text;
   }
+  // A stream that ends inside a character: flush gives what decoding the whole gives (U+FFFD), once.
+  const std::vector<int32_t> ids = tok.encode("ok \xF0\x9F\x98\x80", false);
+  for (size_t cut = 1; cut <= ids.size(); ++cut) {
+    const std::vector<int32_t> part(ids.begin(), ids.begin() + long(cut));
+    text::DecodeStream stream(tok);
+    std::string streamed;
+    for (int32_t id : part) streamed += stream.step(id);
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, tok.decode(part)) << cut << " tokens";
+    EXPECT_EQ(stream.flush(), "");
+  }
 }
 
 // A model's vocabulary may be padded past its tokenizer's (the speed model's
@@ -190,6 +201,22 @@ TEST(TokenizerFiles, UnsupportedOrBrokenFilesAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot read tokenizer"), std::string::npos);
   }
+}
+
+// parse_special false (llama-server's /tokenize and /infill, tokenizers' encode_special_tokens): a special token's
+// spelling is text; an added token that is not special ("yes" of a reranker's vocabulary) is still that token.
+TEST(TokenizerFiles, SpecialTokensSpellingsReadAsTextWhenAsked) {
+  const HfTokenizer tok = HfTokenizer::from_file(hf_test::fixture("rerank-qwen3") + "/tokenizer.json");
+  const std::string text = "<|im_start|>yes and no<|end_of_text|>";
+  const int32_t start = *tok.token_to_id("<|im_start|>"), end = *tok.token_to_id("<|end_of_text|>");
+  const int32_t yes = *tok.token_to_id("yes");
+  EXPECT_EQ(tok.encode(text, false), (std::vector<int32_t>{start, yes, 304, 222, 643, end}));
+  const std::vector<int32_t> as_text = tok.encode(text, false, false);
+  // tokenizers 0.23's ids, with encode_special_tokens = True on this file
+  EXPECT_EQ(as_text, (std::vector<int32_t>{29, 93, 328, 64, 310, 474, 93, 31, yes, 304, 222, 643,
+                                           29, 93, 431, 64, 638, 64,  85, 70, 89,  85,  93,  31}));
+  EXPECT_EQ(tok.decode(as_text, false), text);
+  EXPECT_EQ(tok.encode("yes and no", false, false), tok.encode("yes and no", false));
 }
 
 TEST(TokenizerFiles, InvalidUtf8InputIsReadAsReplacementCharacters) {

@@ -476,6 +476,8 @@ TEST(TokenizeFields, LlamaServersAndVllmsShapesReachTheRequest) {
   EXPECT_TRUE(r.with_pieces);
   EXPECT_FALSE(r.chat);
   EXPECT_TRUE(parse_tokenize(R"({"content": "x", "add_special": true})").add_special);
+  EXPECT_TRUE(r.parse_special);
+  EXPECT_FALSE(parse_tokenize(R"({"content": "x", "parse_special": false})").parse_special);
   r = parse_tokenize(R"({"model": "m", "prompt": "Hi"})");
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.text, "Hi");
@@ -494,7 +496,7 @@ TEST(TokenizeFields, LlamaServersAndVllmsShapesReachTheRequest) {
       {R"({"content": "a", "prompt": "b"})", "one of them"},
       {R"({"content": 5})", "field 'content' must be a string"},
       {R"({"content": "a", "add_special": true, "add_special_tokens": true})", "one setting"},
-      {R"({"content": "a", "parse_special": false})", "parse_special false is not supported"},
+      {R"({"content": "a", "parse_special": 0})", "field 'parse_special' must be true or false"},
       {R"({"content": "a", "add_generation_prompt": true})", "goes with 'messages'"},
       {R"({"messages": [{"role": "user", "content": "a"}], "add_generation_prompt": false})", "is not supported"},
       {R"({"messages": []})", "non-empty array"},

@@ -226,8 +226,9 @@ class GptCompletion final : public TextCompletion {
 class GptInference final : public InferenceModel {
  public:
   const nn::KvPool* kv_pool() const override { return model_->kv_pool(); }
-  // A prompt starts with the end-of-text token, as every document did in training.
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
+  // A prompt starts with the end-of-text token, as every document did in training. (Its tokenizer reads every
+  // text as text: parse_special changes nothing.)
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool) override {
     std::vector<int32_t> ids = tok_.encode(text);
     if (add_special) ids.insert(ids.begin(), tok_.end_of_text_id());
     return ids;

@@ -142,6 +142,7 @@ class HfCompletion final : public TextCompletion {
     last_ = token;
     penalties_.accept(token);
     ++sampled_;
+    bool stopped_by_text = false;
     if (ends(token)) {
       c_.finish_reason = "stop";
       finished_ = true;
@@ -149,9 +150,10 @@ class HfCompletion final : public TextCompletion {
       ++c_.completion_tokens;
       text_ += stream_.step(token);
       if (std::find(kept_.begin(), kept_.end(), token) != kept_.end()) text_ += lm_.tokenizer.token_bytes(token);
-      cut_at_stop();
+      stopped_by_text = cut_at_stop();
     }
     if (sampled_ >= o_.max_tokens || context_full()) finished_ = true;
+    if (finished_ && !stopped_by_text) text_ += stream_.flush();
     if (finished_) c_.text = text_;
   }
 
@@ -208,8 +210,8 @@ class HfLanguageModelInference final : public InferenceModel {
   models::SamplingFields sampling_defaults() const override { return lm_.sampling_defaults; }
   std::vector<std::string> default_stop() const override { return lm_.default_stop; }
   std::string default_system() const override { return lm_.default_system; }
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
-    return lm_.tokenizer.encode(text, add_special);
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) override {
+    return lm_.tokenizer.encode(text, add_special, parse_special);
   }
   text::FimTokens fim_tokens() const override { return text::fim_tokens(lm_.tokenizer); }
   std::string detokenize(const std::vector<int32_t>& ids) override {

@@ -216,9 +216,10 @@ class InferenceModel {
   virtual const nn::KvPool* kv_pool() const { return nullptr; }
   // Language models' tokens, as /tokenize and /detokenize give them: `text`
   // as ids (`add_special`: with what the tokenizer adds to a prompt, such as
-  // a bos), ids as text (special tokens' own text included), and the longest
-  // sequence the model takes.
-  virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special);
+  // a bos; `parse_special`: special tokens' spellings read as those tokens,
+  // else as text), ids as text (special tokens' own text included), and the
+  // longest sequence the model takes.
+  virtual std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special);
   // A code model's fill-in-the-middle tokens (none by default).
   virtual text::FimTokens fim_tokens() const { return {}; }
   virtual std::string detokenize(const std::vector<int32_t>& ids);

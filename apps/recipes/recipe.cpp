@@ -222,7 +222,7 @@ void InferenceModel::advance_completions(const std::vector<PendingCompletion*>&)
 PromptScores InferenceModel::score_prompt(const std::string&, const std::optional<std::vector<int32_t>>&, int64_t) {
   KILN_FAIL("this model does not score prompts (Hugging Face language models do)");
 }
-std::vector<int32_t> InferenceModel::tokenize(const std::string&, bool) {
+std::vector<int32_t> InferenceModel::tokenize(const std::string&, bool, bool) {
   KILN_FAIL("this model has no tokens to show (language models do)");
 }
 std::string InferenceModel::detokenize(const std::vector<int32_t>&) {

@@ -528,7 +528,7 @@ void answer_llama(const GenerationTarget& t, const CompletionRequest& r, httplib
 
 // What the tokenizer puts before a text (a bos), as llama-server adds it to an infill prompt.
 std::vector<int32_t> added_before(recipes::InferenceModel& model) {
-  const std::vector<int32_t> with = model.tokenize("x", true), bare = model.tokenize("x", false);
+  const std::vector<int32_t> with = model.tokenize("x", true, true), bare = model.tokenize("x", false, true);
   const auto at = std::search(with.begin(), with.end(), bare.begin(), bare.end());
   return at == with.end() ? std::vector<int32_t>{} : std::vector<int32_t>(with.begin(), at);
 }
@@ -540,7 +540,9 @@ std::vector<int32_t> added_before(recipes::InferenceModel& model) {
 // suffix's first tokens up to a quarter batch less the prompt, [FIM_MID].
 std::vector<int32_t> infill_prompt(recipes::InferenceModel& model, const text::FimTokens& fim, const InfillRequest& r) {
   constexpr int64_t kBatch = 2048;
-  auto tokens = [&](const std::string& s) { return model.tokenize(s, false); };
+  // The code and file names as text: a special token's spelling in them is not that token (llama-server's
+  // parse_special false); the prompt's are those tokens.
+  auto tokens = [&](const std::string& s) { return model.tokenize(s, false, false); };
   auto append = [](std::vector<int32_t>& to, const std::vector<int32_t>& more) {
     to.insert(to.end(), more.begin(), more.end());
   };
@@ -557,7 +559,7 @@ std::vector<int32_t> infill_prompt(recipes::InferenceModel& model, const text::F
   }
   if (fim.file_separator) extra.push_back(*fim.file_separator), append(extra, tokens("filename\n"));
   std::vector<int32_t> prefix = tokens(r.prefix), suffix = tokens(r.suffix);
-  const std::vector<int32_t> prompt = tokens(r.prompts.empty() ? std::string() : r.prompts[0]);
+  const std::vector<int32_t> prompt = model.tokenize(r.prompts.empty() ? std::string() : r.prompts[0], false, true);
   const int64_t prefix_take = std::min<int64_t>(int64_t(prefix.size()), 3 * (kBatch / 4));
   const int64_t suffix_take =
       std::min<int64_t>(int64_t(suffix.size()), std::max<int64_t>(0, kBatch / 4 - (2 + int64_t(prompt.size()))));

@@ -61,8 +61,8 @@ class AutocastModel final : public recipes::InferenceModel {
   models::SamplingFields sampling_defaults() const override { return inner_->sampling_defaults(); }
   std::vector<std::string> default_stop() const override { return inner_->default_stop(); }
   std::string default_system() const override { return inner_->default_system(); }
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special) override {
-    return inner_->tokenize(text, add_special);
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) override {
+    return inner_->tokenize(text, add_special, parse_special);
   }
   std::string detokenize(const std::vector<int32_t>& ids) override { return inner_->detokenize(ids); }
   int64_t context_length() const override { return inner_->context_length(); }

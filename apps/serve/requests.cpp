@@ -734,8 +734,7 @@ TokenizeRequest parse_tokenize(const std::string& text) {
     if (body.contains("add_generation_prompt")) throw HttpError(400, "add_generation_prompt goes with 'messages'");
   }
   r.with_pieces = field<bool>(body, "with_pieces", "true or false", false);
-  if (!field<bool>(body, "parse_special", "true or false", true))
-    throw HttpError(400, "parse_special false is not supported: special tokens' text is read as those tokens");
+  r.parse_special = field<bool>(body, "parse_special", "true or false", true);
   return r;
 }
 

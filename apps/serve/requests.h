@@ -182,6 +182,7 @@ struct TokenizeRequest {
   std::optional<ChatRequest> chat;  // a conversation: its prompt as the model's template renders it
   bool add_special = false;         // with the tokens the tokenizer adds to a prompt (a bos)
   bool with_pieces = false;         // each token as {"id", "piece"}
+  bool parse_special = true;        // special tokens' spellings read as those tokens (false: as text)
 };
 TokenizeRequest parse_tokenize(const std::string& body);
 

@@ -29,7 +29,7 @@ void answer_tokenize(const GenerationTarget& t, const TokenizeRequest& r, httpli
   const json tokens = of_model(t, [&] {
     const std::string text =
         r.chat ? t.model.render_chat_json(r.chat->messages, r.chat->tools, r.chat->template_kwargs) : r.text;
-    const std::vector<int32_t> ids = t.model.tokenize(text, r.add_special);
+    const std::vector<int32_t> ids = t.model.tokenize(text, r.add_special, r.parse_special);
     const std::vector<std::string> pieces = r.with_pieces ? t.model.token_pieces(ids) : std::vector<std::string>{};
     json out = json::array();
     for (size_t i = 0; i < ids.size(); ++i)

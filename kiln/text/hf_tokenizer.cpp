@@ -89,13 +89,14 @@ size_t previous_char(const std::string& s, size_t end, size_t floor) {
 
 }  // namespace
 
-std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text, bool normalized_pass) const {
+std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text, bool normalized_pass,
+                                                         bool parse_special) const {
   std::vector<Piece> pieces;
   size_t piece_start = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
     for (uint32_t k : added_by_byte_[normalized_pass][uint8_t(text[i])])
-      if (text.compare(i, added_[k].pattern.size(), added_[k].pattern) == 0) {
+      if ((parse_special || !added_[k].special) && text.compare(i, added_[k].pattern.size(), added_[k].pattern) == 0) {
         match = &added_[k];
         break;
       }
@@ -126,9 +127,10 @@ std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text
   return pieces;
 }
 
-void HfTokenizer::encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const {
+void HfTokenizer::encode_piece(const std::string& piece, bool at_text_start, bool parse_special,
+                               std::vector<int32_t>& ids) const {
   const std::string normalized = normalizer_ ? normalizer_->normalize(piece, at_text_start) : piece;
-  for (const Piece& p : split_added(normalized, true)) {
+  for (const Piece& p : split_added(normalized, true, parse_special)) {
     if (p.id >= 0) {
       ids.push_back(p.id);
       continue;
@@ -140,16 +142,16 @@ void HfTokenizer::encode_piece(const std::string& piece, bool at_text_start, std
   }
 }
 
-std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_special_tokens) const {
+std::vector<int32_t> HfTokenizer::encode(const std::string& raw, bool add_special_tokens, bool parse_special) const {
   // Python strings are always valid Unicode; bytes that are not UTF-8 are
   // read as U+FFFD, as Python's errors="replace" would.
   const std::string text = utf8_lossy(raw);
   std::vector<int32_t> ids;
-  for (const Piece& p : split_added(text, false)) {
+  for (const Piece& p : split_added(text, false, parse_special)) {
     if (p.id >= 0)
       ids.push_back(p.id);
     else
-      encode_piece(p.text, p.start == 0, ids);
+      encode_piece(p.text, p.start == 0, parse_special, ids);
   }
   return add_special_tokens && post_processor_ ? post_processor_->process(std::move(ids)) : ids;
 }
@@ -230,6 +232,17 @@ std::string DecodeStream::step(int32_t id) {
   read_index_ = ids_.size();
   prefix_ = tokenizer_.decode(std::vector<int32_t>(ids_.begin() + long(prefix_index_), ids_.end()), skip_special_);
   return fresh;
+}
+
+std::string DecodeStream::flush() {
+  if (read_index_ == ids_.size()) return "";
+  const std::string text =
+      tokenizer_.decode(std::vector<int32_t>(ids_.begin() + long(prefix_index_), ids_.end()), skip_special_);
+  const bool continues = text.size() > prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0;
+  std::string rest = continues ? text.substr(prefix_.size()) : "";
+  prefix_index_ = read_index_ = ids_.size();
+  prefix_.clear();
+  return rest;
 }
 
 }  // namespace kiln::text

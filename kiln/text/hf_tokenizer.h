@@ -31,8 +31,11 @@ class HfTokenizer {
   static HfTokenizer from_json(const nlohmann::json& j, const std::string& origin);
 
   // The ids `tokenizer(text)` gives in transformers (special tokens added
-  // by the post-processor when add_special_tokens).
-  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  // by the post-processor when add_special_tokens). parse_special false reads
+  // a special token's spelling in the text as text (tokenizers'
+  // encode_special_tokens, llama.cpp's parse_special false); added tokens
+  // that are not special are still matched, as in both.
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true, bool parse_special = true) const;
   // `tokenizer(a, b)`: the pair joined as the post-processor's pair form
   // joins it, with token_type_ids, as a batch of pairs is (an empty b is
   // still a pair there, as CrossEncoder and the rerank servers send it);
@@ -68,8 +71,8 @@ class HfTokenizer {
     size_t start;
     int32_t id;  // -1: text to encode further
   };
-  std::vector<Piece> split_added(const std::string& text, bool normalized_pass) const;
-  void encode_piece(const std::string& piece, bool at_text_start, std::vector<int32_t>& ids) const;
+  std::vector<Piece> split_added(const std::string& text, bool normalized_pass, bool parse_special) const;
+  void encode_piece(const std::string& piece, bool at_text_start, bool parse_special, std::vector<int32_t>& ids) const;
 
   std::vector<AddedToken> added_;  // longest first, for matching
   // added_ by the first byte of their pattern, one table per pass (raw, normalized):
@@ -94,6 +97,10 @@ class DecodeStream {
       : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
   // The text this token completes (possibly empty).
   std::string step(int32_t id);
+  // At the end of the stream: what is held back (bytes of a character the
+  // end cut short), as decoding the whole sequence gives it (U+FFFD), as
+  // transformers' decode and llama-server give it.
+  std::string flush();
 
  private:
   const HfTokenizer& tokenizer_;

@@ -192,7 +192,7 @@ struct Model {
   // A language model's tokens, as its tokenizer's encode() and decode() give them (special tokens' text kept).
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) {
     language_model_needed("encode");
-    return model().tokenize(text, add_special_tokens);
+    return model().tokenize(text, add_special_tokens, true);
   }
   std::string decode(const std::vector<int32_t>& ids) {
     language_model_needed("decode");

@@ -67,10 +67,17 @@ assert status == 200 and got["tokens"] == want["prompt_ids"], got
 status, got = post("/tokenize", {"content": text, "with_pieces": True})  # llama-server's: pieces that join to the text
 pieces = [t["piece"] for t in got["tokens"]]
 assert [t["id"] for t in got["tokens"]] == ids and "".join(pieces) == text and "<|im_end|>" in pieces, got
+# parse_special false (llama-server's): <|im_end|> spelled out is text, as tokenizers' encode_special_tokens reads it
+from tokenizers import Tokenizer
+raw = Tokenizer.from_file(f"{folder}/tokenizer.json")
+raw.encode_special_tokens = True
+status, got = post("/tokenize", {"content": text, "parse_special": False})
+as_text = raw.encode(text, add_special_tokens=False).ids
+assert status == 200 and got["tokens"] == as_text != ids and tok.convert_tokens_to_ids("<|im_end|>") not in as_text, got
 status, got = post("/detokenize", {"tokens": want["prompt_ids"]})
 assert status == 200 and got["content"] == got["prompt"] == tok.decode(want["prompt_ids"]) == want["prompt"], got
 for path, body, words in [("/tokenize", {"content": "x", "prompt": "y"}, "one of them"),
-                          ("/tokenize", {"content": "x", "parse_special": False}, "parse_special false"),
+                          ("/tokenize", {"content": "x", "parse_special": 1}, "true or false"),
                           ("/tokenize", {"content": "x", "model": "nope"}, "unknown model 'nope'"),
                           ("/detokenize", {"tokens": [len(tok) + 5]}, "outside the tokenizer"),
                           ("/detokenize", {"tokens": [-1]}, "array of token ids")]:
