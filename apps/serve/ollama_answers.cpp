@@ -39,7 +39,24 @@ std::string ollama_time_now() {
 json ollama_tags(const std::vector<OllamaModel>& models) {
   json list = json::array();
   for (const OllamaModel& m : models)
-    list.push_back({{"name", m.name}, {"model", m.name}, {"modified_at", m.loaded_at}, {"details", details_of(m)}});
+    list.push_back({{"name", m.name},
+                    {"model", m.name},
+                    {"modified_at", m.loaded_at},
+                    {"size", m.size},
+                    {"details", details_of(m)}});
+  return {{"models", list}};
+}
+
+json ollama_ps(const std::vector<OllamaModel>& models) {
+  json list = json::array();
+  for (const OllamaModel& m : models)
+    list.push_back({{"name", m.name},
+                    {"model", m.name},
+                    {"size", m.size},
+                    {"size_vram", m.on_gpu ? m.size : 0},
+                    {"details", details_of(m)},
+                    {"expires_at", "2318-08-20T00:00:00Z"},  // (Ollama's now + the longest duration, for keep_alive -1)
+                    {"context_length", m.context_length}});
   return {{"models", list}};
 }
 

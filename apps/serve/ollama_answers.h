@@ -29,9 +29,15 @@ struct OllamaModel {
   std::string chat_template;  // its Jinja source ("" for none)
   bool tools = false, thinking = false;
   std::string loaded_at;  // RFC 3339
+  int64_t size = 0;       // its weights' bytes on disk
+  bool on_gpu = false;
 };
-// GET /api/tags: {"models": [{"name", "model", "modified_at", "details": {"format", "family", "families"}}]}.
+// GET /api/tags: {"models": [{"name", "model", "modified_at", "size", "details": {"format", "family", "families"}}]}.
 nlohmann::json ollama_tags(const std::vector<OllamaModel>& models);
+// GET /api/ps, the models in memory (every served one, held until the server stops): {"models": [{"name",
+// "model", "size", "size_vram" (its size on a GPU, else 0), "details", "expires_at" (Ollama's for a model kept
+// forever, keep_alive -1), "context_length"}]}.
+nlohmann::json ollama_ps(const std::vector<OllamaModel>& models);
 // POST /api/show: {"template", "details", "model_info": {"general.architecture", "<arch>.context_length"},
 // "capabilities": completion, tools, thinking or embedding}.
 nlohmann::json ollama_show(const OllamaModel& model);

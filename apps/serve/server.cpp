@@ -36,6 +36,7 @@
 #include "kiln/text/base64.h"
 #include "kiln/version.h"
 #include "models/hf/hf_embedder.h"
+#include "models/hf/hf_model.h"
 
 namespace kiln::serve {
 
@@ -45,6 +46,17 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
+
+// A served model's weights' bytes on disk (Ollama's size): its GGUF file, or its folder's safetensors.
+int64_t weights_bytes(const std::string& spec) {
+  std::error_code ec;
+  const std::filesystem::path path = models::hf_folder(spec).value_or(spec);
+  if (std::filesystem::is_regular_file(path, ec)) return int64_t(std::filesystem::file_size(path, ec));
+  int64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec))
+    if (entry.path().extension() == ".safetensors") total += int64_t(entry.file_size(ec));
+  return total;
+}
 
 // OpenAI's error shape, {"error": {"message", "type", "code"}}, with the
 // HTTP status as the code and OpenAI's type for it; Ollama's API's ({"error": message}) for its endpoints.
@@ -410,14 +422,17 @@ class Server {
            [this, older](const httplib::Request&, const std::string& body, httplib::Response& res) {
              embed_ollama(parse_ollama_embed(body, older), older, res);
            });
-    http_.Get("/api/tags", handle("/api/tags", [this](const httplib::Request&, httplib::Response& res) {
-                if (!ready_) throw HttpError(503, "models are still loading");
-                std::vector<OllamaModel> list;
-                for (const auto& [name, m] : models_)
-                  if (m->kind == recipes::ModelKind::language_model || m->kind == recipes::ModelKind::text_embedder)
-                    list.push_back(ollama_model(*m));
-                res.set_content(ollama_tags(list).dump(), "application/json");
-              }));
+    for (const bool loaded : {false, true}) {
+      const char* path = loaded ? "/api/ps" : "/api/tags";
+      http_.Get(path, handle(path, [this, loaded](const httplib::Request&, httplib::Response& res) {
+                  if (!ready_) throw HttpError(503, "models are still loading");
+                  std::vector<OllamaModel> list;
+                  for (const auto& [name, m] : models_)
+                    if (m->kind == recipes::ModelKind::language_model || m->kind == recipes::ModelKind::text_embedder)
+                      list.push_back(ollama_model(*m));
+                  res.set_content((loaded ? ollama_ps(list) : ollama_tags(list)).dump(), "application/json");
+                }));
+    }
     post("/api/show", "/api/show", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       const json r = json::parse(body, nullptr, false);
       if (!r.is_object() || !r.value("model", json()).is_string())
@@ -654,6 +669,8 @@ class Server {
   OllamaModel ollama_model(const ServedModel& m) {
     OllamaModel o{m.name, m.recipe, m.kind == recipes::ModelKind::text_embedder};
     o.loaded_at = m.loaded_at;
+    o.size = weights_bytes(m.dir);
+    o.on_gpu = o_.device.is_cuda();
     if (o.embedder) return o;
     o.tools = m.model->tool_call_format() != nullptr;
     o.thinking = m.model->reasoning_format() != nullptr;

@@ -26,7 +26,7 @@ port="$(free_port)"
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 "$PY" - "$port" "$MODEL" "$ROOT/tests/hf/fixtures/embed-minilm/expected.json" <<'PY'
-import json, sys, urllib.request
+import json, os, sys, urllib.request
 import jsonschema, ollama, openai
 port, folder, embedded = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
 want = json.load(open(f"{folder}/expected.json"))
@@ -102,8 +102,14 @@ old = client.embeddings(model="emb", prompt=embedded["texts"][0])
 assert max(abs(x - y) for x, y in zip(old.embedding, embedded["embeddings"][0])) < 1e-5
 print("/api/embed and /api/embeddings: sentence-transformers' embeddings")
 
-names = sorted(m.model for m in client.list().models)
-assert names == ["emb", "qwen"], names
+listed = client.list().models
+assert sorted(m.model for m in listed) == ["emb", "qwen"], listed
+weights = {"qwen": os.path.getsize(f"{folder}/model.safetensors")}
+assert all(m.size > 0 for m in listed) and [m.size for m in listed if m.model == "qwen"] == [weights["qwen"]], listed
+running = client.ps().models  # /api/ps: every served model is held in memory, on the CPU here
+assert sorted(m.model for m in running) == ["emb", "qwen"] and all(m.size_vram == 0 for m in running), running
+assert all(m.expires_at.year > 2100 and m.details.family for m in running), running
+assert [m.context_length for m in running if m.model == "qwen"][0] > 0, running
 show = client.show("qwen")
 assert show.template == open(f"{folder}/chat_template.jinja", encoding="utf-8").read(), show.template[:80]
 assert show.modelinfo["qwen2.context_length"] > 0 and "completion" in show.capabilities, show
