@@ -416,7 +416,7 @@ TEST(MixtureOfExperts, OneTokenWithoutGradientsGivesTheGeneralPathsBits) {
   for (const auto& [top_k, normalize] : {std::pair{int64_t(2), true}, {int64_t(3), false}, {int64_t(3), true}}) {
     Generator init(11);
     const models::MoeShape shape{24, 40, 5, top_k, normalize};
-    models::MixtureOfExperts moe(shape, init, [](const Tensor& t) { return t * sigmoid(t); });
+    models::MixtureOfExperts moe(shape, init);
     for (uint64_t seed : {1, 2, 3}) {
       Generator draw(seed);
       const Tensor x = nn::normal_tensor({1, 1, 24}, 1.0, draw);

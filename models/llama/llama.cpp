@@ -79,7 +79,7 @@ class LlamaLayer : public Module {
     if (c.is_moe(index)) {
       const MoeShape shape{c.hidden_size, c.expert_intermediate_size, c.num_experts, c.experts_per_token,
                            c.normalize_top_k};
-      moe = register_module("mlp", std::make_shared<MixtureOfExperts>(shape, init, silu));
+      moe = register_module("mlp", std::make_shared<MixtureOfExperts>(shape, init));
     } else {
       auto mlp = register_module("mlp", std::make_shared<Named>());
       const int64_t H = c.hidden_size, I = c.intermediate_size;

@@ -43,8 +43,7 @@ struct Routing {
 
 }  // namespace
 
-MixtureOfExperts::MixtureOfExperts(const MoeShape& s, Generator& init, std::function<Tensor(const Tensor&)> activation)
-    : shape_(s), activation_(std::move(activation)) {
+MixtureOfExperts::MixtureOfExperts(const MoeShape& s, Generator& init) : shape_(s) {
   KILN_CHECK(s.experts > 0 && s.top_k > 0 && s.top_k <= s.experts, "mixture of experts: ", s.top_k,
              " experts per token of ", s.experts);
   gate = register_module("gate", std::make_shared<Linear>(s.hidden, s.experts, init, false));
@@ -103,7 +102,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x) {
     if (r.tokens[size_t(e)].empty()) continue;
     const Expert& ex = experts_[size_t(e)];
     const Tensor in = gather_rows(rows, r.tokens[size_t(e)]);
-    r.outputs.push_back(ex.down_proj->forward(activation_(ex.gate_proj->forward(in)) * ex.up_proj->forward(in)));
+    r.outputs.push_back(ex.down_proj->forward(silu_mul(ex.gate_proj->forward(in), ex.up_proj->forward(in))));
     for (int64_t slot : r.slots[size_t(e)]) r.position[size_t(slot)] = done++;
   }
   const Tensor expert_rows = cat(r.outputs, 0);
@@ -132,8 +131,7 @@ Tensor MixtureOfExperts::one_token(const Tensor& row, const Tensor& probs, const
   sums.assign(size_t(C), 0.0);
   for (int64_t j = 0; j < k; ++j) {
     const Expert& ex = experts_[size_t(chosen[size_t(j)])];
-    const Tensor y =
-        ex.down_proj->forward(activation_(ex.gate_proj->forward(row)) * ex.up_proj->forward(row)).contiguous();
+    const Tensor y = ex.down_proj->forward(silu_mul(ex.gate_proj->forward(row), ex.up_proj->forward(row))).contiguous();
     const float* v = y.data<float>();
     const float w = weights[size_t(j)];
     for (int64_t c = 0; c < C; ++c) {

@@ -20,8 +20,8 @@ struct MoeShape {
 
 class MixtureOfExperts : public nn::Module {
  public:
-  // activation: the experts' gate (SiLU for every family so far).
-  MixtureOfExperts(const MoeShape& shape, Generator& init, std::function<Tensor(const Tensor&)> activation);
+  // Experts of SwiGLU, down(silu(gate(x)) * up(x)): Mixtral's, Qwen3-MoE's and OLMoE's.
+  MixtureOfExperts(const MoeShape& shape, Generator& init);
   // x [..., hidden] -> [..., hidden]. While `keep_router_logits` is on, the
   // router's logits [tokens, experts] stay in router_logits() until taken.
   Tensor forward(const Tensor& x) override;
@@ -41,7 +41,6 @@ class MixtureOfExperts : public nn::Module {
   Tensor one_token(const Tensor& row, const Tensor& probs, const std::vector<int64_t>& chosen);
   MoeShape shape_;
   std::vector<Expert> experts_;
-  std::function<Tensor(const Tensor&)> activation_;
   Tensor router_logits_;
 };
 
