@@ -9,8 +9,10 @@
 #include <set>
 #include <vector>
 
+#include "apps/recipes/inference.h"
 #include "kiln/core/error.h"
 #include "models/common/language_model.h"
+#include "models/common/sampler_chain.h"
 #include "models/hf/sampling_defaults.h"
 
 namespace kiln {
@@ -257,6 +259,80 @@ TEST(SamplingDefaults, AGgufFileIsReadAsLlamaCppReadsItAndSurvivesTheRoundTrip) 
           "general.sampling.mirostat_tau": 5.0, "general.sampling.xtc_probability": 0.0})"),
                             "f.gguf");
   EXPECT_EQ(models::sampling_fields_text(other), "temperature 0.6; not applied: general.sampling.mirostat 2");
+}
+
+// llama.cpp's sampler chain (llama-server's "samplers"): the tokens a chain can draw, over many draws.
+std::set<int32_t> drawn_by_chain(const std::vector<float>& probabilities, const std::vector<std::string>& chain,
+                                 const models::Sampling& s, const std::vector<int32_t>& ends = {},
+                                 const std::vector<std::string>& bytes = {}) {
+  std::vector<float> logits;
+  for (float p : probabilities) logits.push_back(std::log(p));
+  const models::InfillVocabulary vocabulary{ends, [&](int32_t id) { return bytes.empty() ? "" : bytes[size_t(id)]; }};
+  Generator gen(3);
+  std::set<int32_t> drawn;
+  for (int i = 0; i < 2000; ++i) drawn.insert(models::sample_chain(logits, chain, s, vocabulary, gen));
+  return drawn;
+}
+
+TEST(SamplerChain, FiltersRunInTheOrderNamedAsLlamaCppRunsThem) {
+  const std::vector<float> p = {0.5f, 0.3f, 0.15f, 0.05f};
+  models::Sampling s;
+  s.top_k = 3, s.top_p = 0.7;
+  // top_k 3 first, then the nucleus of the three renormalised (0.53, 0.32: 0.84 >= 0.7)
+  EXPECT_EQ(drawn_by_chain(p, {"top_k", "top_p"}, s), (std::set<int32_t>{0, 1}));
+  s.top_p = 1, s.min_p = 0.4;  // min-p: at least 0.4 times the most likely's probability
+  EXPECT_EQ(drawn_by_chain(p, {"min_p"}, s), (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(drawn_by_chain(p, {"top_k"}, s), (std::set<int32_t>{0, 1, 2}));
+  s.temperature = 0;  // temperature 0 in the chain keeps the most likely; named nowhere, it does nothing
+  EXPECT_EQ(drawn_by_chain(p, {"top_k", "temperature"}, s), (std::set<int32_t>{0}));
+  EXPECT_EQ(drawn_by_chain(p, {"top_k", "penalties", "dry"}, s), (std::set<int32_t>{0, 1, 2}));
+}
+
+// llama.cpp's infill sampler: the end where its probability is high against the text's; else a token whose
+// bytes start another's takes the other's probability, tokens under 0.2 go, and with no text left, the end.
+TEST(SamplerChain, InfillEndsOrKeepsTheLikelyTextAsLlamaCppsDoes) {
+  const models::Sampling s;
+  EXPECT_EQ(drawn_by_chain({0.3f, 0.3f, 0.2f, 0.2f}, {"infill"}, s, {3}), (std::set<int32_t>{3}));
+  // "ab" takes "abc"'s probability; the end (1%) stays beside it
+  EXPECT_EQ(drawn_by_chain({0.7f, 0.29f, 0.01f}, {"infill"}, s, {2}, {"ab", "abc", ""}), (std::set<int32_t>{0, 2}));
+  // ten tokens of 9.8% each: none reaches 0.2, so the end
+  std::vector<float> flat(10, 0.098f);
+  flat.push_back(0.02f);
+  EXPECT_EQ(drawn_by_chain(flat, {"infill"}, s, {10}, {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", ""}),
+            (std::set<int32_t>{10}));
+}
+
+// llama-server's n_indent, as its editor plugins set it: once a line has ended, a later line that starts with
+// less indentation ends the text, its content cut (its indentation kept), one token after llama-server sees it.
+class Pieces : public recipes::TextCompletion {
+ public:
+  explicit Pieces(const recipes::CompletionOptions& o) : TextCompletion(o, 1) {}
+  void add(const std::string& piece) {
+    const size_t grown_from = text_.size();
+    text_ += piece;
+    cut_at_limits(grown_from);
+  }
+  const std::string& text() const { return text_; }
+};
+
+TEST(SamplerChain, NIndentEndsTheTextAtALessIndentedLine) {
+  recipes::CompletionOptions o;
+  o.min_indent = 4;
+  Pieces p(o);
+  for (const char* piece : {"def f():", "\n", "    return 1", "\n", "  x = 2", "\n", "y"}) {
+    p.add(piece);
+    if (p.finished()) break;
+  }
+  EXPECT_TRUE(p.finished());
+  EXPECT_EQ(p.text(), "def f():\n    return 1\n  ");
+  EXPECT_EQ(p.result().finish_reason, "length");
+  Pieces deep(o);  // indented enough: never cut
+  for (const char* piece : {"if x:", "\n", "    a", "\n", "    b", "\n", "        c"}) deep.add(piece);
+  EXPECT_FALSE(deep.finished());
+  o.min_indent = 0;
+  Pieces off(o);
+  for (const char* piece : {"a", "\n", "b", "\n", "c"}) off.add(piece);
+  EXPECT_FALSE(off.finished());
 }
 
 }  // namespace

@@ -383,7 +383,20 @@ TEST(LlamaInfillFields, TheCursorsTextAndChunksReachTheRequest) {
   EXPECT_EQ(r.n_predict, 16);
   EXPECT_TRUE(r.stream);
   EXPECT_EQ(parse_llama_infill(R"({"input_prefix": "x"})").n_predict, -1);
+  // What llama.vscode and llama.vim send beside them
+  const InfillRequest plugin = parse_llama_infill(
+      R"({"input_prefix": "x", "n_indent": 4, "top_k": 40, "top_p": 0.99, "samplers": ["top_k", "top_p", "infill"],
+          "cache_prompt": true, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+          "response_fields": ["content", "timings/prompt_n", "tokens_cached"]})");
+  EXPECT_EQ(plugin.n_indent, 4);
+  EXPECT_EQ(plugin.t_max_predict_ms, 1000);
+  EXPECT_EQ(plugin.samplers, (std::vector<std::string>{"top_k", "top_p", "infill"}));
+  EXPECT_EQ(plugin.response_fields, (std::vector<std::string>{"content", "timings/prompt_n", "tokens_cached"}));
   const std::pair<std::string, std::string> refused[] = {
+      {R"({"input_prefix": "x", "n_indent": -1})", "n_indent must be 0 or more"},
+      {R"({"input_prefix": "x", "samplers": ["top_k", "mirostat"]})", "'samplers' names 'mirostat'"},
+      {R"({"input_prefix": "x", "samplers": "kpt"})", "'samplers' must be an array"},
+      {R"({"input_prefix": "x", "response_fields": [1]})", "'response_fields' must be an array"},
       {R"({"input_prefix": [1, 2]})", "field 'input_prefix' must be a string"},
       {R"({"input_extra": {"text": "x"}})", "'input_extra' must be an array"},
       {R"({"input_extra": [{"text": 5}]})", "each of 'input_extra'"},

@@ -1,6 +1,8 @@
 // fortunes-gpt: a small GPT-2-style model trained on Debian's fortunes
 // corpus with a SentencePiece BPE tokenizer. Reports validation loss in bits
 // per byte (comparable across tokenizers) and prints a few samples.
+#include "apps/recipes/gpt_recipe.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +11,6 @@
 #include <optional>
 
 #include "apps/recipes/common.h"
-#include "apps/recipes/gpt_recipe.h"
 #include "apps/recipes/precision.h"
 #include "apps/recipes/step_parts.h"
 #include "apps/recipes/train_loop.h"
@@ -19,6 +20,7 @@
 #include "kiln/distributed/pipeline.h"
 #include "kiln/distributed/world.h"
 #include "kiln/io/atomic_file.h"
+#include "models/common/sampler_chain.h"
 #include "models/gpt/presets.h"
 
 namespace kiln::recipes {
@@ -172,8 +174,9 @@ class GptCompletion final : public TextCompletion {
     } else {
       fresh_.push_back(token);
       ++c_.completion_tokens;
+      const size_t grown_from = text_.size();
       append_text();
-      if (cut_at_stop()) cut_ = true;
+      if (cut_at_stop() || cut_at_limits(grown_from)) cut_ = true;
     }
     if (sampled_ >= o_.max_tokens) finished_ = true;
     if (finished_ && !cut_ && read_ < fresh_.size()) text_ = tok_.decode(fresh_);  // a partial character at the end
@@ -201,7 +204,10 @@ class GptCompletion final : public TextCompletion {
     add_logit_bias(logits);
     if (penalties_) penalties_->apply(logits);
     if (o_.ignore_eos) logits[size_t(tok_.end_of_text_id())] = -std::numeric_limits<float>::infinity();
-    return models::sample_token(logits, o_.sampling, gen_);
+    if (o_.sampler_chain.empty()) return models::sample_token(logits, o_.sampling, gen_);
+    const int32_t end = tok_.end_of_text_id();
+    return models::sample_chain(logits, o_.sampler_chain, o_.sampling,
+                                {std::span(&end, 1), [this](int32_t id) { return tok_.decode({id}); }}, gen_);
   }
   // The tokens to run through an empty cache: all, or once the context is
   // full the last block_size of them.

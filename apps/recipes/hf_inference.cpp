@@ -11,6 +11,7 @@
 #include "kiln/text/grammar/matcher.h"
 #include "kiln/text/hf_tokenizer.h"
 #include "kiln/text/stages.h"
+#include "models/common/sampler_chain.h"
 #include "models/hf/hf_chat.h"
 #include "models/hf/hf_embedder.h"
 #include "models/hf/hf_model.h"
@@ -91,7 +92,9 @@ class HfCompletion final : public TextCompletion {
         return;
       }
     }
-    const int32_t token = models::sample_token(row, o_.sampling, gen_);
+    const int32_t token = o_.sampler_chain.empty()
+                              ? models::sample_token(row, o_.sampling, gen_)
+                              : models::sample_chain(row, o_.sampler_chain, o_.sampling, chain_vocabulary(), gen_);
     if (!ends(token)) record_logprob(logits, token, spelling_of(lm_.tokenizer));
     if (matcher_ && !ends(token)) matcher_->accept(vocab_->bytes(size_t(token)));
     accept(token);
@@ -138,6 +141,13 @@ class HfCompletion final : public TextCompletion {
     return change;
   }
   bool ends(int32_t token) const { return std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end(); }
+  // What llama.cpp's infill sampler reads: the ends, and a token's bytes (none for a special token, as its
+  // token_to_piece gives them).
+  models::InfillVocabulary chain_vocabulary() const {
+    return {stop_ids_, [this](int32_t id) {
+              return lm_.tokenizer.is_special(id) ? std::string() : lm_.tokenizer.token_bytes(id);
+            }};
+  }
   void accept(int32_t token) {
     last_ = token;
     penalties_.accept(token);
@@ -148,9 +158,10 @@ class HfCompletion final : public TextCompletion {
       finished_ = true;
     } else {
       ++c_.completion_tokens;
+      const size_t grown_from = text_.size();
       text_ += stream_.step(token);
       if (std::find(kept_.begin(), kept_.end(), token) != kept_.end()) text_ += lm_.tokenizer.token_bytes(token);
-      stopped_by_text = cut_at_stop();
+      stopped_by_text = cut_at_stop() || cut_at_limits(grown_from);
     }
     if (sampled_ >= o_.max_tokens || context_full()) finished_ = true;
     if (finished_ && !stopped_by_text) text_ += stream_.flush();

@@ -1,6 +1,7 @@
 // A trained model loaded for inference: what `kiln serve` runs. Each recipe
 // loads its own kind from a checkpoint (Recipe::load_for_inference).
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -59,6 +60,12 @@ struct CompletionOptions {
   // ([TOOL_CALLS], [ARGS]...) stay in the text, and a grammar may write them.
   // (A chat's reasoning marks stay in its text always: its reader splits them off.)
   bool keep_tool_tokens = false;
+  // llama-server's code-completion limits (llama.vscode and llama.vim set them): once a line has been
+  // written, a later line that starts with less indentation than min_indent ends the text (that line's
+  // content cut), and after max_predict_ms of generating, a line's end does. 0: none.
+  int64_t min_indent = 0, max_predict_ms = 0;
+  // Not empty: llama-server's "samplers", the sampler chain in this order (models/common/sampler_chain.h).
+  std::vector<std::string> sampler_chain;
 };
 
 // A token's log-probability under the model (its logits' log-softmax in
@@ -129,6 +136,9 @@ class TextCompletion : public PendingCompletion {
   void add_logit_bias(std::span<float> logits) const;
   // Cuts text_ before the first stop string in it and finishes; true if one was.
   bool cut_at_stop();
+  // The options' min_indent and max_predict_ms, as llama-server checks them after each token: `grown_from` is
+  // text_'s size before the token's text. Finishes ("length") when one ends the text; true if a line was cut.
+  bool cut_at_limits(size_t grown_from);
   // Keeps `token`'s log-probability under `logits` (and the most likely
   // alternatives), when the options ask for them.
   void record_logprob(const std::vector<float>& logits, int32_t token, const TokenSpelling& spelling);
@@ -140,6 +150,9 @@ class TextCompletion : public PendingCompletion {
  private:
   size_t hold_ = 0;  // characters kept back: the longest stop string, less one
   size_t sent_ = 0;
+  bool had_line_end_ = false;  // an earlier token's text held a line's end
+  size_t line_start_ = 0;      // where the line min_indent checks starts (0: none yet)
+  std::chrono::steady_clock::time_point first_token_;
 };
 
 // Rows of ids [B, T] padded with `pad` after each text (encode_texts') -> each row's length: the tokens the model

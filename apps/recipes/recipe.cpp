@@ -172,6 +172,34 @@ bool TextCompletion::cut_at_stop() {
   return cut;
 }
 
+bool TextCompletion::cut_at_limits(size_t grown_from) {
+  if (grown_from == 0 && first_token_ == std::chrono::steady_clock::time_point{})
+    first_token_ = std::chrono::steady_clock::now();
+  bool cut = false;
+  if (had_line_end_ && o_.min_indent > 0) {  // (llama-server's order: the line before this token's line end)
+    if (line_start_ > 0) {
+      size_t at = line_start_;
+      while (at < text_.size() && (text_[at] == ' ' || text_[at] == '\t')) ++at;
+      if (at < text_.size() && int64_t(at - line_start_) < o_.min_indent) {
+        text_.resize(at);
+        c_.finish_reason = "length";
+        finished_ = cut = true;
+      }
+    }
+    const size_t next = text_.find('\n', line_start_);
+    if (next != std::string::npos) line_start_ = next + 1;
+  }
+  if (grown_from < text_.size() && text_.find('\n', grown_from) != std::string::npos) {
+    had_line_end_ = true;
+    const auto generating = std::chrono::steady_clock::now() - first_token_;
+    if (o_.max_predict_ms > 0 && generating > std::chrono::milliseconds(o_.max_predict_ms)) {
+      c_.finish_reason = "length";
+      finished_ = true;
+    }
+  }
+  return cut;
+}
+
 std::vector<TokenScore> most_likely(const float* log_probs, size_t vocab, int64_t top, const TokenSpelling& spelling) {
   std::vector<int32_t> order(vocab);
   for (size_t i = 0; i < vocab; ++i) order[i] = int32_t(i);

@@ -41,6 +41,23 @@ struct Shape {
   // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h).
   enum class Api { openai, llama, ollama };
   Api api = Api::openai;
+  // llama-server's response_fields: its answer cut to these ("a/b": a's b, under the name "a/b"); empty: all.
+  std::vector<std::string> response_fields;
+  json only_asked(const json& answer) const {
+    if (response_fields.empty()) return answer;
+    json kept = json::object();
+    for (const std::string& path : response_fields) {
+      const json* at = &answer;
+      for (size_t from = 0; at && from <= path.size();) {
+        const size_t slash = std::min(path.find('/', from), path.size());
+        const std::string key = path.substr(from, slash - from);
+        at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+        from = slash + 1;
+      }
+      if (at) kept[path] = *at;
+    }
+    return kept;
+  }
   std::string object() const { return chat ? "chat.completion" : "text_completion"; }
   std::string chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
 
@@ -71,8 +88,18 @@ struct Shape {
   }
   // llama-server's /completion answer (in a stream, the last event: its content then "").
   static json llama_answer(const recipes::Completion& c, const std::string& content, const std::string& model,
-                           const std::string& prompt) {
+                           const std::string& prompt, const JobTimes& times) {
     const char* stop_type = c.finish_reason == "length" ? "limit" : c.stop_string.empty() ? "eos" : "word";
+    auto ms = [](auto from, auto to) { return std::chrono::duration<double, std::milli>(to - from).count(); };
+    const double prompt_ms = ms(times.prompt_started, times.first_token),
+                 predicted_ms = ms(times.first_token, times.finished);
+    auto per_second = [](int64_t n, double ms) { return ms > 0 ? 1e3 * double(n) / ms : 0.0; };
+    const json timings = {{"prompt_n", c.prompt_tokens},
+                          {"prompt_ms", prompt_ms},
+                          {"prompt_per_second", per_second(c.prompt_tokens, prompt_ms)},
+                          {"predicted_n", c.completion_tokens},
+                          {"predicted_ms", predicted_ms},
+                          {"predicted_per_second", per_second(c.completion_tokens, predicted_ms)}};
     return {{"index", 0},
             {"content", content},
             {"id_slot", 0},
@@ -83,7 +110,10 @@ struct Shape {
             {"prompt", prompt},
             {"truncated", false},
             {"stop_type", stop_type},
-            {"stopping_word", c.stop_string}};
+            {"stopping_word", c.stop_string},
+            // the positions its cache holds: the prompt and every sampled token but the last
+            {"tokens_cached", c.prompt_tokens + std::max<int64_t>(c.completion_tokens - 1, 0)},
+            {"timings", timings}};
   }
   // Each token's text, bytes and log-probability, and its position's most likely tokens the same way: chat's
   // logprobs content, and with the tokens' ids, llama-server's completion_probabilities (n_probs).
@@ -272,9 +302,9 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
       }
   }
   if (!fields.stream && shape.api == Shape::Api::llama) {
-    json answer = Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0]);
+    json answer = Shape::llama_answer(jobs[0]->result, jobs[0]->result.text, t.name, prompts[0], jobs[0]->times);
     if (shape.logprobs) answer["completion_probabilities"] = Shape::scored_tokens(jobs[0]->result.logprobs, true);
-    return res.set_content(dump(answer), "application/json");
+    return res.set_content(dump(shape.only_asked(answer)), "application/json");
   }
   if (!fields.stream && shape.api == Shape::Api::ollama) {
     const recipes::Completion& c = jobs[0]->result;
@@ -411,7 +441,7 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               if (s.done || !news[i].finished || news[i].more) continue;
               const recipes::Completion& c = news[i].result;
               if (shape.api == Shape::Api::llama) {
-                send(Shape::llama_answer(c, "", model, prompt));
+                send(shape.only_asked(Shape::llama_answer(c, "", model, prompt, news[i].times)));
               } else if (ollama) {
                 if (shape.reads() && !s.read.sent.answer.calls.empty())
                   send(ollama_piece(model, shape.chat, {{"tool_calls", ollama_tool_calls(s.read.sent.answer.calls)}}));
@@ -520,8 +550,12 @@ void answer_llama(const GenerationTarget& t, const CompletionRequest& r, httplib
                   const std::vector<std::vector<int32_t>>& prompt_ids) {
   recipes::CompletionOptions co = options_of(t, r, kLlamaServerSampling);
   co.logprobs = r.logprobs.value_or(-1);
+  co.min_indent = r.n_indent;
+  co.max_predict_ms = r.t_max_predict_ms;
+  co.sampler_chain = r.samplers;
   Shape shape;
   shape.api = Shape::Api::llama;
+  shape.response_fields = r.response_fields;
   shape.logprobs = r.logprobs.has_value();
   generate(t, r.prompts, co, r, shape, res, prompt_ids);
 }

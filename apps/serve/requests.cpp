@@ -634,9 +634,10 @@ ChatRequest parse_chat(const std::string& text) {
 // llama-server's /completion fields that Kiln reads beyond the generation
 // ones (cache_prompt and n_keep only tune its cache: nothing to do here),
 // and its samplers and outputs that Kiln has not, accepted only when off.
-const char* const kLlamaCompletionFields[] = {"model",   "prompt",      "n_predict",    "temperature", "top_k",
-                                              "top_p",   "seed",        "stop",         "stream",      "ignore_eos",
-                                              "grammar", "json_schema", "cache_prompt", "n_keep",      "n_probs"};
+const char* const kLlamaCompletionFields[] = {
+    "model",   "prompt",   "n_predict",        "temperature",     "top_k",       "top_p",          "seed",
+    "stop",    "stream",   "ignore_eos",       "grammar",         "json_schema", "cache_prompt",   "n_keep",
+    "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", "samplers",    "response_fields"};
 const UnsupportedField kUnsupportedLlamaCompletionFields[] = {
     {"mirostat", is_zero, "Kiln has no mirostat sampler"},
     {"typical_p", is_one, "Kiln has no locally typical sampler"},
@@ -670,6 +671,24 @@ CompletionRequest parse_llama_completion(const std::string& text) {
   const int64_t n_probs = field<int64_t>(body, "n_probs", "an integer", int64_t(0));
   if (n_probs < 0 || n_probs > 20) throw HttpError(400, "n_probs must be in [0, 20]");
   if (n_probs > 0) r.logprobs = n_probs;  // each token's, with the n_probs most likely (completion_probabilities)
+  r.n_indent = field<int64_t>(body, "n_indent", "an integer", int64_t(0));
+  if (r.n_indent < 0) throw HttpError(400, "n_indent must be 0 or more");
+  r.t_max_predict_ms = field<int64_t>(body, "t_max_predict_ms", "an integer", int64_t(0));
+  field<int64_t>(body, "t_max_prompt_ms", "an integer", int64_t(0));  // (llama-server reads it to no effect)
+  auto names = [&](const char* key) {
+    const json& list = body.contains(key) ? body[key] : json::array();
+    if (!list.is_array() || list.size() > 64 ||
+        !std::all_of(list.begin(), list.end(), [](const json& n) { return n.is_string(); }))
+      throw HttpError(400, std::string("field '") + key + "' must be an array of up to 64 strings");
+    return list.get<std::vector<std::string>>();
+  };
+  r.samplers = names("samplers");
+  for (const std::string& name : r.samplers)
+    if (!models::is_chain_sampler(name))
+      throw HttpError(400, "'samplers' names '" + name +
+                               "'; Kiln runs top_k, top_p, min_p, temperature and "
+                               "infill (and passes penalties, dry, typ_p, xtc and top_n_sigma, which are off)");
+  r.response_fields = names("response_fields");
   return r;
 }
 

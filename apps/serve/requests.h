@@ -122,6 +122,10 @@ struct CompletionRequest : GenerationFields {
   // generated tokens'.
   bool echo = false;
   std::optional<int64_t> logprobs;
+  // llama-server's /completion and /infill only: its code-completion limits (n_indent, t_max_predict_ms), its
+  // sampler order ("samplers"), and the answer's fields to keep ("response_fields": "a/b" takes b of a).
+  int64_t n_indent = 0, t_max_predict_ms = 0;
+  std::vector<std::string> samplers, response_fields;
   size_t prompt_count() const { return prompt_ids.empty() ? prompts.size() : prompt_ids.size(); }
 };
 CompletionRequest parse_completion(const std::string& body);
@@ -129,7 +133,9 @@ CompletionRequest parse_completion(const std::string& body);
 // 4,096 tokens), "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
 // "repeat_last_n", "presence_penalty", "frequency_penalty", "seed" (-1:
 // random), "stop", "stream", "grammar", "json_schema", "ignore_eos",
-// "logit_bias", "cache_prompt", "n_keep"}. Its samplers that Kiln has not
+// "logit_bias", "cache_prompt", "n_keep", and what its editor plugins send:
+// "n_indent", "t_max_predict_ms", "samplers", "response_fields", and
+// "t_max_prompt_ms", which llama-server itself leaves unread}. Its samplers that Kiln has not
 // (mirostat, typical_p, XTC, DRY, ...) are refused by name unless off. What
 // it leaves out of sampling comes from the model, then llama-server's
 // defaults (kLlamaServerSampling).

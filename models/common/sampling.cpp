@@ -138,6 +138,12 @@ std::string sampling_fields_text(const SamplingFields& f) {
   return out.str();
 }
 
+bool is_chain_sampler(const std::string& name) {
+  static const char* const kNames[] = {"top_k",     "top_p", "min_p",       "temperature", "infill",
+                                       "penalties", "dry",   "top_n_sigma", "typ_p",       "xtc"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p,
                      Generator& gen) {
   Sampling s;

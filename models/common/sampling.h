@@ -52,6 +52,9 @@ std::string sampling_fields_text(const SamplingFields& f);
 // (0, 1], min_p outside [0, 1], a repetition penalty <= 0, a window < -1.
 void check_sampling(const Sampling& s);
 
+// Whether `name` is a llama.cpp sampler that sample_chain (models/common/sampler_chain.h) takes.
+bool is_chain_sampler(const std::string& name);
+
 // Samples a token from `logits` [vocab] (penalties already applied).
 int32_t sample_token(const std::vector<float>& logits, const Sampling& s, Generator& gen);
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, double top_p, Generator& gen);

@@ -7,7 +7,6 @@
 // a token's output is its experts' outputs weighted by their probabilities.
 // Every op records, so the router and the experts train.
 #pragma once
-#include <functional>
 
 #include "kiln/nn/layers.h"
 

@@ -35,6 +35,15 @@ for name in ("coder", "coder_gguf"):
     status, body = post(dict(want["request"], model=name, stream=True))
     events = [json.loads(l[6:]) for l in body.split("\n") if l.startswith("data: ")]
     assert status == 200 and "".join(e["content"] for e in events) == want["greedy_text"] and events[-1]["stop"], events
+# As llama.vscode and llama.vim send it: their samplers (top_k, top_p, then llama.cpp's infill sampler; top_k 1 here,
+# so transformers' greedy middle), n_indent 0, time limits far off, and the answer cut to response_fields.
+plugin = {"n_indent": 0, "top_k": 1, "top_p": 0.99, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
+          "t_max_prompt_ms": 500, "t_max_predict_ms": 60000,
+          "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "tokens_cached", "truncated"]}
+status, body = post(dict(want["request"], model="coder_gguf", **plugin))
+r = json.loads(body)
+assert status == 200 and r["content"] == want["greedy_text"] and r["timings/predicted_n"] == len(want["greedy_ids"]), r
+assert sorted(r) == ["content", "timings/predicted_n", "timings/prompt_n", "tokens_cached", "truncated"], r
 status, body = post({"model": "plain", "input_prefix": "def f(", "input_suffix": ")\n"})
 assert status == 400 and "fill-in-the-middle" in json.loads(body)["error"]["message"], body
 status, body = post({"model": "coder", "input_prefix": "x", "input_extra": [{"text": 5}]})
