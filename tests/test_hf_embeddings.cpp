@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "hf_test_util.h"
 #include "kiln/core/error.h"
@@ -137,24 +138,32 @@ TEST(HfEmbedders, ABidirectionalBodyDoesNotGenerate) {
                Error);
 }
 
+// The error loading a copy of `fixture` that `edit` changed, and embedding with it ("loaded": none).
+std::string error_after(const std::string& fixture, const std::function<void(const fs::path&)>& edit) {
+  const fs::path dir = hf_test::copy_fixture(fixture, fs::temp_directory_path() / "kiln_test_embedders" / "bad");
+  edit(dir);
+  std::string error = "loaded";
+  try {
+    auto e = models::load_hf_embedder(dir.string());
+    models::embed_texts(e, {"x"});
+  } catch (const Error& err) {
+    error = err.what();
+  }
+  fs::remove_all(dir.parent_path());
+  return error;
+}
+void expect_says(const std::string& error, const std::string& says) {
+  EXPECT_NE(error.find(says), std::string::npos) << error;
+}
+
 TEST(HfEmbedders, BadDenseModulesAreClearErrors) {
-  const fs::path root = fs::temp_directory_path() / "kiln_test_dense";
-  auto error_of = [&](const std::string& config) -> std::string {
-    const fs::path dir = hf_test::copy_fixture("embed-minilm-dense", root / "bad");
-    if (config.empty())
-      fs::remove(dir / "2_Dense/model.safetensors");
-    else
-      std::ofstream(dir / "2_Dense/config.json") << config;
-    try {
-      auto e = models::load_hf_embedder(dir.string());
-      models::embed_texts(e, {"x"});
-    } catch (const Error& err) {
-      return err.what();
-    }
-    return "loaded";
-  };
-  auto expect_says = [](const std::string& error, const std::string& says) {
-    EXPECT_NE(error.find(says), std::string::npos) << error;
+  auto error_of = [](const std::string& config) {
+    return error_after("embed-minilm-dense", [&](const fs::path& dir) {
+      if (config.empty())
+        fs::remove(dir / "2_Dense/model.safetensors");
+      else
+        std::ofstream(dir / "2_Dense/config.json") << config;
+    });
   };
   expect_says(
       error_of(R"({"in_features": 32, "out_features": 24, "activation_function": "torch.nn.modules.activation.SiLU"})"),
@@ -165,24 +174,17 @@ TEST(HfEmbedders, BadDenseModulesAreClearErrors) {
   expect_says(error_of(R"({"in_features": 32, "out_features": 24, "use_residual": true})"), "use_residual");
   expect_says(error_of(R"({"in_features": 32, "out_features": 24, "bias": false})"), "loaded");
   expect_says(error_of(""), "no model.safetensors");
-  fs::remove_all(root);
+  const std::string after_normalize =  // (the order the module list says is the order they run)
+      R"([{"type": "x.Transformer", "path": ""}, {"type": "x.Pooling", "path": "1_Pooling"},
+          {"type": "x.Normalize", "path": "3_Normalize"}, {"type": "x.Dense", "path": "2_Dense"}])";
+  expect_says(error_after("embed-minilm-dense",
+                          [&](const fs::path& dir) { std::ofstream(dir / "modules.json") << after_normalize; }),
+              "then any Dense, then optionally Normalize");
 }
 
 TEST(HfEmbedders, BadFoldersAreClearErrors) {
-  const fs::path root = fs::temp_directory_path() / "kiln_test_embedders";
-  auto error_of = [&](const std::string& file, const std::string& content) -> std::string {
-    const fs::path dir = hf_test::copy_fixture("embed-minilm", root / "bad");
-    std::ofstream(dir / file) << content;
-    try {
-      auto e = models::load_hf_embedder(dir.string());
-      models::embed_texts(e, {"x"});
-    } catch (const Error& err) {
-      return err.what();
-    }
-    return "loaded";
-  };
-  auto expect_says = [](const std::string& error, const std::string& says) {
-    EXPECT_NE(error.find(says), std::string::npos) << error;
+  auto error_of = [](const std::string& file, const std::string& content) {
+    return error_after("embed-minilm", [&](const fs::path& dir) { std::ofstream(dir / file) << content; });
   };
   expect_says(error_of("modules.json", "{"), "is not valid JSON");
   expect_says(error_of("modules.json", "[]"), "must list the modules");
@@ -200,7 +202,6 @@ TEST(HfEmbedders, BadFoldersAreClearErrors) {
   expect_says(error_of("sentence_bert_config.json", R"({"max_seq_length": -4})"), "max_seq_length");
   expect_says(error_of("sentence_bert_config.json", R"({"do_lower_case": true})"), "do_lower_case");
   EXPECT_EQ(error_of("2_Normalize/config.json", "{}"), "loaded");
-  fs::remove_all(root);
 }
 
 }  // namespace

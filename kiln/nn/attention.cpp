@@ -39,6 +39,11 @@ Tensor symmetric_window_bias(int64_t T, int64_t half_window, Device device) {
   return Tensor::from_vector(bias, {T, T}).to(device);
 }
 
+Tensor add_biases(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  return b.defined() ? a + b : a;
+}
+
 Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                              Dropout* probs_dropout, double softcap) {
   Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(q.size(3))));

@@ -30,6 +30,8 @@ Tensor causal_bias(int64_t T, int64_t window, Device device);
 //    when the window holds every pair (T - 1 <= half_window).
 Tensor key_padding_bias(const std::vector<int64_t>& lengths, int64_t T, Device device);
 Tensor symmetric_window_bias(int64_t T, int64_t half_window, Device device);
+// a + b, broadcast; an undefined one adds nothing.
+Tensor add_biases(const Tensor& a, const Tensor& b);
 
 // Attention written out, for what the fused op does not do: softmax(q k^T /
 // sqrt(D) + bias) v (the softmax in f32), with `probs_dropout` (if any) on

@@ -93,18 +93,9 @@ Tensor ModernBertEncoder::forward(const Tensor& ids, const std::vector<int64_t>&
   KILN_CHECK(lengths.empty() || int64_t(lengths.size()) == B, "modernbert: ", lengths.size(), " lengths for ", B, " rows");
   const Device device = ids.device();
   Tensor x = p.embedding_dropout->forward(p.embedding_norm->forward(p.tok_embeddings->forward(ids)));
-  // Additive masks: no token sees a padding key; a sliding layer's tokens see |i - j| <= window.
-  // Finite, so that a padding row whose window holds padding alone stays finite (it is never read)
-  // rather than NaN, which its keys would carry into every row's scores in the next layer.
-  const float blocked = -1e30f;
-  std::vector<float> padding(size_t(B * T), 0.0f), window(size_t(T * T), 0.0f);
-  for (int64_t b = 0; b < B && !lengths.empty(); ++b)
-    for (int64_t t = lengths[size_t(b)]; t < T; ++t) padding[size_t(b * T + t)] = blocked;
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < T; ++j)
-      if (std::abs(i - j) > config_.window) window[size_t(i * T + j)] = blocked;
-  const Tensor key_bias = to_dtype(Tensor::from_vector(padding, {B, 1, 1, T}).to(device), x.dtype());
-  const Tensor sliding_bias = key_bias + to_dtype(Tensor::from_vector(window, {T, T}).to(device), x.dtype());
+  // No token sees a padding key; a sliding layer's tokens see |i - j| <= window.
+  const Tensor key_bias = nn::key_padding_bias(lengths, T, device);
+  const Tensor sliding_bias = nn::add_biases(key_bias, nn::symmetric_window_bias(T, config_.window, device));
   const auto [global_cos, global_sin] = rotary_table(T, D, config_.global_theta, device);
   const auto [local_cos, local_sin] = rotary_table(T, D, config_.local_theta, device);
   for (const auto& layer : p.layers)

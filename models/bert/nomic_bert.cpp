@@ -81,14 +81,7 @@ Tensor NomicBertEncoder::forward(const Tensor& ids, const std::vector<int64_t>& 
   Tensor x = p.words->forward(ids);
   if (p.types) x = x + p.types->forward(zeros({T}, DType::i64, ids.device()));  // one segment: type 0
   x = p.emb_ln->forward(x);
-  Tensor key_bias;  // no token attends to a row's padding
-  if (std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
-    std::vector<float> bias(size_t(B * T), 0.0f);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = lengths[size_t(b)]; t < T; ++t)
-        bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
-    key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
-  }
+  const Tensor key_bias = nn::key_padding_bias(lengths, T, ids.device());  // no token attends to a row's padding
   const auto [cos, sin] = rotary_table(T, config_.hidden_size / config_.num_heads, config_.rope_theta, ids.device());
   for (const auto& layer : p.layers) x = layer->forward_at(x, cos, sin, key_bias);
   return x;

@@ -223,7 +223,7 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
     } else if (kind == "Pooling" && !pooled) {
       e.pooling = read_pooling(dir / path / "config.json");
       pooled = true;
-    } else if (kind == "Dense" && pooled) {
+    } else if (kind == "Dense" && pooled && !e.normalize) {
       e.dense.push_back(read_dense(dir / path, e.dimensions()));
     } else if (kind == "Normalize" && pooled) {
       e.normalize = true;

@@ -358,8 +358,7 @@ Tensor Llama::padded_hidden_states(const Tensor& ids, const std::vector<int64_t>
   BidirectionalMasks masks;
   masks.global = nn::key_padding_bias(lengths, T, ids.device());
   // transformers' bidirectional window: |i - j| < sliding_window // 2 + 1 (llama.cpp's symmetric one the same).
-  const Tensor window = nn::symmetric_window_bias(T, config_.sliding_window / 2, ids.device());
-  masks.sliding = !window.defined() ? masks.global : masks.global.defined() ? masks.global + window : window;
+  masks.sliding = nn::add_biases(masks.global, nn::symmetric_window_bias(T, config_.sliding_window / 2, ids.device()));
   return hidden(ids, rotation, nullptr, false, nullptr, &masks);
 }
 
