@@ -102,6 +102,8 @@ class HfCompletion final : public TextCompletion {
   }
   int32_t last() const { return last_; }
   models::KvCache& cache() { return cache_; }
+  // The prompt is in the cache: how much of it the prefix cache gave.
+  void prompt_done() { c_.cached_tokens = cache_.adopted(); }
   bool context_full() const { return cache_.length() >= lm_.model->context_length(); }
 
  private:
@@ -346,6 +348,7 @@ class HfLanguageModelInference final : public InferenceModel {
     const size_t V = all.size() / started.size();
     std::vector<std::unique_ptr<PendingCompletion>> out;
     for (size_t b = 0; b < started.size(); ++b) {
+      started[b]->prompt_done();
       started[b]->take(std::span(all).subspan(b * V, V));
       out.push_back(std::move(started[b]));
     }

@@ -88,6 +88,7 @@ struct TokenLogprob : TokenScore {
 struct Completion {
   std::string text;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, taken from the prefix cache rather than computed
   std::string finish_reason;  // "stop" (a stop string or end of text) or "length"
   std::string stop_string;    // the stop string that ended it ("" if none did)
   std::vector<TokenLogprob> logprobs;  // one per completion token, when options.logprobs >= 0

@@ -94,9 +94,11 @@ struct Shape {
     const double prompt_ms = ms(times.prompt_started, times.first_token),
                  predicted_ms = ms(times.first_token, times.finished);
     auto per_second = [](int64_t n, double ms) { return ms > 0 ? 1e3 * double(n) / ms : 0.0; };
-    const json timings = {{"prompt_n", c.prompt_tokens},
+    const int64_t computed = c.prompt_tokens - c.cached_tokens;  // (llama-server's prompt_n: what its cache lacked)
+    const json timings = {{"cache_n", c.cached_tokens},
+                          {"prompt_n", computed},
                           {"prompt_ms", prompt_ms},
-                          {"prompt_per_second", per_second(c.prompt_tokens, prompt_ms)},
+                          {"prompt_per_second", per_second(computed, prompt_ms)},
                           {"predicted_n", c.completion_tokens},
                           {"predicted_ms", predicted_ms},
                           {"predicted_per_second", per_second(c.completion_tokens, predicted_ms)}};
@@ -201,8 +203,14 @@ struct ReadStream {
   }
 };
 
-json usage(int64_t prompt, int64_t completion) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+// OpenAI's usage; prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache gave (as OpenAI and vLLM
+// count them).
+json usage(std::pair<int64_t, int64_t> prompt_and_cached, int64_t completion) {
+  const auto [prompt, cached] = prompt_and_cached;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 // What a stream has sent of one choice.
@@ -229,11 +237,13 @@ std::string choice_key(const std::string& answer_id, size_t choice) {
   return choice == 0 ? answer_id : answer_id + "." + std::to_string(choice);
 }
 
-// The prompt tokens of an answer's choices: each prompt's once (its n choices share it).
-int64_t prompt_tokens(const std::vector<recipes::Completion>& choices, int64_t n) {
-  int64_t total = 0;
-  for (size_t i = 0; i < choices.size(); i += size_t(n)) total += choices[i].prompt_tokens;
-  return total;
+// The prompt tokens of an answer's choices, and those of them the prefix cache gave: each prompt's once (its n
+// choices share it).
+std::pair<int64_t, int64_t> prompt_tokens(const std::vector<recipes::Completion>& choices, int64_t n) {
+  int64_t total = 0, cached = 0;
+  for (size_t i = 0; i < choices.size(); i += size_t(n))
+    total += choices[i].prompt_tokens, cached += choices[i].cached_tokens;
+  return {total, cached};
 }
 
 // Queues each prompt (its token ids, where `prompt_ids` gives them) as
@@ -541,7 +551,7 @@ void echo(const GenerationTarget& t, const CompletionRequest& r, httplib::Respon
                             {"object", "text_completion"},
                             {"model", t.name},
                             {"choices", choices},
-                            {"usage", usage(prompt_tokens, completion_tokens)}}),
+                            {"usage", usage({prompt_tokens, 0}, completion_tokens)}}),  // (scored whole)
                   "application/json");
 }
 

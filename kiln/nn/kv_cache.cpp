@@ -116,6 +116,7 @@ void KvCache::clear() {
   length_ = 0;
   last_published_id_ = 0;
   published_pages_ = 0;
+  adopted_ = 0;
 }
 
 int64_t KvCache::adopt_prefix(std::span<const int32_t> ids) {
@@ -132,7 +133,7 @@ int64_t KvCache::adopt_prefix(std::span<const int32_t> ids) {
     last_published_id_ = id;
     ++published_pages_;
   }
-  length_ = int64_t(tokens_.size());
+  length_ = adopted_ = int64_t(tokens_.size());
   pool_->reused_ += length_;
   return length_;
 }

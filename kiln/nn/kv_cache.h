@@ -104,6 +104,8 @@ class KvCache {
   // pages, leaving at least the last id to compute (its logits are wanted).
   // Returns the positions taken; the caller runs the rest from there.
   int64_t adopt_prefix(std::span<const int32_t> ids);
+  // The positions the last adopt_prefix took (0 after clear): what a prompt did not compute.
+  int64_t adopted() const { return adopted_; }
   // Pages for positions [length, length + n), taken from the pool as needed
   // (and room for their tokens: a step that stays in its page allocates nothing).
   void reserve(int64_t n);
@@ -128,6 +130,7 @@ class KvCache {
   std::vector<int32_t> tokens_;  // at positions [0, length)
   uint64_t last_published_id_ = 0;  // the id of the last page published (0: none)
   int64_t published_pages_ = 0;
+  int64_t adopted_ = 0;
   bool shares_prefixes_ = true;
 };
 

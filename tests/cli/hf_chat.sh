@@ -43,7 +43,12 @@ assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-"), r
 c = r["choices"][0]
 assert c["message"] == {"role": "assistant", "content": reply} and c["finish_reason"] == "length", (c, reply)
 assert r["usage"] == {"prompt_tokens": len(want["prompt_ids"]), "completion_tokens": n,
-                      "total_tokens": len(want["prompt_ids"]) + n}, r
+                      "total_tokens": len(want["prompt_ids"]) + n,
+                      "prompt_tokens_details": {"cached_tokens": r["usage"]["prompt_tokens_details"]["cached_tokens"]}}, r
+# Asked again, the prompt's whole pages (16 positions each, all but its last token) come from the prefix cache
+again = json.loads(chat())
+assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == (len(want["prompt_ids"]) - 1) // 16 * 16, again
+assert again["choices"][0]["message"]["content"] == reply, again
 # Streamed: the role first, then the text in pieces, the finish reason, the usage, [DONE].
 events = [l[6:] for l in chat(stream=True, stream_options={"include_usage": True}).split("\n") if l.startswith("data: ")]
 assert events[-1] == "[DONE]", events

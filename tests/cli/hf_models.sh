@@ -131,7 +131,8 @@ assert len(second["logprobs"]["tokens"]) == len(want["prompt_ids"]) + 1, second
 assert second["text"] == want["prompt"] + json.loads(post({"_path": "completions", "model": "lm", "prompt": want["prompt"],
                                                           "max_tokens": 1, "temperature": 0}))["choices"][0]["text"], second
 assert r["usage"] == {"prompt_tokens": len(want["ids"]) + len(want["prompt_ids"]), "completion_tokens": 2,
-                      "total_tokens": len(want["ids"]) + len(want["prompt_ids"]) + 2}, r["usage"]
+                      "total_tokens": len(want["ids"]) + len(want["prompt_ids"]) + 2,
+                      "prompt_tokens_details": {"cached_tokens": 0}}, r["usage"]
 r = json.loads(post({"_path": "completions", "model": "lm", "prompt": [want["prompt_ids"]], "max_tokens": 16,
                      "temperature": 0, "stop": ["\n\n"], "seed": 1234}))
 assert r["choices"][0]["text"] == continuation.split("\n\n")[0], (r, continuation)
