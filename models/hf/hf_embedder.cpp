@@ -333,13 +333,21 @@ void l2_normalize(std::span<float> v) {
 
 std::vector<std::vector<float>> embed_texts(HfEmbedder& e, const std::vector<std::string>& texts) {
   constexpr size_t kBatch = 32;  // rows per pass: padding, and memory, stay bounded
-  std::vector<std::vector<float>> out;
-  for (size_t first = 0; first < texts.size(); first += kBatch) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& text : texts) ids.push_back(embedding_ids(e, text));
+  // Longest first, as sentence-transformers' encode() orders them: a batch pads to its longest row, so rows of
+  // like lengths together pad little (each row's embedding is the one it gets alone).
+  std::vector<size_t> order(texts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
+  std::vector<std::vector<float>> out(texts.size());
+  const size_t C = size_t(e.dimensions());
+  for (size_t first = 0; first < order.size(); first += kBatch) {
     std::vector<std::vector<int32_t>> rows;
-    for (size_t i = first; i < std::min(texts.size(), first + kBatch); ++i) rows.push_back(embedding_ids(e, texts[i]));
+    for (size_t i = first; i < std::min(order.size(), first + kBatch); ++i) rows.push_back(ids[order[i]]);
     const std::vector<float> v = embed_ids(e, rows).to_vector<float>();
     for (size_t r = 0; r < rows.size(); ++r)
-      out.emplace_back(v.begin() + long(r * size_t(e.dimensions())), v.begin() + long((r + 1) * size_t(e.dimensions())));
+      out[order[first + r]].assign(v.begin() + long(r * C), v.begin() + long((r + 1) * C));
   }
   return out;
 }
