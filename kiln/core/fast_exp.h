@@ -39,4 +39,21 @@ inline float fast_exp(float x) {
 
 inline double fast_exp(double x) { return std::exp(x); }
 
+// erfc(z) for z >= 0 in plain arithmetic (so loops over it vectorise; libm's
+// scalar erff, with the expf it calls past 0.84, was a third of an
+// encoder's time): t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), P a degree-10
+// polynomial fitted here (least squares against mpmath's erfc on [0, 10]):
+// within 2.4e-8 relative in exact arithmetic, ~3e-7 in f32 (fast_exp's and
+// the squares' rounding). Relative, so 1 + erf(x) = erfc(-x) stays accurate
+// where it is small (GELU's negative side).
+inline float fast_erfc_nonnegative(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = -0.13222319652034395f;
+  for (float c : {0.9186638637314601f, -2.6606326682147237f, 4.06619584253669f, -3.408038839568643f,
+                  1.5898021489983114f, -0.6849140292426042f, 0.21977999254597488f, 0.3553098921485502f,
+                  1.0016277038125974f, -1.265570686346065f})
+    p = p * t + c;
+  return t * fast_exp(-z * z + p);
+}
+
 }  // namespace kiln
