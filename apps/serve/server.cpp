@@ -98,6 +98,7 @@ extern "C" void on_signal(int) { g_stop = true; }
 struct ServedModel {
   std::string name, dir, recipe;
   std::string loaded_at = ollama_time_now();  // RFC 3339
+  int64_t weights_bytes = 0;                   // on disk, read once at load (Ollama's size)
   recipes::ModelKind kind;
   int64_t step = 0;
   std::unique_ptr<recipes::InferenceModel> model;
@@ -166,6 +167,7 @@ class Server {
         auto m = std::make_unique<ServedModel>();
         m->name = name;
         m->dir = dir;
+        m->weights_bytes = weights_bytes(dir);
         m->recipe = loaded.recipe;
         m->kind = loaded.kind;
         m->step = loaded.step;
@@ -669,7 +671,7 @@ class Server {
   OllamaModel ollama_model(const ServedModel& m) {
     OllamaModel o{m.name, m.recipe, m.kind == recipes::ModelKind::text_embedder};
     o.loaded_at = m.loaded_at;
-    o.size = weights_bytes(m.dir);
+    o.size = m.weights_bytes;
     o.on_gpu = o_.device.is_cuda();
     if (o.embedder) return o;
     o.tools = m.model->tool_call_format() != nullptr;

@@ -20,14 +20,15 @@ FIXTURES = os.path.join(HERE, "..", "..", "tests", "hf", "fixtures")
 SHAPES = {
     # sentence-transformers/all-MiniLM-L6-v2: BERT, 6 layers 384 wide, mean pooled, normalised
     "minilm": dict(fixture="embed-minilm", config=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                                                        intermediate_size=1536, max_position_embeddings=512)),
+                                                        intermediate_size=1536, max_position_embeddings=512),
+                   max_seq_length=256),
     # google/embeddinggemma-300m: Gemma 3 attending both ways, 24 layers 768 wide, 3 heads of 256, one key/value
     # head, sliding layers over 512, mean pooled, 768 -> 3072 -> 768, normalised
     "embeddinggemma": dict(fixture="embed-gemma3",
                            config=dict(hidden_size=768, num_hidden_layers=24, num_attention_heads=3,
                                        num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
                                        intermediate_size=1152, max_position_embeddings=2048, sliding_window=512),
-                           dense=[3072, 768]),
+                           max_seq_length=2048, dense=[3072, 768]),
 }
 
 
@@ -48,8 +49,7 @@ def make(out, shape):
     torch.manual_seed(0)
     transformers.AutoModel.from_config(transformers.AutoConfig.from_pretrained(out)).save_pretrained(out)
     with open(os.path.join(out, "sentence_bert_config.json"), "w") as f:  # the real models' text lengths
-        json.dump({"max_seq_length": spec["config"]["max_position_embeddings"] // 2 if shape == "minilm" else 2048,
-                   "do_lower_case": False}, f)
+        json.dump({"max_seq_length": spec["max_seq_length"], "do_lower_case": False}, f)
     widths = [config["hidden_size"]] + spec.get("dense", [])
     for path, i, o in zip(("2_Dense", "3_Dense"), widths, widths[1:]):
         with open(os.path.join(out, path, "config.json")) as f:

@@ -1,8 +1,6 @@
 #include "models/bert/bert.h"
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 
 #include "kiln/backend/batch_invariant.h"
@@ -71,8 +69,8 @@ class EncoderLayer : public Module {
     ffn_dropout = register_module("ffn_dropout", std::make_shared<Dropout>(c.hidden_dropout, dropout_gen));
   }
   Tensor forward(const Tensor& x) override { return forward(x, Tensor(), {}); }
-  // `key_bias` [B, 1, 1, T]: 0 for a row's real tokens, -inf for its
-  // padding, added to the scores so that no token attends to padding;
+  // `key_bias` [B, 1, 1, T]: 0 for a row's real tokens, blocked for its
+  // padding (nn::key_padding_bias), added to the scores so that no token attends to padding;
   // undefined when every row is all real tokens (the fused attention op).
   // In batch-invariant mode attention runs by rows over each text's
   // lengths[b] real tokens instead.
@@ -147,15 +145,9 @@ Tensor BertEncoder::forward(const Tensor& ids, const Tensor& token_types, const 
   if (p.types)  // one segment, type 0, unless the types are given (a pair: the second text's 1)
     x = x + p.types->forward(token_types.defined() ? token_types : zeros({T}, DType::i64, ids.device()));
   x = p.emb_dropout->forward(p.emb_norm->forward(x));
-  Tensor key_bias;
-  if (!lengths.empty() && std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < T; })) {
-    const int64_t B = ids.size(0);
-    KILN_CHECK(int64_t(lengths.size()) == B, "bert: ", lengths.size(), " lengths for ", B, " rows");
-    std::vector<float> bias(size_t(B * T), 0.0f);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = lengths[size_t(b)]; t < T; ++t) bias[size_t(b * T + t)] = -std::numeric_limits<float>::infinity();
-    key_bias = to_dtype(Tensor::from_vector(bias, {B, 1, 1, T}).to(ids.device()), x.dtype());
-  }
+  KILN_CHECK(lengths.empty() || int64_t(lengths.size()) == ids.size(0), "bert: ", lengths.size(), " lengths for ",
+             ids.size(0), " rows");
+  const Tensor key_bias = nn::key_padding_bias(lengths, T, ids.device());
   for (const auto& layer : p.layers) x = layer->forward(x, key_bias, lengths);
   return x;
 }

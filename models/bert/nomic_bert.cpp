@@ -1,8 +1,5 @@
 #include "models/bert/nomic_bert.h"
 
-#include <algorithm>
-#include <limits>
-
 #include "kiln/nn/attention.h"
 #include "models/bert/rotary_table.h"
 
