@@ -45,13 +45,17 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON 
 
 # Benchmarks are optional: build whatever bench targets the project defines.
 BENCH_TARGETS=$(ninja -C "$BUILD" -t targets all 2>/dev/null | sed -n 's/^\(bench[A-Za-z0-9_]*\): .*EXECUTABLE.*/\1/p' | sort -u || true)
-echo "== build kiln kiln_tests kiln_gpu_tests ${BENCH_TARGETS}"
-ninja -C "$BUILD" kiln_cli kiln_tests kiln_gpu_tests ${BENCH_TARGETS}
+PROGRAMS="kiln kiln_tests kiln_gpu_tests ${BENCH_TARGETS}"
+# DEVICE_ONLY=1: only what a device call carries (device_carry.sh drops the
+# CPU-only binaries), sparing the CPU test binary's build after a header change.
+[ "${DEVICE_ONLY:-0}" = 1 ] && PROGRAMS="kiln kiln_gpu_tests bench_gpu"
+echo "== build ${PROGRAMS}"
+ninja -C "$BUILD" ${PROGRAMS/kiln /kiln_cli }
 
 rm -rf "$DIST"
 mkdir -p "$DIST/lib"
 BINS=()
-for b in kiln kiln_tests kiln_gpu_tests ${BENCH_TARGETS}; do
+for b in ${PROGRAMS}; do
   f="$BUILD/$b"
   [ -x "$f" ] || f="$(find "$BUILD" -maxdepth 3 -type f -name "$b" -perm -u+x | head -n1)"
   [ -n "$f" ] && [ -x "$f" ] || { echo "bundle_gpu.sh: built binary $b not found" >&2; exit 1; }

@@ -111,5 +111,28 @@ TEST(FusedOps, LinearOfGeluRecomputedIsBitwiseKept) {
   for (size_t i = 0; i < pair.dw.size(); ++i) ASSERT_NEAR(kept.dw[i], pair.dw[i], 1e-3 * (1 + std::abs(pair.dw[i])));
 }
 
+// A linear layer's bias gradient comes with its weight's, from one backend
+// call (matmul_and_row_sums: on the GPU, the GEMM's epilogue). The CPU's
+// default multiplies, then sums dY's columns as sum(dY, {0}) does: the same
+// bits, for a plain and a transposed a.
+TEST(FusedOps, MatmulAndRowSumsIsTheProductAndTheColumnSums) {
+  Backend& cpu = backend_for(Device::cpu());
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor dy = to_dtype(random_tensor({300, 24}, 12, DType::f64, -2, 2), t);
+    Tensor x = to_dtype(random_tensor({300, 40}, 13, DType::f64, -2, 2), t);
+    Tensor dw = Tensor::empty({24, 40}, t, Device::cpu()), db = Tensor::empty({24}, t, Device::cpu());
+    cpu.matmul_and_row_sums(transpose(dy, 0, 1), x, dw, db);
+    EXPECT_EQ(dw.to_vector<double>(), matmul(transpose(dy, 0, 1), x).to_vector<double>()) << dtype_name(t);
+    EXPECT_EQ(db.to_vector<double>(), sum(dy, {0}).to_vector<double>()) << dtype_name(t);
+
+    Tensor a = contiguous(transpose(dy, 0, 1)), sums = Tensor::empty({24}, t, Device::cpu());
+    cpu.matmul_and_row_sums(a, x, dw, sums);
+    EXPECT_EQ(sums.to_vector<double>(), sum(a, {1}).to_vector<double>()) << dtype_name(t);
+  }
+  Tensor a = random_tensor({3, 4}, 14), b = random_tensor({4, 2}, 15);
+  Tensor out = Tensor::empty({3, 2}, DType::f64, Device::cpu()), wrong = Tensor::empty({4}, DType::f64, Device::cpu());
+  EXPECT_THROW(cpu.matmul_and_row_sums(a, b, out, wrong), Error);
+}
+
 }  // namespace
 }  // namespace kiln

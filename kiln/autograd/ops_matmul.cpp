@@ -1,8 +1,11 @@
 // Matrix products. Gradients are themselves matmuls whose transposes are
 // views, so the backend folds them into GEMM flags instead of copying.
+#include <tuple>
+#include <utility>
+
+#include "kiln/amp/autocast.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/autograd/record.h"
-#include "kiln/amp/autocast.h"
 
 namespace kiln {
 
@@ -27,6 +30,19 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
   args.bias = bias;
   detail::backend_of(a).matmul(detail::broadcast_view(a, sa), detail::broadcast_view(b, sb), out, args);
   return out;
+}
+
+// A linear layer's weight gradient dY^T @ X [out, in] and, with `bias`, its
+// bias's gradient (dY's column sums) from the same product: the GPU sums dY
+// in the GEMM that already reads it (Backend::matmul_and_row_sums).
+std::pair<Tensor, Tensor> weight_and_bias_grads(const Tensor& g2, const Tensor& input, bool bias) {
+  if (!bias) return {matmul_raw(transpose(g2, 0, 1), input), Tensor()};
+  detail::check_same_device(g2, input, "linear backward");
+  detail::check_same_dtype(g2, input, "linear backward");
+  Tensor dw = detail::new_tensor({g2.size(1), input.size(1)}, g2.dtype(), g2.device());
+  Tensor db = detail::new_tensor({g2.size(1)}, g2.dtype(), g2.device());
+  detail::backend_of(g2).matmul_and_row_sums(transpose(g2, 0, 1), input, dw, db);
+  return {dw, db};
 }
 
 }  // namespace
@@ -76,16 +92,17 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, st
           has_bias = bias.defined() && bias.requires_grad(), need_x = x.requires_grad(), xs = x.shape(), rows, in,
           out](const Tensor& g) {
            Tensor g2 = reshape(g, {rows, out});
-           Tensor dw;
+           Tensor dw, db;
            if (need_w) {  // the weight gradient first: a recomputed input is freed before dx exists
              Tensor input = x2;
              if (!input.defined()) {
                NoGradGuard values_only;
                input = reshape(contiguous(recompute_x()), {rows, in}).detach();
              }
-             dw = matmul_raw(transpose(g2, 0, 1), input);
+             std::tie(dw, db) = weight_and_bias_grads(g2, input, has_bias);
+           } else if (has_bias) {
+             db = sum(g2, {0});
            }
-           Tensor db = has_bias ? sum(g2, {0}) : Tensor();
            Tensor dx = need_x ? reshape(matmul_raw(g2, w), xs) : Tensor();
            return std::vector<Tensor>{dx, dw, db};
          });
@@ -140,16 +157,15 @@ Tensor linear_of_gelu(const Tensor& h, const Tensor& weight, const Tensor& bias,
          [h2, w, kept, has_bias = bias.defined(), need_h = h.requires_grad(), hs = h.shape(), rows,
           out](const Tensor& g) {
            Tensor g2 = reshape(g, {rows, out});
-           Tensor dw;
+           Tensor dw, db;
            {  // a recomputed gelu(h) is freed before dh exists
              Tensor a = kept;
              if (!a.defined()) {
                a = detail::new_tensor(h2.shape(), h2.dtype(), h2.device());
                detail::backend_of(h2).unary(UnaryOp::gelu, h2, a);
              }
-             dw = matmul_raw(transpose(g2, 0, 1), a);
+             std::tie(dw, db) = weight_and_bias_grads(g2, a, has_bias);
            }
-           Tensor db = has_bias ? sum(g2, {0}) : Tensor();
            Tensor dh;
            if (need_h) {
              dh = matmul_raw(g2, w);

@@ -121,6 +121,11 @@ class Backend {
   // Batch dims of a and b equal out's (broadcast already done, strides may be
   // 0). Transposed views of the last two dims are folded into the GEMM.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) = 0;
+  // out = a @ b for a [M, K] and b [K, N], and row_sums [M] (contiguous, a's
+  // dtype) = the sum of each row of a: a bias's gradient beside its weight's
+  // (a = dY^T). This default multiplies, then reduces; the CUDA backend sums
+  // in the GEMM's epilogue (cuBLASLt's BGRADB), so dY is read once.
+  virtual void matmul_and_row_sums(const Tensor& a, const Tensor& b, Tensor& out, Tensor& row_sums);
   // Whether matmul takes bf16 a and b with an f32 out, multiplying them as
   // bf16 faster than f32 operands (ops may then narrow f32 operands to use it).
   virtual bool fast_bf16_to_f32_matmul() const { return false; }

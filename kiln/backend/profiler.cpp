@@ -74,6 +74,9 @@ class ProfilingBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) override {
     timed("matmul", {&a, &b, &out}, [&] { inner_.matmul(a, b, out, args); });
   }
+  void matmul_and_row_sums(const Tensor& a, const Tensor& b, Tensor& out, Tensor& row_sums) override {
+    timed("matmul", {&a, &b, &out}, [&] { inner_.matmul_and_row_sums(a, b, out, row_sums); });
+  }
   void softmax(const Tensor& x, Tensor& out, bool log) override {
     timed("softmax", {&x}, [&] { inner_.softmax(x, out, log); });
   }

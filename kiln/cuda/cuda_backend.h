@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& x, Tensor& out) override;
   void argmax(const Tensor& x, int dim, Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) override;
+  void matmul_and_row_sums(const Tensor& a, const Tensor& b, Tensor& out, Tensor& row_sums) override;
   // bf16 operands into an f32 out, at twice TF32's rate on the tensor cores.
   bool fast_bf16_to_f32_matmul() const override { return true; }
   int64_t efficient_gemm_rows() const override { return kCudaEfficientGemmRows; }
@@ -67,6 +68,8 @@ class CudaBackend final : public Backend {
   void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) override;
 
  private:
+  // matmul, and with row_sums (2-D only) matmul_and_row_sums.
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args, Tensor* row_sums);
   int device_count_;
 };
 

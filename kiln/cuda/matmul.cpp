@@ -16,7 +16,9 @@
 //             applied by matmul_bias_gelu.
 // Bias and GELU run as cuBLASLt epilogues (EPILOGUE_BIAS, GELU_BIAS, and
 // GELU_AUX_BIAS writing pre_gelu) when the heuristic offers an algorithm for
-// them; otherwise the product runs plain and matmul_bias_gelu follows.
+// them; otherwise the product runs plain and matmul_bias_gelu follows. So do
+// matmul_and_row_sums's sums (EPILOGUE_BGRADB: cuBLAS's B is our a, summed
+// over k as the product reads it), or a reduction after the product.
 //
 // Batch dims are collapsed; the innermost collapsed batch dim is cuBLAS's
 // strided batch (stride 0 = broadcast), outer ones loop on the host.
@@ -229,7 +231,24 @@ int64_t batch_stride(const Tensor& t, int out_rank, int d) {
 
 }  // namespace
 
-void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args) {
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulArgs& args) {
+  gemm(a, b, out, args, nullptr);
+}
+
+void CudaBackend::matmul_and_row_sums(const Tensor& a, const Tensor& b, Tensor& out, Tensor& row_sums) {
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && row_sums.dim() == 1 && row_sums.size(0) == a.size(0) &&
+                 row_sums.is_contiguous(),
+             "matmul_and_row_sums: expected a [M, K], b [K, N], out [M, N] and contiguous row_sums [M], got ",
+             shape_str(a.shape()), ", ", shape_str(b.shape()), ", ", shape_str(out.shape()), ", ",
+             shape_str(row_sums.shape()));
+  check_cuda(row_sums, "matmul_and_row_sums", "row_sums");
+  check_same_device(a, row_sums, "matmul_and_row_sums");
+  check_dtype(row_sums, a.dtype(), "matmul_and_row_sums", "row_sums");
+  check_dtype(out, a.dtype(), "matmul_and_row_sums", "out");
+  gemm(a, b, out, MatmulArgs{}, &row_sums);
+}
+
+void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, const MatmulArgs& args, Tensor* row_sums) {
   check_cuda(a_in, "matmul", "a");
   check_cuda(b_in, "matmul", "b");
   check_cuda(out, "matmul", "out");
@@ -269,6 +288,7 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
     else
       unary(UnaryOp::mul_scalar, out, out, args.beta);
     matmul_bias_gelu(out, args.bias, args.gelu, pre_gelu);
+    if (row_sums) fill(*row_sums, 0.0);
     return;
   }
 
@@ -279,7 +299,7 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
   if (!d_op.ok || d_op.transpose || !out_batch_ok) {
     Tensor tmp = empty_workspace(out.shape(), out.dtype(), out.device());
     if (args.beta != 0.0f) copy_on_device(out, tmp);
-    matmul(a_in, b_in, tmp, args);
+    gemm(a_in, b_in, tmp, args, row_sums);
     copy_on_device(tmp, out);
     return;
   }
@@ -329,8 +349,9 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
 
   // Fused epilogue where cuBLASLt can: contiguous bias of out's dtype, and a
   // pre_gelu laid out like out with a leading dim that is a multiple of 8.
+  // Row sums are asked for alone (matmul_and_row_sums), of a's dtype.
   const bool lt = out.dtype() != DType::f64;
-  bool fuse = lt && !narrow_in && (args.bias.defined() || args.gelu);
+  bool fuse = lt && !narrow_in && (args.bias.defined() || args.gelu || row_sums);
   if (fuse && args.bias.defined())
     fuse = args.bias.dtype() == out.dtype() && args.bias.numel() == N && args.bias.is_contiguous() &&
            args.bias.device() == out.device();
@@ -338,7 +359,9 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
     fuse = pre_gelu.strides() == out.strides() && out.stride(-2) % 8 == 0 && g.stride_d % 8 == 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (fuse) {
-    if (args.gelu) {
+    if (row_sums) {
+      epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    } else if (args.gelu) {
       epilogue = pre_gelu.defined()
                      ? (args.bias.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                      : (args.bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
@@ -360,7 +383,7 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
     if (fuse) {
       Gemm gf = g;
       gf.epilogue = epilogue;
-      gf.bias = args.bias.defined() ? args.bias.data_ptr() : nullptr;
+      gf.bias = row_sums ? row_sums->data_ptr() : args.bias.defined() ? args.bias.data_ptr() : nullptr;
       if (pre_gelu.defined()) {
         gf.aux = static_cast<char*>(pre_gelu.data_ptr()) + off[0] * int64_t(es);
         gf.aux_ld = pre_gelu.stride(-2);
@@ -374,8 +397,16 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, co
     }
     run_lt(g, dev);
   }
-  // Not fused (f64, odd layouts, or no fused algorithm): the epilogue kernel.
-  if (!fuse) matmul_bias_gelu(out, args.bias, args.gelu, pre_gelu);
+  // Not fused (f64, odd layouts, or no fused algorithm): the epilogue kernel,
+  // and a's rows summed as a^T's columns (the layout a bias gradient's dY has).
+  if (!fuse) {
+    matmul_bias_gelu(out, args.bias, args.gelu, pre_gelu);
+    if (row_sums) {
+      Tensor columns = a_in.as_strided({K, M}, {a_in.stride(1), a_in.stride(0)}, a_in.offset());
+      Tensor sums = row_sums->as_strided({1, M}, {M, 1}, row_sums->offset());
+      reduce(ReduceOp::sum, columns, sums);
+    }
+  }
 }
 
 }  // namespace kiln::cuda

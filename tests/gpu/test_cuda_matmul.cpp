@@ -128,6 +128,44 @@ TEST(CudaBackendMatmul, TransposedOutputAndEmptyInnerDim) {
   expect_close_values(host_values(to_host(eo)), rows, tol_for(DType::f32), "matmul with K = 0");
 }
 
+// matmul_and_row_sums: a linear layer's dW = dY^T @ X with db = dY's column
+// sums from the same product (cuBLASLt's BGRADB epilogue where offered, a
+// reduction after it otherwise), against the CPU's product and sums; a as
+// the transposed view the backward passes, and as a plain matrix.
+TEST(CudaBackendMatmul, RowSumsBesideTheProduct) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  struct Case {
+    int64_t M, K, N;
+    Layout a;
+  };
+  const std::vector<Case> cases = {{96, 200, 64, Layout::transposed},
+                                   {768, 1024, 256, Layout::transposed},
+                                   {9, 13, 5, Layout::transposed},
+                                   {64, 48, 32, Layout::contiguous}};
+  uint64_t seed = 3500;
+  for (DType t : kMatmulDtypes) {
+    const DType rt = ref_dtype(t);
+    for (const Case& c : cases) {
+      Pair a = random_view({c.M, c.K}, t, c.a, seed += 10);
+      Pair b = random_view({c.K, c.N}, t, Layout::contiguous, seed + 1);
+      Tensor want = cpu_empty({c.M, c.N}, rt), want_sums = cpu_empty({c.M}, rt);
+      cpu().matmul_and_row_sums(host_cast(a.host, rt), host_cast(b.host, rt), want, want_sums);
+      Tensor got = gpu_poisoned({c.M, c.N}, t), got_sums = gpu_poisoned({c.M}, t);
+      gpu().matmul_and_row_sums(a.dev, b.dev, got, got_sums);
+      const std::string what = describe({{}, c.M, c.K, c.N, c.a, Layout::contiguous}, t);
+      expect_close(got, want, matmul_tol(t), "matmul_and_row_sums product " + what);
+      expect_close(got_sums, want_sums, matmul_tol(t), "matmul_and_row_sums sums " + what);
+    }
+  }
+  // K = 0: an empty product and zero sums.
+  Tensor out = gpu_poisoned({3, 5}, DType::f32), sums = gpu_poisoned({3}, DType::f32);
+  gpu().matmul_and_row_sums(gpu_poisoned({3, 0}, DType::f32), gpu_poisoned({0, 5}, DType::f32), out, sums);
+  expect_close_values(host_values(to_host(sums)), {0.0, 0.0, 0.0}, tol_for(DType::f32), "row sums with K = 0");
+  Tensor wrong = gpu_poisoned({4}, DType::f32);
+  EXPECT_THROW(
+      gpu().matmul_and_row_sums(gpu_poisoned({3, 4}, DType::f32), gpu_poisoned({4, 5}, DType::f32), out, wrong), Error);
+}
+
 // bf16/f16 operands into an f32 out (autocast's fused cross-entropy head
 // keeps its logits and gradients in f32): the rounded operands' exact product
 // within f32 accumulation's error, with transposed views, beta accumulating
