@@ -5,6 +5,7 @@
 // CUDA kernels are checked against, so it should be the more accurate side.
 // Each row is reduced in a fixed order, so results do not depend on threads.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "kiln/core/fast_exp.h"
@@ -31,6 +32,30 @@ void check_rowwise(const char* op, const Tensor& a, const char* a_name, const Te
   KILN_CHECK(a.dim() >= 1, op, ": needs at least one dimension, got a scalar");
 }
 
+// The row's largest value, or NaN if it holds one (a NaN makes the whole
+// row NaN). In lanes, NaN kept aside: max_nan's branch would not vectorise.
+template <typename T>
+T row_max(const T* x, int64_t C) {
+  T most = x[0];
+  int nans = 0;
+#pragma omp simd reduction(max : most) reduction(| : nans)
+  for (int64_t j = 0; j < C; ++j) {
+    most = x[j] > most ? x[j] : most;
+    nans |= x[j] != x[j];
+  }
+  return nans ? std::numeric_limits<T>::quiet_NaN() : most;
+}
+
+// The sum of a row in double, in lanes (a fixed order for a given build, so
+// results still do not depend on threads).
+template <typename T>
+double row_sum(const T* x, int64_t C) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < C; ++j) sum += double(x[j]);
+  return sum;
+}
+
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
@@ -45,16 +70,15 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
     for_each_if(rows, rows > 1 && rows * C > kParallelElements, [&](int64_t r) {
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
-      T mx = xr[0];
-      for (int64_t j = 1; j < C; ++j) mx = max_nan(mx, xr[j]);  // a NaN makes the whole row NaN
-      double sum = 0.0;
+      const T mx = row_max(xr, C);
       // exp(x - max): f32 by fast_exp in a loop of its own, so that it vectorises (libm's scalar expf was a
-      // third of an encoder's attention); the sum then in double, in order.
+      // third of an encoder's attention); the sum then in double.
       auto exp_of = [](T v) {
         if constexpr (std::is_same_v<T, float>) return fast_exp(v);
         else return std::exp(v);
       };
       if (log) {
+        double sum = 0.0;
         for (int64_t j = 0; j < C; ++j) sum += double(exp_of(xr[j] - mx));
         const T shift = mx + T(std::log(sum));
         for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] - shift;
@@ -62,7 +86,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& out, bool log) {
         // out may alias x: each element is read before it is overwritten.
 #pragma omp simd
         for (int64_t j = 0; j < C; ++j) yr[j] = exp_of(xr[j] - mx);
-        for (int64_t j = 0; j < C; ++j) sum += double(yr[j]);
+        const double sum = row_sum(yr, C);
         const T inv = T(1.0 / sum);
         for (int64_t j = 0; j < C; ++j) yr[j] *= inv;
       }
