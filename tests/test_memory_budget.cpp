@@ -98,6 +98,32 @@ TEST(MemoryBudget, FreedLargeBlocksServeNearbySizesAgain) {
   EXPECT_EQ(a.stats().current, 328000u);  // budgets count what was asked for
 }
 
+// A large request with no block of its class takes the smallest cached block
+// up to twice its size (batches that shrink one after another), and that
+// block goes back under its own size; a request whose class is under half of it does not.
+TEST(MemoryBudget, SmallerLargeRequestsTakeACachedBlockUpToTwiceTheirSize) {
+  Device d = fresh_device(14);
+  Allocator& a = allocator_for(d);
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({75000}, DType::f32, d);  // the class of 327,680 bytes
+    first = t.data<float>();
+  }
+  const size_t reserved = a.stats().reserved;
+  for (int round = 0; round < 2; ++round) {  // 200,000 bytes, twice: the block comes back as 327,680 both times
+    Tensor smaller = Tensor::empty({50000}, DType::f32, d);
+    EXPECT_EQ(smaller.data<float>(), first) << round;
+    EXPECT_EQ(a.stats().reserved, reserved) << round;
+  }
+  {
+    Tensor again = Tensor::empty({75000}, DType::f32, d);  // its own class again
+    EXPECT_EQ(again.data<float>(), first);
+  }
+  Tensor far_smaller = Tensor::empty({30000}, DType::f32, d);  // 120,000 bytes: its class, 122,880, under half
+  EXPECT_NE(far_smaller.data<float>(), first);
+  EXPECT_GT(a.stats().reserved, reserved);
+}
+
 // A meta tensor has shapes and bytes, no values: reading one is a clear error.
 TEST(MetaDevice, ReadingValuesIsAClearError) {
   Tensor t = zeros({3}, DType::f32, Device::meta());
