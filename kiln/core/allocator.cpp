@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <map>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -110,10 +109,11 @@ namespace {
 // each given a different number of a prompt's tokens, ask for sizes that
 // differ a little every time, and by exact size each was a fresh mmap whose
 // pages all faulted. A large request with no block of its class takes the
-// smallest cached one up to twice its size: batches that shrink one after
-// another (texts embedded longest first) otherwise asked for a new class
-// every batch, and faulted in every page of each (298,000 faults, 1.2 GB
-// resident, embedding 512 short texts with MiniLM).
+// smallest cached one up to twice its size (the block says its size in a
+// header): batches that shrink one after another (texts embedded longest
+// first) otherwise asked for a new class every batch, and faulted in every
+// page of each (298,000 faults, 1.2 GB resident, embedding 512 short texts
+// with MiniLM).
 constexpr size_t kExactBytes = size_t(64) << 10;
 size_t block_size(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -133,42 +133,41 @@ class CpuAllocator final : public Allocator {
  protected:
   void* raw_allocate(size_t bytes) override {
     const size_t rounded = block_size(bytes);
+    const bool large = rounded > kExactBytes;
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
-      auto it = cache_.lower_bound(rounded);
-      if (it != cache_.end() && it->first <= (rounded > kExactBytes ? 2 * rounded : rounded)) {
-        const size_t size = it->first;
+      // A cached block of this class; for a large request, else the smallest up to twice its size.
+      for (auto it = cache_.lower_bound(rounded); it != cache_.end() && it->first <= (large ? 2 : 1) * rounded; ++it) {
+        if (it->second.empty()) continue;  // (lists stay when emptied: a warm step then allocates no map node)
         void* p = it->second.back();
         it->second.pop_back();
-        if (it->second.empty()) cache_.erase(it);
-        if (size != rounded) larger_blocks_[p] = size;
-        cached_bytes_ -= size;
-        live_bytes_ += size;
+        cached_bytes_ -= it->first;
+        live_bytes_ += it->first;
         return p;
       }
     }
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw OutOfMemoryError("the host has no more memory to give (aligned_alloc failed)");
+    char* base = static_cast<char*>(std::aligned_alloc(64, large ? rounded + kHeader : rounded));
+    if (!base) throw OutOfMemoryError("the host has no more memory to give (aligned_alloc failed)");
+    if (large) *reinterpret_cast<size_t*>(base) = rounded;
     std::lock_guard<std::mutex> lock(cache_mutex_);
     live_bytes_ += rounded;
-    return p;
+    return large ? base + kHeader : base;
   }
   void raw_deallocate(void* ptr, size_t bytes) override {
-    size_t rounded = block_size(bytes);
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (rounded > kExactBytes) {
-      if (auto larger = larger_blocks_.find(ptr); larger != larger_blocks_.end()) {
-        rounded = larger->second;
-        larger_blocks_.erase(larger);
-      }
+    size_t size = block_size(bytes);
+    char* base = static_cast<char*>(ptr);
+    if (size > kExactBytes) {  // a large block says its own size: a smaller request may have held it
+      base -= kHeader;
+      size = *reinterpret_cast<const size_t*>(base);
     }
-    live_bytes_ -= rounded;
-    if (cached_bytes_ + rounded <= kMaxCached) {
-      cache_[rounded].push_back(ptr);
-      cached_bytes_ += rounded;
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    live_bytes_ -= size;
+    if (cached_bytes_ + size <= kMaxCached) {
+      cache_[size].push_back(ptr);
+      cached_bytes_ += size;
       return;
     }
-    std::free(ptr);
+    std::free(base);
   }
   size_t raw_reserved() const override {
     std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -179,8 +178,9 @@ class CpuAllocator final : public Allocator {
   static constexpr size_t kMaxCached = size_t(1) << 30;
   int index_;
   mutable std::mutex cache_mutex_;
-  std::map<size_t, std::vector<void*>> cache_;             // by block size; no empty lists
-  std::unordered_map<const void*, size_t> larger_blocks_;  // live blocks above their request's class
+  // A large block's size in the 64 bytes before it (kept 64-byte aligned).
+  static constexpr size_t kHeader = 64;
+  std::map<size_t, std::vector<void*>> cache_;  // by block size
   size_t cached_bytes_ = 0, live_bytes_ = 0;
 };
 
