@@ -13,6 +13,7 @@
 #include "kiln/text/base64.h"
 #include "kiln/text/grammar/matcher.h"
 #include "models/gpt/gpt.h"
+#include "models/hf/hf_embedder.h"
 
 using kiln::serve::ChatRequest;
 using kiln::serve::CompletionRequest;
@@ -548,6 +549,67 @@ TEST(EmbeddingFields, ImplementedFieldsReachTheRequestAndTheRestAreRefused) {
   std::string huge = R"({"model": "e", "input": [)";
   for (int i = 0; i <= kiln::serve::kMaxEmbeddingInputs; ++i) huge += std::string(i ? "," : "") + "\"x\"";
   EXPECT_NE(refused(huge + "]}").find("2048"), std::string::npos);
+}
+
+// Hugging Face TEI's /embed and llama-server's /embedding: what each reads, its normalisation (TEI's normalize,
+// true by default; llama.cpp's embd_normalize, 2 by default), TEI's prompt_name and truncate (false by default),
+// and OpenAI's shortened embeddings normalised again; what they do not take refused by name.
+TEST(EmbeddingFields, TeiAndLlamaServerRequests) {
+  using kiln::serve::parse_embeddings;
+  using kiln::serve::parse_llama_embedding;
+  using kiln::serve::parse_tei_embed;
+  EXPECT_EQ(parse_embeddings(R"({"model": "e", "input": "x"})").normalization, -1);
+  EXPECT_EQ(parse_embeddings(R"({"model": "e", "input": "x", "dimensions": 8})").normalization, 2);
+  const auto tei = parse_tei_embed(R"({"inputs": "a text"})");
+  EXPECT_EQ(tei.texts, std::vector<std::string>{"a text"});
+  EXPECT_EQ(tei.model, "");
+  EXPECT_EQ(tei.normalization, 2);
+  EXPECT_FALSE(tei.truncate);
+  EXPECT_FALSE(tei.prompt_name);
+  const auto asked = parse_tei_embed(
+      R"({"inputs": ["a", "b"], "normalize": false, "truncate": true, "truncation_direction": "Right",
+          "prompt_name": "query", "dimensions": 16, "model": "m"})");
+  EXPECT_EQ(asked.texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(asked.normalization, -1);
+  EXPECT_TRUE(asked.truncate);
+  EXPECT_EQ(asked.prompt_name, "query");
+  EXPECT_EQ(asked.dimensions, 16);
+  EXPECT_EQ(asked.model, "m");
+  const auto tei_refused = [](const std::string& body) { return refused_by(parse_tei_embed, body); };
+  EXPECT_NE(tei_refused(R"({"inputs": "x", "truncation_direction": "Left"})").find("Right"), std::string::npos);
+  EXPECT_NE(tei_refused(R"({"inputs": [[1, 2]]})").find("token ids"), std::string::npos);
+  EXPECT_NE(tei_refused(R"({"input": "x"})").find("'input'"), std::string::npos);
+  EXPECT_NE(tei_refused(R"({"inputs": "x", "prompt_name": 3})").find("prompt_name"), std::string::npos);
+
+  const auto llama = parse_llama_embedding(R"({"content": ["a", "b"]})");
+  EXPECT_EQ(llama.texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(llama.normalization, 2);
+  EXPECT_TRUE(llama.truncate);
+  EXPECT_EQ(parse_llama_embedding(R"({"input": "i", "content": "c", "embd_normalize": -1})").texts,
+            std::vector<std::string>{"i"});  // llama-server reads "input" first
+  EXPECT_EQ(parse_llama_embedding(R"({"content": "c", "embd_normalize": 3})").normalization, 3);
+  const auto llama_refused = [](const std::string& body) { return refused_by(parse_llama_embedding, body); };
+  EXPECT_NE(llama_refused(R"({"content": "x", "embd_normalize": -2})").find("embd_normalize"), std::string::npos);
+  EXPECT_NE(llama_refused(R"({"content": "x", "encoding_format": "base64"})").find("/v1/embeddings"),
+            std::string::npos);
+  EXPECT_NE(llama_refused(R"({"content": "x", "n_predict": 3})").find("'n_predict'"), std::string::npos);
+  EXPECT_NE(llama_refused(R"({})").find("'content'"), std::string::npos);
+}
+
+// llama.cpp's embd_normalize: none, the largest |x| to an int16's 32760, Euclidean, a p-norm; zero stays zero.
+TEST(EmbeddingFields, NormalisedAsLlamaCpp) {
+  using kiln::models::normalize_embedding;
+  const auto normalised = [](std::vector<float> v, int norm) {
+    normalize_embedding(v, norm);
+    return v;
+  };
+  EXPECT_EQ(normalised({3, -4}, -1), (std::vector<float>{3, -4}));
+  EXPECT_EQ(normalised({3, -4}, 0), (std::vector<float>{24570, -32760}));
+  EXPECT_EQ(normalised({3, -4}, 2), (std::vector<float>{0.6f, -0.8f}));
+  const std::vector<float> one_norm = normalised({3, -4}, 1);
+  EXPECT_FLOAT_EQ(one_norm[0], 3.0f / 7);
+  EXPECT_FLOAT_EQ(one_norm[1], -4.0f / 7);
+  EXPECT_EQ(normalised({0, 0}, 2), (std::vector<float>{0, 0}));
 }
 
 TEST(EmbeddingFields, Base64IsRfc4648) {

@@ -551,9 +551,17 @@ class HfClassifierInference final : public InferenceModel {
 class HfEmbedderInference final : public InferenceModel {
  public:
   explicit HfEmbedderInference(models::HfEmbedder e) : e_(std::move(e)) {}
-  Tensor encode_texts(const std::vector<std::string>& texts) override {
+  Tensor encode_texts(const std::vector<std::string>& texts) override { return encode_embedding_texts(texts, {}); }
+  Tensor encode_embedding_texts(const std::vector<std::string>& texts, const EmbeddingInput& how) override {
+    const std::string& prompt = how.prompt_name ? models::prompt_named(e_, *how.prompt_name) : e_.prompt;
     std::vector<std::vector<int32_t>> rows;
-    for (const auto& t : texts) rows.push_back(models::embedding_ids(e_, t));  // cut at max_seq_length
+    for (size_t i = 0; i < texts.size(); ++i) {
+      int64_t uncut = 0;
+      rows.push_back(models::embedding_ids(e_, texts[i], prompt, &uncut));  // cut at max_seq_length
+      if (!how.truncate && uncut > e_.max_tokens)
+        throw TextTooLong("text " + std::to_string(i) + " is " + std::to_string(uncut) + " tokens, past the " +
+                          std::to_string(e_.max_tokens) + " the model reads; shorten it, or ask for it cut (truncate)");
+    }
     return padded_rows(rows, kNoToken);
   }
   std::optional<int64_t> pad_token() const override { return kNoToken; }

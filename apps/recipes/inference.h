@@ -160,6 +160,17 @@ class TextCompletion : public PendingCompletion {
 // reads (at least one a row).
 std::vector<int64_t> unpadded_lengths(const Tensor& ids, int64_t pad);
 
+// How an embedding request reads its texts: sentence-transformers' prompt by name before each (none: the
+// model's default_prompt_name's), and whether a text past the model's length is cut (false: TextTooLong).
+struct EmbeddingInput {
+  std::optional<std::string> prompt_name;
+  bool truncate = true;
+};
+// A text longer than the model reads, where the request asked not to cut it (TEI's truncate: false).
+struct TextTooLong : Error {
+  using Error::Error;
+};
+
 class InferenceModel {
  public:
   virtual ~InferenceModel() = default;
@@ -170,6 +181,8 @@ class InferenceModel {
   // Text classifiers and embedders: texts -> token ids [N, T] (padded), and
   // ids -> class probabilities [N, classes] or embeddings [N, dimensions].
   virtual Tensor encode_texts(const std::vector<std::string>& texts);
+  // Embedders: encode_texts as `how` says (this default: the model's own prompt, texts cut, nothing else).
+  virtual Tensor encode_embedding_texts(const std::vector<std::string>& texts, const EmbeddingInput& how);
   virtual Tensor classify_tokens(const Tensor& ids);
   virtual Tensor embed_tokens(const Tensor& ids);
   // Text classifiers and embedders: the id that pads token rows (an

@@ -230,6 +230,11 @@ Tensor InferenceModel::classify_images(const Tensor&) {
 }
 
 Tensor InferenceModel::encode_texts(const std::vector<std::string>&) { KILN_FAIL("this model does not classify text"); }
+Tensor InferenceModel::encode_embedding_texts(const std::vector<std::string>& texts, const EmbeddingInput& how) {
+  KILN_CHECK(!how.prompt_name, "this model has no sentence-transformers prompts to pick from");
+  KILN_CHECK(how.truncate, "this model cannot say whether a text is past its length: leave truncation on");
+  return encode_texts(texts);
+}
 Tensor InferenceModel::classify_tokens(const Tensor&) { KILN_FAIL("this model does not classify text"); }
 Tensor InferenceModel::embed_tokens(const Tensor&) { KILN_FAIL("this model does not embed text"); }
 

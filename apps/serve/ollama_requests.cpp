@@ -175,13 +175,18 @@ EmbeddingsRequest parse_ollama_embed(const std::string& text, bool older) {
     openai["input"] = body.value("prompt", json(""));
   } else {
     only(body, {"model", "input", "truncate", "dimensions", "options", "keep_alive"}, "/api/embed");
-    if (body.value("truncate", json(true)) == json(false))
-      throw HttpError(400, "truncate false is not supported: Kiln cuts a text at the model's positions");
     if (!body.contains("input")) throw HttpError(400, "'input' must be a text or a list of texts");
     openai["input"] = body["input"];
     if (body.contains("dimensions")) openai["dimensions"] = body["dimensions"];
   }
-  return parse_embeddings(openai.dump());
+  EmbeddingsRequest r = parse_embeddings(openai.dump());
+  if (!older) {
+    const json truncate = body.value("truncate", json(true));
+    if (!truncate.is_boolean()) throw HttpError(400, "'truncate' must be true or false");
+    r.truncate = truncate.get<bool>();  // false: a text past the model's length is an error
+    r.normalization = 2;                // /api/embed's are L2-normalised, as Ollama's
+  }
+  return r;
 }
 
 }  // namespace kiln::serve

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <random>
@@ -214,28 +215,82 @@ RerankRequest parse_rerank(const std::string& text) {
   return r;
 }
 
-EmbeddingsRequest parse_embeddings(const std::string& text) {
-  const json body = parse_object(text);
+namespace {
+
+// An embedding request's fields, each only from `allowed`.
+json embedding_body(const std::string& text, const char* endpoint, std::initializer_list<std::string_view> allowed) {
+  json body = parse_object(text);
   for (const auto& [key, value] : body.items())
-    if (key != "model" && key != "input" && key != "encoding_format" && key != "dimensions" && key != "user")
-      throw HttpError(400, "/v1/embeddings: unknown field '" + key + "'");
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      throw HttpError(400, std::string(endpoint) + ": unknown field '" + key + "'");
+  return body;
+}
+
+// The texts to embed: `name` as one string or an array of 1 to kMaxEmbeddingInputs of them.
+std::vector<std::string> embedding_texts(const json& body, const std::string& name) {
+  if (!body.contains(name)) throw HttpError(400, "missing field '" + name + "'");
+  const json& input = body[name];
+  if (input.is_array() && !input.empty() && (input[0].is_number() || input[0].is_array()))
+    throw HttpError(400,
+                    "'" + name + "' as token ids is not supported: send the text (a string or an array of strings)");
+  std::vector<std::string> texts =
+      input.is_string() ? std::vector<std::string>{input.get<std::string>()}
+                        : field<std::vector<std::string>>(body, name.c_str(), "a string or an array of strings");
+  if (texts.empty() || int64_t(texts.size()) > kMaxEmbeddingInputs)
+    throw HttpError(400, "'" + name + "' must hold 1 to " + std::to_string(kMaxEmbeddingInputs) + " texts");
+  return texts;
+}
+
+std::optional<int64_t> embedding_dimensions(const json& body) {
+  if (!body.contains("dimensions") || body["dimensions"].is_null()) return std::nullopt;
+  return field<int64_t>(body, "dimensions", "a positive integer");
+}
+
+}  // namespace
+
+EmbeddingsRequest parse_embeddings(const std::string& text) {
+  const json body = embedding_body(text, "/v1/embeddings", {"model", "input", "encoding_format", "dimensions", "user"});
   EmbeddingsRequest r;
   r.model = field<std::string>(body, "model", "a string");
-  if (!body.contains("input")) throw HttpError(400, "missing field 'input'");
-  const json& input = body["input"];
-  if (input.is_array() && !input.empty() && (input[0].is_number() || input[0].is_array()))
-    throw HttpError(400, "'input' as token ids is not supported: send the text (a string or an array of strings)");
-  r.texts = input.is_string() ? std::vector<std::string>{input.get<std::string>()}
-                              : field<std::vector<std::string>>(body, "input", "a string or an array of strings");
-  if (r.texts.empty() || int64_t(r.texts.size()) > kMaxEmbeddingInputs)
-    throw HttpError(400, "'input' must hold 1 to " + std::to_string(kMaxEmbeddingInputs) + " texts");
+  r.texts = embedding_texts(body, "input");
   const std::string format = field<std::string>(body, "encoding_format", "\"float\" or \"base64\"", "float");
   if (format != "float" && format != "base64")
     throw HttpError(400, "'encoding_format' must be \"float\" or \"base64\", not \"" + format + "\"");
   r.base64 = format == "base64";
-  if (body.contains("dimensions") && !body["dimensions"].is_null())
-    r.dimensions = field<int64_t>(body, "dimensions", "a positive integer");
+  r.dimensions = embedding_dimensions(body);
+  if (r.dimensions) r.normalization = 2;  // OpenAI's shortened embeddings are normalised again
   field<std::string>(body, "user", "a string", "");
+  return r;
+}
+
+EmbeddingsRequest parse_tei_embed(const std::string& text) {
+  const json body =
+      embedding_body(text, "/embed",
+                     {"model", "inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
+  EmbeddingsRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  r.texts = embedding_texts(body, "inputs");
+  r.normalization = field<bool>(body, "normalize", "true or false", true) ? 2 : -1;
+  r.truncate = field<bool>(body, "truncate", "true or false", false);
+  const std::string direction = field<std::string>(body, "truncation_direction", "a string", std::string("Right"));
+  if (direction != "Right") throw HttpError(400, "truncation_direction must be \"Right\": texts are cut at the end");
+  if (body.contains("prompt_name") && !body["prompt_name"].is_null())
+    r.prompt_name = field<std::string>(body, "prompt_name", "a string");
+  r.dimensions = embedding_dimensions(body);
+  return r;
+}
+
+EmbeddingsRequest parse_llama_embedding(const std::string& text) {
+  const json body =
+      embedding_body(text, "/embedding", {"model", "content", "input", "embd_normalize", "encoding_format"});
+  EmbeddingsRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  r.texts = embedding_texts(body, body.contains("input") ? "input" : "content");  // (llama-server reads "input" first)
+  const int64_t norm = field<int64_t>(body, "embd_normalize", "an integer (-1 none, 0 max |x|, 2 Euclidean, p > 0)", 2);
+  if (norm < -1 || norm > 64) throw HttpError(400, "'embd_normalize' must be -1, 0, or a p-norm's p from 1 to 64");
+  r.normalization = int(norm);
+  if (field<std::string>(body, "encoding_format", "a string", std::string("float")) != "float")
+    throw HttpError(400, "'encoding_format' is \"float\" here; /v1/embeddings gives base64");
   return r;
 }
 

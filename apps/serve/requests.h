@@ -70,13 +70,23 @@ RerankRequest parse_rerank(const std::string& body);
 // inputs are refused by name; dimensions (at most the model's width, which
 // the server checks) keeps the first values, L2-normalised again.
 struct EmbeddingsRequest {
-  std::string model;
+  std::string model;  // "": the one text embedder served (TEI's and llama-server's requests name none)
   std::vector<std::string> texts;
   bool base64 = false;  // each embedding as base64 of little-endian f32s (what the openai client asks for)
   std::optional<int64_t> dimensions;
+  // After the model (and `dimensions`), as llama.cpp's embd_normalize: -1 none, 0 the largest |x| to 32760,
+  // 2 Euclidean, p > 0 the p-norm. OpenAI's answer is the model's own; TEI's and llama-server's normalise.
+  int normalization = -1;
+  std::optional<std::string> prompt_name;  // sentence-transformers' prompt by name; none: the model's default
+  bool truncate = true;  // false: a text past the model's length is an error (TEI's truncate false), not cut
 };
 inline constexpr int64_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per request
 EmbeddingsRequest parse_embeddings(const std::string& body);
+// Hugging Face text-embeddings-inference's /embed: {"inputs", "normalize" (true), "truncate" (false: a text past
+// the model's length is an error), "prompt_name", "dimensions"}.
+EmbeddingsRequest parse_tei_embed(const std::string& body);
+// llama-server's /embedding and /embeddings: {"content" or "input", "embd_normalize" (2)}.
+EmbeddingsRequest parse_llama_embedding(const std::string& body);
 
 // What /v1/completions and /v1/chat/completions share: the model, how to
 // sample and how to answer.

@@ -398,6 +398,18 @@ class Server {
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
          });
+    // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...].
+    post("/embed", "/embed", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
+    });
+    // llama-server's own: [{"index", "embedding": [[...]]}] (a pooled model's one vector, in a list).
+    for (const char* path : {"/embedding", "/embeddings"})
+      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+        json answer = json::array();
+        for (std::vector<float>& e : embeddings(parse_llama_embedding(body)).first)
+          answer.push_back({{"index", answer.size()}, {"embedding", json::array({std::move(e)})}});
+        res.set_content(answer.dump(), "application/json");
+      });
     // The language models' endpoints: a body parsed, then answered by the model it names.
     language_endpoint("/v1/completions", parse_completion, answer_completion);
     language_endpoint("/v1/chat/completions", parse_chat, answer_chat);
@@ -564,10 +576,17 @@ class Server {
   // The texts' embeddings, and the tokens read; they go through the model's
   // batcher, max_batch at a time, so they share batches with other requests.
   std::pair<std::vector<std::vector<float>>, int64_t> embeddings(const EmbeddingsRequest& r) {
-    ServedModel& m = model(r.model);
+    ServedModel& m = r.model.empty() ? only_model(recipes::ModelKind::text_embedder, "text embedders") : model(r.model);
     if (m.kind != recipes::ModelKind::text_embedder)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text embedder");
-    const Tensor ids = m.model->encode_texts(r.texts);
+    Tensor ids;
+    try {
+      ids = m.model->encode_embedding_texts(r.texts, {r.prompt_name, r.truncate});
+    } catch (const recipes::TextTooLong& e) {
+      throw HttpError(413, "model '" + m.name + "': " + e.what());
+    } catch (const Error& e) {
+      throw HttpError(400, "model '" + m.name + "': " + e.what());
+    }
     std::vector<std::future<Tensor>> parts;
     const int64_t n = ids.size(0), step = o_.batching.max_batch;
     for (int64_t first = 0; first < n; first += step) {
@@ -585,13 +604,13 @@ class Server {
         throw HttpError(400, "'dimensions' is " + std::to_string(*r.dimensions) + "; model '" + m.name + "' gives " +
                                  std::to_string(width) + ", and shortens its embeddings to 1 to " +
                                  std::to_string(width));
-      // Shortened as OpenAI's and Ollama's are (Matryoshka models, EmbeddingGemma's 512, 256 or 128): the
-      // first `dimensions` values, L2-normalised again.
+      // Shortened (Matryoshka models, EmbeddingGemma's 512, 256 or 128): the first `dimensions` values, then
+      // normalised as the request says (OpenAI's and Ollama's shortened ones to length 1 again).
       const int64_t kept = r.dimensions.value_or(width);
       const std::vector<float> v = rows.to_vector<float>();
       for (int64_t i = 0; i < rows.size(0); ++i) {
         out.emplace_back(v.begin() + i * width, v.begin() + i * width + kept);
-        if (kept < width) models::l2_normalize(out.back());
+        models::normalize_embedding(out.back(), r.normalization);
       }
     }
     return {std::move(out), tokens};
@@ -654,9 +673,8 @@ class Server {
   // Ollama's: /api/embed's L2-normalised, as Ollama normalises them; the older /api/embeddings' as the model gives it.
   void embed_ollama(const EmbeddingsRequest& r, bool older, httplib::Response& res) {
     const auto start = Clock::now();
-    auto [vectors, tokens] = embeddings(r);
+    const auto [vectors, tokens] = embeddings(r);
     if (older) return res.set_content(json{{"embedding", vectors.front()}}.dump(), "application/json");
-    for (std::vector<float>& e : vectors) models::l2_normalize(e);
     res.set_content(
         json{{"model", r.model},
              {"embeddings", vectors},

@@ -237,7 +237,7 @@ HfEmbedder load_hf_embedder(const std::string& dir_name, std::optional<DType> dt
   return e;
 }
 
-void use_prompt(HfEmbedder& e, const std::string& name) {
+const std::string& prompt_named(const HfEmbedder& e, const std::string& name) {
   const auto it = e.prompts.find(name);
   if (it == e.prompts.end()) {
     std::string names;
@@ -245,13 +245,21 @@ void use_prompt(HfEmbedder& e, const std::string& name) {
     KILN_FAIL("embeddings: the model has no prompt named \"", name, "\" (",
               names.empty() ? std::string("it has none") : "it has " + names, ")");
   }
-  e.prompt = it->second;
+  return it->second;
 }
 
+void use_prompt(HfEmbedder& e, const std::string& name) { e.prompt = prompt_named(e, name); }
+
 std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text) {
+  return embedding_ids(e, text, e.prompt, nullptr);
+}
+
+std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text, const std::string& prompt,
+                                   int64_t* uncut_length) {
   const text::HfTokenizer& tok = e.encoder.tokenizer;
-  const std::string prompted = e.prompt + text;  // sentence-transformers tokenizes the two as one text
+  const std::string prompted = prompt + text;  // sentence-transformers tokenizes the two as one text
   std::vector<int32_t> full = tok.encode(prompted);
+  if (uncut_length) *uncut_length = int64_t(full.size());
   if (int64_t(full.size()) <= e.max_tokens) return full;
   // As the tokenizer truncates one sequence: its content, keeping the special tokens around it.
   const std::vector<int32_t> content = tok.encode(prompted, false);
@@ -328,6 +336,24 @@ void l2_normalize(std::span<float> v) {
   double squares = 0;
   for (float x : v) squares += double(x) * x;
   const float inverse = float(1.0 / std::max(std::sqrt(squares), 1e-12));
+  for (float& x : v) x *= inverse;
+}
+
+void normalize_embedding(std::span<float> v, int norm) {
+  double size = 0;
+  if (norm == -1) return;
+  if (norm == 0) {  // the largest |x| to 32760: an int16's range
+    for (float x : v) size = std::max(size, double(std::abs(x)));
+    size /= 32760.0;
+  } else if (norm == 2) {
+    for (float x : v) size += double(x) * x;
+    size = std::sqrt(size);
+  } else {
+    KILN_CHECK(norm > 0, "embedding normalisation ", norm, ": use -1 (none), 0 (max |x|), 2 (Euclidean) or a p > 0");
+    for (float x : v) size += std::pow(std::abs(double(x)), norm);
+    size = std::pow(size, 1.0 / norm);
+  }
+  const float inverse = size > 0 ? float(1.0 / size) : 0.0f;
   for (float& x : v) x *= inverse;
 }
 

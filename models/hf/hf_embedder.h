@@ -53,9 +53,14 @@ HfEmbedder load_hf_embedder(const std::string& dir, std::optional<DType> dtype =
 // before every text, as encode(prompt_name=name) does (EmbeddingGemma's
 // "query", "document", ...); a name it lacks is an error listing those it has.
 void use_prompt(HfEmbedder& e, const std::string& name);
+// The prompt `name`'s text (the error use_prompt gives where there is none).
+const std::string& prompt_named(const HfEmbedder& e, const std::string& name);
 
 // A text's token ids as the embedder reads them: after its prompt, encoded, then cut to max_tokens.
 std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text);
+// The same after `prompt`; *uncut_length (if given) is how many ids there were before the cut.
+std::vector<int32_t> embedding_ids(const HfEmbedder& e, const std::string& text, const std::string& prompt,
+                                   int64_t* uncut_length);
 // Rows of ids (embedding_ids) -> their embeddings [rows, dimensions] f32 on
 // the CPU, in one padded pass: each row's as it would be alone.
 Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows);
@@ -63,6 +68,9 @@ Tensor embed_ids(HfEmbedder& e, const std::vector<std::vector<int32_t>>& rows);
 std::vector<float> project(const DenseProjection& d, std::span<const float> x);
 // `v` scaled to length 1, as torch.nn.functional.normalize does: v / max(|v|, 1e-12).
 void l2_normalize(std::span<float> v);
+// `v` scaled as llama.cpp's embd_normalize does: -1 not at all, 0 the largest |x| to 32760 (an int16's range),
+// 2 to Euclidean length 1, p > 0 to p-norm 1 (a zero vector stays zero).
+void normalize_embedding(std::span<float> v, int norm);
 std::vector<std::vector<float>> embed_texts(HfEmbedder& e, const std::vector<std::string>& texts);
 
 }  // namespace kiln::models

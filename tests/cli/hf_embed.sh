@@ -201,7 +201,7 @@ port="$(free_port)"
   --model rrx="gguf:$WORK/rerank-xlmr-f32.gguf" --model rrq="gguf:$WORK/rerank-xlmr-q8_0.gguf" \
   --model rr3="gguf:$WORK/rerank-qwen3.gguf" --model rr3hf="hf:$FIX/rerank-qwen3" \
   --model eg="hf:$FIX/embed-gemma3" --model eggguf="gguf:$WORK/gemma-embed-f32.gguf" \
-  >"$WORK/serve.log" 2>&1 &
+  --model dense="hf:$FIX/embed-minilm-dense" >"$WORK/serve.log" 2>&1 &
 server=$!
 LOG="$WORK/serve.log" wait_for_server "$port" "$server"
 run 0 python3 - "$port" "$FIX/embed-minilm/expected.json" <<'PY'
@@ -245,6 +245,56 @@ for body, says in (({"model": "lm", "input": "x"}, "not a text embedder"),
     status, r = post(body)
     assert status == 400 and says in r["error"]["message"], (body, status, r)
 print("embeddings served ok")
+PY
+# Hugging Face TEI's /embed and llama-server's /embedding on the same models: sentence-transformers' embeddings,
+# normalised as each server does (TEI's normalize, true by default; llama.cpp's embd_normalize, 2 by default: a model
+# without sentence-transformers' Normalize shows it), TEI's prompt_name as encode(prompt_name=...), and a text past
+# max_seq_length (MiniLM's fifth: 16 tokens) an error unless truncate asks for it cut.
+run 0 python3 - "$port" "$FIX" <<'PY'
+import json, sys, urllib.error, urllib.request
+port, fix = sys.argv[1], sys.argv[2]
+want = {name: json.load(open(f"{fix}/{name}/expected.json")) for name in ("embed-minilm", "embed-minilm-dense", "embed-gemma3")}
+def post(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode())
+    try:
+        return 200, json.loads(urllib.request.urlopen(req).read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+def close(got, w):  # (relative to the vector's largest value: embd_normalize 0 scales it to an int16's range)
+    return len(got) == len(w) and max(abs(a - b) for a, b in zip(got, w)) < 1e-5 * max(1, *map(abs, w))
+def scaled(v, p):
+    size = max(abs(x) for x in v) / 32760 if p == 0 else sum(abs(x) ** p for x in v) ** (1 / p) if p > 0 else 1
+    return [x / size for x in v]
+minilm, dense, gemma = want["embed-minilm"], want["embed-minilm-dense"], want["embed-gemma3"]
+status, r = post("/embed", {"model": "emb", "inputs": minilm["texts"][:4]})
+assert status == 200 and len(r) == 4 and all(close(g, w) for g, w in zip(r, minilm["embeddings"])), (status, r)
+status, r = post("/embed", {"model": "emb", "inputs": minilm["texts"][4]})  # TEI's truncate is false by default
+assert status == 413 and "16" in r["error"]["message"] and "truncate" in r["error"]["message"], (status, r)
+status, r = post("/embed", {"model": "emb", "inputs": minilm["texts"][4], "truncate": True})
+assert status == 200 and close(r[0], minilm["embeddings"][4]), (status, r)
+for normalize, p in ((None, 2), (True, 2), (False, -1)):
+    body = {"model": "dense", "inputs": dense["texts"]} | ({} if normalize is None else {"normalize": normalize})
+    status, r = post("/embed", body)
+    assert status == 200 and all(close(g, scaled(w, p)) for g, w in zip(r, dense["embeddings"])), (normalize, r)
+status, r = post("/embed", {"model": "eg", "inputs": gemma["texts"], "prompt_name": gemma["prompted"]["prompt_name"]})
+assert status == 200 and all(close(g, w) for g, w in zip(r, gemma["prompted"]["embeddings"])), r
+status, r = post("/embed", {"model": "eg", "inputs": "x", "prompt_name": "nothing"})
+assert status == 400 and 'no prompt named "nothing"' in r["error"]["message"], r
+status, r = post("/embed", {"model": "dense", "inputs": "x", "dimensions": 8, "normalize": False})  # TEI: cut, as is
+status2, whole = post("/embed", {"model": "dense", "inputs": "x", "normalize": False})
+assert status == status2 == 200 and r[0] == whole[0][:8], (r, whole)
+status, r = post("/embed", {"inputs": "x"})
+assert status == 400 and "name the model" in r["error"]["message"], r
+for p in (None, 2, -1, 0, 3):
+    body = {"model": "dense", "content": dense["texts"]} | ({} if p is None else {"embd_normalize": p})
+    for path in ("/embedding", "/embeddings"):
+        status, r = post(path, body)
+        assert status == 200 and [e["index"] for e in r] == list(range(5)), (path, p, r)
+        assert all(len(e["embedding"]) == 1 and close(e["embedding"][0], scaled(w, 2 if p is None else p))
+                   for e, w in zip(r, dense["embeddings"])), (path, p, r)
+status, r = post("/embedding", {"model": "emb", "input": minilm["texts"][4]})  # llama-server cuts at the model's end
+assert status == 200 and close(r[0]["embedding"][0], minilm["embeddings"][4]), r
+print("TEI and llama-server embeddings ok")
 PY
 # Rerank (Jina's and Cohere's API, as vLLM and TEI serve it) with a cross-encoder: CrossEncoder's scores, best first.
 run 0 python3 - "$port" "$FIX/rerank-minilm/expected.json" <<'PY'

@@ -98,6 +98,8 @@ e = client.embed(model="emb", input=embedded["texts"][:3])
 assert len(e.embeddings) == 3 and e.prompt_eval_count > 0, e
 worst = max(abs(x - y) for got, w in zip(e.embeddings, embedded["embeddings"]) for x, y in zip(got, w))
 assert worst < 1e-5, worst
+cut = client.embed(model="emb", input=embedded["texts"][4], truncate=True)  # (Ollama's default: cut)
+assert max(abs(x - y) for x, y in zip(cut.embeddings[0], embedded["embeddings"][4])) < 1e-5
 old = client.embeddings(model="emb", prompt=embedded["texts"][0])
 assert max(abs(x - y) for x, y in zip(old.embedding, embedded["embeddings"][0])) < 1e-5
 print("/api/embed and /api/embeddings: sentence-transformers' embeddings")
@@ -126,7 +128,9 @@ for call, status, words in [
          "num_predict"),
         (lambda: client.chat(model="qwen", stream=False, messages=[{"role": "user", "content": "x", "images": ["aGk="]}]),
          400, "text models"),
-        (lambda: client.embed(model="qwen", input="x"), 400, "not a text embedder")]:
+        (lambda: client.embed(model="qwen", input="x"), 400, "not a text embedder"),
+        # the fixture's fifth text is past its 16 tokens: with truncate false, an error, as Ollama's
+        (lambda: client.embed(model="emb", input=embedded["texts"][4], truncate=False), 413, "past the 16")]:
     try:
         call()
         raise SystemExit(f"taken: {words}")

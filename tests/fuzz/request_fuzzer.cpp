@@ -62,6 +62,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string b64 = kiln::text::base64_encode(body.data(), body.size());
     if (b64.size() != (body.size() + 2) / 3 * 4 || kiln::text::base64_decode(b64) != body) std::abort();
   });
+  for (auto parse : {kiln::serve::parse_tei_embed, kiln::serve::parse_llama_embedding})
+    expect_valid_or_400([&] {
+      auto r = parse(body);
+      if (r.texts.empty() || int64_t(r.texts.size()) > kiln::serve::kMaxEmbeddingInputs || r.normalization < -1)
+        std::abort();
+    });
   expect_valid_or_400([&] {
     auto r = kiln::serve::parse_completion(body);
     if (r.max_tokens < 0 || r.max_tokens > 4096 || r.prompt_count() == 0 ||
