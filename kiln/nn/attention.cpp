@@ -46,7 +46,9 @@ Tensor add_biases(const Tensor& a, const Tensor& b) {
 
 Tensor attention_written_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                              Dropout* probs_dropout, double softcap) {
-  Tensor scores = matmul(q, transpose(k, 2, 3)) * (1.0 / std::sqrt(double(q.size(3))));
+  // 1/sqrt(D) on whichever is smaller, q [.., T, D] or the scores [.., T, S]: a pass over D values a row, not S.
+  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  Tensor scores = k.size(2) > q.size(3) ? matmul(q * scale, transpose(k, 2, 3)) : matmul(q, transpose(k, 2, 3)) * scale;
   if (softcap > 0) scores = mul_scalar(tanh(mul_scalar(scores, 1.0 / softcap)), softcap);
   if (scores.dtype() != DType::f32) scores = to_dtype(scores, DType::f32);  // bf16 scores: softmax in f32
   if (bias.defined()) scores = scores + (bias.dtype() == DType::f32 ? bias : to_dtype(bias, DType::f32));
