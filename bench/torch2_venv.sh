@@ -2,7 +2,7 @@
 # The PyTorch users install today (2.x from PyPI), with transformers,
 # tokenizers and safetensors (the oracles for Hugging Face models:
 # tests/hf/make_fixtures.py; gguf and protobuf for their tokenizer
-# converters), peft, sentence-transformers (the embeddings' oracle), and the openai and ollama clients (the
+# converters), peft, sentence-transformers (the embeddings' oracle), the openai, ollama and anthropic clients (the
 # chat APIs' tests drive kiln serve with them), in a virtual environment outside the
 # repository, made once and cached; jsonschema validates constrained
 # answers. Prints its python.
@@ -22,6 +22,10 @@ fi
 # The ollama client (Ollama's API's tests drive kiln serve with it: cli.hf_ollama_api) came later, likewise.
 if ! "$VENV/bin/python" -c "import ollama" 2>/dev/null; then
   "$VENV/bin/pip" install -q ollama >&2 || echo "could not install the ollama client into $VENV" >&2
+fi
+# So did the anthropic client (the Messages API's test: cli.hf_anthropic_api).
+if ! "$VENV/bin/python" -c "import anthropic" 2>/dev/null; then
+  "$VENV/bin/pip" install -q anthropic >&2 || echo "could not install the anthropic client into $VENV" >&2
 fi
 # sentence-transformers came later (the embedding fixtures): added to a venv made before it.
 if ! "$VENV/bin/python" -c "import sentence_transformers" 2>/dev/null; then

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/recipes/chat_answer.h"
+#include "apps/serve/anthropic_answers.h"
 #include "apps/serve/ollama_answers.h"
 #include "kiln/core/error.h"
 
@@ -38,8 +39,9 @@ struct Shape {
   nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
   recipes::ReasoningStart reasoning = {};       // a chat whose reasoning is split off (format: its marks)
   // Whose API answers: OpenAI's; llama-server's /completion ({"content", "stop"} events, a last one with the
-  // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h).
-  enum class Api { openai, llama, ollama };
+  // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h); Anthropic's /v1/messages
+  // (content blocks, named events: anthropic_answers.h).
+  enum class Api { openai, llama, ollama, anthropic };
   Api api = Api::openai;
   // llama-server's response_fields: its answer cut to these ("a/b": a's b, under the name "a/b"); empty: all.
   std::vector<std::string> response_fields;
@@ -130,6 +132,14 @@ struct Shape {
     return out;
   }
   bool reads() const { return tools || reasoning.format; }
+  // Anthropic's whole message: the answer read (thinking, text, calls as tool_use blocks) where it is read.
+  json anthropic_answer(const recipes::Completion& c, const std::string& id, const std::string& model) const {
+    const recipes::ChatAnswer r = reads() ? read(c.text, true) : recipes::ChatAnswer{"", {c.text, {}}};
+    json uses = json::array();
+    for (size_t i = 0; i < r.answer.calls.size(); ++i)
+      uses.push_back(tool_use_block(call_id(r.answer.calls[i], i, id), r.answer.calls[i]));
+    return anthropic_message(id, model, r.reasoning, r.answer.content, uses, c);
+  }
   // Ollama's fields for text: /api/chat's message content, /api/generate's response.
   json ollama_text(const std::string& text) const { return {{chat ? "content" : "response", text}}; }
   // Ollama's fields for a whole answer: its text, and where it is read, the thinking and the tool calls apart.
@@ -160,11 +170,14 @@ struct Shape {
   static std::string finish_reason(const recipes::Completion& c, const text::ToolAnswer& answer) {
     return !answer.calls.empty() && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason;
   }
+  std::string call_id(const text::ToolCall& call, size_t index, const std::string& answer_id) const {
+    return text::tool_call_id(*tools, call, call_seed(answer_id) + index);
+  }
   // A call, or its first stream event (`opening`: the id, the type and the name with it).
   json tool_call(const text::ToolCall& call, size_t index, const std::string& answer_id, bool opening) const {
     json out = {{"index", index}};
     if (opening) {
-      out["id"] = text::tool_call_id(*tools, call, call_seed(answer_id) + index);
+      out["id"] = call_id(call, index, answer_id);
       out["type"] = "function";
       out["function"] = {{"name", call.name}, {"arguments", call.arguments}};
     } else {
@@ -220,6 +233,7 @@ struct ChoiceStream {
   ReadStream read;             // a chat that is read: what its events have carried
   bool done = false;           // its finish event is sent
   recipes::Completion result;  // once done
+  AnthropicBlocks blocks;      // Anthropic's: the content blocks its events have opened
 };
 
 // What a choice's job holds for its stream at a wake: its next piece of text, the log-probabilities made with it.
@@ -283,7 +297,10 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
     for (const auto& job : jobs) job->cancelled = true;
   };
   JobSignal& signal = *jobs[0]->signal;
-  const std::string id = (shape.chat ? "chatcmpl-" : "cmpl-") + std::to_string(t.next_id++);
+  const std::string id = (shape.api == Shape::Api::anthropic ? "msg_"
+                          : shape.chat                       ? "chatcmpl-"
+                                                             : "cmpl-") +
+                         std::to_string(t.next_id++);
   const int64_t created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto envelope = [id, created, name = t.name](const std::string& object, json choices) {
@@ -316,6 +333,8 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
     if (shape.logprobs) answer["completion_probabilities"] = Shape::scored_tokens(jobs[0]->result.logprobs, true);
     return res.set_content(dump(shape.only_asked(answer)), "application/json");
   }
+  if (!fields.stream && shape.api == Shape::Api::anthropic)
+    return res.set_content(dump(shape.anthropic_answer(jobs[0]->result, id, t.name)), "application/json");
   if (!fields.stream && shape.api == Shape::Api::ollama) {
     const recipes::Completion& c = jobs[0]->result;
     return res.set_content(dump(ollama_done(t.name, shape.chat, shape.ollama_answer(c.text), c, jobs[0]->times)),
@@ -347,10 +366,15 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
       ollama ? "application/x-ndjson" : "text/event-stream",
       [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage, model = t.name,
        prompt = prompts[0], n = fields.n](size_t, httplib::DataSink& sink) {
-        const bool ollama = shape.api == Shape::Api::ollama;
+        const bool ollama = shape.api == Shape::Api::ollama, anthropic = shape.api == Shape::Api::anthropic;
         auto send = [&](const json& j) {
-          const std::string line = ollama ? dump(j) + "\n" : "data: " + dump(j) + "\n\n";
+          const std::string line = ollama      ? dump(j) + "\n"
+                                   : anthropic ? "event: " + j.value("type", "") + "\ndata: " + dump(j) + "\n\n"
+                                               : "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
+        };
+        auto send_all = [&](const std::vector<json>& events) {
+          return std::all_of(events.begin(), events.end(), [&](const json& e) { return send(e); });
         };
         auto event = [&](size_t i, const std::string& text, const json& finish,
                          const std::vector<recipes::TokenLogprob>& lps) {
@@ -361,16 +385,41 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
             return send(piece);
           }
           if (ollama) return send(ollama_piece(model, shape.chat, shape.ollama_text(text)));
+          if (anthropic) return send_all(s.blocks.text(text));
           json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
           choice["index"] = i;
           s.first = false;
           s.text_sent += int64_t(text.size());
           return send(envelope(shape.chunk_object(), json::array({choice})));
         };
+        // OpenAI's chat streams open with the role alone; Anthropic's with message_start (its usage comes at
+        // the end, in message_delta: the prompt is not read yet).
+        auto open = [&](size_t i) {
+          ChoiceStream& s = (*streams)[i];
+          if (!s.first) return true;
+          if (!anthropic) return !(shape.chat && shape.api == Shape::Api::openai) || event(i, "", nullptr, {});
+          s.first = false;
+          return send({{"type", "message_start"}, {"message", anthropic_message_start(id, model)}});
+        };
         // A chat that is read: what reading the longer text adds.
         auto read_events = [&](size_t i, const std::string& piece, bool whole,
                                const std::vector<recipes::TokenLogprob>& lps) {
           std::vector<json> deltas = (*streams)[i].read.deltas(shape, piece, whole, choice_key(id, i));
+          if (anthropic) {  // each kind in a block of its own; a call's block opens with its id and name
+            AnthropicBlocks& blocks = (*streams)[i].blocks;
+            for (const json& d : deltas) {
+              if (d.contains("reasoning_content") && !send_all(blocks.thinking(d["reasoning_content"]))) return false;
+              if (d.contains("content") && !send_all(blocks.text(d["content"]))) return false;
+              for (const json& call : d.value("tool_calls", json::array())) {
+                const bool opening = call.contains("id");
+                if (!send_all(blocks.tool_use(call["index"], opening ? call["id"] : json(""),
+                                              opening ? call["function"]["name"] : json(""),
+                                              call["function"]["arguments"], opening)))
+                  return false;
+              }
+            }
+            return true;
+          }
           if (ollama) {  // thinking and content as they come; tool calls whole, at the end
             for (const json& d : deltas) {
               if (d.contains("reasoning_content") &&
@@ -423,9 +472,7 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
           for (size_t i = 0; i < jobs.size(); ++i) {
             if ((*streams)[i].done) continue;
             const JobNews& n = news[i];
-            // OpenAI's chat streams open with the role alone.
-            const bool opened =
-                !(shape.chat && shape.api == Shape::Api::openai && (*streams)[i].first) || event(i, "", nullptr, {});
+            const bool opened = open(i);
             const bool last = moved && !error && n.finished && !n.more;
             const bool sent = shape.reads()
                                   ? read_events(i, n.piece, last, n.logprobs)
@@ -443,8 +490,9 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               } catch (const std::exception& e) {
                 what = e.what();
               }
-            send(ollama ? json{{"error", what}}
-                        : json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
+            send(ollama      ? json{{"error", what}}
+                 : anthropic ? json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", what}}}}
+                             : json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
           } else {
             for (size_t i = 0; i < jobs.size(); ++i) {
               ChoiceStream& s = (*streams)[i];
@@ -452,6 +500,8 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               const recipes::Completion& c = news[i].result;
               if (shape.api == Shape::Api::llama) {
                 send(shape.only_asked(Shape::llama_answer(c, "", model, prompt, news[i].times)));
+              } else if (anthropic) {
+                send_all(s.blocks.finish(c, shape.reads() && !s.read.sent.answer.calls.empty()));
               } else if (ollama) {
                 if (shape.reads() && !s.read.sent.answer.calls.empty())
                   send(ollama_piece(model, shape.chat, {{"tool_calls", ollama_tool_calls(s.read.sent.answer.calls)}}));
@@ -700,6 +750,21 @@ void answer_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Respo
 
 void answer_ollama_chat(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
   answer_conversation(t, r, res, Shape::Api::ollama, true);
+}
+
+void answer_anthropic_messages(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  answer_conversation(t, r, res, Shape::Api::anthropic, true);
+}
+
+void answer_anthropic_count_tokens(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  const std::string prompt = rendered_chat(t, r);
+  int64_t tokens = 0;
+  try {  // as a chat prompt is read for generation: its template writes the special tokens
+    tokens = int64_t(t.model.tokenize(prompt, /*add_special=*/false, /*parse_special=*/true).size());
+  } catch (const Error& e) {
+    throw HttpError(400, "model '" + t.name + "': " + e.what());
+  }
+  res.set_content(dump({{"input_tokens", tokens}}), "application/json");
 }
 
 void answer_ollama_generate(const GenerationTarget& t, const OllamaGenerateRequest& r, httplib::Response& res) {

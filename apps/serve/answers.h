@@ -35,6 +35,10 @@ void answer_llama_completion(const GenerationTarget& target, const CompletionReq
 // the cursor, other files' chunks first), answered as /completion answers.
 void answer_llama_infill(const GenerationTarget& target, const InfillRequest& request, httplib::Response& res);
 void answer_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+// Anthropic's POST /v1/messages (anthropic_requests.h): the message, or its events; and /v1/messages/count_tokens:
+// {"input_tokens"}, the prompt's tokens as the model's template renders it.
+void answer_anthropic_messages(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+void answer_anthropic_count_tokens(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 // Ollama's POST /api/chat and /api/generate (ollama_answers.h): the whole answer, or NDJSON lines of it.
 void answer_ollama_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 void answer_ollama_generate(const GenerationTarget& target, const OllamaGenerateRequest& request,

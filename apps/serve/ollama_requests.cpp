@@ -4,25 +4,12 @@
 #include <deque>
 #include <random>
 
+#include "apps/serve/request_fields.h"
+
 namespace kiln::serve {
 namespace {
 
-// ordered: a tool's schema and a call's arguments reach the template in the order the client wrote them
 using json = nlohmann::ordered_json;
-
-json object_of(const std::string& text) {
-  json body = json::parse(text, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) throw HttpError(400, "the request body is not a JSON object");
-  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
-  return body;
-}
-
-void only(const json& body, std::initializer_list<const char*> known, const std::string& endpoint) {
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (const std::string key = it.key();
-        std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
-      throw HttpError(400, "unknown field '" + key + "' (see docs/SERVING.md for the fields " + endpoint + " takes)");
-}
 
 // options -> the OpenAI body's sampling fields.
 void read_options(const json& body, json& out) {

@@ -5,6 +5,7 @@
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/anthropic_requests.h"
 #include "apps/serve/answers.h"
 #include "apps/serve/generation.h"
 #include "apps/serve/ollama_answers.h"
@@ -63,6 +64,15 @@ int64_t weights_bytes(const std::string& spec) {
 std::string error_body(const std::string& message, int status, const std::string& endpoint = "") {
   if (endpoint.starts_with("/api/"))
     return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (endpoint.starts_with("/v1/messages")) {  // Anthropic's: {"type": "error", "error": {"type", "message"}}
+    const char* type = status == 404   ? "not_found_error"
+                       : status == 413 ? "request_too_large"
+                       : status == 503 ? "overloaded_error"
+                       : status >= 500 ? "api_error"
+                                       : "invalid_request_error";
+    return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}}.dump(
+        -1, ' ', false, json::error_handler_t::replace);
+  }
   const char* type = status == 404   ? "not_found_error"
                      : status == 503 ? "overloaded_error"
                      : status == 504 ? "timeout_error"
@@ -415,6 +425,12 @@ class Server {
     language_endpoint("/v1/chat/completions", parse_chat, answer_chat);
     language_endpoint("/chat/completions", parse_chat, answer_chat);  // (llama-server's, without /v1)
     language_endpoint("/apply-template", parse_chat, answer_apply_template);
+    // Anthropic's Messages API (anthropic_requests.h), for clients written for it.
+    language_endpoint("/v1/messages", [](const std::string& body) { return parse_anthropic_messages(body); },
+                      answer_anthropic_messages);
+    language_endpoint("/v1/messages/count_tokens",
+                      [](const std::string& body) { return parse_anthropic_messages(body, /*counting=*/true); },
+                      answer_anthropic_count_tokens);
     language_endpoint("/completion", parse_llama_completion, answer_llama_completion);   // llama-server's own
     language_endpoint("/completions", parse_llama_completion, answer_llama_completion);  // and its alias
     language_endpoint("/infill", parse_llama_infill, answer_llama_infill);

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "apps/serve/anthropic_requests.h"
 #include "apps/serve/ollama_requests.h"
 #include "apps/serve/requests.h"
 #include "kiln/core/error.h"
@@ -62,6 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string b64 = kiln::text::base64_encode(body.data(), body.size());
     if (b64.size() != (body.size() + 2) / 3 * 4 || kiln::text::base64_decode(b64) != body) std::abort();
   });
+  for (const bool counting : {false, true})
+    expect_valid_or_400([&] {
+      auto r = kiln::serve::parse_anthropic_messages(body, counting);
+      if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.n != 1) std::abort();
+    });
   for (auto parse : {kiln::serve::parse_tei_embed, kiln::serve::parse_llama_embedding})
     expect_valid_or_400([&] {
       auto r = parse(body);
