@@ -5,7 +5,7 @@
 foreach(scenario train_eval_mlp train_sample_gpt resume errors cuda_without_gpu run_on_device_without_gpu plan serve
                  serve_gpu_bench classify hf_models hf_export hf_chat hf_quantized sft sft_learns classify_finetune
                  apply_template hf_qwen2_chat hf_embed hf_grammar hf_tools hf_reasoning chat_tools hf_sampling
-                 hf_ollama_api hf_anthropic_api hf_infill)
+                 hf_ollama_api hf_anthropic_api hf_responses_api hf_infill)
   add_test(NAME cli.${scenario} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/${scenario}.sh)
   set_tests_properties(cli.${scenario} PROPERTIES LABELS cpu ENVIRONMENT "KILN=$<TARGET_FILE:kiln_cli>")
 endforeach()
@@ -21,7 +21,7 @@ set_tests_properties(cli.hf_vocabs PROPERTIES LABELS "cpu;oracle" TIMEOUT 900 SK
 # peft, the openai client, torchrun from the PyTorch 2 environment): they fail
 # without it, or report Skipped under KILN_ORACLES=optional (tests/cli/lib.sh).
 set_tests_properties(cli.sft cli.hf_export cli.hf_chat cli.classify_finetune cli.hf_qwen2_chat cli.hf_embed cli.hf_grammar cli.hf_tools cli.hf_reasoning
-                     cli.hf_sampling cli.hf_ollama_api cli.hf_anthropic_api cli.hf_infill
+                     cli.hf_sampling cli.hf_ollama_api cli.hf_anthropic_api cli.hf_responses_api cli.hf_infill
                      PROPERTIES LABELS "cpu;oracle" SKIP_RETURN_CODE 77)
 
 if(TARGET bench_gpu)

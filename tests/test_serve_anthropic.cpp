@@ -119,15 +119,16 @@ std::vector<std::string> types(const std::vector<nlohmann::json>& events) {
 // Thinking, then text, then two calls: each block stops before the next starts, a thinking block is signed first,
 // and the message's end says why it stopped.
 TEST(AnthropicAnswers, StreamedBlocksComeOneAfterAnother) {
-  AnthropicBlocks blocks;
+  AnthropicBlocks blocks("msg_1", "m");
+  EXPECT_EQ(blocks.start()[0]["message"]["content"], nlohmann::json::array());
   std::vector<nlohmann::json> events;
   auto take = [&](std::vector<nlohmann::json> more) { events.insert(events.end(), more.begin(), more.end()); };
-  take(blocks.thinking("Hm"));
-  take(blocks.thinking("m."));
+  take(blocks.reasoning("Hm"));
+  take(blocks.reasoning("m."));
   take(blocks.text("Calling."));
-  take(blocks.tool_use(0, "t0", "f", R"({"a":)", true));
-  take(blocks.tool_use(0, "", "", "1}", false));
-  take(blocks.tool_use(1, "t1", "f", "{}", true));
+  take(blocks.call(0, "t0", "f", R"({"a":)", true));
+  take(blocks.call(0, "", "", "1}", false));
+  take(blocks.call(1, "t1", "f", "{}", true));
   recipes::Completion c;
   c.finish_reason = "stop";
   c.prompt_tokens = 10, c.cached_tokens = 4, c.completion_tokens = 7;

@@ -6,6 +6,7 @@
 #include "apps/recipes/chat_answer.h"
 #include "apps/serve/anthropic_answers.h"
 #include "apps/serve/ollama_answers.h"
+#include "apps/serve/responses_answers.h"
 #include "kiln/core/error.h"
 
 namespace kiln::serve {
@@ -39,9 +40,9 @@ struct Shape {
   nlohmann::ordered_json tool_list;             // the request's tools (their parameters' types read XML-style values)
   recipes::ReasoningStart reasoning = {};       // a chat whose reasoning is split off (format: its marks)
   // Whose API answers: OpenAI's; llama-server's /completion ({"content", "stop"} events, a last one with the
-  // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h); Anthropic's /v1/messages
-  // (content blocks, named events: anthropic_answers.h).
-  enum class Api { openai, llama, ollama, anthropic };
+  // stats); Ollama's /api/chat and /api/generate (NDJSON lines, ollama_answers.h); Anthropic's /v1/messages and
+  // OpenAI's /v1/responses (typed parts, named events: part_stream.h).
+  enum class Api { openai, llama, ollama, anthropic, responses };
   Api api = Api::openai;
   // llama-server's response_fields: its answer cut to these ("a/b": a's b, under the name "a/b"); empty: all.
   std::vector<std::string> response_fields;
@@ -132,13 +133,34 @@ struct Shape {
     return out;
   }
   bool reads() const { return tools || reasoning.format; }
-  // Anthropic's whole message: the answer read (thinking, text, calls as tool_use blocks) where it is read.
+  // The whole answer, read where it is read (thinking, text, calls).
+  recipes::ChatAnswer whole_reading(const recipes::Completion& c) const {
+    return reads() ? read(c.text, true) : recipes::ChatAnswer{"", {c.text, {}}};
+  }
+  // Anthropic's whole message: thinking, text, and the calls as tool_use blocks.
   json anthropic_answer(const recipes::Completion& c, const std::string& id, const std::string& model) const {
-    const recipes::ChatAnswer r = reads() ? read(c.text, true) : recipes::ChatAnswer{"", {c.text, {}}};
+    const recipes::ChatAnswer r = whole_reading(c);
     json uses = json::array();
     for (size_t i = 0; i < r.answer.calls.size(); ++i)
       uses.push_back(tool_use_block(call_id(r.answer.calls[i], i, id), r.answer.calls[i]));
     return anthropic_message(id, model, r.reasoning, r.answer.content, uses, c);
+  }
+  // The Responses API's whole response: the answer's reading through the stream's items.
+  json responses_answer(const recipes::Completion& c, ResponsesItems items, const std::string& id) const {
+    const recipes::ChatAnswer r = whole_reading(c);
+    if (!r.reasoning.empty()) items.reasoning(r.reasoning);
+    if (!r.answer.content.empty()) items.text(r.answer.content);
+    for (size_t i = 0; i < r.answer.calls.size(); ++i)
+      items.call(i, call_id(r.answer.calls[i], i, id), r.answer.calls[i].name, r.answer.calls[i].arguments, true);
+    items.finish(c, !r.answer.calls.empty());
+    return items.response();
+  }
+  // The APIs that stream typed parts: their stream's state (null: the others).
+  std::unique_ptr<PartStream> part_stream(const std::string& id, const std::string& model, int64_t created,
+                                          int64_t max_tokens) const {
+    if (api == Api::anthropic) return std::make_unique<AnthropicBlocks>(id, model);
+    if (api == Api::responses) return std::make_unique<ResponsesItems>(id, model, created, max_tokens);
+    return nullptr;
   }
   // Ollama's fields for text: /api/chat's message content, /api/generate's response.
   json ollama_text(const std::string& text) const { return {{chat ? "content" : "response", text}}; }
@@ -233,7 +255,7 @@ struct ChoiceStream {
   ReadStream read;             // a chat that is read: what its events have carried
   bool done = false;           // its finish event is sent
   recipes::Completion result;  // once done
-  AnthropicBlocks blocks;      // Anthropic's: the content blocks its events have opened
+  std::unique_ptr<PartStream> parts;  // Anthropic's and the Responses API's: the parts its events have opened
 };
 
 // What a choice's job holds for its stream at a wake: its next piece of text, the log-probabilities made with it.
@@ -297,9 +319,10 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
     for (const auto& job : jobs) job->cancelled = true;
   };
   JobSignal& signal = *jobs[0]->signal;
-  const std::string id = (shape.api == Shape::Api::anthropic ? "msg_"
-                          : shape.chat                       ? "chatcmpl-"
-                                                             : "cmpl-") +
+  const std::string id = (shape.api == Shape::Api::anthropic   ? "msg_"
+                          : shape.api == Shape::Api::responses ? "resp_"
+                          : shape.chat                         ? "chatcmpl-"
+                                                               : "cmpl-") +
                          std::to_string(t.next_id++);
   const int64_t created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -335,6 +358,10 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
   }
   if (!fields.stream && shape.api == Shape::Api::anthropic)
     return res.set_content(dump(shape.anthropic_answer(jobs[0]->result, id, t.name)), "application/json");
+  if (!fields.stream && shape.api == Shape::Api::responses)
+    return res.set_content(
+        dump(shape.responses_answer(jobs[0]->result, ResponsesItems(id, t.name, created, fields.max_tokens), id)),
+        "application/json");
   if (!fields.stream && shape.api == Shape::Api::ollama) {
     const recipes::Completion& c = jobs[0]->result;
     return res.set_content(dump(ollama_done(t.name, shape.chat, shape.ollama_answer(c.text), c, jobs[0]->times)),
@@ -361,16 +388,17 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
   // Server-sent events: a chunk per piece of text (a chat's first names the
   // role), then the finish reason, for each choice; then the usage if asked, then [DONE].
   auto streams = std::make_shared<std::vector<ChoiceStream>>(jobs.size());
+  for (ChoiceStream& s : *streams) s.parts = shape.part_stream(id, t.name, created, fields.max_tokens);
   const bool ollama = shape.api == Shape::Api::ollama;
   res.set_chunked_content_provider(
       ollama ? "application/x-ndjson" : "text/event-stream",
       [jobs, cancel, shape, envelope, timeout, streams, id, include_usage = fields.include_usage, model = t.name,
        prompt = prompts[0], n = fields.n](size_t, httplib::DataSink& sink) {
-        const bool ollama = shape.api == Shape::Api::ollama, anthropic = shape.api == Shape::Api::anthropic;
-        auto send = [&](const json& j) {
-          const std::string line = ollama      ? dump(j) + "\n"
-                                   : anthropic ? "event: " + j.value("type", "") + "\ndata: " + dump(j) + "\n\n"
-                                               : "data: " + dump(j) + "\n\n";
+        const bool ollama = shape.api == Shape::Api::ollama, parts = bool((*streams)[0].parts);
+        auto send = [&](const json& j) {  // (the typed parts' APIs name each event)
+          const std::string line = ollama  ? dump(j) + "\n"
+                                   : parts ? "event: " + j.value("type", "") + "\ndata: " + dump(j) + "\n\n"
+                                           : "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         auto send_all = [&](const std::vector<json>& events) {
@@ -385,36 +413,35 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
             return send(piece);
           }
           if (ollama) return send(ollama_piece(model, shape.chat, shape.ollama_text(text)));
-          if (anthropic) return send_all(s.blocks.text(text));
+          if (parts) return send_all(s.parts->text(text));
           json choice = shape.choice(text, finish, shape.logprobs_of(lps, s.text_sent), false, s.first);
           choice["index"] = i;
           s.first = false;
           s.text_sent += int64_t(text.size());
           return send(envelope(shape.chunk_object(), json::array({choice})));
         };
-        // OpenAI's chat streams open with the role alone; Anthropic's with message_start (its usage comes at
-        // the end, in message_delta: the prompt is not read yet).
+        // OpenAI's chat streams open with the role alone; the typed parts' APIs with their start events.
         auto open = [&](size_t i) {
           ChoiceStream& s = (*streams)[i];
           if (!s.first) return true;
-          if (!anthropic) return !(shape.chat && shape.api == Shape::Api::openai) || event(i, "", nullptr, {});
+          if (!parts) return !(shape.chat && shape.api == Shape::Api::openai) || event(i, "", nullptr, {});
           s.first = false;
-          return send({{"type", "message_start"}, {"message", anthropic_message_start(id, model)}});
+          return send_all(s.parts->start());
         };
         // A chat that is read: what reading the longer text adds.
         auto read_events = [&](size_t i, const std::string& piece, bool whole,
                                const std::vector<recipes::TokenLogprob>& lps) {
           std::vector<json> deltas = (*streams)[i].read.deltas(shape, piece, whole, choice_key(id, i));
-          if (anthropic) {  // each kind in a block of its own; a call's block opens with its id and name
-            AnthropicBlocks& blocks = (*streams)[i].blocks;
+          if (parts) {  // each kind in a part of its own; a call's part opens with its id and name
+            PartStream& stream = *(*streams)[i].parts;
             for (const json& d : deltas) {
-              if (d.contains("reasoning_content") && !send_all(blocks.thinking(d["reasoning_content"]))) return false;
-              if (d.contains("content") && !send_all(blocks.text(d["content"]))) return false;
+              if (d.contains("reasoning_content") && !send_all(stream.reasoning(d["reasoning_content"]))) return false;
+              if (d.contains("content") && !send_all(stream.text(d["content"]))) return false;
               for (const json& call : d.value("tool_calls", json::array())) {
                 const bool opening = call.contains("id");
-                if (!send_all(blocks.tool_use(call["index"], opening ? call["id"] : json(""),
-                                              opening ? call["function"]["name"] : json(""),
-                                              call["function"]["arguments"], opening)))
+                if (!send_all(stream.call(call["index"], opening ? call["id"] : json(""),
+                                          opening ? call["function"]["name"] : json(""), call["function"]["arguments"],
+                                          opening)))
                   return false;
               }
             }
@@ -490,9 +517,9 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               } catch (const std::exception& e) {
                 what = e.what();
               }
-            send(ollama      ? json{{"error", what}}
-                 : anthropic ? json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", what}}}}
-                             : json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
+            send(ollama  ? json{{"error", what}}
+                 : parts ? (*streams)[0].parts->error(what)
+                         : json{{"error", {{"message", what}, {"type", "server_error"}, {"code", 500}}}});
           } else {
             for (size_t i = 0; i < jobs.size(); ++i) {
               ChoiceStream& s = (*streams)[i];
@@ -500,8 +527,8 @@ void generate(const GenerationTarget& t, const std::vector<std::string>& prompts
               const recipes::Completion& c = news[i].result;
               if (shape.api == Shape::Api::llama) {
                 send(shape.only_asked(Shape::llama_answer(c, "", model, prompt, news[i].times)));
-              } else if (anthropic) {
-                send_all(s.blocks.finish(c, shape.reads() && !s.read.sent.answer.calls.empty()));
+              } else if (parts) {
+                send_all(s.parts->finish(c, shape.reads() && !s.read.sent.answer.calls.empty()));
               } else if (ollama) {
                 if (shape.reads() && !s.read.sent.answer.calls.empty())
                   send(ollama_piece(model, shape.chat, {{"tool_calls", ollama_tool_calls(s.read.sent.answer.calls)}}));
@@ -754,6 +781,10 @@ void answer_ollama_chat(const GenerationTarget& t, const ChatRequest& r, httplib
 
 void answer_anthropic_messages(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
   answer_conversation(t, r, res, Shape::Api::anthropic, true);
+}
+
+void answer_openai_responses(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {
+  answer_conversation(t, r, res, Shape::Api::responses, true);
 }
 
 void answer_anthropic_count_tokens(const GenerationTarget& t, const ChatRequest& r, httplib::Response& res) {

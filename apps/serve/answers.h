@@ -39,6 +39,8 @@ void answer_chat(const GenerationTarget& target, const ChatRequest& request, htt
 // {"input_tokens"}, the prompt's tokens as the model's template renders it.
 void answer_anthropic_messages(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 void answer_anthropic_count_tokens(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
+// OpenAI's POST /v1/responses (responses_requests.h): the response object, or its events.
+void answer_openai_responses(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 // Ollama's POST /api/chat and /api/generate (ollama_answers.h): the whole answer, or NDJSON lines of it.
 void answer_ollama_chat(const GenerationTarget& target, const ChatRequest& request, httplib::Response& res);
 void answer_ollama_generate(const GenerationTarget& target, const OllamaGenerateRequest& request,

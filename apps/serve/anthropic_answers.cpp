@@ -41,15 +41,22 @@ json anthropic_message(const std::string& id, const std::string& model, const st
           {"usage", anthropic_usage(c)}};
 }
 
-json anthropic_message_start(const std::string& id, const std::string& model) {
-  return {{"id", id},
-          {"type", "message"},
-          {"role", "assistant"},
-          {"model", model},
-          {"content", json::array()},
-          {"stop_reason", nullptr},
-          {"stop_sequence", nullptr},
-          {"usage", anthropic_usage({})}};
+std::vector<json> AnthropicBlocks::start() {
+  // No content yet, no stop_reason; usage 0: message_delta carries it at the end, once the prompt is read.
+  return {{{"type", "message_start"},
+           {"message",
+            {{"id", id_},
+             {"type", "message"},
+             {"role", "assistant"},
+             {"model", model_},
+             {"content", json::array()},
+             {"stop_reason", nullptr},
+             {"stop_sequence", nullptr},
+             {"usage", anthropic_usage({})}}}}};
+}
+
+json AnthropicBlocks::error(const std::string& message) {
+  return {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", message}}}};
 }
 
 void AnthropicBlocks::close(std::vector<json>& events) {
@@ -78,10 +85,10 @@ std::vector<json> AnthropicBlocks::add(const std::string& kind, const std::strin
   return events;
 }
 
-std::vector<json> AnthropicBlocks::tool_use(size_t call, const std::string& id, const std::string& name,
-                                            const std::string& arguments, bool opening) {
-  if (!opening && !(open_kind_ == "tool_use" && open_call_ == call)) return {};  // (a closed call's: none come)
-  open_call_ = call;
+std::vector<json> AnthropicBlocks::call(size_t index, const std::string& id, const std::string& name,
+                                        const std::string& arguments, bool opening) {
+  if (!opening && !(open_kind_ == "tool_use" && open_call_ == index)) return {};  // (a closed call's: none come)
+  open_call_ = index;
   return add("tool_use", arguments,
              opening ? json{{"type", "tool_use"}, {"id", id}, {"name", name}, {"input", json::object()}} : json());
 }

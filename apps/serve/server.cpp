@@ -12,6 +12,7 @@
 #include "apps/serve/page.h"
 #include "apps/serve/precision.h"
 #include "apps/serve/requests.h"
+#include "apps/serve/responses_requests.h"
 #include "apps/serve/tokens.h"
 
 #include <httplib.h>
@@ -425,7 +426,9 @@ class Server {
     language_endpoint("/v1/chat/completions", parse_chat, answer_chat);
     language_endpoint("/chat/completions", parse_chat, answer_chat);  // (llama-server's, without /v1)
     language_endpoint("/apply-template", parse_chat, answer_apply_template);
-    // Anthropic's Messages API (anthropic_requests.h), for clients written for it.
+    // OpenAI's Responses API (responses_requests.h) and Anthropic's Messages API (anthropic_requests.h).
+    language_endpoint("/v1/responses", parse_openai_responses, answer_openai_responses);
+    language_endpoint("/responses", parse_openai_responses, answer_openai_responses);  // (llama-server's, without /v1)
     language_endpoint("/v1/messages", [](const std::string& body) { return parse_anthropic_messages(body); },
                       answer_anthropic_messages);
     language_endpoint("/v1/messages/count_tokens",

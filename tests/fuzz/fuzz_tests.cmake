@@ -71,6 +71,7 @@ file(GLOB KILN_JINJA_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPE
 kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h
             apps/serve/ollama_requests.cpp apps/serve/ollama_requests.h apps/serve/request_fields.h
             apps/serve/anthropic_requests.cpp apps/serve/anthropic_requests.h
+            apps/serve/responses_requests.cpp apps/serve/responses_requests.h
             models/common/sampling.cpp models/common/sampling.h kiln/text/base64.cpp kiln/text/base64.h
             kiln/text/chat_template.cpp kiln/text/chat_template.h kiln/text/utf8.cpp kiln/text/utf8.h
             kiln/text/grammar/gbnf.cpp kiln/text/grammar/gbnf.h kiln/text/grammar/json_grammar.cpp

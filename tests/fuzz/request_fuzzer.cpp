@@ -16,6 +16,7 @@
 #include "apps/serve/anthropic_requests.h"
 #include "apps/serve/ollama_requests.h"
 #include "apps/serve/requests.h"
+#include "apps/serve/responses_requests.h"
 #include "kiln/core/error.h"
 #include "kiln/text/base64.h"
 #include "kiln/text/chat_template.h"
@@ -68,6 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto r = kiln::serve::parse_anthropic_messages(body, counting);
       if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.n != 1) std::abort();
     });
+  expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_openai_responses(body);
+    if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.n != 1) std::abort();
+  });
   for (auto parse : {kiln::serve::parse_tei_embed, kiln::serve::parse_llama_embedding})
     expect_valid_or_400([&] {
       auto r = parse(body);
