@@ -8,19 +8,13 @@
 
 #include "apps/serve/anthropic_answers.h"
 #include "apps/serve/anthropic_requests.h"
+#include "serve_test_util.h"
 
 namespace kiln::serve {
 namespace {
 
 std::string refusal(const std::string& body, bool counting = false) {
-  try {
-    parse_anthropic_messages(body, counting);
-  } catch (const HttpError& e) {
-    EXPECT_EQ(e.status, 400) << body;
-    return e.what();
-  }
-  ADD_FAILURE() << "taken: " << body;
-  return "";
+  return refused_by([counting](const std::string& b) { return parse_anthropic_messages(b, counting); }, body);
 }
 
 TEST(AnthropicRequests, TurnsAndBlocksBecomeTheOpenAIConversation) {
@@ -96,7 +90,7 @@ TEST(AnthropicRequests, WhatKilnDoesNotDoIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(
       refusal(R"({"model": "m", "max_tokens": 5, "tools": [{"type": "bash_20250124", "name": "bash"}], )" + turn + "}")
-          .find("server tool"),
+          .find("built-in tool"),
       std::string::npos);
   EXPECT_NE(
       refusal(R"({"model": "m", "max_tokens": 5, "tool_choice": {"type": "some"}, )" + turn + "}").find("tool_choice"),

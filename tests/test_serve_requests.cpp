@@ -14,6 +14,7 @@
 #include "kiln/text/grammar/matcher.h"
 #include "models/gpt/gpt.h"
 #include "models/hf/hf_embedder.h"
+#include "serve_test_util.h"
 
 using kiln::serve::ChatRequest;
 using kiln::serve::CompletionRequest;
@@ -36,17 +37,6 @@ std::string with(const std::string& field, const std::string& value) {
   return R"({"model": "gpt", ")" + field + R"(": )" + value + "}";
 }
 
-// The 400's message for `body`, or "" when it is accepted.
-template <typename Parse>
-std::string refused_by(Parse parse, const std::string& body) {
-  try {
-    parse(body);
-  } catch (const HttpError& e) {
-    EXPECT_EQ(e.status, 400) << body;
-    return e.what();
-  }
-  return "";
-}
 std::string refusal(const std::string& body) { return refused_by(parse_completion, body); }
 std::string chat_refusal(const std::string& body) { return refused_by(parse_chat, body); }
 

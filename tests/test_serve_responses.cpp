@@ -8,20 +8,12 @@
 
 #include "apps/serve/responses_answers.h"
 #include "apps/serve/responses_requests.h"
+#include "serve_test_util.h"
 
 namespace kiln::serve {
 namespace {
 
-std::string refusal(const std::string& body) {
-  try {
-    parse_openai_responses(body);
-  } catch (const HttpError& e) {
-    EXPECT_EQ(e.status, 400) << body;
-    return e.what();
-  }
-  ADD_FAILURE() << "taken: " << body;
-  return "";
-}
+std::string refusal(const std::string& body) { return refused_by(parse_openai_responses, body); }
 
 TEST(ResponsesRequests, ItemsBecomeTheChatConversation) {
   const ChatRequest r = parse_openai_responses(R"({

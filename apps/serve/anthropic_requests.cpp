@@ -9,15 +9,10 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-const json& string_field(const json& o, const char* key, const std::string& where) {
-  if (!o.contains(key) || !o[key].is_string()) throw HttpError(400, where + "." + key + " must be a string");
-  return o[key];
-}
-
 // A text block's text ({"type": "text", "text"}, with the marks Kiln takes and ignores).
 std::string text_of(const json& block, const std::string& where) {
   only(block, {"type", "text", "cache_control", "citations"}, "/v1/messages");
-  return string_field(block, "text", where).get<std::string>();
+  return string_at(block, "text", where).get<std::string>();
 }
 
 // A system prompt: a string, or text blocks, joined as llama-server joins them.
@@ -72,17 +67,17 @@ void add_message(const json& message, size_t index, json& out) {
       only(block, {"type", "id", "name", "input", "cache_control"}, "/v1/messages");
       if (!block.contains("input") || !block["input"].is_object())
         throw HttpError(400, at + ".input must be an object");
-      calls.push_back({{"id", string_field(block, "id", at)},
+      calls.push_back({{"id", string_at(block, "id", at)},
                        {"type", "function"},
-                       {"function", {{"name", string_field(block, "name", at)}, {"arguments", block["input"]}}}});
+                       {"function", {{"name", string_at(block, "name", at)}, {"arguments", block["input"]}}}});
     } else if (type == "tool_result" && role == "user") {
       only(block, {"type", "tool_use_id", "content", "is_error", "cache_control"}, "/v1/messages");
       results.push_back({{"role", "tool"},
-                         {"tool_call_id", string_field(block, "tool_use_id", at)},
+                         {"tool_call_id", string_at(block, "tool_use_id", at)},
                          {"content", block.contains("content") ? result_text(block["content"], at) : ""}});
     } else if (type == "thinking" && role == "assistant") {
       only(block, {"type", "thinking", "signature"}, "/v1/messages");
-      reasoning += string_field(block, "thinking", at).get<std::string>();
+      reasoning += string_at(block, "thinking", at).get<std::string>();
     } else if (type == "redacted_thinking" && role == "assistant") {
       continue;  // encrypted for Anthropic's models: nothing a local model can read
     } else if (type == "image" || type == "document") {
@@ -100,25 +95,6 @@ void add_message(const json& message, size_t index, json& out) {
   out.push_back(std::move(turn));
 }
 
-json openai_tools(const json& tools) {
-  if (!tools.is_array()) throw HttpError(400, "'tools' must be an array");
-  json out = json::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) throw HttpError(400, where + " must be an object");
-    if (t.value("type", "custom") != "custom")
-      throw HttpError(400, where + " is Anthropic's server tool '" + t.value("type", "") +
-                               "': Kiln runs none; describe your own as {\"name\", \"input_schema\"}");
-    only(t, {"type", "name", "description", "input_schema", "cache_control"}, "/v1/messages");
-    json function = {{"name", string_field(t, "name", where)}};
-    if (t.contains("description")) function["description"] = t["description"];
-    function["parameters"] = t.contains("input_schema") ? t["input_schema"] : json::object();
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
-  }
-  return out;
-}
-
 // tool_choice -> OpenAI's tool_choice and parallel_tool_calls.
 void add_tool_choice(const json& choice, json& out) {
   if (!choice.is_object()) throw HttpError(400, "'tool_choice' must be an object with a 'type'");
@@ -129,7 +105,7 @@ void add_tool_choice(const json& choice, json& out) {
   else if (type == "any")
     out["tool_choice"] = "required";
   else if (type == "tool")
-    out["tool_choice"] = {{"type", "function"}, {"function", {{"name", string_field(choice, "name", "tool_choice")}}}};
+    out["tool_choice"] = {{"type", "function"}, {"function", {{"name", string_at(choice, "name", "tool_choice")}}}};
   else
     throw HttpError(400, "tool_choice.type must be auto, any, tool or none");
   if (choice.contains("disable_parallel_tool_use")) {
@@ -173,7 +149,13 @@ ChatRequest parse_anthropic_messages(const std::string& text, bool counting) {
     throw HttpError(400, "'messages' must be a non-empty array of {\"role\", \"content\"} turns");
   for (size_t i = 0; i < body["messages"].size(); ++i) add_message(body["messages"][i], i, messages);
   out["messages"] = std::move(messages);
-  if (body.contains("tools")) out["tools"] = openai_tools(body["tools"]);
+  if (body.contains("tools"))
+    out["tools"] = chat_tools_of(body["tools"], {"custom",
+                                                 "custom",
+                                                 "input_schema",
+                                                 {"type", "name", "description", "input_schema", "cache_control"},
+                                                 "/v1/messages",
+                                                 "{\"name\", \"input_schema\"}"});
   if (body.contains("tool_choice")) add_tool_choice(body["tool_choice"], out);
   if (body.contains("thinking")) {  // enabled or disabled: the template's enable_thinking; adaptive: its default
     const json& thinking = body["thinking"];

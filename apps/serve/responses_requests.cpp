@@ -28,11 +28,6 @@ std::string content_text(const json& content, const std::string& where) {
   return text;
 }
 
-const json& string_of(const json& item, const char* key, const std::string& where) {
-  if (!item.contains(key) || !item[key].is_string()) throw HttpError(400, where + "." + key + " must be a string");
-  return item[key];
-}
-
 // The input items -> OpenAI chat messages: consecutive function_call items (and the reasoning before them) make one
 // assistant turn, or join the assistant message just before; a function_call_output is a tool message.
 json chat_messages(const json& input) {
@@ -71,15 +66,15 @@ json chat_messages(const json& input) {
       json& turn = assistant_turn();
       if (!turn.contains("tool_calls")) turn["tool_calls"] = json::array();
       turn["tool_calls"].push_back(
-          {{"id", string_of(item, "call_id", where)},
+          {{"id", string_at(item, "call_id", where)},
            {"type", "function"},
            {"function",
-            {{"name", string_of(item, "name", where)}, {"arguments", string_of(item, "arguments", where)}}}});
+            {{"name", string_at(item, "name", where)}, {"arguments", string_at(item, "arguments", where)}}}});
     } else if (type == "function_call_output") {
       only(item, {"type", "call_id", "output", "id", "status"}, "/v1/responses");
       if (!item.contains("output")) throw HttpError(400, where + " has no 'output'");
       messages.push_back({{"role", "tool"},
-                          {"tool_call_id", string_of(item, "call_id", where)},
+                          {"tool_call_id", string_at(item, "call_id", where)},
                           {"content", item["output"].is_string() ? item["output"].get<std::string>()
                                                                  : content_text(item["output"], where + ".output")}});
     } else if (type == "reasoning") {
@@ -94,26 +89,6 @@ json chat_messages(const json& input) {
     }
   }
   return messages;
-}
-
-json chat_tools(const json& tools) {
-  if (!tools.is_array()) throw HttpError(400, "'tools' must be an array");
-  json out = json::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) throw HttpError(400, where + " must be an object");
-    if (t.value("type", "") != "function")
-      throw HttpError(400,
-                      where + " is the built-in tool '" + t.value("type", "") +
-                          "': Kiln runs none; describe your own as {\"type\": \"function\", \"name\", \"parameters\"}");
-    only(t, {"type", "name", "description", "parameters", "strict"}, "/v1/responses");
-    json function = {{"name", string_of(t, "name", where)}};
-    if (t.contains("description")) function["description"] = t["description"];
-    function["parameters"] = t.contains("parameters") ? t["parameters"] : json::object();
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
-  }
-  return out;
 }
 
 }  // namespace
@@ -157,7 +132,13 @@ ChatRequest parse_openai_responses(const std::string& text) {
       throw HttpError(400, "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\"}");
     out["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
   }
-  if (body.contains("tools")) out["tools"] = chat_tools(body["tools"]);
+  if (body.contains("tools"))
+    out["tools"] = chat_tools_of(body["tools"], {"function",
+                                                 "",
+                                                 "parameters",
+                                                 {"type", "name", "description", "parameters", "strict"},
+                                                 "/v1/responses",
+                                                 "{\"type\": \"function\", \"name\", \"parameters\"}"});
   if (body.contains("text")) {  // the answer's format: text, json_object, or json_schema {"name", "schema", "strict"}
     const json& text_config = body["text"];
     if (!text_config.is_object()) throw HttpError(400, "'text' must be an object");

@@ -14,14 +14,12 @@
 #   block, whole and streamed;
 # - bad requests are Anthropic-shaped errors naming what is wrong.
 source "$(dirname "$0")/lib.sh"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai anthropic
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
 # The folder with DeepSeek R1's real template, whose prompt opens the reasoning: thinking blocks.
-linked_copy "$MODEL" "$WORK/r1" chat_template.jinja
-cp "$ROOT/tests/hf/fixtures/chat_templates/templates/llama-cpp-deepseek-r1.jinja" "$WORK/r1/chat_template.jinja"
+with_template "$WORK/r1" llama-cpp-deepseek-r1
 
 port="$(free_port)"
 "$KILN" serve --model qwen="hf:$MODEL" --model r1="hf:$WORK/r1" --port "$port" >"$WORK/serve.log" 2>&1 &
@@ -138,7 +136,7 @@ for body, words in (({"model": "qwen", "messages": user_turn}, "max_tokens"),
                     ({"model": "qwen", "max_tokens": 5, "messages": [{"role": "user", "content": [
                         {"type": "image", "source": {"type": "url", "url": "http://x"}}]}]}, "text models"),
                     ({"model": "qwen", "max_tokens": 5, "messages": user_turn,
-                      "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
+                      "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "built-in tool"),
                     ({"model": "qwen", "max_tokens": 5, "messages": user_turn, "container": "c"}, "'container'"),
                     ({"model": "nope", "max_tokens": 5, "messages": user_turn}, "nope")):
     status, r = post("/v1/messages", body)

@@ -16,15 +16,12 @@
 #   streamed, and think false closes the marks;
 # - bad reasoning_format and chat_template_kwargs are 400s that say why.
 source "$(dirname "$0")/lib.sh"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 require_oracle transformers tokenizers openai jsonschema ollama
 PY="$ORACLE_PY"
 qwen2_chat_folder
 
-TEMPLATES="$ROOT/tests/hf/fixtures/chat_templates/templates"
 for pair in "qwen3:Qwen-Qwen3-0.6B" "r1:llama-cpp-deepseek-r1" "distill:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"; do
-  linked_copy "$MODEL" "$WORK/${pair%%:*}" chat_template.jinja
-  cp "$TEMPLATES/${pair#*:}.jinja" "$WORK/${pair%%:*}/chat_template.jinja"
+  with_template "$WORK/${pair%%:*}" "${pair#*:}"
 done
 
 port="$(free_port)"

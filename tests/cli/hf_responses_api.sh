@@ -14,12 +14,10 @@
 #   item;
 # - what Kiln does not do is a 400 naming it.
 source "$(dirname "$0")/lib.sh"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 require_oracle transformers tokenizers gguf sentencepiece google.protobuf openai
 PY="$ORACLE_PY"
 qwen2_chat_folder
-linked_copy "$MODEL" "$WORK/r1" chat_template.jinja
-cp "$ROOT/tests/hf/fixtures/chat_templates/templates/llama-cpp-deepseek-r1.jinja" "$WORK/r1/chat_template.jinja"
+with_template "$WORK/r1" llama-cpp-deepseek-r1
 
 port="$(free_port)"
 "$KILN" serve --model qwen="hf:$MODEL" --model r1="hf:$WORK/r1" --port "$port" >"$WORK/serve.log" 2>&1 &

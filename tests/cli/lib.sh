@@ -133,3 +133,12 @@ qwen2_chat_folder() {
     fail "could not make the vocabularies"
   made_once "$ORACLE_PY" "$root/tests/hf/make_qwen2_folder.py" "$vocabs" "$MODEL" || fail "could not make the Qwen2 folder"
 }
+
+# with_template DEST NAME: a copy of MODEL (qwen2_chat_folder first) carrying the real chat template NAME
+# (tests/hf/fixtures/chat_templates/templates/NAME.jinja), its weights linked.
+with_template() {
+  local root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  linked_copy "$MODEL" "$1" chat_template.jinja
+  cp "$root/tests/hf/fixtures/chat_templates/templates/$2.jinja" "$1/chat_template.jinja"
+}
