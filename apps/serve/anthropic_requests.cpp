@@ -95,6 +95,14 @@ void add_message(const json& message, size_t index, json& out) {
   out.push_back(std::move(turn));
 }
 
+// Anthropic's own tools: {"name", "description", "input_schema"}, typed "custom" or not at all.
+const FlatTools kAnthropicTools = {.own_type = "custom",
+                                   .default_type = "custom",
+                                   .schema = "input_schema",
+                                   .fields = {"type", "name", "description", "input_schema", "cache_control"},
+                                   .endpoint = "/v1/messages",
+                                   .spelled = "{\"name\", \"input_schema\"}"};
+
 // tool_choice -> OpenAI's tool_choice and parallel_tool_calls.
 void add_tool_choice(const json& choice, json& out) {
   if (!choice.is_object()) throw HttpError(400, "'tool_choice' must be an object with a 'type'");
@@ -149,13 +157,7 @@ ChatRequest parse_anthropic_messages(const std::string& text, bool counting) {
     throw HttpError(400, "'messages' must be a non-empty array of {\"role\", \"content\"} turns");
   for (size_t i = 0; i < body["messages"].size(); ++i) add_message(body["messages"][i], i, messages);
   out["messages"] = std::move(messages);
-  if (body.contains("tools"))
-    out["tools"] = chat_tools_of(body["tools"], {"custom",
-                                                 "custom",
-                                                 "input_schema",
-                                                 {"type", "name", "description", "input_schema", "cache_control"},
-                                                 "/v1/messages",
-                                                 "{\"name\", \"input_schema\"}"});
+  if (body.contains("tools")) out["tools"] = chat_tools_of(body["tools"], kAnthropicTools);
   if (body.contains("tool_choice")) add_tool_choice(body["tool_choice"], out);
   if (body.contains("thinking")) {  // enabled or disabled: the template's enable_thinking; adaptive: its default
     const json& thinking = body["thinking"];

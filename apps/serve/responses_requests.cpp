@@ -91,6 +91,14 @@ json chat_messages(const json& input) {
   return messages;
 }
 
+// The Responses API's own tools: {"type": "function", "name", "description", "parameters", "strict"}.
+const FlatTools kFunctionTools = {.own_type = "function",
+                                  .default_type = "",
+                                  .schema = "parameters",
+                                  .fields = {"type", "name", "description", "parameters", "strict"},
+                                  .endpoint = "/v1/responses",
+                                  .spelled = "{\"type\": \"function\", \"name\", \"parameters\"}"};
+
 }  // namespace
 
 ChatRequest parse_openai_responses(const std::string& text) {
@@ -132,13 +140,7 @@ ChatRequest parse_openai_responses(const std::string& text) {
       throw HttpError(400, "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\"}");
     out["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
   }
-  if (body.contains("tools"))
-    out["tools"] = chat_tools_of(body["tools"], {"function",
-                                                 "",
-                                                 "parameters",
-                                                 {"type", "name", "description", "parameters", "strict"},
-                                                 "/v1/responses",
-                                                 "{\"type\": \"function\", \"name\", \"parameters\"}"});
+  if (body.contains("tools")) out["tools"] = chat_tools_of(body["tools"], kFunctionTools);
   if (body.contains("text")) {  // the answer's format: text, json_object, or json_schema {"name", "schema", "strict"}
     const json& text_config = body["text"];
     if (!text_config.is_object()) throw HttpError(400, "'text' must be an object");
