@@ -14,13 +14,18 @@ run() { echo "== $*" >&2; "$@" 2>>"$OUT/errors.log" | tee -a "$J"; }
 
 # Kiln and PyTorch alternate, the same number of rounds each, so drift on
 # the device hits both alike; the table reports each side's median.
-ROUNDS="${ROUNDS:-3}"
+# PARTS (default "matmul attention gpt"; matmul: the 8192^3 product and the 1 GiB
+# copy) picks what the rounds measure: PARTS=gpt is the GPT-2 step alone, the
+# short check after a change to training.
+ROUNDS="${ROUNDS:-3}" PARTS=" ${PARTS:-matmul attention gpt} "
 for _ in $(seq "$ROUNDS"); do
-  run "$DIST/bench_gpu" matmul --n 8192 --dtype bf16 --iters 20
-  run python3 "$HERE/torch_gpu_bench.py" matmul --n 8192 --dtype bf16 --iters 20
-  run "$DIST/bench_gpu" copy --mib 1024 --iters 20
-  run python3 "$HERE/torch_gpu_bench.py" copy --mib 1024 --iters 20
-  for T in 1024 4096; do
+  if [[ "$PARTS" == *" matmul "* ]]; then
+    run "$DIST/bench_gpu" matmul --n 8192 --dtype bf16 --iters 20
+    run python3 "$HERE/torch_gpu_bench.py" matmul --n 8192 --dtype bf16 --iters 20
+    run "$DIST/bench_gpu" copy --mib 1024 --iters 20
+    run python3 "$HERE/torch_gpu_bench.py" copy --mib 1024 --iters 20
+  fi
+  [[ "$PARTS" == *" attention "* ]] && for T in 1024 4096; do
     for D in 64 128; do
       run "$DIST/bench_gpu" attention --T $T --D $D --dtype bf16 --iters 10
       run python3 "$HERE/torch_gpu_bench.py" attention --block $T --width $D --dtype bf16 --iters 10
@@ -29,8 +34,10 @@ for _ in $(seq "$ROUNDS"); do
         sed 's/"impl":"kiln"/"impl":"kiln-own"/' | tee -a "$J"
     done
   done
-  run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
-  run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
+  if [[ "$PARTS" == *" gpt "* ]]; then
+    run "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 10
+    run python3 "$HERE/torch_gpu_bench.py" gpt --batch "$BATCH" --iters 10
+  fi
 done
 # Where Kiln's GPT-2 step spends its time, op by op (each op synchronised).
 "$DIST/bench_gpu" gpt --batch "$BATCH" --precision bf16 --iters 3 --profile > /dev/null 2> "$OUT/gpt_profile.txt"
