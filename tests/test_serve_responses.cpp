@@ -52,6 +52,12 @@ TEST(ResponsesRequests, ItemsBecomeTheChatConversation) {
   EXPECT_EQ(named.tool_choice.mode, text::ToolChoice::Mode::kNamed);
   EXPECT_EQ(named.tool_choice.name, "weather");
   EXPECT_EQ(parse_openai_responses(R"({"model": "m", "input": "hi"})").messages[0]["content"], "hi");
+  const ChatRequest kept_encrypted = parse_openai_responses(R"({"model": "m", "store": false,
+    "include": ["reasoning.encrypted_content"], "input": [{"role": "user", "content": "x"},
+      {"type": "reasoning", "summary": [], "encrypted_content": "Thought."},
+      {"role": "assistant", "content": [{"type": "output_text", "text": "Said."}]}]})");
+  EXPECT_EQ(kept_encrypted.messages[1]["reasoning_content"], "Thought.");
+  EXPECT_EQ(kept_encrypted.messages[1]["content"], "Said.");
 }
 
 TEST(ResponsesRequests, WhatKilnDoesNotDoIsRefusedByName) {
@@ -70,6 +76,8 @@ TEST(ResponsesRequests, WhatKilnDoesNotDoIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"model": "m", "input": "x", "conversation": "c"})").find("'conversation'"), std::string::npos);
   EXPECT_NE(refusal(R"({"model": "m", "input": []})").find("'input'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"model": "m", "input": "x", "include": ["file_search_call.results"]})").find("include"),
+            std::string::npos);
 }
 
 // Reasoning, then text, then two calls: each item is added, its part added, filled and done, and the item done,
@@ -122,6 +130,7 @@ TEST(ResponsesAnswers, ItemsComeOneAfterAnother) {
   ASSERT_EQ(r["output"].size(), 4u);
   EXPECT_EQ(r["output"][0]["type"], "reasoning");
   EXPECT_EQ(r["output"][0]["content"][0]["text"], "Hm");
+  EXPECT_EQ(r["output"][0]["encrypted_content"], "Hm");
   EXPECT_EQ(r["output"][1]["content"][0]["text"], "Calling.");
   EXPECT_EQ(r["output"][2]["call_id"], "call_a");
   EXPECT_EQ(r["output"][2]["arguments"], R"({"a":1})");

@@ -67,6 +67,8 @@ void ResponsesItems::close(std::vector<json>& events) {
                            {{"item_id", item_id}, {"output_index", index}, {"content_index", 0}, {"part", part}}));
   }
   item["status"] = "completed";
+  // The reasoning's text as it is (Kiln has no key to hide it): what a client storing nothing gives back.
+  if (open_kind_ == "reasoning") item["encrypted_content"] = item["content"][0]["text"];
   events.push_back(event("response.output_item.done", {{"output_index", index}, {"item", item}}));
   open_kind_.clear();
 }

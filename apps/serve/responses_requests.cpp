@@ -79,9 +79,14 @@ json chat_messages(const json& input) {
                                                                  : content_text(item["output"], where + ".output")}});
     } else if (type == "reasoning") {
       only(item, {"type", "id", "summary", "content", "encrypted_content", "status"}, "/v1/responses");
+      std::string text;
       for (const json& part : item.value("content", json::array()))
         if (part.is_object() && part.value("type", "") == "reasoning_text" && part.value("text", json()).is_string())
-          reasoning += part["text"].get<std::string>();
+          text += part["text"].get<std::string>();
+      // Kiln's encrypted_content is the reasoning's text as it is (no key to hide it from a local model):
+      // a client that keeps only that (Codex, storing nothing) gives the reasoning back through it.
+      if (text.empty() && item.value("encrypted_content", json()).is_string()) text = item["encrypted_content"];
+      reasoning += text;
     } else {
       throw HttpError(
           400,
@@ -115,8 +120,11 @@ ChatRequest parse_openai_responses(const std::string& text) {
   if (body.value("background", false) != false) throw HttpError(400, "background: Kiln answers in the request");
   if (body.value("truncation", "disabled") != "disabled")
     throw HttpError(400, "truncation must be \"disabled\": a prompt past the context is an error, not cut");
-  if (!body.value("include", json::array()).empty())
-    throw HttpError(400, "'include' asks for outputs Kiln does not make (encrypted reasoning, logprobs, sources)");
+  const json include = body.value("include", json::array());
+  if (!include.is_array()) throw HttpError(400, "'include' must be an array");
+  for (const json& what : include)  // (reasoning items always carry encrypted_content)
+    if (what != "reasoning.encrypted_content")
+      throw HttpError(400, "include: Kiln adds reasoning.encrypted_content only, not " + what.dump());
   json out = {{"model", body.value("model", json())}};
   json messages = chat_messages(body.value("input", json()));
   if (body.contains("instructions")) {

@@ -17,7 +17,9 @@ namespace kiln::serve {
 // {"type": "function", "name", "description", "parameters"}; the built-in tools refused), "tool_choice",
 // "parallel_tool_calls", "text": {"format": text, json_object or json_schema}, and "reasoning", "store",
 // "metadata", "user", "safety_identifier", "prompt_cache_key", "truncation" ("disabled"), which change no answer
-// here.
+// here. include takes "reasoning.encrypted_content" alone: a reasoning item's encrypted_content is its text as it
+// is, and an input reasoning item without reasoning_text parts is read from it (Codex, storing nothing, sends it
+// back so).
 ChatRequest parse_openai_responses(const std::string& body);
 
 }  // namespace kiln::serve

@@ -97,13 +97,25 @@ chat = client.chat.completions.create(model="r1", messages=[{"role": "user", "co
 assert think.output[0].type == "reasoning" and think.output[0].content[0].type == "reasoning_text", think
 assert think.output[0].content[0].text == chat.choices[0].message.reasoning_content, (think, chat)
 assert think.output_text == (chat.choices[0].message.content or ""), (think, chat)
+# What Codex sends (storing nothing): include reasoning.encrypted_content, then the items back as input.
+kept = client.responses.create(model="r1", input=user, max_output_tokens=24, temperature=0, store=False,
+                               include=["reasoning.encrypted_content"])
+assert kept.output[0].encrypted_content == think.output[0].content[0].text, kept
+again = client.responses.create(model="r1", input=[{"role": "user", "content": user}] +
+                                [item.model_dump(exclude={"content"}, exclude_none=True) if item.type == "reasoning"
+                                 else item.model_dump(exclude_none=True) for item in kept.output] +
+                                [{"role": "user", "content": "And?"}], max_output_tokens=4, temperature=0)
+with_content = client.responses.create(model="r1", input=[{"role": "user", "content": user}] +
+                                       [item.model_dump(exclude_none=True) for item in kept.output] +
+                                       [{"role": "user", "content": "And?"}], max_output_tokens=4, temperature=0)
+assert again.usage.input_tokens == with_content.usage.input_tokens, (again.usage, with_content.usage)
 print("a reasoning item: the reasoning chat completions split off")
 
 for asked, words in ((dict(input="x", previous_response_id="resp_1"), "keeps no responses"),
                      (dict(input="x", tools=[{"type": "web_search"}]), "built-in tool"),
                      (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]),
                       "text models"),
-                     (dict(input="x", include=["reasoning.encrypted_content"]), "include")):
+                     (dict(input="x", include=["message.output_text.logprobs"]), "include")):
     try:
         client.responses.create(model="qwen", **asked)
         raise SystemExit(f"taken: {asked}")
