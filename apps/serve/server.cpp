@@ -409,10 +409,12 @@ class Server {
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
          });
-    // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...].
-    post("/embed", "/embed", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-      res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
-    });
+    // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...]; at / too, where
+    // huggingface_hub's InferenceClient (and LangChain's HuggingFaceEndpointEmbeddings) post an endpoint's.
+    for (const char* path : {"/embed", "/"})
+      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+        res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
+      });
     // llama-server's own: [{"index", "embedding": [[...]]}] (a pooled model's one vector, in a list).
     for (const char* path : {"/embedding", "/embeddings"})
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {

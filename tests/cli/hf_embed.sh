@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 FIX="$ROOT/tests/hf/fixtures"
-require_oracle openai transformers gguf
+require_oracle openai transformers gguf huggingface_hub
 
 # same_ids FILE FIXTURE I...: `kiln tokenize gguf:FILE` of the fixture's texts I gives its folder's ids.
 same_ids() {
@@ -296,6 +296,25 @@ status, r = post("/embedding", {"model": "emb", "input": minilm["texts"][4]})  #
 assert status == 200 and close(r[0]["embedding"][0], minilm["embeddings"][4]), r
 print("TEI and llama-server embeddings ok")
 PY
+# huggingface_hub's InferenceClient on an endpoint serving one embedder (as TEI serves one): its feature_extraction
+# posts to the endpoint's root, TEI's fields, and gets sentence-transformers' embeddings.
+one="$(free_port)"
+"$KILN" serve --model eg="hf:$FIX/embed-gemma3" --port "$one" >"$WORK/serve-one.log" 2>&1 &
+alone=$!
+LOG="$WORK/serve-one.log" wait_for_server "$one" "$alone"
+run 0 "$ORACLE_PY" - "$one" "$FIX/embed-gemma3/expected.json" <<'PY'
+import json, sys
+from huggingface_hub import InferenceClient
+port, want = sys.argv[1], json.load(open(sys.argv[2]))
+client = InferenceClient(model=f"http://127.0.0.1:{port}")
+got = client.feature_extraction(want["texts"][0])
+assert abs(got[0] - want["embeddings"][0]).max() < 1e-5, got
+got = client.feature_extraction(want["texts"][1], prompt_name=want["prompted"]["prompt_name"], normalize=True)
+assert abs(got[0] - want["prompted"]["embeddings"][1]).max() < 1e-5, got
+print("InferenceClient.feature_extraction: sentence-transformers' embeddings, with a prompt too")
+PY
+kill -TERM "$alone"
+wait "$alone" || fail "the one-embedder server did not exit cleanly"
 # Rerank (Jina's and Cohere's API, as vLLM and TEI serve it) with a cross-encoder: CrossEncoder's scores, best first.
 run 0 python3 - "$port" "$FIX/rerank-minilm/expected.json" <<'PY'
 import json, sys, urllib.error, urllib.request
