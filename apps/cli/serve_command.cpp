@@ -1,12 +1,14 @@
 #include "apps/cli/serve_command.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "apps/cli/quantize_option.h"
 #include "apps/recipes/precision.h"
-#include "kiln/backend/batch_invariant.h"
 #include "apps/serve/server.h"
 #include "kiln/backend/backend.h"
+#include "kiln/backend/batch_invariant.h"
 #include "kiln/core/units.h"
 #include "kiln/text/chat_template.h"
 
@@ -67,6 +69,12 @@ std::function<int()> add_serve_command(CLI::App& app) {
                   "instructions)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   auto invariant = std::make_shared<bool>(false);
+  auto api_keys = std::make_shared<std::vector<std::string>>();
+  auto api_key_file = std::make_shared<std::string>();
+  cmd->add_option("--api-key", *api_keys,
+                  "require this key on every request but the health probes and the page (Authorization: Bearer "
+                  "KEY, or x-api-key: KEY); repeat for more; KILN_API_KEY sets one too");
+  cmd->add_option("--api-key-file", *api_key_file, "the keys --api-key takes, one a line");
   cmd->add_flag("--batch-invariant", *invariant,
                 "give each request the same bits whatever it is batched with (fixed-order products and "
                 "attention; slower, CPU only; docs/SERVING.md)");
@@ -91,6 +99,19 @@ std::function<int()> add_serve_command(CLI::App& app) {
                  "and attention, at a cost in throughput)");
     }
     o->max_body_bytes = size_t(parse_bytes(*max_body));
+    o->api_keys = *api_keys;
+    if (const char* key = std::getenv("KILN_API_KEY"); key && *key) o->api_keys.emplace_back(key);
+    if (!api_key_file->empty()) {
+      std::ifstream in(*api_key_file);
+      KILN_CHECK(in, "--api-key-file: cannot read ", *api_key_file);
+      for (std::string key; in >> key;) o->api_keys.push_back(key);  // (a key holds no blanks: one a line)
+    }
+    for (const std::string& key : o->api_keys)
+      KILN_CHECK(!key.empty() && key.find_first_of(" \t\r\n") == std::string::npos,
+                 "an API key must be non-empty and hold no spaces or line breaks");
+    if (!o->api_keys.empty())
+      print_line("requests need an API key (" + std::to_string(o->api_keys.size()) +
+                 " accepted); /health and / do not");
     return serve::run_server(*o, print_line);
   };
 }

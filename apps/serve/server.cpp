@@ -66,7 +66,8 @@ std::string error_body(const std::string& message, int status, const std::string
   if (endpoint.starts_with("/api/"))
     return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
   if (endpoint.starts_with("/v1/messages")) {  // Anthropic's: {"type": "error", "error": {"type", "message"}}
-    const char* type = status == 404   ? "not_found_error"
+    const char* type = status == 401   ? "authentication_error"
+                       : status == 404 ? "not_found_error"
                        : status == 413 ? "request_too_large"
                        : status == 503 ? "overloaded_error"
                        : status >= 500 ? "api_error"
@@ -74,13 +75,35 @@ std::string error_body(const std::string& message, int status, const std::string
     return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}}.dump(
         -1, ' ', false, json::error_handler_t::replace);
   }
-  const char* type = status == 404   ? "not_found_error"
+  const char* type = status == 401   ? "authentication_error"
+                     : status == 404 ? "not_found_error"
                      : status == 503 ? "overloaded_error"
                      : status == 504 ? "timeout_error"
                      : status >= 500 ? "server_error"
                                      : "invalid_request_error";
   return json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
+}
+
+// Whether `req` carries one of `keys` (Authorization: Bearer KEY, or x-api-key: KEY), each compared in time
+// that does not depend on where a guess first differs.
+bool carries_key(const httplib::Request& req, const std::vector<std::string>& keys) {
+  const std::string bearer = req.get_header_value("Authorization");
+  const std::string given = bearer.starts_with("Bearer ") ? bearer.substr(7) : req.get_header_value("x-api-key");
+  bool found = false;
+  for (const std::string& key : keys) {
+    unsigned char differs = key.size() != given.size();
+    for (size_t i = 0; i < key.size(); ++i) differs |= uint8_t(key[i]) ^ uint8_t(i < given.size() ? given[i] : 0);
+    found |= differs == 0;
+  }
+  return found;
+}
+
+// What answers without a key: the health probes (load balancers, Kubernetes) and the page itself.
+bool is_public(const httplib::Request& req) {
+  static const char* const kPublic[] = {"/health", "/v1/health", "/v2/health/live", "/v2/health/ready", "/"};
+  return req.method == "GET" &&
+         std::any_of(std::begin(kPublic), std::end(kPublic), [&](const char* path) { return req.path == path; });
 }
 
 // The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
@@ -133,6 +156,17 @@ class Server {
     const size_t threads = o_.http_threads;
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     routes();
+    if (!o_.api_keys.empty())
+      http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (is_public(req) || carries_key(req, o_.api_keys)) return httplib::Server::HandlerResponse::Unhandled;
+        res.status = 401;
+        res.set_content(error_body("a valid API key is required (kiln serve --api-key): send it as "
+                                   "\"Authorization: Bearer KEY\" or \"x-api-key: KEY\"",
+                                   401, req.path),
+                        "application/json");
+        metrics_.request("unauthorized", 401, 0.0);
+        return httplib::Server::HandlerResponse::Handled;
+      });
     KILN_CHECK(http_.bind_to_port(o_.host.c_str(), o_.port), "cannot listen on ", o_.host, ":", o_.port,
                " (in use, or not this machine's address): choose another --port or --host");
     raise_listen_backlog(o_.port);

@@ -22,6 +22,9 @@ struct ServeOptions {
   std::string runs_dir;                      // the page plots the runs under it (--runs)
   DType precision = DType::f32;              // bf16: models run under bf16 autocast (--precision)
   recipes::InferenceOptions loading;         // --chat-template and --quantize, for every Hugging Face language model
+  // Non-empty: every request but the health probes and the page must carry one of these, as
+  // "Authorization: Bearer KEY" (OpenAI's clients, llama-server's, vLLM's) or "x-api-key: KEY" (Anthropic's).
+  std::vector<std::string> api_keys;
 };
 
 // Serves until SIGTERM or SIGINT, then stops accepting, finishes the
