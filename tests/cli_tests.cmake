@@ -3,7 +3,7 @@
 # can pass on an earlier run's checkpoint), checks every command's exit
 # status, and greps its output (tests/cli/lib.sh).
 foreach(scenario train_eval_mlp train_sample_gpt resume errors cuda_without_gpu run_on_device_without_gpu plan serve
-                 serve_api_key
+                 serve_access
                  serve_gpu_bench classify hf_models hf_export hf_chat hf_quantized sft sft_learns classify_finetune
                  apply_template hf_qwen2_chat hf_embed hf_grammar hf_tools hf_reasoning chat_tools hf_sampling
                  hf_ollama_api hf_anthropic_api hf_responses_api hf_infill)

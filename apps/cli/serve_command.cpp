@@ -75,6 +75,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
                   "require this key on every request but the health probes and the page (Authorization: Bearer "
                   "KEY, or x-api-key: KEY); repeat for more; KILN_API_KEY sets one too");
   cmd->add_option("--api-key-file", *api_key_file, "the keys --api-key takes, one a line");
+  cmd->add_option("--cors-origins", o->cors_origins,
+                  "web pages whose scripts may call the server: localhost (pages from this machine, the default), "
+                  "* (any), a comma-separated list of origins, or \"\" (none)");
   cmd->add_flag("--batch-invariant", *invariant,
                 "give each request the same bits whatever it is batched with (fixed-order products and "
                 "attention; slower, CPU only; docs/SERVING.md)");

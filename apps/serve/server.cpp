@@ -106,6 +106,28 @@ bool is_public(const httplib::Request& req) {
          std::any_of(std::begin(kPublic), std::end(kPublic), [&](const char* path) { return req.path == path; });
 }
 
+// The Access-Control-Allow-Origin a request from `origin` gets under `allowed` (ServeOptions::cors_origins):
+// the origin itself where it may call ("" where not), so that a page may send its key too.
+std::string allowed_origin(const std::string& origin, const std::string& allowed) {
+  if (origin.empty() || allowed.empty()) return "";
+  if (allowed == "*") return origin;
+  if (allowed == "localhost") {
+    for (const char* local : {"http://localhost", "https://localhost", "http://127.0.0.1", "https://127.0.0.1",
+                              "http://[::1]", "https://[::1]"})
+      if (origin == local || origin.starts_with(std::string(local) + ":")) return origin;
+    return "";
+  }
+  for (size_t from = 0; from <= allowed.size();) {
+    const size_t comma = std::min(allowed.find(',', from), allowed.size());
+    std::string one = allowed.substr(from, comma - from);
+    one.erase(0, one.find_first_not_of(' '));
+    one.erase(one.find_last_not_of(' ') + 1);
+    if (one == origin) return origin;
+    from = comma + 1;
+  }
+  return "";
+}
+
 // The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
 constexpr const char* kInferenceHeaderLength = "Inference-Header-Content-Length";
 
@@ -156,17 +178,33 @@ class Server {
     const size_t threads = o_.http_threads;
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     routes();
-    if (!o_.api_keys.empty())
-      http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (is_public(req) || carries_key(req, o_.api_keys)) return httplib::Server::HandlerResponse::Unhandled;
-        res.status = 401;
-        res.set_content(error_body("a valid API key is required (kiln serve --api-key): send it as "
-                                   "\"Authorization: Bearer KEY\" or \"x-api-key: KEY\"",
-                                   401, req.path),
-                        "application/json");
-        metrics_.request("unauthorized", 401, 0.0);
+    // Before every route: CORS (a browser's preflight answered here, before any key: it carries none), then the
+    // API key.
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (const std::string origin = allowed_origin(req.get_header_value("Origin"), o_.cors_origins); !origin.empty()) {
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Access-Control-Allow-Credentials", "true");
+        res.set_header("Vary", "Origin");
+      }
+      if (req.method == "OPTIONS") {
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? "Content-Type, Authorization, x-api-key" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
         return httplib::Server::HandlerResponse::Handled;
-      });
+      }
+      if (o_.api_keys.empty() || is_public(req) || carries_key(req, o_.api_keys))
+        return httplib::Server::HandlerResponse::Unhandled;
+      res.status = 401;
+      res.set_content(error_body("a valid API key is required (kiln serve --api-key): send it as "
+                                 "\"Authorization: Bearer KEY\" or \"x-api-key: KEY\"",
+                                 401, req.path),
+                      "application/json");
+      metrics_.request("unauthorized", 401, 0.0);
+      return httplib::Server::HandlerResponse::Handled;
+    });
     KILN_CHECK(http_.bind_to_port(o_.host.c_str(), o_.port), "cannot listen on ", o_.host, ":", o_.port,
                " (in use, or not this machine's address): choose another --port or --host");
     raise_listen_backlog(o_.port);

@@ -25,6 +25,10 @@ struct ServeOptions {
   // Non-empty: every request but the health probes and the page must carry one of these, as
   // "Authorization: Bearer KEY" (OpenAI's clients, llama-server's, vLLM's) or "x-api-key: KEY" (Anthropic's).
   std::vector<std::string> api_keys;
+  // Which web pages' scripts may call the server (CORS): "localhost" pages served from this machine (the
+  // default, as Ollama's: a page from elsewhere cannot drive a server on this machine), "*" any (llama-server's
+  // and vLLM's default), or a comma-separated list of origins; "" none.
+  std::string cors_origins = "localhost";
 };
 
 // Serves until SIGTERM or SIGINT, then stops accepting, finishes the
