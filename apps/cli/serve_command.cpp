@@ -30,6 +30,8 @@ std::function<int()> add_serve_command(CLI::App& app) {
       "POST /v1/completions (OpenAI fields and ignore_eos; \"stream\": true sends server-sent events),\n"
       "POST /v1/chat/completions (OpenAI's chat API, in the model's chat template),\n"
       "batched continuously: completions join and leave the running batch between decode steps.\n"
+      "Also OpenAI's /v1/responses, Anthropic's /v1/messages, Ollama's /api/*, llama-server's /completion,\n"
+      "/infill and /embedding, and TEI's /embed and /rerank (docs/SERVING.md lists them all).\n"
       "GET / is a page to try the models and watch the runs under --runs train.\n"
       "Example: kiln serve --model mlp=runs/fashion-mlp --model gpt=runs/fortunes-gpt --port 8080");
   cmd->add_option("--model", *model_specs, "NAME=RUN_DIR (a run or checkpoint directory); repeat for more");
