@@ -586,6 +586,24 @@ TEST(EmbeddingFields, TeiAndLlamaServerRequests) {
   EXPECT_NE(llama_refused(R"({})").find("'content'"), std::string::npos);
 }
 
+// vLLM's /v1/score: one text_1 against each text_2, or pair by pair; what does not pair up is refused.
+TEST(ScoreFields, PairsAndRefusals) {
+  using kiln::serve::parse_score;
+  const auto one = parse_score(R"({"model": "r", "text_1": "q", "text_2": ["a", "b"]})");
+  EXPECT_EQ(one.model, "r");
+  EXPECT_EQ(one.pairs, (std::vector<std::pair<std::string, std::string>>{{"q", "a"}, {"q", "b"}}));
+  const auto paired = parse_score(R"({"text_1": ["q1", "q2"], "text_2": ["a", "b"]})");
+  EXPECT_EQ(paired.pairs, (std::vector<std::pair<std::string, std::string>>{{"q1", "a"}, {"q2", "b"}}));
+  EXPECT_EQ(parse_score(R"({"text_1": "q", "text_2": "a"})").pairs.size(), 1u);
+  const auto refused = [](const std::string& body) { return refused_by(parse_score, body); };
+  EXPECT_NE(refused(R"({"text_1": ["a", "b"], "text_2": ["c"]})").find("as many as text_2"), std::string::npos);
+  EXPECT_NE(refused(R"({"text_1": "q"})").find("'text_2'"), std::string::npos);
+  EXPECT_NE(refused(R"({"text_1": "q", "text_2": []})").find("'text_2'"), std::string::npos);
+  EXPECT_NE(refused(R"({"text_1": "q", "text_2": [1]})").find("text_2"), std::string::npos);
+  EXPECT_NE(refused(R"({"text_1": "q", "text_2": "a", "truncate_prompt_tokens": 4})").find("'truncate_prompt_tokens'"),
+            std::string::npos);
+}
+
 // llama.cpp's embd_normalize: none, the largest |x| to an int16's 32760, Euclidean, a p-norm; zero stays zero.
 TEST(EmbeddingFields, NormalisedAsLlamaCpp) {
   using kiln::models::normalize_embedding;

@@ -215,6 +215,31 @@ RerankRequest parse_rerank(const std::string& text) {
   return r;
 }
 
+ScoreRequest parse_score(const std::string& text) {
+  const json body = parse_object(text);
+  for (const auto& [key, value] : body.items())
+    if (key != "model" && key != "text_1" && key != "text_2" && key != "user")
+      throw HttpError(400, "/v1/score: unknown field '" + key + "'");
+  auto texts = [&](const char* name) {
+    if (!body.contains(name)) throw HttpError(400, std::string("missing field '") + name + "'");
+    const json& v = body[name];
+    if (v.is_string()) return std::vector<std::string>{v.get<std::string>()};
+    auto list = field<std::vector<std::string>>(body, name, "a text or an array of texts");
+    if (list.empty() || int64_t(list.size()) > kMaxRerankDocuments)
+      throw HttpError(400,
+                      std::string("'") + name + "' must hold 1 to " + std::to_string(kMaxRerankDocuments) + " texts");
+    return list;
+  };
+  const std::vector<std::string> first = texts("text_1"), second = texts("text_2");
+  if (first.size() > 1 && first.size() != second.size())
+    throw HttpError(400, "text_1 holds " + std::to_string(first.size()) + " texts and text_2 " +
+                             std::to_string(second.size()) + ": one text_1, or as many as text_2");
+  ScoreRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  for (size_t i = 0; i < second.size(); ++i) r.pairs.emplace_back(first[first.size() == 1 ? 0 : i], second[i]);
+  return r;
+}
+
 namespace {
 
 // An embedding request's fields, each only from `allowed`.

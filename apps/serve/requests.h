@@ -65,6 +65,15 @@ struct RerankRequest {
 inline constexpr int64_t kMaxRerankDocuments = 1000;  // Cohere's limit
 RerankRequest parse_rerank(const std::string& body);
 
+// vLLM's POST /v1/score (and /score): {"model", "text_1": a text or texts, "text_2": a text or texts} -> each
+// pair's relevance: text_1's one text against each of text_2's, or the i-th against the i-th where both are
+// lists of one length.
+struct ScoreRequest {
+  std::string model;  // "": the one text classifier served
+  std::vector<std::pair<std::string, std::string>> pairs;
+};
+ScoreRequest parse_score(const std::string& body);
+
 // /v1/embeddings (OpenAI's): {"model", "input": "text" | ["texts"],
 // "encoding_format": "float" | "base64", "dimensions"?, "user"?}. Token-id
 // inputs are refused by name; dimensions (at most the model's width, which

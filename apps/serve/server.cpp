@@ -477,6 +477,10 @@ class Server {
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
         rerank(parse_rerank(body), res);
       });
+    for (const char* path : {"/v1/score", "/score"})  // vLLM's
+      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+        score(parse_score(body), res);
+      });
     post("/v1/embeddings", "/v1/embeddings",
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
@@ -709,22 +713,62 @@ class Server {
     return {std::move(out), tokens};
   }
 
-  // Jina's and Cohere's rerank answer: each document's relevance, best first ({"index", "relevance_score",
-  // "document": {"text"}}), the top_n only where asked.
-  void rerank(const RerankRequest& r, httplib::Response& res) {
-    ServedModel& m =
-        r.model.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(r.model);
+  // The reranker `name` ("": the one text classifier served).
+  ServedModel& reranker(const std::string& name) {
+    ServedModel& m = name.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(name);
     if (m.kind != recipes::ModelKind::text_classifier)
       throw HttpError(400,
                       "model '" + m.name + "' is a " + model_kind_name(m.kind) +
                           ", not a reranker (a cross-encoder: a text classifier with one label; or Qwen3-Reranker)");
-    recipes::InferenceModel::Relevance scored;
+    return m;
+  }
+
+  // `documents`' relevance to `query` on reranker `m`, run while the model is held.
+  recipes::InferenceModel::Relevance relevance(ServedModel& m, const std::string& query,
+                                               const std::vector<std::string>& documents) {
     try {
       std::lock_guard<std::mutex> lock(*m.running);
-      scored = m.model->rerank(r.query, r.documents);
+      return m.model->rerank(query, documents);
     } catch (const Error& e) {
       throw HttpError(400, "model '" + m.name + "': " + e.what());
     }
+  }
+
+  // vLLM's score answer: each pair's relevance, in the order asked ({"index", "object": "score", "score"}).
+  void score(const ScoreRequest& r, httplib::Response& res) {
+    ServedModel& m = reranker(r.model);
+    std::vector<double> scores;
+    int64_t tokens = 0;
+    // One text_1 against many: one call; pairs of their own: a call each.
+    const bool one_query =
+        std::all_of(r.pairs.begin(), r.pairs.end(), [&](const auto& p) { return p.first == r.pairs[0].first; });
+    for (size_t i = 0; i < r.pairs.size(); i += one_query ? r.pairs.size() : 1) {
+      std::vector<std::string> documents;
+      for (size_t j = i; j < (one_query ? r.pairs.size() : i + 1); ++j) documents.push_back(r.pairs[j].second);
+      const recipes::InferenceModel::Relevance scored = relevance(m, r.pairs[i].first, documents);
+      scores.insert(scores.end(), scored.scores.begin(), scored.scores.end());
+      tokens += scored.tokens;
+    }
+    json data = json::array();
+    for (size_t i = 0; i < scores.size(); ++i)
+      data.push_back({{"index", i}, {"object", "score"}, {"score", scores[i]}});
+    res.set_content(json{{"id", "score-" + std::to_string(next_id_++)},
+                         {"object", "list"},
+                         {"created", std::chrono::duration_cast<std::chrono::seconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count()},
+                         {"model", m.name},
+                         {"data", data},
+                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
+                        .dump(),
+                    "application/json");
+  }
+
+  // Jina's and Cohere's rerank answer: each document's relevance, best first ({"index", "relevance_score",
+  // "document": {"text"}}), the top_n only where asked.
+  void rerank(const RerankRequest& r, httplib::Response& res) {
+    ServedModel& m = reranker(r.model);
+    const recipes::InferenceModel::Relevance scored = relevance(m, r.query, r.documents);
     std::vector<size_t> order(r.documents.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),

@@ -348,6 +348,14 @@ for alias in ("/reranking", "/v1/reranking"):  # llama-server's names
     assert status == 200 and again == r, (alias, again)
 status, r = post("/rerank", {"query": want["query"], "texts": want["documents"]})
 assert status == 400 and "text classifiers are served" in r["error"]["message"], r
+# vLLM's /v1/score: each pair's score in the order asked, one text_1 against all, or pair by pair
+for text_1 in (want["query"], [want["query"]] * len(want["documents"])):
+    status, r = post("/v1/score", {"model": "rr", "text_1": text_1, "text_2": want["documents"]})
+    assert status == 200 and [x["index"] for x in r["data"]] == list(range(len(want["documents"]))), r
+    assert all(x["object"] == "score" and abs(x["score"] - s) < 1e-5 for x, s in zip(r["data"], want["scores"])), r
+    assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"]
+status, r = post("/score", {"model": "rr", "text_1": ["a", "b"], "text_2": ["c", "d", "e"]})
+assert status == 400 and "one text_1, or as many as text_2" in r["error"]["message"], r
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,
                              "documents": [{"text": d} for d in want["documents"]]})
 assert status == 200 and len(r["results"]) == len(want["documents"]) and "document" not in r["results"][0], r
