@@ -154,6 +154,9 @@ extern "C" void on_signal(int) { g_stop = true; }
 struct ServedModel {
   std::string name, dir, recipe;
   std::string loaded_at = ollama_time_now();  // RFC 3339
+  int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();  // OpenAI's "created": the Unix time it was loaded
   int64_t weights_bytes = 0;                   // on disk, read once at load (Ollama's size)
   recipes::ModelKind kind;
   int64_t step = 0;
@@ -439,19 +442,28 @@ class Server {
     http_.Get("/metrics", handle("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
     }));
+    // OpenAI's model objects, with what Kiln says of each (kind, recipe, step).
+    auto model_object = [](const ServedModel& m) {
+      return json{{"id", m.name},
+                  {"object", "model"},
+                  {"created", m.created},
+                  {"owned_by", "kiln"},
+                  {"kind", model_kind_name(m.kind)},
+                  {"recipe", m.recipe},
+                  {"step", m.step}};
+    };
     for (const char* path : {"/v1/models", "/models"})  // (llama-server answers both)
-      http_.Get(path, handle(path, [this](const httplib::Request&, httplib::Response& res) {
+      http_.Get(path, handle(path, [this, model_object](const httplib::Request&, httplib::Response& res) {
                   if (!ready_) throw HttpError(503, "models are still loading");
                   json data = json::array();
-                  for (const auto& [name, m] : models_)
-                    data.push_back({{"id", name},
-                                    {"object", "model"},
-                                    {"owned_by", "kiln"},
-                                    {"kind", model_kind_name(m->kind)},
-                                    {"recipe", m->recipe},
-                                    {"step", m->step}});
+                  for (const auto& [name, m] : models_) data.push_back(model_object(*m));
                   res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
                 }));
+    // One of them (OpenAI's models.retrieve): 404 for a model not served.
+    http_.Get(R"(/v1/models/([^/]+))", handle("/v1/models/{name}", [this, model_object](const httplib::Request& req,
+                                                                                       httplib::Response& res) {
+      res.set_content(model_object(model(req.matches[1])).dump(), "application/json");
+    }));
     // KServe v2 server metadata; its extensions say Triton's clients may send tensors as bytes.
     http_.Get("/v2", handle("/v2", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(json{{"name", "kiln"}, {"version", KILN_VERSION}, {"extensions", {"binary_tensor_data"}}}.dump(),

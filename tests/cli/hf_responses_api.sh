@@ -122,8 +122,19 @@ for asked, words in ((dict(input="x", previous_response_id="resp_1"), "keeps no 
     except openai.BadRequestError as err:
         assert words in err.body["message"], (asked, err.body)
 print("bad requests: 400s naming what Kiln does not do")
+
+# The models, as the client lists and retrieves them
+assert sorted(m.id for m in client.models.list()) == ["qwen", "r1"]
+model = client.models.retrieve("r1")
+assert model.id == "r1" and model.object == "model" and model.created > 0, model
+try:
+    client.models.retrieve("nope")
+    raise SystemExit("retrieved a model not served")
+except openai.NotFoundError:
+    pass
+print("models.list and models.retrieve")
 PY
-expect_lines 6 "^/v1/responses|^function_call|^a forced|^a reasoning|^bad requests"
+expect_lines 7 "^/v1/responses|^function_call|^a forced|^a reasoning|^bad requests|^models"
 kill -TERM "$server"
 wait "$server" || fail "the server did not exit cleanly"
 echo "ok"
