@@ -586,6 +586,30 @@ TEST(EmbeddingFields, TeiAndLlamaServerRequests) {
   EXPECT_NE(llama_refused(R"({})").find("'content'"), std::string::npos);
 }
 
+// TEI's /predict: a text or texts (the answer's shape follows), the Inference API's parameters.top_k; raw scores,
+// pairs and the Inference API's other parameters refused by name.
+TEST(PredictFields, TextsTopKAndRefusals) {
+  using kiln::serve::parse_tei_predict;
+  const auto one = parse_tei_predict(R"({"inputs": "a", "truncate": true})", 8);
+  EXPECT_EQ(one.texts, std::vector<std::string>{"a"});
+  EXPECT_FALSE(one.batch);
+  const auto many = parse_tei_predict(R"({"inputs": ["a", "b"], "model": "c", "parameters": {"top_k": 2,
+                                          "function_to_apply": null}})",
+                                      8);
+  EXPECT_TRUE(many.batch);
+  EXPECT_EQ(many.model, "c");
+  EXPECT_EQ(many.top_k, 2);
+  const auto refused = [](const std::string& body) {
+    return kiln::serve::refused_by([](const std::string& b) { return parse_tei_predict(b, 2); }, body);
+  };
+  EXPECT_NE(refused(R"({"inputs": [["a", "b"]]})").find("pairs"), std::string::npos);
+  EXPECT_NE(refused(R"({"inputs": "a", "raw_scores": true})").find("raw_scores"), std::string::npos);
+  EXPECT_NE(refused(R"({"inputs": ["a", "b", "c"]})").find("--max-batch"), std::string::npos);
+  EXPECT_NE(refused(R"({"inputs": "a", "parameters": {"function_to_apply": "none"}})").find("function_to_apply"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"inputs": "a", "parameters": {"top_k": 0}})").find("top_k"), std::string::npos);
+}
+
 // vLLM's /v1/score: one text_1 against each text_2, or pair by pair; what does not pair up is refused.
 TEST(ScoreFields, PairsAndRefusals) {
   using kiln::serve::parse_score;

@@ -173,6 +173,44 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
   return r;
 }
 
+PredictRequest parse_tei_predict(const std::string& text, int64_t max_batch) {
+  const json body = parse_object(text);
+  for (const auto& [key, value] : body.items())
+    if (key != "model" && key != "inputs" && key != "raw_scores" && key != "truncate" &&
+        key != "truncation_direction" && key != "parameters")
+      throw HttpError(400, "/predict: unknown field '" + key + "'");
+  PredictRequest r;
+  r.model = field<std::string>(body, "model", "a string", std::string());
+  if (!body.contains("inputs")) throw HttpError(400, "missing field 'inputs'");
+  const json& inputs = body["inputs"];
+  r.batch = inputs.is_array();
+  if (r.batch && std::any_of(inputs.begin(), inputs.end(), [](const json& v) { return v.is_array(); }))
+    throw HttpError(400,
+                    "'inputs' as pairs of texts is not supported: Kiln's classifiers read one text (a "
+                    "reranker scores pairs: /rerank)");
+  r.texts = r.batch ? field<std::vector<std::string>>(body, "inputs", "a text or an array of texts")
+                    : std::vector<std::string>{field<std::string>(body, "inputs", "a text or an array of texts")};
+  if (r.texts.empty() || int64_t(r.texts.size()) > max_batch)
+    throw HttpError(400, "'inputs' must hold 1 to " + std::to_string(max_batch) + " texts (--max-batch)");
+  if (field<bool>(body, "raw_scores", "true or false", false))
+    throw HttpError(400, "raw_scores true is not supported: scores are the model's probabilities (TEI's default)");
+  field<bool>(body, "truncate", "true or false", false);  // (a text is cut at the model's positions either way)
+  if (field<std::string>(body, "truncation_direction", "a string", std::string("Right")) != "Right")
+    throw HttpError(400, "truncation_direction must be \"Right\": texts are cut at the end");
+  if (body.contains("parameters") && !body["parameters"].is_null()) {
+    const json& parameters = body["parameters"];
+    if (!parameters.is_object()) throw HttpError(400, "'parameters' must be an object");
+    for (const auto& [key, value] : parameters.items()) {
+      if (value.is_null()) continue;
+      if (key != "top_k")
+        throw HttpError(400, "parameters." + key + " is not supported: scores are the model's own probabilities");
+      r.top_k = field<int64_t>(parameters, "top_k", "a positive integer");
+      if (*r.top_k < 1) throw HttpError(400, "parameters.top_k must be at least 1");
+    }
+  }
+  return r;
+}
+
 RerankRequest parse_rerank(const std::string& text) {
   json body = parse_object(text);
   RerankRequest r;

@@ -48,6 +48,15 @@ struct ClassifyRequest {
   std::vector<std::string> texts;
 };
 ClassifyRequest parse_classify(const std::string& body, int64_t max_batch);
+// Hugging Face TEI's POST /predict: {"inputs": a text or texts, "raw_scores" (false), "truncate",
+// "truncation_direction", "model" (Kiln's: which classifier, where several are served)}, and the Inference API's
+// "parameters": {"top_k"} (huggingface_hub's text_classification); `batch`: inputs was a list (the answer then a
+// list of lists). Pairs of texts are refused: Kiln's classifiers read one text.
+struct PredictRequest : ClassifyRequest {
+  bool batch = false;
+  std::optional<int64_t> top_k;  // the best k labels only
+};
+PredictRequest parse_tei_predict(const std::string& body, int64_t max_batch);
 
 // POST /v1/rerank and /rerank (Jina's and Cohere's API, as vLLM, TEI and
 // llama-server take it): {"model", "query", "documents": ["text" |

@@ -497,12 +497,20 @@ class Server {
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
            embed(parse_embeddings(body), res);
          });
-    // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...]; at / too, where
-    // huggingface_hub's InferenceClient (and LangChain's HuggingFaceEndpointEmbeddings) post an endpoint's.
-    for (const char* path : {"/embed", "/"})
-      post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-        res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
-      });
+    // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...]; and a classifier's labels by
+    // score. TEI's root answers as the model it serves does: huggingface_hub's InferenceClient(model=URL) posts
+    // feature_extraction and text_classification there (and LangChain's HuggingFaceEndpointEmbeddings).
+    post("/embed", "/embed", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      tei_embed(body, res);
+    });
+    post("/predict", "/predict", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      predict(parse_tei_predict(body, o_.batching.max_batch), res);
+    });
+    post("/", "/", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      const recipes::ModelKind kind = tei_root_kind(body);
+      if (kind == recipes::ModelKind::text_embedder) return tei_embed(body, res);
+      predict(parse_tei_predict(body, o_.batching.max_batch), res, /*as_list=*/true);
+    });
     // llama-server's own: [{"index", "embedding": [[...]]}] (a pooled model's one vector, in a list).
     for (const char* path : {"/embedding", "/embeddings"})
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
@@ -660,14 +668,40 @@ class Server {
   }
 
   // {"model", "input": "text" | ["texts"]} -> each text's label and class probabilities.
-  void classify(const ClassifyRequest& r, httplib::Response& res) {
-    ServedModel& m = model(r.model);
+  // The texts' class probabilities [texts x labels] from text classifier `m`, through its batcher.
+  std::vector<float> probabilities(ServedModel& m, const std::vector<std::string>& texts) {
     if (m.kind != recipes::ModelKind::text_classifier)
       throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text classifier");
-    const std::vector<std::string>& texts = r.texts;
     auto queued = m.batcher->submit(m.model->encode_texts(texts));
     if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-    const std::vector<float> p = wait_for(*queued).to_vector<float>();
+    return wait_for(*queued).to_vector<float>();
+  }
+
+  // TEI's predict answer: each text's labels by score, best first (the top_k only where asked); a list of those
+  // for a list of texts, and always at the root (the Inference API's shape, which huggingface_hub reads).
+  void predict(const PredictRequest& r, httplib::Response& res, bool as_list = false) {
+    ServedModel& m =
+        r.model.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(r.model);
+    const std::vector<float> p = probabilities(m, r.texts);
+    const std::vector<std::string> names = m.model->labels();
+    json answer = json::array();
+    for (size_t i = 0; i < r.texts.size(); ++i) {
+      std::vector<size_t> order(names.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      const float* row = p.data() + i * names.size();
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return row[a] > row[b]; });
+      json ranked = json::array();
+      if (r.top_k && size_t(*r.top_k) < order.size()) order.resize(size_t(*r.top_k));
+      for (size_t k : order) ranked.push_back({{"score", row[k]}, {"label", names[k]}});
+      answer.push_back(std::move(ranked));
+    }
+    res.set_content((r.batch || as_list ? answer : answer[0]).dump(), "application/json");
+  }
+
+  void classify(const ClassifyRequest& r, httplib::Response& res) {
+    ServedModel& m = model(r.model);
+    const std::vector<std::string>& texts = r.texts;
+    const std::vector<float> p = probabilities(m, texts);
     const std::vector<std::string> names = m.model->labels();
     json data = json::array();
     for (size_t i = 0; i < texts.size(); ++i) {
@@ -680,6 +714,25 @@ class Server {
       data.push_back({{"index", i}, {"label", names[best]}, {"probabilities", probs}});
     }
     res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
+  }
+
+  void tei_embed(const std::string& body, httplib::Response& res) {
+    res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
+  }
+
+  // What TEI's root answers as: the kind of the model the body names, or of the one embedder or classifier served.
+  recipes::ModelKind tei_root_kind(const std::string& body) {
+    const json named = json::parse(body, nullptr, false);
+    if (named.is_object() && named.value("model", json()).is_string()) return model(named["model"]).kind;
+    if (!ready_) throw HttpError(503, "models are still loading");
+    std::vector<recipes::ModelKind> kinds;
+    for (const auto& [name, m] : models_)
+      if (m->kind == recipes::ModelKind::text_embedder || m->kind == recipes::ModelKind::text_classifier)
+        kinds.push_back(m->kind);
+    if (kinds.size() != 1)
+      throw HttpError(400, "POST / answers as TEI's root, for the one embedder or classifier served; " +
+                               std::to_string(kinds.size()) + " are: name the model, or use /embed or /predict");
+    return kinds[0];
   }
 
   // The texts' embeddings, and the tokens read; they go through the model's

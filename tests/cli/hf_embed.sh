@@ -315,6 +315,25 @@ print("InferenceClient.feature_extraction: sentence-transformers' embeddings, wi
 PY
 kill -TERM "$alone"
 wait "$alone" || fail "the one-embedder server did not exit cleanly"
+# ... and on one serving a classifier: text_classification's labels by probability, as TEI's root answers.
+"$KILN" serve --model cls="hf:$FIX/bert" --port "$one" >"$WORK/serve-one.log" 2>&1 &
+alone=$!
+LOG="$WORK/serve-one.log" wait_for_server "$one" "$alone"
+run 0 "$ORACLE_PY" - "$one" "$FIX/bert/expected.json" <<'PY'
+import json, sys
+from huggingface_hub import InferenceClient
+port, want = sys.argv[1], json.load(open(sys.argv[2]))
+client = InferenceClient(model=f"http://127.0.0.1:{port}")
+for t in want["texts"][:3]:
+    got = client.text_classification(t["text"])
+    best = sorted(zip(t["probs"], want["labels"]), key=lambda x: -x[0])
+    assert [g.label for g in got] == [l for _, l in best], (got, best)
+    assert all(abs(g.score - p) < 1e-5 for g, (p, _) in zip(got, best)), (got, best)
+assert len(client.text_classification(want["texts"][0]["text"], top_k=2)) == 2
+print("InferenceClient.text_classification: the classifier's probabilities, best first")
+PY
+kill -TERM "$alone"
+wait "$alone" || fail "the one-classifier server did not exit cleanly"
 # Rerank (Jina's and Cohere's API, as vLLM and TEI serve it) with a cross-encoder: CrossEncoder's scores, best first.
 run 0 python3 - "$port" "$FIX/rerank-minilm/expected.json" <<'PY'
 import json, sys, urllib.error, urllib.request
@@ -354,6 +373,18 @@ for text_1 in (want["query"], [want["query"]] * len(want["documents"])):
     assert status == 200 and [x["index"] for x in r["data"]] == list(range(len(want["documents"]))), r
     assert all(x["object"] == "score" and abs(x["score"] - s) < 1e-5 for x, s in zip(r["data"], want["scores"])), r
     assert r["usage"]["total_tokens"] == sum(len(i) for i in want["ids"]), r["usage"]
+# TEI's /predict on a classifier: each text's labels by probability, best first (a list of those for a list)
+bert = json.load(open(sys.argv[2].replace("rerank-minilm", "bert")))
+ranked = lambda probs: sorted(zip(probs, bert["labels"]), key=lambda x: -x[0])
+status, r = post("/predict", {"model": "cls", "inputs": bert["texts"][0]["text"]})
+assert status == 200 and [x["label"] for x in r] == [l for _, l in ranked(bert["texts"][0]["probs"])], r
+assert all(abs(x["score"] - p) < 1e-5 for x, (p, _) in zip(r, ranked(bert["texts"][0]["probs"]))), r
+status, r = post("/predict", {"model": "cls", "inputs": [t["text"] for t in bert["texts"][:2]],
+                              "parameters": {"top_k": 1}})
+assert status == 200 and [[x["label"] for x in row] for row in r] == \
+    [[ranked(t["probs"])[0][1]] for t in bert["texts"][:2]], r
+status, r = post("/predict", {"model": "cls", "inputs": [["a", "b"]]})
+assert status == 400 and "pairs" in r["error"]["message"], r
 status, r = post("/score", {"model": "rr", "text_1": ["a", "b"], "text_2": ["c", "d", "e"]})
 assert status == 400 and "one text_1, or as many as text_2" in r["error"]["message"], r
 status, r = post("/rerank", {"model": "rr", "query": want["query"], "return_documents": False,

@@ -70,6 +70,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.messages.empty() || r.max_tokens < 1 || r.max_tokens > 4096 || r.n != 1) std::abort();
     });
   expect_valid_or_400([&] {
+    auto r = kiln::serve::parse_tei_predict(body, 64);
+    if (r.texts.empty() || r.texts.size() > 64 || (r.top_k && *r.top_k < 1)) std::abort();
+  });
+  expect_valid_or_400([&] {
     auto r = kiln::serve::parse_score(body);
     if (r.pairs.empty() || int64_t(r.pairs.size()) > kiln::serve::kMaxRerankDocuments) std::abort();
   });
