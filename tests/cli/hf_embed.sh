@@ -296,44 +296,39 @@ status, r = post("/embedding", {"model": "emb", "input": minilm["texts"][4]})  #
 assert status == 200 and close(r[0]["embedding"][0], minilm["embeddings"][4]), r
 print("TEI and llama-server embeddings ok")
 PY
-# huggingface_hub's InferenceClient on an endpoint serving one embedder (as TEI serves one): its feature_extraction
-# posts to the endpoint's root, TEI's fields, and gets sentence-transformers' embeddings.
+# huggingface_hub's InferenceClient on an endpoint serving one model (as TEI serves one), which posts to its root:
+# feature_extraction (TEI's fields) gets sentence-transformers' embeddings, with a prompt too; text_classification
+# the classifier's labels by probability.
 one="$(free_port)"
-"$KILN" serve --model eg="hf:$FIX/embed-gemma3" --port "$one" >"$WORK/serve-one.log" 2>&1 &
-alone=$!
-LOG="$WORK/serve-one.log" wait_for_server "$one" "$alone"
-run 0 "$ORACLE_PY" - "$one" "$FIX/embed-gemma3/expected.json" <<'PY'
+for served in "eg=hf:$FIX/embed-gemma3" "cls=hf:$FIX/bert"; do
+  "$KILN" serve --model "$served" --port "$one" >"$WORK/serve-one.log" 2>&1 &
+  alone=$!
+  LOG="$WORK/serve-one.log" wait_for_server "$one" "$alone"
+  run 0 "$ORACLE_PY" - "$one" "$FIX" "${served%%=*}" <<'PY'
 import json, sys
 from huggingface_hub import InferenceClient
-port, want = sys.argv[1], json.load(open(sys.argv[2]))
+port, fix, name = sys.argv[1:4]
 client = InferenceClient(model=f"http://127.0.0.1:{port}")
-got = client.feature_extraction(want["texts"][0])
-assert abs(got[0] - want["embeddings"][0]).max() < 1e-5, got
-got = client.feature_extraction(want["texts"][1], prompt_name=want["prompted"]["prompt_name"], normalize=True)
-assert abs(got[0] - want["prompted"]["embeddings"][1]).max() < 1e-5, got
-print("InferenceClient.feature_extraction: sentence-transformers' embeddings, with a prompt too")
+if name == "eg":
+    want = json.load(open(f"{fix}/embed-gemma3/expected.json"))
+    got = client.feature_extraction(want["texts"][0])
+    assert abs(got[0] - want["embeddings"][0]).max() < 1e-5, got
+    got = client.feature_extraction(want["texts"][1], prompt_name=want["prompted"]["prompt_name"], normalize=True)
+    assert abs(got[0] - want["prompted"]["embeddings"][1]).max() < 1e-5, got
+    print("InferenceClient.feature_extraction: sentence-transformers' embeddings, with a prompt too")
+else:
+    want = json.load(open(f"{fix}/bert/expected.json"))
+    for t in want["texts"][:3]:
+        got = client.text_classification(t["text"])
+        best = sorted(zip(t["probs"], want["labels"]), key=lambda x: -x[0])
+        assert [g.label for g in got] == [l for _, l in best], (got, best)
+        assert all(abs(g.score - p) < 1e-5 for g, (p, _) in zip(got, best)), (got, best)
+    assert len(client.text_classification(want["texts"][0]["text"], top_k=2)) == 2
+    print("InferenceClient.text_classification: the classifier's probabilities, best first")
 PY
-kill -TERM "$alone"
-wait "$alone" || fail "the one-embedder server did not exit cleanly"
-# ... and on one serving a classifier: text_classification's labels by probability, as TEI's root answers.
-"$KILN" serve --model cls="hf:$FIX/bert" --port "$one" >"$WORK/serve-one.log" 2>&1 &
-alone=$!
-LOG="$WORK/serve-one.log" wait_for_server "$one" "$alone"
-run 0 "$ORACLE_PY" - "$one" "$FIX/bert/expected.json" <<'PY'
-import json, sys
-from huggingface_hub import InferenceClient
-port, want = sys.argv[1], json.load(open(sys.argv[2]))
-client = InferenceClient(model=f"http://127.0.0.1:{port}")
-for t in want["texts"][:3]:
-    got = client.text_classification(t["text"])
-    best = sorted(zip(t["probs"], want["labels"]), key=lambda x: -x[0])
-    assert [g.label for g in got] == [l for _, l in best], (got, best)
-    assert all(abs(g.score - p) < 1e-5 for g, (p, _) in zip(got, best)), (got, best)
-assert len(client.text_classification(want["texts"][0]["text"], top_k=2)) == 2
-print("InferenceClient.text_classification: the classifier's probabilities, best first")
-PY
-kill -TERM "$alone"
-wait "$alone" || fail "the one-classifier server did not exit cleanly"
+  kill -TERM "$alone"
+  wait "$alone" || fail "the server of $served alone did not exit cleanly"
+done
 # Rerank (Jina's and Cohere's API, as vLLM and TEI serve it) with a cross-encoder: CrossEncoder's scores, best first.
 run 0 python3 - "$port" "$FIX/rerank-minilm/expected.json" <<'PY'
 import json, sys, urllib.error, urllib.request
