@@ -13,7 +13,7 @@
 namespace kiln::serve {
 
 // A call as a tool_use block: {"type": "tool_use", "id", "name", "input"} (the arguments as an object; JSON text
-// that is not one goes as {} with the text beside it under "_unparsed": a malformed call is shown, not lost).
+// that is not one, a call cut short, goes as {"_unparsed": the text}: shown, not lost).
 nlohmann::json tool_use_block(const std::string& id, const text::ToolCall& call);
 
 // The message: its thinking, text and tool_use blocks, stop_reason ("end_turn", "stop_sequence" with the
