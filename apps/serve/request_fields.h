@@ -1,20 +1,70 @@
-// What the translating parsers (Ollama's and Anthropic's requests, read
-// into the OpenAI endpoints' bodies) share: the body as a JSON object with
-// its null fields dropped, and a refusal of fields the endpoint does not take.
+// What the request parsers share: the body as a JSON object (with its null
+// fields dropped, for the translating parsers: Ollama's, Anthropic's and the
+// Responses API's), a field read as the type it must be, a refusal of fields
+// the endpoint does not take, and a flat function tool read as OpenAI's.
 #pragma once
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "apps/serve/requests.h"
 
 namespace kiln::serve {
 
-// ordered: a tool's schema and a call's arguments reach the template in the order the client wrote them
+// The body as a JSON object, ordered (in key order, as sent: a schema's properties and a tool's fields reach the
+// model, and an answer is written, in the order the client gave).
+inline nlohmann::ordered_json parse_object(std::string_view text) {
+  nlohmann::ordered_json body =
+      nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) throw HttpError(400, "the request body is not valid JSON");
+  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
+  return body;
+}
+
+// Whether `v` holds a T exactly. Converting a JSON number that does not fit
+// (1e30 to an integer, 1e300 to a float) is undefined behaviour, so it is
+// refused before any conversion (the fuzzer found this).
+template <typename T>
+inline bool fits(const nlohmann::ordered_json& v) {
+  if constexpr (std::is_same_v<T, int64_t>)
+    return v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX));
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  else if constexpr (std::is_same_v<T, double>)
+    return v.is_number();
+  else if constexpr (std::is_same_v<T, float>)
+    return v.is_number() && std::abs(v.get<double>()) <= double(std::numeric_limits<float>::max());
+  else if constexpr (std::is_same_v<T, bool>)
+    return v.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>)
+    return v.is_string();
+  else  // std::vector<E>
+    return v.is_array() && std::all_of(v.begin(), v.end(),
+                                       [](const nlohmann::ordered_json& e) { return fits<typename T::value_type>(e); });
+}
+
+template <typename T>
+inline T field(const nlohmann::ordered_json& body, const std::string& key, const char* type,
+               std::optional<T> fallback = {}) {
+  if (!body.contains(key)) {
+    if (fallback) return *fallback;
+    throw HttpError(400, "missing field '" + key + "'");
+  }
+  const nlohmann::ordered_json& v = body.at(key);
+  if (!fits<T>(v)) throw HttpError(400, "field '" + key + "' must be " + type);
+  return v.get<T>();
+}
+
+// The body as a JSON object with its null fields dropped (how clients spell "the default").
 inline nlohmann::ordered_json object_of(const std::string& text) {
-  nlohmann::ordered_json body = nlohmann::ordered_json::parse(text, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) throw HttpError(400, "the request body is not a JSON object");
+  nlohmann::ordered_json body = parse_object(text);
   for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
   return body;
 }

@@ -69,6 +69,7 @@ endfunction()
 file(GLOB KILN_JINJA_SOURCES RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS kiln/text/jinja/*.cpp
      kiln/text/jinja/*.h)
 kiln_fuzzer(requests tests/fuzz/request_fuzzer.cpp apps/serve/requests.cpp apps/serve/requests.h
+            apps/serve/encoder_requests.cpp
             apps/serve/ollama_requests.cpp apps/serve/ollama_requests.h apps/serve/request_fields.h
             apps/serve/anthropic_requests.cpp apps/serve/anthropic_requests.h
             apps/serve/responses_requests.cpp apps/serve/responses_requests.h
