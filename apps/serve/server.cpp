@@ -5,6 +5,7 @@
 // so /health can say 503 until they are ready.
 #include "apps/serve/server.h"
 
+#include "apps/serve/access.h"
 #include "apps/serve/anthropic_requests.h"
 #include "apps/serve/answers.h"
 #include "apps/serve/generation.h"
@@ -58,74 +59,6 @@ int64_t weights_bytes(const std::string& spec) {
   for (const auto& entry : std::filesystem::directory_iterator(path, ec))
     if (entry.path().extension() == ".safetensors") total += int64_t(entry.file_size(ec));
   return total;
-}
-
-// OpenAI's error shape, {"error": {"message", "type", "code"}}, with the
-// HTTP status as the code and OpenAI's type for it; Ollama's API's ({"error": message}) for its endpoints.
-std::string error_body(const std::string& message, int status, const std::string& endpoint = "") {
-  if (endpoint.starts_with("/api/"))
-    return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (endpoint.starts_with("/v1/messages")) {  // Anthropic's: {"type": "error", "error": {"type", "message"}}
-    const char* type = status == 401   ? "authentication_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 413 ? "request_too_large"
-                       : status == 503 ? "overloaded_error"
-                       : status >= 500 ? "api_error"
-                                       : "invalid_request_error";
-    return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}}.dump(
-        -1, ' ', false, json::error_handler_t::replace);
-  }
-  const char* type = status == 401   ? "authentication_error"
-                     : status == 404 ? "not_found_error"
-                     : status == 503 ? "overloaded_error"
-                     : status == 504 ? "timeout_error"
-                     : status >= 500 ? "server_error"
-                                     : "invalid_request_error";
-  return json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
-}
-
-// Whether `req` carries one of `keys` (Authorization: Bearer KEY, or x-api-key: KEY), each compared in time
-// that does not depend on where a guess first differs.
-bool carries_key(const httplib::Request& req, const std::vector<std::string>& keys) {
-  const std::string bearer = req.get_header_value("Authorization");
-  const std::string given = bearer.starts_with("Bearer ") ? bearer.substr(7) : req.get_header_value("x-api-key");
-  bool found = false;
-  for (const std::string& key : keys) {
-    unsigned char differs = key.size() != given.size();
-    for (size_t i = 0; i < key.size(); ++i) differs |= uint8_t(key[i]) ^ uint8_t(i < given.size() ? given[i] : 0);
-    found |= differs == 0;
-  }
-  return found;
-}
-
-// What answers without a key: the health probes (load balancers, Kubernetes) and the page itself.
-bool is_public(const httplib::Request& req) {
-  static const char* const kPublic[] = {"/health", "/v1/health", "/v2/health/live", "/v2/health/ready", "/"};
-  return req.method == "GET" &&
-         std::any_of(std::begin(kPublic), std::end(kPublic), [&](const char* path) { return req.path == path; });
-}
-
-// The Access-Control-Allow-Origin a request from `origin` gets under `allowed` (ServeOptions::cors_origins):
-// the origin itself where it may call ("" where not), so that a page may send its key too.
-std::string allowed_origin(const std::string& origin, const std::string& allowed) {
-  if (origin.empty() || allowed.empty()) return "";
-  if (allowed == "*") return origin;
-  if (allowed == "localhost") {
-    for (const char* local : {"http://localhost", "https://localhost", "http://127.0.0.1", "https://127.0.0.1",
-                              "http://[::1]", "https://[::1]"})
-      if (origin == local || origin.starts_with(std::string(local) + ":")) return origin;
-    return "";
-  }
-  for (size_t from = 0; from <= allowed.size();) {
-    const size_t comma = std::min(allowed.find(',', from), allowed.size());
-    std::string one = allowed.substr(from, comma - from);
-    one.erase(0, one.find_first_not_of(' '));
-    one.erase(one.find_last_not_of(' ') + 1);
-    if (one == origin) return origin;
-    from = comma + 1;
-  }
-  return "";
 }
 
 // The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
