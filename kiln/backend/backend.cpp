@@ -7,8 +7,10 @@ void Backend::matmul_and_row_sums(const Tensor& a, const Tensor& b, Tensor& out,
              "matmul_and_row_sums: expected a [M, K] and contiguous row_sums [M], got ", shape_str(a.shape()), " and ",
              shape_str(row_sums.shape()));
   matmul(a, b, out, MatmulArgs{});
-  // Reduced as a^T's columns: the layout a bias gradient's dY has, which
-  // backends reduce best (and as sum(dY, {0}) always did, the same bits).
+  sum_rows(a, row_sums);
+}
+
+void Backend::sum_rows(const Tensor& a, Tensor& row_sums) {
   const int64_t M = a.size(0), K = a.size(1);
   Tensor columns = a.as_strided({K, M}, {a.stride(1), a.stride(0)}, a.offset());
   Tensor sums = row_sums.as_strided({1, M}, {M, 1}, row_sums.offset());

@@ -227,6 +227,12 @@ class Backend {
   // ---- optimizers: one call updates every parameter (few launches on GPU)
   virtual void adamw_step(std::vector<ParamSlots>& params, const AdamWArgs& args) = 0;
   virtual void sgd_step(std::vector<ParamSlots>& params, const SgdArgs& args) = 0;
+
+ protected:
+  // row_sums [M] = the sum of each row of a [M, K], reduced as a^T's columns: the layout a bias gradient's dY
+  // has, which backends reduce best (and as sum(dY, {0}) always did, the same bits). matmul_and_row_sums's
+  // reduction, where a backend does not sum in the product.
+  void sum_rows(const Tensor& a, Tensor& row_sums);
 };
 
 // The backend for a device. Throws a clear error (what is missing and what to

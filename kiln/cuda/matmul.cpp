@@ -397,15 +397,10 @@ void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, cons
     }
     run_lt(g, dev);
   }
-  // Not fused (f64, odd layouts, or no fused algorithm): the epilogue kernel,
-  // and a's rows summed as a^T's columns (the layout a bias gradient's dY has).
+  // Not fused (f64, odd layouts, or no fused algorithm): the epilogue kernel, and a's rows summed after.
   if (!fuse) {
     matmul_bias_gelu(out, args.bias, args.gelu, pre_gelu);
-    if (row_sums) {
-      Tensor columns = a_in.as_strided({K, M}, {a_in.stride(1), a_in.stride(0)}, a_in.offset());
-      Tensor sums = row_sums->as_strided({1, M}, {M, 1}, row_sums->offset());
-      reduce(ReduceOp::sum, columns, sums);
-    }
+    if (row_sums) sum_rows(a_in, *row_sums);
   }
 }
 
