@@ -561,8 +561,8 @@ TEST(GgufTokenizers, PairsJoinAsLlamaServerJoinsARerankersTexts) {
 }
 
 // Random blocks of every quantized type (tests/hf/make_gguf_quants_fixture.py), dequantized as gguf-py, llama.cpp's
-// own package, dequantizes them; the types Kiln keeps quantized (Q8_0, Q4_0, Q5_0 and the K-quants) also through
-// their Kiln matrices.
+// own package, dequantizes them; each also through its Kiln matrix (every one of these types stays quantized in
+// Kiln).
 TEST(GgufQuants, EveryTypeDequantizesAsLlamaCppsPackageDoes) {
   const GgufFile f = GgufFile::open(std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-quants.gguf");
   int types = 0;
@@ -587,18 +587,19 @@ TEST(GgufQuants, EveryTypeDequantizesAsLlamaCppsPackageDoes) {
     }
     ++types;
   }
-  EXPECT_EQ(types, 10);
+  EXPECT_EQ(types, 12);
   std::vector<float> out(32);
   EXPECT_THROW(gguf_dequantize(GgufType::Q4_K, nullptr, 32, out.data()), Error);  // not whole super-blocks
 }
 
-// llama-quantize's Q8_0, Q4_0 and Q4_K_M of the gguf-tiny file (its small matrices fall back from the K-quants to
-// Q5_0 and Q8_0) give the F32 file's log-probabilities within their rounding.
+// llama-quantize's Q8_0, Q4_0, Q4_K_M and IQ4_NL of the gguf-tiny file (its small matrices fall back from the
+// K-quants to Q5_0 and Q8_0) give the F32 file's log-probabilities within their rounding.
 TEST(GgufModels, QuantizedFilesAreTheirF32FileWithinRounding) {
   const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/hf/fixtures/gguf-tiny";
   const std::vector<int32_t> ids = {1, 17, 250, 3, 999, 42, 42, 7, 600, 2, 31};
   const auto want = models::next_token_log_probabilities(*models::load_gguf_language_model(GgufFile::open(dir + "/model-f32.gguf")), ids);
-  for (const auto& [file, bound] : {std::pair{"model-q8_0.gguf", 0.02}, {"model-q4_0.gguf", 0.15}, {"model-q4_k_m.gguf", 0.1}}) {
+  for (const auto& [file, bound] : {std::pair{"model-q8_0.gguf", 0.02}, {"model-q4_0.gguf", 0.15},
+                                    {"model-q4_k_m.gguf", 0.1}, {"model-iq4_nl.gguf", 0.15}}) {
     SCOPED_TRACE(file);
     auto model = models::load_gguf_language_model(GgufFile::open(dir + "/" + file));
     size_t quantized = 0;

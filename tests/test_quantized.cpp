@@ -35,6 +35,11 @@ namespace {
 constexpr int64_t kPromptRows = cpu::gemm_rows(cpu::QuantDot::avx2);
 
 const QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4, QuantFormat::int4_zero, QuantFormat::int8_block};
+// GGUF's formats Kiln multiplies as the file's blocks of 256, and those it reads into blocks of 32.
+const QuantFormat kBlocksOf256[] = {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k,
+                                    QuantFormat::q5_k, QuantFormat::q6_k, QuantFormat::iq4_xs};
+const GgufType kGgufBlocksOf32[] = {GgufType::Q4_1, GgufType::Q5_1, GgufType::Q8_0,
+                                    GgufType::Q4_0, GgufType::Q5_0, GgufType::IQ4_NL};
 
 std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
@@ -129,6 +134,7 @@ QuantizedMatrix random_k_quant(QuantFormat f, int64_t rows, int64_t cols, uint32
     for (int64_t at : f == QuantFormat::q2_k   ? std::vector<int64_t>{80, 82}
                       : f == QuantFormat::q3_k ? std::vector<int64_t>{108}
                       : f == QuantFormat::q6_k ? std::vector<int64_t>{208}
+                      : f == QuantFormat::iq4_xs ? std::vector<int64_t>{0}
                                                : std::vector<int64_t>{0, 2}) {
       const uint16_t h = float_to_f16(normal(gen));
       std::memcpy(data + b * bytes + at, &h, 2);
@@ -192,13 +198,13 @@ std::pair<double, double> reference_dot(const std::vector<float>& rounded, const
   return {exact, magnitude};
 }
 
-// GGUF's K-quants (Q2_K to Q6_K, kept as their blocks): every path gives
+// GGUF's K-quants (Q2_K to Q6_K) and IQ4_XS, kept as their blocks: every path gives
 // the scalar path's bits at any thread count, and the product is the f32
 // product of the dequantized weights with the activations as Q8_K rounds
 // them (a prompt's GEMM: as blocks of 32 round them), up to the order of sums.
 TEST(Quantized, KQuantProductsAreTheDequantizedWeightsOnEveryPath) {
   const int64_t N = 37, K = 512;
-  for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k}) {
+  for (QuantFormat f : kBlocksOf256) {
     const QuantizedMatrix q = random_k_quant(f, N, K, 11);
     EXPECT_EQ(q.bytes(), quantized_bytes(f, N, K));
     std::vector<float> deq(size_t(N * K));
@@ -279,15 +285,15 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
   return gguf_to_quantized(type, blocks, rows, cols, DType::f32);
 }
 
-// Q4_1 and Q5_1 (levels with a minimum per block), beside Q8_0, Q4_0 and
-// Q5_0, read from GGUF blocks: every path gives the scalar path's bits, the
+// Q4_1 and Q5_1 (levels with a minimum per block), beside Q8_0, Q4_0, Q5_0
+// and IQ4_NL (looked-up levels), read from GGUF blocks: every path gives the scalar path's bits, the
 // decoding and prompt-sized products are the f32 product of the dequantized
 // weights within activation rounding, and the minimums are not dropped.
 TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
   const int64_t N = 37;
   // 3 blocks: a pair and a lone block; 8: pairs only; 7: all three steps of the paired kernel.
   for (int64_t K : {96, 256, 224})
-  for (GgufType type : {GgufType::Q4_1, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_0, GgufType::Q5_0}) {
+  for (GgufType type : kGgufBlocksOf32) {
     const QuantizedMatrix q = random_gguf_blocks(type, N, K, 21);
     SCOPED_TRACE(std::string(quant_format_name(q.format)) + " K=" + std::to_string(K));
     EXPECT_EQ(q.bytes(), quantized_bytes(q.format, N, K));
@@ -328,10 +334,8 @@ TEST(Quantized, PromptGemmIsTheDequantizedProductOnEveryPath) {
   std::vector<QuantizedMatrix> matrices;
   const auto w = random_values(size_t(N * 100), 31, 0.1f);
   for (QuantFormat f : kFormats) matrices.push_back(quantize_matrix(w.data(), N, 100, f, DType::f32));  // a partial block
-  for (GgufType type : {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1})
-    matrices.push_back(random_gguf_blocks(type, N, 96, 32));
-  for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k})
-    matrices.push_back(random_k_quant(f, N, 512, 33));
+  for (GgufType type : kGgufBlocksOf32) matrices.push_back(random_gguf_blocks(type, N, 96, 32));
+  for (QuantFormat f : kBlocksOf256) matrices.push_back(random_k_quant(f, N, 512, 33));
   for (const QuantizedMatrix& q : matrices) {
     const int64_t K = q.cols;
     SCOPED_TRACE(quant_format_name(q.format));
@@ -362,13 +366,14 @@ TEST(Quantized, PromptGemmHoldsEveryFormatsLargestLevels) {
   struct Extreme {
     GgufType type;
     int64_t first_byte, end_byte;  // where a block's levels are
-    uint8_t fill;                  // the largest |level|: -8, 15, -16, 31, 3, -4, 15, 31, -32
+    uint8_t fill;                  // the largest |level|: -8, 15, -16, 31, 3, -4, 15, 31, -32, -127, -127
   };
   const Extreme extremes[] = {{GgufType::Q4_0, 2, 18, 0x00},   {GgufType::Q4_1, 4, 20, 0xff},
                               {GgufType::Q5_0, 2, 22, 0x00},   {GgufType::Q5_1, 4, 24, 0xff},
                               {GgufType::Q2_K, 16, 80, 0xff},  {GgufType::Q3_K, 0, 96, 0x00},
                               {GgufType::Q4_K, 16, 144, 0xff}, {GgufType::Q5_K, 16, 176, 0xff},
-                              {GgufType::Q6_K, 0, 192, 0x00}};
+                              {GgufType::Q6_K, 0, 192, 0x00},  {GgufType::IQ4_NL, 2, 18, 0x00},
+                              {GgufType::IQ4_XS, 8, 136, 0x00}};
   const int64_t N = 11, K = 512, M = 5;
   const std::vector<float> x(size_t(M * K), 1.0f);
   for (const Extreme& e : extremes) {

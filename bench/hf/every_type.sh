@@ -16,7 +16,7 @@ BIN="$LLAMA_CPP/${LLAMA_BUILD:-build}/bin"
 MODEL="${KILN_HF_BENCH_MODEL:-$HOME/.cache/kiln-hf/smollm-135m-shape}"
 T="${T:-2}"
 [ -f "$MODEL-f32.gguf" ] || { echo "run bench/hf/run.sh first: it makes $MODEL-f32.gguf" >&2; exit 1; }
-types="${*:-f16 q4_1 q5_0 q5_1 q2_k q3_k_m q5_k_m q6_k}"
+types="${*:-f16 q4_1 q5_0 q5_1 q2_k q3_k_m q5_k_m q6_k iq4_nl iq4_xs}"
 for type in $types; do
   file="$MODEL-$type.gguf"
   [ -f "$file" ] && continue

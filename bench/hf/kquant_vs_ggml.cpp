@@ -35,7 +35,8 @@ int main() {
                         {GgufType::Q4_K, GGML_TYPE_Q4_K, {0, 2}},   {GgufType::Q5_K, GGML_TYPE_Q5_K, {0, 2}},
                         {GgufType::Q6_K, GGML_TYPE_Q6_K, {208}},    {GgufType::Q8_0, GGML_TYPE_Q8_0, {0}},
                         {GgufType::Q4_0, GGML_TYPE_Q4_0, {0}},      {GgufType::Q4_1, GGML_TYPE_Q4_1, {0, 2}},
-                        {GgufType::Q5_0, GGML_TYPE_Q5_0, {0}},      {GgufType::Q5_1, GGML_TYPE_Q5_1, {0, 2}}};
+                        {GgufType::Q5_0, GGML_TYPE_Q5_0, {0}},      {GgufType::Q5_1, GGML_TYPE_Q5_1, {0, 2}},
+                        {GgufType::IQ4_NL, GGML_TYPE_IQ4_NL, {0}},  {GgufType::IQ4_XS, GGML_TYPE_IQ4_XS, {0}}};
   std::printf("Kiln's %s path against ggml's vec_dot, %lld outputs of %lld values each:\n",
               cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N, (long long)K);
   for (const Type& t : types) {
@@ -64,7 +65,7 @@ int main() {
       one_ulp += ulps == 1;
       worst = std::max(worst, std::abs(double(kiln_out[n]) - ggml_out[n]) / std::abs(double(ggml_out[n])));
     }
-    std::printf("%-5s %2d of %lld the same bits, %2d one ulp apart, largest relative difference %.1e\n", info.name,
+    std::printf("%-6s %2d of %lld the same bits, %2d one ulp apart, largest relative difference %.1e\n", info.name,
                 same, (long long)N, one_ulp, worst);
   }
 }

@@ -3,8 +3,8 @@
 // (quantized_gemm.cpp: the speed-up is the GEMM's), per weight format, on one thread, with the matrix
 // in cache: the kernel's own cost, apart from memory and the rest of the
 // step. Random GGUF blocks (f16 scales, and minimums, small and finite) and
-// Kiln's int4z, SmolLM-135M's MLP shape (1,536 x 576; the K-quants, whose
-// blocks are 256 wide, its down projection's 576 x 1,536). Prints the best
+// Kiln's int4z, SmolLM-135M's MLP shape (1,536 x 576; the K-quants and
+// IQ4_XS, whose blocks are 256 wide, its down projection's 576 x 1,536). Prints the best
 // time of REPEATS.
 //   kiln_quant_bench [repeats=40] [rows=1]
 // `stream`: the decoding kernel past the caches instead, on the run's threads
@@ -56,7 +56,7 @@ const std::vector<std::pair<std::string, std::pair<GgufType, std::vector<int>>>>
     {"q8_0", {GgufType::Q8_0, {0}}},   {"q4_0", {GgufType::Q4_0, {0}}},    {"q4_1", {GgufType::Q4_1, {0, 2}}},
     {"q5_0", {GgufType::Q5_0, {0}}},   {"q5_1", {GgufType::Q5_1, {0, 2}}}, {"q2_k", {GgufType::Q2_K, {80, 82}}},
     {"q3_k", {GgufType::Q3_K, {108}}}, {"q4_k", {GgufType::Q4_K, {0, 2}}}, {"q5_k", {GgufType::Q5_K, {0, 2}}},
-    {"q6_k", {GgufType::Q6_K, {208}}}};
+    {"q6_k", {GgufType::Q6_K, {208}}}, {"iq4_nl", {GgufType::IQ4_NL, {0}}}, {"iq4_xs", {GgufType::IQ4_XS, {0}}}};
 
 int stream(const std::string& type, int rounds) {
   const auto found = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == type; });
@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
       {"q3_k", gguf(GgufType::Q3_K, {108}, K, N)},
       {"q4_k", gguf(GgufType::Q4_K, {0, 2}, K, N)},
       {"q5_k", gguf(GgufType::Q5_K, {0, 2}, K, N)},
-      {"q6_k", gguf(GgufType::Q6_K, {208}, K, N)}};
+      {"q6_k", gguf(GgufType::Q6_K, {208}, K, N)},
+      {"iq4_nl", gguf(GgufType::IQ4_NL, {0}, N, K)},
+      {"iq4_xs", gguf(GgufType::IQ4_XS, {0}, K, N)}};
   set_num_threads(1);
   std::printf("%s path, %lld x %lld (the K-quants %lld x %lld), %lld rows, best of %d:\n",
               cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N, (long long)K, (long long)K, (long long)N,

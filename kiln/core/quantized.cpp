@@ -19,11 +19,13 @@ const char* quant_format_name(QuantFormat f) {
     case QuantFormat::q5_0: return "q5_0";
     case QuantFormat::q5_1: return "q5_1";
     case QuantFormat::f16: return "f16";
+    case QuantFormat::iq4_nl: return "iq4_nl";
     case QuantFormat::q2_k: return "q2_k";
     case QuantFormat::q3_k: return "q3_k";
     case QuantFormat::q4_k: return "q4_k";
     case QuantFormat::q5_k: return "q5_k";
     case QuantFormat::q6_k: return "q6_k";
+    case QuantFormat::iq4_xs: return "iq4_xs";
   }
   return "?";
 }
@@ -55,7 +57,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
   const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock, padded = blocks * kQuantBlock;
   switch (format) {
     case QuantFormat::int8: return size_t(rows * padded + rows * 4);
-    case QuantFormat::int4: return size_t(rows * padded / 2 + rows * blocks * 4);
+    case QuantFormat::int4:
+    case QuantFormat::iq4_nl: return size_t(rows * padded / 2 + rows * blocks * 4);
     case QuantFormat::int4_zero: return size_t(rows * padded / 2 + rows * blocks * 5);
     case QuantFormat::int8_block: return size_t(rows * padded + rows * blocks * 4);
     case QuantFormat::q4_1: return size_t(rows * padded / 2 + rows * blocks * 8);
@@ -66,7 +69,8 @@ size_t quantized_bytes(QuantFormat format, int64_t rows, int64_t cols) {
     case QuantFormat::q3_k:
     case QuantFormat::q4_k:
     case QuantFormat::q5_k:
-    case QuantFormat::q6_k: return size_t(rows * ((cols + kSuperBlock - 1) / kSuperBlock) * k_block_bytes(format));
+    case QuantFormat::q6_k:
+    case QuantFormat::iq4_xs: return size_t(rows * ((cols + kSuperBlock - 1) / kSuperBlock) * k_block_bytes(format));
   }
   return 0;
 }
@@ -177,13 +181,14 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   const float* scales = q.scales.data<float>() + row * blocks;
   const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
   const float* mins = q.mins.defined() ? q.mins.data<float>() + row * blocks : nullptr;
-  const float fixed_zero = mins ? 0 : q.five_bit() ? 16 : 8;  // (q4_1, q5_1: none; q5_0's 16, int4's 8)
+  const float fixed_zero = mins || q.lookup() ? 0 : q.five_bit() ? 16 : 8;  // (q4_1, q5_1: none; q5_0's 16, int4's 8)
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t levels[kQuantBlock];
     unpack_levels(data + b * block_bytes, q.five_bit(), levels);
     const float scale = scales[b], zero = zeros ? float(zeros[b]) : fixed_zero;
     float values[kQuantBlock];
-    for (int64_t j = 0; j < kQuantBlock; ++j) values[j] = scale * (float(levels[j]) - zero);
+    for (int64_t j = 0; j < kQuantBlock; ++j)
+      values[j] = scale * (q.lookup() ? float(kIq4nlValues[levels[j]]) : float(levels[j]) - zero);
     if (mins)
       for (float& v : values) v += mins[b];
     const int64_t n = std::min(kQuantBlock, q.cols - b * kQuantBlock);

@@ -25,9 +25,13 @@
 //        them: read at 2 bytes, widened in registers (kiln/cpu/few_rows_product.h).
 //        Not quantized, but like the others a stored form that only the
 //        CPU's products and lookups read.
-//  q2_k .. q6_k: ggml's K-quants, read from GGUF files (not made by
-//        quantize_matrix): `data` holds the file's blocks of 256 as they are
-//        (kiln/core/quantized_k.h), the columns a multiple of 256.
+//  iq4_nl: ggml's IQ4_NL, read from GGUF files: int4's packing and f32
+//        scale per group of 32, but a level u stands for kIq4nlValues[u], a
+//        table of 16 values spaced as the weights usually are (closer near
+//        0), w = scale * kIq4nlValues[u]. IQ4_XS files load as it too.
+//  q2_k .. q6_k, iq4_xs: ggml's K-quants and IQ4_XS, read from GGUF files
+//        (not made by quantize_matrix): `data` holds the file's blocks of 256
+//        as they are (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
 #pragma once
 #include <cstdint>
@@ -41,11 +45,13 @@
 namespace kiln {
 
 enum class QuantFormat : uint8_t {
-  int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, f16,
-  q2_k, q3_k, q4_k, q5_k, q6_k  // K-quants last
+  int8, int4, int4_zero, int8_block, q4_1, q5_0, q5_1, f16, iq4_nl,
+  q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs  // the blocks of 256 last
 };
 constexpr int64_t kQuantBlock = 32;
 constexpr int64_t kFiveBitBlockBytes = kQuantBlock / 2 + 4;  // q5_0, q5_1: the nibbles, then the fifth bits
+// IQ4_NL's and IQ4_XS's levels (ggml's kvalues_iq4nl): signed, within +-127.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // A block of 32 levels of 4 bits (int4, int4z, q4_1: 16 bytes, column j in
 // byte j's low nibble, column j + 16 in its high one) or of 5 (q5_0, q5_1:
@@ -70,7 +76,7 @@ struct QuantizedMatrix {
   QuantFormat format = QuantFormat::int8;
   int64_t rows = 0, cols = 0;  // the float matrix's shape
   DType dtype = DType::f32;    // the float matrix's dtype: what products and lookups give back
-  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4, q4_1 [rows, padded cols / 2];
+  Tensor data;    // u8: int8, int8b [rows, padded cols] (two's complement); int4, q4_1, iq4_nl [rows, padded cols / 2];
                   //     q5_0, q5_1 [rows, padded cols / 32 * 20]; K-quants [rows, cols / 256 * block bytes];
                   // f16 [rows, cols] for f16
   Tensor scales;  // f32: int8 [rows]; the others of 32 [rows, padded cols / 32]; K-quants, f16: undefined
@@ -83,8 +89,9 @@ struct QuantizedMatrix {
   Device device() const { return data.device(); }
   bool eight_bit() const { return format == QuantFormat::int8 || format == QuantFormat::int8_block; }
   bool five_bit() const { return format == QuantFormat::q5_0 || format == QuantFormat::q5_1; }
-  bool k_quant() const { return format >= QuantFormat::q2_k; }
+  bool k_quant() const { return format >= QuantFormat::q2_k; }  // (iq4_xs included: blocks of 256)
   bool half() const { return format == QuantFormat::f16; }
+  bool lookup() const { return format == QuantFormat::iq4_nl; }  // levels through kIq4nlValues
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives

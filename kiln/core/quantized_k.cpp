@@ -76,6 +76,22 @@ void q6_k(const uint8_t* x, float* y) {
     }
 }
 
+// IQ4_XS {d, scales_h, scales_l[4], qs[128]}: eight sub-blocks of 32, each
+// 16 bytes of int4's packing (value j low, j + 16 high) through kIq4nlValues.
+void iq4_xs(const uint8_t* x, float* y) {
+  const float d = half_at(x);
+  int8_t scales[8];
+  iq4_xs_scales(x, scales);
+  const uint8_t* q = x + 8;
+  for (int i = 0; i < 8; ++i, q += 16, y += 32) {
+    const float dl = d * float(scales[i]);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * float(kIq4nlValues[q[j] & 0xf]);
+      y[j + 16] = dl * float(kIq4nlValues[q[j] >> 4]);
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
@@ -85,6 +101,7 @@ void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
     case QuantFormat::q4_k: return q4_k(block, out);
     case QuantFormat::q5_k: return q5_k(block, out);
     case QuantFormat::q6_k: return q6_k(block, out);
+    case QuantFormat::iq4_xs: return iq4_xs(block, out);
     default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
   }
 }

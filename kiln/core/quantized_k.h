@@ -1,4 +1,5 @@
-// ggml's K-quants as Kiln holds them (QuantFormat q2_k .. q6_k): the
+// ggml's K-quants as Kiln holds them (QuantFormat q2_k .. q6_k, and IQ4_XS's
+// blocks of 256 beside them, iq4_xs): the
 // blocks of a GGUF file as they are, 256 values each (a super-block of
 // sub-blocks with 6- or 8-bit scales under one f16 scale), so a Q4_K_M file
 // stays 4.5 bits a weight in memory. Read by the products
@@ -23,6 +24,7 @@ constexpr int64_t k_block_bytes(QuantFormat format) {
     case QuantFormat::q4_k: return 144;
     case QuantFormat::q5_k: return 176;
     case QuantFormat::q6_k: return 210;
+    case QuantFormat::iq4_xs: return 136;
     default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
   }
 }
@@ -62,6 +64,15 @@ inline void k3_scales(const uint8_t* packed, int8_t* scales) {
                              ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)};
   std::memcpy(scales, words, 16);
   for (int i = 0; i < 16; ++i) scales[i] = int8_t(scales[i] - 32);
+}
+
+// IQ4_XS's eight sub-block scales, signed (the stored 6 bits minus 32): scale
+// i takes its low 4 bits from nibble i of scales_l (bytes 4-7 of a block,
+// low nibble first) and its top 2 from bits 2i of scales_h (bytes 2-3).
+inline void iq4_xs_scales(const uint8_t* block, int8_t* scales) {
+  const unsigned high = unsigned(block[2]) | unsigned(block[3]) << 8;
+  for (int i = 0; i < 8; ++i)
+    scales[i] = int8_t((((block[4 + i / 2] >> (4 * (i % 2))) & 0xf) | (((high >> (2 * i)) & 3) << 4)) - 32);
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Products with ggml's K-quants (kiln/core/quantized_k.h), as llama.cpp
-// computes them: each activation row quantized per 256 values to int8 (its
+// Products with ggml's K-quants and IQ4_XS (kiln/core/quantized_k.h), as
+// llama.cpp computes them: each activation row quantized per 256 values to int8 (its
 // Q8_K: scale from the value of largest magnitude, and the sums of each 16
 // levels), then per weight block the integer products of each sub-block
 // times its integer scale, and one f32 multiply-add per block and lane.
@@ -13,7 +13,9 @@
 // minimums as MinSum says) every path, the scalar one included, gives the
 // same bits: ggml's AVX2 vec_dot's (bench/hf/kquant_vs_ggml.sh checks).
 // Nothing saturates: levels stop at 63, activations at +-127, so a pair of
-// byte products is at most 2 * 63 * 127 < 2^15.
+// byte products is at most 2 * 63 * 127 < 2^15. IQ4_XS's looked-up levels
+// reach +-127: they go in as |level|, their signs moved onto the activations
+// (vpsignb), a pair at most 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/kquant_matmul.h"
 
 #include <algorithm>
@@ -78,9 +80,9 @@ void quantize_q8k(const float* x, int64_t M, int64_t K, Q8K& a) {
     quantize_block_q8k(x + b * S, a.scales[size_t(b)], a.levels.data() + b * S, a.sums.data() + b * (S / 16));
 }
 
-// The formats' shapes: Q2_K, Q3_K and Q6_K scale each 16 values, Q4_K and
-// Q5_K each 32; Q2_K, Q4_K and Q5_K subtract a minimum per sub-block.
-constexpr bool scales_16_values(QuantFormat F) { return F <= QuantFormat::q3_k || F == QuantFormat::q6_k; }
+// The formats' shapes: Q2_K, Q3_K and Q6_K scale each 16 values, Q4_K,
+// Q5_K and IQ4_XS each 32; Q2_K, Q4_K and Q5_K subtract a minimum per sub-block.
+constexpr bool scales_16_values(QuantFormat F) { return sub_block_values(F) == 16; }
 
 // How the minimums' term (an integer per pair of sub-blocks: minimum times
 // the activations' sum there) joins the f32 sums, each format as ggml's
@@ -102,12 +104,14 @@ struct KBlock {
   uint8_t k4_scales[8];        // Q4_K, Q5_K: 8 scales of 32 values
   int8_t k16_scales[16];       // Q2_K, Q3_K: 16 scales of 16 values (Q3_K's signed)
   const int8_t* q6_scales;     // Q6_K: 16 signed scales of 16 values, in the block
+  int8_t xs_scales[8];         // IQ4_XS: 8 signed scales of 32 values
   uint8_t mins[16];            // Q2_K: 16 minimums of 16 values; Q4_K, Q5_K: 8 of 32
 };
 
 template <QuantFormat F>
 inline int32_t sub_scale(const KBlock& k, int i) {
   if constexpr (F == QuantFormat::q6_k) return k.q6_scales[i];
+  if constexpr (F == QuantFormat::iq4_xs) return k.xs_scales[i];
   if constexpr (scales_16_values(F)) return k.k16_scales[i];
   return k.k4_scales[i];
 }
@@ -145,6 +149,9 @@ inline KBlock decode_block(const uint8_t* x) {
   } else if constexpr (F == QuantFormat::q6_k) {
     k.d = half_at(x + 208);
     k.q6_scales = reinterpret_cast<const int8_t*>(x + 192);
+  } else if constexpr (F == QuantFormat::iq4_xs) {  // {d, scales_h, scales_l[4], qs[128]}
+    k.d = half_at(x);
+    iq4_xs_scales(x, k.xs_scales);
   } else {
     k.d = half_at(x);
     k.dmin = half_at(x + 2);
@@ -153,9 +160,10 @@ inline KBlock decode_block(const uint8_t* x) {
   return k;
 }
 
-// The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block, and
-// the level the format's zero sits at (Q3_K's 4, Q6_K's 32; the K-quants
-// with minimums have none: their term is the minimums' lanes).
+// The unsigned levels of chunk c (32 values, 0 <= c < 8) of a block (IQ4_XS:
+// its indices into kIq4nlValues), and the level the format's zero sits at
+// (Q3_K's 4, Q6_K's 32; the K-quants with minimums have none: their term is
+// the minimums' lanes).
 template <QuantFormat F>
 inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
   if constexpr (F == QuantFormat::q2_k || F == QuantFormat::q3_k) {  // 2 bits at 2 (c % 4) of byte l of 32 (c / 4)
@@ -164,6 +172,9 @@ inline void chunk_levels(const uint8_t* x, int c, uint8_t* out) {
       out[l] = uint8_t((q[l] >> (2 * (c % 4))) & 3);
       if constexpr (F == QuantFormat::q3_k) out[l] |= uint8_t(((x[l] >> c) & 1) << 2);  // hmask's bit c
     }
+  } else if constexpr (F == QuantFormat::iq4_xs) {  // int4's packing: value l low, l + 16 high, 16 bytes a chunk
+    const uint8_t* q = x + 8 + c * 16;
+    for (int l = 0; l < 16; ++l) out[l] = q[l] & 0xf, out[l + 16] = q[l] >> 4;
   } else if constexpr (F == QuantFormat::q4_k) {
     const uint8_t* q = x + 16 + (c / 2) * 32;
     for (int l = 0; l < 32; ++l) out[l] = c % 2 ? q[l] >> 4 : q[l] & 0xf;
@@ -193,6 +204,12 @@ constexpr int zero_level(QuantFormat F) { return F == QuantFormat::q6_k ? 32 : F
 // l less 32 (sum 2l * scale 2l + sum 2l+1 * scale 2l+1)).
 constexpr bool zero_by_sums(QuantFormat F) { return F == QuantFormat::q6_k; }
 constexpr int byte_zero(QuantFormat F) { return zero_by_sums(F) ? 0 : zero_level(F); }
+// A level as the byte products take it: IQ4_XS's looked up, the others less their byte_zero (`zero`).
+template <QuantFormat F>
+inline int32_t signed_level(uint8_t u, int zero) {
+  if constexpr (F == QuantFormat::iq4_xs) return kIq4nlValues[u];
+  return int32_t(u) - zero;
+}
 
 // The reference: every path gives these bits.
 template <QuantFormat F>
@@ -212,7 +229,7 @@ float dot_scalar(const uint8_t* w, const Q8K& a, int64_t m) {
       chunk_levels<F>(x, c, u);
       for (int l = 0; l < 8; ++l) {
         int32_t sum = 0;
-        for (int t = 0; t < 4; ++t) sum += (int32_t(u[4 * l + t]) - byte_zero(F)) * q8[c * 32 + 4 * l + t];
+        for (int t = 0; t < 4; ++t) sum += signed_level<F>(u[4 * l + t], byte_zero(F)) * q8[c * 32 + 4 * l + t];
         lanes[l] += sub_scale<F>(k, scale_index<F>(c, l)) * sum;
       }
     }
@@ -254,7 +271,8 @@ template <int From, int To>
   return _mm256_and_si256(v, mask);
 }
 
-// Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before Q6_K's zero).
+// Chunks 2i and 2i + 1 of a block's levels as two registers (unsigned, before
+// Q6_K's zero; IQ4_XS's signed, looked up).
 template <QuantFormat F, int i>
 [[gnu::always_inline]] inline void chunk_pair(const uint8_t* x, __m256i& first, __m256i& second) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
@@ -279,6 +297,13 @@ template <QuantFormat F, int i>
       first = _mm256_or_si256(first, move_bits<2 * i, 4>(qh, bit));
       second = _mm256_or_si256(second, move_bits<2 * i + 1, 4>(qh, bit));
     }
+  } else if constexpr (F == QuantFormat::iq4_xs) {  // chunk 2i's 16 bytes, then 2i + 1's: low nibbles, high ones
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 + i * 32));
+    const __m256i low = _mm256_and_si256(bits, nibble), high = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+    const __m256i values =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    first = _mm256_shuffle_epi8(values, _mm256_permute2x128_si256(low, high, 0x20));
+    second = _mm256_shuffle_epi8(values, _mm256_permute2x128_si256(low, high, 0x31));
   } else {  // Q6_K: pair i = chunks 2i, 2i + 1: half h = i / 2, k = 2 (i % 2) and k + 1
     constexpr int h = i / 2, k = 2 * (i % 2);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + h * 32));
@@ -329,6 +354,19 @@ template <QuantFormat F>
     k.scale_pairs[1] = scale_pairs(_mm256_cvtepu8_epi32(_mm_srli_si128(scales, 8)));
     k.min_lanes =
         times_act_sums(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f))), act_sums);
+  } else if constexpr (F == QuantFormat::iq4_xs) {  // iq4_xs_scales in lanes: nibble i of scales_l, bits 2i of scales_h
+    uint32_t low;
+    uint16_t high;
+    std::memcpy(&high, x + 2, 2);
+    std::memcpy(&low, x + 4, 4);
+    const __m128i packed = _mm_cvtsi32_si128(int(low)), nibble = _mm_set1_epi8(0x0f);
+    const __m128i nibbles =
+        _mm_unpacklo_epi8(_mm_and_si128(packed, nibble), _mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+    const __m256i top = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+    k.d = half_at(x);
+    k.scale_pairs[0] = scale_pairs(_mm256_sub_epi32(
+        _mm256_or_si256(_mm256_cvtepu8_epi32(nibbles), _mm256_slli_epi32(top, 4)), _mm256_set1_epi32(32)));
   } else {
     int8_t q3[16];
     const int8_t* scales = reinterpret_cast<const int8_t*>(x + 192);  // Q6_K's
@@ -369,12 +407,14 @@ struct Avx512Lanes {  // (inlined by rows_avx512's flatten: always_inline would 
   }
 };
 
-// Chunk c's byte products by pairs (vpmaddubsw), less Q3_K's zero level
-// times the activations ((u - 4) q8 = u q8 - 4 q8), added to the lanes with its scales.
+// Chunk c's byte products by pairs (vpmaddubsw; IQ4_XS's signed levels as
+// |level| against signed activations), less Q3_K's zero level times the
+// activations ((u - 4) q8 = u q8 - 4 q8), added to the lanes with its scales.
 template <QuantFormat F, typename Lanes, int c>
 [[gnu::always_inline]] inline __m256i add_chunk(__m256i lanes, __m256i u, const int8_t* q8, const SimdBlock& k) {
   const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * c));
-  __m256i pairs = _mm256_maddubs_epi16(u, s);
+  __m256i pairs = F == QuantFormat::iq4_xs ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(s, u))
+                                           : _mm256_maddubs_epi16(u, s);
   if constexpr (byte_zero(F) != 0)
     pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(byte_zero(F)), s));
   return Lanes::add_scaled(lanes, pairs, chunk_scales<F, c>(k));
@@ -489,6 +529,7 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
       case QuantFormat::q3_k: return rows<QuantFormat::q3_k>(dot, w, n0, n1, a, M, out);
       case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
       case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
+      case QuantFormat::iq4_xs: return rows<QuantFormat::iq4_xs>(dot, w, n0, n1, a, M, out);
       default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);
     }
   });
@@ -504,7 +545,7 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
       chunk_levels<F>(x, c, u);
-      for (int j = 0; j < 32; ++j) levels[b * S + c * 32 + j] = int8_t(int(u[j]) - zero_level(F));
+      for (int j = 0; j < 32; ++j) levels[b * S + c * 32 + j] = int8_t(signed_level<F>(u[j], zero_level(F)));
     }
     for (int64_t i = 0; i < per_block; ++i) {
       scales[b * per_block + i] = k.d * float(sub_scale<F>(k, int(i)));
@@ -523,6 +564,7 @@ void kquant_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, floa
     case QuantFormat::q4_k: return row_levels<QuantFormat::q4_k>(row, blocks, levels, scales, mins);
     case QuantFormat::q5_k: return row_levels<QuantFormat::q5_k>(row, blocks, levels, scales, mins);
     case QuantFormat::q6_k: return row_levels<QuantFormat::q6_k>(row, blocks, levels, scales, mins);
+    case QuantFormat::iq4_xs: return row_levels<QuantFormat::iq4_xs>(row, blocks, levels, scales, mins);
     default: KILN_CHECK(false, "kquant_row_levels: ", quant_format_name(w.format), " is not a K-quant");
   }
 }

@@ -1,4 +1,4 @@
-// Products with ggml's K-quants (Q4_K, Q5_K, Q6_K: kiln/core/quantized_k.h)
+// Products with ggml's K-quants (Q2_K-Q6_K) and IQ4_XS (kiln/core/quantized_k.h)
 // on the CPU, activations quantized per 256 as llama.cpp's Q8_K. What
 // quantized_matmul_rows runs for those formats.
 #pragma once
@@ -15,7 +15,7 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
 void round_to_q8k_levels(const float* x, int64_t M, int64_t K, float* out);
 
 // The values each scale (and minimum) covers: 16 in Q2_K, Q3_K and Q6_K,
-// else 32 (the K-quants' sub-blocks; every other format's blocks).
+// else 32 (the K-quants' and IQ4_XS's sub-blocks; every other format's blocks).
 constexpr int64_t sub_block_values(QuantFormat f) {
   return f == QuantFormat::q2_k || f == QuantFormat::q3_k || f == QuantFormat::q6_k ? 16 : 32;
 }

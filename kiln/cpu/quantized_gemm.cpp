@@ -274,11 +274,20 @@ constexpr bool has_minimums(QuantFormat f) {
          f == QuantFormat::q5_k;
 }
 // The largest |level| of each format's weights as the GEMM multiplies them
-// (zero points taken off; minimums apart), in QuantFormat's order (f16 has no levels).
-constexpr int kLargestLevel[] = {127, 8, 15, 127, 15, 16, 31, 127, 3, 4, 15, 31, 32};
-constexpr int largest_level(QuantFormat f) { return kLargestLevel[size_t(f)]; }
-static_assert(std::size(kLargestLevel) == size_t(QuantFormat::q6_k) + 1);
-// Levels within +-32: every format but the 8-bit ones.
+// (zero points taken off; minimums apart; f16 has no levels).
+constexpr int largest_level(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::int4: return 8;
+    case QuantFormat::q4_1: case QuantFormat::int4_zero: case QuantFormat::q4_k: return 15;
+    case QuantFormat::q5_0: return 16;
+    case QuantFormat::q5_1: case QuantFormat::q5_k: return 31;
+    case QuantFormat::q2_k: return 3;
+    case QuantFormat::q3_k: return 4;
+    case QuantFormat::q6_k: return 32;
+    default: return 127;  // int8, int8b, and IQ4's looked-up levels
+  }
+}
+// Levels within +-32: every format but the 8-bit ones and IQ4's.
 constexpr bool small_levels(QuantFormat f) { return largest_level(f) <= 32; }
 // How many products of four add in 16 bits: their pair sums of unsigned
 // activations (up to 255) stay under 2^15, a power of two up to S / 4.
@@ -307,12 +316,19 @@ Kernel kernel_for(QuantDot dot, QuantFormat f) {
   return {group_scalar<S, kMins>, ScalarPath::kLanes, false};
 }
 
-// A block of 4- or 5-bit levels (unpack_levels' layout) as signed levels, zero taken off.
-inline void signed_block_levels(const uint8_t* block, bool five_bit, int8_t zero, int8_t* out) {
+// A block of 4- or 5-bit levels (unpack_levels' layout) as signed levels,
+// zero taken off, or (lookup: IQ4_NL) each level's kIq4nlValues.
+inline void signed_block_levels(const uint8_t* block, bool five_bit, bool lookup, int8_t zero, int8_t* out) {
 #ifdef KILN_X86_INTRINSICS
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
   const __m128i nibble = _mm_set1_epi8(0x0f);
   __m256i levels = _mm256_setr_m128i(_mm_and_si128(packed, nibble), _mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+  if (lookup) {
+    const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(values), levels));
+    return;
+  }
   if (five_bit) {  // bit c of the word, as 16 in byte c: byte c / 8 of the word picked into byte c, then bit c % 8 tested
     uint32_t fifth;
     std::memcpy(&fifth, block + B / 2, 4);
@@ -327,12 +343,14 @@ inline void signed_block_levels(const uint8_t* block, bool five_bit, int8_t zero
 #else
   uint8_t unsigned_levels[B];
   unpack_levels(block, five_bit, unsigned_levels);
-  for (int64_t j = 0; j < B; ++j) out[j] = int8_t(int32_t(unsigned_levels[j]) - zero);
+  for (int64_t j = 0; j < B; ++j)
+    out[j] = lookup ? kIq4nlValues[unsigned_levels[j]] : int8_t(int32_t(unsigned_levels[j]) - zero);
 #endif
 }
 
 // Row n of a matrix in blocks of 32 as signed levels, a scale and (q4_1,
-// q5_1) a minimum per block: value = scale * level + minimum.
+// q5_1) a minimum per block: value = scale * level + minimum (iq4_nl's
+// levels the values they look up).
 void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
   const int64_t blocks = w.blocks();
   const float* row_scales = w.scales.data<float>() + (w.format == QuantFormat::int8 ? n : n * blocks);
@@ -348,7 +366,7 @@ void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float
   const int32_t fixed_zero = row_mins ? 0 : w.five_bit() ? 16 : 8;
   for (int64_t b = 0; b < blocks; ++b) {
     const int32_t zero = zeros ? int32_t(zeros[b]) : fixed_zero;
-    signed_block_levels(data + b * stride, w.five_bit(), int8_t(zero), levels + b * B);
+    signed_block_levels(data + b * stride, w.five_bit(), w.lookup(), int8_t(zero), levels + b * B);
     scales[b] = row_scales[b];
     if (row_mins) mins[b] = row_mins[b];
   }

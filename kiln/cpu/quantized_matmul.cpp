@@ -12,8 +12,8 @@
 // then a fixed tree over the lanes) makes every path, the scalar one
 // included, give the same bits. vpmaddubsw takes an unsigned operand: the
 // 4- and 5-bit levels are unsigned (zero points and minimums come afterwards);
-// int8 weights go in as |w| with the signs moved onto the activations
-// (vpsignb). Neither saturates: levels stop at +-127, so a pair of products
+// int8 weights (and IQ4_NL's looked-up levels) go in as |w| with the signs
+// moved onto the activations (vpsignb). Neither saturates: levels stop at +-127, so a pair of products
 // is at most 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/quantized_matmul.h"
 
@@ -155,11 +155,15 @@ void quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, 
 // (8) and Q5_0's (16) come off in integers; int4z's, which each block sets,
 // as an f32 correction per block, scale * zero * sum(x levels); Q4_1 and
 // Q5_1 add a minimum per block the same way: min * x scale * sum(x levels).
-enum class Levels { int8, int8_block, int4_fixed_zero, int4_block_zero, int4_block_min, int5_fixed_zero, int5_block_min };
+// IQ4_NL's levels are looked up (kIq4nlValues, within +-127) and go in as int8's do, a block at a time.
+enum class Levels {
+  int8, int8_block, int4_lookup, int4_fixed_zero, int4_block_zero, int4_block_min, int5_fixed_zero, int5_block_min
+};
 constexpr Levels levels_of(QuantFormat f) {
   switch (f) {
     case QuantFormat::int8: return Levels::int8;
     case QuantFormat::int8_block: return Levels::int8_block;
+    case QuantFormat::iq4_nl: return Levels::int4_lookup;
     case QuantFormat::int4: return Levels::int4_fixed_zero;
     case QuantFormat::int4_zero: return Levels::int4_block_zero;
     case QuantFormat::q4_1: return Levels::int4_block_min;
@@ -168,11 +172,13 @@ constexpr Levels levels_of(QuantFormat f) {
     default: return Levels::int8;  // the K-quants have kernels of their own (kquant_matmul.cpp)
   }
 }
-// Levels stored a byte each (int8, int8b), two to a byte (int4, int4z, q4_1),
-// or two to a byte with a word of fifth bits (q5_0, q5_1).
+// Levels stored a byte each (int8, int8b), two to a byte (int4, int4z, q4_1,
+// iq4_nl), or two to a byte with a word of fifth bits (q5_0, q5_1).
 constexpr bool byte_levels(Levels L) { return L == Levels::int8 || L == Levels::int8_block; }
 constexpr bool five_bits(Levels L) { return L == Levels::int5_fixed_zero || L == Levels::int5_block_min; }
 constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(L) ? kFiveBitBlockBytes : B / 2; }
+// Signed levels (int8, int8b, iq4_nl) multiply a block at a time (dot_rows), the others by pairs (dot_rows_paired).
+constexpr bool signed_levels(Levels L) { return byte_levels(L) || L == Levels::int4_lookup; }
 constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int5_block_min; }
 constexpr int32_t fixed_zero(Levels L) {
   return L == Levels::int4_fixed_zero ? kQ40Zero : L == Levels::int5_fixed_zero ? kQ50Zero : 0;
@@ -201,7 +207,7 @@ inline float merged_total(const typename Ops::Acc& even, const typename Ops::Acc
   return sum_lanes(merged);
 }
 
-// R outputs, for int8 and int8b: row n of w against rows m0 .. m0 + R - 1
+// R outputs, for int8, int8b and iq4_nl: row n of w against rows m0 .. m0 + R - 1
 // of the quantized activations, each weight block loaded once for the R of
 // them. `Ops` is an instruction path: load(w_block) gives the block's
 // levels, and add(acc, levels, x_block, scale) adds its 8 integer lanes
@@ -216,28 +222,35 @@ inline float merged_total(const typename Ops::Acc& even, const typename Ops::Acc
 // into each path's own instruction set.
 template <Levels L, typename Ops, int R>
 inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
-  static_assert(byte_levels(L));
+  static_assert(signed_levels(L));
+  constexpr int64_t stride = block_bytes(L), blocks_a_line = 64 / stride;
   const int64_t blocks = a.blocks;
-  const uint8_t* row = w.data + n * blocks * B;
+  const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = L == Levels::int8 ? nullptr : w.scales + n * blocks;
   const int8_t* xq[R];
   const float* xs[R];
-  typename Ops::Acc acc[R];
+  typename Ops::Acc acc[R], odd[R];
   for (int r = 0; r < R; ++r) {
     xq[r] = a.levels.data() + (m0 + r) * blocks * B;
     xs[r] = a.scales.data() + (m0 + r) * blocks;
-    acc[r] = Ops::zero();
+    acc[r] = odd[r] = Ops::zero();
   }
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (b % 2 == 0) prefetch_ahead(row + b * B);  // two blocks: a line
-    const typename Ops::Levels levels = Ops::load(row + b * B);
+  auto block = [&](int64_t b, typename Ops::Acc* into) {
+    if (b % blocks_a_line == 0) prefetch_ahead(row + b * stride);
+    const typename Ops::Levels levels = Ops::load(row + b * stride);
     for (int r = 0; r < R; ++r)
-      Ops::add(acc[r], levels, xq[r] + b * B, L == Levels::int8 ? xs[r][b] : xs[r][b] * ws[b]);
-  }
+      Ops::add(into[r], levels, xq[r] + b * B, L == Levels::int8 ? xs[r][b] : xs[r][b] * ws[b]);
+  };
+  // IQ4_NL's blocks in two chains, even and odd, met lane by lane at the end, as ggml's vec_dot_iq4_nl_q8_0 sums
+  // them (its bits, for an even count of blocks).
+  constexpr bool two_chains = L == Levels::int4_lookup;
+  int64_t b = 0;
+  for (; two_chains && b + 2 <= blocks; b += 2) block(b, acc), block(b + 1, odd);
+  for (; b < blocks; ++b) block(b, acc);
   for (int r = 0; r < R; ++r) {
     float lanes[8];
     Ops::store(acc[r], lanes);
-    const float total = sum_lanes(lanes);
+    const float total = two_chains ? merged_total<Ops>(acc[r], odd[r]) : sum_lanes(lanes);
     out[(m0 + r) * w.rows + n] = L == Levels::int8 ? total * w.scales[n] : total;
   }
 }
@@ -255,7 +268,7 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
 // path and every R gives the same bits.
 template <Levels L, typename Ops, int R>
 inline void dot_rows_paired(const Weights& w, int64_t n, const QuantizedActivations& a, int64_t m0, float* out) {
-  static_assert(!byte_levels(L));
+  static_assert(!signed_levels(L));
   const int64_t blocks = a.blocks, stored = a.stored_blocks, stride = block_bytes(L);
   const uint8_t* row = w.data + n * blocks * stride;
   const float* ws = w.scales + n * blocks;
@@ -314,7 +327,13 @@ struct ScalarOps {
   static Acc zero() { return {}; }
   static Levels load(const uint8_t* w) {
     Levels levels;
-    for (int j = 0; j < B; ++j) levels.v[j] = int8_t(w[j]);
+    if constexpr (L == kiln::cpu::Levels::int4_lookup) {
+      uint8_t unpacked[B];
+      unpack_levels(w, false, unpacked);
+      for (int j = 0; j < B; ++j) levels.v[j] = kIq4nlValues[unpacked[j]];
+    } else {
+      for (int j = 0; j < B; ++j) levels.v[j] = int8_t(w[j]);
+    }
     return levels;
   }
   // Lane l: the sum of products 4l .. 4l + 3.
@@ -359,6 +378,22 @@ struct ScalarOps {
 };
 
 #ifdef KILN_X86_INTRINSICS
+// A block's 32 signed levels: int8's bytes, or IQ4_NL's nibbles (value j
+// low, j + 16 high) looked up in kIq4nlValues (vpshufb on each 128-bit half).
+template <Levels L>
+[[gnu::always_inline]] inline __m256i load_signed_levels(const uint8_t* w) {
+  if constexpr (L == Levels::int4_lookup) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m256i indices =
+        _mm256_setr_m128i(_mm_and_si128(packed, nibble), _mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))), indices);
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  }
+}
+
 // The operands of an int8 block's byte products: |w|, and the activations
 // with w's signs.
 [[gnu::always_inline]] inline void signed_operands(__m256i w, const int8_t* x, __m256i& u, __m256i& s) {
@@ -426,7 +461,7 @@ struct Avx2Ops {
   using Acc = __m256;
   using Levels = __m256i;
   static Acc zero() { return _mm256_setzero_ps(); }
-  static Levels load(const uint8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  static Levels load(const uint8_t* w) { return load_signed_levels<L>(w); }
   static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
     __m256i u, s;
     signed_operands(w, x, u, s);
@@ -459,7 +494,7 @@ struct VnniOps {
   using Acc = __m256;
   using Levels = __m256i;
   KILN_VNNI static Acc zero() { return _mm256_setzero_ps(); }
-  KILN_VNNI static Levels load(const uint8_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  KILN_VNNI static Levels load(const uint8_t* w) { return load_signed_levels<L>(w); }
   KILN_VNNI static void add(Acc& acc, const Levels& w, const int8_t* x, float scale) {
     __m256i u, s;
     signed_operands(w, x, u, s);
@@ -491,7 +526,7 @@ struct VnniOps {
 template <Levels L, typename Ops>
 inline void rows_of(const Weights& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M, float* out) {
   auto dot = [&]<int R>(int64_t n, int64_t m) {
-    if constexpr (byte_levels(L)) dot_rows<L, Ops, R>(w, n, a, m, out);
+    if constexpr (signed_levels(L)) dot_rows<L, Ops, R>(w, n, a, m, out);
     else dot_rows_paired<L, Ops, R>(w, n, a, m, out);
   };
   for (int64_t n = n0; n < n1; ++n) {
@@ -535,6 +570,7 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   switch (levels_of(w.format)) {
     case Levels::int8: return rows_with<Levels::int8>(dot, raw, n0, n1, a, M, out);
     case Levels::int8_block: return rows_with<Levels::int8_block>(dot, raw, n0, n1, a, M, out);
+    case Levels::int4_lookup: return rows_with<Levels::int4_lookup>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_fixed_zero: return rows_with<Levels::int4_fixed_zero>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_block_zero: return rows_with<Levels::int4_block_zero>(dot, raw, n0, n1, a, M, out);
     case Levels::int4_block_min: return rows_with<Levels::int4_block_min>(dot, raw, n0, n1, a, M, out);
@@ -571,7 +607,7 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
   const Levels levels = levels_of(w.format);
   thread_local QuantizedActivations kept;
   QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
-  quantize_activations(x, M, w.cols, w.blocks(), !byte_levels(levels), fixed_zero(levels), a);
+  quantize_activations(x, M, w.cols, w.blocks(), !signed_levels(levels), fixed_zero(levels), a);
   for_row_chunks(w.rows, M * w.rows * w.padded_cols(), [&](int64_t n0, int64_t n1) { rows(dot, w, n0, n1, a, M, out); });
 }
 

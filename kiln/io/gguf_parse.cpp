@@ -106,12 +106,14 @@ const GgufTypeInfo& gguf_type_info(uint32_t type) {
       {0, {"F32", 1, 4}},        {1, {"F16", 1, 2}},        {2, {"Q4_0", 32, 18}},    {3, {"Q4_1", 32, 20}},
       {6, {"Q5_0", 32, 22}},     {7, {"Q5_1", 32, 24}},     {8, {"Q8_0", 32, 34}},    {9, {"Q8_1", 32, 36}},
       {10, {"Q2_K", 256, 84}},   {11, {"Q3_K", 256, 110}},  {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
-      {14, {"Q6_K", 256, 210}},  {15, {"Q8_K", 256, 292}},  {24, {"I8", 1, 1}},       {25, {"I16", 1, 2}},
-      {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},       {28, {"F64", 1, 8}},      {30, {"BF16", 1, 2}}};
+      {14, {"Q6_K", 256, 210}},  {15, {"Q8_K", 256, 292}},  {20, {"IQ4_NL", 32, 18}}, {23, {"IQ4_XS", 256, 136}},
+      {24, {"I8", 1, 1}},        {25, {"I16", 1, 2}},       {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},
+      {28, {"F64", 1, 8}},       {30, {"BF16", 1, 2}}};
   const auto it = types.find(type);
   KILN_CHECK(it != types.end(), "GGUF: tensor type ", type, " is not one Kiln reads (it reads F32, F16, BF16, "
-             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the K-quants Q2_K-Q8_K and the integers; not the IQ or ternary "
-             "types): requantize the file, e.g. llama-quantize FILE OUT Q4_K_M");
+             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the K-quants Q2_K-Q8_K, IQ4_NL, IQ4_XS and the integers; not the "
+             "IQ types below 4 bits, nor the ternary or FP4 ones): requantize the file, e.g. llama-quantize FILE OUT "
+             "Q4_K_M, or pick a Q*_K or IQ4_XS download");
   return it->second;
 }
 

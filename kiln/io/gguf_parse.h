@@ -21,7 +21,7 @@ namespace kiln {
 // ggml's tensor types (ggml.h's enum ggml_type), by their ids in the file.
 enum class GgufType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ4_NL = 20, IQ4_XS = 23,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
 };
 
@@ -30,8 +30,8 @@ struct GgufTypeInfo {
   int64_t block_elements;  // values per block (1 for plain numbers, 32, or 256 for the K-quants)
   int64_t block_bytes;     // bytes per block
 };
-// The layout of a type id; an id Kiln does not read (the IQ and ternary
-// types, ids llama.cpp retired) is an error naming it.
+// The layout of a type id; an id Kiln does not read (the IQ types below 4
+// bits, the ternary and FP4 ones, ids llama.cpp retired) is an error naming it.
 const GgufTypeInfo& gguf_type_info(uint32_t type);
 
 struct GgufTensorInfo {

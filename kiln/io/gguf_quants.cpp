@@ -40,6 +40,13 @@ void q8_0(const uint8_t* x, float* y) {
   const float d = half_at(x);
   for (int j = 0; j < 32; ++j) y[j] = float(int8_t(x[2 + j])) * d;
 }
+void iq4_nl(const uint8_t* x, float* y) {
+  const float d = half_at(x);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float(kIq4nlValues[x[2 + j] & 0xf]) * d;
+    y[j + 16] = float(kIq4nlValues[x[2 + j] >> 4]) * d;
+  }
+}
 void f32(const uint8_t* x, float* y) { std::memcpy(y, x, 4); }
 void f16(const uint8_t* x, float* y) { *y = half_at(x); }
 void bf16(const uint8_t* x, float* y) {
@@ -59,11 +66,13 @@ BlockDequantizer dequantizer_of(GgufType type) {
     case GgufType::Q5_0: return q5_0;
     case GgufType::Q5_1: return q5_1;
     case GgufType::Q8_0: return q8_0;
+    case GgufType::IQ4_NL: return iq4_nl;
     case GgufType::Q2_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q2_k, x, y); };
     case GgufType::Q3_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q3_k, x, y); };
     case GgufType::Q4_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q4_k, x, y); };
     case GgufType::Q5_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q5_k, x, y); };
     case GgufType::Q6_K: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::q6_k, x, y); };
+    case GgufType::IQ4_XS: return [](const uint8_t* x, float* y) { dequantize_k_block(QuantFormat::iq4_xs, x, y); };
     default: return nullptr;
   }
 }
@@ -77,13 +86,15 @@ std::optional<QuantFormat> k_quant_format(GgufType type) {
     case GgufType::Q4_K: return QuantFormat::q4_k;
     case GgufType::Q5_K: return QuantFormat::q5_k;
     case GgufType::Q6_K: return QuantFormat::q6_k;
+    case GgufType::IQ4_XS: return QuantFormat::iq4_xs;
     default: return std::nullopt;
   }
 }
 
 bool gguf_maps_to_kiln_quantized(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::Q4_1: case GgufType::Q5_1: return true;
+    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::Q4_1: case GgufType::Q5_1:
+    case GgufType::IQ4_NL: return true;
     default: return k_quant_format(type).has_value();
   }
 }
@@ -103,14 +114,15 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
     return q;
   }
   MemoryCategoryScope weights(MemoryCategory::weights);
-  // The levels as ggml lays them out (Q8_0's bytes; Q4_0's and Q4_1's nibbles; Q5_0's and Q5_1's nibbles, then
-  // their fifth bits), the f16 scale (and Q4_1's and Q5_1's minimum) beside them in f32.
+  // The levels as ggml lays them out (Q8_0's bytes; Q4_0's, IQ4_NL's and Q4_1's nibbles; Q5_0's and Q5_1's nibbles,
+  // then their fifth bits), the f16 scale (and Q4_1's and Q5_1's minimum) beside them in f32.
   const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
-  q.format = type == GgufType::Q4_0   ? QuantFormat::int4
-             : type == GgufType::Q4_1 ? QuantFormat::q4_1
-             : type == GgufType::Q5_0 ? QuantFormat::q5_0
-             : type == GgufType::Q5_1 ? QuantFormat::q5_1
-                                      : QuantFormat::int8_block;
+  q.format = type == GgufType::Q4_0     ? QuantFormat::int4
+             : type == GgufType::IQ4_NL ? QuantFormat::iq4_nl
+             : type == GgufType::Q4_1   ? QuantFormat::q4_1
+             : type == GgufType::Q5_0   ? QuantFormat::q5_0
+             : type == GgufType::Q5_1   ? QuantFormat::q5_1
+                                        : QuantFormat::int8_block;
   const int64_t per_row = q.blocks();
   const int64_t level_bytes =
       q.five_bit() ? kFiveBitBlockBytes : q.format == QuantFormat::int8_block ? kQuantBlock : kQuantBlock / 2;

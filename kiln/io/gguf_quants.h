@@ -1,8 +1,9 @@
 // GGUF's quantized tensors as Kiln holds them (kiln/core/quantized.h), all
 // exactly: Q8_0 and Q4_0 share Kiln's block of 32 and level layout, so they
 // become int8b and int4 matrices (the levels copied out of ggml's blocks,
-// each f16 scale widened to f32); Q4_1, Q5_0 and Q5_1 become q4_1, q5_0
-// and q5_1 (4 and 5 bits a level, with Q4_1's and Q5_1's minimum); the K-quants (Q2_K to Q6_K) stay the file's blocks
+// each f16 scale widened to f32); Q4_1, Q5_0, Q5_1 and IQ4_NL become q4_1,
+// q5_0, q5_1 and iq4_nl (4 and 5 bits a level, with Q4_1's and Q5_1's
+// minimum); the K-quants (Q2_K to Q6_K) and IQ4_XS stay the file's blocks
 // (views of the mapping, no copy). Dequantized values are what ggml's
 // reference dequantize_row_* computes.
 #pragma once

@@ -833,7 +833,7 @@ def make_embedder(out, name, tok_name, kwargs, pooling, normalize, max_seq_lengt
 # and TinyLlama-1.1B's, as their config.json files give them.
 SPEED_SHAPES = {
     # Not for speed: a Llama small enough to commit as GGUF (tests/hf/fixtures/gguf-tiny), GQA with 4 query heads:
-    # convert_hf_to_gguf.py --outtype f32 and f16, then llama-quantize's Q8_0, Q4_0 and Q4_K_M of the F32 file;
+    # convert_hf_to_gguf.py --outtype f32 and f16, then llama-quantize's Q8_0, Q4_0, Q4_K_M and IQ4_NL of the F32 file;
     # tests/hf/fixtures/gguf-tiny-split: `llama-gguf-split --split --split-max-tensors 8` of the Q4_K_M file.
     "gguf-tiny": dict(vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),

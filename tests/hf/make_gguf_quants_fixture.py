@@ -14,7 +14,7 @@ OUT = os.path.join(os.path.dirname(__file__), "fixtures", "gguf-quants.gguf")
 T = gguf.GGMLQuantizationType
 # type: byte offsets of its f16 fields within a block
 HALVES = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82], T.Q3_K: [108],
-          T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+          T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 
 
 def main():
