@@ -542,11 +542,30 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* x = row + b * k_block_bytes(F);
     const KBlock k = decode_block<F>(x);
+#ifdef KILN_X86_INTRINSICS
+    // The decoding kernel's unpacking, two chunks a step (signed_level's values: IQ4_XS's looked up, the others'
+    // less their zero level).
+    auto chunks = [&]<int i>() {
+      __m256i first, second;
+      chunk_pair<F, i>(x, first, second);
+      if constexpr (F != QuantFormat::iq4_xs) {
+        first = _mm256_sub_epi8(first, _mm256_set1_epi8(char(zero_level(F))));
+        second = _mm256_sub_epi8(second, _mm256_set1_epi8(char(zero_level(F))));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + b * S + 64 * i), first);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + b * S + 64 * i + 32), second);
+    };
+    chunks.template operator()<0>();
+    chunks.template operator()<1>();
+    chunks.template operator()<2>();
+    chunks.template operator()<3>();
+#else
     for (int c = 0; c < 8; ++c) {
       uint8_t u[32];
       chunk_levels<F>(x, c, u);
       for (int j = 0; j < 32; ++j) levels[b * S + c * 32 + j] = int8_t(signed_level<F>(u[j], zero_level(F)));
     }
+#endif
     for (int64_t i = 0; i < per_block; ++i) {
       scales[b * per_block + i] = k.d * float(sub_scale<F>(k, int(i)));
       if constexpr (has_minimums(F)) mins[b * per_block + i] = -k.dmin * float(k.mins[i]);

@@ -17,9 +17,14 @@
 // is at most 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/quantized_matmul.h"
 
+// VnniOps' 512-bit values pass between functions only inside the flattened, AVX-512-targeted rows_vnni, never
+// through a call: GCC's warning that such a return would change the ABI does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -54,7 +59,8 @@ struct QuantizedActivations {
   std::vector<int8_t> levels;
   std::vector<float> scales;
   std::vector<int32_t> sums;
-  std::vector<int32_t> zero_lanes;  // paired: per block 4 lanes of -zero * (sum of the lane's 8 levels), or zeros
+  // Paired: per block 4 lanes of -zero * (sum of the lane's 8 levels); iq4_nl: 8 of -128 * (sum of its 4); or none.
+  std::vector<int32_t> zero_lanes;
 };
 
 }  // namespace
@@ -126,7 +132,8 @@ void quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, 
   a.levels.assign(size_t(M * stored * B), 0);
   a.scales.assign(size_t(M * blocks), 0);
   a.sums.assign(size_t(M * blocks), 0);
-  a.zero_lanes.assign(paired ? size_t(M * stored * 4) : 0, 0);
+  const int64_t lanes_a_block = paired ? 4 : zero != 0 ? 8 : 0;
+  a.zero_lanes.assign(size_t(M * stored * lanes_a_block), 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t at = size_t(m * blocks + b);
@@ -135,6 +142,8 @@ void quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, 
       int8_t* stored_levels = a.levels.data() + (m * stored + b) * B;
       if (!paired) {
         std::copy(q, q + B, stored_levels);
+        for (int64_t l = 0; l < 8 && zero != 0; ++l)
+          a.zero_lanes[size_t((m * blocks + b) * 8 + l)] = -zero * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
         continue;
       }
       int8_t* pair = stored_levels - (b % 2) * B;
@@ -180,8 +189,11 @@ constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(
 // Signed levels (int8, int8b, iq4_nl) multiply a block at a time (dot_rows), the others by pairs (dot_rows_paired).
 constexpr bool signed_levels(Levels L) { return byte_levels(L) || L == Levels::int4_lookup; }
 constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int5_block_min; }
+// (IQ4_NL's: its VNNI path takes the looked-up levels plus 128, unsigned: add_two.)
 constexpr int32_t fixed_zero(Levels L) {
-  return L == Levels::int4_fixed_zero ? kQ40Zero : L == Levels::int5_fixed_zero ? kQ50Zero : 0;
+  return L == Levels::int4_fixed_zero ? kQ40Zero : L == Levels::int5_fixed_zero ? kQ50Zero
+         : L == Levels::int4_lookup     ? 128
+                                        : 0;
 }
 
 // The weights' raw arrays, read once per call rather than once per row.
@@ -242,9 +254,21 @@ inline void dot_rows(const Weights& w, int64_t n, const QuantizedActivations& a,
       Ops::add(into[r], levels, xq[r] + b * B, L == Levels::int8 ? xs[r][b] : xs[r][b] * ws[b]);
   };
   // IQ4_NL's blocks in two chains, even and odd, met lane by lane at the end, as ggml's vec_dot_iq4_nl_q8_0 sums
-  // them (its bits, for an even count of blocks).
+  // them (its bits, for an even count of blocks). With AVX-512 both chains are one register (add_two).
   constexpr bool two_chains = L == Levels::int4_lookup;
   int64_t b = 0;
+  if constexpr (two_chains && requires { Ops::add_two; }) {
+    typename Ops::Acc2 both[R];
+    for (int r = 0; r < R; ++r) both[r] = Ops::zero2();
+    for (; b + 2 <= blocks; b += 2) {
+      if (b % blocks_a_line == 0) prefetch_ahead(row + b * stride);
+      const auto levels = Ops::load_two(row + b * stride);
+      for (int r = 0; r < R; ++r)
+        Ops::add_two(both[r], levels, xq[r] + b * B, a.zero_lanes.data() + ((m0 + r) * blocks + b) * 8,
+                     xs[r][b] * ws[b], xs[r][b + 1] * ws[b + 1]);
+    }
+    for (int r = 0; r < R; ++r) Ops::split(both[r], acc[r], odd[r]);
+  }
   for (; two_chains && b + 2 <= blocks; b += 2) block(b, acc), block(b + 1, odd);
   for (; b < blocks; ++b) block(b, acc);
   for (int r = 0; r < R; ++r) {
@@ -489,6 +513,11 @@ struct Avx2Ops {
 };
 
 #define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
+constexpr auto kIq4nlRaised = [] {  // kIq4nlValues + 128
+  std::array<uint8_t, 16> raised{};
+  for (size_t i = 0; i < raised.size(); ++i) raised[i] = uint8_t(kIq4nlValues[i] + 128);
+  return raised;
+}();
 template <Levels L>
 struct VnniOps {
   using Acc = __m256;
@@ -502,6 +531,31 @@ struct VnniOps {
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
   }
   KILN_VNNI static void store(const Acc& acc, float* out) { _mm256_storeu_ps(out, acc); }
+
+  // IQ4_NL two blocks at a time, 512 bits: the levels plus 128 (unsigned, so vpdpbusd takes them without moving
+  // their signs; the activations' zero_lanes take the 128 off), blocks b and b + 1 in the low and high halves, as
+  // are their f32 lanes: ggml's even and odd chains in one register.
+  using Acc2 = __m512;
+  KILN_VNNI static Acc2 zero2() { return _mm512_setzero_ps(); }
+  KILN_VNNI static __m512i load_two(const uint8_t* w) {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), nibble = _mm256_set1_epi8(0x0f);
+    const __m256i low = _mm256_and_si256(packed, nibble), high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+    const __m512i halves = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);  // lows of b, b + 1; highs
+    const __m512i indices = _mm512_shuffle_i64x2(halves, halves, _MM_SHUFFLE(3, 1, 2, 0));  // b's 32, then b + 1's
+    return _mm512_shuffle_epi8(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlRaised.data()))), indices);
+  }
+  KILN_VNNI static void add_two(Acc2& acc, __m512i levels, const int8_t* x, const int32_t* zero_lanes, float first,
+                                float second) {
+    const __m512i lanes = _mm512_dpbusd_epi32(_mm512_loadu_si512(zero_lanes), levels, _mm512_loadu_si512(x));
+    const __m512 scales = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                                _mm512_castps128_ps512(_mm_setr_ps(first, second, 0, 0)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scales, acc);
+  }
+  KILN_VNNI static void split(const Acc2& both, Acc& even, Acc& odd) {
+    even = _mm512_castps512_ps256(both);
+    odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1));
+  }
 
   using PairLevels = LevelPair;
   KILN_VNNI static PairLevels load_pair(const uint8_t* w, bool both) { return load_level_pair<L>(w, both); }
