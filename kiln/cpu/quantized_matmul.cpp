@@ -13,8 +13,8 @@
 // included, give the same bits. vpmaddubsw takes an unsigned operand: the
 // 4- and 5-bit levels are unsigned (zero points and minimums come afterwards);
 // int8 weights (and IQ4_NL's looked-up levels) go in as |w| with the signs
-// moved onto the activations (vpsignb). Neither saturates: levels stop at +-127, so a pair of products
-// is at most 2 * 127 * 127 < 2^15.
+// moved onto the activations (vpsignb). Neither saturates: levels stop at
+// +-127, so a pair of products is at most 2 * 127 * 127 < 2^15.
 #include "kiln/cpu/quantized_matmul.h"
 
 // VnniOps' 512-bit values pass between functions only inside the flattened, AVX-512-targeted rows_vnni, never
@@ -143,7 +143,8 @@ void quantize_activations(const float* x, int64_t M, int64_t K, int64_t blocks, 
       if (!paired) {
         std::copy(q, q + B, stored_levels);
         for (int64_t l = 0; l < 8 && zero != 0; ++l)
-          a.zero_lanes[size_t((m * blocks + b) * 8 + l)] = -zero * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+          a.zero_lanes[size_t((m * blocks + b) * 8 + l)] =
+              -zero * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
         continue;
       }
       int8_t* pair = stored_levels - (b % 2) * B;
@@ -189,11 +190,13 @@ constexpr int64_t block_bytes(Levels L) { return byte_levels(L) ? B : five_bits(
 // Signed levels (int8, int8b, iq4_nl) multiply a block at a time (dot_rows), the others by pairs (dot_rows_paired).
 constexpr bool signed_levels(Levels L) { return byte_levels(L) || L == Levels::int4_lookup; }
 constexpr bool block_min(Levels L) { return L == Levels::int4_block_min || L == Levels::int5_block_min; }
-// (IQ4_NL's: its VNNI path takes the looked-up levels plus 128, unsigned: add_two.)
 constexpr int32_t fixed_zero(Levels L) {
-  return L == Levels::int4_fixed_zero ? kQ40Zero : L == Levels::int5_fixed_zero ? kQ50Zero
-         : L == Levels::int4_lookup     ? 128
-                                        : 0;
+  switch (L) {
+    case Levels::int4_fixed_zero: return kQ40Zero;
+    case Levels::int5_fixed_zero: return kQ50Zero;
+    case Levels::int4_lookup: return 128;  // its VNNI path takes the looked-up levels plus 128, unsigned (add_two)
+    default: return 0;
+  }
 }
 
 // The weights' raw arrays, read once per call rather than once per row.
