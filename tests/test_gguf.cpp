@@ -161,11 +161,22 @@ TEST(Gguf, DamagedFilesAreClearErrors) {
 TEST(Gguf, TypesKilnDoesNotReadAreNamed) {
   EXPECT_STREQ(gguf_type_info(12).name, "Q4_K");
   EXPECT_EQ(gguf_type_info(14).block_bytes, 210);
+  EXPECT_STREQ(gguf_type_info(20).name, "IQ4_NL");
+  EXPECT_EQ(gguf_type_info(23).block_bytes, 136);  // IQ4_XS
+  for (const auto& [type, name] : {std::pair{16, "IQ2_XXS"}, {39, "MXFP4"}}) {
+    try {
+      gguf_type_info(type);
+      ADD_FAILURE() << name;
+    } catch (const Error& e) {
+      const std::string want = "tensor type " + std::to_string(type) + " (" + name + ")";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
   try {
-    gguf_type_info(16);  // IQ2_XXS
+    gguf_type_info(99);  // no type of ggml's
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor type 16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor type 99 is not"), std::string::npos) << e.what();
   }
 }
 

@@ -109,8 +109,15 @@ const GgufTypeInfo& gguf_type_info(uint32_t type) {
       {14, {"Q6_K", 256, 210}},  {15, {"Q8_K", 256, 292}},  {20, {"IQ4_NL", 32, 18}}, {23, {"IQ4_XS", 256, 136}},
       {24, {"I8", 1, 1}},        {25, {"I16", 1, 2}},       {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},
       {28, {"F64", 1, 8}},       {30, {"BF16", 1, 2}}};
+  // ggml's types Kiln does not read, named in the error.
+  static const std::map<uint32_t, const char*> unread = {
+      {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {21, "IQ3_S"}, {22, "IQ2_S"}, {29, "IQ1_M"},
+      {34, "TQ1_0"},   {35, "TQ2_0"},  {39, "MXFP4"},   {40, "NVFP4"}, {41, "Q1_0"},  {42, "Q2_0"}};
   const auto it = types.find(type);
-  KILN_CHECK(it != types.end(), "GGUF: tensor type ", type, " is not one Kiln reads (it reads F32, F16, BF16, "
+  const auto unread_name = unread.find(type);
+  KILN_CHECK(it != types.end(), "GGUF: tensor type ", type,
+             unread_name != unread.end() ? std::string(" (") + unread_name->second + ")" : std::string(),
+             " is not one Kiln reads (it reads F32, F16, BF16, "
              "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the K-quants Q2_K-Q8_K, IQ4_NL, IQ4_XS and the integers; not the "
              "IQ types below 4 bits, nor the ternary or FP4 ones): requantize the file, e.g. llama-quantize FILE OUT "
              "Q4_K_M, or pick a Q*_K or IQ4_XS download");
