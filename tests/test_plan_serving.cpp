@@ -4,8 +4,11 @@
 // predicted cache per stream equals what new_cache() allocates.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "apps/plan/serving.h"
 #include "kiln/nn/layers.h"
+#include "models/hf/gguf_model.h"
 #include "models/hf/hf_model.h"
 #include "tests/hf_test_util.h"
 
@@ -37,6 +40,32 @@ TEST(PlanServing, PredictionsEqualTheLoadedModelToTheByte) {
     EXPECT_EQ(predicted.kv_bytes_per_stream, size_t(pool.pages_held()) * page_bytes) << what;
     EXPECT_EQ(predicted.context, cache.capacity()) << what;
   }
+}
+
+// A GGUF file's weights as the loader holds them, from its header alone: gguf-tiny's F32 file, its F16 one (the
+// matrices kept f16, the norms f32), and llama-quantize's Q8_0, Q4_0, Q4_K_M (with Q5_0 and Q8_0 fallbacks) and
+// IQ4_NL files, each to the byte of the model loaded from it.
+TEST(PlanServing, AGgufFileCountsAsTheModelLoadedFromIt) {
+  const std::string dir = hf_test::fixture("gguf-tiny");
+  for (const char* name : {"model-f32.gguf", "model-f16.gguf", "model-q8_0.gguf", "model-q4_0.gguf",
+                           "model-q4_k_m.gguf", "model-iq4_nl.gguf"}) {
+    const GgufFile file = GgufFile::open(dir + "/" + name);
+    const plan::ServingMemory predicted = plan::serving_memory(models::read_hf_config(file.path()), std::nullopt, &file);
+    const auto lm = models::load_gguf_causal_lm(file.path());
+    size_t kept = 0, parameters = 0;
+    std::set<const void*> seen;  // a matrix two modules share counts once
+    lm.model->for_each_module([&](const std::string&, nn::Module& m) {
+      if (auto* w = dynamic_cast<nn::WeightModule*>(&m); w && w->quantized && seen.insert(w->quantized.get()).second)
+        kept += w->quantized->bytes();
+    });
+    for (const auto& p : lm.model->parameters()) parameters += p.nbytes();
+    EXPECT_EQ(kept > 0, std::string(name) != "model-f32.gguf") << name;  // all but F32's matrices are kept
+    EXPECT_EQ(predicted.quantized_bytes, kept) << name;
+    EXPECT_EQ(predicted.weight_bytes, parameters + kept) << name;
+    EXPECT_EQ(predicted.context, lm.model->new_cache().capacity()) << name;
+  }
+  const GgufFile file = GgufFile::open(dir + "/model-q4_0.gguf");
+  EXPECT_THROW(plan::serving_memory(models::read_hf_config(file.path()), QuantFormat::int4, &file), Error);
 }
 
 TEST(PlanServing, SaysWhetherStreamsFit) {

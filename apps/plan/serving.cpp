@@ -7,10 +7,13 @@
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
 #include "models/hf/families.h"
+#include "models/hf/gguf_model.h"
 
 namespace kiln::plan {
 
-ServingMemory serving_memory(const nlohmann::json& config, std::optional<QuantFormat> quantize) {
+ServingMemory serving_memory(const nlohmann::json& config, std::optional<QuantFormat> quantize, const GgufFile* gguf) {
+  KILN_CHECK(!gguf || !quantize, "--quantize: a GGUF file's matrices are served in the file's own quantized types; "
+             "plan without --quantize");
   const std::string type = config["model_type"].get<std::string>();
   const models::CausalLmFamily* family = models::find_causal_lm_family(type);
   KILN_CHECK(family, "--serve plans causal language models; model_type '", type, "' is not one Kiln supports (",
@@ -22,6 +25,9 @@ ServingMemory serving_memory(const nlohmann::json& config, std::optional<QuantFo
       dtype_name = config[key].get<std::string>();
       break;
     }
+  const std::optional<models::GgufWeightBytes> file_weights =
+      gguf ? std::optional(models::gguf_weight_bytes(*gguf)) : std::nullopt;
+  if (file_weights) dtype_name = file_weights->dtype == DType::bf16 ? "bfloat16" : "float32";
   std::shared_ptr<models::LanguageModel> model;
   {
     nn::MetaParametersGuard meta;
@@ -34,13 +40,21 @@ ServingMemory serving_memory(const nlohmann::json& config, std::optional<QuantFo
   });
   ServingMemory out;
   out.weights = quantize ? std::string(quant_format_name(*quantize)) + " (matrices) and " + dtype_name : dtype_name;
-  for (const auto& p : model->parameters()) {
-    if (quantize && matrices.count(&p.impl())) {
-      const size_t q = quantized_bytes(*quantize, p.size(0), p.size(1));
-      out.quantized_bytes += q;
-      out.weight_bytes += q;
-    } else {
-      out.weight_bytes += p.nbytes();
+  if (file_weights) {
+    std::string types;
+    for (const std::string& t : file_weights->kept_types) types += (types.empty() ? "" : ", ") + t;
+    out.weights = types.empty() ? dtype_name : "the file's " + types + " (matrices) and " + dtype_name;
+    out.weight_bytes = file_weights->total;
+    out.quantized_bytes = file_weights->kept;
+  } else {
+    for (const auto& p : model->parameters()) {
+      if (quantize && matrices.count(&p.impl())) {
+        const size_t q = quantized_bytes(*quantize, p.size(0), p.size(1));
+        out.quantized_bytes += q;
+        out.weight_bytes += q;
+      } else {
+        out.weight_bytes += p.nbytes();
+      }
     }
   }
   // A stream at the full context holds its pages whole.

@@ -91,13 +91,19 @@ std::optional<QuantFormat> k_quant_format(GgufType type) {
   }
 }
 
-bool gguf_maps_to_kiln_quantized(GgufType type) {
+std::optional<QuantFormat> gguf_kiln_format(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::Q4_1: case GgufType::Q5_1:
-    case GgufType::IQ4_NL: return true;
-    default: return k_quant_format(type).has_value();
+    case GgufType::Q8_0: return QuantFormat::int8_block;
+    case GgufType::Q4_0: return QuantFormat::int4;
+    case GgufType::IQ4_NL: return QuantFormat::iq4_nl;
+    case GgufType::Q4_1: return QuantFormat::q4_1;
+    case GgufType::Q5_0: return QuantFormat::q5_0;
+    case GgufType::Q5_1: return QuantFormat::q5_1;
+    default: return k_quant_format(type);
   }
 }
+
+bool gguf_maps_to_kiln_quantized(GgufType type) { return gguf_kiln_format(type).has_value(); }
 
 QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t rows, int64_t cols, DType dtype) {
   const GgufTypeInfo& info = gguf_type_info(uint32_t(type));
@@ -117,12 +123,7 @@ QuantizedMatrix gguf_to_quantized(GgufType type, const Tensor& blocks, int64_t r
   // The levels as ggml lays them out (Q8_0's bytes; Q4_0's, IQ4_NL's and Q4_1's nibbles; Q5_0's and Q5_1's nibbles,
   // then their fifth bits), the f16 scale (and Q4_1's and Q5_1's minimum) beside them in f32.
   const bool with_min = type == GgufType::Q4_1 || type == GgufType::Q5_1;
-  q.format = type == GgufType::Q4_0     ? QuantFormat::int4
-             : type == GgufType::IQ4_NL ? QuantFormat::iq4_nl
-             : type == GgufType::Q4_1   ? QuantFormat::q4_1
-             : type == GgufType::Q5_0   ? QuantFormat::q5_0
-             : type == GgufType::Q5_1   ? QuantFormat::q5_1
-                                        : QuantFormat::int8_block;
+  q.format = *gguf_kiln_format(type);
   const int64_t per_row = q.blocks();
   const int64_t level_bytes =
       q.five_bit() ? kFiveBitBlockBytes : q.format == QuantFormat::int8_block ? kQuantBlock : kQuantBlock / 2;

@@ -15,8 +15,9 @@
 
 namespace kiln {
 
-// Whether a tensor of `type` becomes a Kiln quantized matrix.
+// Whether a tensor of `type` becomes a Kiln quantized matrix, and which format it becomes.
 bool gguf_maps_to_kiln_quantized(GgufType type);
+std::optional<QuantFormat> gguf_kiln_format(GgufType type);
 // The K-quant format a type's blocks are multiplied as; none for the others.
 std::optional<QuantFormat> k_quant_format(GgufType type);
 // `blocks`: a [rows, cols] tensor's bytes, as GgufFile::tensor gives them (u8 [rows, bytes per row]).

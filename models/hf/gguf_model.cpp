@@ -1,5 +1,6 @@
 #include "models/hf/gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -55,6 +56,29 @@ Tensor float_tensor(const GgufFile& file, const GgufTensorInfo& t) {
   return out;
 }
 
+// Tensors a language model does not take from its file: rope factors (read into the config), a reranker's head
+// (gguf_classifier_head), an embedder's projections.
+bool read_beside_the_model(const std::string& gguf_name) {
+  for (const char* prefix : {"rope_freqs.", "rope_factors_", "cls.output.", "dense_2.", "dense_3."})
+    if (gguf_name.starts_with(prefix)) return true;
+  return false;
+}
+
+// The dtype a file's model runs in unless one is asked for: bf16 for a BF16 file, else f32 (quantized products
+// give f32).
+DType default_dtype(const GgufFile& file) {
+  return file.find("token_embd.weight")->type == GgufType::BF16 ? DType::bf16 : DType::f32;
+}
+
+// The names of a model's linear and embedding weights: the matrices that may stay f16 or quantized.
+std::set<std::string> matrix_names(LanguageModel& model) {
+  std::set<std::string> matrices;
+  model.for_each_module([&](const std::string& prefix, nn::Module& m) {
+    if (dynamic_cast<nn::WeightModule*>(&m)) matrices.insert(prefix + "weight");
+  });
+  return matrices;
+}
+
 // model.layers.N.mlp.experts.gate_proj.weight -> model.layers.N.mlp.experts.E.gate_proj.weight
 std::string expert_name(const std::string& name, int64_t e) {
   const size_t at = name.find(".experts.") + 9;
@@ -85,20 +109,15 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
   // (kiln/core/quantized.h's f16 format: read at 2 bytes and widened in registers, the activations f32, as
   // llama.cpp runs them); a dtype asked for (fine-tuning, export) makes them parameters of that dtype.
   const bool keep_half = !dtype;
-  if (!dtype) dtype = file.find("token_embd.weight")->type == GgufType::BF16 ? DType::bf16 : DType::f32;
-  std::set<std::string> matrices;  // the weights of linear layers and embeddings: what may stay f16
-  model->for_each_module([&](const std::string& prefix, nn::Module& m) {
-    if (dynamic_cast<nn::WeightModule*>(&m)) matrices.insert(prefix + "weight");
-  });
+  if (!dtype) dtype = default_dtype(file);
+  const std::set<std::string> matrices = matrix_names(*model);
   const GgufArchitecture& arch = gguf_architecture(file.metadata());
   const int64_t heads = arch.permuted_qk ? config["num_attention_heads"].get<int64_t>() : 0;
   const int64_t kv_heads = arch.permuted_qk ? config["num_key_value_heads"].get<int64_t>() : 0;
   std::map<std::string, Tensor> weights;
   std::map<std::string, QuantizedMatrix> quantized;
   for (const GgufTensorInfo& t : file.header().tensors) {
-    if (t.name.starts_with("rope_freqs.") || t.name.starts_with("rope_factors_")) continue;  // read into the config
-    if (t.name.starts_with("cls.output.")) continue;  // a reranker's head: its classifier's (gguf_classifier_head)
-    if (t.name.starts_with("dense_2.") || t.name.starts_with("dense_3.")) continue;  // an embedder's projections
+    if (read_beside_the_model(t.name)) continue;
     const std::string name = gguf_hf_name(arch, t.name);
     KILN_CHECK(!name.empty(), "GGUF: tensor '", t.name, "' has no place in a ", config["model_type"].get<std::string>(),
                " model");
@@ -142,6 +161,36 @@ std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, st
              "' is not a matrix of a linear layer or the embedding");
   attach_mapped_weights(*model, std::move(weights), file.path(), config["model_type"].get<std::string>(), dtype);
   return model;
+}
+
+GgufWeightBytes gguf_weight_bytes(const GgufFile& file) {
+  const json config = hf_config_from_gguf(file);
+  std::set<std::string> matrices;
+  {
+    nn::MetaParametersGuard meta;
+    matrices = matrix_names(*find_causal_lm_family(config["model_type"].get<std::string>())->build(config));
+  }
+  const GgufArchitecture& arch = gguf_architecture(file.metadata());
+  GgufWeightBytes out;
+  out.dtype = default_dtype(file);
+  for (const GgufTensorInfo& t : file.header().tensors) {
+    if (read_beside_the_model(t.name)) continue;
+    const std::string name = gguf_hf_name(arch, t.name);
+    const bool experts = name.find(".experts.") != std::string::npos && t.dims.size() == 3;
+    const int64_t count = experts ? t.dims[2] : 1, rows = t.dims.size() > 1 ? t.dims[1] : 1, cols = t.dims[0];
+    const std::optional<QuantFormat> format = t.dims.size() >= 2 ? gguf_kiln_format(t.type) : std::nullopt;
+    const bool half = t.type == GgufType::F16 && matrices.contains(experts ? expert_name(name, 0) : name);
+    size_t bytes = size_t(count * rows * cols) * dtype_size(out.dtype);
+    if (format || half) {  // as the loader keeps them (quantized_bytes of their format, or f16)
+      bytes = size_t(count) * (format ? quantized_bytes(*format, rows, cols) : size_t(rows * cols) * 2);
+      out.kept += bytes;
+      const std::string type = gguf_type_info(uint32_t(t.type)).name;
+      if (std::find(out.kept_types.begin(), out.kept_types.end(), type) == out.kept_types.end())
+        out.kept_types.push_back(type);
+    }
+    out.total += bytes;
+  }
+  return out;
 }
 
 Tensor gguf_classifier_head(const GgufFile& file) {

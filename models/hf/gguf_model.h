@@ -8,14 +8,16 @@
 // so its RoPE rotates adjacent pairs).
 // Its tokenizer and chat template come from its metadata too
 // (kiln/text/gguf_vocab.h). Weights (kiln/io/gguf_quants.h): F32, F16 and
-// BF16 as they are; Q8_0, Q4_0 and Q5_0 matrices as Kiln's int8b and int4;
-// Q4_K, Q5_K and Q6_K as the file's blocks, with their own kernels; the
-// other quantized types dequantized to f32 at load.
+// BF16 as they are; the quantized matrices in Kiln's formats for them
+// (Q8_0 as int8b, Q4_0 as int4, the K-quants and IQ4_XS as the file's
+// blocks, ...), multiplied by their own kernels; any other quantized tensor
+// dequantized to f32 at load.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/io/gguf.h"
 #include "models/common/language_model.h"
@@ -29,6 +31,18 @@ namespace kiln::models {
 // copies), in `dtype`, or else the token embedding's (F32 norms beside F16
 // matrices become F16 copies): converted copies where the file's type differs.
 std::shared_ptr<LanguageModel> load_gguf_language_model(const GgufFile& file, std::optional<DType> dtype = std::nullopt);
+
+// What load_gguf_language_model's weights take (with the dtype it picks when
+// none is asked for), from the file's header alone: the matrices it keeps in
+// the file's quantized types or in f16 (`kept`: the formats Kiln holds them
+// in, at their sizes there), every other tensor in the model's dtype.
+// What `kiln plan --serve` counts for a GGUF file.
+struct GgufWeightBytes {
+  size_t total = 0, kept = 0;
+  DType dtype = DType::f32;
+  std::vector<std::string> kept_types;  // the file's types of the kept matrices ("Q4_K", "F16", ...)
+};
+GgufWeightBytes gguf_weight_bytes(const GgufFile& file);
 
 // A small tensor read beside the model (a reranker's head, an embedder's
 // projections) in f32 on the CPU, whatever its type in the file.
