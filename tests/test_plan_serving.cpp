@@ -50,7 +50,8 @@ TEST(PlanServing, AGgufFileCountsAsTheModelLoadedFromIt) {
   for (const char* name : {"model-f32.gguf", "model-f16.gguf", "model-q8_0.gguf", "model-q4_0.gguf",
                            "model-q4_k_m.gguf", "model-iq4_nl.gguf"}) {
     const GgufFile file = GgufFile::open(dir + "/" + name);
-    const plan::ServingMemory predicted = plan::serving_memory(models::read_hf_config(file.path()), std::nullopt, &file);
+    const plan::ServingMemory predicted =
+        plan::serving_memory(models::read_hf_config(file.path()), std::nullopt, &file);
     const auto lm = models::load_gguf_causal_lm(file.path());
     size_t kept = 0, parameters = 0;
     std::set<const void*> seen;  // a matrix two modules share counts once

@@ -142,7 +142,8 @@ std::function<std::optional<PlanOutcome>()> add_plan_options(CLI::App& app) {
     if ((*flags)["serve"]) {
       KILN_CHECK(given("--model"), "--serve plans a Hugging Face language model: give --model hf:DIR");
       const std::string path = *models::hf_folder((*opts)["--model"]);
-      const std::optional<GgufFile> gguf = models::is_gguf_file(path) ? std::optional(GgufFile::open(path)) : std::nullopt;
+      const std::optional<GgufFile> gguf =
+          models::is_gguf_file(path) ? std::optional(GgufFile::open(path)) : std::nullopt;
       const ServingMemory m = serving_memory(
           in->hf_config, given("--quantize") ? std::optional(parse_quant_format((*opts)["--quantize"])) : std::nullopt,
           gguf ? &*gguf : nullptr);
