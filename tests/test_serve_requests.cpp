@@ -415,7 +415,8 @@ TEST(RerankFields, CohereAndTeiShapesReachTheRequest) {
   EXPECT_TRUE(parse_rerank(R"({"query": "q", "texts": ["a"], "return_text": true})").return_documents);
   const std::pair<std::string, std::string> refused[] = {
       {R"({"query": "q", "texts": ["a"], "raw_scores": true})", "raw_scores true is not supported"},
-      {R"({"query": "q", "texts": ["a"], "top_n": 1})", "unknown field 'top_n' in a TEI request"},
+      {R"({"query": "q", "texts": ["a"], "top_n": 1})", "unknown field 'top_n' (see docs/SERVING.md for the fields "
+                                                        "/rerank in TEI's form"},
       {R"({"query": "q", "texts": []})", "'texts' must be an array of 1 to 1000 texts"},
       {R"({"query": "q", "texts": [{"text": "a"}]})", "each of 'texts' must be a string"},
       {R"({"query": "q", "texts": ["a"], "truncation_direction": "Left"})", "truncation_direction"},

@@ -128,10 +128,7 @@ ClassifyRequest parse_classify(const std::string& text, int64_t max_batch) {
 
 PredictRequest parse_tei_predict(const std::string& text, int64_t max_batch) {
   const json body = parse_object(text);
-  for (const auto& [key, value] : body.items())
-    if (key != "model" && key != "inputs" && key != "raw_scores" && key != "truncate" &&
-        key != "truncation_direction" && key != "parameters")
-      throw HttpError(400, "/predict: unknown field '" + key + "'");
+  only(body, {"model", "inputs", "raw_scores", "truncate", "truncation_direction", "parameters"}, "/predict");
   PredictRequest r;
   r.model = field<std::string>(body, "model", "a string", std::string());
   if (!body.contains("inputs")) throw HttpError(400, "missing field 'inputs'");
@@ -172,10 +169,10 @@ RerankRequest parse_rerank(const std::string& text) {
       "model", "query", "documents", "top_n", "return_documents", "max_chunks_per_doc", "rank_fields"};
   static const char* const kTeiFields[] = {
       "model", "query", "texts", "return_text", "raw_scores", "truncate", "truncation_direction"};
-  for (const auto& [key, value] : body.items())
-    if (r.tei ? std::find(std::begin(kTeiFields), std::end(kTeiFields), key) == std::end(kTeiFields)
-              : std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
-      throw HttpError(400, "/rerank: unknown field '" + key + "'" + (r.tei ? " in a TEI request ('texts')" : ""));
+  if (r.tei)
+    only(body, kTeiFields, "/rerank in TEI's form (with 'texts')");
+  else
+    only(body, kFields, "/rerank");
   r.model = field<std::string>(body, "model", "a string", std::string());
   r.query = field<std::string>(body, "query", "a string");
   const char* list = r.tei ? "texts" : "documents";
@@ -208,9 +205,7 @@ RerankRequest parse_rerank(const std::string& text) {
 
 ScoreRequest parse_score(const std::string& text) {
   const json body = parse_object(text);
-  for (const auto& [key, value] : body.items())
-    if (key != "model" && key != "text_1" && key != "text_2" && key != "user")
-      throw HttpError(400, "/v1/score: unknown field '" + key + "'");
+  only(body, {"model", "text_1", "text_2", "user"}, "/v1/score");
   auto texts = [&](const char* name) {
     if (!body.contains(name)) throw HttpError(400, std::string("missing field '") + name + "'");
     const json& v = body[name];
@@ -236,9 +231,7 @@ namespace {
 // An embedding request's fields, each only from `allowed`.
 json embedding_body(const std::string& text, const char* endpoint, std::initializer_list<std::string_view> allowed) {
   json body = parse_object(text);
-  for (const auto& [key, value] : body.items())
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-      throw HttpError(400, std::string(endpoint) + ": unknown field '" + key + "'");
+  only(body, allowed, endpoint);
   return body;
 }
 

@@ -69,12 +69,17 @@ inline nlohmann::ordered_json object_of(const std::string& text) {
   return body;
 }
 
-inline void only(const nlohmann::ordered_json& body, std::initializer_list<const char*> known,
-                 const std::string& endpoint) {
+// A 400 for the first field of `body` (either JSON flavour) not among `known` (any range of names).
+template <typename Json, typename Names>
+void only(const Json& body, const Names& known, const std::string& endpoint) {
   for (auto it = body.begin(); it != body.end(); ++it)
     if (const std::string key = it.key();
-        std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+        std::none_of(std::begin(known), std::end(known), [&](std::string_view k) { return key == k; }))
       throw HttpError(400, "unknown field '" + key + "' (see docs/SERVING.md for the fields " + endpoint + " takes)");
+}
+template <typename Json>
+void only(const Json& body, std::initializer_list<const char*> known, const std::string& endpoint) {
+  only<Json, std::initializer_list<const char*>>(body, known, endpoint);
 }
 
 // o[key] as a string, or a 400 naming where it is missing.
