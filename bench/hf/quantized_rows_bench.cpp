@@ -13,7 +13,8 @@
 // takes them, against the memory read bandwidth probe (read_bandwidth.h)
 // measured just before, in ROUNDS rounds: the kernel's share of what memory
 // gives, with less of the noise of a whole model's run against a probe later.
-//   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...)
+//   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q4_0g: Q4_0's rows
+//                                                in groups of eight, as a loaded model holds them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,7 +59,9 @@ const std::vector<std::pair<std::string, std::pair<GgufType, std::vector<int>>>>
     {"q3_k", {GgufType::Q3_K, {108}}}, {"q4_k", {GgufType::Q4_K, {0, 2}}}, {"q5_k", {GgufType::Q5_K, {0, 2}}},
     {"q6_k", {GgufType::Q6_K, {208}}}, {"iq4_nl", {GgufType::IQ4_NL, {0}}}, {"iq4_xs", {GgufType::IQ4_XS, {0}}}};
 
-int stream(const std::string& type, int rounds) {
+int stream(std::string type, int rounds) {
+  const bool grouped = type == "q4_0g";
+  if (grouped) type = "q4_0";
   const auto found = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == type; });
   if (found == kTypes.end()) {
     std::fprintf(stderr, "kiln_quant_bench stream: unknown type %s (q8_0, q4_0, ..., q6_k)\n", type.c_str());
@@ -70,12 +73,13 @@ int stream(const std::string& type, int rounds) {
   size_t bytes = 0;
   while (bytes < (size_t(1) << 30)) {
     matrices.push_back(random_gguf(gen, found->second.first, found->second.second, N, K));
+    if (grouped) matrices.back() = group_rows(matrices.back());
     bytes += matrices.back().bytes();
   }
   std::vector<float> x(static_cast<size_t>(K)), out(static_cast<size_t>(N));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.1f;
-  std::printf("%s, %s path, %zu matrices of %lld x %lld (%.2f GiB), %d threads:\n", type.c_str(),
-              cpu::quant_dot_name(cpu::quant_dot_in_use()), matrices.size(), (long long)N, (long long)K,
+  std::printf("%s%s, %s path, %zu matrices of %lld x %lld (%.2f GiB), %d threads:\n", type.c_str(),
+              grouped ? " (rows in groups)" : "", cpu::quant_dot_name(cpu::quant_dot_in_use()), matrices.size(), (long long)N, (long long)K,
               double(bytes) / double(size_t(1) << 30), get_num_threads());
   for (int r = 0; r < rounds; ++r) {
     const double probe = read_bandwidth_gbps();
@@ -110,6 +114,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, QuantizedMatrix> formats[] = {
       {"q8_0", gguf(GgufType::Q8_0, {0}, N, K)},
       {"q4_0", gguf(GgufType::Q4_0, {0}, N, K)},
+      {"q4_0g", group_rows(gguf(GgufType::Q4_0, {0}, N, K))},  // rows in groups of eight, as a model holds them
       {"q4_1", gguf(GgufType::Q4_1, {0, 2}, N, K)},
       {"q5_0", gguf(GgufType::Q5_0, {0}, N, K)},
       {"q5_1", gguf(GgufType::Q5_1, {0, 2}, N, K)},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <vector>
 
@@ -155,6 +156,36 @@ QuantizedMatrix half_matrix(const Tensor& values, DType dtype) {
   return q;
 }
 
+namespace {
+
+// `q` with its rows in groups or in order: its blocks and scales moved to where the other layout's block_index
+// puts them.
+QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
+  KILN_CHECK(q.format == QuantFormat::int4, "group_rows: ", quant_format_name(q.format),
+             " matrices keep their rows in order (decoding reads int4's alone in groups)");
+  if (q.grouped_rows == grouped) return q;
+  MemoryCategoryScope weights(MemoryCategory::weights);
+  QuantizedMatrix out = q;
+  out.grouped_rows = grouped;
+  const std::pair<const Tensor*, Tensor*> tensors[] = {{&q.data, &out.data}, {&q.scales, &out.scales}};
+  for (auto [from, to] : tensors) {
+    KILN_CHECK(from->is_contiguous() && from->device().is_cpu(), "group_rows: the matrix must be contiguous, on the CPU");
+    const size_t unit = from->nbytes() / size_t(q.rows * q.blocks());
+    *to = Tensor::empty(from->shape(), from->dtype());
+    const auto* in = static_cast<const uint8_t*>(from->data_ptr());
+    auto* moved = static_cast<uint8_t*>(to->data_ptr());
+    for (int64_t r = 0; r < q.rows; ++r)
+      for (int64_t b = 0; b < q.blocks(); ++b)
+        std::memcpy(moved + size_t(out.block_index(r, b)) * unit, in + size_t(q.block_index(r, b)) * unit, unit);
+  }
+  return out;
+}
+
+}  // namespace
+
+QuantizedMatrix group_rows(const QuantizedMatrix& q) { return regrouped(q, true); }
+QuantizedMatrix ungroup_rows(const QuantizedMatrix& q) { return regrouped(q, false); }
+
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   KILN_CHECK(q.data.device().is_cpu(), "dequantize_row: the matrix is on ", q.data.device().str());
   if (q.half()) {
@@ -169,28 +200,33 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
     for (int64_t b = 0; b < per_row; ++b) dequantize_k_block(q.format, data + b * bytes, out + b * kSuperBlock);
     return;
   }
-  if (q.eight_bit()) {
+  if (q.format == QuantFormat::int8) {
     const auto* data = q.data.data<uint8_t>() + row * padded;
-    const bool per_row = q.format == QuantFormat::int8;
-    const float* scales = q.scales.data<float>() + (per_row ? row : row * q.blocks());
-    for (int64_t c = 0; c < q.cols; ++c) out[c] = scales[per_row ? 0 : c / kQuantBlock] * float(int8_t(data[c]));
+    const float scale = q.scales.data<float>()[row];
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = scale * float(int8_t(data[c]));
     return;
   }
-  const int64_t blocks = q.blocks(), block_bytes = q.five_bit() ? kFiveBitBlockBytes : kQuantBlock / 2;
-  const auto* data = q.data.data<uint8_t>() + row * blocks * block_bytes;
-  const float* scales = q.scales.data<float>() + row * blocks;
-  const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() + row * blocks : nullptr;
-  const float* mins = q.mins.defined() ? q.mins.data<float>() + row * blocks : nullptr;
+  const int64_t block_bytes = q.eight_bit() ? kQuantBlock : q.five_bit() ? kFiveBitBlockBytes : kQuantBlock / 2;
+  const float* scales = q.scales.data<float>();
+  const uint8_t* zeros = q.zeros.defined() ? q.zeros.data<uint8_t>() : nullptr;
+  const float* mins = q.mins.defined() ? q.mins.data<float>() : nullptr;
   const float fixed_zero = mins || q.lookup() ? 0 : q.five_bit() ? 16 : 8;  // (q4_1, q5_1: none; q5_0's 16, int4's 8)
-  for (int64_t b = 0; b < blocks; ++b) {
-    uint8_t levels[kQuantBlock];
-    unpack_levels(data + b * block_bytes, q.five_bit(), levels);
-    const float scale = scales[b], zero = zeros ? float(zeros[b]) : fixed_zero;
+  const int64_t first = q.block_index(row), step = q.block_step(row);
+  for (int64_t b = 0; b < q.blocks(); ++b) {
+    const int64_t at = first + b * step;
+    const uint8_t* block = q.data.data<uint8_t>() + at * block_bytes;
     float values[kQuantBlock];
-    for (int64_t j = 0; j < kQuantBlock; ++j)
-      values[j] = scale * (q.lookup() ? float(kIq4nlValues[levels[j]]) : float(levels[j]) - zero);
+    if (q.eight_bit()) {
+      for (int64_t j = 0; j < kQuantBlock; ++j) values[j] = scales[at] * float(int8_t(block[j]));
+    } else {
+      uint8_t levels[kQuantBlock];
+      unpack_levels(block, q.five_bit(), levels);
+      const float scale = scales[at], zero = zeros ? float(zeros[at]) : fixed_zero;
+      for (int64_t j = 0; j < kQuantBlock; ++j)
+        values[j] = scale * (q.lookup() ? float(kIq4nlValues[levels[j]]) : float(levels[j]) - zero);
+    }
     if (mins)
-      for (float& v : values) v += mins[b];
+      for (float& v : values) v += mins[at];
     const int64_t n = std::min(kQuantBlock, q.cols - b * kQuantBlock);
     std::copy(values, values + n, out + b * kQuantBlock);
   }

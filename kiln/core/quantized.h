@@ -33,6 +33,13 @@
 //        (not made by quantize_matrix): `data` holds the file's blocks of 256
 //        as they are (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
+//
+// Rows in groups: an int4 matrix may hold its rows in groups of kRowGroup
+// (grouped_rows, made by group_rows): for each block b, the group's eight
+// rows' block b side by side, in `data` and in `scales`, so that decoding
+// reads eight rows as one stream and shares each activation load among them
+// (llama.cpp repacks Q4_0 the same way). The rows after the last whole group
+// stay one after another. Every reader of a row goes through block_index.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -49,6 +56,7 @@ enum class QuantFormat : uint8_t {
   q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs  // the blocks of 256 last
 };
 constexpr int64_t kQuantBlock = 32;
+constexpr int64_t kRowGroup = 8;
 constexpr int64_t kFiveBitBlockBytes = kQuantBlock / 2 + 4;  // q5_0, q5_1: the nibbles, then the fifth bits
 // IQ4_NL's and IQ4_XS's levels (ggml's kvalues_iq4nl): signed, within +-127.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -82,6 +90,7 @@ struct QuantizedMatrix {
   Tensor scales;  // f32: int8 [rows]; the others of 32 [rows, padded cols / 32]; K-quants, f16: undefined
   Tensor zeros;   // u8 [rows, padded cols / 32] for int4_zero, else undefined
   Tensor mins;    // f32 [rows, padded cols / 32] for q4_1 and q5_1, else undefined
+  bool grouped_rows = false;  // rows in groups of kRowGroup (above); the tensors' shapes are the same either way
 
   int64_t padded_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock * kQuantBlock; }
   int64_t blocks() const { return padded_cols() / kQuantBlock; }
@@ -92,6 +101,13 @@ struct QuantizedMatrix {
   bool k_quant() const { return format >= QuantFormat::q2_k; }  // (iq4_xs included: blocks of 256)
   bool half() const { return format == QuantFormat::f16; }
   bool lookup() const { return format == QuantFormat::iq4_nl; }  // levels through kIq4nlValues
+  int64_t grouped_row_end() const { return grouped_rows ? rows / kRowGroup * kRowGroup : 0; }
+  // Where row `row`'s block b is: the index of its block in `data` and of its value in scales, zeros and mins.
+  int64_t block_index(int64_t row, int64_t b) const { return block_index(row) + b * block_step(row); }
+  int64_t block_index(int64_t row) const {  // (of its block 0)
+    return row < grouped_row_end() ? row / kRowGroup * blocks() * kRowGroup + row % kRowGroup : row * blocks();
+  }
+  int64_t block_step(int64_t row) const { return row < grouped_row_end() ? kRowGroup : 1; }  // from a block to the next
 };
 
 // The bytes a [rows, cols] matrix takes in `format`: what bytes() gives
@@ -103,6 +119,9 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 // A contiguous f16 matrix [rows, cols] kept as it is (format f16, a view of
 // `values`), whose products and lookups give `dtype`.
 QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
+// The same int4 matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is unchanged).
+QuantizedMatrix group_rows(const QuantizedMatrix& q);
+QuantizedMatrix ungroup_rows(const QuantizedMatrix& q);
 // Row r of the matrix as f32 (cols values): what a lookup and the reference product read.
 void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out);
 

@@ -353,22 +353,24 @@ inline void signed_block_levels(const uint8_t* block, bool five_bit, bool lookup
 // levels the values they look up).
 void block_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
   const int64_t blocks = w.blocks();
-  const float* row_scales = w.scales.data<float>() + (w.format == QuantFormat::int8 ? n : n * blocks);
-  if (w.eight_bit()) {
+  if (w.format == QuantFormat::int8) {
     std::memcpy(levels, w.data.data<uint8_t>() + n * blocks * B, size_t(blocks * B));
-    for (int64_t b = 0; b < blocks; ++b) scales[b] = row_scales[w.format == QuantFormat::int8 ? 0 : b];
+    std::fill_n(scales, blocks, w.scales.data<float>()[n]);
     return;
   }
-  const int64_t stride = w.five_bit() ? kFiveBitBlockBytes : B / 2;
-  const uint8_t* data = w.data.data<uint8_t>() + n * blocks * stride;
-  const uint8_t* zeros = w.zeros.defined() ? w.zeros.data<uint8_t>() + n * blocks : nullptr;
-  const float* row_mins = w.mins.defined() ? w.mins.data<float>() + n * blocks : nullptr;
+  const int64_t stride = w.eight_bit() ? B : w.five_bit() ? kFiveBitBlockBytes : B / 2;
+  const uint8_t* zeros = w.zeros.defined() ? w.zeros.data<uint8_t>() : nullptr;
+  const float* row_mins = w.mins.defined() ? w.mins.data<float>() : nullptr;
   const int32_t fixed_zero = row_mins ? 0 : w.five_bit() ? 16 : 8;
+  const int64_t first = w.block_index(n), step = w.block_step(n);  // (rows may be in groups: quantized.h)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int32_t zero = zeros ? int32_t(zeros[b]) : fixed_zero;
-    signed_block_levels(data + b * stride, w.five_bit(), w.lookup(), int8_t(zero), levels + b * B);
-    scales[b] = row_scales[b];
-    if (row_mins) mins[b] = row_mins[b];
+    const int64_t at = first + b * step;
+    const uint8_t* block = w.data.data<uint8_t>() + at * stride;
+    if (w.eight_bit()) std::memcpy(levels + b * B, block, B);
+    else signed_block_levels(block, w.five_bit(), w.lookup(), int8_t(zeros ? int32_t(zeros[at]) : fixed_zero),
+                             levels + b * B);
+    scales[b] = w.scales.data<float>()[at];
+    if (row_mins) mins[b] = row_mins[at];
   }
 }
 

@@ -37,7 +37,9 @@
 #include "kiln/cpu/kquant_matmul.h"
 #include "kiln/cpu/low_precision.h"
 #include "kiln/cpu/packed_gemm.h"
+#include "kiln/cpu/quantized_activations.h"
 #include "kiln/cpu/quantized_gemm.h"
+#include "kiln/cpu/row_group_product.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -46,22 +48,6 @@ namespace {
 constexpr int64_t B = kQuantBlock;
 constexpr int32_t kQ40Zero = 8;   // Q4_0's (int4's) levels u stand for u - 8
 constexpr int32_t kQ50Zero = 16;  // Q5_0's for u - 16
-
-// Activations quantized per row and block: levels, scales and level sums
-// (for int4z's zero points and Q4_1's and Q5_1's minimums). For the 4- and
-// 5-bit formats the levels of each pair of blocks are stored in the order
-// the paired kernel loads them (see dot_rows_paired), the row padded with a
-// zero block to a whole pair, and with the format's fixed zero point
-// (Q4_0's, Q5_0's; else 0) multiplied out per integer lane.
-struct QuantizedActivations {
-  int64_t blocks = 0;
-  int64_t stored_blocks = 0;  // blocks, or rounded up to a pair
-  std::vector<int8_t> levels;
-  std::vector<float> scales;
-  std::vector<int32_t> sums;
-  // Paired: per block 4 lanes of -zero * (sum of the lane's 8 levels); iq4_nl: 8 of -128 * (sum of its 4); or none.
-  std::vector<int32_t> zero_lanes;
-};
 
 }  // namespace
 
@@ -117,10 +103,6 @@ int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, floa
 }
 
 namespace {
-
-// Where level j of block b (within its pair: b % 2) goes in the paired
-// order: the pair's first halves, then its second halves.
-constexpr int64_t paired_index(int64_t b, int64_t j) { return (b % 2) * (B / 2) + (j % (B / 2)) + (j / (B / 2)) * B; }
 
 // Into `a`, whose arrays keep their memory from call to call (a decoding
 // step allocates nothing here once the first has run).
@@ -665,7 +647,15 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
   thread_local QuantizedActivations kept;
   QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
   quantize_activations(x, M, w.cols, w.blocks(), !signed_levels(levels), fixed_zero(levels), a);
-  for_row_chunks(w.rows, M * w.rows * w.padded_cols(), [&](int64_t n0, int64_t n1) { rows(dot, w, n0, n1, a, M, out); });
+  const int64_t grouped = w.grouped_row_end();  // (rows in groups: int4 alone, kiln/core/quantized.h)
+  for_row_chunks(
+      w.rows, M * w.rows * w.padded_cols(),
+      [&](int64_t n0, int64_t n1) {
+        const int64_t split = std::clamp(grouped, n0, n1);
+        if (n0 < split) row_group_products(dot, w, n0, split, a, M, out);
+        if (split < n1) rows(dot, w, split, n1, a, M, out);
+      },
+      grouped > 0 ? kRowGroup : 1);
 }
 
 void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Tensor& out) {
@@ -676,7 +666,7 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   if (w.half() && M > kFewRowsF16 && !batch_invariant())  // (f16 weights: no integer products)
     return packed_gemm(M, w.rows, w.cols, 1.0f, x.data<float>(), w.cols, bits16(w.data), PackedSource::f16, true,
                        w.cols, 0.0f, out.data<float>(), w.rows);
-  if (M < gemm_rows(dot) || w.half() || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+  if (M < gemm_rows(dot, w) || w.half() || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
     return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), dot);
   quantized_gemm(x.data<float>(), M, w, out.data<float>(), dot);
 }

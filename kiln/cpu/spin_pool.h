@@ -53,11 +53,12 @@ void spin_parallel_for(int64_t chunks, int threads, const ChunkFn& chunk);
 // projection) take the threads too: run on one, they leave the others idle
 // long enough to fall asleep, and the next product pays their wake-up
 // (SmolLM-135M's shape, Q4_0, 2 threads: 1.2x the tokens/s of a 256K-unit
-// threshold).
+// threshold). Each chunk but the last is a multiple of `align` rows.
 template <typename Rows>
-void for_row_chunks(int64_t N, int64_t work, const Rows& rows) {
+void for_row_chunks(int64_t N, int64_t work, const Rows& rows, int64_t align = 1) {
   const int threads = work < (int64_t(1) << 15) ? 1 : get_num_threads();
-  const int64_t chunk = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
+  const int64_t even = std::max<int64_t>(8, (N + threads * 4 - 1) / (threads * 4));
+  const int64_t chunk = (even + align - 1) / align * align;
   spin_parallel_for((N + chunk - 1) / chunk, threads, [&](int64_t i) { rows(i * chunk, std::min(N, (i + 1) * chunk)); });
 }
 

@@ -1,0 +1,34 @@
+// Activations quantized for the decoding kernels (quantized_matmul.cpp,
+// row_group_product.cpp): each row's blocks of 32 to int8 levels, as
+// ggml's Q8_0, with what the weight formats' zero points and minimums need.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kiln/core/quantized.h"
+
+namespace kiln::cpu {
+
+// Levels, scales and level sums per row and block (the sums for int4z's
+// zero points and Q4_1's and Q5_1's minimums). For the 4- and 5-bit formats
+// the levels of each pair of blocks are stored in the order the paired
+// kernel loads them (see dot_rows_paired), the row padded with a zero block
+// to a whole pair, and with the format's fixed zero point (Q4_0's, Q5_0's;
+// else 0) multiplied out per integer lane.
+struct QuantizedActivations {
+  int64_t blocks = 0;
+  int64_t stored_blocks = 0;  // blocks, or rounded up to a pair
+  std::vector<int8_t> levels;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  // Paired: per block 4 lanes of -zero * (sum of the lane's 8 levels); iq4_nl: 8 of -128 * (sum of its 4); or none.
+  std::vector<int32_t> zero_lanes;
+};
+
+// Where level j of block b (within its pair: b % 2) goes in the paired
+// order: the pair's first halves, then its second halves.
+constexpr int64_t paired_index(int64_t b, int64_t j) {
+  return (b % 2) * (kQuantBlock / 2) + (j % (kQuantBlock / 2)) + (j / (kQuantBlock / 2)) * kQuantBlock;
+}
+
+}  // namespace kiln::cpu
