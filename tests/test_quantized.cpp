@@ -116,42 +116,6 @@ TEST(Quantized, EveryInstructionPathGivesTheScalarPathsBits) {
   }
 }
 
-// int4's rows in groups of eight (what a model holds, kiln/core/quantized.h)
-// read as the rows in order: the same rows dequantized, and the decoding
-// kernel's and the prompt GEMM's bits on every path, for counts of blocks of
-// every remainder by 4 (the paired kernel's chains) and rows past the last
-// whole group.
-TEST(Quantized, Int4RowsInGroupsGiveTheBitsOfRowsInOrder) {
-  for (const auto& [N, K] : {std::tuple{37, 32}, std::tuple{64, 45}, std::tuple{300, 96}, std::tuple{24, 128},
-                             std::tuple{41, 160}, std::tuple{16, 200}}) {
-    const auto w = random_values(size_t(N * K), 4, 0.05f);
-    const QuantizedMatrix in_order = quantize_matrix(w.data(), N, K, QuantFormat::int4, DType::f32);
-    const QuantizedMatrix grouped = group_rows(in_order);
-    ASSERT_TRUE(grouped.grouped_rows);
-    EXPECT_EQ(grouped.bytes(), in_order.bytes());
-    std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
-    for (int64_t r = 0; r < N; ++r) {
-      dequantize_row(in_order, r, a.data());
-      dequantize_row(grouped, r, b.data());
-      ASSERT_EQ(a, b) << "row " << r << " of " << N << " x " << K;
-    }
-    const QuantizedMatrix back = ungroup_rows(grouped);
-    EXPECT_EQ(std::memcmp(back.data.data_ptr(), in_order.data.data_ptr(), in_order.data.nbytes()), 0);
-    EXPECT_EQ(std::memcmp(back.scales.data_ptr(), in_order.scales.data_ptr(), in_order.scales.nbytes()), 0);
-    for (int64_t M : {int64_t(1), int64_t(3), kPromptRows}) {
-      const auto x = random_values(size_t(M * K), 5, 3.0f);
-      const Product product = M < kPromptRows ? cpu::quantized_matmul_rows : cpu::quantized_gemm;
-      const std::vector<float> want = every_path_gives_scalar_bits(in_order, x, M, product);
-      const std::vector<float> got = every_path_gives_scalar_bits(grouped, x, M, product);
-      for (size_t i = 0; i < want.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-            << N << " x " << K << ", M=" << M << " at " << i;
-    }
-  }
-  const auto w = random_values(64, 6);
-  EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int8_block, DType::f32)), Error);
-}
-
 // A layer given int4 weights keeps them in groups; its export writes the rows in order.
 TEST(Quantized, AnInt4LayerHoldsItsRowsInGroups) {
   Generator gen(7);
@@ -339,6 +303,45 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
 // and IQ4_NL (looked-up levels), read from GGUF blocks: every path gives the scalar path's bits, the
 // decoding and prompt-sized products are the f32 product of the dequantized
 // weights within activation rounding, and the minimums are not dropped.
+// int4's and iq4_nl's rows in groups of eight (what a model holds,
+// kiln/core/quantized.h) read as the rows in order: the same rows
+// dequantized, and the decoding kernel's and the prompt GEMM's bits on every
+// path, for counts of blocks of every remainder by 4 (the paired kernel's
+// chains) and rows past the last whole group.
+TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
+  for (const auto& [N, K] : {std::tuple{37, 32}, std::tuple{64, 64}, std::tuple{300, 96}, std::tuple{24, 128},
+                             std::tuple{41, 160}, std::tuple{16, 224}})
+    for (bool iq4_nl : {false, true}) {
+      const auto w = random_values(size_t(N * K), 4, 0.05f);
+      const QuantizedMatrix in_order = iq4_nl ? random_gguf_blocks(GgufType::IQ4_NL, N, K, 4)
+                                              : quantize_matrix(w.data(), N, K, QuantFormat::int4, DType::f32);
+      SCOPED_TRACE(std::string(quant_format_name(in_order.format)) + " " + std::to_string(N) + " x " +
+                   std::to_string(K));
+      const QuantizedMatrix grouped = group_rows(in_order);
+      ASSERT_TRUE(grouped.grouped_rows);
+      EXPECT_EQ(grouped.bytes(), in_order.bytes());
+      std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
+      for (int64_t r = 0; r < N; ++r) {
+        dequantize_row(in_order, r, a.data());
+        dequantize_row(grouped, r, b.data());
+        ASSERT_EQ(a, b) << "row " << r;
+      }
+      const QuantizedMatrix back = ungroup_rows(grouped);
+      EXPECT_EQ(std::memcmp(back.data.data_ptr(), in_order.data.data_ptr(), in_order.data.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(back.scales.data_ptr(), in_order.scales.data_ptr(), in_order.scales.nbytes()), 0);
+      for (int64_t M : {int64_t(1), int64_t(3), kPromptRows}) {
+        const auto x = random_values(size_t(M * K), 5, 3.0f);
+        const Product product = M < kPromptRows ? cpu::quantized_matmul_rows : cpu::quantized_gemm;
+        const std::vector<float> want = every_path_gives_scalar_bits(in_order, x, M, product);
+        const std::vector<float> got = every_path_gives_scalar_bits(grouped, x, M, product);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "M=" << M << " at " << i;
+      }
+    }
+  const auto w = random_values(64, 6);
+  EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int8_block, DType::f32)), Error);
+}
+
 TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {
   const int64_t N = 37;
   // 3 blocks: a pair and a lone block; 8: pairs only; 7: all three steps of the paired kernel.

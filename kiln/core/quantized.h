@@ -34,12 +34,13 @@
 //        as they are (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
 //
-// Rows in groups: an int4 matrix may hold its rows in groups of kRowGroup
-// (grouped_rows, made by group_rows): for each block b, the group's eight
-// rows' block b side by side, in `data` and in `scales`, so that decoding
-// reads eight rows as one stream and shares each activation load among them
-// (llama.cpp repacks Q4_0 the same way). The rows after the last whole group
-// stay one after another. Every reader of a row goes through block_index.
+// Rows in groups: an int4 or iq4_nl matrix may hold its rows in groups of
+// kRowGroup (grouped_rows, made by group_rows): for each block b, the
+// group's eight rows' block b side by side, in `data` and in `scales`, so
+// that decoding reads eight rows as one stream and shares each activation
+// load among them (llama.cpp repacks Q4_0 and IQ4_NL the same way). The rows
+// after the last whole group stay one after another. Every reader of a row
+// goes through block_index.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -119,7 +120,9 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 // A contiguous f16 matrix [rows, cols] kept as it is (format f16, a view of
 // `values`), whose products and lookups give `dtype`.
 QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
-// The same int4 matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is unchanged).
+// The same int4 or iq4_nl matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is
+// unchanged).
+inline bool groups_rows(QuantFormat f) { return f == QuantFormat::int4 || f == QuantFormat::iq4_nl; }
 QuantizedMatrix group_rows(const QuantizedMatrix& q);
 QuantizedMatrix ungroup_rows(const QuantizedMatrix& q);
 // Row r of the matrix as f32 (cols values): what a lookup and the reference product read.

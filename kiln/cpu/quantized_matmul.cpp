@@ -647,7 +647,7 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
   thread_local QuantizedActivations kept;
   QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
   quantize_activations(x, M, w.cols, w.blocks(), !signed_levels(levels), fixed_zero(levels), a);
-  const int64_t grouped = w.grouped_row_end();  // (rows in groups: int4 alone, kiln/core/quantized.h)
+  const int64_t grouped = w.grouped_row_end();  // (rows in groups: int4 and iq4_nl, kiln/core/quantized.h)
   for_row_chunks(
       w.rows, M * w.rows * w.padded_cols(),
       [&](int64_t n0, int64_t n1) {

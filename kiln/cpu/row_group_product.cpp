@@ -1,13 +1,22 @@
-// The grouped int4 product (row_group_product.h). A group's block b is
+// The grouped 4-bit products (row_group_product.h). A group's block b is
 // eight rows' 16 bytes of nibbles: with AVX-512 two registers, each four
 // rows in its 128-bit lanes, against the activation block's low and high
 // 16 levels broadcast to every lane (vpdpbusd), the eight rows' scales one
 // load, and each conversion and multiply-add four rows'; with AVX2 four
 // rows a pass, two to a register.
+//
+// Each format sums as its row-by-row kernel (quantized_matmul.cpp) does, so
+// the bits are that kernel's:
+//  - Q4_0 as the paired kernel: per block four integer lanes (levels 4l ..
+//    4l + 3 and 16 + 4l .. 16 + 4l + 3, from the zero point's lane), in four
+//    chains (its even pairs' first and second blocks, then its odd pairs').
+//  - IQ4_NL as ggml's even and odd chains: per block eight lanes (levels 4l
+//    .. 4l + 3), the low nibbles' four and the high nibbles' four.
 #include "kiln/cpu/row_group_product.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // (512-bit values only inside the flattened, AVX-512-targeted functions)
 
+#include <array>
 #include <cmath>
 
 #include "kiln/cpu/x86_intrinsics.h"
@@ -18,173 +27,265 @@ namespace {
 constexpr int64_t B = kQuantBlock;
 constexpr int64_t kGroupBlockBytes = kRowGroup * B / 2;  // a group's block: its eight rows' 16 bytes
 
-// The chain block b adds into: the paired kernel's even pairs' first and
-// second blocks (chains 0, 1), then its odd pairs' (2, 3); a lone last
-// block it adds as an odd pair's first.
-constexpr int chain_of(int64_t b, int64_t blocks) { return blocks % 4 == 1 && b == blocks - 1 ? 2 : int(b % 4); }
+// One activation row's quantized blocks (QuantizedActivations, row m).
+struct ActivationRow {
+  const int8_t* levels;
+  const float* scales;
+  const int32_t* zero_lanes;
+};
 
-// Row r's total from its four chains' four lanes each (c[chain][lane]), in
-// the paired kernel's order: the even and odd accumulators met lane by lane,
-// then sum_lanes' tree.
-inline float chains_total(const float (&c)[4][4]) {
-  float merged[8];
-  for (int l = 0; l < 4; ++l) {
-    merged[l] = c[0][l] + c[2][l];
-    merged[4 + l] = c[1][l] + c[3][l];
+struct Q40 {
+  static constexpr int kChains = 4, kLanes = 4;
+  // A lone last block the paired kernel adds as an odd pair's first.
+  static int chain_of(int64_t b, int64_t blocks) { return blocks % 4 == 1 && b == blocks - 1 ? 2 : int(b % 4); }
+  // Block b's low and high 16 levels in the pair's order (paired_index), and its four zero lanes.
+  static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b / 2 * 2 * B + b % 2 * (B / 2); }
+  static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B; }
+  // The even and odd accumulators met lane by lane, then sum_lanes' tree (lane(c, l): chain c's lane l).
+  template <typename Lane>
+  static float total(Lane lane) {
+    float merged[8];
+    for (int l = 0; l < 4; ++l) {
+      merged[l] = lane(0, l) + lane(2, l);
+      merged[4 + l] = lane(1, l) + lane(3, l);
+    }
+    return sum_lanes(merged);
   }
-  return sum_lanes(merged);
-}
+};
+
+struct Iq4nl {
+  static constexpr int kChains = 2, kLanes = 8;
+  static int chain_of(int64_t b, int64_t) { return int(b % 2); }
+  static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b * B; }
+  static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B / 2; }
+  template <typename Lane>
+  static float total(Lane lane) {
+    float merged[8];
+    for (int l = 0; l < 8; ++l) merged[l] = lane(0, l) + lane(1, l);
+    return sum_lanes(merged);
+  }
+};
 
 // Ops::kRows rows of a group (at `w`, the first row's bytes of block 0; `ws`
-// the first row's scale of block 0) against one activation row.
+// its scale of block 0) against one activation row.
 template <typename Ops>
-inline void group_product(const uint8_t* w, const float* ws, int64_t blocks, const int8_t* x, const float* xs,
-                          const int32_t* zero_lanes, float* out) {
-  typename Ops::Acc chains[4] = {Ops::zero(), Ops::zero(), Ops::zero(), Ops::zero()};
+inline void group_product(const uint8_t* w, const float* ws, int64_t blocks, const ActivationRow& x, float* out) {
+  using F = typename Ops::Format;
+  static_assert(F::kChains <= 4);
+  typename Ops::Acc chains[4];  // (only constant indices, so that they stay in registers)
+  for (auto& chain : chains) chain = Ops::zero();
   auto add = [&](int64_t b, typename Ops::Acc& chain) {
     const uint8_t* block = w + b * kGroupBlockBytes;
     prefetch_ahead(block);
     prefetch_ahead(block + 64);
-    const int8_t* low = x + b / 2 * 2 * B + b % 2 * (B / 2);  // the pair's order (paired_index): lows, then highs
-    Ops::add(chain, block, low, low + B, zero_lanes + b * 4, ws + b * kRowGroup, xs[b]);
+    Ops::add(chain, block, x, b, ws + b * kRowGroup);
   };
   int64_t b = 0;
-  for (; b + 4 <= blocks; b += 4) add(b, chains[0]), add(b + 1, chains[1]), add(b + 2, chains[2]), add(b + 3, chains[3]);
-  for (; b < blocks; ++b) add(b, chains[chain_of(b, blocks)]);
-  float lanes[4][Ops::kRows][4];
-  for (int c = 0; c < 4; ++c) Ops::store(chains[c], lanes[c]);
-  for (int r = 0; r < Ops::kRows; ++r) {
-    const float c[4][4] = {{lanes[0][r][0], lanes[0][r][1], lanes[0][r][2], lanes[0][r][3]},
-                           {lanes[1][r][0], lanes[1][r][1], lanes[1][r][2], lanes[1][r][3]},
-                           {lanes[2][r][0], lanes[2][r][1], lanes[2][r][2], lanes[2][r][3]},
-                           {lanes[3][r][0], lanes[3][r][1], lanes[3][r][2], lanes[3][r][3]}};
-    out[r] = chains_total(c);
+  for (; b + F::kChains <= blocks; b += F::kChains)
+    for (int c = 0; c < F::kChains; ++c) add(b + c, chains[c]);
+  for (; b < blocks; ++b) {
+    const int c = F::chain_of(b, blocks);
+    c == 0 ? add(b, chains[0]) : c == 1 ? add(b, chains[1]) : c == 2 ? add(b, chains[2]) : add(b, chains[3]);
   }
+  // Each chain's lanes as [lanes 4k .. 4k + 3][row][4]: how the registers hold them.
+  float lanes[F::kChains][F::kLanes / 4][Ops::kRows][4];
+  for (int c = 0; c < F::kChains; ++c) Ops::store(chains[c], lanes[c]);
+  for (int r = 0; r < Ops::kRows; ++r)
+    out[r] = F::total([&](int c, int l) { return lanes[c][l / 4][r][l % 4]; });
 }
 
+template <typename F>
 struct ScalarGroupOps {
+  using Format = F;
   static constexpr int kRows = kRowGroup;
   struct Acc {
-    float v[kRows][4];
+    float v[kRows][F::kLanes];
   };
   static Acc zero() { return {}; }
-  // Lane l of row r: levels 4l .. 4l + 3 (low nibbles) and 16 + 4l .. 16 + 4l + 3 (high), from the fixed zero's lane.
-  static void add(Acc& acc, const uint8_t* w, const int8_t* low, const int8_t* high, const int32_t* zero_lanes,
-                  const float* ws, float xs) {
+  static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
+    const int8_t* low = F::low(x, b);
+    const int8_t* high = F::high(x, b);
     for (int r = 0; r < kRows; ++r)
-      for (int l = 0; l < 4; ++l) {
-        int32_t lane = zero_lanes[l];
-        for (int t = 4 * l; t < 4 * l + 4; ++t)
-          lane += (w[r * 16 + t] & 0x0f) * int32_t(low[t]) + (w[r * 16 + t] >> 4) * int32_t(high[t]);
-        acc.v[r][l] = std::fma(float(lane), ws[r] * xs, acc.v[r][l]);
+      for (int l = 0; l < F::kLanes; ++l) {
+        int32_t lane = 0;
+        if constexpr (F::kLanes == 4) {  // Q4_0: levels 4l .. 4l + 3 of both halves, from the zero point's lane
+          lane = x.zero_lanes[b * 4 + l];
+          for (int t = 4 * l; t < 4 * l + 4; ++t)
+            lane += (w[r * 16 + t] & 0x0f) * int32_t(low[t]) + (w[r * 16 + t] >> 4) * int32_t(high[t]);
+        } else {  // IQ4_NL: lanes 0-3 the low nibbles' values, 4-7 the high ones'
+          const bool upper = l >= 4;
+          for (int t = 4 * (l % 4); t < 4 * (l % 4) + 4; ++t)
+            lane += kIq4nlValues[upper ? w[r * 16 + t] >> 4 : w[r * 16 + t] & 0x0f] * int32_t((upper ? high : low)[t]);
+        }
+        acc.v[r][l] = std::fma(float(lane), ws[r] * x.scales[b], acc.v[r][l]);
       }
   }
-  static void store(const Acc& acc, float (*out)[4]) {
+  static void store(const Acc& acc, float (*out)[kRows][4]) {
     for (int r = 0; r < kRows; ++r)
-      for (int l = 0; l < 4; ++l) out[r][l] = acc.v[r][l];
+      for (int l = 0; l < F::kLanes; ++l) out[l / 4][r][l % 4] = acc.v[r][l];
   }
 };
 
 #ifdef KILN_X86_INTRINSICS
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
-// Four rows a pass, two to a 256-bit register: vpmaddubsw's pairs of the
-// low and high halves added in 16 bits (at most 2 * 2 * 15 * 127), then
-// widened, as the paired kernel's AVX2 path does.
+// Four rows a pass, two to a 256-bit register. Q4_0: vpmaddubsw's pairs of
+// the low and high halves added in 16 bits (at most 2 * 2 * 15 * 127), then
+// widened, as the paired kernel's AVX2 path does; IQ4_NL: the looked-up
+// levels' magnitudes against the activations with their signs, as its
+// row kernel's AVX2 path does.
+template <typename F>
 struct Avx2GroupOps {
+  using Format = F;
   static constexpr int kRows = 4;
+  static constexpr int kHalves = F::kLanes / 4;  // Q4_0: one accumulator a register pair; IQ4_NL: low and high lanes
   struct Acc {
-    __m256 v[2];
+    __m256 v[kHalves][2];
   };
-  static Acc zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
-  static void add(Acc& acc, const uint8_t* w, const int8_t* low, const int8_t* high, const int32_t* zero_lanes,
-                  const float* ws, float xs) {
-    const __m256i x_low = _mm256_broadcastsi128_si256(load128(low)), x_high = _mm256_broadcastsi128_si256(load128(high));
-    const __m256i zero = _mm256_broadcastsi128_si256(load128(zero_lanes)), nibble = _mm256_set1_epi8(0x0f);
-    const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_loadu_ps(ws), _mm_set1_ps(xs)));
-    for (int h = 0; h < 2; ++h) {
+  static Acc zero() {
+    Acc acc;
+    for (auto& half : acc.v) half[0] = half[1] = _mm256_setzero_ps();
+    return acc;
+  }
+  static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
+    const __m256i x_low = _mm256_broadcastsi128_si256(load128(F::low(x, b)));
+    const __m256i x_high = _mm256_broadcastsi128_si256(load128(F::high(x, b)));
+    const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_loadu_ps(ws), _mm_set1_ps(x.scales[b])));
+    for (int h = 0; h < 2; ++h) {  // rows 2h, 2h + 1
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * h));
-      const __m256i pairs =
-          _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(packed, nibble), x_low),
-                           _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble), x_high));
-      const __m256i lanes = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), zero);
+      const __m256i low = _mm256_and_si256(packed, nibble), high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
       const __m256 row_scales = _mm256_permutevar8x32_ps(scales, _mm256_setr_epi32(2 * h, 2 * h, 2 * h, 2 * h, 2 * h + 1,
                                                                                   2 * h + 1, 2 * h + 1, 2 * h + 1));
-      acc.v[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), row_scales, acc.v[h]);
+      if constexpr (F::kLanes == 4) {
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low, x_low), _mm256_maddubs_epi16(high, x_high));
+        const __m256i zero = _mm256_broadcastsi128_si256(load128(x.zero_lanes + b * 4));
+        const __m256i lanes = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), zero);
+        acc.v[0][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), row_scales, acc.v[0][h]);
+      } else {
+        const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
+        const __m256i levels[2] = {_mm256_shuffle_epi8(table, low), _mm256_shuffle_epi8(table, high)};
+        const __m256i xs[2] = {x_low, x_high};
+        for (int k = 0; k < 2; ++k) {
+          const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(levels[k], levels[k]),
+                                                        _mm256_sign_epi8(xs[k], levels[k]));
+          acc.v[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(products, ones)), row_scales, acc.v[k][h]);
+        }
+      }
     }
   }
-  static void store(const Acc& acc, float (*out)[4]) {
-    _mm256_storeu_ps(out[0], acc.v[0]);
-    _mm256_storeu_ps(out[2], acc.v[1]);
+  static void store(const Acc& acc, float (*out)[kRows][4]) {
+    for (int k = 0; k < kHalves; ++k)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out[k][2 * h], acc.v[k][h]);
   }
 };
 
 #define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
+constexpr auto kIq4nlRaised = [] {  // kIq4nlValues + 128: unsigned, for vpdpbusd (the zero lanes take the 128 off)
+  std::array<uint8_t, 16> raised{};
+  for (size_t i = 0; i < raised.size(); ++i) raised[i] = uint8_t(kIq4nlValues[i] + 128);
+  return raised;
+}();
+
 // The eight rows a pass, four to a 512-bit register.
+template <typename F>
 struct VnniGroupOps {
+  using Format = F;
   static constexpr int kRows = kRowGroup;
+  static constexpr int kHalves = F::kLanes / 4;
   struct Acc {
-    __m512 v[2];
+    __m512 v[kHalves][2];
   };
-  KILN_VNNI static Acc zero() { return {{_mm512_setzero_ps(), _mm512_setzero_ps()}}; }
-  KILN_VNNI static void add(Acc& acc, const uint8_t* w, const int8_t* low, const int8_t* high,
-                            const int32_t* zero_lanes, const float* ws, float xs) {
-    const __m512i x_low = _mm512_broadcast_i32x4(load128(low)), x_high = _mm512_broadcast_i32x4(load128(high));
-    const __m512i zero = _mm512_broadcast_i32x4(load128(zero_lanes)), nibble = _mm512_set1_epi8(0x0f);
-    const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(ws), _mm256_set1_ps(xs)));
-    for (int h = 0; h < 2; ++h) {
+  KILN_VNNI static Acc zero() {
+    Acc acc;
+    for (auto& half : acc.v) half[0] = half[1] = _mm512_setzero_ps();
+    return acc;
+  }
+  KILN_VNNI static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
+    const __m512i x_low = _mm512_broadcast_i32x4(load128(F::low(x, b)));
+    const __m512i x_high = _mm512_broadcast_i32x4(load128(F::high(x, b)));
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(ws), _mm256_set1_ps(x.scales[b])));
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
       const __m512i packed = _mm512_loadu_si512(w + 64 * h);
-      const __m512i lanes =
-          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, _mm512_and_si512(packed, nibble), x_low),
-                              _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble), x_high);
+      __m512i low = _mm512_and_si512(packed, nibble), high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
       const int r = 4 * h;
       const __m512 row_scales = _mm512_permutexvar_ps(
           _mm512_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1, r + 2, r + 2, r + 2, r + 2, r + 3, r + 3, r + 3, r + 3),
           scales);
-      acc.v[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), row_scales, acc.v[h]);
+      if constexpr (F::kLanes == 4) {
+        const __m512i zero = _mm512_broadcast_i32x4(load128(x.zero_lanes + b * 4));
+        const __m512i lanes = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, low, x_low), high, x_high);
+        acc.v[0][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), row_scales, acc.v[0][h]);
+      } else {
+        const __m512i table = _mm512_broadcast_i32x4(load128(kIq4nlRaised.data()));
+        low = _mm512_shuffle_epi8(table, low);
+        high = _mm512_shuffle_epi8(table, high);
+        const __m512i lanes[2] = {
+            _mm512_dpbusd_epi32(_mm512_broadcast_i32x4(load128(x.zero_lanes + b * 8)), low, x_low),
+            _mm512_dpbusd_epi32(_mm512_broadcast_i32x4(load128(x.zero_lanes + b * 8 + 4)), high, x_high)};
+        for (int k = 0; k < 2; ++k)
+          acc.v[k][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes[k]), row_scales, acc.v[k][h]);
+      }
     }
   }
-  KILN_VNNI static void store(const Acc& acc, float (*out)[4]) {
-    _mm512_storeu_ps(out[0], acc.v[0]);
-    _mm512_storeu_ps(out[4], acc.v[1]);
+  KILN_VNNI static void store(const Acc& acc, float (*out)[kRows][4]) {
+    for (int k = 0; k < kHalves; ++k)
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out[k][4 * h], acc.v[k][h]);
   }
 };
 #endif
 
-template <typename Ops>
+template <template <typename> class Ops, typename F>
 inline void groups_of(const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
                       float* out) {
-  const int64_t blocks = a.blocks;
+  const int64_t blocks = a.blocks, lanes_a_block = F::kLanes;  // (zero lanes: Q4_0 four a block, IQ4_NL eight)
   const uint8_t* data = w.data.data<uint8_t>();
   const float* scales = w.scales.data<float>();
   for (int64_t n = n0; n < n1; n += kRowGroup)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t r = 0; r < kRowGroup; r += Ops::kRows)  // (AVX2: the group's two halves in turn)
-        group_product<Ops>(data + w.block_index(n) * (B / 2) + r * (B / 2), scales + w.block_index(n) + r,
-                           blocks, a.levels.data() + m * a.stored_blocks * B, a.scales.data() + m * blocks,
-                           a.zero_lanes.data() + m * a.stored_blocks * 4, out + m * w.rows + n + r);
+    for (int64_t m = 0; m < M; ++m) {
+      const ActivationRow x{a.levels.data() + m * a.stored_blocks * B, a.scales.data() + m * blocks,
+                            a.zero_lanes.data() + m * a.stored_blocks * lanes_a_block};
+      for (int64_t r = 0; r < kRowGroup; r += Ops<F>::kRows)  // (AVX2: the group's two halves in turn)
+        group_product<Ops<F>>(data + (w.block_index(n) + r) * (B / 2), scales + w.block_index(n) + r, blocks, x,
+                              out + m * w.rows + n + r);
+    }
 }
 
+template <typename F>
+void groups_scalar(const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
+                   float* out) {
+  groups_of<ScalarGroupOps, F>(w, n0, n1, a, M, out);
+}
 #ifdef KILN_X86_INTRINSICS
+template <typename F>
 [[gnu::flatten]] void groups_avx2(const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
                                   int64_t M, float* out) {
-  groups_of<Avx2GroupOps>(w, n0, n1, a, M, out);
+  groups_of<Avx2GroupOps, F>(w, n0, n1, a, M, out);
 }
+template <typename F>
 [[gnu::flatten]] KILN_VNNI void groups_vnni(const QuantizedMatrix& w, int64_t n0, int64_t n1,
                                             const QuantizedActivations& a, int64_t M, float* out) {
-  groups_of<VnniGroupOps>(w, n0, n1, a, M, out);
+  groups_of<VnniGroupOps, F>(w, n0, n1, a, M, out);
 }
 #endif
+
+template <typename F>
+void groups_with(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
+                 int64_t M, float* out) {
+#ifdef KILN_X86_INTRINSICS
+  if (dot == QuantDot::avx2) return groups_avx2<F>(w, n0, n1, a, M, out);
+  if (dot == QuantDot::avx512_vnni) return groups_vnni<F>(w, n0, n1, a, M, out);
+#endif
+  groups_scalar<F>(w, n0, n1, a, M, out);
+}
 
 }  // namespace
 
 void row_group_products(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
                         int64_t M, float* out) {
-#ifdef KILN_X86_INTRINSICS
-  if (dot == QuantDot::avx2) return groups_avx2(w, n0, n1, a, M, out);
-  if (dot == QuantDot::avx512_vnni) return groups_vnni(w, n0, n1, a, M, out);
-#endif
-  groups_of<ScalarGroupOps>(w, n0, n1, a, M, out);
+  if (w.format == QuantFormat::iq4_nl) return groups_with<Iq4nl>(dot, w, n0, n1, a, M, out);
+  groups_with<Q40>(dot, w, n0, n1, a, M, out);
 }
 
 }  // namespace kiln::cpu
