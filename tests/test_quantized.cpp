@@ -303,7 +303,7 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
 // and IQ4_NL (looked-up levels), read from GGUF blocks: every path gives the scalar path's bits, the
 // decoding and prompt-sized products are the f32 product of the dequantized
 // weights within activation rounding, and the minimums are not dropped.
-// int4's and iq4_nl's rows in groups of eight (what a model holds,
+// int4's, iq4_nl's and int8b's rows in groups of eight (what a model holds,
 // kiln/core/quantized.h) read as the rows in order: the same rows
 // dequantized, and the decoding kernel's and the prompt GEMM's bits on every
 // path, for counts of blocks of every remainder by 4 (the paired kernel's
@@ -311,10 +311,10 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
 TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
   for (const auto& [N, K] : {std::tuple{37, 32}, std::tuple{64, 64}, std::tuple{300, 96}, std::tuple{24, 128},
                              std::tuple{41, 160}, std::tuple{16, 224}})
-    for (bool iq4_nl : {false, true}) {
+    for (QuantFormat f : {QuantFormat::int4, QuantFormat::iq4_nl, QuantFormat::int8_block}) {
       const auto w = random_values(size_t(N * K), 4, 0.05f);
-      const QuantizedMatrix in_order = iq4_nl ? random_gguf_blocks(GgufType::IQ4_NL, N, K, 4)
-                                              : quantize_matrix(w.data(), N, K, QuantFormat::int4, DType::f32);
+      const QuantizedMatrix in_order = f == QuantFormat::iq4_nl ? random_gguf_blocks(GgufType::IQ4_NL, N, K, 4)
+                                                                : quantize_matrix(w.data(), N, K, f, DType::f32);
       SCOPED_TRACE(std::string(quant_format_name(in_order.format)) + " " + std::to_string(N) + " x " +
                    std::to_string(K));
       const QuantizedMatrix grouped = group_rows(in_order);
@@ -339,7 +339,7 @@ TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
       }
     }
   const auto w = random_values(64, 6);
-  EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int8_block, DType::f32)), Error);
+  EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int4_zero, DType::f32)), Error);
 }
 
 TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {

@@ -13,7 +13,7 @@
 // takes them, against the memory read bandwidth probe (read_bandwidth.h)
 // measured just before, in ROUNDS rounds: the kernel's share of what memory
 // gives, with less of the noise of a whole model's run against a probe later.
-//   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q4_0g, iq4_nlg: their
+//   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q8_0g, q4_0g, iq4_nlg: their
 //                                                rows in groups of eight, as a loaded model holds them)
 #include <algorithm>
 #include <chrono>
@@ -60,7 +60,7 @@ const std::vector<std::pair<std::string, std::pair<GgufType, std::vector<int>>>>
     {"q6_k", {GgufType::Q6_K, {208}}}, {"iq4_nl", {GgufType::IQ4_NL, {0}}}, {"iq4_xs", {GgufType::IQ4_XS, {0}}}};
 
 int stream(std::string type, int rounds) {
-  const bool grouped = type == "q4_0g" || type == "iq4_nlg";
+  const bool grouped = type == "q4_0g" || type == "iq4_nlg" || type == "q8_0g";
   if (grouped) type.pop_back();
   const auto found = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == type; });
   if (found == kTypes.end()) {
@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   for (float& v : x) v = normal(gen);
   const std::pair<const char*, QuantizedMatrix> formats[] = {
       {"q8_0", gguf(GgufType::Q8_0, {0}, N, K)},
+      {"q8_0g", group_rows(gguf(GgufType::Q8_0, {0}, N, K))},
       {"q4_0", gguf(GgufType::Q4_0, {0}, N, K)},
       {"q4_0g", group_rows(gguf(GgufType::Q4_0, {0}, N, K))},  // rows in groups of eight, as a model holds them
       {"q4_1", gguf(GgufType::Q4_1, {0, 2}, N, K)},

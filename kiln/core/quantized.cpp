@@ -161,8 +161,8 @@ namespace {
 // `q` with its rows in groups or in order: its blocks and scales moved to where the other layout's block_index
 // puts them.
 QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
-  KILN_CHECK(groups_rows(q.format), "group_rows: ", quant_format_name(q.format),
-             " matrices keep their rows in order (decoding reads int4's and iq4_nl's alone in groups)");
+  KILN_CHECK(can_group_rows(q.format), "group_rows: ", quant_format_name(q.format),
+             " matrices keep their rows in order (decoding reads int4's, iq4_nl's and int8b's alone in groups)");
   if (q.grouped_rows == grouped) return q;
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix out = q;

@@ -34,13 +34,13 @@
 //        as they are (kiln/core/quantized_k.h), the columns a multiple of 256.
 // Columns are padded with zeros to a multiple of 32.
 //
-// Rows in groups: an int4 or iq4_nl matrix may hold its rows in groups of
-// kRowGroup (grouped_rows, made by group_rows): for each block b, the
-// group's eight rows' block b side by side, in `data` and in `scales`, so
-// that decoding reads eight rows as one stream and shares each activation
-// load among them (llama.cpp repacks Q4_0 and IQ4_NL the same way). The rows
-// after the last whole group stay one after another. Every reader of a row
-// goes through block_index.
+// Rows in groups: an int4, iq4_nl or int8b matrix may hold its rows in
+// groups of kRowGroup (grouped_rows, made by group_rows): for each block b,
+// the group's eight rows' block b side by side, in `data` and in `scales`,
+// so that decoding reads eight rows as one stream and shares each activation
+// load among them (llama.cpp repacks Q4_0 and IQ4_NL, and with AMX Q8_0, the
+// same way). The rows after the last whole group stay one after another.
+// Every reader of a row goes through block_index.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -103,7 +103,7 @@ struct QuantizedMatrix {
   bool half() const { return format == QuantFormat::f16; }
   bool lookup() const { return format == QuantFormat::iq4_nl; }  // levels through kIq4nlValues
   int64_t grouped_row_end() const { return grouped_rows ? rows / kRowGroup * kRowGroup : 0; }
-  // Where row `row`'s block b is: the index of its block in `data` and of its value in scales, zeros and mins.
+  // Where row `row`'s block b is: the index of its block in `data` and of its value in each array of one a block.
   int64_t block_index(int64_t row, int64_t b) const { return block_index(row) + b * block_step(row); }
   int64_t block_index(int64_t row) const {  // (of its block 0)
     return row < grouped_row_end() ? row / kRowGroup * blocks() * kRowGroup + row % kRowGroup : row * blocks();
@@ -120,9 +120,11 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 // A contiguous f16 matrix [rows, cols] kept as it is (format f16, a view of
 // `values`), whose products and lookups give `dtype`.
 QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
-// The same int4 or iq4_nl matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is
-// unchanged).
-inline bool groups_rows(QuantFormat f) { return f == QuantFormat::int4 || f == QuantFormat::iq4_nl; }
+// Whether a format's matrices may hold their rows in groups: int4's, iq4_nl's and int8b's.
+inline bool can_group_rows(QuantFormat f) {
+  return f == QuantFormat::int4 || f == QuantFormat::iq4_nl || f == QuantFormat::int8_block;
+}
+// The same matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is unchanged).
 QuantizedMatrix group_rows(const QuantizedMatrix& q);
 QuantizedMatrix ungroup_rows(const QuantizedMatrix& q);
 // Row r of the matrix as f32 (cols values): what a lookup and the reference product read.

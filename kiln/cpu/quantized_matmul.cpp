@@ -646,8 +646,10 @@ void quantized_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, 
   const Levels levels = levels_of(w.format);
   thread_local QuantizedActivations kept;
   QuantizedActivations& a = kept;  // (named in the loop below, kept would be each worker thread's own)
-  quantize_activations(x, M, w.cols, w.blocks(), !signed_levels(levels), fixed_zero(levels), a);
-  const int64_t grouped = w.grouped_row_end();  // (rows in groups: int4 and iq4_nl, kiln/core/quantized.h)
+  // Grouped Q8_0's VNNI kernel multiplies its levels plus 128, as IQ4_NL's does (row_group_product.cpp).
+  const int32_t zero = w.grouped_rows && w.format == QuantFormat::int8_block ? 128 : fixed_zero(levels);
+  quantize_activations(x, M, w.cols, w.blocks(), !signed_levels(levels), zero, a);
+  const int64_t grouped = w.grouped_row_end();  // (rows in groups: kiln/core/quantized.h)
   for_row_chunks(
       w.rows, M * w.rows * w.padded_cols(),
       [&](int64_t n0, int64_t n1) {

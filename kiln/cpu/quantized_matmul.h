@@ -37,10 +37,11 @@ int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, floa
 // the row kernel at 4 rows, 1.2-1.8x at 6, 1.4-2.2x at 8; with AVX2
 // 0.9-1.3x at 8 and 1.1-2.2x at 16.
 constexpr int64_t gemm_rows(QuantDot dot) { return dot == QuantDot::avx512_vnni ? 6 : 16; }
-// For `w`: rows in groups (row_group_product.h) decode 2.3-2.6x faster with
-// VNNI, and the GEMM overtakes that kernel later: int4 from 24 rows (0.77x at
-// 16, 1.02x at 24), iq4_nl from 16 (1.04x; `kiln_quant_bench 20 ROWS`,
-// OMP_NUM_THREADS=1, the Xeon with AMX). With AVX2 (1.15-1.35x) it stays 16.
+// For `w`: rows in groups (row_group_product.h) decode 2.1-2.6x faster with
+// VNNI, and the GEMM overtakes that kernel later: int4 from 24 rows (0.6-0.8x
+// at 16, 0.85-1.06x at 24), iq4_nl and int8b from 16 (1.04x, 0.97x;
+// `kiln_quant_bench 20 ROWS`, OMP_NUM_THREADS=1, the Xeon with AMX). With
+// AVX2 (1.1-1.35x) it stays 16.
 inline int64_t gemm_rows(QuantDot dot, const QuantizedMatrix& w) {
   if (!w.grouped_rows || dot != QuantDot::avx512_vnni) return gemm_rows(dot);
   return w.format == QuantFormat::int4 ? 24 : 16;

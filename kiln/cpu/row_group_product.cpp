@@ -12,6 +12,7 @@
 //    chains (its even pairs' first and second blocks, then its odd pairs').
 //  - IQ4_NL as ggml's even and odd chains: per block eight lanes (levels 4l
 //    .. 4l + 3), the low nibbles' four and the high nibbles' four.
+//  - Q8_0 as ggml's one chain: per block eight lanes, in block order.
 #include "kiln/cpu/row_group_product.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // (512-bit values only inside the flattened, AVX-512-targeted functions)
@@ -25,7 +26,6 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t B = kQuantBlock;
-constexpr int64_t kGroupBlockBytes = kRowGroup * B / 2;  // a group's block: its eight rows' 16 bytes
 
 // One activation row's quantized blocks (QuantizedActivations, row m).
 struct ActivationRow {
@@ -34,8 +34,10 @@ struct ActivationRow {
   const int32_t* zero_lanes;
 };
 
+// Each format: its block's bytes, its chains, the integer lanes a block
+// gives a row, the zero lanes the activations hold a block (kiln/cpu/quantized_activations.h).
 struct Q40 {
-  static constexpr int kChains = 4, kLanes = 4;
+  static constexpr int kBlockBytes = B / 2, kChains = 4, kLanes = 4, kZeroLanes = 4;
   // A lone last block the paired kernel adds as an odd pair's first.
   static int chain_of(int64_t b, int64_t blocks) { return blocks % 4 == 1 && b == blocks - 1 ? 2 : int(b % 4); }
   // Block b's low and high 16 levels in the pair's order (paired_index), and its four zero lanes.
@@ -54,7 +56,7 @@ struct Q40 {
 };
 
 struct Iq4nl {
-  static constexpr int kChains = 2, kLanes = 8;
+  static constexpr int kBlockBytes = B / 2, kChains = 2, kLanes = 8, kZeroLanes = 8;
   static int chain_of(int64_t b, int64_t) { return int(b % 2); }
   static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b * B; }
   static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B / 2; }
@@ -63,6 +65,22 @@ struct Iq4nl {
     float merged[8];
     for (int l = 0; l < 8; ++l) merged[l] = lane(0, l) + lane(1, l);
     return sum_lanes(merged);
+  }
+};
+
+// Q8_0 as its row kernel: one chain of eight lanes a block, in block order
+// (ggml's vec_dot_q8_0_q8_0). Its activations hold IQ4_NL's zero lanes
+// (-128 times each lane's levels' sum: quantized_matmul.cpp), for VNNI's levels plus 128.
+struct Q80 {
+  static constexpr int kBlockBytes = B, kChains = 1, kLanes = 8, kZeroLanes = 8;
+  static int chain_of(int64_t, int64_t) { return 0; }
+  static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b * B; }  // (and the 16 after)
+  static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B / 2; }
+  template <typename Lane>
+  static float total(Lane lane) {
+    float lanes[8];
+    for (int l = 0; l < 8; ++l) lanes[l] = lane(0, l);
+    return sum_lanes(lanes);
   }
 };
 
@@ -75,9 +93,8 @@ inline void group_product(const uint8_t* w, const float* ws, int64_t blocks, con
   typename Ops::Acc chains[4];  // (only constant indices, so that they stay in registers)
   for (auto& chain : chains) chain = Ops::zero();
   auto add = [&](int64_t b, typename Ops::Acc& chain) {
-    const uint8_t* block = w + b * kGroupBlockBytes;
-    prefetch_ahead(block);
-    prefetch_ahead(block + 64);
+    const uint8_t* block = w + b * kRowGroup * F::kBlockBytes;  // the group's eight rows' block b
+    for (int64_t line = 0; line < kRowGroup * F::kBlockBytes; line += 64) prefetch_ahead(block + line);
     Ops::add(chain, block, x, b, ws + b * kRowGroup);
   };
   int64_t b = 0;
@@ -87,11 +104,11 @@ inline void group_product(const uint8_t* w, const float* ws, int64_t blocks, con
     const int c = F::chain_of(b, blocks);
     c == 0 ? add(b, chains[0]) : c == 1 ? add(b, chains[1]) : c == 2 ? add(b, chains[2]) : add(b, chains[3]);
   }
-  // Each chain's lanes as [lanes 4k .. 4k + 3][row][4]: how the registers hold them.
-  float lanes[F::kChains][F::kLanes / 4][Ops::kRows][4];
+  // Each chain's lanes as the registers hold them (Ops::lane_index).
+  float lanes[F::kChains][Ops::kRows * F::kLanes];
   for (int c = 0; c < F::kChains; ++c) Ops::store(chains[c], lanes[c]);
   for (int r = 0; r < Ops::kRows; ++r)
-    out[r] = F::total([&](int c, int l) { return lanes[c][l / 4][r][l % 4]; });
+    out[r] = F::total([&](int c, int l) { return lanes[c][Ops::lane_index(r, l)]; });
 }
 
 template <typename F>
@@ -102,13 +119,16 @@ struct ScalarGroupOps {
     float v[kRows][F::kLanes];
   };
   static Acc zero() { return {}; }
+  static constexpr int lane_index(int r, int l) { return r * F::kLanes + l; }
   static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
     const int8_t* low = F::low(x, b);
     const int8_t* high = F::high(x, b);
     for (int r = 0; r < kRows; ++r)
       for (int l = 0; l < F::kLanes; ++l) {
         int32_t lane = 0;
-        if constexpr (F::kLanes == 4) {  // Q4_0: levels 4l .. 4l + 3 of both halves, from the zero point's lane
+        if constexpr (F::kBlockBytes == B) {  // Q8_0: levels 4l .. 4l + 3
+          for (int t = 4 * l; t < 4 * l + 4; ++t) lane += int8_t(w[r * B + t]) * int32_t(low[t]);
+        } else if constexpr (F::kLanes == 4) {  // Q4_0: levels 4l .. 4l + 3 of both halves, from the zero point's lane
           lane = x.zero_lanes[b * 4 + l];
           for (int t = 4 * l; t < 4 * l + 4; ++t)
             lane += (w[r * 16 + t] & 0x0f) * int32_t(low[t]) + (w[r * 16 + t] >> 4) * int32_t(high[t]);
@@ -120,9 +140,9 @@ struct ScalarGroupOps {
         acc.v[r][l] = std::fma(float(lane), ws[r] * x.scales[b], acc.v[r][l]);
       }
   }
-  static void store(const Acc& acc, float (*out)[kRows][4]) {
+  static void store(const Acc& acc, float* out) {
     for (int r = 0; r < kRows; ++r)
-      for (int l = 0; l < F::kLanes; ++l) out[l / 4][r][l % 4] = acc.v[r][l];
+      for (int l = 0; l < F::kLanes; ++l) out[lane_index(r, l)] = acc.v[r][l];
   }
 };
 
@@ -174,9 +194,11 @@ struct Avx2GroupOps {
       }
     }
   }
-  static void store(const Acc& acc, float (*out)[kRows][4]) {
+  // [lanes 4k .. 4k + 3][row][4]
+  static constexpr int lane_index(int r, int l) { return (l / 4 * kRows + r) * 4 + l % 4; }
+  static void store(const Acc& acc, float* out) {
     for (int k = 0; k < kHalves; ++k)
-      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out[k][2 * h], acc.v[k][h]);
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (k * kRows + 2 * h) * 4, acc.v[k][h]);
   }
 };
 
@@ -229,9 +251,64 @@ struct VnniGroupOps {
       }
     }
   }
-  KILN_VNNI static void store(const Acc& acc, float (*out)[kRows][4]) {
+  static constexpr int lane_index(int r, int l) { return (l / 4 * kRows + r) * 4 + l % 4; }
+  KILN_VNNI static void store(const Acc& acc, float* out) {
     for (int k = 0; k < kHalves; ++k)
-      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out[k][4 * h], acc.v[k][h]);
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out + (k * kRows + 4 * h) * 4, acc.v[k][h]);
+  }
+};
+
+// Q8_0: a row's block fills a 256-bit register; its magnitudes against the
+// activations with its signs, as the row kernel's AVX2 path multiplies them.
+template <>
+struct Avx2GroupOps<Q80> {
+  using Format = Q80;
+  static constexpr int kRows = 4;
+  struct Acc {
+    __m256 v[kRows];
+  };
+  static Acc zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+  static constexpr int lane_index(int r, int l) { return r * 8 + l; }
+  static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q80::low(x, b)));
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * B));
+      const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+      acc.v[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1))),
+                                 _mm256_set1_ps(ws[r] * x.scales[b]), acc.v[r]);
+    }
+  }
+  static void store(const Acc& acc, float* out) {
+    for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(out + r * 8, acc.v[r]);
+  }
+};
+
+// Q8_0: two rows a 512-bit register, the activation block in both halves;
+// vpdpbusd on the levels plus 128 (unsigned), from the zero lanes that take the 128 off.
+template <>
+struct VnniGroupOps<Q80> {
+  using Format = Q80;
+  static constexpr int kRows = kRowGroup;
+  struct Acc {
+    __m512 v[kRows / 2];
+  };
+  KILN_VNNI static Acc zero() { return {{_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}}; }
+  static constexpr int lane_index(int r, int l) { return r * 8 + l; }
+  KILN_VNNI static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
+    const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q80::low(x, b))));
+    const __m512i zero = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.zero_lanes + b * 8)));
+    const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(ws), _mm256_set1_ps(x.scales[b])));
+    for (int h = 0; h < kRows / 2; ++h) {  // rows 2h, 2h + 1
+      const __m512i raised = _mm512_xor_si512(_mm512_loadu_si512(w + 2 * B * h), _mm512_set1_epi8(char(0x80)));
+      const __m512i lanes = _mm512_dpbusd_epi32(zero, raised, xv);
+      const int r = 2 * h;
+      const __m512 row_scales = _mm512_permutexvar_ps(
+          _mm512_setr_epi32(r, r, r, r, r, r, r, r, r + 1, r + 1, r + 1, r + 1, r + 1, r + 1, r + 1, r + 1), scales);
+      acc.v[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), row_scales, acc.v[h]);
+    }
+  }
+  KILN_VNNI static void store(const Acc& acc, float* out) {
+    for (int h = 0; h < kRows / 2; ++h) _mm512_storeu_ps(out + 16 * h, acc.v[h]);
   }
 };
 #endif
@@ -239,15 +316,15 @@ struct VnniGroupOps {
 template <template <typename> class Ops, typename F>
 inline void groups_of(const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a, int64_t M,
                       float* out) {
-  const int64_t blocks = a.blocks, lanes_a_block = F::kLanes;  // (zero lanes: Q4_0 four a block, IQ4_NL eight)
+  const int64_t blocks = a.blocks;
   const uint8_t* data = w.data.data<uint8_t>();
   const float* scales = w.scales.data<float>();
   for (int64_t n = n0; n < n1; n += kRowGroup)
     for (int64_t m = 0; m < M; ++m) {
       const ActivationRow x{a.levels.data() + m * a.stored_blocks * B, a.scales.data() + m * blocks,
-                            a.zero_lanes.data() + m * a.stored_blocks * lanes_a_block};
+                            a.zero_lanes.data() + m * a.stored_blocks * F::kZeroLanes};
       for (int64_t r = 0; r < kRowGroup; r += Ops<F>::kRows)  // (AVX2: the group's two halves in turn)
-        group_product<Ops<F>>(data + (w.block_index(n) + r) * (B / 2), scales + w.block_index(n) + r, blocks, x,
+        group_product<Ops<F>>(data + (w.block_index(n) + r) * F::kBlockBytes, scales + w.block_index(n) + r, blocks, x,
                               out + m * w.rows + n + r);
     }
 }
@@ -285,6 +362,7 @@ void groups_with(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1,
 void row_group_products(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
                         int64_t M, float* out) {
   if (w.format == QuantFormat::iq4_nl) return groups_with<Iq4nl>(dot, w, n0, n1, a, M, out);
+  if (w.format == QuantFormat::int8_block) return groups_with<Q80>(dot, w, n0, n1, a, M, out);
   groups_with<Q40>(dot, w, n0, n1, a, M, out);
 }
 

@@ -1,7 +1,8 @@
-// Decoding's product with an int4 (Q4_0) or iq4_nl matrix whose rows are in
-// groups of kRowGroup (kiln/core/quantized.h): the group's eight rows' block
-// b lie side by side, so one pass over the group reads a single stream and
-// each activation load, scale and conversion serves four or eight rows.
+// Decoding's product with an int4 (Q4_0), iq4_nl or int8b (Q8_0) matrix
+// whose rows are in groups of kRowGroup (kiln/core/quantized.h): the group's
+// eight rows' block b lie side by side, so one pass over the group reads a
+// single stream and each activation load, scale and conversion serves two,
+// four or eight rows.
 #pragma once
 #include "kiln/core/quantized.h"
 #include "kiln/cpu/quantized_activations.h"
