@@ -1,7 +1,9 @@
-// Activations quantized for the decoding kernels (quantized_matmul.cpp,
-// row_group_product.cpp): each row's blocks of 32 to int8 levels, as
-// ggml's Q8_0, with what the weight formats' zero points and minimums need.
+// What the decoding kernels (quantized_matmul.cpp, row_group_product.cpp)
+// share: the activations quantized for them, each row's blocks of 32 to int8
+// levels as ggml's Q8_0, with what the weight formats' zero points and
+// minimums need; and what their VNNI paths take.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -30,5 +32,15 @@ struct QuantizedActivations {
 constexpr int64_t paired_index(int64_t b, int64_t j) {
   return (b % 2) * (kQuantBlock / 2) + (j % (kQuantBlock / 2)) + (j / (kQuantBlock / 2)) * kQuantBlock;
 }
+
+// The instructions a VNNI path is compiled for.
+#define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
+
+// kIq4nlValues + 128: unsigned, for vpdpbusd (the activations' zero lanes take the 128 off).
+inline constexpr std::array<uint8_t, 16> kIq4nlRaised = [] {
+  std::array<uint8_t, 16> raised{};
+  for (size_t i = 0; i < raised.size(); ++i) raised[i] = uint8_t(kIq4nlValues[i] + 128);
+  return raised;
+}();
 
 }  // namespace kiln::cpu

@@ -24,7 +24,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -497,12 +496,6 @@ struct Avx2Ops {
   }
 };
 
-#define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
-constexpr auto kIq4nlRaised = [] {  // kIq4nlValues + 128
-  std::array<uint8_t, 16> raised{};
-  for (size_t i = 0; i < raised.size(); ++i) raised[i] = uint8_t(kIq4nlValues[i] + 128);
-  return raised;
-}();
 template <Levels L>
 struct VnniOps {
   using Acc = __m256;

@@ -1,9 +1,10 @@
-// The grouped 4-bit products (row_group_product.h). A group's block b is
-// eight rows' 16 bytes of nibbles: with AVX-512 two registers, each four
-// rows in its 128-bit lanes, against the activation block's low and high
-// 16 levels broadcast to every lane (vpdpbusd), the eight rows' scales one
-// load, and each conversion and multiply-add four rows'; with AVX2 four
-// rows a pass, two to a register.
+// The grouped products (row_group_product.h). A 4-bit format's group block
+// b is eight rows' 16 bytes of nibbles: with AVX-512 two registers, each
+// four rows in its 128-bit lanes, against the activation block's low and
+// high 16 levels broadcast to every lane (vpdpbusd), the eight rows' scales
+// one load, and each conversion and multiply-add four rows'; with AVX2 four
+// rows a pass, two to a register. Q8_0's is eight rows' 32 bytes: two rows a
+// 512-bit register, one a 256-bit one.
 //
 // Each format sums as its row-by-row kernel (quantized_matmul.cpp) does, so
 // the bits are that kernel's:
@@ -17,7 +18,6 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // (512-bit values only inside the flattened, AVX-512-targeted functions)
 
-#include <array>
 #include <cmath>
 
 #include "kiln/cpu/x86_intrinsics.h"
@@ -40,7 +40,7 @@ struct Q40 {
   static constexpr int kBlockBytes = B / 2, kChains = 4, kLanes = 4, kZeroLanes = 4;
   // A lone last block the paired kernel adds as an odd pair's first.
   static int chain_of(int64_t b, int64_t blocks) { return blocks % 4 == 1 && b == blocks - 1 ? 2 : int(b % 4); }
-  // Block b's low and high 16 levels in the pair's order (paired_index), and its four zero lanes.
+  // Block b's low and high 16 levels, in the pair's order (paired_index).
   static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b / 2 * 2 * B + b % 2 * (B / 2); }
   static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B; }
   // The even and odd accumulators met lane by lane, then sum_lanes' tree (lane(c, l): chain c's lane l).
@@ -201,13 +201,6 @@ struct Avx2GroupOps {
       for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (k * kRows + 2 * h) * 4, acc.v[k][h]);
   }
 };
-
-#define KILN_VNNI [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]]
-constexpr auto kIq4nlRaised = [] {  // kIq4nlValues + 128: unsigned, for vpdpbusd (the zero lanes take the 128 off)
-  std::array<uint8_t, 16> raised{};
-  for (size_t i = 0; i < raised.size(); ++i) raised[i] = uint8_t(kIq4nlValues[i] + 128);
-  return raised;
-}();
 
 // The eight rows a pass, four to a 512-bit register.
 template <typename F>
