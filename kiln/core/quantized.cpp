@@ -169,7 +169,8 @@ QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
   out.grouped_rows = grouped;
   const std::pair<const Tensor*, Tensor*> tensors[] = {{&q.data, &out.data}, {&q.scales, &out.scales}};
   for (auto [from, to] : tensors) {
-    KILN_CHECK(from->is_contiguous() && from->device().is_cpu(), "group_rows: the matrix must be contiguous, on the CPU");
+    KILN_CHECK(from->is_contiguous() && from->device().is_cpu(),
+               "group_rows: the matrix must be contiguous, on the CPU");
     const size_t unit = from->nbytes() / size_t(q.rows * q.blocks());
     *to = Tensor::empty(from->shape(), from->dtype());
     const auto* in = static_cast<const uint8_t*>(from->data_ptr());

@@ -23,7 +23,8 @@ struct QuantizedActivations {
   std::vector<int8_t> levels;
   std::vector<float> scales;
   std::vector<int32_t> sums;
-  // Paired: per block 4 lanes of -zero * (sum of the lane's 8 levels); iq4_nl: 8 of -128 * (sum of its 4); or none.
+  // Paired: per block 4 lanes of -zero * (sum of the lane's 8 levels); iq4_nl and grouped int8b: 8 of -128 *
+  // (sum of its 4); or none.
   std::vector<int32_t> zero_lanes;
 };
 

@@ -174,9 +174,10 @@ struct Avx2GroupOps {
     const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_loadu_ps(ws), _mm_set1_ps(x.scales[b])));
     for (int h = 0; h < 2; ++h) {  // rows 2h, 2h + 1
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * h));
-      const __m256i low = _mm256_and_si256(packed, nibble), high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
-      const __m256 row_scales = _mm256_permutevar8x32_ps(scales, _mm256_setr_epi32(2 * h, 2 * h, 2 * h, 2 * h, 2 * h + 1,
-                                                                                  2 * h + 1, 2 * h + 1, 2 * h + 1));
+      const __m256i low = _mm256_and_si256(packed, nibble);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+      const int r = 2 * h;
+      const __m256 row_scales = _mm256_permutevar8x32_ps(scales, _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1));
       if constexpr (F::kLanes == 4) {
         const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low, x_low), _mm256_maddubs_epi16(high, x_high));
         const __m256i zero = _mm256_broadcastsi128_si256(load128(x.zero_lanes + b * 4));
@@ -225,9 +226,9 @@ struct VnniGroupOps {
       const __m512i packed = _mm512_loadu_si512(w + 64 * h);
       __m512i low = _mm512_and_si512(packed, nibble), high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
       const int r = 4 * h;
-      const __m512 row_scales = _mm512_permutexvar_ps(
-          _mm512_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1, r + 2, r + 2, r + 2, r + 2, r + 3, r + 3, r + 3, r + 3),
-          scales);
+      const __m512i rows = _mm512_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1, r + 2, r + 2, r + 2, r + 2, r + 3,
+                                             r + 3, r + 3, r + 3);
+      const __m512 row_scales = _mm512_permutexvar_ps(rows, scales);
       if constexpr (F::kLanes == 4) {
         const __m512i zero = _mm512_broadcast_i32x4(load128(x.zero_lanes + b * 4));
         const __m512i lanes = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, low, x_low), high, x_high);
@@ -285,11 +286,14 @@ struct VnniGroupOps<Q80> {
   struct Acc {
     __m512 v[kRows / 2];
   };
-  KILN_VNNI static Acc zero() { return {{_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}}; }
+  KILN_VNNI static Acc zero() {
+    return {{_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}};
+  }
   static constexpr int lane_index(int r, int l) { return r * 8 + l; }
   KILN_VNNI static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q80::low(x, b))));
-    const __m512i zero = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.zero_lanes + b * 8)));
+    const __m512i zero =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.zero_lanes + b * 8)));
     const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(ws), _mm256_set1_ps(x.scales[b])));
     for (int h = 0; h < kRows / 2; ++h) {  // rows 2h, 2h + 1
       const __m512i raised = _mm512_xor_si512(_mm512_loadu_si512(w + 2 * B * h), _mm512_set1_epi8(char(0x80)));

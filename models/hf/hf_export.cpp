@@ -97,7 +97,7 @@ nn::NamedTensors checkpoint_tensors(const nn::Module& model, const std::string& 
     const auto* w = dynamic_cast<const nn::WeightModule*>(&m);
     if (!w || !w->quantized) return;
     const std::string name = family ? family->checkpoint_name(prefix + "weight").name : prefix + "weight";
-    // The file holds rows in order; int4's in memory may be in groups (kiln/core/quantized.h).
+    // The file holds rows in order; in memory they may be in groups (kiln/core/quantized.h).
     const QuantizedMatrix q = w->quantized->grouped_rows ? ungroup_rows(*w->quantized) : *w->quantized;
     out.emplace_back(name + ".qdata", q.data);
     out.emplace_back(name + ".scales", q.scales);
