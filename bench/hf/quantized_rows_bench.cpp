@@ -79,7 +79,8 @@ int stream(std::string type, int rounds) {
   std::vector<float> x(static_cast<size_t>(K)), out(static_cast<size_t>(N));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.1f;
   std::printf("%s%s, %s path, %zu matrices of %lld x %lld (%.2f GiB), %d threads:\n", type.c_str(),
-              grouped ? " (rows in groups)" : "", cpu::quant_dot_name(cpu::quant_dot_in_use()), matrices.size(), (long long)N, (long long)K,
+              grouped ? " (rows in groups)" : "", cpu::quant_dot_name(cpu::quant_dot_in_use()), matrices.size(),
+              (long long)N, (long long)K,
               double(bytes) / double(size_t(1) << 30), get_num_threads());
   for (int r = 0; r < rounds; ++r) {
     const double probe = read_bandwidth_gbps();

@@ -661,7 +661,8 @@ void CpuBackend::quantized_matmul(const Tensor& x, const QuantizedMatrix& w, Ten
   if (w.half() && M > kFewRowsF16 && !batch_invariant())  // (f16 weights: no integer products)
     return packed_gemm(M, w.rows, w.cols, 1.0f, x.data<float>(), w.cols, bits16(w.data), PackedSource::f16, true,
                        w.cols, 0.0f, out.data<float>(), w.rows);
-  if (M < gemm_rows(dot, w) || w.half() || batch_invariant())  // (batch-invariant mode: the row-by-row kernel at any size)
+  // (batch-invariant mode: the row-by-row kernel at any size)
+  if (M < gemm_rows(dot, w) || w.half() || batch_invariant())
     return quantized_matmul_rows(x.data<float>(), M, w, out.data<float>(), dot);
   quantized_gemm(x.data<float>(), M, w, out.data<float>(), dot);
 }

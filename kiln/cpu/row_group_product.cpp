@@ -43,6 +43,14 @@ struct Q40 {
   // Block b's low and high 16 levels, in the pair's order (paired_index).
   static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b / 2 * 2 * B + b % 2 * (B / 2); }
   static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B; }
+  // The reference's lane l of a row (its block's bytes at w): levels 4l .. 4l + 3 of both halves, from the zero
+  // point's lane.
+  static int32_t lane(const uint8_t* w, const ActivationRow& x, int64_t b, int l) {
+    int32_t sum = x.zero_lanes[b * 4 + l];
+    for (int t = 4 * l; t < 4 * l + 4; ++t)
+      sum += (w[t] & 0x0f) * int32_t(low(x, b)[t]) + (w[t] >> 4) * int32_t(high(x, b)[t]);
+    return sum;
+  }
   // The even and odd accumulators met lane by lane, then sum_lanes' tree (lane(c, l): chain c's lane l).
   template <typename Lane>
   static float total(Lane lane) {
@@ -60,6 +68,14 @@ struct Iq4nl {
   static int chain_of(int64_t b, int64_t) { return int(b % 2); }
   static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b * B; }
   static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B / 2; }
+  // Lanes 0-3 the low nibbles' values, 4-7 the high ones'.
+  static int32_t lane(const uint8_t* w, const ActivationRow& x, int64_t b, int l) {
+    const bool upper = l >= 4;
+    int32_t sum = 0;
+    for (int t = 4 * (l % 4); t < 4 * (l % 4) + 4; ++t)
+      sum += kIq4nlValues[upper ? w[t] >> 4 : w[t] & 0x0f] * int32_t((upper ? high(x, b) : low(x, b))[t]);
+    return sum;
+  }
   template <typename Lane>
   static float total(Lane lane) {
     float merged[8];
@@ -75,7 +91,11 @@ struct Q80 {
   static constexpr int kBlockBytes = B, kChains = 1, kLanes = 8, kZeroLanes = 8;
   static int chain_of(int64_t, int64_t) { return 0; }
   static const int8_t* low(const ActivationRow& x, int64_t b) { return x.levels + b * B; }  // (and the 16 after)
-  static const int8_t* high(const ActivationRow& x, int64_t b) { return low(x, b) + B / 2; }
+  static int32_t lane(const uint8_t* w, const ActivationRow& x, int64_t b, int l) {  // levels 4l .. 4l + 3
+    int32_t sum = 0;
+    for (int t = 4 * l; t < 4 * l + 4; ++t) sum += int8_t(w[t]) * int32_t(low(x, b)[t]);
+    return sum;
+  }
   template <typename Lane>
   static float total(Lane lane) {
     float lanes[8];
@@ -121,24 +141,9 @@ struct ScalarGroupOps {
   static Acc zero() { return {}; }
   static constexpr int lane_index(int r, int l) { return r * F::kLanes + l; }
   static void add(Acc& acc, const uint8_t* w, const ActivationRow& x, int64_t b, const float* ws) {
-    const int8_t* low = F::low(x, b);
-    const int8_t* high = F::high(x, b);
     for (int r = 0; r < kRows; ++r)
-      for (int l = 0; l < F::kLanes; ++l) {
-        int32_t lane = 0;
-        if constexpr (F::kBlockBytes == B) {  // Q8_0: levels 4l .. 4l + 3
-          for (int t = 4 * l; t < 4 * l + 4; ++t) lane += int8_t(w[r * B + t]) * int32_t(low[t]);
-        } else if constexpr (F::kLanes == 4) {  // Q4_0: levels 4l .. 4l + 3 of both halves, from the zero point's lane
-          lane = x.zero_lanes[b * 4 + l];
-          for (int t = 4 * l; t < 4 * l + 4; ++t)
-            lane += (w[r * 16 + t] & 0x0f) * int32_t(low[t]) + (w[r * 16 + t] >> 4) * int32_t(high[t]);
-        } else {  // IQ4_NL: lanes 0-3 the low nibbles' values, 4-7 the high ones'
-          const bool upper = l >= 4;
-          for (int t = 4 * (l % 4); t < 4 * (l % 4) + 4; ++t)
-            lane += kIq4nlValues[upper ? w[r * 16 + t] >> 4 : w[r * 16 + t] & 0x0f] * int32_t((upper ? high : low)[t]);
-        }
-        acc.v[r][l] = std::fma(float(lane), ws[r] * x.scales[b], acc.v[r][l]);
-      }
+      for (int l = 0; l < F::kLanes; ++l)
+        acc.v[r][l] = std::fma(float(F::lane(w + r * F::kBlockBytes, x, b, l)), ws[r] * x.scales[b], acc.v[r][l]);
   }
   static void store(const Acc& acc, float* out) {
     for (int r = 0; r < kRows; ++r)
@@ -177,7 +182,8 @@ struct Avx2GroupOps {
       const __m256i low = _mm256_and_si256(packed, nibble);
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
       const int r = 2 * h;
-      const __m256 row_scales = _mm256_permutevar8x32_ps(scales, _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1));
+      const __m256 row_scales =
+          _mm256_permutevar8x32_ps(scales, _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1));
       if constexpr (F::kLanes == 4) {
         const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low, x_low), _mm256_maddubs_epi16(high, x_high));
         const __m256i zero = _mm256_broadcastsi128_si256(load128(x.zero_lanes + b * 4));
