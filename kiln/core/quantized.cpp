@@ -162,11 +162,27 @@ namespace {
 // puts them.
 QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
   KILN_CHECK(can_group_rows(q.format), "group_rows: ", quant_format_name(q.format),
-             " matrices keep their rows in order (decoding reads int4's, iq4_nl's and int8b's alone in groups)");
+             " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's and q4_k's alone in groups)");
   if (q.grouped_rows == grouped) return q;
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix out = q;
   out.grouped_rows = grouped;
+  if (q.k_quant()) {  // each row's blocks moved to or from its group's (quantized_k.h)
+    KILN_CHECK(q.data.is_contiguous() && q.data.device().is_cpu(), "group_rows: the matrix must be contiguous, on the CPU");
+    out.data = Tensor::empty(q.data.shape(), DType::u8);
+    const int64_t blocks = q.cols / kSuperBlock, row_bytes = blocks * kQ4kBlockBytes;
+    const uint8_t* from = q.data.data<uint8_t>();
+    uint8_t* to = out.data.data<uint8_t>();
+    const int64_t group_end = std::max(q.grouped_row_end(), out.grouped_row_end());
+    for (int64_t r = 0; r < group_end; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t in_group = (r / kRowGroup * blocks + b) * kQ4kGroupBytes, in_row = r * row_bytes + b * kQ4kBlockBytes;
+        if (grouped) place_in_q4k_group(from + in_row, r % kRowGroup, to + in_group);
+        else take_from_q4k_group(from + in_group, r % kRowGroup, to + in_row);
+      }
+    std::memcpy(to + group_end * row_bytes, from + group_end * row_bytes, size_t((q.rows - group_end) * row_bytes));
+    return out;
+  }
   const std::pair<const Tensor*, Tensor*> tensors[] = {{&q.data, &out.data}, {&q.scales, &out.scales}};
   for (auto [from, to] : tensors) {
     KILN_CHECK(from->is_contiguous() && from->device().is_cpu(),
@@ -196,9 +212,9 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   }
   const int64_t padded = q.padded_cols();
   if (q.k_quant()) {
-    const int64_t bytes = k_block_bytes(q.format), per_row = q.cols / kSuperBlock;
-    const auto* data = q.data.data<uint8_t>() + row * per_row * bytes;
-    for (int64_t b = 0; b < per_row; ++b) dequantize_k_block(q.format, data + b * bytes, out + b * kSuperBlock);
+    uint8_t scratch[kQ4kBlockBytes];
+    for (int64_t b = 0; b < q.cols / kSuperBlock; ++b)
+      dequantize_k_block(q.format, k_block_of_row(q, row, b, scratch), out + b * kSuperBlock);
     return;
   }
   if (q.format == QuantFormat::int8) {

@@ -92,7 +92,33 @@ void iq4_xs(const uint8_t* x, float* y) {
   }
 }
 
+// Moves one row's block between the layouts, piece by piece as q4k_grouped_offset places them; `to_group`
+// says which way.
+void move_q4k_block(const uint8_t* from, int64_t row, uint8_t* to, bool to_group) {
+  auto move = [&](int64_t byte, int64_t count) {
+    const int64_t at = q4k_grouped_offset(row, byte);
+    std::memcpy(to_group ? to + at : to + byte, to_group ? from + byte : from + at, size_t(count));
+  };
+  move(0, 2);  // d
+  move(2, 2);  // dmin
+  for (int64_t j = 4; j < 16; ++j) move(j, 1);
+  for (int64_t j = 16; j < kQ4kBlockBytes; j += 4) move(j, 4);
+}
+
 }  // namespace
+
+void place_in_q4k_group(const uint8_t* block, int64_t row, uint8_t* group) { move_q4k_block(block, row, group, true); }
+void take_from_q4k_group(const uint8_t* group, int64_t row, uint8_t* block) {
+  move_q4k_block(group, row, block, false);
+}
+
+const uint8_t* k_block_of_row(const QuantizedMatrix& q, int64_t row, int64_t b, uint8_t* scratch) {
+  const int64_t blocks = q.cols / kSuperBlock;
+  const uint8_t* data = q.data.data<uint8_t>();
+  if (row >= q.grouped_row_end()) return data + (row * blocks + b) * k_block_bytes(q.format);
+  take_from_q4k_group(data + (row / kRowGroup * blocks + b) * kQ4kGroupBytes, row % kRowGroup, scratch);
+  return scratch;
+}
 
 void dequantize_k_block(QuantFormat format, const uint8_t* block, float* out) {
   switch (format) {

@@ -52,6 +52,31 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
+// Q4_K rows in groups of kRowGroup (QuantizedMatrix::grouped_rows): each
+// block of 256 columns of the group's eight rows, 8 x 144 bytes, rearranged
+// so that decoding reads one stream with a row in each 32-bit lane
+// (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in number:
+//   [0, 32): the eight rows' d, then their dmin (f16 each, row r at 2r);
+//   [32, 128): the 12 bytes of packed sub-block scales and minimums as byte
+//     planes, byte j of row r at 32 + 8j + r;
+//   [128, 1152): the 128 bytes of levels four at a time: bytes 4p .. 4p + 3
+//     of row r at 128 + 32p + 4r (so bytes 32t + 4l .. + 3, chunks 2t and
+//     2t + 1's lane l, are one 32-byte load for the eight rows).
+// The group's rows' blocks b sit at b * kQ4kGroupBytes in the group's bytes.
+constexpr int64_t kQ4kBlockBytes = 144;
+constexpr int64_t kQ4kGroupBytes = kRowGroup * kQ4kBlockBytes;
+// Where byte `byte` of row `row`'s block is in its group's block.
+constexpr int64_t q4k_grouped_offset(int64_t row, int64_t byte) {
+  if (byte < 4) return byte / 2 * 16 + row * 2 + byte % 2;
+  if (byte < 16) return 32 + (byte - 4) * kRowGroup + row;
+  return 128 + (byte - 16) / 4 * 32 + row * 4 + (byte - 16) % 4;
+}
+// One row's block into its group's block, and back.
+void place_in_q4k_group(const uint8_t* block, int64_t row, uint8_t* group);
+void take_from_q4k_group(const uint8_t* group, int64_t row, uint8_t* block);
+// Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch`.
+const uint8_t* k_block_of_row(const QuantizedMatrix& q, int64_t row, int64_t b, uint8_t* scratch);
+
 // Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32):
 // scale i takes its low 4 bits from bytes 0-7 (low nibbles, then high ones)
 // and its top 2 from bits 2 (i / 4) of byte 8 + i % 4. As words, four scales a word.

@@ -26,6 +26,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/core/quantized_k.h"
+#include "kiln/cpu/kquant_lanes.h"
+#include "kiln/cpu/kquant_row_group.h"
 #include "kiln/cpu/x86_intrinsics.h"
 
 namespace kiln::cpu {
@@ -394,19 +396,6 @@ template <QuantFormat F, int c>
   }
 }
 
-// lanes + a chunk's pairs times its scales, on each instruction path.
-struct Avx2Lanes {
-  [[gnu::always_inline]] static __m256i add_scaled(__m256i lanes, __m256i pairs, __m256i scales) {
-    return _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, scales));
-  }
-};
-struct Avx512Lanes {  // (inlined by rows_avx512's flatten: always_inline would clash with its callers' targets)
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] static __m256i add_scaled(__m256i lanes, __m256i pairs,
-                                                                                    __m256i scales) {
-    return _mm256_dpwssd_epi32(lanes, pairs, scales);
-  }
-};
-
 // Chunk c's byte products by pairs (vpmaddubsw; IQ4_XS's signed levels as
 // |level| against signed activations), less Q3_K's zero level times the
 // activations ((u - 4) q8 = u q8 - 4 q8), added to the lanes with its scales.
@@ -515,6 +504,31 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   rows_with(ScalarDot<F>{}, w, n0, n1, a, M, out);
 }
 
+// Rows n0 .. n1 of a q4_k matrix, in groups (kiln/core/quantized_k.h), against all M activation rows: eight rows
+// a pass (kquant_row_group.h), or on the scalar path each row gathered back in order.
+void q4k_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M,
+                float* out) {
+  const int64_t blocks = a.blocks;
+  const uint8_t* data = w.data.data<uint8_t>();
+  thread_local std::vector<uint8_t> row;  // (the scalar path's; it keeps its memory)
+  for (int64_t n = n0; n < n1; n += kRowGroup) {
+    const uint8_t* group = data + n * blocks * kQ4kBlockBytes;
+    for (int64_t m = 0; m < M; ++m) {
+      if (dot != QuantDot::scalar) {
+        q4k_group_dot(dot == QuantDot::avx512_vnni, group, blocks, a.scales.data() + m * blocks,
+                      a.levels.data() + m * blocks * S, a.sums.data() + m * blocks * (S / 16), out + m * w.rows + n);
+        continue;
+      }
+      row.resize(size_t(blocks * kQ4kBlockBytes));
+      for (int64_t r = 0; r < kRowGroup; ++r) {
+        for (int64_t b = 0; b < blocks; ++b)
+          take_from_q4k_group(group + b * kQ4kGroupBytes, r, row.data() + b * kQ4kBlockBytes);
+        out[m * w.rows + n + r] = dot_scalar<QuantFormat::q4_k>(row.data(), a, m);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
@@ -523,24 +537,32 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   thread_local Q8K kept;
   Q8K& a = kept;  // (named in the loop below, kept would be each worker thread's own)
   quantize_q8k(x, M, w.cols, a);
-  for_row_chunks(w.rows, M * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
-    switch (w.format) {
-      case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);
-      case QuantFormat::q3_k: return rows<QuantFormat::q3_k>(dot, w, n0, n1, a, M, out);
-      case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
-      case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
-      case QuantFormat::iq4_xs: return rows<QuantFormat::iq4_xs>(dot, w, n0, n1, a, M, out);
-      default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);
-    }
-  });
+  const int64_t grouped = w.grouped_row_end();  // (q4_k's rows in groups: kiln/core/quantized_k.h)
+  for_row_chunks(
+      w.rows, M * w.rows * w.cols,
+      [&](int64_t n0, int64_t n1) {
+        const int64_t split = std::clamp(grouped, n0, n1);
+        if (n0 < split) q4k_groups(dot, w, n0, split, a, M, out);
+        n0 = split;
+        switch (w.format) {
+          case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);
+          case QuantFormat::q3_k: return rows<QuantFormat::q3_k>(dot, w, n0, n1, a, M, out);
+          case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
+          case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
+          case QuantFormat::iq4_xs: return rows<QuantFormat::iq4_xs>(dot, w, n0, n1, a, M, out);
+          default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);
+        }
+      },
+      grouped > 0 ? kRowGroup : 1);
 }
 
 namespace {
 template <QuantFormat F>
-void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scales, float* mins) {
+void row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
   constexpr int64_t per_block = S / sub_block_values(F);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* x = row + b * k_block_bytes(F);
+  uint8_t scratch[kQ4kBlockBytes];  // (a grouped row's block, gathered)
+  for (int64_t b = 0; b < w.cols / S; ++b) {
+    const uint8_t* x = k_block_of_row(w, n, b, scratch);
     const KBlock k = decode_block<F>(x);
 #ifdef KILN_X86_INTRINSICS
     // The decoding kernel's unpacking, two chunks a step (signed_level's values: IQ4_XS's looked up, the others'
@@ -575,15 +597,13 @@ void row_levels(const uint8_t* row, int64_t blocks, int8_t* levels, float* scale
 }  // namespace
 
 void kquant_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
-  const int64_t blocks = w.cols / S;
-  const uint8_t* row = w.data.data<uint8_t>() + n * blocks * k_block_bytes(w.format);
   switch (w.format) {
-    case QuantFormat::q2_k: return row_levels<QuantFormat::q2_k>(row, blocks, levels, scales, mins);
-    case QuantFormat::q3_k: return row_levels<QuantFormat::q3_k>(row, blocks, levels, scales, mins);
-    case QuantFormat::q4_k: return row_levels<QuantFormat::q4_k>(row, blocks, levels, scales, mins);
-    case QuantFormat::q5_k: return row_levels<QuantFormat::q5_k>(row, blocks, levels, scales, mins);
-    case QuantFormat::q6_k: return row_levels<QuantFormat::q6_k>(row, blocks, levels, scales, mins);
-    case QuantFormat::iq4_xs: return row_levels<QuantFormat::iq4_xs>(row, blocks, levels, scales, mins);
+    case QuantFormat::q2_k: return row_levels<QuantFormat::q2_k>(w, n, levels, scales, mins);
+    case QuantFormat::q3_k: return row_levels<QuantFormat::q3_k>(w, n, levels, scales, mins);
+    case QuantFormat::q4_k: return row_levels<QuantFormat::q4_k>(w, n, levels, scales, mins);
+    case QuantFormat::q5_k: return row_levels<QuantFormat::q5_k>(w, n, levels, scales, mins);
+    case QuantFormat::q6_k: return row_levels<QuantFormat::q6_k>(w, n, levels, scales, mins);
+    case QuantFormat::iq4_xs: return row_levels<QuantFormat::iq4_xs>(w, n, levels, scales, mins);
     default: KILN_CHECK(false, "kquant_row_levels: ", quant_format_name(w.format), " is not a K-quant");
   }
 }

@@ -1,0 +1,147 @@
+// Q4_K's eight-row decoding kernel. Per block of 256 and group, against the
+// row kernel (kquant_matmul.cpp), whose integer lane l of a row holds bytes
+// 4l .. 4l + 3 of every chunk of 32 times the chunk's scale: here lanes[l]
+// holds that lane of the eight rows, one row a 32-bit lane, so a 32-byte
+// load of levels is chunks 2t and 2t + 1's lane l for all eight rows, the
+// activations' four bytes are one broadcast for all eight, and the sub-block
+// scales and minimums come from their byte planes eight rows at a time.
+#include "kiln/cpu/kquant_row_group.h"
+
+#include <cstring>
+
+#include "kiln/core/error.h"
+#include "kiln/core/quantized_k.h"
+#include "kiln/cpu/kquant_lanes.h"
+#include "kiln/cpu/x86_intrinsics.h"
+
+namespace kiln::cpu {
+
+#ifdef KILN_X86_INTRINSICS
+namespace {
+
+template <int Offset>
+[[gnu::always_inline]] inline __m256i load32(const uint8_t* x) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + Offset));
+}
+[[gnu::always_inline]] inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+[[gnu::always_inline]] inline __m256i broadcast8(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_set1_epi64x(v);
+}
+
+// A block's sub-block scales and minimums for the eight rows, a byte each:
+// scales[8c + r], minimums[8c + r] for sub-block c and row r (k4_scale_words
+// on the byte planes: plane j holds byte j of each row's 12).
+struct GroupScales {
+  alignas(32) uint8_t scales[64];
+  alignas(32) uint8_t minimums[64];
+};
+[[gnu::always_inline]] inline void group_scales(const uint8_t* x, GroupScales& s) {
+  const __m256i w0 = load32<32>(x), w1 = load32<64>(x), w2 = load32<96>(x);  // planes 0-3, 4-7, 8-11
+  const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
+  // (a byte's top two bits to bits 4-5: a 16-bit shift by 2, the other byte's bits masked off)
+  const __m256i scales47 = _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_and_si256(_mm256_srli_epi16(w0, 2), top2));
+  const __m256i mins47 =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w2, 4), low4), _mm256_and_si256(_mm256_srli_epi16(w1, 2), top2));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s.scales), _mm256_and_si256(w0, low6));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s.scales + 32), scales47);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s.minimums), _mm256_and_si256(w1, low6));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s.minimums + 32), mins47);
+}
+
+// Sub-block c's scale of each row as a 16-bit pair (s | s << 16) in the row's lane, for vpmaddwd.
+[[gnu::always_inline]] inline __m256i scale_pairs(const GroupScales& s, int c) {
+  const __m256i pick = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                                        4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+  return _mm256_shuffle_epi8(broadcast8(s.scales + 8 * c), pick);
+}
+// Minimums 2j and 2j + 1 of each row as 16-bit values in the row's lane.
+[[gnu::always_inline]] inline __m256i minimum_pairs(const GroupScales& s, int j) {
+  const __m256i pick = _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
+                                        4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1);
+  const __m128i planes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.minimums + 16 * j));
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(planes), pick);
+}
+
+template <typename Lanes>
+inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+                      const int16_t* act_sums, float* out) {
+  constexpr int64_t S = kSuperBlock;
+  __m256 acc[8], four[4];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (__m256& f : four) f = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  GroupScales s;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* x = group + b * kQ4kGroupBytes;
+    for (int64_t line = 0; line < kQ4kGroupBytes; line += 64) prefetch_ahead(x + line);
+    const int8_t* q8 = act_levels + b * S;
+    group_scales(x, s);
+    __m256i lanes[8];
+    for (__m256i& l : lanes) l = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {  // chunks 2t and 2t + 1: the low and high nibbles of the same bytes
+      const __m256i even_scales = scale_pairs(s, 2 * t), odd_scales = scale_pairs(s, 2 * t + 1);
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + (8 * t + l) * 32));
+        const __m256i even = _mm256_and_si256(bits, nibble), odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+        lanes[l] = Lanes::add_scaled(lanes[l], _mm256_maddubs_epi16(even, broadcast4(q8 + 64 * t + 4 * l)), even_scales);
+        lanes[l] =
+            Lanes::add_scaled(lanes[l], _mm256_maddubs_epi16(odd, broadcast4(q8 + 64 * t + 32 + 4 * l)), odd_scales);
+      }
+    }
+    // The minimums' four lanes: minimums 2j, 2j + 1 times the activations' sums of their 32 (pairs of sums of 16).
+    alignas(16) int32_t sum_pairs[4];
+    const int16_t* sums = act_sums + b * (S / 16);
+    _mm_store_si128(reinterpret_cast<__m128i*>(sum_pairs),
+                    _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
+    const float scale = act_scales[b];
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtph_ps(_mm_loadu_si128(
+                                                               reinterpret_cast<const __m128i*>(x))));
+    const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), _mm256_cvtph_ps(_mm_loadu_si128(
+                                                                  reinterpret_cast<const __m128i*>(x + 16))));
+    for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes[l]), acc[l]);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i minimum_lanes = _mm256_madd_epi16(minimum_pairs(s, j), _mm256_set1_epi32(sum_pairs[j]));
+      four[j] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(minimum_lanes), four[j]);
+    }
+  }
+  // The row kernel's sum_lanes and with_minimums, a row to a lane.
+  const __m256 s0 = _mm256_add_ps(acc[0], acc[4]), s1 = _mm256_add_ps(acc[1], acc[5]);
+  const __m256 s2 = _mm256_add_ps(acc[2], acc[6]), s3 = _mm256_add_ps(acc[3], acc[7]);
+  const __m256 total = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+  const __m256 minimums = _mm256_add_ps(_mm256_add_ps(four[0], four[2]), _mm256_add_ps(four[1], four[3]));
+  _mm256_storeu_ps(out, _mm256_add_ps(total, minimums));
+}
+
+[[gnu::flatten]] void group_dot_avx2(const uint8_t* group, int64_t blocks, const float* act_scales,
+                                     const int8_t* act_levels, const int16_t* act_sums, float* out) {
+  group_dot<Avx2Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+}
+[[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void group_dot_vnni(
+    const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels, const int16_t* act_sums,
+    float* out) {
+  group_dot<Avx512Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+}
+
+}  // namespace
+#endif
+
+void q4k_group_dot(bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
+                   const int8_t* act_levels, const int16_t* act_sums, float* out) {
+#ifdef KILN_X86_INTRINSICS
+  if (vnni) return group_dot_vnni(group, blocks, act_scales, act_levels, act_sums, out);
+  return group_dot_avx2(group, blocks, act_scales, act_levels, act_sums, out);
+#else
+  KILN_FAIL("q4k_group_dot: no x86 intrinsics in this build (the scalar path gathers the rows instead)");
+#endif
+}
+
+}  // namespace kiln::cpu
