@@ -344,7 +344,8 @@ TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
 
 // q4_k's rows in groups (its blocks of 256 rearranged within the group, kiln/core/quantized_k.h) read as the rows
 // in order too: the same rows dequantized, the bytes back after ungrouping, and the decoding kernel's and the
-// prompt GEMM's bits on every path, for one to three blocks and rows past the last whole group.
+// prompt GEMM's bits on every path, for one to three blocks and rows past the last whole group; and a layer given
+// q4_k weights holds them so.
 TEST(Quantized, Q4kRowsInGroupsGiveTheBitsOfRowsInOrder) {
   for (const auto& [N, K] : {std::tuple{8, 256}, std::tuple{37, 512}, std::tuple{64, 768}, std::tuple{19, 256}}) {
     SCOPED_TRACE(std::to_string(N) + " x " + std::to_string(K));
@@ -371,6 +372,17 @@ TEST(Quantized, Q4kRowsInGroupsGiveTheBitsOfRowsInOrder) {
         ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "M=" << M << " at " << i;
     }
   }
+  // A layer given q4_k weights (a GGUF file's) keeps them in groups.
+  Generator gen(7);
+  nn::Linear layer(512, 20, gen, false);
+  const QuantizedMatrix q = random_k_quant(QuantFormat::q4_k, 20, 512, 9);
+  layer.set_quantized(std::make_shared<const QuantizedMatrix>(q));
+  ASSERT_TRUE(layer.quantized->grouped_rows);
+  const Tensor x = Tensor::from_vector(random_values(512, 8), {1, 512});
+  const Tensor y = layer.forward(x);
+  std::vector<float> want(20);
+  cpu::quantized_matmul_rows(x.data<float>(), 1, q, want.data(), cpu::quant_dot_in_use());
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(y.data<float>()[i], want[size_t(i)]) << i;
 }
 
 TEST(Quantized, GgufBlocksOf32MultiplyAsTheirDequantizedWeights) {

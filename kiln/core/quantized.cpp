@@ -162,13 +162,15 @@ namespace {
 // puts them.
 QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
   KILN_CHECK(can_group_rows(q.format), "group_rows: ", quant_format_name(q.format),
-             " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's and q4_k's alone in groups)");
+             " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's and q4_k's alone in",
+             " groups)");
   if (q.grouped_rows == grouped) return q;
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix out = q;
   out.grouped_rows = grouped;
   if (q.k_quant()) {  // each row's blocks moved to or from its group's (quantized_k.h)
-    KILN_CHECK(q.data.is_contiguous() && q.data.device().is_cpu(), "group_rows: the matrix must be contiguous, on the CPU");
+    KILN_CHECK(q.data.is_contiguous() && q.data.device().is_cpu(),
+               "group_rows: the matrix must be contiguous, on the CPU");
     out.data = Tensor::empty(q.data.shape(), DType::u8);
     const int64_t blocks = q.cols / kSuperBlock, row_bytes = blocks * kQ4kBlockBytes;
     const uint8_t* from = q.data.data<uint8_t>();
@@ -176,7 +178,8 @@ QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
     const int64_t group_end = std::max(q.grouped_row_end(), out.grouped_row_end());
     for (int64_t r = 0; r < group_end; ++r)
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t in_group = (r / kRowGroup * blocks + b) * kQ4kGroupBytes, in_row = r * row_bytes + b * kQ4kBlockBytes;
+        const int64_t in_group = (r / kRowGroup * blocks + b) * kQ4kGroupBytes;
+        const int64_t in_row = r * row_bytes + b * kQ4kBlockBytes;
         if (grouped) place_in_q4k_group(from + in_row, r % kRowGroup, to + in_group);
         else take_from_q4k_group(from + in_group, r % kRowGroup, to + in_row);
       }

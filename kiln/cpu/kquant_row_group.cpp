@@ -34,6 +34,11 @@ template <int Offset>
   return _mm256_set1_epi64x(v);
 }
 
+// Eight f16 values (the rows' d or dmin) widened.
+[[gnu::always_inline]] inline __m256 halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // A block's sub-block scales and minimums for the eight rows, a byte each:
 // scales[8c + r], minimums[8c + r] for sub-block c and row r (k4_scale_words
 // on the byte planes: plane j holds byte j of each row's 12).
@@ -45,9 +50,10 @@ struct GroupScales {
   const __m256i w0 = load32<32>(x), w1 = load32<64>(x), w2 = load32<96>(x);  // planes 0-3, 4-7, 8-11
   const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
   // (a byte's top two bits to bits 4-5: a 16-bit shift by 2, the other byte's bits masked off)
-  const __m256i scales47 = _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_and_si256(_mm256_srli_epi16(w0, 2), top2));
-  const __m256i mins47 =
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w2, 4), low4), _mm256_and_si256(_mm256_srli_epi16(w1, 2), top2));
+  const __m256i scales47 =
+      _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_and_si256(_mm256_srli_epi16(w0, 2), top2));
+  const __m256i mins47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w2, 4), low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(w1, 2), top2));
   _mm256_store_si256(reinterpret_cast<__m256i*>(s.scales), _mm256_and_si256(w0, low6));
   _mm256_store_si256(reinterpret_cast<__m256i*>(s.scales + 32), scales47);
   _mm256_store_si256(reinterpret_cast<__m256i*>(s.minimums), _mm256_and_si256(w1, low6));
@@ -90,10 +96,11 @@ inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_sca
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
         const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + (8 * t + l) * 32));
-        const __m256i even = _mm256_and_si256(bits, nibble), odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
-        lanes[l] = Lanes::add_scaled(lanes[l], _mm256_maddubs_epi16(even, broadcast4(q8 + 64 * t + 4 * l)), even_scales);
-        lanes[l] =
-            Lanes::add_scaled(lanes[l], _mm256_maddubs_epi16(odd, broadcast4(q8 + 64 * t + 32 + 4 * l)), odd_scales);
+        const __m256i even = _mm256_and_si256(bits, nibble);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+        const __m256i even_pairs = _mm256_maddubs_epi16(even, broadcast4(q8 + 64 * t + 4 * l));
+        const __m256i odd_pairs = _mm256_maddubs_epi16(odd, broadcast4(q8 + 64 * t + 32 + 4 * l));
+        lanes[l] = Lanes::add_scaled(Lanes::add_scaled(lanes[l], even_pairs, even_scales), odd_pairs, odd_scales);
       }
     }
     // The minimums' four lanes: minimums 2j, 2j + 1 times the activations' sums of their 32 (pairs of sums of 16).
@@ -103,10 +110,8 @@ inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_sca
                     _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
     const float scale = act_scales[b];
-    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtph_ps(_mm_loadu_si128(
-                                                               reinterpret_cast<const __m128i*>(x))));
-    const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), _mm256_cvtph_ps(_mm_loadu_si128(
-                                                                  reinterpret_cast<const __m128i*>(x + 16))));
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), halves8(x));
+    const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + 16));
     for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes[l]), acc[l]);
     for (int j = 0; j < 4; ++j) {
       const __m256i minimum_lanes = _mm256_madd_epi16(minimum_pairs(s, j), _mm256_set1_epi32(sum_pairs[j]));
