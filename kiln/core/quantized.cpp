@@ -162,8 +162,8 @@ namespace {
 // puts them.
 QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
   KILN_CHECK(can_group_rows(q.format), "group_rows: ", quant_format_name(q.format),
-             " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's and q4_k's alone in",
-             " groups)");
+             " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's, q4_k's",
+             " and q6_k's alone in groups)");
   if (q.grouped_rows == grouped) return q;
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix out = q;
@@ -172,16 +172,16 @@ QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
     KILN_CHECK(q.data.is_contiguous() && q.data.device().is_cpu(),
                "group_rows: the matrix must be contiguous, on the CPU");
     out.data = Tensor::empty(q.data.shape(), DType::u8);
-    const int64_t blocks = q.cols / kSuperBlock, row_bytes = blocks * kQ4kBlockBytes;
+    const int64_t blocks = q.cols / kSuperBlock, block_bytes = k_block_bytes(q.format), row_bytes = blocks * block_bytes;
     const uint8_t* from = q.data.data<uint8_t>();
     uint8_t* to = out.data.data<uint8_t>();
     const int64_t group_end = std::max(q.grouped_row_end(), out.grouped_row_end());
     for (int64_t r = 0; r < group_end; ++r)
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t in_group = (r / kRowGroup * blocks + b) * kQ4kGroupBytes;
-        const int64_t in_row = r * row_bytes + b * kQ4kBlockBytes;
-        if (grouped) place_in_q4k_group(from + in_row, r % kRowGroup, to + in_group);
-        else take_from_q4k_group(from + in_group, r % kRowGroup, to + in_row);
+        const int64_t in_group = (r / kRowGroup * blocks + b) * kRowGroup * block_bytes;
+        const int64_t in_row = r * row_bytes + b * block_bytes;
+        if (grouped) place_in_k_group(q.format, from + in_row, r % kRowGroup, to + in_group);
+        else take_from_k_group(q.format, from + in_group, r % kRowGroup, to + in_row);
       }
     std::memcpy(to + group_end * row_bytes, from + group_end * row_bytes, size_t((q.rows - group_end) * row_bytes));
     return out;
@@ -215,7 +215,7 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
   }
   const int64_t padded = q.padded_cols();
   if (q.k_quant()) {
-    uint8_t scratch[kQ4kBlockBytes];
+    uint8_t scratch[kMaxKBlockBytes];
     for (int64_t b = 0; b < q.cols / kSuperBlock; ++b)
       dequantize_k_block(q.format, k_block_of_row(q, row, b, scratch), out + b * kSuperBlock);
     return;

@@ -92,31 +92,37 @@ void iq4_xs(const uint8_t* x, float* y) {
   }
 }
 
-// Moves one row's block between the layouts, piece by piece as q4k_grouped_offset places them; `to_group`
-// says which way.
-void move_q4k_block(const uint8_t* from, int64_t row, uint8_t* to, bool to_group) {
-  auto move = [&](int64_t byte, int64_t count) {
-    const int64_t at = q4k_grouped_offset(row, byte);
-    std::memcpy(to_group ? to + at : to + byte, to_group ? from + byte : from + at, size_t(count));
-  };
-  move(0, 2);  // d
-  move(2, 2);  // dmin
-  for (int64_t j = 4; j < 16; ++j) move(j, 1);
-  for (int64_t j = 16; j < kQ4kBlockBytes; j += 4) move(j, 4);
+// Moves one row's block between the layouts, piece by piece; `to_group` says which way.
+void move_k_block(QuantFormat format, const uint8_t* from, int64_t row, uint8_t* to, bool to_group) {
+  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q6_k, "K-quant rows in groups: ",
+             quant_format_name(format), " keeps its rows in order");
+  const KGroupLayout& layout = format == QuantFormat::q4_k ? kQ4kGroup : kQ6kGroup;
+  int64_t at = 0;  // the piece's start in the group's block
+  for (int p = 0; p < layout.count; ++p) {
+    const KGroupPiece& piece = layout.pieces[p];
+    for (int64_t u = 0; u < piece.bytes / piece.unit; ++u) {
+      const int64_t in_row = piece.begin + u * piece.unit, in_group = at + (u * kRowGroup + row) * piece.unit;
+      std::memcpy(to + (to_group ? in_group : in_row), from + (to_group ? in_row : in_group), size_t(piece.unit));
+    }
+    at += kRowGroup * piece.bytes;
+  }
 }
 
 }  // namespace
 
-void place_in_q4k_group(const uint8_t* block, int64_t row, uint8_t* group) { move_q4k_block(block, row, group, true); }
-void take_from_q4k_group(const uint8_t* group, int64_t row, uint8_t* block) {
-  move_q4k_block(group, row, block, false);
+void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group) {
+  move_k_block(format, block, row, group, true);
+}
+void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block) {
+  move_k_block(format, group, row, block, false);
 }
 
 const uint8_t* k_block_of_row(const QuantizedMatrix& q, int64_t row, int64_t b, uint8_t* scratch) {
   const int64_t blocks = q.cols / kSuperBlock;
   const uint8_t* data = q.data.data<uint8_t>();
   if (row >= q.grouped_row_end()) return data + (row * blocks + b) * k_block_bytes(q.format);
-  take_from_q4k_group(data + (row / kRowGroup * blocks + b) * kQ4kGroupBytes, row % kRowGroup, scratch);
+  take_from_k_group(q.format, data + (row / kRowGroup * blocks + b) * k_group_bytes(q.format), row % kRowGroup,
+                    scratch);
   return scratch;
 }
 

@@ -52,29 +52,35 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
-// Q4_K rows in groups of kRowGroup (QuantizedMatrix::grouped_rows): each
-// block of 256 columns of the group's eight rows, 8 x 144 bytes, rearranged
-// so that decoding reads one stream with a row in each 32-bit lane
-// (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in number:
-//   [0, 32): the eight rows' d, then their dmin (f16 each, row r at 2r);
-//   [32, 128): the 12 bytes of packed sub-block scales and minimums as byte
-//     planes, byte j of row r at 32 + 8j + r;
-//   [128, 1152): the 128 bytes of levels four at a time: bytes 4p .. 4p + 3
-//     of row r at 128 + 32p + 4r (so bytes 32t + 4l .. + 3, chunks 2t and
-//     2t + 1's lane l, are one 32-byte load for the eight rows).
-// The group's rows' blocks b sit at b * kQ4kGroupBytes in the group's bytes.
-constexpr int64_t kQ4kBlockBytes = 144;
-constexpr int64_t kQ4kGroupBytes = kRowGroup * kQ4kBlockBytes;
-// Where byte `byte` of row `row`'s block is in its group's block.
-constexpr int64_t q4k_grouped_offset(int64_t row, int64_t byte) {
-  if (byte < 4) return byte / 2 * 16 + row * 2 + byte % 2;
-  if (byte < 16) return 32 + (byte - 4) * kRowGroup + row;
-  return 128 + (byte - 16) / 4 * 32 + row * 4 + (byte - 16) % 4;
-}
-// One row's block into its group's block, and back.
-void place_in_q4k_group(const uint8_t* block, int64_t row, uint8_t* group);
-void take_from_q4k_group(const uint8_t* group, int64_t row, uint8_t* block);
-// Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch`.
+// Q4_K's and Q6_K's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
+// each block of 256 columns of the group's eight rows, 8 x 144 or 8 x 210
+// bytes, rearranged so that decoding reads one stream with a row in each
+// 32-bit lane (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in
+// number. A block's pieces (KGroupPiece) follow one another in the group's
+// block, each the eight rows' in units: a unit of `unit` bytes of row r at
+// 8 unit u + unit r for the piece's u-th unit. Units of 2 are the f16 scales,
+// of 1 the packed sub-block scales as byte planes (byte j of each row side
+// by side), of 4 the levels (bytes 4u .. 4u + 3 of every row: lane u % 8 of
+// a 32-byte chunk of levels, one 32-byte load for the eight rows).
+//   Q4_K: d, dmin, the 12 bytes of scales and minimums, the 128 of levels;
+//   Q6_K: d, the 16 signed scales, ql's 128 bytes, qh's 64.
+// The group's rows' blocks b sit at b * k_group_bytes in the group's bytes.
+struct KGroupPiece {
+  int64_t begin, bytes, unit;  // where in a row's block, how long, and the unit
+};
+struct KGroupLayout {
+  KGroupPiece pieces[4];
+  int count;
+};
+inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}, 4};
+inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}, 4};
+constexpr int64_t k_group_bytes(QuantFormat format) { return kRowGroup * k_block_bytes(format); }
+// One row's block into its group's block, and back (q4_k, q6_k).
+void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group);
+void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block);
+// Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch` (of
+// kMaxKBlockBytes).
+constexpr int64_t kMaxKBlockBytes = 210;
 const uint8_t* k_block_of_row(const QuantizedMatrix& q, int64_t row, int64_t b, uint8_t* scratch);
 
 // Q3_K's sixteen sub-block scales, signed (the stored 6 bits minus 32):

@@ -504,26 +504,27 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   rows_with(ScalarDot<F>{}, w, n0, n1, a, M, out);
 }
 
-// Rows n0 .. n1 of a q4_k matrix, in groups (kiln/core/quantized_k.h), against all M activation rows: eight rows
-// a pass (kquant_row_group.h), or on the scalar path each row gathered back in order.
-void q4k_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M,
-                float* out) {
+// Rows n0 .. n1 of a q4_k or q6_k matrix, in groups (kiln/core/quantized_k.h), against all M activation rows:
+// eight rows a pass (kquant_row_group.h), or on the scalar path each row gathered back in order.
+template <QuantFormat F>
+void row_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
+  constexpr int64_t bytes = k_block_bytes(F);
   const int64_t blocks = a.blocks;
   const uint8_t* data = w.data.data<uint8_t>();
   thread_local std::vector<uint8_t> row;  // (the scalar path's; it keeps its memory)
   for (int64_t n = n0; n < n1; n += kRowGroup) {
-    const uint8_t* group = data + n * blocks * kQ4kBlockBytes;
+    const uint8_t* group = data + n * blocks * bytes;
     for (int64_t m = 0; m < M; ++m) {
       if (dot != QuantDot::scalar) {
-        q4k_group_dot(dot == QuantDot::avx512_vnni, group, blocks, a.scales.data() + m * blocks,
-                      a.levels.data() + m * blocks * S, a.sums.data() + m * blocks * (S / 16), out + m * w.rows + n);
+        k_group_dot(F, dot == QuantDot::avx512_vnni, group, blocks, a.scales.data() + m * blocks,
+                    a.levels.data() + m * blocks * S, a.sums.data() + m * blocks * (S / 16), out + m * w.rows + n);
         continue;
       }
-      row.resize(size_t(blocks * kQ4kBlockBytes));
+      row.resize(size_t(blocks * bytes));
       for (int64_t r = 0; r < kRowGroup; ++r) {
         for (int64_t b = 0; b < blocks; ++b)
-          take_from_q4k_group(group + b * kQ4kGroupBytes, r, row.data() + b * kQ4kBlockBytes);
-        out[m * w.rows + n + r] = dot_scalar<QuantFormat::q4_k>(row.data(), a, m);
+          take_from_k_group(F, group + b * k_group_bytes(F), r, row.data() + b * bytes);
+        out[m * w.rows + n + r] = dot_scalar<F>(row.data(), a, m);
       }
     }
   }
@@ -537,12 +538,13 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   thread_local Q8K kept;
   Q8K& a = kept;  // (named in the loop below, kept would be each worker thread's own)
   quantize_q8k(x, M, w.cols, a);
-  const int64_t grouped = w.grouped_row_end();  // (q4_k's rows in groups: kiln/core/quantized_k.h)
+  const int64_t grouped = w.grouped_row_end();  // (q4_k's and q6_k's rows in groups: kiln/core/quantized_k.h)
   for_row_chunks(
       w.rows, M * w.rows * w.cols,
       [&](int64_t n0, int64_t n1) {
         const int64_t split = std::clamp(grouped, n0, n1);
-        if (n0 < split) q4k_groups(dot, w, n0, split, a, M, out);
+        if (n0 < split && w.format == QuantFormat::q4_k) row_groups<QuantFormat::q4_k>(dot, w, n0, split, a, M, out);
+        if (n0 < split && w.format == QuantFormat::q6_k) row_groups<QuantFormat::q6_k>(dot, w, n0, split, a, M, out);
         n0 = split;
         switch (w.format) {
           case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);
@@ -560,7 +562,7 @@ namespace {
 template <QuantFormat F>
 void row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
   constexpr int64_t per_block = S / sub_block_values(F);
-  uint8_t scratch[kQ4kBlockBytes];  // (a grouped row's block, gathered)
+  uint8_t scratch[kMaxKBlockBytes];  // (a grouped row's block, gathered)
   for (int64_t b = 0; b < w.cols / S; ++b) {
     const uint8_t* x = k_block_of_row(w, n, b, scratch);
     const KBlock k = decode_block<F>(x);

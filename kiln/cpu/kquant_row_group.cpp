@@ -1,10 +1,11 @@
-// Q4_K's eight-row decoding kernel. Per block of 256 and group, against the
-// row kernel (kquant_matmul.cpp), whose integer lane l of a row holds bytes
-// 4l .. 4l + 3 of every chunk of 32 times the chunk's scale: here lanes[l]
-// holds that lane of the eight rows, one row a 32-bit lane, so a 32-byte
-// load of levels is chunks 2t and 2t + 1's lane l for all eight rows, the
-// activations' four bytes are one broadcast for all eight, and the sub-block
-// scales and minimums come from their byte planes eight rows at a time.
+// Q4_K's and Q6_K's eight-row decoding kernels. Per block of 256 and group,
+// against the row kernel (kquant_matmul.cpp), whose integer lane l of a row
+// holds bytes 4l .. 4l + 3 of every chunk of 32 times the chunk's scale:
+// here lanes[l] holds that lane of the eight rows, one row a 32-bit lane, so
+// a 32-byte load of levels is lane l of a chunk's bytes for all eight rows,
+// the activations' four bytes are one broadcast for all eight, and the
+// sub-block scales (and minimums) come from their byte planes eight rows at
+// a time.
 #include "kiln/cpu/kquant_row_group.h"
 
 #include <cstring>
@@ -37,6 +38,13 @@ template <int Offset>
 // Eight f16 values (the rows' d or dmin) widened.
 [[gnu::always_inline]] inline __m256 halves8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The row kernel's sum_lanes (quantized_matmul.h), a row to a lane.
+[[gnu::always_inline]] inline __m256 sum_lanes(const __m256* acc) {
+  const __m256 s0 = _mm256_add_ps(acc[0], acc[4]), s1 = _mm256_add_ps(acc[1], acc[5]);
+  const __m256 s2 = _mm256_add_ps(acc[2], acc[6]), s3 = _mm256_add_ps(acc[3], acc[7]);
+  return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
 }
 
 // A block's sub-block scales and minimums for the eight rows, a byte each:
@@ -75,7 +83,7 @@ struct GroupScales {
 }
 
 template <typename Lanes>
-inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
                       const int16_t* act_sums, float* out) {
   constexpr int64_t S = kSuperBlock;
   __m256 acc[8], four[4];
@@ -84,8 +92,8 @@ inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_sca
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   GroupScales s;
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* x = group + b * kQ4kGroupBytes;
-    for (int64_t line = 0; line < kQ4kGroupBytes; line += 64) prefetch_ahead(x + line);
+    const uint8_t* x = group + b * k_group_bytes(QuantFormat::q4_k);
+    for (int64_t line = 0; line < k_group_bytes(QuantFormat::q4_k); line += 64) prefetch_ahead(x + line);
     const int8_t* q8 = act_levels + b * S;
     group_scales(x, s);
     __m256i lanes[8];
@@ -118,34 +126,92 @@ inline void group_dot(const uint8_t* group, int64_t blocks, const float* act_sca
       four[j] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(minimum_lanes), four[j]);
     }
   }
-  // The row kernel's sum_lanes and with_minimums, a row to a lane.
-  const __m256 s0 = _mm256_add_ps(acc[0], acc[4]), s1 = _mm256_add_ps(acc[1], acc[5]);
-  const __m256 s2 = _mm256_add_ps(acc[2], acc[6]), s3 = _mm256_add_ps(acc[3], acc[7]);
-  const __m256 total = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+  // The row kernel's with_minimums, a row to a lane.
   const __m256 minimums = _mm256_add_ps(_mm256_add_ps(four[0], four[2]), _mm256_add_ps(four[1], four[3]));
-  _mm256_storeu_ps(out, _mm256_add_ps(total, minimums));
+  _mm256_storeu_ps(out, _mm256_add_ps(sum_lanes(acc), minimums));
 }
 
-[[gnu::flatten]] void group_dot_avx2(const uint8_t* group, int64_t blocks, const float* act_scales,
-                                     const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  group_dot<Avx2Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+// Q6_K: d at 0, the 16 signed scales' planes at 16, ql's units at 144, qh's at 1,168 (quantized_k.h's kQ6kGroup).
+// Chunk 4h + k's levels: the low nibbles of ql's bytes 64h .. 64h + 63 (k = 0, 1) or their high ones (k = 2, 3),
+// over bits 2k of qh's bytes 32h .. 32h + 31 as bits 4-5; the zero (32) comes off each lane through the
+// activations' sums of 16, as the row kernel takes it.
+template <typename Lanes>
+inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+                          const int16_t* act_sums, float* out) {
+  constexpr int64_t S = kSuperBlock, ql = 144, qh = 144 + 1024;
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* x = group + b * k_group_bytes(QuantFormat::q6_k);
+    for (int64_t line = 0; line < k_group_bytes(QuantFormat::q6_k); line += 64) prefetch_ahead(x + line);
+    const int8_t* q8 = act_levels + b * S;
+    __m256i pairs[16];  // scale i of each row as a 16-bit pair in its lane
+    for (int i = 0; i < 16; ++i) {
+      const __m256i scale = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 16 + 8 * i)));
+      pairs[i] = _mm256_blend_epi16(scale, _mm256_slli_epi32(scale, 16), 0xaa);
+    }
+    const int16_t* sums = act_sums + b * (S / 16);
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(act_scales[b]), halves8(x));
+    // A lane at a time over the block (one accumulator live: AVX2 has 16 registers).
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      // Less 32 (sum 2l * scale 2l + sum 2l + 1 * scale 2l + 1), as the row kernel takes the zero off lane l.
+      const __m256i zero = _mm256_add_epi32(_mm256_madd_epi16(pairs[2 * l], _mm256_set1_epi32(uint16_t(sums[2 * l]))),
+                                            _mm256_madd_epi16(pairs[2 * l + 1], _mm256_set1_epi32(uint16_t(sums[2 * l + 1]))));
+      __m256i lane = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(zero, 5));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i low0 = load32<0>(x + ql + (16 * h + l) * 32), low1 = load32<0>(x + ql + (16 * h + 8 + l) * 32);
+        const __m256i top = load32<0>(x + qh + (8 * h + l) * 32);
+        const __m256i levels[4] = {
+            _mm256_or_si256(_mm256_and_si256(low0, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 4), high)),
+            _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 2), high)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble), _mm256_and_si256(top, high)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
+                            _mm256_and_si256(_mm256_srli_epi16(top, 2), high))};
+        for (int k = 0; k < 4; ++k) {
+          const int c = 4 * h + k;
+          const __m256i products = _mm256_maddubs_epi16(levels[k], broadcast4(q8 + 32 * c + 4 * l));
+          lane = Lanes::add_scaled(lane, products, pairs[2 * c + l / 4]);
+        }
+      }
+      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
+    }
+  }
+  _mm256_storeu_ps(out, sum_lanes(acc));
+}
+
+template <typename Lanes>
+inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, const float* act_scales,
+                      const int8_t* act_levels, const int16_t* act_sums, float* out) {
+  if (format == QuantFormat::q4_k) return q4k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+  q6k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+}
+
+[[gnu::flatten]] void group_dot_avx2(QuantFormat format, const uint8_t* group, int64_t blocks,
+                                     const float* act_scales, const int8_t* act_levels, const int16_t* act_sums,
+                                     float* out) {
+  group_dot<Avx2Lanes>(format, group, blocks, act_scales, act_levels, act_sums, out);
 }
 [[gnu::flatten, gnu::target("avx512f,avx512vl,avx512bw,avx512vnni")]] void group_dot_vnni(
-    const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels, const int16_t* act_sums,
-    float* out) {
-  group_dot<Avx512Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+    QuantFormat format, const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+    const int16_t* act_sums, float* out) {
+  group_dot<Avx512Lanes>(format, group, blocks, act_scales, act_levels, act_sums, out);
 }
 
 }  // namespace
 #endif
 
-void q4k_group_dot(bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
-                   const int8_t* act_levels, const int16_t* act_sums, float* out) {
+void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
+                 const int8_t* act_levels, const int16_t* act_sums, float* out) {
+  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q6_k, "k_group_dot: ", quant_format_name(format),
+             " keeps its rows in order");
 #ifdef KILN_X86_INTRINSICS
-  if (vnni) return group_dot_vnni(group, blocks, act_scales, act_levels, act_sums, out);
-  return group_dot_avx2(group, blocks, act_scales, act_levels, act_sums, out);
+  if (vnni) return group_dot_vnni(format, group, blocks, act_scales, act_levels, act_sums, out);
+  return group_dot_avx2(format, group, blocks, act_scales, act_levels, act_sums, out);
 #else
-  KILN_FAIL("q4k_group_dot: no x86 intrinsics in this build (the scalar path gathers the rows instead)");
+  KILN_FAIL("k_group_dot: no x86 intrinsics in this build (the scalar path gathers the rows instead)");
 #endif
 }
 
