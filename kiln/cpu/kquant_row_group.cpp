@@ -159,7 +159,8 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
       // Less 32 (sum 2l * scale 2l + sum 2l + 1 * scale 2l + 1), as the row kernel takes the zero off lane l.
       const __m256i zero = _mm256_add_epi32(_mm256_madd_epi16(pairs[2 * l], _mm256_set1_epi32(uint16_t(sums[2 * l]))),
                                             _mm256_madd_epi16(pairs[2 * l + 1], _mm256_set1_epi32(uint16_t(sums[2 * l + 1]))));
-      __m256i lane = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(zero, 5));
+      // (two chains: one of eight vpdpwssd waited on each other's latency)
+      __m256i lane[2] = {_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(zero, 5)), _mm256_setzero_si256()};
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256i low0 = load32<0>(x + ql + (16 * h + l) * 32), low1 = load32<0>(x + ql + (16 * h + 8 + l) * 32);
@@ -173,10 +174,10 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
         for (int k = 0; k < 4; ++k) {
           const int c = 4 * h + k;
           const __m256i products = _mm256_maddubs_epi16(levels[k], broadcast4(q8 + 32 * c + 4 * l));
-          lane = Lanes::add_scaled(lane, products, pairs[2 * c + l / 4]);
+          lane[k % 2] = Lanes::add_scaled(lane[k % 2], products, pairs[2 * c + l / 4]);
         }
       }
-      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
+      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(lane[0], lane[1])), acc[l]);
     }
   }
   _mm256_storeu_ps(out, sum_lanes(acc));
