@@ -303,6 +303,35 @@ QuantizedMatrix random_gguf_blocks(GgufType type, int64_t rows, int64_t cols, ui
 // and IQ4_NL (looked-up levels), read from GGUF blocks: every path gives the scalar path's bits, the
 // decoding and prompt-sized products are the f32 product of the dequantized
 // weights within activation rounding, and the minimums are not dropped.
+// `in_order` with its rows in groups reads as it: the same bytes, the same rows dequantized, its bytes back
+// after ungrouping, and the decoding kernel's and the prompt GEMM's bits on every path. Returns the grouped matrix.
+QuantizedMatrix expect_groups_read_as_rows_in_order(const QuantizedMatrix& in_order) {
+  const int64_t N = in_order.rows, K = in_order.cols;
+  const QuantizedMatrix grouped = group_rows(in_order);
+  EXPECT_TRUE(grouped.grouped_rows);
+  EXPECT_EQ(grouped.bytes(), in_order.bytes());
+  std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
+  for (int64_t r = 0; r < N; ++r) {
+    dequantize_row(in_order, r, a.data());
+    dequantize_row(grouped, r, b.data());
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+  const QuantizedMatrix back = ungroup_rows(grouped);
+  EXPECT_FALSE(back.grouped_rows);
+  EXPECT_EQ(std::memcmp(back.data.data_ptr(), in_order.data.data_ptr(), in_order.data.nbytes()), 0);
+  if (in_order.scales.defined())
+    EXPECT_EQ(std::memcmp(back.scales.data_ptr(), in_order.scales.data_ptr(), in_order.scales.nbytes()), 0);
+  for (int64_t M : {int64_t(1), int64_t(3), kPromptRows}) {
+    const auto x = random_values(size_t(M * K), 5, 3.0f);
+    const Product product = M < kPromptRows ? cpu::quantized_matmul_rows : cpu::quantized_gemm;
+    const std::vector<float> want = every_path_gives_scalar_bits(in_order, x, M, product);
+    const std::vector<float> got = every_path_gives_scalar_bits(grouped, x, M, product);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "M=" << M << " at " << i;
+  }
+  return grouped;
+}
+
 // int4's, iq4_nl's and int8b's rows in groups of eight (what a model holds,
 // kiln/core/quantized.h) read as the rows in order: the same rows
 // dequantized, and the decoding kernel's and the prompt GEMM's bits on every
@@ -317,61 +346,22 @@ TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
                                                                 : quantize_matrix(w.data(), N, K, f, DType::f32);
       SCOPED_TRACE(std::string(quant_format_name(in_order.format)) + " " + std::to_string(N) + " x " +
                    std::to_string(K));
-      const QuantizedMatrix grouped = group_rows(in_order);
-      ASSERT_TRUE(grouped.grouped_rows);
-      EXPECT_EQ(grouped.bytes(), in_order.bytes());
-      std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
-      for (int64_t r = 0; r < N; ++r) {
-        dequantize_row(in_order, r, a.data());
-        dequantize_row(grouped, r, b.data());
-        ASSERT_EQ(a, b) << "row " << r;
-      }
-      const QuantizedMatrix back = ungroup_rows(grouped);
-      EXPECT_EQ(std::memcmp(back.data.data_ptr(), in_order.data.data_ptr(), in_order.data.nbytes()), 0);
-      EXPECT_EQ(std::memcmp(back.scales.data_ptr(), in_order.scales.data_ptr(), in_order.scales.nbytes()), 0);
-      for (int64_t M : {int64_t(1), int64_t(3), kPromptRows}) {
-        const auto x = random_values(size_t(M * K), 5, 3.0f);
-        const Product product = M < kPromptRows ? cpu::quantized_matmul_rows : cpu::quantized_gemm;
-        const std::vector<float> want = every_path_gives_scalar_bits(in_order, x, M, product);
-        const std::vector<float> got = every_path_gives_scalar_bits(grouped, x, M, product);
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "M=" << M << " at " << i;
-      }
+      expect_groups_read_as_rows_in_order(in_order);
     }
   const auto w = random_values(64, 6);
   EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int4_zero, DType::f32)), Error);
 }
 
 // q4_k's and q6_k's rows in groups (blocks of 256 rearranged within the group, kiln/core/quantized_k.h) read
-// as the rows in order too: the same rows dequantized, the bytes back after ungrouping, and the decoding kernel's
-// and the prompt GEMM's bits on every path, for one to three blocks and rows past the last whole group; and a
-// layer given q4_k weights holds them so.
+// as the rows in order too, for one to three blocks and rows past the last whole group; and a layer given q4_k
+// weights holds them so.
 TEST(Quantized, KQuantRowsInGroupsGiveTheBitsOfRowsInOrder) {
   for (QuantFormat f : {QuantFormat::q4_k, QuantFormat::q6_k})
     for (const auto& [N, K] : {std::tuple{8, 256}, std::tuple{37, 512}, std::tuple{64, 768}, std::tuple{19, 256}}) {
       SCOPED_TRACE(std::string(quant_format_name(f)) + " " + std::to_string(N) + " x " + std::to_string(K));
       const QuantizedMatrix in_order = random_k_quant(f, N, K, uint32_t(N + K));
-      const QuantizedMatrix grouped = group_rows(in_order);
-      ASSERT_TRUE(grouped.grouped_rows);
-      EXPECT_EQ(grouped.bytes(), in_order.bytes());
+      const QuantizedMatrix grouped = expect_groups_read_as_rows_in_order(in_order);
       EXPECT_NE(std::memcmp(grouped.data.data_ptr(), in_order.data.data_ptr(), size_t(k_group_bytes(f))), 0);
-      std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
-      for (int64_t r = 0; r < N; ++r) {
-        dequantize_row(in_order, r, a.data());
-        dequantize_row(grouped, r, b.data());
-        ASSERT_EQ(a, b) << "row " << r;
-      }
-      const QuantizedMatrix back = ungroup_rows(grouped);
-      EXPECT_FALSE(back.grouped_rows);
-      EXPECT_EQ(std::memcmp(back.data.data_ptr(), in_order.data.data_ptr(), in_order.data.nbytes()), 0);
-      for (int64_t M : {int64_t(1), int64_t(3), kPromptRows}) {
-        const auto x = random_values(size_t(M * K), 5, 3.0f);
-        const Product product = M < kPromptRows ? cpu::quantized_matmul_rows : cpu::quantized_gemm;
-        const std::vector<float> want = every_path_gives_scalar_bits(in_order, x, M, product);
-        const std::vector<float> got = every_path_gives_scalar_bits(grouped, x, M, product);
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "M=" << M << " at " << i;
-      }
     }
   // A layer given q4_k weights (a GGUF file's) keeps them in groups.
   Generator gen(7);

@@ -172,13 +172,14 @@ QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
     KILN_CHECK(q.data.is_contiguous() && q.data.device().is_cpu(),
                "group_rows: the matrix must be contiguous, on the CPU");
     out.data = Tensor::empty(q.data.shape(), DType::u8);
-    const int64_t blocks = q.cols / kSuperBlock, block_bytes = k_block_bytes(q.format), row_bytes = blocks * block_bytes;
+    const int64_t blocks = q.cols / kSuperBlock, block_bytes = k_block_bytes(q.format);
+    const int64_t row_bytes = blocks * block_bytes, group_bytes = k_group_bytes(q.format);
     const uint8_t* from = q.data.data<uint8_t>();
     uint8_t* to = out.data.data<uint8_t>();
     const int64_t group_end = std::max(q.grouped_row_end(), out.grouped_row_end());
     for (int64_t r = 0; r < group_end; ++r)
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t in_group = (r / kRowGroup * blocks + b) * kRowGroup * block_bytes;
+        const int64_t in_group = (r / kRowGroup * blocks + b) * group_bytes;
         const int64_t in_row = r * row_bytes + b * block_bytes;
         if (grouped) place_in_k_group(q.format, from + in_row, r % kRowGroup, to + in_group);
         else take_from_k_group(q.format, from + in_group, r % kRowGroup, to + in_row);

@@ -1,6 +1,7 @@
 #include "kiln/core/quantized_k.h"
 
 #include <cstring>
+#include <utility>
 
 #include "kiln/core/error.h"
 
@@ -92,29 +93,43 @@ void iq4_xs(const uint8_t* x, float* y) {
   }
 }
 
-// Moves one row's block between the layouts, piece by piece; `to_group` says which way.
-void move_k_block(QuantFormat format, const uint8_t* from, int64_t row, uint8_t* to, bool to_group) {
-  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q6_k, "K-quant rows in groups: ",
-             quant_format_name(format), " keeps its rows in order");
-  const KGroupLayout& layout = format == QuantFormat::q4_k ? kQ4kGroup : kQ6kGroup;
-  int64_t at = 0;  // the piece's start in the group's block
-  for (int p = 0; p < layout.count; ++p) {
-    const KGroupPiece& piece = layout.pieces[p];
-    for (int64_t u = 0; u < piece.bytes / piece.unit; ++u) {
-      const int64_t in_row = piece.begin + u * piece.unit, in_group = at + (u * kRowGroup + row) * piece.unit;
-      std::memcpy(to + (to_group ? in_group : in_row), from + (to_group ? in_row : in_group), size_t(piece.unit));
-    }
-    at += kRowGroup * piece.bytes;
+// Moves one row's block between the layouts, piece by piece; `ToGroup` says which way. (Each piece known at
+// compile time, each copy is one move: the prompt GEMM gathers every grouped row's blocks this way.)
+template <const KGroupLayout& Layout, bool ToGroup, size_t P>
+void move_piece(const uint8_t* from, int64_t row, uint8_t* to) {
+  constexpr KGroupPiece piece = Layout[P];
+  constexpr int64_t at = [] {  // the piece's start in the group's block
+    int64_t sum = 0;
+    for (size_t p = 0; p < P; ++p) sum += kRowGroup * Layout[p].bytes;
+    return sum;
+  }();
+  for (int64_t u = 0; u < piece.bytes / piece.unit; ++u) {
+    const int64_t in_row = piece.begin + u * piece.unit, in_group = at + (u * kRowGroup + row) * piece.unit;
+    std::memcpy(to + (ToGroup ? in_group : in_row), from + (ToGroup ? in_row : in_group), size_t(piece.unit));
   }
+}
+template <const KGroupLayout& Layout, bool ToGroup>
+void move_k_block(const uint8_t* from, int64_t row, uint8_t* to) {
+  [&]<size_t... P>(std::index_sequence<P...>) {
+    (move_piece<Layout, ToGroup, P>(from, row, to), ...);
+  }(std::make_index_sequence<Layout.size()>());
+}
+
+template <bool ToGroup>
+void move_k_block(QuantFormat format, const uint8_t* from, int64_t row, uint8_t* to) {
+  if (format == QuantFormat::q4_k) return move_k_block<kQ4kGroup, ToGroup>(from, row, to);
+  KILN_CHECK(format == QuantFormat::q6_k, "K-quant rows in groups: ", quant_format_name(format),
+             " keeps its rows in order");
+  move_k_block<kQ6kGroup, ToGroup>(from, row, to);
 }
 
 }  // namespace
 
 void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group) {
-  move_k_block(format, block, row, group, true);
+  move_k_block<true>(format, block, row, group);
 }
 void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block) {
-  move_k_block(format, group, row, block, false);
+  move_k_block<false>(format, group, row, block);
 }
 
 const uint8_t* k_block_of_row(const QuantizedMatrix& q, int64_t row, int64_t b, uint8_t* scratch) {

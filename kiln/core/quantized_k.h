@@ -5,6 +5,7 @@
 // stays 4.5 bits a weight in memory. Read by the products
 // (kiln/cpu/kquant_matmul.cpp) and by dequantize_row.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -68,12 +69,9 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
 struct KGroupPiece {
   int64_t begin, bytes, unit;  // where in a row's block, how long, and the unit
 };
-struct KGroupLayout {
-  KGroupPiece pieces[4];
-  int count;
-};
-inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}, 4};
-inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}, 4};
+using KGroupLayout = std::array<KGroupPiece, 4>;
+inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}};
+inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}};
 constexpr int64_t k_group_bytes(QuantFormat format) { return kRowGroup * k_block_bytes(format); }
 // One row's block into its group's block, and back (q4_k, q6_k).
 void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group);

@@ -41,11 +41,13 @@ constexpr int64_t gemm_rows(QuantDot dot) { return dot == QuantDot::avx512_vnni 
 // VNNI, and the GEMM overtakes that kernel later: int4 from 24 rows (0.6-0.8x
 // at 16, 0.85-1.06x at 24), iq4_nl and int8b from 16 (1.04x, 0.97x;
 // `kiln_quant_bench 20 ROWS`, OMP_NUM_THREADS=1, the Xeon with AMX). With
-// AVX2 (1.1-1.35x) it stays 16. q4_k's and q6_k's groups (1.5-2.5x the row
-// kernel) keep the row kernel to 24 rows on both paths: at 16 the GEMM, which
-// gathers each grouped row's blocks, is 0.5-0.9x them.
+// AVX2 (1.1-1.35x) it stays 16. On both paths q4_k's groups keep the row
+// kernel to 24 rows (the GEMM, which gathers each grouped row's blocks, is
+// 0.89-0.90x them at 16, 1.16-1.17x at 24), q6_k's to 12 (0.74-0.77x at 8,
+// 1.09-1.19x at 12).
 inline int64_t gemm_rows(QuantDot dot, const QuantizedMatrix& w) {
-  if (w.grouped_rows && w.k_quant()) return 24;
+  if (w.grouped_rows && w.format == QuantFormat::q4_k) return 24;
+  if (w.grouped_rows && w.format == QuantFormat::q6_k) return 12;
   if (!w.grouped_rows || dot != QuantDot::avx512_vnni) return gemm_rows(dot);
   return w.format == QuantFormat::int4 ? 24 : 16;
 }
