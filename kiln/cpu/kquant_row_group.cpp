@@ -20,9 +20,8 @@ namespace kiln::cpu {
 #ifdef KILN_X86_INTRINSICS
 namespace {
 
-template <int Offset>
-[[gnu::always_inline]] inline __m256i load32(const uint8_t* x) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + Offset));
+[[gnu::always_inline]] inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 [[gnu::always_inline]] inline __m256i broadcast4(const int8_t* p) {
   int32_t v;
@@ -55,7 +54,7 @@ struct GroupScales {
   alignas(32) uint8_t minimums[64];
 };
 [[gnu::always_inline]] inline void group_scales(const uint8_t* x, GroupScales& s) {
-  const __m256i w0 = load32<32>(x), w1 = load32<64>(x), w2 = load32<96>(x);  // planes 0-3, 4-7, 8-11
+  const __m256i w0 = load32(x + 32), w1 = load32(x + 64), w2 = load32(x + 96);  // planes 0-3, 4-7, 8-11
   const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
   // (a byte's top two bits to bits 4-5: a 16-bit shift by 2, the other byte's bits masked off)
   const __m256i scales47 =
@@ -82,6 +81,9 @@ struct GroupScales {
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(planes), pick);
 }
 
+// Q4_K: d at 0, dmin at 16, the 12 scale bytes' planes at 32, the levels' units at 128 (quantized_k.h's
+// kQ4kGroup). Chunks 2t and 2t + 1 are the low and high nibbles of the levels' bytes 32t .. 32t + 31; the
+// minimums' term is the row kernel's four lanes.
 template <typename Lanes>
 inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
                       const int16_t* act_sums, float* out) {
@@ -103,7 +105,7 @@ inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act
       const __m256i even_scales = scale_pairs(s, 2 * t), odd_scales = scale_pairs(s, 2 * t + 1);
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + (8 * t + l) * 32));
+        const __m256i bits = load32(x + 128 + (8 * t + l) * 32);
         const __m256i even = _mm256_and_si256(bits, nibble);
         const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
         const __m256i even_pairs = _mm256_maddubs_epi16(even, broadcast4(q8 + 64 * t + 4 * l));
@@ -157,14 +159,16 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
 #pragma GCC unroll 8
     for (int l = 0; l < 8; ++l) {
       // Less 32 (sum 2l * scale 2l + sum 2l + 1 * scale 2l + 1), as the row kernel takes the zero off lane l.
-      const __m256i zero = _mm256_add_epi32(_mm256_madd_epi16(pairs[2 * l], _mm256_set1_epi32(uint16_t(sums[2 * l]))),
-                                            _mm256_madd_epi16(pairs[2 * l + 1], _mm256_set1_epi32(uint16_t(sums[2 * l + 1]))));
+      const __m256i sum0 = _mm256_set1_epi32(uint16_t(sums[2 * l]));
+      const __m256i sum1 = _mm256_set1_epi32(uint16_t(sums[2 * l + 1]));
+      const __m256i zero =
+          _mm256_add_epi32(_mm256_madd_epi16(pairs[2 * l], sum0), _mm256_madd_epi16(pairs[2 * l + 1], sum1));
       // (two chains: one of eight vpdpwssd waited on each other's latency)
       __m256i lane[2] = {_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(zero, 5)), _mm256_setzero_si256()};
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i low0 = load32<0>(x + ql + (16 * h + l) * 32), low1 = load32<0>(x + ql + (16 * h + 8 + l) * 32);
-        const __m256i top = load32<0>(x + qh + (8 * h + l) * 32);
+        const __m256i low0 = load32(x + ql + (16 * h + l) * 32), low1 = load32(x + ql + (16 * h + 8 + l) * 32);
+        const __m256i top = load32(x + qh + (8 * h + l) * 32);
         const __m256i levels[4] = {
             _mm256_or_si256(_mm256_and_si256(low0, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 4), high)),
             _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 2), high)),
