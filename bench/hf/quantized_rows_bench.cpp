@@ -14,7 +14,7 @@
 // measured just before, in ROUNDS rounds: the kernel's share of what memory
 // gives, with less of the noise of a whole model's run against a probe later.
 //   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q8_0g, q4_0g, iq4_nlg,
-//                                                q4_kg, q6_kg: their rows in groups of eight, as a loaded model holds them)
+//                                                q4_kg, q5_kg, q6_kg: their rows in groups of eight, as a loaded model holds them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -60,8 +60,7 @@ const std::vector<std::pair<std::string, std::pair<GgufType, std::vector<int>>>>
     {"q6_k", {GgufType::Q6_K, {208}}}, {"iq4_nl", {GgufType::IQ4_NL, {0}}}, {"iq4_xs", {GgufType::IQ4_XS, {0}}}};
 
 int stream(std::string type, int rounds) {
-  const bool grouped = type == "q4_0g" || type == "iq4_nlg" || type == "q8_0g" || type == "q4_kg" ||
-                       type == "q6_kg";
+  const bool grouped = type.ends_with('g');  // (no type's own name ends so)
   if (grouped) type.pop_back();
   const auto found = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == type; });
   if (found == kTypes.end()) {
@@ -127,6 +126,7 @@ int main(int argc, char** argv) {
       {"q4_k", gguf(GgufType::Q4_K, {0, 2}, K, N)},
       {"q4_kg", group_rows(gguf(GgufType::Q4_K, {0, 2}, K, N))},
       {"q5_k", gguf(GgufType::Q5_K, {0, 2}, K, N)},
+      {"q5_kg", group_rows(gguf(GgufType::Q5_K, {0, 2}, K, N))},
       {"q6_k", gguf(GgufType::Q6_K, {208}, K, N)},
       {"q6_kg", group_rows(gguf(GgufType::Q6_K, {208}, K, N))},
       {"iq4_nl", gguf(GgufType::IQ4_NL, {0}, N, K)},

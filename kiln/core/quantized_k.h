@@ -53,8 +53,8 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
-// Q4_K's and Q6_K's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
-// each block of 256 columns of the group's eight rows, 8 x 144 or 8 x 210
+// Q4_K's, Q5_K's and Q6_K's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
+// each block of 256 columns of the group's eight rows, 8 x 144, 8 x 176 or 8 x 210
 // bytes, rearranged so that decoding reads one stream with a row in each
 // 32-bit lane (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in
 // number. A block's pieces (KGroupPiece) follow one another in the group's
@@ -64,6 +64,7 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
 // by side), of 4 the levels (bytes 4u .. 4u + 3 of every row: lane u % 8 of
 // a 32-byte chunk of levels, one 32-byte load for the eight rows).
 //   Q4_K: d, dmin, the 12 bytes of scales and minimums, the 128 of levels;
+//   Q5_K: the same, with qh's 32 bytes (levels' fifth bits) before the levels, in one piece with them;
 //   Q6_K: d, the 16 signed scales, ql's 128 bytes, qh's 64.
 // The group's rows' blocks b sit at b * k_group_bytes in the group's bytes.
 struct KGroupPiece {
@@ -71,9 +72,10 @@ struct KGroupPiece {
 };
 using KGroupLayout = std::array<KGroupPiece, 4>;
 inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}};
+inline constexpr KGroupLayout kQ5kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 160, 4}}};
 inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}};
 constexpr int64_t k_group_bytes(QuantFormat format) { return kRowGroup * k_block_bytes(format); }
-// One row's block into its group's block, and back (q4_k, q6_k).
+// One row's block into its group's block, and back (q4_k, q5_k, q6_k).
 void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group);
 void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block);
 // Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch` (of

@@ -1,4 +1,4 @@
-// Q4_K's and Q6_K's eight-row decoding kernels. Per block of 256 and group,
+// Q4_K's, Q5_K's and Q6_K's eight-row decoding kernels. Per block of 256 and group,
 // against the row kernel (kquant_matmul.cpp), whose integer lane l of a row
 // holds bytes 4l .. 4l + 3 of every chunk of 32 times the chunk's scale:
 // here lanes[l] holds that lane of the eight rows, one row a 32-bit lane, so
@@ -81,21 +81,22 @@ struct GroupScales {
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(planes), pick);
 }
 
-// Q4_K: d at 0, dmin at 16, the 12 scale bytes' planes at 32, the levels' units at 128 (quantized_k.h's
-// kQ4kGroup). Chunks 2t and 2t + 1 are the low and high nibbles of the levels' bytes 32t .. 32t + 31; the
-// minimums' term is the row kernel's four lanes.
-template <typename Lanes>
-inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
-                      const int16_t* act_sums, float* out) {
-  constexpr int64_t S = kSuperBlock;
+// Q4_K and Q5_K: d at 0, dmin at 16, the 12 scale bytes' planes at 32 (quantized_k.h's kQ4kGroup, kQ5kGroup);
+// Q4_K's levels' units at 128, Q5_K's qh units at 128 and levels' units at 384. Chunks 2t and 2t + 1 are the
+// low and high nibbles of the levels' bytes 32t .. 32t + 31 (Q5_K: over bits 2t and 2t + 1 of qh's bytes as
+// 16); the minimums' term is the row kernel's four lanes (Q4_K) or their integer sum (Q5_K).
+template <typename Lanes, QuantFormat F>
+inline void q45k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+                           const int16_t* act_sums, float* out) {
+  constexpr int64_t S = kSuperBlock, bytes = k_group_bytes(F), qs = F == QuantFormat::q5_k ? 384 : 128;
   __m256 acc[8], four[4];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (__m256& f : four) f = _mm256_setzero_ps();
-  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i nibble = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
   GroupScales s;
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* x = group + b * k_group_bytes(QuantFormat::q4_k);
-    for (int64_t line = 0; line < k_group_bytes(QuantFormat::q4_k); line += 64) prefetch_ahead(x + line);
+    const uint8_t* x = group + b * bytes;
+    for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
     const int8_t* q8 = act_levels + b * S;
     group_scales(x, s);
     __m256i lanes[8];
@@ -105,9 +106,17 @@ inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act
       const __m256i even_scales = scale_pairs(s, 2 * t), odd_scales = scale_pairs(s, 2 * t + 1);
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
-        const __m256i bits = load32(x + 128 + (8 * t + l) * 32);
-        const __m256i even = _mm256_and_si256(bits, nibble);
-        const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+        const __m256i bits = load32(x + qs + (8 * t + l) * 32);
+        __m256i even = _mm256_and_si256(bits, nibble);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
+        if constexpr (F == QuantFormat::q5_k) {  // (a 16-bit shift: the bit 4 it leaves is the byte's own)
+          const __m256i high = load32(x + 128 + l * 32);
+          const int c = 2 * t;  // bits c and c + 1 to bit 4
+          const __m256i even_high = c <= 4 ? _mm256_slli_epi16(high, 4 - c) : _mm256_srli_epi16(high, c - 4);
+          const __m256i odd_high = c + 1 <= 4 ? _mm256_slli_epi16(high, 3 - c) : _mm256_srli_epi16(high, c - 3);
+          even = _mm256_or_si256(even, _mm256_and_si256(even_high, bit4));
+          odd = _mm256_or_si256(odd, _mm256_and_si256(odd_high, bit4));
+        }
         const __m256i even_pairs = _mm256_maddubs_epi16(even, broadcast4(q8 + 64 * t + 4 * l));
         const __m256i odd_pairs = _mm256_maddubs_epi16(odd, broadcast4(q8 + 64 * t + 32 + 4 * l));
         lanes[l] = Lanes::add_scaled(Lanes::add_scaled(lanes[l], even_pairs, even_scales), odd_pairs, odd_scales);
@@ -123,13 +132,21 @@ inline void q4k_group_dot(const uint8_t* group, int64_t blocks, const float* act
     const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), halves8(x));
     const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + 16));
     for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes[l]), acc[l]);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i minimum_lanes = _mm256_madd_epi16(minimum_pairs(s, j), _mm256_set1_epi32(sum_pairs[j]));
-      four[j] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(minimum_lanes), four[j]);
+    __m256i minimum_lanes[4];
+    for (int j = 0; j < 4; ++j)
+      minimum_lanes[j] = _mm256_madd_epi16(minimum_pairs(s, j), _mm256_set1_epi32(sum_pairs[j]));
+    if constexpr (F == QuantFormat::q4_k) {
+      for (int j = 0; j < 4; ++j) four[j] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(minimum_lanes[j]), four[j]);
+    } else {  // (in four[0]: the row kernel's one f32)
+      const __m256i total = _mm256_add_epi32(_mm256_add_epi32(minimum_lanes[0], minimum_lanes[1]),
+                                             _mm256_add_epi32(minimum_lanes[2], minimum_lanes[3]));
+      four[0] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(total), four[0]);
     }
   }
   // The row kernel's with_minimums, a row to a lane.
-  const __m256 minimums = _mm256_add_ps(_mm256_add_ps(four[0], four[2]), _mm256_add_ps(four[1], four[3]));
+  const __m256 minimums = F == QuantFormat::q5_k
+                              ? four[0]
+                              : _mm256_add_ps(_mm256_add_ps(four[0], four[2]), _mm256_add_ps(four[1], four[3]));
   _mm256_storeu_ps(out, _mm256_add_ps(sum_lanes(acc), minimums));
 }
 
@@ -190,7 +207,10 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
 template <typename Lanes>
 inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, const float* act_scales,
                       const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  if (format == QuantFormat::q4_k) return q4k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+  if (format == QuantFormat::q4_k)
+    return q45k_group_dot<Lanes, QuantFormat::q4_k>(group, blocks, act_scales, act_levels, act_sums, out);
+  if (format == QuantFormat::q5_k)
+    return q45k_group_dot<Lanes, QuantFormat::q5_k>(group, blocks, act_scales, act_levels, act_sums, out);
   q6k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
 }
 
@@ -210,8 +230,8 @@ inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, 
 
 void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
                  const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q6_k, "k_group_dot: ", quant_format_name(format),
-             " keeps its rows in order");
+  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q5_k || format == QuantFormat::q6_k,
+             "k_group_dot: ", quant_format_name(format), " keeps its rows in order");
 #ifdef KILN_X86_INTRINSICS
   if (vnni) return group_dot_vnni(format, group, blocks, act_scales, act_levels, act_sums, out);
   return group_dot_avx2(format, group, blocks, act_scales, act_levels, act_sums, out);

@@ -93,7 +93,8 @@ void WeightModule::set_quantized(std::shared_ptr<const QuantizedMatrix> q) {
   if (weight.defined())
     KILN_CHECK(q->rows == weight.size(0) && q->cols == weight.size(1), "quantized weights [", q->rows, ", ", q->cols,
                "] do not fit a weight of shape ", shape_str(weight.shape()));
-  // int4's, iq4_nl's and int8b's rows in groups of eight, which decoding reads as one stream (kiln/core/quantized.h).
+  // Rows in groups of eight where the format has that layout: decoding reads them as one stream
+  // (kiln/core/quantized.h).
   quantized = can_group_rows(q->format) && !q->grouped_rows ? std::make_shared<const QuantizedMatrix>(group_rows(*q))
                                                          : std::move(q);
   drop_parameter("weight");
