@@ -140,7 +140,10 @@ TEST(HfEmbedders, ABidirectionalBodyDoesNotGenerate) {
 
 // The error loading a copy of `fixture` that `edit` changed, and embedding with it ("loaded": none).
 std::string error_after(const std::string& fixture, const std::function<void(const fs::path&)>& edit) {
-  const fs::path dir = hf_test::copy_fixture(fixture, fs::temp_directory_path() / "kiln_test_embedders" / "bad");
+  // (a folder of the test's own: ctest runs this file's tests side by side, and each removes its folder after)
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const fs::path dir =
+      hf_test::copy_fixture(fixture, fs::temp_directory_path() / ("kiln_test_embedders_" + test) / "bad");
   edit(dir);
   std::string error = "loaded";
   try {

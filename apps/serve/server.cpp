@@ -1,19 +1,23 @@
-// The HTTP side of kiln serve: routes, request parsing and validation, and
-// the answers. Handlers parse and check a request, queue it with its model's
-// batcher (completions: its continuous-batching scheduler), and wait for the result
-// with the request timeout. Models load on a thread after the port is open,
-// so /health can say 503 until they are ready.
+// The HTTP side of kiln serve: the routes, and which served model answers
+// each. Handlers parse and check a request (requests.h and the APIs' own
+// *_requests.h), then hand it to its answer with the model it names
+// (answers.h: language models' continuous-batching scheduler;
+// encoder_answers.h: classifiers', embedders' and rerankers' batchers).
+// Models load on a thread after the port is open, so /health can say 503
+// until they are ready.
 #include "apps/serve/server.h"
 
 #include "apps/serve/access.h"
 #include "apps/serve/anthropic_requests.h"
 #include "apps/serve/answers.h"
+#include "apps/serve/encoder_answers.h"
 #include "apps/serve/generation.h"
 #include "apps/serve/ollama_answers.h"
 #include "apps/serve/page.h"
 #include "apps/serve/precision.h"
 #include "apps/serve/requests.h"
 #include "apps/serve/responses_requests.h"
+#include "apps/serve/served_model.h"
 #include "apps/serve/tokens.h"
 
 #include <httplib.h>
@@ -33,12 +37,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/backend/backend.h"
-#include "kiln/autograd/ops.h"
 #include "kiln/backend/factory.h"
 #include "kiln/data/fashion_mnist.h"
-#include "kiln/text/base64.h"
 #include "kiln/version.h"
-#include "models/hf/hf_embedder.h"
 #include "models/hf/hf_model.h"
 
 namespace kiln::serve {
@@ -61,9 +62,6 @@ int64_t weights_bytes(const std::string& spec) {
   return total;
 }
 
-// The binary tensor data extension's header: the JSON part's length in a body that goes on with tensor bytes.
-constexpr const char* kInferenceHeaderLength = "Inference-Header-Content-Length";
-
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections
 // overflows it, and the clients that do not fit wait for their SYN to be
 // sent again (1 s, then 3 s). Calling listen() again on the bound socket
@@ -83,22 +81,6 @@ void raise_listen_backlog(int port) {
   }
 }
 extern "C" void on_signal(int) { g_stop = true; }
-
-struct ServedModel {
-  std::string name, dir, recipe;
-  std::string loaded_at = ollama_time_now();  // RFC 3339
-  int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();  // OpenAI's "created": the Unix time it was loaded
-  int64_t weights_bytes = 0;                   // on disk, read once at load (Ollama's size)
-  recipes::ModelKind kind;
-  int64_t step = 0;
-  std::unique_ptr<recipes::InferenceModel> model;
-  std::unique_ptr<Batcher> batcher;                // classifiers
-  // Held while the model runs for its batcher, or for a request the batcher does not take (/v1/rerank's pairs).
-  std::shared_ptr<std::mutex> running = std::make_shared<std::mutex>();
-  std::unique_ptr<GenerationScheduler> generator;  // language models
-};
 
 class Server {
  public:
@@ -323,12 +305,6 @@ class Server {
     });
   }
 
-  Tensor wait_for(std::future<Tensor>& f) {
-    if (f.wait_for(std::chrono::milliseconds(o_.request_timeout_ms)) != std::future_status::ready)
-      throw HttpError(504, "the request was not answered within " + std::to_string(o_.request_timeout_ms) + " ms");
-    return f.get();
-  }
-
   void routes() {
     auto health = [this](const httplib::Request&, httplib::Response& res) {
       if (!ready_) {
@@ -413,44 +389,56 @@ class Server {
     }));
     post(R"(/v2/models/([^/]+)/infer)", "/v2/models/{name}/infer",
          [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-           infer(model(req.matches[1]), req, body, res);
+           answer_infer({model(req.matches[1]), o_.request_timeout_ms, o_.batching.max_batch, next_id_}, req, body,
+                        res);
          });
     post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-      classify(parse_classify(body, o_.batching.max_batch), res);
+      const ClassifyRequest r = parse_classify(body, o_.batching.max_batch);
+      answer_classify({model(r.model), o_.request_timeout_ms, o_.batching.max_batch, next_id_}, r, res);
     });
     for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking", "/reranking"})  // (llama-server's names)
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-        rerank(parse_rerank(body), res);
+        const RerankRequest r = parse_rerank(body);
+        answer_rerank(classifier(r.model), r, res);
       });
     for (const char* path : {"/v1/score", "/score"})  // vLLM's
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-        score(parse_score(body), res);
+        const ScoreRequest r = parse_score(body);
+        answer_score(classifier(r.model), r, res);
       });
     post("/v1/embeddings", "/v1/embeddings",
          [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-           embed(parse_embeddings(body), res);
+           const EmbeddingsRequest r = parse_embeddings(body);
+           answer_embeddings(embedder(r.model), r, res);
          });
     // Hugging Face text-embeddings-inference's: the embeddings alone, [[...], ...]; and a classifier's labels by
     // score. TEI's root answers as the model it serves does: huggingface_hub's InferenceClient(model=URL) posts
     // feature_extraction and text_classification there (and LangChain's HuggingFaceEndpointEmbeddings).
-    post("/embed", "/embed", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    auto tei_embed = [this](const std::string& body, httplib::Response& res) {
+      const EmbeddingsRequest r = parse_tei_embed(body);
+      answer_tei_embed(embedder(r.model), r, res);
+    };
+    auto tei_predict = [this](const std::string& body, httplib::Response& res, bool as_list) {
+      const PredictRequest r = parse_tei_predict(body, o_.batching.max_batch);
+      answer_predict(classifier(r.model), r, res, as_list);
+    };
+    post("/embed", "/embed", [tei_embed](const httplib::Request&, const std::string& body, httplib::Response& res) {
       tei_embed(body, res);
     });
-    post("/predict", "/predict", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-      predict(parse_tei_predict(body, o_.batching.max_batch), res);
-    });
-    post("/", "/", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-      const recipes::ModelKind kind = tei_root_kind(body);
-      if (kind == recipes::ModelKind::text_embedder) return tei_embed(body, res);
-      predict(parse_tei_predict(body, o_.batching.max_batch), res, /*as_list=*/true);
+    post("/predict", "/predict",
+         [tei_predict](const httplib::Request&, const std::string& body, httplib::Response& res) {
+           tei_predict(body, res, false);
+         });
+    post("/", "/", [this, tei_embed, tei_predict](const httplib::Request&, const std::string& body,
+                                                 httplib::Response& res) {
+      if (tei_root_kind(body) == recipes::ModelKind::text_embedder) return tei_embed(body, res);
+      tei_predict(body, res, /*as_list=*/true);
     });
     // llama-server's own: [{"index", "embedding": [[...]]}] (a pooled model's one vector, in a list).
     for (const char* path : {"/embedding", "/embeddings"})
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-        json answer = json::array();
-        for (std::vector<float>& e : embeddings(parse_llama_embedding(body)).first)
-          answer.push_back({{"index", answer.size()}, {"embedding", json::array({std::move(e)})}});
-        res.set_content(answer.dump(), "application/json");
+        const EmbeddingsRequest r = parse_llama_embedding(body);
+        answer_llama_embedding(embedder(r.model), r, res);
       });
     // The language models' endpoints: a body parsed, then answered by the model it names.
     language_endpoint("/v1/completions", parse_completion, answer_completion);
@@ -484,7 +472,8 @@ class Server {
     for (const bool older : {false, true})
       post(older ? "/api/embeddings" : "/api/embed", older ? "/api/embeddings" : "/api/embed",
            [this, older](const httplib::Request&, const std::string& body, httplib::Response& res) {
-             embed_ollama(parse_ollama_embed(body, older), older, res);
+             const EmbeddingsRequest r = parse_ollama_embed(body, older);
+             answer_ollama_embed(embedder(r.model), r, older, res);
            });
     for (const bool loaded : {false, true}) {
       const char* path = loaded ? "/api/ps" : "/api/tags";
@@ -550,109 +539,6 @@ class Server {
     return meta;
   }
 
-  // KServe v2: {"inputs": [{"name", "shape": [N, 1, 28, 28] or [N, 784], "datatype": "FP32", "data": [...]}]},
-  // or with the binary tensor data extension the pixels' bytes after the JSON (requests.h).
-  void infer(ServedModel& m, const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    if (m.kind != recipes::ModelKind::image_classifier)
-      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + "; /v2/models/" + m.name +
-                               "/infer serves image classifiers (use /v1/completions)");
-    const std::string header_length = req.get_header_value(kInferenceHeaderLength);
-    const InferRequest r = parse_infer(body, o_.batching.max_batch,
-                                       req.has_header(kInferenceHeaderLength) ? std::optional<std::string_view>(header_length)
-                                                                              : std::nullopt);
-    auto queued = m.batcher->submit(Tensor::from_vector(r.pixels, {r.images, 1, 28, 28}));
-    if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-    const std::vector<float> p = wait_for(*queued).to_vector<float>();
-    const std::vector<std::string> names = m.model->labels();
-    const size_t classes = names.size();
-    std::vector<std::string> labels;
-    for (int64_t i = 0; i < r.images; ++i) {
-      auto row = p.begin() + long(size_t(i) * classes);
-      labels.push_back(names[size_t(std::max_element(row, row + long(classes)) - row)]);
-    }
-    // Binary outputs go after the JSON header in the order listed: FP32 as
-    // little-endian bytes, BYTES as each string's 4-byte length and its bytes.
-    json outputs = json::array();
-    std::string binary;
-    for (const InferRequest::Output& o : r.outputs) {
-      const bool probabilities = o.name == "probabilities";
-      json out{{"name", o.name}, {"datatype", probabilities ? "FP32" : "BYTES"}};
-      out["shape"] = probabilities ? json{r.images, int64_t(classes)} : json{r.images};
-      if (!o.binary) {
-        out["data"] = probabilities ? json(p) : json(labels);
-      } else {
-        const size_t before = binary.size();
-        if (probabilities)
-          binary.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float));
-        else
-          for (const std::string& label : labels) {
-            const uint32_t length = uint32_t(label.size());
-            binary.append(reinterpret_cast<const char*>(&length), sizeof length).append(label);
-          }
-        out["parameters"] = {{"binary_data_size", binary.size() - before}};
-      }
-      outputs.push_back(std::move(out));
-    }
-    std::string header =
-        json{{"model_name", m.name}, {"model_version", std::to_string(m.step)}, {"outputs", outputs}}.dump();
-    if (binary.empty()) return res.set_content(header, "application/json");
-    res.set_header(kInferenceHeaderLength, std::to_string(header.size()));
-    res.set_content(header + binary, "application/octet-stream");
-  }
-
-  // {"model", "input": "text" | ["texts"]} -> each text's label and class probabilities.
-  // The texts' class probabilities [texts x labels] from text classifier `m`, through its batcher.
-  std::vector<float> probabilities(ServedModel& m, const std::vector<std::string>& texts) {
-    if (m.kind != recipes::ModelKind::text_classifier)
-      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text classifier");
-    auto queued = m.batcher->submit(m.model->encode_texts(texts));
-    if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-    return wait_for(*queued).to_vector<float>();
-  }
-
-  // TEI's predict answer: each text's labels by score, best first (the top_k only where asked); a list of those
-  // for a list of texts, and always at the root (the Inference API's shape, which huggingface_hub reads).
-  void predict(const PredictRequest& r, httplib::Response& res, bool as_list = false) {
-    ServedModel& m =
-        r.model.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(r.model);
-    const std::vector<float> p = probabilities(m, r.texts);
-    const std::vector<std::string> names = m.model->labels();
-    json answer = json::array();
-    for (size_t i = 0; i < r.texts.size(); ++i) {
-      std::vector<size_t> order(names.size());
-      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-      const float* row = p.data() + i * names.size();
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return row[a] > row[b]; });
-      json ranked = json::array();
-      if (r.top_k && size_t(*r.top_k) < order.size()) order.resize(size_t(*r.top_k));
-      for (size_t k : order) ranked.push_back({{"score", row[k]}, {"label", names[k]}});
-      answer.push_back(std::move(ranked));
-    }
-    res.set_content((r.batch || as_list ? answer : answer[0]).dump(), "application/json");
-  }
-
-  void classify(const ClassifyRequest& r, httplib::Response& res) {
-    ServedModel& m = model(r.model);
-    const std::vector<std::string>& texts = r.texts;
-    const std::vector<float> p = probabilities(m, texts);
-    const std::vector<std::string> names = m.model->labels();
-    json data = json::array();
-    for (size_t i = 0; i < texts.size(); ++i) {
-      json probs = json::object();
-      size_t best = 0;
-      for (size_t k = 0; k < names.size(); ++k) {
-        probs[names[k]] = p[i * names.size() + k];
-        if (p[i * names.size() + k] > p[i * names.size() + best]) best = k;
-      }
-      data.push_back({{"index", i}, {"label", names[best]}, {"probabilities", probs}});
-    }
-    res.set_content(json{{"model", m.name}, {"data", data}}.dump(), "application/json");
-  }
-
-  void tei_embed(const std::string& body, httplib::Response& res) {
-    res.set_content(json(embeddings(parse_tei_embed(body)).first).dump(), "application/json");
-  }
-
   // What TEI's root answers as: the kind of the model the body names, or of the one embedder or classifier served.
   recipes::ModelKind tei_root_kind(const std::string& body) {
     const json named = json::parse(body, nullptr, false);
@@ -668,156 +554,17 @@ class Server {
     return kinds[0];
   }
 
-  // The texts' embeddings, and the tokens read; they go through the model's
-  // batcher, max_batch at a time, so they share batches with other requests.
-  std::pair<std::vector<std::vector<float>>, int64_t> embeddings(const EmbeddingsRequest& r) {
-    ServedModel& m = r.model.empty() ? only_model(recipes::ModelKind::text_embedder, "text embedders") : model(r.model);
-    if (m.kind != recipes::ModelKind::text_embedder)
-      throw HttpError(400, "model '" + m.name + "' is a " + model_kind_name(m.kind) + ", not a text embedder");
-    Tensor ids;
-    try {
-      ids = m.model->encode_embedding_texts(r.texts, {r.prompt_name, r.truncate});
-    } catch (const recipes::TextTooLong& e) {
-      throw HttpError(413, "model '" + m.name + "': " + e.what());
-    } catch (const Error& e) {
-      throw HttpError(400, "model '" + m.name + "': " + e.what());
-    }
-    std::vector<std::future<Tensor>> parts;
-    const int64_t n = ids.size(0), step = o_.batching.max_batch;
-    for (int64_t first = 0; first < n; first += step) {
-      auto queued = m.batcher->submit(contiguous(slice(ids, 0, first, std::min(n, first + step))));
-      if (!queued) throw HttpError(503, "model '" + m.name + "' is at its queue limit (--max-queue); retry shortly");
-      parts.push_back(std::move(*queued));
-    }
-    int64_t tokens = 0;  // (a text's own tokens may be the pad's id: only the padding after it is not read)
-    for (int64_t n : recipes::unpadded_lengths(ids, m.model->pad_token().value_or(0))) tokens += n;
-    std::vector<std::vector<float>> out;
-    for (auto& part : parts) {
-      const Tensor rows = wait_for(part);
-      const int64_t width = rows.size(1);
-      if (r.dimensions && (*r.dimensions < 1 || *r.dimensions > width))
-        throw HttpError(400, "'dimensions' is " + std::to_string(*r.dimensions) + "; model '" + m.name + "' gives " +
-                                 std::to_string(width) + ", and shortens its embeddings to 1 to " +
-                                 std::to_string(width));
-      // Shortened (Matryoshka models, EmbeddingGemma's 512, 256 or 128): the first `dimensions` values, then
-      // normalised as the request says (OpenAI's and Ollama's shortened ones to length 1 again).
-      const int64_t kept = r.dimensions.value_or(width);
-      const std::vector<float> v = rows.to_vector<float>();
-      for (int64_t i = 0; i < rows.size(0); ++i) {
-        out.emplace_back(v.begin() + i * width, v.begin() + i * width + kept);
-        models::normalize_embedding(out.back(), r.normalization);
-      }
-    }
-    return {std::move(out), tokens};
+  // The model a request names, or the one of `kind` served where it names none (`what`: that kind, in the
+  // plural); each answer checks the kind it takes.
+  EncoderTarget encoder(const std::string& name, recipes::ModelKind kind, const std::string& what) {
+    return {name.empty() ? only_model(kind, what) : model(name), o_.request_timeout_ms, o_.batching.max_batch,
+            next_id_};
   }
-
-  // The reranker `name` ("": the one text classifier served).
-  ServedModel& reranker(const std::string& name) {
-    ServedModel& m = name.empty() ? only_model(recipes::ModelKind::text_classifier, "text classifiers") : model(name);
-    if (m.kind != recipes::ModelKind::text_classifier)
-      throw HttpError(400,
-                      "model '" + m.name + "' is a " + model_kind_name(m.kind) +
-                          ", not a reranker (a cross-encoder: a text classifier with one label; or Qwen3-Reranker)");
-    return m;
+  EncoderTarget embedder(const std::string& name) {
+    return encoder(name, recipes::ModelKind::text_embedder, "text embedders");
   }
-
-  // `documents`' relevance to `query` on reranker `m`, run while the model is held.
-  recipes::InferenceModel::Relevance relevance(ServedModel& m, const std::string& query,
-                                               const std::vector<std::string>& documents) {
-    try {
-      std::lock_guard<std::mutex> lock(*m.running);
-      return m.model->rerank(query, documents);
-    } catch (const Error& e) {
-      throw HttpError(400, "model '" + m.name + "': " + e.what());
-    }
-  }
-
-  // vLLM's score answer: each pair's relevance, in the order asked ({"index", "object": "score", "score"}).
-  void score(const ScoreRequest& r, httplib::Response& res) {
-    ServedModel& m = reranker(r.model);
-    std::vector<double> scores;
-    int64_t tokens = 0;
-    // One text_1 against many: one call; pairs of their own: a call each.
-    const bool one_query =
-        std::all_of(r.pairs.begin(), r.pairs.end(), [&](const auto& p) { return p.first == r.pairs[0].first; });
-    for (size_t i = 0; i < r.pairs.size(); i += one_query ? r.pairs.size() : 1) {
-      std::vector<std::string> documents;
-      for (size_t j = i; j < (one_query ? r.pairs.size() : i + 1); ++j) documents.push_back(r.pairs[j].second);
-      const recipes::InferenceModel::Relevance scored = relevance(m, r.pairs[i].first, documents);
-      scores.insert(scores.end(), scored.scores.begin(), scored.scores.end());
-      tokens += scored.tokens;
-    }
-    json data = json::array();
-    for (size_t i = 0; i < scores.size(); ++i)
-      data.push_back({{"index", i}, {"object", "score"}, {"score", scores[i]}});
-    res.set_content(json{{"id", "score-" + std::to_string(next_id_++)},
-                         {"object", "list"},
-                         {"created", std::chrono::duration_cast<std::chrono::seconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count()},
-                         {"model", m.name},
-                         {"data", data},
-                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
-                        .dump(),
-                    "application/json");
-  }
-
-  // Jina's and Cohere's rerank answer: each document's relevance, best first ({"index", "relevance_score",
-  // "document": {"text"}}), the top_n only where asked.
-  void rerank(const RerankRequest& r, httplib::Response& res) {
-    ServedModel& m = reranker(r.model);
-    const recipes::InferenceModel::Relevance scored = relevance(m, r.query, r.documents);
-    std::vector<size_t> order(r.documents.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return scored.scores[a] > scored.scores[b]; });
-    if (r.top_n && size_t(*r.top_n) < order.size()) order.resize(size_t(*r.top_n));
-    json results = json::array();
-    for (size_t i : order) {
-      json one = {{"index", i}, {r.tei ? "score" : "relevance_score", scored.scores[i]}};
-      if (r.return_documents && r.tei) one["text"] = r.documents[i];
-      if (r.return_documents && !r.tei) one["document"] = {{"text", r.documents[i]}};
-      results.push_back(std::move(one));
-    }
-    if (r.tei) return res.set_content(results.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-    res.set_content(json{{"id", "rerank-" + std::to_string(next_id_++)},
-                         {"model", m.name},
-                         {"results", results},
-                         {"usage", {{"prompt_tokens", scored.tokens}, {"total_tokens", scored.tokens}}}}
-                        .dump(-1, ' ', false, json::error_handler_t::replace),
-                    "application/json");
-  }
-
-  // OpenAI's embeddings answer.
-  void embed(const EmbeddingsRequest& r, httplib::Response& res) {
-    const auto [vectors, tokens] = embeddings(r);
-    json data = json::array();
-    for (const std::vector<float>& e : vectors)
-      data.push_back(
-          {{"object", "embedding"},
-           {"index", data.size()},
-           {"embedding", r.base64 ? json(text::base64_encode(e.data(), e.size() * sizeof(float))) : json(e)}});
-    res.set_content(json{{"object", "list"},
-                         {"data", data},
-                         {"model", r.model},
-                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
-                        .dump(),
-                    "application/json");
-  }
-
-  // Ollama's: /api/embed's L2-normalised, as Ollama normalises them; the older /api/embeddings' as the model gives it.
-  void embed_ollama(const EmbeddingsRequest& r, bool older, httplib::Response& res) {
-    const auto start = Clock::now();
-    const auto [vectors, tokens] = embeddings(r);
-    if (older) return res.set_content(json{{"embedding", vectors.front()}}.dump(), "application/json");
-    res.set_content(
-        json{{"model", r.model},
-             {"embeddings", vectors},
-             {"total_duration", std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()},
-             {"load_duration", 0},
-             {"prompt_eval_count", tokens}}
-            .dump(),
-        "application/json");
+  EncoderTarget classifier(const std::string& name) {
+    return encoder(name, recipes::ModelKind::text_classifier, "text classifiers");
   }
 
   // What Ollama's /api/tags and /api/show say of a served language model or embedder.
