@@ -14,7 +14,8 @@
 // measured just before, in ROUNDS rounds: the kernel's share of what memory
 // gives, with less of the noise of a whole model's run against a probe later.
 //   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q8_0g, q4_0g, iq4_nlg,
-//                                                q4_kg, q5_kg, q6_kg: their rows in groups of eight, as a loaded model holds them)
+//                                                q4_kg, q5_kg, q6_kg, iq4_xsg: their rows in groups of eight, as a
+//                                                loaded model holds them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -131,7 +132,8 @@ int main(int argc, char** argv) {
       {"q6_kg", group_rows(gguf(GgufType::Q6_K, {208}, K, N))},
       {"iq4_nl", gguf(GgufType::IQ4_NL, {0}, N, K)},
       {"iq4_nlg", group_rows(gguf(GgufType::IQ4_NL, {0}, N, K))},
-      {"iq4_xs", gguf(GgufType::IQ4_XS, {0}, K, N)}};
+      {"iq4_xs", gguf(GgufType::IQ4_XS, {0}, K, N)},
+      {"iq4_xsg", group_rows(gguf(GgufType::IQ4_XS, {0}, K, N))}};
   set_num_threads(1);
   std::printf("%s path, %lld x %lld (the K-quants %lld x %lld), %lld rows, best of %d:\n",
               cpu::quant_dot_name(cpu::quant_dot_in_use()), (long long)N, (long long)K, (long long)K, (long long)N,

@@ -163,7 +163,7 @@ namespace {
 QuantizedMatrix regrouped(const QuantizedMatrix& q, bool grouped) {
   KILN_CHECK(can_group_rows(q.format), "group_rows: ", quant_format_name(q.format),
              " matrices keep their rows in order (decoding reads int4's, iq4_nl's, int8b's, q4_k's,",
-             " q5_k's and q6_k's alone in groups)");
+             " q5_k's, q6_k's and iq4_xs's alone in groups)");
   if (q.grouped_rows == grouped) return q;
   MemoryCategoryScope weights(MemoryCategory::weights);
   QuantizedMatrix out = q;

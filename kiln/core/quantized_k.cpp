@@ -119,6 +119,7 @@ template <bool ToGroup>
 void move_k_block(QuantFormat format, const uint8_t* from, int64_t row, uint8_t* to) {
   if (format == QuantFormat::q4_k) return move_k_block<kQ4kGroup, ToGroup>(from, row, to);
   if (format == QuantFormat::q5_k) return move_k_block<kQ5kGroup, ToGroup>(from, row, to);
+  if (format == QuantFormat::iq4_xs) return move_k_block<kIq4xsGroup, ToGroup>(from, row, to);
   KILN_CHECK(format == QuantFormat::q6_k, "K-quant rows in groups: ", quant_format_name(format),
              " keeps its rows in order");
   move_k_block<kQ6kGroup, ToGroup>(from, row, to);

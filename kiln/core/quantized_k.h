@@ -53,8 +53,8 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
-// Q4_K's, Q5_K's and Q6_K's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
-// each block of 256 columns of the group's eight rows, 8 x 144, 8 x 176 or 8 x 210
+// Q4_K's, Q5_K's, Q6_K's and IQ4_XS's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
+// each block of 256 columns of the group's eight rows, 8 x 144, 176, 210 or 136
 // bytes, rearranged so that decoding reads one stream with a row in each
 // 32-bit lane (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in
 // number. A block's pieces (KGroupPiece) follow one another in the group's
@@ -65,7 +65,8 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
 // a 32-byte chunk of levels, one 32-byte load for the eight rows).
 //   Q4_K: d, dmin, the 12 bytes of scales and minimums, the 128 of levels;
 //   Q5_K: the same, with qh's 32 bytes (levels' fifth bits) before the levels, in one piece with them;
-//   Q6_K: d, the 16 signed scales, ql's 128 bytes, qh's 64.
+//   Q6_K: d, the 16 signed scales, ql's 128 bytes, qh's 64;
+//   IQ4_XS: d, scales_h's 2 bytes, scales_l's 4, the 128 of levels.
 // The group's rows' blocks b sit at b * k_group_bytes in the group's bytes.
 struct KGroupPiece {
   int64_t begin, bytes, unit;  // where in a row's block, how long, and the unit
@@ -74,8 +75,9 @@ using KGroupLayout = std::array<KGroupPiece, 4>;
 inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}};
 inline constexpr KGroupLayout kQ5kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 160, 4}}};
 inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}};
+inline constexpr KGroupLayout kIq4xsGroup = {{{0, 2, 2}, {2, 2, 1}, {4, 4, 1}, {8, 128, 4}}};
 constexpr int64_t k_group_bytes(QuantFormat format) { return kRowGroup * k_block_bytes(format); }
-// One row's block into its group's block, and back (q4_k, q5_k, q6_k).
+// One row's block into its group's block, and back (q4_k, q5_k, q6_k, iq4_xs).
 void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group);
 void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block);
 // Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch` (of

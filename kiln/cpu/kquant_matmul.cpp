@@ -504,8 +504,8 @@ void rows(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const 
   rows_with(ScalarDot<F>{}, w, n0, n1, a, M, out);
 }
 
-// Rows n0 .. n1 of a q4_k, q5_k or q6_k matrix, in groups (kiln/core/quantized_k.h), against all M activation rows:
-// eight rows a pass (kquant_row_group.h), or on the scalar path each row gathered back in order.
+// Rows n0 .. n1 of a K-quant matrix in groups (kiln/core/quantized_k.h), against all M activation rows: eight
+// rows a pass (kquant_row_group.h), or on the scalar path each row gathered back in order.
 template <QuantFormat F>
 void row_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, const Q8K& a, int64_t M, float* out) {
   constexpr int64_t bytes = k_block_bytes(F);
@@ -538,7 +538,7 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
   thread_local Q8K kept;
   Q8K& a = kept;  // (named in the loop below, kept would be each worker thread's own)
   quantize_q8k(x, M, w.cols, a);
-  const int64_t grouped = w.grouped_row_end();  // (q4_k's, q5_k's and q6_k's rows in groups: kiln/core/quantized_k.h)
+  const int64_t grouped = w.grouped_row_end();  // (rows in groups: kiln/core/quantized_k.h)
   for_row_chunks(
       w.rows, M * w.rows * w.cols,
       [&](int64_t n0, int64_t n1) {
@@ -546,6 +546,8 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
         if (n0 < split && w.format == QuantFormat::q4_k) row_groups<QuantFormat::q4_k>(dot, w, n0, split, a, M, out);
         if (n0 < split && w.format == QuantFormat::q5_k) row_groups<QuantFormat::q5_k>(dot, w, n0, split, a, M, out);
         if (n0 < split && w.format == QuantFormat::q6_k) row_groups<QuantFormat::q6_k>(dot, w, n0, split, a, M, out);
+        if (n0 < split && w.format == QuantFormat::iq4_xs)
+          row_groups<QuantFormat::iq4_xs>(dot, w, n0, split, a, M, out);
         n0 = split;
         switch (w.format) {
           case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);

@@ -1,4 +1,4 @@
-// Q4_K's, Q5_K's and Q6_K's eight-row decoding kernels. Per block of 256 and group,
+// Q4_K's, Q5_K's, Q6_K's and IQ4_XS's eight-row decoding kernels. Per block of 256 and group,
 // against the row kernel (kquant_matmul.cpp), whose integer lane l of a row
 // holds bytes 4l .. 4l + 3 of every chunk of 32 times the chunk's scale:
 // here lanes[l] holds that lane of the eight rows, one row a 32-bit lane, so
@@ -204,6 +204,53 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
   _mm256_storeu_ps(out, sum_lanes(acc));
 }
 
+// IQ4_XS: d at 0, scales_h's two byte planes at 16, scales_l's four at 32, the levels' units at 64 (quantized_k.h's
+// kIq4xsGroup). Chunk c's 16 bytes are units 4c .. 4c + 3: unit 4c + m's low nibbles are lane m of the chunk
+// (values 4m .. 4m + 3), its high ones lane m + 4 (values 16 + 4m ..), each looked up in kIq4nlValues and
+// multiplied as the row kernel multiplies them (|level| against the activations with the level's sign).
+template <typename Lanes>
+inline void iq4xs_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+                            float* out) {
+  constexpr int64_t S = kSuperBlock, bytes = k_group_bytes(QuantFormat::iq4_xs);
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const auto plane = [](const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* x = group + b * bytes;
+    for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
+    const int8_t* q8 = act_levels + b * S;
+    __m256i lanes[8];
+    for (__m256i& l : lanes) l = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      // Sub-block c's signed scale of each row (iq4_xs_scales, eight rows a step), as a 16-bit pair in its lane.
+      const __m128i low = _mm_and_si128(_mm_srli_epi16(plane(x + 32 + 8 * (c / 2)), 4 * (c % 2)), _mm_set1_epi8(0x0f));
+      const __m128i high = _mm_and_si128(_mm_srli_epi16(plane(x + 16 + 8 * (c / 4)), 2 * (c % 4)), _mm_set1_epi8(0x03));
+      const __m128i scale8 = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+      const __m256i scale = _mm256_cvtepi8_epi32(scale8);
+      const __m256i scales = _mm256_blend_epi16(scale, _mm256_slli_epi32(scale, 16), 0xaa);
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) {
+        const __m256i bits = load32(x + 64 + (4 * c + m) * 32);
+        const __m256i levels[2] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits, nibble)),
+                                   _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble))};
+        for (int h = 0; h < 2; ++h) {
+          const int l = m + 4 * h;
+          const __m256i act = broadcast4(q8 + 32 * c + 4 * l);
+          const __m256i pairs =
+              _mm256_maddubs_epi16(_mm256_sign_epi8(levels[h], levels[h]), _mm256_sign_epi8(act, levels[h]));
+          lanes[l] = Lanes::add_scaled(lanes[l], pairs, scales);
+        }
+      }
+    }
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(act_scales[b]), halves8(x));
+    for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes[l]), acc[l]);
+  }
+  _mm256_storeu_ps(out, sum_lanes(acc));
+}
+
 template <typename Lanes>
 inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, const float* act_scales,
                       const int8_t* act_levels, const int16_t* act_sums, float* out) {
@@ -211,6 +258,7 @@ inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, 
     return q45k_group_dot<Lanes, QuantFormat::q4_k>(group, blocks, act_scales, act_levels, act_sums, out);
   if (format == QuantFormat::q5_k)
     return q45k_group_dot<Lanes, QuantFormat::q5_k>(group, blocks, act_scales, act_levels, act_sums, out);
+  if (format == QuantFormat::iq4_xs) return iq4xs_group_dot<Lanes>(group, blocks, act_scales, act_levels, out);
   q6k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
 }
 
@@ -230,8 +278,8 @@ inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, 
 
 void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
                  const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  KILN_CHECK(format == QuantFormat::q4_k || format == QuantFormat::q5_k || format == QuantFormat::q6_k,
-             "k_group_dot: ", quant_format_name(format), " keeps its rows in order");
+  KILN_CHECK(can_group_rows(format) && format >= QuantFormat::q4_k, "k_group_dot: ", quant_format_name(format),
+             " keeps its rows in order");
 #ifdef KILN_X86_INTRINSICS
   if (vnni) return group_dot_vnni(format, group, blocks, act_scales, act_levels, act_sums, out);
   return group_dot_avx2(format, group, blocks, act_scales, act_levels, act_sums, out);
