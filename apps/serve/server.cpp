@@ -389,12 +389,11 @@ class Server {
     }));
     post(R"(/v2/models/([^/]+)/infer)", "/v2/models/{name}/infer",
          [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-           answer_infer({model(req.matches[1]), o_.request_timeout_ms, o_.batching.max_batch, next_id_}, req, body,
-                        res);
+           answer_infer(encoder(model(req.matches[1])), req, body, res);
          });
     post("/v1/classify", "/v1/classify", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
       const ClassifyRequest r = parse_classify(body, o_.batching.max_batch);
-      answer_classify({model(r.model), o_.request_timeout_ms, o_.batching.max_batch, next_id_}, r, res);
+      answer_classify(encoder(model(r.model)), r, res);
     });
     for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking", "/reranking"})  // (llama-server's names)
       post(path, path, [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
@@ -556,9 +555,9 @@ class Server {
 
   // The model a request names, or the one of `kind` served where it names none (`what`: that kind, in the
   // plural); each answer checks the kind it takes.
+  EncoderTarget encoder(ServedModel& m) { return {m, o_.request_timeout_ms, o_.batching.max_batch, next_id_}; }
   EncoderTarget encoder(const std::string& name, recipes::ModelKind kind, const std::string& what) {
-    return {name.empty() ? only_model(kind, what) : model(name), o_.request_timeout_ms, o_.batching.max_batch,
-            next_id_};
+    return encoder(name.empty() ? only_model(kind, what) : model(name));
   }
   EncoderTarget embedder(const std::string& name) {
     return encoder(name, recipes::ModelKind::text_embedder, "text embedders");

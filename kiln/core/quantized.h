@@ -124,7 +124,7 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
 // Whether a format's matrices may hold their rows in groups: int4's, iq4_nl's, int8b's, q4_k's, q5_k's, q6_k's
 // and iq4_xs's.
-inline bool can_group_rows(QuantFormat f) {
+constexpr bool can_group_rows(QuantFormat f) {
   return f == QuantFormat::int4 || f == QuantFormat::iq4_nl || f == QuantFormat::int8_block || f == QuantFormat::q4_k ||
          f == QuantFormat::q5_k || f == QuantFormat::q6_k || f == QuantFormat::iq4_xs;
 }

@@ -530,6 +530,15 @@ void row_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, 
   }
 }
 
+// Rows n0 .. split in groups, then split .. n1 in order.
+template <QuantFormat F>
+void grouped_then_in_order(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t split, int64_t n1,
+                           const Q8K& a, int64_t M, float* out) {
+  if constexpr (can_group_rows(F))
+    if (n0 < split) row_groups<F>(dot, w, n0, split, a, M, out);
+  rows<F>(dot, w, split, n1, a, M, out);
+}
+
 }  // namespace
 
 void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, float* out, QuantDot dot) {
@@ -543,19 +552,14 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
       w.rows, M * w.rows * w.cols,
       [&](int64_t n0, int64_t n1) {
         const int64_t split = std::clamp(grouped, n0, n1);
-        if (n0 < split && w.format == QuantFormat::q4_k) row_groups<QuantFormat::q4_k>(dot, w, n0, split, a, M, out);
-        if (n0 < split && w.format == QuantFormat::q5_k) row_groups<QuantFormat::q5_k>(dot, w, n0, split, a, M, out);
-        if (n0 < split && w.format == QuantFormat::q6_k) row_groups<QuantFormat::q6_k>(dot, w, n0, split, a, M, out);
-        if (n0 < split && w.format == QuantFormat::iq4_xs)
-          row_groups<QuantFormat::iq4_xs>(dot, w, n0, split, a, M, out);
-        n0 = split;
         switch (w.format) {
-          case QuantFormat::q2_k: return rows<QuantFormat::q2_k>(dot, w, n0, n1, a, M, out);
-          case QuantFormat::q3_k: return rows<QuantFormat::q3_k>(dot, w, n0, n1, a, M, out);
-          case QuantFormat::q4_k: return rows<QuantFormat::q4_k>(dot, w, n0, n1, a, M, out);
-          case QuantFormat::q5_k: return rows<QuantFormat::q5_k>(dot, w, n0, n1, a, M, out);
-          case QuantFormat::iq4_xs: return rows<QuantFormat::iq4_xs>(dot, w, n0, n1, a, M, out);
-          default: return rows<QuantFormat::q6_k>(dot, w, n0, n1, a, M, out);
+          case QuantFormat::q2_k: return grouped_then_in_order<QuantFormat::q2_k>(dot, w, n0, split, n1, a, M, out);
+          case QuantFormat::q3_k: return grouped_then_in_order<QuantFormat::q3_k>(dot, w, n0, split, n1, a, M, out);
+          case QuantFormat::q4_k: return grouped_then_in_order<QuantFormat::q4_k>(dot, w, n0, split, n1, a, M, out);
+          case QuantFormat::q5_k: return grouped_then_in_order<QuantFormat::q5_k>(dot, w, n0, split, n1, a, M, out);
+          case QuantFormat::iq4_xs:
+            return grouped_then_in_order<QuantFormat::iq4_xs>(dot, w, n0, split, n1, a, M, out);
+          default: return grouped_then_in_order<QuantFormat::q6_k>(dot, w, n0, split, n1, a, M, out);
         }
       },
       grouped > 0 ? kRowGroup : 1);

@@ -215,7 +215,9 @@ inline void iq4xs_group_dot(const uint8_t* group, int64_t blocks, const float* a
   __m256 acc[8];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const __m256i values =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const __m128i low4 = _mm_set1_epi8(0x0f), low2 = _mm_set1_epi8(0x03);
   const auto plane = [](const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); };
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* x = group + b * bytes;
@@ -226,8 +228,8 @@ inline void iq4xs_group_dot(const uint8_t* group, int64_t blocks, const float* a
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
       // Sub-block c's signed scale of each row (iq4_xs_scales, eight rows a step), as a 16-bit pair in its lane.
-      const __m128i low = _mm_and_si128(_mm_srli_epi16(plane(x + 32 + 8 * (c / 2)), 4 * (c % 2)), _mm_set1_epi8(0x0f));
-      const __m128i high = _mm_and_si128(_mm_srli_epi16(plane(x + 16 + 8 * (c / 4)), 2 * (c % 4)), _mm_set1_epi8(0x03));
+      const __m128i low = _mm_and_si128(_mm_srli_epi16(plane(x + 32 + 8 * (c / 2)), 4 * (c % 2)), low4);
+      const __m128i high = _mm_and_si128(_mm_srli_epi16(plane(x + 16 + 8 * (c / 4)), 2 * (c % 4)), low2);
       const __m128i scale8 = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
       const __m256i scale = _mm256_cvtepi8_epi32(scale8);
       const __m256i scales = _mm256_blend_epi16(scale, _mm256_slli_epi32(scale, 16), 0xaa);
@@ -278,8 +280,8 @@ inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, 
 
 void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
                  const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  KILN_CHECK(can_group_rows(format) && format >= QuantFormat::q4_k, "k_group_dot: ", quant_format_name(format),
-             " keeps its rows in order");
+  KILN_CHECK(can_group_rows(format) && format >= QuantFormat::q2_k, "k_group_dot: ", quant_format_name(format),
+             " is not a K-quant whose rows go in groups");
 #ifdef KILN_X86_INTRINSICS
   if (vnni) return group_dot_vnni(format, group, blocks, act_scales, act_levels, act_sums, out);
   return group_dot_avx2(format, group, blocks, act_scales, act_levels, act_sums, out);
