@@ -352,11 +352,12 @@ TEST(Quantized, RowsInGroupsGiveTheBitsOfRowsInOrder) {
   EXPECT_THROW(group_rows(quantize_matrix(w.data(), 2, 32, QuantFormat::int4_zero, DType::f32)), Error);
 }
 
-// q4_k's, q5_k's, q6_k's and iq4_xs's rows in groups (blocks of 256 rearranged within the group,
+// The K-quants' rows in groups (blocks of 256 rearranged within the group,
 // kiln/core/quantized_k.h) read as the rows in order too, for one to three blocks and rows past the last whole
 // group; and a layer given q4_k weights holds them so.
 TEST(Quantized, KQuantRowsInGroupsGiveTheBitsOfRowsInOrder) {
-  for (QuantFormat f : {QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k, QuantFormat::iq4_xs})
+  for (QuantFormat f : {QuantFormat::q2_k, QuantFormat::q3_k, QuantFormat::q4_k, QuantFormat::q5_k, QuantFormat::q6_k,
+                        QuantFormat::iq4_xs})
     for (const auto& [N, K] : {std::tuple{8, 256}, std::tuple{37, 512}, std::tuple{64, 768}, std::tuple{19, 256}}) {
       SCOPED_TRACE(std::string(quant_format_name(f)) + " " + std::to_string(N) + " x " + std::to_string(K));
       const QuantizedMatrix in_order = random_k_quant(f, N, K, uint32_t(N + K));

@@ -14,7 +14,7 @@
 // measured just before, in ROUNDS rounds: the kernel's share of what memory
 // gives, with less of the noise of a whole model's run against a probe later.
 //   kiln_quant_bench stream TYPE [rounds=5]     (TYPE: q8_0, q4_0, q4_k, q6_k, ...; q8_0g, q4_0g, iq4_nlg,
-//                                                q4_kg, q5_kg, q6_kg, iq4_xsg: their rows in groups of eight, as a
+//                                                q2_kg .. q6_kg, iq4_xsg: their rows in groups of eight, as a
 //                                                loaded model holds them)
 #include <algorithm>
 #include <chrono>
@@ -123,7 +123,9 @@ int main(int argc, char** argv) {
       {"q5_1", gguf(GgufType::Q5_1, {0, 2}, N, K)},
       {"int4z", quantize_matrix(w.data(), N, K, QuantFormat::int4_zero, DType::f32)},
       {"q2_k", gguf(GgufType::Q2_K, {80, 82}, K, N)},
+      {"q2_kg", group_rows(gguf(GgufType::Q2_K, {80, 82}, K, N))},
       {"q3_k", gguf(GgufType::Q3_K, {108}, K, N)},
+      {"q3_kg", group_rows(gguf(GgufType::Q3_K, {108}, K, N))},
       {"q4_k", gguf(GgufType::Q4_K, {0, 2}, K, N)},
       {"q4_kg", group_rows(gguf(GgufType::Q4_K, {0, 2}, K, N))},
       {"q5_k", gguf(GgufType::Q5_K, {0, 2}, K, N)},

@@ -40,7 +40,7 @@
 // so that decoding reads eight rows as one stream and shares each activation
 // load among them (llama.cpp repacks Q4_0 and IQ4_NL, and with AMX Q8_0, the
 // same way). The rows after the last whole group stay one after another.
-// Every reader of a row goes through block_index. A q4_k, q5_k, q6_k or iq4_xs matrix's
+// Every reader of a row goes through block_index. A K-quant's (q2_k .. iq4_xs)
 // rows may be in groups too, its blocks of 256 rearranged within the group
 // (kiln/core/quantized_k.h): their readers go through k_block_of_row.
 #pragma once
@@ -122,11 +122,9 @@ QuantizedMatrix quantize_matrix(const float* values, int64_t rows, int64_t cols,
 // A contiguous f16 matrix [rows, cols] kept as it is (format f16, a view of
 // `values`), whose products and lookups give `dtype`.
 QuantizedMatrix half_matrix(const Tensor& values, DType dtype);
-// Whether a format's matrices may hold their rows in groups: int4's, iq4_nl's, int8b's, q4_k's, q5_k's, q6_k's
-// and iq4_xs's.
+// Whether a format's matrices may hold their rows in groups: int4's, iq4_nl's, int8b's and the K-quants'.
 constexpr bool can_group_rows(QuantFormat f) {
-  return f == QuantFormat::int4 || f == QuantFormat::iq4_nl || f == QuantFormat::int8_block || f == QuantFormat::q4_k ||
-         f == QuantFormat::q5_k || f == QuantFormat::q6_k || f == QuantFormat::iq4_xs;
+  return f == QuantFormat::int4 || f == QuantFormat::iq4_nl || f == QuantFormat::int8_block || f >= QuantFormat::q2_k;
 }
 // The same matrix with its rows in groups of kRowGroup, or one after another (new tensors; `q` is unchanged).
 QuantizedMatrix group_rows(const QuantizedMatrix& q);

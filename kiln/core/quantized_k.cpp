@@ -95,34 +95,22 @@ void iq4_xs(const uint8_t* x, float* y) {
 
 // Moves one row's block between the layouts, piece by piece; `ToGroup` says which way. (Each piece known at
 // compile time, each copy is one move: the prompt GEMM gathers every grouped row's blocks this way.)
-template <const KGroupLayout& Layout, bool ToGroup, size_t P>
+template <QuantFormat F, bool ToGroup, size_t P>
 void move_piece(const uint8_t* from, int64_t row, uint8_t* to) {
-  constexpr KGroupPiece piece = Layout[P];
-  constexpr int64_t at = [] {  // the piece's start in the group's block
-    int64_t sum = 0;
-    for (size_t p = 0; p < P; ++p) sum += kRowGroup * Layout[p].bytes;
-    return sum;
-  }();
+  constexpr KGroupPiece piece = kKGroupLayout<F>[P];
+  constexpr int64_t at = k_group_piece_at<F>(P);
   for (int64_t u = 0; u < piece.bytes / piece.unit; ++u) {
     const int64_t in_row = piece.begin + u * piece.unit, in_group = at + (u * kRowGroup + row) * piece.unit;
     std::memcpy(to + (ToGroup ? in_group : in_row), from + (ToGroup ? in_row : in_group), size_t(piece.unit));
   }
 }
-template <const KGroupLayout& Layout, bool ToGroup>
-void move_k_block(const uint8_t* from, int64_t row, uint8_t* to) {
-  [&]<size_t... P>(std::index_sequence<P...>) {
-    (move_piece<Layout, ToGroup, P>(from, row, to), ...);
-  }(std::make_index_sequence<Layout.size()>());
-}
-
 template <bool ToGroup>
 void move_k_block(QuantFormat format, const uint8_t* from, int64_t row, uint8_t* to) {
-  if (format == QuantFormat::q4_k) return move_k_block<kQ4kGroup, ToGroup>(from, row, to);
-  if (format == QuantFormat::q5_k) return move_k_block<kQ5kGroup, ToGroup>(from, row, to);
-  if (format == QuantFormat::iq4_xs) return move_k_block<kIq4xsGroup, ToGroup>(from, row, to);
-  KILN_CHECK(format == QuantFormat::q6_k, "K-quant rows in groups: ", quant_format_name(format),
-             " keeps its rows in order");
-  move_k_block<kQ6kGroup, ToGroup>(from, row, to);
+  with_k_quant(format, [&]<QuantFormat F>() {
+    [&]<size_t... P>(std::index_sequence<P...>) {
+      (move_piece<F, ToGroup, P>(from, row, to), ...);
+    }(std::make_index_sequence<kKGroupLayout<F>.size()>());
+  });
 }
 
 }  // namespace

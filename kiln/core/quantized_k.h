@@ -53,16 +53,18 @@ inline void k4_scales_mins(const uint8_t* q, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, words.mins, 8);
 }
 
-// Q4_K's, Q5_K's, Q6_K's and IQ4_XS's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
-// each block of 256 columns of the group's eight rows, 8 x 144, 176, 210 or 136
-// bytes, rearranged so that decoding reads one stream with a row in each
-// 32-bit lane (kiln/cpu/kquant_row_group.cpp), the bytes unchanged in
-// number. A block's pieces (KGroupPiece) follow one another in the group's
-// block, each the eight rows' in units: a unit of `unit` bytes of row r at
-// 8 unit u + unit r for the piece's u-th unit. Units of 2 are the f16 scales,
-// of 1 the packed sub-block scales as byte planes (byte j of each row side
-// by side), of 4 the levels (bytes 4u .. 4u + 3 of every row: lane u % 8 of
-// a 32-byte chunk of levels, one 32-byte load for the eight rows).
+// A K-quant's rows in groups of kRowGroup (QuantizedMatrix::grouped_rows):
+// each block of 256 columns of the group's eight rows, 8 x 84, 110, 144,
+// 176, 210 or 136 bytes, rearranged so that decoding reads one stream with a
+// row in each 32-bit lane (kiln/cpu/kquant_row_group.cpp), the bytes
+// unchanged in number. A block's pieces (KGroupPiece) follow one another in
+// the group's block, each the eight rows' in units: a unit of `unit` bytes of
+// row r at 8 unit u + unit r for the piece's u-th unit. Units of 2 are the
+// f16 scales, of 1 the packed sub-block scales as byte planes (byte j of each
+// row side by side), of 4 the levels (bytes 4u .. 4u + 3 of every row: lane
+// u % 8 of a 32-byte chunk of levels, one 32-byte load for the eight rows).
+//   Q2_K: d, dmin, the 16 bytes of scales and minimums, the 64 of levels;
+//   Q3_K: d, the 12 bytes of scales, the 64 of levels' low bits, hmask's 32 (their third bits);
 //   Q4_K: d, dmin, the 12 bytes of scales and minimums, the 128 of levels;
 //   Q5_K: the same, with qh's 32 bytes (levels' fifth bits) before the levels, in one piece with them;
 //   Q6_K: d, the 16 signed scales, ql's 128 bytes, qh's 64;
@@ -72,12 +74,45 @@ struct KGroupPiece {
   int64_t begin, bytes, unit;  // where in a row's block, how long, and the unit
 };
 using KGroupLayout = std::array<KGroupPiece, 4>;
-inline constexpr KGroupLayout kQ4kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}};
-inline constexpr KGroupLayout kQ5kGroup = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 160, 4}}};
-inline constexpr KGroupLayout kQ6kGroup = {{{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}};
-inline constexpr KGroupLayout kIq4xsGroup = {{{0, 2, 2}, {2, 2, 1}, {4, 4, 1}, {8, 128, 4}}};
+template <QuantFormat F>
+inline constexpr KGroupLayout kKGroupLayout = {};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::q2_k> = {{{80, 2, 2}, {82, 2, 2}, {0, 16, 1}, {16, 64, 4}}};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::q3_k> = {{{108, 2, 2}, {96, 12, 1}, {32, 64, 4}, {0, 32, 4}}};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::q4_k> = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 128, 4}}};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::q5_k> = {{{0, 2, 2}, {2, 2, 2}, {4, 12, 1}, {16, 160, 4}}};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::q6_k> = {
+    {{208, 2, 2}, {192, 16, 1}, {0, 128, 4}, {128, 64, 4}}};
+template <>
+inline constexpr KGroupLayout kKGroupLayout<QuantFormat::iq4_xs> = {{{0, 2, 2}, {2, 2, 1}, {4, 4, 1}, {8, 128, 4}}};
+// Where piece p starts in a group's block.
+template <QuantFormat F>
+constexpr int64_t k_group_piece_at(size_t p) {
+  int64_t at = 0;
+  for (size_t i = 0; i < p; ++i) at += kRowGroup * kKGroupLayout<F>[i].bytes;
+  return at;
+}
+
+// fn.template operator()<F>() for the K-quant `format` as a constant: where a format known at run time
+// becomes a kernel's parameter, in one place.
+template <typename Fn>
+decltype(auto) with_k_quant(QuantFormat format, Fn&& fn) {
+  switch (format) {
+    case QuantFormat::q2_k: return fn.template operator()<QuantFormat::q2_k>();
+    case QuantFormat::q3_k: return fn.template operator()<QuantFormat::q3_k>();
+    case QuantFormat::q4_k: return fn.template operator()<QuantFormat::q4_k>();
+    case QuantFormat::q5_k: return fn.template operator()<QuantFormat::q5_k>();
+    case QuantFormat::q6_k: return fn.template operator()<QuantFormat::q6_k>();
+    case QuantFormat::iq4_xs: return fn.template operator()<QuantFormat::iq4_xs>();
+    default: KILN_FAIL("quantized format ", quant_format_name(format), " is not a K-quant");
+  }
+}
 constexpr int64_t k_group_bytes(QuantFormat format) { return kRowGroup * k_block_bytes(format); }
-// One row's block into its group's block, and back (q4_k, q5_k, q6_k, iq4_xs).
+// One row's block into its group's block, and back.
 void place_in_k_group(QuantFormat format, const uint8_t* block, int64_t row, uint8_t* group);
 void take_from_k_group(QuantFormat format, const uint8_t* group, int64_t row, uint8_t* block);
 // Row `row`'s block b of a K-quant matrix: where it is, or (rows in groups) gathered into `scratch` (of

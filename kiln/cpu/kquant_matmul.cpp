@@ -534,8 +534,7 @@ void row_groups(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t n1, 
 template <QuantFormat F>
 void grouped_then_in_order(QuantDot dot, const QuantizedMatrix& w, int64_t n0, int64_t split, int64_t n1,
                            const Q8K& a, int64_t M, float* out) {
-  if constexpr (can_group_rows(F))
-    if (n0 < split) row_groups<F>(dot, w, n0, split, a, M, out);
+  if (n0 < split) row_groups<F>(dot, w, n0, split, a, M, out);
   rows<F>(dot, w, split, n1, a, M, out);
 }
 
@@ -552,15 +551,7 @@ void kquant_matmul_rows(const float* x, int64_t M, const QuantizedMatrix& w, flo
       w.rows, M * w.rows * w.cols,
       [&](int64_t n0, int64_t n1) {
         const int64_t split = std::clamp(grouped, n0, n1);
-        switch (w.format) {
-          case QuantFormat::q2_k: return grouped_then_in_order<QuantFormat::q2_k>(dot, w, n0, split, n1, a, M, out);
-          case QuantFormat::q3_k: return grouped_then_in_order<QuantFormat::q3_k>(dot, w, n0, split, n1, a, M, out);
-          case QuantFormat::q4_k: return grouped_then_in_order<QuantFormat::q4_k>(dot, w, n0, split, n1, a, M, out);
-          case QuantFormat::q5_k: return grouped_then_in_order<QuantFormat::q5_k>(dot, w, n0, split, n1, a, M, out);
-          case QuantFormat::iq4_xs:
-            return grouped_then_in_order<QuantFormat::iq4_xs>(dot, w, n0, split, n1, a, M, out);
-          default: return grouped_then_in_order<QuantFormat::q6_k>(dot, w, n0, split, n1, a, M, out);
-        }
+        with_k_quant(w.format, [&]<QuantFormat F>() { grouped_then_in_order<F>(dot, w, n0, split, n1, a, M, out); });
       },
       grouped > 0 ? kRowGroup : 1);
 }
@@ -606,15 +597,7 @@ void row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scal
 }  // namespace
 
 void kquant_row_levels(const QuantizedMatrix& w, int64_t n, int8_t* levels, float* scales, float* mins) {
-  switch (w.format) {
-    case QuantFormat::q2_k: return row_levels<QuantFormat::q2_k>(w, n, levels, scales, mins);
-    case QuantFormat::q3_k: return row_levels<QuantFormat::q3_k>(w, n, levels, scales, mins);
-    case QuantFormat::q4_k: return row_levels<QuantFormat::q4_k>(w, n, levels, scales, mins);
-    case QuantFormat::q5_k: return row_levels<QuantFormat::q5_k>(w, n, levels, scales, mins);
-    case QuantFormat::q6_k: return row_levels<QuantFormat::q6_k>(w, n, levels, scales, mins);
-    case QuantFormat::iq4_xs: return row_levels<QuantFormat::iq4_xs>(w, n, levels, scales, mins);
-    default: KILN_CHECK(false, "kquant_row_levels: ", quant_format_name(w.format), " is not a K-quant");
-  }
+  with_k_quant(w.format, [&]<QuantFormat F>() { row_levels<F>(w, n, levels, scales, mins); });
 }
 
 void round_to_q8k_levels(const float* x, int64_t M, int64_t K, float* out) {

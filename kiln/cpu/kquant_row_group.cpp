@@ -1,4 +1,4 @@
-// Q4_K's, Q5_K's, Q6_K's and IQ4_XS's eight-row decoding kernels. Per block of 256 and group,
+// The K-quants' eight-row decoding kernels. Per block of 256 and group,
 // against the row kernel (kquant_matmul.cpp), whose integer lane l of a row
 // holds bytes 4l .. 4l + 3 of every chunk of 32 times the chunk's scale:
 // here lanes[l] holds that lane of the eight rows, one row a 32-bit lane, so
@@ -81,7 +81,7 @@ struct GroupScales {
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(planes), pick);
 }
 
-// Q4_K and Q5_K: d at 0, dmin at 16, the 12 scale bytes' planes at 32 (quantized_k.h's kQ4kGroup, kQ5kGroup);
+// Q4_K and Q5_K: d at 0, dmin at 16, the 12 scale bytes' planes at 32 (quantized_k.h's kKGroupLayout);
 // Q4_K's levels' units at 128, Q5_K's qh units at 128 and levels' units at 384. Chunks 2t and 2t + 1 are the
 // low and high nibbles of the levels' bytes 32t .. 32t + 31 (Q5_K: over bits 2t and 2t + 1 of qh's bytes as
 // 16); the minimums' term is the row kernel's four lanes (Q4_K) or their integer sum (Q5_K).
@@ -150,53 +150,130 @@ inline void q45k_group_dot(const uint8_t* group, int64_t blocks, const float* ac
   _mm256_storeu_ps(out, _mm256_add_ps(sum_lanes(acc), minimums));
 }
 
-// Q6_K: d at 0, the 16 signed scales' planes at 16, ql's units at 144, qh's at 1,168 (quantized_k.h's kQ6kGroup).
-// Chunk 4h + k's levels: the low nibbles of ql's bytes 64h .. 64h + 63 (k = 0, 1) or their high ones (k = 2, 3),
-// over bits 2k of qh's bytes 32h .. 32h + 31 as bits 4-5; the zero (32) comes off each lane through the
-// activations' sums of 16, as the row kernel takes it.
-template <typename Lanes>
-inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
+// Q2_K, Q3_K and Q6_K: sixteen scales of 16 values (chunk c's lanes 0-3 take scale 2c, lanes 4-7 scale 2c + 1).
+// The pieces (quantized_k.h's kKGroupLayout): Q2_K's d, dmin, scale planes and levels; Q3_K's and Q6_K's d,
+// scale planes, levels (Q6_K's ql) and their high bits (hmask, qh).
+template <QuantFormat F>
+constexpr int64_t k16_piece(int piece) {  // 0 d, 1 scale planes, 2 levels, 3 their high bits (Q2_K has none)
+  return k_group_piece_at<F>(size_t(F == QuantFormat::q2_k && piece > 0 ? piece + 1 : piece));
+}
+
+// A block's sixteen scales as signed byte planes (plane i at 8i: scale i of each row): Q6_K's as stored, Q2_K's
+// the low nibbles of its planes (the high ones are its minimums), Q3_K's from its 12 planes as k3_scales takes
+// them, into `kept`.
+template <QuantFormat F>
+[[gnu::always_inline]] inline const int8_t* scale_planes(const uint8_t* x, int8_t* kept) {
+  const uint8_t* planes = x + k16_piece<F>(1);
+  if constexpr (F == QuantFormat::q6_k) return reinterpret_cast<const int8_t*>(planes);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const auto store = [&](int i, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(kept + 32 * i), v); };
+  if constexpr (F == QuantFormat::q2_k) {
+    for (int i = 0; i < 4; ++i) store(i, _mm256_and_si256(load32(planes + 32 * i), low4));
+  } else {  // planes 0-3 and 4-7: low nibbles scales 0-7, high ones 8-15; bits 2j of planes 8-11 their top bits
+    const __m256i w0 = load32(planes), w1 = load32(planes + 32), w2 = load32(planes + 64);
+    const __m256i low2 = _mm256_set1_epi8(0x03), zero = _mm256_set1_epi8(32);
+    const auto scales = [&](__m256i nibbles, int top) {  // (16-bit shifts: the other byte's bits masked off)
+      const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(w2, top), low2), 4);
+      return _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(nibbles, low4), high), zero);
+    };
+    store(0, scales(w0, 0));
+    store(1, scales(w1, 2));
+    store(2, scales(_mm256_srli_epi16(w0, 4), 4));
+    store(3, scales(_mm256_srli_epi16(w1, 4), 6));
+  }
+  return kept;
+}
+
+// Eight rows' bytes (a plane) as 16-bit pairs (v | v << 16) in the rows' lanes, for vpmaddwd.
+[[gnu::always_inline]] inline __m256i plane_pairs(__m256i values) {
+  return _mm256_blend_epi16(values, _mm256_slli_epi32(values, 16), 0xaa);
+}
+// Each row's values 2l and 2l + 1 (as pairs) times the activations' sums of 16 2l and 2l + 1: the row kernel's
+// lane l of times_act_sums.
+[[gnu::always_inline]] inline __m256i times_sums(__m256i first, __m256i second, const int16_t* sums, int l) {
+  return _mm256_add_epi32(_mm256_madd_epi16(first, _mm256_set1_epi32(uint16_t(sums[2 * l]))),
+                          _mm256_madd_epi16(second, _mm256_set1_epi32(uint16_t(sums[2 * l + 1]))));
+}
+
+// Lane l of chunks 4h .. 4h + 3 for the eight rows, unsigned (before Q3_K's and Q6_K's zero levels). Q2_K and
+// Q3_K: 2 bits at 2k of the levels' bytes 32h + 4l .. (Q3_K: over hmask's bit 4h + k as 4). Q6_K: the low
+// nibbles of ql's bytes 64h + 4l .. and 64h + 32 + 4l .. (k = 0, 1) or their high ones (k = 2, 3), over bits
+// 2k of qh's bytes 32h + 4l .. as bits 4-5.
+template <QuantFormat F>
+[[gnu::always_inline]] inline void lane_levels(const uint8_t* x, int l, int h, __m256i* levels) {
+  const uint8_t *low = x + k16_piece<F>(2), *high = x + k16_piece<F>(3);
+  if constexpr (F == QuantFormat::q6_k) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), top_bits = _mm256_set1_epi8(0x30);
+    const __m256i low0 = load32(low + (16 * h + l) * 32), low1 = load32(low + (16 * h + 8 + l) * 32);
+    const __m256i top = load32(high + (8 * h + l) * 32);
+    levels[0] = _mm256_or_si256(_mm256_and_si256(low0, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_bits));
+    levels[1] = _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_bits));
+    levels[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble), _mm256_and_si256(top, top_bits));
+    levels[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
+                                _mm256_and_si256(_mm256_srli_epi16(top, 2), top_bits));
+  } else {
+    const __m256i bits = load32(low + (8 * h + l) * 32), two = _mm256_set1_epi8(0x03);
+    for (int k = 0; k < 4; ++k) levels[k] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), two);
+    if constexpr (F == QuantFormat::q3_k) {
+      const __m256i hmask = load32(high + l * 32), four = _mm256_set1_epi8(0x04);
+      for (int k = 0; k < 4; ++k) {
+        const int c = 4 * h + k;
+        const __m256i moved = c < 2 ? _mm256_slli_epi16(hmask, 2 - c) : _mm256_srli_epi16(hmask, c - 2);
+        levels[k] = _mm256_or_si256(levels[k], _mm256_and_si256(moved, four));
+      }
+    }
+  }
+}
+
+// A lane at a time over the block (one accumulator live: AVX2 has 16 registers). Zero levels as the row kernel
+// takes them: Q3_K's 4 off each byte product, Q6_K's 32 off each lane through the activations' sums of 16 (less
+// 32 (sum 2l * scale 2l + sum 2l + 1 * scale 2l + 1)); Q2_K's minimums (2l and 2l + 1 against the same sums)
+// into the accumulator before the levels.
+template <typename Lanes, QuantFormat F>
+inline void k16_group_dot(const uint8_t* group, int64_t blocks, const float* act_scales, const int8_t* act_levels,
                           const int16_t* act_sums, float* out) {
-  constexpr int64_t S = kSuperBlock, ql = 144, qh = 144 + 1024;
+  constexpr int64_t S = kSuperBlock, bytes = k_group_bytes(F);
   __m256 acc[8];
   for (__m256& a : acc) a = _mm256_setzero_ps();
-  const __m256i nibble = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(0x30);
+  alignas(32) int8_t kept[128];
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* x = group + b * k_group_bytes(QuantFormat::q6_k);
-    for (int64_t line = 0; line < k_group_bytes(QuantFormat::q6_k); line += 64) prefetch_ahead(x + line);
+    const uint8_t* x = group + b * bytes;
+    for (int64_t line = 0; line < bytes; line += 64) prefetch_ahead(x + line);
     const int8_t* q8 = act_levels + b * S;
-    __m256i pairs[16];  // scale i of each row as a 16-bit pair in its lane
-    for (int i = 0; i < 16; ++i) {
-      const __m256i scale = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 16 + 8 * i)));
-      pairs[i] = _mm256_blend_epi16(scale, _mm256_slli_epi32(scale, 16), 0xaa);
-    }
     const int16_t* sums = act_sums + b * (S / 16);
-    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(act_scales[b]), halves8(x));
-    // A lane at a time over the block (one accumulator live: AVX2 has 16 registers).
+    const int8_t* planes = scale_planes<F>(x, kept);
+    __m256i pairs[16];  // scale i of each row as a 16-bit pair in its lane
+    for (int i = 0; i < 16; ++i)
+      pairs[i] = plane_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(planes + 8 * i))));
+    const float scale = act_scales[b];
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), halves8(x));
 #pragma GCC unroll 8
     for (int l = 0; l < 8; ++l) {
-      // Less 32 (sum 2l * scale 2l + sum 2l + 1 * scale 2l + 1), as the row kernel takes the zero off lane l.
-      const __m256i sum0 = _mm256_set1_epi32(uint16_t(sums[2 * l]));
-      const __m256i sum1 = _mm256_set1_epi32(uint16_t(sums[2 * l + 1]));
-      const __m256i zero =
-          _mm256_add_epi32(_mm256_madd_epi16(pairs[2 * l], sum0), _mm256_madd_epi16(pairs[2 * l + 1], sum1));
       // (two chains: one of eight vpdpwssd waited on each other's latency)
-      __m256i lane[2] = {_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(zero, 5)), _mm256_setzero_si256()};
+      __m256i lane[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      if constexpr (F == QuantFormat::q6_k)
+        lane[0] = _mm256_sub_epi32(lane[0], _mm256_slli_epi32(times_sums(pairs[2 * l], pairs[2 * l + 1], sums, l), 5));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i low0 = load32(x + ql + (16 * h + l) * 32), low1 = load32(x + ql + (16 * h + 8 + l) * 32);
-        const __m256i top = load32(x + qh + (8 * h + l) * 32);
-        const __m256i levels[4] = {
-            _mm256_or_si256(_mm256_and_si256(low0, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 4), high)),
-            _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(top, 2), high)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble), _mm256_and_si256(top, high)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
-                            _mm256_and_si256(_mm256_srli_epi16(top, 2), high))};
+        __m256i levels[4];
+        lane_levels<F>(x, l, h, levels);
         for (int k = 0; k < 4; ++k) {
           const int c = 4 * h + k;
-          const __m256i products = _mm256_maddubs_epi16(levels[k], broadcast4(q8 + 32 * c + 4 * l));
+          const __m256i act = broadcast4(q8 + 32 * c + 4 * l);
+          __m256i products = _mm256_maddubs_epi16(levels[k], act);
+          if constexpr (F == QuantFormat::q3_k)
+            products = _mm256_sub_epi16(products, _mm256_maddubs_epi16(_mm256_set1_epi8(4), act));
           lane[k % 2] = Lanes::add_scaled(lane[k % 2], products, pairs[2 * c + l / 4]);
         }
+      }
+      if constexpr (F == QuantFormat::q2_k) {  // minimums 2l, 2l + 1: the high nibbles of planes 2l, 2l + 1
+        const auto minimums = [&](int i) {
+          const __m128i plane = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + k16_piece<F>(1) + 8 * i));
+          return plane_pairs(_mm256_srli_epi32(_mm256_cvtepu8_epi32(plane), 4));
+        };
+        const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + 16));
+        acc[l] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(times_sums(minimums(2 * l), minimums(2 * l + 1), sums, l)),
+                                 acc[l]);
       }
       acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(lane[0], lane[1])), acc[l]);
     }
@@ -205,7 +282,7 @@ inline void q6k_group_dot(const uint8_t* group, int64_t blocks, const float* act
 }
 
 // IQ4_XS: d at 0, scales_h's two byte planes at 16, scales_l's four at 32, the levels' units at 64 (quantized_k.h's
-// kIq4xsGroup). Chunk c's 16 bytes are units 4c .. 4c + 3: unit 4c + m's low nibbles are lane m of the chunk
+// kKGroupLayout). Chunk c's 16 bytes are units 4c .. 4c + 3: unit 4c + m's low nibbles are lane m of the chunk
 // (values 4m .. 4m + 3), its high ones lane m + 4 (values 16 + 4m ..), each looked up in kIq4nlValues and
 // multiplied as the row kernel multiplies them (|level| against the activations with the level's sign).
 template <typename Lanes>
@@ -256,12 +333,14 @@ inline void iq4xs_group_dot(const uint8_t* group, int64_t blocks, const float* a
 template <typename Lanes>
 inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, const float* act_scales,
                       const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  if (format == QuantFormat::q4_k)
-    return q45k_group_dot<Lanes, QuantFormat::q4_k>(group, blocks, act_scales, act_levels, act_sums, out);
-  if (format == QuantFormat::q5_k)
-    return q45k_group_dot<Lanes, QuantFormat::q5_k>(group, blocks, act_scales, act_levels, act_sums, out);
-  if (format == QuantFormat::iq4_xs) return iq4xs_group_dot<Lanes>(group, blocks, act_scales, act_levels, out);
-  q6k_group_dot<Lanes>(group, blocks, act_scales, act_levels, act_sums, out);
+  with_k_quant(format, [&]<QuantFormat F>() {
+    if constexpr (F == QuantFormat::q4_k || F == QuantFormat::q5_k)
+      q45k_group_dot<Lanes, F>(group, blocks, act_scales, act_levels, act_sums, out);
+    else if constexpr (F == QuantFormat::iq4_xs)
+      iq4xs_group_dot<Lanes>(group, blocks, act_scales, act_levels, out);
+    else
+      k16_group_dot<Lanes, F>(group, blocks, act_scales, act_levels, act_sums, out);
+  });
 }
 
 [[gnu::flatten]] void group_dot_avx2(QuantFormat format, const uint8_t* group, int64_t blocks,
@@ -280,8 +359,6 @@ inline void group_dot(QuantFormat format, const uint8_t* group, int64_t blocks, 
 
 void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
                  const int8_t* act_levels, const int16_t* act_sums, float* out) {
-  KILN_CHECK(can_group_rows(format) && format >= QuantFormat::q2_k, "k_group_dot: ", quant_format_name(format),
-             " is not a K-quant whose rows go in groups");
 #ifdef KILN_X86_INTRINSICS
   if (vnni) return group_dot_vnni(format, group, blocks, act_scales, act_levels, act_sums, out);
   return group_dot_avx2(format, group, blocks, act_scales, act_levels, act_sums, out);

@@ -1,4 +1,4 @@
-// Decoding's product with Q4_K, Q5_K, Q6_K or IQ4_XS rows in groups of eight (kiln/core/quantized_k.h's
+// Decoding's product with a K-quant's rows in groups of eight (kiln/core/quantized_k.h's
 // layout): one pass over a group reads a single stream, each register of
 // levels holds a row in each 32-bit lane, and each activation load, scale
 // conversion and multiply-add serves the eight rows.
@@ -14,7 +14,7 @@ namespace kiln::cpu {
 // each and the sums of each 16), with the bits of kquant_matmul's row
 // kernel on the same path: each row's integer lanes are that kernel's, and
 // its f32 steps the same, a row to a lane. `vnni`: AVX-512 VNNI's vpdpwssd,
-// else AVX2 (x86 builds only). `format`: q4_k, q5_k, q6_k or iq4_xs.
+// else AVX2 (x86 builds only). `format`: a K-quant (q2_k .. iq4_xs).
 void k_group_dot(QuantFormat format, bool vnni, const uint8_t* group, int64_t blocks, const float* act_scales,
                  const int8_t* act_levels, const int16_t* act_sums, float* out);
 

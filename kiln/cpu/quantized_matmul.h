@@ -37,21 +37,28 @@ int32_t quantize_activation_block(const float* x, int64_t count, int8_t* q, floa
 // the row kernel at 4 rows, 1.2-1.8x at 6, 1.4-2.2x at 8; with AVX2
 // 0.9-1.3x at 8 and 1.1-2.2x at 16.
 constexpr int64_t gemm_rows(QuantDot dot) { return dot == QuantDot::avx512_vnni ? 6 : 16; }
-// For `w`: rows in groups (row_group_product.h) decode 2.1-2.6x faster with
-// VNNI, and the GEMM overtakes that kernel later: int4 from 24 rows (0.6-0.8x
-// at 16, 0.85-1.06x at 24), iq4_nl and int8b from 16 (1.04x, 0.97x;
-// `kiln_quant_bench 20 ROWS`, OMP_NUM_THREADS=1, the Xeon with AMX). With
-// AVX2 (1.1-1.35x) it stays 16. On both paths q4_k's groups keep the row
-// kernel to 24 rows (the GEMM, which gathers each grouped row's blocks, is
-// 0.89-0.90x them at 16, 1.16-1.17x at 24), q6_k's to 12 (0.74-0.77x at 8,
-// 1.09-1.19x at 12), q5_k's to 16 (VNNI 0.94x at 12, 1.21x at 16; AVX2 0.77x at 8, 1.13x at 16); iq4_xs's
-// to 8 with VNNI (0.80x at 6, 1.06-1.08x at 8) and 16 with AVX2 (0.78x at 8, 1.11x at 16).
+// For `w` with rows in groups (row_group_product.h, kquant_row_group.h) the row kernel is faster, so the GEMM
+// (which gathers each grouped K-quant row's blocks) overtakes it later, at rows measured per format
+// (`kiln_quant_bench 20 ROWS`, OMP_NUM_THREADS=1, the Xeon with AMX; the GEMM against the row kernel):
+//   int4: VNNI 0.6-0.8x at 16, 0.85-1.06x at 24;
+//   iq4_nl, int8b: VNNI 1.04x and 0.97x at 16; with AVX2 (groups 1.1-1.35x faster) the GEMM's 16 stays;
+//   q4_k: 0.89-0.90x at 16, 1.16-1.17x at 24 on both paths; q6_k: 0.74-0.77x at 8, 1.09-1.19x at 12;
+//   q5_k: VNNI 0.94x at 12, 1.21x at 16; AVX2 0.77x at 8, 1.13x at 16;
+//   iq4_xs: VNNI 0.80x at 6, 1.06-1.08x at 8; AVX2 0.78x at 8, 1.11x at 16;
+//   q2_k: VNNI 0.90x at 12, 1.12x at 16; AVX2 0.60x at 12, 1.06x at 16; q3_k: VNNI 0.87x at 8, 1.39x at 12;
+//   AVX2 0.67x at 8, 1.07x at 12.
+struct GroupedCrossover {
+  QuantFormat format;
+  int64_t vnni, avx2;
+};
+inline constexpr GroupedCrossover kGroupedCrossovers[] = {
+    {QuantFormat::int4, 24, 16}, {QuantFormat::iq4_nl, 16, 16}, {QuantFormat::int8_block, 16, 16},
+    {QuantFormat::q2_k, 16, 16}, {QuantFormat::q3_k, 12, 12},   {QuantFormat::q4_k, 24, 24},
+    {QuantFormat::q5_k, 16, 16}, {QuantFormat::q6_k, 12, 12},   {QuantFormat::iq4_xs, 8, 16}};
 inline int64_t gemm_rows(QuantDot dot, const QuantizedMatrix& w) {
-  if (w.grouped_rows && w.format == QuantFormat::q4_k) return 24;
-  if (w.grouped_rows && w.format == QuantFormat::q6_k) return 12;
-  if (w.grouped_rows && w.format == QuantFormat::iq4_xs && dot == QuantDot::avx512_vnni) return 8;
-  if (!w.grouped_rows || dot != QuantDot::avx512_vnni) return gemm_rows(dot);
-  return w.format == QuantFormat::int4 ? 24 : 16;
+  for (const GroupedCrossover& c : kGroupedCrossovers)
+    if (w.grouped_rows && c.format == w.format) return dot == QuantDot::avx512_vnni ? c.vnni : c.avx2;
+  return gemm_rows(dot);
 }
 
 // The fixed order of the sum of a product's eight f32 lanes, on every path:
