@@ -271,7 +271,7 @@ inline void k16_group_dot(const uint8_t* group, int64_t blocks, const float* act
           const __m128i plane = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + k16_piece<F>(1) + 8 * i));
           return plane_pairs(_mm256_srli_epi32(_mm256_cvtepu8_epi32(plane), 4));
         };
-        const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + 16));
+        const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + k_group_piece_at<F>(1)));
         acc[l] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(times_sums(minimums(2 * l), minimums(2 * l + 1), sums, l)),
                                  acc[l]);
       }
