@@ -330,10 +330,6 @@ struct SimdBlock {
   __m256i zero_lanes;      // Q6_K: what its zero takes off each lane
 };
 
-// Eight scales (32-bit, signed or not) as their pairs.
-[[gnu::always_inline]] inline __m256i scale_pairs(__m256i scales) {
-  return _mm256_blend_epi16(scales, _mm256_slli_epi32(scales, 16), 0xaa);
-}
 [[gnu::always_inline]] inline __m128i low_bytes(const void* p) {
   return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
 }
@@ -344,7 +340,7 @@ template <QuantFormat F>
     const K4ScaleWords w = k4_scale_words(x + 4);
     k.d = half_at(x);
     k.dmin = half_at(x + 2);
-    k.scale_pairs[0] = scale_pairs(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(w.scales[1]), int(w.scales[0]))));
+    k.scale_pairs[0] = word_pairs(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(w.scales[1]), int(w.scales[0]))));
     k.min_lanes = _mm256_zextsi128_si256(
         min_lanes_of8_sse(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(w.mins[1]), int(w.mins[0]))), act_sums));
   } else if constexpr (F == QuantFormat::q2_k) {  // scale | min << 4 per byte
@@ -352,8 +348,8 @@ template <QuantFormat F>
     const __m128i scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
     k.d = half_at(x + 80);
     k.dmin = half_at(x + 82);
-    k.scale_pairs[0] = scale_pairs(_mm256_cvtepu8_epi32(scales));
-    k.scale_pairs[1] = scale_pairs(_mm256_cvtepu8_epi32(_mm_srli_si128(scales, 8)));
+    k.scale_pairs[0] = word_pairs(_mm256_cvtepu8_epi32(scales));
+    k.scale_pairs[1] = word_pairs(_mm256_cvtepu8_epi32(_mm_srli_si128(scales, 8)));
     k.min_lanes =
         times_act_sums(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f))), act_sums);
   } else if constexpr (F == QuantFormat::iq4_xs) {  // iq4_xs_scales in lanes: nibble i of scales_l, bits 2i of scales_h
@@ -367,15 +363,15 @@ template <QuantFormat F>
     const __m256i top = _mm256_and_si256(
         _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
     k.d = half_at(x);
-    k.scale_pairs[0] = scale_pairs(_mm256_sub_epi32(
+    k.scale_pairs[0] = word_pairs(_mm256_sub_epi32(
         _mm256_or_si256(_mm256_cvtepu8_epi32(nibbles), _mm256_slli_epi32(top, 4)), _mm256_set1_epi32(32)));
   } else {
     int8_t q3[16];
     const int8_t* scales = reinterpret_cast<const int8_t*>(x + 192);  // Q6_K's
     if constexpr (F == QuantFormat::q3_k) k3_scales(x + 96, q3), scales = q3;
     k.d = half_at(x + (F == QuantFormat::q3_k ? 108 : 208));
-    k.scale_pairs[0] = scale_pairs(_mm256_cvtepi8_epi32(low_bytes(scales)));
-    k.scale_pairs[1] = scale_pairs(_mm256_cvtepi8_epi32(low_bytes(scales + 8)));
+    k.scale_pairs[0] = word_pairs(_mm256_cvtepi8_epi32(low_bytes(scales)));
+    k.scale_pairs[1] = word_pairs(_mm256_cvtepi8_epi32(low_bytes(scales + 8)));
     if constexpr (zero_by_sums(F)) {
       static_assert(zero_level(F) == 32);
       const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));

@@ -184,10 +184,6 @@ template <QuantFormat F>
   return kept;
 }
 
-// Eight rows' bytes (a plane) as 16-bit pairs (v | v << 16) in the rows' lanes, for vpmaddwd.
-[[gnu::always_inline]] inline __m256i plane_pairs(__m256i values) {
-  return _mm256_blend_epi16(values, _mm256_slli_epi32(values, 16), 0xaa);
-}
 // Each row's values 2l and 2l + 1 (as pairs) times the activations' sums of 16 2l and 2l + 1: the row kernel's
 // lane l of times_act_sums.
 [[gnu::always_inline]] inline __m256i times_sums(__m256i first, __m256i second, const int16_t* sums, int l) {
@@ -244,7 +240,7 @@ inline void k16_group_dot(const uint8_t* group, int64_t blocks, const float* act
     const int8_t* planes = scale_planes<F>(x, kept);
     __m256i pairs[16];  // scale i of each row as a 16-bit pair in its lane
     for (int i = 0; i < 16; ++i)
-      pairs[i] = plane_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(planes + 8 * i))));
+      pairs[i] = word_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(planes + 8 * i))));
     const float scale = act_scales[b];
     const __m256 d = _mm256_mul_ps(_mm256_set1_ps(scale), halves8(x));
 #pragma GCC unroll 8
@@ -269,7 +265,7 @@ inline void k16_group_dot(const uint8_t* group, int64_t blocks, const float* act
       if constexpr (F == QuantFormat::q2_k) {  // minimums 2l, 2l + 1: the high nibbles of planes 2l, 2l + 1
         const auto minimums = [&](int i) {
           const __m128i plane = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + k16_piece<F>(1) + 8 * i));
-          return plane_pairs(_mm256_srli_epi32(_mm256_cvtepu8_epi32(plane), 4));
+          return word_pairs(_mm256_srli_epi32(_mm256_cvtepu8_epi32(plane), 4));
         };
         const __m256 dmin = _mm256_mul_ps(_mm256_set1_ps(-scale), halves8(x + k_group_piece_at<F>(1)));
         acc[l] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(times_sums(minimums(2 * l), minimums(2 * l + 1), sums, l)),
@@ -308,8 +304,7 @@ inline void iq4xs_group_dot(const uint8_t* group, int64_t blocks, const float* a
       const __m128i low = _mm_and_si128(_mm_srli_epi16(plane(x + 32 + 8 * (c / 2)), 4 * (c % 2)), low4);
       const __m128i high = _mm_and_si128(_mm_srli_epi16(plane(x + 16 + 8 * (c / 4)), 2 * (c % 4)), low2);
       const __m128i scale8 = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
-      const __m256i scale = _mm256_cvtepi8_epi32(scale8);
-      const __m256i scales = _mm256_blend_epi16(scale, _mm256_slli_epi32(scale, 16), 0xaa);
+      const __m256i scales = word_pairs(_mm256_cvtepi8_epi32(scale8));
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m) {
         const __m256i bits = load32(x + 64 + (4 * c + m) * 32);

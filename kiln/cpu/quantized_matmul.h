@@ -56,8 +56,9 @@ inline constexpr GroupedCrossover kGroupedCrossovers[] = {
     {QuantFormat::q2_k, 16, 16}, {QuantFormat::q3_k, 12, 12},   {QuantFormat::q4_k, 24, 24},
     {QuantFormat::q5_k, 16, 16}, {QuantFormat::q6_k, 12, 12},   {QuantFormat::iq4_xs, 8, 16}};
 inline int64_t gemm_rows(QuantDot dot, const QuantizedMatrix& w) {
-  for (const GroupedCrossover& c : kGroupedCrossovers)
-    if (w.grouped_rows && c.format == w.format) return dot == QuantDot::avx512_vnni ? c.vnni : c.avx2;
+  if (w.grouped_rows)
+    for (const GroupedCrossover& c : kGroupedCrossovers)
+      if (c.format == w.format) return dot == QuantDot::avx512_vnni ? c.vnni : c.avx2;
   return gemm_rows(dot);
 }
 
